@@ -1,0 +1,46 @@
+/* mixprec/convert.h - bulk conversion between formats, with exact statistics.
+ *
+ * mp_convert converts n elements from any format to any format (through fp32;
+ * widening to fp32 is exact, so the only rounding is the final one). The
+ * result is bit-identical to calling the scalar functions of format.h on each
+ * element, on every CPU path (scalar, AVX2+F16C, AVX-512, AVX512_BF16) and for
+ * every input, subnormals and NaNs included.
+ *
+ * Large conversions run on two threads (or mp_set_threads()).
+ */
+#ifndef MIXPREC_CONVERT_H
+#define MIXPREC_CONVERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What happened to values on the way into the destination format. Counts are
+ * added to, never reset, so one struct can gather a whole model. */
+typedef struct mp_convert_stats {
+    uint64_t underflow;  /* nonzero finite inputs that became +-0 */
+    uint64_t subnormal;  /* results that are subnormal in the destination format */
+    uint64_t overflow;   /* finite inputs that became inf or NaN */
+    uint64_t nan;        /* NaN inputs */
+} mp_convert_stats;
+
+/* Converts n elements of src (src_type) into dst (dst_type). src and dst must
+ * not overlap unless they are the same pointer and the types have the same size.
+ * stats may be NULL. Returns MP_EINVAL for an unknown dtype or a NULL buffer
+ * with n > 0. E4M3 destinations use the non-saturating rule (overflow -> NaN). */
+mp_status mp_convert(void *dst, mp_dtype dst_type, const void *src, mp_dtype src_type,
+                     size_t n, mp_convert_stats *stats);
+
+/* Adds b's counts to a. */
+void mp_convert_stats_add(mp_convert_stats *a, const mp_convert_stats *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

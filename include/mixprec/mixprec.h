@@ -1,0 +1,25 @@
+/* mixprec/mixprec.h - everything public in mixprec. */
+#ifndef MIXPREC_MIXPREC_H
+#define MIXPREC_MIXPREC_H
+
+#define MP_VERSION_MAJOR 0
+#define MP_VERSION_MINOR 1
+#define MP_VERSION_PATCH 0
+#define MP_VERSION_STRING "0.1.0"
+
+#include "status.h"
+#include "format.h"
+#include "convert.h"
+#include "cpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library's version string, e.g. "0.1.0". */
+const char *mp_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# deps.sh - install the Debian packages mixprec needs, only those missing.
+#   scripts/deps.sh build   compiler, CMake, make, python3 (the CLI test reads JSON)
+#   scripts/deps.sh bench   the above + the peers make bench measures:
+#                           numpy and PyTorch from Debian, OpenBLAS (pthread build)
+# Says what it installs; installs nothing when everything is there.
+set -eu
+what=${1:-build}
+pkgs=(gcc g++ make cmake pkg-config libc6-dev python3)
+case "$what" in
+    build) ;;
+    bench) pkgs+=(python3-numpy python3-torch libopenblas0-pthread) ;;
+    *) echo "deps.sh: unknown set '$what' (build or bench)" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps.sh: installing missing Debian packages: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+    echo "deps.sh: not root; run: sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,172 @@
+/* convert.c - bulk conversion: validation, threading, dispatch to a CPU path,
+ * and the scalar path every fast path must match bit for bit. */
+#include <stdlib.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "convert_stats.h"
+
+/* ---- scalar kernels: the reference for every fast path ---- */
+
+static void f32_to_f16_scalar(uint16_t *dst, // (n,) fp16
+                              const float *src, // (n,) fp32
+                              size_t n, mp_convert_stats *st) {
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t y = mp_f32_to_f16(src[i]);
+        if (st) mp_stats_one(st, mp_f32_bits(src[i]), y, 5, 10, 1);
+        dst[i] = y;
+    }
+}
+
+static void f16_to_f32_scalar(float *dst, const uint16_t *src, size_t n, mp_convert_stats *st) {
+    for (size_t i = 0; i < n; i++) {
+        const float y = mp_f16_to_f32(src[i]);
+        if (st) mp_stats_one(st, mp_f32_bits(y), mp_f32_bits(y), 8, 23, 1);
+        dst[i] = y;
+    }
+}
+
+static void f32_to_bf16_scalar(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st) {
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t y = mp_f32_to_bf16(src[i]);
+        if (st) mp_stats_one(st, mp_f32_bits(src[i]), y, 8, 7, 1);
+        dst[i] = y;
+    }
+}
+
+static void bf16_to_f32_scalar(float *dst, const uint16_t *src, size_t n, mp_convert_stats *st) {
+    for (size_t i = 0; i < n; i++) {
+        const float y = mp_bf16_to_f32(src[i]);
+        if (st) mp_stats_one(st, mp_f32_bits(y), mp_f32_bits(y), 8, 23, 1);
+        dst[i] = y;
+    }
+}
+
+const mp_convert_kernels mp_convert_scalar = {
+    f32_to_f16_scalar, f16_to_f32_scalar, f32_to_bf16_scalar, bf16_to_f32_scalar,
+};
+
+static const mp_convert_kernels *kernels(void) {
+#ifdef MP_X86
+    switch (mp_cpu_isa()) {
+    case MP_ISA_AVX512_BF16: return &mp_convert_avx512bf16;
+    case MP_ISA_AVX512: return &mp_convert_avx512;
+    case MP_ISA_AVX2: return &mp_convert_avx2;
+    case MP_ISA_SCALAR: break;
+    }
+#endif
+    return &mp_convert_scalar;
+}
+
+/* ---- any format to fp32 and fp32 to any format ---- */
+
+/* Widening to fp32 is exact and never under- or overflows, so only the final
+ * narrowing step counts: stats are taken there, with x the exact input. */
+static void to_f32(const mp_convert_kernels *k, float *dst, const void *src, mp_dtype t, size_t n) {
+    switch (t) {
+    case MP_F32: memcpy(dst, src, n * sizeof(float)); break;
+    case MP_F16: k->f16_to_f32(dst, src, n, NULL); break;
+    case MP_BF16: k->bf16_to_f32(dst, src, n, NULL); break;
+    case MP_E4M3:
+        for (size_t i = 0; i < n; i++) dst[i] = mp_e4m3_to_f32(((const uint8_t *)src)[i]);
+        break;
+    case MP_E5M2:
+        for (size_t i = 0; i < n; i++) dst[i] = mp_e5m2_to_f32(((const uint8_t *)src)[i]);
+        break;
+    }
+}
+
+static void from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float *src, size_t n,
+                     mp_convert_stats *st) {
+    uint8_t *d8 = dst;
+    switch (t) {
+    case MP_F32:
+        if (dst != src) memmove(dst, src, n * sizeof(float));
+        if (st)
+            for (size_t i = 0; i < n; i++) {
+                const uint32_t x = mp_f32_bits(src[i]);
+                mp_stats_one(st, x, x, 8, 23, 1);
+            }
+        break;
+    case MP_F16: k->f32_to_f16(dst, src, n, st); break;
+    case MP_BF16: k->f32_to_bf16(dst, src, n, st); break;
+    case MP_E4M3:
+        for (size_t i = 0; i < n; i++) {
+            d8[i] = mp_f32_to_e4m3(src[i]);
+            if (st) mp_stats_one(st, mp_f32_bits(src[i]), d8[i], 4, 3, 0);
+        }
+        break;
+    case MP_E5M2:
+        for (size_t i = 0; i < n; i++) {
+            d8[i] = mp_f32_to_e5m2(src[i]);
+            if (st) mp_stats_one(st, mp_f32_bits(src[i]), d8[i], 5, 2, 1);
+        }
+        break;
+    }
+}
+
+/* Converts elements [0, n) of one thread's share. */
+static void convert_range(const mp_convert_kernels *k, void *dst, mp_dtype dt, const void *src,
+                          mp_dtype st_, size_t n, mp_convert_stats *st) {
+    if (st_ == MP_F32) { from_f32(k, dst, dt, src, n, st); return; }
+    if (dt == MP_F32 && st_ == MP_F16) { k->f16_to_f32(dst, src, n, st); return; }
+    if (dt == MP_F32 && st_ == MP_BF16) { k->bf16_to_f32(dst, src, n, st); return; }
+    /* Everything else goes through an fp32 block that stays in L1. */
+    enum { BLOCK = 1024 };
+    float tmp[BLOCK];
+    const size_t ss = mp_format(st_)->size, ds = mp_format(dt)->size;
+    for (size_t i = 0; i < n; i += BLOCK) {
+        const size_t m = n - i < BLOCK ? n - i : BLOCK;
+        to_f32(k, tmp, (const uint8_t *)src + i * ss, st_, m);
+        from_f32(k, (uint8_t *)dst + i * ds, dt, tmp, m, st);
+    }
+}
+
+void mp_convert_stats_add(mp_convert_stats *a, const mp_convert_stats *b) {
+    a->underflow += b->underflow;
+    a->subnormal += b->subnormal;
+    a->overflow += b->overflow;
+    a->nan += b->nan;
+}
+
+/* Below this many elements one thread is faster than waking a second. */
+#define PARALLEL_MIN ((size_t)1 << 18)
+#define MAX_THREADS 64
+
+mp_status mp_convert(void *dst, mp_dtype dst_type, const void *src, mp_dtype src_type, size_t n,
+                     mp_convert_stats *stats) {
+    const mp_format_info *df = mp_format(dst_type), *sf = mp_format(src_type);
+    if (!df || !sf)
+        return mp_error(MP_EINVAL, "mp_convert: unknown dtype %d", !df ? (int)dst_type : (int)src_type);
+    if (n == 0) return MP_OK;
+    if (!dst || !src) return mp_error(MP_EINVAL, "mp_convert: NULL buffer for %zu elements", n);
+    if (dst == src && df->size != sf->size)
+        return mp_error(MP_EINVAL, "mp_convert: in place needs formats of one size (%s -> %s)", sf->name,
+                        df->name);
+    const mp_convert_kernels *k = kernels();
+    int nt = mp_get_threads();
+    if (nt > MAX_THREADS) nt = MAX_THREADS;
+    if (n < PARALLEL_MIN || nt < 2) {
+        convert_range(k, dst, dst_type, src, src_type, n, stats);
+        return MP_OK;
+    }
+    mp_convert_stats part[MAX_THREADS];
+    memset(part, 0, sizeof part);
+    /* Shares are whole cache lines of the wider side: 64 elements. */
+    const size_t share = ((n + (size_t)nt - 1) / (size_t)nt + 63) & ~(size_t)63;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+#endif
+    for (int t = 0; t < nt; t++) {
+        const size_t i0 = (size_t)t * share;
+        if (i0 >= n) continue;
+        const size_t m = n - i0 < share ? n - i0 : share;
+        convert_range(k, (uint8_t *)dst + i0 * df->size, dst_type, (const uint8_t *)src + i0 * sf->size,
+                      src_type, m, stats ? &part[t] : NULL);
+    }
+    if (stats)
+        for (int t = 0; t < nt; t++) mp_convert_stats_add(stats, &part[t]);
+    return MP_OK;
+}

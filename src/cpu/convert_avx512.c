@@ -1,0 +1,80 @@
+/* convert_avx512.c - bulk conversions with AVX-512 F/BW/VL/DQ + F16C (16 lanes,
+ * masked tails). Built with AVX-512 flags; only called when cpu.c found them.
+ * Every result and count equals the scalar path's (tests check all 2^32 inputs). */
+#include "convert_avx512.h"
+
+static inline void f32_to_f16_body(uint16_t *dst, // (n,) fp16
+                                   const float *src, // (n,) fp32
+                                   size_t n, mp_convert_stats *st, const int stats) {
+    mp_counts512 c = {0, 0, 0, 0};
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = mp_tail16(n - i);
+        const __m512 x = _mm512_maskz_loadu_ps(k, src + i);
+        const __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_mask_storeu_epi16(dst + i, k, h);
+        if (stats) {
+            const __m512i ay = _mm512_and_si512(_mm512_cvtepu16_epi32(h), _mm512_set1_epi32(0x7fff));
+            mp_count16(&c, k, _mm512_castps_si512(x), ay, 0x400, 0x7c00);
+        }
+    }
+    if (stats) mp_counts512_add(st, &c);
+}
+
+void mp_f32_to_f16_avx512(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st) {
+    if (st) f32_to_f16_body(dst, src, n, st, 1);
+    else f32_to_f16_body(dst, src, n, NULL, 0);
+}
+
+void mp_f16_to_f32_avx512(float *dst, // (n,) fp32
+                          const uint16_t *src, // (n,) fp16
+                          size_t n, mp_convert_stats *st) {
+    uint64_t nan = 0;
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = mp_tail16(n - i);
+        const __m256i h = _mm256_maskz_loadu_epi16(k, src + i);
+        _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(h));
+        if (st) {
+            const __m256i ah = _mm256_and_si256(h, _mm256_set1_epi16(0x7fff));
+            nan += (uint64_t)__builtin_popcount(_mm256_cmpgt_epu16_mask(ah, _mm256_set1_epi16(0x7c00)));
+        }
+    }
+    if (st) st->nan += nan; /* fp16 values are never fp32 subnormals */
+}
+
+static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st,
+                                    const int stats) {
+    mp_counts512 c = {0, 0, 0, 0};
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = mp_tail16(n - i);
+        const __m512i x = _mm512_maskz_loadu_epi32(k, src + i);
+        const __m512i r = mp_bf16_round16(x);
+        _mm256_mask_storeu_epi16(dst + i, k, _mm512_cvtepi32_epi16(r));
+        if (stats) mp_count16(&c, k, x, _mm512_and_si512(r, _mm512_set1_epi32(0x7fff)), 0x80, 0x7f80);
+    }
+    if (stats) mp_counts512_add(st, &c);
+}
+
+static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st) {
+    if (st) f32_to_bf16_body(dst, src, n, st, 1);
+    else f32_to_bf16_body(dst, src, n, NULL, 0);
+}
+
+void mp_bf16_to_f32_avx512(float *dst, // (n,) fp32
+                           const uint16_t *src, // (n,) bf16
+                           size_t n, mp_convert_stats *st) {
+    mp_counts512 c = {0, 0, 0, 0};
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = mp_tail16(n - i);
+        const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, src + i)), 16);
+        const __m512i ax = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+        const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(ax, _mm512_set1_epi32(0x7f800000));
+        const __m512i y = _mm512_mask_or_epi32(x, is_nan, x, _mm512_set1_epi32(0x400000));
+        _mm512_mask_storeu_epi32(dst + i, k, y);
+        if (st) mp_count16(&c, k, y, ax, 0x800000, 0x7f800000);
+    }
+    if (st) mp_counts512_add(st, &c);
+}
+
+const mp_convert_kernels mp_convert_avx512 = {
+    mp_f32_to_f16_avx512, mp_f16_to_f32_avx512, f32_to_bf16, mp_bf16_to_f32_avx512,
+};

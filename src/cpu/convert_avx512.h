@@ -1,0 +1,53 @@
+/* convert_avx512.h - AVX-512 conversion pieces shared by the AVX-512 and
+ * AVX512_BF16 paths. Included only by files built with AVX-512 flags. */
+#ifndef MIXPREC_CONVERT_AVX512_H
+#define MIXPREC_CONVERT_AVX512_H
+
+#include <immintrin.h>
+
+#include "../convert_stats.h"
+
+typedef struct { uint64_t under, sub, over, nan; } mp_counts512;
+
+static inline void mp_counts512_add(mp_convert_stats *st, const mp_counts512 *c) {
+    st->underflow += c->under; st->subnormal += c->sub; st->overflow += c->over; st->nan += c->nan;
+}
+
+/* Counts lanes of `valid`: x is the fp32 input bits, ay the result's magnitude
+ * bits (sign cleared, widened to 32); min_normal_code / inf_code are the
+ * destination's smallest normal and infinity magnitudes. */
+static inline void mp_count16(mp_counts512 *c, __mmask16 valid, __m512i x, __m512i ay,
+                              uint32_t min_normal_code, uint32_t inf_code) {
+    const __m512i ax = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+    const __m512i inf32 = _mm512_set1_epi32(0x7f800000);
+    const __mmask16 x_nan = _mm512_mask_cmpgt_epu32_mask(valid, ax, inf32);
+    const __mmask16 x_finite_nz = _mm512_mask_cmplt_epu32_mask(valid, _mm512_sub_epi32(ax, _mm512_set1_epi32(1)),
+                                                              _mm512_set1_epi32(0x7f7fffff));
+    const __mmask16 x_finite = _mm512_mask_cmplt_epu32_mask(valid, ax, inf32);
+    const __mmask16 y_zero = _mm512_cmpeq_epu32_mask(ay, _mm512_setzero_si512());
+    const __mmask16 y_sub = _mm512_mask_cmplt_epu32_mask(valid & ~y_zero, ay, _mm512_set1_epi32((int)min_normal_code));
+    const __mmask16 y_nonfinite = _mm512_cmpge_epu32_mask(ay, _mm512_set1_epi32((int)inf_code));
+    c->nan += (uint64_t)__builtin_popcount(x_nan);
+    c->under += (uint64_t)__builtin_popcount(x_finite_nz & y_zero);
+    c->sub += (uint64_t)__builtin_popcount(y_sub);
+    c->over += (uint64_t)__builtin_popcount(x_finite & y_nonfinite);
+}
+
+static inline __mmask16 mp_tail16(size_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
+
+/* Round-to-nearest-even of 16 fp32 bit patterns to bf16 (low 16 bits of each lane),
+ * NaN quieted: the integer form of mp_f32_to_bf16. */
+static inline __m512i mp_bf16_round16(__m512i x) {
+    const __m512i ax = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(ax, _mm512_set1_epi32(0x7f800000));
+    const __m512i hi = _mm512_srli_epi32(x, 16);
+    const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    return _mm512_mask_or_epi32(r, is_nan, hi, _mm512_set1_epi32(0x40));
+}
+
+void mp_f32_to_f16_avx512(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st);
+void mp_f16_to_f32_avx512(float *dst, const uint16_t *src, size_t n, mp_convert_stats *st);
+void mp_bf16_to_f32_avx512(float *dst, const uint16_t *src, size_t n, mp_convert_stats *st);
+
+#endif

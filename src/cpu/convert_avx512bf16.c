@@ -1,0 +1,36 @@
+/* convert_avx512bf16.c - fp32 -> bf16 with AVX512_BF16's vcvtneps2bf16.
+ *
+ * vcvtneps2bf16 rounds to nearest even and quiets NaN like mp_f32_to_bf16, but
+ * it treats fp32 subnormal inputs as zero whatever MXCSR says. Those lanes (rare
+ * in practice; one compare finds them) are redone with the integer rounding, so
+ * the result equals the scalar function for every input. */
+#include "convert_avx512.h"
+
+static inline void f32_to_bf16_body(uint16_t *dst, // (n,) bf16
+                                    const float *src, // (n,) fp32
+                                    size_t n, mp_convert_stats *st, const int stats) {
+    mp_counts512 c = {0, 0, 0, 0};
+    const __m512i expmask = _mm512_set1_epi32(0x7f800000), mantmask = _mm512_set1_epi32(0x007fffff);
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = mp_tail16(n - i);
+        const __m512i x = _mm512_maskz_loadu_epi32(k, src + i);
+        __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(x));
+        const __mmask16 denormal = _mm512_testn_epi32_mask(x, expmask) & _mm512_test_epi32_mask(x, mantmask);
+        if (denormal) h = _mm256_mask_mov_epi16(h, denormal, _mm512_cvtepi32_epi16(mp_bf16_round16(x)));
+        _mm256_mask_storeu_epi16(dst + i, k, h);
+        if (stats) {
+            const __m512i ay = _mm512_and_si512(_mm512_cvtepu16_epi32(h), _mm512_set1_epi32(0x7fff));
+            mp_count16(&c, k, x, ay, 0x80, 0x7f80);
+        }
+    }
+    if (stats) mp_counts512_add(st, &c);
+}
+
+static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st) {
+    if (st) f32_to_bf16_body(dst, src, n, st, 1);
+    else f32_to_bf16_body(dst, src, n, NULL, 0);
+}
+
+const mp_convert_kernels mp_convert_avx512bf16 = {
+    mp_f32_to_f16_avx512, mp_f16_to_f32_avx512, f32_to_bf16, mp_bf16_to_f32_avx512,
+};

@@ -1,0 +1,32 @@
+/* status.c - result codes and the per-thread last error message. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "internal.h"
+
+static _Thread_local char last_error[512];
+
+const char *mp_status_str(mp_status s) {
+    switch (s) {
+    case MP_OK: return "ok";
+    case MP_EINVAL: return "invalid argument";
+    case MP_ENOMEM: return "out of memory";
+    case MP_EIO: return "i/o error";
+    case MP_ECORRUPT: return "corrupt data";
+    case MP_ESTATE: return "wrong state";
+    case MP_EUNSUPPORTED: return "unsupported";
+    }
+    return "unknown status";
+}
+
+const char *mp_last_error(void) { return last_error; }
+
+mp_status mp_error(mp_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+const char *mp_version(void) { return MP_VERSION_STRING; }

@@ -1,0 +1,53 @@
+/* check.h - the tests' assertions: count failures, print the first few, and
+ * return non-zero from main when any failed. */
+#ifndef MIXPREC_TEST_CHECK_H
+#define MIXPREC_TEST_CHECK_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static long check_failures;
+
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            if (check_failures++ < 20) {                                        \
+                fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+                fprintf(stderr, __VA_ARGS__);                                   \
+                fputc('\n', stderr);                                            \
+            }                                                                   \
+        }                                                                       \
+    } while (0)
+
+/* Quick mode (sanitizer builds): a fixed sample instead of all 2^32 inputs. */
+static inline int test_quick(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--quick") == 0) return 1;
+    const char *e = getenv("MP_TEST_QUICK");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+static inline int check_report(const char *name) {
+    if (check_failures) {
+        fprintf(stderr, "%s: %ld check(s) failed\n", name, check_failures);
+        return 1;
+    }
+    printf("%s: all checks passed\n", name);
+    return 0;
+}
+
+static inline uint32_t f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static inline float u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+
+/* The inputs of the quick sample: every 251st bit pattern, plus every pattern
+ * whose low 12 bits are zero (which holds all fp16 and bf16 rounding ties). */
+#define QUICK_STRIDE 251u
+static inline uint64_t quick_count(void) { return ((1ull << 32) + QUICK_STRIDE - 1) / QUICK_STRIDE + (1ull << 20); }
+static inline uint32_t quick_input(uint64_t i) {
+    const uint64_t a = ((1ull << 32) + QUICK_STRIDE - 1) / QUICK_STRIDE;
+    return i < a ? (uint32_t)(i * QUICK_STRIDE) : (uint32_t)((i - a) << 12);
+}
+
+#endif

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# test_cli.sh - the mixprec command: values, JSON and exit statuses.
+set -u
+M=${MIXPREC:?set MIXPREC to the mixprec binary}
+fails=0
+pass=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+ok() { pass=$((pass + 1)); }
+
+# expect STATUS CMD... : exit status is STATUS; stdout in $out, stderr in $err
+expect() {
+    local want=$1; shift
+    out=$("$@" 2>/tmp/mp_cli_err.$$); local got=$?
+    err=$(cat /tmp/mp_cli_err.$$)
+    if [ "$got" -ne "$want" ]; then fail "'$*' exited $got, expected $want (stderr: $err)"; return 1; fi
+    ok
+}
+has() { if printf '%s\n' "$1" | grep -qE -- "$2"; then ok; else fail "expected /$2/ in: $1"; fi; }
+one_line() { if [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && [ -n "$err" ]; then ok; else fail "expected a one-line error, got: $err"; fi; }
+
+expect 0 "$M" --version && has "$out" '^mixprec 0\.1\.0'
+expect 0 "$M" --help && has "$out" 'formats' && has "$out" 'cast'
+expect 2 "$M" && has "$out" 'usage'
+expect 2 "$M" frobnicate && one_line && has "$err" "unknown command 'frobnicate'"
+expect 0 "$M" cast --help && has "$out" 'usage: mixprec cast'
+
+# cast: bits, values and status words
+expect 0 "$M" cast 1e-8 65520 65504 1e-5 -0 nan
+has "$out" '^1e-8 .* 0x0000 +0 .*underflow$'
+has "$out" '^65520 .* 0x7c00 +inf .*overflow$'
+has "$out" '^65504 .* 0x7bff +65504 .*exact$'
+has "$out" '^1e-5 .* 0x00a8 +1.00135803e-05 .*subnormal$'
+has "$out" '^-0 .* 0x8000 '
+has "$out" '^nan .* 0x7e00 .*nan$'
+expect 0 "$M" cast --to bf16 1e-8 && has "$out" '^1e-8 .* 0x322c .*rounded$'
+expect 0 "$M" cast --to e4m3 464 465 && has "$out" '^464 .* 0x7e +448 ' && has "$out" '^465 .* 0x7f +nan .*overflow$'
+expect 0 "$M" cast --to e4m3 --saturate 1000 -inf && has "$out" '^1000 .* 0x7e +448 .*saturated$' && has "$out" '^-inf .* 0xfe +-448 .*saturated$'
+expect 0 "$M" cast --to e5m2 61440 && has "$out" '0x7c +inf .*overflow$'
+expect 0 "$M" cast 0x1p-24 && has "$out" '0x0001 +5.96046448e-08 +0 +subnormal$'
+
+expect 2 "$M" cast abc && one_line && has "$err" "'abc' is not a number"
+expect 2 "$M" cast 1e39 && one_line
+expect 2 "$M" cast --to fp12 1 && one_line && has "$err" "unknown format 'fp12'"
+expect 2 "$M" cast --to && one_line
+expect 2 "$M" cast && one_line
+expect 2 "$M" cast --saturate 1 && one_line
+
+# formats: the table and the JSON agree with numpy.finfo's numbers
+expect 0 "$M" formats
+has "$out" '^fp16 +2 +5 +10 +65504 +6.10352e-05 +5.96046e-08 +0.000976562'
+has "$out" '^1e-08 +0  GONE'
+expect 0 "$M" formats --json
+if command -v python3 >/dev/null; then
+    if printf '%s' "$out" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+f = {x["name"]: x for x in d["formats"]}
+assert f["fp16"]["max"] == 65504 and f["fp16"]["min_subnormal"] == 2**-24 and f["fp16"]["eps"] == 2**-10
+assert f["bf16"]["min_subnormal"] == 2**-133 and f["e4m3"]["max"] == 448 and not f["e4m3"]["has_inf"]
+assert f["e5m2"]["max"] == 57344 and f["fp32"]["eps"] == 2**-23
+s = {round(-__import__("math").log10(v["value"])): v for v in d["small_values"]}
+assert s[8]["fp16"]["status"] == "underflow" and s[8]["fp16"]["value"] == 0
+assert s[7]["fp16"]["status"] == "subnormal" and s[7]["fp16"]["value"] == 2 * 2**-24
+assert s[8]["bf16"]["status"] == "rounded" and abs(s[8]["bf16"]["value"] - 1e-8) < 1e-10
+'; then ok; else fail "formats --json values"; fi
+else
+    fail "python3 is needed to check JSON"
+fi
+expect 2 "$M" formats --yaml && one_line
+
+# bench runs and reports every op
+expect 0 "$M" bench convert --n 1000 --reps 3 --json && has "$out" '"op": "f32->bf16\+stats"' && has "$out" '"op": "copy"'
+expect 2 "$M" bench convert --n 0 && one_line
+expect 2 "$M" bench nothing && one_line
+
+# the ISA cap is honoured
+MIXPREC_ISA=scalar expect 0 "$M" --version && has "$out" 'cpu path: scalar'
+
+rm -f /tmp/mp_cli_err.$$
+echo "$pass passed, $fails failed"
+[ "$fails" -eq 0 ]

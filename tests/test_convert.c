@@ -1,0 +1,317 @@
+/* test_convert.c - bulk conversion: every CPU path equals the scalar path bit
+ * for bit on all 2^32 fp32 inputs (the --quick sample under sanitizers), with
+ * identical statistics; the statistics equal an independent count; mp_convert
+ * handles every pair of formats, threads, tails, in-place and bad arguments. */
+#include <math.h>
+#include <xmmintrin.h>
+
+#include "check.h"
+#include "internal.h"
+
+typedef struct { const char *name; mp_isa isa; const mp_convert_kernels *k; } path;
+
+static int npaths;
+static path paths[4];
+
+static void find_paths(void) {
+#ifdef MP_X86
+    const mp_isa best = mp_cpu_detected();
+    if (best >= MP_ISA_AVX2) paths[npaths++] = (path){"avx2", MP_ISA_AVX2, &mp_convert_avx2};
+    if (best >= MP_ISA_AVX512) paths[npaths++] = (path){"avx512", MP_ISA_AVX512, &mp_convert_avx512};
+    if (best >= MP_ISA_AVX512_BF16) paths[npaths++] = (path){"avx512bf16", MP_ISA_AVX512_BF16, &mp_convert_avx512bf16};
+#endif
+    printf("  cpu: %s; fast paths under test:", mp_isa_name(mp_cpu_detected()));
+    for (int i = 0; i < npaths; i++) printf(" %s", paths[i].name);
+    printf("%s\n", npaths ? "" : " none (scalar only)");
+}
+
+static int stats_eq(const mp_convert_stats *a, const mp_convert_stats *b) {
+    return a->underflow == b->underflow && a->subnormal == b->subnormal && a->overflow == b->overflow && a->nan == b->nan;
+}
+
+#define BLOCK (1u << 16)
+
+/* fp32 -> fp16 and fp32 -> bf16 on every input: each fast path against scalar. */
+static void check_narrow_paths(int quick) {
+    const uint64_t count = quick ? quick_count() : (1ull << 32);
+    long bad[4][2] = {{0}};
+    mp_convert_stats total_ref[2] = {{0}};
+#pragma omp parallel
+    {
+        float *x = malloc(BLOCK * sizeof *x);
+        uint16_t *ref = malloc(BLOCK * sizeof *ref), *got = malloc((BLOCK + 1) * sizeof *got);
+        long my_bad[4][2] = {{0}};
+        mp_convert_stats my_total[2] = {{0}};
+#pragma omp for schedule(dynamic, 1)
+        for (uint64_t b = 0; b < (count + BLOCK - 1) / BLOCK; b++) {
+            const size_t n = (size_t)(count - b * BLOCK < BLOCK ? count - b * BLOCK : BLOCK);
+            const size_t cut = n < 61 ? n : (size_t)(b * 37 % 61) + 1; /* two calls: odd lengths, tails */
+            for (size_t i = 0; i < n; i++) {
+                const uint64_t j = b * BLOCK + i;
+                x[i] = u2f(quick ? quick_input(j) : (uint32_t)j);
+            }
+            for (int t = 0; t < 2; t++) {
+                void (*scalar)(uint16_t *, const float *, size_t, mp_convert_stats *) =
+                    t == 0 ? mp_convert_scalar.f32_to_f16 : mp_convert_scalar.f32_to_bf16;
+                mp_convert_stats rs = {0};
+                scalar(ref, x, n, &rs);
+                mp_convert_stats_add(&my_total[t], &rs);
+                for (int p = 0; p < npaths; p++) {
+                    void (*fast)(uint16_t *, const float *, size_t, mp_convert_stats *) =
+                        t == 0 ? paths[p].k->f32_to_f16 : paths[p].k->f32_to_bf16;
+                    mp_convert_stats fs = {0};
+                    memset(got, 0xa5, (BLOCK + 1) * sizeof *got);
+                    fast(got, x, cut, &fs);
+                    fast(got + cut, x + cut, n - cut, &fs);
+                    my_bad[p][t] += memcmp(got, ref, n * sizeof *got) != 0 || !stats_eq(&fs, &rs) || got[n] != 0xa5a5;
+                    fast(got, x, n, NULL); /* the no-stats variant gives the same bits */
+                    my_bad[p][t] += memcmp(got, ref, n * sizeof *got) != 0;
+                }
+            }
+        }
+#pragma omp critical
+        {
+            for (int p = 0; p < 4; p++) { bad[p][0] += my_bad[p][0]; bad[p][1] += my_bad[p][1]; }
+            mp_convert_stats_add(&total_ref[0], &my_total[0]);
+            mp_convert_stats_add(&total_ref[1], &my_total[1]);
+        }
+        free(x); free(ref); free(got);
+    }
+    for (int p = 0; p < npaths; p++) {
+        CHECK(bad[p][0] == 0, "%s f32->f16: %ld blocks differ from scalar", paths[p].name, bad[p][0]);
+        CHECK(bad[p][1] == 0, "%s f32->bf16: %ld blocks differ from scalar", paths[p].name, bad[p][1]);
+    }
+    printf("  f32->f16, f32->bf16: %" PRIu64 " inputs, %d fast path(s) equal scalar\n", count, npaths);
+    if (!quick) {
+        /* Totals over all 2^32 inputs, counted by hand:
+         * NaN inputs: 2 * (2^23 - 1); finite inputs: 2^32 - 2^24.
+         * fp16: |x| in (0, 2^-25] rounds to 0: patterns 1 .. 0x33000000 per sign.
+         * fp16 subnormal results: |x| in (2^-25, 1023.5 * 2^-24): 0x33000001 .. 0x387fdfff
+         * (1023.5 * 2^-24 itself ties to the even code 0x0400, the smallest normal).
+         * fp16 overflow: |x| >= 65520 = 0x477ff000 up to 0x7f7fffff. */
+        const uint64_t nan = 2 * ((1ull << 23) - 1);
+        CHECK(total_ref[0].nan == nan && total_ref[1].nan == nan, "nan totals");
+        CHECK(total_ref[0].underflow == 2ull * 0x33000000u, "fp16 underflow total %" PRIu64, total_ref[0].underflow);
+        CHECK(total_ref[0].subnormal == 2ull * (0x387fdfffu - 0x33000001u + 1), "fp16 subnormal total %" PRIu64,
+              total_ref[0].subnormal);
+        CHECK(total_ref[0].overflow == 2ull * (0x7f7fffffu - 0x477ff000u + 1), "fp16 overflow total %" PRIu64,
+              total_ref[0].overflow);
+        /* bf16: |x| <= 0x8000 (2^-134, a tie) rounds to 0; results up to 0x7f8000
+         * - 0x8001 stay subnormal; |x| >= 0x7f7f8000 rounds to inf. */
+        CHECK(total_ref[1].underflow == 2ull * 0x8000u, "bf16 underflow total %" PRIu64, total_ref[1].underflow);
+        CHECK(total_ref[1].subnormal == 2ull * (0x007f7fffu - 0x8001u + 1), "bf16 subnormal total %" PRIu64,
+              total_ref[1].subnormal);
+        CHECK(total_ref[1].overflow == 2ull * (0x7f7fffffu - 0x7f7f8000u + 1), "bf16 overflow total %" PRIu64,
+              total_ref[1].overflow);
+    }
+}
+
+/* fp16/bf16 -> fp32 on every code, at every tail length 1..33. */
+static void check_widen_paths(void) {
+    uint16_t *h = malloc(65536 * sizeof *h);
+    float *ref = malloc(65536 * sizeof *ref), *got = malloc(65536 * sizeof *got);
+    for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    for (int t = 0; t < 2; t++) {
+        void (*scalar)(float *, const uint16_t *, size_t, mp_convert_stats *) =
+            t == 0 ? mp_convert_scalar.f16_to_f32 : mp_convert_scalar.bf16_to_f32;
+        mp_convert_stats rs = {0};
+        scalar(ref, h, 65536, &rs);
+        /* independent count: NaN codes and (bf16 only) fp32 subnormal results */
+        const uint64_t nan = t == 0 ? 2 * 1023 : 2 * 127;
+        CHECK(rs.nan == nan && rs.subnormal == (t == 0 ? 0u : 2 * 127u) && rs.underflow == 0 && rs.overflow == 0,
+              "widen stats t=%d", t);
+        for (int p = 0; p < npaths; p++) {
+            void (*fast)(float *, const uint16_t *, size_t, mp_convert_stats *) =
+                t == 0 ? paths[p].k->f16_to_f32 : paths[p].k->bf16_to_f32;
+            mp_convert_stats fs = {0};
+            fast(got, h, 65536, &fs);
+            CHECK(memcmp(got, ref, 65536 * sizeof *got) == 0 && stats_eq(&fs, &rs), "%s widen t=%d", paths[p].name, t);
+            for (size_t n = 1; n <= 33; n++) {
+                mp_convert_stats a = {0}, b = {0};
+                float tail_ref[33], tail_got[34];
+                const size_t off = 0x7bf0 - n; /* spans finite, inf and NaN codes */
+                tail_got[n] = -1.0f;
+                scalar(tail_ref, h + off, n, &a);
+                fast(tail_got, h + off, n, &b);
+                CHECK(memcmp(tail_got, tail_ref, n * sizeof(float)) == 0 && stats_eq(&a, &b) && tail_got[n] == -1.0f,
+                      "%s widen t=%d n=%zu", paths[p].name, t, n);
+            }
+        }
+    }
+    free(h); free(ref); free(got);
+}
+
+/* The scalar kernel's stats against counting with float classification. */
+static void check_stats_independent(void) {
+    enum { N = 1 << 20 };
+    float *x = malloc(N * sizeof *x);
+    uint16_t *y = malloc(N * sizeof *y);
+    uint64_t s = 88172645463325252ull;
+    for (size_t i = 0; i < N; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        x[i] = u2f((uint32_t)s);
+    }
+    for (int t = 0; t < 2; t++) {
+        mp_convert_stats st = {0}, want = {0};
+        mp_convert(y, t == 0 ? MP_F16 : MP_BF16, x, MP_F32, N, &st);
+        const double min_normal = mp_format(t == 0 ? MP_F16 : MP_BF16)->min_normal;
+        for (size_t i = 0; i < N; i++) {
+            const float r = t == 0 ? mp_f16_to_f32(y[i]) : mp_bf16_to_f32(y[i]);
+            want.nan += isnan(x[i]) != 0;
+            want.underflow += isfinite(x[i]) && x[i] != 0 && r == 0;
+            want.subnormal += r != 0 && fabs((double)r) < min_normal;
+            want.overflow += isfinite(x[i]) && !isfinite(r);
+        }
+        CHECK(stats_eq(&st, &want), "t=%d stats %" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 " vs counted %" PRIu64
+              "/%" PRIu64 "/%" PRIu64 "/%" PRIu64, t, st.underflow, st.subnormal, st.overflow, st.nan,
+              want.underflow, want.subnormal, want.overflow, want.nan);
+        CHECK(want.underflow + want.subnormal + want.overflow + want.nan > 1000, "sample has special values");
+    }
+    free(x); free(y);
+}
+
+static float elem_f32(const void *p, mp_dtype t, size_t i) {
+    switch (t) {
+    case MP_F32: return ((const float *)p)[i];
+    case MP_F16: return mp_f16_to_f32(((const uint16_t *)p)[i]);
+    case MP_BF16: return mp_bf16_to_f32(((const uint16_t *)p)[i]);
+    case MP_E4M3: return mp_e4m3_to_f32(((const uint8_t *)p)[i]);
+    case MP_E5M2: return mp_e5m2_to_f32(((const uint8_t *)p)[i]);
+    }
+    return NAN;
+}
+
+static uint32_t narrow_code(float v, mp_dtype t) {
+    switch (t) {
+    case MP_F32: return f2u(v);
+    case MP_F16: return mp_f32_to_f16(v);
+    case MP_BF16: return mp_f32_to_bf16(v);
+    case MP_E4M3: return mp_f32_to_e4m3(v);
+    case MP_E5M2: return mp_f32_to_e5m2(v);
+    }
+    return 0;
+}
+
+static uint32_t code_at(const void *p, mp_dtype t, size_t i) {
+    switch (mp_format(t)->size) {
+    case 4: return ((const uint32_t *)p)[i];
+    case 2: return ((const uint16_t *)p)[i];
+    default: return ((const uint8_t *)p)[i];
+    }
+}
+
+/* Every pair of formats through the public call, on every available path and
+ * with one and two threads: results and stats equal the scalar composition. */
+static void check_all_pairs(void) {
+    const size_t n = (1u << 19) + 13; /* above the threading threshold, odd tail */
+    float *x = malloc(n * 4);
+    void *src = malloc(n * 4), *dst = malloc(n * 4);
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        /* magnitudes from 2^-30 to 2^20 with some specials: every format under- and overflows */
+        x[i] = ldexpf(1.0f + (float)(s & 0xffff) / 65536.0f, (int)((s >> 16) % 51) - 30) * ((s >> 40) & 1 ? -1.0f : 1.0f);
+        if (i % 997 == 0) x[i] = (s >> 20) & 1 ? NAN : -INFINITY;
+        if (i % 1013 == 0) x[i] = (s >> 21) & 1 ? 0.0f : -0.0f;
+    }
+    const int nisa = npaths + 1;
+    for (int si = 0; si < MP_NUM_DTYPES; si++) {
+        const mp_dtype st = (mp_dtype)si;
+        mp_convert(src, st, x, MP_F32, n, NULL);
+        for (int di = 0; di < MP_NUM_DTYPES; di++) {
+            const mp_dtype dt = (mp_dtype)di;
+            const mp_format_info *df = mp_format(dt);
+            mp_convert_stats want = {0};
+            for (size_t i = 0; i < n; i++) {
+                const float v = elem_f32(src, st, i);
+                const float r = elem_f32(&(uint32_t){narrow_code(v, dt)}, dt, 0);
+                want.nan += isnan(v) != 0;
+                want.underflow += isfinite(v) && v != 0 && r == 0;
+                want.subnormal += r != 0 && fabs((double)r) < df->min_normal;
+                want.overflow += isfinite(v) && !isfinite(r);
+            }
+            for (int p = 0; p < nisa; p++) {
+                mp_cpu_set_isa(p == 0 ? MP_ISA_SCALAR : paths[p - 1].isa);
+                for (int threads = 1; threads <= 2; threads++) {
+                    mp_set_threads(threads);
+                    mp_convert_stats got = {0};
+                    memset(dst, 0, n * 4);
+                    CHECK(mp_convert(dst, dt, src, st, n, &got) == MP_OK, "convert");
+                    long bad = 0;
+                    for (size_t i = 0; i < n; i++) {
+                        const float v = elem_f32(src, st, i);
+                        bad += code_at(dst, dt, i) != narrow_code(v, dt);
+                    }
+                    CHECK(bad == 0 && stats_eq(&got, &want), "%s -> %s on %s, %d thread(s): %ld wrong", mp_format(st)->name,
+                          df->name, mp_isa_name(mp_cpu_isa()), threads, bad);
+                }
+            }
+            if (dt == MP_F16 && st == MP_F32)
+                CHECK(want.underflow > 0 && want.subnormal > 0 && want.overflow > 0 && want.nan > 0, "sample is interesting");
+        }
+    }
+    mp_set_threads(0);
+    mp_cpu_set_isa(mp_cpu_detected());
+    free(x); free(src); free(dst);
+}
+
+static void check_api(void) {
+    float x[40];
+    uint16_t h[40];
+    for (int i = 0; i < 40; i++) x[i] = (float)i * 0.1f;
+    mp_convert_stats st = {1, 2, 3, 4};
+    CHECK(mp_convert(h, MP_F16, x, MP_F32, 40, &st) == MP_OK, "ok");
+    CHECK(st.underflow == 1 && st.subnormal == 2 && st.overflow == 3 && st.nan == 4, "stats are added to");
+    CHECK(mp_convert(h, (mp_dtype)7, x, MP_F32, 40, NULL) == MP_EINVAL && strstr(mp_last_error(), "dtype"), "bad dtype");
+    CHECK(mp_convert(NULL, MP_F16, x, MP_F32, 40, NULL) == MP_EINVAL, "NULL dst");
+    CHECK(mp_convert(NULL, MP_F16, NULL, MP_F32, 0, NULL) == MP_OK, "n = 0 is a no-op");
+    CHECK(mp_convert(x, MP_F16, x, MP_F32, 40, NULL) == MP_EINVAL, "in place across sizes refused");
+    /* in place with one size: fp16 -> bf16 over itself */
+    uint16_t ip[40];
+    memcpy(ip, h, sizeof h);
+    CHECK(mp_convert(ip, MP_BF16, ip, MP_F16, 40, NULL) == MP_OK, "in place");
+    long bad = 0;
+    for (int i = 0; i < 40; i++) bad += ip[i] != mp_f32_to_bf16(mp_f16_to_f32(h[i]));
+    CHECK(bad == 0, "in-place fp16 -> bf16");
+    CHECK(mp_cpu_set_isa((mp_isa)9) == MP_EINVAL, "bad isa");
+    mp_isa isa;
+    CHECK(mp_isa_parse("avx512", &isa) == MP_OK && isa == MP_ISA_AVX512 && mp_isa_parse("sse", &isa) == MP_EINVAL, "isa names");
+}
+
+/* FTZ/DAZ must not change what the fast paths produce. */
+static void check_ftz_daz(void) {
+    const size_t n = 1 << 16;
+    float *x = malloc(n * 4), *w0 = malloc(n * 4), *w1 = malloc(n * 4);
+    uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
+    for (int p = 0; p < npaths; p++) {
+        for (int t = 0; t < 2; t++) {
+            for (size_t i = 0; i < n; i++) x[i] = u2f((uint32_t)(i * 0x10001u) ^ (uint32_t)(i << 7)); /* many fp32 subnormals */
+            for (size_t i = 0; i < n; i++) if (i % 2) x[i] = u2f((uint32_t)i * 7u); /* tiny patterns: subnormals */
+            void (*nar)(uint16_t *, const float *, size_t, mp_convert_stats *) = t ? paths[p].k->f32_to_bf16 : paths[p].k->f32_to_f16;
+            void (*wid)(float *, const uint16_t *, size_t, mp_convert_stats *) = t ? paths[p].k->bf16_to_f32 : paths[p].k->f16_to_f32;
+            mp_convert_stats s0 = {0}, s1 = {0};
+            nar(a, x, n, &s0);
+            wid(w0, a, n, NULL);
+            const unsigned csr = _mm_getcsr();
+            _mm_setcsr(csr | 0x8040);
+            nar(b, x, n, &s1);
+            wid(w1, b, n, NULL);
+            _mm_setcsr(csr);
+            CHECK(memcmp(a, b, n * 2) == 0 && stats_eq(&s0, &s1) && memcmp(w0, w1, n * 4) == 0, "%s t=%d under FTZ/DAZ",
+                  paths[p].name, t);
+        }
+    }
+    free(x); free(w0); free(w1); free(a); free(b);
+}
+
+int main(int argc, char **argv) {
+    const int quick = test_quick(argc, argv);
+    find_paths();
+    check_api();
+    check_widen_paths();
+    check_stats_independent();
+    check_ftz_daz();
+    check_all_pairs();
+    check_narrow_paths(quick);
+    return check_report("test_convert");
+}
