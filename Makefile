@@ -43,8 +43,10 @@ demo: build
 	@echo "3.7e-9 vanishes in fp16; multiplied by a loss scale of 65536 it is 2.42e-4,"
 	@echo "a normal fp16 number, and dividing by 65536 afterwards (in fp32) is exact."
 
+# Peers come from Debian (numpy, PyTorch); /usr/bin/python3 is Debian's Python.
 bench: build
 	@scripts/deps.sh bench
+	/usr/bin/python3 bench/crosscheck.py --lib $(BUILD)/libmixprec.so
 	/usr/bin/python3 bench/compare.py --mixprec $(M)
 
 install: build

@@ -278,6 +278,35 @@ static void check_api(void) {
     CHECK(mp_isa_parse("avx512", &isa) == MP_OK && isa == MP_ISA_AVX512 && mp_isa_parse("sse", &isa) == MP_EINVAL, "isa names");
 }
 
+/* Large destinations take the non-temporal store path: same bits and stats. */
+static void check_streaming(void) {
+    const size_t n = ((size_t)4 << 20) + 17; /* 8 MiB of fp16 and more, odd tail */
+    float *x = malloc(n * 4), *w0 = malloc(n * 4), *w1buf = malloc(n * 4 + 128);
+    uint16_t *a = malloc(n * 2), *bbuf = malloc(n * 2 + 128);
+    uint64_t s = 12345;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        x[i] = u2f((uint32_t)s);
+    }
+    for (int t = 0; t < 2; t++) {
+        mp_convert_stats s0 = {0}, w0s = {0};
+        (t ? mp_convert_scalar.f32_to_bf16 : mp_convert_scalar.f32_to_f16)(a, x, n, &s0);
+        (t ? mp_convert_scalar.bf16_to_f32 : mp_convert_scalar.f16_to_f32)(w0, a, n, &w0s);
+        for (int p = 0; p < npaths * 3; p++) {
+            /* destinations at three alignments: the head before the aligned part varies */
+            uint16_t *b = (uint16_t *)(((uintptr_t)bbuf + 63) & ~(uintptr_t)63) + p % 3 * 3;
+            float *w1 = (float *)(((uintptr_t)w1buf + 63) & ~(uintptr_t)63) + p % 3 * 5;
+            mp_convert_stats s1 = {0}, w1s = {0};
+            const path *q = &paths[p / 3];
+            (t ? q->k->f32_to_bf16 : q->k->f32_to_f16)(b, x, n, &s1);
+            (t ? q->k->bf16_to_f32 : q->k->f16_to_f32)(w1, b, n, &w1s);
+            CHECK(memcmp(a, b, n * 2) == 0 && stats_eq(&s0, &s1), "%s t=%d streaming narrow", q->name, t);
+            CHECK(memcmp(w0, w1, n * 4) == 0 && stats_eq(&w0s, &w1s), "%s t=%d streaming widen", q->name, t);
+        }
+    }
+    free(x); free(w0); free(w1buf); free(a); free(bbuf);
+}
+
 /* FTZ/DAZ must not change what the fast paths produce. */
 static void check_ftz_daz(void) {
     const size_t n = 1 << 16;
@@ -311,6 +340,7 @@ int main(int argc, char **argv) {
     check_widen_paths();
     check_stats_independent();
     check_ftz_daz();
+    check_streaming();
     check_all_pairs();
     check_narrow_paths(quick);
     return check_report("test_convert");

@@ -7,16 +7,18 @@ static inline void f32_to_f16_body(uint16_t *dst, // (n,) fp16
                                    const float *src, // (n,) fp32
                                    size_t n, mp_convert_stats *st, const int stats) {
     mp_counts512 c = {0, 0, 0, 0};
-    for (size_t i = 0; i < n; i += 16) {
-        const __mmask16 k = mp_tail16(n - i);
+    const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
+    for (size_t i = 0, m; i < n; i += m) {
+        const __mmask16 k = mp_lanes16(dst, 2, 32, i, n, stream, &m);
         const __m512 x = _mm512_maskz_loadu_ps(k, src + i);
         const __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm256_mask_storeu_epi16(dst + i, k, h);
+        mp_store16x16(dst + i, k, h, stream);
         if (stats) {
             const __m512i ay = _mm512_and_si512(_mm512_cvtepu16_epi32(h), _mm512_set1_epi32(0x7fff));
             mp_count16(&c, k, _mm512_castps_si512(x), ay, 0x400, 0x7c00);
         }
     }
+    if (stream) _mm_sfence();
     if (stats) mp_counts512_add(st, &c);
 }
 
@@ -29,28 +31,32 @@ void mp_f16_to_f32_avx512(float *dst, // (n,) fp32
                           const uint16_t *src, // (n,) fp16
                           size_t n, mp_convert_stats *st) {
     uint64_t nan = 0;
-    for (size_t i = 0; i < n; i += 16) {
-        const __mmask16 k = mp_tail16(n - i);
+    const int stream = n * 4 >= MP_STREAM_MIN_BYTES;
+    for (size_t i = 0, m; i < n; i += m) {
+        const __mmask16 k = mp_lanes16(dst, 4, 64, i, n, stream, &m);
         const __m256i h = _mm256_maskz_loadu_epi16(k, src + i);
-        _mm512_mask_storeu_ps(dst + i, k, _mm512_cvtph_ps(h));
+        mp_store16x32(dst + i, k, _mm512_castps_si512(_mm512_cvtph_ps(h)), stream);
         if (st) {
             const __m256i ah = _mm256_and_si256(h, _mm256_set1_epi16(0x7fff));
             nan += (uint64_t)__builtin_popcount(_mm256_cmpgt_epu16_mask(ah, _mm256_set1_epi16(0x7c00)));
         }
     }
+    if (stream) _mm_sfence();
     if (st) st->nan += nan; /* fp16 values are never fp32 subnormals */
 }
 
 static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st,
                                     const int stats) {
     mp_counts512 c = {0, 0, 0, 0};
-    for (size_t i = 0; i < n; i += 16) {
-        const __mmask16 k = mp_tail16(n - i);
+    const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
+    for (size_t i = 0, m; i < n; i += m) {
+        const __mmask16 k = mp_lanes16(dst, 2, 32, i, n, stream, &m);
         const __m512i x = _mm512_maskz_loadu_epi32(k, src + i);
         const __m512i r = mp_bf16_round16(x);
-        _mm256_mask_storeu_epi16(dst + i, k, _mm512_cvtepi32_epi16(r));
+        mp_store16x16(dst + i, k, _mm512_cvtepi32_epi16(r), stream);
         if (stats) mp_count16(&c, k, x, _mm512_and_si512(r, _mm512_set1_epi32(0x7fff)), 0x80, 0x7f80);
     }
+    if (stream) _mm_sfence();
     if (stats) mp_counts512_add(st, &c);
 }
 
@@ -63,15 +69,17 @@ void mp_bf16_to_f32_avx512(float *dst, // (n,) fp32
                            const uint16_t *src, // (n,) bf16
                            size_t n, mp_convert_stats *st) {
     mp_counts512 c = {0, 0, 0, 0};
-    for (size_t i = 0; i < n; i += 16) {
-        const __mmask16 k = mp_tail16(n - i);
+    const int stream = n * 4 >= MP_STREAM_MIN_BYTES;
+    for (size_t i = 0, m; i < n; i += m) {
+        const __mmask16 k = mp_lanes16(dst, 4, 64, i, n, stream, &m);
         const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, src + i)), 16);
         const __m512i ax = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
         const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(ax, _mm512_set1_epi32(0x7f800000));
         const __m512i y = _mm512_mask_or_epi32(x, is_nan, x, _mm512_set1_epi32(0x400000));
-        _mm512_mask_storeu_epi32(dst + i, k, y);
+        mp_store16x32(dst + i, k, y, stream);
         if (st) mp_count16(&c, k, y, ax, 0x800000, 0x7f800000);
     }
+    if (stream) _mm_sfence();
     if (st) mp_counts512_add(st, &c);
 }
 

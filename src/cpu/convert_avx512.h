@@ -35,6 +35,21 @@ static inline void mp_count16(mp_counts512 *c, __mmask16 valid, __m512i x, __m51
 
 static inline __mmask16 mp_tail16(size_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
 
+/* The lanes of the iteration at element i (sets *m to their count): 16, or
+ * what is left at the end. When streaming, the first iteration stops where
+ * the destination (elements of esize bytes) reaches `align`, so that the
+ * full iterations after it can use aligned non-temporal stores. */
+static inline __mmask16 mp_lanes16(const void *dst, size_t esize, size_t align, size_t i, size_t n, int stream,
+                                   size_t *m) {
+    size_t k = n - i < 16 ? n - i : 16;
+    if (stream && i == 0) {
+        const size_t mis = (uintptr_t)dst & (align - 1);
+        if (mis && mis % esize == 0 && (align - mis) / esize < k) k = (align - mis) / esize;
+    }
+    *m = k;
+    return mp_tail16(k);
+}
+
 /* Round-to-nearest-even of 16 fp32 bit patterns to bf16 (low 16 bits of each lane),
  * NaN quieted: the integer form of mp_f32_to_bf16. */
 static inline __m512i mp_bf16_round16(__m512i x) {
@@ -44,6 +59,23 @@ static inline __m512i mp_bf16_round16(__m512i x) {
     const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
     const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
     return _mm512_mask_or_epi32(r, is_nan, hi, _mm512_set1_epi32(0x40));
+}
+
+/* Destinations at least this large (bytes, per call) are written with
+ * non-temporal stores: they would not stay in cache anyway, and streaming
+ * saves reading each destination line before it is overwritten. */
+#define MP_STREAM_MIN_BYTES ((size_t)8 << 20)
+
+/* Stores 16 results of 16 bits: streaming when asked and possible, masked for tails. */
+static inline void mp_store16x16(uint16_t *p, __mmask16 k, __m256i v, int stream) {
+    if (stream && k == 0xffff && ((uintptr_t)p & 31) == 0) _mm256_stream_si256((__m256i *)p, v);
+    else _mm256_mask_storeu_epi16(p, k, v);
+}
+
+/* Stores 16 results of 32 bits likewise. */
+static inline void mp_store16x32(void *p, __mmask16 k, __m512i v, int stream) {
+    if (stream && k == 0xffff && ((uintptr_t)p & 63) == 0) _mm512_stream_si512(p, v);
+    else _mm512_mask_storeu_epi32(p, k, v);
 }
 
 void mp_f32_to_f16_avx512(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st);

@@ -11,18 +11,20 @@ static inline void f32_to_bf16_body(uint16_t *dst, // (n,) bf16
                                     size_t n, mp_convert_stats *st, const int stats) {
     mp_counts512 c = {0, 0, 0, 0};
     const __m512i expmask = _mm512_set1_epi32(0x7f800000), mantmask = _mm512_set1_epi32(0x007fffff);
-    for (size_t i = 0; i < n; i += 16) {
-        const __mmask16 k = mp_tail16(n - i);
+    const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
+    for (size_t i = 0, m; i < n; i += m) {
+        const __mmask16 k = mp_lanes16(dst, 2, 32, i, n, stream, &m);
         const __m512i x = _mm512_maskz_loadu_epi32(k, src + i);
         __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(x));
         const __mmask16 denormal = _mm512_testn_epi32_mask(x, expmask) & _mm512_test_epi32_mask(x, mantmask);
         if (denormal) h = _mm256_mask_mov_epi16(h, denormal, _mm512_cvtepi32_epi16(mp_bf16_round16(x)));
-        _mm256_mask_storeu_epi16(dst + i, k, h);
+        mp_store16x16(dst + i, k, h, stream);
         if (stats) {
             const __m512i ay = _mm512_and_si512(_mm512_cvtepu16_epi32(h), _mm512_set1_epi32(0x7fff));
             mp_count16(&c, k, x, ay, 0x80, 0x7f80);
         }
     }
+    if (stream) _mm_sfence();
     if (stats) mp_counts512_add(st, &c);
 }
 
