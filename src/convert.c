@@ -1,11 +1,5 @@
 /* convert.c - bulk conversion: validation, threading, dispatch to a CPU path,
  * and the scalar path every fast path must match bit for bit. */
-#include <stdlib.h>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "convert_stats.h"
 
 /* ---- scalar kernels: the reference for every fast path ---- */
@@ -133,7 +127,21 @@ void mp_convert_stats_add(mp_convert_stats *a, const mp_convert_stats *b) {
 
 /* Below this many elements one thread is faster than waking a second. */
 #define PARALLEL_MIN ((size_t)1 << 18)
-#define MAX_THREADS 64
+
+typedef struct {
+    const mp_convert_kernels *k;
+    void *dst;
+    const void *src;
+    mp_dtype dt, st;
+    size_t dsize, ssize;
+    mp_convert_stats *part; /* (MP_MAX_THREADS,) or NULL */
+} convert_job;
+
+static void convert_share(void *ctx, size_t i0, size_t i1, int t) {
+    const convert_job *j = ctx;
+    convert_range(j->k, (uint8_t *)j->dst + i0 * j->dsize, j->dt, (const uint8_t *)j->src + i0 * j->ssize, j->st,
+                  i1 - i0, j->part ? &j->part[t] : NULL);
+}
 
 mp_status mp_convert(void *dst, mp_dtype dst_type, const void *src, mp_dtype src_type, size_t n,
                      mp_convert_stats *stats) {
@@ -145,28 +153,12 @@ mp_status mp_convert(void *dst, mp_dtype dst_type, const void *src, mp_dtype src
     if (dst == src && df->size != sf->size)
         return mp_error(MP_EINVAL, "mp_convert: in place needs formats of one size (%s -> %s)", sf->name,
                         df->name);
-    const mp_convert_kernels *k = kernels();
-    int nt = mp_get_threads();
-    if (nt > MAX_THREADS) nt = MAX_THREADS;
-    if (n < PARALLEL_MIN || nt < 2) {
-        convert_range(k, dst, dst_type, src, src_type, n, stats);
-        return MP_OK;
-    }
-    mp_convert_stats part[MAX_THREADS];
+    mp_convert_stats part[MP_MAX_THREADS];
     memset(part, 0, sizeof part);
-    /* Shares are whole cache lines of the wider side: 64 elements. */
-    const size_t share = ((n + (size_t)nt - 1) / (size_t)nt + 63) & ~(size_t)63;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static, 1)
-#endif
-    for (int t = 0; t < nt; t++) {
-        const size_t i0 = (size_t)t * share;
-        if (i0 >= n) continue;
-        const size_t m = n - i0 < share ? n - i0 : share;
-        convert_range(k, (uint8_t *)dst + i0 * df->size, dst_type, (const uint8_t *)src + i0 * sf->size,
-                      src_type, m, stats ? &part[t] : NULL);
-    }
+    convert_job job = {kernels(), dst, src, dst_type, src_type, df->size, sf->size, stats ? part : NULL};
+    /* shares are whole cache lines of the wider side: 64 elements */
+    const int shares = mp_parallel_for(n, PARALLEL_MIN, 64, convert_share, &job);
     if (stats)
-        for (int t = 0; t < nt; t++) mp_convert_stats_add(stats, &part[t]);
+        for (int t = 0; t < shares; t++) mp_convert_stats_add(stats, &part[t]);
     return MP_OK;
 }

@@ -99,3 +99,22 @@ int mp_get_threads(void) {
     return 1;
 #endif
 }
+
+int mp_parallel_for(size_t n, size_t min_parallel, size_t align,
+                    void (*fn)(void *ctx, size_t i0, size_t i1, int t), void *ctx) {
+    int nt = mp_get_threads();
+    if (nt > MP_MAX_THREADS) nt = MP_MAX_THREADS;
+    if (n < min_parallel || nt < 2) {
+        fn(ctx, 0, n, 0);
+        return 1;
+    }
+    const size_t share = ((n + (size_t)nt - 1) / (size_t)nt + align - 1) / align * align;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+#endif
+    for (int t = 0; t < nt; t++) {
+        const size_t i0 = (size_t)t * share;
+        if (i0 < n) fn(ctx, i0, n - i0 < share ? n : i0 + share, t);
+    }
+    return nt;
+}

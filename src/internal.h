@@ -16,6 +16,31 @@
 /* Records a formatted message for mp_last_error() and returns `s`. */
 mp_status mp_error(mp_status s, const char *fmt, ...) MP_PRINTF(2, 3);
 
+/* Splits [0, n) into up to mp_get_threads() shares of whole `align`-element
+ * blocks (one share when n < min_parallel) and runs fn(ctx, i0, i1, t) for
+ * share t on its own thread. Returns the number of shares, at most
+ * MP_MAX_THREADS, so callers can keep per-share results in an array. */
+#define MP_MAX_THREADS 64
+int mp_parallel_for(size_t n, size_t min_parallel, size_t align,
+                    void (*fn)(void *ctx, size_t i0, size_t i1, int t), void *ctx);
+
+/* CRC-32 of data, continuing from crc (start with 0); zlib's crc32. */
+uint32_t mp_crc32(uint32_t crc, const void *data, size_t len);
+
+/* Little-endian stores and loads for blobs and files. */
+static inline void mp_put_u32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static inline void mp_put_u64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static inline uint32_t mp_get_u32(const uint8_t *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t mp_get_u64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
 static inline uint32_t mp_f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float mp_bits_f32(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
@@ -29,11 +54,47 @@ typedef struct mp_convert_kernels {
 } mp_convert_kernels;
 
 extern const mp_convert_kernels mp_convert_scalar;
+
+/* Fused unscale + inf/NaN check kernels of one CPU path: x[i] *= inv for
+ * i in [0, n); returns nonzero if any x[i] (before scaling) is inf or NaN. */
+typedef struct mp_unscale_kernels {
+    int (*f32)(float *x, size_t n, float inv);
+    int (*f16)(uint16_t *x, size_t n, float inv);
+    int (*bf16)(uint16_t *x, size_t n, float inv);
+} mp_unscale_kernels;
+
+extern const mp_unscale_kernels mp_unscale_scalar;
+
+/* Per-step coefficients of the optimizers, in fp32 (see optim.c for how they
+ * are derived from the double hyperparameters). */
+typedef struct mp_sgd_coef {
+    float neg_lr, momentum, one_minus_damp, wd;
+    int use_momentum, nesterov, first;
+} mp_sgd_coef;
+
+typedef struct mp_adamw_coef {
+    float decay, w1, beta2, c2, bc2_sqrt, eps, neg_step_size;
+} mp_adamw_coef;
+
+typedef struct mp_optim_kernels {
+    void (*sgd)(float *w, const float *g, float *buf, size_t n, const mp_sgd_coef *c);
+    void (*adamw)(float *w, const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c);
+    void (*sgd_bf16)(uint16_t *w, const float *g, float *buf, size_t n, const mp_sgd_coef *c, uint64_t key);
+    void (*adamw_bf16)(uint16_t *w, const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c,
+                       uint64_t key);
+    double (*sumsq)(const float *g, size_t n);
+    void (*scale)(float *g, size_t n, float c);
+    void (*round_sr)(uint16_t *dst, const float *src, size_t n, uint64_t key);
+} mp_optim_kernels;
+
+extern const mp_optim_kernels mp_optim_scalar;
 #if defined(__x86_64__) || defined(_M_X64)
 #define MP_X86 1
 extern const mp_convert_kernels mp_convert_avx2;
 extern const mp_convert_kernels mp_convert_avx512;
 extern const mp_convert_kernels mp_convert_avx512bf16;
+extern const mp_unscale_kernels mp_unscale_avx512;
+extern const mp_optim_kernels mp_optim_avx512;
 #endif
 
 #endif

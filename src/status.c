@@ -15,6 +15,7 @@ const char *mp_status_str(mp_status s) {
     case MP_ECORRUPT: return "corrupt data";
     case MP_ESTATE: return "wrong state";
     case MP_EUNSUPPORTED: return "unsupported";
+    case MP_EOVERFLOW: return "overflow at minimum loss scale";
     }
     return "unknown status";
 }

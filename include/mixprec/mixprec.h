@@ -11,6 +11,8 @@
 #include "format.h"
 #include "convert.h"
 #include "cpu.h"
+#include "scaler.h"
+#include "optim.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -18,7 +18,8 @@ typedef enum mp_status {
     MP_EIO,          /* reading or writing a file failed */
     MP_ECORRUPT,     /* a file or blob is malformed, truncated or fails its checksum */
     MP_ESTATE,       /* the call is not allowed in the object's current state */
-    MP_EUNSUPPORTED  /* the operation is not available on this CPU or build */
+    MP_EUNSUPPORTED, /* the operation is not available on this CPU or build */
+    MP_EOVERFLOW     /* gradients overflow with the loss scale already at its floor */
 } mp_status;
 
 /* A short constant string naming the status ("invalid argument", ...). */

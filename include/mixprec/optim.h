@@ -1,0 +1,129 @@
+/* mixprec/optim.h - parameters with fp32 master weights, SGD and AdamW, clipping,
+ * and the loss-scaled step protocol.
+ *
+ * A parameter owns an fp32 master tensor, an fp32 gradient, and optionally a
+ * half copy (fp16 or bf16) that forward/backward read. After every real step
+ * the half copy is refreshed from the master: round to nearest even, or for
+ * bf16 stochastic rounding (seeded, reproducible). In pure-bf16 mode a
+ * parameter has no master copy: the weights live only in bf16 and each update
+ * is rounded stochastically (saves 4 bytes per weight; costs accuracy, see
+ * docs/SCALING.md).
+ *
+ * The update rules are PyTorch's torch.optim.SGD and torch.optim.AdamW
+ * (single-tensor implementation): hyperparameters are doubles, coefficients
+ * derived from them (1 - lr*wd, bias corrections, ...) are computed in double
+ * as Python does and rounded to fp32, element arithmetic is fp32 with a fused
+ * multiply-add where PyTorch's CPU kernels use one.
+ */
+#ifndef MIXPREC_OPTIM_H
+#define MIXPREC_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format.h"
+#include "scaler.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mp_sgd_config {
+    double lr;           /* 1e-3 */
+    double momentum;     /* 0 */
+    double dampening;    /* 0 */
+    double weight_decay; /* 0: L2 term added to the gradient */
+    int    nesterov;     /* 0; needs momentum > 0 and dampening == 0 */
+} mp_sgd_config;
+
+typedef struct mp_adamw_config {
+    double lr;           /* 1e-3 */
+    double beta1, beta2; /* 0.9, 0.999 */
+    double eps;          /* 1e-8 */
+    double weight_decay; /* 1e-2: decoupled, w *= 1 - lr * weight_decay */
+} mp_adamw_config;
+
+mp_sgd_config   mp_sgd_defaults(void);
+mp_adamw_config mp_adamw_defaults(void);
+
+typedef enum mp_rounding { MP_ROUND_NEAREST = 0, MP_ROUND_STOCHASTIC } mp_rounding;
+
+/* Where a step stands for one optimizer between two mp_scaler_update calls. */
+typedef enum mp_stage { MP_STAGE_READY = 0, MP_STAGE_UNSCALED, MP_STAGE_STEPPED } mp_stage;
+
+typedef struct mp_param {
+    char     name[64];
+    size_t   n;
+    float   *master;    /* (n,) fp32 master weights; NULL in pure-bf16 mode */
+    float   *grad;      /* (n,) fp32 gradient: backward adds into it */
+    void    *half;      /* (n,) the compute copy in half_type; NULL when half_type is MP_F32 */
+    mp_dtype half_type; /* MP_F32 (no copy), MP_F16 or MP_BF16 */
+    float   *state1;    /* (n,) SGD momentum buffer or AdamW exp_avg; NULL until first used */
+    float   *state2;    /* (n,) AdamW exp_avg_sq */
+    int      has_state; /* state holds values (SGD's buffer starts as the first gradient) */
+} mp_param;
+
+typedef struct mp_optim mp_optim;
+
+/* Creates an optimizer; MP_EINVAL + message on bad hyperparameters. */
+mp_status mp_optim_sgd(mp_optim **out, const mp_sgd_config *cfg);
+mp_status mp_optim_adamw(mp_optim **out, const mp_adamw_config *cfg);
+void      mp_optim_free(mp_optim *o); /* NULL is a no-op */
+
+/* Adds a parameter of n elements, master weights copied from init (fp32),
+ * gradient zeroed, half copy (half_type MP_F16 or MP_BF16; MP_F32 for none)
+ * rounded from the master. *out (may be NULL) points into the optimizer and
+ * stays valid until it is freed. */
+mp_status mp_optim_add(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
+                       mp_param **out);
+
+/* Adds a pure-bf16 parameter: weights only in bf16 (param->half), no master;
+ * each update is rounded stochastically to bf16. */
+mp_status mp_optim_add_pure_bf16(mp_optim *o, const char *name, const float *init, size_t n, mp_param **out);
+
+/* How bf16 half copies are refreshed after a step (fp16 copies always round
+ * to nearest even): nearest even (default) or stochastic with this seed. */
+mp_status mp_optim_set_rounding(mp_optim *o, mp_rounding r, uint64_t seed);
+
+size_t    mp_optim_count(const mp_optim *o);
+mp_param *mp_optim_param(mp_optim *o, size_t i);
+uint64_t  mp_optim_steps(const mp_optim *o);  /* steps taken (skipped ones not counted) */
+mp_status mp_optim_set_lr(mp_optim *o, double lr);
+double    mp_optim_lr(const mp_optim *o);
+
+/* Sets every gradient to zero. */
+void mp_optim_zero_grad(mp_optim *o);
+
+/* One optimizer step on the gradients as they are (no loss scaling), then the
+ * half copies are refreshed. Refuses (MP_ESTATE) an optimizer that is being
+ * driven by a scaler: use mp_scaler_step then. */
+mp_status mp_optim_step(mp_optim *o);
+
+/* Clips the gradients by their global L2 norm, accumulated in fp64: if the norm
+ * exceeds max_norm, every gradient is multiplied by max_norm / (norm + 1e-6)
+ * (PyTorch's clip_grad_norm_). *total_norm gets the norm before clipping. With
+ * a scaler (s not NULL) the gradients must be unscaled first: MP_ESTATE
+ * otherwise. A non-finite norm leaves the gradients as they are (the scaler
+ * skips that step). */
+mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, double *total_norm);
+
+/* Unscales o's gradients in place (fused multiply by 1/S and inf/NaN check).
+ * READY -> UNSCALED; MP_ESTATE if already unscaled or stepped since the last
+ * mp_scaler_update. *found_inf (may be NULL) is set to whether inf/NaN was seen. */
+mp_status mp_scaler_unscale(mp_scaler *s, mp_optim *o, int *found_inf);
+
+/* Unscales if not done yet, then steps o unless inf/NaN was found (a skipped
+ * step changes nothing: weights, moments and the step count stay as they
+ * were). -> STEPPED; MP_ESTATE if o already stepped since the last update.
+ * *found_inf (may be NULL) tells whether the step was skipped: pass it to
+ * mp_scaler_update. */
+mp_status mp_scaler_step(mp_scaler *s, mp_optim *o, int *found_inf);
+
+/* o's stage relative to s. */
+mp_stage mp_optim_stage(const mp_optim *o, const mp_scaler *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

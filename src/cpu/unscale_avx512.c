@@ -1,0 +1,59 @@
+/* unscale_avx512.c - fused unscale + inf/NaN check with AVX-512 (in place).
+ * Same bits as the scalar kernels in scaler.c: fp32 multiply, and for half
+ * buffers the exact conversions (vcvtph2ps/vcvtps2ph, integer bf16 rounding). */
+#include "convert_avx512.h"
+
+static int unscale_f32(float *x, // (n,) fp32, in place
+                       size_t n, float inv) {
+    const __m512 vinv = _mm512_set1_ps(inv);
+    const __m512i expmask = _mm512_set1_epi32(0x7f800000);
+    __mmask16 bad = 0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+        bad |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(a), expmask), expmask);
+        bad |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(b), expmask), expmask);
+        _mm512_storeu_ps(x + i, _mm512_mul_ps(a, vinv));
+        _mm512_storeu_ps(x + i + 16, _mm512_mul_ps(b, vinv));
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 k = mp_tail16(n - i);
+        const __m512 a = _mm512_maskz_loadu_ps(k, x + i);
+        bad |= _mm512_mask_cmpeq_epi32_mask(k, _mm512_and_si512(_mm512_castps_si512(a), expmask), expmask);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(a, vinv));
+    }
+    return bad != 0;
+}
+
+static int unscale_f16(uint16_t *x, // (n,) fp16, in place
+                       size_t n, float inv) {
+    const __m512 vinv = _mm512_set1_ps(inv);
+    const __m256i expmask = _mm256_set1_epi16(0x7c00);
+    __mmask16 bad = 0;
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = mp_tail16(n - i);
+        const __m256i h = _mm256_maskz_loadu_epi16(k, x + i);
+        bad |= _mm256_mask_cmpeq_epi16_mask(k, _mm256_and_si256(h, expmask), expmask);
+        const __m512 y = _mm512_mul_ps(_mm512_cvtph_ps(h), vinv);
+        _mm256_mask_storeu_epi16(x + i, k, _mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    return bad != 0;
+}
+
+static int unscale_bf16(uint16_t *x, // (n,) bf16, in place
+                        size_t n, float inv) {
+    const __m512 vinv = _mm512_set1_ps(inv);
+    const __m256i expmask = _mm256_set1_epi16(0x7f80);
+    __mmask16 bad = 0;
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = mp_tail16(n - i);
+        const __m256i h = _mm256_maskz_loadu_epi16(k, x + i);
+        bad |= _mm256_mask_cmpeq_epi16_mask(k, _mm256_and_si256(h, expmask), expmask);
+        const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        const __m512i y = mp_bf16_round16(_mm512_castps_si512(_mm512_mul_ps(v, vinv)));
+        _mm256_mask_storeu_epi16(x + i, k, _mm512_cvtepi32_epi16(y));
+    }
+    return bad != 0;
+}
+
+const mp_unscale_kernels mp_unscale_avx512 = {unscale_f32, unscale_f16, unscale_bf16};

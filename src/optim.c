@@ -1,0 +1,320 @@
+/* optim.c - parameters with fp32 master weights, SGD / AdamW, clipping, and the
+ * loss-scaled step protocol (stages READY -> UNSCALED -> STEPPED). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "optim_kernels.h"
+
+const mp_optim_kernels mp_optim_scalar = MP_OPTIM_KERNELS;
+
+typedef enum { KIND_SGD, KIND_ADAMW } optim_kind;
+
+struct mp_optim {
+    optim_kind kind;
+    mp_sgd_config sgd;
+    mp_adamw_config adamw;
+    mp_param *params;
+    size_t count, cap;
+    uint64_t steps;        /* real steps taken */
+    mp_rounding rounding;  /* for bf16 half copies */
+    uint64_t seed;
+    int scaled;            /* driven by a scaler (mp_scaler_unscale / mp_scaler_step seen) */
+    mp_stage stage;        /* valid while stage_epoch == the scaler's steps */
+    uint64_t stage_epoch;
+    int found_inf;         /* from the unscale of this epoch */
+};
+
+mp_sgd_config mp_sgd_defaults(void) {
+    mp_sgd_config c = {1e-3, 0.0, 0.0, 0.0, 0};
+    return c;
+}
+
+mp_adamw_config mp_adamw_defaults(void) {
+    mp_adamw_config c = {1e-3, 0.9, 0.999, 1e-8, 1e-2};
+    return c;
+}
+
+static const mp_optim_kernels *kernels(void) {
+#ifdef MP_X86
+    if (mp_cpu_isa() >= MP_ISA_AVX512) return &mp_optim_avx512;
+#endif
+    return &mp_optim_scalar;
+}
+
+static mp_status check_lr(double lr) {
+    if (!(isfinite(lr) && lr >= 0)) return mp_error(MP_EINVAL, "optimizer: lr must be finite and >= 0 (got %g)", lr);
+    return MP_OK;
+}
+
+static mp_status new_optim(mp_optim **out, optim_kind kind) {
+    if (!out) return mp_error(MP_EINVAL, "optimizer: NULL output pointer");
+    mp_optim *o = calloc(1, sizeof *o);
+    if (!o) return mp_error(MP_ENOMEM, "optimizer: out of memory");
+    o->kind = kind;
+    *out = o;
+    return MP_OK;
+}
+
+mp_status mp_optim_sgd(mp_optim **out, const mp_sgd_config *cfg) {
+    const mp_sgd_config c = cfg ? *cfg : mp_sgd_defaults();
+    mp_status st = check_lr(c.lr);
+    if (st != MP_OK) return st;
+    if (!(isfinite(c.momentum) && c.momentum >= 0))
+        return mp_error(MP_EINVAL, "sgd: momentum must be >= 0 (got %g)", c.momentum);
+    if (!isfinite(c.dampening)) return mp_error(MP_EINVAL, "sgd: dampening must be finite");
+    if (!(isfinite(c.weight_decay) && c.weight_decay >= 0))
+        return mp_error(MP_EINVAL, "sgd: weight_decay must be >= 0 (got %g)", c.weight_decay);
+    if (c.nesterov && (c.momentum <= 0 || c.dampening != 0))
+        return mp_error(MP_EINVAL, "sgd: nesterov momentum requires a momentum and zero dampening");
+    if ((st = new_optim(out, KIND_SGD)) != MP_OK) return st;
+    (*out)->sgd = c;
+    return MP_OK;
+}
+
+mp_status mp_optim_adamw(mp_optim **out, const mp_adamw_config *cfg) {
+    const mp_adamw_config c = cfg ? *cfg : mp_adamw_defaults();
+    mp_status st = check_lr(c.lr);
+    if (st != MP_OK) return st;
+    if (!(c.beta1 >= 0 && c.beta1 < 1)) return mp_error(MP_EINVAL, "adamw: beta1 must be in [0, 1) (got %g)", c.beta1);
+    if (!(c.beta2 >= 0 && c.beta2 < 1)) return mp_error(MP_EINVAL, "adamw: beta2 must be in [0, 1) (got %g)", c.beta2);
+    if (!(isfinite(c.eps) && c.eps >= 0)) return mp_error(MP_EINVAL, "adamw: eps must be >= 0 (got %g)", c.eps);
+    if (!(isfinite(c.weight_decay) && c.weight_decay >= 0))
+        return mp_error(MP_EINVAL, "adamw: weight_decay must be >= 0 (got %g)", c.weight_decay);
+    if ((st = new_optim(out, KIND_ADAMW)) != MP_OK) return st;
+    (*out)->adamw = c;
+    return MP_OK;
+}
+
+static void free_param(mp_param *p) {
+    free(p->master);
+    free(p->grad);
+    free(p->half);
+    free(p->state1);
+    free(p->state2);
+}
+
+void mp_optim_free(mp_optim *o) {
+    if (!o) return;
+    for (size_t i = 0; i < o->count; i++) free_param(&o->params[i]);
+    free(o->params);
+    free(o);
+}
+
+static void *alloc_zero(size_t n, size_t size) {
+    const size_t bytes = (n * size + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p) memset(p, 0, bytes ? bytes : 64);
+    return p;
+}
+
+/* The random key of a stochastic rounding: one per (seed, step, parameter). */
+static uint64_t sr_key(const mp_optim *o, size_t param_index) {
+    return mp_sr_bits(o->seed, o->steps) * 0x100000001b3ull ^ ((uint64_t)param_index << 32) ^ o->seed;
+}
+
+/* Rounds the master into the half copy: nearest even, or stochastic for bf16. */
+static void refresh_half(mp_optim *o, size_t i) {
+    mp_param *p = &o->params[i];
+    if (!p->half || !p->master) return;
+    if (p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC)
+        kernels()->round_sr(p->half, p->master, p->n, sr_key(o, i));
+    else
+        mp_convert(p->half, p->half_type, p->master, MP_F32, p->n, NULL);
+}
+
+static mp_status add_param(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
+                           int pure, mp_param **out) {
+    if (!o || !name || (!init && n)) return mp_error(MP_EINVAL, "mp_optim_add: NULL argument");
+    if (half_type != MP_F32 && half_type != MP_F16 && half_type != MP_BF16)
+        return mp_error(MP_EINVAL, "mp_optim_add: half copies are fp16 or bf16 (or MP_F32 for none)");
+    if (strlen(name) >= sizeof o->params[0].name)
+        return mp_error(MP_EINVAL, "mp_optim_add: name '%s' is longer than 63 bytes", name);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(init[i]))
+            return mp_error(MP_EINVAL, "mp_optim_add: parameter '%s' has a non-finite value at %zu", name, i);
+    if (o->count == o->cap) {
+        const size_t cap = o->cap ? 2 * o->cap : 8;
+        mp_param *np = realloc(o->params, cap * sizeof *np);
+        if (!np) return mp_error(MP_ENOMEM, "mp_optim_add: out of memory");
+        o->params = np, o->cap = cap;
+    }
+    mp_param *p = &o->params[o->count];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->n = n;
+    p->half_type = half_type;
+    p->grad = alloc_zero(n, 4);
+    if (!pure) p->master = alloc_zero(n, 4);
+    if (half_type != MP_F32) p->half = alloc_zero(n, 2);
+    if (!p->grad || (!pure && !p->master) || (half_type != MP_F32 && !p->half)) {
+        free_param(p);
+        return mp_error(MP_ENOMEM, "mp_optim_add: out of memory for '%s' (%zu elements)", name, n);
+    }
+    if (pure) {
+        mp_convert(p->half, MP_BF16, init, MP_F32, n, NULL);
+    } else {
+        memcpy(p->master, init, n * 4);
+    }
+    o->count++;
+    refresh_half(o, o->count - 1);
+    if (out) *out = p;
+    return MP_OK;
+}
+
+mp_status mp_optim_add(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
+                       mp_param **out) {
+    return add_param(o, name, init, n, half_type, 0, out);
+}
+
+mp_status mp_optim_add_pure_bf16(mp_optim *o, const char *name, const float *init, size_t n, mp_param **out) {
+    return add_param(o, name, init, n, MP_BF16, 1, out);
+}
+
+mp_status mp_optim_set_rounding(mp_optim *o, mp_rounding r, uint64_t seed) {
+    if (r != MP_ROUND_NEAREST && r != MP_ROUND_STOCHASTIC) return mp_error(MP_EINVAL, "unknown rounding %d", (int)r);
+    o->rounding = r;
+    o->seed = seed;
+    return MP_OK;
+}
+
+size_t mp_optim_count(const mp_optim *o) { return o->count; }
+mp_param *mp_optim_param(mp_optim *o, size_t i) { return i < o->count ? &o->params[i] : NULL; }
+uint64_t mp_optim_steps(const mp_optim *o) { return o->steps; }
+double mp_optim_lr(const mp_optim *o) { return o->kind == KIND_SGD ? o->sgd.lr : o->adamw.lr; }
+
+mp_status mp_optim_set_lr(mp_optim *o, double lr) {
+    const mp_status st = check_lr(lr);
+    if (st != MP_OK) return st;
+    if (o->kind == KIND_SGD) o->sgd.lr = lr;
+    else o->adamw.lr = lr;
+    return MP_OK;
+}
+
+void mp_optim_zero_grad(mp_optim *o) {
+    for (size_t i = 0; i < o->count; i++) memset(o->params[i].grad, 0, o->params[i].n * 4);
+}
+
+/* Allocates the optimizer state of p on first use. */
+static mp_status ensure_state(mp_optim *o, mp_param *p) {
+    const int need1 = o->kind == KIND_ADAMW || o->sgd.momentum != 0, need2 = o->kind == KIND_ADAMW;
+    if (need1 && !p->state1 && !(p->state1 = alloc_zero(p->n, 4))) goto oom;
+    if (need2 && !p->state2 && !(p->state2 = alloc_zero(p->n, 4))) goto oom;
+    return MP_OK;
+oom:
+    return mp_error(MP_ENOMEM, "optimizer: out of memory for the state of '%s'", p->name);
+}
+
+/* The real update of every parameter; the caller has checked the gradients. */
+static mp_status apply_step(mp_optim *o) {
+    for (size_t i = 0; i < o->count; i++) {
+        const mp_status st = ensure_state(o, &o->params[i]);
+        if (st != MP_OK) return st;
+    }
+    const mp_optim_kernels *k = kernels();
+    const uint64_t t = o->steps + 1;
+    mp_sgd_coef sc;
+    mp_adamw_coef ac;
+    if (o->kind == KIND_SGD) {
+        const mp_sgd_config *c = &o->sgd;
+        sc.neg_lr = (float)-c->lr;
+        sc.momentum = (float)c->momentum;
+        sc.one_minus_damp = (float)(1.0 - c->dampening);
+        sc.wd = (float)c->weight_decay;
+        sc.use_momentum = c->momentum != 0;
+        sc.nesterov = c->nesterov;
+    } else {
+        const mp_adamw_config *c = &o->adamw;
+        const double bc1 = 1.0 - pow(c->beta1, (double)t), bc2 = 1.0 - pow(c->beta2, (double)t);
+        ac.decay = (float)(1.0 - c->lr * c->weight_decay);
+        ac.w1 = (float)(1.0 - c->beta1);
+        ac.beta2 = (float)c->beta2;
+        ac.c2 = (float)(1.0 - c->beta2);
+        ac.bc2_sqrt = (float)sqrt(bc2);
+        ac.eps = (float)c->eps;
+        ac.neg_step_size = (float)-(c->lr / bc1);
+    }
+    for (size_t i = 0; i < o->count; i++) {
+        mp_param *p = &o->params[i];
+        sc.first = !p->has_state;
+        if (o->kind == KIND_SGD) {
+            if (p->master) k->sgd(p->master, p->grad, p->state1, p->n, &sc);
+            else k->sgd_bf16(p->half, p->grad, p->state1, p->n, &sc, sr_key(o, i));
+        } else {
+            if (p->master) k->adamw(p->master, p->grad, p->state1, p->state2, p->n, &ac);
+            else k->adamw_bf16(p->half, p->grad, p->state1, p->state2, p->n, &ac, sr_key(o, i));
+        }
+        p->has_state = 1;
+    }
+    o->steps = t;
+    for (size_t i = 0; i < o->count; i++) refresh_half(o, i);
+    return MP_OK;
+}
+
+mp_status mp_optim_step(mp_optim *o) {
+    if (o->scaled)
+        return mp_error(MP_ESTATE, "mp_optim_step: this optimizer is driven by a loss scaler; its gradients are "
+                                   "scaled: use mp_scaler_step");
+    return apply_step(o);
+}
+
+mp_stage mp_optim_stage(const mp_optim *o, const mp_scaler *s) {
+    return o->stage_epoch == s->steps ? o->stage : MP_STAGE_READY;
+}
+
+static void set_stage(mp_optim *o, const mp_scaler *s, mp_stage st) {
+    o->stage = st;
+    o->stage_epoch = s->steps;
+    o->scaled = 1;
+}
+
+mp_status mp_scaler_unscale(mp_scaler *s, mp_optim *o, int *found_inf) {
+    if (!s || !o) return mp_error(MP_EINVAL, "mp_scaler_unscale: NULL argument");
+    const mp_stage stage = mp_optim_stage(o, s);
+    if (stage == MP_STAGE_UNSCALED)
+        return mp_error(MP_ESTATE, "unscale called twice for this optimizer since the last update");
+    if (stage == MP_STAGE_STEPPED) return mp_error(MP_ESTATE, "unscale called after step; call update first");
+    const float inv = mp_scaler_inv_scale(s);
+    int found = 0;
+    for (size_t i = 0; i < o->count; i++) {
+        const mp_status st = mp_unscale_check(o->params[i].grad, MP_F32, o->params[i].n, inv, &found);
+        if (st != MP_OK) return st;
+    }
+    o->found_inf = found;
+    set_stage(o, s, MP_STAGE_UNSCALED);
+    if (found_inf) *found_inf = found;
+    return MP_OK;
+}
+
+mp_status mp_scaler_step(mp_scaler *s, mp_optim *o, int *found_inf) {
+    if (!s || !o) return mp_error(MP_EINVAL, "mp_scaler_step: NULL argument");
+    const mp_stage stage = mp_optim_stage(o, s);
+    if (stage == MP_STAGE_STEPPED) return mp_error(MP_ESTATE, "step called twice for this optimizer before update");
+    if (stage == MP_STAGE_READY) {
+        const mp_status st = mp_scaler_unscale(s, o, NULL);
+        if (st != MP_OK) return st;
+    }
+    const int found = o->found_inf;
+    set_stage(o, s, MP_STAGE_STEPPED);
+    if (found_inf) *found_inf = found;
+    return found ? MP_OK : apply_step(o);
+}
+
+mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, double *total_norm) {
+    if (!o) return mp_error(MP_EINVAL, "mp_clip_grad_norm: NULL optimizer");
+    if (!(max_norm > 0 && isfinite(max_norm)))
+        return mp_error(MP_EINVAL, "mp_clip_grad_norm: max_norm must be finite and > 0 (got %g)", max_norm);
+    if (s ? mp_optim_stage(o, s) != MP_STAGE_UNSCALED : o->scaled)
+        return mp_error(MP_ESTATE, "clip_grad_norm: gradients are still multiplied by the loss scale; call "
+                                   "mp_scaler_unscale first (and pass the scaler)");
+    const mp_optim_kernels *k = kernels();
+    double sum = 0;
+    for (size_t i = 0; i < o->count; i++) sum += k->sumsq(o->params[i].grad, o->params[i].n);
+    const double norm = sqrt(sum);
+    if (total_norm) *total_norm = norm;
+    if (!isfinite(norm)) return MP_OK;
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0)
+        for (size_t i = 0; i < o->count; i++) k->scale(o->params[i].grad, o->params[i].n, (float)coef);
+    return MP_OK;
+}

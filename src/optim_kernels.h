@@ -1,0 +1,101 @@
+/* optim_kernels.h - the optimizer's element loops, written once and compiled
+ * twice: by optim.c for any CPU and by cpu/optim_avx512.c with AVX-512 flags
+ * (the compiler vectorizes the loops). Both builds give the same bits: the
+ * arithmetic is the same fp32 operations in the same order, -ffp-contract=off,
+ * and fmaf() wherever PyTorch's vectorized CPU kernels fuse (add with alpha,
+ * lerp). Not installed; include from exactly those two files. */
+#ifndef MIXPREC_OPTIM_KERNELS_H
+#define MIXPREC_OPTIM_KERNELS_H
+
+#include <math.h>
+
+#include "internal.h"
+
+/* The element-wise helpers stochastic rounding needs: a counter-based hash, so
+ * the random bits depend only on (key, i), not on threads or vector width. */
+static inline uint32_t mp_sr_bits(uint64_t key, uint64_t i) {
+    uint64_t z = key + i * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (uint32_t)((z ^ (z >> 31)) >> 48);
+}
+
+/* fp32 -> bf16 with stochastic rounding: rounds away from zero with
+ * probability equal to the discarded fraction. NaN as mp_f32_to_bf16. */
+static inline uint16_t mp_sr_bf16(float x, uint64_t key, uint64_t i) {
+    const uint32_t u = mp_f32_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    if ((u & 0x7fffffffu) == 0x7f800000u) return (uint16_t)(u >> 16);
+    return (uint16_t)((u + mp_sr_bits(key, i)) >> 16);
+}
+
+static inline float sgd_elem(float w, float g, float *buf, const mp_sgd_coef *c) {
+    float d = c->wd != 0.0f ? fmaf(w, c->wd, g) : g; /* d_p.add(param, alpha=wd) */
+    if (c->use_momentum) {
+        const float b = c->first ? d : fmaf(d, c->one_minus_damp, *buf * c->momentum);
+        *buf = b;
+        d = c->nesterov ? fmaf(b, c->momentum, d) : b;
+    }
+    return fmaf(d, c->neg_lr, w); /* param.add_(d_p, alpha=-lr) */
+}
+
+static inline float adamw_elem(float w, float g, float *m, float *v, const mp_adamw_coef *c) {
+    w = w * c->decay;                              /* param.mul_(1 - lr * wd) */
+    const float mm = fmaf(c->w1, g - *m, *m);      /* exp_avg.lerp_(grad, 1 - beta1) */
+    const float vv = *v * c->beta2 + c->c2 * g * g; /* exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1-beta2) */
+    *m = mm;
+    *v = vv;
+    const float denom = sqrtf(vv) / c->bc2_sqrt + c->eps;
+    return w + c->neg_step_size * mm / denom; /* param.addcdiv_(exp_avg, denom, value=-step_size) */
+}
+
+static void k_sgd(float *w, // (n,) fp32 master weights
+                  const float *g, // (n,) fp32 gradients
+                  float *buf, // (n,) momentum buffer, or NULL without momentum
+                  size_t n, const mp_sgd_coef *c) {
+    float dummy = 0.0f;
+    for (size_t i = 0; i < n; i++) w[i] = sgd_elem(w[i], g[i], buf ? &buf[i] : &dummy, c);
+}
+
+static void k_adamw(float *w, // (n,) fp32 master weights
+                    const float *g, // (n,) fp32 gradients
+                    float *m, float *v, // (n,) exp_avg, exp_avg_sq
+                    size_t n, const mp_adamw_coef *c) {
+    for (size_t i = 0; i < n; i++) w[i] = adamw_elem(w[i], g[i], &m[i], &v[i], c);
+}
+
+static void k_sgd_bf16(uint16_t *w, // (n,) bf16 weights (no master)
+                       const float *g, float *buf, size_t n, const mp_sgd_coef *c, uint64_t key) {
+    float dummy = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        w[i] = mp_sr_bf16(sgd_elem(mp_bf16_to_f32(w[i]), g[i], buf ? &buf[i] : &dummy, c), key, i);
+}
+
+static void k_adamw_bf16(uint16_t *w, // (n,) bf16 weights (no master)
+                         const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c, uint64_t key) {
+    for (size_t i = 0; i < n; i++) w[i] = mp_sr_bf16(adamw_elem(mp_bf16_to_f32(w[i]), g[i], &m[i], &v[i], c), key, i);
+}
+
+/* Sum of squares in fp64, eight partial sums in a fixed order. */
+static double k_sumsq(const float *g, size_t n) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += (double)g[i + j] * (double)g[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += (double)g[i] * (double)g[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+static void k_scale(float *g, size_t n, float c) {
+    for (size_t i = 0; i < n; i++) g[i] *= c;
+}
+
+static void k_round_sr(uint16_t *dst, // (n,) bf16
+                       const float *src, // (n,) fp32
+                       size_t n, uint64_t key) {
+    for (size_t i = 0; i < n; i++) dst[i] = mp_sr_bf16(src[i], key, i);
+}
+
+#define MP_OPTIM_KERNELS {k_sgd, k_adamw, k_sgd_bf16, k_adamw_bf16, k_sumsq, k_scale, k_round_sr}
+
+#endif
