@@ -1,1 +1,391 @@
-int main(void){return 0;}
+/* test_optim.c - master weights, SGD and AdamW against references written
+ * here from PyTorch's update rules, the step protocol and its misuse, skipped
+ * steps, clipping in fp64, gradient accumulation, half copies, stochastic
+ * rounding and pure-bf16 weights. */
+#include <float.h>
+#include <math.h>
+
+#include "check.h"
+#include "internal.h"
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((double)(rng >> 11) * 0x1p-52 - 1.0);
+}
+
+/* torch.optim.SGD, _single_tensor_sgd, for one element: d_p.add(param, alpha=wd);
+ * buf = clone(d_p) first, then buf.mul_(momentum).add_(d_p, alpha=1-dampening);
+ * nesterov: d_p.add(buf, alpha=momentum); param.add_(d_p, alpha=-lr).
+ * add with alpha is a fused multiply-add in PyTorch's vectorized CPU kernel. */
+static void ref_sgd(float *w, const float *g, float *buf, size_t n, int first, double lr, double mom, double damp,
+                    double wd, int nesterov) {
+    for (size_t i = 0; i < n; i++) {
+        float d = g[i];
+        if (wd != 0) d = fmaf((float)wd, w[i], d);
+        if (mom != 0) {
+            if (first) buf[i] = d;
+            else buf[i] = fmaf((float)(1 - damp), d, buf[i] * (float)mom);
+            d = nesterov ? fmaf((float)mom, buf[i], d) : buf[i];
+        }
+        w[i] = fmaf((float)(-lr), d, w[i]);
+    }
+}
+
+/* torch.optim.AdamW, _single_tensor_adamw: param.mul_(1 - lr*wd);
+ * exp_avg.lerp_(grad, 1-beta1) (fmadd(w, end-start, start) for w < 0.5);
+ * exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2);
+ * denom = exp_avg_sq.sqrt() / sqrt(bc2) + eps; param.addcdiv_(exp_avg, denom, value=-lr/bc1). */
+static void ref_adamw(float *w, const float *g, float *m, float *v, size_t n, int step, double lr, double b1, double b2,
+                      double eps, double wd) {
+    const double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
+    for (size_t i = 0; i < n; i++) {
+        w[i] *= (float)(1 - lr * wd);
+        m[i] = fmaf((float)(1 - b1), g[i] - m[i], m[i]);
+        v[i] = v[i] * (float)b2 + (float)(1 - b2) * g[i] * g[i];
+        const float denom = sqrtf(v[i]) / (float)sqrt(bc2) + (float)eps;
+        w[i] = w[i] + (float)(-(lr / bc1)) * m[i] / denom;
+    }
+}
+
+#define N 1003
+
+static void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
+}
+
+static void check_sgd_variants(void) {
+    const struct { double lr, mom, damp, wd; int nesterov; } cases[] = {
+        {0.1, 0, 0, 0, 0}, {0.05, 0.9, 0, 0, 0}, {0.05, 0.9, 0.1, 1e-4, 0}, {0.01, 0.9, 0, 5e-4, 1}, {0.3, 0, 0, 0.01, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        mp_sgd_config cfg = mp_sgd_defaults();
+        cfg.lr = cases[c].lr, cfg.momentum = cases[c].mom, cfg.dampening = cases[c].damp;
+        cfg.weight_decay = cases[c].wd, cfg.nesterov = cases[c].nesterov;
+        mp_optim *o;
+        CHECK(mp_optim_sgd(&o, &cfg) == MP_OK, "create");
+        float w[N], ref[N], buf[N] = {0}, g[N];
+        fill(w, N, 1.0f);
+        memcpy(ref, w, sizeof w);
+        mp_param *p;
+        CHECK(mp_optim_add(o, "w", w, N, MP_F32, &p) == MP_OK, "add");
+        long bad = 0;
+        for (int step = 0; step < 5; step++) {
+            fill(g, N, 0.1f);
+            memcpy(p->grad, g, sizeof g);
+            CHECK(mp_optim_step(o) == MP_OK, "step");
+            ref_sgd(ref, g, buf, N, step == 0, cases[c].lr, cases[c].mom, cases[c].damp, cases[c].wd, cases[c].nesterov);
+            bad += memcmp(p->master, ref, sizeof ref) != 0;
+            if (cases[c].mom != 0) bad += memcmp(p->state1, buf, sizeof buf) != 0;
+        }
+        CHECK(bad == 0, "sgd case %zu: %ld steps differ from the reference", c, bad);
+        /* and close to a plain fp64 computation of the same first step */
+        CHECK(mp_optim_steps(o) == 5, "5 steps counted");
+        mp_optim_free(o);
+    }
+    /* a hand-checked value: w = 1, g = 0.5, lr = 0.1, momentum 0.9, two steps:
+     * step 1: buf = 0.5, w = 0.95; step 2: buf = 0.9*0.5 + 0.5 = 0.95, w = 0.95 - 0.095 = 0.855 */
+    mp_sgd_config cfg = mp_sgd_defaults();
+    cfg.lr = 0.1, cfg.momentum = 0.9;
+    mp_optim *o;
+    mp_optim_sgd(&o, &cfg);
+    mp_param *p;
+    const float one = 1.0f;
+    mp_optim_add(o, "w", &one, 1, MP_F32, &p);
+    p->grad[0] = 0.5f;
+    mp_optim_step(o);
+    mp_optim_step(o);
+    CHECK(fabsf(p->master[0] - 0.855f) < 1e-6f && fabsf(p->state1[0] - 0.95f) < 1e-6f, "hand-checked sgd: %.9g %.9g",
+          (double)p->master[0], (double)p->state1[0]);
+    mp_optim_free(o);
+}
+
+static void check_adamw(void) {
+    const struct { double lr, b1, b2, eps, wd; } cases[] = {
+        {1e-3, 0.9, 0.999, 1e-8, 1e-2}, {3e-4, 0.8, 0.95, 1e-6, 0.1}, {1e-2, 0.9, 0.999, 1e-8, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        mp_adamw_config cfg = {cases[c].lr, cases[c].b1, cases[c].b2, cases[c].eps, cases[c].wd};
+        mp_optim *o;
+        CHECK(mp_optim_adamw(&o, &cfg) == MP_OK, "create");
+        float w[N], ref[N], m[N] = {0}, v[N] = {0}, g[N];
+        fill(w, N, 1.0f);
+        memcpy(ref, w, sizeof w);
+        mp_param *p;
+        mp_optim_add(o, "w", w, N, MP_F32, &p);
+        long bad = 0;
+        double maxdiff = 0;
+        for (int step = 1; step <= 6; step++) {
+            fill(g, N, 0.01f);
+            memcpy(p->grad, g, sizeof g);
+            mp_optim_step(o);
+            ref_adamw(ref, g, m, v, N, step, cases[c].lr, cases[c].b1, cases[c].b2, cases[c].eps, cases[c].wd);
+            bad += memcmp(p->master, ref, sizeof ref) != 0 || memcmp(p->state1, m, sizeof m) != 0 ||
+                   memcmp(p->state2, v, sizeof v) != 0;
+        }
+        CHECK(bad == 0, "adamw case %zu: %ld steps differ from the reference", c, bad);
+        (void)maxdiff;
+        mp_optim_free(o);
+    }
+    /* first AdamW step moves every weight by lr * sign(g) (bias correction makes
+     * m/sqrt(v) = g/|g|), up to eps, after the decay */
+    mp_adamw_config cfg = mp_adamw_defaults();
+    mp_optim *o;
+    mp_optim_adamw(&o, &cfg);
+    const float w0[3] = {1.0f, -2.0f, 0.5f};
+    mp_param *p;
+    mp_optim_add(o, "w", w0, 3, MP_F32, &p);
+    p->grad[0] = 0.3f, p->grad[1] = -0.02f, p->grad[2] = 4.0f;
+    mp_optim_step(o);
+    for (int i = 0; i < 3; i++) {
+        const double want = w0[i] * (1 - 1e-3 * 1e-2) - 1e-3 * (p->grad[i] > 0 ? 1 : -1);
+        CHECK(fabs(p->master[i] - want) < 1e-6, "adamw first step %d: %.9g vs %.9g", i, (double)p->master[i], want);
+    }
+    mp_optim_free(o);
+}
+
+/* scalar and AVX-512 builds of the kernels give the same bits */
+static void check_kernel_paths(void) {
+#ifdef MP_X86
+    if (mp_cpu_detected() < MP_ISA_AVX512) return;
+    enum { M = 4099 };
+    static float w1[M], w2[M], g[M], b1[M], b2[M], m1[M], m2[M], v1[M], v2[M];
+    static uint16_t h1[M], h2[M];
+    fill(w1, M, 1), fill(g, M, 0.1f), fill(b1, M, 0.1f), fill(m1, M, 0.01f);
+    for (int i = 0; i < M; i++) v1[i] = fabsf(frand()) * 1e-4f;
+    memcpy(w2, w1, sizeof w1), memcpy(b2, b1, sizeof b1), memcpy(m2, m1, sizeof m1), memcpy(v2, v1, sizeof v1);
+    mp_sgd_coef sc = {-0.01f, 0.9f, 0.9f, 1e-4f, 1, 1, 0};
+    mp_optim_scalar.sgd(w1, g, b1, M, &sc);
+    mp_optim_avx512.sgd(w2, g, b2, M, &sc);
+    CHECK(memcmp(w1, w2, sizeof w1) == 0 && memcmp(b1, b2, sizeof b1) == 0, "sgd kernels differ");
+    mp_adamw_coef ac = {0.99999f, 0.1f, 0.999f, 0.001f, 0.03f, 1e-8f, -0.01f};
+    mp_optim_scalar.adamw(w1, g, m1, v1, M, &ac);
+    mp_optim_avx512.adamw(w2, g, m2, v2, M, &ac);
+    CHECK(memcmp(w1, w2, sizeof w1) == 0 && memcmp(m1, m2, sizeof m1) == 0 && memcmp(v1, v2, sizeof v1) == 0,
+          "adamw kernels differ");
+    CHECK(mp_optim_scalar.sumsq(g, M) == mp_optim_avx512.sumsq(g, M), "sumsq differs");
+    mp_optim_scalar.round_sr(h1, w1, M, 42);
+    mp_optim_avx512.round_sr(h2, w1, M, 42);
+    CHECK(memcmp(h1, h2, sizeof h1) == 0, "stochastic rounding differs");
+    mp_optim_scalar.adamw_bf16(h1, g, m1, v1, M, &ac, 7);
+    mp_optim_avx512.adamw_bf16(h2, g, m2, v2, M, &ac, 7);
+    CHECK(memcmp(h1, h2, sizeof h1) == 0, "pure bf16 adamw differs");
+#endif
+}
+
+/* The loss-scaled protocol: misuse, skipped steps, and a run against the same
+ * run without scaling. */
+static void check_protocol(void) {
+    mp_scaler s;
+    mp_scaler_init(&s, NULL);
+    mp_optim *o;
+    mp_optim_adamw(&o, NULL);
+    float w[N];
+    fill(w, N, 1);
+    mp_param *p;
+    mp_optim_add(o, "w", w, N, MP_F16, &p);
+    int found = -1;
+    CHECK(mp_optim_stage(o, &s) == MP_STAGE_READY, "ready");
+    for (size_t i = 0; i < N; i++) p->grad[i] = frand() * 0.01f * s.scale;
+    double norm;
+    CHECK(mp_clip_grad_norm(o, &s, 1.0, &norm) == MP_ESTATE && strstr(mp_last_error(), "unscale"), "clip before unscale");
+    CHECK(mp_scaler_unscale(&s, o, &found) == MP_OK && found == 0, "unscale");
+    CHECK(mp_optim_stage(o, &s) == MP_STAGE_UNSCALED, "unscaled");
+    CHECK(mp_scaler_unscale(&s, o, &found) == MP_ESTATE && strstr(mp_last_error(), "twice"), "unscale twice");
+    CHECK(mp_clip_grad_norm(o, &s, 1.0, &norm) == MP_OK, "clip after unscale");
+    CHECK(mp_scaler_step(&s, o, &found) == MP_OK && found == 0 && mp_optim_steps(o) == 1, "step");
+    CHECK(mp_scaler_step(&s, o, &found) == MP_ESTATE && strstr(mp_last_error(), "twice"), "step twice");
+    CHECK(mp_scaler_unscale(&s, o, &found) == MP_ESTATE && strstr(mp_last_error(), "after step"), "unscale after step");
+    CHECK(mp_optim_step(o) == MP_ESTATE, "plain step on a scaled optimizer");
+    CHECK(mp_clip_grad_norm(o, NULL, 1.0, &norm) == MP_ESTATE, "clip without the scaler on a scaled optimizer");
+    CHECK(mp_scaler_update(&s, found) == MP_OK && mp_optim_stage(o, &s) == MP_STAGE_READY, "update resets the stage");
+    /* the half copy follows the master */
+    long bad = 0;
+    for (size_t i = 0; i < N; i++) bad += ((uint16_t *)p->half)[i] != mp_f32_to_f16(p->master[i]);
+    CHECK(bad == 0, "fp16 copy refreshed from the master");
+
+    /* a skipped step changes nothing */
+    float master[N], m[N], v[N];
+    uint16_t half[N];
+    memcpy(master, p->master, sizeof master), memcpy(m, p->state1, sizeof m), memcpy(v, p->state2, sizeof v);
+    memcpy(half, p->half, sizeof half);
+    for (size_t i = 0; i < N; i++) p->grad[i] = frand();
+    p->grad[N / 2] = INFINITY;
+    const float scale_before = s.scale;
+    CHECK(mp_scaler_step(&s, o, &found) == MP_OK && found == 1, "step with inf");
+    CHECK(memcmp(master, p->master, sizeof master) == 0 && memcmp(m, p->state1, sizeof m) == 0 &&
+              memcmp(v, p->state2, sizeof v) == 0 && memcmp(half, p->half, sizeof half) == 0 && mp_optim_steps(o) == 1,
+          "skipped step changed state");
+    mp_scaler_update(&s, found);
+    CHECK(s.scale == scale_before / 2 && s.skipped == 1, "scale backed off");
+    mp_optim_free(o);
+}
+
+/* Scaled training with accumulation over micro-batches equals unscaled
+ * training on the summed gradient (power-of-two scale: exact). */
+static void check_accumulation(void) {
+    mp_scaler s;
+    mp_scaler_config cfg = mp_scaler_defaults();
+    cfg.init_scale = 1024.0f;
+    mp_scaler_init(&s, &cfg);
+    mp_sgd_config sc = mp_sgd_defaults();
+    sc.lr = 0.1, sc.momentum = 0.9;
+    mp_optim *a, *b;
+    mp_optim_sgd(&a, &sc);
+    mp_optim_sgd(&b, &sc);
+    float w[N];
+    fill(w, N, 1);
+    mp_param *pa, *pb;
+    mp_optim_add(a, "w", w, N, MP_F32, &pa);
+    mp_optim_add(b, "w", w, N, MP_F32, &pb);
+    for (int step = 0; step < 4; step++) {
+        mp_optim_zero_grad(a);
+        mp_optim_zero_grad(b);
+        for (int micro = 0; micro < 3; micro++)
+            for (size_t i = 0; i < N; i++) {
+                const float g = ldexpf((float)(int)(frand() * 1000), -12); /* exact in sums */
+                pa->grad[i] += g * s.scale;                              /* backward of scale * loss */
+                pb->grad[i] += g;
+            }
+        int found;
+        double na, nb;
+        CHECK(mp_scaler_unscale(&s, a, &found) == MP_OK && !found, "unscale");
+        mp_clip_grad_norm(a, &s, 1e9, &na);
+        mp_clip_grad_norm(b, NULL, 1e9, &nb);
+        CHECK(na == nb, "norms of the unscaled and the plain gradients agree: %g %g", na, nb);
+        mp_scaler_step(&s, a, &found);
+        mp_scaler_update(&s, found);
+        mp_optim_step(b);
+    }
+    CHECK(memcmp(pa->master, pb->master, N * 4) == 0, "scaled + accumulated == plain");
+    mp_optim_free(a);
+    mp_optim_free(b);
+}
+
+static void check_clip(void) {
+    mp_optim *o;
+    mp_optim_sgd(&o, NULL);
+    float w[N] = {0};
+    mp_param *p;
+    mp_optim_add(o, "w", w, N, MP_F32, &p);
+    double want = 0;
+    for (size_t i = 0; i < N; i++) {
+        p->grad[i] = frand() * 1e30f; /* squares overflow fp32, not fp64 */
+        want += (double)p->grad[i] * p->grad[i];
+    }
+    want = sqrt(want);
+    float before[N];
+    memcpy(before, p->grad, sizeof before);
+    double norm;
+    CHECK(mp_clip_grad_norm(o, NULL, 1.0, &norm) == MP_OK && isfinite(norm) && fabs(norm - want) <= 1e-12 * want,
+          "fp64 norm %g vs %g", norm, want);
+    const float coef = (float)(1.0 / (norm + 1e-6));
+    long bad = 0;
+    double after = 0;
+    for (size_t i = 0; i < N; i++) {
+        bad += p->grad[i] != before[i] * coef;
+        after += (double)p->grad[i] * p->grad[i];
+    }
+    CHECK(bad == 0 && fabs(sqrt(after) - 1.0) < 1e-5, "clipped to norm 1 (%g)", sqrt(after));
+    /* below max_norm: untouched */
+    memcpy(before, p->grad, sizeof before);
+    CHECK(mp_clip_grad_norm(o, NULL, 10.0, &norm) == MP_OK && memcmp(before, p->grad, sizeof before) == 0, "no-op");
+    p->grad[3] = NAN;
+    memcpy(before, p->grad, sizeof before);
+    CHECK(mp_clip_grad_norm(o, NULL, 1.0, &norm) == MP_OK && isnan(norm), "NaN norm reported");
+    CHECK(memcmp(before, p->grad, sizeof before) == 0, "non-finite norm leaves gradients alone");
+    CHECK(mp_clip_grad_norm(o, NULL, 0.0, &norm) == MP_EINVAL, "max_norm 0");
+    mp_optim_free(o);
+}
+
+static void check_rounding(void) {
+    /* bf16 stochastic rounding of the half copy: reproducible and unbiased */
+    enum { M = 1 << 16 };
+    static float w[M];
+    const float x = 1.0f + 0x1p-9f; /* a quarter of the way from 1 to the next bf16 (2^-7) */
+    for (int i = 0; i < M; i++) w[i] = x;
+    mp_optim *a, *b, *c;
+    mp_optim_sgd(&a, NULL), mp_optim_sgd(&b, NULL), mp_optim_sgd(&c, NULL);
+    mp_optim_set_rounding(a, MP_ROUND_STOCHASTIC, 1);
+    mp_optim_set_rounding(b, MP_ROUND_STOCHASTIC, 1);
+    mp_optim_set_rounding(c, MP_ROUND_STOCHASTIC, 2);
+    mp_param *pa, *pb, *pc;
+    mp_optim_add(a, "w", w, M, MP_BF16, &pa);
+    mp_optim_add(b, "w", w, M, MP_BF16, &pb);
+    mp_optim_add(c, "w", w, M, MP_BF16, &pc);
+    CHECK(memcmp(pa->half, pb->half, M * 2) == 0, "same seed, same bits");
+    CHECK(memcmp(pa->half, pc->half, M * 2) != 0, "another seed, other bits");
+    double mean = 0;
+    int up = 0;
+    for (int i = 0; i < M; i++) {
+        const float r = mp_bf16_to_f32(((uint16_t *)pa->half)[i]);
+        CHECK(r == 1.0f || r == 1.0f + 0x1p-7f, "SR gives a neighbour");
+        up += r != 1.0f;
+        mean += r;
+    }
+    mean /= M;
+    /* P(up) = 1/4; with 65536 draws the count is within 5 sigma (sigma ~ 111) of 16384 */
+    CHECK(abs(up - M / 4) < 555 && fabs(mean - x) < 2e-5, "SR unbiased: %d up, mean %.9g", up, mean);
+    mp_optim_free(a), mp_optim_free(b), mp_optim_free(c);
+
+    /* pure bf16: updates far below half a bf16 ulp are lost with nearest
+     * rounding but survive on average with stochastic rounding */
+    mp_sgd_config sc = mp_sgd_defaults();
+    sc.lr = 1.0;
+    mp_optim *pure, *master;
+    mp_optim_sgd(&pure, &sc);
+    mp_optim_sgd(&master, &sc);
+    enum { K = 4096 };
+    static float ones[K];
+    for (int i = 0; i < K; i++) ones[i] = 1.0f;
+    mp_param *pp, *pm;
+    CHECK(mp_optim_add_pure_bf16(pure, "w", ones, K, &pp) == MP_OK && pp->master == NULL, "pure bf16 param");
+    mp_optim_add(master, "w", ones, K, MP_BF16, &pm);
+    for (int step = 0; step < 100; step++) {
+        for (int i = 0; i < K; i++) pp->grad[i] = pm->grad[i] = 1e-4f; /* 1/39 of a bf16 ulp at 1 */
+        mp_optim_step(pure);
+        mp_optim_step(master);
+    }
+    /* expected: 1 - 100 * 1e-4 = 0.99 */
+    double pure_mean = 0;
+    for (int i = 0; i < K; i++) pure_mean += mp_bf16_to_f32(((uint16_t *)pp->half)[i]);
+    pure_mean /= K;
+    CHECK(fabs(pure_mean - 0.99) < 1e-3, "pure bf16 with SR tracks the fp32 result: %.6f", pure_mean);
+    CHECK(fabsf(pm->master[0] - 0.99f) < 1e-5f, "the master copy holds 0.99: %.7f", (double)pm->master[0]);
+    /* and nearest rounding of a bf16 weight would have lost every update */
+    CHECK(mp_f32_to_bf16(1.0f - 1e-4f) == mp_f32_to_bf16(1.0f), "1 - 1e-4 rounds back to 1 in bf16");
+    mp_optim_free(pure), mp_optim_free(master);
+}
+
+static void check_bad_input(void) {
+    mp_optim *o = NULL;
+    mp_sgd_config sc = mp_sgd_defaults();
+    sc.lr = -1;
+    CHECK(mp_optim_sgd(&o, &sc) == MP_EINVAL && strstr(mp_last_error(), "lr"), "negative lr");
+    sc = mp_sgd_defaults();
+    sc.nesterov = 1;
+    CHECK(mp_optim_sgd(&o, &sc) == MP_EINVAL && strstr(mp_last_error(), "nesterov"), "nesterov without momentum");
+    mp_adamw_config ac = mp_adamw_defaults();
+    ac.beta2 = 1.0;
+    CHECK(mp_optim_adamw(&o, &ac) == MP_EINVAL && strstr(mp_last_error(), "beta2"), "beta2 = 1");
+    mp_optim_adamw(&o, NULL);
+    const float bad[2] = {1.0f, NAN};
+    CHECK(mp_optim_add(o, "w", bad, 2, MP_F32, NULL) == MP_EINVAL && strstr(mp_last_error(), "non-finite"), "NaN init");
+    CHECK(mp_optim_add(o, "w", bad, 1, MP_E4M3, NULL) == MP_EINVAL, "e4m3 half copy");
+    CHECK(mp_optim_count(o) == 0, "nothing added");
+    CHECK(mp_optim_set_lr(o, NAN) == MP_EINVAL && mp_optim_set_lr(o, 0.5) == MP_OK && mp_optim_lr(o) == 0.5, "set lr");
+    mp_optim_free(o);
+    mp_optim_free(NULL);
+}
+
+int main(void) {
+    check_sgd_variants();
+    check_adamw();
+    check_kernel_paths();
+    check_protocol();
+    check_accumulation();
+    check_clip();
+    check_rounding();
+    check_bad_input();
+    return check_report("test_optim");
+}
