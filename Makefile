@@ -47,6 +47,7 @@ demo: build
 bench: build
 	@scripts/deps.sh bench
 	/usr/bin/python3 bench/crosscheck.py --lib $(BUILD)/libmixprec.so
+	/usr/bin/python3 bench/crosscheck_optim.py --lib $(BUILD)/libmixprec.so
 	/usr/bin/python3 bench/compare.py --mixprec $(M)
 
 install: build

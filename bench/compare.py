@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """make bench: mixprec's kernels next to numpy and PyTorch, in one run.
 
-Runs `mixprec bench convert --json`, then times the same conversions in numpy
+Conversions: runs `mixprec bench convert --json`, then times the same in numpy
 (Debian's python3-numpy) and PyTorch (Debian's python3-torch) on arrays of the
 same size and data (numpy also on N(0, 1) data, where it is faster), and
 prints medians and ratios. Peers are timed both the
 usual way (astype / .half(), which allocate) and into a preallocated array
 (np.copyto / Tensor.copy_); the faster of the two is the one compared.
-Writes bench/out/convert.json with every figure.
+Unscale: runs `mixprec bench unscale --json` and times numpy doing the same
+(g *= inv; np.isfinite(g).all()) on buffers of the same size.
+Writes bench/out/convert.json and bench/out/unscale.json with every figure.
 """
 import argparse
 import json
@@ -92,21 +94,21 @@ def peers_convert(n, reps, threads):
     return res
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mixprec", default="build/mixprec")
-    ap.add_argument("--n", type=int, default=1 << 24, help="elements (default: 64 MiB of fp32)")
-    ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
-    a = ap.parse_args()
+def run_mixprec(exe, what, n, reps, threads):
+    env = dict(os.environ, MIXPREC_THREADS=str(threads))
+    out = subprocess.run([exe, "bench", what, "--json", "--n", str(n), "--reps", str(reps)],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out)
 
-    env = dict(os.environ, MIXPREC_THREADS=str(a.threads))
-    mp = json.loads(subprocess.run([a.mixprec, "bench", "convert", "--json", "--n", str(a.n), "--reps", str(a.reps)],
-                                   check=True, capture_output=True, text=True, env=env).stdout)
+
+def fmt(v, s=1.0):
+    return f"{v * s:.3f}" if v else "n/a"
+
+
+def section_convert(a):
+    mp = run_mixprec(a.mixprec, "convert", a.n, a.reps, a.threads)
     mpt = {r["op"]: r for r in mp["results"]}
     peers = peers_convert(a.n, a.reps, a.threads)
-
     print(f"bench convert: n = {a.n} ({a.n * 4 >> 20} MiB of fp32), {a.threads} threads, mixprec path {mp['isa']}, "
           f"median of {a.reps}; numpy {np.__version__}, torch {torch.__version__ if torch else 'missing'}")
     print("speed-up = peer time / mixprec time (higher is better); vs copy = mixprec time / time of a copy of as many bytes")
@@ -119,13 +121,67 @@ def main():
         row = {"op": op, "mixprec_s": m, "vs_copy": mpt[op]["vs_copy"], "numpy_s": npt, "torch_s": tt,
                "x_numpy": npt / m if npt else None, "x_torch": tt / m if tt else None}
         rows.append(row)
-        f = lambda v, s: f"{v * s:.3f}" if v else "n/a"
-        print(f"{op:<12} {m * 1e3:>10.3f} {mpt[op]['vs_copy']:>8.2f} {f(npt, 1e3):>9} "
-              f"{f(row['x_numpy'], 1):>8} {f(tt, 1e3):>9} {f(row['x_torch'], 1):>8}")
+        print(f"{op:<12} {m * 1e3:>10.3f} {mpt[op]['vs_copy']:>8.2f} {fmt(npt, 1e3):>9} "
+              f"{fmt(row['x_numpy']):>8} {fmt(tt, 1e3):>9} {fmt(row['x_torch']):>8}")
     print(f"{'copy':<12} {mpt['copy']['median_s'] * 1e3:>10.3f} {'1.00':>8} {peers['numpy']['copy'] * 1e3:>9.3f}")
+    return {"mixprec": mp, "peers": peers, "rows": rows}
+
+
+def peers_unscale(nbytes, reps):
+    """numpy doing the same job: g *= inv; np.isfinite(g).all(), in place."""
+    rng = np.random.default_rng(3)
+    res = {}
+    for name, dt in [("fp32", np.float32), ("fp16", np.float16)]:
+        g = (rng.standard_normal(nbytes // np.dtype(dt).itemsize, dtype=np.float32) * 8).astype(dt)
+        # 1/S then S, so values stay put (S = 2^8 for fp16: numpy computes in
+        # fp16 here and 2^16 itself would overflow it)
+        flip = [dt(2.0 ** -16), dt(2.0 ** 16)] if dt == np.float32 else [dt(2.0 ** -8), dt(2.0 ** 8)]
+        state = {"k": 0}
+
+        def step():
+            g.__imul__(flip[state["k"] % 2])
+            state["k"] += 1
+            return bool(np.isfinite(g).all())
+
+        res[name] = median_time(step, reps)
+    return res
+
+
+def section_unscale(a):
+    mp = run_mixprec(a.mixprec, "unscale", a.n, a.reps, a.threads)
+    mpt = {r["op"]: r for r in mp["results"]}
+    peers = peers_unscale(a.n * 4, a.reps)
+    print(f"\nbench unscale: {a.n * 4 >> 20} MiB gradient buffers, in place, fused multiply by 1/S + inf/NaN check; "
+          f"mixprec {a.threads} threads; numpy: g *= inv; np.isfinite(g).all()")
+    print("vs copy = mixprec time / time of a copy of the buffer (one pass of memory traffic)")
+    print(f"{'buffer':<8} {'mixprec ms':>10} {'vs copy':>8} {'numpy ms':>9} {'x numpy':>8}")
+    rows = []
+    for name in ["fp32", "fp16"]:
+        m = mpt[f"unscale {name}"]
+        row = {"buffer": name, "mixprec_s": m["median_s"], "vs_copy": m["vs_copy"], "numpy_s": peers[name],
+               "x_numpy": peers[name] / m["median_s"]}
+        rows.append(row)
+        print(f"{name:<8} {m['median_s'] * 1e3:>10.3f} {m['vs_copy']:>8.2f} {peers[name] * 1e3:>9.3f} {row['x_numpy']:>8.2f}")
+    bf = mpt["unscale bf16"]
+    print(f"{'bf16':<8} {bf['median_s'] * 1e3:>10.3f} {bf['vs_copy']:>8.2f} {'n/a':>9} {'n/a':>8}")
+    return {"mixprec": mp, "peers": peers, "rows": rows}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mixprec", default="build/mixprec")
+    ap.add_argument("--n", type=int, default=1 << 24, help="elements of fp32 (default: 64 MiB)")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", choices=["convert", "unscale"])
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
+    a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "convert.json"), "w") as fh:
-        json.dump({"mixprec": mp, "peers": peers, "rows": rows}, fh, indent=1)
+    for name, fn in [("convert", section_convert), ("unscale", section_unscale)]:
+        if a.only in (None, name):
+            res = fn(a)
+            with open(os.path.join(a.out, f"{name}.json"), "w") as fh:
+                json.dump(res, fh, indent=1)
     return 0
 
 

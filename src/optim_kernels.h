@@ -3,7 +3,8 @@
  * (the compiler vectorizes the loops). Both builds give the same bits: the
  * arithmetic is the same fp32 operations in the same order, -ffp-contract=off,
  * and fmaf() wherever PyTorch's vectorized CPU kernels fuse (add with alpha,
- * lerp). Not installed; include from exactly those two files. */
+ * lerp, addcmul). Checked against torch's own kernels by bench/crosscheck_optim.py.
+ * Not installed; include from exactly those two files. */
 #ifndef MIXPREC_OPTIM_KERNELS_H
 #define MIXPREC_OPTIM_KERNELS_H
 
@@ -42,7 +43,9 @@ static inline float sgd_elem(float w, float g, float *buf, const mp_sgd_coef *c)
 static inline float adamw_elem(float w, float g, float *m, float *v, const mp_adamw_coef *c) {
     w = w * c->decay;                              /* param.mul_(1 - lr * wd) */
     const float mm = fmaf(c->w1, g - *m, *m);      /* exp_avg.lerp_(grad, 1 - beta1) */
-    const float vv = *v * c->beta2 + c->c2 * g * g; /* exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1-beta2) */
+    /* exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1-beta2): PyTorch's kernel computes
+     * self + value * t1 * t2, which its GCC build fuses into fma(value * t1, t2, self) */
+    const float vv = fmaf(c->c2 * g, g, *v * c->beta2);
     *m = mm;
     *v = vv;
     const float denom = sqrtf(vv) / c->bc2_sqrt + c->eps;

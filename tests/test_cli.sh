@@ -19,7 +19,7 @@ has() { if printf '%s\n' "$1" | grep -qE -- "$2"; then ok; else fail "expected /
 one_line() { if [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && [ -n "$err" ]; then ok; else fail "expected a one-line error, got: $err"; fi; }
 
 expect 0 "$M" --version && has "$out" '^mixprec 0\.1\.0'
-expect 0 "$M" --help && has "$out" 'formats' && has "$out" 'cast'
+expect 0 "$M" --help && has "$out" 'formats' && has "$out" 'cast' && has "$out" 'scaler-sim'
 expect 2 "$M" && has "$out" 'usage'
 expect 2 "$M" frobnicate && one_line && has "$err" "unknown command 'frobnicate'"
 expect 0 "$M" cast --help && has "$out" 'usage: mixprec cast'
@@ -71,7 +71,44 @@ expect 2 "$M" formats --yaml && one_line
 # bench runs and reports every op
 expect 0 "$M" bench convert --n 1000 --reps 3 --json && has "$out" '"op": "f32->bf16\+stats"' && has "$out" '"op": "copy"'
 expect 2 "$M" bench convert --n 0 && one_line
+expect 0 "$M" bench unscale --n 4096 --reps 3 --json && has "$out" '"op": "unscale fp16"'
 expect 2 "$M" bench nothing && one_line
+
+# scaler-sim: the scale column follows GradScaler's rule on the found_inf column,
+# and the counts agree with the rows
+expect 0 "$M" scaler-sim --steps 600 --n 2048 --growth-interval 50 --json
+if printf '%s' "$out" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+rows, summ, cfg = d["steps"], d["summary"], d["config"]
+assert len(rows) == 600 and cfg["growth_interval"] == 50
+scale, tracker = cfg["init_scale"], 0
+for r in rows:
+    assert r["scale"] == scale, (r["step"], r["scale"], scale)
+    assert r["found_inf"] == (r["overflow"] > 0)
+    assert 0 <= r["underflow"] <= 1 and 0 <= r["subnormal"] <= 1
+    if r["found_inf"]:
+        scale, tracker = scale * 0.5, 0
+    else:
+        tracker += 1
+        if tracker == 50:
+            scale, tracker = scale * 2, 0
+assert summ["final_scale"] == scale
+assert summ["skipped"] == sum(r["found_inf"] for r in rows) > 0
+assert summ["growths"] > 0 and summ["mean_underflow_unscaled"] > summ["mean_underflow"]
+'; then ok; else fail "scaler-sim --json replay"; fi
+expect 0 "$M" scaler-sim --steps 100 --n 512 --csv
+has "$out" '^step,scale,found_inf,spike,underflow,subnormal,overflow,underflow_unscaled$'
+if [ "$(printf '%s\n' "$out" | wc -l)" -eq 101 ]; then ok; else fail "csv rows"; fi
+expect 0 "$M" scaler-sim --steps 300 --n 1024
+has "$out" '^steps 300, skipped [0-9]+, growths'
+has "$out" 'with loss scaling'
+# a floor with overflow that never stops: reported, exit 1
+expect 1 "$M" scaler-sim --steps 200 --n 256 --start 1e3 --end 1e3 --min-scale 1 --init-scale 4
+has "$out" 'stopped: loss scale already at minimum'
+expect 2 "$M" scaler-sim --growth-factor 0.5 && one_line && has "$err" 'growth_factor'
+expect 2 "$M" scaler-sim --steps x && one_line
+expect 2 "$M" scaler-sim --json --csv && one_line
 
 # the ISA cap is honoured
 MIXPREC_ISA=scalar expect 0 "$M" --version && has "$out" 'cpu path: scalar'

@@ -34,7 +34,7 @@ static void ref_sgd(float *w, const float *g, float *buf, size_t n, int first, d
 
 /* torch.optim.AdamW, _single_tensor_adamw: param.mul_(1 - lr*wd);
  * exp_avg.lerp_(grad, 1-beta1) (fmadd(w, end-start, start) for w < 0.5);
- * exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2);
+ * exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1-beta2) (fused as fma(value*g, g, v));
  * denom = exp_avg_sq.sqrt() / sqrt(bc2) + eps; param.addcdiv_(exp_avg, denom, value=-lr/bc1). */
 static void ref_adamw(float *w, const float *g, float *m, float *v, size_t n, int step, double lr, double b1, double b2,
                       double eps, double wd) {
@@ -42,7 +42,7 @@ static void ref_adamw(float *w, const float *g, float *m, float *v, size_t n, in
     for (size_t i = 0; i < n; i++) {
         w[i] *= (float)(1 - lr * wd);
         m[i] = fmaf((float)(1 - b1), g[i] - m[i], m[i]);
-        v[i] = v[i] * (float)b2 + (float)(1 - b2) * g[i] * g[i];
+        v[i] = fmaf((float)(1 - b2) * g[i], g[i], v[i] * (float)b2); /* self + value*t1*t2, fused */
         const float denom = sqrtf(v[i]) / (float)sqrt(bc2) + (float)eps;
         w[i] = w[i] + (float)(-(lr / bc1)) * m[i] / denom;
     }

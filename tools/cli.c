@@ -52,3 +52,29 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
     }
     return argv[++*i];
 }
+
+int cli_scaler_option(const char *cmd, int argc, char **argv, int *i, mp_scaler_config *c) {
+    static const char *const floats[] = {"--init-scale", "--growth-factor", "--backoff-factor", "--min-scale",
+                                         "--max-scale"};
+    float *const fdst[] = {&c->init_scale, &c->growth_factor, &c->backoff_factor, &c->min_scale, &c->max_scale};
+    for (int k = 0; k < 5; k++)
+        if (strcmp(argv[*i], floats[k]) == 0) {
+            const char *v = cli_value(cmd, argc, argv, i);
+            if (!v) return CLI_USAGE;
+            if (cli_parse_float(v, fdst[k]) != 0) return cli_usage_error(cmd, "%s wants a number, not '%s'", floats[k], v);
+            return 1;
+        }
+    static const char *const ints[] = {"--growth-interval", "--hysteresis"};
+    int *const idst[] = {&c->growth_interval, &c->hysteresis};
+    for (int k = 0; k < 2; k++)
+        if (strcmp(argv[*i], ints[k]) == 0) {
+            const char *v = cli_value(cmd, argc, argv, i);
+            long x;
+            if (!v) return CLI_USAGE;
+            if (cli_parse_long(v, 1, 1L << 30, &x) != 0)
+                return cli_usage_error(cmd, "%s wants a whole number >= 1, not '%s'", ints[k], v);
+            *idst[k] = (int)x;
+            return 1;
+        }
+    return 0;
+}

@@ -14,7 +14,7 @@ typedef struct cli_command {
     int (*run)(int argc, char **argv);  /* argv[0] is the command name */
 } cli_command;
 
-extern const cli_command cmd_formats, cmd_cast, cmd_bench;
+extern const cli_command cmd_formats, cmd_cast, cmd_bench, cmd_scaler_sim;
 
 /* Prints "mixprec NAME: MESSAGE" to stderr and returns CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -28,5 +28,19 @@ int cli_parse_long(const char *s, long lo, long hi, long *out);
 
 /* The value that follows option argv[*i], or NULL (after an error message) if none. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+
+/* The loss-scaler options shared by commands that run a scaler:
+ * --init-scale --growth-interval --growth-factor --backoff-factor --hysteresis
+ * --min-scale --max-scale. Returns 1 if argv[*i] was one (value consumed),
+ * 0 if it is not, CLI_USAGE (after a message) on a bad value. */
+int cli_scaler_option(const char *cmd, int argc, char **argv, int *i, mp_scaler_config *c);
+#define CLI_SCALER_HELP                                                                      \
+    "  --init-scale S         initial loss scale (65536)\n"                                   \
+    "  --growth-interval N    clean steps before the scale grows (2000)\n"                    \
+    "  --growth-factor F      growth multiplier, > 1 (2)\n"                                   \
+    "  --backoff-factor F     multiplier on overflow, in (0, 1) (0.5)\n"                      \
+    "  --hysteresis N         overflows tolerated before backing off (1 = PyTorch)\n"         \
+    "  --min-scale S          floor for the scale (0 = none)\n"                               \
+    "  --max-scale S          ceiling for the scale (0 = none)\n"
 
 #endif

@@ -12,12 +12,16 @@
 #include "cli.h"
 
 static const char usage[] =
-    "usage: mixprec bench convert [--n N] [--reps R] [--json]\n\n"
-    "Times bulk conversions on N elements (default 16777216: a 64 MiB fp32 array)\n"
-    "and a plain memory copy on the same threads. Each is run R times (default 15)\n"
-    "after a warm-up; the median is reported, with bandwidth counted as bytes read\n"
-    "plus bytes written, and 'vs copy' = time / time of a copy moving as many bytes.\n\n"
-    "  --n N      elements per array\n"
+    "usage: mixprec bench convert|unscale [--n N] [--reps R] [--json]\n\n"
+    "convert  times bulk conversions on N elements (default 16777216: a 64 MiB\n"
+    "         fp32 array)\n"
+    "unscale  times the fused unscale + inf/NaN check (mp_unscale_check) in place\n"
+    "         on 64 MiB buffers: N fp32 and 2N fp16 / bf16 elements\n\n"
+    "Each is run R times (default 15) after a warm-up, next to a plain memory copy\n"
+    "on the same threads; the median is reported, with bandwidth counted as bytes\n"
+    "read plus bytes written, and 'vs copy' = time / time of a copy moving as many\n"
+    "bytes.\n\n"
+    "  --n N      elements (of fp32)\n"
     "  --reps R   timed repetitions\n"
     "  --json     one JSON object\n";
 
@@ -58,21 +62,46 @@ static double median_seconds(int reps, double *t) {
     return reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
 }
 
-static int bench_convert(int argc, char **argv) {
-    long n = 1L << 24, reps = 15;
-    int json = 0;
+typedef struct {
+    long n, reps;
+    int json;
+} bench_opts;
+
+static int parse_opts(int argc, char **argv, bench_opts *o) {
+    o->n = 1L << 24, o->reps = 15, o->json = 0;
     for (int i = 2; i < argc; i++) {
         const char *v;
-        if (cli_is_help(&cmd_bench, argv[i])) return 0;
-        if (strcmp(argv[i], "--json") == 0) json = 1;
+        if (cli_is_help(&cmd_bench, argv[i])) return -1;
+        if (strcmp(argv[i], "--json") == 0) o->json = 1;
         else if (strcmp(argv[i], "--n") == 0) {
             if (!(v = cli_value("bench", argc, argv, &i))) return CLI_USAGE;
-            if (cli_parse_long(v, 1, 1L << 31, &n)) return cli_usage_error("bench", "--n wants 1 .. 2^31, not '%s'", v);
+            if (cli_parse_long(v, 1, 1L << 31, &o->n)) return cli_usage_error("bench", "--n wants 1 .. 2^31, not '%s'", v);
         } else if (strcmp(argv[i], "--reps") == 0) {
             if (!(v = cli_value("bench", argc, argv, &i))) return CLI_USAGE;
-            if (cli_parse_long(v, 1, 10000, &reps)) return cli_usage_error("bench", "--reps wants 1 .. 10000, not '%s'", v);
+            if (cli_parse_long(v, 1, 10000, &o->reps)) return cli_usage_error("bench", "--reps wants 1 .. 10000, not '%s'", v);
         } else return cli_usage_error("bench", "unknown option '%s'", argv[i]);
     }
+    return 0;
+}
+
+/* Median time of `reps` copies of `bytes` on nt threads. */
+static double time_copy(void *dst, const void *src, size_t bytes, long reps, double *t) {
+    const int nt = mp_get_threads();
+    copy_threads(dst, src, bytes, nt);
+    for (long r = 0; r < reps; r++) {
+        const double t0 = now();
+        copy_threads(dst, src, bytes, nt);
+        t[r] = now() - t0;
+    }
+    return median_seconds((int)reps, t);
+}
+
+static int bench_convert(int argc, char **argv) {
+    bench_opts o;
+    int rc = parse_opts(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    const long n = o.n, reps = o.reps;
+    const int json = o.json;
     const size_t bytes = (size_t)n * 4, alloc = (bytes + 63) & ~(size_t)63; /* aligned_alloc wants multiples */
     float *f32 = aligned_alloc(64, alloc), *f32b = aligned_alloc(64, alloc);
     uint16_t *h = aligned_alloc(64, alloc);
@@ -91,13 +120,7 @@ static int bench_convert(int argc, char **argv) {
     memset(f32b, 0, bytes);
     mp_convert(h, MP_F16, f32, MP_F32, (size_t)n, NULL);
     const int nt = mp_get_threads();
-    copy_threads(f32b, f32, bytes, nt);
-    for (long r = 0; r < reps; r++) {
-        const double t0 = now();
-        copy_threads(f32b, f32, bytes, nt);
-        t[r] = now() - t0;
-    }
-    const double copy_s = median_seconds((int)reps, t), copy_traffic = 2.0 * (double)bytes;
+    const double copy_s = time_copy(f32b, f32, bytes, reps, t), copy_traffic = 2.0 * (double)bytes;
     if (json)
         printf("{\"bench\": \"convert\", \"n\": %ld, \"threads\": %d, \"isa\": \"%s\", \"reps\": %ld, \"results\": [\n"
                "  {\"op\": \"copy\", \"median_s\": %.6e, \"gbps\": %.3f}",
@@ -131,11 +154,70 @@ static int bench_convert(int argc, char **argv) {
     return 0;
 }
 
+/* In-place unscale of 64 MiB (by default) fp32, fp16 and bf16 gradient buffers.
+ * The scale alternates 2^-16 / 2^16 so the values stay where they started. */
+static int bench_unscale(int argc, char **argv) {
+    bench_opts o;
+    int rc = parse_opts(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    const size_t bytes = (size_t)o.n * 4, alloc = (bytes + 63) & ~(size_t)63;
+    float *buf = aligned_alloc(64, alloc), *tmp = aligned_alloc(64, alloc);
+    double *t = malloc((size_t)o.reps * sizeof *t);
+    if (!buf || !tmp || !t) {
+        fprintf(stderr, "mixprec bench: out of memory for %ld elements\n", o.n);
+        free(buf); free(tmp); free(t);
+        return 1;
+    }
+    memset(tmp, 0, bytes);
+    const double copy_s = time_copy(tmp, buf, bytes, o.reps, t);
+    static const mp_dtype types[3] = {MP_F32, MP_F16, MP_BF16};
+    if (o.json)
+        printf("{\"bench\": \"unscale\", \"bytes\": %zu, \"threads\": %d, \"isa\": \"%s\", \"reps\": %ld, \"results\": [\n"
+               "  {\"op\": \"copy\", \"median_s\": %.6e, \"gbps\": %.3f}",
+               bytes, mp_get_threads(), mp_isa_name(mp_cpu_isa()), o.reps, copy_s, 2.0 * (double)bytes / copy_s * 1e-9);
+    else
+        printf("bench unscale: %.0f MiB buffers, in place, %d thread(s), path %s, median of %ld\n\n"
+               "%-16s %10s %10s %9s\n%-16s %10.3f %10.2f %9s\n",
+               (double)bytes / (1 << 20), mp_get_threads(), mp_isa_name(mp_cpu_isa()), o.reps, "op", "ms", "GB/s",
+               "vs copy", "copy", copy_s * 1e3, 2.0 * (double)bytes / copy_s * 1e-9, "1.00");
+    for (int k = 0; k < 3; k++) {
+        const size_t n = bytes / mp_format(types[k])->size;
+        uint64_t s = 0x9e3779b97f4a7c15ull;
+        for (size_t i = 0; i < (size_t)o.n; i++) { /* scaled-gradient-like values */
+            s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+            tmp[i] = (float)((double)(int32_t)(s >> 32) * 0x1p-31 * 8.0);
+        }
+        if (types[k] == MP_F32) memcpy(buf, tmp, bytes);
+        else
+            for (size_t h = 0; h < 2; h++) mp_convert((uint16_t *)buf + h * (size_t)o.n, types[k], tmp, MP_F32, (size_t)o.n, NULL);
+        int found = 0;
+        mp_unscale_check(buf, types[k], n, 0x1p-16f, &found);
+        mp_unscale_check(buf, types[k], n, 0x1p16f, &found);
+        for (long r = 0; r < o.reps; r++) {
+            const double t0 = now();
+            mp_unscale_check(buf, types[k], n, r % 2 ? 0x1p16f : 0x1p-16f, &found);
+            t[r] = now() - t0;
+        }
+        const double med = median_seconds((int)o.reps, t);
+        char name[32];
+        snprintf(name, sizeof name, "unscale %s", mp_format(types[k])->name);
+        if (o.json)
+            printf(",\n  {\"op\": \"%s\", \"n\": %zu, \"median_s\": %.6e, \"gbps\": %.3f, \"vs_copy\": %.3f, \"found_inf\": %d}",
+                   name, n, med, 2.0 * (double)bytes / med * 1e-9, med / copy_s, found);
+        else
+            printf("%-16s %10.3f %10.2f %9.2f\n", name, med * 1e3, 2.0 * (double)bytes / med * 1e-9, med / copy_s);
+    }
+    if (o.json) printf("\n]}\n");
+    free(buf); free(tmp); free(t);
+    return 0;
+}
+
 static int run(int argc, char **argv) {
-    if (argc < 2) return cli_usage_error("bench", "which benchmark? (convert)");
+    if (argc < 2) return cli_usage_error("bench", "which benchmark? (convert, unscale)");
     if (cli_is_help(&cmd_bench, argv[1])) return 0;
     if (strcmp(argv[1], "convert") == 0) return bench_convert(argc, argv);
-    return cli_usage_error("bench", "unknown benchmark '%s' (convert)", argv[1]);
+    if (strcmp(argv[1], "unscale") == 0) return bench_unscale(argc, argv);
+    return cli_usage_error("bench", "unknown benchmark '%s' (convert, unscale)", argv[1]);
 }
 
 const cli_command cmd_bench = {"bench", "time mixprec's kernels (make bench compares them with peers)", usage, run};

@@ -4,7 +4,7 @@
 
 #include "cli.h"
 
-static const cli_command *const commands[] = {&cmd_formats, &cmd_cast, &cmd_bench};
+static const cli_command *const commands[] = {&cmd_formats, &cmd_cast, &cmd_scaler_sim, &cmd_bench};
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
 static void help(void) {
@@ -12,7 +12,7 @@ static void help(void) {
            "usage: mixprec COMMAND [options]\n       mixprec COMMAND --help\n       mixprec --version\n\n"
            "commands:\n",
            mp_version());
-    for (size_t i = 0; i < NCOMMANDS; i++) printf("  %-9s %s\n", commands[i]->name, commands[i]->summary);
+    for (size_t i = 0; i < NCOMMANDS; i++) printf("  %-11s %s\n", commands[i]->name, commands[i]->summary);
     printf("\nenvironment: MIXPREC_ISA=scalar|avx2|avx512|avx512bf16 caps the CPU path (now: %s),\n"
            "             MIXPREC_THREADS=N sets the number of threads (now: %d)\n",
            mp_isa_name(mp_cpu_isa()), mp_get_threads());
