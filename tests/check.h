@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mixprec/mixprec.h"
+
 static long check_failures;
 
 #define CHECK(cond, ...)                                                        \
@@ -40,6 +42,18 @@ static inline int check_report(const char *name) {
 
 static inline uint32_t f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+
+/* Element i of a buffer of any format, as fp32 (exact). */
+static inline float elem_f32(const void *p, mp_dtype t, size_t i) {
+    switch (t) {
+    case MP_F32: return ((const float *)p)[i];
+    case MP_F16: return mp_f16_to_f32(((const uint16_t *)p)[i]);
+    case MP_BF16: return mp_bf16_to_f32(((const uint16_t *)p)[i]);
+    case MP_E4M3: return mp_e4m3_to_f32(((const uint8_t *)p)[i]);
+    case MP_E5M2: return mp_e5m2_to_f32(((const uint8_t *)p)[i]);
+    }
+    return 0.0f / 0.0f;
+}
 
 /* The inputs of the quick sample: every 251st bit pattern, plus every pattern
  * whose low 12 bits are zero (which holds all fp16 and bf16 rounding ties). */

@@ -170,17 +170,6 @@ static void check_stats_independent(void) {
     free(x); free(y);
 }
 
-static float elem_f32(const void *p, mp_dtype t, size_t i) {
-    switch (t) {
-    case MP_F32: return ((const float *)p)[i];
-    case MP_F16: return mp_f16_to_f32(((const uint16_t *)p)[i]);
-    case MP_BF16: return mp_bf16_to_f32(((const uint16_t *)p)[i]);
-    case MP_E4M3: return mp_e4m3_to_f32(((const uint8_t *)p)[i]);
-    case MP_E5M2: return mp_e5m2_to_f32(((const uint8_t *)p)[i]);
-    }
-    return NAN;
-}
-
 static uint32_t narrow_code(float v, mp_dtype t) {
     switch (t) {
     case MP_F32: return f2u(v);

@@ -231,17 +231,6 @@ static void check_blob(void) {
 
 /* ---- unscale ---- */
 
-static float elem(const void *p, mp_dtype t, size_t i) {
-    switch (t) {
-    case MP_F32: return ((const float *)p)[i];
-    case MP_F16: return mp_f16_to_f32(((const uint16_t *)p)[i]);
-    case MP_BF16: return mp_bf16_to_f32(((const uint16_t *)p)[i]);
-    case MP_E4M3: return mp_e4m3_to_f32(((const uint8_t *)p)[i]);
-    case MP_E5M2: return mp_e5m2_to_f32(((const uint8_t *)p)[i]);
-    }
-    return NAN;
-}
-
 static void check_unscale(void) {
     const size_t sizes[] = {1, 15, 16, 33, 1000, (1u << 19) + 7};
     const float inv = (float)(1.0 / 65536.0);
@@ -262,7 +251,7 @@ static void check_unscale(void) {
             CHECK(mp_unscale_check(buf, dt, n, inv, &found) == MP_OK && found == 0, "%s n=%zu clean", mp_format(dt)->name, n);
             long bad = 0;
             for (size_t i = 0; i < n; i++) {
-                const float want = elem(orig, dt, i) * inv;
+                const float want = elem_f32(orig, dt, i) * inv;
                 uint8_t tmp[4];
                 mp_convert(tmp, dt, &want, MP_F32, 1, NULL);
                 bad += memcmp(buf + i * es, tmp, es) != 0;
