@@ -88,6 +88,31 @@ typedef struct mp_optim_kernels {
 } mp_optim_kernels;
 
 extern const mp_optim_kernels mp_optim_scalar;
+
+/* A GEMM micro-architecture: packing routines and a micro-kernel computing an
+ * mr x nr tile of C from packed panels, plus its cache blocking. Packed A
+ * micro-panel: for each group of kpack k values, mr rows of kpack values;
+ * packed B micro-panel: for each group, nr columns of kpack values; both zero
+ * padded to whole groups, rows and columns. esize: bytes of one packed value. */
+typedef struct mp_gemm_kernel {
+    const char *name;
+    int mr, nr, kpack;
+    size_t kc, mc, nc, esize;
+    /* one micro-panel of op(A): rows [i0, i0+rows) (rows <= mr), k [p0, p0+kc) */
+    void (*pack_a)(void *dst, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0,
+                   size_t kc);
+    /* one micro-panel of op(B): k [p0, p0+kc), columns [j0, j0+cols) (cols <= nr) */
+    void (*pack_b)(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc, size_t j0,
+                   size_t cols);
+    /* C[0..mr)[0..nr) = alpha * A.B + beta * C (beta == 0: C not read), kc k values */
+    void (*micro)(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta);
+} mp_gemm_kernel;
+
+extern const mp_gemm_kernel mp_gemm_scalar;
+void mp_gemm_pack_a_f32(void *dst, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows,
+                        size_t p0, size_t kc, int mr);
+void mp_gemm_pack_b_f32(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc,
+                        size_t j0, size_t cols, int nr);
 #if defined(__x86_64__) || defined(_M_X64)
 #define MP_X86 1
 extern const mp_convert_kernels mp_convert_avx2;
@@ -95,6 +120,11 @@ extern const mp_convert_kernels mp_convert_avx512;
 extern const mp_convert_kernels mp_convert_avx512bf16;
 extern const mp_unscale_kernels mp_unscale_avx512;
 extern const mp_optim_kernels mp_optim_avx512;
+extern const mp_gemm_kernel mp_gemm_avx512;
+extern const mp_gemm_kernel mp_gemm_avx512bf16;
+/* Peak loops: iters x 20 independent 16-lane FMAs (vdpbf16ps: 32 multiply-adds). */
+double mp_peak_fma_avx512(uint64_t iters);
+double mp_peak_dpbf16_avx512(uint64_t iters);
 #endif
 
 #endif

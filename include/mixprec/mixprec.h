@@ -13,6 +13,7 @@
 #include "cpu.h"
 #include "scaler.h"
 #include "optim.h"
+#include "gemm.h"
 
 #ifdef __cplusplus
 extern "C" {

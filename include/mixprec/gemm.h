@@ -1,0 +1,55 @@
+/* mixprec/gemm.h - matrix multiply with half or fp32 inputs, fp32 accumulation.
+ *
+ *   C = alpha * op(A) * op(B) + beta * C       (row-major, like cblas with CblasRowMajor)
+ *
+ * op(A) is m x k: A itself (m x k, row stride lda) or, with trans_a, the
+ * transpose of A stored k x m. op(B) is k x n likewise. a/b may be fp32, fp16 or
+ * bf16, independently; c is fp32, fp16 or bf16. Products are summed in fp32;
+ * a half C receives the exact round-to-nearest-even conversion of the fp32
+ * result, and c_stats (if not NULL) counts underflow/subnormal/overflow/NaN of
+ * that store as mp_convert does. beta == 0 means C is not read (NaN in it is
+ * overwritten); alpha == 0 means A and B are not read.
+ *
+ * Numerics of the fast paths (docs/GEMM.md):
+ *  - fp32 and fp16 inputs (and mixed pairs) are converted exactly to fp32 while
+ *    packing; each C element is a sequence of fp32 fused multiply-adds in k
+ *    order within a block of KC (256) values of k; blocks are added to C in
+ *    order. For k <= 256 the result equals mp_gemm_ref bit for bit.
+ *  - bf16 x bf16 on CPUs with AVX512_BF16 uses vdpbf16ps: it adds two products
+ *    at a time to the fp32 accumulator, treats bf16 subnormal inputs
+ *    (|x| < 2^-126) as zero and flushes fp32 subnormal results to zero. The
+ *    products of two bf16 values are exact in fp32, so the result differs from
+ *    mp_gemm_ref only in rounding order (within (k/2 + 2) ulp-weighted terms,
+ *    see docs/GEMM.md) and in those flushed subnormals.
+ */
+#ifndef MIXPREC_GEMM_H
+#define MIXPREC_GEMM_H
+
+#include <stddef.h>
+
+#include "convert.h"
+#include "format.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k,
+                  float alpha, const void *a, mp_dtype a_type, size_t lda,
+                           const void *b, mp_dtype b_type, size_t ldb,
+                  float beta,        void *c, mp_dtype c_type, size_t ldc,
+                  mp_convert_stats *c_stats /* may be NULL */);
+
+/* The same with plain loops: for each C element, acc = 0; acc = fmaf(a, b, acc)
+ * in k order; then alpha/beta; then the store. For tests and as the definition. */
+mp_status mp_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k,
+                      float alpha, const void *a, mp_dtype a_type, size_t lda,
+                               const void *b, mp_dtype b_type, size_t ldb,
+                      float beta,        void *c, mp_dtype c_type, size_t ldc,
+                      mp_convert_stats *c_stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

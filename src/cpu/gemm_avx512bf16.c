@@ -1,0 +1,110 @@
+/* gemm_avx512bf16.c - bf16 x bf16 GEMM with vdpbf16ps: a 12 x 32 tile of C in
+ * 24 zmm accumulators; per pair of k values, two loads of packed B (32
+ * columns x 2 k each... 16 columns per register) and twelve broadcasts of an A
+ * pair feed 24 vdpbf16ps (each adds two products per lane). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "../internal.h"
+
+enum { MR = 12, NR = 32 };
+
+/* A micro-panel: for each k pair q, MR rows of (A[i][2q], A[i][2q+1]) as 32 bits. */
+static void pack_a(void *dst, // (kc/2, MR) bf16 pairs
+                   const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0, size_t kc) {
+    (void)t;
+    const uint16_t *A = a;
+    uint16_t *d = dst;
+    const size_t kp = (kc + 1) / 2;
+    if (!trans && rows == MR && kc % 2 == 0) { /* pairs are adjacent in a row: 32-bit copies */
+        uint32_t *d32 = dst;
+        for (size_t i = 0; i < MR; i++) {
+            const uint16_t *row = A + (i0 + i) * lda + p0;
+            for (size_t q = 0; q < kp; q++) memcpy(&d32[q * MR + i], row + 2 * q, 4);
+        }
+        return;
+    }
+    for (size_t q = 0; q < kp; q++)
+        for (size_t i = 0; i < MR; i++) {
+            uint16_t lo = 0, hi = 0;
+            if (i < rows) {
+                const size_t p = p0 + 2 * q;
+                lo = trans ? A[p * lda + i0 + i] : A[(i0 + i) * lda + p];
+                if (2 * q + 1 < kc) hi = trans ? A[(p + 1) * lda + i0 + i] : A[(i0 + i) * lda + p + 1];
+            }
+            d[(q * MR + i) * 2] = lo;
+            d[(q * MR + i) * 2 + 1] = hi;
+        }
+}
+
+/* B micro-panel: for each k pair q, NR columns of (B[2q][j], B[2q+1][j]). */
+static void pack_b(void *dst, // (kc/2, NR) bf16 pairs
+                   const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc, size_t j0, size_t cols) {
+    (void)t;
+    const uint16_t *B = b;
+    uint16_t *d = dst;
+    const size_t kp = (kc + 1) / 2;
+    if (!trans && cols == NR) {
+        /* two rows of 32 interleaved with vpermt2w */
+        const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7,
+                                                38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+        const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+        for (size_t q = 0; q < kp; q++) {
+            const size_t p = p0 + 2 * q;
+            const __m512i r0 = _mm512_loadu_si512(B + p * ldb + j0);
+            const __m512i r1 = 2 * q + 1 < kc ? _mm512_loadu_si512(B + (p + 1) * ldb + j0) : _mm512_setzero_si512();
+            _mm512_store_si512(d + q * NR * 2, _mm512_permutex2var_epi16(r0, lo_idx, r1));
+            _mm512_store_si512(d + q * NR * 2 + 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
+        }
+        return;
+    }
+    for (size_t q = 0; q < kp; q++)
+        for (size_t j = 0; j < NR; j++) {
+            uint16_t lo = 0, hi = 0;
+            if (j < cols) {
+                const size_t p = p0 + 2 * q;
+                lo = trans ? B[(j0 + j) * ldb + p] : B[p * ldb + j0 + j];
+                if (2 * q + 1 < kc) hi = trans ? B[(j0 + j) * ldb + p + 1] : B[(p + 1) * ldb + j0 + j];
+            }
+            d[(q * NR + j) * 2] = lo;
+            d[(q * NR + j) * 2 + 1] = hi;
+        }
+}
+
+static inline __m512 finish(__m512 acc, __m512 va, float beta, const float *c) {
+    if (beta == 0.0f) return _mm512_mul_ps(va, acc);
+    return _mm512_fmadd_ps(va, acc, _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_loadu_ps(c)));
+}
+
+static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, ldc) fp32
+                  size_t ldc, float alpha, float beta) {
+    const uint32_t *A = ap;
+    const uint16_t *B = bp;
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
+           c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00, c80 = c00,
+           c81 = c00, c90 = c00, c91 = c00, ca0 = c00, ca1 = c00, cb0 = c00, cb1 = c00;
+    for (size_t q = 0; q < kc / 2; q++, A += MR, B += NR * 2) {
+        const __m512bh b0 = (__m512bh)_mm512_load_si512(B), b1 = (__m512bh)_mm512_load_si512(B + 32);
+        _mm_prefetch((const char *)(B + 8 * NR * 2), _MM_HINT_T0);
+        _mm_prefetch((const char *)(B + 8 * NR * 2 + 32), _MM_HINT_T0);
+        __m512bh a;
+#define ROW(r, x0, x1)                                  \
+    a = (__m512bh)_mm512_set1_epi32((int)A[r]);         \
+    x0 = _mm512_dpbf16_ps(x0, a, b0);                   \
+    x1 = _mm512_dpbf16_ps(x1, a, b1);
+        ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21) ROW(3, c30, c31) ROW(4, c40, c41) ROW(5, c50, c51)
+        ROW(6, c60, c61) ROW(7, c70, c71) ROW(8, c80, c81) ROW(9, c90, c91) ROW(10, ca0, ca1) ROW(11, cb0, cb1)
+#undef ROW
+    }
+    const __m512 va = _mm512_set1_ps(alpha);
+#define STORE(r, x0, x1)                                                   \
+    _mm512_storeu_ps(c + (r) * ldc, finish(x0, va, beta, c + (r) * ldc));  \
+    _mm512_storeu_ps(c + (r) * ldc + 16, finish(x1, va, beta, c + (r) * ldc + 16));
+    STORE(0, c00, c01) STORE(1, c10, c11) STORE(2, c20, c21) STORE(3, c30, c31) STORE(4, c40, c41)
+    STORE(5, c50, c51) STORE(6, c60, c61) STORE(7, c70, c71) STORE(8, c80, c81) STORE(9, c90, c91)
+    STORE(10, ca0, ca1) STORE(11, cb0, cb1)
+#undef STORE
+}
+
+/* kc counts k values (pairs: 256 pairs = 32 KiB of B micro-panel) */
+const mp_gemm_kernel mp_gemm_avx512bf16 = {"avx512bf16-dpbf16", MR, NR, 2, 4096, 96, 3072, 2, pack_a, pack_b, micro};

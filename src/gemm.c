@@ -1,0 +1,293 @@
+/* gemm.c - C = alpha * op(A) op(B) + beta * C with fp32 accumulation.
+ *
+ * BLIS structure: for each NC-column block of B, for each KC-deep slice, pack
+ * the slice of B into NR-wide micro-panels (shared by the threads), then each
+ * thread takes MC-row blocks of A, packs them into MR-row micro-panels and runs
+ * the micro-kernel over every MR x NR tile. Half inputs are converted to fp32
+ * (or, for the bf16 dot-product kernel, paired) while packing; panels are zero
+ * padded so edge tiles run the same micro-kernel into a scratch tile. */
+#define _DEFAULT_SOURCE // madvise
+#include <math.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "internal.h"
+
+/* ---- the reference: plain loops ---- */
+
+static float load_f32(const void *p, mp_dtype t, size_t i) {
+    switch (t) {
+    case MP_F16: return mp_f16_to_f32(((const uint16_t *)p)[i]);
+    case MP_BF16: return mp_bf16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* The final value of a C element from its fp32 accumulator. */
+static inline float apply_ab(float acc, float alpha, float beta, float c_old) {
+    return beta == 0.0f ? alpha * acc : fmaf(alpha, acc, beta * c_old);
+}
+
+static mp_status check_args(const char *fn, int trans_a, int trans_b, size_t m, size_t n, size_t k, const void *a,
+                            mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, const void *c, mp_dtype ct,
+                            size_t ldc) {
+    const mp_dtype ts[3] = {at, bt, ct};
+    for (int i = 0; i < 3; i++)
+        if (ts[i] != MP_F32 && ts[i] != MP_F16 && ts[i] != MP_BF16)
+            return mp_error(MP_EINVAL, "%s: %c must be fp32, fp16 or bf16 (dtype %d)", fn, "abc"[i], (int)ts[i]);
+    if (m && n && !c) return mp_error(MP_EINVAL, "%s: C is NULL", fn);
+    if (m && n && k && (!a || !b)) return mp_error(MP_EINVAL, "%s: A or B is NULL", fn);
+    if (ldc < n || lda < (trans_a ? m : k) || ldb < (trans_b ? k : n))
+        return mp_error(MP_EINVAL, "%s: leading dimension too small (lda %zu, ldb %zu, ldc %zu for m %zu n %zu k %zu)",
+                        fn, lda, ldb, ldc, m, n, k);
+    return MP_OK;
+}
+
+/* Stores one row of fp32 results into C (any format) with statistics. */
+static void store_row(void *c, mp_dtype ct, size_t ldc, size_t i, const float *row, size_t n, mp_convert_stats *st) {
+    mp_convert((uint8_t *)c + i * ldc * mp_format(ct)->size, ct, row, MP_F32, n, st);
+}
+
+mp_status mp_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a, mp_dtype at,
+                      size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c, mp_dtype ct, size_t ldc,
+                      mp_convert_stats *st) {
+    mp_status s = check_args("mp_gemm_ref", trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, c, ct, ldc);
+    if (s != MP_OK || m == 0 || n == 0) return s;
+    float *row = malloc(n * sizeof *row);
+    if (!row) return mp_error(MP_ENOMEM, "mp_gemm_ref: out of memory");
+    for (size_t i = 0; i < m; i++) {
+        for (size_t j = 0; j < n; j++) {
+            float acc = 0.0f;
+            if (alpha != 0.0f)
+                for (size_t p = 0; p < k; p++)
+                    acc = fmaf(load_f32(a, at, trans_a ? p * lda + i : i * lda + p),
+                               load_f32(b, bt, trans_b ? j * ldb + p : p * ldb + j), acc);
+            row[j] = apply_ab(acc, alpha, beta, beta == 0.0f ? 0.0f : load_f32(c, ct, i * ldc + j));
+        }
+        store_row(c, ct, ldc, i, row, n, st);
+    }
+    free(row);
+    return MP_OK;
+}
+
+/* ---- packing to fp32 (any input format), shared by the fp32 kernels ---- */
+
+/* Converts `len` values at stride 1 starting at element `off` of p into out. */
+static void run_f32(float *out, const void *p, mp_dtype t, size_t off, size_t len) {
+    mp_convert(out, MP_F32, (const uint8_t *)p + off * mp_format(t)->size, t, len, NULL);
+}
+
+void mp_gemm_pack_a_f32(void *dst, // (kc, mr) fp32
+                        const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0,
+                        size_t kc, int mr) {
+    float *d = dst;
+    if (trans) { /* op(A)[i][p] = A[p][i]: rows of A are runs over i */
+        for (size_t p = 0; p < kc; p++) {
+            run_f32(d + p * (size_t)mr, a, t, (p0 + p) * lda + i0, rows);
+            for (size_t i = rows; i < (size_t)mr; i++) d[p * (size_t)mr + i] = 0.0f;
+        }
+        return;
+    }
+    float run[512];
+    for (size_t i = 0; i < (size_t)mr; i++)
+        for (size_t q = 0; q < kc; q += 512) {
+            const size_t len = kc - q < 512 ? kc - q : 512;
+            if (i < rows) run_f32(run, a, t, (i0 + i) * lda + p0 + q, len);
+            for (size_t p = 0; p < len; p++) d[(q + p) * (size_t)mr + i] = i < rows ? run[p] : 0.0f;
+        }
+}
+
+void mp_gemm_pack_b_f32(void *dst, // (kc, nr) fp32
+                        const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc, size_t j0,
+                        size_t cols, int nr) {
+    float *d = dst;
+    if (!trans) { /* rows of B are runs over j */
+        for (size_t p = 0; p < kc; p++) {
+            run_f32(d + p * (size_t)nr, b, t, (p0 + p) * ldb + j0, cols);
+            for (size_t j = cols; j < (size_t)nr; j++) d[p * (size_t)nr + j] = 0.0f;
+        }
+        return;
+    }
+    float run[512];
+    for (size_t j = 0; j < (size_t)nr; j++)
+        for (size_t q = 0; q < kc; q += 512) {
+            const size_t len = kc - q < 512 ? kc - q : 512;
+            if (j < cols) run_f32(run, b, t, (j0 + j) * ldb + p0 + q, len);
+            for (size_t p = 0; p < len; p++) d[(q + p) * (size_t)nr + j] = j < cols ? run[p] : 0.0f;
+        }
+}
+
+/* ---- portable kernel ---- */
+
+enum { SCALAR_MR = 4, SCALAR_NR = 16 };
+
+static void pack_a_scalar(void *dst, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows,
+                          size_t p0, size_t kc) {
+    mp_gemm_pack_a_f32(dst, a, t, lda, trans, i0, rows, p0, kc, SCALAR_MR);
+}
+
+static void pack_b_scalar(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc,
+                          size_t j0, size_t cols) {
+    mp_gemm_pack_b_f32(dst, b, t, ldb, trans, p0, kc, j0, cols, SCALAR_NR);
+}
+
+static void micro_scalar(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta) {
+    const float *A = ap, *B = bp;
+    float acc[SCALAR_MR][SCALAR_NR] = {{0}};
+    for (size_t p = 0; p < kc; p++)
+        for (int i = 0; i < SCALAR_MR; i++)
+            for (int j = 0; j < SCALAR_NR; j++) acc[i][j] = fmaf(A[p * SCALAR_MR + i], B[p * SCALAR_NR + j], acc[i][j]);
+    for (int i = 0; i < SCALAR_MR; i++)
+        for (int j = 0; j < SCALAR_NR; j++)
+            c[i * ldc + j] = apply_ab(acc[i][j], alpha, beta, beta == 0.0f ? 0.0f : c[i * ldc + j]);
+}
+
+const mp_gemm_kernel mp_gemm_scalar = {"scalar", SCALAR_MR, SCALAR_NR, 1, 256, 128, 2048, 4,
+                                       pack_a_scalar, pack_b_scalar, micro_scalar};
+
+/* ---- the blocked driver ---- */
+
+static const mp_gemm_kernel *pick_kernel(mp_dtype at, mp_dtype bt) {
+#ifdef MP_X86
+    const mp_isa isa = mp_cpu_isa();
+    if (isa >= MP_ISA_AVX512_BF16 && at == MP_BF16 && bt == MP_BF16) return &mp_gemm_avx512bf16;
+    if (isa >= MP_ISA_AVX512) return &mp_gemm_avx512;
+#endif
+    (void)at, (void)bt;
+    return &mp_gemm_scalar;
+}
+
+/* Packing buffers live as long as the thread that uses them and only grow:
+ * allocating megabytes per call would cost page faults every call. Aligned to
+ * 2 MiB and marked for transparent huge pages (fewer TLB misses on panels). */
+static _Thread_local void *tl_buf[2];
+static _Thread_local size_t tl_cap[2];
+
+static void *pack_buffer(int which, size_t bytes) {
+    if (tl_cap[which] >= bytes) return tl_buf[which];
+    const size_t align = (size_t)2 << 20, size = (bytes + align - 1) / align * align;
+    void *p = aligned_alloc(align, size);
+    if (!p) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, size, MADV_HUGEPAGE);
+#endif
+    free(tl_buf[which]);
+    tl_buf[which] = p, tl_cap[which] = size;
+    return p;
+}
+
+/* Computes W = alpha * op(A) op(B) + beta * W for fp32 W (row stride ldw). */
+static mp_status gemm_f32(const mp_gemm_kernel *kr, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
+                          const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
+                          float *w, size_t ldw) {
+    const size_t MR = (size_t)kr->mr, NR = (size_t)kr->nr, KP = (size_t)kr->kpack;
+    const size_t nc = kr->nc < n ? kr->nc : (n + NR - 1) / NR * NR; /* kr->nc is a multiple of NR */
+    const size_t kc_max = kr->kc;
+    int nt = mp_get_threads();
+    if (nt > MP_MAX_THREADS) nt = MP_MAX_THREADS;
+    if ((double)m * (double)n * (double)k < 2e6) nt = 1; /* too small to share */
+    /* row blocks of at most kr->mc rows, as many as a multiple of the threads */
+    size_t nblocks = (m + kr->mc - 1) / kr->mc;
+    nblocks = (nblocks + (size_t)nt - 1) / (size_t)nt * (size_t)nt;
+    const size_t mc = ((m + nblocks - 1) / nblocks + MR - 1) / MR * MR;
+    const size_t kcp = (kc_max + KP - 1) / KP * KP;
+    const size_t bsize = nc * kcp * kr->esize;
+    void *bpack = pack_buffer(0, bsize);
+    if (!bpack) return mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed B block");
+    int oom = 0;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nt)
+#endif
+    {
+        const size_t asize = ((mc + MR - 1) / MR * MR) * kcp * kr->esize;
+        void *apack = pack_buffer(1, asize);
+        if (!apack) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+            oom = 1;
+        }
+        float tile[32 * 64];
+        for (size_t jc = 0; jc < n; jc += nc) {
+            const size_t ncur = n - jc < nc ? n - jc : nc;
+            const size_t npanels = (ncur + NR - 1) / NR;
+            for (size_t pc = 0; pc < k; pc += kc_max) {
+                const size_t kcur = k - pc < kc_max ? k - pc : kc_max;
+                const size_t kpad = (kcur + KP - 1) / KP * KP;
+                const float bet = pc == 0 ? beta : 1.0f;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+                for (size_t jp = 0; jp < npanels; jp++) {
+                    const size_t j0 = jc + jp * NR, cols = n - j0 < NR ? n - j0 : NR;
+                    kr->pack_b((uint8_t *)bpack + jp * NR * kpad * kr->esize, b, bt, ldb, tb, pc, kcur, j0, cols);
+                }
+                /* implicit barrier: B is packed */
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+                for (size_t ib = 0; ib < nblocks; ib++) {
+                    if (!apack) continue;
+                    const size_t ic = ib * mc, mcur = m - ic < mc ? m - ic : mc;
+                    for (size_t ip = 0; ip * MR < mcur; ip++) {
+                        const size_t rows = mcur - ip * MR < MR ? mcur - ip * MR : MR;
+                        kr->pack_a((uint8_t *)apack + ip * MR * kpad * kr->esize, a, at, lda, ta, ic + ip * MR, rows,
+                                   pc, kcur);
+                    }
+                    for (size_t jp = 0; jp < npanels; jp++) {
+                        const size_t j0 = jc + jp * NR, cols = n - j0 < NR ? n - j0 : NR;
+                        const void *bp = (const uint8_t *)bpack + jp * NR * kpad * kr->esize;
+                        for (size_t ip = 0; ip * MR < mcur; ip++) {
+                            const size_t i0 = ic + ip * MR, rows = mcur - ip * MR < MR ? mcur - ip * MR : MR;
+                            const void *ap = (const uint8_t *)apack + ip * MR * kpad * kr->esize;
+                            float *cp = w + i0 * ldw + j0;
+                            if (rows == MR && cols == NR) {
+                                kr->micro(kpad, ap, bp, cp, ldw, alpha, bet);
+                            } else { /* edge: full tile into scratch, then the same arithmetic */
+                                kr->micro(kpad, ap, bp, tile, NR, 1.0f, 0.0f);
+                                for (size_t i = 0; i < rows; i++)
+                                    for (size_t j = 0; j < cols; j++)
+                                        cp[i * ldw + j] = apply_ab(tile[i * NR + j], alpha, bet,
+                                                                   bet == 0.0f ? 0.0f : cp[i * ldw + j]);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    return oom ? mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed A block") : MP_OK;
+}
+
+mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a, mp_dtype at,
+                  size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c, mp_dtype ct, size_t ldc,
+                  mp_convert_stats *st) {
+    mp_status s = check_args("mp_gemm", trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, c, ct, ldc);
+    if (s != MP_OK || m == 0 || n == 0) return s;
+    const int direct = ct == MP_F32 && k > 0 && alpha != 0.0f;
+    float *w = direct ? (float *)c : malloc(m * n * sizeof *w);
+    if (!w) return mp_error(MP_ENOMEM, "mp_gemm: out of memory for an fp32 result of %zu x %zu", m, n);
+    const size_t ldw = direct ? ldc : n;
+    if (k > 0 && alpha != 0.0f) {
+        s = gemm_f32(pick_kernel(at, bt), trans_a, trans_b, m, n, k, direct ? alpha : 1.0f, a, at, lda, b, bt, ldb,
+                     direct ? beta : 0.0f, w, ldw);
+    } else {
+        memset(w, 0, m * n * sizeof *w); /* no products: the accumulators are 0 */
+    }
+    if (s == MP_OK && !direct) { /* alpha/beta and the store into a half (or untouched) C */
+        float *row = w;
+        for (size_t i = 0; i < m; i++, row += n) {
+            for (size_t j = 0; j < n; j++)
+                row[j] = apply_ab(row[j], alpha, beta, beta == 0.0f ? 0.0f : load_f32(c, ct, i * ldc + j));
+            store_row(c, ct, ldc, i, row, n, st);
+        }
+    } else if (s == MP_OK && st) {
+        for (size_t i = 0; i < m; i++) store_row(c, ct, ldc, i, w + i * ldw, n, st); /* fp32: counts only */
+    }
+    if (!direct) free(w);
+    return s;
+}
