@@ -1,0 +1,241 @@
+/* test_gemm.c - mp_gemm against an fp64 reference with error bounds derived
+ * from the formats, and against mp_gemm_ref bit for bit where the arithmetic
+ * order is the same; every input/output format pair, transposes, leading
+ * dimensions, alpha/beta, edge shapes, k = 0, threads, inf/NaN, stats. */
+#include <float.h>
+#include <math.h>
+
+#include "check.h"
+#include "internal.h"
+
+static uint64_t rng = 0x1234567887654321ull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+static float frand(void) { return (float)((double)rnd() * 0x1p-32 * 2.0 - 1.0); }
+
+typedef struct {
+    int ta, tb;
+    size_t m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    mp_dtype at, bt, ct;
+} shape;
+
+typedef struct {
+    void *a, *b, *c, *c0;
+    double *exact, *bound;
+} bufs;
+
+static size_t rows_a(const shape *s) { return s->ta ? s->k : s->m; }
+static size_t rows_b(const shape *s) { return s->tb ? s->n : s->k; }
+
+static void fill(void *p, mp_dtype t, size_t count, int tiny) {
+    for (size_t i = 0; i < count; i++) {
+        float v = frand();
+        if (tiny && rnd() % 8 == 0) v *= 0x1p-127f; /* bf16/fp32 subnormals now and then */
+        mp_convert((uint8_t *)p + i * mp_format(t)->size, t, &v, MP_F32, 1, NULL);
+    }
+}
+
+static void alloc_fill(const shape *s, bufs *b, int tiny) {
+    const size_t na = rows_a(s) * s->lda, nb = rows_b(s) * s->ldb, nc = s->m * s->ldc;
+    b->a = malloc(na * 4 + 4), b->b = malloc(nb * 4 + 4), b->c = malloc(nc * 4 + 4), b->c0 = malloc(nc * 4 + 4);
+    b->exact = malloc(s->m * s->n * sizeof(double) + 8), b->bound = malloc(s->m * s->n * sizeof(double) + 8);
+    fill(b->a, s->at, na, tiny);
+    fill(b->b, s->bt, nb, tiny);
+    fill(b->c0, s->ct, nc, 0);
+}
+
+static void free_bufs(bufs *b) { free(b->a), free(b->b), free(b->c), free(b->c0), free(b->exact), free(b->bound); }
+
+/* fp64 value of alpha*op(A)op(B) + beta*C and a bound on the fp32 computation's
+ * error: k+4 roundings of unit u = 2^-24 on sum |a||b| (products of fp32-exact
+ * inputs are exact in fp64; fp16/bf16 products are exact in fp32), the final
+ * alpha/beta, terms that vdpbf16ps flushes (bf16 subnormal inputs), fp32
+ * subnormal flushes, and the rounding of a half C. */
+static void reference(const shape *s, bufs *b, int dpbf16) {
+    const double u = 0x1p-24;
+    const mp_format_info *cf = mp_format(s->ct);
+    for (size_t i = 0; i < s->m; i++)
+        for (size_t j = 0; j < s->n; j++) {
+            double sum = 0, mag = 0, flushed = 0;
+            for (size_t p = 0; p < s->k; p++) {
+                const double x = elem_f32(b->a, s->at, s->ta ? p * s->lda + i : i * s->lda + p);
+                const double y = elem_f32(b->b, s->bt, s->tb ? j * s->ldb + p : p * s->ldb + j);
+                sum += x * y;
+                mag += fabs(x * y);
+                if (dpbf16 && (fabs(x) < 0x1p-126 || fabs(y) < 0x1p-126)) flushed += fabs(x * y);
+            }
+            const double c0 = s->beta == 0 ? 0 : elem_f32(b->c0, s->ct, i * s->ldc + j);
+            const double v = s->alpha * sum + s->beta * c0;
+            double bound = (double)(s->k + 4) * u * (fabs(s->alpha) * mag + fabs(s->beta * c0)) +
+                           fabs(s->alpha) * (flushed + (double)(s->k + 2) * 0x1p-126);
+            if (s->ct != MP_F32) bound += (fabs(v) + bound) * ldexp(1.0, -cf->mantissa_bits - 1) + cf->min_subnormal;
+            b->exact[i * s->n + j] = v;
+            b->bound[i * s->n + j] = bound;
+        }
+}
+
+static int run(const shape *s, bufs *b, int ref, mp_convert_stats *st) {
+    memcpy(b->c, b->c0, s->m * s->ldc * mp_format(s->ct)->size);
+    return (ref ? mp_gemm_ref : mp_gemm)(s->ta, s->tb, s->m, s->n, s->k, s->alpha, b->a, s->at, s->lda, b->b, s->bt,
+                                         s->ldb, s->beta, b->c, s->ct, s->ldc, st);
+}
+
+static const char *shape_str(const shape *s) {
+    static char buf[160];
+    snprintf(buf, sizeof buf, "%s%s m%zu n%zu k%zu ld %zu/%zu/%zu alpha %g beta %g %s x %s -> %s", s->ta ? "At" : "A",
+             s->tb ? "Bt" : "B", s->m, s->n, s->k, s->lda, s->ldb, s->ldc, (double)s->alpha, (double)s->beta,
+             mp_format(s->at)->name, mp_format(s->bt)->name, mp_format(s->ct)->name);
+    return buf;
+}
+
+/* One shape on the active path: within the bound of the fp64 value, equal to
+ * mp_gemm_ref where the order is the same, and leaving ldc padding alone. */
+static void check_shape(const shape *s, size_t kc_exact, int tiny) {
+    bufs b;
+    alloc_fill(s, &b, tiny);
+    const int dpbf16 = mp_cpu_isa() >= MP_ISA_AVX512_BF16 && s->at == MP_BF16 && s->bt == MP_BF16;
+    reference(s, &b, dpbf16);
+    mp_convert_stats st = {0}, st_ref = {0};
+    CHECK(run(s, &b, 0, &st) == MP_OK, "%s: %s", shape_str(s), mp_last_error());
+    long out = 0, pad = 0;
+    double worst = 0;
+    for (size_t i = 0; i < s->m; i++)
+        for (size_t j = 0; j < s->ldc; j++) {
+            const double got = elem_f32(b.c, s->ct, i * s->ldc + j);
+            if (j >= s->n) {
+                pad += got != elem_f32(b.c0, s->ct, i * s->ldc + j);
+                continue;
+            }
+            const double e = fabs(got - b.exact[i * s->n + j]), bd = b.bound[i * s->n + j];
+            out += !(e <= bd);
+            if (bd > 0 && e / bd > worst) worst = e / bd;
+        }
+    CHECK(out == 0 && pad == 0, "%s on %s: %ld outside the bound (worst %.2f of it), %ld padding changed", shape_str(s),
+          mp_isa_name(mp_cpu_isa()), out, worst, pad);
+    /* bit for bit against the plain loops when one KC block covers k */
+    if (!dpbf16 && s->k <= kc_exact) {
+        void *fast = malloc(s->m * s->ldc * 4 + 4);
+        memcpy(fast, b.c, s->m * s->ldc * mp_format(s->ct)->size);
+        run(s, &b, 1, &st_ref);
+        CHECK(memcmp(fast, b.c, s->m * s->ldc * mp_format(s->ct)->size) == 0 &&
+                  st.underflow == st_ref.underflow && st.subnormal == st_ref.subnormal && st.overflow == st_ref.overflow,
+              "%s on %s differs from mp_gemm_ref", shape_str(s), mp_isa_name(mp_cpu_isa()));
+        free(fast);
+    }
+    free_bufs(&b);
+}
+
+static shape random_shape(void) {
+    static const size_t dims[] = {1, 2, 3, 7, 12, 13, 31, 32, 33, 47, 64, 97, 131};
+    static const float alphas[] = {1.0f, -0.5f, 2.0f, 0.0f}, betas[] = {0.0f, 1.0f, -0.75f};
+    shape s;
+    s.ta = rnd() & 1, s.tb = rnd() & 1;
+    s.m = dims[rnd() % 13], s.n = dims[rnd() % 13], s.k = dims[rnd() % 13];
+    s.lda = (s.ta ? s.m : s.k) + (rnd() % 3 == 0 ? rnd() % 5 : 0);
+    s.ldb = (s.tb ? s.k : s.n) + (rnd() % 3 == 0 ? rnd() % 5 : 0);
+    s.ldc = s.n + (rnd() % 3 == 0 ? 1 + rnd() % 4 : 0);
+    s.alpha = alphas[rnd() % 4 == 0 ? 1 + rnd() % 3 : 0];
+    s.beta = betas[rnd() % 3];
+    const mp_dtype ts[3] = {MP_F32, MP_F16, MP_BF16};
+    s.at = ts[rnd() % 3], s.bt = ts[rnd() % 3], s.ct = ts[rnd() % 3];
+    return s;
+}
+
+static void check_paths(void) {
+    const mp_isa best = mp_cpu_detected();
+    for (int isa = MP_ISA_SCALAR; isa <= (int)best; isa++) {
+        if (isa == MP_ISA_AVX2) continue; /* GEMM has no AVX2 kernel: it runs the scalar one */
+        mp_cpu_set_isa((mp_isa)isa);
+        const size_t kc_exact = isa >= MP_ISA_AVX512 ? mp_gemm_avx512.kc : mp_gemm_scalar.kc;
+        for (int t = 0; t < 150; t++) {
+            const shape s = random_shape();
+            check_shape(&s, kc_exact, t % 5 == 0);
+        }
+        /* bigger: several blocks of every loop, two threads, k across the KC edge */
+        const shape big[] = {
+            {0, 0, 300, 200, 2100, 2100, 200, 200, 1.0f, 0.0f, MP_F32, MP_F32, MP_F32},
+            {1, 1, 257, 129, 700, 257, 700, 129, 1.0f, 0.5f, MP_F16, MP_F16, MP_F32},
+            {0, 1, 200, 3100, 64, 64, 64, 3100, -1.0f, 1.0f, MP_BF16, MP_BF16, MP_F32},
+            {0, 0, 130, 70, 4500, 4500, 70, 70, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_BF16},
+            {0, 0, 256, 1024, 784, 784, 1024, 1024, 1.0f, 0.0f, MP_BF16, MP_F16, MP_F16},
+        };
+        for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) check_shape(&big[i], kc_exact, 0);
+        printf("  %s: 155 shapes within the fp64 bound, equal to mp_gemm_ref for k <= %zu\n", mp_isa_name((mp_isa)isa),
+               kc_exact);
+    }
+    mp_cpu_set_isa(best);
+}
+
+static void check_threads_deterministic(void) {
+    const shape s = {0, 1, 333, 257, 1000, 1000, 1000, 257, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_F32};
+    bufs b;
+    alloc_fill(&s, &b, 0);
+    mp_set_threads(1);
+    run(&s, &b, 0, NULL);
+    float *one = malloc(s.m * s.n * 4);
+    memcpy(one, b.c, s.m * s.n * 4);
+    mp_set_threads(2);
+    run(&s, &b, 0, NULL);
+    CHECK(memcmp(one, b.c, s.m * s.n * 4) == 0, "1 and 2 threads differ");
+    mp_set_threads(0);
+    free(one);
+    free_bufs(&b);
+}
+
+static void check_special(void) {
+    /* 1x1x1, k = 0, alpha = 0 with NaN inputs, beta = 0 with NaN in C */
+    float a = 3.0f, bb = -2.0f, c = 10.0f;
+    CHECK(mp_gemm(0, 0, 1, 1, 1, 1.0f, &a, MP_F32, 1, &bb, MP_F32, 1, 0.5f, &c, MP_F32, 1, NULL) == MP_OK && c == -1.0f,
+          "1x1x1: %g", (double)c);
+    float cc[4] = {1, 2, 3, 4};
+    CHECK(mp_gemm(0, 0, 2, 2, 0, 1.0f, NULL, MP_F32, 0, NULL, MP_F32, 2, 2.0f, cc, MP_F32, 2, NULL) == MP_OK &&
+              cc[0] == 2 && cc[3] == 8,
+          "k = 0 scales C by beta");
+    float an[4] = {NAN, 1, 1, 1}, bn[4] = {1, 1, 1, 1}, cn[4] = {NAN, NAN, 5, 5};
+    CHECK(mp_gemm(0, 0, 2, 2, 2, 0.0f, an, MP_F32, 2, bn, MP_F32, 2, 1.0f, cn, MP_F32, 2, NULL) == MP_OK && isnan(cn[0]) &&
+              cn[2] == 5,
+          "alpha = 0 does not read A");
+    float c2[4] = {NAN, NAN, NAN, NAN}, a2[4] = {1, 2, 3, 4}, b2[4] = {1, 0, 0, 1};
+    CHECK(mp_gemm(0, 0, 2, 2, 2, 1.0f, a2, MP_F32, 2, b2, MP_F32, 2, 0.0f, c2, MP_F32, 2, NULL) == MP_OK && c2[0] == 1 &&
+              c2[3] == 4,
+          "beta = 0 overwrites NaN in C");
+    /* inf and NaN propagate as IEEE says, on every path */
+    for (int half = 0; half < 2; half++) {
+        const mp_dtype t = half ? MP_BF16 : MP_F32;
+        float ai[4] = {INFINITY, 1, 1, 1}, bi[4] = {1, 0, 1, 1}, ci[4];
+        uint16_t ah[4], bh[4];
+        mp_convert(ah, MP_BF16, ai, MP_F32, 4, NULL), mp_convert(bh, MP_BF16, bi, MP_F32, 4, NULL);
+        const void *pa = half ? (void *)ah : (void *)ai, *pb = half ? (void *)bh : (void *)bi;
+        CHECK(mp_gemm(0, 0, 2, 2, 2, 1.0f, pa, t, 2, pb, t, 2, 0.0f, ci, MP_F32, 2, NULL) == MP_OK, "inf gemm");
+        /* C[0][0] = inf*1 + 1*1 = inf; C[0][1] = inf*0 + 1*1 = NaN; C[1] = {2, 1} */
+        CHECK(isinf(ci[0]) && ci[0] > 0 && isnan(ci[1]) && ci[2] == 2 && ci[3] == 1, "%s inf/NaN: %g %g %g %g",
+              mp_format(t)->name, (double)ci[0], (double)ci[1], (double)ci[2], (double)ci[3]);
+    }
+    /* a half C counts its overflow like mp_convert */
+    float big[4] = {300, 300, 300, 300};
+    uint16_t h[4];
+    mp_convert_stats st = {0};
+    CHECK(mp_gemm(0, 0, 2, 2, 2, 1.0f, big, MP_F32, 2, big, MP_F32, 2, 0.0f, h, MP_F16, 2, &st) == MP_OK &&
+              st.overflow == 4 && h[0] == 0x7c00,
+          "fp16 C overflow counted: %llu", (unsigned long long)st.overflow);
+    float tiny[4] = {1e-4f, 1e-4f, 1e-4f, 1e-4f};
+    memset(&st, 0, sizeof st);
+    mp_gemm(0, 0, 2, 2, 2, 1.0f, tiny, MP_F32, 2, tiny, MP_F32, 2, 0.0f, h, MP_F16, 2, &st);
+    CHECK(st.underflow == 4 && h[0] == 0, "2e-8 underflows in fp16 C: %llu", (unsigned long long)st.underflow);
+    /* bad arguments */
+    CHECK(mp_gemm(0, 0, 2, 2, 2, 1.0f, a2, MP_E4M3, 2, b2, MP_F32, 2, 0.0f, c2, MP_F32, 2, NULL) == MP_EINVAL, "e4m3 A");
+    CHECK(mp_gemm(0, 0, 2, 3, 2, 1.0f, a2, MP_F32, 2, b2, MP_F32, 2, 0.0f, c2, MP_F32, 2, NULL) == MP_EINVAL &&
+              strstr(mp_last_error(), "leading dimension"),
+          "ldb < n");
+    CHECK(mp_gemm(0, 0, 2, 2, 2, 1.0f, NULL, MP_F32, 2, b2, MP_F32, 2, 0.0f, c2, MP_F32, 2, NULL) == MP_EINVAL, "NULL A");
+}
+
+int main(void) {
+    check_special();
+    check_paths();
+    check_threads_deterministic();
+    return check_report("test_gemm");
+}
