@@ -14,6 +14,7 @@
 #include "scaler.h"
 #include "optim.h"
 #include "gemm.h"
+#include "ops.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,82 @@
+/* mixprec/ops.h - activations, softmax, cross-entropy, layer norm and column
+ * sums, each a forward/backward pair. Inputs and outputs may be fp32, fp16 or
+ * bf16; the arithmetic is fp32 (reductions included: softmax sums, layer-norm
+ * statistics, the loss). Every store into a half buffer is the exact
+ * round-to-nearest-even conversion and, when st is not NULL, is counted as
+ * mp_convert counts (underflow, subnormal, overflow, NaN). Matrices are
+ * row-major (B rows of C values). Output buffers may alias their input when the
+ * two have the same format. */
+#ifndef MIXPREC_OPS_H
+#define MIXPREC_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "convert.h"
+#include "format.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y = x + bias (bias broadcast over rows). */
+mp_status mp_bias_add(void *y, mp_dtype yt,        // (B, C)
+                      const void *x, mp_dtype xt,  // (B, C)
+                      const float *bias,           // (C,)
+                      size_t B, size_t C, mp_convert_stats *st);
+
+/* out[j] (+)= sum over rows of x[b][j], in fp32; accumulate != 0 adds to out
+ * (bias gradients over several micro-batches). */
+mp_status mp_colsum(float *out,                    // (C,)
+                    const void *x, mp_dtype xt,    // (B, C)
+                    size_t B, size_t C, int accumulate);
+
+/* ReLU: y = max(x, 0); backward dx = dy where x > 0, else 0. */
+mp_status mp_relu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st);
+mp_status mp_relu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt, size_t n,
+                           mp_convert_stats *st);
+
+/* GELU, tanh form (PyTorch approximate='tanh'):
+ * y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); backward its derivative. */
+mp_status mp_gelu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st);
+mp_status mp_gelu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt, size_t n,
+                           mp_convert_stats *st);
+
+/* Row-wise softmax (log_softmax when log != 0), max-subtracted, fp32 sums. */
+mp_status mp_softmax_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t B, size_t C, int log,
+                             mp_convert_stats *st);
+/* Backward from the forward's output y: softmax dx = y (dy - sum(dy y));
+ * log_softmax dx = dy - exp(y) sum(dy). */
+mp_status mp_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt, const void *dy, mp_dtype dyt,
+                              size_t B, size_t C, int log, mp_convert_stats *st);
+
+/* Cross-entropy with integer labels, fused with the softmax backward:
+ * *loss = mean over rows of -log softmax(logits)[label] (fp32), and, when
+ * dlogits is not NULL, dlogits = scale * (softmax(logits) - onehot(label)) / B,
+ * i.e. the gradient of scale * loss: pass the loss scale S as scale.
+ * MP_EINVAL if a label is outside [0, C). */
+mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt,   // dlogits (B, C) or NULL
+                           const void *logits, mp_dtype lt,          // (B, C)
+                           const int32_t *labels,                    // (B,)
+                           size_t B, size_t C, float scale, mp_convert_stats *st);
+
+/* Layer norm over each row: y = (x - mean) * rstd * w + b with
+ * rstd = 1 / sqrt(var + eps) (biased variance); mean and rstd (fp32, per row)
+ * are kept for the backward. w, b may be NULL (1 and 0). */
+mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd,  // y (B, C); mean, rstd (B,)
+                               const void *x, mp_dtype xt,                      // (B, C)
+                               const float *w, const float *b,                  // (C,) or NULL
+                               size_t B, size_t C, float eps, mp_convert_stats *st);
+/* dx = rstd (dn - mean(dn) - n mean(dn n)) with n the normalized x and
+ * dn = dy w; dw += sum_rows dy n and db += sum_rows dy (fp32, accumulated;
+ * either may be NULL). */
+mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db,   // dx (B, C); dw, db (C,)
+                                const void *dy, mp_dtype dyt, const void *x, mp_dtype xt,
+                                const float *mean, const float *rstd, const float *w,
+                                size_t B, size_t C, mp_convert_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,274 @@
+/* ops.c - activations, softmax, cross-entropy, layer norm, column sums: fp32
+ * arithmetic on rows loaded from any format, stores through mp_convert. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+static int is_compute_type(mp_dtype t) { return t == MP_F32 || t == MP_F16 || t == MP_BF16; }
+
+static mp_status check_types(const char *fn, mp_dtype a, mp_dtype b, mp_dtype c) {
+    if (!is_compute_type(a) || !is_compute_type(b) || !is_compute_type(c))
+        return mp_error(MP_EINVAL, "%s: buffers must be fp32, fp16 or bf16", fn);
+    return MP_OK;
+}
+
+static const uint8_t *at(const void *p, mp_dtype t, size_t i) { return (const uint8_t *)p + i * mp_format(t)->size; }
+
+/* Loads n values from element i of p into out (fp32, exact). */
+static void load(float *out, const void *p, mp_dtype t, size_t i, size_t n) {
+    mp_convert(out, MP_F32, at(p, t, i), t, n, NULL);
+}
+
+/* Stores n fp32 values into element i of p, counting into st. */
+static void store(void *p, mp_dtype t, size_t i, const float *v, size_t n, mp_convert_stats *st) {
+    mp_convert((uint8_t *)p + i * mp_format(t)->size, t, v, MP_F32, n, st);
+}
+
+/* Scratch rows: `count` rows of n floats. */
+static float *scratch(size_t count, size_t n) { return malloc((count * n + 16) * sizeof(float)); }
+
+#define CHUNK 1024 /* element-wise ops work through fp32 chunks of this size */
+
+typedef float (*unary_fn)(float x);
+typedef float (*binary_fn)(float dy, float x);
+
+static mp_status unary(const char *fn, void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, unary_fn f,
+                       mp_convert_stats *st) {
+    mp_status s = check_types(fn, yt, xt, MP_F32);
+    if (s != MP_OK) return s;
+    if (n && (!y || !x)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
+    float buf[CHUNK];
+    for (size_t i = 0; i < n; i += CHUNK) {
+        const size_t m = n - i < CHUNK ? n - i : CHUNK;
+        load(buf, x, xt, i, m);
+        for (size_t j = 0; j < m; j++) buf[j] = f(buf[j]);
+        store(y, yt, i, buf, m, st);
+    }
+    return MP_OK;
+}
+
+static mp_status binary(const char *fn, void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x,
+                        mp_dtype xt, size_t n, binary_fn f, mp_convert_stats *st) {
+    mp_status s = check_types(fn, dxt, dyt, xt);
+    if (s != MP_OK) return s;
+    if (n && (!dx || !dy || !x)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
+    float g[CHUNK], v[CHUNK];
+    for (size_t i = 0; i < n; i += CHUNK) {
+        const size_t m = n - i < CHUNK ? n - i : CHUNK;
+        load(g, dy, dyt, i, m);
+        load(v, x, xt, i, m);
+        for (size_t j = 0; j < m; j++) g[j] = f(g[j], v[j]);
+        store(dx, dxt, i, g, m, st);
+    }
+    return MP_OK;
+}
+
+static float relu(float x) { return x > 0.0f ? x : 0.0f; }
+static float relu_grad(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_C 0.044715f
+
+static float gelu(float x) { return 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x))); }
+static float gelu_grad(float dy, float x) {
+    const float u = GELU_K * (x + GELU_C * x * x * x), t = tanhf(u);
+    const float du = GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+    return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+}
+
+mp_status mp_relu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st) {
+    return unary("mp_relu_forward", y, yt, x, xt, n, relu, st);
+}
+mp_status mp_relu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt, size_t n,
+                           mp_convert_stats *st) {
+    return binary("mp_relu_backward", dx, dxt, dy, dyt, x, xt, n, relu_grad, st);
+}
+mp_status mp_gelu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st) {
+    return unary("mp_gelu_forward", y, yt, x, xt, n, gelu, st);
+}
+mp_status mp_gelu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt, size_t n,
+                           mp_convert_stats *st) {
+    return binary("mp_gelu_backward", dx, dxt, dy, dyt, x, xt, n, gelu_grad, st);
+}
+
+/* ---- row-wise operations ---- */
+
+static mp_status rows_args(const char *fn, const void *p, const void *q, size_t B, size_t C) {
+    if (B && C && (!p || !q)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
+    return MP_OK;
+}
+
+mp_status mp_bias_add(void *y, mp_dtype yt, const void *x, mp_dtype xt, const float *bias, size_t B, size_t C,
+                      mp_convert_stats *st) {
+    mp_status s = check_types("mp_bias_add", yt, xt, MP_F32);
+    if (s != MP_OK || (s = rows_args("mp_bias_add", y, x, B, C)) != MP_OK) return s;
+    if (B && C && !bias) return mp_error(MP_EINVAL, "mp_bias_add: NULL bias");
+    float *row = scratch(1, C);
+    if (!row) return mp_error(MP_ENOMEM, "mp_bias_add: out of memory");
+    for (size_t b = 0; b < B; b++) {
+        load(row, x, xt, b * C, C);
+        for (size_t j = 0; j < C; j++) row[j] += bias[j];
+        store(y, yt, b * C, row, C, st);
+    }
+    free(row);
+    return MP_OK;
+}
+
+mp_status mp_colsum(float *out, const void *x, mp_dtype xt, size_t B, size_t C, int accumulate) {
+    mp_status s = check_types("mp_colsum", xt, MP_F32, MP_F32);
+    if (s != MP_OK || (s = rows_args("mp_colsum", out, x, B ? B : 1, C)) != MP_OK) return s;
+    float *row = scratch(1, C);
+    if (!row) return mp_error(MP_ENOMEM, "mp_colsum: out of memory");
+    if (!accumulate) memset(out, 0, C * sizeof *out);
+    for (size_t b = 0; b < B; b++) {
+        load(row, x, xt, b * C, C);
+        for (size_t j = 0; j < C; j++) out[j] += row[j];
+    }
+    free(row);
+    return MP_OK;
+}
+
+/* In place over one fp32 row: softmax (or log_softmax), max-subtracted.
+ * Returns log(sum(exp(x - max))) + max, the log-sum-exp. */
+static float softmax_row(float *r, size_t C, int log) {
+    float mx = -INFINITY;
+    for (size_t j = 0; j < C; j++) mx = r[j] > mx ? r[j] : mx;
+    if (mx == -INFINITY) mx = 0.0f; /* a row of -inf: all terms exp(-inf) = 0 */
+    float sum = 0.0f;
+    for (size_t j = 0; j < C; j++) sum += expf(r[j] - mx);
+    const float lse = logf(sum) + mx;
+    if (log)
+        for (size_t j = 0; j < C; j++) r[j] -= lse;
+    else {
+        const float inv = 1.0f / sum;
+        for (size_t j = 0; j < C; j++) r[j] = expf(r[j] - mx) * inv;
+    }
+    return lse;
+}
+
+mp_status mp_softmax_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t B, size_t C, int log,
+                             mp_convert_stats *st) {
+    mp_status s = check_types("mp_softmax_forward", yt, xt, MP_F32);
+    if (s != MP_OK || (s = rows_args("mp_softmax_forward", y, x, B, C)) != MP_OK) return s;
+    float *row = scratch(1, C);
+    if (!row) return mp_error(MP_ENOMEM, "mp_softmax_forward: out of memory");
+    for (size_t b = 0; b < B; b++) {
+        load(row, x, xt, b * C, C);
+        softmax_row(row, C, log);
+        store(y, yt, b * C, row, C, st);
+    }
+    free(row);
+    return MP_OK;
+}
+
+mp_status mp_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt, const void *dy, mp_dtype dyt,
+                              size_t B, size_t C, int log, mp_convert_stats *st) {
+    mp_status s = check_types("mp_softmax_backward", dxt, yt, dyt);
+    if (s != MP_OK || (s = rows_args("mp_softmax_backward", dx, y, B, C)) != MP_OK) return s;
+    if (B && C && !dy) return mp_error(MP_EINVAL, "mp_softmax_backward: NULL dy");
+    float *r = scratch(2, C);
+    if (!r) return mp_error(MP_ENOMEM, "mp_softmax_backward: out of memory");
+    float *yr = r, *g = r + C;
+    for (size_t b = 0; b < B; b++) {
+        load(yr, y, yt, b * C, C);
+        load(g, dy, dyt, b * C, C);
+        float dot = 0.0f;
+        if (log) {
+            for (size_t j = 0; j < C; j++) dot += g[j];
+            for (size_t j = 0; j < C; j++) g[j] -= expf(yr[j]) * dot;
+        } else {
+            for (size_t j = 0; j < C; j++) dot += g[j] * yr[j];
+            for (size_t j = 0; j < C; j++) g[j] = yr[j] * (g[j] - dot);
+        }
+        store(dx, dxt, b * C, g, C, st);
+    }
+    free(r);
+    return MP_OK;
+}
+
+mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt, const void *logits, mp_dtype lt,
+                           const int32_t *labels, size_t B, size_t C, float scale, mp_convert_stats *st) {
+    mp_status s = check_types("mp_cross_entropy", dlogits ? dt : MP_F32, lt, MP_F32);
+    if (s != MP_OK || (s = rows_args("mp_cross_entropy", logits, labels, B, C)) != MP_OK) return s;
+    if (!loss) return mp_error(MP_EINVAL, "mp_cross_entropy: NULL loss");
+    if (B == 0 || C == 0) return mp_error(MP_EINVAL, "mp_cross_entropy: empty batch (B %zu, C %zu)", B, C);
+    for (size_t b = 0; b < B; b++)
+        if (labels[b] < 0 || (size_t)labels[b] >= C)
+            return mp_error(MP_EINVAL, "mp_cross_entropy: label %d of row %zu is outside [0, %zu)", (int)labels[b], b, C);
+    float *row = scratch(1, C);
+    if (!row) return mp_error(MP_ENOMEM, "mp_cross_entropy: out of memory");
+    float total = 0.0f;
+    const float g = scale / (float)B;
+    for (size_t b = 0; b < B; b++) {
+        load(row, logits, lt, b * C, C);
+        const float target = row[labels[b]];
+        const float lse = softmax_row(row, C, 0); /* row now holds the probabilities */
+        total += lse - target;
+        if (dlogits) {
+            row[labels[b]] -= 1.0f;
+            for (size_t j = 0; j < C; j++) row[j] *= g;
+            store(dlogits, dt, b * C, row, C, st);
+        }
+    }
+    *loss = total / (float)B;
+    free(row);
+    return MP_OK;
+}
+
+mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, const void *x, mp_dtype xt,
+                               const float *w, const float *b, size_t B, size_t C, float eps, mp_convert_stats *st) {
+    mp_status s = check_types("mp_layernorm_forward", yt, xt, MP_F32);
+    if (s != MP_OK || (s = rows_args("mp_layernorm_forward", y, x, B, C)) != MP_OK) return s;
+    if (B && (!mean || !rstd)) return mp_error(MP_EINVAL, "mp_layernorm_forward: NULL mean or rstd");
+    if (C == 0 && B) return mp_error(MP_EINVAL, "mp_layernorm_forward: rows of 0 values");
+    float *row = scratch(1, C);
+    if (!row) return mp_error(MP_ENOMEM, "mp_layernorm_forward: out of memory");
+    for (size_t r = 0; r < B; r++) {
+        load(row, x, xt, r * C, C);
+        float m = 0.0f;
+        for (size_t j = 0; j < C; j++) m += row[j];
+        m /= (float)C;
+        float v = 0.0f; /* two passes: the variance of x - mean, never E[x^2] - E[x]^2 */
+        for (size_t j = 0; j < C; j++) v += (row[j] - m) * (row[j] - m);
+        v /= (float)C;
+        const float rs = 1.0f / sqrtf(v + eps);
+        for (size_t j = 0; j < C; j++) {
+            const float n = (row[j] - m) * rs;
+            row[j] = n * (w ? w[j] : 1.0f) + (b ? b[j] : 0.0f);
+        }
+        mean[r] = m, rstd[r] = rs;
+        store(y, yt, r * C, row, C, st);
+    }
+    free(row);
+    return MP_OK;
+}
+
+mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db, const void *dy, mp_dtype dyt,
+                                const void *x, mp_dtype xt, const float *mean, const float *rstd, const float *w,
+                                size_t B, size_t C, mp_convert_stats *st) {
+    mp_status s = check_types("mp_layernorm_backward", dxt, dyt, xt);
+    if (s != MP_OK || (s = rows_args("mp_layernorm_backward", dx, dy, B, C)) != MP_OK) return s;
+    if (B && (!x || !mean || !rstd)) return mp_error(MP_EINVAL, "mp_layernorm_backward: NULL x, mean or rstd");
+    float *r = scratch(2, C);
+    if (!r) return mp_error(MP_ENOMEM, "mp_layernorm_backward: out of memory");
+    float *g = r, *n = r + C;
+    for (size_t i = 0; i < B; i++) {
+        load(g, dy, dyt, i * C, C);
+        load(n, x, xt, i * C, C);
+        float sum_dn = 0.0f, sum_dn_n = 0.0f;
+        for (size_t j = 0; j < C; j++) {
+            n[j] = (n[j] - mean[i]) * rstd[i];
+            const float dn = g[j] * (w ? w[j] : 1.0f);
+            sum_dn += dn;
+            sum_dn_n += dn * n[j];
+            if (dw) dw[j] += g[j] * n[j];
+            if (db) db[j] += g[j];
+        }
+        const float a = sum_dn / (float)C, c = sum_dn_n / (float)C;
+        for (size_t j = 0; j < C; j++) g[j] = rstd[i] * (g[j] * (w ? w[j] : 1.0f) - a - n[j] * c);
+        store(dx, dxt, i * C, g, C, st);
+    }
+    free(r);
+    return MP_OK;
+}
