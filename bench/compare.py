@@ -9,7 +9,11 @@ usual way (astype / .half(), which allocate) and into a preallocated array
 (np.copyto / Tensor.copy_); the faster of the two is the one compared.
 Unscale: runs `mixprec bench unscale --json` and times numpy doing the same
 (g *= inv; np.isfinite(g).all()) on buffers of the same size.
-Writes bench/out/convert.json and bench/out/unscale.json with every figure.
+GEMM: runs `mixprec bench gemm --json` (which measures the machine's peak too)
+and times numpy's matmul (OpenBLAS, with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE
+unset for that process only, so it picks its best kernel) and PyTorch's
+(fp32 and bf16) on the same shapes, each in its own process.
+Writes bench/out/{convert,unscale,gemm}.json with every figure.
 """
 import argparse
 import json
@@ -96,8 +100,8 @@ def peers_convert(n, reps, threads):
 
 def run_mixprec(exe, what, n, reps, threads):
     env = dict(os.environ, MIXPREC_THREADS=str(threads))
-    out = subprocess.run([exe, "bench", what, "--json", "--n", str(n), "--reps", str(reps)],
-                         check=True, capture_output=True, text=True, env=env).stdout
+    args = [exe, "bench", what, "--json", "--reps", str(reps)] + (["--n", str(n)] if n else [])
+    out = subprocess.run(args, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out)
 
 
@@ -167,17 +171,62 @@ def section_unscale(a):
     return {"mixprec": mp, "peers": peers, "rows": rows}
 
 
+def section_gemm(a):
+    """mp_gemm next to numpy's matmul (OpenBLAS, best kernel for this CPU) and
+    PyTorch's (oneDNN), each in its own process, same shapes, same threads."""
+    mp = run_mixprec(a.mixprec, "gemm", 0, 7, a.threads)
+    shapes = []
+    seen = set()
+    for r in mp["results"]:
+        if r["shape"] not in seen:
+            seen.add(r["shape"])
+            shapes.append({k: r[k] for k in ("shape", "m", "n", "k", "trans_a", "trans_b")})
+    here = os.path.dirname(os.path.abspath(__file__))
+    # This machine may set OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE to keep old
+    # OpenBLAS builds safe; they force a slower kernel. Unset for the peer only.
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    env.update(OPENBLAS_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads), OPENBLAS_VERBOSE="2")
+    np_run = subprocess.run([sys.executable, os.path.join(here, "peer_gemm.py"), "numpy", json.dumps(shapes), "7",
+                             str(a.threads)], check=True, capture_output=True, text=True, env=env)
+    core = next((l.split(":", 1)[1].strip() for l in np_run.stderr.splitlines() if l.startswith("Core")), "?")
+    npt = {r["shape"]: r for r in json.loads(np_run.stdout)}
+    tenv = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    tt = {}
+    if torch is not None:
+        t_run = subprocess.run([sys.executable, os.path.join(here, "peer_gemm.py"), "torch", json.dumps(shapes), "7",
+                                str(a.threads)], check=True, capture_output=True, text=True, env=tenv)
+        tt = {r["shape"]: r for r in json.loads(t_run.stdout)}
+    print(f"\nbench gemm: {a.threads} threads, C fp32, median times; peak measured: fp32 FMA "
+          f"{mp['peak_fma_gflops']:.1f} GFLOP/s, bf16 vdpbf16ps {mp['peak_dpbf16_gflops']:.1f} GFLOP/s; "
+          f"numpy's OpenBLAS core: {core}")
+    print("x peer = peer time / mixprec time (higher is better)")
+    print(f"{'shape':<20} {'type':<5} {'mixprec GF/s':>12} {'of peak':>8} {'numpy GF/s':>10} {'x numpy':>8} "
+          f"{'torch GF/s':>10} {'x torch':>8}")
+    rows = []
+    for r in mp["results"]:
+        flops = 2.0 * r["m"] * r["n"] * r["k"]
+        npv = npt.get(r["shape"], {}).get(r["type"]) if r["type"] == "fp32" else None
+        tv = tt.get(r["shape"], {}).get(r["type"])
+        row = dict(r, numpy_s=npv, torch_s=tv, x_numpy=npv / r["median_s"] if npv else None,
+                   x_torch=tv / r["median_s"] if tv else None)
+        rows.append(row)
+        print(f"{r['shape']:<20} {r['type']:<5} {r['gflops']:>12.1f} {100 * r['of_peak']:>7.0f}% "
+              f"{fmt(flops / npv * 1e-9 if npv else None):>10} {fmt(row['x_numpy']):>8} "
+              f"{fmt(flops / tv * 1e-9 if tv else None):>10} {fmt(row['x_torch']):>8}")
+    return {"mixprec": mp, "numpy": npt, "numpy_core": core, "torch": tt, "rows": rows}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mixprec", default="build/mixprec")
     ap.add_argument("--n", type=int, default=1 << 24, help="elements of fp32 (default: 64 MiB)")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--only", choices=["convert", "unscale"])
+    ap.add_argument("--only", choices=["convert", "unscale", "gemm"])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    for name, fn in [("convert", section_convert), ("unscale", section_unscale)]:
+    for name, fn in [("convert", section_convert), ("unscale", section_unscale), ("gemm", section_gemm)]:
         if a.only in (None, name):
             res = fn(a)
             with open(os.path.join(a.out, f"{name}.json"), "w") as fh:

@@ -190,10 +190,17 @@ static mp_status gemm_f32(const mp_gemm_kernel *kr, int ta, int tb, size_t m, si
     int nt = mp_get_threads();
     if (nt > MP_MAX_THREADS) nt = MP_MAX_THREADS;
     if ((double)m * (double)n * (double)k < 2e6) nt = 1; /* too small to share */
-    /* row blocks of at most kr->mc rows, as many as a multiple of the threads */
-    size_t nblocks = (m + kr->mc - 1) / kr->mc;
+    /* Row blocks: whole MR-row panels, spread evenly over a multiple of the
+     * threads; a block of A (rows x kc) should stay in L2, so shallow k allows
+     * taller blocks than kr->mc, which is sized for the deepest kc. */
+    const size_t panels = (m + MR - 1) / MR;
+    const size_t kdepth = k < kc_max ? (k + KP - 1) / KP * KP : kc_max;
+    size_t mc_rows = kr->mc * kc_max / kdepth;
+    if (mc_rows < MR) mc_rows = MR;
+    size_t nblocks = (panels * MR + mc_rows - 1) / mc_rows;
     nblocks = (nblocks + (size_t)nt - 1) / (size_t)nt * (size_t)nt;
-    const size_t mc = ((m + nblocks - 1) / nblocks + MR - 1) / MR * MR;
+    if (nblocks > panels) nblocks = panels;
+    const size_t mc = (panels + nblocks - 1) / nblocks * MR; /* the tallest block */
     const size_t kcp = (kc_max + KP - 1) / KP * KP;
     const size_t bsize = nc * kcp * kr->esize;
     void *bpack = pack_buffer(0, bsize);
@@ -232,7 +239,8 @@ static mp_status gemm_f32(const mp_gemm_kernel *kr, int ta, int tb, size_t m, si
 #endif
                 for (size_t ib = 0; ib < nblocks; ib++) {
                     if (!apack) continue;
-                    const size_t ic = ib * mc, mcur = m - ic < mc ? m - ic : mc;
+                    const size_t ic = ib * panels / nblocks * MR;
+                    const size_t iend = (ib + 1) * panels / nblocks * MR, mcur = (iend < m ? iend : m) - ic;
                     for (size_t ip = 0; ip * MR < mcur; ip++) {
                         const size_t rows = mcur - ip * MR < MR ? mcur - ip * MR : MR;
                         kr->pack_a((uint8_t *)apack + ip * MR * kpad * kr->esize, a, at, lda, ta, ic + ip * MR, rows,

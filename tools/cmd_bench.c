@@ -10,9 +10,16 @@
 #endif
 
 #include "cli.h"
+#include "../src/internal.h" /* MP_X86 */
 
 static const char usage[] =
-    "usage: mixprec bench convert|unscale [--n N] [--reps R] [--json]\n\n"
+    "usage: mixprec bench convert|unscale [--n N] [--reps R] [--json]\n"
+    "       mixprec bench gemm [--reps R] [--json]\n"
+    "       mixprec bench peak [--json]\n\n"
+    "gemm     mp_gemm for m = n = k in {256, 512, 1024, 2048} and MLP training\n"
+    "         shapes (batch 256, widths 784-1024), fp32 / fp16 / bf16 inputs with\n"
+    "         an fp32 C; GFLOP/s and the fraction of the measured peak\n"
+    "peak     the machine's FMA (fp32) and vdpbf16ps (bf16) peak on the threads\n"
     "convert  times bulk conversions on N elements (default 16777216: a 64 MiB\n"
     "         fp32 array)\n"
     "unscale  times the fused unscale + inf/NaN check (mp_unscale_check) in place\n"
@@ -212,12 +219,147 @@ static int bench_unscale(int argc, char **argv) {
     return 0;
 }
 
+#ifdef MP_X86
+double mp_peak_fma_avx512(uint64_t iters);
+double mp_peak_dpbf16_avx512(uint64_t iters);
+#endif
+
+/* GFLOP/s of nothing but FMAs (which = 0) or vdpbf16ps (which = 1) on all threads;
+ * 0 if this CPU has no such instruction. */
+static double measure_peak(int which) {
+#ifdef MP_X86
+    const mp_isa need = which ? MP_ISA_AVX512_BF16 : MP_ISA_AVX512;
+    if (mp_cpu_isa() < need) return 0.0;
+    const int nt = mp_get_threads();
+    const uint64_t iters = 20000000;
+    double best = 0, sink = 0;
+    for (int r = 0; r < 3; r++) {
+        const double t0 = now();
+#pragma omp parallel num_threads(nt) reduction(+ : sink)
+        sink += which ? mp_peak_dpbf16_avx512(iters) : mp_peak_fma_avx512(iters);
+        const double gf = (double)nt * (double)iters * 20 * 16 * (which ? 4 : 2) / (now() - t0) * 1e-9;
+        if (gf > best) best = gf;
+    }
+    return sink == 12345.0 ? 0 : best; /* keep the loops */
+#else
+    (void)which;
+    return 0.0;
+#endif
+}
+
+static int bench_peak(int argc, char **argv) {
+    int json = 0;
+    for (int i = 2; i < argc; i++) {
+        if (cli_is_help(&cmd_bench, argv[i])) return 0;
+        if (strcmp(argv[i], "--json") == 0) json = 1;
+        else return cli_usage_error("bench", "unknown option '%s'", argv[i]);
+    }
+    const double fma = measure_peak(0), dp = measure_peak(1);
+    if (json)
+        printf("{\"bench\": \"peak\", \"threads\": %d, \"fma_gflops\": %.2f, \"dpbf16_gflops\": %.2f}\n",
+               mp_get_threads(), fma, dp);
+    else
+        printf("peak on %d thread(s), best of 3: fp32 FMA %.1f GFLOP/s, bf16 vdpbf16ps %.1f GFLOP/s%s\n",
+               mp_get_threads(), fma, dp, fma == 0 ? " (no AVX-512 on this CPU)" : "");
+    return 0;
+}
+
+typedef struct {
+    const char *name;
+    int ta, tb;
+    size_t m, n, k;
+} gemm_shape;
+
+static const gemm_shape gemm_shapes[] = {
+    {"square 256", 0, 0, 256, 256, 256},       {"square 512", 0, 0, 512, 512, 512},
+    {"square 1024", 0, 0, 1024, 1024, 1024},   {"square 2048", 0, 0, 2048, 2048, 2048},
+    {"fwd 256x1024x784", 0, 1, 256, 1024, 784}, {"fwd 256x1024x1024", 0, 1, 256, 1024, 1024},
+    {"dX 256x784x1024", 0, 0, 256, 784, 1024}, {"dW 1024x784x256", 1, 0, 1024, 784, 256},
+};
+#define NSHAPES (sizeof gemm_shapes / sizeof gemm_shapes[0])
+
+static int bench_gemm(int argc, char **argv) {
+    long reps = 7;
+    int json = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *v;
+        if (cli_is_help(&cmd_bench, argv[i])) return 0;
+        if (strcmp(argv[i], "--json") == 0) json = 1;
+        else if (strcmp(argv[i], "--reps") == 0) {
+            if (!(v = cli_value("bench", argc, argv, &i))) return CLI_USAGE;
+            if (cli_parse_long(v, 1, 1000, &reps)) return cli_usage_error("bench", "--reps wants 1 .. 1000, not '%s'", v);
+        } else return cli_usage_error("bench", "unknown option '%s'", argv[i]);
+    }
+    const size_t maxe = (size_t)2048 * 2048;
+    float *a32 = malloc(maxe * 4), *b32 = malloc(maxe * 4), *c = malloc(maxe * 4);
+    void *a = malloc(maxe * 4), *b = malloc(maxe * 4);
+    double *t = malloc(((size_t)reps + 2) * 20 * sizeof *t);
+    if (!a32 || !b32 || !c || !a || !b || !t) {
+        fprintf(stderr, "mixprec bench: out of memory\n");
+        free(a32), free(b32), free(c), free(a), free(b), free(t);
+        return 1;
+    }
+    uint64_t s = 42;
+    for (size_t i = 0; i < maxe; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        a32[i] = (float)((double)(s >> 40) * 0x1p-24 - 0.5);
+        b32[i] = (float)((double)((s >> 16) & 0xffffff) * 0x1p-24 - 0.5);
+    }
+    const double pk_fma = measure_peak(0), pk_dp = measure_peak(1);
+    static const mp_dtype types[3] = {MP_F32, MP_F16, MP_BF16};
+    if (json)
+        printf("{\"bench\": \"gemm\", \"threads\": %d, \"isa\": \"%s\", \"reps\": %ld, \"peak_fma_gflops\": %.2f, "
+               "\"peak_dpbf16_gflops\": %.2f, \"results\": [",
+               mp_get_threads(), mp_isa_name(mp_cpu_isa()), reps, pk_fma, pk_dp);
+    else
+        printf("bench gemm: %d thread(s), path %s, median of %ld (small shapes: of more runs); C fp32\n"
+               "peak: fp32 FMA %.1f GFLOP/s, bf16 vdpbf16ps %.1f GFLOP/s\n\n%-20s %-5s %10s %10s %8s\n",
+               mp_get_threads(), mp_isa_name(mp_cpu_isa()), reps, pk_fma, pk_dp, "shape", "type", "ms", "GFLOP/s",
+               "of peak");
+    int first = 1;
+    for (size_t si = 0; si < NSHAPES; si++) {
+        const gemm_shape *g = &gemm_shapes[si];
+        const double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+        /* enough repetitions for about 0.2 s of work on small shapes */
+        long r = reps;
+        while (2 * r <= 20 * reps && (double)r * flops < 2e10) r *= 2;
+        for (int ti = 0; ti < 3; ti++) {
+            const mp_dtype dt = types[ti];
+            mp_convert(a, dt, a32, MP_F32, g->m * g->k, NULL);
+            mp_convert(b, dt, b32, MP_F32, g->k * g->n, NULL);
+            const size_t lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n;
+            mp_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, dt, lda, b, dt, ldb, 0.0f, c, MP_F32, g->n, NULL);
+            for (long i = 0; i < r; i++) {
+                const double t0 = now();
+                mp_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, dt, lda, b, dt, ldb, 0.0f, c, MP_F32, g->n, NULL);
+                t[i] = now() - t0;
+            }
+            const double med = median_seconds((int)r, t), gf = flops / med * 1e-9;
+            const double peak = dt == MP_BF16 && pk_dp > 0 ? pk_dp : pk_fma;
+            if (json)
+                printf("%s\n  {\"shape\": \"%s\", \"m\": %zu, \"n\": %zu, \"k\": %zu, \"trans_a\": %d, \"trans_b\": %d, "
+                       "\"type\": \"%s\", \"median_s\": %.6e, \"gflops\": %.2f, \"of_peak\": %.3f}",
+                       first ? "" : ",", g->name, g->m, g->n, g->k, g->ta, g->tb, mp_format(dt)->name, med, gf,
+                       peak > 0 ? gf / peak : 0.0);
+            else
+                printf("%-20s %-5s %10.3f %10.1f %7.0f%%\n", g->name, mp_format(dt)->name, med * 1e3, gf,
+                       peak > 0 ? 100 * gf / peak : 0.0);
+            first = 0;
+        }
+    }
+    if (json) printf("\n]}\n");
+    free(a32), free(b32), free(c), free(a), free(b), free(t);
+    return 0;
+}
+
 static int run(int argc, char **argv) {
-    if (argc < 2) return cli_usage_error("bench", "which benchmark? (convert, unscale)");
+    if (argc < 2) return cli_usage_error("bench", "which benchmark? (convert, unscale, gemm, peak)");
+    if (strcmp(argv[1], "gemm") == 0) return bench_gemm(argc, argv);
+    if (strcmp(argv[1], "peak") == 0) return bench_peak(argc, argv);
     if (cli_is_help(&cmd_bench, argv[1])) return 0;
     if (strcmp(argv[1], "convert") == 0) return bench_convert(argc, argv);
     if (strcmp(argv[1], "unscale") == 0) return bench_unscale(argc, argv);
-    return cli_usage_error("bench", "unknown benchmark '%s' (convert, unscale)", argv[1]);
+    return cli_usage_error("bench", "unknown benchmark '%s' (convert, unscale, gemm, peak)", argv[1]);
 }
 
 const cli_command cmd_bench = {"bench", "time mixprec's kernels (make bench compares them with peers)", usage, run};

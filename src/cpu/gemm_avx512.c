@@ -54,8 +54,16 @@ static void pack_b(void *dst, // (kc, NR) fp32
         }
         return;
     }
-    for (size_t p = 0; p < kc; p++)
-        for (size_t j = 0; j < NR; j++) d[p * NR + j] = j < cols ? ld1(b, t, (j0 + j) * ldb + p0 + p) : 0.0f;
+    /* op(B)[p][j] = B[j][p]: 16 x 16 blocks, read along rows of B, written
+     * with a scatter down the panel */
+    const __m512i stride = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                              _mm512_set1_epi32(NR));
+    for (size_t j = 0; j < NR; j++)
+        for (size_t p = 0; p < kc; p += 16) {
+            const __mmask16 k = lanes(kc - p);
+            const __m512 v = j < cols ? ld16(b, t, (j0 + j) * ldb + p0 + p, k) : _mm512_setzero_ps();
+            _mm512_mask_i32scatter_ps(d + p * NR + j, k, stride, v, 4);
+        }
 }
 
 static inline __m512 finish(__m512 acc, __m512 va, float beta, const float *c) {
@@ -92,4 +100,4 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, l
 #undef STORE
 }
 
-const mp_gemm_kernel mp_gemm_avx512 = {"avx512-fp32", MR, NR, 1, 2048, 96, 3072, 4, pack_a, pack_b, micro};
+const mp_gemm_kernel mp_gemm_avx512 = {"avx512-fp32", MR, NR, 1, 2048, 144, 3072, 4, pack_a, pack_b, micro};

@@ -58,6 +58,14 @@ static void pack_b(void *dst, // (kc/2, NR) bf16 pairs
         }
         return;
     }
+    if (trans && cols == NR && kc % 2 == 0) { /* pairs are adjacent in a row of B's storage */
+        uint32_t *d32 = dst;
+        for (size_t j = 0; j < NR; j++) {
+            const uint16_t *row = B + (j0 + j) * ldb + p0;
+            for (size_t q = 0; q < kp; q++) memcpy(&d32[q * NR + j], row + 2 * q, 4);
+        }
+        return;
+    }
     for (size_t q = 0; q < kp; q++)
         for (size_t j = 0; j < NR; j++) {
             uint16_t lo = 0, hi = 0;
@@ -107,4 +115,4 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, l
 }
 
 /* kc counts k values (pairs: 256 pairs = 32 KiB of B micro-panel) */
-const mp_gemm_kernel mp_gemm_avx512bf16 = {"avx512bf16-dpbf16", MR, NR, 2, 4096, 96, 3072, 2, pack_a, pack_b, micro};
+const mp_gemm_kernel mp_gemm_avx512bf16 = {"avx512bf16-dpbf16", MR, NR, 2, 4096, 192, 3072, 2, pack_a, pack_b, micro};

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Times matrix multiplies in one peer library and prints JSON; run by
+compare.py in its own process so that the peer's environment (threads,
+OpenBLAS core type) is set for it alone.
+Usage: peer_gemm.py numpy|torch SHAPES_JSON REPS THREADS"""
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+def median_time(fn, reps):
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def main():
+    lib, shapes, reps, threads = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    rng = np.random.default_rng(0)
+    out = []
+    if lib == "torch":
+        import torch
+        torch.set_num_threads(threads)
+    for s in shapes:
+        m, n, k, ta, tb = s["m"], s["n"], s["k"], s["trans_a"], s["trans_b"]
+        a = rng.random((k, m) if ta else (m, k), dtype=np.float32) - 0.5
+        b = rng.random((n, k) if tb else (k, n), dtype=np.float32) - 0.5
+        flops = 2.0 * m * n * k
+        r = reps
+        while 2 * r <= 20 * reps and r * flops < 2e10:
+            r *= 2
+        row = {"shape": s["shape"]}
+        if lib == "numpy":
+            A, B = (a.T if ta else a), (b.T if tb else b)
+            row["fp32"] = median_time(lambda: A @ B, r)
+        else:
+            for name, dt in [("fp32", torch.float32), ("bf16", torch.bfloat16)]:
+                ta_ = torch.from_numpy(a).to(dt)
+                tb_ = torch.from_numpy(b).to(dt)
+                A, B = (ta_.t() if ta else ta_), (tb_.t() if tb else tb_)
+                row[name] = median_time(lambda: torch.matmul(A, B), r)
+        out.append(row)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
