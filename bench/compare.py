@@ -173,47 +173,57 @@ def section_unscale(a):
 
 def section_gemm(a):
     """mp_gemm next to numpy's matmul (OpenBLAS, best kernel for this CPU) and
-    PyTorch's (oneDNN), each in its own process, same shapes, same threads."""
-    mp = run_mixprec(a.mixprec, "gemm", 0, 7, a.threads)
-    shapes = []
-    seen = set()
-    for r in mp["results"]:
-        if r["shape"] not in seen:
-            seen.add(r["shape"])
-            shapes.append({k: r[k] for k in ("shape", "m", "n", "k", "trans_a", "trans_b")})
+    PyTorch's (oneDNN), each in its own process, same shapes, same threads.
+    The three run in turn for --rounds rounds and each figure is the median
+    over rounds of per-round medians, so a burst of noise hits all alike."""
     here = os.path.dirname(os.path.abspath(__file__))
     # This machine may set OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE to keep old
     # OpenBLAS builds safe; they force a slower kernel. Unset for the peer only.
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     env.update(OPENBLAS_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads), OPENBLAS_VERBOSE="2")
-    np_run = subprocess.run([sys.executable, os.path.join(here, "peer_gemm.py"), "numpy", json.dumps(shapes), "7",
-                             str(a.threads)], check=True, capture_output=True, text=True, env=env)
-    core = next((l.split(":", 1)[1].strip() for l in np_run.stderr.splitlines() if l.startswith("Core")), "?")
-    npt = {r["shape"]: r for r in json.loads(np_run.stdout)}
     tenv = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-    tt = {}
-    if torch is not None:
-        t_run = subprocess.run([sys.executable, os.path.join(here, "peer_gemm.py"), "torch", json.dumps(shapes), "7",
-                                str(a.threads)], check=True, capture_output=True, text=True, env=tenv)
-        tt = {r["shape"]: r for r in json.loads(t_run.stdout)}
-    print(f"\nbench gemm: {a.threads} threads, C fp32, median times; peak measured: fp32 FMA "
-          f"{mp['peak_fma_gflops']:.1f} GFLOP/s, bf16 vdpbf16ps {mp['peak_dpbf16_gflops']:.1f} GFLOP/s; "
+    mps, nps, tts, core = [], [], [], "?"
+    for _ in range(a.rounds):
+        mp = run_mixprec(a.mixprec, "gemm", 0, 7, a.threads)
+        mps.append(mp)
+        shapes, seen = [], set()
+        for r in mp["results"]:
+            if r["shape"] not in seen:
+                seen.add(r["shape"])
+                shapes.append({k: r[k] for k in ("shape", "m", "n", "k", "trans_a", "trans_b")})
+        np_run = subprocess.run([sys.executable, os.path.join(here, "peer_gemm.py"), "numpy", json.dumps(shapes), "7",
+                                 str(a.threads)], check=True, capture_output=True, text=True, env=env)
+        core = next((l.split(":", 1)[1].strip() for l in np_run.stderr.splitlines() if l.startswith("Core")), "?")
+        nps.append({r["shape"]: r for r in json.loads(np_run.stdout)})
+        if torch is not None:
+            t_run = subprocess.run([sys.executable, os.path.join(here, "peer_gemm.py"), "torch", json.dumps(shapes),
+                                    "7", str(a.threads)], check=True, capture_output=True, text=True, env=tenv)
+            tts.append({r["shape"]: r for r in json.loads(t_run.stdout)})
+    med = statistics.median
+    pk_fma = med(m["peak_fma_gflops"] for m in mps)
+    pk_dp = med(m["peak_dpbf16_gflops"] for m in mps)
+    print(f"\nbench gemm: {a.threads} threads, C fp32, median of {a.rounds} rounds (mixprec, numpy, torch in turn); "
+          f"peak measured: fp32 FMA {pk_fma:.1f} GFLOP/s, bf16 vdpbf16ps {pk_dp:.1f} GFLOP/s; "
           f"numpy's OpenBLAS core: {core}")
-    print("x peer = peer time / mixprec time (higher is better)")
+    print("x peer = peer time / mixprec time (higher is better); of peak: of the FMA peak (fp32, fp16) or "
+          "the vdpbf16ps peak (bf16)")
     print(f"{'shape':<20} {'type':<5} {'mixprec GF/s':>12} {'of peak':>8} {'numpy GF/s':>10} {'x numpy':>8} "
           f"{'torch GF/s':>10} {'x torch':>8}")
     rows = []
-    for r in mp["results"]:
+    for i, r in enumerate(mps[0]["results"]):
         flops = 2.0 * r["m"] * r["n"] * r["k"]
-        npv = npt.get(r["shape"], {}).get(r["type"]) if r["type"] == "fp32" else None
-        tv = tt.get(r["shape"], {}).get(r["type"])
-        row = dict(r, numpy_s=npv, torch_s=tv, x_numpy=npv / r["median_s"] if npv else None,
-                   x_torch=tv / r["median_s"] if tv else None)
+        t = med(m["results"][i]["median_s"] for m in mps)
+        npv = med(n[r["shape"]][r["type"]] for n in nps) if r["type"] == "fp32" else None
+        tv = med(x[r["shape"]][r["type"]] for x in tts) if tts and r["type"] in tts[0][r["shape"]] else None
+        peak = pk_dp if r["type"] == "bf16" and pk_dp else pk_fma
+        row = dict(r, median_s=t, gflops=flops / t * 1e-9, of_peak=flops / t * 1e-9 / peak, numpy_s=npv, torch_s=tv,
+                   x_numpy=npv / t if npv else None, x_torch=tv / t if tv else None)
         rows.append(row)
-        print(f"{r['shape']:<20} {r['type']:<5} {r['gflops']:>12.1f} {100 * r['of_peak']:>7.0f}% "
+        print(f"{r['shape']:<20} {r['type']:<5} {row['gflops']:>12.1f} {100 * row['of_peak']:>7.0f}% "
               f"{fmt(flops / npv * 1e-9 if npv else None):>10} {fmt(row['x_numpy']):>8} "
               f"{fmt(flops / tv * 1e-9 if tv else None):>10} {fmt(row['x_torch']):>8}")
-    return {"mixprec": mp, "numpy": npt, "numpy_core": core, "torch": tt, "rows": rows}
+    return {"rounds": mps, "numpy": nps, "numpy_core": core, "torch": tts, "peak_fma": pk_fma, "peak_dpbf16": pk_dp,
+            "rows": rows}
 
 
 def main():
@@ -223,6 +233,7 @@ def main():
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", choices=["convert", "unscale", "gemm"])
+    ap.add_argument("--rounds", type=int, default=3, help="gemm: rounds of mixprec, numpy, torch in turn")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)

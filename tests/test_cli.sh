@@ -72,6 +72,9 @@ expect 2 "$M" formats --yaml && one_line
 expect 0 "$M" bench convert --n 1000 --reps 3 --json && has "$out" '"op": "f32->bf16\+stats"' && has "$out" '"op": "copy"'
 expect 2 "$M" bench convert --n 0 && one_line
 expect 0 "$M" bench unscale --n 4096 --reps 3 --json && has "$out" '"op": "unscale fp16"'
+expect 0 "$M" bench gemm --max 256 --reps 1 --json && has "$out" '"shape": "square 256", "m": 256' && has "$out" '"type": "bf16"'
+expect 0 "$M" bench peak --json && has "$out" '"fma_gflops": '
+expect 2 "$M" bench gemm --max x && one_line
 expect 2 "$M" bench nothing && one_line
 
 # scaler-sim: the scale column follows GradScaler's rule on the found_inf column,

@@ -14,11 +14,12 @@
 
 static const char usage[] =
     "usage: mixprec bench convert|unscale [--n N] [--reps R] [--json]\n"
-    "       mixprec bench gemm [--reps R] [--json]\n"
+    "       mixprec bench gemm [--reps R] [--max N] [--json]\n"
     "       mixprec bench peak [--json]\n\n"
     "gemm     mp_gemm for m = n = k in {256, 512, 1024, 2048} and MLP training\n"
     "         shapes (batch 256, widths 784-1024), fp32 / fp16 / bf16 inputs with\n"
     "         an fp32 C; GFLOP/s and the fraction of the measured peak\n"
+    "         (--max N: only shapes with m, n, k <= N)\n"
     "peak     the machine's FMA (fp32) and vdpbf16ps (bf16) peak on the threads\n"
     "convert  times bulk conversions on N elements (default 16777216: a 64 MiB\n"
     "         fp32 array)\n"
@@ -279,7 +280,7 @@ static const gemm_shape gemm_shapes[] = {
 #define NSHAPES (sizeof gemm_shapes / sizeof gemm_shapes[0])
 
 static int bench_gemm(int argc, char **argv) {
-    long reps = 7;
+    long reps = 7, max_dim = 1L << 30;
     int json = 0;
     for (int i = 2; i < argc; i++) {
         const char *v;
@@ -288,6 +289,9 @@ static int bench_gemm(int argc, char **argv) {
         else if (strcmp(argv[i], "--reps") == 0) {
             if (!(v = cli_value("bench", argc, argv, &i))) return CLI_USAGE;
             if (cli_parse_long(v, 1, 1000, &reps)) return cli_usage_error("bench", "--reps wants 1 .. 1000, not '%s'", v);
+        } else if (strcmp(argv[i], "--max") == 0) {
+            if (!(v = cli_value("bench", argc, argv, &i))) return CLI_USAGE;
+            if (cli_parse_long(v, 1, 1L << 30, &max_dim)) return cli_usage_error("bench", "--max wants a size, not '%s'", v);
         } else return cli_usage_error("bench", "unknown option '%s'", argv[i]);
     }
     const size_t maxe = (size_t)2048 * 2048;
@@ -319,6 +323,7 @@ static int bench_gemm(int argc, char **argv) {
     int first = 1;
     for (size_t si = 0; si < NSHAPES; si++) {
         const gemm_shape *g = &gemm_shapes[si];
+        if (g->m > (size_t)max_dim || g->n > (size_t)max_dim || g->k > (size_t)max_dim) continue;
         const double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
         /* enough repetitions for about 0.2 s of work on small shapes */
         long r = reps;

@@ -20,8 +20,9 @@
  *    at a time to the fp32 accumulator, treats bf16 subnormal inputs
  *    (|x| < 2^-126) as zero and flushes fp32 subnormal results to zero. The
  *    products of two bf16 values are exact in fp32, so the result differs from
- *    mp_gemm_ref only in rounding order (within (k/2 + 2) ulp-weighted terms,
- *    see docs/GEMM.md) and in those flushed subnormals.
+ *    mp_gemm_ref only in rounding order and in those flushed subnormals: the
+ *    error is within (k + 4) 2^-24 sum|a b| + sum of the flushed |a b| +
+ *    (k + 2) 2^-126 (docs/GEMM.md; tested).
  *  - Results do not depend on the number of threads.
  */
 #ifndef MIXPREC_GEMM_H
