@@ -15,6 +15,9 @@
 #include "optim.h"
 #include "gemm.h"
 #include "ops.h"
+#include "data.h"
+#include "io.h"
+#include "nn.h"
 
 #ifdef __cplusplus
 extern "C" {

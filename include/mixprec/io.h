@@ -1,0 +1,59 @@
+/* mixprec/io.h - safetensors files: weights and checkpoints.
+ *
+ * The format (huggingface/safetensors): 8 bytes little-endian header length N,
+ * N bytes of JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets":
+ * [begin, end]}, ..., "__metadata__": {"key": "value"}}, then the tensor bytes
+ * (little-endian). Readable by PyTorch (safetensors.torch.load_file) and numpy.
+ */
+#ifndef MIXPREC_IO_H
+#define MIXPREC_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mp_tensor {
+    char        name[128];
+    mp_dtype    dtype;    /* F32, F16, BF16, F8_E4M3, F8_E5M2 */
+    int         ndim;     /* 0 to 4 */
+    size_t      shape[4];
+    size_t      nbytes;
+    const void *data;     /* writing: the caller's; reading: inside the file's buffer */
+} mp_tensor;
+
+typedef struct mp_safetensors {
+    mp_tensor *tensors;
+    size_t     count;
+    char     **meta;      /* key, value, key, value, ... */
+    size_t     nmeta;     /* pairs */
+    void      *buffer;    /* the whole file */
+} mp_safetensors;
+
+/* Writes tensors and metadata (meta: key, value, ..., NULL; may be NULL)
+ * atomically: a temporary file in the same directory, fsync, rename, fsync of
+ * the directory. An existing file at path stays whole until the rename. */
+mp_status mp_safetensors_write(const char *path, const mp_tensor *tensors, size_t count, const char *const *meta);
+
+/* Reads and validates a file: MP_EIO if unreadable; MP_ECORRUPT, with the file
+ * name and the problem, for a bad header length, malformed JSON, an unknown
+ * dtype, a shape that does not match its byte range, offsets out of range or
+ * overlapping, or bytes not covered by any tensor. */
+mp_status mp_safetensors_read(const char *path, mp_safetensors *out);
+void      mp_safetensors_free(mp_safetensors *s); /* NULL-safe */
+
+const mp_tensor *mp_safetensors_find(const mp_safetensors *s, const char *name);
+const char      *mp_safetensors_meta(const mp_safetensors *s, const char *key);
+
+/* Number of elements of a tensor (product of its shape). */
+size_t mp_tensor_numel(const mp_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

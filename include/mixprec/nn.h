@@ -1,0 +1,82 @@
+/* mixprec/nn.h - models as explicit forward/backward pairs (llm.c style):
+ * an MLP of Linear layers, ReLU or GELU, optional layer norm after each hidden
+ * Linear. Activations and gradients are stored in the compute format (fp32,
+ * fp16 or bf16); GEMMs accumulate in fp32; every store of a gradient is
+ * counted per layer (underflow, subnormal, overflow, NaN). Parameters live in
+ * an mp_optim (fp32 masters with half copies, or pure bf16), named as PyTorch
+ * names them: fc{i}.weight [out, in], fc{i}.bias [out], ln{i}.weight/bias. */
+#ifndef MIXPREC_NN_H
+#define MIXPREC_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "convert.h"
+#include "io.h"
+#include "optim.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MP_MLP_MAX_LAYERS 16
+
+typedef enum mp_act { MP_ACT_RELU = 0, MP_ACT_GELU } mp_act;
+
+typedef struct mp_mlp_config {
+    int    nlayers;                        /* Linear layers */
+    int    widths[MP_MLP_MAX_LAYERS + 1];  /* widths[0] inputs ... widths[nlayers] outputs */
+    mp_act act;
+    int    layernorm;                      /* layer norm after each hidden Linear, before the activation */
+} mp_mlp_config;
+
+/* Parses "mlp:784-1024-1024-10" (2 to 17 widths, each 1 to 65536). */
+mp_status mp_mlp_parse(const char *spec, mp_mlp_config *c);
+
+/* Gradient stores of one layer: its output gradient (from the loss, the
+ * activation and layer-norm backward) and its weight gradient. */
+typedef struct mp_layer_stats {
+    mp_convert_stats grad;
+    uint64_t         elements; /* values stored */
+} mp_layer_stats;
+
+typedef struct mp_mlp mp_mlp;
+
+/* Builds the model for batches of up to max_batch rows, computing in `compute`
+ * (MP_F32, MP_F16 or MP_BF16), and adds its parameters to opt with PyTorch's
+ * default nn.Linear initialisation (uniform in +-1/sqrt(fan_in), weights and
+ * biases) drawn from seed; layer norm weights 1, biases 0. pure_bf16: weights
+ * only in bf16 (compute must be MP_BF16). */
+mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype compute, int pure_bf16, size_t max_batch,
+                        mp_optim *opt, uint64_t seed);
+void      mp_mlp_free(mp_mlp *m);
+
+/* Forward, loss, backward for one (micro-)batch: x (B, in) fp32, labels (B,);
+ * adds the gradients of grad_scale * mean loss to the parameters' gradients.
+ * *loss gets the mean loss (unscaled). */
+mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, float grad_scale,
+                             float *loss);
+
+/* Forward and loss only: *loss_sum += sum of per-row losses, *correct += rows
+ * whose largest logit is the label. */
+mp_status mp_mlp_eval_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, double *loss_sum,
+                            size_t *correct);
+
+const mp_mlp_config  *mp_mlp_get_config(const mp_mlp *m);
+const mp_layer_stats *mp_mlp_stats(const mp_mlp *m, int layer);
+void                  mp_mlp_reset_stats(mp_mlp *m);
+
+/* Copies fc/ln tensors (F32, F16 or BF16; shapes must match) into the
+ * parameters and refreshes the half copies. MP_ECORRUPT names a missing
+ * tensor or a wrong shape. */
+mp_status mp_mlp_load(mp_mlp *m, const mp_safetensors *st);
+
+/* The model's parameter tensors for writing (fp32 masters, or bf16 weights in
+ * pure mode): up to 4 per layer into out; *count gets the number. */
+void mp_mlp_tensors(const mp_mlp *m, mp_tensor *out, size_t *count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,164 @@
+/* data.c - IDX reader (zlib reads gzip and plain files alike) and Fashion-MNIST. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <zlib.h>
+
+#include "internal.h"
+
+static mp_status gz_fail(gzFile f, const char *path, const char *what) {
+    int err = 0;
+    const char *msg = gzerror(f, &err);
+    return mp_error(err == Z_ERRNO || err == Z_OK ? MP_EIO : MP_ECORRUPT, "%s: %s%s%s", path, what,
+                    err != Z_OK && err != Z_ERRNO ? ": " : "", err != Z_OK && err != Z_ERRNO ? msg : "");
+}
+
+mp_status mp_idx_read(const char *path, uint8_t **data, uint32_t dims[4], int *ndim) {
+    if (!path || !data || !dims || !ndim) return mp_error(MP_EINVAL, "mp_idx_read: NULL argument");
+    *data = NULL;
+    FILE *probe = fopen(path, "rb");
+    if (!probe) return mp_error(MP_EIO, "%s: cannot open", path);
+    fclose(probe);
+    gzFile f = gzopen(path, "rb");
+    if (!f) return mp_error(MP_EIO, "%s: cannot open", path);
+    mp_status st = MP_OK;
+    uint8_t head[4];
+    int got = gzread(f, head, 4);
+    if (got != 4) {
+        st = got < 0 ? gz_fail(f, path, "cannot read the header") : mp_error(MP_ECORRUPT, "%s: truncated header", path);
+        goto out;
+    }
+    if (head[0] != 0 || head[1] != 0) {
+        st = mp_error(MP_ECORRUPT, "%s: not an IDX file (magic %02x %02x)", path, head[0], head[1]);
+        goto out;
+    }
+    if (head[2] != 0x08) {
+        st = mp_error(MP_ECORRUPT, "%s: IDX element type 0x%02x, only unsigned bytes (0x08) are read", path, head[2]);
+        goto out;
+    }
+    if (head[3] < 1 || head[3] > 4) {
+        st = mp_error(MP_ECORRUPT, "%s: %d dimensions (1 to 4 expected)", path, head[3]);
+        goto out;
+    }
+    *ndim = head[3];
+    size_t total = 1;
+    for (int i = 0; i < *ndim; i++) {
+        uint8_t b[4];
+        got = gzread(f, b, 4);
+        if (got != 4) {
+            st = got < 0 ? gz_fail(f, path, "cannot read the dimensions") : mp_error(MP_ECORRUPT, "%s: truncated header", path);
+            goto out;
+        }
+        dims[i] = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+        if (dims[i] == 0 || dims[i] > (1u << 28) || total > ((size_t)1 << 34) / dims[i]) {
+            st = mp_error(MP_ECORRUPT, "%s: dimension %d is %u", path, i, dims[i]);
+            goto out;
+        }
+        total *= dims[i];
+    }
+    *data = malloc(total);
+    if (!*data) {
+        st = mp_error(MP_ENOMEM, "%s: out of memory for %zu bytes", path, total);
+        goto out;
+    }
+    size_t have = 0;
+    while (have < total) {
+        const unsigned want = total - have > (1u << 30) ? 1u << 30 : (unsigned)(total - have);
+        got = gzread(f, *data + have, want);
+        if (got < 0) {
+            st = gz_fail(f, path, "read error");
+            goto out;
+        }
+        if (got == 0) break;
+        have += (size_t)got;
+    }
+    if (have < total) {
+        st = mp_error(MP_ECORRUPT, "%s: truncated: %zu of %zu data bytes", path, have, total);
+        goto out;
+    }
+    uint8_t extra;
+    got = gzread(f, &extra, 1);
+    if (got < 0) st = gz_fail(f, path, "read error");
+    else if (got > 0) st = mp_error(MP_ECORRUPT, "%s: trailing bytes after %zu data bytes", path, total);
+out:
+    gzclose(f);
+    if (st != MP_OK) {
+        free(*data);
+        *data = NULL;
+    }
+    return st;
+}
+
+void mp_dataset_free(mp_dataset *d) {
+    if (!d) return;
+    free(d->pixels);
+    free(d->labels);
+    memset(d, 0, sizeof *d);
+}
+
+mp_status mp_dataset_load(mp_dataset *d, const char *images_path, const char *labels_path) {
+    memset(d, 0, sizeof *d);
+    uint32_t di[4], dl[4];
+    int ni, nl;
+    mp_status st = mp_idx_read(images_path, &d->pixels, di, &ni);
+    if (st != MP_OK) return st;
+    if (ni != 3) {
+        mp_dataset_free(d);
+        return mp_error(MP_ECORRUPT, "%s: images need 3 dimensions (n, rows, cols), found %d", images_path, ni);
+    }
+    if ((st = mp_idx_read(labels_path, &d->labels, dl, &nl)) != MP_OK) {
+        mp_dataset_free(d);
+        return st;
+    }
+    if (nl != 1 || dl[0] != di[0]) {
+        mp_dataset_free(d);
+        return mp_error(MP_ECORRUPT, "%s: %u labels (%d-d) for %u images in %s", labels_path, dl[0], nl, di[0],
+                        images_path);
+    }
+    d->n = di[0], d->rows = di[1], d->cols = di[2];
+    int maxl = 0;
+    for (size_t i = 0; i < d->n; i++) maxl = d->labels[i] > maxl ? d->labels[i] : maxl;
+    d->num_classes = maxl + 1;
+    return MP_OK;
+}
+
+/* dir/name or dir/name.gz, whichever exists (plain first). */
+static void find_file(char *out, size_t cap, const char *dir, const char *name) {
+    snprintf(out, cap, "%s/%s", dir, name);
+    FILE *f = fopen(out, "rb");
+    if (f) {
+        fclose(f);
+        return;
+    }
+    snprintf(out, cap, "%s/%s.gz", dir, name);
+}
+
+mp_status mp_fashion_mnist_load(mp_dataset *train, mp_dataset *test, const char *dir) {
+    if (!dir) dir = MP_FASHION_MNIST_DIR;
+    char ti[1024], tl[1024], si[1024], sl[1024];
+    find_file(ti, sizeof ti, dir, "train-images-idx3-ubyte");
+    find_file(tl, sizeof tl, dir, "train-labels-idx1-ubyte");
+    find_file(si, sizeof si, dir, "t10k-images-idx3-ubyte");
+    find_file(sl, sizeof sl, dir, "t10k-labels-idx1-ubyte");
+    mp_status st = mp_dataset_load(train, ti, tl);
+    if (st != MP_OK) return st;
+    if ((st = mp_dataset_load(test, si, sl)) != MP_OK) {
+        mp_dataset_free(train);
+        return st;
+    }
+    if (train->rows != test->rows || train->cols != test->cols) {
+        mp_status e = mp_error(MP_ECORRUPT, "%s: images are %zux%zu, the training set's %zux%zu", si, test->rows,
+                               test->cols, train->rows, train->cols);
+        mp_dataset_free(train), mp_dataset_free(test);
+        return e;
+    }
+    return MP_OK;
+}
+
+void mp_dataset_batch(const mp_dataset *d, const uint32_t *idx, size_t B, float *x, int32_t *y) {
+    const size_t D = d->rows * d->cols;
+    for (size_t b = 0; b < B; b++) {
+        const uint8_t *p = d->pixels + (size_t)idx[b] * D;
+        for (size_t j = 0; j < D; j++) x[b * D + j] = (float)p[j] / 255.0f;
+        y[b] = d->labels[idx[b]];
+    }
+}

@@ -1,0 +1,270 @@
+/* io.c - safetensors reading (validated) and atomic writing, JSON by cJSON. */
+#define _POSIX_C_SOURCE 200809L
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static const struct { const char *name; mp_dtype t; } st_dtypes[] = {
+    {"F32", MP_F32}, {"F16", MP_F16}, {"BF16", MP_BF16}, {"F8_E4M3", MP_E4M3}, {"F8_E5M2", MP_E5M2},
+};
+
+static const char *dtype_name(mp_dtype t) {
+    for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
+        if (st_dtypes[i].t == t) return st_dtypes[i].name;
+    return NULL;
+}
+
+size_t mp_tensor_numel(const mp_tensor *t) {
+    size_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+void mp_safetensors_free(mp_safetensors *s) {
+    if (!s) return;
+    for (size_t i = 0; i < 2 * s->nmeta; i++) free(s->meta[i]);
+    free(s->meta);
+    free(s->tensors);
+    free(s->buffer);
+    memset(s, 0, sizeof *s);
+}
+
+const mp_tensor *mp_safetensors_find(const mp_safetensors *s, const char *name) {
+    for (size_t i = 0; i < s->count; i++)
+        if (strcmp(s->tensors[i].name, name) == 0) return &s->tensors[i];
+    return NULL;
+}
+
+const char *mp_safetensors_meta(const mp_safetensors *s, const char *key) {
+    for (size_t i = 0; i < s->nmeta; i++)
+        if (strcmp(s->meta[2 * i], key) == 0) return s->meta[2 * i + 1];
+    return NULL;
+}
+
+static int cmp_range(const void *a, const void *b) {
+    const size_t *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+static mp_status parse_header(const char *path, const char *json, size_t datalen, const uint8_t *data,
+                              mp_safetensors *s) {
+    cJSON *root = cJSON_Parse(json);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return mp_error(MP_ECORRUPT, "%s: the header is not a JSON object", path);
+    }
+    mp_status st = MP_OK;
+    const int n = cJSON_GetArraySize(root);
+    s->tensors = calloc((size_t)n + 1, sizeof *s->tensors);
+    size_t *ranges = calloc((size_t)n + 1, 2 * sizeof *ranges);
+    if (!s->tensors || !ranges) {
+        st = mp_error(MP_ENOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    for (cJSON *e = root->child; e; e = e->next) {
+        if (strcmp(e->string, "__metadata__") == 0) {
+            if (!cJSON_IsObject(e)) {
+                st = mp_error(MP_ECORRUPT, "%s: __metadata__ is not an object", path);
+                goto out;
+            }
+            const int m = cJSON_GetArraySize(e);
+            s->meta = calloc(2 * (size_t)m + 2, sizeof *s->meta);
+            if (!s->meta) {
+                st = mp_error(MP_ENOMEM, "%s: out of memory", path);
+                goto out;
+            }
+            for (cJSON *kv = e->child; kv; kv = kv->next) {
+                if (!cJSON_IsString(kv)) {
+                    st = mp_error(MP_ECORRUPT, "%s: metadata '%s' is not a string", path, kv->string);
+                    goto out;
+                }
+                s->meta[2 * s->nmeta] = strdup(kv->string);
+                s->meta[2 * s->nmeta + 1] = strdup(kv->valuestring);
+                s->nmeta++;
+            }
+            continue;
+        }
+        mp_tensor *t = &s->tensors[s->count];
+        if (strlen(e->string) >= sizeof t->name) {
+            st = mp_error(MP_ECORRUPT, "%s: tensor name too long", path);
+            goto out;
+        }
+        strcpy(t->name, e->string);
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+        const cJSON *of = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+        if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2) {
+            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' needs dtype, shape and data_offsets", path, t->name);
+            goto out;
+        }
+        int known = 0;
+        for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
+            if (strcmp(dt->valuestring, st_dtypes[i].name) == 0) t->dtype = st_dtypes[i].t, known = 1;
+        if (!known) {
+            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has dtype %s (F32, F16, BF16, F8_E4M3, F8_E5M2 are read)", path,
+                          t->name, dt->valuestring);
+            goto out;
+        }
+        t->ndim = cJSON_GetArraySize(sh);
+        if (t->ndim > 4) {
+            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has %d dimensions (at most 4)", path, t->name, t->ndim);
+            goto out;
+        }
+        size_t numel = 1;
+        for (int i = 0; i < t->ndim; i++) {
+            const cJSON *d = cJSON_GetArrayItem(sh, i);
+            if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e12 || d->valuedouble != (double)(size_t)d->valuedouble) {
+                st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has a bad shape", path, t->name);
+                goto out;
+            }
+            t->shape[i] = (size_t)d->valuedouble;
+            numel *= t->shape[i];
+        }
+        const cJSON *b0 = cJSON_GetArrayItem(of, 0), *b1 = cJSON_GetArrayItem(of, 1);
+        if (!cJSON_IsNumber(b0) || !cJSON_IsNumber(b1) || b0->valuedouble < 0 || b1->valuedouble < b0->valuedouble ||
+            b1->valuedouble > (double)datalen) {
+            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has data offsets out of range (data is %zu bytes)", path, t->name,
+                          datalen);
+            goto out;
+        }
+        const size_t begin = (size_t)b0->valuedouble, end = (size_t)b1->valuedouble;
+        t->nbytes = end - begin;
+        if (t->nbytes != numel * mp_format(t->dtype)->size) {
+            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has %zu bytes for a shape of %zu %s values", path, t->name,
+                          t->nbytes, numel, dt->valuestring);
+            goto out;
+        }
+        t->data = data + begin;
+        ranges[2 * s->count] = begin, ranges[2 * s->count + 1] = end;
+        s->count++;
+    }
+    qsort(ranges, s->count, 2 * sizeof *ranges, cmp_range);
+    size_t pos = 0;
+    for (size_t i = 0; i < s->count; i++) {
+        if (ranges[2 * i] != pos) {
+            st = mp_error(MP_ECORRUPT, "%s: tensor data %s at byte %zu", path, ranges[2 * i] < pos ? "overlaps" : "has a gap",
+                          pos);
+            goto out;
+        }
+        pos = ranges[2 * i + 1];
+    }
+    if (pos != datalen) st = mp_error(MP_ECORRUPT, "%s: %zu bytes after the last tensor", path, datalen - pos);
+out:
+    free(ranges);
+    cJSON_Delete(root);
+    return st;
+}
+
+mp_status mp_safetensors_read(const char *path, mp_safetensors *s) {
+    memset(s, 0, sizeof *s);
+    FILE *f = fopen(path, "rb");
+    if (!f) return mp_error(MP_EIO, "%s: cannot open (%s)", path, strerror(errno));
+    mp_status st = MP_OK;
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return mp_error(MP_EIO, "%s: cannot read", path);
+    }
+    s->buffer = malloc((size_t)size + 1);
+    if (!s->buffer) {
+        fclose(f);
+        return mp_error(MP_ENOMEM, "%s: out of memory for %ld bytes", path, size);
+    }
+    const size_t got = fread(s->buffer, 1, (size_t)size, f);
+    fclose(f);
+    if (got != (size_t)size) st = mp_error(MP_EIO, "%s: short read", path);
+    uint8_t *b = s->buffer;
+    if (st == MP_OK && size < 8) st = mp_error(MP_ECORRUPT, "%s: %ld bytes, too short for a safetensors file", path, size);
+    if (st == MP_OK) {
+        const uint64_t n = mp_get_u64(b);
+        if (n < 2 || n > (uint64_t)size - 8 || n > (100u << 20)) {
+            st = mp_error(MP_ECORRUPT, "%s: header length %llu does not fit a %ld-byte file", path, (unsigned long long)n,
+                          size);
+        } else {
+            char *json = malloc(n + 1);
+            if (!json) st = mp_error(MP_ENOMEM, "%s: out of memory", path);
+            else {
+                memcpy(json, b + 8, n);
+                json[n] = 0;
+                st = parse_header(path, json, (size_t)size - 8 - n, b + 8 + n, s);
+                free(json);
+            }
+        }
+    }
+    if (st != MP_OK) mp_safetensors_free(s);
+    return st;
+}
+
+mp_status mp_safetensors_write(const char *path, const mp_tensor *ts, size_t count, const char *const *meta) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return mp_error(MP_ENOMEM, "%s: out of memory", path);
+    mp_status st = MP_OK;
+    if (meta && meta[0]) {
+        cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
+        for (size_t i = 0; meta[i] && meta[i + 1]; i += 2) cJSON_AddStringToObject(m, meta[i], meta[i + 1]);
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < count; i++) {
+        const char *dn = dtype_name(ts[i].dtype);
+        if (!dn || ts[i].ndim < 0 || ts[i].ndim > 4 || ts[i].nbytes != mp_tensor_numel(&ts[i]) * mp_format(ts[i].dtype)->size) {
+            cJSON_Delete(root);
+            return mp_error(MP_EINVAL, "%s: tensor '%s' has a bad dtype, shape or size", path, ts[i].name);
+        }
+        cJSON *t = cJSON_AddObjectToObject(root, ts[i].name);
+        cJSON_AddStringToObject(t, "dtype", dn);
+        cJSON *sh = cJSON_AddArrayToObject(t, "shape");
+        for (int d = 0; d < ts[i].ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)ts[i].shape[d]));
+        cJSON *of = cJSON_AddArrayToObject(t, "data_offsets");
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(off + ts[i].nbytes)));
+        off += ts[i].nbytes;
+    }
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!json) return mp_error(MP_ENOMEM, "%s: out of memory", path);
+    size_t hlen = strlen(json);
+    const size_t padded = (hlen + 7) / 8 * 8; /* spaces to an 8-byte boundary, as the reference writer does */
+
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        free(json);
+        return mp_error(MP_EIO, "%s: cannot create (%s)", tmp, strerror(errno));
+    }
+    uint8_t len8[8];
+    mp_put_u64(len8, padded);
+    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(json, 1, hlen, f) == hlen;
+    for (size_t i = hlen; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    for (size_t i = 0; ok && i < count; i++) ok = fwrite(ts[i].data, 1, ts[i].nbytes, f) == ts[i].nbytes;
+    free(json);
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok) {
+        st = mp_error(MP_EIO, "%s: write failed (%s); the previous file is untouched", path, strerror(errno));
+        unlink(tmp);
+        return st;
+    }
+    if (rename(tmp, path) != 0) {
+        st = mp_error(MP_EIO, "%s: cannot rename the new file into place (%s)", path, strerror(errno));
+        unlink(tmp);
+        return st;
+    }
+    /* make the rename itself durable */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    const int dfd = open(slash ? dir : ".", O_RDONLY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return MP_OK;
+}

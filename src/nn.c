@@ -1,0 +1,294 @@
+/* nn.c - the MLP: forward/backward pairs over gemm and ops. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+#define L_MAX MP_MLP_MAX_LAYERS
+
+struct mp_mlp {
+    mp_mlp_config cfg;
+    mp_dtype ct;
+    int pure;
+    size_t max_batch;
+    mp_param *w[L_MAX], *b[L_MAX], *lnw[L_MAX], *lnb[L_MAX];
+    void *act[L_MAX + 1];  /* act[l]: input of Linear l (B, widths[l]), compute format */
+    void *z[L_MAX];        /* output of Linear l (B, widths[l+1]) */
+    void *h[L_MAX];        /* after layer norm (== z without it): the activation's input */
+    float *mean[L_MAX], *rstd[L_MAX];
+    void *g0, *g1;         /* gradient buffers (B, max width) */
+    void *dw;              /* a weight gradient in the compute format (max out x in) */
+    float *dwf;            /* the same converted, for adding into fp32 gradients */
+    float *fscratch;       /* fp32 copies of pure-bf16 biases and layer-norm parameters */
+    mp_layer_stats stats[L_MAX];
+};
+
+mp_status mp_mlp_parse(const char *spec, mp_mlp_config *c) {
+    memset(c, 0, sizeof *c);
+    if (!spec || strncmp(spec, "mlp:", 4) != 0)
+        return mp_error(MP_EINVAL, "model '%s': expected mlp:IN-H1-...-OUT, e.g. mlp:784-1024-1024-10", spec ? spec : "");
+    const char *p = spec + 4;
+    int n = 0;
+    while (*p) {
+        char *end;
+        const long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 65536 || (*end && *end != '-'))
+            return mp_error(MP_EINVAL, "model '%s': widths are whole numbers 1..65536 joined by '-'", spec);
+        if (n > L_MAX) return mp_error(MP_EINVAL, "model '%s': at most %d layers", spec, L_MAX);
+        c->widths[n++] = (int)v;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) return mp_error(MP_EINVAL, "model '%s': trailing '-'", spec);
+    }
+    if (n < 2) return mp_error(MP_EINVAL, "model '%s': needs at least an input and an output width", spec);
+    c->nlayers = n - 1;
+    return MP_OK;
+}
+
+static double uniform01(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
+}
+
+void mp_mlp_free(mp_mlp *m) {
+    if (!m) return;
+    for (int l = 0; l <= m->cfg.nlayers; l++) free(m->act[l]);
+    for (int l = 0; l < m->cfg.nlayers; l++) {
+        free(m->z[l]);
+        if (m->h[l] != m->z[l]) free(m->h[l]);
+        free(m->mean[l]), free(m->rstd[l]);
+    }
+    free(m->g0), free(m->g1), free(m->dw), free(m->dwf), free(m->fscratch);
+    free(m);
+}
+
+static mp_status add(mp_mlp *m, mp_optim *opt, const char *fmt, int l, const float *init, size_t n, mp_dtype half,
+                     mp_param **out) {
+    char name[64];
+    snprintf(name, sizeof name, fmt, l);
+    return m->pure ? mp_optim_add_pure_bf16(opt, name, init, n, out) : mp_optim_add(opt, name, init, n, half, out);
+}
+
+mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, int pure, size_t max_batch, mp_optim *opt,
+                        uint64_t seed) {
+    if (!out || !c || !opt || max_batch == 0) return mp_error(MP_EINVAL, "mp_mlp_create: bad argument");
+    if (ct != MP_F32 && ct != MP_F16 && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_mlp_create: compute format");
+    if (pure && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_mlp_create: pure weights are bf16 only");
+    if (c->nlayers < 1 || c->nlayers > L_MAX) return mp_error(MP_EINVAL, "mp_mlp_create: %d layers", c->nlayers);
+    mp_mlp *m = calloc(1, sizeof *m);
+    if (!m) return mp_error(MP_ENOMEM, "mp_mlp_create: out of memory");
+    m->cfg = *c, m->ct = ct, m->pure = pure, m->max_batch = max_batch;
+    const size_t es = mp_format(ct)->size, B = max_batch;
+    size_t maxw = 0, maxwn = 0;
+    for (int l = 0; l <= c->nlayers; l++) maxw = (size_t)c->widths[l] > maxw ? (size_t)c->widths[l] : maxw;
+    int ok = 1;
+    for (int l = 0; l <= c->nlayers; l++) ok = ok && (m->act[l] = malloc(B * (size_t)c->widths[l] * es));
+    for (int l = 0; l < c->nlayers; l++) {
+        const size_t w = (size_t)c->widths[l + 1];
+        ok = ok && (m->z[l] = malloc(B * w * es));
+        m->h[l] = m->z[l];
+        if (c->layernorm && l < c->nlayers - 1) {
+            ok = ok && (m->h[l] = malloc(B * w * es)) && (m->mean[l] = malloc(B * 4)) && (m->rstd[l] = malloc(B * 4));
+        }
+        const size_t wn = w * (size_t)c->widths[l];
+        maxwn = wn > maxwn ? wn : maxwn;
+    }
+    ok = ok && (m->g0 = malloc(B * maxw * es)) && (m->g1 = malloc(B * maxw * es)) && (m->dw = malloc(maxwn * es)) &&
+         (m->dwf = malloc(maxwn * 4)) && (m->fscratch = malloc(3 * maxw * 4));
+    float *init = ok ? malloc((maxwn > maxw ? maxwn : maxw) * 4) : NULL;
+    if (!ok || !init) {
+        free(init);
+        mp_mlp_free(m);
+        return mp_error(MP_ENOMEM, "mp_mlp_create: out of memory for a batch of %zu", B);
+    }
+    uint64_t rng = seed;
+    mp_status st = MP_OK;
+    const mp_dtype half = ct == MP_F32 ? MP_F32 : ct;
+    for (int l = 0; l < c->nlayers && st == MP_OK; l++) {
+        const size_t in = (size_t)c->widths[l], outw = (size_t)c->widths[l + 1];
+        const double bound = 1.0 / sqrt((double)in); /* kaiming_uniform(a=sqrt 5) and the bias rule of nn.Linear */
+        for (size_t i = 0; i < outw * in; i++) init[i] = (float)((2.0 * uniform01(&rng) - 1.0) * bound);
+        st = add(m, opt, "fc%d.weight", l, init, outw * in, half, &m->w[l]);
+        for (size_t i = 0; i < outw; i++) init[i] = (float)((2.0 * uniform01(&rng) - 1.0) * bound);
+        if (st == MP_OK) st = add(m, opt, "fc%d.bias", l, init, outw, MP_F32, &m->b[l]);
+        if (st == MP_OK && c->layernorm && l < c->nlayers - 1) {
+            for (size_t i = 0; i < outw; i++) init[i] = 1.0f;
+            st = add(m, opt, "ln%d.weight", l, init, outw, MP_F32, &m->lnw[l]);
+            for (size_t i = 0; i < outw; i++) init[i] = 0.0f;
+            if (st == MP_OK) st = add(m, opt, "ln%d.bias", l, init, outw, MP_F32, &m->lnb[l]);
+        }
+    }
+    free(init);
+    if (st != MP_OK) {
+        mp_mlp_free(m);
+        return st;
+    }
+    *out = m;
+    return MP_OK;
+}
+
+const mp_mlp_config *mp_mlp_get_config(const mp_mlp *m) { return &m->cfg; }
+const mp_layer_stats *mp_mlp_stats(const mp_mlp *m, int l) { return l >= 0 && l < m->cfg.nlayers ? &m->stats[l] : NULL; }
+void mp_mlp_reset_stats(mp_mlp *m) { memset(m->stats, 0, sizeof m->stats); }
+
+/* The compute-format weights Linear l reads. */
+static const void *weights(const mp_mlp *m, int l) { return m->ct == MP_F32 ? m->w[l]->master : m->w[l]->half; }
+
+/* An fp32 view of a small parameter (bias, layer norm): the master, or the
+ * pure bf16 values converted into scratch slot k. */
+static const float *fparam(mp_mlp *m, const mp_param *p, int k) {
+    if (p->master) return p->master;
+    float *s = m->fscratch + (size_t)k * (p->n);
+    mp_convert(s, MP_F32, p->half, MP_BF16, p->n, NULL);
+    return s;
+}
+
+static mp_status forward(mp_mlp *m, const float *x, size_t B) {
+    const mp_mlp_config *c = &m->cfg;
+    const mp_dtype ct = m->ct;
+    if (B == 0 || B > m->max_batch) return mp_error(MP_EINVAL, "mlp: batch of %zu rows (1..%zu)", B, m->max_batch);
+    for (size_t i = 0; i < B * (size_t)c->widths[0]; i++)
+        if (!isfinite(x[i])) return mp_error(MP_EINVAL, "mlp: input value %zu is not finite", i);
+    mp_status st = mp_convert(m->act[0], ct, x, MP_F32, B * (size_t)c->widths[0], NULL);
+    for (int l = 0; l < c->nlayers && st == MP_OK; l++) {
+        const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
+        st = mp_gemm(0, 1, B, out, in, 1.0f, m->act[l], ct, in, weights(m, l), ct, in, 0.0f, m->z[l], ct, out, NULL);
+        if (st == MP_OK) st = mp_bias_add(m->z[l], ct, m->z[l], ct, fparam(m, m->b[l], 0), B, out, NULL);
+        if (st != MP_OK || l == c->nlayers - 1) continue;
+        if (m->h[l] != m->z[l])
+            st = mp_layernorm_forward(m->h[l], ct, m->mean[l], m->rstd[l], m->z[l], ct, fparam(m, m->lnw[l], 1),
+                                      fparam(m, m->lnb[l], 2), B, out, 1e-5f, NULL);
+        if (st == MP_OK)
+            st = (c->act == MP_ACT_GELU ? mp_gelu_forward : mp_relu_forward)(m->act[l + 1], ct, m->h[l], ct, B * out, NULL);
+    }
+    return st;
+}
+
+static void count(mp_mlp *m, int l, size_t n) { m->stats[l].elements += n; }
+
+/* grad (fp32) += the compute-format gradient in m->dw (n values). */
+static void add_into(mp_mlp *m, float *grad, size_t n) {
+    mp_convert(m->dwf, MP_F32, m->dw, m->ct, n, NULL);
+    for (size_t i = 0; i < n; i++) grad[i] += m->dwf[i];
+}
+
+static mp_status backward(mp_mlp *m, size_t B, void *dz) {
+    const mp_mlp_config *c = &m->cfg;
+    const mp_dtype ct = m->ct;
+    mp_status st = MP_OK;
+    void *other = dz == m->g0 ? m->g1 : m->g0;
+    for (int l = c->nlayers - 1; l >= 0 && st == MP_OK; l--) {
+        const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
+        mp_convert_stats *gs = &m->stats[l].grad;
+        /* dW = dZ^T X, stored in the compute format (counted), added to the fp32 gradient */
+        if (ct == MP_F32) {
+            st = mp_gemm(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, 1.0f, m->w[l]->grad, MP_F32, in, NULL);
+        } else {
+            st = mp_gemm(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, 0.0f, m->dw, ct, in, gs);
+            if (st == MP_OK) add_into(m, m->w[l]->grad, out * in);
+        }
+        count(m, l, out * in);
+        if (st == MP_OK) st = mp_colsum(m->b[l]->grad, dz, ct, B, out, 1);
+        if (st != MP_OK || l == 0) break;
+        /* dA (gradient of layer l-1's activation output) = dZ W */
+        const size_t pw = (size_t)c->widths[l];
+        mp_convert_stats *ps = &m->stats[l - 1].grad;
+        st = mp_gemm(0, 0, B, in, out, 1.0f, dz, ct, out, weights(m, l), ct, in, 0.0f, other, ct, in, ps);
+        count(m, l - 1, B * in);
+        /* through the activation (and layer norm) into dZ of layer l-1, in dz's buffer */
+        if (st == MP_OK)
+            st = (c->act == MP_ACT_GELU ? mp_gelu_backward : mp_relu_backward)(dz, ct, other, ct, m->h[l - 1], ct,
+                                                                               B * pw, ps);
+        count(m, l - 1, B * pw);
+        if (st == MP_OK && m->h[l - 1] != m->z[l - 1]) {
+            st = mp_layernorm_backward(other, ct, m->lnw[l - 1]->grad, m->lnb[l - 1]->grad, dz, ct, m->z[l - 1], ct,
+                                       m->mean[l - 1], m->rstd[l - 1], fparam(m, m->lnw[l - 1], 1), B, pw, ps);
+            count(m, l - 1, B * pw);
+            void *t = dz;
+            dz = other, other = t;
+        }
+    }
+    return st;
+}
+
+mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, float grad_scale,
+                             float *loss) {
+    mp_status st = forward(m, x, B);
+    if (st != MP_OK) return st;
+    const int L = m->cfg.nlayers;
+    const size_t C = (size_t)m->cfg.widths[L];
+    st = mp_cross_entropy(loss, m->g0, m->ct, m->z[L - 1], m->ct, labels, B, C, grad_scale, &m->stats[L - 1].grad);
+    count(m, L - 1, B * C);
+    return st == MP_OK ? backward(m, B, m->g0) : st;
+}
+
+mp_status mp_mlp_eval_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, double *loss_sum,
+                            size_t *correct) {
+    mp_status st = forward(m, x, B);
+    if (st != MP_OK) return st;
+    const int L = m->cfg.nlayers;
+    const size_t C = (size_t)m->cfg.widths[L];
+    float loss;
+    if ((st = mp_cross_entropy(&loss, NULL, MP_F32, m->z[L - 1], m->ct, labels, B, C, 1.0f, NULL)) != MP_OK) return st;
+    *loss_sum += (double)loss * (double)B;
+    float *row = m->dwf;
+    for (size_t b = 0; b < B; b++) {
+        mp_convert(row, MP_F32, (const uint8_t *)m->z[L - 1] + b * C * mp_format(m->ct)->size, m->ct, C, NULL);
+        size_t best = 0;
+        for (size_t j = 1; j < C; j++) best = row[j] > row[best] ? j : best;
+        *correct += (int32_t)best == labels[b];
+    }
+    return MP_OK;
+}
+
+static mp_status load_param(mp_param *p, const mp_safetensors *st, size_t d0, size_t d1, int ndim) {
+    const mp_tensor *t = mp_safetensors_find(st, p->name);
+    if (!t) return mp_error(MP_ECORRUPT, "weights: no tensor '%s'", p->name);
+    if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1))
+        return mp_error(MP_ECORRUPT, "weights: '%s' has shape [%zu%s%zu], the model needs [%zu%s%zu]", p->name,
+                        t->shape[0], t->ndim == 2 ? ", " : "", t->ndim == 2 ? t->shape[1] : (size_t)0, d0,
+                        ndim == 2 ? ", " : "", ndim == 2 ? d1 : (size_t)0);
+    if (t->dtype != MP_F32 && t->dtype != MP_F16 && t->dtype != MP_BF16)
+        return mp_error(MP_ECORRUPT, "weights: '%s' is not F32, F16 or BF16", p->name);
+    if (p->master) mp_convert(p->master, MP_F32, t->data, t->dtype, p->n, NULL);
+    else mp_convert(p->half, MP_BF16, t->data, t->dtype, p->n, NULL);
+    for (size_t i = 0; p->master && i < p->n; i++)
+        if (!isfinite(p->master[i])) return mp_error(MP_ECORRUPT, "weights: '%s' holds a non-finite value", p->name);
+    if (p->master && p->half) mp_convert(p->half, p->half_type, p->master, MP_F32, p->n, NULL);
+    return MP_OK;
+}
+
+mp_status mp_mlp_load(mp_mlp *m, const mp_safetensors *st) {
+    for (int l = 0; l < m->cfg.nlayers; l++) {
+        const size_t in = (size_t)m->cfg.widths[l], out = (size_t)m->cfg.widths[l + 1];
+        mp_status s = load_param(m->w[l], st, out, in, 2);
+        if (s == MP_OK) s = load_param(m->b[l], st, out, 0, 1);
+        if (s == MP_OK && m->lnw[l]) s = load_param(m->lnw[l], st, out, 0, 1);
+        if (s == MP_OK && m->lnb[l]) s = load_param(m->lnb[l], st, out, 0, 1);
+        if (s != MP_OK) return s;
+    }
+    return MP_OK;
+}
+
+static void tensor_of(const mp_param *p, size_t d0, size_t d1, int ndim, mp_tensor *t) {
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", p->name);
+    t->dtype = p->master ? MP_F32 : MP_BF16;
+    t->ndim = ndim, t->shape[0] = d0, t->shape[1] = d1;
+    t->data = p->master ? (const void *)p->master : p->half;
+    t->nbytes = p->n * mp_format(t->dtype)->size;
+}
+
+void mp_mlp_tensors(const mp_mlp *m, mp_tensor *out, size_t *count) {
+    size_t n = 0;
+    for (int l = 0; l < m->cfg.nlayers; l++) {
+        const size_t in = (size_t)m->cfg.widths[l], o = (size_t)m->cfg.widths[l + 1];
+        tensor_of(m->w[l], o, in, 2, &out[n++]);
+        tensor_of(m->b[l], o, 0, 1, &out[n++]);
+        if (m->lnw[l]) tensor_of(m->lnw[l], o, 0, 1, &out[n++]);
+        if (m->lnb[l]) tensor_of(m->lnb[l], o, 0, 1, &out[n++]);
+    }
+    *count = n;
+}
