@@ -205,6 +205,16 @@ oom:
     return mp_error(MP_ENOMEM, "optimizer: out of memory for the state of '%s'", p->name);
 }
 
+mp_status mp_optim_restore(mp_optim *o, uint64_t steps) {
+    for (size_t i = 0; i < o->count; i++) {
+        const mp_status st = ensure_state(o, &o->params[i]);
+        if (st != MP_OK) return st;
+        o->params[i].has_state = steps > 0;
+    }
+    o->steps = steps;
+    return MP_OK;
+}
+
 /* The real update of every parameter; the caller has checked the gradients. */
 static mp_status apply_step(mp_optim *o) {
     for (size_t i = 0; i < o->count; i++) {

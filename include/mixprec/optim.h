@@ -92,6 +92,11 @@ uint64_t  mp_optim_steps(const mp_optim *o);  /* steps taken (skipped ones not c
 mp_status mp_optim_set_lr(mp_optim *o, double lr);
 double    mp_optim_lr(const mp_optim *o);
 
+/* For checkpoints: sets the number of steps taken and allocates (zeroed) the
+ * optimizer state of every parameter so that the caller can fill state1 and
+ * state2; has_state becomes steps > 0. */
+mp_status mp_optim_restore(mp_optim *o, uint64_t steps);
+
 /* Sets every gradient to zero. */
 void mp_optim_zero_grad(mp_optim *o);
 
