@@ -164,8 +164,8 @@ static const mp_gemm_kernel *pick_kernel(mp_dtype at, mp_dtype bt) {
 /* Packing buffers live as long as the thread that uses them and only grow:
  * allocating megabytes per call would cost page faults every call. Aligned to
  * 2 MiB and marked for transparent huge pages (fewer TLB misses on panels). */
-static _Thread_local void *tl_buf[2];
-static _Thread_local size_t tl_cap[2];
+static _Thread_local void *tl_buf[3]; /* packed B, packed A, fp32 result for a half C */
+static _Thread_local size_t tl_cap[3];
 
 static void *pack_buffer(int which, size_t bytes) {
     if (tl_cap[which] >= bytes) return tl_buf[which];
@@ -271,31 +271,47 @@ static mp_status gemm_f32(const mp_gemm_kernel *kr, int ta, int tb, size_t m, si
     return oom ? mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed A block") : MP_OK;
 }
 
+/* The epilogue for a half (or untouched) C: alpha/beta on the fp32 result and
+ * the exact store with statistics, rows split across the threads. */
+typedef struct {
+    float *w;
+    size_t n, ldc;
+    float alpha, beta;
+    void *c;
+    mp_dtype ct;
+    int counts_only; /* fp32 C already holds the result: count its stats */
+    mp_convert_stats part[MP_MAX_THREADS];
+} epilogue_job;
+
+static void epilogue_share(void *ctx, size_t r0, size_t r1, int t) {
+    epilogue_job *j = ctx;
+    for (size_t i = r0; i < r1; i++) {
+        float *row = j->counts_only ? (float *)j->c + i * j->ldc : j->w + i * j->n;
+        if (!j->counts_only)
+            for (size_t k = 0; k < j->n; k++)
+                row[k] = apply_ab(row[k], j->alpha, j->beta, j->beta == 0.0f ? 0.0f : load_f32(j->c, j->ct, i * j->ldc + k));
+        store_row(j->c, j->ct, j->ldc, i, row, j->n, &j->part[t]);
+    }
+}
+
 mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a, mp_dtype at,
                   size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c, mp_dtype ct, size_t ldc,
                   mp_convert_stats *st) {
     mp_status s = check_args("mp_gemm", trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, c, ct, ldc);
     if (s != MP_OK || m == 0 || n == 0) return s;
     const int direct = ct == MP_F32 && k > 0 && alpha != 0.0f;
-    float *w = direct ? (float *)c : malloc(m * n * sizeof *w);
+    float *w = direct ? (float *)c : pack_buffer(2, m * n * sizeof *w);
     if (!w) return mp_error(MP_ENOMEM, "mp_gemm: out of memory for an fp32 result of %zu x %zu", m, n);
-    const size_t ldw = direct ? ldc : n;
     if (k > 0 && alpha != 0.0f) {
         s = gemm_f32(pick_kernel(at, bt), trans_a, trans_b, m, n, k, direct ? alpha : 1.0f, a, at, lda, b, bt, ldb,
-                     direct ? beta : 0.0f, w, ldw);
+                     direct ? beta : 0.0f, w, direct ? ldc : n);
     } else {
         memset(w, 0, m * n * sizeof *w); /* no products: the accumulators are 0 */
     }
-    if (s == MP_OK && !direct) { /* alpha/beta and the store into a half (or untouched) C */
-        float *row = w;
-        for (size_t i = 0; i < m; i++, row += n) {
-            for (size_t j = 0; j < n; j++)
-                row[j] = apply_ab(row[j], alpha, beta, beta == 0.0f ? 0.0f : load_f32(c, ct, i * ldc + j));
-            store_row(c, ct, ldc, i, row, n, st);
-        }
-    } else if (s == MP_OK && st) {
-        for (size_t i = 0; i < m; i++) store_row(c, ct, ldc, i, w + i * ldw, n, st); /* fp32: counts only */
-    }
-    if (!direct) free(w);
-    return s;
+    if (s != MP_OK || (direct && !st)) return s;
+    epilogue_job j = {w, n, ldc, alpha, beta, c, ct, direct, {{0}}};
+    const int shares = mp_parallel_for(m, m * n >= ((size_t)1 << 16) ? 2 : m + 1, 1, epilogue_share, &j);
+    if (st)
+        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
+    return MP_OK;
 }

@@ -79,12 +79,13 @@ typedef struct mp_adamw_coef {
 typedef struct mp_optim_kernels {
     void (*sgd)(float *w, const float *g, float *buf, size_t n, const mp_sgd_coef *c);
     void (*adamw)(float *w, const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c);
-    void (*sgd_bf16)(uint16_t *w, const float *g, float *buf, size_t n, const mp_sgd_coef *c, uint64_t key);
+    void (*sgd_bf16)(uint16_t *w, const float *g, float *buf, size_t n, const mp_sgd_coef *c, uint64_t key,
+                     uint64_t base);
     void (*adamw_bf16)(uint16_t *w, const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c,
-                       uint64_t key);
+                       uint64_t key, uint64_t base);
     double (*sumsq)(const float *g, size_t n);
     void (*scale)(float *g, size_t n, float c);
-    void (*round_sr)(uint16_t *dst, const float *src, size_t n, uint64_t key);
+    void (*round_sr)(uint16_t *dst, const float *src, size_t n, uint64_t key, uint64_t base);
 } mp_optim_kernels;
 
 extern const mp_optim_kernels mp_optim_scalar;

@@ -18,8 +18,7 @@ struct mp_mlp {
     void *h[L_MAX];        /* after layer norm (== z without it): the activation's input */
     float *mean[L_MAX], *rstd[L_MAX];
     void *g0, *g1;         /* gradient buffers (B, max width) */
-    void *dw;              /* a weight gradient in the compute format (max out x in) */
-    float *dwf;            /* the same converted, for adding into fp32 gradients */
+    float *dwf;            /* a weight gradient in fp32 before its rounding to the compute format */
     float *fscratch;       /* fp32 copies of pure-bf16 biases and layer-norm parameters */
     mp_layer_stats stats[L_MAX];
 };
@@ -60,7 +59,7 @@ void mp_mlp_free(mp_mlp *m) {
         if (m->h[l] != m->z[l]) free(m->h[l]);
         free(m->mean[l]), free(m->rstd[l]);
     }
-    free(m->g0), free(m->g1), free(m->dw), free(m->dwf), free(m->fscratch);
+    free(m->g0), free(m->g1), free(m->dwf), free(m->fscratch);
     free(m);
 }
 
@@ -95,7 +94,7 @@ mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, int p
         const size_t wn = w * (size_t)c->widths[l];
         maxwn = wn > maxwn ? wn : maxwn;
     }
-    ok = ok && (m->g0 = malloc(B * maxw * es)) && (m->g1 = malloc(B * maxw * es)) && (m->dw = malloc(maxwn * es)) &&
+    ok = ok && (m->g0 = malloc(B * maxw * es)) && (m->g1 = malloc(B * maxw * es)) &&
          (m->dwf = malloc(maxwn * 4)) && (m->fscratch = malloc(3 * maxw * 4));
     float *init = ok ? malloc((maxwn > maxw ? maxwn : maxw) * 4) : NULL;
     if (!ok || !init) {
@@ -168,10 +167,34 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B) {
 
 static void count(mp_mlp *m, int l, size_t n) { m->stats[l].elements += n; }
 
-/* grad (fp32) += the compute-format gradient in m->dw (n values). */
-static void add_into(mp_mlp *m, float *grad, size_t n) {
-    mp_convert(m->dwf, MP_F32, m->dw, m->ct, n, NULL);
-    for (size_t i = 0; i < n; i++) grad[i] += m->dwf[i];
+/* grad (fp32) += the fp32 weight gradient in m->dwf rounded to the compute
+ * format (the value a half-precision backward stores, counted into st), in
+ * one pass of cache-sized chunks split across the threads. */
+typedef struct {
+    float *grad;
+    const float *dwf;
+    mp_dtype ct;
+    mp_convert_stats part[MP_MAX_THREADS];
+} round_add_job;
+
+enum { RA_CHUNK = 2048 };
+
+static void round_add_share(void *ctx, size_t i0, size_t i1, int t) {
+    round_add_job *j = ctx;
+    uint16_t h[RA_CHUNK];
+    float f[RA_CHUNK];
+    for (size_t i = i0; i < i1; i += RA_CHUNK) {
+        const size_t n = i1 - i < RA_CHUNK ? i1 - i : RA_CHUNK;
+        mp_convert(h, j->ct, j->dwf + i, MP_F32, n, &j->part[t]);
+        mp_convert(f, MP_F32, h, j->ct, n, NULL);
+        for (size_t k = 0; k < n; k++) j->grad[i + k] += f[k];
+    }
+}
+
+static void round_add(mp_mlp *m, float *grad, size_t n, mp_convert_stats *st) {
+    round_add_job j = {grad, m->dwf, m->ct, {{0}}};
+    const int shares = mp_parallel_for(n, (size_t)1 << 16, RA_CHUNK, round_add_share, &j);
+    for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
 }
 
 static mp_status backward(mp_mlp *m, size_t B, void *dz) {
@@ -186,8 +209,8 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz) {
         if (ct == MP_F32) {
             st = mp_gemm(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, 1.0f, m->w[l]->grad, MP_F32, in, NULL);
         } else {
-            st = mp_gemm(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, 0.0f, m->dw, ct, in, gs);
-            if (st == MP_OK) add_into(m, m->w[l]->grad, out * in);
+            st = mp_gemm(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, 0.0f, m->dwf, MP_F32, in, NULL);
+            if (st == MP_OK) round_add(m, m->w[l]->grad, out * in, gs);
         }
         count(m, l, out * in);
         if (st == MP_OK) st = mp_colsum(m->b[l]->grad, dz, ct, B, out, 1);

@@ -33,19 +33,50 @@ static float *scratch(size_t count, size_t n) { return malloc((count * n + 16) *
 typedef float (*unary_fn)(float x);
 typedef float (*binary_fn)(float dy, float x);
 
+/* Element-wise work in parallel: shares of whole chunks, per-share statistics
+ * summed afterwards (counts are exact whatever the split). */
+typedef struct {
+    void *out;
+    mp_dtype ot, at, bt;
+    const void *a, *b; /* b NULL for unary */
+    unary_fn f1;
+    binary_fn f2;
+    mp_convert_stats part[MP_MAX_THREADS];
+} elem_job;
+
+static void elem_share(void *ctx, size_t i0, size_t i1, int t) {
+    elem_job *j = ctx;
+    float g[CHUNK], v[CHUNK];
+    for (size_t i = i0; i < i1; i += CHUNK) {
+        const size_t m = i1 - i < CHUNK ? i1 - i : CHUNK;
+        load(g, j->a, j->at, i, m);
+        if (j->b) {
+            load(v, j->b, j->bt, i, m);
+            for (size_t k = 0; k < m; k++) g[k] = j->f2(g[k], v[k]);
+        } else {
+            for (size_t k = 0; k < m; k++) g[k] = j->f1(g[k]);
+        }
+        store(j->out, j->ot, i, g, m, &j->part[t]);
+    }
+}
+
+#define ELEM_PARALLEL_MIN ((size_t)1 << 16)
+
+static mp_status run_elem(elem_job *j, size_t n, mp_convert_stats *st) {
+    memset(j->part, 0, sizeof j->part);
+    const int shares = mp_parallel_for(n, ELEM_PARALLEL_MIN, CHUNK, elem_share, j);
+    if (st)
+        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j->part[t]);
+    return MP_OK;
+}
+
 static mp_status unary(const char *fn, void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, unary_fn f,
                        mp_convert_stats *st) {
     mp_status s = check_types(fn, yt, xt, MP_F32);
     if (s != MP_OK) return s;
     if (n && (!y || !x)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
-    float buf[CHUNK];
-    for (size_t i = 0; i < n; i += CHUNK) {
-        const size_t m = n - i < CHUNK ? n - i : CHUNK;
-        load(buf, x, xt, i, m);
-        for (size_t j = 0; j < m; j++) buf[j] = f(buf[j]);
-        store(y, yt, i, buf, m, st);
-    }
-    return MP_OK;
+    elem_job j = {y, yt, xt, MP_F32, x, NULL, f, NULL, {{0}}};
+    return run_elem(&j, n, st);
 }
 
 static mp_status binary(const char *fn, void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x,
@@ -53,15 +84,8 @@ static mp_status binary(const char *fn, void *dx, mp_dtype dxt, const void *dy, 
     mp_status s = check_types(fn, dxt, dyt, xt);
     if (s != MP_OK) return s;
     if (n && (!dx || !dy || !x)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
-    float g[CHUNK], v[CHUNK];
-    for (size_t i = 0; i < n; i += CHUNK) {
-        const size_t m = n - i < CHUNK ? n - i : CHUNK;
-        load(g, dy, dyt, i, m);
-        load(v, x, xt, i, m);
-        for (size_t j = 0; j < m; j++) g[j] = f(g[j], v[j]);
-        store(dx, dxt, i, g, m, st);
-    }
-    return MP_OK;
+    elem_job j = {dx, dxt, dyt, xt, dy, x, NULL, f, {{0}}};
+    return run_elem(&j, n, st);
 }
 
 static float relu(float x) { return x > 0.0f ? x : 0.0f; }
@@ -99,34 +123,76 @@ static mp_status rows_args(const char *fn, const void *p, const void *q, size_t 
     return MP_OK;
 }
 
+typedef struct {
+    void *y;
+    mp_dtype yt, xt;
+    const void *x;
+    const float *bias;
+    size_t C;
+    int oom;
+    mp_convert_stats part[MP_MAX_THREADS];
+} bias_job;
+
+static void bias_share(void *ctx, size_t r0, size_t r1, int t) {
+    bias_job *j = ctx;
+    float *row = scratch(1, j->C);
+    if (!row) {
+        j->oom = 1;
+        return;
+    }
+    for (size_t b = r0; b < r1; b++) {
+        load(row, j->x, j->xt, b * j->C, j->C);
+        for (size_t k = 0; k < j->C; k++) row[k] += j->bias[k];
+        store(j->y, j->yt, b * j->C, row, j->C, &j->part[t]);
+    }
+    free(row);
+}
+
 mp_status mp_bias_add(void *y, mp_dtype yt, const void *x, mp_dtype xt, const float *bias, size_t B, size_t C,
                       mp_convert_stats *st) {
     mp_status s = check_types("mp_bias_add", yt, xt, MP_F32);
     if (s != MP_OK || (s = rows_args("mp_bias_add", y, x, B, C)) != MP_OK) return s;
     if (B && C && !bias) return mp_error(MP_EINVAL, "mp_bias_add: NULL bias");
-    float *row = scratch(1, C);
-    if (!row) return mp_error(MP_ENOMEM, "mp_bias_add: out of memory");
-    for (size_t b = 0; b < B; b++) {
-        load(row, x, xt, b * C, C);
-        for (size_t j = 0; j < C; j++) row[j] += bias[j];
-        store(y, yt, b * C, row, C, st);
+    bias_job j = {y, yt, xt, x, bias, C, 0, {{0}}};
+    const int shares = mp_parallel_for(B, C ? ELEM_PARALLEL_MIN / C + 1 : B + 1, 1, bias_share, &j);
+    if (j.oom) return mp_error(MP_ENOMEM, "mp_bias_add: out of memory");
+    if (st)
+        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
+    return MP_OK;
+}
+
+/* Column sums: each share owns a range of columns and walks all rows, so the
+ * order of additions (row by row) does not depend on the split. */
+typedef struct {
+    float *out;
+    const void *x;
+    mp_dtype xt;
+    size_t B, C;
+    int oom;
+} colsum_job;
+
+static void colsum_share(void *ctx, size_t j0, size_t j1, int t) {
+    (void)t;
+    colsum_job *j = ctx;
+    float *row = scratch(1, j1 - j0);
+    if (!row) {
+        j->oom = 1;
+        return;
+    }
+    for (size_t b = 0; b < j->B; b++) {
+        load(row, j->x, j->xt, b * j->C + j0, j1 - j0);
+        for (size_t k = j0; k < j1; k++) j->out[k] += row[k - j0];
     }
     free(row);
-    return MP_OK;
 }
 
 mp_status mp_colsum(float *out, const void *x, mp_dtype xt, size_t B, size_t C, int accumulate) {
     mp_status s = check_types("mp_colsum", xt, MP_F32, MP_F32);
     if (s != MP_OK || (s = rows_args("mp_colsum", out, x, B ? B : 1, C)) != MP_OK) return s;
-    float *row = scratch(1, C);
-    if (!row) return mp_error(MP_ENOMEM, "mp_colsum: out of memory");
     if (!accumulate) memset(out, 0, C * sizeof *out);
-    for (size_t b = 0; b < B; b++) {
-        load(row, x, xt, b * C, C);
-        for (size_t j = 0; j < C; j++) out[j] += row[j];
-    }
-    free(row);
-    return MP_OK;
+    colsum_job j = {out, x, xt, B, C, 0};
+    mp_parallel_for(C, B * C >= ELEM_PARALLEL_MIN ? 64 : C + 1, 16, colsum_share, &j);
+    return j.oom ? mp_error(MP_ENOMEM, "mp_colsum: out of memory") : MP_OK;
 }
 
 /* In place over one fp32 row: softmax (or log_softmax), max-subtracted.

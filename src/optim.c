@@ -113,14 +113,63 @@ static uint64_t sr_key(const mp_optim *o, size_t param_index) {
     return mp_sr_bits(o->seed, o->steps) * 0x100000001b3ull ^ ((uint64_t)param_index << 32) ^ o->seed;
 }
 
+/* Element-wise work over one parameter, split across the threads. */
+typedef enum { JOB_SGD, JOB_ADAMW, JOB_ROUND_SR, JOB_SUMSQ, JOB_SCALE } job_kind;
+
+typedef struct {
+    job_kind kind;
+    const mp_optim_kernels *k;
+    mp_param *p;
+    const mp_sgd_coef *sc;
+    const mp_adamw_coef *ac;
+    uint64_t key;
+    float coef;
+    double part[MP_MAX_THREADS];
+} param_job;
+
+static void param_share(void *ctx, size_t i0, size_t i1, int t) {
+    param_job *j = ctx;
+    mp_param *p = j->p;
+    const size_t n = i1 - i0;
+    float *s1 = p->state1 ? p->state1 + i0 : NULL, *s2 = p->state2 ? p->state2 + i0 : NULL;
+    uint16_t *h = p->half ? (uint16_t *)p->half + i0 : NULL;
+    switch (j->kind) {
+    case JOB_SGD:
+        if (p->master) j->k->sgd(p->master + i0, p->grad + i0, s1, n, j->sc);
+        else j->k->sgd_bf16(h, p->grad + i0, s1, n, j->sc, j->key, i0);
+        break;
+    case JOB_ADAMW:
+        if (p->master) j->k->adamw(p->master + i0, p->grad + i0, s1, s2, n, j->ac);
+        else j->k->adamw_bf16(h, p->grad + i0, s1, s2, n, j->ac, j->key, i0);
+        break;
+    case JOB_ROUND_SR: j->k->round_sr(h, p->master + i0, n, j->key, i0); break;
+    case JOB_SUMSQ: j->part[t] = j->k->sumsq(p->grad + i0, n); break;
+    case JOB_SCALE: j->k->scale(p->grad + i0, n, j->coef); break;
+    }
+}
+
+#define PARAM_PARALLEL_MIN ((size_t)1 << 16)
+
+/* Runs one job over parameter p; for JOB_SUMSQ returns the sum of the shares. */
+static double run_param(param_job *j, mp_param *p) {
+    j->p = p;
+    memset(j->part, 0, sizeof j->part);
+    const int shares = mp_parallel_for(p->n, PARAM_PARALLEL_MIN, 64, param_share, j);
+    double s = 0;
+    for (int t = 0; t < shares; t++) s += j->part[t];
+    return s;
+}
+
 /* Rounds the master into the half copy: nearest even, or stochastic for bf16. */
 static void refresh_half(mp_optim *o, size_t i) {
     mp_param *p = &o->params[i];
     if (!p->half || !p->master) return;
-    if (p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC)
-        kernels()->round_sr(p->half, p->master, p->n, sr_key(o, i));
-    else
+    if (p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC) {
+        param_job j = {JOB_ROUND_SR, kernels(), NULL, NULL, NULL, sr_key(o, i), 0.0f, {0}};
+        run_param(&j, p);
+    } else {
         mp_convert(p->half, p->half_type, p->master, MP_F32, p->n, NULL);
+    }
 }
 
 static mp_status add_param(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
@@ -225,6 +274,8 @@ static mp_status apply_step(mp_optim *o) {
     const uint64_t t = o->steps + 1;
     mp_sgd_coef sc;
     mp_adamw_coef ac;
+    memset(&sc, 0, sizeof sc);
+    memset(&ac, 0, sizeof ac);
     if (o->kind == KIND_SGD) {
         const mp_sgd_config *c = &o->sgd;
         sc.neg_lr = (float)-c->lr;
@@ -247,13 +298,8 @@ static mp_status apply_step(mp_optim *o) {
     for (size_t i = 0; i < o->count; i++) {
         mp_param *p = &o->params[i];
         sc.first = !p->has_state;
-        if (o->kind == KIND_SGD) {
-            if (p->master) k->sgd(p->master, p->grad, p->state1, p->n, &sc);
-            else k->sgd_bf16(p->half, p->grad, p->state1, p->n, &sc, sr_key(o, i));
-        } else {
-            if (p->master) k->adamw(p->master, p->grad, p->state1, p->state2, p->n, &ac);
-            else k->adamw_bf16(p->half, p->grad, p->state1, p->state2, p->n, &ac, sr_key(o, i));
-        }
+        param_job j = {o->kind == KIND_SGD ? JOB_SGD : JOB_ADAMW, k, NULL, &sc, &ac, sr_key(o, i), 0.0f, {0}};
+        run_param(&j, p);
         p->has_state = 1;
     }
     o->steps = t;
@@ -317,14 +363,15 @@ mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, do
     if (s ? mp_optim_stage(o, s) != MP_STAGE_UNSCALED : o->scaled)
         return mp_error(MP_ESTATE, "clip_grad_norm: gradients are still multiplied by the loss scale; call "
                                    "mp_scaler_unscale first (and pass the scaler)");
-    const mp_optim_kernels *k = kernels();
+    param_job j = {JOB_SUMSQ, kernels(), NULL, NULL, NULL, 0, 0.0f, {0}};
     double sum = 0;
-    for (size_t i = 0; i < o->count; i++) sum += k->sumsq(o->params[i].grad, o->params[i].n);
+    for (size_t i = 0; i < o->count; i++) sum += run_param(&j, &o->params[i]);
     const double norm = sqrt(sum);
     if (total_norm) *total_norm = norm;
     if (!isfinite(norm)) return MP_OK;
     const double coef = max_norm / (norm + 1e-6);
+    j.kind = JOB_SCALE, j.coef = (float)coef;
     if (coef < 1.0)
-        for (size_t i = 0; i < o->count; i++) k->scale(o->params[i].grad, o->params[i].n, (float)coef);
+        for (size_t i = 0; i < o->count; i++) run_param(&j, &o->params[i]);
     return MP_OK;
 }

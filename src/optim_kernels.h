@@ -67,16 +67,20 @@ static void k_adamw(float *w, // (n,) fp32 master weights
     for (size_t i = 0; i < n; i++) w[i] = adamw_elem(w[i], g[i], &m[i], &v[i], c);
 }
 
+/* The stochastic-rounding kernels take `base`, the index of element 0 in the
+ * whole parameter, so a parameter split across threads draws the same bits. */
 static void k_sgd_bf16(uint16_t *w, // (n,) bf16 weights (no master)
-                       const float *g, float *buf, size_t n, const mp_sgd_coef *c, uint64_t key) {
+                       const float *g, float *buf, size_t n, const mp_sgd_coef *c, uint64_t key, uint64_t base) {
     float dummy = 0.0f;
     for (size_t i = 0; i < n; i++)
-        w[i] = mp_sr_bf16(sgd_elem(mp_bf16_to_f32(w[i]), g[i], buf ? &buf[i] : &dummy, c), key, i);
+        w[i] = mp_sr_bf16(sgd_elem(mp_bf16_to_f32(w[i]), g[i], buf ? &buf[i] : &dummy, c), key, base + i);
 }
 
 static void k_adamw_bf16(uint16_t *w, // (n,) bf16 weights (no master)
-                         const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c, uint64_t key) {
-    for (size_t i = 0; i < n; i++) w[i] = mp_sr_bf16(adamw_elem(mp_bf16_to_f32(w[i]), g[i], &m[i], &v[i], c), key, i);
+                         const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c, uint64_t key,
+                         uint64_t base) {
+    for (size_t i = 0; i < n; i++)
+        w[i] = mp_sr_bf16(adamw_elem(mp_bf16_to_f32(w[i]), g[i], &m[i], &v[i], c), key, base + i);
 }
 
 /* Sum of squares in fp64, eight partial sums in a fixed order. */
@@ -95,8 +99,8 @@ static void k_scale(float *g, size_t n, float c) {
 
 static void k_round_sr(uint16_t *dst, // (n,) bf16
                        const float *src, // (n,) fp32
-                       size_t n, uint64_t key) {
-    for (size_t i = 0; i < n; i++) dst[i] = mp_sr_bf16(src[i], key, i);
+                       size_t n, uint64_t key, uint64_t base) {
+    for (size_t i = 0; i < n; i++) dst[i] = mp_sr_bf16(src[i], key, base + i);
 }
 
 #define MP_OPTIM_KERNELS {k_sgd, k_adamw, k_sgd_bf16, k_adamw_bf16, k_sumsq, k_scale, k_round_sr}

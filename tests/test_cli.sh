@@ -113,6 +113,54 @@ expect 2 "$M" scaler-sim --growth-factor 0.5 && one_line && has "$err" 'growth_f
 expect 2 "$M" scaler-sim --steps x && one_line
 expect 2 "$M" scaler-sim --json --csv && one_line
 
+# train: a short run learns, logs every step, and its checkpoint resumes bit-identically
+T=$(mktemp -d)
+TR=(train --model mlp:784-48-10 --batch 64 --threads 2)
+expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 30 --log "$T/log.csv" --save "$T/a.st"
+has "$out" '^result: test accuracy [0-9.]+%'
+if [ "$(wc -l < "$T/log.csv")" -eq 31 ] && head -1 "$T/log.csv" | grep -q '^step,loss,scale,skipped,grad_norm,underflow,overflow,ms$'; then ok; else fail "log rows"; fi
+if python3 - "$T/log.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+first = sum(float(r["loss"]) for r in rows[:5]) / 5
+last = sum(float(r["loss"]) for r in rows[-5:]) / 5
+assert last < 0.7 * first, (first, last)
+assert float(rows[0]["scale"]) == 65536.0
+PY
+then ok; else fail "loss did not fall"; fi
+expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 17 --save "$T/b.st"
+expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 30 --resume "$T/b.st" --save "$T/c.st"
+has "$out" 'resumed'
+if cmp -s "$T/a.st" "$T/c.st"; then ok; else fail "resume differs from an uninterrupted run"; fi
+# every step overflows at scale 1e30: all skipped, weights exactly the initial ones
+expect 0 "$M" "${TR[@]}" --precision fp16-static:1e30 --steps 4 --save "$T/s.st"
+has "$out" '4 steps, 4 skipped'
+expect 0 "$M" "${TR[@]}" --precision fp16-static:1e30 --steps 1 --save "$T/s1.st"
+if python3 - "$T/s.st" "$T/s1.st" <<'PY'
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    return {k: b[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a["fc0.weight"] == b["fc0.weight"] and a["fc1.bias"] == b["fc1.bias"]
+PY
+then ok; else fail "skipped steps changed the weights"; fi
+# bad input: one line, non-zero
+printf 'garbage' > "$T/bad.st"
+expect 1 "$M" "${TR[@]}" --steps 2 --resume "$T/bad.st" && one_line && has "$err" 'bad.st'
+head -c 1000 "$T/a.st" > "$T/trunc.st"
+expect 1 "$M" "${TR[@]}" --precision fp16-dynamic --steps 2 --resume "$T/trunc.st" && one_line
+expect 1 "$M" "${TR[@]}" --precision bf16 --steps 2 --resume "$T/a.st" && one_line && has "$err" "precision 'fp16-dynamic'"
+expect 1 "$M" train --model mlp:100-10 --steps 1 && one_line && has "$err" 'input width must be 784'
+expect 1 "$M" train --data "$T" --steps 1 && one_line && has "$err" 'train-images'
+expect 2 "$M" train --precision fp12 && one_line
+expect 2 "$M" train --epochs 1 --steps 2 && one_line
+expect 2 "$M" train --lr x && one_line
+expect 1 "$M" "${TR[@]}" --steps 1 --save "$T/no/such/dir/x.st" && one_line && has "$err" 'x.st'
+rm -rf "$T"
+
 # the ISA cap is honoured
 MIXPREC_ISA=scalar expect 0 "$M" --version && has "$out" 'cpu path: scalar'
 

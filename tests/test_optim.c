@@ -164,11 +164,11 @@ static void check_kernel_paths(void) {
     CHECK(memcmp(w1, w2, sizeof w1) == 0 && memcmp(m1, m2, sizeof m1) == 0 && memcmp(v1, v2, sizeof v1) == 0,
           "adamw kernels differ");
     CHECK(mp_optim_scalar.sumsq(g, M) == mp_optim_avx512.sumsq(g, M), "sumsq differs");
-    mp_optim_scalar.round_sr(h1, w1, M, 42);
-    mp_optim_avx512.round_sr(h2, w1, M, 42);
+    mp_optim_scalar.round_sr(h1, w1, M, 42, 0);
+    mp_optim_avx512.round_sr(h2, w1, M, 42, 0);
     CHECK(memcmp(h1, h2, sizeof h1) == 0, "stochastic rounding differs");
-    mp_optim_scalar.adamw_bf16(h1, g, m1, v1, M, &ac, 7);
-    mp_optim_avx512.adamw_bf16(h2, g, m2, v2, M, &ac, 7);
+    mp_optim_scalar.adamw_bf16(h1, g, m1, v1, M, &ac, 7, 0);
+    mp_optim_avx512.adamw_bf16(h2, g, m2, v2, M, &ac, 7, 0);
     CHECK(memcmp(h1, h2, sizeof h1) == 0, "pure bf16 adamw differs");
 #endif
 }
