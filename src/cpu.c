@@ -84,20 +84,27 @@ mp_status mp_cpu_set_isa(mp_isa isa) {
     return MP_OK;
 }
 
-static atomic_int thread_override = 0;
+static atomic_int thread_override = 0, thread_default = 0;
 
 void mp_set_threads(int n) { atomic_store_explicit(&thread_override, n > 0 ? n : 0, memory_order_relaxed); }
 
 int mp_get_threads(void) {
     int n = atomic_load_explicit(&thread_override, memory_order_relaxed);
     if (n > 0) return n;
+    n = atomic_load_explicit(&thread_default, memory_order_relaxed);
+    if (n > 0) return n;
+    /* first call: MIXPREC_THREADS, else OpenMP's default; kept (getenv is slow) */
     const char *env = getenv("MIXPREC_THREADS");
-    if (env && atoi(env) > 0) return atoi(env);
+    if (env && atoi(env) > 0) n = atoi(env);
+    else {
 #ifdef _OPENMP
-    return omp_get_max_threads();
+        n = omp_get_max_threads();
 #else
-    return 1;
+        n = 1;
 #endif
+    }
+    atomic_store_explicit(&thread_default, n, memory_order_relaxed);
+    return n;
 }
 
 int mp_parallel_for(size_t n, size_t min_parallel, size_t align,

@@ -28,7 +28,7 @@ static void store(void *p, mp_dtype t, size_t i, const float *v, size_t n, mp_co
 /* Scratch rows: `count` rows of n floats. */
 static float *scratch(size_t count, size_t n) { return malloc((count * n + 16) * sizeof(float)); }
 
-#define CHUNK 1024 /* element-wise ops work through fp32 chunks of this size */
+#define CHUNK 4096 /* element-wise ops work through fp32 chunks of this size */
 
 typedef float (*unary_fn)(float x);
 typedef float (*binary_fn)(float dy, float x);
@@ -44,6 +44,9 @@ typedef struct {
     mp_convert_stats part[MP_MAX_THREADS];
 } elem_job;
 
+static float relu(float x);
+static float relu_grad(float dy, float x);
+
 static void elem_share(void *ctx, size_t i0, size_t i1, int t) {
     elem_job *j = ctx;
     float g[CHUNK], v[CHUNK];
@@ -52,7 +55,12 @@ static void elem_share(void *ctx, size_t i0, size_t i1, int t) {
         load(g, j->a, j->at, i, m);
         if (j->b) {
             load(v, j->b, j->bt, i, m);
-            for (size_t k = 0; k < m; k++) g[k] = j->f2(g[k], v[k]);
+            if (j->f2 == relu_grad) /* the common case, inlined so that it vectorizes */
+                for (size_t k = 0; k < m; k++) g[k] = v[k] > 0.0f ? g[k] : 0.0f;
+            else
+                for (size_t k = 0; k < m; k++) g[k] = j->f2(g[k], v[k]);
+        } else if (j->f1 == relu) {
+            for (size_t k = 0; k < m; k++) g[k] = g[k] > 0.0f ? g[k] : 0.0f;
         } else {
             for (size_t k = 0; k < m; k++) g[k] = j->f1(g[k]);
         }

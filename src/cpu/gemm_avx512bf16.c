@@ -37,6 +37,34 @@ static void pack_a(void *dst, // (kc/2, MR) bf16 pairs
         }
 }
 
+/* Transposes 16 x 16 32-bit values: r[i] lane j becomes r[j] lane i. */
+static inline void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* now r[4b + c] holds, in each 128-bit lane L, row-group b's column 4L + c... combine lanes */
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+}
+
 /* B micro-panel: for each k pair q, NR columns of (B[2q][j], B[2q+1][j]). */
 static void pack_b(void *dst, // (kc/2, NR) bf16 pairs
                    const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc, size_t j0, size_t cols) {
@@ -60,9 +88,17 @@ static void pack_b(void *dst, // (kc/2, NR) bf16 pairs
     }
     if (trans && cols == NR && kc % 2 == 0) { /* pairs are adjacent in a row of B's storage */
         uint32_t *d32 = dst;
+        size_t q = 0;
+        for (; q + 16 <= kp; q += 16) /* 16 x 16 blocks of pairs, transposed in registers */
+            for (size_t jb = 0; jb < NR; jb += 16) {
+                __m512i r[16];
+                for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(B + (j0 + jb + (size_t)i) * ldb + p0 + 2 * q);
+                transpose16(r);
+                for (int i = 0; i < 16; i++) _mm512_store_si512(d32 + (q + (size_t)i) * NR + jb, r[i]);
+            }
         for (size_t j = 0; j < NR; j++) {
             const uint16_t *row = B + (j0 + j) * ldb + p0;
-            for (size_t q = 0; q < kp; q++) memcpy(&d32[q * NR + j], row + 2 * q, 4);
+            for (size_t qq = q; qq < kp; qq++) memcpy(&d32[qq * NR + j], row + 2 * qq, 4);
         }
         return;
     }

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""PyTorch's training step on the same MLP as `mixprec train` (Linear/ReLU,
+AdamW, batch 256, cross-entropy), in fp32 and with bf16 autocast, timed per
+step; prints JSON with the per-step times. Data: random inputs of Fashion-MNIST's
+shape (the step's cost does not depend on the values).
+Usage: peer_train.py MODEL_WIDTHS STEPS WARMUP THREADS   e.g. 784-1024-1024-10 120 20 2"""
+import json
+import sys
+import time
+
+import torch
+
+
+def main():
+    widths = [int(w) for w in sys.argv[1].split("-")]
+    steps, warmup, threads = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    out = {}
+    for mode in ["fp32", "bf16-autocast"]:
+        layers = []
+        for i in range(len(widths) - 1):
+            layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
+            if i < len(widths) - 2:
+                layers.append(torch.nn.ReLU())
+        model = torch.nn.Sequential(*layers)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        x = torch.rand(256, widths[0])
+        y = torch.randint(0, widths[-1], (256,))
+        ts = []
+        for s in range(steps + warmup):
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            if mode == "fp32":
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            else:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            if s >= warmup:
+                ts.append(time.perf_counter() - t0)
+        out[mode] = ts
+    print(json.dumps({"torch": torch.__version__, "threads": threads, "steps": out}))
+
+
+if __name__ == "__main__":
+    main()
