@@ -6,6 +6,10 @@
 
 #include "optim_kernels.h"
 
+#ifdef MP_X86
+#include <xmmintrin.h>
+#endif
+
 const mp_optim_kernels mp_optim_scalar = MP_OPTIM_KERNELS;
 
 typedef enum { KIND_SGD, KIND_ADAMW } optim_kind;
@@ -20,6 +24,7 @@ struct mp_optim {
     mp_rounding rounding;  /* for bf16 half copies */
     uint64_t seed;
     int scaled;            /* driven by a scaler (mp_scaler_unscale / mp_scaler_step seen) */
+    int keep_denormal;     /* 0 (default): updates run with FTZ/DAZ */
     mp_stage stage;        /* valid while stage_epoch == the scaler's steps */
     uint64_t stage_epoch;
     int found_inf;         /* from the unscale of this epoch */
@@ -124,11 +129,26 @@ typedef struct {
     const mp_adamw_coef *ac;
     uint64_t key;
     float coef;
+    int flush; /* FTZ/DAZ during the work */
     double part[MP_MAX_THREADS];
 } param_job;
 
+static void param_share_body(param_job *j, size_t i0, size_t i1, int t);
+
+/* Each thread sets its own MXCSR: FTZ/DAZ for the update unless asked not to. */
 static void param_share(void *ctx, size_t i0, size_t i1, int t) {
     param_job *j = ctx;
+#ifdef MP_X86
+    const unsigned csr = _mm_getcsr();
+    if (j->flush) _mm_setcsr(csr | 0x8040);
+    param_share_body(j, i0, i1, t);
+    if (j->flush) _mm_setcsr(csr);
+#else
+    param_share_body(j, i0, i1, t);
+#endif
+}
+
+static void param_share_body(param_job *j, size_t i0, size_t i1, int t) {
     mp_param *p = j->p;
     const size_t n = i1 - i0;
     float *s1 = p->state1 ? p->state1 + i0 : NULL, *s2 = p->state2 ? p->state2 + i0 : NULL;
@@ -165,7 +185,7 @@ static void refresh_half(mp_optim *o, size_t i) {
     mp_param *p = &o->params[i];
     if (!p->half || !p->master) return;
     if (p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC) {
-        param_job j = {JOB_ROUND_SR, kernels(), NULL, NULL, NULL, sr_key(o, i), 0.0f, {0}};
+        param_job j = {JOB_ROUND_SR, kernels(), NULL, NULL, NULL, sr_key(o, i), 0.0f, 0, {0}};
         run_param(&j, p);
     } else {
         mp_convert(p->half, p->half_type, p->master, MP_F32, p->n, NULL);
@@ -218,6 +238,12 @@ mp_status mp_optim_add(mp_optim *o, const char *name, const float *init, size_t 
 
 mp_status mp_optim_add_pure_bf16(mp_optim *o, const char *name, const float *init, size_t n, mp_param **out) {
     return add_param(o, name, init, n, MP_BF16, 1, out);
+}
+
+mp_status mp_optim_set_flush_denormal(mp_optim *o, int flush) {
+    if (!o) return mp_error(MP_EINVAL, "mp_optim_set_flush_denormal: NULL optimizer");
+    o->keep_denormal = !flush;
+    return MP_OK;
 }
 
 mp_status mp_optim_set_rounding(mp_optim *o, mp_rounding r, uint64_t seed) {
@@ -298,7 +324,8 @@ static mp_status apply_step(mp_optim *o) {
     for (size_t i = 0; i < o->count; i++) {
         mp_param *p = &o->params[i];
         sc.first = !p->has_state;
-        param_job j = {o->kind == KIND_SGD ? JOB_SGD : JOB_ADAMW, k, NULL, &sc, &ac, sr_key(o, i), 0.0f, {0}};
+        param_job j = {o->kind == KIND_SGD ? JOB_SGD : JOB_ADAMW, k, NULL, &sc, &ac, sr_key(o, i), 0.0f,
+                       !o->keep_denormal, {0}};
         run_param(&j, p);
         p->has_state = 1;
     }
@@ -363,7 +390,7 @@ mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, do
     if (s ? mp_optim_stage(o, s) != MP_STAGE_UNSCALED : o->scaled)
         return mp_error(MP_ESTATE, "clip_grad_norm: gradients are still multiplied by the loss scale; call "
                                    "mp_scaler_unscale first (and pass the scaler)");
-    param_job j = {JOB_SUMSQ, kernels(), NULL, NULL, NULL, 0, 0.0f, {0}};
+    param_job j = {JOB_SUMSQ, kernels(), NULL, NULL, NULL, 0, 0.0f, 0, {0}};
     double sum = 0;
     for (size_t i = 0; i < o->count; i++) sum += run_param(&j, &o->params[i]);
     const double norm = sqrt(sum);

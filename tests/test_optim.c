@@ -357,6 +357,37 @@ static void check_rounding(void) {
     mp_optim_free(pure), mp_optim_free(master);
 }
 
+/* Subnormal moments: flushed by default (FTZ/DAZ during the update), exact
+ * IEEE arithmetic on request. */
+static void check_denormal_flush(void) {
+    for (int flush = 0; flush < 2; flush++) {
+        mp_adamw_config cfg = mp_adamw_defaults();
+        mp_optim *o;
+        mp_optim_adamw(&o, &cfg);
+        if (!flush) mp_optim_set_flush_denormal(o, 0);
+        float w[N], ref[N], m[N] = {0}, v[N] = {0}, g[N];
+        fill(w, N, 1.0f);
+        memcpy(ref, w, sizeof w);
+        mp_param *p;
+        mp_optim_add(o, "w", w, N, MP_F32, &p);
+        for (int i = 0; i < N; i++) g[i] = (0.5f + 0.5f * fabsf(frand())) * 1e-20f; /* (1 - beta2) g^2 is subnormal */
+        memcpy(p->grad, g, sizeof g);
+        mp_optim_step(o);
+        ref_adamw(ref, g, m, v, N, 1, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay);
+        long sub = 0;
+        for (int i = 0; i < N; i++) sub += v[i] != 0.0f && fabsf(v[i]) < FLT_MIN;
+        if (flush) {
+            long zero = 0;
+            for (int i = 0; i < N; i++) zero += p->state2[i] == 0.0f;
+            CHECK(sub > N / 2 && zero >= sub, "flushed: %ld of %ld subnormal moments are 0", zero, sub);
+        } else {
+            CHECK(sub > N / 2 && memcmp(p->state2, v, sizeof v) == 0 && memcmp(p->master, ref, sizeof ref) == 0,
+                  "exact subnormal arithmetic on request");
+        }
+        mp_optim_free(o);
+    }
+}
+
 static void check_bad_input(void) {
     mp_optim *o = NULL;
     mp_sgd_config sc = mp_sgd_defaults();
@@ -386,6 +417,7 @@ int main(void) {
     check_accumulation();
     check_clip();
     check_rounding();
+    check_denormal_flush();
     check_bad_input();
     return check_report("test_optim");
 }
