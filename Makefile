@@ -48,6 +48,7 @@ bench: build
 	@scripts/deps.sh bench
 	/usr/bin/python3 bench/crosscheck.py --lib $(BUILD)/libmixprec.so
 	/usr/bin/python3 bench/crosscheck_optim.py --lib $(BUILD)/libmixprec.so
+	/usr/bin/python3 bench/crosscheck_train.py --mixprec $(M)
 	/usr/bin/python3 bench/compare.py --mixprec $(M)
 
 install: build

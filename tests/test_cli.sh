@@ -147,6 +147,18 @@ a, b = load(sys.argv[1]), load(sys.argv[2])
 assert a["fc0.weight"] == b["fc0.weight"] and a["fc1.bias"] == b["fc1.bias"]
 PY
 then ok; else fail "skipped steps changed the weights"; fi
+# weights saved in bf16 load back (as --init) and are half the size
+expect 0 "$M" "${TR[@]}" --steps 2 --save "$T/h.st" --save-dtype bf16
+if python3 - "$T/h.st" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+assert h["fc0.weight"]["dtype"] == "BF16" and h["fc0.weight"]["shape"] == [48, 784]
+assert h["optim.fc0.weight.state1"]["dtype"] == "F32"
+PY
+then ok; else fail "--save-dtype bf16"; fi
+expect 0 "$M" "${TR[@]}" --steps 1 --init "$T/h.st"
+expect 2 "$M" train --save-dtype e4m3 && one_line
 # bad input: one line, non-zero
 printf 'garbage' > "$T/bad.st"
 expect 1 "$M" "${TR[@]}" --steps 2 --resume "$T/bad.st" && one_line && has "$err" 'bad.st'

@@ -43,6 +43,8 @@ static const char usage[] =
     "files\n"
     "  --init FILE            initial weights (safetensors: fc{i}.weight [out, in], fc{i}.bias)\n"
     "  --save FILE            checkpoint at the end: weights, optimizer state, scaler, step\n"
+    "  --save-dtype fp32|fp16|bf16  the weights' dtype in --save (fp32; a half file\n"
+    "                         is smaller but does not resume bit-identically)\n"
     "  --resume FILE          continue a checkpoint (bit-identical to not stopping)\n"
     "  --log FILE             CSV, one row per step: step, loss, scale, skipped,\n"
     "                         grad_norm, underflow, overflow, ms\n"
@@ -53,6 +55,7 @@ static const char *const prec_names[] = {"fp32", "fp16", "fp16-static", "fp16-dy
 
 typedef struct {
     const char *model, *data, *init, *save, *resume, *log;
+    mp_dtype save_dtype;
     mp_act act;
     int layernorm, adamw, shuffle, threads;
     precision prec;
@@ -131,6 +134,11 @@ static int parse(int argc, char **argv, train_opts *o) {
         } else if (!strcmp(a, "--no-shuffle")) o->shuffle = 0;
         else if (!strcmp(a, "--init")) { VAL(); o->init = v; }
         else if (!strcmp(a, "--save")) { VAL(); o->save = v; }
+        else if (!strcmp(a, "--save-dtype")) {
+            VAL();
+            if (mp_dtype_parse(v, &o->save_dtype) != MP_OK || o->save_dtype == MP_E4M3 || o->save_dtype == MP_E5M2)
+                return cli_usage_error(cmd, "--save-dtype is fp32, fp16 or bf16, not '%s'", v);
+        }
         else if (!strcmp(a, "--resume")) { VAL(); o->resume = v; }
         else if (!strcmp(a, "--log")) { VAL(); o->log = v; }
         else return cli_usage_error(cmd, "unknown option '%s'", a);
@@ -233,6 +241,20 @@ static mp_status save_checkpoint(const char *path, mp_mlp *m, mp_optim *opt, con
     if (!ts) return terr(MP_ENOMEM, "out of memory");
     size_t n;
     mp_mlp_tensors(m, ts, &n);
+    /* weights in another dtype when asked: converted copies */
+    void *conv[4 * MP_MLP_MAX_LAYERS] = {0};
+    const size_t nmodel = n;
+    for (size_t i = 0; i < nmodel && o->save_dtype != MP_F32; i++) {
+        if (ts[i].dtype == o->save_dtype) continue;
+        const size_t numel = mp_tensor_numel(&ts[i]);
+        if (!(conv[i] = malloc(numel * mp_format(o->save_dtype)->size))) {
+            for (size_t k = 0; k < i; k++) free(conv[k]);
+            free(ts);
+            return terr(MP_ENOMEM, "out of memory");
+        }
+        mp_convert(conv[i], o->save_dtype, ts[i].data, ts[i].dtype, numel, NULL);
+        ts[i].data = conv[i], ts[i].dtype = o->save_dtype, ts[i].nbytes = numel * mp_format(o->save_dtype)->size;
+    }
     for (size_t i = 0; i < mp_optim_count(opt); i++) {
         const mp_param *p = mp_optim_param(opt, i);
         const float *states[2] = {p->state1, p->state2};
@@ -257,6 +279,7 @@ static mp_status save_checkpoint(const char *path, mp_mlp *m, mp_optim *opt, con
                           o->adamw ? "adamw" : "sgd", "step", stepbuf, "optim_steps", osteps, "seed", seed, "scaler",
                           blob, NULL};
     const mp_status st = mp_safetensors_write(path, ts, n, meta);
+    for (size_t i = 0; i < nmodel; i++) free(conv[i]);
     free(ts);
     return st == MP_OK ? st : lib_err(st);
 }
