@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli.h"
 
 static const char usage[] =
@@ -48,14 +50,20 @@ static const char usage[] =
     "  --resume FILE          continue a checkpoint (bit-identical to not stopping)\n"
     "  --log FILE             CSV, one row per step: step, loss, scale, skipped,\n"
     "                         grad_norm, underflow, overflow, ms\n"
-    "  --eval-every N         test-set evaluation every N steps (0: only at the end)\n";
+    "  --eval-every N         test-set evaluation every N steps (0: only at the end)\n"
+    "diagnostics\n"
+    "  --summary FILE         JSON: results, per-layer underflow, skipped steps, frozen\n"
+    "                         weights, gradient histograms, warnings\n"
+    "  --hist-every N         log2 histogram of the weight gradients every N steps (0: off)\n"
+    "  --frozen-every K       fraction of weights unchanged over each K steps (50; 0: off)\n";
 
 typedef enum { P_FP32, P_FP16, P_FP16_STATIC, P_FP16_DYNAMIC, P_BF16, P_BF16_PURE } precision;
 static const char *const prec_names[] = {"fp32", "fp16", "fp16-static", "fp16-dynamic", "bf16", "bf16-pure"};
 
 typedef struct {
-    const char *model, *data, *init, *save, *resume, *log;
+    const char *model, *data, *init, *save, *resume, *log, *summary;
     mp_dtype save_dtype;
+    long hist_every, frozen_every;
     mp_act act;
     int layernorm, adamw, shuffle, threads;
     precision prec;
@@ -74,7 +82,7 @@ static int parse(int argc, char **argv, train_opts *o) {
     const char *cmd = "train";
     memset(o, 0, sizeof *o);
     o->model = "mlp:784-1024-1024-10", o->adamw = 1, o->shuffle = 1, o->lr = 1e-3, o->wd = -1;
-    o->batch = 256, o->accum = 1, o->seed = 1;
+    o->batch = 256, o->accum = 1, o->seed = 1, o->frozen_every = 50;
     o->scaler = mp_scaler_defaults();
     int rc;
     for (int i = 1; i < argc; i++) {
@@ -141,6 +149,9 @@ static int parse(int argc, char **argv, train_opts *o) {
         }
         else if (!strcmp(a, "--resume")) { VAL(); o->resume = v; }
         else if (!strcmp(a, "--log")) { VAL(); o->log = v; }
+        else if (!strcmp(a, "--summary")) { VAL(); o->summary = v; }
+        else if (!strcmp(a, "--hist-every")) { INT(o->hist_every, 0, 100000000); }
+        else if (!strcmp(a, "--frozen-every")) { INT(o->frozen_every, 0, 100000000); }
         else return cli_usage_error(cmd, "unknown option '%s'", a);
 #undef VAL
 #undef NUM
@@ -349,6 +360,49 @@ out:
     return st;
 }
 
+/* ---- diagnostics: frozen weights, histograms, the summary ---- */
+
+/* Fraction of weight-matrix elements equal to the previous snapshot, then a
+ * new snapshot; the first call only takes the snapshot and returns -1. */
+static double frozen_fraction(mp_optim *opt, uint8_t *snap, size_t *cap) {
+    size_t total = 0;
+    for (size_t i = 0; i < mp_optim_count(opt); i++) {
+        const mp_param *p = mp_optim_param(opt, i);
+        if (strstr(p->name, ".weight") && p->name[0] == 'f') total += p->n * (p->master ? 4 : 2);
+    }
+    const int first = *cap == 0;
+    size_t off = 0, same = 0, elems = 0;
+    for (size_t i = 0; i < mp_optim_count(opt); i++) {
+        const mp_param *p = mp_optim_param(opt, i);
+        if (!(strstr(p->name, ".weight") && p->name[0] == 'f')) continue;
+        const size_t es = p->master ? 4 : 2;
+        const uint8_t *cur = p->master ? (const uint8_t *)p->master : (const uint8_t *)p->half;
+        if (!first)
+            for (size_t k = 0; k < p->n; k++) same += memcmp(cur + k * es, snap + off + k * es, es) == 0;
+        memcpy(snap + off, cur, p->n * es);
+        off += p->n * es, elems += p->n;
+    }
+    *cap = total;
+    return first ? -1.0 : (double)same / (double)elems;
+}
+
+static size_t weight_bytes(mp_optim *opt) {
+    size_t total = 0;
+    for (size_t i = 0; i < mp_optim_count(opt); i++) {
+        const mp_param *p = mp_optim_param(opt, i);
+        if (strstr(p->name, ".weight") && p->name[0] == 'f') total += p->n * (p->master ? 4 : 2);
+    }
+    return total;
+}
+
+enum { HIST_LO = -64, HIST_N = 84 }; /* log2 bins 2^-64 .. 2^19 (ends clamp) */
+
+typedef struct {
+    long step;
+    float scale;
+    uint64_t zeros, bins[HIST_N];
+} hist_snap;
+
 static int cmp_d(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -445,7 +499,26 @@ static int run(int argc, char **argv) {
         ret = fail(msg);
         goto done;
     }
-    if (log) fprintf(log, "step,loss,scale,skipped,grad_norm,underflow,overflow,ms\n");
+    if (log) {
+        fprintf(log, "step,loss,scale,skipped,grad_norm,underflow,overflow,ms");
+        for (int l = 0; l < mc.nlayers; l++) fprintf(log, ",underflow_fc%d", l);
+        fprintf(log, "\n");
+    }
+    /* diagnostics state */
+    uint8_t *snap = o.frozen_every ? malloc(weight_bytes(opt) + 1) : NULL;
+    size_t snap_cap = 0;
+    const long nfz_max = o.frozen_every ? total / o.frozen_every + 2 : 0;
+    const long nh_max = o.hist_every ? total / o.hist_every + 2 : 0;
+    long *fz_step = calloc((size_t)nfz_max + 1, sizeof *fz_step), nfz = 0, nh = 0;
+    double *fz = calloc((size_t)nfz_max + 1, sizeof *fz);
+    hist_snap *hs = calloc((size_t)nh_max + 1, sizeof *hs);
+    long *skip_steps = calloc((size_t)total + 1, sizeof *skip_steps);
+    if ((o.frozen_every && !snap) || !fz_step || !fz || !hs || !skip_steps) {
+        free(snap), free(fz_step), free(fz), free(hs), free(skip_steps), free(smp.perm);
+        ret = fail("out of memory");
+        goto done;
+    }
+    if (snap) frozen_fraction(opt, snap, &snap_cap);
     const int tty = isatty(2);
     printf("train: %s %s%s, %s, %s lr %g, batch %zu x %ld, %ld steps (%ld per epoch), seed %ld%s\n", o.model,
            o.act ? "gelu" : "relu", o.layernorm ? " + layernorm" : "", prec_names[o.prec], o.adamw ? "adamw" : "sgd",
@@ -461,6 +534,11 @@ static int run(int argc, char **argv) {
         mp_optim_zero_grad(opt);
         mp_mlp_reset_stats(m);
         const float S = scaled ? mp_scaler_get_scale(&scaler) : 1.0f;
+        const int take_hist = o.hist_every && (step % o.hist_every == 0) && nh < nh_max;
+        if (take_hist) {
+            hs[nh].step = step + 1, hs[nh].scale = S;
+            mp_mlp_histogram(m, hs[nh].bins, HIST_LO, HIST_N, &hs[nh].zeros);
+        }
         double lsum = 0;
         for (long k = 0; k < o.accum; k++) {
             const uint32_t *idx = batch_indices(&smp, step * o.accum + k, B, mb_per_epoch);
@@ -472,6 +550,7 @@ static int run(int argc, char **argv) {
             }
             lsum += l;
         }
+        if (take_hist) mp_mlp_histogram(m, NULL, 0, 0, NULL), nh++;
         if (stopped) break;
         const float loss = (float)(lsum / (double)o.accum);
         if (!isfinite(loss) && nan_step < 0) nan_step = step;
@@ -486,7 +565,10 @@ static int run(int argc, char **argv) {
             mp_clip_grad_norm(opt, NULL, o.clip > 0 ? o.clip : 1e300, &norm);
             mp_optim_step(opt);
         }
+        if (found) skip_steps[skipped] = step + 1;
         skipped += found;
+        if (snap && (step + 1) % o.frozen_every == 0 && nfz < nfz_max)
+            fz_step[nfz] = step + 1, fz[nfz++] = frozen_fraction(opt, snap, &snap_cap);
         uint64_t under = 0, elems = 0, over = 0;
         for (int l = 0; l < mc.nlayers; l++) {
             const mp_layer_stats *ls = mp_mlp_stats(m, l);
@@ -496,9 +578,15 @@ static int run(int argc, char **argv) {
         }
         ms[done_steps] = (now() - t0) * 1e3;
         last_loss = loss;
-        if (log)
-            fprintf(log, "%ld,%.6g,%.9g,%d,%.6g,%.6g,%llu,%.3f\n", step + 1, (double)loss, (double)S, found, norm,
+        if (log) {
+            fprintf(log, "%ld,%.6g,%.9g,%d,%.6g,%.6g,%llu,%.3f", step + 1, (double)loss, (double)S, found, norm,
                     elems ? (double)under / (double)elems : 0.0, (unsigned long long)over, ms[done_steps]);
+            for (int l = 0; l < mc.nlayers; l++) {
+                const mp_layer_stats *ls = mp_mlp_stats(m, l);
+                fprintf(log, ",%.6g", ls->elements ? (double)ls->grad.underflow / (double)ls->elements : 0.0);
+            }
+            fprintf(log, "\n");
+        }
         const long every = total / 20 > 0 ? total / 20 : 1;
         if (tty) {
             const int w = 30, fill = (int)((double)(step + 1) / (double)total * w);
@@ -543,8 +631,92 @@ static int run(int argc, char **argv) {
                100 * (double)ls->grad.subnormal / e, (unsigned long long)ls->grad.overflow);
     }
     printf("\n");
-    if (nan_step >= 0) printf("warning: the loss became NaN/inf at step %ld\n", nan_step + 1);
-    if (stopped) printf("stopped: %s\n", stopped);
+    /* warnings the literature describes */
+    char warn[4][256];
+    int nw = 0;
+    if (nan_step >= 0) snprintf(warn[nw++], sizeof warn[0], "the loss became NaN/inf at step %ld", nan_step + 1);
+    if (scaled && o.scaler.dynamic && mp_scaler_get_scale(&scaler) < o.scaler.init_scale / 1024.0f)
+        snprintf(warn[nw++], sizeof warn[0], "the loss scale collapsed from %g to %g (%ld skipped steps)",
+                 (double)o.scaler.init_scale, (double)mp_scaler_get_scale(&scaler), skipped);
+    if (stopped) snprintf(warn[nw++], sizeof warn[0], "stopped: %.230s", stopped);
+    uint64_t tot_under = 0, tot_elems = 0;
+    for (int l = 0; l < mc.nlayers; l++) tot_under += run_stats[l].grad.underflow, tot_elems += run_stats[l].elements;
+    const double frozen_final = nfz ? fz[nfz - 1] : 0.0;
+    if (ct == MP_F16 && tot_elems && (double)tot_under / (double)tot_elems > 0.01)
+        snprintf(warn[nw++], sizeof warn[0], "%.2f%% of the gradient values stored in fp16 underflowed to zero%s",
+                 100.0 * (double)tot_under / (double)tot_elems, scaled ? "" : ": use loss scaling (fp16-dynamic)");
+    for (int k = 0; k < nw; k++) printf("warning: %s\n", warn[k]);
+    if (o.summary) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "precision", prec_names[o.prec]);
+        cJSON_AddStringToObject(j, "model", o.model);
+        cJSON_AddStringToObject(j, "compute_format", mp_format(ct)->name);
+        cJSON_AddNumberToObject(j, "steps", (double)done_steps);
+        cJSON_AddNumberToObject(j, "test_accuracy", acc);
+        cJSON_AddNumberToObject(j, "test_loss", tl);
+        cJSON_AddNumberToObject(j, "last_train_loss", (double)last_loss);
+        cJSON_AddNumberToObject(j, "skipped", (double)skipped);
+        cJSON *sk = cJSON_AddArrayToObject(j, "skipped_steps");
+        for (long k = 0; k < skipped; k++) cJSON_AddItemToArray(sk, cJSON_CreateNumber((double)skip_steps[k]));
+        cJSON_AddNumberToObject(j, "final_scale", scaled ? (double)mp_scaler_get_scale(&scaler) : 1.0);
+        cJSON_AddNumberToObject(j, "ms_per_step", done_steps ? ms[done_steps / 2] : 0.0);
+        cJSON_AddNumberToObject(j, "peak_memory_mib", (double)ru.ru_maxrss / 1024.0);
+        cJSON_AddNumberToObject(j, "underflow_fraction", tot_elems ? (double)tot_under / (double)tot_elems : 0.0);
+        cJSON_AddNumberToObject(j, "frozen_fraction", frozen_final);
+        cJSON_AddNumberToObject(j, "frozen_every", (double)o.frozen_every);
+        cJSON *ly = cJSON_AddArrayToObject(j, "layers");
+        for (int l = 0; l < mc.nlayers; l++) {
+            const mp_layer_stats *ls = &run_stats[l];
+            const double e = ls->elements ? (double)ls->elements : 1.0;
+            cJSON *o1 = cJSON_CreateObject();
+            char nm[16];
+            snprintf(nm, sizeof nm, "fc%d", l);
+            cJSON_AddStringToObject(o1, "name", nm);
+            cJSON_AddNumberToObject(o1, "underflow_fraction", (double)ls->grad.underflow / e);
+            cJSON_AddNumberToObject(o1, "subnormal_fraction", (double)ls->grad.subnormal / e);
+            cJSON_AddNumberToObject(o1, "overflow", (double)ls->grad.overflow);
+            cJSON_AddItemToArray(ly, o1);
+        }
+        cJSON *fr = cJSON_AddArrayToObject(j, "frozen");
+        for (long k = 0; k < nfz; k++) {
+            cJSON *o1 = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o1, "step", (double)fz_step[k]);
+            cJSON_AddNumberToObject(o1, "fraction", fz[k]);
+            cJSON_AddItemToArray(fr, o1);
+        }
+        const mp_format_info *fi = mp_format(ct == MP_F32 ? MP_F16 : ct); /* fp32 runs: against fp16's range */
+        cJSON *hj = cJSON_AddObjectToObject(j, "histograms");
+        cJSON_AddNumberToObject(hj, "log2_lo", HIST_LO);
+        cJSON_AddStringToObject(hj, "limits_of", fi->name);
+        cJSON_AddNumberToObject(hj, "min_subnormal", fi->min_subnormal);
+        cJSON_AddNumberToObject(hj, "min_normal", fi->min_normal);
+        cJSON_AddNumberToObject(hj, "max", fi->max);
+        cJSON *snaps = cJSON_AddArrayToObject(hj, "snapshots");
+        for (long k = 0; k < nh; k++) {
+            cJSON *o1 = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o1, "step", (double)hs[k].step);
+            cJSON_AddNumberToObject(o1, "scale", (double)hs[k].scale);
+            cJSON_AddNumberToObject(o1, "zeros", (double)hs[k].zeros);
+            cJSON *c = cJSON_AddArrayToObject(o1, "counts");
+            for (int b = 0; b < HIST_N; b++) cJSON_AddItemToArray(c, cJSON_CreateNumber((double)hs[k].bins[b]));
+            cJSON_AddItemToArray(snaps, o1);
+        }
+        cJSON *wa = cJSON_AddArrayToObject(j, "warnings");
+        for (int k = 0; k < nw; k++) cJSON_AddItemToArray(wa, cJSON_CreateString(warn[k]));
+        char *text = cJSON_Print(j);
+        cJSON_Delete(j);
+        FILE *f = text ? fopen(o.summary, "w") : NULL;
+        const int okw = f && fputs(text, f) >= 0;
+        if (f && fclose(f) != 0) ret = 1;
+        free(text);
+        if (!okw) {
+            snprintf(msg, sizeof msg, "%s: cannot write the summary", o.summary);
+            free(snap), free(fz_step), free(fz), free(hs), free(skip_steps);
+            ret = fail(msg);
+            goto done;
+        }
+    }
+    free(snap), free(fz_step), free(fz), free(hs), free(skip_steps);
     if (o.save) {
         if (save_checkpoint(o.save, m, opt, scaled ? &scaler : NULL, &o, step) != MP_OK) {
             ret = fail(train_err);

@@ -63,6 +63,13 @@ mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, s
 mp_status mp_mlp_eval_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, double *loss_sum,
                             size_t *correct);
 
+/* Gradient histogram: while set, every weight gradient computed by
+ * mp_mlp_train_batch (in fp32, as the GEMM produced it, before the store in the
+ * compute format, so with the loss scale in it) adds each value to
+ * bins[floor(log2|g|) - lo] (clamped to [0, nbins-1]); zeros go to *zeros.
+ * bins NULL stops it. */
+void mp_mlp_histogram(mp_mlp *m, uint64_t *bins, int lo, int nbins, uint64_t *zeros);
+
 const mp_mlp_config  *mp_mlp_get_config(const mp_mlp *m);
 const mp_layer_stats *mp_mlp_stats(const mp_mlp *m, int layer);
 void                  mp_mlp_reset_stats(mp_mlp *m);
