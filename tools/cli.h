@@ -14,7 +14,7 @@ typedef struct cli_command {
     int (*run)(int argc, char **argv);  /* argv[0] is the command name */
 } cli_command;
 
-extern const cli_command cmd_formats, cmd_cast, cmd_bench, cmd_scaler_sim, cmd_train;
+extern const cli_command cmd_formats, cmd_cast, cmd_bench, cmd_scaler_sim, cmd_train, cmd_compare, cmd_demo;
 
 /* Prints "mixprec NAME: MESSAGE" to stderr and returns CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

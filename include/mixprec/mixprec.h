@@ -18,6 +18,7 @@
 #include "data.h"
 #include "io.h"
 #include "nn.h"
+#include "report.h"
 
 #ifdef __cplusplus
 extern "C" {
