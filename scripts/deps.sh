@@ -2,13 +2,14 @@
 # deps.sh - install the Debian packages mixprec needs, only those missing.
 #   scripts/deps.sh build   compiler, CMake, make, zlib and cJSON headers, python3
 #                           (the CLI test reads JSON), and Fashion-MNIST
-#                           (dataset-fashion-mnist: /usr/share/datasets/fashion-mnist)
+#                           (dataset-fashion-mnist: /usr/share/datasets/fashion-mnist),
+#                           chromium (the report test renders the page headless)
 #   scripts/deps.sh bench   the above + the peers make bench measures:
 #                           numpy and PyTorch from Debian, OpenBLAS (pthread build)
 # Says what it installs; installs nothing when everything is there.
 set -eu
 what=${1:-build}
-pkgs=(gcc g++ make cmake pkg-config libc6-dev zlib1g-dev libcjson-dev python3 dataset-fashion-mnist)
+pkgs=(gcc g++ make cmake pkg-config libc6-dev zlib1g-dev libcjson-dev python3 dataset-fashion-mnist chromium)
 case "$what" in
     build) ;;
     bench) pkgs+=(python3-numpy python3-torch libopenblas0-pthread) ;;
