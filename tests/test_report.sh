@@ -60,7 +60,7 @@ for r in p.rows:
     assert c[3] == str(s["skipped"]) and c[5] == f"{100 * s['underflow_fraction']:.4f}%", c
     rows = list(csv.DictReader(open(f"{d}/{r['mode']}.csv")))
     assert len(rows) == 40 and abs(float(c[1]) - float(rows[-1]["loss"])) < 1e-4, (c[1], rows[-1]["loss"])
-    assert all(f"underflow_fc{l}" in rows[0] for l in range(2))
+    assert all(f"underflow_fc{l}" in rows[0] and f"subnormal_fc{l}" in rows[0] for l in range(2))
 dyn = json.load(open(f"{d}/fp16-dynamic.json"))
 assert dyn["final_scale"] == 65536 and dyn["histograms"]["snapshots"], dyn["final_scale"]
 assert "fp16 without loss scaling" in html and "fp16-dynamic multiplies the loss" in html

@@ -72,7 +72,7 @@ static int load_run(const char *dir, run_data *d, char *err, size_t errlen) {
         return snprintf(err, errlen, "%s: empty log", path), -1;
     }
     const int nf = split_csv_line(line, fields, 80);
-    const int nl = nf - 8;
+    const int nl = (nf - 8) / 2; /* underflow_fc*, then subnormal_fc* */
     long cap = 1024, n = 0;
     d->loss = malloc(cap * sizeof(float)), d->scale = malloc(cap * sizeof(float));
     d->skipped = malloc((size_t)cap), d->layer_under = malloc((size_t)cap * (size_t)(nl > 0 ? nl : 1) * sizeof(float));
@@ -286,6 +286,15 @@ static int compare(int argc, char **argv, const char *precisions, const char *ou
             return 1;
         }
     const mp_report_run *f32 = find(runs, n, "fp32");
+    static char acc_warn[8][200];
+    for (int r = 0; f32 && r < n; r++) {
+        mp_report_run *u = &runs[r].run;
+        if (u == f32 || u->test_accuracy >= f32->test_accuracy - 0.005 || u->nwarnings >= 8) continue;
+        snprintf(acc_warn[r], sizeof acc_warn[r], "test accuracy %.2f%% is %.2f points below the fp32 run's %.2f%%",
+                 100 * u->test_accuracy, 100 * (f32->test_accuracy - u->test_accuracy), 100 * f32->test_accuracy);
+        runs[r].warn_ptr[u->nwarnings++] = acc_warn[r];
+        u->warnings = runs[r].warn_ptr;
+    }
     printf("\n%-14s %10s %9s %8s %10s %11s %8s %9s %8s %9s\n", "mode", "train loss", "test acc", "skipped", "final scale",
            "underflow", "frozen", "ms/step", "memory", "speed-up");
     for (int r = 0; r < n; r++) {
@@ -296,6 +305,8 @@ static int compare(int argc, char **argv, const char *precisions, const char *ou
                100 * u->test_accuracy, u->skipped_total, u->final_scale, 100 * u->underflow, 100 * u->frozen,
                u->ms_per_step, u->memory_mib, sp);
     }
+    for (int r = 0; r < n; r++)
+        for (int k = 0; k < runs[r].run.nwarnings; k++) printf("warning: %s: %s\n", runs[r].name, runs[r].run.warnings[k]);
     static char text[8192];
     reading(text, sizeof text, runs, n, model);
     printf("\n%s\n", text);

@@ -49,7 +49,8 @@ static const char usage[] =
     "                         is smaller but does not resume bit-identically)\n"
     "  --resume FILE          continue a checkpoint (bit-identical to not stopping)\n"
     "  --log FILE             CSV, one row per step: step, loss, scale, skipped,\n"
-    "                         grad_norm, underflow, overflow, ms\n"
+    "                         grad_norm, underflow, overflow, ms, then per layer the\n"
+    "                         fractions of gradient values stored as 0 and as subnormals\n"
     "  --eval-every N         test-set evaluation every N steps (0: only at the end)\n"
     "diagnostics\n"
     "  --summary FILE         JSON: results, per-layer underflow, skipped steps, frozen\n"
@@ -502,6 +503,7 @@ static int run(int argc, char **argv) {
     if (log) {
         fprintf(log, "step,loss,scale,skipped,grad_norm,underflow,overflow,ms");
         for (int l = 0; l < mc.nlayers; l++) fprintf(log, ",underflow_fc%d", l);
+        for (int l = 0; l < mc.nlayers; l++) fprintf(log, ",subnormal_fc%d", l);
         fprintf(log, "\n");
     }
     /* diagnostics state */
@@ -584,6 +586,10 @@ static int run(int argc, char **argv) {
             for (int l = 0; l < mc.nlayers; l++) {
                 const mp_layer_stats *ls = mp_mlp_stats(m, l);
                 fprintf(log, ",%.6g", ls->elements ? (double)ls->grad.underflow / (double)ls->elements : 0.0);
+            }
+            for (int l = 0; l < mc.nlayers; l++) {
+                const mp_layer_stats *ls = mp_mlp_stats(m, l);
+                fprintf(log, ",%.6g", ls->elements ? (double)ls->grad.subnormal / (double)ls->elements : 0.0);
             }
             fprintf(log, "\n");
         }
