@@ -14,7 +14,12 @@ typedef struct cli_command {
     int (*run)(int argc, char **argv);  /* argv[0] is the command name */
 } cli_command;
 
-extern const cli_command cmd_formats, cmd_cast, cmd_bench, cmd_scaler_sim, cmd_train, cmd_compare, cmd_demo;
+extern const cli_command cmd_formats, cmd_cast, cmd_bench, cmd_scaler_sim, cmd_train, cmd_compare, cmd_demo,
+    cmd_underflow, cmd_explore, cmd_tour;
+
+/* The tables of `mixprec formats` (also shown by `mixprec tour`). */
+void formats_table(void);
+void small_values_table(void);
 
 /* Prints "mixprec NAME: MESSAGE" to stderr and returns CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -43,7 +43,7 @@ static void print_json(void) {
     printf("\n]}\n");
 }
 
-static void print_tables(void) {
+void formats_table(void) {
     printf("%-6s %5s %4s %4s %13s %16s %19s %12s\n", "format", "bytes", "exp", "man", "largest", "smallest normal",
            "smallest subnormal", "epsilon");
     for (int t = 0; t < MP_NUM_DTYPES; t++) {
@@ -51,7 +51,10 @@ static void print_tables(void) {
         printf("%-6s %5zu %4d %4d %13.6g %16.6g %19.6g %12.6g%s\n", f->name, f->size, f->exponent_bits,
                f->mantissa_bits, f->max, f->min_normal, f->min_subnormal, f->eps, f->has_inf ? "" : "  (no inf)");
     }
-    printf("\nWhat small values (typical gradients) become:\n");
+}
+
+void small_values_table(void) {
+    printf("What small values (typical gradients) become:\n");
     printf("%-8s  %-36s  %-36s\n", "value", "fp16", "bf16");
     int gone16 = 0;
     for (size_t i = 0; i < NSMALL; i++) {
@@ -85,8 +88,13 @@ static int run(int argc, char **argv) {
         if (strcmp(argv[i], "--json") == 0) json = 1;
         else return cli_usage_error("formats", "unknown option '%s'", argv[i]);
     }
-    if (json) print_json();
-    else print_tables();
+    if (json) {
+        print_json();
+    } else {
+        formats_table();
+        printf("\n");
+        small_values_table();
+    }
     return 0;
 }
 

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# test_explore.sh - `mixprec underflow`, `tour` and `explore`: the CLI's counts
+# against counts computed here from fp16's thresholds, the tour's live numbers,
+# and the interactive page in headless Chromium (slider positions set through
+# the URL, the page's readout read back from its DOM; a screenshot is kept).
+set -u
+M=${MIXPREC:?set MIXPREC to the mixprec binary}
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0
+fails=0
+ok() { pass=$((pass + 1)); }
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# 1. counts from a file of float32 values, against thresholds: in fp16 a value v
+# becomes 0 when v <= 2^-25 (the tie goes to the even 0), is subnormal when
+# 2^-25 < v < 1023.5 * 2^-24, overflows when v >= 65520.
+python3 - "$T/g.f32" <<'PY'
+import random, struct, sys
+r = random.Random(5)
+vals = [2.0**-26, 2.0**-25, 2.0**-25 * (1 + 2**-20), 2.0**-24, 1023.5 * 2.0**-24, 1023.49 * 2.0**-24, 2.0**-14,
+        65504.0, 65519.0, 65520.0, 1e5, 0.0]
+vals += [r.lognormvariate(-17.5, 1.6) for _ in range(5000)] + [r.lognormvariate(-3, 3) for _ in range(3000)]
+vals = [struct.unpack("<f", struct.pack("<f", v))[0] for v in vals]  # as float32
+open(sys.argv[1], "wb").write(struct.pack("<%df" % len(vals), *vals))
+PY
+out=$("$M" underflow --from "$T/g.f32" --scales 1,256,65536,1048576 --json) && ok || fail "underflow --from"
+if printf '%s' "$out" | python3 -c '
+import json, struct, sys
+d = json.load(sys.stdin)
+raw = open(sys.argv[1], "rb").read()
+xs = [abs(v) for v in struct.unpack("<%df" % (len(raw) // 4), raw)]
+n = len(xs)
+assert d["n"] == n and d["format"] == "fp16", d["n"]
+for s in d["scales"]:
+    k = s["scale"]
+    vs = [x * k for x in xs]
+    zero = sum(v <= 2.0**-25 for v in vs)
+    over = sum(v >= 65520.0 for v in vs)
+    sub = sum(2.0**-25 < v < 1023.5 * 2.0**-24 for v in vs)
+    got = [round(s["zero"] * n), round(s["overflow"] * n), round(s["subnormal"] * n), round(s["survive"] * n)]
+    assert got == [zero, over, sub, n - zero - over], (k, got, [zero, over, sub, n - zero - over])
+assert d["zero_count"] == sum(x <= 2.0**-25 for x in xs)
+med = sorted(xs)[n // 2]
+assert abs(d["median"] - med) / med < 1e-3, (d["median"], med)
+' "$T/g.f32"; then ok; else fail "underflow counts differ from the thresholds"; fi
+"$M" underflow --from "$T/g.f32" --format e4m3 --scales 1 > "$T/u.txt" && grep -q 'e4m3 smallest subnormal' "$T/u.txt" && ok || fail "e4m3 histogram marks"
+"$M" underflow > "$T/u2.txt" && grep -q '^  5[0-9]\.[0-9][0-9]% become exactly zero in fp16' "$T/u2.txt" && ok || fail "default distribution: about 54% lost"
+grep -qE 'best power-of-two scale: [0-9.e+]+ \(2\^2[0-3]\): 100.00% survive' "$T/u2.txt" && ok || fail "best scale"
+"$M" underflow --dist gauss:1,2 > /dev/null 2>&1; [ $? -eq 2 ] && ok || fail "bad --dist"
+"$M" underflow --from "$T/missing.npy" > /dev/null 2>"$T/e"; [ $? -eq 1 ] && grep -q 'missing.npy' "$T/e" && ok || fail "missing file"
+printf 'abc' > "$T/odd.f32"
+"$M" underflow --from "$T/odd.f32" > /dev/null 2>&1; [ $? -eq 1 ] && ok || fail "3-byte file"
+
+# 2. the tour's numbers, computed live
+"$M" tour > "$T/tour.txt" && ok || fail "tour"
+grep -q 'in fp16: 1024.0000   in fp32: 1049.6016' "$T/tour.txt" && ok || fail "accumulation numbers"
+grep -q '(the same bits)' "$T/tour.txt" && ok || fail "power-of-two scaling exact"
+grep -q 'inf in the gradients: step skipped, scale halved' "$T/tour.txt" && ok || fail "dynamic scaler skips"
+grep -q '0.00% become zero in bf16' "$T/tour.txt" && ok || fail "bf16 step"
+[ "$("$M" tour --step 5 | grep -c '^[0-9]\.')" -eq 1 ] && ok || fail "--step shows one step"
+"$M" tour --step 7 > /dev/null 2>&1; [ $? -eq 2 ] && ok || fail "--step 7"
+
+# 3. the page: same data as underflow, read back through Chromium
+A=(--dist lognormal:-12,2 --n 20000 --seed 3)
+"$M" explore --out "$T/x.html" "${A[@]}" > /dev/null && ok || fail "explore"
+ref=$("$M" underflow "${A[@]}" --scales 1,16777216 --json)
+zero1=$(printf '%s' "$ref" | python3 -c 'import json,sys; print(json.load(sys.stdin)["zero_count"])')
+if command -v chromium > /dev/null; then
+    dom() { timeout 120 chromium --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 --dump-dom "file://$T/x.html#$1" 2>>"$T/console.txt"; }
+    d0=$(dom 'k=0&fmt=fp16')
+    z=$(printf '%s' "$d0" | grep -o 'id="zero">[0-9]*' | grep -o '[0-9]*$')
+    [ -n "$z" ] && [ "$z" = "$zero1" ] && ok || fail "page at 2^0 shows $z zeros, underflow says $zero1"
+    d24=$(dom 'k=24&fmt=fp16')
+    o=$(printf '%s' "$d24" | grep -o 'id="over">[0-9]*' | grep -o '[0-9]*$')
+    [ -n "$o" ] && [ "$o" -gt 0 ] && ok || fail "page at 2^24 shows no overflow ($o)"
+    printf '%s' "$d24" | grep -q '2^24 = 16777216' && ok || fail "scale label"
+    de=$(dom 'k=10&fmt=e4m3')
+    printf '%s' "$de" | grep -q 'e4m3 max 4.48e+2' && ok || fail "format selector"
+    if grep -E 'CONSOLE|Uncaught|Error:' "$T/console.txt" | grep -v 'dbus\|DBus\|gpu\|GPU'; then fail "console errors"; else ok; fi
+    timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1000,800 \
+        --screenshot="$T/x.png" "file://$T/x.html#k=12&fmt=fp16" > /dev/null 2>&1
+    [ -s "$T/x.png" ] && ok || fail "no screenshot"
+    mkdir -p "${SCREENSHOT_DIR:-.}" && cp "$T/x.png" "${SCREENSHOT_DIR:-.}/explore-screenshot.png"
+else
+    fail "chromium is not installed (scripts/deps.sh installs it)"
+fi
+"$M" explore > /dev/null 2>&1; [ $? -eq 2 ] && ok || fail "explore without --out"
+echo "$pass passed, $fails failed"
+[ "$fails" -eq 0 ]

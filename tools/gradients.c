@@ -1,0 +1,169 @@
+/* gradients.c - gradient magnitude sets and their fate in a format. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradients.h"
+
+int grads_lognormal(grad_set *s, double mu, double sigma, size_t n, uint64_t seed) {
+    s->g = malloc(n * sizeof *s->g), s->n = n;
+    if (!s->g) return -1;
+    uint64_t r = seed * 0x9e3779b97f4a7c15ull + 0x2545f4914f6cdd1dull;
+    for (size_t i = 0; i < n; i += 2) {
+        double u[2];
+        for (int k = 0; k < 2; k++) {
+            r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+            u[k] = ((double)(r >> 11) + 0.5) * 0x1p-53;
+        }
+        const double m = sqrt(-2.0 * log(u[0])), a = 6.283185307179586 * u[1];
+        s->g[i] = (float)exp(mu + sigma * m * cos(a));
+        if (i + 1 < n) s->g[i + 1] = (float)exp(mu + sigma * m * sin(a));
+    }
+    return 0;
+}
+
+void grads_free(grad_set *s) {
+    free(s->g);
+    s->g = NULL, s->n = 0;
+}
+
+static int keep(grad_set *s, const float *v, size_t n) {
+    s->g = malloc((n ? n : 1) * sizeof *s->g), s->n = 0;
+    if (!s->g) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(v[i])) s->g[s->n++] = fabsf(v[i]);
+    return 0;
+}
+
+int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    const size_t pl = strlen(path);
+    if (pl > 12 && strcmp(path + pl - 12, ".safetensors") == 0) {
+        mp_safetensors st;
+        if (mp_safetensors_read(path, &st) != MP_OK) return snprintf(err, errlen, "%s", mp_last_error()), -1;
+        size_t total = 0;
+        for (size_t i = 0; i < st.count; i++)
+            if (st.tensors[i].dtype == MP_F32 || st.tensors[i].dtype == MP_F16 || st.tensors[i].dtype == MP_BF16)
+                total += mp_tensor_numel(&st.tensors[i]);
+        float *v = malloc((total ? total : 1) * sizeof *v);
+        size_t off = 0;
+        for (size_t i = 0; v && i < st.count; i++) {
+            const mp_tensor *t = &st.tensors[i];
+            if (t->dtype != MP_F32 && t->dtype != MP_F16 && t->dtype != MP_BF16) continue;
+            mp_convert(v + off, MP_F32, t->data, t->dtype, mp_tensor_numel(t), NULL);
+            off += mp_tensor_numel(t);
+        }
+        mp_safetensors_free(&st);
+        const int rc = v ? keep(s, v, total) : -1;
+        free(v);
+        if (rc || s->n == 0) return snprintf(err, errlen, "%s: no finite F32/F16/BF16 values", path), -1;
+        return 0;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) return snprintf(err, errlen, "%s: cannot open", path), -1;
+    fseek(f, 0, SEEK_END);
+    const long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = size > 0 ? malloc((size_t)size) : NULL;
+    if (!b || fread(b, 1, (size_t)size, f) != (size_t)size) {
+        fclose(f), free(b);
+        return snprintf(err, errlen, "%s: cannot read (or empty)", path), -1;
+    }
+    fclose(f);
+    int rc = 0;
+    if (size >= 10 && memcmp(b, "\x93NUMPY", 6) == 0) {
+        const size_t hl = b[6] == 1 ? (size_t)(b[8] | b[9] << 8) : (size_t)(b[8] | b[9] << 8 | b[10] << 16 | (size_t)b[11] << 24);
+        const size_t ho = b[6] == 1 ? 10 : 12;
+        if (ho + hl > (size_t)size) {
+            free(b);
+            return snprintf(err, errlen, "%s: truncated .npy header", path), -1;
+        }
+        char hdr[4096];
+        snprintf(hdr, sizeof hdr, "%.*s", (int)(hl < 4000 ? hl : 4000), (const char *)b + ho);
+        const char *d = strstr(hdr, "'descr': '");
+        if (!d || strstr(hdr, "'fortran_order': True")) {
+            free(b);
+            return snprintf(err, errlen, "%s: unsupported .npy header", path), -1;
+        }
+        d += 10;
+        const size_t body = (size_t)size - ho - hl;
+        const uint8_t *p = b + ho + hl;
+        if (!strncmp(d, "<f4", 3)) rc = keep(s, (const float *)p, body / 4);
+        else if (!strncmp(d, "<f2", 3) || !strncmp(d, "<f8", 3)) {
+            const size_t es = d[2] == '2' ? 2 : 8, n = body / es;
+            float *v = malloc((n ? n : 1) * sizeof *v);
+            for (size_t i = 0; v && i < n; i++) {
+                if (es == 2) v[i] = mp_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+                else {
+                    double x;
+                    memcpy(&x, p + 8 * i, 8);
+                    v[i] = (float)x;
+                }
+            }
+            rc = v ? keep(s, v, n) : -1;
+            free(v);
+        } else {
+            free(b);
+            return snprintf(err, errlen, "%s: .npy dtype %.3s (float32, float16 or float64 are read)", path, d), -1;
+        }
+    } else {
+        if (size % 4) {
+            free(b);
+            return snprintf(err, errlen, "%s: %ld bytes is not a whole number of float32 values", path, size), -1;
+        }
+        rc = keep(s, (const float *)b, (size_t)size / 4);
+    }
+    free(b);
+    if (rc || s->n == 0) return snprintf(err, errlen, "%s: no finite values", path), -1;
+    return 0;
+}
+
+scale_counts grads_count(const grad_set *s, mp_dtype t, double scale) {
+    scale_counts c = {scale, 0, 0, 0, 0};
+    enum { B = 4096 };
+    float x[B];
+    uint8_t out[4 * B];
+    mp_convert_stats st = {0, 0, 0, 0};
+    uint64_t zeros_in = 0;
+    const float sf = (float)scale;
+    for (size_t i = 0; i < s->n; i += B) {
+        const size_t m = s->n - i < B ? s->n - i : B;
+        for (size_t k = 0; k < m; k++) {
+            x[k] = s->g[i + k] * sf;
+            zeros_in += x[k] == 0.0f;
+        }
+        mp_convert(out, t, x, MP_F32, m, &st);
+    }
+    c.zero = st.underflow + zeros_in, c.subnormal = st.subnormal, c.overflow = st.overflow;
+    c.survive = s->n - c.zero - c.overflow;
+    return c;
+}
+
+double grads_best_scale(const grad_set *s, mp_dtype t) {
+    double best = 1;
+    scale_counts bc = grads_count(s, t, 1);
+    for (int k = 1; k <= 126; k++) {
+        const scale_counts c = grads_count(s, t, ldexp(1.0, k));
+        if (c.overflow) break;
+        if (c.survive > bc.survive || (c.survive == bc.survive && c.subnormal < bc.subnormal)) best = c.scale, bc = c;
+    }
+    return best;
+}
+
+static int cmp_f(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+double grads_quantile(const grad_set *s, double q) {
+    float *c = malloc(s->n * sizeof *c);
+    if (!c || !s->n) return free(c), NAN;
+    memcpy(c, s->g, s->n * sizeof *c);
+    qsort(c, s->n, sizeof *c, cmp_f);
+    const double pos = q * (double)(s->n - 1);
+    const size_t i = (size_t)pos;
+    const double v = i + 1 < s->n ? c[i] + (pos - (double)i) * (c[i + 1] - c[i]) : c[i];
+    free(c);
+    return v;
+}
