@@ -18,7 +18,7 @@ struct mp_optim {
     optim_kind kind;
     mp_sgd_config sgd;
     mp_adamw_config adamw;
-    mp_param *params;
+    mp_param **params; /* each allocated on its own: pointers to them stay valid */
     size_t count, cap;
     uint64_t steps;        /* real steps taken */
     mp_rounding rounding;  /* for bf16 half copies */
@@ -101,7 +101,10 @@ static void free_param(mp_param *p) {
 
 void mp_optim_free(mp_optim *o) {
     if (!o) return;
-    for (size_t i = 0; i < o->count; i++) free_param(&o->params[i]);
+    for (size_t i = 0; i < o->count; i++) {
+        free_param(o->params[i]);
+        free(o->params[i]);
+    }
     free(o->params);
     free(o);
 }
@@ -182,7 +185,7 @@ static double run_param(param_job *j, mp_param *p) {
 
 /* Rounds the master into the half copy: nearest even, or stochastic for bf16. */
 static void refresh_half(mp_optim *o, size_t i) {
-    mp_param *p = &o->params[i];
+    mp_param *p = o->params[i];
     if (!p->half || !p->master) return;
     if (p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC) {
         param_job j = {JOB_ROUND_SR, kernels(), NULL, NULL, NULL, sr_key(o, i), 0.0f, 0, {0}};
@@ -197,19 +200,19 @@ static mp_status add_param(mp_optim *o, const char *name, const float *init, siz
     if (!o || !name || (!init && n)) return mp_error(MP_EINVAL, "mp_optim_add: NULL argument");
     if (half_type != MP_F32 && half_type != MP_F16 && half_type != MP_BF16)
         return mp_error(MP_EINVAL, "mp_optim_add: half copies are fp16 or bf16 (or MP_F32 for none)");
-    if (strlen(name) >= sizeof o->params[0].name)
+    if (strlen(name) >= sizeof ((mp_param *)0)->name)
         return mp_error(MP_EINVAL, "mp_optim_add: name '%s' is longer than 63 bytes", name);
     for (size_t i = 0; i < n; i++)
         if (!isfinite(init[i]))
             return mp_error(MP_EINVAL, "mp_optim_add: parameter '%s' has a non-finite value at %zu", name, i);
     if (o->count == o->cap) {
         const size_t cap = o->cap ? 2 * o->cap : 8;
-        mp_param *np = realloc(o->params, cap * sizeof *np);
+        mp_param **np = realloc(o->params, cap * sizeof *np);
         if (!np) return mp_error(MP_ENOMEM, "mp_optim_add: out of memory");
         o->params = np, o->cap = cap;
     }
-    mp_param *p = &o->params[o->count];
-    memset(p, 0, sizeof *p);
+    mp_param *p = calloc(1, sizeof *p);
+    if (!p) return mp_error(MP_ENOMEM, "mp_optim_add: out of memory");
     snprintf(p->name, sizeof p->name, "%s", name);
     p->n = n;
     p->half_type = half_type;
@@ -218,6 +221,7 @@ static mp_status add_param(mp_optim *o, const char *name, const float *init, siz
     if (half_type != MP_F32) p->half = alloc_zero(n, 2);
     if (!p->grad || (!pure && !p->master) || (half_type != MP_F32 && !p->half)) {
         free_param(p);
+        free(p);
         return mp_error(MP_ENOMEM, "mp_optim_add: out of memory for '%s' (%zu elements)", name, n);
     }
     if (pure) {
@@ -225,7 +229,7 @@ static mp_status add_param(mp_optim *o, const char *name, const float *init, siz
     } else {
         memcpy(p->master, init, n * 4);
     }
-    o->count++;
+    o->params[o->count++] = p;
     refresh_half(o, o->count - 1);
     if (out) *out = p;
     return MP_OK;
@@ -254,7 +258,7 @@ mp_status mp_optim_set_rounding(mp_optim *o, mp_rounding r, uint64_t seed) {
 }
 
 size_t mp_optim_count(const mp_optim *o) { return o->count; }
-mp_param *mp_optim_param(mp_optim *o, size_t i) { return i < o->count ? &o->params[i] : NULL; }
+mp_param *mp_optim_param(mp_optim *o, size_t i) { return i < o->count ? o->params[i] : NULL; }
 uint64_t mp_optim_steps(const mp_optim *o) { return o->steps; }
 double mp_optim_lr(const mp_optim *o) { return o->kind == KIND_SGD ? o->sgd.lr : o->adamw.lr; }
 
@@ -267,7 +271,7 @@ mp_status mp_optim_set_lr(mp_optim *o, double lr) {
 }
 
 void mp_optim_zero_grad(mp_optim *o) {
-    for (size_t i = 0; i < o->count; i++) memset(o->params[i].grad, 0, o->params[i].n * 4);
+    for (size_t i = 0; i < o->count; i++) memset(o->params[i]->grad, 0, o->params[i]->n * 4);
 }
 
 /* Allocates the optimizer state of p on first use. */
@@ -282,9 +286,9 @@ oom:
 
 mp_status mp_optim_restore(mp_optim *o, uint64_t steps) {
     for (size_t i = 0; i < o->count; i++) {
-        const mp_status st = ensure_state(o, &o->params[i]);
+        const mp_status st = ensure_state(o, o->params[i]);
         if (st != MP_OK) return st;
-        o->params[i].has_state = steps > 0;
+        o->params[i]->has_state = steps > 0;
     }
     o->steps = steps;
     return MP_OK;
@@ -293,7 +297,7 @@ mp_status mp_optim_restore(mp_optim *o, uint64_t steps) {
 /* The real update of every parameter; the caller has checked the gradients. */
 static mp_status apply_step(mp_optim *o) {
     for (size_t i = 0; i < o->count; i++) {
-        const mp_status st = ensure_state(o, &o->params[i]);
+        const mp_status st = ensure_state(o, o->params[i]);
         if (st != MP_OK) return st;
     }
     const mp_optim_kernels *k = kernels();
@@ -322,7 +326,7 @@ static mp_status apply_step(mp_optim *o) {
         ac.neg_step_size = (float)-(c->lr / bc1);
     }
     for (size_t i = 0; i < o->count; i++) {
-        mp_param *p = &o->params[i];
+        mp_param *p = o->params[i];
         sc.first = !p->has_state;
         param_job j = {o->kind == KIND_SGD ? JOB_SGD : JOB_ADAMW, k, NULL, &sc, &ac, sr_key(o, i), 0.0f,
                        !o->keep_denormal, {0}};
@@ -360,7 +364,7 @@ mp_status mp_scaler_unscale(mp_scaler *s, mp_optim *o, int *found_inf) {
     const float inv = mp_scaler_inv_scale(s);
     int found = 0;
     for (size_t i = 0; i < o->count; i++) {
-        const mp_status st = mp_unscale_check(o->params[i].grad, MP_F32, o->params[i].n, inv, &found);
+        const mp_status st = mp_unscale_check(o->params[i]->grad, MP_F32, o->params[i]->n, inv, &found);
         if (st != MP_OK) return st;
     }
     o->found_inf = found;
@@ -392,13 +396,13 @@ mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, do
                                    "mp_scaler_unscale first (and pass the scaler)");
     param_job j = {JOB_SUMSQ, kernels(), NULL, NULL, NULL, 0, 0.0f, 0, {0}};
     double sum = 0;
-    for (size_t i = 0; i < o->count; i++) sum += run_param(&j, &o->params[i]);
+    for (size_t i = 0; i < o->count; i++) sum += run_param(&j, o->params[i]);
     const double norm = sqrt(sum);
     if (total_norm) *total_norm = norm;
     if (!isfinite(norm)) return MP_OK;
     const double coef = max_norm / (norm + 1e-6);
     j.kind = JOB_SCALE, j.coef = (float)coef;
     if (coef < 1.0)
-        for (size_t i = 0; i < o->count; i++) run_param(&j, &o->params[i]);
+        for (size_t i = 0; i < o->count; i++) run_param(&j, o->params[i]);
     return MP_OK;
 }
