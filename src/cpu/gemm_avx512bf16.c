@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../internal.h"
+#include "gemm_tile.h"
 
 enum { MR = 12, NR = 32 };
 
@@ -115,18 +116,11 @@ static void pack_b(void *dst, // (kc/2, NR) bf16 pairs
         }
 }
 
-static inline __m512 finish(__m512 acc, __m512 va, float beta, const float *c) {
-    if (beta == 0.0f) return _mm512_mul_ps(va, acc);
-    return _mm512_fmadd_ps(va, acc, _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_loadu_ps(c)));
-}
-
 static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, ldc) fp32
                   size_t ldc, float alpha, float beta) {
     const uint32_t *A = ap;
     const uint16_t *B = bp;
-    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
-           c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00, c80 = c00,
-           c81 = c00, c90 = c00, c91 = c00, ca0 = c00, ca1 = c00, cb0 = c00, cb1 = c00;
+    MP_TILE_DECLARE;
     for (size_t q = 0; q < kc / 2; q++, A += MR, B += NR * 2) {
         const __m512bh b0 = (__m512bh)_mm512_load_si512(B), b1 = (__m512bh)_mm512_load_si512(B + 32);
         _mm_prefetch((const char *)(B + 8 * NR * 2), _MM_HINT_T0);
@@ -136,18 +130,10 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, l
     a = (__m512bh)_mm512_set1_epi32((int)A[r]);         \
     x0 = _mm512_dpbf16_ps(x0, a, b0);                   \
     x1 = _mm512_dpbf16_ps(x1, a, b1);
-        ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21) ROW(3, c30, c31) ROW(4, c40, c41) ROW(5, c50, c51)
-        ROW(6, c60, c61) ROW(7, c70, c71) ROW(8, c80, c81) ROW(9, c90, c91) ROW(10, ca0, ca1) ROW(11, cb0, cb1)
+        MP_TILE_ROWS
 #undef ROW
     }
-    const __m512 va = _mm512_set1_ps(alpha);
-#define STORE(r, x0, x1)                                                   \
-    _mm512_storeu_ps(c + (r) * ldc, finish(x0, va, beta, c + (r) * ldc));  \
-    _mm512_storeu_ps(c + (r) * ldc + 16, finish(x1, va, beta, c + (r) * ldc + 16));
-    STORE(0, c00, c01) STORE(1, c10, c11) STORE(2, c20, c21) STORE(3, c30, c31) STORE(4, c40, c41)
-    STORE(5, c50, c51) STORE(6, c60, c61) STORE(7, c70, c71) STORE(8, c80, c81) STORE(9, c90, c91)
-    STORE(10, ca0, ca1) STORE(11, cb0, cb1)
-#undef STORE
+    MP_TILE_STORE(c, ldc, alpha, beta);
 }
 
 /* kc counts k values (pairs: 256 pairs = 32 KiB of B micro-panel) */
