@@ -52,6 +52,11 @@ grep -qE 'best power-of-two scale: [0-9.e+]+ \(2\^2[0-3]\): 100.00% survive' "$T
 printf 'abc' > "$T/odd.f32"
 "$M" underflow --from "$T/odd.f32" > /dev/null 2>&1; [ $? -eq 1 ] && ok || fail "3-byte file"
 
+# real gradients: dumped by mixprec train, read back by underflow
+"$M" train --model mlp:784-32-10 --steps 3 --batch 64 --dump-grads "$T/grads.safetensors" > /dev/null && ok || fail "--dump-grads"
+out=$("$M" underflow --from "$T/grads.safetensors" --json) && ok || fail "underflow --from safetensors"
+printf '%s' "$out" | python3 -c 'import json,sys; d = json.load(sys.stdin); assert d["n"] == 784 * 32 + 32 * 10, d["n"]' && ok || fail "gradient count"
+
 # 2. the tour's numbers, computed live
 "$M" tour > "$T/tour.txt" && ok || fail "tour"
 grep -q 'in fp16: 1024.0000   in fp32: 1049.6016' "$T/tour.txt" && ok || fail "accumulation numbers"

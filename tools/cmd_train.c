@@ -56,13 +56,15 @@ static const char usage[] =
     "  --summary FILE         JSON: results, per-layer underflow, skipped steps, frozen\n"
     "                         weights, gradient histograms, warnings\n"
     "  --hist-every N         log2 histogram of the weight gradients every N steps (0: off)\n"
-    "  --frozen-every K       fraction of weights unchanged over each K steps (50; 0: off)\n";
+    "  --frozen-every K       fraction of weights unchanged over each K steps (50; 0: off)\n"
+    "  --dump-grads FILE      the last step's fp32 weight gradients (unscaled) as safetensors\n"
+    "                         (fc{i}.weight.grad), for mixprec underflow --from FILE\n";
 
 typedef enum { P_FP32, P_FP16, P_FP16_STATIC, P_FP16_DYNAMIC, P_BF16, P_BF16_PURE } precision;
 static const char *const prec_names[] = {"fp32", "fp16", "fp16-static", "fp16-dynamic", "bf16", "bf16-pure"};
 
 typedef struct {
-    const char *model, *data, *init, *save, *resume, *log, *summary;
+    const char *model, *data, *init, *save, *resume, *log, *summary, *dump_grads;
     mp_dtype save_dtype;
     long hist_every, frozen_every;
     mp_act act;
@@ -151,6 +153,7 @@ static int parse(int argc, char **argv, train_opts *o) {
         else if (!strcmp(a, "--resume")) { VAL(); o->resume = v; }
         else if (!strcmp(a, "--log")) { VAL(); o->log = v; }
         else if (!strcmp(a, "--summary")) { VAL(); o->summary = v; }
+        else if (!strcmp(a, "--dump-grads")) { VAL(); o->dump_grads = v; }
         else if (!strcmp(a, "--hist-every")) { INT(o->hist_every, 0, 100000000); }
         else if (!strcmp(a, "--frozen-every")) { INT(o->frozen_every, 0, 100000000); }
         else return cli_usage_error(cmd, "unknown option '%s'", a);
@@ -723,6 +726,23 @@ static int run(int argc, char **argv) {
         }
     }
     free(snap), free(fz_step), free(fz), free(hs), free(skip_steps);
+    if (o.dump_grads) { /* the weight gradients of the last step, as the optimizer saw them */
+        mp_tensor gt[MP_MLP_MAX_LAYERS];
+        size_t ng = 0;
+        for (size_t i = 0; i < mp_optim_count(opt) && ng < MP_MLP_MAX_LAYERS; i++) {
+            const mp_param *p = mp_optim_param(opt, i);
+            if (p->name[0] != 'f' || !strstr(p->name, ".weight")) continue;
+            mp_tensor *t = &gt[ng++];
+            memset(t, 0, sizeof *t);
+            snprintf(t->name, sizeof t->name, "%s.grad", p->name);
+            t->dtype = MP_F32, t->ndim = 1, t->shape[0] = p->n, t->nbytes = p->n * 4, t->data = p->grad;
+        }
+        if (mp_safetensors_write(o.dump_grads, gt, ng, NULL) != MP_OK) {
+            ret = fail(mp_last_error());
+            goto done;
+        }
+        printf("gradients of step %ld written to %s\n", step, o.dump_grads);
+    }
     if (o.save) {
         if (save_checkpoint(o.save, m, opt, scaled ? &scaler : NULL, &o, step) != MP_OK) {
             ret = fail(train_err);
