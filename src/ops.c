@@ -78,11 +78,49 @@ static mp_status run_elem(elem_job *j, size_t n, mp_convert_stats *st) {
     return MP_OK;
 }
 
+/* ReLU on fp16/bf16 buffers of one format, on the bits: a value passes when it
+ * is positive, nonzero and not NaN (the float path's x > 0), NaN dy comes out
+ * quiet (as the float path's round trip makes it); the same bits and counts
+ * as converting to fp32 and back, without the conversions. */
+typedef struct {
+    uint16_t *out;
+    const uint16_t *a, *b; /* forward: a = x; backward: a = dy, b = x */
+    uint16_t inf, quiet, mant;
+    mp_convert_stats part[MP_MAX_THREADS];
+} relu16_job;
+
+static void relu16_share(void *ctx, size_t i0, size_t i1, int t) {
+    relu16_job *j = ctx;
+    uint64_t sub = 0, nan = 0;
+    for (size_t i = i0; i < i1; i++) {
+        const uint16_t x = j->b ? j->b[i] : j->a[i];
+        const int pass = !(x & 0x8000u) && x != 0 && x <= j->inf; /* 0 < x <= +inf */
+        uint16_t v = pass ? j->a[i] : 0;
+        const uint16_t av = v & 0x7fffu;
+        if (av > j->inf) v |= j->quiet, nan++;
+        sub += av != 0 && av <= j->mant;
+        j->out[i] = v;
+    }
+    j->part[t].subnormal += sub, j->part[t].nan += nan;
+}
+
+static int relu16(void *out, mp_dtype ot, const void *a, mp_dtype at, const void *b, mp_dtype bt, size_t n,
+                  mp_convert_stats *st) {
+    if (ot != at || (b && bt != at) || (ot != MP_F16 && ot != MP_BF16)) return 0;
+    relu16_job j = {out, a, b, ot == MP_F16 ? 0x7c00 : 0x7f80, ot == MP_F16 ? 0x0200 : 0x0040,
+                    ot == MP_F16 ? 0x03ff : 0x007f, {{0}}};
+    const int shares = mp_parallel_for(n, ELEM_PARALLEL_MIN, 64, relu16_share, &j);
+    if (st)
+        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
+    return 1;
+}
+
 static mp_status unary(const char *fn, void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, unary_fn f,
                        mp_convert_stats *st) {
     mp_status s = check_types(fn, yt, xt, MP_F32);
     if (s != MP_OK) return s;
     if (n && (!y || !x)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
+    if (f == relu && relu16(y, yt, x, xt, NULL, xt, n, st)) return MP_OK;
     elem_job j = {y, yt, xt, MP_F32, x, NULL, f, NULL, {{0}}};
     return run_elem(&j, n, st);
 }
@@ -92,6 +130,7 @@ static mp_status binary(const char *fn, void *dx, mp_dtype dxt, const void *dy, 
     mp_status s = check_types(fn, dxt, dyt, xt);
     if (s != MP_OK) return s;
     if (n && (!dx || !dy || !x)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
+    if (f == relu_grad && relu16(dx, dxt, dy, dyt, x, xt, n, st)) return MP_OK;
     elem_job j = {dx, dxt, dyt, xt, dy, x, NULL, f, {{0}}};
     return run_elem(&j, n, st);
 }

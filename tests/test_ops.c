@@ -283,6 +283,36 @@ static void check_fp16_failures(void) {
            (double)cs);
 }
 
+/* ReLU on half buffers works on the bits: same results and counts as the
+ * float computation, on every code (NaNs, infinities, subnormals, -0). */
+static void check_relu_bits(void) {
+    for (int t = 0; t < 2; t++) {
+        const mp_dtype dt = t ? MP_BF16 : MP_F16;
+        enum { N = 65536 };
+        static uint16_t x[N], dy[N], y[N];
+        for (uint32_t i = 0; i < N; i++) x[i] = (uint16_t)i, dy[i] = (uint16_t)(i * 40503u);
+        long bad = 0;
+        mp_convert_stats sf = {0}, sb = {0}, wf = {0}, wb = {0};
+        mp_relu_forward(y, dt, x, dt, N, &sf);
+        for (uint32_t i = 0; i < N; i++) {
+            const float v = elem_f32(x, dt, i), r = v > 0.0f ? v : 0.0f;
+            uint16_t want;
+            mp_convert(&want, dt, &r, MP_F32, 1, &wf);
+            bad += y[i] != want;
+        }
+        mp_relu_backward(y, dt, dy, dt, x, dt, N, &sb);
+        for (uint32_t i = 0; i < N; i++) {
+            const float g = elem_f32(dy, dt, i), r = elem_f32(x, dt, i) > 0.0f ? g : 0.0f;
+            uint16_t want;
+            mp_convert(&want, dt, &r, MP_F32, 1, &wb);
+            bad += y[i] != want;
+        }
+        CHECK(bad == 0 && sf.subnormal == wf.subnormal && sf.nan == wf.nan && sb.subnormal == wb.subnormal &&
+                  sb.nan == wb.nan && sb.underflow == 0 && sb.overflow == 0,
+              "%s relu on bits: %ld differ", mp_format(dt)->name, bad);
+    }
+}
+
 static void check_bad_args(void) {
     float x[4] = {1, 2, 3, 4}, y[4];
     CHECK(mp_relu_forward(y, MP_E4M3, x, MP_F32, 4, NULL) == MP_EINVAL, "e4m3 output");
@@ -300,6 +330,7 @@ int main(void) {
     check_cross_entropy();
     check_layernorm();
     check_fp16_failures();
+    check_relu_bits();
     check_bad_args();
     return check_report("test_ops");
 }
