@@ -279,24 +279,34 @@ typedef struct {
     float alpha, beta;
     void *c;
     mp_dtype ct;
-    int counts_only; /* fp32 C already holds the result: count its stats */
+    int direct;        /* fp32 C already holds alpha AB + beta C: only the bias and the counts */
+    const float *bias; /* (n,) or NULL */
+    mp_convert_stats *st;
     mp_convert_stats part[MP_MAX_THREADS];
 } epilogue_job;
 
 static void epilogue_share(void *ctx, size_t r0, size_t r1, int t) {
     epilogue_job *j = ctx;
     for (size_t i = r0; i < r1; i++) {
-        float *row = j->counts_only ? (float *)j->c + i * j->ldc : j->w + i * j->n;
-        if (!j->counts_only)
+        float *row = j->direct ? (float *)j->c + i * j->ldc : j->w + i * j->n;
+        if (!j->direct)
             for (size_t k = 0; k < j->n; k++)
                 row[k] = apply_ab(row[k], j->alpha, j->beta, j->beta == 0.0f ? 0.0f : load_f32(j->c, j->ct, i * j->ldc + k));
-        store_row(j->c, j->ct, j->ldc, i, row, j->n, &j->part[t]);
+        if (j->bias)
+            for (size_t k = 0; k < j->n; k++) row[k] += j->bias[k];
+        if (!j->direct || j->st) store_row(j->c, j->ct, j->ldc, i, row, j->n, j->st ? &j->part[t] : NULL);
     }
 }
 
 mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a, mp_dtype at,
                   size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c, mp_dtype ct, size_t ldc,
                   mp_convert_stats *st) {
+    return mp_gemm_bias(trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, NULL, st);
+}
+
+mp_status mp_gemm_bias(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a,
+                       mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c,
+                       mp_dtype ct, size_t ldc, const float *bias, mp_convert_stats *st) {
     mp_status s = check_args("mp_gemm", trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, c, ct, ldc);
     if (s != MP_OK || m == 0 || n == 0) return s;
     const int direct = ct == MP_F32 && k > 0 && alpha != 0.0f;
@@ -308,8 +318,8 @@ mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float 
     } else {
         memset(w, 0, m * n * sizeof *w); /* no products: the accumulators are 0 */
     }
-    if (s != MP_OK || (direct && !st)) return s;
-    epilogue_job j = {w, n, ldc, alpha, beta, c, ct, direct, {{0}}};
+    if (s != MP_OK || (direct && !st && !bias)) return s;
+    epilogue_job j = {w, n, ldc, alpha, beta, c, ct, direct, bias, st, {{0}}};
     const int shares = mp_parallel_for(m, m * n >= ((size_t)1 << 16) ? 2 : m + 1, 1, epilogue_share, &j);
     if (st)
         for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);

@@ -177,8 +177,8 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B) {
     mp_status st = mp_convert(m->act[0], ct, x, MP_F32, B * (size_t)c->widths[0], NULL);
     for (int l = 0; l < c->nlayers && st == MP_OK; l++) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
-        st = mp_gemm(0, 1, B, out, in, 1.0f, m->act[l], ct, in, weights(m, l), ct, in, 0.0f, m->z[l], ct, out, NULL);
-        if (st == MP_OK) st = mp_bias_add(m->z[l], ct, m->z[l], ct, fparam(m, m->b[l], 0), B, out, NULL);
+        st = mp_gemm_bias(0, 1, B, out, in, 1.0f, m->act[l], ct, in, weights(m, l), ct, in, 0.0f, m->z[l], ct, out,
+                          fparam(m, m->b[l], 0), NULL);
         if (st != MP_OK || l == c->nlayers - 1) continue;
         if (m->h[l] != m->z[l])
             st = mp_layernorm_forward(m->h[l], ct, m->mean[l], m->rstd[l], m->z[l], ct, fparam(m, m->lnw[l], 1),

@@ -122,7 +122,7 @@ static uint64_t sr_key(const mp_optim *o, size_t param_index) {
 }
 
 /* Element-wise work over one parameter, split across the threads. */
-typedef enum { JOB_SGD, JOB_ADAMW, JOB_ROUND_SR, JOB_SUMSQ, JOB_SCALE } job_kind;
+typedef enum { JOB_SGD, JOB_ADAMW, JOB_REFRESH, JOB_ROUND_SR, JOB_SUMSQ, JOB_SCALE } job_kind;
 
 typedef struct {
     job_kind kind;
@@ -132,7 +132,8 @@ typedef struct {
     const mp_adamw_coef *ac;
     uint64_t key;
     float coef;
-    int flush; /* FTZ/DAZ during the work */
+    int flush;   /* FTZ/DAZ during the work */
+    int refresh; /* after an update: round the share's master into the half copy */
     double part[MP_MAX_THREADS];
 } param_job;
 
@@ -149,6 +150,12 @@ static void param_share(void *ctx, size_t i0, size_t i1, int t) {
 #else
     param_share_body(j, i0, i1, t);
 #endif
+    if (j->refresh) { /* the update's half copy, in the same pass over this share */
+        const job_kind k = j->kind;
+        j->kind = JOB_REFRESH;
+        param_share_body(j, i0, i1, t);
+        j->kind = k;
+    }
 }
 
 static void param_share_body(param_job *j, size_t i0, size_t i1, int t) {
@@ -164,6 +171,9 @@ static void param_share_body(param_job *j, size_t i0, size_t i1, int t) {
     case JOB_ADAMW:
         if (p->master) j->k->adamw(p->master + i0, p->grad + i0, s1, s2, n, j->ac);
         else j->k->adamw_bf16(h, p->grad + i0, s1, s2, n, j->ac, j->key, i0);
+        break;
+    case JOB_REFRESH: /* the half copy, round to nearest even, while the share is in cache */
+        mp_convert(h, p->half_type, p->master + i0, MP_F32, n, NULL);
         break;
     case JOB_ROUND_SR: j->k->round_sr(h, p->master + i0, n, j->key, i0); break;
     case JOB_SUMSQ: j->part[t] = j->k->sumsq(p->grad + i0, n); break;
@@ -188,7 +198,7 @@ static void refresh_half(mp_optim *o, size_t i) {
     mp_param *p = o->params[i];
     if (!p->half || !p->master) return;
     if (p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC) {
-        param_job j = {JOB_ROUND_SR, kernels(), NULL, NULL, NULL, sr_key(o, i), 0.0f, 0, {0}};
+        param_job j = {JOB_ROUND_SR, kernels(), NULL, NULL, NULL, sr_key(o, i), 0.0f, 0, 0, {0}};
         run_param(&j, p);
     } else {
         mp_convert(p->half, p->half_type, p->master, MP_F32, p->n, NULL);
@@ -328,13 +338,16 @@ static mp_status apply_step(mp_optim *o) {
     for (size_t i = 0; i < o->count; i++) {
         mp_param *p = o->params[i];
         sc.first = !p->has_state;
+        /* nearest-even half copies are refreshed inside the update's pass */
+        const int fused = p->master && p->half && !(p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC);
         param_job j = {o->kind == KIND_SGD ? JOB_SGD : JOB_ADAMW, k, NULL, &sc, &ac, sr_key(o, i), 0.0f,
-                       !o->keep_denormal, {0}};
+                       !o->keep_denormal, fused, {0}};
         run_param(&j, p);
         p->has_state = 1;
     }
     o->steps = t;
-    for (size_t i = 0; i < o->count; i++) refresh_half(o, i);
+    for (size_t i = 0; i < o->count; i++) /* the stochastic ones (the others were refreshed in the update) */
+        if (o->params[i]->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC) refresh_half(o, i);
     return MP_OK;
 }
 
@@ -394,7 +407,7 @@ mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, do
     if (s ? mp_optim_stage(o, s) != MP_STAGE_UNSCALED : o->scaled)
         return mp_error(MP_ESTATE, "clip_grad_norm: gradients are still multiplied by the loss scale; call "
                                    "mp_scaler_unscale first (and pass the scaler)");
-    param_job j = {JOB_SUMSQ, kernels(), NULL, NULL, NULL, 0, 0.0f, 0, {0}};
+    param_job j = {JOB_SUMSQ, kernels(), NULL, NULL, NULL, 0, 0.0f, 0, 0, {0}};
     double sum = 0;
     for (size_t i = 0; i < o->count; i++) sum += run_param(&j, o->params[i]);
     const double norm = sqrt(sum);

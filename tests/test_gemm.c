@@ -170,6 +170,34 @@ static void check_paths(int quick) {
     mp_cpu_set_isa(best);
 }
 
+/* The bias epilogue: fp32 C equals mp_gemm then adding the bias (same
+ * arithmetic); a half C is the fp32 value plus bias rounded once. */
+static void check_bias(void) {
+    const shape s = {0, 1, 37, 45, 70, 70, 70, 45, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_F32};
+    bufs b;
+    alloc_fill(&s, &b, 0);
+    float bias[45], *ref = malloc(37 * 45 * 4);
+    for (int j = 0; j < 45; j++) bias[j] = frand();
+    run(&s, &b, 0, NULL);
+    for (int i = 0; i < 37 * 45; i++) ref[i] = ((float *)b.c)[i] + bias[i % 45];
+    CHECK(mp_gemm_bias(0, 1, 37, 45, 70, 1.0f, b.a, MP_BF16, 70, b.b, MP_BF16, 70, 0.0f, b.c, MP_F32, 45, bias, NULL) ==
+              MP_OK && memcmp(ref, b.c, 37 * 45 * 4) == 0,
+          "fp32 C with bias");
+    uint16_t h[37 * 45];
+    mp_convert_stats st = {0}, want = {0};
+    CHECK(mp_gemm_bias(0, 1, 37, 45, 70, 1.0f, b.a, MP_BF16, 70, b.b, MP_BF16, 70, 0.0f, h, MP_F16, 45, bias, &st) ==
+              MP_OK, "half C with bias");
+    long bad = 0;
+    for (int i = 0; i < 37 * 45; i++) {
+        uint16_t w;
+        mp_convert(&w, MP_F16, &ref[i], MP_F32, 1, &want);
+        bad += w != h[i];
+    }
+    CHECK(bad == 0 && st.subnormal == want.subnormal && st.underflow == want.underflow, "fp16 C = round(AB + bias): %ld", bad);
+    free(ref);
+    free_bufs(&b);
+}
+
 static void check_threads_deterministic(void) {
     const shape s = {0, 1, 333, 257, 1000, 1000, 1000, 257, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_F32};
     bufs b;
@@ -238,5 +266,6 @@ int main(int argc, char **argv) {
     check_special();
     check_paths(test_quick(argc, argv));
     check_threads_deterministic();
+    check_bias();
     return check_report("test_gemm");
 }

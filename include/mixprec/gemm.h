@@ -44,6 +44,15 @@ mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k,
                   float beta,        void *c, mp_dtype c_type, size_t ldc,
                   mp_convert_stats *c_stats /* may be NULL */);
 
+/* mp_gemm plus a bias row: C = alpha op(A) op(B) + beta C + bias, bias (n,)
+ * fp32 added to every row of the fp32 result before the store, so a half C is
+ * rounded once (the "bias epilogue" of cuBLASLt / oneDNN). bias NULL: mp_gemm. */
+mp_status mp_gemm_bias(int trans_a, int trans_b, size_t m, size_t n, size_t k,
+                       float alpha, const void *a, mp_dtype a_type, size_t lda,
+                                const void *b, mp_dtype b_type, size_t ldb,
+                       float beta,        void *c, mp_dtype c_type, size_t ldc,
+                       const float *bias, mp_convert_stats *c_stats);
+
 /* The same with plain loops: for each C element, acc = 0; acc = fmaf(a, b, acc)
  * in k order; then alpha/beta; then the store. For tests and as the definition. */
 mp_status mp_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k,
