@@ -235,27 +235,32 @@ def section_train(a):
     here = os.path.dirname(os.path.abspath(__file__))
     steps, warmup = 150, 30
     env = dict(os.environ, MIXPREC_THREADS=str(a.threads))
-    mine = {}
+    # mixprec's modes and PyTorch run in turn for --rounds rounds; each figure is
+    # the median over rounds of per-run medians (this machine's speed drifts)
+    rounds_mine, rounds_torch = {}, {}
     with tempfile.TemporaryDirectory() as td:
-        for prec in ["fp32", "bf16", "fp16-dynamic", "bf16-pure"]:
-            log = os.path.join(td, prec + ".csv")
-            subprocess.run([a.mixprec, "train", "--precision", prec, "--steps", str(steps + warmup), "--log", log,
-                            "--threads", str(a.threads)], check=True, capture_output=True, text=True, env=env)
-            with open(log) as fh:
-                ms = [float(r["ms"]) for r in csv.DictReader(fh)][warmup:]
-            mine[prec] = statistics.median(ms) / 1e3
-    tt = {}
-    if torch is not None:
-        t_run = subprocess.run([sys.executable, os.path.join(here, "peer_train.py"), "784-1024-1024-10", str(steps),
-                                str(warmup), str(a.threads)], check=True, capture_output=True, text=True,
-                               env=dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
-        tt = {k: statistics.median(v) for k, v in json.loads(t_run.stdout)["steps"].items()}
+        for _ in range(a.rounds):
+            for prec in ["fp32", "bf16", "fp16-dynamic", "bf16-pure"]:
+                log = os.path.join(td, prec + ".csv")
+                subprocess.run([a.mixprec, "train", "--precision", prec, "--steps", str(steps + warmup), "--log", log,
+                                "--threads", str(a.threads)], check=True, capture_output=True, text=True, env=env)
+                with open(log) as fh:
+                    ms = [float(r["ms"]) for r in csv.DictReader(fh)][warmup:]
+                rounds_mine.setdefault(prec, []).append(statistics.median(ms) / 1e3)
+            if torch is not None:
+                t_run = subprocess.run([sys.executable, os.path.join(here, "peer_train.py"), "784-1024-1024-10",
+                                        str(steps), str(warmup), str(a.threads)], check=True, capture_output=True,
+                                       text=True, env=dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
+                for k, v in json.loads(t_run.stdout)["steps"].items():
+                    rounds_torch.setdefault(k, []).append(statistics.median(v))
+    mine = {k: statistics.median(v) for k, v in rounds_mine.items()}
+    tt = {k: statistics.median(v) for k, v in rounds_torch.items()}
     peak = run_mixprec(a.mixprec, "gemm", 0, 1, a.threads)  # only for the peaks
     pk_dp = peak["peak_dpbf16_gflops"]
     params = 784 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 10 + 10
     flops = 6.0 * 256 * params
     print(f"\nbench train: MLP 784-1024-1024-10, batch 256, AdamW, {a.threads} threads, median of {steps} steps "
-          f"after {warmup}; {flops / 1e9:.2f} GFLOP per step (6 x batch x parameters)")
+          f"after {warmup}, median of {a.rounds} rounds; {flops / 1e9:.2f} GFLOP per step (6 x batch x parameters)")
     print(f"{'':<22} {'ms/step':>8} {'GFLOP/s':>8} {'of bf16 peak':>12}")
     for k, v in mine.items():
         print(f"{'mixprec ' + k:<22} {v * 1e3:>8.2f} {flops / v * 1e-9:>8.1f} {100 * flops / v * 1e-9 / pk_dp:>11.0f}%")
@@ -265,7 +270,8 @@ def section_train(a):
         print(f"mixprec bf16 vs torch bf16 autocast: {tt['bf16-autocast'] / mine['bf16']:.2f}x; "
               f"mixprec bf16 vs mixprec fp32: {mine['fp32'] / mine['bf16']:.2f}x; "
               f"vdpbf16ps peak {pk_dp:.1f} GFLOP/s")
-    return {"mixprec_s": mine, "torch_s": tt, "flops_per_step": flops, "peak_dpbf16": pk_dp}
+    return {"mixprec_s": mine, "torch_s": tt, "rounds_mixprec_s": rounds_mine, "rounds_torch_s": rounds_torch,
+            "flops_per_step": flops, "peak_dpbf16": pk_dp}
 
 
 def main():
@@ -275,7 +281,7 @@ def main():
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", choices=["convert", "unscale", "gemm", "train"])
-    ap.add_argument("--rounds", type=int, default=3, help="gemm: rounds of mixprec, numpy, torch in turn")
+    ap.add_argument("--rounds", type=int, default=3, help="gemm, train: rounds of mixprec and the peers in turn")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
