@@ -191,14 +191,31 @@ static void reading(char *out, size_t cap, const run_data *runs, int n, const ch
             dyn->final_scale, dyn->skipped_total, dyn->skipped_total == 1 ? "" : "s", 100 * dyn->underflow);
         if (f16 && dyn->underflow > 0) ADD(", %.0f times fewer than without scaling", f16->underflow / dyn->underflow);
         else if (f16) ADD(" (none at all, against %.2f%% without scaling)", 100 * f16->underflow);
-        if (f32) ADD("; test accuracy %.2f%% (fp32: %.2f%%)", 100 * dyn->test_accuracy, 100 * f32->test_accuracy);
+        if (f32)
+            ADD("; test accuracy %.2f%%, %.2f points %s fp32's %.2f%%", 100 * dyn->test_accuracy,
+                fabs(100 * (dyn->test_accuracy - f32->test_accuracy)),
+                dyn->test_accuracy >= f32->test_accuracy ? "above" : "below", 100 * f32->test_accuracy);
         ADD(".\n\n");
     }
-    if (bf)
+    if (bf) {
         ADD("bf16 keeps fp32's 8-bit exponent, so its range reaches down to 1e-38 like fp32: %.4f%% of its gradient "
             "values became zero without any loss scaling. It has only 8 significant bits, which rounding to nearest "
-            "and fp32 master weights absorb: test accuracy %.2f%%%s.\n\n",
-            100 * bf->underflow, 100 * bf->test_accuracy, f32 ? "" : "");
+            "and fp32 master weights absorb: test accuracy %.2f%%",
+            100 * bf->underflow, 100 * bf->test_accuracy);
+        if (f32)
+            ADD(", %.2f points %s fp32's", fabs(100 * (bf->test_accuracy - f32->test_accuracy)),
+                bf->test_accuracy >= f32->test_accuracy ? "above" : "below");
+        ADD(".\n\n");
+    }
+    if (f32) {
+        double spread = 0;
+        for (int i = 0; i < n; i++) spread = fmax(spread, fabs(runs[i].run.test_accuracy - f32->test_accuracy));
+        if (spread > 0.005)
+            ADD("The modes round differently, so after the first step each follows its own path through training; "
+                "differences of up to %.2f points between them in a run this short are that path, not the format: a "
+                "change in the last bit of one rounding moves a run's final accuracy by about as much.\n\n",
+                100 * spread);
+    }
     if (f32 && bf && bf->ms_per_step > 0)
         ADD("Speed: a bf16 step took %.1f ms against %.1f ms in fp32 (%.2fx), because the matrix multiplies read bf16 "
             "and use the CPU's bf16 dot-product instruction.", bf->ms_per_step, f32->ms_per_step,
