@@ -81,43 +81,28 @@ static void run_f32(float *out, const void *p, mp_dtype t, size_t off, size_t le
     mp_convert(out, MP_F32, (const uint8_t *)p + off * mp_format(t)->size, t, len, NULL);
 }
 
-void mp_gemm_pack_a_f32(void *dst, // (kc, mr) fp32
-                        const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0,
-                        size_t kc, int mr) {
-    float *d = dst;
-    if (trans) { /* op(A)[i][p] = A[p][i]: rows of A are runs over i */
+/* One micro-panel in fp32, (kc, width): for each k, `width` values of the
+ * panel's dimension (rows of op(A) or columns of op(B)) starting at w0, of
+ * which `valid` are real and the rest zero. `along` says how the source is
+ * laid out: 1 when those width values are consecutive in memory (element
+ * (p0+p)*ld + w0 + w), 0 when each of them is a run over k (element
+ * (w0+w)*ld + p0 + p). op(A) is "along" when transposed, op(B) when not. */
+static void pack_f32(float *d, // (kc, width) fp32
+                     const void *src, mp_dtype t, size_t ld, int along, size_t w0, size_t valid, size_t p0,
+                     size_t kc, size_t width) {
+    if (along) {
         for (size_t p = 0; p < kc; p++) {
-            run_f32(d + p * (size_t)mr, a, t, (p0 + p) * lda + i0, rows);
-            for (size_t i = rows; i < (size_t)mr; i++) d[p * (size_t)mr + i] = 0.0f;
+            run_f32(d + p * width, src, t, (p0 + p) * ld + w0, valid);
+            for (size_t w = valid; w < width; w++) d[p * width + w] = 0.0f;
         }
         return;
     }
     float run[512];
-    for (size_t i = 0; i < (size_t)mr; i++)
+    for (size_t w = 0; w < width; w++)
         for (size_t q = 0; q < kc; q += 512) {
             const size_t len = kc - q < 512 ? kc - q : 512;
-            if (i < rows) run_f32(run, a, t, (i0 + i) * lda + p0 + q, len);
-            for (size_t p = 0; p < len; p++) d[(q + p) * (size_t)mr + i] = i < rows ? run[p] : 0.0f;
-        }
-}
-
-void mp_gemm_pack_b_f32(void *dst, // (kc, nr) fp32
-                        const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc, size_t j0,
-                        size_t cols, int nr) {
-    float *d = dst;
-    if (!trans) { /* rows of B are runs over j */
-        for (size_t p = 0; p < kc; p++) {
-            run_f32(d + p * (size_t)nr, b, t, (p0 + p) * ldb + j0, cols);
-            for (size_t j = cols; j < (size_t)nr; j++) d[p * (size_t)nr + j] = 0.0f;
-        }
-        return;
-    }
-    float run[512];
-    for (size_t j = 0; j < (size_t)nr; j++)
-        for (size_t q = 0; q < kc; q += 512) {
-            const size_t len = kc - q < 512 ? kc - q : 512;
-            if (j < cols) run_f32(run, b, t, (j0 + j) * ldb + p0 + q, len);
-            for (size_t p = 0; p < len; p++) d[(q + p) * (size_t)nr + j] = j < cols ? run[p] : 0.0f;
+            if (w < valid) run_f32(run, src, t, (w0 + w) * ld + p0 + q, len);
+            for (size_t p = 0; p < len; p++) d[(q + p) * width + w] = w < valid ? run[p] : 0.0f;
         }
 }
 
@@ -127,12 +112,12 @@ enum { SCALAR_MR = 4, SCALAR_NR = 16 };
 
 static void pack_a_scalar(void *dst, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows,
                           size_t p0, size_t kc) {
-    mp_gemm_pack_a_f32(dst, a, t, lda, trans, i0, rows, p0, kc, SCALAR_MR);
+    pack_f32(dst, a, t, lda, trans, i0, rows, p0, kc, SCALAR_MR);
 }
 
 static void pack_b_scalar(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc,
                           size_t j0, size_t cols) {
-    mp_gemm_pack_b_f32(dst, b, t, ldb, trans, p0, kc, j0, cols, SCALAR_NR);
+    pack_f32(dst, b, t, ldb, !trans, j0, cols, p0, kc, SCALAR_NR);
 }
 
 static void micro_scalar(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta) {

@@ -110,10 +110,6 @@ typedef struct mp_gemm_kernel {
 } mp_gemm_kernel;
 
 extern const mp_gemm_kernel mp_gemm_scalar;
-void mp_gemm_pack_a_f32(void *dst, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows,
-                        size_t p0, size_t kc, int mr);
-void mp_gemm_pack_b_f32(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc,
-                        size_t j0, size_t cols, int nr);
 #if defined(__x86_64__) || defined(_M_X64)
 #define MP_X86 1
 extern const mp_convert_kernels mp_convert_avx2;
