@@ -115,7 +115,7 @@ static void write_body(FILE *f, const mp_report *r) {
                "margin:2em auto;padding:0 1em;background:#fff}\n"
                "h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd}\n"
                "table{border-collapse:collapse;width:100%%;font-size:.92em}th,td{padding:.35em .6em;text-align:right;"
-               "border-bottom:1px solid #e5e5e5}th:first-child,td:first-child{text-align:left}th{background:#f4f4f4}\n"
+               "border-bottom:1px solid #e5e5e5}th:first-child,td:first-child{text-align:left;white-space:nowrap}th{background:#f4f4f4}\n"
                "figure{margin:1.2em 0}figcaption{font-weight:600;margin-bottom:.3em}svg.chart{width:100%%;height:auto}\n"
                ".tick{font-size:11px;fill:#666}.label{font-size:12px;fill:#444}.legend{font-size:12px;fill:#222}\n"
                ".note{color:#555;font-size:.92em}.warn{color:#a00}code{background:#f3f3f3;padding:0 .25em}\n"
