@@ -67,6 +67,11 @@ static mp_status parse_header(const char *path, const char *json, size_t datalen
         goto out;
     }
     for (cJSON *e = root->child; e; e = e->next) {
+        for (cJSON *prev = root->child; prev != e; prev = prev->next)
+            if (strcmp(prev->string, e->string) == 0) {
+                st = mp_error(MP_ECORRUPT, "%s: the header names '%s' twice", path, e->string);
+                goto out;
+            }
         if (strcmp(e->string, "__metadata__") == 0) {
             if (!cJSON_IsObject(e)) {
                 st = mp_error(MP_ECORRUPT, "%s: __metadata__ is not an object", path);
@@ -86,6 +91,10 @@ static mp_status parse_header(const char *path, const char *json, size_t datalen
                 s->meta[2 * s->nmeta] = strdup(kv->string);
                 s->meta[2 * s->nmeta + 1] = strdup(kv->valuestring);
                 s->nmeta++;
+                if (!s->meta[2 * s->nmeta - 2] || !s->meta[2 * s->nmeta - 1]) {
+                    st = mp_error(MP_ENOMEM, "%s: out of memory", path);
+                    goto out;
+                }
             }
             continue;
         }
@@ -123,6 +132,10 @@ static mp_status parse_header(const char *path, const char *json, size_t datalen
                 goto out;
             }
             t->shape[i] = (size_t)d->valuedouble;
+            if (t->shape[i] && numel > ((size_t)1 << 50) / t->shape[i]) {
+                st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has an impossibly large shape", path, t->name);
+                goto out;
+            }
             numel *= t->shape[i];
         }
         const cJSON *b0 = cJSON_GetArrayItem(of, 0), *b1 = cJSON_GetArrayItem(of, 1);

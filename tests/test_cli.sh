@@ -132,6 +132,7 @@ expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 17 --save "$T/b.st"
 expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 30 --resume "$T/b.st" --save "$T/c.st"
 has "$out" 'resumed'
 if cmp -s "$T/a.st" "$T/c.st"; then ok; else fail "resume differs from an uninterrupted run"; fi
+expect 1 "$M" "${TR[@]}" --precision fp16-dynamic --steps 17 --resume "$T/b.st" && one_line && has "$err" 'at step 17 already'
 # every step overflows at scale 1e30: all skipped, weights exactly the initial ones
 expect 0 "$M" "${TR[@]}" --precision fp16-static:1e30 --steps 4 --save "$T/s.st"
 has "$out" '4 steps, 4 skipped'

@@ -160,6 +160,10 @@ static void check_safetensors(void) {
          "\"data_offsets\": [4, 8]}}", "overlaps"},
         {"{\"w\": {\"dtype\": \"F32\", \"shape\": [-2], \"data_offsets\": [0, 8]}}", "bad shape"},
         {"{\"w\": {\"shape\": [2]}}", "needs dtype"},
+        {"{\"__metadata__\": {\"a\": \"b\", \"c\": \"d\"}, \"__metadata__\": {\"e\": \"f\"}, \"w\": {\"dtype\": "
+         "\"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}", "names '__metadata__' twice"},
+        {"{\"w\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296], \"data_offsets\": [0, 8]}}",
+         "impossibly large shape"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint8_t buf[512];

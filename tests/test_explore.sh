@@ -48,6 +48,12 @@ assert abs(d["median"] - med) / med < 1e-3, (d["median"], med)
 "$M" underflow > "$T/u2.txt" && grep -q '^  5[0-9]\.[0-9][0-9]% become exactly zero in fp16' "$T/u2.txt" && ok || fail "default distribution: about 54% lost"
 grep -qE 'best power-of-two scale: [0-9.e+]+ \(2\^2[0-3]\): 100.00% survive' "$T/u2.txt" && ok || fail "best scale"
 "$M" underflow --dist gauss:1,2 > /dev/null 2>&1; [ $? -eq 2 ] && ok || fail "bad --dist"
+"$M" underflow --dist lognormal:80,20 > /dev/null 2>&1; [ $? -eq 2 ] && ok || fail "--dist beyond fp32's range"
+# scaled values beyond fp32's own range count as overflow: P(|g| > FLT_MAX / 3e38 = 1.134) is about 10%
+"$M" underflow --format bf16 --dist lognormal:0,0.1 --n 20000 --scales 3e38 --json | python3 -c '
+import json, sys; s = json.load(sys.stdin)["scales"][0]; assert 0.08 < s["overflow"] < 0.13 and abs(s["survive"] + s["overflow"] - 1) < 1e-9, s' && ok || fail "overflow past fp32"
+printf '\x93NUMPY\x02\x00\x00\x00' > "$T/short.npy"
+"$M" underflow --from "$T/short.npy" > /dev/null 2>&1; [ $? -eq 1 ] && ok || fail "short .npy v2 header"
 "$M" underflow --from "$T/missing.npy" > /dev/null 2>"$T/e"; [ $? -eq 1 ] && grep -q 'missing.npy' "$T/e" && ok || fail "missing file"
 printf 'abc' > "$T/odd.f32"
 "$M" underflow --from "$T/odd.f32" > /dev/null 2>&1; [ $? -eq 1 ] && ok || fail "3-byte file"

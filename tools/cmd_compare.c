@@ -74,14 +74,21 @@ static int load_run(const char *dir, run_data *d, char *err, size_t errlen) {
     const int nf = split_csv_line(line, fields, 80);
     const int nl = (nf - 8) / 2; /* underflow_fc*, then subnormal_fc* */
     long cap = 1024, n = 0;
+    const size_t lw = (size_t)(nl > 0 ? nl : 1);
     d->loss = malloc(cap * sizeof(float)), d->scale = malloc(cap * sizeof(float));
-    d->skipped = malloc((size_t)cap), d->layer_under = malloc((size_t)cap * (size_t)(nl > 0 ? nl : 1) * sizeof(float));
-    while (fgets(line, sizeof line, f)) {
+    d->skipped = malloc((size_t)cap), d->layer_under = malloc((size_t)cap * lw * sizeof(float));
+    while (d->loss && d->scale && d->skipped && d->layer_under && fgets(line, sizeof line, f)) {
         if (n == cap) {
             cap *= 2;
-            d->loss = realloc(d->loss, cap * sizeof(float)), d->scale = realloc(d->scale, cap * sizeof(float));
-            d->skipped = realloc(d->skipped, (size_t)cap);
-            d->layer_under = realloc(d->layer_under, (size_t)cap * (size_t)(nl > 0 ? nl : 1) * sizeof(float));
+            float *l2 = realloc(d->loss, cap * sizeof(float));
+            if (l2) d->loss = l2;
+            float *s2 = realloc(d->scale, cap * sizeof(float));
+            if (s2) d->scale = s2;
+            uint8_t *k2 = realloc(d->skipped, (size_t)cap);
+            if (k2) d->skipped = k2;
+            float *u2 = realloc(d->layer_under, (size_t)cap * lw * sizeof(float));
+            if (u2) d->layer_under = u2;
+            if (!l2 || !s2 || !k2 || !u2) break;
         }
         if (split_csv_line(line, fields, 80) != nf) continue;
         d->loss[n] = strtof(fields[1], NULL), d->scale[n] = strtof(fields[2], NULL);
@@ -90,13 +97,18 @@ static int load_run(const char *dir, run_data *d, char *err, size_t errlen) {
         n++;
     }
     fclose(f);
+    if (!d->loss || !d->scale || !d->skipped || !d->layer_under) return snprintf(err, errlen, "out of memory"), -1;
     snprintf(path, sizeof path, "%s/%s.json", dir, d->name);
     f = fopen(path, "r");
     if (!f) return snprintf(err, errlen, "%s: cannot open", path), -1;
     fseek(f, 0, SEEK_END);
     const long sz = ftell(f);
     fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)sz + 1);
+    char *text = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
+    if (!text) {
+        fclose(f);
+        return snprintf(err, errlen, "%s: cannot read", path), -1;
+    }
     const size_t got = fread(text, 1, (size_t)sz, f);
     text[got] = 0;
     fclose(f);
@@ -256,6 +268,8 @@ static int compare(int argc, char **argv, const char *precisions, const char *ou
         if (!strcmp(argv[i], "--model") && i + 1 < argc) snprintf(model, sizeof model, "%s", argv[i + 1]);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
         if (n == 8) return cli_usage_error("compare", "at most 8 precisions");
+        if (strpbrk(tok, "/\\") || tok[0] == '.' || strlen(tok) >= sizeof runs[n].name)
+            return cli_usage_error("compare", "'%s' is not a precision mode", tok);
         memset(&runs[n], 0, sizeof runs[n]);
         snprintf(runs[n].name, sizeof runs[n].name, "%s", tok);
         n++;

@@ -431,6 +431,11 @@ static int run(int argc, char **argv) {
     int32_t *y = NULL;
     FILE *log = NULL;
     double *ms = NULL;
+    /* diagnostics, freed at done */
+    uint8_t *snap = NULL;
+    long *fz_step = NULL, *skip_steps = NULL;
+    double *fz = NULL;
+    hist_snap *hs = NULL;
     char msg[512];
     if ((size_t)mc.widths[0] != D || mc.widths[mc.nlayers] < train.num_classes) {
         snprintf(msg, sizeof msg, "model %s: the input width must be %zu and the output at least %d", o.model, D,
@@ -488,6 +493,12 @@ static int run(int argc, char **argv) {
     const long mb_per_epoch = (long)(train.n / B);
     const long steps_per_epoch = mb_per_epoch / o.accum;
     const long total = o.steps ? o.steps : (o.epochs ? o.epochs : 1) * steps_per_epoch;
+    if (step >= total) {
+        snprintf(msg, sizeof msg, "%s is at step %ld already; ask for more steps than that (this run: %ld)", o.resume,
+                 step, total);
+        ret = fail(msg);
+        goto done;
+    }
     x = malloc((B > eval_b ? B : eval_b) * D * sizeof *x);
     y = malloc((B > eval_b ? B : eval_b) * sizeof *y);
     ms = malloc((size_t)(total > 0 ? total : 1) * sizeof *ms);
@@ -510,16 +521,17 @@ static int run(int argc, char **argv) {
         fprintf(log, "\n");
     }
     /* diagnostics state */
-    uint8_t *snap = o.frozen_every ? malloc(weight_bytes(opt) + 1) : NULL;
+    snap = o.frozen_every ? malloc(weight_bytes(opt) + 1) : NULL;
     size_t snap_cap = 0;
     const long nfz_max = o.frozen_every ? total / o.frozen_every + 2 : 0;
     const long nh_max = o.hist_every ? total / o.hist_every + 2 : 0;
-    long *fz_step = calloc((size_t)nfz_max + 1, sizeof *fz_step), nfz = 0, nh = 0;
-    double *fz = calloc((size_t)nfz_max + 1, sizeof *fz);
-    hist_snap *hs = calloc((size_t)nh_max + 1, sizeof *hs);
-    long *skip_steps = calloc((size_t)total + 1, sizeof *skip_steps);
+    long nfz = 0, nh = 0;
+    fz_step = calloc((size_t)nfz_max + 1, sizeof *fz_step);
+    fz = calloc((size_t)nfz_max + 1, sizeof *fz);
+    hs = calloc((size_t)nh_max + 1, sizeof *hs);
+    skip_steps = calloc((size_t)total + 1, sizeof *skip_steps);
     if ((o.frozen_every && !snap) || !fz_step || !fz || !hs || !skip_steps) {
-        free(snap), free(fz_step), free(fz), free(hs), free(skip_steps), free(smp.perm);
+        free(smp.perm);
         ret = fail("out of memory");
         goto done;
     }
@@ -720,12 +732,10 @@ static int run(int argc, char **argv) {
         free(text);
         if (!okw) {
             snprintf(msg, sizeof msg, "%s: cannot write the summary", o.summary);
-            free(snap), free(fz_step), free(fz), free(hs), free(skip_steps);
             ret = fail(msg);
             goto done;
         }
     }
-    free(snap), free(fz_step), free(fz), free(hs), free(skip_steps);
     if (o.dump_grads) { /* the weight gradients of the last step, as the optimizer saw them */
         mp_tensor gt[MP_MLP_MAX_LAYERS];
         size_t ng = 0;
@@ -754,6 +764,7 @@ static int run(int argc, char **argv) {
 done:
     if (log && fclose(log) != 0) ret = fail("the log could not be written");
     free(x), free(y), free(ms);
+    free(snap), free(fz_step), free(fz), free(hs), free(skip_steps);
     mp_mlp_free(m);
     mp_optim_free(opt);
     mp_dataset_free(&train), mp_dataset_free(&test);

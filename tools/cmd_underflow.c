@@ -59,8 +59,10 @@ static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, cons
             mu = strtod(v + 10, &e1);
             if (*e1 != ',') return cli_usage_error(cmd, "--dist is lognormal:MU,SIGMA, not '%s'", v);
             sigma = strtod(e1 + 1, &e2);
-            if (*e2 || !isfinite(mu) || !(sigma >= 0) || sigma > 20 || fabs(mu) > 80)
-                return cli_usage_error(cmd, "--dist lognormal:MU,SIGMA wants |MU| <= 80 and 0 <= SIGMA <= 20, not '%s'", v);
+            /* six sigmas either side must stay inside fp32: ln(FLT_MAX) = 88.7, ln(2^-149) = -103.3 */
+            if (*e2 || !isfinite(mu) || !(sigma >= 0) || mu + 6 * sigma > 88.7 || mu - 6 * sigma < -103.3)
+                return cli_usage_error(cmd, "--dist lognormal:MU,SIGMA must keep MU +- 6 SIGMA within fp32's range "
+                                            "(-103.3 .. 88.7), not '%s'", v);
         } else if (!strcmp(a, "--from")) {
             if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
             from = v;
@@ -103,7 +105,7 @@ static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, cons
         }
         snprintf(o->desc, sizeof o->desc, "%zu gradient magnitudes from %s", o->g.n, from);
     } else {
-        if (grads_lognormal(&o->g, mu, sigma, (size_t)n, (uint64_t)seed) != 0) {
+        if (grads_lognormal(&o->g, mu, sigma, (size_t)n, (uint64_t)seed) != 0 || o->g.n == 0) {
             fprintf(stderr, "mixprec %s: out of memory\n", cmd);
             return 1;
         }
@@ -116,7 +118,7 @@ static void histogram_terminal(const grad_set *g, mp_dtype t) {
     const mp_format_info *f = mp_format(t);
     double lo = 1e300, hi = -1e300;
     for (size_t i = 0; i < g->n; i++)
-        if (g->g[i] > 0) lo = fmin(lo, log10(g->g[i])), hi = fmax(hi, log10(g->g[i]));
+        if (g->g[i] > 0 && isfinite(g->g[i])) lo = fmin(lo, log10(g->g[i])), hi = fmax(hi, log10(g->g[i]));
     if (lo > hi) return;
     const double marks[3] = {log10(f->min_subnormal), log10(f->min_normal), log10(f->max)};
     const char *names[3] = {"smallest subnormal", "smallest normal", "largest"};
@@ -124,8 +126,9 @@ static void histogram_terminal(const grad_set *g, mp_dtype t) {
     if (b - a > 40) a = floor(lo * 2) / 2 - 1, b = ceil(hi * 2) / 2 + 1;
     const int nb = (int)((b - a) * 2);
     uint64_t *c = calloc((size_t)nb + 1, sizeof *c), mx = 1;
+    if (!c) return;
     for (size_t i = 0; i < g->n; i++) {
-        if (!(g->g[i] > 0)) continue;
+        if (!(g->g[i] > 0) || !isfinite(g->g[i])) continue;
         int k = (int)((log10(g->g[i]) - a) * 2);
         k = k < 0 ? 0 : k >= nb ? nb - 1 : k;
         c[k]++;

@@ -20,6 +20,11 @@ int grads_lognormal(grad_set *s, double mu, double sigma, size_t n, uint64_t see
         s->g[i] = (float)exp(mu + sigma * m * cos(a));
         if (i + 1 < n) s->g[i + 1] = (float)exp(mu + sigma * m * sin(a));
     }
+    /* the far tail may leave fp32's range: those draws are dropped */
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(s->g[i])) s->g[k++] = s->g[i];
+    s->n = k;
     return 0;
 }
 
@@ -28,12 +33,17 @@ void grads_free(grad_set *s) {
     s->g = NULL, s->n = 0;
 }
 
-static int keep(grad_set *s, const float *v, size_t n) {
+/* Keeps |x| of the n finite float32 values at p (any alignment); -1 if none. */
+static int keep(grad_set *s, const void *p, size_t n) {
     s->g = malloc((n ? n : 1) * sizeof *s->g), s->n = 0;
     if (!s->g) return -1;
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(v[i])) s->g[s->n++] = fabsf(v[i]);
-    return 0;
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, (const uint8_t *)p + 4 * i, 4);
+        if (isfinite(v)) s->g[s->n++] = fabsf(v);
+    }
+    if (s->n == 0) grads_free(s);
+    return s->n ? 0 : -1;
 }
 
 int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
@@ -57,7 +67,7 @@ int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
         mp_safetensors_free(&st);
         const int rc = v ? keep(s, v, total) : -1;
         free(v);
-        if (rc || s->n == 0) return snprintf(err, errlen, "%s: no finite F32/F16/BF16 values", path), -1;
+        if (rc) return snprintf(err, errlen, "%s: no finite F32/F16/BF16 values", path), -1;
         return 0;
     }
     FILE *f = fopen(path, "rb");
@@ -72,24 +82,36 @@ int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
     }
     fclose(f);
     int rc = 0;
-    if (size >= 10 && memcmp(b, "\x93NUMPY", 6) == 0) {
-        const size_t hl = b[6] == 1 ? (size_t)(b[8] | b[9] << 8) : (size_t)(b[8] | b[9] << 8 | b[10] << 16 | (size_t)b[11] << 24);
-        const size_t ho = b[6] == 1 ? 10 : 12;
-        if (ho + hl > (size_t)size) {
+    if (size >= 6 && memcmp(b, "\x93NUMPY", 6) == 0) {
+        const size_t ho = size >= 7 && b[6] == 1 ? 10 : 12;
+        if ((size_t)size < ho) {
             free(b);
             return snprintf(err, errlen, "%s: truncated .npy header", path), -1;
         }
-        char hdr[4096];
-        snprintf(hdr, sizeof hdr, "%.*s", (int)(hl < 4000 ? hl : 4000), (const char *)b + ho);
-        const char *d = strstr(hdr, "'descr': '");
-        if (!d || strstr(hdr, "'fortran_order': True")) {
+        const size_t hl = ho == 10 ? (size_t)(b[8] | b[9] << 8) : (size_t)(b[8] | b[9] << 8 | b[10] << 16 | (size_t)b[11] << 24);
+        if (hl > (size_t)size - ho) {
+            free(b);
+            return snprintf(err, errlen, "%s: truncated .npy header", path), -1;
+        }
+        char *hdr = malloc(hl + 1);
+        if (!hdr) {
+            free(b);
+            return snprintf(err, errlen, "%s: out of memory", path), -1;
+        }
+        memcpy(hdr, b + ho, hl);
+        hdr[hl] = 0;
+        const char *dp = strstr(hdr, "'descr': '");
+        char d[4] = "";
+        for (int k = 0; dp && k < 3 && dp[10 + k]; k++) d[k] = dp[10 + k];
+        const int fortran = strstr(hdr, "'fortran_order': True") != NULL;
+        free(hdr);
+        if (!dp || fortran) {
             free(b);
             return snprintf(err, errlen, "%s: unsupported .npy header", path), -1;
         }
-        d += 10;
         const size_t body = (size_t)size - ho - hl;
         const uint8_t *p = b + ho + hl;
-        if (!strncmp(d, "<f4", 3)) rc = keep(s, (const float *)p, body / 4);
+        if (!strncmp(d, "<f4", 3)) rc = keep(s, p, body / 4);
         else if (!strncmp(d, "<f2", 3) || !strncmp(d, "<f8", 3)) {
             const size_t es = d[2] == '2' ? 2 : 8, n = body / es;
             float *v = malloc((n ? n : 1) * sizeof *v);
@@ -112,10 +134,10 @@ int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
             free(b);
             return snprintf(err, errlen, "%s: %ld bytes is not a whole number of float32 values", path, size), -1;
         }
-        rc = keep(s, (const float *)b, (size_t)size / 4);
+        rc = keep(s, b, (size_t)size / 4);
     }
     free(b);
-    if (rc || s->n == 0) return snprintf(err, errlen, "%s: no finite values", path), -1;
+    if (rc) return snprintf(err, errlen, "%s: no finite values", path), -1;
     return 0;
 }
 
@@ -125,17 +147,18 @@ scale_counts grads_count(const grad_set *s, mp_dtype t, double scale) {
     float x[B];
     uint8_t out[4 * B];
     mp_convert_stats st = {0, 0, 0, 0};
-    uint64_t zeros_in = 0;
+    uint64_t zeros_in = 0, inf_in = 0;
     const float sf = (float)scale;
     for (size_t i = 0; i < s->n; i += B) {
         const size_t m = s->n - i < B ? s->n - i : B;
         for (size_t k = 0; k < m; k++) {
             x[k] = s->g[i + k] * sf;
             zeros_in += x[k] == 0.0f;
+            inf_in += !isfinite(x[k]); /* past fp32's range already: an overflow in any format */
         }
         mp_convert(out, t, x, MP_F32, m, &st);
     }
-    c.zero = st.underflow + zeros_in, c.subnormal = st.subnormal, c.overflow = st.overflow;
+    c.zero = st.underflow + zeros_in, c.subnormal = st.subnormal, c.overflow = st.overflow + inf_in;
     c.survive = s->n - c.zero - c.overflow;
     return c;
 }
