@@ -8,6 +8,7 @@
  * padded so edge tiles run the same micro-kernel into a scratch tile. */
 #define _DEFAULT_SOURCE // madvise
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -148,20 +149,42 @@ static const mp_gemm_kernel *pick_kernel(mp_dtype at, mp_dtype bt) {
 
 /* Packing buffers live as long as the thread that uses them and only grow:
  * allocating megabytes per call would cost page faults every call. Aligned to
- * 2 MiB and marked for transparent huge pages (fewer TLB misses on panels). */
-static _Thread_local void *tl_buf[3]; /* packed B, packed A, fp32 result for a half C */
-static _Thread_local size_t tl_cap[3];
+ * 2 MiB and marked for transparent huge pages (fewer TLB misses on panels).
+ * A thread-specific key frees them when the thread exits. */
+typedef struct {
+    void *buf[3]; /* packed B, packed A, fp32 result for a half C */
+    size_t cap[3];
+} pack_buffers;
+
+static pthread_key_t pack_key;
+static pthread_once_t pack_once = PTHREAD_ONCE_INIT;
+
+static void pack_free(void *v) {
+    pack_buffers *b = v;
+    for (int i = 0; i < 3; i++) free(b->buf[i]);
+    free(b);
+}
+
+static void pack_key_init(void) { pthread_key_create(&pack_key, pack_free); }
 
 static void *pack_buffer(int which, size_t bytes) {
-    if (tl_cap[which] >= bytes) return tl_buf[which];
+    pthread_once(&pack_once, pack_key_init);
+    pack_buffers *b = pthread_getspecific(pack_key);
+    if (!b) {
+        if (!(b = calloc(1, sizeof *b)) || pthread_setspecific(pack_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+    }
+    if (b->cap[which] >= bytes) return b->buf[which];
     const size_t align = (size_t)2 << 20, size = (bytes + align - 1) / align * align;
     void *p = aligned_alloc(align, size);
     if (!p) return NULL;
 #ifdef MADV_HUGEPAGE
     madvise(p, size, MADV_HUGEPAGE);
 #endif
-    free(tl_buf[which]);
-    tl_buf[which] = p, tl_cap[which] = size;
+    free(b->buf[which]);
+    b->buf[which] = p, b->cap[which] = size;
     return p;
 }
 
@@ -195,7 +218,7 @@ static mp_status gemm_f32(const mp_gemm_kernel *kr, int ta, int tb, size_t m, si
 #pragma omp parallel num_threads(nt)
 #endif
     {
-        const size_t asize = ((mc + MR - 1) / MR * MR) * kcp * kr->esize;
+        const size_t asize = mc * kdepth * kr->esize; /* mc is whole panels; kdepth bounds every kpad */
         void *apack = pack_buffer(1, asize);
         if (!apack) {
 #ifdef _OPENMP

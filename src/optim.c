@@ -137,33 +137,28 @@ typedef struct {
     double part[MP_MAX_THREADS];
 } param_job;
 
-static void param_share_body(param_job *j, size_t i0, size_t i1, int t);
+static void param_share_body(const param_job *j, job_kind kind, size_t i0, size_t i1, int t);
 
 /* Each thread sets its own MXCSR: FTZ/DAZ for the update unless asked not to. */
 static void param_share(void *ctx, size_t i0, size_t i1, int t) {
-    param_job *j = ctx;
+    param_job *j = ctx; /* shared by the threads: read only here, but for this share's slot of part[] */
 #ifdef MP_X86
     const unsigned csr = _mm_getcsr();
     if (j->flush) _mm_setcsr(csr | 0x8040);
-    param_share_body(j, i0, i1, t);
+    param_share_body(j, j->kind, i0, i1, t);
     if (j->flush) _mm_setcsr(csr);
 #else
-    param_share_body(j, i0, i1, t);
+    param_share_body(j, j->kind, i0, i1, t);
 #endif
-    if (j->refresh) { /* the update's half copy, in the same pass over this share */
-        const job_kind k = j->kind;
-        j->kind = JOB_REFRESH;
-        param_share_body(j, i0, i1, t);
-        j->kind = k;
-    }
+    if (j->refresh) param_share_body(j, JOB_REFRESH, i0, i1, t); /* the half copy, in the same pass */
 }
 
-static void param_share_body(param_job *j, size_t i0, size_t i1, int t) {
+static void param_share_body(const param_job *j, job_kind kind, size_t i0, size_t i1, int t) {
     mp_param *p = j->p;
     const size_t n = i1 - i0;
     float *s1 = p->state1 ? p->state1 + i0 : NULL, *s2 = p->state2 ? p->state2 + i0 : NULL;
     uint16_t *h = p->half ? (uint16_t *)p->half + i0 : NULL;
-    switch (j->kind) {
+    switch (kind) {
     case JOB_SGD:
         if (p->master) j->k->sgd(p->master + i0, p->grad + i0, s1, n, j->sc);
         else j->k->sgd_bf16(h, p->grad + i0, s1, n, j->sc, j->key, i0);
@@ -176,7 +171,7 @@ static void param_share_body(param_job *j, size_t i0, size_t i1, int t) {
         mp_convert(h, p->half_type, p->master + i0, MP_F32, n, NULL);
         break;
     case JOB_ROUND_SR: j->k->round_sr(h, p->master + i0, n, j->key, i0); break;
-    case JOB_SUMSQ: j->part[t] = j->k->sumsq(p->grad + i0, n); break;
+    case JOB_SUMSQ: ((param_job *)j)->part[t] = j->k->sumsq(p->grad + i0, n); break;
     case JOB_SCALE: j->k->scale(p->grad + i0, n, j->coef); break;
     }
 }

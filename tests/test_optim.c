@@ -388,6 +388,33 @@ static void check_denormal_flush(void) {
     }
 }
 
+/* Parameters split across threads give the bits of one thread, half copies
+ * refreshed in the same pass included (this once raced). */
+static void check_threads(void) {
+    enum { M = 70000 };
+    static float init[M];
+    for (int i = 0; i < M; i++) init[i] = (float)(i % 1000) * 1e-3f;
+    mp_adamw_config c = mp_adamw_defaults();
+    c.lr = 0.1;
+    mp_optim *a, *b;
+    mp_optim_adamw(&a, &c), mp_optim_adamw(&b, &c);
+    mp_param *pa, *pb;
+    mp_optim_add(a, "w", init, M, MP_BF16, &pa);
+    mp_optim_add(b, "w", init, M, MP_BF16, &pb);
+    long bad = 0;
+    for (int it = 0; it < 60; it++) {
+        for (int i = 0; i < M; i++) pa->grad[i] = pb->grad[i] = (float)((i * 7 + it) % 13 - 6);
+        mp_set_threads(1);
+        mp_optim_step(a);
+        mp_set_threads(2);
+        mp_optim_step(b);
+        bad += memcmp(pa->master, pb->master, sizeof init) != 0 || memcmp(pa->half, pb->half, M * 2) != 0;
+    }
+    mp_set_threads(0);
+    CHECK(bad == 0, "1 and 2 threads differ in %ld of 60 steps", bad);
+    mp_optim_free(a), mp_optim_free(b);
+}
+
 static void check_bad_input(void) {
     mp_optim *o = NULL;
     mp_sgd_config sc = mp_sgd_defaults();
@@ -418,6 +445,7 @@ int main(void) {
     check_clip();
     check_rounding();
     check_denormal_flush();
+    check_threads();
     check_bad_input();
     return check_report("test_optim");
 }
