@@ -21,24 +21,16 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
+
+from benchlib import median_time
 
 try:
     import torch
 except ImportError:  # the table says so; make bench installs it
     torch = None
 
-
-def median_time(fn, reps):
-    fn()  # warm-up (page faults, first-touch)
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def gradient_like(n):

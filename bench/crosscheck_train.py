@@ -20,6 +20,8 @@ import tempfile
 import numpy as np
 import torch
 
+from benchlib import torch_mlp
+
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
@@ -67,12 +69,7 @@ def main():
     torch.manual_seed(0)
     torch.set_num_threads(2)
     widths = [784, 256, 128, 10]
-    layers = []
-    for i in range(len(widths) - 1):
-        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
-        if i < len(widths) - 2:
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers)
+    model = torch_mlp(torch, widths)
     lin = [m for m in model if isinstance(m, torch.nn.Linear)]
     tensors = {}
     for i, l in enumerate(lin):

@@ -4,21 +4,12 @@ compare.py in its own process so that the peer's environment (threads,
 OpenBLAS core type) is set for it alone.
 Usage: peer_gemm.py numpy|torch SHAPES_JSON REPS THREADS"""
 import json
-import statistics
 import sys
-import time
 
 import numpy as np
 
+from benchlib import median_time
 
-def median_time(fn, reps):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def main():

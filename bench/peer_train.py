@@ -10,6 +10,8 @@ import time
 
 import torch
 
+from benchlib import torch_mlp
+
 
 def main():
     widths = [int(w) for w in sys.argv[1].split("-")]
@@ -18,12 +20,7 @@ def main():
     torch.manual_seed(1)
     out = {}
     for mode in ["fp32", "bf16-autocast"]:
-        layers = []
-        for i in range(len(widths) - 1):
-            layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
-            if i < len(widths) - 2:
-                layers.append(torch.nn.ReLU())
-        model = torch.nn.Sequential(*layers)
+        model = torch_mlp(torch, widths)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         x = torch.rand(256, widths[0])
         y = torch.randint(0, widths[-1], (256,))

@@ -171,22 +171,23 @@ static int unscale_f32_scalar(float *x, size_t n, float inv) {
     return bad;
 }
 
-static int unscale_f16_scalar(uint16_t *x, size_t n, float inv) {
+/* A 16-bit format: inf/NaN are the codes with every exponent bit set. */
+static inline int unscale_half(uint16_t *x, size_t n, float inv, const uint16_t expmask, float (*widen)(uint16_t),
+                               uint16_t (*narrow)(float)) {
     int bad = 0;
     for (size_t i = 0; i < n; i++) {
-        bad |= (x[i] & 0x7c00u) == 0x7c00u;
-        x[i] = mp_f32_to_f16(mp_f16_to_f32(x[i]) * inv);
+        bad |= (x[i] & expmask) == expmask;
+        x[i] = narrow(widen(x[i]) * inv);
     }
     return bad;
 }
 
+static int unscale_f16_scalar(uint16_t *x, size_t n, float inv) {
+    return unscale_half(x, n, inv, 0x7c00u, mp_f16_to_f32, mp_f32_to_f16);
+}
+
 static int unscale_bf16_scalar(uint16_t *x, size_t n, float inv) {
-    int bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        bad |= (x[i] & 0x7f80u) == 0x7f80u;
-        x[i] = mp_f32_to_bf16(mp_bf16_to_f32(x[i]) * inv);
-    }
-    return bad;
+    return unscale_half(x, n, inv, 0x7f80u, mp_bf16_to_f32, mp_f32_to_bf16);
 }
 
 const mp_unscale_kernels mp_unscale_scalar = {unscale_f32_scalar, unscale_f16_scalar, unscale_bf16_scalar};

@@ -1,17 +1,12 @@
 #!/usr/bin/env bash
 # test_cli.sh - the mixprec command: values, JSON and exit statuses.
-set -u
-M=${MIXPREC:?set MIXPREC to the mixprec binary}
-fails=0
-pass=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-ok() { pass=$((pass + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 # expect STATUS CMD... : exit status is STATUS; stdout in $out, stderr in $err
 expect() {
     local want=$1; shift
-    out=$("$@" 2>/tmp/mp_cli_err.$$); local got=$?
-    err=$(cat /tmp/mp_cli_err.$$)
+    out=$("$@" 2>"$T/stderr"); local got=$?
+    err=$(cat "$T/stderr")
     if [ "$got" -ne "$want" ]; then fail "'$*' exited $got, expected $want (stderr: $err)"; return 1; fi
     ok
 }
@@ -114,7 +109,6 @@ expect 2 "$M" scaler-sim --steps x && one_line
 expect 2 "$M" scaler-sim --json --csv && one_line
 
 # train: a short run learns, logs every step, and its checkpoint resumes bit-identically
-T=$(mktemp -d)
 TR=(train --model mlp:784-48-10 --batch 64 --threads 2)
 expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 30 --log "$T/log.csv" --save "$T/a.st"
 has "$out" '^result: test accuracy [0-9.]+%'
@@ -172,11 +166,8 @@ expect 2 "$M" train --precision fp12 && one_line
 expect 2 "$M" train --epochs 1 --steps 2 && one_line
 expect 2 "$M" train --lr x && one_line
 expect 1 "$M" "${TR[@]}" --steps 1 --save "$T/no/such/dir/x.st" && one_line && has "$err" 'x.st'
-rm -rf "$T"
 
 # the ISA cap is honoured
 MIXPREC_ISA=scalar expect 0 "$M" --version && has "$out" 'cpu path: scalar'
 
-rm -f /tmp/mp_cli_err.$$
-echo "$pass passed, $fails failed"
-[ "$fails" -eq 0 ]
+done_

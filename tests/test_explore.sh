@@ -3,14 +3,7 @@
 # against counts computed here from fp16's thresholds, the tour's live numbers,
 # and the interactive page in headless Chromium (slider positions set through
 # the URL, the page's readout read back from its DOM; a screenshot is kept).
-set -u
-M=${MIXPREC:?set MIXPREC to the mixprec binary}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-pass=0
-fails=0
-ok() { pass=$((pass + 1)); }
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 # 1. counts from a file of float32 values, against thresholds: in fp16 a value v
 # becomes 0 when v <= 2^-25 (the tie goes to the even 0), is subnormal when
@@ -97,5 +90,4 @@ else
     fail "chromium is not installed (scripts/deps.sh installs it)"
 fi
 "$M" explore > /dev/null 2>&1; [ $? -eq 2 ] && ok || fail "explore without --out"
-echo "$pass passed, $fails failed"
-[ "$fails" -eq 0 ]
+done_

@@ -2,14 +2,7 @@
 # test_report.sh - `mixprec compare` on a tiny run: the report is valid HTML
 # whose charts all have data and whose numbers match the JSON/CSV logs, and it
 # renders in headless Chromium without console errors (a screenshot is kept).
-set -u
-M=${MIXPREC:?set MIXPREC to the mixprec binary}
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-pass=0
-ok() { pass=$((pass + 1)); }
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 if "$M" compare --model mlp:784-32-10 --steps 40 --batch 128 --out "$T/cmp" > "$T/out.txt" 2>&1; then ok; else fail "compare exited $? ($(tail -3 "$T/out.txt"))"; fi
 grep -q '^fp16-dynamic ' "$T/out.txt" && grep -q 'report: ' "$T/out.txt" && ok || fail "summary table / report path missing"
@@ -81,5 +74,4 @@ fi
 "$M" compare --lr x --out "$T/bad" > "$T/o2.txt" 2>&1; [ $? -eq 2 ] && ok || fail "bad train option: exit 2"
 "$M" compare --out /proc/nope --steps 1 > /dev/null 2>&1; [ $? -eq 1 ] && ok || fail "unwritable --out: exit 1"
 "$M" compare --precision fp16 > /dev/null 2>&1; [ $? -eq 2 ] && ok || fail "--precision refused"
-echo "$pass passed, $fails failed"
-[ "$fails" -eq 0 ]
+done_
