@@ -65,6 +65,12 @@ typedef struct mp_unscale_kernels {
 
 extern const mp_unscale_kernels mp_unscale_scalar;
 
+/* ReLU on fp16/bf16 bits (ops.c): the format's infinity, quiet-NaN bit and
+ * largest subnormal mantissa. */
+typedef struct mp_relu16_codes {
+    uint16_t inf, quiet, mant;
+} mp_relu16_codes;
+
 /* Per-step coefficients of the optimizers, in fp32 (see optim.c for how they
  * are derived from the double hyperparameters). */
 typedef struct mp_sgd_coef {
@@ -116,6 +122,10 @@ extern const mp_convert_kernels mp_convert_avx2;
 extern const mp_convert_kernels mp_convert_avx512;
 extern const mp_convert_kernels mp_convert_avx512bf16;
 extern const mp_unscale_kernels mp_unscale_avx512;
+/* out = a where 0 < x <= inf (x = a when NULL), else 0; NaN quieted; adds the
+ * subnormal and NaN counts of out. */
+void mp_relu16_avx512(uint16_t *out, const uint16_t *a, const uint16_t *x, size_t n, const mp_relu16_codes *k,
+                      uint64_t *sub, uint64_t *nan);
 extern const mp_optim_kernels mp_optim_avx512;
 extern const mp_gemm_kernel mp_gemm_avx512;
 extern const mp_gemm_kernel mp_gemm_avx512bf16;

@@ -85,30 +85,42 @@ static mp_status run_elem(elem_job *j, size_t n, mp_convert_stats *st) {
 typedef struct {
     uint16_t *out;
     const uint16_t *a, *b; /* forward: a = x; backward: a = dy, b = x */
-    uint16_t inf, quiet, mant;
+    mp_relu16_codes codes;
     mp_convert_stats part[MP_MAX_THREADS];
 } relu16_job;
 
+/* The portable kernel, without branches on the data (signs are random). */
+static void relu16_scalar(uint16_t *out, const uint16_t *a, const uint16_t *x, size_t n, const mp_relu16_codes *k,
+                          uint64_t *sub, uint64_t *nan) {
+    uint64_t ns = 0, nn = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t xi = x ? x[i] : a[i];
+        const uint16_t pass = (uint16_t)(xi - 1u) <= (uint16_t)(k->inf - 1u); /* 0 < x <= +inf */
+        uint16_t v = (uint16_t)(a[i] & (uint16_t)-pass);
+        const uint16_t av = v & 0x7fffu, is_nan = av > k->inf;
+        v |= (uint16_t)(k->quiet & (uint16_t)-is_nan);
+        nn += is_nan;
+        ns += (uint16_t)(av - 1u) <= (uint16_t)(k->mant - 1u);
+        out[i] = v;
+    }
+    *sub += ns, *nan += nn;
+}
+
 static void relu16_share(void *ctx, size_t i0, size_t i1, int t) {
     relu16_job *j = ctx;
-    uint64_t sub = 0, nan = 0;
-    for (size_t i = i0; i < i1; i++) {
-        const uint16_t x = j->b ? j->b[i] : j->a[i];
-        const int pass = !(x & 0x8000u) && x != 0 && x <= j->inf; /* 0 < x <= +inf */
-        uint16_t v = pass ? j->a[i] : 0;
-        const uint16_t av = v & 0x7fffu;
-        if (av > j->inf) v |= j->quiet, nan++;
-        sub += av != 0 && av <= j->mant;
-        j->out[i] = v;
-    }
-    j->part[t].subnormal += sub, j->part[t].nan += nan;
+    void (*f)(uint16_t *, const uint16_t *, const uint16_t *, size_t, const mp_relu16_codes *, uint64_t *,
+              uint64_t *) = relu16_scalar;
+#ifdef MP_X86
+    if (mp_cpu_isa() >= MP_ISA_AVX512) f = mp_relu16_avx512;
+#endif
+    f(j->out + i0, j->a + i0, j->b ? j->b + i0 : NULL, i1 - i0, &j->codes, &j->part[t].subnormal, &j->part[t].nan);
 }
 
 static int relu16(void *out, mp_dtype ot, const void *a, mp_dtype at, const void *b, mp_dtype bt, size_t n,
                   mp_convert_stats *st) {
     if (ot != at || (b && bt != at) || (ot != MP_F16 && ot != MP_BF16)) return 0;
-    relu16_job j = {out, a, b, ot == MP_F16 ? 0x7c00 : 0x7f80, ot == MP_F16 ? 0x0200 : 0x0040,
-                    ot == MP_F16 ? 0x03ff : 0x007f, {{0}}};
+    relu16_job j = {out, a, b, {ot == MP_F16 ? 0x7c00 : 0x7f80, ot == MP_F16 ? 0x0200 : 0x0040, ot == MP_F16 ? 0x03ff : 0x007f},
+                    {{0}}};
     const int shares = mp_parallel_for(n, ELEM_PARALLEL_MIN, 64, relu16_share, &j);
     if (st)
         for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
