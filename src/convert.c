@@ -42,7 +42,7 @@ const mp_convert_kernels mp_convert_scalar = {
     f32_to_f16_scalar, f16_to_f32_scalar, f32_to_bf16_scalar, bf16_to_f32_scalar,
 };
 
-static const mp_convert_kernels *kernels(void) {
+const mp_convert_kernels *mp_convert_kernels_current(void) {
 #ifdef MP_X86
     switch (mp_cpu_isa()) {
     case MP_ISA_AVX512_BF16: return &mp_convert_avx512bf16;
@@ -72,23 +72,26 @@ static void to_f32(const mp_convert_kernels *k, float *dst, const void *src, mp_
     }
 }
 
+/* fp32 to fp32: only subnormals and NaNs to count, in a loop that vectorizes. */
+void mp_stats_f32(mp_convert_stats *st, const float *x, size_t n) {
+    const uint32_t *u = (const uint32_t *)x;
+    uint32_t sub = 0, nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t a = u[i] & 0x7fffffffu;
+        sub += (a - 1u) < 0x7fffffu;
+        nan += a > 0x7f800000u;
+        if ((i & 0xfffffff) == 0xfffffff) st->subnormal += sub, st->nan += nan, sub = nan = 0;
+    }
+    st->subnormal += sub, st->nan += nan;
+}
+
 static void from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float *src, size_t n,
                      mp_convert_stats *st) {
     uint8_t *d8 = dst;
     switch (t) {
     case MP_F32:
         if (dst != src) memmove(dst, src, n * sizeof(float));
-        if (st) { /* fp32 to fp32: only subnormals and NaNs to count, in a loop that vectorizes */
-            const uint32_t *u = (const uint32_t *)src;
-            uint32_t sub = 0, nan = 0;
-            for (size_t i = 0; i < n; i++) {
-                const uint32_t a = u[i] & 0x7fffffffu;
-                sub += (a - 1u) < 0x7fffffu;
-                nan += a > 0x7f800000u;
-                if ((i & 0xfffffff) == 0xfffffff) st->subnormal += sub, st->nan += nan, sub = nan = 0;
-            }
-            st->subnormal += sub, st->nan += nan;
-        }
+        if (st) mp_stats_f32(st, dst, n);
         break;
     case MP_F16: k->f32_to_f16(dst, src, n, st); break;
     case MP_BF16: k->f32_to_bf16(dst, src, n, st); break;
@@ -161,7 +164,7 @@ mp_status mp_convert(void *dst, mp_dtype dst_type, const void *src, mp_dtype src
                         df->name);
     mp_convert_stats part[MP_MAX_THREADS];
     memset(part, 0, sizeof part);
-    convert_job job = {kernels(), dst, src, dst_type, src_type, df->size, sf->size, stats ? part : NULL};
+    convert_job job = {mp_convert_kernels_current(), dst, src, dst_type, src_type, df->size, sf->size, stats ? part : NULL};
     /* shares are whole cache lines of the wider side: 64 elements */
     const int shares = mp_parallel_for(n, PARALLEL_MIN, 64, convert_share, &job);
     if (stats)

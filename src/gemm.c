@@ -107,6 +107,92 @@ static void pack_f32(float *d, // (kc, width) fp32
         }
 }
 
+/* ---- the epilogue: a tile's fp32 sums into C (the portable version; the
+ * AVX-512 one in cpu/gemm_epilogue_avx512.c does the same operations) ----
+ *
+ * Per element, from the tile's sum t of this block of k:
+ *   t += part (the earlier blocks), when the driver kept them aside
+ *   v  = fma(alpha, t, C)              when C holds alpha (earlier blocks) + beta C
+ *      = fma(alpha, t, beta C)         when C is read (beta != 0, no round_to)
+ *      = alpha t                       otherwise
+ *   v += bias[j]
+ *   C  = v in C's format (counted), or with round_to: C = beta C + r, r = v
+ *        rounded to round_to (counted) and back to fp32. */
+
+/* The tile's rows (cols values, row stride ts) to 16-bit codes of format t in h
+ * (same stride): one call when the rows are contiguous. */
+static void tile_to_half(const mp_gemm_ep *e, mp_dtype t, uint16_t *h, const float *tile, size_t ts, size_t rows,
+                         size_t cols, mp_convert_stats *st) {
+    void (*f)(uint16_t *, const float *, size_t, mp_convert_stats *) = t == MP_F16 ? e->conv->f32_to_f16 : e->conv->f32_to_bf16;
+    if (cols == ts) {
+        f(h, tile, rows * ts, st);
+        return;
+    }
+    for (size_t r = 0; r < rows; r++) f(h + r * ts, tile + r * ts, cols, st);
+}
+
+static void gemm_epilogue(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
+                          size_t cols, mp_convert_stats *st) {
+    const float alpha = e->alpha, beta = e->beta;
+    const size_t es = mp_format(e->ct)->size;
+    const int read_c = !e->c_holds_part && beta != 0.0f && e->round_to == MP_F32;
+    for (size_t r = 0; r < rows; r++) {
+        float *restrict t = tile + r * ts;
+        const uint8_t *crow = (const uint8_t *)e->c + ((i0 + r) * e->ldc + j0) * es;
+        if (e->part) {
+            const float *restrict p = e->part + (i0 + r) * e->ldp + j0;
+            for (size_t j = 0; j < cols; j++) t[j] += p[j];
+        }
+        if (e->c_holds_part) {
+            const float *restrict c = (const float *)crow;
+            for (size_t j = 0; j < cols; j++) t[j] = fmaf(alpha, t[j], c[j]);
+        } else if (read_c) {
+            float cold[64];
+            const float *restrict c = (const float *)crow;
+            if (e->ct == MP_F16) e->conv->f16_to_f32(cold, (const uint16_t *)crow, cols, NULL), c = cold;
+            if (e->ct == MP_BF16) e->conv->bf16_to_f32(cold, (const uint16_t *)crow, cols, NULL), c = cold;
+            for (size_t j = 0; j < cols; j++) t[j] = fmaf(alpha, t[j], beta * c[j]);
+        } else if (alpha != 1.0f) {
+            for (size_t j = 0; j < cols; j++) t[j] = alpha * t[j];
+        }
+        if (e->bias) {
+            const float *restrict b = e->bias + j0;
+            for (size_t j = 0; j < cols; j++) t[j] += b[j];
+        }
+    }
+    uint16_t h[32 * 64];
+    if (e->round_to != MP_F32) { /* r = the half value, added to the fp32 C */
+        tile_to_half(e, e->round_to, h, tile, ts, rows, cols, st);
+        void (*back)(float *, const uint16_t *, size_t, mp_convert_stats *) =
+            e->round_to == MP_F16 ? e->conv->f16_to_f32 : e->conv->bf16_to_f32;
+        if (cols == ts) back(tile, h, rows * ts, NULL);
+        else
+            for (size_t r = 0; r < rows; r++) back(tile + r * ts, h + r * ts, cols, NULL);
+        for (size_t r = 0; r < rows; r++) {
+            float *restrict c = (float *)e->c + (i0 + r) * e->ldc + j0;
+            const float *restrict t = tile + r * ts;
+            if (beta == 0.0f)
+                for (size_t j = 0; j < cols; j++) c[j] = t[j];
+            else
+                for (size_t j = 0; j < cols; j++) c[j] = beta * c[j] + t[j];
+        }
+    } else if (e->ct == MP_F32) {
+        for (size_t r = 0; r < rows; r++) {
+            float *restrict c = (float *)e->c + (i0 + r) * e->ldc + j0;
+            const float *restrict t = tile + r * ts;
+            for (size_t j = 0; j < cols; j++) c[j] = t[j];
+            if (st) mp_stats_f32(st, t, cols);
+        }
+    } else {
+        tile_to_half(e, e->ct, h, tile, ts, rows, cols, st);
+        for (size_t r = 0; r < rows; r++) {
+            uint16_t *restrict c = (uint16_t *)e->c + (i0 + r) * e->ldc + j0;
+            const uint16_t *restrict s = h + r * ts;
+            for (size_t j = 0; j < cols; j++) c[j] = s[j];
+        }
+    }
+}
+
 /* ---- portable kernel ---- */
 
 enum { SCALAR_MR = 4, SCALAR_NR = 16 };
@@ -133,7 +219,7 @@ static void micro_scalar(size_t kc, const void *ap, const void *bp, float *c, si
 }
 
 const mp_gemm_kernel mp_gemm_scalar = {"scalar", SCALAR_MR, SCALAR_NR, 1, 256, 128, 2048, 4,
-                                       pack_a_scalar, pack_b_scalar, micro_scalar};
+                                       pack_a_scalar, pack_b_scalar, micro_scalar, gemm_epilogue};
 
 /* ---- the blocked driver ---- */
 
@@ -188,10 +274,14 @@ static void *pack_buffer(int which, size_t bytes) {
     return p;
 }
 
-/* Computes W = alpha * op(A) op(B) + beta * W for fp32 W (row stride ldw). */
-static mp_status gemm_f32(const mp_gemm_kernel *kr, int ta, int tb, size_t m, size_t n, size_t k, float alpha,
-                          const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
-                          float *w, size_t ldw) {
+/* C = alpha op(A) op(B) + beta C through the kernel, with the epilogue e at
+ * the last block of k. Blocks before it go into W: C itself for an fp32 C
+ * without round_to (holding alpha (sum) + beta C), else an fp32 workspace
+ * (holding the plain sum). trivial: no epilogue at all, the micro-kernel
+ * writes C directly at every block. Counts per thread into part[]. */
+static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m, size_t n, size_t k, const void *a,
+                              mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, const mp_gemm_ep *ep,
+                              int trivial, mp_convert_stats *part) {
     const size_t MR = (size_t)kr->mr, NR = (size_t)kr->nr, KP = (size_t)kr->kpack;
     const size_t nc = kr->nc < n ? kr->nc : (n + NR - 1) / NR * NR; /* kr->nc is a multiple of NR */
     const size_t kc_max = kr->kc;
@@ -210,14 +300,24 @@ static mp_status gemm_f32(const mp_gemm_kernel *kr, int ta, int tb, size_t m, si
     if (nblocks > panels) nblocks = panels;
     const size_t mc = (panels + nblocks - 1) / nblocks * MR; /* the tallest block */
     const size_t kcp = (kc_max + KP - 1) / KP * KP;
-    const size_t bsize = nc * kcp * kr->esize;
-    void *bpack = pack_buffer(0, bsize);
+    void *bpack = pack_buffer(0, nc * kcp * kr->esize);
     if (!bpack) return mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed B block");
+    /* where blocks before the last go */
+    const int in_c = trivial || (ep->ct == MP_F32 && ep->round_to == MP_F32);
+    float *w = in_c ? (float *)ep->c : NULL;
+    const size_t ldw = in_c ? ep->ldc : n, cs = mp_format(ep->ct)->size;
+    if (!in_c && k > kc_max && !(w = pack_buffer(2, m * n * sizeof *w)))
+        return mp_error(MP_ENOMEM, "mp_gemm: out of memory for an fp32 result of %zu x %zu", m, n);
     int oom = 0;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
 #endif
     {
+#ifdef _OPENMP
+        const int t = omp_get_thread_num();
+#else
+        const int t = 0;
+#endif
         const size_t asize = mc * kdepth * kr->esize; /* mc is whole panels; kdepth bounds every kpad */
         void *apack = pack_buffer(1, asize);
         if (!apack) {
@@ -227,13 +327,19 @@ static mp_status gemm_f32(const mp_gemm_kernel *kr, int ta, int tb, size_t m, si
             oom = 1;
         }
         float tile[32 * 64];
+        mp_gemm_ep last = *ep;
         for (size_t jc = 0; jc < n; jc += nc) {
             const size_t ncur = n - jc < nc ? n - jc : nc;
             const size_t npanels = (ncur + NR - 1) / NR;
             for (size_t pc = 0; pc < k; pc += kc_max) {
                 const size_t kcur = k - pc < kc_max ? k - pc : kc_max;
                 const size_t kpad = (kcur + KP - 1) / KP * KP;
-                const float bet = pc == 0 ? beta : 1.0f;
+                const int final = !trivial && pc + kcur == k;
+                /* into W: alpha and beta at the first block when W is C, the plain sum otherwise */
+                const float wa = in_c ? ep->alpha : 1.0f;
+                const float wb = pc > 0 ? 1.0f : in_c ? ep->beta : 0.0f;
+                last.part = !in_c && pc > 0 ? w : NULL, last.ldp = n;
+                last.c_holds_part = in_c && pc > 0;
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
@@ -260,15 +366,24 @@ static mp_status gemm_f32(const mp_gemm_kernel *kr, int ta, int tb, size_t m, si
                         for (size_t ip = 0; ip * MR < mcur; ip++) {
                             const size_t i0 = ic + ip * MR, rows = mcur - ip * MR < MR ? mcur - ip * MR : MR;
                             const void *ap = (const uint8_t *)apack + ip * MR * kpad * kr->esize;
+                            if (final) { /* C's lines arrive while the micro-kernel runs */
+                                const uint8_t *c0 = (const uint8_t *)ep->c + (i0 * ep->ldc + j0) * cs;
+                                for (size_t i = 0; i < rows; i++)
+                                    for (size_t o = 0; o < cols * cs; o += 64)
+                                        __builtin_prefetch(c0 + i * ep->ldc * cs + o, 1);
+                                kr->micro(kpad, ap, bp, tile, NR, 1.0f, 0.0f);
+                                kr->epilogue(&last, tile, NR, i0, j0, rows, cols, part ? &part[t] : NULL);
+                                continue;
+                            }
                             float *cp = w + i0 * ldw + j0;
                             if (rows == MR && cols == NR) {
-                                kr->micro(kpad, ap, bp, cp, ldw, alpha, bet);
+                                kr->micro(kpad, ap, bp, cp, ldw, wa, wb);
                             } else { /* edge: full tile into scratch, then the same arithmetic */
                                 kr->micro(kpad, ap, bp, tile, NR, 1.0f, 0.0f);
                                 for (size_t i = 0; i < rows; i++)
                                     for (size_t j = 0; j < cols; j++)
-                                        cp[i * ldw + j] = apply_ab(tile[i * NR + j], alpha, bet,
-                                                                   bet == 0.0f ? 0.0f : cp[i * ldw + j]);
+                                        cp[i * ldw + j] =
+                                            apply_ab(tile[i * NR + j], wa, wb, wb == 0.0f ? 0.0f : cp[i * ldw + j]);
                             }
                         }
                     }
@@ -279,57 +394,45 @@ static mp_status gemm_f32(const mp_gemm_kernel *kr, int ta, int tb, size_t m, si
     return oom ? mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed A block") : MP_OK;
 }
 
-/* The epilogue for a half (or untouched) C: alpha/beta on the fp32 result and
- * the exact store with statistics, rows split across the threads. */
-typedef struct {
-    float *w;
-    size_t n, ldc;
-    float alpha, beta;
-    void *c;
-    mp_dtype ct;
-    int direct;        /* fp32 C already holds alpha AB + beta C: only the bias and the counts */
-    const float *bias; /* (n,) or NULL */
-    mp_convert_stats *st;
-    mp_convert_stats part[MP_MAX_THREADS];
-} epilogue_job;
-
-static void epilogue_share(void *ctx, size_t r0, size_t r1, int t) {
-    epilogue_job *j = ctx;
-    for (size_t i = r0; i < r1; i++) {
-        float *row = j->direct ? (float *)j->c + i * j->ldc : j->w + i * j->n;
-        if (!j->direct)
-            for (size_t k = 0; k < j->n; k++)
-                row[k] = apply_ab(row[k], j->alpha, j->beta, j->beta == 0.0f ? 0.0f : load_f32(j->c, j->ct, i * j->ldc + k));
-        if (j->bias)
-            for (size_t k = 0; k < j->n; k++) row[k] += j->bias[k];
-        if (!j->direct || j->st) store_row(j->c, j->ct, j->ldc, i, row, j->n, j->st ? &j->part[t] : NULL);
-    }
+/* No products (k == 0 or alpha == 0): the epilogue on sums of zero. */
+static void epilogue_zero(const mp_gemm_ep *ep, size_t m, size_t n, mp_convert_stats *st) {
+    float tile[8 * 64];
+    for (size_t i0 = 0; i0 < m; i0 += 8)
+        for (size_t j0 = 0; j0 < n; j0 += 64) {
+            const size_t rows = m - i0 < 8 ? m - i0 : 8, cols = n - j0 < 64 ? n - j0 : 64;
+            memset(tile, 0, sizeof tile);
+            gemm_epilogue(ep, tile, 64, i0, j0, rows, cols, st);
+        }
 }
 
 mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a, mp_dtype at,
                   size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c, mp_dtype ct, size_t ldc,
                   mp_convert_stats *st) {
-    return mp_gemm_bias(trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, NULL, st);
+    const mp_gemm_epilogue ep = {NULL, MP_F32, st};
+    return mp_gemm_ex(trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, &ep);
 }
 
-mp_status mp_gemm_bias(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a,
-                       mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c,
-                       mp_dtype ct, size_t ldc, const float *bias, mp_convert_stats *st) {
+mp_status mp_gemm_ex(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a,
+                     mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c,
+                     mp_dtype ct, size_t ldc, const mp_gemm_epilogue *epi) {
     mp_status s = check_args("mp_gemm", trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, c, ct, ldc);
-    if (s != MP_OK || m == 0 || n == 0) return s;
-    const int direct = ct == MP_F32 && k > 0 && alpha != 0.0f;
-    float *w = direct ? (float *)c : pack_buffer(2, m * n * sizeof *w);
-    if (!w) return mp_error(MP_ENOMEM, "mp_gemm: out of memory for an fp32 result of %zu x %zu", m, n);
-    if (k > 0 && alpha != 0.0f) {
-        s = gemm_f32(pick_kernel(at, bt), trans_a, trans_b, m, n, k, direct ? alpha : 1.0f, a, at, lda, b, bt, ldb,
-                     direct ? beta : 0.0f, w, direct ? ldc : n);
+    if (s != MP_OK) return s;
+    const mp_gemm_epilogue none = {NULL, MP_F32, NULL};
+    if (!epi) epi = &none;
+    if (epi->round_to != MP_F32 && ((epi->round_to != MP_F16 && epi->round_to != MP_BF16) || ct != MP_F32))
+        return mp_error(MP_EINVAL, "mp_gemm: round_to must be fp16 or bf16, with an fp32 C");
+    if (m == 0 || n == 0) return MP_OK;
+    const mp_gemm_ep ep = {alpha, beta, c, ct, ldc, epi->bias, epi->round_to, NULL, 0, 0, mp_convert_kernels_current()};
+    mp_convert_stats part[MP_MAX_THREADS];
+    memset(part, 0, sizeof part);
+    if (k == 0 || alpha == 0.0f) {
+        epilogue_zero(&ep, m, n, epi->stats ? part : NULL);
     } else {
-        memset(w, 0, m * n * sizeof *w); /* no products: the accumulators are 0 */
+        const int trivial = ct == MP_F32 && !epi->bias && epi->round_to == MP_F32 && !epi->stats;
+        s = gemm_blocked(pick_kernel(at, bt), trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, &ep, trivial,
+                         epi->stats ? part : NULL);
     }
-    if (s != MP_OK || (direct && !st && !bias)) return s;
-    epilogue_job j = {w, n, ldc, alpha, beta, c, ct, direct, bias, st, {{0}}};
-    const int shares = mp_parallel_for(m, m * n >= ((size_t)1 << 16) ? 2 : m + 1, 1, epilogue_share, &j);
-    if (st)
-        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
-    return MP_OK;
+    if (epi->stats)
+        for (int t = 0; t < MP_MAX_THREADS; t++) mp_convert_stats_add(epi->stats, &part[t]);
+    return s;
 }

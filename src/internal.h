@@ -55,6 +55,12 @@ typedef struct mp_convert_kernels {
 
 extern const mp_convert_kernels mp_convert_scalar;
 
+/* The kernels of the CPU path in use (mp_cpu_isa). */
+const mp_convert_kernels *mp_convert_kernels_current(void);
+
+/* Adds the counts of an fp32 -> fp32 store of x (subnormals and NaNs). */
+void mp_stats_f32(mp_convert_stats *st, const float *x, size_t n);
+
 /* Fused unscale + inf/NaN check kernels of one CPU path: x[i] *= inv for
  * i in [0, n); returns nonzero if any x[i] (before scaling) is inf or NaN. */
 typedef struct mp_unscale_kernels {
@@ -96,6 +102,21 @@ typedef struct mp_optim_kernels {
 
 extern const mp_optim_kernels mp_optim_scalar;
 
+/* One GEMM call's epilogue (mp_gemm_epilogue) as the driver hands it to the
+ * kernels, for the last block of k: the tile's fp32 sums become C. */
+typedef struct mp_gemm_ep {
+    float alpha, beta;
+    void *c;
+    mp_dtype ct;
+    size_t ldc;
+    const float *bias;      /* (n,) or NULL */
+    mp_dtype round_to;      /* MP_F32: none */
+    const float *part;      /* sums of the earlier blocks of k (row stride ldp), or NULL */
+    size_t ldp;
+    int c_holds_part;       /* fp32 C already holds alpha (earlier blocks) + beta C */
+    const mp_convert_kernels *conv;
+} mp_gemm_ep;
+
 /* A GEMM micro-architecture: packing routines and a micro-kernel computing an
  * mr x nr tile of C from packed panels, plus its cache blocking. Packed A
  * micro-panel: for each group of kpack k values, mr rows of kpack values;
@@ -113,6 +134,10 @@ typedef struct mp_gemm_kernel {
                    size_t cols);
     /* C[0..mr)[0..nr) = alpha * A.B + beta * C (beta == 0: C not read), kc k values */
     void (*micro)(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta);
+    /* C[i0.., j0..] from a rows x cols tile of fp32 sums (row stride ts; the
+     * tile is overwritten); counts into st (may be NULL) */
+    void (*epilogue)(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
+                     mp_convert_stats *st);
 } mp_gemm_kernel;
 
 extern const mp_gemm_kernel mp_gemm_scalar;
@@ -129,6 +154,8 @@ void mp_relu16_avx512(uint16_t *out, const uint16_t *a, const uint16_t *x, size_
 extern const mp_optim_kernels mp_optim_avx512;
 extern const mp_gemm_kernel mp_gemm_avx512;
 extern const mp_gemm_kernel mp_gemm_avx512bf16;
+void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
+                             size_t cols, mp_convert_stats *st);
 /* Peak loops: iters x 20 independent 16-lane FMAs (vdpbf16ps: 32 multiply-adds). */
 double mp_peak_fma_avx512(uint64_t iters);
 double mp_peak_dpbf16_avx512(uint64_t iters);

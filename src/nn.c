@@ -18,7 +18,7 @@ struct mp_mlp {
     void *h[L_MAX];        /* after layer norm (== z without it): the activation's input */
     float *mean[L_MAX], *rstd[L_MAX];
     void *g0, *g1;         /* gradient buffers (B, max width) */
-    float *dwf;            /* a weight gradient in fp32 before its rounding to the compute format */
+    float *dwf;            /* a weight gradient in fp32 before its rounding (histogram), eval rows */
     float *fscratch;       /* fp32 copies of pure-bf16 biases and layer-norm parameters */
     mp_layer_stats stats[L_MAX];
     uint64_t *hist, *hist_zeros; /* gradient histogram (mp_mlp_histogram) */
@@ -177,8 +177,8 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B) {
     mp_status st = mp_convert(m->act[0], ct, x, MP_F32, B * (size_t)c->widths[0], NULL);
     for (int l = 0; l < c->nlayers && st == MP_OK; l++) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
-        st = mp_gemm_bias(0, 1, B, out, in, 1.0f, m->act[l], ct, in, weights(m, l), ct, in, 0.0f, m->z[l], ct, out,
-                          fparam(m, m->b[l], 0), NULL);
+        const mp_gemm_epilogue ep = {fparam(m, m->b[l], 0), MP_F32, NULL};
+        st = mp_gemm_ex(0, 1, B, out, in, 1.0f, m->act[l], ct, in, weights(m, l), ct, in, 0.0f, m->z[l], ct, out, &ep);
         if (st != MP_OK || l == c->nlayers - 1) continue;
         if (m->h[l] != m->z[l])
             st = mp_layernorm_forward(m->h[l], ct, m->mean[l], m->rstd[l], m->z[l], ct, fparam(m, m->lnw[l], 1),
@@ -191,36 +191,6 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B) {
 
 static void count(mp_mlp *m, int l, size_t n) { m->stats[l].elements += n; }
 
-/* grad (fp32) += the fp32 weight gradient in m->dwf rounded to the compute
- * format (the value a half-precision backward stores, counted into st), in
- * one pass of cache-sized chunks split across the threads. */
-typedef struct {
-    float *grad;
-    const float *dwf;
-    mp_dtype ct;
-    mp_convert_stats part[MP_MAX_THREADS];
-} round_add_job;
-
-enum { RA_CHUNK = 2048 };
-
-static void round_add_share(void *ctx, size_t i0, size_t i1, int t) {
-    round_add_job *j = ctx;
-    uint16_t h[RA_CHUNK];
-    float f[RA_CHUNK];
-    for (size_t i = i0; i < i1; i += RA_CHUNK) {
-        const size_t n = i1 - i < RA_CHUNK ? i1 - i : RA_CHUNK;
-        mp_convert(h, j->ct, j->dwf + i, MP_F32, n, &j->part[t]);
-        mp_convert(f, MP_F32, h, j->ct, n, NULL);
-        for (size_t k = 0; k < n; k++) j->grad[i + k] += f[k];
-    }
-}
-
-static void round_add(mp_mlp *m, float *grad, size_t n, mp_convert_stats *st) {
-    round_add_job j = {grad, m->dwf, m->ct, {{0}}};
-    const int shares = mp_parallel_for(n, (size_t)1 << 16, RA_CHUNK, round_add_share, &j);
-    for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
-}
-
 static mp_status backward(mp_mlp *m, size_t B, void *dz) {
     const mp_mlp_config *c = &m->cfg;
     const mp_dtype ct = m->ct;
@@ -229,15 +199,17 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz) {
     for (int l = c->nlayers - 1; l >= 0 && st == MP_OK; l--) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
         mp_convert_stats *gs = &m->stats[l].grad;
-        /* dW = dZ^T X, stored in the compute format (counted), added to the fp32 gradient */
-        if (ct == MP_F32) {
-            st = mp_gemm(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, 1.0f, m->w[l]->grad, MP_F32, in, NULL);
-            histogram(m, m->w[l]->grad, out * in);
-        } else {
+        /* dW = dZ^T X, rounded to the compute format (the value a half-precision
+         * backward stores, counted) and added to the fp32 gradient in the GEMM's
+         * epilogue; the histogram wants the values before that rounding */
+        if (m->hist) {
             st = mp_gemm(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, 0.0f, m->dwf, MP_F32, in, NULL);
             histogram(m, m->dwf, out * in);
-            if (st == MP_OK) round_add(m, m->w[l]->grad, out * in, gs);
         }
+        const mp_gemm_epilogue ep = {NULL, ct, ct == MP_F32 ? NULL : gs};
+        if (st == MP_OK)
+            st = mp_gemm_ex(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, 1.0f, m->w[l]->grad, MP_F32, in,
+                            &ep);
         count(m, l, out * in);
         if (st == MP_OK) st = mp_colsum(m->b[l]->grad, dz, ct, B, out, 1);
         if (st != MP_OK || l == 0) break;

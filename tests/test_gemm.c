@@ -170,32 +170,90 @@ static void check_paths(int quick) {
     mp_cpu_set_isa(best);
 }
 
-/* The bias epilogue: fp32 C equals mp_gemm then adding the bias (same
- * arithmetic); a half C is the fp32 value plus bias rounded once. */
-static void check_bias(void) {
-    const shape s = {0, 1, 37, 45, 70, 70, 70, 45, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_F32};
-    bufs b;
-    alloc_fill(&s, &b, 0);
-    float bias[45], *ref = malloc(37 * 45 * 4);
-    for (int j = 0; j < 45; j++) bias[j] = frand();
-    run(&s, &b, 0, NULL);
-    for (int i = 0; i < 37 * 45; i++) ref[i] = ((float *)b.c)[i] + bias[i % 45];
-    CHECK(mp_gemm_bias(0, 1, 37, 45, 70, 1.0f, b.a, MP_BF16, 70, b.b, MP_BF16, 70, 0.0f, b.c, MP_F32, 45, bias, NULL) ==
-              MP_OK && memcmp(ref, b.c, 37 * 45 * 4) == 0,
-          "fp32 C with bias");
-    uint16_t h[37 * 45];
-    mp_convert_stats st = {0}, want = {0};
-    CHECK(mp_gemm_bias(0, 1, 37, 45, 70, 1.0f, b.a, MP_BF16, 70, b.b, MP_BF16, 70, 0.0f, h, MP_F16, 45, bias, &st) ==
-              MP_OK, "half C with bias");
-    long bad = 0;
-    for (int i = 0; i < 37 * 45; i++) {
-        uint16_t w;
-        mp_convert(&w, MP_F16, &ref[i], MP_F32, 1, &want);
-        bad += w != h[i];
+/* The epilogue (bias, a half C, round_to with beta 0 or 1, counts) on every
+ * CPU path equals the same steps done one at a time after a plain fp32
+ * mp_gemm of the same path: its sums are the epilogue's sums. Shapes with
+ * edge tiles, and one deeper than every kernel's block of k (alpha 1 there,
+ * where the plain GEMM adds the blocks in the same order). */
+static void check_epilogue_case(mp_dtype in, size_t m, size_t n, size_t k, float alpha, float beta, mp_dtype ct,
+                                mp_dtype round_to, int with_bias, int stats, const char *what) {
+    const size_t mn = m * n;
+    void *a = malloc(m * k * 2), *b = malloc(k * n * 2), *c = malloc(mn * 4), *c0 = malloc(mn * 4);
+    float *plain = malloc(mn * 4), *want = malloc(mn * 4), bias[64];
+    fill(a, in, m * k, 0), fill(b, in, k * n, 0), fill(c0, ct, mn, 0);
+    for (size_t j = 0; j < n; j++) bias[j] = frand() * alpha;
+    const mp_dtype half = round_to != MP_F32 ? round_to : ct;
+    /* the steps one at a time */
+    mp_convert_stats want_st = {0}, got_st = {0};
+    mp_gemm(0, 1, m, n, k, alpha, a, in, k, b, in, k, 0.0f, plain, MP_F32, n, NULL);
+    uint16_t hw;
+    for (size_t i = 0; i < mn; i++) {
+        float v = plain[i];
+        if (beta != 0.0f && round_to == MP_F32) { /* C read: v = fma(1, sum, beta C) with alpha 1 */
+            float cold;
+            mp_convert(&cold, MP_F32, (uint8_t *)c0 + i * mp_format(ct)->size, ct, 1, NULL);
+            v = fmaf(1.0f, v, beta * cold);
+        }
+        if (with_bias) v += bias[i % n];
+        if (half == MP_F32) {
+            want[i] = v;
+            mp_convert(&want[i], MP_F32, &v, MP_F32, 1, &want_st);
+            continue;
+        }
+        mp_convert(&hw, half, &v, MP_F32, 1, &want_st);
+        mp_convert(&want[i], MP_F32, &hw, half, 1, NULL);
+        if (round_to != MP_F32 && beta != 0.0f) want[i] = beta * ((float *)c0)[i] + want[i];
     }
-    CHECK(bad == 0 && st.subnormal == want.subnormal && st.underflow == want.underflow, "fp16 C = round(AB + bias): %ld", bad);
-    free(ref);
-    free_bufs(&b);
+    memcpy(c, c0, mn * mp_format(ct)->size);
+    const mp_gemm_epilogue ep = {with_bias ? bias : NULL, round_to, stats ? &got_st : NULL};
+    const mp_status rc = mp_gemm_ex(0, 1, m, n, k, alpha, a, in, k, b, in, k, beta, c, ct, n, &ep);
+    long bad = 0;
+    for (size_t i = 0; i < mn; i++) {
+        float g;
+        mp_convert(&g, MP_F32, (uint8_t *)c + i * mp_format(ct)->size, ct, 1, NULL);
+        bad += memcmp(&g, &want[i], 4) != 0;
+    }
+    const int same_st = !stats || memcmp(&got_st, &want_st, sizeof got_st) == 0;
+    CHECK(rc == MP_OK && bad == 0 && same_st, "epilogue %s (%s, %s inputs, %zux%zux%zu): %ld differ, counts %s", what,
+          mp_isa_name(mp_cpu_isa()), mp_format(in)->name, m, n, k, bad, same_st ? "equal" : "differ");
+    free(a), free(b), free(c), free(c0), free(plain), free(want);
+}
+
+static void check_epilogue(void) {
+    const mp_isa best = mp_cpu_detected();
+    const float tiny = 0x1p-20f; /* sums near fp16's subnormals: underflow and subnormal counts */
+    for (int isa = MP_ISA_SCALAR; isa <= (int)best; isa++) {
+        mp_cpu_set_isa((mp_isa)isa);
+        for (int bf = 0; bf < 2; bf++) {
+            const mp_dtype in = bf ? MP_BF16 : MP_F16, h = bf ? MP_BF16 : MP_F16;
+            check_epilogue_case(in, 37, 45, 70, 0.75f, 0.0f, MP_F32, MP_F32, 1, 1, "fp32 C + bias");
+            check_epilogue_case(in, 37, 45, 70, tiny, 0.0f, MP_F16, MP_F32, 1, 1, "fp16 C + bias");
+            check_epilogue_case(in, 37, 45, 70, 1.0f, 0.5f, h, MP_F32, 1, 1, "half C, beta 0.5");
+            check_epilogue_case(in, 37, 45, 70, tiny, 0.0f, MP_F32, MP_F16, 0, 1, "round_to fp16, beta 0");
+            check_epilogue_case(in, 37, 45, 70, 0.75f, 1.0f, MP_F32, h, 0, 1, "round_to, beta 1");
+            check_epilogue_case(in, 13, 33, 5000, 1.0f, 1.0f, MP_F32, h, 1, 1, "round_to, deep k");
+            check_epilogue_case(in, 13, 33, 5000, 1.0f, 0.0f, h, MP_F32, 1, 1, "half C, deep k");
+            check_epilogue_case(in, 13, 33, 5000, 1.0f, 0.0f, MP_F32, MP_F32, 1, 0, "fp32 C + bias, deep k");
+        }
+    }
+    mp_cpu_set_isa(best);
+    mp_convert_stats st = {0};
+    const mp_gemm_epilogue fp16c = {NULL, MP_F16, &st}, e4m3 = {NULL, MP_E4M3, NULL};
+    float x = 1, y = 1;
+    uint16_t h;
+    CHECK(mp_gemm_ex(0, 0, 1, 1, 1, 1.0f, &x, MP_F32, 1, &x, MP_F32, 1, 0.0f, &h, MP_F16, 1, &fp16c) == MP_EINVAL,
+          "round_to with a half C");
+    CHECK(mp_gemm_ex(0, 0, 1, 1, 1, 1.0f, &x, MP_F32, 1, &x, MP_F32, 1, 0.0f, &y, MP_F32, 1, &e4m3) == MP_EINVAL,
+          "round_to e4m3");
+    /* no products: the epilogue still runs (beta C + bias, rounded and counted) */
+    float c2[2] = {3, 5}, bias2[2] = {0.5f, 1e-9f};
+    const mp_gemm_epilogue rb = {bias2, MP_F16, &st};
+    CHECK(mp_gemm_ex(0, 0, 1, 2, 0, 1.0f, NULL, MP_F32, 0, NULL, MP_F32, 2, 1.0f, c2, MP_F32, 2, &rb) == MP_OK &&
+              c2[0] == 3.5f && c2[1] == 5.0f && st.underflow == 1,
+          "k = 0 with round_to: %g %g, %llu underflow", (double)c2[0], (double)c2[1],
+          (unsigned long long)st.underflow);
+    printf("  epilogue: bias, half C, round_to (beta 0/1), counts, deep k: equal to the steps one at a time on every "
+           "path\n");
 }
 
 static void check_threads_deterministic(void) {
@@ -266,6 +324,6 @@ int main(int argc, char **argv) {
     check_special();
     check_paths(test_quick(argc, argv));
     check_threads_deterministic();
-    check_bias();
+    check_epilogue();
     return check_report("test_gemm");
 }

@@ -44,14 +44,23 @@ mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k,
                   float beta,        void *c, mp_dtype c_type, size_t ldc,
                   mp_convert_stats *c_stats /* may be NULL */);
 
-/* mp_gemm plus a bias row: C = alpha op(A) op(B) + beta C + bias, bias (n,)
- * fp32 added to every row of the fp32 result before the store, so a half C is
- * rounded once (the "bias epilogue" of cuBLASLt / oneDNN). bias NULL: mp_gemm. */
-mp_status mp_gemm_bias(int trans_a, int trans_b, size_t m, size_t n, size_t k,
-                       float alpha, const void *a, mp_dtype a_type, size_t lda,
-                                const void *b, mp_dtype b_type, size_t ldb,
-                       float beta,        void *c, mp_dtype c_type, size_t ldc,
-                       const float *bias, mp_convert_stats *c_stats);
+/* What happens to each fp32 result on its way into C (the "epilogue" of
+ * cuBLASLt and oneDNN), done on the tile while it is in registers or L1, in
+ * this order. Zero fields are off: {0} is plain mp_gemm. */
+typedef struct mp_gemm_epilogue {
+    const float *bias;       /* (n,) fp32 added to every row: alpha op(A) op(B) + beta C + bias */
+    mp_dtype round_to;       /* MP_F16 or MP_BF16 with an fp32 C: C = beta C + r, where r is
+                                alpha op(A) op(B) (+ bias) rounded to this format, as when a
+                                half-precision weight gradient is accumulated into fp32 */
+    mp_convert_stats *stats; /* counts of the rounding into C's format (or round_to) */
+} mp_gemm_epilogue;
+
+/* mp_gemm with an epilogue (ep may be NULL: mp_gemm without counts). */
+mp_status mp_gemm_ex(int trans_a, int trans_b, size_t m, size_t n, size_t k,
+                     float alpha, const void *a, mp_dtype a_type, size_t lda,
+                              const void *b, mp_dtype b_type, size_t ldb,
+                     float beta,        void *c, mp_dtype c_type, size_t ldc,
+                     const mp_gemm_epilogue *ep);
 
 /* The same with plain loops: for each C element, acc = 0; acc = fmaf(a, b, acc)
  * in k order; then alpha/beta; then the store. For tests and as the definition. */

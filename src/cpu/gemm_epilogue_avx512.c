@@ -1,0 +1,78 @@
+/* gemm_epilogue_avx512.c - the GEMM epilogue (gemm.c's gemm_epilogue) with
+ * AVX-512, 16 lanes at a time in one pass over the tile, for both AVX-512
+ * kernels. The same fp32 operations in the same order and the same exact
+ * conversions and counts (convert_avx512.h), so the same bits (tested). */
+#include "convert_avx512.h"
+
+/* 16 values of C's row at column j, exact in fp32 (NaN quieted, as mp_convert) */
+static inline __m512 load_c(mp_dtype ct, const void *row, size_t j, __mmask16 k) {
+    if (ct == MP_F32) return _mm512_maskz_loadu_ps(k, (const float *)row + j);
+    const __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)row + j);
+    if (ct == MP_F16) return _mm512_cvtph_ps(h);
+    const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    return _mm512_castsi512_ps(_mm512_mask_or_epi32(x, nan, x, _mm512_set1_epi32(0x400000)));
+}
+
+/* v rounded to fp16 or bf16 (16-bit codes in the low half of each lane), counted */
+static inline __m512i round_half(mp_dtype t, __m512 v, __mmask16 k, mp_counts512 *c, int stats) {
+    const __m512i x = _mm512_castps_si512(v);
+    __m512i r;
+    if (t == MP_F16) r = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    else r = mp_bf16_round16(x);
+    if (stats)
+        mp_count16(c, k, x, _mm512_and_si512(r, _mm512_set1_epi32(0x7fff)), t == MP_F16 ? 0x400 : 0x80,
+                   t == MP_F16 ? 0x7c00 : 0x7f80);
+    return r;
+}
+
+/* the fp32 value of 16-bit codes from round_half */
+static inline __m512 widen_half(mp_dtype t, __m512i r) {
+    if (t == MP_F16) return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(r));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(r, 16)); /* NaN codes are already quiet */
+}
+
+void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
+                             size_t cols, mp_convert_stats *st) {
+    const __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta);
+    const int read_c = !e->c_holds_part && e->beta != 0.0f && e->round_to == MP_F32;
+    const int stats = st != NULL;
+    const size_t es = mp_format(e->ct)->size;
+    mp_counts512 c = {0, 0, 0, 0};
+    uint64_t sub32 = 0, nan32 = 0;
+    for (size_t r = 0; r < rows; r++) {
+        uint8_t *crow = (uint8_t *)e->c + ((i0 + r) * e->ldc + j0) * es;
+        const float *prow = e->part ? e->part + (i0 + r) * e->ldp + j0 : NULL;
+        for (size_t j = 0; j < cols; j += 16) {
+            const __mmask16 k = mp_tail16(cols - j);
+            __m512 t = _mm512_maskz_loadu_ps(k, tile + r * ts + j);
+            if (prow) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(k, prow + j));
+            if (e->c_holds_part) t = _mm512_fmadd_ps(va, t, load_c(MP_F32, crow, j, k));
+            else if (read_c) t = _mm512_fmadd_ps(va, t, _mm512_mul_ps(vb, load_c(e->ct, crow, j, k)));
+            else if (e->alpha != 1.0f) t = _mm512_mul_ps(va, t);
+            if (e->bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(k, e->bias + j0 + j));
+            if (e->round_to != MP_F32) { /* C = beta C + (t rounded to round_to) */
+                __m512 y = widen_half(e->round_to, round_half(e->round_to, t, k, &c, stats));
+                if (e->beta != 0.0f) y = _mm512_add_ps(_mm512_mul_ps(vb, load_c(MP_F32, crow, j, k)), y);
+                _mm512_mask_storeu_ps((float *)crow + j, k, y);
+            } else if (e->ct == MP_F32) {
+                _mm512_mask_storeu_ps((float *)crow + j, k, t);
+                if (stats) {
+                    const __m512i a = _mm512_and_si512(_mm512_castps_si512(t), _mm512_set1_epi32(0x7fffffff));
+                    sub32 += (uint64_t)__builtin_popcount(
+                        _mm512_mask_cmplt_epu32_mask(k, _mm512_sub_epi32(a, _mm512_set1_epi32(1)),
+                                                     _mm512_set1_epi32(0x7fffff)));
+                    nan32 += (uint64_t)__builtin_popcount(_mm512_mask_cmpgt_epu32_mask(k, a, _mm512_set1_epi32(0x7f800000)));
+                }
+            } else {
+                const __m512i h = round_half(e->ct, t, k, &c, stats);
+                _mm256_mask_storeu_epi16((uint16_t *)crow + j, k, _mm512_cvtepi32_epi16(h));
+            }
+        }
+    }
+    if (stats) {
+        mp_counts512_add(st, &c);
+        st->subnormal += sub32, st->nan += nan32;
+    }
+}
