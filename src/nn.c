@@ -191,7 +191,7 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B) {
 
 static void count(mp_mlp *m, int l, size_t n) { m->stats[l].elements += n; }
 
-static mp_status backward(mp_mlp *m, size_t B, void *dz) {
+static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
     const mp_mlp_config *c = &m->cfg;
     const mp_dtype ct = m->ct;
     mp_status st = MP_OK;
@@ -208,10 +208,10 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz) {
         }
         const mp_gemm_epilogue ep = {NULL, ct, ct == MP_F32 ? NULL : gs};
         if (st == MP_OK)
-            st = mp_gemm_ex(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, 1.0f, m->w[l]->grad, MP_F32, in,
-                            &ep);
+            st = mp_gemm_ex(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, accumulate ? 1.0f : 0.0f, m->w[l]->grad,
+                            MP_F32, in, &ep);
         count(m, l, out * in);
-        if (st == MP_OK) st = mp_colsum(m->b[l]->grad, dz, ct, B, out, 1);
+        if (st == MP_OK) st = mp_colsum(m->b[l]->grad, dz, ct, B, out, accumulate);
         if (st != MP_OK || l == 0) break;
         /* dA (gradient of layer l-1's activation output) = dZ W */
         const size_t pw = (size_t)c->widths[l];
@@ -224,6 +224,10 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz) {
                                                                                B * pw, ps);
         count(m, l - 1, B * pw);
         if (st == MP_OK && m->h[l - 1] != m->z[l - 1]) {
+            if (!accumulate) { /* layer norm's backward adds into its gradients */
+                memset(m->lnw[l - 1]->grad, 0, m->lnw[l - 1]->n * sizeof(float));
+                memset(m->lnb[l - 1]->grad, 0, m->lnb[l - 1]->n * sizeof(float));
+            }
             st = mp_layernorm_backward(other, ct, m->lnw[l - 1]->grad, m->lnb[l - 1]->grad, dz, ct, m->z[l - 1], ct,
                                        m->mean[l - 1], m->rstd[l - 1], fparam(m, m->lnw[l - 1], 1), B, pw, ps);
             count(m, l - 1, B * pw);
@@ -235,14 +239,14 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz) {
 }
 
 mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, float grad_scale,
-                             float *loss) {
+                             int accumulate, float *loss) {
     mp_status st = forward(m, x, B);
     if (st != MP_OK) return st;
     const int L = m->cfg.nlayers;
     const size_t C = (size_t)m->cfg.widths[L];
     st = mp_cross_entropy(loss, m->g0, m->ct, m->z[L - 1], m->ct, labels, B, C, grad_scale, &m->stats[L - 1].grad);
     count(m, L - 1, B * C);
-    return st == MP_OK ? backward(m, B, m->g0) : st;
+    return st == MP_OK ? backward(m, B, m->g0, accumulate) : st;
 }
 
 mp_status mp_mlp_eval_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, double *loss_sum,

@@ -548,7 +548,6 @@ static int run(int argc, char **argv) {
     const double t_start = now();
     for (; step < total; step++, done_steps++) {
         const double t0 = now();
-        mp_optim_zero_grad(opt);
         mp_mlp_reset_stats(m);
         const float S = scaled ? mp_scaler_get_scale(&scaler) : 1.0f;
         const int take_hist = o.hist_every && (step % o.hist_every == 0) && nh < nh_max;
@@ -561,7 +560,7 @@ static int run(int argc, char **argv) {
             const uint32_t *idx = batch_indices(&smp, step * o.accum + k, B, mb_per_epoch);
             mp_dataset_batch(&train, idx, B, x, y);
             float l;
-            if (mp_mlp_train_batch(m, x, y, B, S / (float)o.accum, &l) != MP_OK) {
+            if (mp_mlp_train_batch(m, x, y, B, S / (float)o.accum, k > 0, &l) != MP_OK) {
                 stopped = mp_last_error();
                 break;
             }

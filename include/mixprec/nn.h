@@ -53,10 +53,13 @@ mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype compute, 
 void      mp_mlp_free(mp_mlp *m);
 
 /* Forward, loss, backward for one (micro-)batch: x (B, in) fp32, labels (B,);
- * adds the gradients of grad_scale * mean loss to the parameters' gradients.
- * *loss gets the mean loss (unscaled). */
+ * the gradients of grad_scale * mean loss go into the parameters' gradients:
+ * added to them (accumulate = 1, later micro-batches of a step) or replacing
+ * them (accumulate = 0: no mp_optim_zero_grad needed, as PyTorch's
+ * zero_grad(set_to_none=True) before a backward). *loss gets the mean loss
+ * (unscaled). */
 mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, float grad_scale,
-                             float *loss);
+                             int accumulate, float *loss);
 
 /* Forward and loss only: *loss_sum += sum of per-row losses, *correct += rows
  * whose largest logit is the label. */

@@ -10,34 +10,6 @@
 
 enum { MR = 12, NR = 32 };
 
-/* A micro-panel: for each k pair q, MR rows of (A[i][2q], A[i][2q+1]) as 32 bits. */
-static void pack_a(void *dst, // (kc/2, MR) bf16 pairs
-                   const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0, size_t kc) {
-    (void)t;
-    const uint16_t *A = a;
-    uint16_t *d = dst;
-    const size_t kp = (kc + 1) / 2;
-    if (!trans && rows == MR && kc % 2 == 0) { /* pairs are adjacent in a row: 32-bit copies */
-        uint32_t *d32 = dst;
-        for (size_t i = 0; i < MR; i++) {
-            const uint16_t *row = A + (i0 + i) * lda + p0;
-            for (size_t q = 0; q < kp; q++) memcpy(&d32[q * MR + i], row + 2 * q, 4);
-        }
-        return;
-    }
-    for (size_t q = 0; q < kp; q++)
-        for (size_t i = 0; i < MR; i++) {
-            uint16_t lo = 0, hi = 0;
-            if (i < rows) {
-                const size_t p = p0 + 2 * q;
-                lo = trans ? A[p * lda + i0 + i] : A[(i0 + i) * lda + p];
-                if (2 * q + 1 < kc) hi = trans ? A[(p + 1) * lda + i0 + i] : A[(i0 + i) * lda + p + 1];
-            }
-            d[(q * MR + i) * 2] = lo;
-            d[(q * MR + i) * 2 + 1] = hi;
-        }
-}
-
 /* Transposes 16 x 16 32-bit values: r[i] lane j becomes r[j] lane i. */
 static inline void transpose16(__m512i r[16]) {
     __m512i t[16];
@@ -66,6 +38,55 @@ static inline void transpose16(__m512i r[16]) {
     }
 }
 
+/* A micro-panel: for each k pair q, MR rows of (A[i][2q], A[i][2q+1]) as 32 bits. */
+static void pack_a(void *dst, // (kc/2, MR) bf16 pairs
+                   const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0, size_t kc) {
+    (void)t;
+    const uint16_t *A = a;
+    uint16_t *d = dst;
+    const size_t kp = (kc + 1) / 2;
+    if (!trans && rows == MR && kc % 2 == 0) { /* pairs are adjacent in a row: 16 x 16 pair transposes */
+        uint32_t *d32 = dst;
+        size_t q = 0;
+        for (; q + 16 <= kp; q += 16) {
+            __m512i r[16];
+            for (size_t i = 0; i < 16; i++)
+                r[i] = i < MR ? _mm512_loadu_si512(A + (i0 + i) * lda + p0 + 2 * q) : _mm512_setzero_si512();
+            transpose16(r);
+            for (size_t i = 0; i < 16; i++) _mm512_mask_storeu_epi32(d32 + (q + i) * MR, (1u << MR) - 1, r[i]);
+        }
+        for (size_t i = 0; i < MR; i++) {
+            const uint16_t *row = A + (i0 + i) * lda + p0;
+            for (size_t qq = q; qq < kp; qq++) memcpy(&d32[qq * MR + i], row + 2 * qq, 4);
+        }
+        return;
+    }
+    if (trans && rows == MR) { /* rows 2q and 2q+1 of A's storage, interleaved */
+        const __m512i idx = _mm512_set_epi16(31, 31, 31, 31, 31, 31, 31, 31, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                             6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        for (size_t q = 0; q < kp; q++) {
+            const size_t p = p0 + 2 * q;
+            const __m256i r0 = _mm256_maskz_loadu_epi16((1u << MR) - 1, A + p * lda + i0);
+            const __m256i r1 = 2 * q + 1 < kc ? _mm256_maskz_loadu_epi16((1u << MR) - 1, A + (p + 1) * lda + i0)
+                                              : _mm256_setzero_si256();
+            const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(r0), r1, 1);
+            _mm512_mask_storeu_epi16(d + q * MR * 2, (1u << (2 * MR)) - 1, _mm512_permutexvar_epi16(idx, both));
+        }
+        return;
+    }
+    for (size_t q = 0; q < kp; q++)
+        for (size_t i = 0; i < MR; i++) {
+            uint16_t lo = 0, hi = 0;
+            if (i < rows) {
+                const size_t p = p0 + 2 * q;
+                lo = trans ? A[p * lda + i0 + i] : A[(i0 + i) * lda + p];
+                if (2 * q + 1 < kc) hi = trans ? A[(p + 1) * lda + i0 + i] : A[(i0 + i) * lda + p + 1];
+            }
+            d[(q * MR + i) * 2] = lo;
+            d[(q * MR + i) * 2 + 1] = hi;
+        }
+}
+
 /* B micro-panel: for each k pair q, NR columns of (B[2q][j], B[2q+1][j]). */
 static void pack_b(void *dst, // (kc/2, NR) bf16 pairs
                    const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc, size_t j0, size_t cols) {
@@ -80,6 +101,8 @@ static void pack_b(void *dst, // (kc/2, NR) bf16 pairs
         const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
         for (size_t q = 0; q < kp; q++) {
             const size_t p = p0 + 2 * q;
+            _mm_prefetch((const char *)(B + (p + 16) * ldb + j0), _MM_HINT_T0); /* rows are ldb apart: */
+            _mm_prefetch((const char *)(B + (p + 17) * ldb + j0), _MM_HINT_T0); /* too far for the hardware */
             const __m512i r0 = _mm512_loadu_si512(B + p * ldb + j0);
             const __m512i r1 = 2 * q + 1 < kc ? _mm512_loadu_si512(B + (p + 1) * ldb + j0) : _mm512_setzero_si512();
             _mm512_store_si512(d + q * NR * 2, _mm512_permutex2var_epi16(r0, lo_idx, r1));
