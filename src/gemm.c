@@ -368,9 +368,11 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                             const void *ap = (const uint8_t *)apack + ip * MR * kpad * kr->esize;
                             if (final) { /* C's lines arrive while the micro-kernel runs */
                                 const uint8_t *c0 = (const uint8_t *)ep->c + (i0 * ep->ldc + j0) * cs;
-                                for (size_t i = 0; i < rows; i++)
+                                for (size_t i = 0; i < rows; i++) {
                                     for (size_t o = 0; o < cols * cs; o += 64)
                                         __builtin_prefetch(c0 + i * ep->ldc * cs + o, 1);
+                                    __builtin_prefetch(c0 + i * ep->ldc * cs + cols * cs - 1, 1);
+                                }
                                 kr->micro(kpad, ap, bp, tile, NR, 1.0f, 0.0f);
                                 kr->epilogue(&last, tile, NR, i0, j0, rows, cols, part ? &part[t] : NULL);
                                 continue;

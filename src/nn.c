@@ -87,6 +87,9 @@ void mp_mlp_free(mp_mlp *m) {
     free(m);
 }
 
+/* Activation and gradient buffers start on cache lines, as the GEMM's tiles do. */
+static void *buffer(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
+
 static mp_status add(mp_mlp *m, mp_optim *opt, const char *fmt, int l, const float *init, size_t n, mp_dtype half,
                      mp_param **out) {
     char name[64];
@@ -107,18 +110,18 @@ mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, int p
     size_t maxw = 0, maxwn = 0;
     for (int l = 0; l <= c->nlayers; l++) maxw = (size_t)c->widths[l] > maxw ? (size_t)c->widths[l] : maxw;
     int ok = 1;
-    for (int l = 0; l <= c->nlayers; l++) ok = ok && (m->act[l] = malloc(B * (size_t)c->widths[l] * es));
+    for (int l = 0; l <= c->nlayers; l++) ok = ok && (m->act[l] = buffer(B * (size_t)c->widths[l] * es));
     for (int l = 0; l < c->nlayers; l++) {
         const size_t w = (size_t)c->widths[l + 1];
-        ok = ok && (m->z[l] = malloc(B * w * es));
+        ok = ok && (m->z[l] = buffer(B * w * es));
         m->h[l] = m->z[l];
         if (c->layernorm && l < c->nlayers - 1) {
-            ok = ok && (m->h[l] = malloc(B * w * es)) && (m->mean[l] = malloc(B * 4)) && (m->rstd[l] = malloc(B * 4));
+            ok = ok && (m->h[l] = buffer(B * w * es)) && (m->mean[l] = malloc(B * 4)) && (m->rstd[l] = malloc(B * 4));
         }
         const size_t wn = w * (size_t)c->widths[l];
         maxwn = wn > maxwn ? wn : maxwn;
     }
-    ok = ok && (m->g0 = malloc(B * maxw * es)) && (m->g1 = malloc(B * maxw * es)) &&
+    ok = ok && (m->g0 = buffer(B * maxw * es)) && (m->g1 = buffer(B * maxw * es)) &&
          (m->dwf = malloc(maxwn * 4)) && (m->fscratch = malloc(3 * maxw * 4));
     float *init = ok ? malloc((maxwn > maxw ? maxwn : maxw) * 4) : NULL;
     if (!ok || !init) {
