@@ -256,8 +256,17 @@ static void check_epilogue(void) {
            "path\n");
 }
 
+static void check_threads_shape(shape s);
+
+/* Two threads give the bits of one: a general shape and the batch-256
+ * shapes of training (plain, and with beta). */
 static void check_threads_deterministic(void) {
-    const shape s = {0, 1, 333, 257, 1000, 1000, 1000, 257, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_F32};
+    check_threads_shape((shape){0, 1, 333, 257, 1000, 1000, 1000, 257, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_F32});
+    check_threads_shape((shape){0, 1, 256, 1024, 784, 784, 784, 1024, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_F32});
+    check_threads_shape((shape){0, 1, 256, 1024, 784, 784, 784, 1024, 1.0f, 0.5f, MP_F16, MP_F32, MP_F32});
+}
+
+static void check_threads_shape(shape s) {
     bufs b;
     alloc_fill(&s, &b, 0);
     mp_set_threads(1);
@@ -266,7 +275,7 @@ static void check_threads_deterministic(void) {
     memcpy(one, b.c, s.m * s.n * 4);
     mp_set_threads(2);
     run(&s, &b, 0, NULL);
-    CHECK(memcmp(one, b.c, s.m * s.n * 4) == 0, "1 and 2 threads differ");
+    CHECK(memcmp(one, b.c, s.m * s.n * 4) == 0, "1 and 2 threads differ: %s", shape_str(&s));
     mp_set_threads(0);
     free(one);
     free_bufs(&b);
