@@ -38,105 +38,86 @@ static inline void transpose16(__m512i r[16]) {
     }
 }
 
-/* A micro-panel: for each k pair q, MR rows of (A[i][2q], A[i][2q+1]) as 32 bits. */
-static void pack_a(void *dst, // (kc/2, MR) bf16 pairs
-                   const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0, size_t kc) {
-    (void)t;
-    const uint16_t *A = a;
+/* One micro-panel of k pairs, (kc/2, width) pairs of bf16 as 32 bits: for
+ * each k pair q, `width` lines (rows of op(A) or columns of op(B)) starting at
+ * w0, of which `valid` are real and the rest zero. `along`, as in gemm.c's
+ * pack_f32: 1 when the width values of one k are consecutive in memory
+ * (element (p0+p)*ld + w0 + w), 0 when each line is a run over k (element
+ * (w0+w)*ld + p0 + p), whose pairs are then adjacent. */
+static void pack_pairs(void *dst, const uint16_t *S, size_t ld, int along, size_t w0, size_t valid, size_t p0,
+                       size_t kc, size_t width) {
     uint16_t *d = dst;
+    uint32_t *d32 = dst;
     const size_t kp = (kc + 1) / 2;
-    if (!trans && rows == MR && kc % 2 == 0) { /* pairs are adjacent in a row: 16 x 16 pair transposes */
-        uint32_t *d32 = dst;
+    if (!along && valid == width && kc % 2 == 0) { /* 16 x 16 blocks of pairs, transposed in registers */
         size_t q = 0;
-        for (; q + 16 <= kp; q += 16) {
-            __m512i r[16];
-            for (size_t i = 0; i < 16; i++)
-                r[i] = i < MR ? _mm512_loadu_si512(A + (i0 + i) * lda + p0 + 2 * q) : _mm512_setzero_si512();
-            transpose16(r);
-            for (size_t i = 0; i < 16; i++) _mm512_mask_storeu_epi32(d32 + (q + i) * MR, (1u << MR) - 1, r[i]);
-        }
-        for (size_t i = 0; i < MR; i++) {
-            const uint16_t *row = A + (i0 + i) * lda + p0;
-            for (size_t qq = q; qq < kp; qq++) memcpy(&d32[qq * MR + i], row + 2 * qq, 4);
+        for (; q + 16 <= kp; q += 16)
+            for (size_t wb = 0; wb < width; wb += 16) {
+                const size_t lanes = width - wb < 16 ? width - wb : 16;
+                __m512i r[16];
+                for (size_t i = 0; i < 16; i++)
+                    r[i] = i < lanes ? _mm512_loadu_si512(S + (w0 + wb + i) * ld + p0 + 2 * q) : _mm512_setzero_si512();
+                transpose16(r);
+                for (size_t i = 0; i < 16; i++)
+                    _mm512_mask_storeu_epi32(d32 + (q + i) * width + wb, (__mmask16)((1u << lanes) - 1), r[i]);
+            }
+        for (size_t w = 0; w < width; w++) {
+            const uint16_t *line = S + (w0 + w) * ld + p0;
+            for (size_t qq = q; qq < kp; qq++) memcpy(&d32[qq * width + w], line + 2 * qq, 4);
         }
         return;
     }
-    if (trans && rows == MR) { /* rows 2q and 2q+1 of A's storage, interleaved */
-        const __m512i idx = _mm512_set_epi16(31, 31, 31, 31, 31, 31, 31, 31, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
-                                             6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    if (along && valid == width) { /* rows 2q and 2q+1 of the storage, interleaved 32 values at a time */
+        static const uint16_t interleave[64] = {
+            0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+            11, 43, 12, 44, 13, 45, 14, 46, 15, 47, 16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53,
+            22, 54, 23, 55, 24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+        const __m512i lo_idx = _mm512_loadu_si512(interleave), hi_idx = _mm512_loadu_si512(interleave + 32);
         for (size_t q = 0; q < kp; q++) {
             const size_t p = p0 + 2 * q;
-            const __m256i r0 = _mm256_maskz_loadu_epi16((1u << MR) - 1, A + p * lda + i0);
-            const __m256i r1 = 2 * q + 1 < kc ? _mm256_maskz_loadu_epi16((1u << MR) - 1, A + (p + 1) * lda + i0)
-                                              : _mm256_setzero_si256();
-            const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(r0), r1, 1);
-            _mm512_mask_storeu_epi16(d + q * MR * 2, (1u << (2 * MR)) - 1, _mm512_permutexvar_epi16(idx, both));
+            _mm_prefetch((const char *)(S + (p + 16) * ld + w0), _MM_HINT_T0); /* rows are ld apart: */
+            _mm_prefetch((const char *)(S + (p + 17) * ld + w0), _MM_HINT_T0); /* too far for the hardware */
+            for (size_t wb = 0; wb < width; wb += 32) {
+                const size_t lanes = width - wb < 32 ? width - wb : 32, lo = lanes < 16 ? lanes : 16;
+                const __mmask32 k = (__mmask32)((1ull << lanes) - 1);
+                const __m512i r0 = _mm512_maskz_loadu_epi16(k, S + p * ld + w0 + wb);
+                const __m512i r1 = 2 * q + 1 < kc ? _mm512_maskz_loadu_epi16(k, S + (p + 1) * ld + w0 + wb)
+                                                  : _mm512_setzero_si512();
+                uint16_t *o = d + (q * width + wb) * 2;
+                _mm512_mask_storeu_epi16(o, (__mmask32)((1ull << (2 * lo)) - 1),
+                                         _mm512_permutex2var_epi16(r0, lo_idx, r1));
+                if (lanes > 16)
+                    _mm512_mask_storeu_epi16(o + 32, (__mmask32)((1ull << (2 * (lanes - 16))) - 1),
+                                             _mm512_permutex2var_epi16(r0, hi_idx, r1));
+            }
         }
         return;
     }
     for (size_t q = 0; q < kp; q++)
-        for (size_t i = 0; i < MR; i++) {
+        for (size_t w = 0; w < width; w++) {
             uint16_t lo = 0, hi = 0;
-            if (i < rows) {
+            if (w < valid) {
                 const size_t p = p0 + 2 * q;
-                lo = trans ? A[p * lda + i0 + i] : A[(i0 + i) * lda + p];
-                if (2 * q + 1 < kc) hi = trans ? A[(p + 1) * lda + i0 + i] : A[(i0 + i) * lda + p + 1];
+                lo = along ? S[p * ld + w0 + w] : S[(w0 + w) * ld + p];
+                if (2 * q + 1 < kc) hi = along ? S[(p + 1) * ld + w0 + w] : S[(w0 + w) * ld + p + 1];
             }
-            d[(q * MR + i) * 2] = lo;
-            d[(q * MR + i) * 2 + 1] = hi;
+            d[(q * width + w) * 2] = lo;
+            d[(q * width + w) * 2 + 1] = hi;
         }
 }
 
-/* B micro-panel: for each k pair q, NR columns of (B[2q][j], B[2q+1][j]). */
-static void pack_b(void *dst, // (kc/2, NR) bf16 pairs
-                   const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc, size_t j0, size_t cols) {
+/* A micro-panel: for each k pair q, MR rows of (A[i][2q], A[i][2q+1]). */
+static void pack_a(void *dst, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0,
+                   size_t kc) {
     (void)t;
-    const uint16_t *B = b;
-    uint16_t *d = dst;
-    const size_t kp = (kc + 1) / 2;
-    if (!trans && cols == NR) {
-        /* two rows of 32 interleaved with vpermt2w */
-        const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7,
-                                                38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-        const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
-        for (size_t q = 0; q < kp; q++) {
-            const size_t p = p0 + 2 * q;
-            _mm_prefetch((const char *)(B + (p + 16) * ldb + j0), _MM_HINT_T0); /* rows are ldb apart: */
-            _mm_prefetch((const char *)(B + (p + 17) * ldb + j0), _MM_HINT_T0); /* too far for the hardware */
-            const __m512i r0 = _mm512_loadu_si512(B + p * ldb + j0);
-            const __m512i r1 = 2 * q + 1 < kc ? _mm512_loadu_si512(B + (p + 1) * ldb + j0) : _mm512_setzero_si512();
-            _mm512_store_si512(d + q * NR * 2, _mm512_permutex2var_epi16(r0, lo_idx, r1));
-            _mm512_store_si512(d + q * NR * 2 + 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
-        }
-        return;
-    }
-    if (trans && cols == NR && kc % 2 == 0) { /* pairs are adjacent in a row of B's storage */
-        uint32_t *d32 = dst;
-        size_t q = 0;
-        for (; q + 16 <= kp; q += 16) /* 16 x 16 blocks of pairs, transposed in registers */
-            for (size_t jb = 0; jb < NR; jb += 16) {
-                __m512i r[16];
-                for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(B + (j0 + jb + (size_t)i) * ldb + p0 + 2 * q);
-                transpose16(r);
-                for (int i = 0; i < 16; i++) _mm512_store_si512(d32 + (q + (size_t)i) * NR + jb, r[i]);
-            }
-        for (size_t j = 0; j < NR; j++) {
-            const uint16_t *row = B + (j0 + j) * ldb + p0;
-            for (size_t qq = q; qq < kp; qq++) memcpy(&d32[qq * NR + j], row + 2 * qq, 4);
-        }
-        return;
-    }
-    for (size_t q = 0; q < kp; q++)
-        for (size_t j = 0; j < NR; j++) {
-            uint16_t lo = 0, hi = 0;
-            if (j < cols) {
-                const size_t p = p0 + 2 * q;
-                lo = trans ? B[(j0 + j) * ldb + p] : B[p * ldb + j0 + j];
-                if (2 * q + 1 < kc) hi = trans ? B[(j0 + j) * ldb + p + 1] : B[(p + 1) * ldb + j0 + j];
-            }
-            d[(q * NR + j) * 2] = lo;
-            d[(q * NR + j) * 2 + 1] = hi;
-        }
+    pack_pairs(dst, a, lda, trans, i0, rows, p0, kc, MR);
+}
+
+/* B micro-panel: for each k pair q, NR columns of (B[2q][j], B[2q+1][j]). */
+static void pack_b(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc, size_t j0,
+                   size_t cols) {
+    (void)t;
+    pack_pairs(dst, b, ldb, !trans, j0, cols, p0, kc, NR);
 }
 
 static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, ldc) fp32
