@@ -72,12 +72,9 @@ void mp_bf16_to_f32_avx512(float *dst, // (n,) fp32
     const int stream = n * 4 >= MP_STREAM_MIN_BYTES;
     for (size_t i = 0, m; i < n; i += m) {
         const __mmask16 k = mp_lanes16(dst, 4, 64, i, n, stream, &m);
-        const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, src + i)), 16);
-        const __m512i ax = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
-        const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(ax, _mm512_set1_epi32(0x7f800000));
-        const __m512i y = _mm512_mask_or_epi32(x, is_nan, x, _mm512_set1_epi32(0x400000));
+        const __m512i y = mp_bf16_widen16(_mm256_maskz_loadu_epi16(k, src + i));
         mp_store16x32(dst + i, k, y, stream);
-        if (st) mp_count16(&c, k, y, ax, 0x800000, 0x7f800000);
+        if (st) mp_count16(&c, k, y, _mm512_and_si512(y, _mm512_set1_epi32(0x7fffffff)), 0x800000, 0x7f800000);
     }
     if (stream) _mm_sfence();
     if (st) mp_counts512_add(st, &c);

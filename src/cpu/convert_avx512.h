@@ -50,6 +50,14 @@ static inline __mmask16 mp_lanes16(const void *dst, size_t esize, size_t align, 
     return mp_tail16(k);
 }
 
+/* 16 bf16 codes widened to fp32 bit patterns, NaN quieted (as mp_bf16_to_f32). */
+static inline __m512i mp_bf16_widen16(__m256i h) {
+    const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+    const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                     _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_or_epi32(x, is_nan, x, _mm512_set1_epi32(0x400000));
+}
+
 /* Round-to-nearest-even of 16 fp32 bit patterns to bf16 (low 16 bits of each lane),
  * NaN quieted: the integer form of mp_f32_to_bf16. */
 static inline __m512i mp_bf16_round16(__m512i x) {

@@ -8,11 +8,7 @@
 static inline __m512 load_c(mp_dtype ct, const void *row, size_t j, __mmask16 k) {
     if (ct == MP_F32) return _mm512_maskz_loadu_ps(k, (const float *)row + j);
     const __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)row + j);
-    if (ct == MP_F16) return _mm512_cvtph_ps(h);
-    const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                                  _mm512_set1_epi32(0x7f800000));
-    return _mm512_castsi512_ps(_mm512_mask_or_epi32(x, nan, x, _mm512_set1_epi32(0x400000)));
+    return ct == MP_F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(mp_bf16_widen16(h));
 }
 
 /* v rounded to fp16 or bf16 (16-bit codes in the low half of each lane), counted */
