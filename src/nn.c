@@ -227,12 +227,9 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
                                                                                B * pw, ps);
         count(m, l - 1, B * pw);
         if (st == MP_OK && m->h[l - 1] != m->z[l - 1]) {
-            if (!accumulate) { /* layer norm's backward adds into its gradients */
-                memset(m->lnw[l - 1]->grad, 0, m->lnw[l - 1]->n * sizeof(float));
-                memset(m->lnb[l - 1]->grad, 0, m->lnb[l - 1]->n * sizeof(float));
-            }
             st = mp_layernorm_backward(other, ct, m->lnw[l - 1]->grad, m->lnb[l - 1]->grad, dz, ct, m->z[l - 1], ct,
-                                       m->mean[l - 1], m->rstd[l - 1], fparam(m, m->lnw[l - 1], 1), B, pw, ps);
+                                       m->mean[l - 1], m->rstd[l - 1], fparam(m, m->lnw[l - 1], 1), B, pw, accumulate,
+                                       ps);
             count(m, l - 1, B * pw);
             void *t = dz;
             dz = other, other = t;

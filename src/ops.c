@@ -371,12 +371,14 @@ mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, c
 
 mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db, const void *dy, mp_dtype dyt,
                                 const void *x, mp_dtype xt, const float *mean, const float *rstd, const float *w,
-                                size_t B, size_t C, mp_convert_stats *st) {
+                                size_t B, size_t C, int accumulate, mp_convert_stats *st) {
     mp_status s = check_types("mp_layernorm_backward", dxt, dyt, xt);
     if (s != MP_OK || (s = rows_args("mp_layernorm_backward", dx, dy, B, C)) != MP_OK) return s;
     if (B && (!x || !mean || !rstd)) return mp_error(MP_EINVAL, "mp_layernorm_backward: NULL x, mean or rstd");
     float *r = scratch(2, C);
     if (!r) return mp_error(MP_ENOMEM, "mp_layernorm_backward: out of memory");
+    if (!accumulate && dw) memset(dw, 0, C * sizeof *dw);
+    if (!accumulate && db) memset(db, 0, C * sizeof *db);
     float *g = r, *n = r + C;
     for (size_t i = 0; i < B; i++) {
         load(g, dy, dyt, i * C, C);

@@ -197,7 +197,7 @@ static void check_layernorm(void) {
             x[i] = elem_f32(px, t, i);
         }
         mp_layernorm_forward(y, t, mean, rstd, px, t, w, bb, B, C, eps, NULL);
-        mp_layernorm_backward(dx, t, dw, db, pg, t, px, t, mean, rstd, w, B, C, NULL);
+        mp_layernorm_backward(dx, t, dw, db, pg, t, px, t, mean, rstd, w, B, C, 1, NULL);
         long bad = 0;
         double dw64[C] = {0};
         for (int r = 0; r < B; r++) {

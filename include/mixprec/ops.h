@@ -69,12 +69,13 @@ mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd,  
                                const float *w, const float *b,                  // (C,) or NULL
                                size_t B, size_t C, float eps, mp_convert_stats *st);
 /* dx = rstd (dn - mean(dn) - n mean(dn n)) with n the normalized x and
- * dn = dy w; dw += sum_rows dy n and db += sum_rows dy (fp32, accumulated;
- * either may be NULL). */
+ * dn = dy w; dw and db get sum_rows dy n and sum_rows dy (fp32), added to
+ * them (accumulate = 1) or replacing them (accumulate = 0), as mp_colsum;
+ * either may be NULL. */
 mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db,   // dx (B, C); dw, db (C,)
                                 const void *dy, mp_dtype dyt, const void *x, mp_dtype xt,
                                 const float *mean, const float *rstd, const float *w,
-                                size_t B, size_t C, mp_convert_stats *st);
+                                size_t B, size_t C, int accumulate, mp_convert_stats *st);
 
 #ifdef __cplusplus
 }
