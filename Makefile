@@ -24,6 +24,7 @@ build-asan: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 test: build build-asan
+	scripts/test_example.sh $(BUILD)
 	ctest --test-dir $(BUILD) --output-on-failure
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure
 
@@ -43,6 +44,7 @@ bench: build
 	/usr/bin/python3 bench/crosscheck.py --lib $(BUILD)/libmixprec.so
 	/usr/bin/python3 bench/crosscheck_optim.py --lib $(BUILD)/libmixprec.so
 	/usr/bin/python3 bench/crosscheck_train.py --mixprec $(M)
+	/usr/bin/python3 bench/crosscheck_gpt.py --mixprec $(M)
 	/usr/bin/python3 bench/compare.py --mixprec $(M)
 
 install: build

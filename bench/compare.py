@@ -266,19 +266,103 @@ def section_train(a):
             "flops_per_step": flops, "peak_dpbf16": pk_dp}
 
 
+def torch_pythons(a):
+    """The Pythons whose torch is measured: Debian's (1.13) and, when
+    scripts/bench_venv.sh has made it, the virtual environment's (PyPI, 2.x)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    pys = ["/usr/bin/python3"]
+    venv = os.path.join(here, ".venv", "bin", "python")
+    if os.path.exists(venv):
+        pys.append(venv)
+    return pys
+
+
+def section_gpt(a):
+    """A training step of the GPT gpt:6-6-384-256 (nanoGPT's shakespeare-char
+    size, byte-level), 16 sequences, AdamW: mixprec (`mixprec train --model`, ms
+    per step from its log, real text batches) in fp32 and bf16, and every
+    PyTorch variant the installed torches offer (bench/peer_gpt.py), in turn for
+    --rounds rounds; tokens/s, ratios, and the fraction of the peak counted as
+    nanoGPT's estimate_mfu (6 N + 12 L C T FLOPs per token)."""
+    import csv
+    import tempfile
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec, B = a.gpt_model, 16
+    L, H, C, T = (int(v) for v in spec[4:].split("-"))
+    steps, warmup = a.gpt_steps, 2
+    env = dict(os.environ, MIXPREC_THREADS=str(a.threads))
+    rounds_mine, rounds_torch, versions, nparams = {}, {}, {}, None
+    with tempfile.TemporaryDirectory() as td:
+        for _ in range(a.rounds):
+            for prec in ["fp32", "bf16"]:
+                log = os.path.join(td, prec + ".csv")
+                subprocess.run([a.mixprec, "train", "--model", spec, "--batch", str(B), "--precision", prec,
+                                "--steps", str(steps + warmup), "--eval-windows", "1", "--log", log,
+                                "--threads", str(a.threads)], check=True, capture_output=True, text=True, env=env)
+                with open(log) as fh:
+                    ms = [float(r["ms"]) for r in csv.DictReader(fh)][warmup:]
+                rounds_mine.setdefault(prec, []).append(statistics.median(ms) / 1e3)
+            for py in torch_pythons(a):
+                r = subprocess.run([py, os.path.join(here, "peer_gpt.py"), spec, str(B), str(steps), str(warmup),
+                                    str(a.threads)], capture_output=True, text=True,
+                                   env=dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
+                if r.returncode != 0:
+                    print(f"bench gpt: {py}: peer failed: {r.stderr.strip().splitlines()[-1:]}")
+                    continue
+                res = json.loads(r.stdout)
+                nparams = res["params"]
+                for k, v in res["steps"].items():
+                    key = f"torch {res['torch']} {k}"
+                    versions[key] = res["torch"]
+                    rounds_torch.setdefault(key, []).append(statistics.median(v))
+                for k, e in res["errors"].items():
+                    print(f"bench gpt: torch {res['torch']} {k}: {e}")
+    mine = {k: statistics.median(v) for k, v in rounds_mine.items()}
+    tt = {k: statistics.median(v) for k, v in rounds_torch.items()}
+    peak = json.loads(subprocess.run([a.mixprec, "bench", "peak", "--json"], check=True, capture_output=True,
+                                     text=True, env=env).stdout)
+    pk = peak["dpbf16_gflops"] or peak["fma_gflops"]
+    pk_name = "vdpbf16ps" if peak["dpbf16_gflops"] else "fp32 FMA (no AVX512_BF16 here)"
+    tokens = B * T
+    flops_tok = 6.0 * (nparams or 0) + 12.0 * L * C * T
+    print(f"\nbench gpt: {spec}, {B} sequences of {T}, AdamW, {a.threads} threads, median of {steps} steps after "
+          f"{warmup}, median of {a.rounds} rounds; {flops_tok / 1e6:.1f} MFLOP per token (nanoGPT's estimate_mfu, "
+          f"N = {nparams})")
+    print(f"{'':<40} {'ms/step':>9} {'tokens/s':>9} {'of peak':>8}")
+    rows = list((f"mixprec {k}", v) for k, v in mine.items()) + list(tt.items())
+    for k, v in rows:
+        tps = tokens / v
+        print(f"{k:<40} {v * 1e3:>9.1f} {tps:>9.0f} {100 * tps * flops_tok / 1e9 / pk if pk else 0:>7.0f}%")
+    ratios = {}
+    if tt:
+        bf = [v for k, v in tt.items() if "bf16" in k and "compile" not in k]
+        comp = [v for k, v in tt.items() if "compile" in k]
+        if bf:
+            ratios["vs_torch_eager_bf16"] = min(bf) / mine["bf16"]
+        if comp:
+            ratios["vs_torch_compile_bf16"] = min(comp) / mine["bf16"]
+    ratios["bf16_vs_fp32"] = mine["fp32"] / mine["bf16"]
+    print("ratios (fastest peer of each kind / mixprec bf16): " +
+          ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()) + f"; peak: {pk_name} {pk:.1f} GFLOP/s")
+    return {"mixprec_s": mine, "torch_s": tt, "rounds_mixprec_s": rounds_mine, "rounds_torch_s": rounds_torch,
+            "flops_per_token": flops_tok, "peak_gflops": pk, "peak": pk_name, "ratios": ratios}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mixprec", default="build/mixprec")
     ap.add_argument("--n", type=int, default=1 << 24, help="elements of fp32 (default: 64 MiB)")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--only", choices=["convert", "unscale", "gemm", "train"])
+    ap.add_argument("--only", choices=["convert", "unscale", "gemm", "train", "gpt"])
+    ap.add_argument("--gpt-model", default="gpt:6-6-384-256")
+    ap.add_argument("--gpt-steps", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3, help="gemm, train: rounds of mixprec and the peers in turn")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     for name, fn in [("convert", section_convert), ("unscale", section_unscale), ("gemm", section_gemm),
-                     ("train", section_train)]:
+                     ("train", section_train), ("gpt", section_gpt)]:
         if a.only in (None, name):
             res = fn(a)
             with open(os.path.join(a.out, f"{name}.json"), "w") as fh:

@@ -3,16 +3,18 @@
 #   scripts/deps.sh build   compiler, CMake, make, zlib and cJSON headers, python3
 #                           (the CLI test reads JSON), and Fashion-MNIST
 #                           (dataset-fashion-mnist: /usr/share/datasets/fashion-mnist),
-#                           chromium (the report test renders the page headless)
+#                           chromium (the report test renders the page headless),
+#                           fortunes (and fortunes-min, which it depends on): the
+#                           default text corpus, /usr/share/games/fortunes
 #   scripts/deps.sh bench   the above + the peers make bench measures:
 #                           numpy and PyTorch from Debian, OpenBLAS (pthread build)
 # Says what it installs; installs nothing when everything is there.
 set -eu
 what=${1:-build}
-pkgs=(gcc g++ make cmake pkg-config libc6-dev zlib1g-dev libcjson-dev python3 dataset-fashion-mnist chromium)
+pkgs=(gcc g++ make cmake pkg-config libc6-dev zlib1g-dev libcjson-dev python3 dataset-fashion-mnist chromium fortunes)
 case "$what" in
     build) ;;
-    bench) pkgs+=(python3-numpy python3-torch libopenblas0-pthread) ;;
+    bench) pkgs+=(python3-numpy python3-torch python3-venv libopenblas0-pthread) ;;
     *) echo "deps.sh: unknown set '$what' (build or bench)" >&2; exit 2 ;;
 esac
 

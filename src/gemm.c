@@ -107,8 +107,9 @@ static void pack_f32(float *d, // (kc, width) fp32
         }
 }
 
-/* ---- the epilogue: a tile's fp32 sums into C (the portable version; the
- * AVX-512 one in cpu/gemm_epilogue_avx512.c does the same operations) ----
+/* ---- the epilogue: a tile's fp32 sums into C (the portable version, also
+ * the AVX2 kernel's; the AVX-512 one in cpu/gemm_epilogue_avx512.c does the
+ * same operations) ----
  *
  * Per element, from the tile's sum t of this block of k:
  *   t += part (the earlier blocks), when the driver kept them aside
@@ -131,8 +132,8 @@ static void tile_to_half(const mp_gemm_ep *e, mp_dtype t, uint16_t *h, const flo
     for (size_t r = 0; r < rows; r++) f(h + r * ts, tile + r * ts, cols, st);
 }
 
-static void gemm_epilogue(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
-                          size_t cols, mp_convert_stats *st) {
+void mp_gemm_epilogue_scalar(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
+                             size_t cols, mp_convert_stats *st) {
     const float alpha = e->alpha, beta = e->beta;
     const size_t es = mp_format(e->ct)->size;
     const int read_c = !e->c_holds_part && beta != 0.0f && e->round_to == MP_F32;
@@ -219,7 +220,7 @@ static void micro_scalar(size_t kc, const void *ap, const void *bp, float *c, si
 }
 
 const mp_gemm_kernel mp_gemm_scalar = {"scalar", SCALAR_MR, SCALAR_NR, 1, 256, 128, 2048, 4,
-                                       pack_a_scalar, pack_b_scalar, micro_scalar, gemm_epilogue};
+                                       pack_a_scalar, pack_b_scalar, micro_scalar, mp_gemm_epilogue_scalar};
 
 /* ---- the blocked driver ---- */
 
@@ -228,6 +229,7 @@ static const mp_gemm_kernel *pick_kernel(mp_dtype at, mp_dtype bt) {
     const mp_isa isa = mp_cpu_isa();
     if (isa >= MP_ISA_AVX512_BF16 && at == MP_BF16 && bt == MP_BF16) return &mp_gemm_avx512bf16;
     if (isa >= MP_ISA_AVX512) return &mp_gemm_avx512;
+    if (isa >= MP_ISA_AVX2) return &mp_gemm_avx2;
 #endif
     (void)at, (void)bt;
     return &mp_gemm_scalar;
@@ -403,7 +405,7 @@ static void epilogue_zero(const mp_gemm_ep *ep, size_t m, size_t n, mp_convert_s
         for (size_t j0 = 0; j0 < n; j0 += 64) {
             const size_t rows = m - i0 < 8 ? m - i0 : 8, cols = n - j0 < 64 ? n - j0 : 64;
             memset(tile, 0, sizeof tile);
-            gemm_epilogue(ep, tile, 64, i0, j0, rows, cols, st);
+            mp_gemm_epilogue_scalar(ep, tile, 64, i0, j0, rows, cols, st);
         }
 }
 

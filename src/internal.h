@@ -141,6 +141,9 @@ typedef struct mp_gemm_kernel {
 } mp_gemm_kernel;
 
 extern const mp_gemm_kernel mp_gemm_scalar;
+/* The portable epilogue (gemm.c), for any kernel: conversions through e->conv. */
+void mp_gemm_epilogue_scalar(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
+                             size_t cols, mp_convert_stats *st);
 #if defined(__x86_64__) || defined(_M_X64)
 #define MP_X86 1
 extern const mp_convert_kernels mp_convert_avx2;
@@ -152,6 +155,7 @@ extern const mp_unscale_kernels mp_unscale_avx512;
 void mp_relu16_avx512(uint16_t *out, const uint16_t *a, const uint16_t *x, size_t n, const mp_relu16_codes *k,
                       uint64_t *sub, uint64_t *nan);
 extern const mp_optim_kernels mp_optim_avx512;
+extern const mp_gemm_kernel mp_gemm_avx2;
 extern const mp_gemm_kernel mp_gemm_avx512;
 extern const mp_gemm_kernel mp_gemm_avx512bf16;
 void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,

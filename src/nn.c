@@ -20,7 +20,7 @@ struct mp_mlp {
     void *g0, *g1;         /* gradient buffers (B, max width) */
     float *dwf;            /* a weight gradient in fp32 before its rounding (histogram), eval rows */
     float *fscratch;       /* fp32 copies of pure-bf16 biases and layer-norm parameters */
-    mp_layer_stats stats[L_MAX];
+    mp_tensor_stats stats[L_MAX];
     uint64_t *hist, *hist_zeros; /* gradient histogram (mp_mlp_histogram) */
     int hist_lo, hist_n;
 };
@@ -151,13 +151,18 @@ mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, int p
         mp_mlp_free(m);
         return st;
     }
+    mp_mlp_reset_stats(m);
     *out = m;
     return MP_OK;
 }
 
 const mp_mlp_config *mp_mlp_get_config(const mp_mlp *m) { return &m->cfg; }
-const mp_layer_stats *mp_mlp_stats(const mp_mlp *m, int l) { return l >= 0 && l < m->cfg.nlayers ? &m->stats[l] : NULL; }
-void mp_mlp_reset_stats(mp_mlp *m) { memset(m->stats, 0, sizeof m->stats); }
+const mp_tensor_stats *mp_mlp_stats(const mp_mlp *m, int l) { return l >= 0 && l < m->cfg.nlayers ? &m->stats[l] : NULL; }
+
+void mp_mlp_reset_stats(mp_mlp *m) {
+    memset(m->stats, 0, sizeof m->stats);
+    for (int l = 0; l < m->cfg.nlayers; l++) snprintf(m->stats[l].name, sizeof m->stats[l].name, "fc%d", l);
+}
 
 /* The compute-format weights Linear l reads. */
 static const void *weights(const mp_mlp *m, int l) { return m->ct == MP_F32 ? m->w[l]->master : m->w[l]->half; }
@@ -192,7 +197,7 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B) {
     return st;
 }
 
-static void count(mp_mlp *m, int l, size_t n) { m->stats[l].elements += n; }
+static void count(mp_mlp *m, int l, size_t n) { m->stats[l].bwd_elements += n; }
 
 static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
     const mp_mlp_config *c = &m->cfg;
@@ -201,7 +206,7 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
     void *other = dz == m->g0 ? m->g1 : m->g0;
     for (int l = c->nlayers - 1; l >= 0 && st == MP_OK; l--) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
-        mp_convert_stats *gs = &m->stats[l].grad;
+        mp_convert_stats *gs = &m->stats[l].bwd;
         /* dW = dZ^T X, rounded to the compute format (the value a half-precision
          * backward stores, counted) and added to the fp32 gradient in the GEMM's
          * epilogue; the histogram wants the values before that rounding */
@@ -218,7 +223,7 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
         if (st != MP_OK || l == 0) break;
         /* dA (gradient of layer l-1's activation output) = dZ W */
         const size_t pw = (size_t)c->widths[l];
-        mp_convert_stats *ps = &m->stats[l - 1].grad;
+        mp_convert_stats *ps = &m->stats[l - 1].bwd;
         st = mp_gemm(0, 0, B, in, out, 1.0f, dz, ct, out, weights(m, l), ct, in, 0.0f, other, ct, in, ps);
         count(m, l - 1, B * in);
         /* through the activation (and layer norm) into dZ of layer l-1, in dz's buffer */
@@ -244,7 +249,7 @@ mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, s
     if (st != MP_OK) return st;
     const int L = m->cfg.nlayers;
     const size_t C = (size_t)m->cfg.widths[L];
-    st = mp_cross_entropy(loss, m->g0, m->ct, m->z[L - 1], m->ct, labels, B, C, grad_scale, &m->stats[L - 1].grad);
+    st = mp_cross_entropy(loss, m->g0, m->ct, m->z[L - 1], m->ct, labels, B, C, grad_scale, &m->stats[L - 1].bwd);
     count(m, L - 1, B * C);
     return st == MP_OK ? backward(m, B, m->g0, accumulate) : st;
 }
@@ -306,14 +311,47 @@ static void tensor_of(const mp_param *p, size_t d0, size_t d1, int ndim, mp_tens
     t->nbytes = p->n * mp_format(t->dtype)->size;
 }
 
-void mp_mlp_tensors(const mp_mlp *m, mp_tensor *out, size_t *count) {
+size_t mp_mlp_tensors(const mp_mlp *m, mp_tensor *out, size_t cap) {
     size_t n = 0;
     for (int l = 0; l < m->cfg.nlayers; l++) {
         const size_t in = (size_t)m->cfg.widths[l], o = (size_t)m->cfg.widths[l + 1];
-        tensor_of(m->w[l], o, in, 2, &out[n++]);
-        tensor_of(m->b[l], o, 0, 1, &out[n++]);
-        if (m->lnw[l]) tensor_of(m->lnw[l], o, 0, 1, &out[n++]);
-        if (m->lnb[l]) tensor_of(m->lnb[l], o, 0, 1, &out[n++]);
+        const mp_param *ps[4] = {m->w[l], m->b[l], m->lnw[l], m->lnb[l]};
+        for (int k = 0; k < 4; k++) {
+            if (!ps[k]) continue;
+            if (n < cap) tensor_of(ps[k], o, k ? 0 : in, k ? 1 : 2, &out[n]);
+            n++;
+        }
     }
-    *count = n;
+    return n;
+}
+
+/* ---- the model interface ---- */
+
+static mp_status model_train(void *impl, const mp_batch *b, float grad_scale, int accumulate, float *loss) {
+    return mp_mlp_train_batch(impl, b->x, b->targets, b->n, grad_scale, accumulate, loss);
+}
+
+static mp_status model_eval(void *impl, const mp_batch *b, double *loss_sum, double *count, double *correct) {
+    size_t right = 0;
+    const mp_status st = mp_mlp_eval_batch(impl, b->x, b->targets, b->n, loss_sum, &right);
+    *count += (double)b->n, *correct += (double)right;
+    return st;
+}
+
+static size_t model_nstats(const void *impl) { return (size_t)((const mp_mlp *)impl)->cfg.nlayers; }
+static const mp_tensor_stats *model_stats(const void *impl, size_t i) { return mp_mlp_stats(impl, (int)i); }
+static void model_reset(void *impl) { mp_mlp_reset_stats(impl); }
+static mp_status model_load(void *impl, const mp_safetensors *st) { return mp_mlp_load(impl, st); }
+static size_t model_tensors(const void *impl, mp_tensor *out, size_t cap) { return mp_mlp_tensors(impl, out, cap); }
+static void model_free(void *impl) { mp_mlp_free(impl); }
+
+static const mp_model_ops mlp_ops = {
+    .kind = "mlp", .train_batch = model_train, .eval_batch = model_eval, .nstats = model_nstats,
+    .stats = model_stats, .reset_stats = model_reset, .load = model_load, .tensors = model_tensors,
+    .free = model_free,
+};
+
+mp_model mp_mlp_model(mp_mlp *m) {
+    const mp_model model = {&mlp_ops, m};
+    return model;
 }

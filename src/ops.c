@@ -46,6 +46,7 @@ typedef struct {
 
 static float relu(float x);
 static float relu_grad(float dy, float x);
+static float add2(float a, float b);
 
 static void elem_share(void *ctx, size_t i0, size_t i1, int t) {
     elem_job *j = ctx;
@@ -57,6 +58,8 @@ static void elem_share(void *ctx, size_t i0, size_t i1, int t) {
             load(v, j->b, j->bt, i, m);
             if (j->f2 == relu_grad) /* the common case, inlined so that it vectorizes */
                 for (size_t k = 0; k < m; k++) g[k] = v[k] > 0.0f ? g[k] : 0.0f;
+            else if (j->f2 == add2)
+                for (size_t k = 0; k < m; k++) g[k] += v[k];
             else
                 for (size_t k = 0; k < m; k++) g[k] = j->f2(g[k], v[k]);
         } else if (j->f1 == relu) {
@@ -160,6 +163,20 @@ static float gelu_grad(float dy, float x) {
     return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
 }
 
+/* the erf form, in fp32: Phi(x) = 0.5 (1 + erf(x / sqrt 2)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+ * Phi is computed as 0.5 erfc(-x / sqrt 2): the same function without the
+ * cancellation of 1 + erf for negative x (relative error ~1e-7 everywhere). */
+#define SQRT1_2 0.7071067811865476f
+#define INV_SQRT_2PI 0.3989422804014327f
+
+static float gelu_erf(float x) { return 0.5f * x * erfcf(-x * SQRT1_2); }
+static float gelu_erf_grad(float dy, float x) {
+    const float cdf = 0.5f * erfcf(-x * SQRT1_2), pdf = INV_SQRT_2PI * expf(-0.5f * x * x);
+    return dy * (cdf + x * pdf);
+}
+
+static float add2(float a, float b) { return a + b; }
+
 mp_status mp_relu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st) {
     return unary("mp_relu_forward", y, yt, x, xt, n, relu, st);
 }
@@ -173,6 +190,18 @@ mp_status mp_gelu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size
 mp_status mp_gelu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt, size_t n,
                            mp_convert_stats *st) {
     return binary("mp_gelu_backward", dx, dxt, dy, dyt, x, xt, n, gelu_grad, st);
+}
+
+mp_status mp_gelu_erf_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st) {
+    return unary("mp_gelu_erf_forward", y, yt, x, xt, n, gelu_erf, st);
+}
+mp_status mp_gelu_erf_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt,
+                               size_t n, mp_convert_stats *st) {
+    return binary("mp_gelu_erf_backward", dx, dxt, dy, dyt, x, xt, n, gelu_erf_grad, st);
+}
+mp_status mp_add(void *y, mp_dtype yt, const void *a, mp_dtype at, const void *b, mp_dtype bt, size_t n,
+                 mp_convert_stats *st) {
+    return binary("mp_add", y, yt, a, at, b, bt, n, add2, st);
 }
 
 /* ---- row-wise operations ---- */

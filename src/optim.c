@@ -316,13 +316,11 @@ static mp_status apply_step(mp_optim *o) {
         sc.neg_lr = (float)-c->lr;
         sc.momentum = (float)c->momentum;
         sc.one_minus_damp = (float)(1.0 - c->dampening);
-        sc.wd = (float)c->weight_decay;
         sc.use_momentum = c->momentum != 0;
         sc.nesterov = c->nesterov;
     } else {
         const mp_adamw_config *c = &o->adamw;
         const double bc1 = 1.0 - pow(c->beta1, (double)t), bc2 = 1.0 - pow(c->beta2, (double)t);
-        ac.decay = (float)(1.0 - c->lr * c->weight_decay);
         ac.w1 = (float)(1.0 - c->beta1);
         ac.beta2 = (float)c->beta2;
         ac.c2 = (float)(1.0 - c->beta2);
@@ -333,6 +331,8 @@ static mp_status apply_step(mp_optim *o) {
     for (size_t i = 0; i < o->count; i++) {
         mp_param *p = o->params[i];
         sc.first = !p->has_state;
+        sc.wd = p->no_decay ? 0.0f : (float)o->sgd.weight_decay;
+        ac.decay = p->no_decay ? 1.0f : (float)(1.0 - o->adamw.lr * o->adamw.weight_decay);
         /* nearest-even half copies are refreshed inside the update's pass */
         const int fused = p->master && p->half && !(p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC);
         param_job j = {o->kind == KIND_SGD ? JOB_SGD : JOB_ADAMW, k, NULL, &sc, &ac, sr_key(o, i), 0.0f,

@@ -7,17 +7,6 @@
 
 #include "internal.h"
 
-static const char *color_of(const char *name) {
-    static const struct { const char *n, *c; } cs[] = {
-        {"fp32", "#3b3b3b"}, {"fp16", "#d62728"}, {"fp16-static", "#ff7f0e"}, {"fp16-dynamic", "#1f77b4"},
-        {"bf16", "#2ca02c"}, {"bf16-pure", "#9467bd"},
-    };
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
-        if (strcmp(cs[i].n, name) == 0) return cs[i].c;
-    if (strncmp(name, "fp16-static", 11) == 0) return "#ff7f0e";
-    return "#8c564b";
-}
-
 static void esc(FILE *f, const char *s) {
     for (; s && *s; s++) {
         switch (*s) {
@@ -80,7 +69,7 @@ static void legend(FILE *f, const axes *a, const mp_report *r, const int *show) 
         const double x = a->ml + 10 + 130 * k++;
         fprintf(f, "<rect x=\"%.0f\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%.0f\" y=\"%d\" "
                    "class=\"legend\">%s</text>\n",
-                x, a->mt - 12, color_of(r->runs[i].name), x + 18, a->mt - 7, r->runs[i].name);
+                x, a->mt - 12, r->runs[i].color, x + 18, a->mt - 7, r->runs[i].name);
     }
 }
 
@@ -105,9 +94,7 @@ static void series(FILE *f, const axes *a, const float *y, long n, size_t stride
 }
 
 static void write_body(FILE *f, const mp_report *r) {
-    const mp_report_run *base = NULL;
-    for (int i = 0; i < r->nruns; i++)
-        if (strcmp(r->runs[i].name, "fp32") == 0) base = &r->runs[i];
+    const mp_report_run *base = r->baseline >= 0 && r->baseline < r->nruns ? &r->runs[r->baseline] : NULL;
     fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>");
     esc(f, r->title);
     fprintf(f, "</title>\n<style>\n"
@@ -138,17 +125,19 @@ static void write_body(FILE *f, const mp_report *r) {
     }
     fputs("</p></div>\n", f);
 
-    fprintf(f, "<h2>Summary</h2>\n<table id=\"summary\">\n<tr><th>mode</th><th>final train loss</th><th>test accuracy</th>"
-               "<th>skipped steps</th><th>final scale</th><th>gradients underflowed</th><th>frozen weights</th>"
-               "<th>ms/step</th><th>peak memory</th><th>speed-up vs fp32</th></tr>\n");
+    fprintf(f, "<h2>Summary</h2>\n<table id=\"summary\">\n<tr><th>mode</th><th>final train loss</th><th>");
+    esc(f, r->eval_name);
+    fprintf(f, "</th><th>skipped steps</th><th>final scale</th><th>gradients underflowed</th><th>frozen weights</th>"
+               "<th>ms/step</th><th>peak memory</th><th>speed-up vs %s</th></tr>\n", base ? base->name : "-");
     for (int i = 0; i < r->nruns; i++) {
         const mp_report_run *u = &r->runs[i];
         char speed[32] = "";
         if (base && u->ms_per_step > 0) snprintf(speed, sizeof speed, "%.2fx", base->ms_per_step / u->ms_per_step);
         fprintf(f, "<tr data-mode=\"%s\"><td><span class=\"swatch\" style=\"background:%s\"></span>%s</td>"
-                   "<td>%.4f</td><td class=\"acc\">%.2f%%</td><td>%ld</td><td>%g</td><td class=\"under\">%.4f%%</td>"
+                   "<td>%.4f</td><td class=\"acc\">%.*f%s</td><td>%ld</td><td>%g</td><td class=\"under\">%.4f%%</td>"
                    "<td>%.2f%%</td><td>%.1f</td><td>%.0f MiB</td><td>%s</td></tr>\n",
-                u->name, color_of(u->name), u->name, u->last_loss, 100 * u->test_accuracy, u->skipped_total,
+                u->name, u->color, u->name, u->last_loss, r->eval_percent ? 2 : 4,
+                r->eval_percent ? 100 * u->eval : u->eval, r->eval_percent ? "%" : "", u->skipped_total,
                 u->final_scale, 100 * u->underflow, 100 * u->frozen, u->ms_per_step, u->memory_mib, speed);
     }
     fprintf(f, "</table>\n");
@@ -171,7 +160,7 @@ static void write_body(FILE *f, const mp_report *r) {
     frame(f, &a, "loss", "Training loss per step (all modes)", "step", "loss", tick_step(lmax, 5), "%g", 0, 1);
     legend(f, &a, r, NULL);
     for (int i = 0; i < r->nruns; i++)
-        series(f, &a, r->runs[i].loss, r->runs[i].nsteps, 1, color_of(r->runs[i].name), 0, 0);
+        series(f, &a, r->runs[i].loss, r->runs[i].nsteps, 1, r->runs[i].color, 0, 0);
     fprintf(f, "</svg></figure>\n");
 
     /* 2. scale */
@@ -196,7 +185,7 @@ static void write_body(FILE *f, const mp_report *r) {
         for (int i = 0; i < r->nruns; i++) {
             if (!show[i]) continue;
             const mp_report_run *u = &r->runs[i];
-            series(f, &b, u->scale, u->nsteps, 1, color_of(u->name), 1, 0);
+            series(f, &b, u->scale, u->nsteps, 1, u->color, 1, 0);
             for (long s = 0; s < u->nsteps; s++)
                 if (u->skipped[s])
                     fprintf(f, "<circle class=\"skip\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"none\" stroke=\"#d00\"/>\n",
@@ -210,9 +199,10 @@ static void write_body(FILE *f, const mp_report *r) {
     /* 3. per-layer underflow: grouped bars */
     int nl = 0;
     double umax = 1e-4;
+    const char (*names)[64] = NULL;
     for (int i = 0; i < r->nruns; i++) {
         const mp_report_run *u = &r->runs[i];
-        nl = u->nlayers > nl ? u->nlayers : nl;
+        if (u->nlayers > nl) nl = u->nlayers, names = u->layer_names;
         for (int l = 0; l < u->nlayers; l++) {
             double m = 0;
             for (long s = 0; s < u->nsteps; s++) m += u->layer_underflow[(size_t)s * (size_t)u->nlayers + (size_t)l];
@@ -223,7 +213,7 @@ static void write_body(FILE *f, const mp_report *r) {
     umax *= 100 * 1.1;
     axes c = {0, (double)(nl > 0 ? nl : 1), 0, umax, 960, 260, 60, 20, 30, 40};
     frame(f, &c, "layers", "Gradient values that became exactly zero when stored, by layer (mean over steps)",
-          "layer (fc0 = first)", "% of values", tick_step(umax, 5), "%g%%", 0, 0);
+          "tensor (first layer on the left)", "% of values", tick_step(umax, 5), "%g%%", 0, 0);
     legend(f, &c, r, NULL);
     const double gw = (px(&c, 1) - px(&c, 0)) * 0.8 / (r->nruns > 0 ? r->nruns : 1);
     for (int i = 0; i < r->nruns; i++) {
@@ -233,14 +223,14 @@ static void write_body(FILE *f, const mp_report *r) {
             for (long s = 0; s < u->nsteps; s++) m += u->layer_underflow[(size_t)s * (size_t)u->nlayers + (size_t)l];
             m = 100 * m / (u->nsteps > 0 ? (double)u->nsteps : 1.0);
             const double x = px(&c, l + 0.1) + gw * i, y = py(&c, m);
-            fprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s fc%d: "
+            fprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s %s: "
                        "%.4f%%</title></rect>\n",
-                    x, y, gw * 0.92, py(&c, 0) - y, color_of(u->name), u->name, l, m);
+                    x, y, gw * 0.92, py(&c, 0) - y, u->color, u->name, u->layer_names[l], m);
         }
     }
     for (int l = 0; l < nl; l++)
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">fc%d</text>\n", px(&c, l + 0.5),
-                c.h - c.mb + 14, l);
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%s</text>\n", px(&c, l + 0.5),
+                c.h - c.mb + 14, names[l]);
     fprintf(f, "</svg></figure>\n");
 
     /* 4. underflow over time: mean over layers per step */
@@ -260,7 +250,7 @@ static void write_body(FILE *f, const mp_report *r) {
           tick_step(tmax * 1.1, 5), "%g%%", 0, 1);
     legend(f, &d, r, NULL);
     for (int i = 0; tot && i < r->nruns; i++)
-        series(f, &d, tot + (size_t)i * (size_t)maxn, r->runs[i].nsteps, 1, color_of(r->runs[i].name), 0, 0);
+        series(f, &d, tot + (size_t)i * (size_t)maxn, r->runs[i].nsteps, 1, r->runs[i].color, 0, 0);
     free(tot);
     fprintf(f, "</svg></figure>\n");
 
@@ -298,7 +288,7 @@ static void write_body(FILE *f, const mp_report *r) {
             double tot2 = u->hist_zeros;
             for (int b = 0; b < MP_REPORT_HIST_BINS; b++) tot2 += u->hist[b];
             fprintf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" points=\"",
-                    color_of(u->name));
+                    u->color);
             for (int b = 0; b < MP_REPORT_HIST_BINS; b++) {
                 const double v = tot2 > 0 ? 100 * u->hist[b] / tot2 : 0;
                 fprintf(f, "%.1f,%.1f %.1f,%.1f ", px(&e, lo + b), py(&e, v), px(&e, lo + b + 1), py(&e, v));

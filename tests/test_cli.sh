@@ -112,7 +112,7 @@ expect 2 "$M" scaler-sim --json --csv && one_line
 TR=(train --model mlp:784-48-10 --batch 64 --threads 2)
 expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 30 --log "$T/log.csv" --save "$T/a.st"
 has "$out" '^result: test accuracy [0-9.]+%'
-if [ "$(wc -l < "$T/log.csv")" -eq 31 ] && head -1 "$T/log.csv" | grep -q '^step,loss,scale,skipped,grad_norm,underflow,overflow,ms,underflow_fc0,underflow_fc1,subnormal_fc0,subnormal_fc1$'; then ok; else fail "log rows"; fi
+if [ "$(wc -l < "$T/log.csv")" -eq 31 ] && head -1 "$T/log.csv" | grep -q '^step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,ms,eval_loss,underflow_fc0,underflow_fc1,subnormal_fc0,subnormal_fc1,act_overflow_fc0,act_overflow_fc1$'; then ok; else fail "log rows"; fi
 if python3 - "$T/log.csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))

@@ -147,9 +147,10 @@ static shape random_shape(void) {
 static void check_paths(int quick) {
     const mp_isa best = mp_cpu_detected();
     for (int isa = MP_ISA_SCALAR; isa <= (int)best; isa++) {
-        if (isa == MP_ISA_AVX2) continue; /* GEMM has no AVX2 kernel: it runs the scalar one */
         mp_cpu_set_isa((mp_isa)isa);
-        const size_t kc_exact = isa >= MP_ISA_AVX512 ? mp_gemm_avx512.kc : mp_gemm_scalar.kc;
+        const size_t kc_exact = isa >= MP_ISA_AVX512 ? mp_gemm_avx512.kc
+                                : isa == MP_ISA_AVX2 ? mp_gemm_avx2.kc
+                                                     : mp_gemm_scalar.kc;
         for (int t = 0; t < 150; t++) {
             const shape s = random_shape();
             check_shape(&s, kc_exact, t % 5 == 0);
@@ -163,9 +164,20 @@ static void check_paths(int quick) {
             {0, 0, 256, 1024, 784, 784, 1024, 1024, 1.0f, 0.0f, MP_BF16, MP_F16, MP_F16},
         };
         /* under sanitizers (--quick) one of them: the fp64 reference is slow there */
-        for (size_t i = 0; i < (quick ? 1 : sizeof big / sizeof big[0]); i++) check_shape(&big[i], kc_exact, 0);
-        printf("  %s: 155 shapes within the fp64 bound, equal to mp_gemm_ref for k <= %zu\n", mp_isa_name((mp_isa)isa),
-               kc_exact);
+        const size_t nbig = quick ? 1 : sizeof big / sizeof big[0];
+        for (size_t i = 0; i < nbig; i++) check_shape(&big[i], kc_exact, 0);
+        /* k = KC exactly: one whole block, bit for bit; k = KC + 1: a second
+         * block of one k (edge tiles in m and n, every input and C format) */
+        for (int d = 0; d < 2; d++)
+            for (int f = 0; f < 3; f++) {
+                const mp_dtype ts[3] = {MP_F32, MP_F16, MP_BF16};
+                const shape edge = {f & 1, d, 29, 37, kc_exact + (size_t)d, f & 1 ? 29 : kc_exact + (size_t)d,
+                                    d ? kc_exact + 1 : 37, 37, 1.0f, f == 2 ? 0.5f : 0.0f, ts[f], ts[(f + 1) % 3],
+                                    ts[(f + 2) % 3]};
+                check_shape(&edge, kc_exact, 0);
+            }
+        printf("  %s: %zu shapes within the fp64 bound, equal to mp_gemm_ref for k <= %zu\n",
+               mp_isa_name((mp_isa)isa), 150 + nbig + 6, kc_exact);
     }
     mp_cpu_set_isa(best);
 }

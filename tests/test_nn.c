@@ -131,8 +131,8 @@ static void check_loss_falls(void) {
         }
         CHECK(last < 0.25f * first, "%s%s: loss %g -> %g", mp_format(k == 3 ? MP_BF16 : cts[k])->name, k == 3 ? "-pure+ln" : "",
               (double)first, (double)last);
-        const mp_layer_stats *ls = mp_mlp_stats(m, 0);
-        CHECK(ls && ls->elements > 0, "stats counted");
+        const mp_tensor_stats *ls = mp_mlp_stats(m, 0);
+        CHECK(ls && ls->bwd_elements > 0 && strcmp(ls->name, "fc0") == 0, "stats counted");
         mp_mlp_free(m);
         mp_optim_free(o);
     }
@@ -154,9 +154,8 @@ static void check_parse_and_load(void) {
     mp_mlp_create(&a, &c, MP_F16, 0, 4, o1, 1);
     mp_mlp_create(&b, &c, MP_F16, 0, 4, o2, 2);
     mp_tensor ts[4 * MP_MLP_MAX_LAYERS];
-    size_t n;
-    mp_mlp_tensors(a, ts, &n);
-    CHECK(n == 6, "6 tensors (fc0, ln0, fc1)");
+    const size_t n = mp_mlp_tensors(a, ts, 4 * MP_MLP_MAX_LAYERS);
+    CHECK(mp_mlp_tensors(a, NULL, 0) == 6 && n == 6, "6 tensors (fc0, ln0, fc1)");
     const char *path = "test_nn_weights.safetensors";
     CHECK(mp_safetensors_write(path, ts, n, NULL) == MP_OK, "write");
     mp_safetensors st;

@@ -1,6 +1,6 @@
 /* cmd_compare.c - `mixprec compare` and `mixprec demo`: the same network trained
- * in several precision modes (each a `mixprec train` child process, so each has
- * its own peak memory), a summary table and DIR/report.html. */
+ * in several precision modes, one after the other in this process through the
+ * library's trainer (tools/run.c), a summary table and DIR/report.html. */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -9,25 +9,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <fcntl.h>
-#include <unistd.h>
 
-#include "cli.h"
+#include "run.h"
 
-static const char usage[] =
+static const char usage_head[] =
     "usage: mixprec compare [--precisions LIST] [--out DIR] [train options]\n\n"
     "Trains the same network with the same seed, data and initial weights once per\n"
     "precision mode (default fp32,fp16,fp16-dynamic,bf16), prints a summary table\n"
     "and writes DIR/report.html (one self-contained page: loss curves, the loss\n"
-    "scale with every skipped step, gradient underflow by layer and over time, where\n"
+    "scale with every skipped step, gradient underflow by tensor and over time, where\n"
     "the gradients lie against fp16's range, and a reading of what happened) with\n"
     "the logs behind it: DIR/MODE.csv (per step), DIR/MODE.json (per run),\n"
-    "DIR/MODE.txt (the run's output) and DIR/summary.json.\n\n"
-    "  --precisions LIST   comma-separated modes (see mixprec train --help)\n"
-    "  --out DIR           output directory (mixprec-compare)\n"
-    "Every other option goes to `mixprec train` (model, optimizer, batch, steps ...).\n";
+    "DIR/MODE.txt (the run's output) and DIR/summary.json (docs/LOGS.md).\n"
+    "The modes run one after the other in this process; peak memory is measured\n"
+    "per mode (the kernel's high-water mark, reset before each).\n\n"
+    "  --precisions LIST   comma-separated modes (see below)\n"
+    "  --out DIR           output directory (mixprec-compare)\n\n"
+    "The training options (all but --precision, --log and --summary, which compare sets):\n";
 
 static const char demo_usage[] =
     "usage: mixprec demo [--out DIR]\n\n"
@@ -35,141 +34,46 @@ static const char demo_usage[] =
     "It prints every choice as the `mixprec compare` command that reproduces it.\n";
 
 typedef struct {
-    char name[32];
-    mp_report_run run;
-    float *loss, *scale, *layer_under;
-    uint8_t *skipped;
-    double grad_norm_last;
-    char *warn_text[8];
-    const char *warn_ptr[8];
-    cJSON *summary;
+    char name[40];
+    run_result r;
 } run_data;
 
-static int split_csv_line(char *line, char **fields, int max) {
-    int n = 0;
-    for (char *p = line; n < max;) {
-        fields[n++] = p;
-        char *c = strchr(p, ',');
-        if (!c) break;
-        *c = 0;
-        p = c + 1;
-    }
-    char *nl = n ? strchr(fields[n - 1], '\n') : NULL;
-    if (nl) *nl = 0;
-    return n;
+static const run_result *find(const run_data *runs, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(runs[i].name, name) == 0) return &runs[i].r;
+    return NULL;
 }
 
-/* Reads DIR/NAME.csv and DIR/NAME.json into d. */
-static int load_run(const char *dir, run_data *d, char *err, size_t errlen) {
-    char path[16384];
-    snprintf(path, sizeof path, "%s/%s.csv", dir, d->name);
-    FILE *f = fopen(path, "r");
-    if (!f) return snprintf(err, errlen, "%s: cannot open", path), -1;
-    char line[8192];
-    char *fields[80];
-    if (!fgets(line, sizeof line, f)) {
-        fclose(f);
-        return snprintf(err, errlen, "%s: empty log", path), -1;
-    }
-    const int nf = split_csv_line(line, fields, 80);
-    const int nl = (nf - 8) / 2; /* underflow_fc*, then subnormal_fc* */
-    long cap = 1024, n = 0;
-    const size_t lw = (size_t)(nl > 0 ? nl : 1);
-    d->loss = malloc(cap * sizeof(float)), d->scale = malloc(cap * sizeof(float));
-    d->skipped = malloc((size_t)cap), d->layer_under = malloc((size_t)cap * lw * sizeof(float));
-    while (d->loss && d->scale && d->skipped && d->layer_under && fgets(line, sizeof line, f)) {
-        if (n == cap) {
-            cap *= 2;
-            float *l2 = realloc(d->loss, cap * sizeof(float));
-            if (l2) d->loss = l2;
-            float *s2 = realloc(d->scale, cap * sizeof(float));
-            if (s2) d->scale = s2;
-            uint8_t *k2 = realloc(d->skipped, (size_t)cap);
-            if (k2) d->skipped = k2;
-            float *u2 = realloc(d->layer_under, (size_t)cap * lw * sizeof(float));
-            if (u2) d->layer_under = u2;
-            if (!l2 || !s2 || !k2 || !u2) break;
-        }
-        if (split_csv_line(line, fields, 80) != nf) continue;
-        d->loss[n] = strtof(fields[1], NULL), d->scale[n] = strtof(fields[2], NULL);
-        d->skipped[n] = (uint8_t)atoi(fields[3]);
-        for (int l = 0; l < nl; l++) d->layer_under[(size_t)n * (size_t)nl + (size_t)l] = strtof(fields[8 + l], NULL);
-        n++;
-    }
-    fclose(f);
-    if (!d->loss || !d->scale || !d->skipped || !d->layer_under) return snprintf(err, errlen, "out of memory"), -1;
-    snprintf(path, sizeof path, "%s/%s.json", dir, d->name);
-    f = fopen(path, "r");
-    if (!f) return snprintf(err, errlen, "%s: cannot open", path), -1;
-    fseek(f, 0, SEEK_END);
-    const long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
-    if (!text) {
-        fclose(f);
-        return snprintf(err, errlen, "%s: cannot read", path), -1;
-    }
-    const size_t got = fread(text, 1, (size_t)sz, f);
-    text[got] = 0;
-    fclose(f);
-    d->summary = cJSON_Parse(text);
-    free(text);
-    if (!d->summary) return snprintf(err, errlen, "%s: not valid JSON", path), -1;
-    mp_report_run *r = &d->run;
-    memset(r, 0, sizeof *r);
-    r->name = d->name;
-    const cJSON *j = d->summary;
-#define NUM(k) cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, k))
-    r->format = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "compute_format"));
-    r->nsteps = n, r->loss = d->loss, r->scale = d->scale, r->skipped = d->skipped;
-    r->nlayers = nl, r->layer_underflow = d->layer_under;
-    r->test_accuracy = NUM("test_accuracy"), r->test_loss = NUM("test_loss"), r->last_loss = NUM("last_train_loss");
-    r->underflow = NUM("underflow_fraction"), r->frozen = NUM("frozen_fraction"), r->ms_per_step = NUM("ms_per_step");
-    r->memory_mib = NUM("peak_memory_mib"), r->final_scale = NUM("final_scale"), r->skipped_total = (long)NUM("skipped");
-#undef NUM
-    const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "histograms");
-    const cJSON *snaps = cJSON_GetObjectItemCaseSensitive(h, "snapshots");
-    const int ns = cJSON_GetArraySize(snaps);
-    if (ns > 0) {
-        const cJSON *last = cJSON_GetArrayItem(snaps, ns - 1);
-        const cJSON *counts = cJSON_GetObjectItemCaseSensitive(last, "counts");
-        r->has_hist = cJSON_GetArraySize(counts) == MP_REPORT_HIST_BINS;
-        r->hist_lo = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(h, "log2_lo"));
-        r->hist_zeros = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(last, "zeros"));
-        r->hist_scale = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(last, "scale"));
-        for (int b = 0; r->has_hist && b < MP_REPORT_HIST_BINS; b++)
-            r->hist[b] = cJSON_GetNumberValue(cJSON_GetArrayItem(counts, b));
-    }
-    const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, "warnings");
-    for (int k = 0; k < cJSON_GetArraySize(w) && k < 8; k++) {
-        d->warn_ptr[k] = cJSON_GetStringValue(cJSON_GetArrayItem(w, k));
-        r->nwarnings++;
-    }
-    r->warnings = d->warn_ptr;
-    return 0;
-}
-
-static void free_run(run_data *d) {
-    free(d->loss), free(d->scale), free(d->skipped), free(d->layer_under);
-    cJSON_Delete(d->summary);
-}
-
-static double mean_layer(const mp_report_run *r, int l) {
+static double mean_tensor(const run_result *r, int l) {
     double m = 0;
-    for (long s = 0; s < r->nsteps; s++) m += r->layer_underflow[(size_t)s * (size_t)r->nlayers + (size_t)l];
+    for (long s = 0; s < r->nsteps; s++) m += r->tensor_underflow[(size_t)s * (size_t)r->ntensors + (size_t)l];
     return r->nsteps ? m / (double)r->nsteps : 0;
 }
 
-static const mp_report_run *find(const run_data *runs, int n, const char *name) {
-    for (int i = 0; i < n; i++)
-        if (strcmp(runs[i].name, name) == 0) return &runs[i].run;
-    return NULL;
+/* The evaluation figure in words: "87.91% test accuracy" or "validation loss 1.6234". */
+static const char *eval_text(char *buf, size_t cap, const run_result *r) {
+    if (strcmp(r->model_kind, "gpt") == 0) snprintf(buf, cap, "validation loss %.4f", r->eval_loss);
+    else snprintf(buf, cap, "%.2f%% test accuracy", 100 * r->eval_accuracy);
+    return buf;
+}
+
+/* How far r is from the baseline b: "0.25 points below" or "0.8% above". */
+static const char *eval_diff(char *buf, size_t cap, const run_result *r, const run_result *b) {
+    if (strcmp(r->model_kind, "gpt") == 0) {
+        const double rel = 100 * (r->eval_loss - b->eval_loss) / b->eval_loss;
+        snprintf(buf, cap, "%.2f%% %s", fabs(rel), rel > 0 ? "above (worse than)" : "below (better than)");
+    } else {
+        const double d = 100 * (r->eval_accuracy - b->eval_accuracy);
+        snprintf(buf, cap, "%.2f points %s", fabs(d), d >= 0 ? "above" : "below");
+    }
+    return buf;
 }
 
 /* The plain-language reading, from the numbers. */
 static void reading(char *out, size_t cap, const run_data *runs, int n, const char *model) {
-    const mp_report_run *f32 = find(runs, n, "fp32"), *f16 = find(runs, n, "fp16"), *dyn = find(runs, n, "fp16-dynamic");
-    const mp_report_run *bf = find(runs, n, "bf16");
+    const run_result *f32 = find(runs, n, "fp32"), *f16 = find(runs, n, "fp16"), *dyn = find(runs, n, "fp16-dynamic");
+    const run_result *bf = find(runs, n, "bf16");
+    char e1[64], e2[64], e3[64];
     size_t k = 0;
 #define ADD(...) k += (size_t)snprintf(out + k, k < cap ? cap - k : 0, __VA_ARGS__)
     ADD("Every mode trained the same network (%s) from the same initial weights on the same batches. Gradients are "
@@ -178,20 +82,21 @@ static void reading(char *out, size_t cap, const run_data *runs, int n, const ch
         model);
     if (f16) {
         int worst = 0;
-        for (int l = 1; l < f16->nlayers; l++) worst = mean_layer(f16, l) > mean_layer(f16, worst) ? l : worst;
-        ADD("fp16 without loss scaling: %.2f%% of the gradient values it stored became zero (%.2f%% in layer fc%d), and "
-            "%.1f%% of the weights did not change at all over the last steps measured. ",
-            100 * f16->underflow, 100 * mean_layer(f16, worst), worst, 100 * f16->frozen);
+        for (int l = 1; l < f16->ntensors; l++) worst = mean_tensor(f16, l) > mean_tensor(f16, worst) ? l : worst;
+        ADD("fp16 without loss scaling: %.2f%% of the gradient values it stored became zero (%.2f%% in %s). ",
+            100 * f16->underflow, f16->ntensors ? 100 * mean_tensor(f16, worst) : 0.0,
+            f16->ntensors ? f16->tensor_names[worst] : "-");
         if (f32) {
-            const double d = 100 * (f16->test_accuracy - f32->test_accuracy);
-            if (d < -0.5)
-                ADD("It ended at %.2f%% test accuracy, %.2f points below fp32 (%.2f%%): the lost gradients cost "
-                    "accuracy.\n\n", 100 * f16->test_accuracy, -d, 100 * f32->test_accuracy);
+            const int worse = strcmp(f16->model_kind, "gpt") == 0 ? f16->eval_loss > f32->eval_loss * 1.005
+                                                                  : f16->eval_accuracy < f32->eval_accuracy - 0.005;
+            if (worse)
+                ADD("It ended at %s, %s fp32 (%s): the lost gradients cost accuracy.\n\n", eval_text(e1, sizeof e1, f16),
+                    eval_diff(e2, sizeof e2, f16, f32), eval_text(e3, sizeof e3, f32));
             else
-                ADD("It still ended at %.2f%% test accuracy against fp32's %.2f%%: in this run the values lost were "
-                    "too few, or too small, to change the result, but they are lost all the same and the share grows as "
-                    "gradients shrink (deeper networks, larger batches, later in training).\n\n",
-                    100 * f16->test_accuracy, 100 * f32->test_accuracy);
+                ADD("It still ended at %s against fp32's %s: in this run the values lost were too few, or too small, "
+                    "to change the result, but they are lost all the same and the share grows as gradients shrink "
+                    "(deeper networks, larger batches, later in training).\n\n",
+                    eval_text(e1, sizeof e1, f16), eval_text(e2, sizeof e2, f32));
         }
     }
     if (dyn) {
@@ -203,183 +108,214 @@ static void reading(char *out, size_t cap, const run_data *runs, int n, const ch
             dyn->final_scale, dyn->skipped_total, dyn->skipped_total == 1 ? "" : "s", 100 * dyn->underflow);
         if (f16 && dyn->underflow > 0) ADD(", %.0f times fewer than without scaling", f16->underflow / dyn->underflow);
         else if (f16) ADD(" (none at all, against %.2f%% without scaling)", 100 * f16->underflow);
-        if (f32)
-            ADD("; test accuracy %.2f%%, %.2f points %s fp32's %.2f%%", 100 * dyn->test_accuracy,
-                fabs(100 * (dyn->test_accuracy - f32->test_accuracy)),
-                dyn->test_accuracy >= f32->test_accuracy ? "above" : "below", 100 * f32->test_accuracy);
+        if (f32) ADD("; %s, %s fp32's", eval_text(e1, sizeof e1, dyn), eval_diff(e2, sizeof e2, dyn, f32));
         ADD(".\n\n");
     }
     if (bf) {
         ADD("bf16 keeps fp32's 8-bit exponent, so its range reaches down to 1e-38 like fp32: %.4f%% of its gradient "
             "values became zero without any loss scaling. It has only 8 significant bits, which rounding to nearest "
-            "and fp32 master weights absorb: test accuracy %.2f%%",
-            100 * bf->underflow, 100 * bf->test_accuracy);
-        if (f32)
-            ADD(", %.2f points %s fp32's", fabs(100 * (bf->test_accuracy - f32->test_accuracy)),
-                bf->test_accuracy >= f32->test_accuracy ? "above" : "below");
+            "and fp32 master weights absorb: %s",
+            100 * bf->underflow, eval_text(e1, sizeof e1, bf));
+        if (f32) ADD(", %s fp32's", eval_diff(e2, sizeof e2, bf, f32));
         ADD(".\n\n");
     }
-    if (f32) {
+    if (f32 && n > 1) {
+        const int gpt = strcmp(f32->model_kind, "gpt") == 0;
         double spread = 0;
-        for (int i = 0; i < n; i++) spread = fmax(spread, fabs(runs[i].run.test_accuracy - f32->test_accuracy));
+        for (int i = 0; i < n; i++)
+            spread = fmax(spread, gpt ? fabs(runs[i].r.eval_loss - f32->eval_loss) / f32->eval_loss
+                                      : fabs(runs[i].r.eval_accuracy - f32->eval_accuracy));
         if (spread > 0.005)
             ADD("The modes round differently, so after the first step each follows its own path through training; "
-                "differences of up to %.2f points between them in a run this short are that path, not the format: a "
-                "change in the last bit of one rounding moves a run's final accuracy by about as much.\n\n",
-                100 * spread);
+                "differences of up to %.2f %s between them in a run this short are that path, not the format: a "
+                "change in the last bit of one rounding moves a run's final result by about as much.\n\n",
+                100 * spread, gpt ? "percent" : "points");
     }
     if (f32 && bf && bf->ms_per_step > 0)
-        ADD("Speed: a bf16 step took %.1f ms against %.1f ms in fp32 (%.2fx), because the matrix multiplies read bf16 "
-            "and use the CPU's bf16 dot-product instruction.", bf->ms_per_step, f32->ms_per_step,
-            f32->ms_per_step / bf->ms_per_step);
+        ADD("Speed: a bf16 step took %.1f ms against %.1f ms in fp32 (%.2fx), because the matrix multiplies read bf16%s.",
+            bf->ms_per_step, f32->ms_per_step, f32->ms_per_step / bf->ms_per_step,
+            mp_cpu_isa() >= MP_ISA_AVX512_BF16 ? " and use the CPU's bf16 dot-product instruction"
+                                                : " (this CPU has no bf16 dot-product instruction: they are widened to fp32)");
 #undef ADD
 }
 
-static int run_child(const char *self, char **args, const char *outfile) {
-    const pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        const int fd = open(outfile, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            close(fd);
-        }
-        execv(self, args);
-        _exit(127);
-    }
-    int status;
-    if (waitpid(pid, &status, 0) < 0) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+static double seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int compare(int argc, char **argv, const char *precisions, const char *out, const char *cmdline) {
-    char self[4096];
-    const ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (sl <= 0) return fprintf(stderr, "mixprec compare: cannot find its own executable\n"), 1;
-    self[sl] = 0;
+static int write_summary(const char *out, const char *cmdline, const run_data *runs, int n) {
+    cJSON *all = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(all, "runs");
+    cJSON_AddStringToObject(all, "command", cmdline);
+    int bad = 0;
+    for (int r = 0; r < n; r++) { /* the per-mode summaries, side by side */
+        char path[4200];
+        snprintf(path, sizeof path, "%.4000s/%.39s.json", out, runs[r].name);
+        FILE *f = fopen(path, "r");
+        char *text = NULL;
+        long sz = -1;
+        if (f && fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+            (text = malloc((size_t)sz + 1)))
+            text[fread(text, 1, (size_t)sz, f)] = 0;
+        if (f) fclose(f);
+        cJSON *j = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        if (j) cJSON_AddItemToArray(arr, j);
+        else bad = 1;
+    }
+    char *jt = cJSON_Print(all);
+    cJSON_Delete(all);
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%.4000s/summary.json", out);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = jt ? fopen(tmp, "w") : NULL;
+    if (!f || fputs(jt, f) < 0) bad = 1;
+    if (f && fclose(f) != 0) bad = 1;
+    if (!bad && rename(tmp, path) != 0) bad = 1;
+    if (bad) remove(tmp);
+    free(jt);
+    return bad ? fprintf(stderr, "mixprec compare: %s: cannot write\n", path), 1 : 0;
+}
+
+static int compare(run_opts *base, const char *precisions, const char *out, const char *cmdline) {
     if (mkdir(out, 0755) != 0 && errno != EEXIST)
         return fprintf(stderr, "mixprec compare: %s: cannot create (%s)\n", out, strerror(errno)), 1;
+    if (strlen(out) > 4000) return cli_usage_error("compare", "--out is too long");
+    run_data runs[8];
+    run_opts opts[8];
+    int n = 0;
     char list[512];
     snprintf(list, sizeof list, "%s", precisions);
-    run_data runs[8];
-    int n = 0;
-    char model[256] = "mlp:784-1024-1024-10";
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--model") && i + 1 < argc) snprintf(model, sizeof model, "%s", argv[i + 1]);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
         if (n == 8) return cli_usage_error("compare", "at most 8 precisions");
-        if (strpbrk(tok, "/\\") || tok[0] == '.' || strlen(tok) >= sizeof runs[n].name)
-            return cli_usage_error("compare", "'%s' is not a precision mode", tok);
         memset(&runs[n], 0, sizeof runs[n]);
+        opts[n] = *base;
+        float scale = 0;
+        if (mp_precision_parse(tok, &opts[n].prec, &scale) != MP_OK) return cli_usage_error("compare", "%s", mp_last_error());
+        if (scale > 0) opts[n].scaler.init_scale = scale;
         snprintf(runs[n].name, sizeof runs[n].name, "%s", tok);
+        snprintf(opts[n].prec_name, sizeof opts[n].prec_name, "%s", tok);
         n++;
     }
     if (n == 0) return cli_usage_error("compare", "--precisions is empty");
-    int rc = 0;
+    int rc = 0, done = 0;
+    char csv[8][4200], js[8][4200];
     for (int r = 0; r < n; r++) {
-        char csv[16384], js[16384], txt[16384];
-        snprintf(csv, sizeof csv, "%s/%s.csv", out, runs[r].name);
-        snprintf(js, sizeof js, "%s/%s.json", out, runs[r].name);
-        snprintf(txt, sizeof txt, "%s/%s.txt", out, runs[r].name);
-        char **args = calloc((size_t)argc + 16, sizeof *args);
-        int k = 0;
-        args[k++] = self, args[k++] = (char *)"train";
-        int has_hist = 0;
-        for (int i = 1; i < argc; i++) {
-            args[k++] = argv[i];
-            has_hist |= !strcmp(argv[i], "--hist-every");
-        }
-        args[k++] = (char *)"--precision", args[k++] = runs[r].name;
-        args[k++] = (char *)"--log", args[k++] = csv, args[k++] = (char *)"--summary", args[k++] = js;
-        if (!has_hist) args[k++] = (char *)"--hist-every", args[k++] = (char *)"10";
+        char txt[4200];
+        snprintf(csv[r], sizeof csv[r], "%.4000s/%.39s.csv", out, runs[r].name);
+        snprintf(js[r], sizeof js[r], "%.4000s/%.39s.json", out, runs[r].name);
+        snprintf(txt, sizeof txt, "%.4000s/%.39s.txt", out, runs[r].name);
+        opts[r].log = csv[r], opts[r].summary = js[r];
         printf("  %-14s ...", runs[r].name);
         fflush(stdout);
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        const int st = run_child(self, args, txt);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        free(args);
-        printf(" %s in %.1f s (log: %s)\n", st == 0 ? "done" : st == 1 ? "stopped early" : "failed",
-               (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), txt);
-        if (st == 2) return fprintf(stderr, "mixprec compare: %s: bad training options (see %s)\n", runs[r].name, txt), 2;
-        if (st != 0 && st != 1) {
+        FILE *f = fopen(txt, "w");
+        if (!f) return fprintf(stderr, "\nmixprec compare: %s: cannot create\n", txt), 1;
+        const double t0 = seconds();
+        const int st = run_training(&opts[r], f, &runs[r].r);
+        const int wbad = fclose(f) != 0;
+        printf(" %s in %.1f s (log: %s)\n", st == 0 ? "done" : st == 1 ? "stopped early" : "failed", seconds() - t0, txt);
+        if (wbad) fprintf(stderr, "mixprec compare: %s: cannot write\n", txt), rc = 1;
+        if (st == CLI_USAGE) {
+            for (int q = 0; q <= r; q++) run_result_free(&runs[q].r);
+            return CLI_USAGE;
+        }
+        if (st != 0 && runs[r].r.nsteps == 0) { /* nothing to show */
             fprintf(stderr, "mixprec compare: %s: training failed (see %s)\n", runs[r].name, txt);
+            run_result_free(&runs[r].r);
             rc = 1;
-            n = r;
             break;
         }
+        done++;
     }
-    char err[17000];
-    for (int r = 0; r < n; r++)
-        if (load_run(out, &runs[r], err, sizeof err) != 0) {
-            fprintf(stderr, "mixprec compare: %s\n", err);
-            for (int q = 0; q <= r; q++) free_run(&runs[q]);
-            return 1;
-        }
-    const mp_report_run *f32 = find(runs, n, "fp32");
-    static char acc_warn[8][200];
+    n = done;
+    if (n == 0) return 1;
+    const run_result *f32 = find(runs, n, "fp32");
+    const int gpt = strcmp(runs[0].r.model_kind, "gpt") == 0;
     for (int r = 0; f32 && r < n; r++) {
-        mp_report_run *u = &runs[r].run;
-        if (u == f32 || u->test_accuracy >= f32->test_accuracy - 0.005 || u->nwarnings >= 8) continue;
-        snprintf(acc_warn[r], sizeof acc_warn[r], "test accuracy %.2f%% is %.2f points below the fp32 run's %.2f%%",
-                 100 * u->test_accuracy, 100 * (f32->test_accuracy - u->test_accuracy), 100 * f32->test_accuracy);
-        runs[r].warn_ptr[u->nwarnings++] = acc_warn[r];
-        u->warnings = runs[r].warn_ptr;
+        run_result *u = &runs[r].r;
+        if (u == f32 || u->nwarnings >= 6) continue;
+        if (gpt && u->eval_loss > f32->eval_loss * 1.02)
+            snprintf(u->warnings[u->nwarnings++], sizeof u->warnings[0],
+                     "validation loss %.4f is %.2f%% above the fp32 run's %.4f", u->eval_loss,
+                     100 * (u->eval_loss / f32->eval_loss - 1), f32->eval_loss);
+        else if (!gpt && u->eval_accuracy < f32->eval_accuracy - 0.005)
+            snprintf(u->warnings[u->nwarnings++], sizeof u->warnings[0],
+                     "test accuracy %.2f%% is %.2f points below the fp32 run's %.2f%%", 100 * u->eval_accuracy,
+                     100 * (f32->eval_accuracy - u->eval_accuracy), 100 * f32->eval_accuracy);
     }
-    printf("\n%-14s %10s %9s %8s %10s %11s %8s %9s %8s %9s\n", "mode", "train loss", "test acc", "skipped", "final scale",
-           "underflow", "frozen", "ms/step", "memory", "speed-up");
+    printf("\n%-14s %10s %9s %8s %10s %11s %8s %9s %8s %9s\n", "mode", "train loss", gpt ? "val loss" : "test acc",
+           "skipped", "final scale", "underflow", gpt ? "act ovf" : "frozen", "ms/step", "memory", "speed-up");
     for (int r = 0; r < n; r++) {
-        const mp_report_run *u = &runs[r].run;
-        char sp[16] = "-";
+        const run_result *u = &runs[r].r;
+        char sp[16] = "-", ev[16], fz[16];
         if (f32 && u->ms_per_step > 0) snprintf(sp, sizeof sp, "%.2fx", f32->ms_per_step / u->ms_per_step);
-        printf("%-14s %10.4f %8.2f%% %8ld %10g %10.4f%% %7.2f%% %9.1f %5.0f MiB %9s\n", u->name, u->last_loss,
-               100 * u->test_accuracy, u->skipped_total, u->final_scale, 100 * u->underflow, 100 * u->frozen,
-               u->ms_per_step, u->memory_mib, sp);
+        if (gpt) snprintf(ev, sizeof ev, "%.4f", u->eval_loss), snprintf(fz, sizeof fz, "%s", u->nwarnings ? "see" : "-");
+        else snprintf(ev, sizeof ev, "%.2f%%", 100 * u->eval_accuracy), snprintf(fz, sizeof fz, "%.2f%%", 100 * u->frozen);
+        printf("%-14s %10.4f %9s %8ld %10g %10.4f%% %8s %9.1f %5.0f MiB %9s\n", runs[r].name, u->last_loss, ev,
+               u->skipped_total, u->final_scale, 100 * u->underflow, fz, u->ms_per_step, u->memory_mib, sp);
     }
     for (int r = 0; r < n; r++)
-        for (int k = 0; k < runs[r].run.nwarnings; k++) printf("warning: %s: %s\n", runs[r].name, runs[r].run.warnings[k]);
+        for (int k = 0; k < runs[r].r.nwarnings; k++) printf("warning: %s: %s\n", runs[r].name, runs[r].r.warnings[k]);
     static char text[8192];
-    reading(text, sizeof text, runs, n, model);
+    reading(text, sizeof text, runs, n, base->model);
     printf("\n%s\n", text);
     mp_report_run rr[8];
-    for (int r = 0; r < n; r++) rr[r] = runs[r].run;
+    const char *warn_ptr[8][6];
+    int baseline = -1;
+    for (int r = 0; r < n; r++) {
+        const run_result *u = &runs[r].r;
+        const mp_precision *p = opts[r].prec;
+        for (int k = 0; k < u->nwarnings; k++) warn_ptr[r][k] = u->warnings[k];
+        if (p->compute == MP_F32 && baseline < 0) baseline = r;
+        rr[r] = (mp_report_run){.name = runs[r].name, .format = u->compute_format, .color = p->color,
+                                .nsteps = u->nsteps, .loss = u->loss, .scale = u->scale, .skipped = u->skipped,
+                                .nlayers = u->ntensors, .layer_names = (const char (*)[64])u->tensor_names,
+                                .layer_underflow = u->tensor_underflow, .eval = gpt ? u->eval_loss : u->eval_accuracy,
+                                .last_loss = u->last_loss, .underflow = u->underflow, .frozen = u->frozen,
+                                .ms_per_step = u->ms_per_step, .memory_mib = u->memory_mib,
+                                .final_scale = u->final_scale, .skipped_total = u->skipped_total,
+                                .has_hist = u->has_hist, .hist_lo = RUN_HIST_LO, .hist_zeros = u->hist_zeros,
+                                .hist_scale = u->hist_scale, .warnings = warn_ptr[r], .nwarnings = u->nwarnings};
+        memcpy(rr[r].hist, u->hist, sizeof rr[r].hist);
+    }
     const mp_format_info *h = mp_format(MP_F16);
-    mp_report rep = {"mixprec: the same network in several precisions", cmdline, text, h->min_subnormal,
-                     h->min_normal, h->max, rr, n};
-    char html[16384];
-    snprintf(html, sizeof html, "%s/report.html", out);
+    const mp_report rep = {.title = "mixprec: the same network in several precisions", .command = cmdline,
+                           .reading = text, .fp16_min_subnormal = h->min_subnormal, .fp16_min_normal = h->min_normal,
+                           .fp16_max = h->max, .eval_name = gpt ? "validation loss" : "test accuracy",
+                           .eval_percent = !gpt, .baseline = baseline, .runs = rr, .nruns = n};
+    char html[4200];
+    snprintf(html, sizeof html, "%.4000s/report.html", out);
     if (mp_report_write(html, &rep) != MP_OK) {
         fprintf(stderr, "mixprec compare: %s\n", mp_last_error());
         rc = 1;
     } else {
         printf("\nreport: %s\n", html);
     }
-    /* summary.json: the per-run summaries side by side */
-    cJSON *all = cJSON_CreateObject();
-    cJSON_AddStringToObject(all, "command", cmdline);
-    cJSON *arr = cJSON_AddArrayToObject(all, "runs");
-    for (int r = 0; r < n; r++) cJSON_AddItemReferenceToArray(arr, runs[r].summary);
-    char *jt = cJSON_Print(all);
-    char sp[16384];
-    snprintf(sp, sizeof sp, "%s/summary.json", out);
-    FILE *f = fopen(sp, "w");
-    if (!f || fputs(jt, f) < 0) rc = 1;
-    if (f) fclose(f);
-    free(jt);
-    cJSON_Delete(all);
-    for (int r = 0; r < n; r++) free_run(&runs[r]);
+    if (write_summary(out, cmdline, runs, n)) rc = 1;
+    for (int r = 0; r < n; r++) run_result_free(&runs[r].r);
     return rc;
 }
 
+static int run_compare(int argc, char **argv);
+
+const cli_command cmd_compare = {"compare", "train in several precisions side by side; summary and HTML report", NULL,
+                                 run_compare};
+
 static int run_compare(int argc, char **argv) {
     const char *precisions = "fp32,fp16,fp16-dynamic,bf16", *out = "mixprec-compare";
-    char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    int nr = 0;
+    char **rest = calloc((size_t)argc + 3, sizeof *rest);
+    if (!rest) return fprintf(stderr, "mixprec compare: out of memory\n"), 1;
+    int nr = 0, has_hist = 0;
     rest[nr++] = argv[0];
     char cmdline[4096] = "mixprec compare";
     size_t cl = strlen(cmdline);
     for (int i = 1; i < argc; i++) {
-        if (cli_is_help(&cmd_compare, argv[i])) return free(rest), 0;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage_head, stdout);
+            fputs(run_options_help, stdout);
+            return free(rest), 0;
+        }
         if (!strcmp(argv[i], "--precisions") || !strcmp(argv[i], "--out")) {
             const char *v = cli_value("compare", argc, argv, &i);
             if (!v) return free(rest), CLI_USAGE;
@@ -390,16 +326,17 @@ static int run_compare(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "--precision") || !strcmp(argv[i], "--log") || !strcmp(argv[i], "--summary"))
             return free(rest), cli_usage_error("compare", "%s is set by compare itself", argv[i]);
+        has_hist |= !strcmp(argv[i], "--hist-every");
         rest[nr++] = argv[i];
         cl += (size_t)snprintf(cmdline + cl, cl < sizeof cmdline ? sizeof cmdline - cl : 0, " %s", argv[i]);
     }
-    const int rc = compare(nr, rest, precisions, out, cmdline);
+    if (!has_hist) rest[nr++] = (char *)"--hist-every", rest[nr++] = (char *)"10";
+    run_opts o;
+    int rc = run_parse("compare", nr, rest, &o);
+    if (rc == 0) rc = compare(&o, precisions, out, cmdline);
     free(rest);
     return rc;
 }
-
-const cli_command cmd_compare = {"compare", "train in several precisions side by side; summary and HTML report", usage,
-                                 run_compare};
 
 /* The demo's configuration: a deep MLP with PyTorch's default initialisation
  * and large batches: per-example gradients are divided by the batch size and

@@ -18,7 +18,11 @@
 #include "data.h"
 #include "io.h"
 #include "nn.h"
+#include "model.h"
+#include "gpt.h"
 #include "report.h"
+#include "text.h"
+#include "train.h"
 
 #ifdef __cplusplus
 extern "C" {

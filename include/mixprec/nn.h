@@ -13,6 +13,7 @@
 
 #include "convert.h"
 #include "io.h"
+#include "model.h"
 #include "optim.h"
 #include "status.h"
 
@@ -33,13 +34,6 @@ typedef struct mp_mlp_config {
 
 /* Parses "mlp:784-1024-1024-10" (2 to 17 widths, each 1 to 65536). */
 mp_status mp_mlp_parse(const char *spec, mp_mlp_config *c);
-
-/* Gradient stores of one layer: its output gradient (from the loss, the
- * activation and layer-norm backward) and its weight gradient. */
-typedef struct mp_layer_stats {
-    mp_convert_stats grad;
-    uint64_t         elements; /* values stored */
-} mp_layer_stats;
 
 typedef struct mp_mlp mp_mlp;
 
@@ -73,9 +67,13 @@ mp_status mp_mlp_eval_batch(mp_mlp *m, const float *x, const int32_t *labels, si
  * bins NULL stops it. */
 void mp_mlp_histogram(mp_mlp *m, uint64_t *bins, int lo, int nbins, uint64_t *zeros);
 
-const mp_mlp_config  *mp_mlp_get_config(const mp_mlp *m);
-const mp_layer_stats *mp_mlp_stats(const mp_mlp *m, int layer);
-void                  mp_mlp_reset_stats(mp_mlp *m);
+const mp_mlp_config *mp_mlp_get_config(const mp_mlp *m);
+
+/* Gradient stores of layer l ("fc{l}"), in bwd: its output gradient (from
+ * the loss, the activation and layer-norm backward) and its weight gradient.
+ * NULL for a layer out of range. */
+const mp_tensor_stats *mp_mlp_stats(const mp_mlp *m, int layer);
+void                   mp_mlp_reset_stats(mp_mlp *m);
 
 /* Copies fc/ln tensors (F32, F16 or BF16; shapes must match) into the
  * parameters and refreshes the half copies. MP_ECORRUPT names a missing
@@ -83,8 +81,12 @@ void                  mp_mlp_reset_stats(mp_mlp *m);
 mp_status mp_mlp_load(mp_mlp *m, const mp_safetensors *st);
 
 /* The model's parameter tensors for writing (fp32 masters, or bf16 weights in
- * pure mode): up to 4 per layer into out; *count gets the number. */
-void mp_mlp_tensors(const mp_mlp *m, mp_tensor *out, size_t *count);
+ * pure mode): at most cap into out (up to 4 per layer); returns the number. */
+size_t mp_mlp_tensors(const mp_mlp *m, mp_tensor *out, size_t cap);
+
+/* The model interface over m (mp_batch: x (n, inputs) and targets (n,)
+ * labels); mp_model_free frees m. */
+mp_model mp_mlp_model(mp_mlp *m);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,22 @@ mp_status mp_gelu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size
 mp_status mp_gelu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt, size_t n,
                            mp_convert_stats *st);
 
+/* GELU, erf form (PyTorch approximate='none'): y = 0.5 x (1 + erf(x / sqrt 2));
+ * backward its exact derivative 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi).
+ * fp32 arithmetic (Phi as 0.5 erfcf(-x / sqrt 2), which avoids the cancellation of
+ * 1 + erf for negative x; expf), stores and counts as mp_gelu_forward/backward. */
+mp_status mp_gelu_erf_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st);
+mp_status mp_gelu_erf_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt,
+                               size_t n, mp_convert_stats *st);
+
+/* Element-wise sum y = a + b, added in fp32 and rounded once into y's format
+ * (a residual connection, or the two gradients of a residual stream). y may
+ * alias a or b (same format). */
+mp_status mp_add(void *y, mp_dtype yt,              // (n,)
+                 const void *a, mp_dtype at,        // (n,)
+                 const void *b, mp_dtype bt,        // (n,)
+                 size_t n, mp_convert_stats *st);
+
 /* Row-wise softmax (log_softmax when log != 0), max-subtracted, fp32 sums. */
 mp_status mp_softmax_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t B, size_t C, int log,
                              mp_convert_stats *st);

@@ -62,6 +62,8 @@ typedef struct mp_param {
     float   *state1;    /* (n,) SGD momentum buffer or AdamW exp_avg; NULL until first used */
     float   *state2;    /* (n,) AdamW exp_avg_sq */
     int      has_state; /* state holds values (SGD's buffer starts as the first gradient) */
+    int      no_decay;  /* weight decay is not applied to this parameter (0 when added; a model
+                           sets it for biases and layer norms, as nanoGPT's configure_optimizers) */
 } mp_param;
 
 typedef struct mp_optim mp_optim;

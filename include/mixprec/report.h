@@ -18,12 +18,15 @@ extern "C" {
 typedef struct mp_report_run {
     const char *name;            /* "fp16-dynamic" */
     const char *format;          /* compute format: "fp16" */
+    const char *color;           /* CSS colour of its lines and bars: "#1f77b4" */
     long nsteps;
     const float *loss, *scale;   /* (nsteps,) */
     const uint8_t *skipped;      /* (nsteps,) 1 where the step was skipped */
     int nlayers;
+    const char (*layer_names)[64];/* (nlayers,): "fc0" ... */
     const float *layer_underflow;/* (nsteps, nlayers): fraction of the layer's gradient stores that became 0 */
-    double test_accuracy, test_loss, last_loss, underflow, frozen, ms_per_step, memory_mib, final_scale;
+    double eval;                 /* the evaluation figure the table shows (see mp_report.eval_name) */
+    double last_loss, underflow, frozen, ms_per_step, memory_mib, final_scale;
     long skipped_total;
     /* one gradient histogram: counts of floor(log2 |g|) from hist_lo, values as stored (loss scale included) */
     int has_hist;
@@ -38,6 +41,9 @@ typedef struct mp_report {
     const char *command;         /* how to reproduce */
     const char *reading;         /* the plain-language reading (HTML-escaped by the writer) */
     double fp16_min_subnormal, fp16_min_normal, fp16_max;
+    const char *eval_name;       /* the table's evaluation column: "test accuracy", "validation loss" */
+    int eval_percent;            /* eval is a fraction shown as a percentage */
+    int baseline;                /* index of the run speed-ups are measured against; -1: none */
     const mp_report_run *runs;
     int nruns;
 } mp_report;

@@ -1,0 +1,163 @@
+/* mixprec/gpt.h - a GPT (GPT-2 / nanoGPT architecture), byte-level by default.
+ *
+ *   x = wte[tokens] + wpe[positions]
+ *   L blocks: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))
+ *     attn: qkv = Linear(C, 3C) (bias), H heads of C/H, scores / sqrt(C/H),
+ *           causal mask, softmax, Linear(C, C) (bias)
+ *     mlp:  Linear(C, 4C) (bias), GELU (tanh form, or erf), Linear(4C, C) (bias)
+ *   logits = ln_f(x) wte^T (the head is tied to the token embedding, no bias)
+ *   loss = mean cross-entropy of the next token
+ * Layer norms have weight and bias, eps 1e-5; no dropout.
+ *
+ * Precision: matrix multiplies read the compute format (fp32, fp16, bf16)
+ * and accumulate in fp32; softmax, layer-norm statistics and the loss are
+ * computed in fp32; activations (the residual stream included) and their
+ * gradients are stored in the compute format, every store counted per named
+ * tensor (mp_tensor_stats). Weight gradients are rounded to the compute
+ * format and added to the fp32 gradients, as autocast + AccumulateGrad do.
+ *
+ * In detail (N = B T rows, ct the compute format):
+ *  - x0 = wte[tok] + wpe[pos] is added in fp32 and rounded once to ct. A
+ *    residual add x + branch (the branch's output already stored in ct) is
+ *    added in fp32 and rounded once; in the backward the residual gradient
+ *    goes to the branch as it is, and the branch's gradient (stored in ct by
+ *    the layer norm's backward) is added to it, rounded once.
+ *  - Attention, per (sequence, head): scores q k^T / sqrt(C/H) in fp32 (the
+ *    scale is the GEMM's alpha), causal, softmax in fp32 (max-subtracted),
+ *    probabilities stored in ct, y = p v. Backward: dp = dy v^T in fp32,
+ *    ds = p (dp - sum(dp p)) in fp32, stored in ct, then dq = ds k / sqrt(C/H),
+ *    dk = ds^T q / sqrt(C/H), dv = p^T dy. Sequences x heads run in parallel
+ *    (OpenMP); results do not depend on the number of threads.
+ *  - Linear biases are added in the GEMM's epilogue (fp32) and their
+ *    gradients are fp32 column sums; layer norms read fp32 parameters and
+ *    give fp32 gradients (pure bf16: the bf16 values widened to fp32).
+ *  - Loss: dlogits = grad_scale (softmax - onehot) / N, stored in ct. The
+ *    head's weight gradient dlogits^T ln_f(x) is rounded to ct and written
+ *    (accumulate = 0) or added to wte's fp32 gradient first; then every row
+ *    of dx0 (in ct) is added in fp32 to wte's gradient at its token and to
+ *    wpe's at its position, rows in order (deterministic).
+ *
+ * Statistics (model.h's mp_tensor_stats; fwd: the store of the activation,
+ * bwd: the store of its gradient, fp32 stores count subnormals and NaNs):
+ *   "wte" (x0; bwd: dx0, both of its stores), per block i
+ *   "h.{i}.ln_1", "h.{i}.attn.c_attn" (qkv; bwd dq, dk, dv),
+ *   "h.{i}.attn.att" (probabilities, causal part only; bwd: the gradient of
+ *   the scores, ds above), "h.{i}.attn.y", "h.{i}.attn.c_proj" (the branch
+ *   output; bwd: none, its gradient is res_1's), "h.{i}.res_1" (bwd: the
+ *   layer norm's gradient and the sum, 2 stores per value), "h.{i}.ln_2",
+ *   "h.{i}.mlp.c_fc", "h.{i}.mlp.gelu", "h.{i}.mlp.c_proj", "h.{i}.res_2",
+ *   then "ln_f", "lm_head" (logits; bwd dlogits), then the weight gradients'
+ *   rounding to ct in bwd: "wte.weight" (the head's part; the embedding's
+ *   part is summed in fp32 and not rounded), "wpe.weight" (never rounded:
+ *   always 0), "h.{i}.attn.c_attn.weight", "h.{i}.attn.c_proj.weight",
+ *   "h.{i}.mlp.c_fc.weight", "h.{i}.mlp.c_proj.weight" (in fp32 nothing
+ *   rounds and these count nothing; their elements are still counted).
+ *   Evaluation and mp_gpt_next_logits count nothing.
+ *
+ * Parameters are registered with the mp_optim under nanoGPT's state_dict
+ * names and layouts (Linear weights [out, in]):
+ *   transformer.wte.weight [V, C], transformer.wpe.weight [T, C],
+ *   transformer.h.{i}.ln_1.weight|bias [C],
+ *   transformer.h.{i}.attn.c_attn.weight [3C, C] | bias [3C],
+ *   transformer.h.{i}.attn.c_proj.weight [C, C] | bias [C],
+ *   transformer.h.{i}.ln_2.weight|bias [C],
+ *   transformer.h.{i}.mlp.c_fc.weight [4C, C] | bias [4C],
+ *   transformer.h.{i}.mlp.c_proj.weight [C, 4C] | bias [C],
+ *   transformer.ln_f.weight|bias [C].
+ * Tensors of two dimensions get weight decay; biases and layer-norm
+ * parameters do not (mp_param.no_decay), as nanoGPT's configure_optimizers.
+ */
+#ifndef MIXPREC_GPT_H
+#define MIXPREC_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format.h"
+#include "io.h"
+#include "model.h"
+#include "optim.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mp_gelu_form { MP_GELU_TANH = 0, MP_GELU_ERF } mp_gelu_form;
+
+typedef struct mp_gpt_config {
+    int n_layer, n_head, n_embd, block_size; /* L, H, C, T */
+    int vocab_size;                          /* 256 for bytes */
+    mp_gelu_form gelu;
+} mp_gpt_config;
+
+/* Parses "gpt:L-H-C-T" (e.g. gpt:6-6-384-256): 1 <= L <= 64, 1 <= H,
+ * C % H == 0, C <= 8192, 1 <= T <= 8192; vocab 256, GELU tanh.
+ * MP_EINVAL with a message naming the problem. */
+mp_status mp_gpt_parse(const char *spec, mp_gpt_config *c);
+
+typedef struct mp_gpt mp_gpt;
+
+/* Builds the model for micro-batches of up to max_batch sequences of up to
+ * block_size tokens, computing in `compute` (MP_F32, MP_F16 or MP_BF16), and
+ * adds its parameters to opt, initialised as nanoGPT from seed: Linear and
+ * Embedding weights N(0, 0.02), the c_proj weights N(0, 0.02 / sqrt(2 L)),
+ * biases 0, layer-norm weights 1 and biases 0. The normal values are drawn
+ * parameter by parameter in registration order (above), from a splitmix64
+ * stream started at seed: each pair of values takes two 53-bit uniforms u1,
+ * u2 in [0, 1) and gives std r cos(2 pi u2), std r sin(2 pi u2) with
+ * r = sqrt(-2 ln(1 - u1)), in double, rounded to fp32 (an odd count drops
+ * the last sine); constant parameters draw nothing. Weights and embeddings
+ * get a half copy in the compute format; biases and layer norms stay fp32.
+ * pure_bf16: every parameter only in bf16 (compute must be MP_BF16).
+ * Activations take about (16 C + H T) values of the compute format per
+ * token and layer. MP_EINVAL for a bad configuration, MP_ENOMEM. */
+mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype compute, int pure_bf16, size_t max_batch,
+                        mp_optim *opt, uint64_t seed);
+void mp_gpt_free(mp_gpt *g); /* NULL is a no-op */
+
+const mp_gpt_config *mp_gpt_get_config(const mp_gpt *g);
+
+/* Parameters; non_embedding != 0 leaves out the position embedding (as
+ * nanoGPT's get_num_params, used for its MFU estimate). */
+size_t mp_gpt_num_params(const mp_gpt *g, int non_embedding);
+
+/* Forward, loss and backward of B sequences of T tokens (T <= block_size):
+ * tokens (B, T) and targets (B, T) in [0, vocab). The gradients of
+ * grad_scale * mean loss are written (accumulate = 0) or added. *loss gets
+ * the mean loss (unscaled). MP_EINVAL, with a message, for a token or target
+ * out of range, B = 0 or B > max_batch, T = 0 or T > block_size. */
+mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *targets, size_t B, size_t T,
+                             float grad_scale, int accumulate, float *loss);
+
+/* Forward and loss only: *loss_sum += the sum of the B*T per-token losses,
+ * *correct += tokens whose largest logit is the target (may be NULL). */
+mp_status mp_gpt_eval_batch(mp_gpt *g, const int32_t *tokens, const int32_t *targets, size_t B, size_t T,
+                            double *loss_sum, double *correct);
+
+/* The logits (fp32, vocab_size values) that follow the last of T tokens
+ * (1 <= T <= block_size), for sampling: the last row of the forward's
+ * logits (stored in the compute format, then widened). Uses the model's
+ * buffers (not thread-safe with the other calls on g); counts nothing. */
+mp_status mp_gpt_next_logits(mp_gpt *g, const int32_t *tokens, size_t T, float *logits);
+
+/* Loads the parameters by nanoGPT's names (F32, F16 or BF16; shapes must
+ * match). lm_head.weight is tied: accepted when equal to
+ * transformer.wte.weight, refused (MP_ECORRUPT) otherwise, and used as the
+ * embedding when transformer.wte.weight is absent. Half copies are
+ * refreshed. MP_ECORRUPT names a missing tensor, a wrong shape or dtype, or
+ * a non-finite value; a refused file changes nothing. */
+mp_status mp_gpt_load(mp_gpt *g, const mp_safetensors *st);
+
+/* The parameters as tensors with their shapes (lm_head is not written):
+ * at most cap into out; returns the number of tensors (2 + 12 L + 2). */
+size_t mp_gpt_tensors(const mp_gpt *g, mp_tensor *out, size_t cap);
+
+/* The model interface over g (g stays owned by the caller unless the model
+ * is freed with mp_model_free, which frees g). */
+mp_model mp_gpt_model(mp_gpt *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

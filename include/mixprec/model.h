@@ -1,0 +1,81 @@
+/* mixprec/model.h - the interface every model implements, so that one
+ * training loop (train.h) drives the MLP, the GPT, or a user's own model.
+ *
+ * A model owns its parameters, registered with an mp_optim when it is
+ * created (fp32 masters with half copies, or pure bf16, as the precision
+ * mode asks), and named as PyTorch names them. For one micro-batch it runs
+ * forward and backward in its compute format and writes (accumulate = 0) or
+ * adds (accumulate = 1) the gradients of grad_scale * mean loss into the
+ * parameters' gradients. It counts every store of an activation (forward)
+ * and of a gradient (backward) into the compute format per named tensor
+ * (underflow to zero, subnormal, overflow, NaN), so that the trainer and the
+ * report can say which tensor lost values.
+ */
+#ifndef MIXPREC_MODEL_H
+#define MIXPREC_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "convert.h"
+#include "io.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One micro-batch. An MLP reads x and targets (labels, (n,)); a language
+ * model reads tokens and targets ((n, t) next tokens). */
+typedef struct mp_batch {
+    size_t n;               /* rows: examples or sequences */
+    size_t t;               /* positions per row (1 for an MLP) */
+    const float *x;         /* (n, features) fp32, or NULL */
+    const int32_t *tokens;  /* (n, t) input token ids, or NULL */
+    const int32_t *targets; /* (n) labels or (n, t) next tokens */
+} mp_batch;
+
+/* The stores into one named tensor since the last reset_stats. */
+typedef struct mp_tensor_stats {
+    char name[64];            /* "fc0", "h.3.mlp.c_fc" ... */
+    mp_convert_stats fwd;     /* activation stores in the forward pass */
+    mp_convert_stats bwd;     /* gradient stores in the backward pass */
+    uint64_t fwd_elements, bwd_elements;
+} mp_tensor_stats;
+
+typedef struct mp_model_ops {
+    const char *kind; /* "mlp", "gpt", ... */
+    /* Forward, loss and backward of one micro-batch (see above); *loss gets
+     * the mean loss, unscaled. */
+    mp_status (*train_batch)(void *impl, const mp_batch *b, float grad_scale, int accumulate, float *loss);
+    /* Forward and loss only: *loss_sum += the sum of per-prediction losses
+     * (nats), *count += predictions made, *correct += predictions whose
+     * largest logit is the target. */
+    mp_status (*eval_batch)(void *impl, const mp_batch *b, double *loss_sum, double *count, double *correct);
+    /* Per-tensor statistics: i in [0, nstats). */
+    size_t (*nstats)(const void *impl);
+    const mp_tensor_stats *(*stats)(const void *impl, size_t i);
+    void (*reset_stats)(void *impl);
+    /* Loads parameter values from a safetensors file (names as written by
+     * tensors); MP_ECORRUPT names a missing tensor or a wrong shape. */
+    mp_status (*load)(void *impl, const mp_safetensors *st);
+    /* The parameters as tensors for writing, with their shapes (fp32
+     * masters, or the bf16 weights in pure mode): at most cap into out;
+     * returns how many there are. */
+    size_t (*tensors)(const void *impl, mp_tensor *out, size_t cap);
+    void (*free)(void *impl);
+} mp_model_ops;
+
+/* A model: its operations and its state. */
+typedef struct mp_model {
+    const mp_model_ops *ops;
+    void *impl;
+} mp_model;
+
+/* Frees the model's state (a model with impl NULL is a no-op). */
+void mp_model_free(mp_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,172 @@
+/* mixprec/train.h - precision modes and the training loop.
+ *
+ * One step, for any model behind model.h and any data behind mp_loader:
+ *
+ *   lr = schedule(step)                      mp_lr_at
+ *   for each micro-batch k of accum:
+ *       loader -> batch; model forward + backward of (S / accum) * loss
+ *   unscale (x 1/S, inf/NaN check)           mp_scaler_unscale     (scaled modes)
+ *   clip by global norm (unscaled)           mp_clip_grad_norm
+ *   optimizer step, skipped on inf/NaN       mp_scaler_step / mp_optim_step
+ *   scale update (grow, or back off)         mp_scaler_update
+ *
+ * Every status is checked: a failure ends the step with that status and the
+ * message in mp_last_error(). MP_EOVERFLOW means the gradients overflowed
+ * with the loss scale already at its floor: the step was skipped and the
+ * run should stop.
+ */
+#ifndef MIXPREC_TRAIN_H
+#define MIXPREC_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data.h"
+#include "format.h"
+#include "model.h"
+#include "optim.h"
+#include "scaler.h"
+#include "status.h"
+#include "text.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- precision modes ---- */
+
+typedef enum mp_scaling { MP_SCALING_NONE = 0, MP_SCALING_STATIC, MP_SCALING_DYNAMIC } mp_scaling;
+
+/* A precision mode: one row of the table. */
+typedef struct mp_precision {
+    const char *name;       /* "fp16-dynamic" */
+    mp_dtype compute;       /* activations, gradients and the weight copies the kernels read */
+    int master_weights;     /* 1: fp32 master weights, updates in fp32; 0: weights only in the
+                               compute format, each update rounded stochastically (bf16 only) */
+    mp_rounding rounding;   /* how the fp32 masters are rounded into the compute copies */
+    mp_scaling scaling;     /* loss scaling */
+    const char *color;      /* the report's colour for this mode */
+    const char *help;       /* one line for --help */
+} mp_precision;
+
+/* The modes, in the order help and reports list them (fp32 first: the
+ * baseline). *count gets their number. */
+const mp_precision *mp_precisions(size_t *count);
+
+/* Finds a mode by name. "fp16-static:S" is fp16-static with the scale S
+ * (*static_scale, may be NULL; 0 when not given). MP_EINVAL + message for an
+ * unknown name or a bad scale. */
+mp_status mp_precision_parse(const char *spec, const mp_precision **mode, float *static_scale);
+
+/* ---- learning-rate schedules (nanoGPT's get_lr) ---- */
+
+typedef enum mp_lr_schedule { MP_LR_CONSTANT = 0, MP_LR_COSINE } mp_lr_schedule;
+
+typedef struct mp_lr_config {
+    double lr;               /* the peak learning rate */
+    mp_lr_schedule schedule;
+    long warmup;             /* steps of linear warmup: lr (step + 1) / (warmup + 1) */
+    long decay_steps;        /* cosine: reaches min_lr at this step, stays there after */
+    double min_lr;
+} mp_lr_config;
+
+/* The learning rate of step `step` (0-based):
+ *   step < warmup:                 lr (step + 1) / (warmup + 1)
+ *   constant:                      lr
+ *   cosine, step > decay_steps:    min_lr
+ *   cosine:                        min_lr + (1 + cos(pi r)) / 2 (lr - min_lr),
+ *                                  r = (step - warmup) / (decay_steps - warmup) */
+double mp_lr_at(const mp_lr_config *c, long step);
+
+/* ---- data ---- */
+
+/* Where the batches come from. Batches point into the loader's memory,
+ * valid until its next call. */
+typedef struct mp_loader {
+    void *impl;
+    /* Training micro-batch s (counted from 0 over the whole run, so a
+     * resumed run continues the same sequence). */
+    mp_status (*train_batch)(void *impl, uint64_t s, mp_batch *b);
+    /* Evaluation batch i = 0, 1, ...; b->n = 0 after the last. */
+    mp_status (*eval_batch)(void *impl, size_t i, mp_batch *b);
+    void (*free)(void *impl);
+} mp_loader;
+
+void mp_loader_free(mp_loader *l); /* a loader with impl NULL is a no-op */
+
+/* Images and labels (the MLP's data): micro-batches of B examples
+ * (x = pixel / 255), B <= train->n. An epoch is floor(n / B) micro-batches;
+ * shuffle: each epoch's order is a permutation drawn from (seed, epoch),
+ * else file order. Evaluation: all of eval (may be NULL) in batches of
+ * eval_b. The datasets must outlive the loader. */
+mp_status mp_image_loader(mp_loader *out, const mp_dataset *train, const mp_dataset *eval, size_t B, int shuffle,
+                          uint64_t seed, size_t eval_b);
+
+/* Text (a language model's data): micro-batches of B windows of T tokens as
+ * mp_text_train_batch gives them; evaluation: the first eval_windows
+ * validation windows (0: all), B at a time. The corpus must outlive the
+ * loader; MP_EINVAL if it is too short for T (mp_text_check). */
+mp_status mp_text_loader(mp_loader *out, const mp_text *text, size_t B, size_t T, int shuffle, uint64_t seed,
+                         size_t eval_windows);
+
+/* ---- the trainer ---- */
+
+typedef struct mp_train_config {
+    const mp_precision *precision;
+    mp_scaler_config scaler; /* scaled modes: static uses init_scale and never changes it */
+    mp_lr_config lr;
+    long accum;              /* micro-batches per step (>= 1) */
+    double clip;             /* clip the unscaled gradients' global norm to this; 0: off */
+} mp_train_config;
+
+/* What one step did. */
+typedef struct mp_step_info {
+    long step;               /* 1-based number of the step just taken (skipped ones count) */
+    float loss;              /* mean over the micro-batches, unscaled */
+    float scale;             /* the loss scale used (1 without scaling) */
+    double lr;
+    double grad_norm;        /* global norm of the unscaled gradients before clipping (inf/NaN on overflow) */
+    int skipped;             /* the optimizer step was skipped (inf/NaN in the scaled gradients) */
+    mp_convert_stats fwd, bwd; /* this step's stores, all tensors together */
+    uint64_t fwd_elements, bwd_elements;
+} mp_step_info;
+
+typedef struct mp_trainer mp_trainer;
+
+/* A trainer over a model and its optimizer (the model's parameters must be
+ * registered with opt, in the mode's format) and a loader. The trainer does
+ * not own them. MP_EINVAL for a bad config (accum < 1, bad scaler config,
+ * clip < 0). */
+mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model model, mp_optim *opt,
+                            mp_loader loader);
+void mp_trainer_free(mp_trainer *t); /* NULL is a no-op */
+
+/* One training step (above); *info (may be NULL) says what it did. */
+mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info);
+
+/* Evaluates the model over the loader's evaluation batches: *loss the mean
+ * loss per prediction, *accuracy the fraction of predictions whose largest
+ * logit is the target (either may be NULL). Statistics are not disturbed. */
+mp_status mp_trainer_evaluate(mp_trainer *t, double *loss, double *accuracy);
+
+long mp_trainer_step_count(const mp_trainer *t);        /* steps taken, skipped ones included */
+const mp_scaler *mp_trainer_scaler(const mp_trainer *t); /* NULL in modes without loss scaling */
+
+/* Checkpoints: the model's tensors (weights converted to weights_dtype:
+ * MP_F32 keeps them exact), each parameter's optimizer state
+ * ("optim.NAME.state1|2"), and metadata: the caller's pairs (key, value,
+ * ..., NULL; may be NULL), then format, precision, step, optim_steps and
+ * the scaler's state. Written atomically (io.h). */
+mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *meta, mp_dtype weights_dtype);
+
+/* Continues from a checkpoint written by mp_trainer_save: refuses
+ * (MP_EINVAL, naming the key) one whose metadata differ from the expected
+ * pairs (key, value, ..., NULL) or from this trainer's precision; restores
+ * weights, optimizer state, scaler and step count (MP_ECORRUPT for missing
+ * or damaged parts). A resumed run continues bit-identically. */
+mp_status mp_trainer_resume(mp_trainer *t, const char *path, const char *const *expect);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

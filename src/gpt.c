@@ -1,0 +1,793 @@
+/* gpt.c - a GPT (nanoGPT's architecture, llm.c's layout) as forward/backward
+ * pairs over gemm and ops.
+ *
+ * Buffers (N = B T rows; "ct" the compute format, fp32 statistics):
+ *   x0 (N, C)                   wte[tok] + wpe[pos], the residual stream's start
+ *   per block: ln1 (N, C), qkv (N, 3C), att (B, H, T, T) probabilities,
+ *              y (N, C), res1 (N, C), ln2 (N, C), fc (N, 4C), gelu (N, 4C),
+ *              res2 (N, C); mean and rstd of both layer norms
+ *   lnf (N, C), logits (N, V)   (the logits' buffer then holds dlogits)
+ *   tmp (N, C)                  a branch's output before its residual add
+ *   gradients: g_res, g_a, g_b (N, C) and g_big (N, 4C), reused by every block
+ * Attention works on row blocks of RB queries: the scores of a block are
+ * fp32 (RB, T) in a per-thread scratch, only the causal part (columns up to
+ * the block's last row) is computed, and the probabilities are stored in
+ * att with zeros above the diagonal inside the block. The backward
+ * overwrites att with the gradient of the scores.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "internal.h"
+
+#define RB 64 /* attention: queries per row block */
+
+/* activations of a block, in forward order: the stats entries "h.{i}.NAME" */
+enum { A_LN1, A_QKV, A_ATT, A_Y, A_APROJ, A_RES1, A_LN2, A_FC, A_GELU, A_MPROJ, A_RES2, A_PER_LAYER };
+static const char *const act_names[A_PER_LAYER] = {"ln_1",   "attn.c_attn", "attn.att",   "attn.y",
+                                                   "attn.c_proj", "res_1",  "ln_2",       "mlp.c_fc",
+                                                   "mlp.gelu", "mlp.c_proj", "res_2"};
+/* weights of a block whose gradients are rounded to ct: "h.{i}.NAME" */
+enum { W_ATT, W_APR, W_FC, W_MPR, W_PER_LAYER };
+static const char *const w_names[W_PER_LAYER] = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
+                                                 "mlp.c_proj.weight"};
+
+typedef struct block {
+    mp_param *ln1w, *ln1b, *attw, *attb, *aprw, *aprb, *ln2w, *ln2b, *fcw, *fcb, *mprw, *mprb;
+    void *ln1, *qkv, *att, *y, *res1, *ln2, *fc, *gelu, *res2;
+    float *mean1, *rstd1, *mean2, *rstd2;
+} block;
+
+struct mp_gpt {
+    mp_gpt_config cfg;
+    mp_dtype ct;
+    int pure;
+    size_t max_batch, es;
+    mp_param *wte, *wpe, *lnfw, *lnfb;
+    mp_param **params; /* registration order */
+    size_t (*shape)[2];
+    int *ndim;
+    size_t nparams;
+    block *h;
+    void *x0, *lnf, *logits, *tmp;
+    float *meanf, *rstdf;
+    void *g_res, *g_a, *g_b, *g_big;
+    float *fscratch; /* 2 slots of 4C: fp32 copies of pure-bf16 biases and layer norms */
+    float *row;      /* max(2C, V) fp32: embedding rows, eval logits */
+    float *att_scr;  /* per thread: RB x T scores + one row */
+    size_t att_stride;
+    int att_threads;
+    mp_tensor_stats *stats;
+    size_t nstats;
+    int counting;
+    void **mem;
+    size_t nmem, capmem;
+};
+
+/* ---- small helpers ---- */
+
+static void *buffer(mp_gpt *g, size_t bytes) {
+    if (g->nmem == g->capmem) return NULL;
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (p) g->mem[g->nmem++] = p;
+    return p;
+}
+
+static size_t s_act(const mp_gpt *g, int l, int a) { (void)g; return 1 + (size_t)l * A_PER_LAYER + (size_t)a; }
+static size_t s_lnf(const mp_gpt *g) { return 1 + (size_t)g->cfg.n_layer * A_PER_LAYER; }
+static size_t s_head(const mp_gpt *g) { return s_lnf(g) + 1; }
+static size_t s_wte_w(const mp_gpt *g) { return s_lnf(g) + 2; }
+static size_t s_wpe_w(const mp_gpt *g) { return s_lnf(g) + 3; }
+static size_t s_w(const mp_gpt *g, int l, int w) { return s_lnf(g) + 4 + (size_t)l * W_PER_LAYER + (size_t)w; }
+
+/* Statistics of a forward store of n values into entry i (NULL when not counting). */
+static mp_convert_stats *fst(mp_gpt *g, size_t i, size_t n) {
+    if (!g->counting) return NULL;
+    g->stats[i].fwd_elements += n;
+    return &g->stats[i].fwd;
+}
+static mp_convert_stats *bst(mp_gpt *g, size_t i, size_t n) {
+    g->stats[i].bwd_elements += n;
+    return &g->stats[i].bwd;
+}
+
+/* A weight gradient: rounded to ct (counted) and written or added to the fp32
+ * gradient in the GEMM's epilogue; nothing rounds in fp32. */
+static mp_gemm_epilogue wgrad(mp_gpt *g, size_t i, size_t n) {
+    mp_gemm_epilogue ep = {NULL, MP_F32, NULL};
+    g->stats[i].bwd_elements += n;
+    if (g->ct != MP_F32) ep.round_to = g->ct, ep.stats = &g->stats[i].bwd;
+    return ep;
+}
+
+/* The compute-format values a GEMM reads. */
+static const void *wct(const mp_gpt *g, const mp_param *p) { return g->ct == MP_F32 ? (const void *)p->master : p->half; }
+
+/* An fp32 view of a small parameter: the master, or the pure bf16 values in scratch slot k. */
+static const float *fparam(mp_gpt *g, const mp_param *p, int k) {
+    if (p->master) return p->master;
+    float *s = g->fscratch + (size_t)k * 4 * (size_t)g->cfg.n_embd;
+    mp_convert(s, MP_F32, p->half, MP_BF16, p->n, NULL);
+    return s;
+}
+
+static uint8_t *at(const mp_gpt *g, const void *p, size_t i) { return (uint8_t *)p + i * g->es; }
+
+/* ---- configuration ---- */
+
+static mp_status check_config(const mp_gpt_config *c, const char *what) {
+    if (c->n_layer < 1 || c->n_layer > 64) return mp_error(MP_EINVAL, "%s: %d layers (1..64)", what, c->n_layer);
+    if (c->n_embd < 1 || c->n_embd > 8192) return mp_error(MP_EINVAL, "%s: width %d (1..8192)", what, c->n_embd);
+    if (c->n_head < 1 || c->n_embd % c->n_head != 0)
+        return mp_error(MP_EINVAL, "%s: %d heads do not divide the width %d", what, c->n_head, c->n_embd);
+    if (c->block_size < 1 || c->block_size > 8192)
+        return mp_error(MP_EINVAL, "%s: context %d (1..8192)", what, c->block_size);
+    if (c->vocab_size < 1 || c->vocab_size > (1 << 24))
+        return mp_error(MP_EINVAL, "%s: vocabulary of %d (1..2^24)", what, c->vocab_size);
+    if (c->gelu != MP_GELU_TANH && c->gelu != MP_GELU_ERF) return mp_error(MP_EINVAL, "%s: unknown GELU form", what);
+    return MP_OK;
+}
+
+mp_status mp_gpt_parse(const char *spec, mp_gpt_config *c) {
+    if (!c) return mp_error(MP_EINVAL, "mp_gpt_parse: NULL config");
+    memset(c, 0, sizeof *c);
+    if (!spec || strncmp(spec, "gpt:", 4) != 0)
+        return mp_error(MP_EINVAL, "model '%s': expected gpt:L-H-C-T (layers, heads, width, context), e.g. gpt:6-6-384-256",
+                        spec ? spec : "");
+    const size_t len = strlen(spec);
+    if (spec[len - 1] == '-') return mp_error(MP_EINVAL, "model '%s': trailing '-'", spec);
+    long v[4];
+    const char *p = spec + 4;
+    for (int i = 0; i < 4; i++) {
+        char *end = NULL;
+        if (*p < '0' || *p > '9') goto bad;
+        v[i] = strtol(p, &end, 10);
+        if (v[i] > 1000000) v[i] = 1000000; /* out of every range below */
+        if (i < 3 && *end != '-') goto bad;
+        if (i == 3 && *end) goto bad;
+        p = end + 1;
+    }
+    c->n_layer = (int)v[0], c->n_head = (int)v[1], c->n_embd = (int)v[2], c->block_size = (int)v[3];
+    c->vocab_size = 256, c->gelu = MP_GELU_TANH;
+    char what[96];
+    snprintf(what, sizeof what, "model '%.80s'", spec);
+    mp_status st = check_config(c, what);
+    if (st != MP_OK) memset(c, 0, sizeof *c);
+    return st;
+bad:
+    return mp_error(MP_EINVAL, "model '%s': expected four whole numbers L-H-C-T joined by '-', e.g. gpt:6-6-384-256",
+                    spec);
+}
+
+/* ---- creation ---- */
+
+/* splitmix64: the uniform draws of the initialisation */
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* n values of N(0, std^2): Box-Muller on pairs of splitmix64 uniforms
+ * u1, u2 in [0, 1) (53 bits): r = sqrt(-2 ln(1 - u1)), v[2i] = std r cos(2 pi u2),
+ * v[2i+1] = std r sin(2 pi u2), in double, rounded to fp32; an odd n drops
+ * the last sine. */
+static void normal_fill(float *v, size_t n, double std, uint64_t *rng) {
+    for (size_t i = 0; i < n; i += 2) {
+        const double u1 = (double)(splitmix64(rng) >> 11) * 0x1p-53, u2 = (double)(splitmix64(rng) >> 11) * 0x1p-53;
+        const double r = sqrt(-2.0 * log(1.0 - u1)), th = 6.283185307179586 * u2;
+        v[i] = (float)(std * r * cos(th));
+        if (i + 1 < n) v[i + 1] = (float)(std * r * sin(th));
+    }
+}
+
+void mp_gpt_free(mp_gpt *g) {
+    if (!g) return;
+    for (size_t i = 0; i < g->nmem; i++) free(g->mem[i]);
+    free(g->att_scr);
+    free(g->mem), free(g->h), free(g->params), free(g->shape), free(g->ndim), free(g->stats);
+    free(g);
+}
+
+static mp_status ensure_att_scratch(mp_gpt *g, int nt) {
+    if (nt <= g->att_threads) return MP_OK;
+    free(g->att_scr);
+    g->att_scr = aligned_alloc(64, (size_t)nt * g->att_stride * sizeof(float));
+    g->att_threads = g->att_scr ? nt : 0;
+    return g->att_scr ? MP_OK : mp_error(MP_ENOMEM, "gpt: out of memory for the attention scratch");
+}
+
+static int att_thread_count(void) {
+    int nt = mp_get_threads();
+    return nt < 1 ? 1 : nt > MP_MAX_THREADS ? MP_MAX_THREADS : nt;
+}
+
+/* Registers one parameter: name from fmt and layer l, shape [d0] or
+ * [d0, d1] (d1 == 0: a vector); init N(0, std) (std > 0) or the constant c.
+ * Matrices have a half copy in ct and decay; vectors (biases, layer norms)
+ * are fp32 only and do not decay. */
+static mp_status add_param(mp_gpt *g, mp_optim *opt, const char *fmt, int l, size_t d0, size_t d1, double std,
+                           float c, float *init, uint64_t *rng, mp_param **out) {
+    char name[64];
+    snprintf(name, sizeof name, fmt, l);
+    const size_t n = d0 * (d1 ? d1 : 1);
+    if (std > 0) normal_fill(init, n, std, rng);
+    else
+        for (size_t i = 0; i < n; i++) init[i] = c;
+    const int weight = d1 != 0;
+    mp_status st = g->pure ? mp_optim_add_pure_bf16(opt, name, init, n, out)
+                           : mp_optim_add(opt, name, init, n, weight ? g->ct : MP_F32, out);
+    if (st != MP_OK) return st;
+    (*out)->no_decay = !weight;
+    g->params[g->nparams] = *out;
+    g->shape[g->nparams][0] = d0, g->shape[g->nparams][1] = d1;
+    g->ndim[g->nparams] = weight ? 2 : 1;
+    g->nparams++;
+    return MP_OK;
+}
+
+static void name_stats(mp_gpt *g) {
+    const int L = g->cfg.n_layer;
+    snprintf(g->stats[0].name, sizeof g->stats[0].name, "wte");
+    for (int l = 0; l < L; l++)
+        for (int a = 0; a < A_PER_LAYER; a++)
+            snprintf(g->stats[s_act(g, l, a)].name, sizeof g->stats[0].name, "h.%d.%s", l, act_names[a]);
+    snprintf(g->stats[s_lnf(g)].name, sizeof g->stats[0].name, "ln_f");
+    snprintf(g->stats[s_head(g)].name, sizeof g->stats[0].name, "lm_head");
+    snprintf(g->stats[s_wte_w(g)].name, sizeof g->stats[0].name, "wte.weight");
+    snprintf(g->stats[s_wpe_w(g)].name, sizeof g->stats[0].name, "wpe.weight");
+    for (int l = 0; l < L; l++)
+        for (int w = 0; w < W_PER_LAYER; w++)
+            snprintf(g->stats[s_w(g, l, w)].name, sizeof g->stats[0].name, "h.%d.%s", l, w_names[w]);
+}
+
+static void reset_stats(mp_gpt *g) {
+    for (size_t i = 0; i < g->nstats; i++) {
+        memset(&g->stats[i].fwd, 0, sizeof g->stats[i].fwd), memset(&g->stats[i].bwd, 0, sizeof g->stats[i].bwd);
+        g->stats[i].fwd_elements = g->stats[i].bwd_elements = 0;
+    }
+}
+
+mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, int pure, size_t max_batch, mp_optim *opt,
+                        uint64_t seed) {
+    if (!out || !c || !opt || max_batch == 0) return mp_error(MP_EINVAL, "mp_gpt_create: bad argument");
+    *out = NULL;
+    if (ct != MP_F32 && ct != MP_F16 && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_gpt_create: compute format");
+    if (pure && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_gpt_create: pure weights are bf16 only");
+    mp_status st = check_config(c, "mp_gpt_create");
+    if (st != MP_OK) return st;
+    const size_t L = (size_t)c->n_layer, H = (size_t)c->n_head, C = (size_t)c->n_embd, T = (size_t)c->block_size,
+                 V = (size_t)c->vocab_size, B = max_batch, es = mp_format(ct)->size;
+    /* every buffer's size must fit: bound the largest products in double first */
+    const double rows = (double)B * (double)T, attn = (double)B * (double)H * (double)T * (double)T;
+    if (rows * (double)(4 * C > V ? 4 * C : V) * 4 > 0x1p50 || attn * 4 > 0x1p50)
+        return mp_error(MP_ENOMEM, "mp_gpt_create: a batch of %zu x %zu tokens is too large", B, T);
+    const size_t N = B * T;
+    mp_gpt *g = calloc(1, sizeof *g);
+    if (!g) return mp_error(MP_ENOMEM, "mp_gpt_create: out of memory");
+    g->cfg = *c, g->ct = ct, g->pure = pure, g->max_batch = B, g->es = es;
+    g->capmem = 16 + 13 * L;
+    g->nstats = 5 + (A_PER_LAYER + W_PER_LAYER) * L;
+    const size_t np = 4 + 12 * L;
+    g->mem = calloc(g->capmem, sizeof *g->mem);
+    g->h = calloc(L, sizeof *g->h);
+    g->params = calloc(np, sizeof *g->params);
+    g->shape = calloc(np, sizeof *g->shape);
+    g->ndim = calloc(np, sizeof *g->ndim);
+    g->stats = calloc(g->nstats, sizeof *g->stats);
+    int ok = g->mem && g->h && g->params && g->shape && g->ndim && g->stats;
+    for (size_t l = 0; l < L && ok; l++) {
+        block *h = &g->h[l];
+        ok = (h->ln1 = buffer(g, N * C * es)) && (h->qkv = buffer(g, N * 3 * C * es)) &&
+             (h->att = buffer(g, B * H * T * T * es)) && (h->y = buffer(g, N * C * es)) &&
+             (h->res1 = buffer(g, N * C * es)) && (h->ln2 = buffer(g, N * C * es)) &&
+             (h->fc = buffer(g, N * 4 * C * es)) && (h->gelu = buffer(g, N * 4 * C * es)) &&
+             (h->res2 = buffer(g, N * C * es)) && (h->mean1 = buffer(g, 4 * N * sizeof(float)));
+        if (ok) h->rstd1 = h->mean1 + N, h->mean2 = h->mean1 + 2 * N, h->rstd2 = h->mean1 + 3 * N;
+    }
+    ok = ok && (g->x0 = buffer(g, N * C * es)) && (g->lnf = buffer(g, N * C * es)) &&
+         (g->logits = buffer(g, N * V * es)) && (g->tmp = buffer(g, N * C * es)) &&
+         (g->meanf = buffer(g, 2 * N * sizeof(float))) && (g->g_res = buffer(g, N * C * es)) &&
+         (g->g_a = buffer(g, N * C * es)) && (g->g_b = buffer(g, N * C * es)) &&
+         (g->g_big = buffer(g, N * 4 * C * es)) && (g->fscratch = buffer(g, 8 * C * sizeof(float))) &&
+         (g->row = buffer(g, (2 * C > V ? 2 * C : V) * sizeof(float)));
+    if (ok) g->rstdf = g->meanf + N;
+    g->att_stride = (RB * T + T + 15) / 16 * 16;
+    ok = ok && ensure_att_scratch(g, att_thread_count()) == MP_OK;
+    const size_t maxn = V * C > 4 * C * C ? V * C : 4 * C * C;
+    float *init = ok ? malloc((maxn > T * C ? maxn : T * C) * sizeof(float)) : NULL;
+    if (!ok || !init) {
+        free(init);
+        mp_gpt_free(g);
+        return mp_error(MP_ENOMEM, "mp_gpt_create: out of memory for a batch of %zu x %zu tokens", B, T);
+    }
+    /* parameters in nanoGPT's state_dict order; the draws follow that order */
+    uint64_t rng = seed;
+    const double sd = 0.02, sd_proj = 0.02 / sqrt(2.0 * (double)L);
+    st = add_param(g, opt, "transformer.wte.weight", 0, V, C, sd, 0, init, &rng, &g->wte);
+    if (st == MP_OK) st = add_param(g, opt, "transformer.wpe.weight", 0, T, C, sd, 0, init, &rng, &g->wpe);
+    for (int l = 0; l < (int)L && st == MP_OK; l++) {
+        block *h = &g->h[l];
+        st = add_param(g, opt, "transformer.h.%d.ln_1.weight", l, C, 0, 0, 1, init, &rng, &h->ln1w);
+        if (st == MP_OK) st = add_param(g, opt, "transformer.h.%d.ln_1.bias", l, C, 0, 0, 0, init, &rng, &h->ln1b);
+        if (st == MP_OK)
+            st = add_param(g, opt, "transformer.h.%d.attn.c_attn.weight", l, 3 * C, C, sd, 0, init, &rng, &h->attw);
+        if (st == MP_OK)
+            st = add_param(g, opt, "transformer.h.%d.attn.c_attn.bias", l, 3 * C, 0, 0, 0, init, &rng, &h->attb);
+        if (st == MP_OK)
+            st = add_param(g, opt, "transformer.h.%d.attn.c_proj.weight", l, C, C, sd_proj, 0, init, &rng, &h->aprw);
+        if (st == MP_OK)
+            st = add_param(g, opt, "transformer.h.%d.attn.c_proj.bias", l, C, 0, 0, 0, init, &rng, &h->aprb);
+        if (st == MP_OK) st = add_param(g, opt, "transformer.h.%d.ln_2.weight", l, C, 0, 0, 1, init, &rng, &h->ln2w);
+        if (st == MP_OK) st = add_param(g, opt, "transformer.h.%d.ln_2.bias", l, C, 0, 0, 0, init, &rng, &h->ln2b);
+        if (st == MP_OK)
+            st = add_param(g, opt, "transformer.h.%d.mlp.c_fc.weight", l, 4 * C, C, sd, 0, init, &rng, &h->fcw);
+        if (st == MP_OK)
+            st = add_param(g, opt, "transformer.h.%d.mlp.c_fc.bias", l, 4 * C, 0, 0, 0, init, &rng, &h->fcb);
+        if (st == MP_OK)
+            st = add_param(g, opt, "transformer.h.%d.mlp.c_proj.weight", l, C, 4 * C, sd_proj, 0, init, &rng, &h->mprw);
+        if (st == MP_OK)
+            st = add_param(g, opt, "transformer.h.%d.mlp.c_proj.bias", l, C, 0, 0, 0, init, &rng, &h->mprb);
+    }
+    if (st == MP_OK) st = add_param(g, opt, "transformer.ln_f.weight", 0, C, 0, 0, 1, init, &rng, &g->lnfw);
+    if (st == MP_OK) st = add_param(g, opt, "transformer.ln_f.bias", 0, C, 0, 0, 0, init, &rng, &g->lnfb);
+    free(init);
+    if (st != MP_OK) {
+        mp_gpt_free(g);
+        return st;
+    }
+    name_stats(g);
+    *out = g;
+    return MP_OK;
+}
+
+const mp_gpt_config *mp_gpt_get_config(const mp_gpt *g) { return g ? &g->cfg : NULL; }
+
+size_t mp_gpt_num_params(const mp_gpt *g, int non_embedding) {
+    if (!g) return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < g->nparams; i++) n += g->params[i]->n;
+    return non_embedding ? n - g->wpe->n : n;
+}
+
+/* ---- attention ---- */
+
+typedef struct attn_job {
+    mp_gpt *g;
+    const block *h;
+    size_t B, T;
+    float scale;
+    const void *dy; /* backward: (N, C) */
+    void *dqkv;     /* backward: (N, 3C) */
+} attn_job;
+
+/* Forward of one (sequence, head): probabilities into att, output into y.
+ * st[0] counts the probabilities, st[1] the output (NULL: no counts). */
+static mp_status attn_forward_one(const attn_job *j, size_t b, size_t hh, float *S, mp_convert_stats *st) {
+    const mp_gpt *g = j->g;
+    const mp_dtype ct = g->ct;
+    const size_t T = j->T, C = (size_t)g->cfg.n_embd, H = (size_t)g->cfg.n_head, hs = C / H, C3 = 3 * C;
+    const uint8_t *q = at(g, j->h->qkv, b * T * C3 + hh * hs), *k = q + C * g->es, *v = q + 2 * C * g->es;
+    uint8_t *p = at(g, j->h->att, (b * H + hh) * T * T), *y = at(g, j->h->y, b * T * C + hh * hs);
+    for (size_t i0 = 0; i0 < T; i0 += RB) {
+        const size_t i1 = T - i0 < RB ? T : i0 + RB, rows = i1 - i0;
+        /* fp32 scores of rows [i0, i1), columns [0, i1) */
+        mp_status s = mp_gemm(0, 1, rows, i1, hs, j->scale, q + i0 * C3 * g->es, ct, C3, k, ct, C3, 0.0f, S, MP_F32,
+                              i1, NULL);
+        if (s != MP_OK) return s;
+        for (size_t r = 0; r < rows; r++) {
+            const size_t i = i0 + r, n = i + 1;
+            float *sr = S + r * i1, mx = sr[0], sum = 0.0f;
+            for (size_t c = 1; c < n; c++) mx = sr[c] > mx ? sr[c] : mx;
+            for (size_t c = 0; c < n; c++) {
+                sr[c] = expf(sr[c] - mx);
+                sum += sr[c];
+            }
+            const float inv = 1.0f / sum;
+            for (size_t c = 0; c < n; c++) sr[c] *= inv;
+            mp_convert(p + i * T * g->es, ct, sr, MP_F32, n, st ? &st[0] : NULL);
+            if (i1 > n) memset(p + (i * T + n) * g->es, 0, (i1 - n) * g->es);
+        }
+        s = mp_gemm(0, 0, rows, hs, i1, 1.0f, p + i0 * T * g->es, ct, T, v, ct, C3, 0.0f, y + i0 * C * g->es, ct, C,
+                    st ? &st[1] : NULL);
+        if (s != MP_OK) return s;
+    }
+    return MP_OK;
+}
+
+/* Backward of one (sequence, head): dq, dk, dv into dqkv; att is overwritten
+ * with the gradient of the scores. st[0] counts that gradient, st[1] dqkv. */
+static mp_status attn_backward_one(const attn_job *j, size_t b, size_t hh, float *S, mp_convert_stats *st) {
+    const mp_gpt *g = j->g;
+    const mp_dtype ct = g->ct;
+    const size_t es = g->es, T = j->T, C = (size_t)g->cfg.n_embd, H = (size_t)g->cfg.n_head, hs = C / H, C3 = 3 * C;
+    const uint8_t *q = at(g, j->h->qkv, b * T * C3 + hh * hs), *k = q + C * es, *v = q + 2 * C * es;
+    const uint8_t *dy = at(g, j->dy, b * T * C + hh * hs);
+    uint8_t *p = at(g, j->h->att, (b * H + hh) * T * T), *dq = at(g, j->dqkv, b * T * C3 + hh * hs);
+    uint8_t *dk = dq + C * es, *dv = dq + 2 * C * es;
+    float *prow = S + RB * T;
+    mp_status s = MP_OK;
+    /* dv = p^T dy: rows [j0, j1) of dv from rows [j0, T) of p */
+    for (size_t j0 = 0; j0 < T && s == MP_OK; j0 += RB) {
+        const size_t j1 = T - j0 < RB ? T : j0 + RB;
+        s = mp_gemm(1, 0, j1 - j0, hs, T - j0, 1.0f, p + (j0 * T + j0) * es, ct, T, dy + j0 * C * es, ct, C, 0.0f,
+                    dv + j0 * C3 * es, ct, C3, &st[1]);
+    }
+    /* per row block: dp = dy v^T (fp32), ds = p (dp - sum(dp p)) into att, dq = scale ds k */
+    for (size_t i0 = 0; i0 < T && s == MP_OK; i0 += RB) {
+        const size_t i1 = T - i0 < RB ? T : i0 + RB, rows = i1 - i0;
+        s = mp_gemm(0, 1, rows, i1, hs, 1.0f, dy + i0 * C * es, ct, C, v, ct, C3, 0.0f, S, MP_F32, i1, NULL);
+        if (s != MP_OK) break;
+        for (size_t r = 0; r < rows; r++) {
+            const size_t i = i0 + r, n = i + 1;
+            float *d = S + r * i1, dot = 0.0f;
+            mp_convert(prow, MP_F32, p + i * T * es, ct, n, NULL);
+            for (size_t c = 0; c < n; c++) dot += prow[c] * d[c];
+            for (size_t c = 0; c < n; c++) d[c] = prow[c] * (d[c] - dot);
+            mp_convert(p + i * T * es, ct, d, MP_F32, n, &st[0]); /* the masked tail stays 0 */
+        }
+        s = mp_gemm(0, 0, rows, hs, i1, j->scale, p + i0 * T * es, ct, T, k, ct, C3, 0.0f, dq + i0 * C3 * es, ct, C3,
+                    &st[1]);
+    }
+    /* dk = scale ds^T q */
+    for (size_t j0 = 0; j0 < T && s == MP_OK; j0 += RB) {
+        const size_t j1 = T - j0 < RB ? T : j0 + RB;
+        s = mp_gemm(1, 0, j1 - j0, hs, T - j0, j->scale, p + (j0 * T + j0) * es, ct, T, q + j0 * C3 * es, ct, C3, 0.0f,
+                    dk + j0 * C3 * es, ct, C3, &st[1]);
+    }
+    return s;
+}
+
+/* Runs the forward (backward != 0: the backward) of every (sequence, head),
+ * in parallel; counts into s0 (probabilities or their gradient) and s1 (y or
+ * dqkv), either may be NULL. */
+static mp_status attention(attn_job *j, int backward, mp_convert_stats *s0, mp_convert_stats *s1) {
+    mp_gpt *g = j->g;
+    const size_t BH = j->B * (size_t)g->cfg.n_head;
+    int nt = att_thread_count();
+    if ((size_t)nt > BH) nt = (int)BH;
+    mp_status st = ensure_att_scratch(g, nt);
+    if (st != MP_OK) return st;
+    mp_convert_stats part[MP_MAX_THREADS][2];
+    memset(part, 0, sizeof part);
+    const int count = s0 != NULL;
+    int err = MP_OK;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nt) schedule(static)
+#endif
+    for (size_t bh = 0; bh < BH; bh++) {
+#ifdef _OPENMP
+        const int t = omp_get_thread_num();
+#else
+        const int t = 0;
+#endif
+        float *S = g->att_scr + (size_t)t * g->att_stride;
+        const size_t b = bh / (size_t)g->cfg.n_head, hh = bh % (size_t)g->cfg.n_head;
+        const mp_status s = backward ? attn_backward_one(j, b, hh, S, part[t])
+                                     : attn_forward_one(j, b, hh, S, count ? part[t] : NULL);
+        if (s != MP_OK) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+            err = (int)s;
+        }
+    }
+    if (err != MP_OK) return mp_error((mp_status)err, "gpt: attention: out of memory");
+    for (int t = 0; t < nt; t++) {
+        if (s0) mp_convert_stats_add(s0, &part[t][0]);
+        if (s1) mp_convert_stats_add(s1, &part[t][1]);
+    }
+    return MP_OK;
+}
+
+/* ---- forward and backward ---- */
+
+#define TRY(x)                                                                                                         \
+    do {                                                                                                               \
+        const mp_status s_ = (x);                                                                                      \
+        if (s_ != MP_OK) return s_;                                                                                    \
+    } while (0)
+
+static mp_status check_tokens(const mp_gpt *g, const char *fn, const char *what, const int32_t *v, size_t n) {
+    if (!v) return mp_error(MP_EINVAL, "%s: NULL %s", fn, what);
+    for (size_t i = 0; i < n; i++)
+        if (v[i] < 0 || v[i] >= g->cfg.vocab_size)
+            return mp_error(MP_EINVAL, "%s: %s[%zu] = %d is outside [0, %d)", fn, what, i, (int)v[i], g->cfg.vocab_size);
+    return MP_OK;
+}
+
+static mp_status check_batch(const mp_gpt *g, const char *fn, const int32_t *tokens, const int32_t *targets, size_t B,
+                             size_t T) {
+    if (!g) return mp_error(MP_EINVAL, "%s: NULL model", fn);
+    if (B == 0 || B > g->max_batch)
+        return mp_error(MP_EINVAL, "%s: batch of %zu sequences (1..%zu)", fn, B, g->max_batch);
+    if (T == 0 || T > (size_t)g->cfg.block_size)
+        return mp_error(MP_EINVAL, "%s: %zu tokens per sequence (1..%d)", fn, T, g->cfg.block_size);
+    TRY(check_tokens(g, fn, "tokens", tokens, B * T));
+    return targets ? check_tokens(g, fn, "targets", targets, B * T) : MP_OK;
+}
+
+static mp_status gelu_fwd(const mp_gpt *g, void *y, const void *x, size_t n, mp_convert_stats *st) {
+    return (g->cfg.gelu == MP_GELU_ERF ? mp_gelu_erf_forward : mp_gelu_forward)(y, g->ct, x, g->ct, n, st);
+}
+
+/* Forward of B sequences of T tokens up to the logits; head_last: only the
+ * last row's ln_f and logits (the others are not computed). */
+static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int head_last) {
+    const mp_dtype ct = g->ct;
+    const size_t C = (size_t)g->cfg.n_embd, V = (size_t)g->cfg.vocab_size, N = B * T;
+    const int L = g->cfg.n_layer;
+    /* x0 = wte[tok] + wpe[pos], added in fp32, rounded once */
+    const void *wte = wct(g, g->wte), *wpe = wct(g, g->wpe);
+    mp_convert_stats *s0 = fst(g, 0, N * C);
+    float *a = g->row, *p = g->row + C;
+    for (size_t n = 0; n < N; n++) {
+        mp_convert(a, MP_F32, at(g, wte, (size_t)tok[n] * C), ct, C, NULL);
+        mp_convert(p, MP_F32, at(g, wpe, (n % T) * C), ct, C, NULL);
+        for (size_t c = 0; c < C; c++) a[c] += p[c];
+        mp_convert(at(g, g->x0, n * C), ct, a, MP_F32, C, s0);
+    }
+    const void *x = g->x0;
+    for (int l = 0; l < L; l++) {
+        block *h = &g->h[l];
+        TRY(mp_layernorm_forward(h->ln1, ct, h->mean1, h->rstd1, x, ct, fparam(g, h->ln1w, 0), fparam(g, h->ln1b, 1),
+                                 N, C, 1e-5f, fst(g, s_act(g, l, A_LN1), N * C)));
+        mp_gemm_epilogue ep = {fparam(g, h->attb, 0), MP_F32, fst(g, s_act(g, l, A_QKV), N * 3 * C)};
+        TRY(mp_gemm_ex(0, 1, N, 3 * C, C, 1.0f, h->ln1, ct, C, wct(g, h->attw), ct, C, 0.0f, h->qkv, ct, 3 * C, &ep));
+        attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), NULL, NULL};
+        const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
+        TRY(attention(&j, 0, fst(g, s_act(g, l, A_ATT), natt), fst(g, s_act(g, l, A_Y), N * C)));
+        ep = (mp_gemm_epilogue){fparam(g, h->aprb, 0), MP_F32, fst(g, s_act(g, l, A_APROJ), N * C)};
+        TRY(mp_gemm_ex(0, 1, N, C, C, 1.0f, h->y, ct, C, wct(g, h->aprw), ct, C, 0.0f, g->tmp, ct, C, &ep));
+        TRY(mp_add(h->res1, ct, x, ct, g->tmp, ct, N * C, fst(g, s_act(g, l, A_RES1), N * C)));
+        TRY(mp_layernorm_forward(h->ln2, ct, h->mean2, h->rstd2, h->res1, ct, fparam(g, h->ln2w, 0),
+                                 fparam(g, h->ln2b, 1), N, C, 1e-5f, fst(g, s_act(g, l, A_LN2), N * C)));
+        ep = (mp_gemm_epilogue){fparam(g, h->fcb, 0), MP_F32, fst(g, s_act(g, l, A_FC), N * 4 * C)};
+        TRY(mp_gemm_ex(0, 1, N, 4 * C, C, 1.0f, h->ln2, ct, C, wct(g, h->fcw), ct, C, 0.0f, h->fc, ct, 4 * C, &ep));
+        TRY(gelu_fwd(g, h->gelu, h->fc, N * 4 * C, fst(g, s_act(g, l, A_GELU), N * 4 * C)));
+        ep = (mp_gemm_epilogue){fparam(g, h->mprb, 0), MP_F32, fst(g, s_act(g, l, A_MPROJ), N * C)};
+        TRY(mp_gemm_ex(0, 1, N, C, 4 * C, 1.0f, h->gelu, ct, 4 * C, wct(g, h->mprw), ct, 4 * C, 0.0f, g->tmp, ct, C,
+                       &ep));
+        TRY(mp_add(h->res2, ct, h->res1, ct, g->tmp, ct, N * C, fst(g, s_act(g, l, A_RES2), N * C)));
+        x = h->res2;
+    }
+    const size_t r0 = head_last ? N - 1 : 0, nr = N - r0;
+    TRY(mp_layernorm_forward(at(g, g->lnf, r0 * C), ct, g->meanf + r0, g->rstdf + r0, at(g, x, r0 * C), ct,
+                             fparam(g, g->lnfw, 0), fparam(g, g->lnfb, 1), nr, C, 1e-5f, fst(g, s_lnf(g), nr * C)));
+    return mp_gemm(0, 1, nr, V, C, 1.0f, at(g, g->lnf, r0 * C), ct, C, wte, ct, C, 0.0f, at(g, g->logits, r0 * V), ct,
+                   V, fst(g, s_head(g), nr * V));
+}
+
+/* Backward from dlogits (in the logits buffer) to every parameter gradient. */
+static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int accumulate) {
+    const mp_dtype ct = g->ct;
+    const size_t C = (size_t)g->cfg.n_embd, V = (size_t)g->cfg.vocab_size, N = B * T;
+    const int L = g->cfg.n_layer;
+    const float beta = accumulate ? 1.0f : 0.0f;
+    const void *dlogits = g->logits;
+    /* the head: dwte (written or added first), d ln_f = dlogits wte */
+    mp_gemm_epilogue ep = wgrad(g, s_wte_w(g), V * C);
+    TRY(mp_gemm_ex(1, 0, V, C, N, 1.0f, dlogits, ct, V, g->lnf, ct, C, beta, g->wte->grad, MP_F32, C, &ep));
+    TRY(mp_gemm(0, 0, N, C, V, 1.0f, dlogits, ct, V, wct(g, g->wte), ct, C, 0.0f, g->g_a, ct, C,
+                bst(g, s_lnf(g), N * C)));
+    TRY(mp_layernorm_backward(g->g_res, ct, g->lnfw->grad, g->lnfb->grad, g->g_a, ct, g->h[L - 1].res2, ct, g->meanf,
+                              g->rstdf, fparam(g, g->lnfw, 0), N, C, accumulate,
+                              bst(g, s_act(g, L - 1, A_RES2), N * C)));
+    for (int l = L - 1; l >= 0; l--) {
+        block *h = &g->h[l];
+        const void *x = l ? g->h[l - 1].res2 : g->x0;
+        const size_t sx = l ? s_act(g, l - 1, A_RES2) : 0;
+        /* MLP: g_res is the gradient of res2 and of the MLP's output */
+        ep = wgrad(g, s_w(g, l, W_MPR), C * 4 * C);
+        TRY(mp_gemm_ex(1, 0, C, 4 * C, N, 1.0f, g->g_res, ct, C, h->gelu, ct, 4 * C, beta, h->mprw->grad, MP_F32,
+                       4 * C, &ep));
+        TRY(mp_colsum(h->mprb->grad, g->g_res, ct, N, C, accumulate));
+        TRY(mp_gemm(0, 0, N, 4 * C, C, 1.0f, g->g_res, ct, C, wct(g, h->mprw), ct, 4 * C, 0.0f, g->g_big, ct, 4 * C,
+                    bst(g, s_act(g, l, A_GELU), N * 4 * C)));
+        TRY((g->cfg.gelu == MP_GELU_ERF ? mp_gelu_erf_backward : mp_gelu_backward)(
+            g->g_big, ct, g->g_big, ct, h->fc, ct, N * 4 * C, bst(g, s_act(g, l, A_FC), N * 4 * C)));
+        ep = wgrad(g, s_w(g, l, W_FC), 4 * C * C);
+        TRY(mp_gemm_ex(1, 0, 4 * C, C, N, 1.0f, g->g_big, ct, 4 * C, h->ln2, ct, C, beta, h->fcw->grad, MP_F32, C,
+                       &ep));
+        TRY(mp_colsum(h->fcb->grad, g->g_big, ct, N, 4 * C, accumulate));
+        TRY(mp_gemm(0, 0, N, C, 4 * C, 1.0f, g->g_big, ct, 4 * C, wct(g, h->fcw), ct, C, 0.0f, g->g_a, ct, C,
+                    bst(g, s_act(g, l, A_LN2), N * C)));
+        TRY(mp_layernorm_backward(g->g_b, ct, h->ln2w->grad, h->ln2b->grad, g->g_a, ct, h->res1, ct, h->mean2, h->rstd2,
+                                  fparam(g, h->ln2w, 0), N, C, accumulate, bst(g, s_act(g, l, A_RES1), N * C)));
+        TRY(mp_add(g->g_res, ct, g->g_res, ct, g->g_b, ct, N * C, bst(g, s_act(g, l, A_RES1), N * C)));
+        /* attention: g_res is now the gradient of res1 and of the attention's output */
+        ep = wgrad(g, s_w(g, l, W_APR), C * C);
+        TRY(mp_gemm_ex(1, 0, C, C, N, 1.0f, g->g_res, ct, C, h->y, ct, C, beta, h->aprw->grad, MP_F32, C, &ep));
+        TRY(mp_colsum(h->aprb->grad, g->g_res, ct, N, C, accumulate));
+        TRY(mp_gemm(0, 0, N, C, C, 1.0f, g->g_res, ct, C, wct(g, h->aprw), ct, C, 0.0f, g->g_a, ct, C,
+                    bst(g, s_act(g, l, A_Y), N * C)));
+        attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), g->g_a, g->g_big};
+        const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
+        TRY(attention(&j, 1, bst(g, s_act(g, l, A_ATT), natt), bst(g, s_act(g, l, A_QKV), N * 3 * C)));
+        ep = wgrad(g, s_w(g, l, W_ATT), 3 * C * C);
+        TRY(mp_gemm_ex(1, 0, 3 * C, C, N, 1.0f, g->g_big, ct, 3 * C, h->ln1, ct, C, beta, h->attw->grad, MP_F32, C,
+                       &ep));
+        TRY(mp_colsum(h->attb->grad, g->g_big, ct, N, 3 * C, accumulate));
+        TRY(mp_gemm(0, 0, N, C, 3 * C, 1.0f, g->g_big, ct, 3 * C, wct(g, h->attw), ct, C, 0.0f, g->g_a, ct, C,
+                    bst(g, s_act(g, l, A_LN1), N * C)));
+        TRY(mp_layernorm_backward(g->g_b, ct, h->ln1w->grad, h->ln1b->grad, g->g_a, ct, x, ct, h->mean1, h->rstd1,
+                                  fparam(g, h->ln1w, 0), N, C, accumulate, bst(g, sx, N * C)));
+        TRY(mp_add(g->g_res, ct, g->g_res, ct, g->g_b, ct, N * C, bst(g, sx, N * C)));
+    }
+    /* embeddings: dwte[tok] += dx0 row, dwpe[t] += dx0 rows of position t,
+     * in fp32, rows in order (no rounding to ct: nothing is counted) */
+    if (!accumulate) memset(g->wpe->grad, 0, g->wpe->n * sizeof(float));
+    float *r = g->row;
+    for (size_t n = 0; n < N; n++) {
+        mp_convert(r, MP_F32, at(g, g->g_res, n * C), ct, C, NULL);
+        float *dw = g->wte->grad + (size_t)tok[n] * C, *dp = g->wpe->grad + (n % T) * C;
+        for (size_t c = 0; c < C; c++) dw[c] += r[c];
+        for (size_t c = 0; c < C; c++) dp[c] += r[c];
+    }
+    return MP_OK;
+}
+
+mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *targets, size_t B, size_t T,
+                             float grad_scale, int accumulate, float *loss) {
+    TRY(check_batch(g, "gpt train", tokens, targets, B, T));
+    if (!targets || !loss) return mp_error(MP_EINVAL, "gpt train: NULL targets or loss");
+    const size_t N = B * T, V = (size_t)g->cfg.vocab_size;
+    g->counting = 1;
+    TRY(forward(g, tokens, B, T, 0));
+    float l;
+    TRY(mp_cross_entropy(&l, g->logits, g->ct, g->logits, g->ct, targets, N, V, grad_scale, bst(g, s_head(g), N * V)));
+    TRY(backward(g, tokens, B, T, accumulate));
+    *loss = l;
+    return MP_OK;
+}
+
+mp_status mp_gpt_eval_batch(mp_gpt *g, const int32_t *tokens, const int32_t *targets, size_t B, size_t T,
+                            double *loss_sum, double *correct) {
+    TRY(check_batch(g, "gpt eval", tokens, targets, B, T));
+    if (!targets || !loss_sum) return mp_error(MP_EINVAL, "gpt eval: NULL targets or loss_sum");
+    const size_t N = B * T, V = (size_t)g->cfg.vocab_size;
+    g->counting = 0;
+    mp_status st = forward(g, tokens, B, T, 0);
+    float l = 0.0f;
+    if (st == MP_OK) st = mp_cross_entropy(&l, NULL, MP_F32, g->logits, g->ct, targets, N, V, 1.0f, NULL);
+    g->counting = 1;
+    if (st != MP_OK) return st;
+    *loss_sum += (double)l * (double)N;
+    if (correct) {
+        float *row = g->row;
+        for (size_t n = 0; n < N; n++) {
+            mp_convert(row, MP_F32, at(g, g->logits, n * V), g->ct, V, NULL);
+            size_t best = 0;
+            for (size_t c = 1; c < V; c++) best = row[c] > row[best] ? c : best;
+            *correct += (int32_t)best == targets[n];
+        }
+    }
+    return MP_OK;
+}
+
+mp_status mp_gpt_next_logits(mp_gpt *g, const int32_t *tokens, size_t T, float *logits) {
+    TRY(check_batch(g, "gpt next logits", tokens, NULL, 1, T));
+    if (!logits) return mp_error(MP_EINVAL, "gpt next logits: NULL logits");
+    const size_t V = (size_t)g->cfg.vocab_size;
+    g->counting = 0;
+    const mp_status st = forward(g, tokens, 1, T, 1);
+    g->counting = 1;
+    if (st != MP_OK) return st;
+    return mp_convert(logits, MP_F32, at(g, g->logits, (T - 1) * V), g->ct, V, NULL);
+}
+
+/* ---- weights in and out ---- */
+
+static mp_status tensor_values(const mp_tensor *t, const char *name, size_t d0, size_t d1, int ndim, float *tmp) {
+    if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1))
+        return mp_error(MP_ECORRUPT, "weights: '%s' has shape [%zu%s%zu], the model needs [%zu%s%zu]", name,
+                        t->ndim >= 1 ? t->shape[0] : (size_t)0, t->ndim == 2 ? ", " : "",
+                        t->ndim == 2 ? t->shape[1] : (size_t)0, d0, ndim == 2 ? ", " : "", ndim == 2 ? d1 : (size_t)0);
+    if (t->dtype != MP_F32 && t->dtype != MP_F16 && t->dtype != MP_BF16)
+        return mp_error(MP_ECORRUPT, "weights: '%s' is not F32, F16 or BF16", name);
+    const size_t n = d0 * (ndim == 2 ? d1 : 1);
+    mp_convert(tmp, MP_F32, t->data, t->dtype, n, NULL);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(tmp[i])) return mp_error(MP_ECORRUPT, "weights: '%s' holds a non-finite value", name);
+    return MP_OK;
+}
+
+mp_status mp_gpt_load(mp_gpt *g, const mp_safetensors *st) {
+    if (!g || !st) return mp_error(MP_EINVAL, "mp_gpt_load: NULL argument");
+    size_t maxn = 0;
+    for (size_t i = 0; i < g->nparams; i++) maxn = g->params[i]->n > maxn ? g->params[i]->n : maxn;
+    float *a = malloc(2 * maxn * sizeof(float)), *b = a ? a + maxn : NULL;
+    if (!a) return mp_error(MP_ENOMEM, "mp_gpt_load: out of memory");
+    const mp_tensor **src = calloc(g->nparams, sizeof *src);
+    mp_status s = src ? MP_OK : mp_error(MP_ENOMEM, "mp_gpt_load: out of memory");
+    /* first check everything, so that a refused file changes nothing */
+    for (size_t i = 0; i < g->nparams && s == MP_OK; i++) {
+        const mp_param *p = g->params[i];
+        const size_t d0 = g->shape[i][0], d1 = g->shape[i][1];
+        const mp_tensor *t = mp_safetensors_find(st, p->name);
+        if (p == g->wte) {
+            const mp_tensor *lm = mp_safetensors_find(st, "lm_head.weight");
+            if (lm) s = tensor_values(lm, "lm_head.weight", d0, d1, 2, b);
+            if (s == MP_OK && t && lm) {
+                s = tensor_values(t, p->name, d0, d1, 2, a);
+                for (size_t k = 0; k < p->n && s == MP_OK; k++)
+                    if (a[k] != b[k])
+                        s = mp_error(MP_ECORRUPT, "weights: lm_head.weight differs from %s (the head is tied)", p->name);
+            }
+            if (!t) t = lm;
+        }
+        if (s != MP_OK) break;
+        if (!t) {
+            s = mp_error(MP_ECORRUPT, "weights: no tensor '%s'%s", p->name, p == g->wte ? " (nor lm_head.weight)" : "");
+            break;
+        }
+        s = tensor_values(t, t == mp_safetensors_find(st, p->name) ? p->name : "lm_head.weight", d0, d1, g->ndim[i], a);
+        src[i] = t;
+    }
+    for (size_t i = 0; i < g->nparams && s == MP_OK; i++) {
+        mp_param *p = g->params[i];
+        if (p->master) {
+            mp_convert(p->master, MP_F32, src[i]->data, src[i]->dtype, p->n, NULL);
+            if (p->half) mp_convert(p->half, p->half_type, p->master, MP_F32, p->n, NULL);
+        } else {
+            mp_convert(p->half, MP_BF16, src[i]->data, src[i]->dtype, p->n, NULL);
+        }
+    }
+    free(src), free(a);
+    return s;
+}
+
+size_t mp_gpt_tensors(const mp_gpt *g, mp_tensor *out, size_t cap) {
+    if (!g) return 0;
+    for (size_t i = 0; i < g->nparams && i < cap; i++) {
+        const mp_param *p = g->params[i];
+        mp_tensor *t = &out[i];
+        memset(t, 0, sizeof *t);
+        snprintf(t->name, sizeof t->name, "%s", p->name);
+        t->dtype = p->master ? MP_F32 : MP_BF16;
+        t->ndim = g->ndim[i], t->shape[0] = g->shape[i][0], t->shape[1] = g->shape[i][1];
+        t->data = p->master ? (const void *)p->master : p->half;
+        t->nbytes = p->n * mp_format(t->dtype)->size;
+    }
+    return g->nparams;
+}
+
+/* ---- the model interface ---- */
+
+static mp_status model_train(void *impl, const mp_batch *b, float grad_scale, int accumulate, float *loss) {
+    if (!b) return mp_error(MP_EINVAL, "gpt train: NULL batch");
+    return mp_gpt_train_batch(impl, b->tokens, b->targets, b->n, b->t, grad_scale, accumulate, loss);
+}
+
+static mp_status model_eval(void *impl, const mp_batch *b, double *loss_sum, double *count, double *correct) {
+    if (!b) return mp_error(MP_EINVAL, "gpt eval: NULL batch");
+    const mp_status st = mp_gpt_eval_batch(impl, b->tokens, b->targets, b->n, b->t, loss_sum, correct);
+    if (st == MP_OK && count) *count += (double)b->n * (double)b->t;
+    return st;
+}
+
+static size_t model_nstats(const void *impl) { return ((const mp_gpt *)impl)->nstats; }
+static const mp_tensor_stats *model_stats(const void *impl, size_t i) {
+    const mp_gpt *g = impl;
+    return i < g->nstats ? &g->stats[i] : NULL;
+}
+static void model_reset(void *impl) { reset_stats(impl); }
+static mp_status model_load(void *impl, const mp_safetensors *st) { return mp_gpt_load(impl, st); }
+static size_t model_tensors(const void *impl, mp_tensor *out, size_t cap) { return mp_gpt_tensors(impl, out, cap); }
+static void model_free(void *impl) { mp_gpt_free(impl); }
+
+static const mp_model_ops gpt_ops = {
+    .kind = "gpt", .train_batch = model_train, .eval_batch = model_eval, .nstats = model_nstats,
+    .stats = model_stats, .reset_stats = model_reset, .load = model_load, .tensors = model_tensors,
+    .free = model_free,
+};
+
+mp_model mp_gpt_model(mp_gpt *g) {
+    const mp_model model = {&gpt_ops, g};
+    return model;
+}

@@ -1,0 +1,310 @@
+/* train.c - precision modes, learning-rate schedules and the training loop. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+/* ---- the precision modes: one table ---- */
+
+static const mp_precision modes[] = {
+    {.name = "fp32", .compute = MP_F32, .master_weights = 1, .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_NONE, .color = "#3b3b3b", .help = "fp32 everywhere (the baseline)"},
+    {.name = "fp16", .compute = MP_F16, .master_weights = 1, .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_NONE, .color = "#d62728", .help = "fp16 compute, fp32 master weights, NO loss scaling"},
+    {.name = "fp16-static", .compute = MP_F16, .master_weights = 1, .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_STATIC, .color = "#ff7f0e", .help = "fp16-static[:S]: a fixed loss scale S (65536)"},
+    {.name = "fp16-dynamic", .compute = MP_F16, .master_weights = 1, .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_DYNAMIC, .color = "#1f77b4", .help = "fp16 with dynamic loss scaling: the AMP recipe"},
+    {.name = "bf16", .compute = MP_BF16, .master_weights = 1, .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_NONE, .color = "#2ca02c", .help = "bf16 compute, fp32 master weights"},
+    {.name = "bf16-pure", .compute = MP_BF16, .master_weights = 0, .rounding = MP_ROUND_STOCHASTIC,
+     .scaling = MP_SCALING_NONE, .color = "#9467bd", .help = "bf16 weights only, updates rounded stochastically"},
+};
+
+const mp_precision *mp_precisions(size_t *count) {
+    if (count) *count = sizeof modes / sizeof modes[0];
+    return modes;
+}
+
+mp_status mp_precision_parse(const char *spec, const mp_precision **mode, float *static_scale) {
+    if (static_scale) *static_scale = 0.0f;
+    if (!spec || !mode) return mp_error(MP_EINVAL, "mp_precision_parse: NULL argument");
+    const size_t n = sizeof modes / sizeof modes[0];
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(spec, modes[i].name) == 0) return *mode = &modes[i], MP_OK;
+    if (strncmp(spec, "fp16-static:", 12) == 0) {
+        char *end;
+        const double s = strtod(spec + 12, &end);
+        if (end == spec + 12 || *end || !(s > 0) || !isfinite((float)s))
+            return mp_error(MP_EINVAL, "fp16-static:S wants a positive finite scale, not '%s'", spec + 12);
+        if (static_scale) *static_scale = (float)s;
+        for (size_t i = 0; i < n; i++)
+            if (modes[i].scaling == MP_SCALING_STATIC) return *mode = &modes[i], MP_OK;
+    }
+    char names[256];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? (i + 1 == n ? " or " : ", ") : "",
+                              modes[i].scaling == MP_SCALING_STATIC ? "fp16-static[:S]" : modes[i].name);
+    return mp_error(MP_EINVAL, "the precision is %s, not '%s'", names, spec);
+}
+
+/* ---- learning rate ---- */
+
+double mp_lr_at(const mp_lr_config *c, long step) {
+    if (step < c->warmup) return c->lr * (double)(step + 1) / (double)(c->warmup + 1);
+    if (c->schedule == MP_LR_CONSTANT) return c->lr;
+    if (step > c->decay_steps) return c->min_lr;
+    const double span = (double)(c->decay_steps - c->warmup);
+    const double r = span > 0 ? (double)(step - c->warmup) / span : 1.0;
+    return c->min_lr + 0.5 * (1.0 + cos(3.14159265358979323846 * r)) * (c->lr - c->min_lr);
+}
+
+void mp_loader_free(mp_loader *l) {
+    if (!l || !l->impl) return;
+    if (l->free) l->free(l->impl);
+    l->impl = NULL;
+}
+
+/* ---- the trainer ---- */
+
+struct mp_trainer {
+    mp_train_config cfg;
+    mp_model model;
+    mp_optim *opt;
+    mp_loader loader;
+    int scaled;
+    mp_scaler scaler;
+    long step; /* steps taken */
+};
+
+mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model model, mp_optim *opt,
+                            mp_loader loader) {
+    if (!out || !c || !c->precision || !model.ops || !opt || !loader.train_batch)
+        return mp_error(MP_EINVAL, "mp_trainer_create: NULL argument");
+    if (c->accum < 1) return mp_error(MP_EINVAL, "accum must be at least 1 (got %ld)", c->accum);
+    if (!(c->clip >= 0)) return mp_error(MP_EINVAL, "clip must be >= 0 (got %g)", c->clip);
+    if (!(c->lr.lr >= 0) || !(c->lr.min_lr >= 0) || c->lr.warmup < 0 ||
+        (c->lr.schedule == MP_LR_COSINE && c->lr.decay_steps < c->lr.warmup))
+        return mp_error(MP_EINVAL, "learning-rate schedule: lr %g, min_lr %g, warmup %ld, decay_steps %ld",
+                        c->lr.lr, c->lr.min_lr, c->lr.warmup, c->lr.decay_steps);
+    mp_trainer *t = calloc(1, sizeof *t);
+    if (!t) return mp_error(MP_ENOMEM, "mp_trainer_create: out of memory");
+    t->cfg = *c, t->model = model, t->opt = opt, t->loader = loader;
+    t->scaled = c->precision->scaling != MP_SCALING_NONE;
+    if (t->scaled) {
+        mp_scaler_config sc = c->scaler;
+        sc.dynamic = c->precision->scaling == MP_SCALING_DYNAMIC;
+        const mp_status st = mp_scaler_init(&t->scaler, &sc);
+        if (st != MP_OK) {
+            free(t);
+            return st;
+        }
+    }
+    *out = t;
+    return MP_OK;
+}
+
+void mp_trainer_free(mp_trainer *t) { free(t); }
+
+long mp_trainer_step_count(const mp_trainer *t) { return t->step; }
+const mp_scaler *mp_trainer_scaler(const mp_trainer *t) { return t->scaled ? &t->scaler : NULL; }
+
+#define TRY(call)                          \
+    do {                                   \
+        const mp_status st_ = (call);      \
+        if (st_ != MP_OK) return st_;      \
+    } while (0)
+
+/* Forward and backward of every micro-batch of this step: the gradients of
+ * S * (mean loss over the step) land in the parameters' gradients. */
+static mp_status backward_step(mp_trainer *t, float S, float *loss) {
+    const mp_model_ops *m = t->model.ops;
+    const long A = t->cfg.accum;
+    double lsum = 0;
+    for (long k = 0; k < A; k++) {
+        mp_batch b;
+        float l;
+        TRY(t->loader.train_batch(t->loader.impl, (uint64_t)t->step * (uint64_t)A + (uint64_t)k, &b));
+        TRY(m->train_batch(t->model.impl, &b, S / (float)A, k > 0, &l));
+        lsum += l;
+    }
+    *loss = (float)(lsum / (double)A);
+    return MP_OK;
+}
+
+/* The step's stores, all tensors together. */
+static void sum_stats(const mp_model *model, mp_step_info *r) {
+    const mp_model_ops *m = model->ops;
+    for (size_t i = 0; i < m->nstats(model->impl); i++) {
+        const mp_tensor_stats *s = m->stats(model->impl, i);
+        mp_convert_stats_add(&r->fwd, &s->fwd);
+        mp_convert_stats_add(&r->bwd, &s->bwd);
+        r->fwd_elements += s->fwd_elements, r->bwd_elements += s->bwd_elements;
+    }
+}
+
+mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
+    mp_step_info r;
+    memset(&r, 0, sizeof r);
+    const double clip = t->cfg.clip > 0 ? t->cfg.clip : DBL_MAX; /* the norm is measured either way */
+    r.lr = mp_lr_at(&t->cfg.lr, t->step);
+    r.scale = t->scaled ? mp_scaler_get_scale(&t->scaler) : 1.0f;
+    TRY(mp_optim_set_lr(t->opt, r.lr));
+    t->model.ops->reset_stats(t->model.impl);
+    TRY(backward_step(t, r.scale, &r.loss));
+    mp_status st = MP_OK;
+    if (t->scaled) {
+        TRY(mp_scaler_unscale(&t->scaler, t->opt, &r.skipped));
+        TRY(mp_clip_grad_norm(t->opt, &t->scaler, clip, &r.grad_norm));
+        TRY(mp_scaler_step(&t->scaler, t->opt, &r.skipped));
+        st = mp_scaler_update(&t->scaler, r.skipped); /* MP_EOVERFLOW: the step counts, the run should stop */
+    } else {
+        TRY(mp_clip_grad_norm(t->opt, NULL, clip, &r.grad_norm));
+        TRY(mp_optim_step(t->opt));
+    }
+    t->step++;
+    r.step = t->step;
+    sum_stats(&t->model, &r);
+    if (info) *info = r;
+    return st;
+}
+
+mp_status mp_trainer_evaluate(mp_trainer *t, double *loss, double *accuracy) {
+    if (!t->loader.eval_batch) return mp_error(MP_EINVAL, "evaluate: the loader has no evaluation data");
+    double lsum = 0, count = 0, correct = 0;
+    for (size_t i = 0;; i++) {
+        mp_batch b;
+        TRY(t->loader.eval_batch(t->loader.impl, i, &b));
+        if (b.n == 0) break;
+        TRY(t->model.ops->eval_batch(t->model.impl, &b, &lsum, &count, &correct));
+    }
+    if (count == 0) return mp_error(MP_EINVAL, "evaluate: no evaluation data");
+    if (loss) *loss = lsum / count;
+    if (accuracy) *accuracy = correct / count;
+    return MP_OK;
+}
+
+/* ---- checkpoints ---- */
+
+static const char checkpoint_format[] = "mixprec-checkpoint-1";
+
+static void hex(char *out, const uint8_t *b, size_t n) {
+    for (size_t i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+static int unhex(uint8_t *b, const char *s, size_t n) {
+    if (!s || strlen(s) != 2 * n) return -1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1) return -1;
+        b[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
+mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *meta, mp_dtype wt) {
+    if (wt != MP_F32 && wt != MP_F16 && wt != MP_BF16)
+        return mp_error(MP_EINVAL, "checkpoint weights are fp32, fp16 or bf16");
+    const mp_model_ops *m = t->model.ops;
+    const size_t nmodel = m->tensors(t->model.impl, NULL, 0), np = mp_optim_count(t->opt);
+    size_t nmeta = 0;
+    while (meta && meta[nmeta]) nmeta++;
+    mp_tensor *ts = calloc(nmodel + 2 * np + 1, sizeof *ts);
+    void **conv = calloc(nmodel + 1, sizeof *conv);
+    const char **kv = calloc(nmeta + 16, sizeof *kv);
+    mp_status st = ts && conv && kv ? MP_OK : mp_error(MP_ENOMEM, "checkpoint: out of memory");
+    size_t n = st == MP_OK ? m->tensors(t->model.impl, ts, nmodel) : 0;
+    for (size_t i = 0; i < n && st == MP_OK; i++) { /* weights in another dtype when asked: converted copies */
+        if (ts[i].dtype == wt) continue;
+        const size_t numel = mp_tensor_numel(&ts[i]), es = mp_format(wt)->size;
+        if (!(conv[i] = malloc(numel * es))) {
+            st = mp_error(MP_ENOMEM, "checkpoint: out of memory");
+            break;
+        }
+        mp_convert(conv[i], wt, ts[i].data, ts[i].dtype, numel, NULL);
+        ts[i].data = conv[i], ts[i].dtype = wt, ts[i].nbytes = numel * es;
+    }
+    for (size_t i = 0; i < np && st == MP_OK; i++) {
+        const mp_param *p = mp_optim_param(t->opt, i);
+        const float *states[2] = {p->state1, p->state2};
+        for (int k = 0; k < 2; k++) {
+            if (!states[k]) continue;
+            mp_tensor *s = &ts[n++];
+            snprintf(s->name, sizeof s->name, "optim.%s.state%d", p->name, k + 1);
+            s->dtype = MP_F32, s->ndim = 1, s->shape[0] = p->n, s->nbytes = p->n * 4, s->data = states[k];
+        }
+    }
+    char step[32], osteps[32], blob[2 * MP_SCALER_BLOB_SIZE + 1] = "";
+    snprintf(step, sizeof step, "%ld", t->step);
+    snprintf(osteps, sizeof osteps, "%llu", (unsigned long long)mp_optim_steps(t->opt));
+    if (t->scaled) {
+        uint8_t b[MP_SCALER_BLOB_SIZE];
+        mp_scaler_save(&t->scaler, b);
+        hex(blob, b, sizeof b);
+    }
+    if (st == MP_OK) {
+        size_t k = 0;
+        kv[k++] = "format", kv[k++] = checkpoint_format;
+        for (size_t i = 0; i < nmeta; i++) kv[k++] = meta[i];
+        kv[k++] = "precision", kv[k++] = t->cfg.precision->name, kv[k++] = "step", kv[k++] = step;
+        kv[k++] = "optim_steps", kv[k++] = osteps, kv[k++] = "scaler", kv[k++] = blob, kv[k] = NULL;
+        st = mp_safetensors_write(path, ts, n, kv);
+    }
+    for (size_t i = 0; conv && i < nmodel; i++) free(conv[i]);
+    free(conv), free(ts), free(kv);
+    return st;
+}
+
+static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *s, const char *const *expect) {
+    const char *fmt = mp_safetensors_meta(s, "format");
+    if (!fmt || strcmp(fmt, checkpoint_format) != 0)
+        return mp_error(MP_ECORRUPT, "%s: not a mixprec checkpoint (no format metadata)", path);
+    const char *prec[] = {"precision", t->cfg.precision->name, NULL};
+    const char *const *lists[2] = {expect, prec};
+    for (int l = 0; l < 2; l++)
+        for (size_t i = 0; lists[l] && lists[l][i]; i += 2) {
+            const char *v = mp_safetensors_meta(s, lists[l][i]);
+            if (!v || strcmp(v, lists[l][i + 1]) != 0)
+                return mp_error(MP_EINVAL, "%s: checkpoint has %s '%s', this run asks for '%s'", path, lists[l][i],
+                                v ? v : "(none)", lists[l][i + 1]);
+        }
+    TRY(t->model.ops->load(t->model.impl, s));
+    const char *sv = mp_safetensors_meta(s, "step"), *ov = mp_safetensors_meta(s, "optim_steps");
+    char *end = NULL, *oend = NULL;
+    const long step = sv ? strtol(sv, &end, 10) : -1;
+    const unsigned long long osteps = ov ? strtoull(ov, &oend, 10) : 0;
+    if (!sv || *end || step < 0 || !ov || *oend || osteps > (unsigned long long)step)
+        return mp_error(MP_ECORRUPT, "%s: bad step metadata", path);
+    TRY(mp_optim_restore(t->opt, osteps));
+    for (size_t i = 0; i < mp_optim_count(t->opt); i++) {
+        mp_param *p = mp_optim_param(t->opt, i);
+        float *states[2] = {p->state1, p->state2};
+        for (int k = 0; k < 2; k++) {
+            if (!states[k]) continue;
+            char name[160];
+            snprintf(name, sizeof name, "optim.%s.state%d", p->name, k + 1);
+            const mp_tensor *ts = mp_safetensors_find(s, name);
+            if (!ts || ts->dtype != MP_F32 || mp_tensor_numel(ts) != p->n)
+                return mp_error(MP_ECORRUPT, "%s: optimizer state '%s' missing or of the wrong size", path, name);
+            memcpy(states[k], ts->data, p->n * 4);
+        }
+    }
+    if (t->scaled) {
+        uint8_t b[MP_SCALER_BLOB_SIZE];
+        if (unhex(b, mp_safetensors_meta(s, "scaler"), sizeof b) != 0 || mp_scaler_load(&t->scaler, b, sizeof b) != MP_OK)
+            return mp_error(MP_ECORRUPT, "%s: scaler state missing or damaged", path);
+    }
+    t->step = step;
+    return MP_OK;
+}
+
+mp_status mp_trainer_resume(mp_trainer *t, const char *path, const char *const *expect) {
+    mp_safetensors s;
+    TRY(mp_safetensors_read(path, &s));
+    const mp_status st = restore(t, path, &s, expect);
+    mp_safetensors_free(&s);
+    return st;
+}

@@ -1,0 +1,293 @@
+/* test_train.c - the precision table, learning-rate schedules, and the
+ * trainer driving a model written here (a user's own, through model.h):
+ * loss falls, overflow skips steps and backs the scale off, errors stop the
+ * step, checkpoints resume bit-identically, no_decay parameters keep their
+ * values under weight decay. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "internal.h"
+
+/* ---- a user's model: y = x w (one output), squared error, in fp32 or fp16 ---- */
+
+enum { D = 4, NB = 8 };
+
+typedef struct {
+    mp_param *w;
+    mp_dtype ct;
+    mp_tensor_stats st;
+    float boost; /* multiplies the gradient: large values make fp16 overflow */
+} lin;
+
+static mp_status lin_train(void *impl, const mp_batch *b, float scale, int acc, float *loss) {
+    lin *m = impl;
+    double l = 0;
+    float g[D] = {0};
+    for (size_t i = 0; i < b->n; i++) {
+        float z = 0;
+        for (int d = 0; d < D; d++) z += b->x[i * D + d] * m->w->master[d];
+        const float e = z - (float)b->targets[i];
+        l += 0.5 * (double)e * (double)e;
+        for (int d = 0; d < D; d++) g[d] += e * b->x[i * D + d] * scale * m->boost / (float)b->n;
+    }
+    /* the gradient as a half-precision backward would store it, counted */
+    uint16_t h[D];
+    float back[D];
+    if (m->ct == MP_F16) {
+        mp_convert(h, MP_F16, g, MP_F32, D, &m->st.bwd);
+        mp_convert(back, MP_F32, h, MP_F16, D, NULL);
+    } else {
+        memcpy(back, g, sizeof back);
+    }
+    m->st.bwd_elements += D;
+    for (int d = 0; d < D; d++) m->w->grad[d] = acc ? m->w->grad[d] + back[d] : back[d];
+    *loss = (float)(l / (double)b->n);
+    return MP_OK;
+}
+
+static mp_status lin_eval(void *impl, const mp_batch *b, double *ls, double *count, double *correct) {
+    float l;
+    lin *m = impl;
+    mp_param keep = *m->w;
+    float grad[D];
+    keep.grad = grad;
+    mp_param *w = m->w;
+    m->w = &keep;
+    const mp_status st = lin_train(m, b, 1.0f, 0, &l);
+    m->w = w;
+    *ls += (double)l * (double)b->n, *count += (double)b->n, *correct += 0;
+    return st;
+}
+
+static size_t lin_nstats(const void *impl) { (void)impl; return 1; }
+static const mp_tensor_stats *lin_stats(const void *impl, size_t i) { (void)i; return &((const lin *)impl)->st; }
+static void lin_reset(void *impl) {
+    lin *m = impl;
+    memset(&m->st, 0, sizeof m->st);
+    snprintf(m->st.name, sizeof m->st.name, "w");
+}
+static mp_status lin_load(void *impl, const mp_safetensors *st) {
+    lin *m = impl;
+    const mp_tensor *t = mp_safetensors_find(st, "w");
+    if (!t || t->dtype != MP_F32 || mp_tensor_numel(t) != D) return mp_error(MP_ECORRUPT, "no w");
+    memcpy(m->w->master, t->data, D * 4);
+    if (m->w->half) mp_convert(m->w->half, m->w->half_type, m->w->master, MP_F32, D, NULL);
+    return MP_OK;
+}
+static size_t lin_tensors(const void *impl, mp_tensor *out, size_t cap) {
+    const lin *m = impl;
+    if (cap) {
+        memset(out, 0, sizeof *out);
+        snprintf(out->name, sizeof out->name, "w");
+        out->dtype = MP_F32, out->ndim = 1, out->shape[0] = D, out->nbytes = D * 4, out->data = m->w->master;
+    }
+    return 1;
+}
+static void lin_free(void *impl) { (void)impl; }
+
+static const mp_model_ops lin_ops = {.kind = "lin", .train_batch = lin_train, .eval_batch = lin_eval,
+                                     .nstats = lin_nstats, .stats = lin_stats, .reset_stats = lin_reset,
+                                     .load = lin_load, .tensors = lin_tensors, .free = lin_free};
+
+/* ---- its data: targets = x . (1, -2, 3, 0.5), rounded ---- */
+
+typedef struct {
+    float x[NB * D];
+    int32_t y[NB];
+    int fail_at; /* micro-batch that fails, -1 never */
+} data;
+
+static mp_status data_batch(void *impl, uint64_t s, mp_batch *b) {
+    data *d = impl;
+    if ((long)s == d->fail_at) return mp_error(MP_EIO, "loader: disk gone at micro-batch %llu", (unsigned long long)s);
+    uint64_t r = s * 0x9e3779b97f4a7c15ull + 1;
+    for (int i = 0; i < NB; i++) {
+        float z = 0;
+        for (int k = 0; k < D; k++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            d->x[i * D + k] = (float)(r % 2001) / 1000.0f - 1.0f;
+            z += d->x[i * D + k] * (k == 0 ? 1.0f : k == 1 ? -2.0f : k == 2 ? 3.0f : 0.5f);
+        }
+        d->y[i] = (int32_t)lrintf(4 * z) / 4;
+    }
+    *b = (mp_batch){.n = NB, .t = 1, .x = d->x, .targets = d->y};
+    return MP_OK;
+}
+
+static mp_status data_eval(void *impl, size_t i, mp_batch *b) {
+    if (i > 0) return *b = (mp_batch){0}, MP_OK;
+    return data_batch(impl, 1000, b);
+}
+
+typedef struct {
+    mp_optim *opt;
+    lin m;
+    data d;
+    mp_trainer *t;
+} rig;
+
+static mp_status rig_make(rig *r, const char *prec, float boost, double clip) {
+    memset(r, 0, sizeof *r);
+    const mp_precision *p;
+    float scale;
+    mp_status st = mp_precision_parse(prec, &p, &scale);
+    if (st != MP_OK) return st;
+    mp_adamw_config ac = mp_adamw_defaults();
+    ac.lr = 0.05;
+    if ((st = mp_optim_adamw(&r->opt, &ac)) != MP_OK) return st;
+    const float w0[D] = {0.1f, 0.2f, -0.1f, 0.0f};
+    if ((st = mp_optim_add(r->opt, "w", w0, D, p->compute == MP_F32 ? MP_F32 : p->compute, &r->m.w)) != MP_OK) return st;
+    r->m.ct = p->compute, r->m.boost = boost;
+    lin_reset(&r->m);
+    r->d.fail_at = -1;
+    mp_train_config c = {.precision = p, .scaler = mp_scaler_defaults(), .lr = {.lr = 0.05}, .accum = 2, .clip = clip};
+    if (scale > 0) c.scaler.init_scale = scale;
+    const mp_model model = {&lin_ops, &r->m};
+    const mp_loader loader = {&r->d, data_batch, data_eval, NULL};
+    return mp_trainer_create(&r->t, &c, model, r->opt, loader);
+}
+
+static void rig_free(rig *r) {
+    mp_trainer_free(r->t);
+    mp_optim_free(r->opt);
+}
+
+static void check_table(void) {
+    size_t n;
+    const mp_precision *t = mp_precisions(&n);
+    CHECK(n == 6 && strcmp(t[0].name, "fp32") == 0 && t[0].compute == MP_F32, "table starts with fp32");
+    const mp_precision *p;
+    float s;
+    CHECK(mp_precision_parse("fp16-dynamic", &p, &s) == MP_OK && p->scaling == MP_SCALING_DYNAMIC &&
+              p->compute == MP_F16 && p->master_weights && s == 0,
+          "fp16-dynamic");
+    CHECK(mp_precision_parse("bf16-pure", &p, NULL) == MP_OK && !p->master_weights &&
+              p->rounding == MP_ROUND_STOCHASTIC,
+          "bf16-pure");
+    CHECK(mp_precision_parse("fp16-static:1024", &p, &s) == MP_OK && p->scaling == MP_SCALING_STATIC && s == 1024,
+          "static scale");
+    CHECK(mp_precision_parse("fp16-static:-1", &p, &s) == MP_EINVAL, "negative scale");
+    CHECK(mp_precision_parse("fp8", &p, &s) == MP_EINVAL && strstr(mp_last_error(), "bf16-pure"), "unknown: %s",
+          mp_last_error());
+    for (size_t i = 0; i < n; i++) CHECK(t[i].color && t[i].color[0] == '#' && t[i].help, "%s colour", t[i].name);
+}
+
+static void check_lr(void) {
+    /* nanoGPT: warmup 10, decay 100, lr 6e-4, min 6e-5 */
+    const mp_lr_config c = {6e-4, MP_LR_COSINE, 10, 100, 6e-5};
+    CHECK(fabs(mp_lr_at(&c, 0) - 6e-4 * 1 / 11) < 1e-15, "warmup 0");
+    CHECK(fabs(mp_lr_at(&c, 9) - 6e-4 * 10 / 11) < 1e-15, "warmup 9");
+    CHECK(fabs(mp_lr_at(&c, 10) - 6e-4) < 1e-15, "peak");
+    CHECK(fabs(mp_lr_at(&c, 55) - (6e-5 + 0.5 * (6e-4 - 6e-5))) < 1e-15, "half way");
+    CHECK(fabs(mp_lr_at(&c, 100) - 6e-5) < 1e-15 && mp_lr_at(&c, 500) == 6e-5, "end");
+    const mp_lr_config k = {1e-3, MP_LR_CONSTANT, 3, 0, 0};
+    CHECK(mp_lr_at(&k, 1) == 1e-3 * 2 / 4 && mp_lr_at(&k, 3) == 1e-3 && mp_lr_at(&k, 99) == 1e-3, "constant");
+}
+
+static void check_training(void) {
+    const char *modes[] = {"fp32", "fp16", "fp16-dynamic"};
+    for (int k = 0; k < 3; k++) {
+        rig r;
+        CHECK(rig_make(&r, modes[k], 1.0f, 0) == MP_OK, "%s: %s", modes[k], mp_last_error());
+        mp_step_info si;
+        float first = 0;
+        for (int s = 0; s < 60; s++) {
+            CHECK(mp_trainer_step(r.t, &si) == MP_OK, "%s step: %s", modes[k], mp_last_error());
+            if (s == 0) first = si.loss;
+        }
+        CHECK(si.step == 60 && mp_trainer_step_count(r.t) == 60, "steps counted");
+        CHECK(si.loss < 0.1f * first, "%s: loss %g -> %g", modes[k], (double)first, (double)si.loss);
+        CHECK((mp_trainer_scaler(r.t) != NULL) == (k == 2), "scaler only in the scaled mode");
+        CHECK(si.scale == (k == 2 ? 65536.0f : 1.0f) && si.lr == 0.05 && si.bwd_elements == 2 * D, "info");
+        double el;
+        CHECK(mp_trainer_evaluate(r.t, &el, NULL) == MP_OK && el < 0.1, "eval %g", el);
+        rig_free(&r);
+    }
+    /* overflow in fp16: gradients x 1e6 at scale 65536 overflow, the step is
+     * skipped (weights unchanged) and the scale halves until they fit */
+    rig r;
+    CHECK(rig_make(&r, "fp16-dynamic", 1e6f, 1.0) == MP_OK, "overflow rig");
+    float w[D];
+    memcpy(w, r.m.w->master, sizeof w);
+    mp_step_info si;
+    CHECK(mp_trainer_step(r.t, &si) == MP_OK && si.skipped && si.bwd.overflow > 0, "skipped on overflow");
+    CHECK(memcmp(w, r.m.w->master, sizeof w) == 0 && mp_optim_steps(r.opt) == 0, "skipped step changes nothing");
+    int skipped = 1;
+    for (int s = 0; s < 30; s++) {
+        CHECK(mp_trainer_step(r.t, &si) == MP_OK, "step");
+        skipped += si.skipped;
+    }
+    CHECK(!si.skipped && skipped >= 5 && si.scale < 65536.0f / 16, "backed off: %d skipped, scale %g", skipped,
+          (double)si.scale);
+    CHECK(si.grad_norm > 1.0, "norm measured before clipping: %g", si.grad_norm);
+    /* a failing loader stops the step with its error */
+    r.d.fail_at = (int)(mp_trainer_step_count(r.t) * 2 + 1);
+    CHECK(mp_trainer_step(r.t, &si) == MP_EIO && strstr(mp_last_error(), "disk gone"), "loader error passed on");
+    rig_free(&r);
+    /* a static scale never changes */
+    CHECK(rig_make(&r, "fp16-static:256", 1.0f, 0) == MP_OK, "static rig");
+    for (int s = 0; s < 5; s++) mp_trainer_step(r.t, &si);
+    CHECK(si.scale == 256.0f && mp_scaler_get_scale(mp_trainer_scaler(r.t)) == 256.0f, "static");
+    rig_free(&r);
+    /* bad configurations */
+    CHECK(rig_make(&r, "fp32", 1.0f, -1.0) == MP_EINVAL, "negative clip");
+    rig_free(&r);
+}
+
+static void check_resume(void) {
+    char path[] = "/tmp/mixprec_test_train_XXXXXX";
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0, "temp file");
+    close(fd);
+    rig a, b;
+    mp_step_info si;
+    rig_make(&a, "fp16-dynamic", 1.0f, 0);
+    for (int s = 0; s < 12; s++) mp_trainer_step(a.t, &si);
+    rig_make(&b, "fp16-dynamic", 1.0f, 0);
+    for (int s = 0; s < 5; s++) mp_trainer_step(b.t, &si);
+    const char *meta[] = {"model", "lin", NULL};
+    CHECK(mp_trainer_save(b.t, path, meta, MP_F32) == MP_OK, "save: %s", mp_last_error());
+    rig_free(&b);
+    rig_make(&b, "fp16-dynamic", 1.0f, 0);
+    const char *wrong[] = {"model", "other", NULL};
+    CHECK(mp_trainer_resume(b.t, path, wrong) == MP_EINVAL && strstr(mp_last_error(), "model"), "refused");
+    CHECK(mp_trainer_resume(b.t, path, meta) == MP_OK && mp_trainer_step_count(b.t) == 5, "resumed: %s",
+          mp_last_error());
+    for (int s = 5; s < 12; s++) mp_trainer_step(b.t, &si);
+    CHECK(memcmp(a.m.w->master, b.m.w->master, D * 4) == 0 && memcmp(a.m.w->state2, b.m.w->state2, D * 4) == 0,
+          "resume is bit-identical");
+    rig_free(&b);
+    rig_make(&b, "bf16", 1.0f, 0);
+    CHECK(mp_trainer_resume(b.t, path, meta) == MP_EINVAL && strstr(mp_last_error(), "precision"), "other mode");
+    rig_free(&b);
+    rig_free(&a);
+    unlink(path);
+}
+
+static void check_no_decay(void) {
+    mp_optim *o;
+    mp_adamw_config ac = mp_adamw_defaults();
+    ac.weight_decay = 0.5, ac.lr = 0.1;
+    mp_optim_adamw(&o, &ac);
+    const float v[2] = {1.0f, 1.0f};
+    mp_param *a, *b;
+    mp_optim_add(o, "a", v, 2, MP_F32, &a);
+    mp_optim_add(o, "b", v, 2, MP_F32, &b);
+    b->no_decay = 1;
+    mp_optim_zero_grad(o);
+    CHECK(mp_optim_step(o) == MP_OK, "step");
+    CHECK(a->master[0] == (float)(1.0 - 0.1 * 0.5) && b->master[0] == 1.0f, "decay %g, none %g", (double)a->master[0],
+          (double)b->master[0]);
+    mp_optim_free(o);
+}
+
+int main(void) {
+    check_table();
+    check_lr();
+    check_training();
+    check_resume();
+    check_no_decay();
+    return check_report("test_train");
+}

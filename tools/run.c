@@ -1,0 +1,754 @@
+/* run.c - one training run: options, the library's trainer, logs, results. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "run.h"
+
+const char run_options_help[] =
+    "model and data\n"
+    "  --model SPEC           mlp:784-1024-1024-10 (widths; input 784, output >= 10) or\n"
+    "                         gpt:L-H-C-T (layers, heads, width, context), e.g. gpt:4-4-128-128\n"
+    "  --act relu|gelu        MLP activation (relu)\n"
+    "  --layernorm            MLP: layer norm after each hidden layer\n"
+    "  --gelu tanh|erf        GPT: GELU's tanh approximation (GPT-2, llm.c; default) or erf (nanoGPT)\n"
+    "  --data DIR             MLP: the four Fashion-MNIST files (.gz or plain)\n"
+    "  --data text:PATH[,PATH...]  GPT: text files or directories (default: the fortunes\n"
+    "                         corpus, " MP_TEXT_DEFAULT_CORPUS ")\n"
+    "precision\n"
+    "  --precision MODE       fp32 (default); fp16: fp16 compute, NO loss scaling;\n"
+    "                         fp16-static[:S]: fixed scale S (65536); fp16-dynamic:\n"
+    "                         the AMP recipe; bf16: bf16 compute, fp32 master\n"
+    "                         weights; bf16-pure: bf16 weights only, stochastic\n"
+    "                         rounding. Matrix multiplies accumulate in fp32; softmax,\n"
+    "                         layer-norm statistics, the loss and the gradient norm\n"
+    "                         are computed in fp32.\n"
+    CLI_SCALER_HELP
+    "optimization\n"
+    "  --optimizer sgd|adamw  (adamw)\n"
+    "  --lr LR                (peak) learning rate (1e-3)\n"
+    "  --lr-schedule constant|cosine  (constant); cosine decays to --min-lr at the last step\n"
+    "  --warmup N             linear warmup steps (0), as nanoGPT: lr (step+1) / (N+1)\n"
+    "  --min-lr LR            the end of the cosine schedule (lr / 10)\n"
+    "  --betas B1,B2          AdamW betas (0.9,0.999)\n"
+    "  --momentum M           SGD momentum (0)\n"
+    "  --weight-decay WD      (0.01 for adamw, 0 for sgd); the GPT decays only its\n"
+    "                         2-D weights (not biases or layer norms), as nanoGPT\n"
+    "  --batch B              micro-batch: examples (256) or sequences (16)\n"
+    "  --accum N              micro-batches per step (1)\n"
+    "  --epochs E | --steps N length (1 epoch): an epoch is 60000 / (B N) steps for the\n"
+    "                         MLP, training bytes / (B T N) for the GPT\n"
+    "  --clip NORM            clip the global gradient norm (unscaled gradients)\n"
+    "  --seed S               initialisation and shuffling (1)\n"
+    "  --no-shuffle           MLP: batch k is examples kB .. kB+B-1 in file order; GPT: row b\n"
+    "                         of micro-batch s is the window at ((sB + b) T) mod (N_train - T)\n"
+    "  --threads N            threads for the kernels\n"
+    "files\n"
+    "  --init FILE            initial weights (safetensors, PyTorch's names)\n"
+    "  --save FILE            checkpoint at the end: weights, optimizer state, scaler, step\n"
+    "  --save-dtype fp32|fp16|bf16  the weights' dtype in --save (fp32; a half file\n"
+    "                         is smaller but does not resume bit-identically)\n"
+    "  --resume FILE          continue a checkpoint (bit-identical to not stopping)\n"
+    "  --log FILE             CSV, one row per step (docs/LOGS.md)\n"
+    "  --eval-every N         evaluation every N steps (0: only at the end)\n"
+    "  --eval-windows K       GPT: evaluate on the first K validation windows (0: all)\n"
+    "diagnostics\n"
+    "  --summary FILE         JSON: results, per-tensor underflow, skipped steps, frozen\n"
+    "                         weights, gradient histograms, warnings (docs/LOGS.md)\n"
+    "  --hist-every N         MLP: log2 histogram of the weight gradients every N steps (0: off)\n"
+    "  --frozen-every K       MLP: fraction of weights unchanged over each K steps (50; 0: off)\n"
+    "  --dump-grads FILE      the last step's fp32 weight gradients (unscaled) as safetensors\n"
+    "                         (NAME.grad), for mixprec underflow --from FILE\n";
+
+static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
+
+int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->model = "mlp:784-1024-1024-10", o->adamw = 1, o->shuffle = 1, o->lr = 1e-3, o->wd = -1, o->min_lr = -1;
+    o->beta1 = 0.9, o->beta2 = 0.999, o->batch = 0, o->accum = 1, o->seed = 1, o->frozen_every = 50;
+    o->scaler = mp_scaler_defaults();
+    mp_status ps = mp_precision_parse("fp32", &o->prec, NULL);
+    (void)ps;
+    snprintf(o->prec_name, sizeof o->prec_name, "fp32");
+    float static_scale = 0;
+    int rc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        float f;
+#define VAL() if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE
+#define NUM(dst, lo, hi) \
+    VAL();               \
+    if (cli_parse_float(v, &f) != 0 || !(f >= (lo) && f <= (hi))) return cli_usage_error(cmd, "%s wants a number in [%g, %g], not '%s'", a, (double)(lo), (double)(hi), v); \
+    dst = f
+#define INT(dst, lo, hi) \
+    VAL();               \
+    if (cli_parse_long(v, lo, hi, &dst) != 0) return cli_usage_error(cmd, "%s wants %ld .. %ld, not '%s'", a, (long)(lo), (long)(hi), v)
+        if ((rc = cli_scaler_option(cmd, argc, argv, &i, &o->scaler)) != 0) {
+            if (rc != 1) return rc;
+        } else if (!strcmp(a, "--model")) { VAL(); o->model = v; }
+        else if (!strcmp(a, "--act")) {
+            VAL();
+            if (!strcmp(v, "relu")) o->act = MP_ACT_RELU;
+            else if (!strcmp(v, "gelu")) o->act = MP_ACT_GELU;
+            else return cli_usage_error(cmd, "--act is relu or gelu, not '%s'", v);
+        } else if (!strcmp(a, "--gelu")) {
+            VAL();
+            if (!strcmp(v, "tanh")) o->gelu = MP_GELU_TANH;
+            else if (!strcmp(v, "erf")) o->gelu = MP_GELU_ERF;
+            else return cli_usage_error(cmd, "--gelu is tanh or erf, not '%s'", v);
+        } else if (!strcmp(a, "--layernorm")) o->layernorm = 1;
+        else if (!strcmp(a, "--data")) { VAL(); o->data = v; }
+        else if (!strcmp(a, "--precision")) {
+            VAL();
+            if (mp_precision_parse(v, &o->prec, &static_scale) != MP_OK)
+                return cli_usage_error(cmd, "%s", mp_last_error());
+            snprintf(o->prec_name, sizeof o->prec_name, "%s", v);
+            if (static_scale > 0) o->scaler.init_scale = static_scale;
+        } else if (!strcmp(a, "--optimizer")) {
+            VAL();
+            if (!strcmp(v, "sgd")) o->adamw = 0;
+            else if (!strcmp(v, "adamw")) o->adamw = 1;
+            else return cli_usage_error(cmd, "--optimizer is sgd or adamw, not '%s'", v);
+        } else if (!strcmp(a, "--lr")) { NUM(o->lr, 0, 1e6); }
+        else if (!strcmp(a, "--min-lr")) { NUM(o->min_lr, 0, 1e6); }
+        else if (!strcmp(a, "--lr-schedule")) {
+            VAL();
+            if (!strcmp(v, "constant")) o->schedule = MP_LR_CONSTANT;
+            else if (!strcmp(v, "cosine")) o->schedule = MP_LR_COSINE;
+            else return cli_usage_error(cmd, "--lr-schedule is constant or cosine, not '%s'", v);
+        } else if (!strcmp(a, "--warmup")) { INT(o->warmup, 0, 100000000); }
+        else if (!strcmp(a, "--betas")) {
+            VAL();
+            char *end, *end2;
+            const double b1 = strtod(v, &end), b2 = *end == ',' ? strtod(end + 1, &end2) : -1;
+            if (*end != ',' || end2 == end + 1 || *end2 || !(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
+                return cli_usage_error(cmd, "--betas wants B1,B2 in [0, 1), not '%s'", v);
+            o->beta1 = b1, o->beta2 = b2;
+        } else if (!strcmp(a, "--momentum")) { NUM(o->momentum, 0, 1e6); }
+        else if (!strcmp(a, "--weight-decay")) { NUM(o->wd, 0, 1e6); }
+        else if (!strcmp(a, "--clip")) { NUM(o->clip, 1e-30, 1e30); }
+        else if (!strcmp(a, "--batch")) { INT(o->batch, 1, 60000); }
+        else if (!strcmp(a, "--accum")) { INT(o->accum, 1, 60000); }
+        else if (!strcmp(a, "--epochs")) { INT(o->epochs, 1, 100000); }
+        else if (!strcmp(a, "--steps")) { INT(o->steps, 1, 100000000); }
+        else if (!strcmp(a, "--eval-every")) { INT(o->eval_every, 0, 100000000); }
+        else if (!strcmp(a, "--eval-windows")) { INT(o->eval_windows, 0, 100000000); }
+        else if (!strcmp(a, "--seed")) { INT(o->seed, 0, 2147483647L); }
+        else if (!strcmp(a, "--threads")) {
+            long t;
+            INT(t, 1, 256);
+            o->threads = (int)t;
+        } else if (!strcmp(a, "--no-shuffle")) o->shuffle = 0;
+        else if (!strcmp(a, "--init")) { VAL(); o->init = v; }
+        else if (!strcmp(a, "--save")) { VAL(); o->save = v; }
+        else if (!strcmp(a, "--save-dtype")) {
+            VAL();
+            if (mp_dtype_parse(v, &o->save_dtype) != MP_OK || o->save_dtype == MP_E4M3 || o->save_dtype == MP_E5M2)
+                return cli_usage_error(cmd, "--save-dtype is fp32, fp16 or bf16, not '%s'", v);
+        }
+        else if (!strcmp(a, "--resume")) { VAL(); o->resume = v; }
+        else if (!strcmp(a, "--log")) { VAL(); o->log = v; }
+        else if (!strcmp(a, "--summary")) { VAL(); o->summary = v; }
+        else if (!strcmp(a, "--dump-grads")) { VAL(); o->dump_grads = v; }
+        else if (!strcmp(a, "--hist-every")) { INT(o->hist_every, 0, 100000000); }
+        else if (!strcmp(a, "--frozen-every")) { INT(o->frozen_every, 0, 100000000); }
+        else return cli_usage_error(cmd, "unknown option '%s'", a);
+#undef VAL
+#undef NUM
+#undef INT
+    }
+    if (o->epochs && o->steps) return cli_usage_error(cmd, "--epochs and --steps exclude each other");
+    if (o->init && o->resume) return cli_usage_error(cmd, "--init and --resume exclude each other");
+    if (o->wd < 0) o->wd = o->adamw ? 0.01 : 0.0;
+    if (o->min_lr < 0) o->min_lr = o->lr / 10;
+    if (!o->batch) o->batch = is_gpt(o->model) ? 16 : 256;
+    if (o->data && is_gpt(o->model) != (strncmp(o->data, "text:", 5) == 0))
+        return cli_usage_error(cmd, is_gpt(o->model) ? "a GPT trains on text: --data text:PATH[,PATH...]"
+                                                      : "an MLP trains on Fashion-MNIST: --data DIR");
+    mp_scaler s;
+    mp_scaler_config sc = o->scaler;
+    sc.dynamic = o->prec->scaling == MP_SCALING_DYNAMIC;
+    if (o->prec->scaling != MP_SCALING_NONE && mp_scaler_init(&s, &sc) != MP_OK)
+        return cli_usage_error(cmd, "%s", mp_last_error());
+    return 0;
+}
+
+void run_result_free(run_result *r) {
+    if (!r) return;
+    free(r->loss), free(r->scale), free(r->skipped), free(r->tensor_names), free(r->tensor_underflow);
+    memset(r, 0, sizeof *r);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Peak resident memory of this run: the kernel's high-water mark, reset at
+ * the start of each run (so compare measures each mode on its own). */
+static void peak_reset(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) fputs("5", f), fclose(f);
+}
+
+static double peak_mib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb < 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kb = ru.ru_maxrss;
+    }
+    return (double)kb / 1024.0;
+}
+
+/* ---- MLP diagnostics: frozen weights ---- */
+
+static int is_mlp_weight(const mp_param *p) { return p->name[0] == 'f' && strstr(p->name, ".weight") != NULL; }
+
+static size_t weight_bytes(mp_optim *opt) {
+    size_t total = 0;
+    for (size_t i = 0; i < mp_optim_count(opt); i++) {
+        const mp_param *p = mp_optim_param(opt, i);
+        if (is_mlp_weight(p)) total += p->n * (p->master ? 4 : 2);
+    }
+    return total;
+}
+
+/* Fraction of weight-matrix elements equal to the previous snapshot, then a
+ * new snapshot; the first call only takes the snapshot and returns -1. */
+static double frozen_fraction(mp_optim *opt, uint8_t *snap, int *first) {
+    size_t off = 0, same = 0, elems = 0;
+    for (size_t i = 0; i < mp_optim_count(opt); i++) {
+        const mp_param *p = mp_optim_param(opt, i);
+        if (!is_mlp_weight(p)) continue;
+        const size_t es = p->master ? 4 : 2;
+        const uint8_t *cur = p->master ? (const uint8_t *)p->master : (const uint8_t *)p->half;
+        if (!*first)
+            for (size_t k = 0; k < p->n; k++) same += memcmp(cur + k * es, snap + off + k * es, es) == 0;
+        memcpy(snap + off, cur, p->n * es);
+        off += p->n * es, elems += p->n;
+    }
+    const int was_first = *first;
+    *first = 0;
+    return was_first ? -1.0 : (double)same / (double)elems;
+}
+
+typedef struct {
+    long step;
+    float scale;
+    uint64_t zeros, bins[RUN_HIST_N];
+} hist_snap;
+
+/* ---- the run ---- */
+
+/* Everything a run allocates, freed in one place. */
+typedef struct {
+    mp_dataset train, test;
+    mp_text text;
+    mp_optim *opt;
+    mp_model model;
+    mp_mlp *mlp;
+    mp_gpt *gpt;
+    mp_loader loader;
+    mp_trainer *tr;
+    FILE *log;
+    double *ms;
+    uint8_t *snap;
+    long *fz_step, *skip_steps;
+    double *fz;
+    hist_snap *hs;
+    run_result res;
+} run_state;
+
+static void state_free(run_state *s) {
+    mp_trainer_free(s->tr);
+    mp_loader_free(&s->loader);
+    mp_model_free(&s->model);
+    mp_optim_free(s->opt);
+    mp_dataset_free(&s->train), mp_dataset_free(&s->test);
+    mp_text_free(&s->text);
+    free(s->ms), free(s->snap), free(s->fz_step), free(s->skip_steps), free(s->fz), free(s->hs);
+}
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "mixprec train: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 1;
+}
+
+/* Model, data, optimizer, loader and trainer from the options. */
+static int setup(const run_opts *o, run_state *s, size_t *T, long *steps_per_epoch) {
+    const int gpt = is_gpt(o->model);
+    mp_mlp_config mc;
+    mp_gpt_config gc;
+    if ((gpt ? mp_gpt_parse(o->model, &gc) : mp_mlp_parse(o->model, &mc)) != MP_OK)
+        return cli_usage_error("train", "%s", mp_last_error());
+    const size_t B = (size_t)o->batch;
+    if (gpt) {
+        gc.gelu = o->gelu;
+        *T = (size_t)gc.block_size;
+        if (mp_text_load(&s->text, o->data ? o->data + 5 : MP_TEXT_DEFAULT_CORPUS) != MP_OK ||
+            mp_text_check(&s->text, *T) != MP_OK)
+            return fail("%s", mp_last_error());
+        const double per = (double)B * (double)*T * (double)o->accum;
+        *steps_per_epoch = (long)((double)s->text.n_train / per) > 0 ? (long)((double)s->text.n_train / per) : 1;
+    } else {
+        mc.act = o->act, mc.layernorm = o->layernorm;
+        *T = 1;
+        if (mp_fashion_mnist_load(&s->train, &s->test, o->data) != MP_OK) return fail("%s", mp_last_error());
+        const size_t D = s->train.rows * s->train.cols;
+        if ((size_t)mc.widths[0] != D || mc.widths[mc.nlayers] < s->test.num_classes)
+            return fail("model %s: the input width must be %zu and the output at least %d", o->model, D,
+                        s->train.num_classes);
+        if (B * (size_t)o->accum > s->train.n) return fail("batch x accum is larger than the training set");
+        *steps_per_epoch = (long)(s->train.n / B) / o->accum;
+    }
+    mp_status st;
+    if (o->adamw) {
+        mp_adamw_config ac = mp_adamw_defaults();
+        ac.lr = o->lr, ac.weight_decay = o->wd, ac.beta1 = o->beta1, ac.beta2 = o->beta2;
+        st = mp_optim_adamw(&s->opt, &ac);
+    } else {
+        mp_sgd_config sc = mp_sgd_defaults();
+        sc.lr = o->lr, sc.momentum = o->momentum, sc.weight_decay = o->wd;
+        st = mp_optim_sgd(&s->opt, &sc);
+    }
+    if (st != MP_OK) return cli_usage_error("train", "%s", mp_last_error());
+    if (o->prec->rounding == MP_ROUND_STOCHASTIC) mp_optim_set_rounding(s->opt, MP_ROUND_STOCHASTIC, (uint64_t)o->seed);
+    const mp_dtype ct = o->prec->compute;
+    const int pure = !o->prec->master_weights;
+    if (gpt) {
+        if (mp_gpt_create(&s->gpt, &gc, ct, pure, B, s->opt, (uint64_t)o->seed) != MP_OK)
+            return fail("%s", mp_last_error());
+        s->model = mp_gpt_model(s->gpt);
+        st = mp_text_loader(&s->loader, &s->text, B, *T, o->shuffle, (uint64_t)o->seed, (size_t)o->eval_windows);
+    } else {
+        const size_t eval_b = 1000;
+        if (mp_mlp_create(&s->mlp, &mc, ct, pure, B > eval_b ? B : eval_b, s->opt, (uint64_t)o->seed) != MP_OK)
+            return fail("%s", mp_last_error());
+        s->model = mp_mlp_model(s->mlp);
+        st = mp_image_loader(&s->loader, &s->train, &s->test, B, o->shuffle, (uint64_t)o->seed, eval_b);
+    }
+    if (st != MP_OK) return fail("%s", mp_last_error());
+    return 0;
+}
+
+/* The metadata a checkpoint keeps about the model, checked on resume. */
+static void model_meta(const run_opts *o, const char **kv) {
+    int k = 0;
+    kv[k++] = "model", kv[k++] = o->model;
+    if (is_gpt(o->model)) {
+        kv[k++] = "gelu", kv[k++] = o->gelu == MP_GELU_ERF ? "erf" : "tanh";
+    } else {
+        kv[k++] = "act", kv[k++] = o->act ? "gelu" : "relu";
+        kv[k++] = "layernorm", kv[k++] = o->layernorm ? "1" : "0";
+    }
+    kv[k++] = "optimizer", kv[k++] = o->adamw ? "adamw" : "sgd";
+    kv[k] = NULL;
+}
+
+static void csv_header(FILE *log, const mp_model *m) {
+    fprintf(log, "step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,ms,eval_loss");
+    const size_t n = m->ops->nstats(m->impl);
+    for (size_t i = 0; i < n; i++) fprintf(log, ",underflow_%s", m->ops->stats(m->impl, i)->name);
+    for (size_t i = 0; i < n; i++) fprintf(log, ",subnormal_%s", m->ops->stats(m->impl, i)->name);
+    for (size_t i = 0; i < n; i++) fprintf(log, ",act_overflow_%s", m->ops->stats(m->impl, i)->name);
+    fprintf(log, "\n");
+}
+
+static double frac(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
+
+static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double ms, double eval_loss) {
+    fprintf(log, "%ld,%.6g,%.9g,%d,%.6g,%.6g,%.6g,%llu,%llu,%.3f,", r->step, (double)r->loss, (double)r->scale,
+            r->skipped, r->grad_norm, r->lr, frac(r->bwd.underflow, r->bwd_elements),
+            (unsigned long long)r->bwd.overflow, (unsigned long long)r->fwd.overflow, ms);
+    if (!isnan(eval_loss)) fprintf(log, "%.6g", eval_loss);
+    const size_t n = m->ops->nstats(m->impl);
+    for (size_t i = 0; i < n; i++) {
+        const mp_tensor_stats *t = m->ops->stats(m->impl, i);
+        fprintf(log, ",%.6g", frac(t->bwd.underflow, t->bwd_elements));
+    }
+    for (size_t i = 0; i < n; i++) {
+        const mp_tensor_stats *t = m->ops->stats(m->impl, i);
+        fprintf(log, ",%.6g", frac(t->bwd.subnormal, t->bwd_elements));
+    }
+    for (size_t i = 0; i < n; i++) fprintf(log, ",%llu", (unsigned long long)m->ops->stats(m->impl, i)->fwd.overflow);
+    fprintf(log, "\n");
+}
+
+/* A JSON document written whole or not at all. */
+static int write_json(const char *path, cJSON *j) {
+    char *text = cJSON_Print(j);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = text ? fopen(tmp, "w") : NULL;
+    int ok = f && fputs(text, f) >= 0;
+    if (f && fclose(f) != 0) ok = 0;
+    free(text);
+    if (ok && rename(tmp, path) != 0) ok = 0;
+    if (!ok) remove(tmp);
+    return ok ? 0 : -1;
+}
+
+int run_training(const run_opts *o, FILE *out, run_result *res) {
+    run_state s;
+    memset(&s, 0, sizeof s);
+    if (o->threads) mp_set_threads(o->threads);
+    peak_reset();
+    const int gpt = is_gpt(o->model);
+    size_t T = 1;
+    long steps_per_epoch = 1;
+    int ret = setup(o, &s, &T, &steps_per_epoch);
+    if (ret) goto done;
+    ret = 1;
+    const mp_train_config tc = {o->prec, o->scaler, {o->lr, o->schedule, o->warmup, 0, o->min_lr}, o->accum, o->clip};
+    const long total = o->steps ? o->steps : (o->epochs ? o->epochs : 1) * steps_per_epoch;
+    mp_train_config tcl = tc;
+    tcl.lr.decay_steps = total; /* the cosine reaches min_lr at the last step, as nanoGPT's lr_decay_iters = max_iters */
+    if (tcl.lr.decay_steps < tcl.lr.warmup) tcl.lr.decay_steps = tcl.lr.warmup;
+    if (mp_trainer_create(&s.tr, &tcl, s.model, s.opt, s.loader) != MP_OK) {
+        ret = cli_usage_error("train", "%s", mp_last_error());
+        goto done;
+    }
+    const char *meta[16];
+    model_meta(o, meta);
+    if (o->init) {
+        mp_safetensors st;
+        mp_status e = mp_safetensors_read(o->init, &st);
+        if (e == MP_OK) e = s.model.ops->load(s.model.impl, &st), mp_safetensors_free(&st);
+        if (e != MP_OK) {
+            fail("%s%s%s", strstr(mp_last_error(), o->init) ? "" : o->init, strstr(mp_last_error(), o->init) ? "" : ": ",
+                 mp_last_error());
+            goto done;
+        }
+    }
+    if (o->resume && mp_trainer_resume(s.tr, o->resume, meta) != MP_OK) {
+        fail("%s", mp_last_error());
+        goto done;
+    }
+    long step = mp_trainer_step_count(s.tr);
+    if (step >= total) {
+        fail("%s is at step %ld already; ask for more steps than that (this run: %ld)", o->resume, step, total);
+        goto done;
+    }
+    /* results and diagnostics */
+    const int nt = (int)s.model.ops->nstats(s.model.impl);
+    run_result *r = &s.res;
+    snprintf(r->model_kind, sizeof r->model_kind, "%s", s.model.ops->kind);
+    r->compute_format = mp_format(o->prec->compute)->name;
+    r->ntensors = nt;
+    const size_t cap = (size_t)(total - step);
+    r->loss = malloc(cap * sizeof *r->loss), r->scale = malloc(cap * sizeof *r->scale), r->skipped = calloc(cap, 1);
+    r->tensor_names = calloc((size_t)nt + 1, sizeof *r->tensor_names);
+    r->tensor_underflow = calloc(cap * (size_t)(nt ? nt : 1), sizeof *r->tensor_underflow);
+    s.ms = malloc(cap * sizeof *s.ms);
+    s.skip_steps = calloc(cap + 1, sizeof *s.skip_steps);
+    const int frozen_on = !gpt && o->frozen_every > 0, hist_on = !gpt && o->hist_every > 0;
+    const long nfz_max = frozen_on ? (long)cap / o->frozen_every + 2 : 0;
+    const long nh_max = hist_on ? (long)cap / o->hist_every + 2 : 0;
+    s.snap = frozen_on ? malloc(weight_bytes(s.opt) + 1) : NULL;
+    s.fz_step = calloc((size_t)nfz_max + 1, sizeof *s.fz_step), s.fz = calloc((size_t)nfz_max + 1, sizeof *s.fz);
+    s.hs = calloc((size_t)nh_max + 1, sizeof *s.hs);
+    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.skip_steps ||
+        (frozen_on && !s.snap) || !s.fz_step || !s.fz || !s.hs) {
+        fail("out of memory");
+        goto done;
+    }
+    for (int i = 0; i < nt; i++)
+        snprintf(r->tensor_names[i], sizeof r->tensor_names[i], "%s", s.model.ops->stats(s.model.impl, (size_t)i)->name);
+    if (o->log && !(s.log = fopen(o->log, "w"))) {
+        fail("%s: cannot create the log", o->log);
+        goto done;
+    }
+    if (s.log) csv_header(s.log, &s.model);
+    int fz_first = 1;
+    long nfz = 0, nh = 0;
+    if (s.snap) frozen_fraction(s.opt, s.snap, &fz_first);
+    const int tty = out == stdout && isatty(2);
+    fprintf(out, "train: %s%s, %s, %s lr %g%s, batch %ld x %ld%s, %ld steps (%ld per epoch), seed %ld%s\n", o->model,
+            gpt ? (o->gelu ? " gelu-erf" : "") : o->act ? " gelu" : " relu", o->prec_name,
+            o->adamw ? "adamw" : "sgd", o->lr, o->schedule == MP_LR_COSINE ? " cosine" : "", o->batch, o->accum,
+            gpt ? " sequences" : "", total, steps_per_epoch, o->seed, o->resume ? " (resumed)" : "");
+    mp_tensor_stats *run_stats = calloc((size_t)nt + 1, sizeof *run_stats);
+    if (!run_stats) {
+        fail("out of memory");
+        goto done;
+    }
+    long done_steps = 0, nan_step = -1;
+    const char *stopped = NULL;
+    char stop_msg[512];
+    const double t_start = now();
+    for (; step < total; step++, done_steps++) {
+        const double t0 = now();
+        mp_step_info si;
+        const int take_hist = hist_on && step % o->hist_every == 0 && nh < nh_max;
+        if (take_hist) {
+            s.hs[nh].step = step + 1;
+            s.hs[nh].scale = mp_trainer_scaler(s.tr) ? mp_scaler_get_scale(mp_trainer_scaler(s.tr)) : 1.0f;
+            mp_mlp_histogram(s.mlp, s.hs[nh].bins, RUN_HIST_LO, RUN_HIST_N, &s.hs[nh].zeros);
+        }
+        const mp_status st = mp_trainer_step(s.tr, &si);
+        if (take_hist) mp_mlp_histogram(s.mlp, NULL, 0, 0, NULL), nh++;
+        if (st != MP_OK && st != MP_EOVERFLOW) { /* an error: the run ends here, nothing is saved */
+            fail("step %ld: %s", step + 1, mp_last_error());
+            free(run_stats);
+            goto done;
+        }
+        if (st == MP_EOVERFLOW) snprintf(stop_msg, sizeof stop_msg, "%s", mp_last_error()), stopped = stop_msg;
+        const double ms = (now() - t0) * 1e3;
+        s.ms[done_steps] = ms;
+        r->loss[done_steps] = si.loss, r->scale[done_steps] = si.scale, r->skipped[done_steps] = (uint8_t)si.skipped;
+        if (!isfinite(si.loss) && nan_step < 0) nan_step = si.step;
+        if (si.skipped) s.skip_steps[r->skipped_total++] = si.step;
+        for (int i = 0; i < nt; i++) {
+            const mp_tensor_stats *ts = s.model.ops->stats(s.model.impl, (size_t)i);
+            r->tensor_underflow[(size_t)done_steps * (size_t)nt + (size_t)i] = (float)frac(ts->bwd.underflow, ts->bwd_elements);
+            mp_convert_stats_add(&run_stats[i].fwd, &ts->fwd), mp_convert_stats_add(&run_stats[i].bwd, &ts->bwd);
+            run_stats[i].fwd_elements += ts->fwd_elements, run_stats[i].bwd_elements += ts->bwd_elements;
+        }
+        if (s.snap && si.step % o->frozen_every == 0 && nfz < nfz_max)
+            s.fz_step[nfz] = si.step, s.fz[nfz++] = frozen_fraction(s.opt, s.snap, &fz_first);
+        double eval_loss = NAN, eval_acc = 0;
+        const int eval_now = o->eval_every && si.step % o->eval_every == 0 && si.step < total && !stopped;
+        if (eval_now && mp_trainer_evaluate(s.tr, &eval_loss, &eval_acc) != MP_OK) {
+            fail("%s", mp_last_error());
+            free(run_stats);
+            goto done;
+        }
+        if (s.log) csv_row(s.log, &s.model, &si, ms, eval_loss);
+        r->last_loss = si.loss;
+        const long every = total / 20 > 0 ? total / 20 : 1;
+        if (tty) {
+            const int w = 30, fill = (int)((double)si.step / (double)total * w);
+            fprintf(stderr, "\r  [%-*.*s] %ld/%ld loss %.4f scale %g %.1f steps/s ", w, fill,
+                    "==============================", si.step, total, (double)si.loss, (double)si.scale,
+                    (double)(done_steps + 1) / (now() - t_start));
+            fflush(stderr);
+        } else if (si.step % every == 0 || si.step == total) {
+            fprintf(out, "  step %ld/%ld loss %.4f scale %g%s\n", si.step, total, (double)si.loss, (double)si.scale,
+                    si.skipped ? " (skipped)" : "");
+        }
+        if (eval_now) {
+            if (tty) fprintf(stderr, "\n");
+            if (gpt)
+                fprintf(out, "  eval at step %ld: validation loss %.4f (%.4f bits per byte)\n", si.step, eval_loss,
+                        eval_loss / log(2.0));
+            else
+                fprintf(out, "  eval at step %ld: test accuracy %.2f%%, loss %.4f\n", si.step, 100 * eval_acc, eval_loss);
+            if (s.log) fflush(s.log);
+        }
+        if (stopped) {
+            done_steps++;
+            break;
+        }
+    }
+    if (tty) fprintf(stderr, "\n");
+    const double elapsed = now() - t_start;
+    r->nsteps = done_steps;
+    if (mp_trainer_evaluate(s.tr, &r->eval_loss, &r->eval_accuracy) != MP_OK) {
+        fail("%s", mp_last_error());
+        free(run_stats);
+        goto done;
+    }
+    double *sorted = s.ms;
+    qsort(sorted, (size_t)done_steps, sizeof *sorted, cmp_d);
+    r->ms_per_step = done_steps ? sorted[done_steps / 2] : 0.0;
+    r->tokens_per_s = gpt && r->ms_per_step > 0 ? (double)o->batch * (double)T * (double)o->accum / (r->ms_per_step / 1e3) : 0;
+    r->memory_mib = peak_mib();
+    const mp_scaler *sc = mp_trainer_scaler(s.tr);
+    r->final_scale = sc ? (double)mp_scaler_get_scale(sc) : 1.0;
+    uint64_t tot_under = 0, tot_elems = 0, act_over = 0, grad_over = 0;
+    for (int i = 0; i < nt; i++) {
+        tot_under += run_stats[i].bwd.underflow, tot_elems += run_stats[i].bwd_elements;
+        act_over += run_stats[i].fwd.overflow, grad_over += run_stats[i].bwd.overflow;
+    }
+    r->underflow = frac(tot_under, tot_elems);
+    r->frozen = nfz ? s.fz[nfz - 1] : 0.0;
+    if (nh) {
+        const hist_snap *h = &s.hs[nh - 1];
+        r->has_hist = 1, r->hist_zeros = (double)h->zeros, r->hist_scale = h->scale;
+        for (int b = 0; b < RUN_HIST_N; b++) r->hist[b] = (double)h->bins[b];
+    }
+    if (gpt)
+        fprintf(out, "result: validation loss %.4f (%.4f bits per byte), last train loss %.4f\n", r->eval_loss,
+                r->eval_loss / log(2.0), r->last_loss);
+    else
+        fprintf(out, "result: test accuracy %.2f%%, test loss %.4f, last train loss %.4f\n", 100 * r->eval_accuracy,
+                r->eval_loss, r->last_loss);
+    fprintf(out, "        %ld steps, %ld skipped, final scale %g, %.2f ms/step (median)", done_steps, r->skipped_total,
+            r->final_scale, r->ms_per_step);
+    if (gpt) fprintf(out, ", %.0f tokens/s", r->tokens_per_s);
+    fprintf(out, ", %.1f s, peak memory %.0f MiB\n", elapsed, r->memory_mib);
+    if (!gpt) {
+        fprintf(out, "        gradient stores per layer (underflow to 0 / subnormal / overflow):");
+        for (int i = 0; i < nt; i++) {
+            const mp_tensor_stats *ls = &run_stats[i];
+            const double e = ls->bwd_elements ? (double)ls->bwd_elements : 1.0;
+            fprintf(out, "%s %s %.3g%% / %.3g%% / %llu", i ? "," : "", r->tensor_names[i],
+                    100 * (double)ls->bwd.underflow / e, 100 * (double)ls->bwd.subnormal / e,
+                    (unsigned long long)ls->bwd.overflow);
+        }
+        fprintf(out, "\n");
+    } else {
+        int worst = -1;
+        for (int i = 0; i < nt; i++)
+            if (run_stats[i].bwd_elements &&
+                (worst < 0 || frac(run_stats[i].bwd.underflow, run_stats[i].bwd_elements) >
+                                  frac(run_stats[worst].bwd.underflow, run_stats[worst].bwd_elements)))
+                worst = i;
+        fprintf(out, "        gradient stores: %.4f%% underflowed to 0 (most in %s: %.4f%%), %llu overflowed; "
+                     "activation stores: %llu overflowed\n",
+                100 * r->underflow, worst >= 0 ? r->tensor_names[worst] : "-",
+                worst >= 0 ? 100 * frac(run_stats[worst].bwd.underflow, run_stats[worst].bwd_elements) : 0.0,
+                (unsigned long long)grad_over, (unsigned long long)act_over);
+    }
+    /* warnings the literature describes */
+#define WARN(...) if (r->nwarnings < 6) snprintf(r->warnings[r->nwarnings++], sizeof r->warnings[0], __VA_ARGS__)
+    if (nan_step >= 0) WARN("the loss became NaN/inf at step %ld", nan_step);
+    if (sc && o->prec->scaling == MP_SCALING_DYNAMIC && mp_scaler_get_scale(sc) < o->scaler.init_scale / 1024.0f)
+        WARN("the loss scale collapsed from %g to %g (%ld skipped steps)", (double)o->scaler.init_scale,
+             (double)mp_scaler_get_scale(sc), r->skipped_total);
+    if (stopped) WARN("stopped: %.230s", stopped);
+    if (o->prec->compute == MP_F16 && r->underflow > 0.01)
+        WARN("%.2f%% of the gradient values stored in fp16 underflowed to zero%s", 100.0 * r->underflow,
+             sc ? "" : ": use loss scaling (fp16-dynamic)");
+    if (act_over) WARN("%llu activation values overflowed to inf when stored in %s", (unsigned long long)act_over,
+                       r->compute_format);
+#undef WARN
+    for (int k = 0; k < r->nwarnings; k++) fprintf(out, "warning: %s\n", r->warnings[k]);
+    if (o->summary) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "precision", o->prec_name);
+        cJSON_AddStringToObject(j, "model", o->model);
+        cJSON_AddStringToObject(j, "compute_format", r->compute_format);
+        cJSON_AddNumberToObject(j, "steps", (double)done_steps);
+        if (gpt) {
+            cJSON_AddNumberToObject(j, "val_loss", r->eval_loss);
+            cJSON_AddNumberToObject(j, "val_bits_per_byte", r->eval_loss / log(2.0));
+            cJSON_AddNumberToObject(j, "val_accuracy", r->eval_accuracy);
+            cJSON_AddNumberToObject(j, "tokens_per_s", r->tokens_per_s);
+        } else {
+            cJSON_AddNumberToObject(j, "test_accuracy", r->eval_accuracy);
+            cJSON_AddNumberToObject(j, "test_loss", r->eval_loss);
+        }
+        cJSON_AddNumberToObject(j, "last_train_loss", r->last_loss);
+        cJSON_AddNumberToObject(j, "skipped", (double)r->skipped_total);
+        cJSON *sk = cJSON_AddArrayToObject(j, "skipped_steps");
+        for (long k = 0; k < r->skipped_total; k++) cJSON_AddItemToArray(sk, cJSON_CreateNumber((double)s.skip_steps[k]));
+        cJSON_AddNumberToObject(j, "final_scale", r->final_scale);
+        cJSON_AddNumberToObject(j, "ms_per_step", r->ms_per_step);
+        cJSON_AddNumberToObject(j, "peak_memory_mib", r->memory_mib);
+        cJSON_AddNumberToObject(j, "underflow_fraction", r->underflow);
+        cJSON_AddNumberToObject(j, "gradient_overflow", (double)grad_over);
+        cJSON_AddNumberToObject(j, "activation_overflow", (double)act_over);
+        if (!gpt) {
+            cJSON_AddNumberToObject(j, "frozen_fraction", r->frozen);
+            cJSON_AddNumberToObject(j, "frozen_every", (double)o->frozen_every);
+        }
+        cJSON *ly = cJSON_AddArrayToObject(j, "tensors");
+        for (int i = 0; i < nt; i++) {
+            const mp_tensor_stats *ls = &run_stats[i];
+            cJSON *o1 = cJSON_CreateObject();
+            cJSON_AddStringToObject(o1, "name", r->tensor_names[i]);
+            cJSON_AddNumberToObject(o1, "underflow_fraction", frac(ls->bwd.underflow, ls->bwd_elements));
+            cJSON_AddNumberToObject(o1, "subnormal_fraction", frac(ls->bwd.subnormal, ls->bwd_elements));
+            cJSON_AddNumberToObject(o1, "overflow", (double)ls->bwd.overflow);
+            cJSON_AddNumberToObject(o1, "act_underflow_fraction", frac(ls->fwd.underflow, ls->fwd_elements));
+            cJSON_AddNumberToObject(o1, "act_overflow", (double)ls->fwd.overflow);
+            cJSON_AddItemToArray(ly, o1);
+        }
+        if (!gpt) {
+            cJSON *fr = cJSON_AddArrayToObject(j, "frozen");
+            for (long k = 0; k < nfz; k++) {
+                cJSON *o1 = cJSON_CreateObject();
+                cJSON_AddNumberToObject(o1, "step", (double)s.fz_step[k]);
+                cJSON_AddNumberToObject(o1, "fraction", s.fz[k]);
+                cJSON_AddItemToArray(fr, o1);
+            }
+            const mp_format_info *fi = mp_format(o->prec->compute == MP_F32 ? MP_F16 : o->prec->compute);
+            cJSON *hj = cJSON_AddObjectToObject(j, "histograms");
+            cJSON_AddNumberToObject(hj, "log2_lo", RUN_HIST_LO);
+            cJSON_AddStringToObject(hj, "limits_of", fi->name);
+            cJSON_AddNumberToObject(hj, "min_subnormal", fi->min_subnormal);
+            cJSON_AddNumberToObject(hj, "min_normal", fi->min_normal);
+            cJSON_AddNumberToObject(hj, "max", fi->max);
+            cJSON *snaps = cJSON_AddArrayToObject(hj, "snapshots");
+            for (long k = 0; k < nh; k++) {
+                cJSON *o1 = cJSON_CreateObject();
+                cJSON_AddNumberToObject(o1, "step", (double)s.hs[k].step);
+                cJSON_AddNumberToObject(o1, "scale", (double)s.hs[k].scale);
+                cJSON_AddNumberToObject(o1, "zeros", (double)s.hs[k].zeros);
+                cJSON *c = cJSON_AddArrayToObject(o1, "counts");
+                for (int b = 0; b < RUN_HIST_N; b++) cJSON_AddItemToArray(c, cJSON_CreateNumber((double)s.hs[k].bins[b]));
+                cJSON_AddItemToArray(snaps, o1);
+            }
+        }
+        cJSON *wa = cJSON_AddArrayToObject(j, "warnings");
+        for (int k = 0; k < r->nwarnings; k++) cJSON_AddItemToArray(wa, cJSON_CreateString(r->warnings[k]));
+        const int bad = write_json(o->summary, j);
+        cJSON_Delete(j);
+        if (bad) {
+            fail("%s: cannot write the summary", o->summary);
+            free(run_stats);
+            goto done;
+        }
+    }
+    free(run_stats);
+    if (o->dump_grads) { /* the weight gradients of the last step, as the optimizer saw them */
+        const size_t np = mp_optim_count(s.opt);
+        mp_tensor *gt = calloc(np + 1, sizeof *gt);
+        size_t ng = 0;
+        for (size_t i = 0; gt && i < np; i++) {
+            const mp_param *p = mp_optim_param(s.opt, i);
+            if (!strstr(p->name, ".weight") || strstr(p->name, "ln")) continue;
+            mp_tensor *t = &gt[ng++];
+            snprintf(t->name, sizeof t->name, "%s.grad", p->name);
+            t->dtype = MP_F32, t->ndim = 1, t->shape[0] = p->n, t->nbytes = p->n * 4, t->data = p->grad;
+        }
+        const mp_status e = gt ? mp_safetensors_write(o->dump_grads, gt, ng, NULL) : MP_ENOMEM;
+        free(gt);
+        if (e != MP_OK) {
+            fail("%s", gt ? mp_last_error() : "out of memory");
+            goto done;
+        }
+        fprintf(out, "gradients of step %ld written to %s\n", mp_trainer_step_count(s.tr), o->dump_grads);
+    }
+    if (o->save) {
+        if (mp_trainer_save(s.tr, o->save, meta, o->save_dtype) != MP_OK) {
+            fail("%s", mp_last_error());
+            goto done;
+        }
+        fprintf(out, "saved %s (step %ld)\n", o->save, mp_trainer_step_count(s.tr));
+    }
+    ret = stopped ? 1 : 0;
+done:
+    if (s.log && fclose(s.log) != 0 && ret == 0) ret = fail("%s: the log could not be written", o->log);
+    if (res) *res = s.res, memset(&s.res, 0, sizeof s.res);
+    run_result_free(&s.res);
+    state_free(&s);
+    return ret;
+}

@@ -1,0 +1,65 @@
+/* run.h - one training run as `mixprec train` and `mixprec compare` do it:
+ * options, the library's trainer, the logs (docs/LOGS.md) and what the
+ * report needs, kept in memory. */
+#ifndef MIXPREC_TOOLS_RUN_H
+#define MIXPREC_TOOLS_RUN_H
+
+#include <stdio.h>
+
+#include "cli.h"
+
+typedef struct run_opts {
+    const char *model, *data, *init, *save, *resume, *log, *summary, *dump_grads;
+    const mp_precision *prec;
+    char prec_name[40];       /* as given: "fp16-static:1024" */
+    mp_dtype save_dtype;
+    long hist_every, frozen_every;
+    mp_act act;
+    mp_gelu_form gelu;
+    int layernorm, adamw, shuffle, threads;
+    mp_scaler_config scaler;
+    double lr, momentum, wd, clip, beta1, beta2, min_lr;
+    mp_lr_schedule schedule;
+    long warmup;
+    long batch, accum, epochs, steps, eval_every, eval_windows, seed;
+} run_opts;
+
+/* Defaults, then the options of argv[1..argc) (argv[0] is the command name).
+ * Returns 0, -1 after --help, or CLI_USAGE after a message. compare: the
+ * options compare sets itself are refused. */
+int run_parse(const char *cmd, int argc, char **argv, run_opts *o);
+
+/* The usage text of the training options (shared by train and compare). */
+extern const char run_options_help[];
+
+#define RUN_HIST_LO (-64)
+#define RUN_HIST_N 84 /* log2 bins 2^-64 .. 2^19 (ends clamp) */
+
+/* What a run leaves for the report and the comparison table. */
+typedef struct run_result {
+    char model_kind[8];          /* "mlp" or "gpt" */
+    const char *compute_format;
+    long nsteps;                 /* steps taken in this run */
+    float *loss, *scale;         /* (nsteps,) */
+    uint8_t *skipped;            /* (nsteps,) */
+    int ntensors;
+    char (*tensor_names)[64];    /* (ntensors,) */
+    float *tensor_underflow;     /* (nsteps, ntensors): fraction of gradient stores that became 0 */
+    double eval_loss, eval_accuracy, last_loss, underflow, frozen, ms_per_step, memory_mib, final_scale;
+    double tokens_per_s;         /* gpt */
+    long skipped_total;
+    int has_hist;
+    double hist[RUN_HIST_N], hist_zeros, hist_scale;
+    char warnings[6][256];
+    int nwarnings;
+} run_result;
+
+void run_result_free(run_result *r);
+
+/* Runs the training o describes, printing progress and results to out.
+ * Returns 0 when it completed, 1 when it stopped early or failed (after a
+ * one-line message on stderr), CLI_USAGE for options that cannot work
+ * together (after a message). r (may be NULL) receives the results. */
+int run_training(const run_opts *o, FILE *out, run_result *r);
+
+#endif
