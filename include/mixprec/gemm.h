@@ -15,7 +15,8 @@
  *    packing; each C element is a sequence of fp32 fused multiply-adds in k
  *    order within a block of KC values of k (2048 on AVX-512, 256 with AVX2
  *    and in the portable kernel); blocks are added to C in order. For k <= KC
- *    the result equals mp_gemm_ref bit for bit.
+ *    the result equals mp_gemm_ref bit for bit; the AVX2 and portable paths
+ *    give the same bits for any k.
  *  - bf16 x bf16 on CPUs with AVX512_BF16 uses vdpbf16ps: it adds two products
  *    at a time to the fp32 accumulator, treats bf16 subnormal inputs
  *    (|x| < 2^-126) as zero and flushes fp32 subnormal results to zero. The

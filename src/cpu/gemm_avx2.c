@@ -22,7 +22,8 @@ enum { MR = 6, NR = 16, KC = 256, MC = 144, NC = 3072 };
 static inline __m256 widen(mp_dtype t, __m256i raw) {
     switch (t) {
     case MP_F16: return _mm256_cvtph_ps(_mm256_castsi256_si128(raw));
-    case MP_BF16: return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(raw)), 16));
+    case MP_BF16:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(raw)), 16));
     default: return _mm256_castsi256_ps(raw);
     }
 }
@@ -69,23 +70,22 @@ static inline void store_n(float *d, __m256 v, size_t n) {
     _mm_storel_epi64((__m128i *)(d + 4), _mm_castps_si128(_mm256_extractf128_ps(v, 1)));
 }
 
-/* Transposes 8 x 8 fp32 values: r[i] lane j becomes r[j] lane i. */
-static inline void transpose8(__m256 r[8]) {
-    __m256 t[8], s[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) { /* s[i + c]: column c (low lane) and c + 4 (high lane) of rows i..i+3 */
-        s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-        s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
-        s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
-        r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
-    }
+/* Transposes 8 x 8 fp32 values: r[i] lane j becomes r[j] lane i. Written
+ * out: gcc -O2 keeps looped versions' arrays on the stack. */
+static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    /* s[c]: column c (low lane) and c + 4 (high lane) of rows 0..3; s[c + 4]: of rows 4..7 */
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20), r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20), r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20), r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20), r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
 /* One micro-panel in fp32, (kc, width) with width MR or NR, as gemm.c's
@@ -95,7 +95,7 @@ static inline void transpose8(__m256 r[8]) {
  * one k at a time; along = 0: each line is a run over k (element
  * (w0+w)*ld + p0 + p), packed 8 lines x 8 k at a time through a transpose
  * (6 lines for MR). Inlined with a constant format and width (pack_a/b):
- * this is a memory-bound copy, and the branches on t cost as much. */
+ * the copy is cheap enough that branches on t inside it cost as much. */
 static inline __attribute__((always_inline)) void pack_t(float *d, // (kc, width) fp32
                                                          const void *src, mp_dtype t, size_t ld, int along, size_t w0,
                                                          size_t valid, size_t p0, size_t kc, size_t width) {
@@ -107,6 +107,7 @@ static inline __attribute__((always_inline)) void pack_t(float *d, // (kc, width
              * defeats the hardware prefetchers) */
             prefetch(src, (r + 8 * ld) * es);
             prefetch(src, (r + 8 * ld + width - 1) * es);
+#pragma GCC unroll 2
             for (size_t lb = 0; lb < width; lb += 8) {
                 const size_t nl = width - lb < 8 ? width - lb : 8, nv = valid > lb ? valid - lb : 0;
                 store_n(d + p * width + lb, nv >= 8 ? ld8(src, t, r + lb) : ld8n(src, t, r + lb, nv < nl ? nv : nl),
@@ -120,7 +121,17 @@ static inline __attribute__((always_inline)) void pack_t(float *d, // (kc, width
         for (size_t p = 0; p < kc; p += 8) {
             const size_t np = kc - p < 8 ? kc - p : 8;
             __m256 r[8];
-            for (size_t w = 0; w < nv && w < nl; w++) prefetch(src, ((w0 + lb + w) * ld + p0 + p + 64) * es);
+            if (nv >= nl && np == 8) { /* the usual whole block: unrolled, r[] stays in registers */
+#pragma GCC unroll 8
+                for (size_t w = 0; w < 8; w++) {
+                    if (w < nl) prefetch(src, ((w0 + lb + w) * ld + p0 + p + 64) * es);
+                    r[w] = w < nl ? ld8(src, t, (w0 + lb + w) * ld + p0 + p) : _mm256_setzero_ps();
+                }
+                transpose8(r);
+#pragma GCC unroll 8
+                for (size_t q = 0; q < 8; q++) store_n(d + (p + q) * width + lb, r[q], nl);
+                continue;
+            }
             for (size_t w = 0; w < 8; w++)
                 r[w] = w < nv && w < nl ? ld8n(src, t, (w0 + lb + w) * ld + p0 + p, np) : _mm256_setzero_ps();
             transpose8(r);
@@ -129,6 +140,7 @@ static inline __attribute__((always_inline)) void pack_t(float *d, // (kc, width
     }
 }
 
+/* pack_t with the format as a constant. */
 static inline __attribute__((always_inline)) void pack(float *d, // (kc, width) fp32
                                                        const void *src, mp_dtype t, size_t ld, int along, size_t w0,
                                                        size_t valid, size_t p0, size_t kc, size_t width) {
