@@ -165,4 +165,19 @@ double mp_peak_fma_avx512(uint64_t iters);
 double mp_peak_dpbf16_avx512(uint64_t iters);
 #endif
 
+/* ---- GELU kernels (ops.c; src/cpu/gelu_kernels.h built per ISA) ----
+ * On fp32 chunks: fwd y[i] = gelu(y[i]) in place; bwd g[i] = g[i] * gelu'(x[i])
+ * (g holds dy on entry). Every ISA's table gives the same bits. */
+typedef struct mp_gelu_kernels {
+    void (*tanh_fwd)(float *y, size_t n);
+    void (*tanh_bwd)(float *g, const float *x, size_t n);
+    void (*erf_fwd)(float *y, size_t n);
+    void (*erf_bwd)(float *g, const float *x, size_t n);
+} mp_gelu_kernels;
+extern const mp_gelu_kernels mp_gelu_scalar;
+#ifdef MP_X86
+extern const mp_gelu_kernels mp_gelu_avx2;
+extern const mp_gelu_kernels mp_gelu_avx512;
+#endif
+
 #endif

@@ -15,14 +15,33 @@ static mp_status check_types(const char *fn, mp_dtype a, mp_dtype b, mp_dtype c)
 
 static const uint8_t *at(const void *p, mp_dtype t, size_t i) { return (const uint8_t *)p + i * mp_format(t)->size; }
 
-/* Loads n values from element i of p into out (fp32, exact). */
+/* Loads n values from element i of p into out (fp32, exact). Rows and chunks
+ * are converted by the current CPU path's kernels directly: the bits and
+ * counts of mp_convert, without its per-call setup (the ops are already split
+ * over threads). */
 static void load(float *out, const void *p, mp_dtype t, size_t i, size_t n) {
-    mp_convert(out, MP_F32, at(p, t, i), t, n, NULL);
+    const mp_convert_kernels *k = mp_convert_kernels_current();
+    switch (t) {
+    case MP_F32: memcpy(out, at(p, t, i), n * sizeof(float)); break;
+    case MP_F16: k->f16_to_f32(out, (const uint16_t *)at(p, t, i), n, NULL); break;
+    case MP_BF16: k->bf16_to_f32(out, (const uint16_t *)at(p, t, i), n, NULL); break;
+    default: mp_convert(out, MP_F32, at(p, t, i), t, n, NULL); break;
+    }
 }
 
-/* Stores n fp32 values into element i of p, counting into st. */
+/* Stores n fp32 values into element i of p, counting into st (may be NULL). */
 static void store(void *p, mp_dtype t, size_t i, const float *v, size_t n, mp_convert_stats *st) {
-    mp_convert((uint8_t *)p + i * mp_format(t)->size, t, v, MP_F32, n, st);
+    const mp_convert_kernels *k = mp_convert_kernels_current();
+    void *d = (uint8_t *)p + i * mp_format(t)->size;
+    switch (t) {
+    case MP_F32:
+        if (d != (const void *)v) memmove(d, v, n * sizeof(float));
+        if (st) mp_stats_f32(st, d, n);
+        break;
+    case MP_F16: k->f32_to_f16(d, v, n, st); break;
+    case MP_BF16: k->f32_to_bf16(d, v, n, st); break;
+    default: mp_convert(d, t, v, MP_F32, n, st); break;
+    }
 }
 
 /* Scratch rows: `count` rows of n floats. */
@@ -32,15 +51,20 @@ static float *scratch(size_t count, size_t n) { return malloc((count * n + 16) *
 
 typedef float (*unary_fn)(float x);
 typedef float (*binary_fn)(float dy, float x);
+typedef void (*unary_chunk)(float *y, size_t n);                /* y in place */
+typedef void (*binary_chunk)(float *g, const float *x, size_t n); /* g = f(g, x) in place */
 
 /* Element-wise work in parallel: shares of whole chunks, per-share statistics
- * summed afterwards (counts are exact whatever the split). */
+ * summed afterwards (counts are exact whatever the split). A chunk is computed
+ * by k1/k2 (whole-chunk kernels: GELU) when set, else by f1/f2 per element. */
 typedef struct {
     void *out;
     mp_dtype ot, at, bt;
     const void *a, *b; /* b NULL for unary */
     unary_fn f1;
     binary_fn f2;
+    unary_chunk k1;
+    binary_chunk k2;
     mp_convert_stats part[MP_MAX_THREADS];
 } elem_job;
 
@@ -56,12 +80,16 @@ static void elem_share(void *ctx, size_t i0, size_t i1, int t) {
         load(g, j->a, j->at, i, m);
         if (j->b) {
             load(v, j->b, j->bt, i, m);
-            if (j->f2 == relu_grad) /* the common case, inlined so that it vectorizes */
+            if (j->k2)
+                j->k2(g, v, m);
+            else if (j->f2 == relu_grad) /* the common case, inlined so that it vectorizes */
                 for (size_t k = 0; k < m; k++) g[k] = v[k] > 0.0f ? g[k] : 0.0f;
             else if (j->f2 == add2)
                 for (size_t k = 0; k < m; k++) g[k] += v[k];
             else
                 for (size_t k = 0; k < m; k++) g[k] = j->f2(g[k], v[k]);
+        } else if (j->k1) {
+            j->k1(g, m);
         } else if (j->f1 == relu) {
             for (size_t k = 0; k < m; k++) g[k] = g[k] > 0.0f ? g[k] : 0.0f;
         } else {
@@ -130,78 +158,68 @@ static int relu16(void *out, mp_dtype ot, const void *a, mp_dtype at, const void
     return 1;
 }
 
+/* f per element, or k per chunk when f is NULL */
 static mp_status unary(const char *fn, void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, unary_fn f,
-                       mp_convert_stats *st) {
+                       unary_chunk k, mp_convert_stats *st) {
     mp_status s = check_types(fn, yt, xt, MP_F32);
     if (s != MP_OK) return s;
     if (n && (!y || !x)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
     if (f == relu && relu16(y, yt, x, xt, NULL, xt, n, st)) return MP_OK;
-    elem_job j = {y, yt, xt, MP_F32, x, NULL, f, NULL, {{0}}};
+    elem_job j = {y, yt, xt, MP_F32, x, NULL, f, NULL, k, NULL, {{0}}};
     return run_elem(&j, n, st);
 }
 
 static mp_status binary(const char *fn, void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x,
-                        mp_dtype xt, size_t n, binary_fn f, mp_convert_stats *st) {
+                        mp_dtype xt, size_t n, binary_fn f, binary_chunk k, mp_convert_stats *st) {
     mp_status s = check_types(fn, dxt, dyt, xt);
     if (s != MP_OK) return s;
     if (n && (!dx || !dy || !x)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
     if (f == relu_grad && relu16(dx, dxt, dy, dyt, x, xt, n, st)) return MP_OK;
-    elem_job j = {dx, dxt, dyt, xt, dy, x, NULL, f, {{0}}};
+    elem_job j = {dx, dxt, dyt, xt, dy, x, NULL, f, NULL, k, {{0}}};
     return run_elem(&j, n, st);
 }
 
 static float relu(float x) { return x > 0.0f ? x : 0.0f; }
 static float relu_grad(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
 
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_C 0.044715f
-
-static float gelu(float x) { return 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x))); }
-static float gelu_grad(float dy, float x) {
-    const float u = GELU_K * (x + GELU_C * x * x * x), t = tanhf(u);
-    const float du = GELU_K * (1.0f + 3.0f * GELU_C * x * x);
-    return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
-}
-
-/* the erf form, in fp32: Phi(x) = 0.5 (1 + erf(x / sqrt 2)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
- * Phi is computed as 0.5 erfc(-x / sqrt 2): the same function without the
- * cancellation of 1 + erf for negative x (relative error ~1e-7 everywhere). */
-#define SQRT1_2 0.7071067811865476f
-#define INV_SQRT_2PI 0.3989422804014327f
-
-static float gelu_erf(float x) { return 0.5f * x * erfcf(-x * SQRT1_2); }
-static float gelu_erf_grad(float dy, float x) {
-    const float cdf = 0.5f * erfcf(-x * SQRT1_2), pdf = INV_SQRT_2PI * expf(-0.5f * x * x);
-    return dy * (cdf + x * pdf);
+/* GELU, both forms: src/cpu/gelu_kernels.h (fp64 inside, vectorized), one
+ * build per CPU path, all giving the same bits. */
+static const mp_gelu_kernels *gelu_kernels(void) {
+#ifdef MP_X86
+    const mp_isa isa = mp_cpu_isa();
+    if (isa >= MP_ISA_AVX512) return &mp_gelu_avx512;
+    if (isa >= MP_ISA_AVX2) return &mp_gelu_avx2;
+#endif
+    return &mp_gelu_scalar;
 }
 
 static float add2(float a, float b) { return a + b; }
 
 mp_status mp_relu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st) {
-    return unary("mp_relu_forward", y, yt, x, xt, n, relu, st);
+    return unary("mp_relu_forward", y, yt, x, xt, n, relu, NULL, st);
 }
 mp_status mp_relu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt, size_t n,
                            mp_convert_stats *st) {
-    return binary("mp_relu_backward", dx, dxt, dy, dyt, x, xt, n, relu_grad, st);
+    return binary("mp_relu_backward", dx, dxt, dy, dyt, x, xt, n, relu_grad, NULL, st);
 }
 mp_status mp_gelu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st) {
-    return unary("mp_gelu_forward", y, yt, x, xt, n, gelu, st);
+    return unary("mp_gelu_forward", y, yt, x, xt, n, NULL, gelu_kernels()->tanh_fwd, st);
 }
 mp_status mp_gelu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt, size_t n,
                            mp_convert_stats *st) {
-    return binary("mp_gelu_backward", dx, dxt, dy, dyt, x, xt, n, gelu_grad, st);
+    return binary("mp_gelu_backward", dx, dxt, dy, dyt, x, xt, n, NULL, gelu_kernels()->tanh_bwd, st);
 }
 
 mp_status mp_gelu_erf_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st) {
-    return unary("mp_gelu_erf_forward", y, yt, x, xt, n, gelu_erf, st);
+    return unary("mp_gelu_erf_forward", y, yt, x, xt, n, NULL, gelu_kernels()->erf_fwd, st);
 }
 mp_status mp_gelu_erf_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt,
                                size_t n, mp_convert_stats *st) {
-    return binary("mp_gelu_erf_backward", dx, dxt, dy, dyt, x, xt, n, gelu_erf_grad, st);
+    return binary("mp_gelu_erf_backward", dx, dxt, dy, dyt, x, xt, n, NULL, gelu_kernels()->erf_bwd, st);
 }
 mp_status mp_add(void *y, mp_dtype yt, const void *a, mp_dtype at, const void *b, mp_dtype bt, size_t n,
                  mp_convert_stats *st) {
-    return binary("mp_add", y, yt, a, at, b, bt, n, add2, st);
+    return binary("mp_add", y, yt, a, at, b, bt, n, add2, NULL, st);
 }
 
 /* ---- row-wise operations ---- */
@@ -290,30 +308,96 @@ static float softmax_row(float *r, size_t C, int log) {
     for (size_t j = 0; j < C; j++) mx = r[j] > mx ? r[j] : mx;
     if (mx == -INFINITY) mx = 0.0f; /* a row of -inf: all terms exp(-inf) = 0 */
     float sum = 0.0f;
-    for (size_t j = 0; j < C; j++) sum += expf(r[j] - mx);
+    if (log)
+        for (size_t j = 0; j < C; j++) sum += expf(r[j] - mx);
+    else /* keep the terms: one expf per value */
+        for (size_t j = 0; j < C; j++) sum += (r[j] = expf(r[j] - mx));
     const float lse = logf(sum) + mx;
     if (log)
         for (size_t j = 0; j < C; j++) r[j] -= lse;
     else {
         const float inv = 1.0f / sum;
-        for (size_t j = 0; j < C; j++) r[j] = expf(r[j] - mx) * inv;
+        for (size_t j = 0; j < C; j++) r[j] *= inv;
     }
     return lse;
+}
+
+/* Row-wise operations in parallel: each share owns whole rows and computes
+ * each row exactly as a sequential loop would, so results do not depend on
+ * the split; per-share statistics are summed afterwards, and any cross-row sum
+ * (the loss, layer-norm dw/db) keeps the sequential row order. Row scratch
+ * lives on the share's stack when it fits. */
+#define ROW_STACK 4096 /* floats */
+
+static float *row_scratch(float *stack, size_t n) {
+    return n + 16 <= ROW_STACK ? stack : malloc((n + 16) * sizeof(float));
+}
+static void row_scratch_free(float *p, const float *stack) {
+    if (p != stack) free(p);
+}
+/* rows below which a row-wise op runs on one thread */
+static size_t rows_min_parallel(size_t B, size_t C) { return C ? ELEM_PARALLEL_MIN / C + 1 : B + 1; }
+
+typedef struct {
+    void *out;
+    mp_dtype ot, at, bt;
+    const void *a, *b;
+    size_t C;
+    int log, oom;
+    mp_convert_stats part[MP_MAX_THREADS];
+} softmax_job;
+
+static void softmax_fwd_share(void *ctx, size_t r0, size_t r1, int t) {
+    softmax_job *j = ctx;
+    float stack[ROW_STACK], *row = row_scratch(stack, j->C);
+    if (!row) {
+        j->oom = 1;
+        return;
+    }
+    for (size_t b = r0; b < r1; b++) {
+        load(row, j->a, j->at, b * j->C, j->C);
+        softmax_row(row, j->C, j->log);
+        store(j->out, j->ot, b * j->C, row, j->C, &j->part[t]);
+    }
+    row_scratch_free(row, stack);
 }
 
 mp_status mp_softmax_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t B, size_t C, int log,
                              mp_convert_stats *st) {
     mp_status s = check_types("mp_softmax_forward", yt, xt, MP_F32);
     if (s != MP_OK || (s = rows_args("mp_softmax_forward", y, x, B, C)) != MP_OK) return s;
-    float *row = scratch(1, C);
-    if (!row) return mp_error(MP_ENOMEM, "mp_softmax_forward: out of memory");
-    for (size_t b = 0; b < B; b++) {
-        load(row, x, xt, b * C, C);
-        softmax_row(row, C, log);
-        store(y, yt, b * C, row, C, st);
-    }
-    free(row);
+    softmax_job j = {y, yt, xt, MP_F32, x, NULL, C, log, 0, {{0}}};
+    const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, softmax_fwd_share, &j);
+    if (j.oom) return mp_error(MP_ENOMEM, "mp_softmax_forward: out of memory");
+    if (st)
+        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
     return MP_OK;
+}
+
+/* a = y, b = dy */
+static void softmax_bwd_share(void *ctx, size_t r0, size_t r1, int t) {
+    softmax_job *j = ctx;
+    const size_t C = j->C;
+    float stack[ROW_STACK], *r = row_scratch(stack, 2 * C);
+    if (!r) {
+        j->oom = 1;
+        return;
+    }
+    float *yr = r, *g = r + C;
+    for (size_t b = r0; b < r1; b++) {
+        load(yr, j->a, j->at, b * C, C);
+        load(g, j->b, j->bt, b * C, C);
+        float dot = 0.0f;
+        if (j->log) {
+            for (size_t k = 0; k < C; k++) dot += g[k];
+            for (size_t k = 0; k < C; k++) g[k] -= expf(yr[k]) * dot;
+        } else {
+            for (size_t k = 0; k < C; k++) dot += g[k] * yr[k];
+            for (size_t k = 0; k < C; k++) g[k] = yr[k] * (g[k] - dot);
+        }
+        store(j->out, j->ot, b * C, g, C, &j->part[t]);
+    }
+    row_scratch_free(r, stack);
 }
 
 mp_status mp_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt, const void *dy, mp_dtype dyt,
@@ -321,24 +405,46 @@ mp_status mp_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt
     mp_status s = check_types("mp_softmax_backward", dxt, yt, dyt);
     if (s != MP_OK || (s = rows_args("mp_softmax_backward", dx, y, B, C)) != MP_OK) return s;
     if (B && C && !dy) return mp_error(MP_EINVAL, "mp_softmax_backward: NULL dy");
-    float *r = scratch(2, C);
-    if (!r) return mp_error(MP_ENOMEM, "mp_softmax_backward: out of memory");
-    float *yr = r, *g = r + C;
-    for (size_t b = 0; b < B; b++) {
-        load(yr, y, yt, b * C, C);
-        load(g, dy, dyt, b * C, C);
-        float dot = 0.0f;
-        if (log) {
-            for (size_t j = 0; j < C; j++) dot += g[j];
-            for (size_t j = 0; j < C; j++) g[j] -= expf(yr[j]) * dot;
-        } else {
-            for (size_t j = 0; j < C; j++) dot += g[j] * yr[j];
-            for (size_t j = 0; j < C; j++) g[j] = yr[j] * (g[j] - dot);
-        }
-        store(dx, dxt, b * C, g, C, st);
-    }
-    free(r);
+    softmax_job j = {dx, dxt, yt, dyt, y, dy, C, log, 0, {{0}}};
+    const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, softmax_bwd_share, &j);
+    if (j.oom) return mp_error(MP_ENOMEM, "mp_softmax_backward: out of memory");
+    if (st)
+        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
     return MP_OK;
+}
+
+typedef struct {
+    float *terms; /* (B,) per-row loss terms, summed in row order afterwards */
+    void *dlogits;
+    mp_dtype dt, lt;
+    const void *logits;
+    const int32_t *labels;
+    size_t C;
+    float g;
+    int oom;
+    mp_convert_stats part[MP_MAX_THREADS];
+} ce_job;
+
+static void ce_share(void *ctx, size_t r0, size_t r1, int t) {
+    ce_job *j = ctx;
+    const size_t C = j->C;
+    float stack[ROW_STACK], *row = row_scratch(stack, C);
+    if (!row) {
+        j->oom = 1;
+        return;
+    }
+    for (size_t b = r0; b < r1; b++) {
+        load(row, j->logits, j->lt, b * C, C);
+        const float target = row[j->labels[b]];
+        const float lse = softmax_row(row, C, 0); /* row now holds the probabilities */
+        j->terms[b] = lse - target;
+        if (j->dlogits) {
+            row[j->labels[b]] -= 1.0f;
+            for (size_t k = 0; k < C; k++) row[k] *= j->g;
+            store(j->dlogits, j->dt, b * C, row, C, &j->part[t]);
+        }
+    }
+    row_scratch_free(row, stack);
 }
 
 mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt, const void *logits, mp_dtype lt,
@@ -350,24 +456,60 @@ mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt, const void *
     for (size_t b = 0; b < B; b++)
         if (labels[b] < 0 || (size_t)labels[b] >= C)
             return mp_error(MP_EINVAL, "mp_cross_entropy: label %d of row %zu is outside [0, %zu)", (int)labels[b], b, C);
-    float *row = scratch(1, C);
-    if (!row) return mp_error(MP_ENOMEM, "mp_cross_entropy: out of memory");
+    float stack[ROW_STACK], *terms = row_scratch(stack, B);
+    if (!terms) return mp_error(MP_ENOMEM, "mp_cross_entropy: out of memory");
+    ce_job j = {terms, dlogits, dt, lt, logits, labels, C, scale / (float)B, 0, {{0}}};
+    const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, ce_share, &j);
     float total = 0.0f;
-    const float g = scale / (float)B;
-    for (size_t b = 0; b < B; b++) {
-        load(row, logits, lt, b * C, C);
-        const float target = row[labels[b]];
-        const float lse = softmax_row(row, C, 0); /* row now holds the probabilities */
-        total += lse - target;
-        if (dlogits) {
-            row[labels[b]] -= 1.0f;
-            for (size_t j = 0; j < C; j++) row[j] *= g;
-            store(dlogits, dt, b * C, row, C, st);
-        }
-    }
+    for (size_t b = 0; b < B; b++) total += terms[b];
+    row_scratch_free(terms, stack);
+    if (j.oom) return mp_error(MP_ENOMEM, "mp_cross_entropy: out of memory");
     *loss = total / (float)B;
-    free(row);
+    if (st)
+        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
     return MP_OK;
+}
+
+typedef struct {
+    void *y; /* forward: y; backward: dx */
+    mp_dtype yt, xt, gt;
+    const void *x, *g;          /* g: backward dy */
+    float *mean_out, *rstd_out; /* forward */
+    const float *mean, *rstd;   /* backward */
+    const float *w, *b;
+    float *dw, *db;
+    size_t B, C;
+    float eps;
+    int oom;
+    mp_convert_stats part[MP_MAX_THREADS];
+} ln_job;
+
+static void ln_fwd_share(void *ctx, size_t r0, size_t r1, int t) {
+    ln_job *J = ctx;
+    const size_t C = J->C;
+    const float *w = J->w, *b = J->b;
+    float stack[ROW_STACK], *row = row_scratch(stack, C);
+    if (!row) {
+        J->oom = 1;
+        return;
+    }
+    for (size_t r = r0; r < r1; r++) {
+        load(row, J->x, J->xt, r * C, C);
+        float m = 0.0f;
+        for (size_t j = 0; j < C; j++) m += row[j];
+        m /= (float)C;
+        float v = 0.0f; /* two passes: the variance of x - mean, never E[x^2] - E[x]^2 */
+        for (size_t j = 0; j < C; j++) v += (row[j] - m) * (row[j] - m);
+        v /= (float)C;
+        const float rs = 1.0f / sqrtf(v + J->eps);
+        for (size_t j = 0; j < C; j++) {
+            const float n = (row[j] - m) * rs;
+            row[j] = n * (w ? w[j] : 1.0f) + (b ? b[j] : 0.0f);
+        }
+        J->mean_out[r] = m, J->rstd_out[r] = rs;
+        store(J->y, J->yt, r * C, row, C, &J->part[t]);
+    }
+    row_scratch_free(row, stack);
 }
 
 mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, const void *x, mp_dtype xt,
@@ -376,26 +518,65 @@ mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, c
     if (s != MP_OK || (s = rows_args("mp_layernorm_forward", y, x, B, C)) != MP_OK) return s;
     if (B && (!mean || !rstd)) return mp_error(MP_EINVAL, "mp_layernorm_forward: NULL mean or rstd");
     if (C == 0 && B) return mp_error(MP_EINVAL, "mp_layernorm_forward: rows of 0 values");
-    float *row = scratch(1, C);
-    if (!row) return mp_error(MP_ENOMEM, "mp_layernorm_forward: out of memory");
-    for (size_t r = 0; r < B; r++) {
-        load(row, x, xt, r * C, C);
-        float m = 0.0f;
-        for (size_t j = 0; j < C; j++) m += row[j];
-        m /= (float)C;
-        float v = 0.0f; /* two passes: the variance of x - mean, never E[x^2] - E[x]^2 */
-        for (size_t j = 0; j < C; j++) v += (row[j] - m) * (row[j] - m);
-        v /= (float)C;
-        const float rs = 1.0f / sqrtf(v + eps);
-        for (size_t j = 0; j < C; j++) {
-            const float n = (row[j] - m) * rs;
-            row[j] = n * (w ? w[j] : 1.0f) + (b ? b[j] : 0.0f);
-        }
-        mean[r] = m, rstd[r] = rs;
-        store(y, yt, r * C, row, C, st);
-    }
-    free(row);
+    ln_job J = {y, yt, xt, MP_F32, x, NULL, mean, rstd, NULL, NULL, w, b, NULL, NULL, B, C, eps, 0, {{0}}};
+    const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, ln_fwd_share, &J);
+    if (J.oom) return mp_error(MP_ENOMEM, "mp_layernorm_forward: out of memory");
+    if (st)
+        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &J.part[t]);
     return MP_OK;
+}
+
+/* dw, db: each share owns columns [j0, j1) and adds row after row, the
+ * sequential order, whatever the split */
+static void ln_dwdb_share(void *ctx, size_t j0, size_t j1, int t) {
+    (void)t;
+    ln_job *J = ctx;
+    const size_t m = j1 - j0;
+    float stack[ROW_STACK], *r = row_scratch(stack, 2 * m);
+    if (!r) {
+        J->oom = 1;
+        return;
+    }
+    float *g = r, *n = r + m, *dw = J->dw ? J->dw + j0 : NULL, *db = J->db ? J->db + j0 : NULL;
+    for (size_t i = 0; i < J->B; i++) {
+        load(g, J->g, J->gt, i * J->C + j0, m);
+        if (dw) {
+            load(n, J->x, J->xt, i * J->C + j0, m);
+            const float mi = J->mean[i], ri = J->rstd[i];
+            for (size_t k = 0; k < m; k++) dw[k] += g[k] * ((n[k] - mi) * ri);
+        }
+        if (db)
+            for (size_t k = 0; k < m; k++) db[k] += g[k];
+    }
+    row_scratch_free(r, stack);
+}
+
+static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
+    ln_job *J = ctx;
+    const size_t C = J->C;
+    const float *w = J->w, *mean = J->mean, *rstd = J->rstd;
+    float stack[ROW_STACK], *r = row_scratch(stack, 2 * C);
+    if (!r) {
+        J->oom = 1;
+        return;
+    }
+    float *g = r, *n = r + C;
+    for (size_t i = r0; i < r1; i++) {
+        load(g, J->g, J->gt, i * C, C);
+        load(n, J->x, J->xt, i * C, C);
+        const float mi = mean[i], ri = rstd[i];
+        float sum_dn = 0.0f, sum_dn_n = 0.0f;
+        for (size_t j = 0; j < C; j++) {
+            n[j] = (n[j] - mi) * ri;
+            const float dn = g[j] * (w ? w[j] : 1.0f);
+            sum_dn += dn;
+            sum_dn_n += dn * n[j];
+        }
+        const float a = sum_dn / (float)C, c = sum_dn_n / (float)C;
+        for (size_t j = 0; j < C; j++) g[j] = ri * (g[j] * (w ? w[j] : 1.0f) - a - n[j] * c);
+        store(J->y, J->yt, i * C, g, C, &J->part[t]);
+    }
+    row_scratch_free(r, stack);
 }
 
 mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db, const void *dy, mp_dtype dyt,
@@ -404,27 +585,14 @@ mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db, co
     mp_status s = check_types("mp_layernorm_backward", dxt, dyt, xt);
     if (s != MP_OK || (s = rows_args("mp_layernorm_backward", dx, dy, B, C)) != MP_OK) return s;
     if (B && (!x || !mean || !rstd)) return mp_error(MP_EINVAL, "mp_layernorm_backward: NULL x, mean or rstd");
-    float *r = scratch(2, C);
-    if (!r) return mp_error(MP_ENOMEM, "mp_layernorm_backward: out of memory");
     if (!accumulate && dw) memset(dw, 0, C * sizeof *dw);
     if (!accumulate && db) memset(db, 0, C * sizeof *db);
-    float *g = r, *n = r + C;
-    for (size_t i = 0; i < B; i++) {
-        load(g, dy, dyt, i * C, C);
-        load(n, x, xt, i * C, C);
-        float sum_dn = 0.0f, sum_dn_n = 0.0f;
-        for (size_t j = 0; j < C; j++) {
-            n[j] = (n[j] - mean[i]) * rstd[i];
-            const float dn = g[j] * (w ? w[j] : 1.0f);
-            sum_dn += dn;
-            sum_dn_n += dn * n[j];
-            if (dw) dw[j] += g[j] * n[j];
-            if (db) db[j] += g[j];
-        }
-        const float a = sum_dn / (float)C, c = sum_dn_n / (float)C;
-        for (size_t j = 0; j < C; j++) g[j] = rstd[i] * (g[j] * (w ? w[j] : 1.0f) - a - n[j] * c);
-        store(dx, dxt, i * C, g, C, st);
-    }
-    free(r);
+    ln_job J = {dx, dxt, xt, dyt, x, dy, NULL, NULL, mean, rstd, w, NULL, dw, db, B, C, 0.0f, 0, {{0}}};
+    /* dw and db first: dx may alias dy or x */
+    if (dw || db) mp_parallel_for(C, B * C >= ELEM_PARALLEL_MIN ? 64 : C + 1, 16, ln_dwdb_share, &J);
+    const int shares = J.oom ? 0 : mp_parallel_for(B, rows_min_parallel(B, C), 1, ln_dx_share, &J);
+    if (J.oom) return mp_error(MP_ENOMEM, "mp_layernorm_backward: out of memory");
+    if (st)
+        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &J.part[t]);
     return MP_OK;
 }

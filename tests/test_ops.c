@@ -319,6 +319,382 @@ static void check_relu_bits(void) {
     mp_cpu_set_isa(mp_cpu_detected());
 }
 
+/* ---- GELU: accuracy against a long double reference, special values, and
+ * the same bits on every CPU path and thread count ---- */
+
+static int quick;
+typedef long double ld;
+static const ld GK = 0.797884560802865355879892119868763737L, GC = 0.044715L;
+static const ld GS1_2 = 0.707106781186547524400844362104849039L, GIS2PI = 0.398942280401432677939946059934381868L;
+/* x sigmoid(2u) and its derivative, without the cancellation of 1 + tanh(u) for x < 0 */
+static ld gelu_ref(ld x) { return x / (1 + expl(-2 * GK * (x + GC * x * x * x))); }
+static ld gelu_grad_ref(ld x) {
+    const ld e = 2 * GK * (x + GC * x * x * x), de = 2 * GK * (1 + 3 * GC * x * x);
+    return (1 + x * de / (1 + expl(e))) / (1 + expl(-e));
+}
+static ld gelu_erf_ref(ld x) { return x * 0.5L * erfcl(-x * GS1_2); }
+static ld gelu_erf_grad_ref(ld x) { return 0.5L * erfcl(-x * GS1_2) + x * GIS2PI * expl(-x * x / 2); }
+
+/* |got - ref| in fp32 ulps of ref (subnormal spacing below 2^-126); an
+ * overflowing ref wants the signed infinity */
+static double ulp_err(float got, ld ref) {
+    if (isnan(got)) return 1e30;
+    if (fabsl(ref) > 0x1.fffffep127L) return isinf(got) && (got > 0) == (ref > 0) ? 0 : 1e30;
+    int ex;
+    frexpl(fabsl(ref), &ex); /* |ref| = m 2^ex, m in [0.5, 1) */
+    if (ex < -125) ex = -125;
+    return (double)(fabsl((ld)got - ref) / ldexpl(1, ex - 24));
+}
+
+typedef struct {
+    const char *name;
+    int bwd;
+    mp_status (*fwd_fn)(void *, mp_dtype, const void *, mp_dtype, size_t, mp_convert_stats *);
+    mp_status (*bwd_fn)(void *, mp_dtype, const void *, mp_dtype, const void *, mp_dtype, size_t, mp_convert_stats *);
+    ld (*ref)(ld);
+} gelu_case;
+
+static const gelu_case gelu_cases[4] = {
+    {"gelu tanh forward", 0, mp_gelu_forward, NULL, gelu_ref},
+    {"gelu tanh backward", 1, NULL, mp_gelu_backward, gelu_grad_ref},
+    {"gelu erf forward", 0, mp_gelu_erf_forward, NULL, gelu_erf_ref},
+    {"gelu erf backward", 1, NULL, mp_gelu_erf_backward, gelu_erf_grad_ref},
+};
+
+/* out = f(x) in fp32 (backward: dy given, or 1) */
+static void gelu_run(const gelu_case *c, float *out, const float *x, const float *dy, size_t n, mp_convert_stats *st) {
+    if (!c->bwd) {
+        CHECK(c->fwd_fn(out, MP_F32, x, MP_F32, n, st) == MP_OK, "%s", c->name);
+        return;
+    }
+    float *g = malloc(n * sizeof *g);
+    for (size_t i = 0; i < n; i++) g[i] = dy ? dy[i] : 1.0f;
+    CHECK(c->bwd_fn(out, MP_F32, g, MP_F32, x, MP_F32, n, st) == MP_OK, "%s", c->name);
+    free(g);
+}
+
+/* Every 389th fp32 value with |x| <= 20 (every 4099th in quick mode), every
+ * value within 2^16 ulps of the derivative's zero near -0.7518 (where it is
+ * hardest), on every CPU path: the same bits everywhere, within 2 ulps of the
+ * reference on the first. */
+static void check_gelu_accuracy(void) {
+    const uint32_t stride = quick ? 4099u : 389u, lim = 0x41a00000u; /* 20.0f */
+    size_t n = 0, cap = 2 * (lim / stride + 2) + (2u << 16) + 8;
+    float *x = malloc(cap * sizeof *x), *y = malloc(cap * sizeof *y), *y0 = malloc(cap * sizeof *y0);
+    for (uint32_t b = 0; b <= lim; b += stride) x[n++] = u2f(b), x[n++] = u2f(b | 0x80000000u);
+    const uint32_t root = f2u(-0.7518f);
+    for (uint32_t b = root - (1u << 16); b < root + (1u << 16); b++) x[n++] = u2f(b);
+    for (int c = 0; c < 4; c++) {
+        const gelu_case *gc = &gelu_cases[c];
+        mp_cpu_set_isa(MP_ISA_SCALAR);
+        gelu_run(gc, y0, x, NULL, n, NULL);
+        double worst = 0;
+        float wx = 0;
+        long bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            const double e = ulp_err(y0[i], gc->ref(x[i]));
+            bad += e > 2.0;
+            if (e > worst) worst = e, wx = x[i];
+        }
+        CHECK(bad == 0, "%s: %ld of %zu values beyond 2 ulps (worst %.3g at x = %a)", gc->name, bad, n, worst, (double)wx);
+        printf("  %s: max error %.4f ulp (at x = %.9g) over %zu fp32 values in [-20, 20]\n", gc->name, worst, (double)wx, n);
+        for (int isa = MP_ISA_SCALAR + 1; isa <= (int)mp_cpu_detected(); isa++) {
+            mp_cpu_set_isa((mp_isa)isa);
+            gelu_run(gc, y, x, NULL, n, NULL);
+            CHECK(memcmp(y, y0, n * sizeof *y) == 0, "%s: %s path differs from the portable one", gc->name,
+                  mp_isa_name((mp_isa)isa));
+        }
+    }
+    mp_cpu_set_isa(mp_cpu_detected());
+    free(x), free(y), free(y0);
+}
+
+/* limits and special values; dy large (a loss scale) times a tiny derivative */
+static void check_gelu_special(void) {
+    const float inf = INFINITY, nan = NAN;
+    const float xs[] = {0.0f, -0.0f, 0x1p-149f, -0x1p-149f, 1e-30f, -1e-30f, 1e-10f, -1e-10f, 20.0f, -20.0f, 25.0f,
+                        -25.0f, 1e30f, -1e30f, 0x1.fffffep127f, -0x1.fffffep127f, inf, -inf, nan, -10.0f, -13.0f, -14.2f};
+    enum { N = sizeof xs / sizeof xs[0] };
+    float y[N], dyb[N], dy1[N];
+    for (int c = 0; c < 4; c++) {
+        const gelu_case *gc = &gelu_cases[c];
+        for (int isa = MP_ISA_SCALAR; isa <= (int)mp_cpu_detected(); isa++) {
+            mp_cpu_set_isa((mp_isa)isa);
+            gelu_run(gc, y, xs, NULL, N, NULL);
+            for (int i = 0; i < N; i++) {
+                const float x = xs[i];
+                int ok;
+                if (isnan(x)) ok = isnan(y[i]);
+                else if (x == inf) ok = gc->bwd ? y[i] == 1.0f : y[i] == inf;
+                else if (x == -inf) ok = f2u(y[i]) == 0x80000000u; /* -0 */
+                else {
+                    const ld want = gc->ref(x);
+                    /* a forward that rounds to zero keeps the sign of x */
+                    ok = ulp_err(y[i], want) <= 2.0 &&
+                         ((float)want != 0 || gc->bwd || (y[i] == 0 && signbit(y[i]) == signbit((float)want)));
+                }
+                CHECK(ok, "%s (%s) at x = %a: %a, want %La", gc->name, mp_isa_name((mp_isa)isa), (double)x, (double)y[i],
+                      isinf(x) || isnan(x) ? 0.0L : gc->ref(x));
+            }
+            /* gelu(+-0) = +-0 */
+            if (!gc->bwd) CHECK(f2u(y[0]) == 0 && f2u(y[1]) == 0x80000000u, "%s: gelu(+-0) = %a, %a", gc->name, (double)y[0], (double)y[1]);
+            if (gc->bwd) {
+                /* dy * derivative rounded once: a loss-scaled dy keeps tiny products alive */
+                for (int i = 0; i < N; i++) dyb[i] = 0x1p100f, dy1[i] = nan;
+                gelu_run(gc, y, xs, dyb, N, NULL);
+                for (int i = 0; i < N; i++) {
+                    if (isnan(xs[i]) || isinf(xs[i])) continue;
+                    const ld want = 0x1p100L * gc->ref(xs[i]);
+                    CHECK(ulp_err(y[i], want) <= 2.0, "%s: dy 2^100 at x = %a: %a, want %La", gc->name, (double)xs[i],
+                          (double)y[i], want);
+                }
+                gelu_run(gc, y, xs, dy1, N, NULL);
+                for (int i = 0; i < N; i++) CHECK(isnan(y[i]), "%s: NaN dy at x = %a gives %a", gc->name, (double)xs[i], (double)y[i]);
+            }
+        }
+    }
+    mp_cpu_set_isa(mp_cpu_detected());
+}
+
+/* bf16 and fp16 buffers: the same bits and counts on 1 and 2 threads and on
+ * every CPU path, and the stores are mp_convert's (values and counts) */
+static void check_gelu_paths(void) {
+    enum { N = 300001 };
+    float *xf = malloc(N * 4), *gf = malloc(N * 4), *yf = malloc(N * 4);
+    uint16_t *x16 = malloc(N * 2), *g16 = malloc(N * 2), *y16 = malloc(N * 2), *r16 = malloc(N * 2), *c16 = malloc(N * 2);
+    for (int t = 0; t < 2; t++) {
+        const mp_dtype dt = t ? MP_BF16 : MP_F16;
+        for (int i = 0; i < N; i++) xf[i] = (float)(12.0 * drand()), gf[i] = (float)(1e-3 * drand());
+        xf[7] = INFINITY, xf[8] = -INFINITY, xf[9] = NAN;
+        mp_convert(x16, dt, xf, MP_F32, N, NULL);
+        mp_convert(g16, dt, gf, MP_F32, N, NULL);
+        mp_convert(xf, MP_F32, x16, dt, N, NULL);
+        mp_convert(gf, MP_F32, g16, dt, N, NULL);
+        for (int c = 0; c < 4; c++) {
+            const gelu_case *gc = &gelu_cases[c];
+            mp_convert_stats s0 = {0}, sw = {0};
+            /* reference: fp32 result, then converted */
+            mp_cpu_set_isa(MP_ISA_SCALAR);
+            gelu_run(gc, yf, xf, gf, N, NULL);
+            mp_convert(c16, dt, yf, MP_F32, N, &sw);
+            for (int isa = MP_ISA_SCALAR; isa <= (int)mp_cpu_detected(); isa++)
+                for (int threads = 1; threads <= 2; threads++) {
+                    mp_cpu_set_isa((mp_isa)isa);
+                    mp_set_threads(threads);
+                    mp_convert_stats st = {0};
+                    if (gc->bwd) CHECK(gc->bwd_fn(y16, dt, g16, dt, x16, dt, N, &st) == MP_OK, "%s", gc->name);
+                    else CHECK(gc->fwd_fn(y16, dt, x16, dt, N, &st) == MP_OK, "%s", gc->name);
+                    if (isa == MP_ISA_SCALAR && threads == 1) memcpy(r16, y16, N * 2), s0 = st;
+                    CHECK(memcmp(y16, r16, N * 2) == 0 && memcmp(&st, &s0, sizeof st) == 0,
+                          "%s %s: %s, %d threads differ from scalar, 1 thread", gc->name, mp_format(dt)->name,
+                          mp_isa_name((mp_isa)isa), threads);
+                }
+            CHECK(memcmp(r16, c16, N * 2) == 0 && memcmp(&s0, &sw, sizeof sw) == 0,
+                  "%s %s: stores or counts differ from converting the fp32 results", gc->name, mp_format(dt)->name);
+        }
+    }
+    mp_set_threads(0);
+    mp_cpu_set_isa(mp_cpu_detected());
+    free(xf), free(gf), free(yf), free(x16), free(g16), free(y16), free(r16), free(c16);
+}
+
+/* ---- row-wise ops on several threads: the same bits as before they were
+ * parallel. Below, the sequential implementations they replaced (ops.c as of
+ * the GPT commit), loads and stores through mp_convert as there ---- */
+
+static void old_load(float *out, const void *p, mp_dtype t, size_t i, size_t n) {
+    mp_convert(out, MP_F32, (const uint8_t *)p + i * mp_format(t)->size, t, n, NULL);
+}
+static void old_store(void *p, mp_dtype t, size_t i, const float *v, size_t n, mp_convert_stats *st) {
+    mp_convert((uint8_t *)p + i * mp_format(t)->size, t, v, MP_F32, n, st);
+}
+static float old_softmax_row(float *r, size_t C, int log) {
+    float mx = -INFINITY;
+    for (size_t j = 0; j < C; j++) mx = r[j] > mx ? r[j] : mx;
+    if (mx == -INFINITY) mx = 0.0f;
+    float sum = 0.0f;
+    for (size_t j = 0; j < C; j++) sum += expf(r[j] - mx);
+    const float lse = logf(sum) + mx;
+    if (log)
+        for (size_t j = 0; j < C; j++) r[j] -= lse;
+    else {
+        const float inv = 1.0f / sum;
+        for (size_t j = 0; j < C; j++) r[j] = expf(r[j] - mx) * inv;
+    }
+    return lse;
+}
+static void old_softmax_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t B, size_t C, int log,
+                                mp_convert_stats *st) {
+    float *row = malloc((C + 16) * sizeof(float));
+    for (size_t b = 0; b < B; b++) {
+        old_load(row, x, xt, b * C, C);
+        old_softmax_row(row, C, log);
+        old_store(y, yt, b * C, row, C, st);
+    }
+    free(row);
+}
+static void old_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt, const void *dy, mp_dtype dyt,
+                                 size_t B, size_t C, int log, mp_convert_stats *st) {
+    float *r = malloc((2 * C + 16) * sizeof(float)), *yr = r, *g = r + C;
+    for (size_t b = 0; b < B; b++) {
+        old_load(yr, y, yt, b * C, C);
+        old_load(g, dy, dyt, b * C, C);
+        float dot = 0.0f;
+        if (log) {
+            for (size_t j = 0; j < C; j++) dot += g[j];
+            for (size_t j = 0; j < C; j++) g[j] -= expf(yr[j]) * dot;
+        } else {
+            for (size_t j = 0; j < C; j++) dot += g[j] * yr[j];
+            for (size_t j = 0; j < C; j++) g[j] = yr[j] * (g[j] - dot);
+        }
+        old_store(dx, dxt, b * C, g, C, st);
+    }
+    free(r);
+}
+static void old_cross_entropy(float *loss, void *dlogits, mp_dtype dt, const void *logits, mp_dtype lt,
+                              const int32_t *labels, size_t B, size_t C, float scale, mp_convert_stats *st) {
+    float *row = malloc((C + 16) * sizeof(float));
+    float total = 0.0f;
+    const float g = scale / (float)B;
+    for (size_t b = 0; b < B; b++) {
+        old_load(row, logits, lt, b * C, C);
+        const float target = row[labels[b]];
+        const float lse = old_softmax_row(row, C, 0);
+        total += lse - target;
+        if (dlogits) {
+            row[labels[b]] -= 1.0f;
+            for (size_t j = 0; j < C; j++) row[j] *= g;
+            old_store(dlogits, dt, b * C, row, C, st);
+        }
+    }
+    *loss = total / (float)B;
+    free(row);
+}
+static void old_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, const void *x, mp_dtype xt,
+                                  const float *w, const float *b, size_t B, size_t C, float eps, mp_convert_stats *st) {
+    float *row = malloc((C + 16) * sizeof(float));
+    for (size_t r = 0; r < B; r++) {
+        old_load(row, x, xt, r * C, C);
+        float m = 0.0f;
+        for (size_t j = 0; j < C; j++) m += row[j];
+        m /= (float)C;
+        float v = 0.0f;
+        for (size_t j = 0; j < C; j++) v += (row[j] - m) * (row[j] - m);
+        v /= (float)C;
+        const float rs = 1.0f / sqrtf(v + eps);
+        for (size_t j = 0; j < C; j++) {
+            const float n = (row[j] - m) * rs;
+            row[j] = n * (w ? w[j] : 1.0f) + (b ? b[j] : 0.0f);
+        }
+        mean[r] = m, rstd[r] = rs;
+        old_store(y, yt, r * C, row, C, st);
+    }
+    free(row);
+}
+static void old_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db, const void *dy, mp_dtype dyt,
+                                   const void *x, mp_dtype xt, const float *mean, const float *rstd, const float *w,
+                                   size_t B, size_t C, int accumulate, mp_convert_stats *st) {
+    float *r = malloc((2 * C + 16) * sizeof(float));
+    if (!accumulate && dw) memset(dw, 0, C * sizeof *dw);
+    if (!accumulate && db) memset(db, 0, C * sizeof *db);
+    float *g = r, *n = r + C;
+    for (size_t i = 0; i < B; i++) {
+        old_load(g, dy, dyt, i * C, C);
+        old_load(n, x, xt, i * C, C);
+        float sum_dn = 0.0f, sum_dn_n = 0.0f;
+        for (size_t j = 0; j < C; j++) {
+            n[j] = (n[j] - mean[i]) * rstd[i];
+            const float dn = g[j] * (w ? w[j] : 1.0f);
+            sum_dn += dn;
+            sum_dn_n += dn * n[j];
+            if (dw) dw[j] += g[j] * n[j];
+            if (db) db[j] += g[j];
+        }
+        const float a = sum_dn / (float)C, c = sum_dn_n / (float)C;
+        for (size_t j = 0; j < C; j++) g[j] = rstd[i] * (g[j] * (w ? w[j] : 1.0f) - a - n[j] * c);
+        old_store(dx, dxt, i * C, g, C, st);
+    }
+    free(r);
+}
+
+static int same(const void *a, const void *b, size_t n) { return memcmp(a, b, n) == 0; }
+
+/* shapes: small (one thread), large (split), ragged, wide rows (heap scratch) */
+static void check_rows_parallel(void) {
+    static const size_t shapes[][2] = {{5, 7}, {1031, 389}, {257, 256}, {40, 5000}, {3000, 10}, {5000, 20}, {1, 70000}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int a = 0; a < 3; a++) {
+            const size_t B = shapes[si][0], C = shapes[si][1];
+            const mp_dtype t = types[a];
+            const size_t es = mp_format(t)->size, bytes = B * C * es;
+            double *xd = malloc(B * C * sizeof *xd);
+            void *x = make(t, B * C, 6.0, xd), *dy = make(t, B * C, 0.5, xd);
+            for (size_t i = 0; i < B * C; i += 97) { /* some confident logits: underflowing gradients */
+                const float v = 40.0f;
+                mp_convert((uint8_t *)x + i * es, t, &v, MP_F32, 1, NULL);
+            }
+            void *y0 = malloc(bytes), *y1 = malloc(bytes), *d0 = malloc(bytes), *d1 = malloc(bytes);
+            float *w = malloc(C * 4), *b = malloc(C * 4), *dw0 = malloc(C * 4), *db0 = malloc(C * 4), *dw1 = malloc(C * 4),
+                  *db1 = malloc(C * 4), *m0 = malloc(B * 4), *r0 = malloc(B * 4), *m1 = malloc(B * 4), *r1 = malloc(B * 4);
+            int32_t *lab = malloc(B * 4);
+            for (size_t j = 0; j < C; j++) w[j] = (float)(1 + 0.5 * drand()), b[j] = (float)drand();
+            for (size_t i = 0; i < B; i++) lab[i] = (int32_t)((i * 7919) % C);
+            long bad = 0;
+            for (int threads = 1; threads <= 2; threads++) {
+                mp_set_threads(threads);
+                for (int lg = 0; lg < 2; lg++) {
+                    mp_convert_stats s0 = {0}, s1 = {0};
+                    old_softmax_forward(y0, t, x, t, B, C, lg, &s0);
+                    mp_softmax_forward(y1, t, x, t, B, C, lg, &s1);
+                    bad += !same(y0, y1, bytes) || !same(&s0, &s1, sizeof s0);
+                    old_softmax_backward(d0, t, y0, t, dy, t, B, C, lg, &s0);
+                    mp_softmax_backward(d1, t, y1, t, dy, t, B, C, lg, &s1);
+                    bad += !same(d0, d1, bytes) || !same(&s0, &s1, sizeof s0);
+                    memcpy(d1, dy, bytes); /* dx aliasing dy */
+                    mp_softmax_backward(d1, t, y1, t, d1, t, B, C, lg, NULL);
+                    bad += !same(d0, d1, bytes);
+                }
+                for (int with_d = 0; with_d < 2; with_d++) {
+                    mp_convert_stats s0 = {0}, s1 = {0};
+                    float l0, l1;
+                    old_cross_entropy(&l0, with_d ? d0 : NULL, t, x, t, lab, B, C, 1024.0f, &s0);
+                    CHECK(mp_cross_entropy(&l1, with_d ? d1 : NULL, t, x, t, lab, B, C, 1024.0f, &s1) == MP_OK, "ce");
+                    bad += f2u(l0) != f2u(l1) || !same(&s0, &s1, sizeof s0) || (with_d && !same(d0, d1, bytes));
+                }
+                {
+                    float l0, l1; /* dlogits aliasing logits, as the GPT calls it */
+                    memcpy(y1, x, bytes);
+                    old_cross_entropy(&l0, d0, t, x, t, lab, B, C, 3.0f, NULL);
+                    mp_cross_entropy(&l1, y1, t, y1, t, lab, B, C, 3.0f, NULL);
+                    bad += f2u(l0) != f2u(l1) || !same(d0, y1, bytes);
+                }
+                for (int v = 0; v < 4; v++) { /* w, b present or not; dw, db present or not; accumulate */
+                    const float *wv = v & 1 ? NULL : w, *bv = v & 2 ? NULL : b;
+                    mp_convert_stats s0 = {0}, s1 = {0};
+                    old_layernorm_forward(y0, t, m0, r0, x, t, wv, bv, B, C, 1e-5f, &s0);
+                    mp_layernorm_forward(y1, t, m1, r1, x, t, wv, bv, B, C, 1e-5f, &s1);
+                    bad += !same(y0, y1, bytes) || !same(m0, m1, B * 4) || !same(r0, r1, B * 4) || !same(&s0, &s1, sizeof s0);
+                    for (size_t j = 0; j < C; j++) dw0[j] = dw1[j] = (float)drand(), db0[j] = db1[j] = (float)drand();
+                    float *dwa = v == 2 ? NULL : dw0, *dba = v == 1 ? NULL : db0, *dwb = v == 2 ? NULL : dw1, *dbb = v == 1 ? NULL : db1;
+                    old_layernorm_backward(d0, t, dwa, dba, dy, t, x, t, m0, r0, wv, B, C, v & 1, &s0);
+                    mp_layernorm_backward(d1, t, dwb, dbb, dy, t, x, t, m1, r1, wv, B, C, v & 1, &s1);
+                    bad += !same(d0, d1, bytes) || !same(dw0, dw1, C * 4) || !same(db0, db1, C * 4) || !same(&s0, &s1, sizeof s0);
+                    memcpy(d1, dy, bytes); /* dx aliasing dy */
+                    mp_layernorm_backward(d1, t, NULL, NULL, d1, t, x, t, m1, r1, wv, B, C, 0, NULL);
+                    bad += !same(d0, d1, bytes);
+                    memcpy(y1, x, bytes); /* y aliasing x */
+                    mp_layernorm_forward(y1, t, m1, r1, y1, t, wv, bv, B, C, 1e-5f, NULL);
+                    bad += !same(y0, y1, bytes);
+                }
+            }
+            mp_set_threads(0);
+            CHECK(bad == 0, "row ops %s (%zu, %zu): %ld results differ from the sequential implementation", mp_format(t)->name,
+                  B, C, bad);
+            free(xd), free(x), free(dy), free(y0), free(y1), free(d0), free(d1), free(w), free(b), free(dw0), free(db0),
+                free(dw1), free(db1), free(m0), free(r0), free(m1), free(r1), free(lab);
+        }
+}
+
 static void check_bad_args(void) {
     float x[4] = {1, 2, 3, 4}, y[4];
     CHECK(mp_relu_forward(y, MP_E4M3, x, MP_F32, 4, NULL) == MP_EINVAL, "e4m3 output");
@@ -330,8 +706,13 @@ static void check_bad_args(void) {
     CHECK(mp_layernorm_forward(y, MP_F32, &m, &r, x, MP_F32, NULL, NULL, 1, 0, 1e-5f, NULL) == MP_EINVAL, "C = 0");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    quick = test_quick(argc, argv);
     check_elementwise();
+    check_gelu_accuracy();
+    check_gelu_special();
+    check_gelu_paths();
+    check_rows_parallel();
     check_softmax();
     check_cross_entropy();
     check_layernorm();
