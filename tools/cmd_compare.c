@@ -245,12 +245,12 @@ static int compare(run_opts *base, const char *precisions, const char *out, cons
                      100 * (f32->eval_accuracy - u->eval_accuracy), 100 * f32->eval_accuracy);
     }
     printf("\n%-14s %10s %9s %8s %10s %11s %8s %9s %8s %9s\n", "mode", "train loss", gpt ? "val loss" : "test acc",
-           "skipped", "final scale", "underflow", gpt ? "act ovf" : "frozen", "ms/step", "memory", "speed-up");
+           "skipped", "final scale", "underflow", gpt ? "warnings" : "frozen", "ms/step", "memory", "speed-up");
     for (int r = 0; r < n; r++) {
         const run_result *u = &runs[r].r;
         char sp[16] = "-", ev[16], fz[16];
         if (f32 && u->ms_per_step > 0) snprintf(sp, sizeof sp, "%.2fx", f32->ms_per_step / u->ms_per_step);
-        if (gpt) snprintf(ev, sizeof ev, "%.4f", u->eval_loss), snprintf(fz, sizeof fz, "%s", u->nwarnings ? "see" : "-");
+        if (gpt) snprintf(ev, sizeof ev, "%.4f", u->eval_loss), snprintf(fz, sizeof fz, "%d", u->nwarnings);
         else snprintf(ev, sizeof ev, "%.2f%%", 100 * u->eval_accuracy), snprintf(fz, sizeof fz, "%.2f%%", 100 * u->frozen);
         printf("%-14s %10.4f %9s %8ld %10g %10.4f%% %8s %9.1f %5.0f MiB %9s\n", runs[r].name, u->last_loss, ev,
                u->skipped_total, u->final_scale, 100 * u->underflow, fz, u->ms_per_step, u->memory_mib, sp);
