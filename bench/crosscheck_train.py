@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from benchlib import torch_mlp
+from gpt_torch import write_safetensors
 
 DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -31,19 +32,6 @@ def idx(path):
     nd = b[3]
     dims = struct.unpack(">" + "I" * nd, b[4:4 + 4 * nd])
     return np.frombuffer(b, np.uint8, offset=4 + 4 * nd).reshape(dims)
-
-
-def write_safetensors(path, tensors):
-    header, off, blobs = {}, 0, []
-    for name, t in tensors.items():
-        a = np.ascontiguousarray(t.detach().numpy().astype(np.float32))
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
-        off += a.nbytes
-        blobs.append(a.tobytes())
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def read_safetensors(path):

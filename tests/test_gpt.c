@@ -268,6 +268,7 @@ static void check_accumulate(mp_dtype ct) {
             mp_param *p = mp_optim_param(o, i);                                                                        \
             body;                                                                                                      \
             off_ += p->n;                                                                                              \
+            (void)off_;                                                                                                \
         }                                                                                                              \
     } while (0)
     EACH(for (size_t k = 0; k < p->n; k++) p->grad[k] = NAN);
@@ -470,7 +471,7 @@ static void check_load(void) {
     const mp_gpt_config c = tiny_config(MP_GELU_TANH);
     mp_optim *o1, *o2;
     mp_optim_sgd(&o1, NULL), mp_optim_sgd(&o2, NULL);
-    mp_gpt *a, *b;
+    mp_gpt *a = NULL, *b = NULL;
     CHECK(mp_gpt_create(&a, &c, MP_F16, 0, 2, o1, 1) == MP_OK && mp_gpt_create(&b, &c, MP_F16, 0, 2, o2, 2) == MP_OK,
           "create");
     enum { NT = 4 + 12 * 2 };

@@ -1,5 +1,6 @@
 /* cmd_bench.c - `mixprec bench`: speed of mixprec's kernels, as medians.
  * bench/compare.py runs these next to numpy and PyTorch and prints ratios. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
