@@ -164,17 +164,10 @@ static int write_summary(const char *out, const char *cmdline, const run_data *r
         if (j) cJSON_AddItemToArray(arr, j);
         else bad = 1;
     }
-    char *jt = cJSON_Print(all);
-    cJSON_Delete(all);
-    char path[4200], tmp[4300];
+    char path[4200];
     snprintf(path, sizeof path, "%.4000s/summary.json", out);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = jt ? fopen(tmp, "w") : NULL;
-    if (!f || fputs(jt, f) < 0) bad = 1;
-    if (f && fclose(f) != 0) bad = 1;
-    if (!bad && rename(tmp, path) != 0) bad = 1;
-    if (bad) remove(tmp);
-    free(jt);
+    if (run_write_json(path, all) != 0) bad = 1;
+    cJSON_Delete(all);
     return bad ? fprintf(stderr, "mixprec compare: %s: cannot write\n", path), 1 : 0;
 }
 

@@ -400,8 +400,7 @@ static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double 
     fprintf(log, "\n");
 }
 
-/* A JSON document written whole or not at all. */
-static int write_json(const char *path, cJSON *j) {
+int run_write_json(const char *path, cJSON *j) {
     char *text = cJSON_Print(j);
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -709,7 +708,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         }
         cJSON *wa = cJSON_AddArrayToObject(j, "warnings");
         for (int k = 0; k < r->nwarnings; k++) cJSON_AddItemToArray(wa, cJSON_CreateString(r->warnings[k]));
-        const int bad = write_json(o->summary, j);
+        const int bad = run_write_json(o->summary, j);
         cJSON_Delete(j);
         if (bad) {
             fail("%s: cannot write the summary", o->summary);

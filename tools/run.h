@@ -56,6 +56,11 @@ typedef struct run_result {
 
 void run_result_free(run_result *r);
 
+/* Writes a JSON document whole or not at all (a temporary file, then a
+ * rename); 0 on success, -1 (nothing written) on failure. */
+struct cJSON;
+int run_write_json(const char *path, struct cJSON *j);
+
 /* Runs the training o describes, printing progress and results to out.
  * Returns 0 when it completed, 1 when it stopped early or failed (after a
  * one-line message on stderr), CLI_USAGE for options that cannot work
