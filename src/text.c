@@ -311,3 +311,22 @@ int mp_text_has_word(const mp_text *t, const char *w, size_t len) {
     }
     return 0;
 }
+
+mp_text_quality mp_text_judge(const mp_text *t, const uint8_t *s, size_t n) {
+    mp_text_quality q = {0, 0, 0, 0};
+    if (!s) return q;
+    q.bytes = n;
+    for (size_t i = 0; i < n; i++) q.printable += (s[i] >= 0x20 && s[i] < 0x7f) || s[i] == '\n';
+    for (size_t i = 0; i < n;) {
+        if (is_space(s[i])) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < n && !is_space(s[j])) j++;
+        q.words++;
+        q.found += (size_t)mp_text_has_word(t, (const char *)s + i, j - i);
+        i = j;
+    }
+    return q;
+}

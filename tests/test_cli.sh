@@ -167,6 +167,32 @@ expect 2 "$M" train --epochs 1 --steps 2 && one_line
 expect 2 "$M" train --lr x && one_line
 expect 1 "$M" "${TR[@]}" --steps 1 --save "$T/no/such/dir/x.st" && one_line && has "$err" 'x.st'
 
+# train --model gpt: text data, validation loss, resume, sample, compare's checkpoints
+for i in $(seq 1 40); do echo "The cat sat on the mat, and the dog sat on the log number $i."; done > "$T/c.txt"
+GT=(train --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --threads 2 --lr 3e-3)
+expect 0 "$M" "${GT[@]}" --precision bf16 --steps 12 --log "$T/g.csv" --save "$T/g.st"
+has "$out" '^result: validation loss [0-9.]+ \([0-9.]+ bits per byte\)'
+if [ "$(wc -l < "$T/g.csv")" -eq 13 ] && head -1 "$T/g.csv" | grep -q 'underflow_h.0.attn.c_attn'; then ok; else fail "gpt log"; fi
+expect 0 "$M" "${GT[@]}" --precision bf16 --steps 5 --save "$T/g5.st"
+expect 0 "$M" "${GT[@]}" --precision bf16 --steps 12 --resume "$T/g5.st" --save "$T/g12.st"
+if cmp -s "$T/g.st" "$T/g12.st"; then ok; else fail "gpt resume differs from an uninterrupted run"; fi
+expect 0 "$M" sample --from "$T/g.st" --prompt "The " --tokens 50 --judge --data "text:$T/c.txt"
+has "$out" '^The ' && has "$err" '^judged: [0-9.]+% of 50 bytes printable ASCII or newline; [0-9.]+% of [0-9]+ words found in the corpus \([0-9]+ bytes\)$'
+expect 2 "$M" sample --from "$T/g.st" --data "text:$T/c.txt" && one_line && has "$err" 'for --judge'
+expect 1 "$M" sample --from "$T/g.st" --judge --data "text:$T/nope" && one_line && has "$err" 'nope: cannot open'
+expect 1 "$M" sample --from "$T/bad.st" && one_line
+expect 2 "$M" sample && one_line
+expect 0 "$M" compare --precisions fp32,bf16 --checkpoints --out "$T/cmp" --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 3
+if [ -s "$T/cmp/fp32.ckpt" ] && [ -s "$T/cmp/bf16.ckpt" ] && [ -s "$T/cmp/summary.json" ]; then ok; else fail "compare --checkpoints"; fi
+expect 2 "$M" compare --save "$T/x.st" && one_line && has "$err" 'set by compare itself'
+: > "$T/empty.txt"
+head -c 20 "$T/c.txt" > "$T/short.txt"
+expect 1 "$M" "${GT[@]}" --steps 1 --data "text:$T/nope" && one_line && has "$err" 'nope: cannot open'
+expect 1 "$M" "${GT[@]}" --steps 1 --data "text:$T/empty.txt" && one_line && has "$err" 'is empty'
+expect 1 "$M" "${GT[@]}" --steps 1 --data "text:$T/short.txt" && one_line && has "$err" 'needs at least 18'
+expect 2 "$M" "${GT[@]}" --steps 1 --model gpt:1-3-16-16 && one_line && has "$err" 'do not divide the width'
+expect 2 "$M" "${GT[@]}" --steps 1 --model gpt:x && one_line
+
 # the ISA cap is honoured
 MIXPREC_ISA=scalar expect 0 "$M" --version && has "$out" 'cpu path: scalar'
 

@@ -447,7 +447,20 @@ static void check_words(void) {
     CHECK(mp_text_has_word(&t, "catalog", 3) == 1, "length, not NUL, ends the word");
     /* the whole corpus: bounded by its two ends */
     CHECK(mp_text_has_word(&t, (const char *)t.data, t.n) == 1, "the whole corpus, bounded by its ends");
+
+    /* judging a sample: 22 bytes, of which \t, \x01 and \r are not printable; words
+     * "the", "cat\x01", "sat", "mat;", "ca" (split at space, tab, newline, CR) */
+    const char *sample = " the\tcat\x01 sat\r\nmat; ca";
+    mp_text_quality q = mp_text_judge(&t, (const uint8_t *)sample, strlen(sample));
+    CHECK(q.bytes == 22 && q.printable == 19 && q.words == 5 && q.found == 3,
+          "judge: %zu bytes, %zu printable, %zu words, %zu found", q.bytes, q.printable, q.words, q.found);
+    q = mp_text_judge(&t, (const uint8_t *)"  \n", 3);
+    CHECK(q.bytes == 3 && q.printable == 3 && q.words == 0 && q.found == 0, "judge: only spaces");
+    q = mp_text_judge(&t, NULL, 5);
+    CHECK(q.bytes == 0 && q.words == 0, "judge: no sample");
     mp_text_free(&t);
+    q = mp_text_judge(NULL, (const uint8_t *)"the cat", 7);
+    CHECK(q.bytes == 7 && q.printable == 7 && q.words == 2 && q.found == 0, "judge: no corpus finds no word");
     CHECK(mp_text_has_word(&t, "the", 3) == 0 && mp_text_has_word(NULL, "the", 3) == 0, "no corpus");
 
     puts_file("one", "abc");

@@ -25,8 +25,10 @@ static const char usage_head[] =
     "The modes run one after the other in this process; peak memory is measured\n"
     "per mode (the kernel's high-water mark, reset before each).\n\n"
     "  --precisions LIST   comma-separated modes (see below)\n"
-    "  --out DIR           output directory (mixprec-compare)\n\n"
-    "The training options (all but --precision, --log and --summary, which compare sets):\n";
+    "  --out DIR           output directory (mixprec-compare)\n"
+    "  --checkpoints       also write each mode's checkpoint, DIR/MODE.ckpt (as --save)\n\n"
+    "The training options (all but --precision, --log, --summary and --save, which\n"
+    "compare sets):\n";
 
 static const char demo_usage[] =
     "usage: mixprec demo [--out DIR]\n\n"
@@ -171,7 +173,7 @@ static int write_summary(const char *out, const char *cmdline, const run_data *r
     return bad ? fprintf(stderr, "mixprec compare: %s: cannot write\n", path), 1 : 0;
 }
 
-static int compare(run_opts *base, const char *precisions, const char *out, const char *cmdline) {
+static int compare(run_opts *base, const char *precisions, const char *out, int checkpoints, const char *cmdline) {
     if (mkdir(out, 0755) != 0 && errno != EEXIST)
         return fprintf(stderr, "mixprec compare: %s: cannot create (%s)\n", out, strerror(errno)), 1;
     if (strlen(out) > 4000) return cli_usage_error("compare", "--out is too long");
@@ -193,13 +195,15 @@ static int compare(run_opts *base, const char *precisions, const char *out, cons
     }
     if (n == 0) return cli_usage_error("compare", "--precisions is empty");
     int rc = 0, done = 0;
-    char csv[8][4200], js[8][4200];
+    char csv[8][4200], js[8][4200], ckpt[8][4200];
     for (int r = 0; r < n; r++) {
         char txt[4200];
         snprintf(csv[r], sizeof csv[r], "%.4000s/%.39s.csv", out, runs[r].name);
         snprintf(js[r], sizeof js[r], "%.4000s/%.39s.json", out, runs[r].name);
+        snprintf(ckpt[r], sizeof ckpt[r], "%.4000s/%.39s.ckpt", out, runs[r].name);
         snprintf(txt, sizeof txt, "%.4000s/%.39s.txt", out, runs[r].name);
         opts[r].log = csv[r], opts[r].summary = js[r];
+        if (checkpoints) opts[r].save = ckpt[r];
         printf("  %-14s ...", runs[r].name);
         fflush(stdout);
         FILE *f = fopen(txt, "w");
@@ -299,7 +303,7 @@ static int run_compare(int argc, char **argv) {
     const char *precisions = "fp32,fp16,fp16-dynamic,bf16", *out = "mixprec-compare";
     char **rest = calloc((size_t)argc + 3, sizeof *rest);
     if (!rest) return fprintf(stderr, "mixprec compare: out of memory\n"), 1;
-    int nr = 0, has_hist = 0;
+    int nr = 0, has_hist = 0, checkpoints = 0;
     rest[nr++] = argv[0];
     char cmdline[4096] = "mixprec compare";
     size_t cl = strlen(cmdline);
@@ -317,7 +321,13 @@ static int run_compare(int argc, char **argv) {
             cl += (size_t)snprintf(cmdline + cl, cl < sizeof cmdline ? sizeof cmdline - cl : 0, " %s %s", argv[i - 1], v);
             continue;
         }
-        if (!strcmp(argv[i], "--precision") || !strcmp(argv[i], "--log") || !strcmp(argv[i], "--summary"))
+        if (!strcmp(argv[i], "--checkpoints")) {
+            checkpoints = 1;
+            cl += (size_t)snprintf(cmdline + cl, cl < sizeof cmdline ? sizeof cmdline - cl : 0, " %s", argv[i]);
+            continue;
+        }
+        if (!strcmp(argv[i], "--precision") || !strcmp(argv[i], "--log") || !strcmp(argv[i], "--summary") ||
+            !strcmp(argv[i], "--save"))
             return free(rest), cli_usage_error("compare", "%s is set by compare itself", argv[i]);
         has_hist |= !strcmp(argv[i], "--hist-every");
         rest[nr++] = argv[i];
@@ -326,7 +336,7 @@ static int run_compare(int argc, char **argv) {
     if (!has_hist) rest[nr++] = (char *)"--hist-every", rest[nr++] = (char *)"10";
     run_opts o;
     int rc = run_parse("compare", nr, rest, &o);
-    if (rc == 0) rc = compare(&o, precisions, out, cmdline);
+    if (rc == 0) rc = compare(&o, precisions, out, checkpoints, cmdline);
     free(rest);
     return rc;
 }

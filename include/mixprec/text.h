@@ -85,6 +85,18 @@ void mp_text_val_batch(const mp_text *t, size_t w0, size_t B, size_t T, int32_t 
  * for len == 0). For judging sampled text; a memmem scan of the corpus. */
 int mp_text_has_word(const mp_text *t, const char *w, size_t len);
 
+/* How much sampled text s[0..n) looks like the corpus: its bytes that are
+ * printable ASCII (0x20 .. 0x7e) or a newline (a tab is not counted: the
+ * default corpus itself scores 98.9%), and its words (maximal runs of bytes
+ * other than space, newline, tab and carriage return) that mp_text_has_word
+ * finds in the corpus. The measure of issue 11: at least 95% printable and
+ * at least half of the words found. */
+typedef struct mp_text_quality {
+    size_t bytes, printable; /* bytes judged, and how many are printable ASCII or newline */
+    size_t words, found;     /* words in s, and how many occur in the corpus as words */
+} mp_text_quality;
+mp_text_quality mp_text_judge(const mp_text *t, const uint8_t *s, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
