@@ -158,9 +158,13 @@ extern const mp_optim_kernels mp_optim_avx512;
 extern const mp_gemm_kernel mp_gemm_avx2;
 extern const mp_gemm_kernel mp_gemm_avx512;
 extern const mp_gemm_kernel mp_gemm_avx512bf16;
+void mp_gemm_epilogue_avx2(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
+                           size_t cols, mp_convert_stats *st);
 void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
                              size_t cols, mp_convert_stats *st);
-/* Peak loops: iters x 20 independent 16-lane FMAs (vdpbf16ps: 32 multiply-adds). */
+/* Peak loops: iters x 20 independent 16-lane FMAs (vdpbf16ps: 32 multiply-adds;
+ * AVX2: 8-lane FMAs). */
+double mp_peak_fma_avx2(uint64_t iters);
 double mp_peak_fma_avx512(uint64_t iters);
 double mp_peak_dpbf16_avx512(uint64_t iters);
 #endif

@@ -1,0 +1,95 @@
+#ifndef MP_GEMM_EPILOGUE_H
+#define MP_GEMM_EPILOGUE_H
+/* gemm_epilogue.h - the GEMM epilogue in plain C: a tile's fp32 sums into C.
+ * Built twice from this one source: portable in gemm.c (mp_gemm_epilogue_scalar)
+ * and for AVX2 + FMA in cpu/gemm_epilogue_avx2.c, where the loops vectorize and
+ * fmaf is one instruction instead of a call. fmaf is exactly rounded either way,
+ * so both give the same bits; the AVX-512 epilogue (cpu/gemm_epilogue_avx512.c)
+ * does the same operations by hand.
+ *
+ * Per element, from the tile's sum t of this block of k:
+ *   t += part (the earlier blocks), when the driver kept them aside
+ *   v  = fma(alpha, t, C)              when C holds alpha (earlier blocks) + beta C
+ *      = fma(alpha, t, beta C)         when C is read (beta != 0, no round_to)
+ *      = alpha t                       otherwise
+ *   v += bias[j]
+ *   C  = v in C's format (counted), or with round_to: C = beta C + r, r = v
+ *        rounded to round_to (counted) and back to fp32. */
+#include <math.h>
+
+#include "internal.h"
+
+/* The tile's rows (cols values, row stride ts) to 16-bit codes of format t in h
+ * (same stride): one call when the rows are contiguous. */
+static inline void tile_to_half(const mp_gemm_ep *e, mp_dtype t, uint16_t *h, const float *tile, size_t ts,
+                                size_t rows, size_t cols, mp_convert_stats *st) {
+    void (*f)(uint16_t *, const float *, size_t, mp_convert_stats *) = t == MP_F16 ? e->conv->f32_to_f16 : e->conv->f32_to_bf16;
+    if (cols == ts) {
+        f(h, tile, rows * ts, st);
+        return;
+    }
+    for (size_t r = 0; r < rows; r++) f(h + r * ts, tile + r * ts, cols, st);
+}
+
+static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0,
+                                         size_t rows, size_t cols, mp_convert_stats *st) {
+    const float alpha = e->alpha, beta = e->beta;
+    const size_t es = mp_format(e->ct)->size;
+    const int read_c = !e->c_holds_part && beta != 0.0f && e->round_to == MP_F32;
+    for (size_t r = 0; r < rows; r++) {
+        float *restrict t = tile + r * ts;
+        const uint8_t *crow = (const uint8_t *)e->c + ((i0 + r) * e->ldc + j0) * es;
+        if (e->part) {
+            const float *restrict p = e->part + (i0 + r) * e->ldp + j0;
+            for (size_t j = 0; j < cols; j++) t[j] += p[j];
+        }
+        if (e->c_holds_part) {
+            const float *restrict c = (const float *)crow;
+            for (size_t j = 0; j < cols; j++) t[j] = fmaf(alpha, t[j], c[j]);
+        } else if (read_c) {
+            float cold[64];
+            const float *restrict c = (const float *)crow;
+            if (e->ct == MP_F16) e->conv->f16_to_f32(cold, (const uint16_t *)crow, cols, NULL), c = cold;
+            if (e->ct == MP_BF16) e->conv->bf16_to_f32(cold, (const uint16_t *)crow, cols, NULL), c = cold;
+            for (size_t j = 0; j < cols; j++) t[j] = fmaf(alpha, t[j], beta * c[j]);
+        } else if (alpha != 1.0f) {
+            for (size_t j = 0; j < cols; j++) t[j] = alpha * t[j];
+        }
+        if (e->bias) {
+            const float *restrict b = e->bias + j0;
+            for (size_t j = 0; j < cols; j++) t[j] += b[j];
+        }
+    }
+    uint16_t h[32 * 64];
+    if (e->round_to != MP_F32) { /* r = the half value, added to the fp32 C */
+        tile_to_half(e, e->round_to, h, tile, ts, rows, cols, st);
+        void (*back)(float *, const uint16_t *, size_t, mp_convert_stats *) =
+            e->round_to == MP_F16 ? e->conv->f16_to_f32 : e->conv->bf16_to_f32;
+        if (cols == ts) back(tile, h, rows * ts, NULL);
+        else
+            for (size_t r = 0; r < rows; r++) back(tile + r * ts, h + r * ts, cols, NULL);
+        for (size_t r = 0; r < rows; r++) {
+            float *restrict c = (float *)e->c + (i0 + r) * e->ldc + j0;
+            const float *restrict t = tile + r * ts;
+            if (beta == 0.0f)
+                for (size_t j = 0; j < cols; j++) c[j] = t[j];
+            else
+                for (size_t j = 0; j < cols; j++) c[j] = beta * c[j] + t[j];
+        }
+    } else if (e->ct == MP_F32) {
+        for (size_t r = 0; r < rows; r++) {
+            float *restrict c = (float *)e->c + (i0 + r) * e->ldc + j0;
+            const float *restrict t = tile + r * ts;
+            for (size_t j = 0; j < cols; j++) c[j] = t[j];
+            if (st) mp_stats_f32(st, t, cols);
+        }
+    } else {
+        tile_to_half(e, e->ct, h, tile, ts, rows, cols, st);
+        for (size_t r = 0; r < rows; r++) {
+            uint16_t *restrict c = (uint16_t *)e->c + (i0 + r) * e->ldc + j0;
+            const uint16_t *restrict s = h + r * ts;
+            for (size_t j = 0; j < cols; j++) c[j] = s[j];
+        }
+    }
+}
+#endif
