@@ -146,6 +146,38 @@ static void sum_stats(const mp_model *model, mp_step_info *r) {
     }
 }
 
+/* 2 if x holds an inf, 1 if it holds NaN but no inf, else 0 */
+static int nonfinite(const float *x, size_t n) {
+    int nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(x[i])) return 2;
+        nan |= isnan(x[i]);
+    }
+    return nan;
+}
+
+/* Which gradients and which activation held the inf/NaN of this step: the
+ * gradients holding an inf first (where an overflow happened), then those
+ * holding only NaN (where it spread), each in registration order. */
+static void locate_nonfinite(mp_trainer *t, mp_step_info *r) {
+    const size_t np = mp_optim_count(t->opt);
+    uint8_t kind[1024];
+    for (int want = 2; want >= 1; want--)
+        for (size_t i = 0; i < np; i++) {
+            const mp_param *p = mp_optim_param(t->opt, i);
+            if (want == 2 && i < sizeof kind) kind[i] = (uint8_t)nonfinite(p->grad, p->n);
+            if ((i < sizeof kind ? kind[i] : nonfinite(p->grad, p->n)) != want) continue;
+            if (r->nbad == 0) r->bad_grad_inf = want == 2;
+            if (r->nbad < MP_STEP_NAMES) r->bad_grads[r->nbad] = p->name;
+            r->nbad++;
+        }
+    const mp_model_ops *m = t->model.ops;
+    for (size_t i = 0; i < m->nstats(t->model.impl) && !r->first_activation; i++) {
+        const mp_tensor_stats *s = m->stats(t->model.impl, i);
+        if (s->fwd.overflow || s->fwd.nan) r->first_activation = s->name;
+    }
+}
+
 mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
     mp_step_info r;
     memset(&r, 0, sizeof r);
@@ -159,10 +191,12 @@ mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
     if (t->scaled) {
         TRY(mp_scaler_unscale(&t->scaler, t->opt, &r.skipped));
         TRY(mp_clip_grad_norm(t->opt, &t->scaler, clip, &r.grad_norm));
+        if (r.skipped || !isfinite(r.loss)) locate_nonfinite(t, &r);
         TRY(mp_scaler_step(&t->scaler, t->opt, &r.skipped));
         st = mp_scaler_update(&t->scaler, r.skipped); /* MP_EOVERFLOW: the step counts, the run should stop */
     } else {
         TRY(mp_clip_grad_norm(t->opt, NULL, clip, &r.grad_norm));
+        if (!isfinite(r.grad_norm) || !isfinite(r.loss)) locate_nonfinite(t, &r);
         TRY(mp_optim_step(t->opt));
     }
     t->step++;

@@ -128,8 +128,17 @@ has "$out" 'resumed'
 if cmp -s "$T/a.st" "$T/c.st"; then ok; else fail "resume differs from an uninterrupted run"; fi
 expect 1 "$M" "${TR[@]}" --precision fp16-dynamic --steps 17 --resume "$T/b.st" && one_line && has "$err" 'at step 17 already'
 # every step overflows at scale 1e30: all skipped, weights exactly the initial ones
-expect 0 "$M" "${TR[@]}" --precision fp16-static:1e30 --steps 4 --save "$T/s.st"
+expect 0 "$M" "${TR[@]}" --precision fp16-static:1e30 --steps 4 --save "$T/s.st" --summary "$T/s.json"
 has "$out" '4 steps, 4 skipped'
+has "$out" '^  step 4 skipped, scale 1e\+30 -> 1e\+30: (inf|NaN) in fc[01]\.(weight|bias) \(grad\) and 3 more$'
+if python3 - "$T/s.json" <<'PY'
+import json, sys
+sk = json.load(open(sys.argv[1]))["skipped"]
+assert [e["step"] for e in sk] == [1, 2, 3, 4] and all(abs(e["scale"] / 1e30 - 1) < 1e-6 for e in sk), sk
+assert all(sorted(e["tensors"]) == ["fc0.bias", "fc0.weight", "fc1.bias", "fc1.weight"] for e in sk), sk
+assert all(e["first_activation"] is None for e in sk), sk
+PY
+then ok; else fail "skipped steps in the summary"; fi
 expect 0 "$M" "${TR[@]}" --precision fp16-static:1e30 --steps 1 --save "$T/s1.st"
 if python3 - "$T/s.st" "$T/s1.st" <<'PY'
 import json, struct, sys
@@ -192,6 +201,43 @@ expect 1 "$M" "${GT[@]}" --steps 1 --data "text:$T/empty.txt" && one_line && has
 expect 1 "$M" "${GT[@]}" --steps 1 --data "text:$T/short.txt" && one_line && has "$err" 'needs at least 18'
 expect 2 "$M" "${GT[@]}" --steps 1 --model gpt:1-3-16-16 && one_line && has "$err" 'do not divide the width'
 expect 2 "$M" "${GT[@]}" --steps 1 --model gpt:x && one_line
+# which tensor overflowed: block 1's c_fc weight times 1e6 makes its activation the
+# first to overflow in fp16; the skipped step names it, and names exactly the
+# gradients that hold inf or NaN (recounted from --dump-grads)
+G2=(train --model gpt:2-2-16-16 --data "text:$T/c.txt" --batch 4 --threads 2)
+expect 0 "$M" "${G2[@]}" --steps 1 --save "$T/w.st"
+python3 - "$T/w.st" "$T/big.st" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+data = bytearray(b[8 + n:])
+lo, hi = h["transformer.h.1.mlp.c_fc.weight"]["data_offsets"]
+w = struct.unpack(f"<{(hi - lo) // 4}f", data[lo:hi])
+data[lo:hi] = struct.pack(f"<{len(w)}f", *[x * 1e6 for x in w])
+open(sys.argv[2], "wb").write(b[:8 + n] + bytes(data))
+PY
+expect 0 "$M" "${G2[@]}" --precision fp16-dynamic --steps 1 --init "$T/big.st" --summary "$T/big.json" --dump-grads "$T/big.grads"
+has "$out" '^  step 1 skipped, scale 65536 -> 32768: (inf|NaN) in transformer\..* \(grad\)( and [0-9]+ more)?; first overflowing activation h\.1\.mlp\.c_fc$'
+if python3 - "$T/big.json" "$T/big.grads" <<'PY'
+import json, math, struct, sys
+sk = json.load(open(sys.argv[1]))["skipped"]
+b = open(sys.argv[2], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+bad = []
+for name, t in h.items():
+    if name == "__metadata__":
+        continue
+    lo, hi = t["data_offsets"]
+    if any(not math.isfinite(x) for x in struct.unpack(f"<{(hi - lo) // 4}f", b[8 + n + lo:8 + n + hi])):
+        bad.append(name)
+assert len(sk) == 1 and sk[0]["step"] == 1 and sk[0]["scale"] == 65536, sk
+assert sk[0]["first_activation"] == "h.1.mlp.c_fc", sk[0]["first_activation"]
+named = [t + ".grad" for t in sk[0]["tensors"] if t + ".grad" in h]  # the dump holds the 2-D weights
+assert bad and sorted(named) == sorted(bad), (named, bad)
+PY
+then ok; else fail "the overflowing tensor is named"; fi
 
 # the ISA cap is honoured
 MIXPREC_ISA=scalar expect 0 "$M" --version && has "$out" 'cpu path: scalar'

@@ -213,6 +213,8 @@ static void check_training(void) {
     memcpy(w, r.m.w->master, sizeof w);
     mp_step_info si;
     CHECK(mp_trainer_step(r.t, &si) == MP_OK && si.skipped && si.bwd.overflow > 0, "skipped on overflow");
+    CHECK(si.nbad == 1 && strcmp(si.bad_grads[0], "w") == 0 && !si.first_activation,
+          "the skipped step names the gradient: %zu, %s", si.nbad, si.nbad ? si.bad_grads[0] : "-");
     CHECK(memcmp(w, r.m.w->master, sizeof w) == 0 && mp_optim_steps(r.opt) == 0, "skipped step changes nothing");
     int skipped = 1;
     for (int s = 0; s < 30; s++) {
@@ -221,6 +223,7 @@ static void check_training(void) {
     }
     CHECK(!si.skipped && skipped >= 5 && si.scale < 65536.0f / 16, "backed off: %d skipped, scale %g", skipped,
           (double)si.scale);
+    CHECK(si.nbad == 0 && !si.first_activation, "a clean step names nothing");
     CHECK(si.grad_norm > 1.0, "norm measured before clipping: %g", si.grad_norm);
     /* a failing loader stops the step with its error */
     r.d.fail_at = (int)(mp_trainer_step_count(r.t) * 2 + 1);

@@ -273,7 +273,8 @@ typedef struct {
     FILE *log;
     double *ms;
     uint8_t *snap;
-    long *fz_step, *skip_steps;
+    long *fz_step;
+    cJSON *skips; /* the skipped steps, for the summary: {step, scale, tensors, first_activation} */
     double *fz;
     hist_snap *hs;
     run_result res;
@@ -286,7 +287,45 @@ static void state_free(run_state *s) {
     mp_optim_free(s->opt);
     mp_dataset_free(&s->train), mp_dataset_free(&s->test);
     mp_text_free(&s->text);
-    free(s->ms), free(s->snap), free(s->fz_step), free(s->skip_steps), free(s->fz), free(s->hs);
+    free(s->ms), free(s->snap), free(s->fz_step), free(s->fz), free(s->hs);
+    cJSON_Delete(s->skips);
+}
+
+/* A step that was skipped, or whose loss or gradient norm is not finite: one
+ * console line naming where the inf/NaN was, e.g. "step 412 skipped, scale
+ * 65536 -> 32768: inf in transformer.h.3.mlp.c_fc.weight (grad) and 2 more;
+ * first overflowing activation h.3.mlp.c_fc", and, if it was skipped, an
+ * entry of the summary's "skipped" array. Returns nonzero when out of memory. */
+static int report_nonfinite(FILE *out, int tty, cJSON *skips, const mp_step_info *si, const mp_trainer *tr) {
+    char where[512];
+    size_t k = 0;
+#define ADD(...) k += (size_t)snprintf(where + k, k < sizeof where ? sizeof where - k : 0, __VA_ARGS__)
+    if (si->nbad) {
+        ADD("%s in %s (grad)", si->bad_grad_inf ? "inf" : "NaN", si->bad_grads[0]);
+        if (si->nbad > 1) ADD(" and %zu more", si->nbad - 1);
+    } else {
+        ADD("no gradient held inf or NaN");
+    }
+    if (si->first_activation) ADD("; first overflowing activation %s", si->first_activation);
+#undef ADD
+    if (tty) fputc('\n', stderr);
+    const mp_scaler *sc = mp_trainer_scaler(tr);
+    if (si->skipped)
+        fprintf(out, "  step %ld skipped, scale %g -> %g: %s\n", si->step, (double)si->scale,
+                sc ? (double)mp_scaler_get_scale(sc) : 1.0, where);
+    else
+        fprintf(out, "  step %ld: loss %g, gradient norm %g: %s\n", si->step, (double)si->loss, si->grad_norm, where);
+    if (!si->skipped) return 0;
+    cJSON *e = cJSON_CreateObject(), *names = cJSON_CreateArray();
+    if (!e || !names || !cJSON_AddItemToArray(skips, e)) return cJSON_Delete(e), cJSON_Delete(names), 1;
+    cJSON_AddNumberToObject(e, "step", (double)si->step);
+    cJSON_AddNumberToObject(e, "scale", (double)si->scale);
+    cJSON_AddItemToObject(e, "tensors", names);
+    for (size_t i = 0; i < si->nbad && i < MP_STEP_NAMES; i++) cJSON_AddItemToArray(names, cJSON_CreateString(si->bad_grads[i]));
+    if (si->nbad > MP_STEP_NAMES) cJSON_AddNumberToObject(e, "tensors_total", (double)si->nbad);
+    if (si->first_activation) cJSON_AddStringToObject(e, "first_activation", si->first_activation);
+    else cJSON_AddNullToObject(e, "first_activation");
+    return 0;
 }
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -465,14 +504,14 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     r->tensor_names = calloc((size_t)nt + 1, sizeof *r->tensor_names);
     r->tensor_underflow = calloc(cap * (size_t)(nt ? nt : 1), sizeof *r->tensor_underflow);
     s.ms = malloc(cap * sizeof *s.ms);
-    s.skip_steps = calloc(cap + 1, sizeof *s.skip_steps);
+    s.skips = cJSON_CreateArray();
     const int frozen_on = !gpt && o->frozen_every > 0, hist_on = !gpt && o->hist_every > 0;
     const long nfz_max = frozen_on ? (long)cap / o->frozen_every + 2 : 0;
     const long nh_max = hist_on ? (long)cap / o->hist_every + 2 : 0;
     s.snap = frozen_on ? malloc(weight_bytes(s.opt) + 1) : NULL;
     s.fz_step = calloc((size_t)nfz_max + 1, sizeof *s.fz_step), s.fz = calloc((size_t)nfz_max + 1, sizeof *s.fz);
     s.hs = calloc((size_t)nh_max + 1, sizeof *s.hs);
-    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.skip_steps ||
+    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.skips ||
         (frozen_on && !s.snap) || !s.fz_step || !s.fz || !s.hs) {
         fail("out of memory");
         goto done;
@@ -522,7 +561,12 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         s.ms[done_steps] = ms;
         r->loss[done_steps] = si.loss, r->scale[done_steps] = si.scale, r->skipped[done_steps] = (uint8_t)si.skipped;
         if (!isfinite(si.loss) && nan_step < 0) nan_step = si.step;
-        if (si.skipped) s.skip_steps[r->skipped_total++] = si.step;
+        if (si.skipped) r->skipped_total++;
+        if ((si.nbad || si.first_activation || si.skipped) && report_nonfinite(out, tty, s.skips, &si, s.tr)) {
+            fail("out of memory");
+            free(run_stats);
+            goto done;
+        }
         for (int i = 0; i < nt; i++) {
             const mp_tensor_stats *ts = s.model.ops->stats(s.model.impl, (size_t)i);
             r->tensor_underflow[(size_t)done_steps * (size_t)nt + (size_t)i] = (float)frac(ts->bwd.underflow, ts->bwd_elements);
@@ -655,9 +699,8 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             cJSON_AddNumberToObject(j, "test_loss", r->eval_loss);
         }
         cJSON_AddNumberToObject(j, "last_train_loss", r->last_loss);
-        cJSON_AddNumberToObject(j, "skipped", (double)r->skipped_total);
-        cJSON *sk = cJSON_AddArrayToObject(j, "skipped_steps");
-        for (long k = 0; k < r->skipped_total; k++) cJSON_AddItemToArray(sk, cJSON_CreateNumber((double)s.skip_steps[k]));
+        cJSON_AddItemToObject(j, "skipped", s.skips);
+        s.skips = NULL; /* j owns it now */
         cJSON_AddNumberToObject(j, "final_scale", r->final_scale);
         cJSON_AddNumberToObject(j, "ms_per_step", r->ms_per_step);
         cJSON_AddNumberToObject(j, "peak_memory_mib", r->memory_mib);

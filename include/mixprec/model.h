@@ -52,7 +52,8 @@ typedef struct mp_model_ops {
      * (nats), *count += predictions made, *correct += predictions whose
      * largest logit is the target. */
     mp_status (*eval_batch)(void *impl, const mp_batch *b, double *loss_sum, double *count, double *correct);
-    /* Per-tensor statistics: i in [0, nstats). */
+    /* Per-tensor statistics: i in [0, nstats), the activations in forward
+     * order (the trainer names the first that overflowed in a step). */
     size_t (*nstats)(const void *impl);
     const mp_tensor_stats *(*stats)(const void *impl, size_t i);
     void (*reset_stats)(void *impl);

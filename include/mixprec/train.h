@@ -129,6 +129,20 @@ typedef struct mp_step_info {
     int skipped;             /* the optimizer step was skipped (inf/NaN in the scaled gradients) */
     mp_convert_stats fwd, bwd; /* this step's stores, all tensors together */
     uint64_t fwd_elements, bwd_elements;
+    /* Where the inf/NaN was, filled only on a step that was skipped or whose
+     * loss or gradient norm is not finite (clean steps pay nothing):
+     * the parameters whose gradient held inf or NaN, those with an inf first
+     * (where the overflow happened), then those with NaN only, each group in
+     * registration order (bad_grads: the first MP_STEP_NAMES of their names,
+     * pointing into the optimizer; nbad counts them all; bad_grad_inf: the
+     * first one holds an inf), and the first activation in forward order (the
+     * model's statistics order) whose stores overflowed or held NaN in this
+     * step, or NULL (pointing into the model's statistics). */
+#define MP_STEP_NAMES 64
+    size_t nbad;
+    const char *bad_grads[MP_STEP_NAMES];
+    int bad_grad_inf;
+    const char *first_activation;
 } mp_step_info;
 
 typedef struct mp_trainer mp_trainer;
