@@ -176,7 +176,16 @@ static const float *fparam(mp_mlp *m, const mp_param *p, int k) {
     return s;
 }
 
-static mp_status forward(mp_mlp *m, const float *x, size_t B) {
+/* Statistics of a forward store of n values in layer l (NULL when not counting). */
+static mp_convert_stats *fst(mp_mlp *m, int l, size_t n, int counting) {
+    if (!counting) return NULL;
+    m->stats[l].fwd_elements += n;
+    return &m->stats[l].fwd;
+}
+
+/* counting: the stores of layer l (its Linear's output, layer norm and
+ * activation) go into the layer's forward statistics (training, not evaluation) */
+static mp_status forward(mp_mlp *m, const float *x, size_t B, int counting) {
     const mp_mlp_config *c = &m->cfg;
     const mp_dtype ct = m->ct;
     if (B == 0 || B > m->max_batch) return mp_error(MP_EINVAL, "mlp: batch of %zu rows (1..%zu)", B, m->max_batch);
@@ -185,14 +194,15 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B) {
     mp_status st = mp_convert(m->act[0], ct, x, MP_F32, B * (size_t)c->widths[0], NULL);
     for (int l = 0; l < c->nlayers && st == MP_OK; l++) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
-        const mp_gemm_epilogue ep = {fparam(m, m->b[l], 0), MP_F32, NULL};
+        const mp_gemm_epilogue ep = {fparam(m, m->b[l], 0), MP_F32, fst(m, l, B * out, counting)};
         st = mp_gemm_ex(0, 1, B, out, in, 1.0f, m->act[l], ct, in, weights(m, l), ct, in, 0.0f, m->z[l], ct, out, &ep);
         if (st != MP_OK || l == c->nlayers - 1) continue;
         if (m->h[l] != m->z[l])
             st = mp_layernorm_forward(m->h[l], ct, m->mean[l], m->rstd[l], m->z[l], ct, fparam(m, m->lnw[l], 1),
-                                      fparam(m, m->lnb[l], 2), B, out, 1e-5f, NULL);
+                                      fparam(m, m->lnb[l], 2), B, out, 1e-5f, fst(m, l, B * out, counting));
         if (st == MP_OK)
-            st = (c->act == MP_ACT_GELU ? mp_gelu_forward : mp_relu_forward)(m->act[l + 1], ct, m->h[l], ct, B * out, NULL);
+            st = (c->act == MP_ACT_GELU ? mp_gelu_forward : mp_relu_forward)(m->act[l + 1], ct, m->h[l], ct, B * out,
+                                                                             fst(m, l, B * out, counting));
     }
     return st;
 }
@@ -245,7 +255,7 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
 
 mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, float grad_scale,
                              int accumulate, float *loss) {
-    mp_status st = forward(m, x, B);
+    mp_status st = forward(m, x, B, 1);
     if (st != MP_OK) return st;
     const int L = m->cfg.nlayers;
     const size_t C = (size_t)m->cfg.widths[L];
@@ -256,7 +266,7 @@ mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, s
 
 mp_status mp_mlp_eval_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, double *loss_sum,
                             size_t *correct) {
-    mp_status st = forward(m, x, B);
+    mp_status st = forward(m, x, B, 0);
     if (st != MP_OK) return st;
     const int L = m->cfg.nlayers;
     const size_t C = (size_t)m->cfg.widths[L];

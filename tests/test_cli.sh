@@ -151,6 +151,32 @@ a, b = load(sys.argv[1]), load(sys.argv[2])
 assert a["fc0.weight"] == b["fc0.weight"] and a["fc1.bias"] == b["fc1.bias"]
 PY
 then ok; else fail "skipped steps changed the weights"; fi
+# scale_tensor SRC DST NAME FACTOR: a copy of safetensors file SRC with fp32 tensor NAME multiplied
+scale_tensor() {
+    python3 - "$@" <<'PY'
+import json, struct, sys
+src, dst, name, factor = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+b = open(src, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+data = bytearray(b[8 + n:])
+lo, hi = h[name]["data_offsets"]
+w = struct.unpack(f"<{(hi - lo) // 4}f", data[lo:hi])
+data[lo:hi] = struct.pack(f"<{len(w)}f", *[x * factor for x in w])
+open(dst, "wb").write(b[:8 + n] + bytes(data))
+PY
+}
+# activation stores are counted: fc0's weights x 1e6 overflow its output in fp16,
+# and the skipped step names fc0 as the first overflowing activation
+scale_tensor "$T/a.st" "$T/abig.st" fc0.weight 1e6
+expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 1 --init "$T/abig.st" --log "$T/abig.csv"
+has "$out" '^  step 1 skipped, scale 65536 -> 32768: .*; first overflowing activation fc0$'
+if python3 - "$T/abig.csv" <<'PY'
+import csv, sys
+r = list(csv.DictReader(open(sys.argv[1])))[0]
+assert int(r["act_overflow_fc0"]) > 0 and int(r["act_overflow"]) >= int(r["act_overflow_fc0"]), r
+PY
+then ok; else fail "MLP activation overflow counted"; fi
 # weights saved in bf16 load back (as --init) and are half the size
 expect 0 "$M" "${TR[@]}" --steps 2 --save "$T/h.st" --save-dtype bf16
 if python3 - "$T/h.st" <<'PY'
@@ -206,17 +232,7 @@ expect 2 "$M" "${GT[@]}" --steps 1 --model gpt:x && one_line
 # gradients that hold inf or NaN (recounted from --dump-grads)
 G2=(train --model gpt:2-2-16-16 --data "text:$T/c.txt" --batch 4 --threads 2)
 expect 0 "$M" "${G2[@]}" --steps 1 --save "$T/w.st"
-python3 - "$T/w.st" "$T/big.st" <<'PY'
-import json, struct, sys
-b = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", b[:8])[0]
-h = json.loads(b[8:8 + n])
-data = bytearray(b[8 + n:])
-lo, hi = h["transformer.h.1.mlp.c_fc.weight"]["data_offsets"]
-w = struct.unpack(f"<{(hi - lo) // 4}f", data[lo:hi])
-data[lo:hi] = struct.pack(f"<{len(w)}f", *[x * 1e6 for x in w])
-open(sys.argv[2], "wb").write(b[:8 + n] + bytes(data))
-PY
+scale_tensor "$T/w.st" "$T/big.st" transformer.h.1.mlp.c_fc.weight 1e6
 expect 0 "$M" "${G2[@]}" --precision fp16-dynamic --steps 1 --init "$T/big.st" --summary "$T/big.json" --dump-grads "$T/big.grads"
 has "$out" '^  step 1 skipped, scale 65536 -> 32768: (inf|NaN) in transformer\..* \(grad\)( and [0-9]+ more)?; first overflowing activation h\.1\.mlp\.c_fc$'
 if python3 - "$T/big.json" "$T/big.grads" <<'PY'
