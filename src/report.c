@@ -7,22 +7,29 @@
 
 #include "internal.h"
 
-static void esc(FILE *f, const char *s) {
-    for (; s && *s; s++) {
-        switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default: fputc(*s, f);
-        }
+static void esc_char(FILE *f, char c) {
+    switch (c) {
+    case '<': fputs("&lt;", f); break;
+    case '>': fputs("&gt;", f); break;
+    case '&': fputs("&amp;", f); break;
+    case '"': fputs("&quot;", f); break;
+    default: fputc(c, f);
     }
+}
+
+static void esc(FILE *f, const char *s) {
+    for (; s && *s; s++) esc_char(f, *s);
 }
 
 typedef struct {
     double x0, x1, y0, y1;
     int w, h, ml, mr, mt, mb;
 } axes;
+
+/* The axes of a full-width chart of the given height. */
+static axes plot_axes(double x0, double x1, double y0, double y1, int h) {
+    return (axes){x0, x1, y0, y1, 960, h, 60, 20, 30, 40};
+}
 
 static double px(const axes *a, double x) { return a->ml + (x - a->x0) / (a->x1 - a->x0) * (a->w - a->ml - a->mr); }
 static double py(const axes *a, double y) {
@@ -62,6 +69,8 @@ static void frame(FILE *f, const axes *a, const char *id, const char *title, con
             (a->mt + a->h - a->mb) / 2.0, ylabel);
 }
 
+static void chart_end(FILE *f) { fputs("</svg></figure>\n", f); }
+
 static void legend(FILE *f, const axes *a, const mp_report *r, const int *show) {
     int k = 0;
     for (int i = 0; i < r->nruns; i++) {
@@ -73,11 +82,18 @@ static void legend(FILE *f, const axes *a, const mp_report *r, const int *show) 
     }
 }
 
+/* Opens a data polyline; its points follow, then polyline_end. */
+static void polyline_begin(FILE *f, const char *color, int dash) {
+    fprintf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"%s points=\"", color,
+            dash ? " stroke-dasharray=\"5 3\"" : "");
+}
+
+static void polyline_end(FILE *f) { fputs("\"/>\n", f); }
+
 /* A polyline of y over steps, averaged into at most 400 points. */
 static void series(FILE *f, const axes *a, const float *y, long n, size_t stride, const char *color, int log2y, int dash) {
     const long per = n > 400 ? (n + 399) / 400 : 1;
-    fprintf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"%s points=\"", color,
-            dash ? " stroke-dasharray=\"5 3\"" : "");
+    polyline_begin(f, color, dash);
     for (long i = 0; i < n; i += per) {
         double s = 0;
         long c = 0;
@@ -90,11 +106,38 @@ static void series(FILE *f, const axes *a, const float *y, long n, size_t stride
         if (v < a->y0) v = a->y0;
         fprintf(f, "%.1f,%.1f ", px(a, (double)(i + per / 2 + 1)), py(a, v));
     }
-    fprintf(f, "\"/>\n");
+    polyline_end(f);
 }
 
-static void write_body(FILE *f, const mp_report *r) {
-    const mp_report_run *base = r->baseline >= 0 && r->baseline < r->nruns ? &r->runs[r->baseline] : NULL;
+/* The longest run, in steps (at least 1). */
+static long max_steps(const mp_report *r) {
+    long maxn = 1;
+    for (int i = 0; i < r->nruns; i++) maxn = r->runs[i].nsteps > maxn ? r->runs[i].nsteps : maxn;
+    return maxn;
+}
+
+static double layer_underflow_at(const mp_report_run *u, long s, int l) {
+    return u->layer_underflow[(size_t)s * (size_t)u->nlayers + (size_t)l];
+}
+
+/* Layer l's underflow fractions summed over all steps. */
+static double layer_underflow_sum(const mp_report_run *u, int l) {
+    double m = 0;
+    for (long s = 0; s < u->nsteps; s++) m += layer_underflow_at(u, s, l);
+    return m;
+}
+
+static double nsteps_or_one(const mp_report_run *u) { return u->nsteps > 0 ? (double)u->nsteps : 1.0; }
+
+/* All values the histogram counted, zeros included. */
+static double hist_total(const mp_report_run *u) {
+    double t = u->hist_zeros;
+    for (int b = 0; b < MP_REPORT_HIST_BINS; b++) t += u->hist[b];
+    return t;
+}
+
+/* The document head and its style sheet, up to the opening body tag. */
+static void section_head(FILE *f, const mp_report *r) {
     fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>");
     esc(f, r->title);
     fprintf(f, "</title>\n<style>\n"
@@ -107,66 +150,91 @@ static void write_body(FILE *f, const mp_report *r) {
                ".tick{font-size:11px;fill:#666}.label{font-size:12px;fill:#444}.legend{font-size:12px;fill:#222}\n"
                ".note{color:#555;font-size:.92em}.warn{color:#a00}code{background:#f3f3f3;padding:0 .25em}\n"
                ".swatch{display:inline-block;width:.8em;height:.8em;border-radius:2px;margin-right:.4em}\n"
-               "</style>\n</head>\n<body>\n<h1>");
+               "</style>\n</head>\n<body>\n");
+}
+
+/* The heading and the command that reproduces the comparison. */
+static void section_title(FILE *f, const mp_report *r) {
+    fputs("<h1>", f);
     esc(f, r->title);
-    fprintf(f, "</h1>\n<p class=\"note\">Reproduce: <code>");
+    fputs("</h1>\n<p class=\"note\">Reproduce: <code>", f);
     esc(f, r->command);
-    fprintf(f, "</code></p>\n<h2>What happened</h2>\n<div class=\"reading\">");
-    /* the reading: paragraphs split on blank lines */
-    fputs("<p>", f);
+    fputs("</code></p>\n", f);
+}
+
+/* The plain-language reading, one paragraph per blank-line-separated block. */
+static void section_reading(FILE *f, const mp_report *r) {
+    fputs("<h2>What happened</h2>\n<div class=\"reading\"><p>", f);
     for (const char *s = r->reading; s && *s; s++) {
         if (s[0] == '\n' && s[1] == '\n') {
             fputs("</p>\n<p>", f);
             s++;
         } else {
-            char c[2] = {*s, 0};
-            esc(f, c);
+            esc_char(f, *s);
         }
     }
     fputs("</p></div>\n", f);
+}
 
-    fprintf(f, "<h2>Summary</h2>\n<table id=\"summary\">\n<tr><th>mode</th><th>final train loss</th><th>");
+/* One row of the summary table. */
+static void summary_row(FILE *f, const mp_report *r, const mp_report_run *u, const mp_report_run *base) {
+    char speed[32] = "";
+    if (base && u->ms_per_step > 0) snprintf(speed, sizeof speed, "%.2fx", base->ms_per_step / u->ms_per_step);
+    fprintf(f, "<tr data-mode=\"%s\"><td><span class=\"swatch\" style=\"background:%s\"></span>%s</td>"
+               "<td>%.4f</td><td class=\"acc\">%.*f%s</td><td>%ld</td><td>%g</td><td class=\"under\">%.4f%%</td>"
+               "<td>%.2f%%</td><td>%.1f</td><td>%.0f MiB</td><td>%s</td></tr>\n",
+            u->name, u->color, u->name, u->last_loss, r->eval_percent ? 2 : 4,
+            r->eval_percent ? 100 * u->eval : u->eval, r->eval_percent ? "%" : "", u->skipped_total,
+            u->final_scale, 100 * u->underflow, 100 * u->frozen, u->ms_per_step, u->memory_mib, speed);
+}
+
+/* The summary table: one row per run, speed-ups against the baseline run. */
+static void section_summary(FILE *f, const mp_report *r) {
+    const mp_report_run *base = r->baseline >= 0 && r->baseline < r->nruns ? &r->runs[r->baseline] : NULL;
+    fputs("<h2>Summary</h2>\n<table id=\"summary\">\n<tr><th>mode</th><th>final train loss</th><th>", f);
     esc(f, r->eval_name);
     fprintf(f, "</th><th>skipped steps</th><th>final scale</th><th>gradients underflowed</th><th>frozen weights</th>"
                "<th>ms/step</th><th>peak memory</th><th>speed-up vs %s</th></tr>\n", base ? base->name : "-");
-    for (int i = 0; i < r->nruns; i++) {
-        const mp_report_run *u = &r->runs[i];
-        char speed[32] = "";
-        if (base && u->ms_per_step > 0) snprintf(speed, sizeof speed, "%.2fx", base->ms_per_step / u->ms_per_step);
-        fprintf(f, "<tr data-mode=\"%s\"><td><span class=\"swatch\" style=\"background:%s\"></span>%s</td>"
-                   "<td>%.4f</td><td class=\"acc\">%.*f%s</td><td>%ld</td><td>%g</td><td class=\"under\">%.4f%%</td>"
-                   "<td>%.2f%%</td><td>%.1f</td><td>%.0f MiB</td><td>%s</td></tr>\n",
-                u->name, u->color, u->name, u->last_loss, r->eval_percent ? 2 : 4,
-                r->eval_percent ? 100 * u->eval : u->eval, r->eval_percent ? "%" : "", u->skipped_total,
-                u->final_scale, 100 * u->underflow, 100 * u->frozen, u->ms_per_step, u->memory_mib, speed);
-    }
-    fprintf(f, "</table>\n");
+    for (int i = 0; i < r->nruns; i++) summary_row(f, r, &r->runs[i], base);
+    fputs("</table>\n", f);
+}
+
+/* Each run's warnings, one paragraph each. */
+static void section_warnings(FILE *f, const mp_report *r) {
     for (int i = 0; i < r->nruns; i++)
         for (int k = 0; k < r->runs[i].nwarnings; k++) {
             fprintf(f, "<p class=\"warn\">%s: ", r->runs[i].name);
             esc(f, r->runs[i].warnings[k]);
-            fprintf(f, "</p>\n");
+            fputs("</p>\n", f);
         }
+}
 
-    /* 1. loss */
-    long maxn = 1;
+/* Training loss per step, all runs; the y range is set by the first steps. */
+static void chart_loss(FILE *f, const mp_report *r) {
     double lmax = 0.1;
-    for (int i = 0; i < r->nruns; i++) {
-        maxn = r->runs[i].nsteps > maxn ? r->runs[i].nsteps : maxn;
+    for (int i = 0; i < r->nruns; i++)
         for (long s = 0; s < r->runs[i].nsteps && s < 3; s++)
             if (isfinite(r->runs[i].loss[s]) && r->runs[i].loss[s] > lmax) lmax = r->runs[i].loss[s];
-    }
-    axes a = {0, (double)maxn, 0, lmax * 1.05, 960, 300, 60, 20, 30, 40};
+    const axes a = plot_axes(0, (double)max_steps(r), 0, lmax * 1.05, 300);
     frame(f, &a, "loss", "Training loss per step (all modes)", "step", "loss", tick_step(lmax, 5), "%g", 0, 1);
     legend(f, &a, r, NULL);
     for (int i = 0; i < r->nruns; i++)
         series(f, &a, r->runs[i].loss, r->runs[i].nsteps, 1, r->runs[i].color, 0, 0);
-    fprintf(f, "</svg></figure>\n");
+    chart_end(f);
+}
 
-    /* 2. scale */
-    int show[64] = {0}, nscaled = 0;
-    double smin = 1e30, smax = -1e30;
-    for (int i = 0; i < r->nruns && i < 64; i++) {
+/* A circle on the scale curve at each skipped step of u. */
+static void skip_marks(FILE *f, const axes *a, const mp_report_run *u) {
+    for (long s = 0; s < u->nsteps; s++)
+        if (u->skipped[s])
+            fprintf(f, "<circle class=\"skip\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"none\" stroke=\"#d00\"/>\n",
+                    px(a, (double)(s + 1)), py(a, log2(u->scale[s])));
+}
+
+/* Flags in show the runs whose scale ever left 1; widens [*smin, *smax] to their log2 scales; returns how many. */
+static int scaled_runs(const mp_report *r, int show[64], double *smin, double *smax) {
+    int nscaled = 0;
+    for (int i = 0; i < r->nruns; i++) { /* nruns <= 64: mp_report_write */
         const mp_report_run *u = &r->runs[i];
         for (long s = 0; s < u->nsteps; s++)
             if (u->scale[s] != 1.0f) show[i] = 1;
@@ -174,29 +242,46 @@ static void write_body(FILE *f, const mp_report *r) {
         nscaled++;
         for (long s = 0; s < u->nsteps; s++) {
             const double l = log2(u->scale[s]);
-            smin = l < smin ? l : smin, smax = l > smax ? l : smax;
+            *smin = l < *smin ? l : *smin, *smax = l > *smax ? l : *smax;
         }
     }
-    if (nscaled) {
-        axes b = {0, (double)maxn, floor(smin) - 1, ceil(smax) + 1, 960, 240, 60, 20, 30, 40};
-        frame(f, &b, "scale", "Loss scale (log2 axis); red marks: skipped steps (inf/NaN in the gradients)", "step",
-              "loss scale", tick_step(b.y1 - b.y0, 5) < 1 ? 1 : tick_step(b.y1 - b.y0, 5), "%g", 1, 1);
-        legend(f, &b, r, show);
-        for (int i = 0; i < r->nruns; i++) {
-            if (!show[i]) continue;
-            const mp_report_run *u = &r->runs[i];
-            series(f, &b, u->scale, u->nsteps, 1, u->color, 1, 0);
-            for (long s = 0; s < u->nsteps; s++)
-                if (u->skipped[s])
-                    fprintf(f, "<circle class=\"skip\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"none\" stroke=\"#d00\"/>\n",
-                            px(&b, (double)(s + 1)), py(&b, log2(u->scale[s])));
-        }
-        fprintf(f, "</svg></figure>\n");
-    } else {
-        fprintf(f, "<p class=\"note\">No mode in this comparison used a loss scale.</p>\n");
-    }
+    return nscaled;
+}
 
-    /* 3. per-layer underflow: grouped bars */
+/* The loss scale of the runs that used one (log2 axis), with their skipped steps; a note when none did. */
+static void chart_scale(FILE *f, const mp_report *r) {
+    int show[64] = {0};
+    double smin = 1e30, smax = -1e30;
+    if (!scaled_runs(r, show, &smin, &smax)) {
+        fputs("<p class=\"note\">No mode in this comparison used a loss scale.</p>\n", f);
+        return;
+    }
+    const axes b = plot_axes(0, (double)max_steps(r), floor(smin) - 1, ceil(smax) + 1, 240);
+    const double ystep = tick_step(b.y1 - b.y0, 5);
+    frame(f, &b, "scale", "Loss scale (log2 axis); red marks: skipped steps (inf/NaN in the gradients)", "step",
+          "loss scale", ystep < 1 ? 1 : ystep, "%g", 1, 1);
+    legend(f, &b, r, show);
+    for (int i = 0; i < r->nruns; i++) {
+        if (!show[i]) continue;
+        series(f, &b, r->runs[i].scale, r->runs[i].nsteps, 1, r->runs[i].color, 1, 0);
+        skip_marks(f, &b, &r->runs[i]);
+    }
+    chart_end(f);
+}
+
+/* Run i's bars of the layer chart: mean underflow per layer, in the run's slot of each group. */
+static void layer_bars(FILE *f, const axes *a, const mp_report_run *u, int i, double gw) {
+    for (int l = 0; l < u->nlayers; l++) {
+        const double m = 100 * layer_underflow_sum(u, l) / nsteps_or_one(u);
+        const double x = px(a, l + 0.1) + gw * i, y = py(a, m);
+        fprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s %s: "
+                   "%.4f%%</title></rect>\n",
+                x, y, gw * 0.92, py(a, 0) - y, u->color, u->name, u->layer_names[l], m);
+    }
+}
+
+/* Mean underflow per layer: one group of bars per layer, one bar per run. */
+static void chart_layers(FILE *f, const mp_report *r) {
     int nl = 0;
     double umax = 1e-4;
     const char (*names)[64] = NULL;
@@ -204,106 +289,117 @@ static void write_body(FILE *f, const mp_report *r) {
         const mp_report_run *u = &r->runs[i];
         if (u->nlayers > nl) nl = u->nlayers, names = u->layer_names;
         for (int l = 0; l < u->nlayers; l++) {
-            double m = 0;
-            for (long s = 0; s < u->nsteps; s++) m += u->layer_underflow[(size_t)s * (size_t)u->nlayers + (size_t)l];
-            m /= u->nsteps > 0 ? (double)u->nsteps : 1.0;
+            const double m = layer_underflow_sum(u, l) / nsteps_or_one(u);
             umax = m > umax ? m : umax;
         }
     }
     umax *= 100 * 1.1;
-    axes c = {0, (double)(nl > 0 ? nl : 1), 0, umax, 960, 260, 60, 20, 30, 40};
+    const axes c = plot_axes(0, (double)(nl > 0 ? nl : 1), 0, umax, 260);
     frame(f, &c, "layers", "Gradient values that became exactly zero when stored, by layer (mean over steps)",
           "tensor (first layer on the left)", "% of values", tick_step(umax, 5), "%g%%", 0, 0);
     legend(f, &c, r, NULL);
     const double gw = (px(&c, 1) - px(&c, 0)) * 0.8 / (r->nruns > 0 ? r->nruns : 1);
-    for (int i = 0; i < r->nruns; i++) {
-        const mp_report_run *u = &r->runs[i];
-        for (int l = 0; l < u->nlayers; l++) {
-            double m = 0;
-            for (long s = 0; s < u->nsteps; s++) m += u->layer_underflow[(size_t)s * (size_t)u->nlayers + (size_t)l];
-            m = 100 * m / (u->nsteps > 0 ? (double)u->nsteps : 1.0);
-            const double x = px(&c, l + 0.1) + gw * i, y = py(&c, m);
-            fprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s %s: "
-                       "%.4f%%</title></rect>\n",
-                    x, y, gw * 0.92, py(&c, 0) - y, u->color, u->name, u->layer_names[l], m);
-        }
-    }
+    for (int i = 0; i < r->nruns; i++) layer_bars(f, &c, &r->runs[i], i, gw);
     for (int l = 0; l < nl; l++)
         fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%s</text>\n", px(&c, l + 0.5),
                 c.h - c.mb + 14, names[l]);
-    fprintf(f, "</svg></figure>\n");
+    chart_end(f);
+}
 
-    /* 4. underflow over time: mean over layers per step */
+/* Underflow over time: per step, the mean over layers. */
+static void chart_underflow(FILE *f, const mp_report *r) {
+    const long maxn = max_steps(r);
     double tmax = 1e-4;
-    float *tot = malloc(sizeof(float) * (size_t)(maxn > 0 ? maxn : 1) * (size_t)(r->nruns > 0 ? r->nruns : 1));
+    float *tot = malloc(sizeof(float) * (size_t)maxn * (size_t)(r->nruns > 0 ? r->nruns : 1));
     for (int i = 0; tot && i < r->nruns; i++) {
         const mp_report_run *u = &r->runs[i];
         for (long s = 0; s < u->nsteps; s++) {
             double m = 0;
-            for (int l = 0; l < u->nlayers; l++) m += u->layer_underflow[(size_t)s * (size_t)u->nlayers + (size_t)l];
-            tot[(size_t)i * (size_t)maxn + (size_t)s] = (float)(100 * m / (u->nlayers ? u->nlayers : 1));
-            tmax = tot[(size_t)i * (size_t)maxn + (size_t)s] > tmax ? tot[(size_t)i * (size_t)maxn + (size_t)s] : tmax;
+            for (int l = 0; l < u->nlayers; l++) m += layer_underflow_at(u, s, l);
+            const float v = (float)(100 * m / (u->nlayers ? u->nlayers : 1));
+            tot[(size_t)i * (size_t)maxn + (size_t)s] = v;
+            tmax = v > tmax ? v : tmax;
         }
     }
-    axes d = {0, (double)maxn, 0, tmax * 1.1, 960, 240, 60, 20, 30, 40};
+    const axes d = plot_axes(0, (double)maxn, 0, tmax * 1.1, 240);
     frame(f, &d, "underflow", "Gradient values that became zero, over time (mean over layers)", "step", "% of values",
           tick_step(tmax * 1.1, 5), "%g%%", 0, 1);
     legend(f, &d, r, NULL);
     for (int i = 0; tot && i < r->nruns; i++)
         series(f, &d, tot + (size_t)i * (size_t)maxn, r->runs[i].nsteps, 1, r->runs[i].color, 0, 0);
     free(tot);
-    fprintf(f, "</svg></figure>\n");
+    chart_end(f);
+}
 
-    /* 5. histogram */
+/* The fp16 limits on a log2 |g| axis: the flush-to-zero region shaded, and where zero, normal and inf begin. */
+static void fp16_limits(FILE *f, const axes *e, const mp_report *r, int lo) {
+    const double lsub = log2(r->fp16_min_subnormal), lnorm = log2(r->fp16_min_normal), lmaxv = log2(r->fp16_max);
+    fprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"#d62728\" opacity=\"0.08\"/>\n", px(e, lo),
+            e->mt, px(e, lsub - 1) - px(e, lo), e->h - e->mt - e->mb);
+    const struct { double x; const char *t; } lines[3] = {
+        {lsub - 1, "fp16: below this, 0"}, {lnorm, "fp16 smallest normal"}, {lmaxv + 1, "fp16: inf above"}};
+    for (int k = 0; k < 3; k++)
+        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#a00\" stroke-dasharray=\"4 3\"/>"
+                   "<text x=\"%.1f\" y=\"%d\" class=\"tick\" fill=\"#a00\">%s</text>\n",
+                px(e, lines[k].x), px(e, lines[k].x), e->mt, e->h - e->mb, px(e, lines[k].x) + 3, e->mt + 12 + 12 * k,
+                lines[k].t);
+}
+
+/* u's histogram as a step curve, in % of its values. */
+static void hist_curve(FILE *f, const axes *e, const mp_report_run *u, int lo) {
+    const double tot = hist_total(u);
+    polyline_begin(f, u->color, 0);
+    for (int b = 0; b < MP_REPORT_HIST_BINS; b++) {
+        const double v = tot > 0 ? 100 * u->hist[b] / tot : 0;
+        fprintf(f, "%.1f,%.1f %.1f,%.1f ", px(e, lo + b), py(e, v), px(e, lo + b + 1), py(e, v));
+    }
+    polyline_end(f);
+}
+
+/* The weight-gradient histograms of the runs that have one, against the fp16 limits, and how to read them. */
+static void chart_histogram(FILE *f, const mp_report *r) {
     double hmax = 1e-9;
     int nh = 0;
     for (int i = 0; i < r->nruns; i++) {
         const mp_report_run *u = &r->runs[i];
         if (!u->has_hist) continue;
         nh++;
-        double tot2 = u->hist_zeros;
-        for (int b = 0; b < MP_REPORT_HIST_BINS; b++) tot2 += u->hist[b];
-        for (int b = 0; b < MP_REPORT_HIST_BINS; b++) hmax = 100 * u->hist[b] / tot2 > hmax ? 100 * u->hist[b] / tot2 : hmax;
+        const double tot = hist_total(u);
+        for (int b = 0; b < MP_REPORT_HIST_BINS; b++) hmax = 100 * u->hist[b] / tot > hmax ? 100 * u->hist[b] / tot : hmax;
     }
-    if (nh) {
-        const int lo = r->runs[0].hist_lo;
-        axes e = {lo, lo + MP_REPORT_HIST_BINS, 0, hmax * 1.1, 960, 300, 60, 20, 30, 40};
-        frame(f, &e, "histogram",
-              "Where the weight gradients are: log2 |g| as computed, before the store (loss scale included)",
-              "log2 of the magnitude", "% of values", tick_step(hmax * 1.1, 5), "%g%%", 0, 1);
-        legend(f, &e, r, NULL);
-        const double lsub = log2(r->fp16_min_subnormal), lnorm = log2(r->fp16_min_normal), lmaxv = log2(r->fp16_max);
-        fprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"#d62728\" opacity=\"0.08\"/>\n", px(&e, lo),
-                e.mt, px(&e, lsub - 1) - px(&e, lo), e.h - e.mt - e.mb);
-        const struct { double x; const char *t; } lines[3] = {
-            {lsub - 1, "fp16: below this, 0"}, {lnorm, "fp16 smallest normal"}, {lmaxv + 1, "fp16: inf above"}};
-        for (int k = 0; k < 3; k++)
-            fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#a00\" stroke-dasharray=\"4 3\"/>"
-                       "<text x=\"%.1f\" y=\"%d\" class=\"tick\" fill=\"#a00\">%s</text>\n",
-                    px(&e, lines[k].x), px(&e, lines[k].x), e.mt, e.h - e.mb, px(&e, lines[k].x) + 3, e.mt + 12 + 12 * k,
-                    lines[k].t);
-        for (int i = 0; i < r->nruns; i++) {
-            const mp_report_run *u = &r->runs[i];
-            if (!u->has_hist) continue;
-            double tot2 = u->hist_zeros;
-            for (int b = 0; b < MP_REPORT_HIST_BINS; b++) tot2 += u->hist[b];
-            fprintf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" points=\"",
-                    u->color);
-            for (int b = 0; b < MP_REPORT_HIST_BINS; b++) {
-                const double v = tot2 > 0 ? 100 * u->hist[b] / tot2 : 0;
-                fprintf(f, "%.1f,%.1f %.1f,%.1f ", px(&e, lo + b), py(&e, v), px(&e, lo + b + 1), py(&e, v));
-            }
-            fprintf(f, "\"/>\n");
-        }
-        fprintf(f, "</svg></figure>\n<p class=\"note\">Each curve is one training step's weight gradients, as the "
-                   "backward pass computed them in fp32 just before they are stored in the mode's format. A loss "
-                   "scale S shifts the whole curve right by log2 S. The shaded region is where fp16 rounds to zero.</p>\n");
-    }
-    fprintf(f, "</body>\n</html>\n");
+    if (!nh) return;
+    const int lo = r->runs[0].hist_lo;
+    const axes e = plot_axes(lo, lo + MP_REPORT_HIST_BINS, 0, hmax * 1.1, 300);
+    frame(f, &e, "histogram", "Where the weight gradients are: log2 |g| as computed, before the store (loss scale included)",
+          "log2 of the magnitude", "% of values", tick_step(hmax * 1.1, 5), "%g%%", 0, 1);
+    legend(f, &e, r, NULL);
+    fp16_limits(f, &e, r, lo);
+    for (int i = 0; i < r->nruns; i++)
+        if (r->runs[i].has_hist) hist_curve(f, &e, &r->runs[i], lo);
+    chart_end(f);
+    fputs("<p class=\"note\">Each curve is one training step's weight gradients, as the backward pass computed them in "
+          "fp32 just before they are stored in the mode's format. A loss scale S shifts the whole curve right by log2 S. "
+          "The shaded region is where fp16 rounds to zero.</p>\n", f);
+}
+
+/* The whole page, its sections in order. */
+static void write_body(FILE *f, const mp_report *r) {
+    section_head(f, r);
+    section_title(f, r);
+    section_reading(f, r);
+    section_summary(f, r);
+    section_warnings(f, r);
+    chart_loss(f, r);
+    chart_scale(f, r);
+    chart_layers(f, r);
+    chart_underflow(f, r);
+    chart_histogram(f, r);
+    fputs("</body>\n</html>\n", f);
 }
 
 mp_status mp_report_write(const char *path, const mp_report *r) {
     if (!path || !r) return mp_error(MP_EINVAL, "mp_report_write: NULL argument");
+    if (r->nruns < 0 || r->nruns > 64) return mp_error(MP_EINVAL, "mp_report_write: %d runs (0 .. 64)", r->nruns);
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");

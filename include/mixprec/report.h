@@ -45,7 +45,7 @@ typedef struct mp_report {
     int eval_percent;            /* eval is a fraction shown as a percentage */
     int baseline;                /* index of the run speed-ups are measured against; -1: none */
     const mp_report_run *runs;
-    int nruns;
+    int nruns;                 /* 0 .. 64 */
 } mp_report;
 
 /* Writes the report atomically (temporary file, rename). */
