@@ -1,5 +1,6 @@
 /* convert.c - bulk conversion: validation, threading, dispatch to a CPU path,
  * and the scalar path every fast path must match bit for bit. */
+#include "amax_kernels.h"
 #include "convert_stats.h"
 
 /* ---- scalar kernels: the reference for every fast path ---- */
@@ -125,6 +126,36 @@ static void convert_range(const mp_convert_kernels *k, void *dst, mp_dtype dt, c
         to_f32(k, tmp, (const uint8_t *)src + i * ss, st_, m);
         from_f32(k, (uint8_t *)dst + i * ds, dt, tmp, m, st);
     }
+}
+
+static const mp_amax_kernels amax_scalar = MP_AMAX_KERNELS;
+
+typedef struct {
+    const mp_amax_kernels *k;
+    const void *x;
+    mp_dtype t;
+    uint32_t part[MP_MAX_THREADS];
+} amax_job;
+
+static void amax_share(void *ctx, size_t i0, size_t i1, int t) {
+    amax_job *j = ctx; /* each share writes its own slot */
+    if (j->t == MP_F32) j->part[t] = j->k->amax32((const uint32_t *)j->x + i0, i1 - i0);
+    else j->part[t] = j->k->amax16((const uint16_t *)j->x + i0, i1 - i0, j->t == MP_F16 ? 0x7c00 : 0x7f80);
+}
+
+float mp_amax(const void *x, mp_dtype t, size_t n) {
+    amax_job j = {&amax_scalar, x, t, {0}};
+#ifdef MP_X86
+    if (mp_cpu_isa() >= MP_ISA_AVX2) j.k = &mp_amax_avx2;
+#endif
+    const int shares = mp_parallel_for(n, (size_t)1 << 16, 64, amax_share, &j);
+    uint32_t m = 0;
+    for (int s = 0; s < shares; s++) m = j.part[s] > m ? j.part[s] : m;
+    if (t == MP_F16) return mp_f16_to_f32((uint16_t)m);
+    if (t == MP_BF16) return mp_bf16_to_f32((uint16_t)m);
+    float f;
+    memcpy(&f, &m, sizeof f);
+    return f;
 }
 
 void mp_convert_stats_add(mp_convert_stats *a, const mp_convert_stats *b) {

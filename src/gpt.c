@@ -90,6 +90,10 @@ static mp_convert_stats *fst(mp_gpt *g, size_t i, size_t n) {
     g->stats[i].fwd_elements += n;
     return &g->stats[i].fwd;
 }
+/* The largest magnitude of a forward store (n values at x) into entry i. */
+static void famax(mp_gpt *g, size_t i, const void *x, size_t n) {
+    if (g->counting) g->stats[i].fwd_amax = fmaxf(g->stats[i].fwd_amax, mp_amax(x, g->ct, n));
+}
 static mp_convert_stats *bst(mp_gpt *g, size_t i, size_t n) {
     g->stats[i].bwd_elements += n;
     return &g->stats[i].bwd;
@@ -250,6 +254,7 @@ static void reset_stats(mp_gpt *g) {
     for (size_t i = 0; i < g->nstats; i++) {
         memset(&g->stats[i].fwd, 0, sizeof g->stats[i].fwd), memset(&g->stats[i].bwd, 0, sizeof g->stats[i].bwd);
         g->stats[i].fwd_elements = g->stats[i].bwd_elements = 0;
+        g->stats[i].fwd_amax = 0.0f;
     }
 }
 
@@ -532,35 +537,51 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
         for (size_t c = 0; c < C; c++) a[c] += p[c];
         mp_convert(at(g, g->x0, n * C), ct, a, MP_F32, C, s0);
     }
+    famax(g, 0, g->x0, N * C);
     const void *x = g->x0;
     for (int l = 0; l < L; l++) {
         block *h = &g->h[l];
         TRY(mp_layernorm_forward(h->ln1, ct, h->mean1, h->rstd1, x, ct, fparam(g, h->ln1w, 0), fparam(g, h->ln1b, 1),
                                  N, C, 1e-5f, fst(g, s_act(g, l, A_LN1), N * C)));
+        famax(g, s_act(g, l, A_LN1), h->ln1, N * C);
         mp_gemm_epilogue ep = {fparam(g, h->attb, 0), MP_F32, fst(g, s_act(g, l, A_QKV), N * 3 * C)};
         TRY(mp_gemm_ex(0, 1, N, 3 * C, C, 1.0f, h->ln1, ct, C, wct(g, h->attw), ct, C, 0.0f, h->qkv, ct, 3 * C, &ep));
+        famax(g, s_act(g, l, A_QKV), h->qkv, N * 3 * C);
         attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), NULL, NULL};
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
         TRY(attention(&j, 0, fst(g, s_act(g, l, A_ATT), natt), fst(g, s_act(g, l, A_Y), N * C)));
+        for (size_t r = 0; g->counting && r < B * (size_t)g->cfg.n_head * T; r++) /* the causal rows' stored part */
+            famax(g, s_act(g, l, A_ATT), at(g, h->att, r * T), r % T + 1);
+        famax(g, s_act(g, l, A_Y), h->y, N * C);
         ep = (mp_gemm_epilogue){fparam(g, h->aprb, 0), MP_F32, fst(g, s_act(g, l, A_APROJ), N * C)};
         TRY(mp_gemm_ex(0, 1, N, C, C, 1.0f, h->y, ct, C, wct(g, h->aprw), ct, C, 0.0f, g->tmp, ct, C, &ep));
+        famax(g, s_act(g, l, A_APROJ), g->tmp, N * C);
         TRY(mp_add(h->res1, ct, x, ct, g->tmp, ct, N * C, fst(g, s_act(g, l, A_RES1), N * C)));
+        famax(g, s_act(g, l, A_RES1), h->res1, N * C);
         TRY(mp_layernorm_forward(h->ln2, ct, h->mean2, h->rstd2, h->res1, ct, fparam(g, h->ln2w, 0),
                                  fparam(g, h->ln2b, 1), N, C, 1e-5f, fst(g, s_act(g, l, A_LN2), N * C)));
+        famax(g, s_act(g, l, A_LN2), h->ln2, N * C);
         ep = (mp_gemm_epilogue){fparam(g, h->fcb, 0), MP_F32, fst(g, s_act(g, l, A_FC), N * 4 * C)};
         TRY(mp_gemm_ex(0, 1, N, 4 * C, C, 1.0f, h->ln2, ct, C, wct(g, h->fcw), ct, C, 0.0f, h->fc, ct, 4 * C, &ep));
+        famax(g, s_act(g, l, A_FC), h->fc, N * 4 * C);
         TRY(gelu_fwd(g, h->gelu, h->fc, N * 4 * C, fst(g, s_act(g, l, A_GELU), N * 4 * C)));
+        famax(g, s_act(g, l, A_GELU), h->gelu, N * 4 * C);
         ep = (mp_gemm_epilogue){fparam(g, h->mprb, 0), MP_F32, fst(g, s_act(g, l, A_MPROJ), N * C)};
         TRY(mp_gemm_ex(0, 1, N, C, 4 * C, 1.0f, h->gelu, ct, 4 * C, wct(g, h->mprw), ct, 4 * C, 0.0f, g->tmp, ct, C,
                        &ep));
+        famax(g, s_act(g, l, A_MPROJ), g->tmp, N * C);
         TRY(mp_add(h->res2, ct, h->res1, ct, g->tmp, ct, N * C, fst(g, s_act(g, l, A_RES2), N * C)));
+        famax(g, s_act(g, l, A_RES2), h->res2, N * C);
         x = h->res2;
     }
     const size_t r0 = head_last ? N - 1 : 0, nr = N - r0;
     TRY(mp_layernorm_forward(at(g, g->lnf, r0 * C), ct, g->meanf + r0, g->rstdf + r0, at(g, x, r0 * C), ct,
                              fparam(g, g->lnfw, 0), fparam(g, g->lnfb, 1), nr, C, 1e-5f, fst(g, s_lnf(g), nr * C)));
-    return mp_gemm(0, 1, nr, V, C, 1.0f, at(g, g->lnf, r0 * C), ct, C, wte, ct, C, 0.0f, at(g, g->logits, r0 * V), ct,
-                   V, fst(g, s_head(g), nr * V));
+    famax(g, s_lnf(g), at(g, g->lnf, r0 * C), nr * C);
+    TRY(mp_gemm(0, 1, nr, V, C, 1.0f, at(g, g->lnf, r0 * C), ct, C, wte, ct, C, 0.0f, at(g, g->logits, r0 * V), ct, V,
+                fst(g, s_head(g), nr * V)));
+    famax(g, s_head(g), at(g, g->logits, r0 * V), nr * V);
+    return MP_OK;
 }
 
 /* Backward from dlogits (in the logits buffer) to every parameter gradient. */

@@ -169,6 +169,15 @@ double mp_peak_fma_avx512(uint64_t iters);
 double mp_peak_dpbf16_avx512(uint64_t iters);
 #endif
 
+/* ---- largest finite magnitude (convert.c's mp_amax; src/amax_kernels.h built per ISA) ---- */
+typedef struct mp_amax_kernels {
+    uint16_t (*amax16)(const uint16_t *h, size_t n, uint16_t inf); /* fp16/bf16 codes */
+    uint32_t (*amax32)(const uint32_t *x, size_t n);               /* fp32 bit patterns */
+} mp_amax_kernels;
+#ifdef MP_X86
+extern const mp_amax_kernels mp_amax_avx2;
+#endif
+
 /* ---- GELU kernels (ops.c; src/cpu/gelu_kernels.h built per ISA) ----
  * On fp32 chunks: fwd y[i] = gelu(y[i]) in place; bwd g[i] = g[i] * gelu'(x[i])
  * (g holds dy on entry). Every ISA's table gives the same bits. */

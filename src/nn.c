@@ -183,6 +183,11 @@ static mp_convert_stats *fst(mp_mlp *m, int l, size_t n, int counting) {
     return &m->stats[l].fwd;
 }
 
+/* The largest magnitude of a forward store (n values at x) in layer l. */
+static void famax(mp_mlp *m, int l, const void *x, size_t n, int counting) {
+    if (counting) m->stats[l].fwd_amax = fmaxf(m->stats[l].fwd_amax, mp_amax(x, m->ct, n));
+}
+
 /* counting: the stores of layer l (its Linear's output, layer norm and
  * activation) go into the layer's forward statistics (training, not evaluation) */
 static mp_status forward(mp_mlp *m, const float *x, size_t B, int counting) {
@@ -196,13 +201,17 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B, int counting) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
         const mp_gemm_epilogue ep = {fparam(m, m->b[l], 0), MP_F32, fst(m, l, B * out, counting)};
         st = mp_gemm_ex(0, 1, B, out, in, 1.0f, m->act[l], ct, in, weights(m, l), ct, in, 0.0f, m->z[l], ct, out, &ep);
+        if (st == MP_OK) famax(m, l, m->z[l], B * out, counting);
         if (st != MP_OK || l == c->nlayers - 1) continue;
-        if (m->h[l] != m->z[l])
+        if (m->h[l] != m->z[l]) {
             st = mp_layernorm_forward(m->h[l], ct, m->mean[l], m->rstd[l], m->z[l], ct, fparam(m, m->lnw[l], 1),
                                       fparam(m, m->lnb[l], 2), B, out, 1e-5f, fst(m, l, B * out, counting));
+            famax(m, l, m->h[l], B * out, counting);
+        }
         if (st == MP_OK)
             st = (c->act == MP_ACT_GELU ? mp_gelu_forward : mp_relu_forward)(m->act[l + 1], ct, m->h[l], ct, B * out,
                                                                              fst(m, l, B * out, counting));
+        if (st == MP_OK) famax(m, l, m->act[l + 1], B * out, counting);
     }
     return st;
 }

@@ -112,7 +112,7 @@ expect 2 "$M" scaler-sim --json --csv && one_line
 TR=(train --model mlp:784-48-10 --batch 64 --threads 2)
 expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 30 --log "$T/log.csv" --save "$T/a.st"
 has "$out" '^result: test accuracy [0-9.]+%'
-if [ "$(wc -l < "$T/log.csv")" -eq 31 ] && head -1 "$T/log.csv" | grep -q '^step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,ms,eval_loss,underflow_fc0,underflow_fc1,subnormal_fc0,subnormal_fc1,act_overflow_fc0,act_overflow_fc1$'; then ok; else fail "log rows"; fi
+if [ "$(wc -l < "$T/log.csv")" -eq 31 ] && head -1 "$T/log.csv" | grep -q '^step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,ms,eval_loss,underflow_fc0,underflow_fc1,subnormal_fc0,subnormal_fc1,act_overflow_fc0,act_overflow_fc1,headroom_fc0,headroom_fc1$'; then ok; else fail "log rows"; fi
 if python3 - "$T/log.csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -175,6 +175,7 @@ if python3 - "$T/abig.csv" <<'PY'
 import csv, sys
 r = list(csv.DictReader(open(sys.argv[1])))[0]
 assert int(r["act_overflow_fc0"]) > 0 and int(r["act_overflow"]) >= int(r["act_overflow_fc0"]), r
+assert float(r["headroom_fc0"]) < 1, r  # fc0's finite stores reached fp16's top octave
 PY
 then ok; else fail "MLP activation overflow counted"; fi
 # weights saved in bf16 load back (as --init) and are half the size
@@ -208,6 +209,23 @@ GT=(train --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --threads 2 --l
 expect 0 "$M" "${GT[@]}" --precision bf16 --steps 12 --log "$T/g.csv" --save "$T/g.st"
 has "$out" '^result: validation loss [0-9.]+ \([0-9.]+ bits per byte\)'
 if [ "$(wc -l < "$T/g.csv")" -eq 13 ] && head -1 "$T/g.csv" | grep -q 'underflow_h.0.attn.c_attn'; then ok; else fail "gpt log"; fi
+# activation headroom: one value per activation and step, none for weight entries;
+# attention row 0 holds exactly 1, a layer norm (weight 1, bias 0) at most sqrt(C - 1)
+expect 0 "$M" "${GT[@]}" --precision fp16-dynamic --steps 2 --log "$T/gh.csv" --summary "$T/gh.json"
+if python3 - "$T/gh.csv" "$T/gh.json" <<'PY'
+import csv, json, math, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+s = json.load(open(sys.argv[2]))
+t = {x["name"]: x for x in s["tensors"]}
+assert s["headroom_against"] == "fp16"
+assert t["h.0.attn.att"]["act_amax"] == 1 and abs(t["h.0.attn.att"]["act_headroom_log2"] - math.log2(65504)) < 1e-9
+assert 0.5 < t["h.0.ln_1"]["act_amax"] <= math.sqrt(15) * 1.001, t["h.0.ln_1"]
+assert t["h.0.attn.c_attn.weight"]["act_amax"] is None and t["h.0.attn.c_attn.weight"]["act_headroom_log2"] is None
+for r in rows:
+    assert r["headroom_h.0.attn.c_attn.weight"] == "" and float(r["headroom_lm_head"]) > 0, r
+    assert all(0 < float(r["headroom_" + n]) < 30 for n in t if not n.endswith(".weight")), r
+PY
+then ok; else fail "activation headroom"; fi
 expect 0 "$M" "${GT[@]}" --precision bf16 --steps 5 --save "$T/g5.st"
 expect 0 "$M" "${GT[@]}" --precision bf16 --steps 12 --resume "$T/g5.st" --save "$T/g12.st"
 if cmp -s "$T/g.st" "$T/g12.st"; then ok; else fail "gpt resume differs from an uninterrupted run"; fi

@@ -267,6 +267,38 @@ static void check_api(void) {
     CHECK(mp_isa_parse("avx512", &isa) == MP_OK && isa == MP_ISA_AVX512 && mp_isa_parse("sse", &isa) == MP_EINVAL, "isa names");
 }
 
+/* mp_amax: the largest finite magnitude, infinities and NaNs skipped. */
+static void check_amax(void) {
+    const float f[] = {0.5f, -3.0f, NAN, INFINITY, 2.0f, -INFINITY, 1e-30f};
+    uint16_t h[7], b[7];
+    for (int i = 0; i < 7; i++) h[i] = mp_f32_to_f16(f[i]), b[i] = mp_f32_to_bf16(f[i]);
+    h[4] = 0xfbff; /* -65504 */
+    CHECK(mp_amax(f, MP_F32, 7) == 3.0f && mp_amax(h, MP_F16, 7) == 65504.0f && mp_amax(b, MP_BF16, 7) == 3.0f,
+          "amax %g %g %g", (double)mp_amax(f, MP_F32, 7), (double)mp_amax(h, MP_F16, 7), (double)mp_amax(b, MP_BF16, 7));
+    CHECK(mp_amax(f, MP_F32, 0) == 0.0f && mp_amax(f + 2, MP_F32, 2) == 0.0f && mp_amax(h + 2, MP_F16, 2) == 0.0f,
+          "amax of nothing finite is 0");
+    const uint16_t sub[] = {0x8001, 0x0000}; /* -2^-24 */
+    CHECK(mp_amax(sub, MP_F16, 2) == 0x1p-24f && mp_amax(b + 6, MP_BF16, 1) == mp_bf16_to_f32(b[6]), "tiny values");
+    /* long inputs (vector code, several threads), the largest late, infinities and NaNs around it, on every path */
+    enum { N = 300001 };
+    float *x = malloc(N * sizeof *x);
+    uint16_t *x16 = malloc(N * sizeof *x16);
+    CHECK(x && x16, "memory");
+    if (!x || !x16) return;
+    for (size_t i = 0; i < N; i++) x[i] = (float)((i * 2654435761u) % 1000) * ((i & 1) ? -1e-3f : 1e-3f);
+    x[N - 2] = -7.25f, x[N - 3] = INFINITY, x[N - 1] = NAN, x[17] = -INFINITY;
+    for (size_t i = 0; i < N; i++) x16[i] = mp_f32_to_f16(x[i]);
+    const float top = 999.0f * 1e-3f; /* the largest of the first N - 3 */
+    const mp_isa isa = mp_cpu_isa();
+    for (int k = 0; k < 2; k++) {
+        CHECK(mp_cpu_set_isa(k ? isa : MP_ISA_SCALAR) == MP_OK, "isa");
+        CHECK(mp_amax(x, MP_F32, N) == 7.25f && mp_amax(x16, MP_F16, N) == 7.25f && mp_amax(x, MP_F32, N - 3) == top &&
+                  mp_amax(x16, MP_F16, N - 3) == mp_f16_to_f32(mp_f32_to_f16(top)),
+              "long amax on path %d", k);
+    }
+    free(x), free(x16);
+}
+
 /* Large destinations take the non-temporal store path: same bits and stats. */
 static void check_streaming(void) {
     const size_t n = ((size_t)4 << 20) + 17; /* 8 MiB of fp16 and more, odd tail */
@@ -326,6 +358,7 @@ int main(int argc, char **argv) {
     const int quick = test_quick(argc, argv);
     find_paths();
     check_api();
+    check_amax();
     check_widen_paths();
     check_stats_independent();
     check_ftz_daz();

@@ -416,12 +416,17 @@ static void csv_header(FILE *log, const mp_model *m) {
     for (size_t i = 0; i < n; i++) fprintf(log, ",underflow_%s", m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",subnormal_%s", m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",act_overflow_%s", m->ops->stats(m->impl, i)->name);
+    for (size_t i = 0; i < n; i++) fprintf(log, ",headroom_%s", m->ops->stats(m->impl, i)->name);
     fprintf(log, "\n");
 }
 
+/* log2(limit / amax): how many doublings an activation can still take before
+ * it overflows; NAN when nothing was stored (no figure). */
+static double headroom(double limit, float amax) { return amax > 0 ? log2(limit / (double)amax) : NAN; }
+
 static double frac(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
 
-static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double ms, double eval_loss) {
+static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double ms, double eval_loss, double limit) {
     fprintf(log, "%ld,%.6g,%.9g,%d,%.6g,%.6g,%.6g,%llu,%llu,%.3f,", r->step, (double)r->loss, (double)r->scale,
             r->skipped, r->grad_norm, r->lr, frac(r->bwd.underflow, r->bwd_elements),
             (unsigned long long)r->bwd.overflow, (unsigned long long)r->fwd.overflow, ms);
@@ -436,6 +441,11 @@ static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double 
         fprintf(log, ",%.6g", frac(t->bwd.subnormal, t->bwd_elements));
     }
     for (size_t i = 0; i < n; i++) fprintf(log, ",%llu", (unsigned long long)m->ops->stats(m->impl, i)->fwd.overflow);
+    for (size_t i = 0; i < n; i++) {
+        const double hr = headroom(limit, m->ops->stats(m->impl, i)->fwd_amax);
+        if (isnan(hr)) fprintf(log, ",");
+        else fprintf(log, ",%.4g", hr);
+    }
     fprintf(log, "\n");
 }
 
@@ -527,6 +537,9 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     long nfz = 0, nh = 0;
     if (s.snap) frozen_fraction(s.opt, s.snap, &fz_first);
     const int tty = out == stdout && isatty(2);
+    /* activation headroom is measured against the compute format's largest value, fp16's in an fp32 run */
+    const mp_format_info *hfmt = mp_format(o->prec->compute == MP_F32 ? MP_F16 : o->prec->compute);
+    const double limit = hfmt->max;
     fprintf(out, "train: %s%s, %s, %s lr %g%s, batch %ld x %ld%s, %ld steps (%ld per epoch), seed %ld%s\n", o->model,
             gpt ? (o->gelu ? " gelu-erf" : "") : o->act ? " gelu" : " relu", o->prec_name,
             o->adamw ? "adamw" : "sgd", o->lr, o->schedule == MP_LR_COSINE ? " cosine" : "", o->batch, o->accum,
@@ -571,6 +584,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             const mp_tensor_stats *ts = s.model.ops->stats(s.model.impl, (size_t)i);
             r->tensor_underflow[(size_t)done_steps * (size_t)nt + (size_t)i] = (float)frac(ts->bwd.underflow, ts->bwd_elements);
             mp_convert_stats_add(&run_stats[i].fwd, &ts->fwd), mp_convert_stats_add(&run_stats[i].bwd, &ts->bwd);
+            run_stats[i].fwd_amax = fmaxf(run_stats[i].fwd_amax, ts->fwd_amax);
             run_stats[i].fwd_elements += ts->fwd_elements, run_stats[i].bwd_elements += ts->bwd_elements;
         }
         if (s.snap && si.step % o->frozen_every == 0 && nfz < nfz_max)
@@ -582,7 +596,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             free(run_stats);
             goto done;
         }
-        if (s.log) csv_row(s.log, &s.model, &si, ms, eval_loss);
+        if (s.log) csv_row(s.log, &s.model, &si, ms, eval_loss, limit);
         r->last_loss = si.loss;
         const long every = total / 20 > 0 ? total / 20 : 1;
         if (tty) {
@@ -711,6 +725,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             cJSON_AddNumberToObject(j, "frozen_fraction", r->frozen);
             cJSON_AddNumberToObject(j, "frozen_every", (double)o->frozen_every);
         }
+        cJSON_AddStringToObject(j, "headroom_against", hfmt->name);
         cJSON *ly = cJSON_AddArrayToObject(j, "tensors");
         for (int i = 0; i < nt; i++) {
             const mp_tensor_stats *ls = &run_stats[i];
@@ -721,6 +736,9 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             cJSON_AddNumberToObject(o1, "overflow", (double)ls->bwd.overflow);
             cJSON_AddNumberToObject(o1, "act_underflow_fraction", frac(ls->fwd.underflow, ls->fwd_elements));
             cJSON_AddNumberToObject(o1, "act_overflow", (double)ls->fwd.overflow);
+            const double hr = headroom(limit, ls->fwd_amax);
+            if (isnan(hr)) cJSON_AddNullToObject(o1, "act_amax"), cJSON_AddNullToObject(o1, "act_headroom_log2");
+            else cJSON_AddNumberToObject(o1, "act_amax", ls->fwd_amax), cJSON_AddNumberToObject(o1, "act_headroom_log2", hr);
             cJSON_AddItemToArray(ly, o1);
         }
         if (!gpt) {

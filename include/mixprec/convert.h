@@ -40,6 +40,11 @@ mp_status mp_convert(void *dst, mp_dtype dst_type, const void *src, mp_dtype src
 /* Adds b's counts to a. */
 void mp_convert_stats_add(mp_convert_stats *a, const mp_convert_stats *b);
 
+/* The largest finite magnitude among n elements of x (type t: fp32, fp16 or
+ * bf16); infinities and NaNs are skipped (mp_convert counts them); 0 when
+ * there is none. */
+float mp_amax(const void *x, mp_dtype t, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -41,6 +41,7 @@ typedef struct mp_tensor_stats {
     mp_convert_stats fwd;     /* activation stores in the forward pass */
     mp_convert_stats bwd;     /* gradient stores in the backward pass */
     uint64_t fwd_elements, bwd_elements;
+    float fwd_amax;           /* the largest magnitude stored in the forward pass (mp_amax) */
 } mp_tensor_stats;
 
 typedef struct mp_model_ops {
