@@ -94,6 +94,9 @@ static mp_convert_stats *fst(mp_gpt *g, size_t i, size_t n) {
 static void famax(mp_gpt *g, size_t i, const void *x, size_t n) {
     if (g->counting) g->stats[i].fwd_amax = fmaxf(g->stats[i].fwd_amax, mp_amax(x, g->ct, n));
 }
+static void bamax(mp_gpt *g, size_t i, const void *x, mp_dtype t, size_t n) {
+    g->stats[i].bwd_amax = fmaxf(g->stats[i].bwd_amax, mp_amax(x, t, n));
+}
 static mp_convert_stats *bst(mp_gpt *g, size_t i, size_t n) {
     g->stats[i].bwd_elements += n;
     return &g->stats[i].bwd;
@@ -254,7 +257,7 @@ static void reset_stats(mp_gpt *g) {
     for (size_t i = 0; i < g->nstats; i++) {
         memset(&g->stats[i].fwd, 0, sizeof g->stats[i].fwd), memset(&g->stats[i].bwd, 0, sizeof g->stats[i].bwd);
         g->stats[i].fwd_elements = g->stats[i].bwd_elements = 0;
-        g->stats[i].fwd_amax = 0.0f;
+        g->stats[i].fwd_amax = g->stats[i].bwd_amax = 0.0f;
     }
 }
 
@@ -596,9 +599,11 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
     TRY(mp_gemm_ex(1, 0, V, C, N, 1.0f, dlogits, ct, V, g->lnf, ct, C, beta, g->wte->grad, MP_F32, C, &ep));
     TRY(mp_gemm(0, 0, N, C, V, 1.0f, dlogits, ct, V, wct(g, g->wte), ct, C, 0.0f, g->g_a, ct, C,
                 bst(g, s_lnf(g), N * C)));
+    bamax(g, s_lnf(g), g->g_a, ct, N * C);
     TRY(mp_layernorm_backward(g->g_res, ct, g->lnfw->grad, g->lnfb->grad, g->g_a, ct, g->h[L - 1].res2, ct, g->meanf,
                               g->rstdf, fparam(g, g->lnfw, 0), N, C, accumulate,
                               bst(g, s_act(g, L - 1, A_RES2), N * C)));
+    bamax(g, s_act(g, L - 1, A_RES2), g->g_res, ct, N * C);
     for (int l = L - 1; l >= 0; l--) {
         block *h = &g->h[l];
         const void *x = l ? g->h[l - 1].res2 : g->x0;
@@ -610,35 +615,47 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         TRY(mp_colsum(h->mprb->grad, g->g_res, ct, N, C, accumulate));
         TRY(mp_gemm(0, 0, N, 4 * C, C, 1.0f, g->g_res, ct, C, wct(g, h->mprw), ct, 4 * C, 0.0f, g->g_big, ct, 4 * C,
                     bst(g, s_act(g, l, A_GELU), N * 4 * C)));
+        bamax(g, s_act(g, l, A_GELU), g->g_big, ct, N * 4 * C);
         TRY((g->cfg.gelu == MP_GELU_ERF ? mp_gelu_erf_backward : mp_gelu_backward)(
             g->g_big, ct, g->g_big, ct, h->fc, ct, N * 4 * C, bst(g, s_act(g, l, A_FC), N * 4 * C)));
+        bamax(g, s_act(g, l, A_FC), g->g_big, ct, N * 4 * C);
         ep = wgrad(g, s_w(g, l, W_FC), 4 * C * C);
         TRY(mp_gemm_ex(1, 0, 4 * C, C, N, 1.0f, g->g_big, ct, 4 * C, h->ln2, ct, C, beta, h->fcw->grad, MP_F32, C,
                        &ep));
         TRY(mp_colsum(h->fcb->grad, g->g_big, ct, N, 4 * C, accumulate));
         TRY(mp_gemm(0, 0, N, C, 4 * C, 1.0f, g->g_big, ct, 4 * C, wct(g, h->fcw), ct, C, 0.0f, g->g_a, ct, C,
                     bst(g, s_act(g, l, A_LN2), N * C)));
+        bamax(g, s_act(g, l, A_LN2), g->g_a, ct, N * C);
         TRY(mp_layernorm_backward(g->g_b, ct, h->ln2w->grad, h->ln2b->grad, g->g_a, ct, h->res1, ct, h->mean2, h->rstd2,
                                   fparam(g, h->ln2w, 0), N, C, accumulate, bst(g, s_act(g, l, A_RES1), N * C)));
         TRY(mp_add(g->g_res, ct, g->g_res, ct, g->g_b, ct, N * C, bst(g, s_act(g, l, A_RES1), N * C)));
+        bamax(g, s_act(g, l, A_RES1), g->g_b, ct, N * C);
+        bamax(g, s_act(g, l, A_RES1), g->g_res, ct, N * C);
         /* attention: g_res is now the gradient of res1 and of the attention's output */
         ep = wgrad(g, s_w(g, l, W_APR), C * C);
         TRY(mp_gemm_ex(1, 0, C, C, N, 1.0f, g->g_res, ct, C, h->y, ct, C, beta, h->aprw->grad, MP_F32, C, &ep));
         TRY(mp_colsum(h->aprb->grad, g->g_res, ct, N, C, accumulate));
         TRY(mp_gemm(0, 0, N, C, C, 1.0f, g->g_res, ct, C, wct(g, h->aprw), ct, C, 0.0f, g->g_a, ct, C,
                     bst(g, s_act(g, l, A_Y), N * C)));
+        bamax(g, s_act(g, l, A_Y), g->g_a, ct, N * C);
         attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), g->g_a, g->g_big};
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
         TRY(attention(&j, 1, bst(g, s_act(g, l, A_ATT), natt), bst(g, s_act(g, l, A_QKV), N * 3 * C)));
+        for (size_t r = 0; r < B * (size_t)g->cfg.n_head * T; r++) /* the scores' gradient, in att's causal rows */
+            bamax(g, s_act(g, l, A_ATT), at(g, h->att, r * T), ct, r % T + 1);
+        bamax(g, s_act(g, l, A_QKV), g->g_big, ct, N * 3 * C);
         ep = wgrad(g, s_w(g, l, W_ATT), 3 * C * C);
         TRY(mp_gemm_ex(1, 0, 3 * C, C, N, 1.0f, g->g_big, ct, 3 * C, h->ln1, ct, C, beta, h->attw->grad, MP_F32, C,
                        &ep));
         TRY(mp_colsum(h->attb->grad, g->g_big, ct, N, 3 * C, accumulate));
         TRY(mp_gemm(0, 0, N, C, 3 * C, 1.0f, g->g_big, ct, 3 * C, wct(g, h->attw), ct, C, 0.0f, g->g_a, ct, C,
                     bst(g, s_act(g, l, A_LN1), N * C)));
+        bamax(g, s_act(g, l, A_LN1), g->g_a, ct, N * C);
         TRY(mp_layernorm_backward(g->g_b, ct, h->ln1w->grad, h->ln1b->grad, g->g_a, ct, x, ct, h->mean1, h->rstd1,
                                   fparam(g, h->ln1w, 0), N, C, accumulate, bst(g, sx, N * C)));
         TRY(mp_add(g->g_res, ct, g->g_res, ct, g->g_b, ct, N * C, bst(g, sx, N * C)));
+        bamax(g, sx, g->g_b, ct, N * C);
+        bamax(g, sx, g->g_res, ct, N * C);
     }
     /* embeddings: dwte[tok] += dx0 row, dwpe[t] += dx0 rows of position t,
      * in fp32, rows in order (no rounding to ct: nothing is counted) */
@@ -662,7 +679,14 @@ mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *ta
     TRY(forward(g, tokens, B, T, 0));
     float l;
     TRY(mp_cross_entropy(&l, g->logits, g->ct, g->logits, g->ct, targets, N, V, grad_scale, bst(g, s_head(g), N * V)));
+    bamax(g, s_head(g), g->logits, g->ct, N * V);
     TRY(backward(g, tokens, B, T, accumulate));
+    bamax(g, s_wte_w(g), g->wte->grad, MP_F32, g->wte->n); /* the weights' gradients as accumulated */
+    for (int i = 0; i < g->cfg.n_layer; i++) {
+        const block *h = &g->h[i];
+        const mp_param *w[W_PER_LAYER] = {[W_ATT] = h->attw, [W_APR] = h->aprw, [W_FC] = h->fcw, [W_MPR] = h->mprw};
+        for (int k = 0; k < W_PER_LAYER; k++) bamax(g, s_w(g, i, k), w[k]->grad, MP_F32, w[k]->n);
+    }
     *loss = l;
     return MP_OK;
 }

@@ -217,6 +217,10 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B, int counting) {
 }
 
 static void count(mp_mlp *m, int l, size_t n) { m->stats[l].bwd_elements += n; }
+/* The largest magnitude of a backward store (n values at x, type t) in layer l. */
+static void bamax(mp_mlp *m, int l, const void *x, mp_dtype t, size_t n) {
+    m->stats[l].bwd_amax = fmaxf(m->stats[l].bwd_amax, mp_amax(x, t, n));
+}
 
 static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
     const mp_mlp_config *c = &m->cfg;
@@ -226,6 +230,7 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
     for (int l = c->nlayers - 1; l >= 0 && st == MP_OK; l--) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
         mp_convert_stats *gs = &m->stats[l].bwd;
+        bamax(m, l, dz, ct, B * out); /* the layer's output gradient, stored by the step below */
         /* dW = dZ^T X, rounded to the compute format (the value a half-precision
          * backward stores, counted) and added to the fp32 gradient in the GEMM's
          * epilogue; the histogram wants the values before that rounding */
@@ -238,6 +243,7 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
             st = mp_gemm_ex(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, accumulate ? 1.0f : 0.0f, m->w[l]->grad,
                             MP_F32, in, &ep);
         count(m, l, out * in);
+        if (st == MP_OK) bamax(m, l, m->w[l]->grad, MP_F32, out * in);
         if (st == MP_OK) st = mp_colsum(m->b[l]->grad, dz, ct, B, out, accumulate);
         if (st != MP_OK || l == 0) break;
         /* dA (gradient of layer l-1's activation output) = dZ W */
@@ -245,6 +251,7 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
         mp_convert_stats *ps = &m->stats[l - 1].bwd;
         st = mp_gemm(0, 0, B, in, out, 1.0f, dz, ct, out, weights(m, l), ct, in, 0.0f, other, ct, in, ps);
         count(m, l - 1, B * in);
+        if (st == MP_OK) bamax(m, l - 1, other, ct, B * in);
         /* through the activation (and layer norm) into dZ of layer l-1, in dz's buffer */
         if (st == MP_OK)
             st = (c->act == MP_ACT_GELU ? mp_gelu_backward : mp_relu_backward)(dz, ct, other, ct, m->h[l - 1], ct,

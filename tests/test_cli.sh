@@ -112,7 +112,7 @@ expect 2 "$M" scaler-sim --json --csv && one_line
 TR=(train --model mlp:784-48-10 --batch 64 --threads 2)
 expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 30 --log "$T/log.csv" --save "$T/a.st"
 has "$out" '^result: test accuracy [0-9.]+%'
-if [ "$(wc -l < "$T/log.csv")" -eq 31 ] && head -1 "$T/log.csv" | grep -q '^step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,ms,eval_loss,underflow_fc0,underflow_fc1,subnormal_fc0,subnormal_fc1,act_overflow_fc0,act_overflow_fc1,headroom_fc0,headroom_fc1$'; then ok; else fail "log rows"; fi
+if [ "$(wc -l < "$T/log.csv")" -eq 31 ] && head -1 "$T/log.csv" | grep -q '^step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,ms,eval_loss,underflow_fc0,underflow_fc1,subnormal_fc0,subnormal_fc1,act_overflow_fc0,act_overflow_fc1,headroom_fc0,headroom_fc1,grad_headroom_fc0,grad_headroom_fc1$'; then ok; else fail "log rows"; fi
 if python3 - "$T/log.csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -211,19 +211,31 @@ has "$out" '^result: validation loss [0-9.]+ \([0-9.]+ bits per byte\)'
 if [ "$(wc -l < "$T/g.csv")" -eq 13 ] && head -1 "$T/g.csv" | grep -q 'underflow_h.0.attn.c_attn'; then ok; else fail "gpt log"; fi
 # activation headroom: one value per activation and step, none for weight entries;
 # attention row 0 holds exactly 1, a layer norm (weight 1, bias 0) at most sqrt(C - 1)
-expect 0 "$M" "${GT[@]}" --precision fp16-dynamic --steps 2 --log "$T/gh.csv" --summary "$T/gh.json"
-if python3 - "$T/gh.csv" "$T/gh.json" <<'PY'
-import csv, json, math, sys
+expect 0 "$M" "${GT[@]}" --precision fp16-dynamic --steps 1 --log "$T/gh.csv" --summary "$T/gh.json" --dump-grads "$T/gh.grads"
+if python3 - "$T/gh.csv" "$T/gh.json" "$T/gh.grads" <<'PY'
+import csv, json, math, struct, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 s = json.load(open(sys.argv[2]))
+b = open(sys.argv[3], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+def amax(name):
+    lo, hi = h[name]["data_offsets"]
+    return max(abs(x) for x in struct.unpack(f"<{(hi - lo) // 4}f", b[8 + n + lo:8 + n + hi]))
 t = {x["name"]: x for x in s["tensors"]}
 assert s["headroom_against"] == "fp16"
 assert t["h.0.attn.att"]["act_amax"] == 1 and abs(t["h.0.attn.att"]["act_headroom_log2"] - math.log2(65504)) < 1e-9
 assert 0.5 < t["h.0.ln_1"]["act_amax"] <= math.sqrt(15) * 1.001, t["h.0.ln_1"]
 assert t["h.0.attn.c_attn.weight"]["act_amax"] is None and t["h.0.attn.c_attn.weight"]["act_headroom_log2"] is None
+# a weight's gradient amax is the loss scale times the unscaled gradient's, recounted from the dump
+assert rows[0]["skipped"] == "0" and float(rows[0]["scale"]) == 65536
+for w in ("h.0.attn.c_attn.weight", "h.0.mlp.c_proj.weight", "wte.weight"):
+    assert t[w]["grad_amax"] == 65536 * amax(f"transformer.{w}.grad"), (w, t[w]["grad_amax"], amax(f"transformer.{w}.grad"))
+assert t["wpe.weight"]["grad_amax"] is None and t["h.0.mlp.gelu"]["grad_headroom_log2"] > 0
 for r in rows:
     assert r["headroom_h.0.attn.c_attn.weight"] == "" and float(r["headroom_lm_head"]) > 0, r
     assert all(0 < float(r["headroom_" + n]) < 30 for n in t if not n.endswith(".weight")), r
+    assert r["grad_headroom_wpe.weight"] == "" and float(r["grad_headroom_h.0.res_1"]) > 0, r
 PY
 then ok; else fail "activation headroom"; fi
 expect 0 "$M" "${GT[@]}" --precision bf16 --steps 5 --save "$T/g5.st"

@@ -417,6 +417,7 @@ static void csv_header(FILE *log, const mp_model *m) {
     for (size_t i = 0; i < n; i++) fprintf(log, ",subnormal_%s", m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",act_overflow_%s", m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",headroom_%s", m->ops->stats(m->impl, i)->name);
+    for (size_t i = 0; i < n; i++) fprintf(log, ",grad_headroom_%s", m->ops->stats(m->impl, i)->name);
     fprintf(log, "\n");
 }
 
@@ -441,11 +442,13 @@ static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double 
         fprintf(log, ",%.6g", frac(t->bwd.subnormal, t->bwd_elements));
     }
     for (size_t i = 0; i < n; i++) fprintf(log, ",%llu", (unsigned long long)m->ops->stats(m->impl, i)->fwd.overflow);
-    for (size_t i = 0; i < n; i++) {
-        const double hr = headroom(limit, m->ops->stats(m->impl, i)->fwd_amax);
-        if (isnan(hr)) fprintf(log, ",");
-        else fprintf(log, ",%.4g", hr);
-    }
+    for (int bwd = 0; bwd < 2; bwd++)
+        for (size_t i = 0; i < n; i++) {
+            const mp_tensor_stats *t = m->ops->stats(m->impl, i);
+            const double hr = headroom(limit, bwd ? t->bwd_amax : t->fwd_amax);
+            if (isnan(hr)) fprintf(log, ",");
+            else fprintf(log, ",%.4g", hr);
+        }
     fprintf(log, "\n");
 }
 
@@ -585,6 +588,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             r->tensor_underflow[(size_t)done_steps * (size_t)nt + (size_t)i] = (float)frac(ts->bwd.underflow, ts->bwd_elements);
             mp_convert_stats_add(&run_stats[i].fwd, &ts->fwd), mp_convert_stats_add(&run_stats[i].bwd, &ts->bwd);
             run_stats[i].fwd_amax = fmaxf(run_stats[i].fwd_amax, ts->fwd_amax);
+            run_stats[i].bwd_amax = fmaxf(run_stats[i].bwd_amax, ts->bwd_amax);
             run_stats[i].fwd_elements += ts->fwd_elements, run_stats[i].bwd_elements += ts->bwd_elements;
         }
         if (s.snap && si.step % o->frozen_every == 0 && nfz < nfz_max)
@@ -736,9 +740,13 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             cJSON_AddNumberToObject(o1, "overflow", (double)ls->bwd.overflow);
             cJSON_AddNumberToObject(o1, "act_underflow_fraction", frac(ls->fwd.underflow, ls->fwd_elements));
             cJSON_AddNumberToObject(o1, "act_overflow", (double)ls->fwd.overflow);
-            const double hr = headroom(limit, ls->fwd_amax);
-            if (isnan(hr)) cJSON_AddNullToObject(o1, "act_amax"), cJSON_AddNullToObject(o1, "act_headroom_log2");
-            else cJSON_AddNumberToObject(o1, "act_amax", ls->fwd_amax), cJSON_AddNumberToObject(o1, "act_headroom_log2", hr);
+            for (int bwd = 0; bwd < 2; bwd++) {
+                const float amax = bwd ? ls->bwd_amax : ls->fwd_amax;
+                const double hr = headroom(limit, amax);
+                const char *ka = bwd ? "grad_amax" : "act_amax", *kh = bwd ? "grad_headroom_log2" : "act_headroom_log2";
+                if (isnan(hr)) cJSON_AddNullToObject(o1, ka), cJSON_AddNullToObject(o1, kh);
+                else cJSON_AddNumberToObject(o1, ka, amax), cJSON_AddNumberToObject(o1, kh, hr);
+            }
             cJSON_AddItemToArray(ly, o1);
         }
         if (!gpt) {

@@ -41,7 +41,8 @@ typedef struct mp_tensor_stats {
     mp_convert_stats fwd;     /* activation stores in the forward pass */
     mp_convert_stats bwd;     /* gradient stores in the backward pass */
     uint64_t fwd_elements, bwd_elements;
-    float fwd_amax;           /* the largest magnitude stored in the forward pass (mp_amax) */
+    float fwd_amax, bwd_amax; /* the largest finite magnitudes stored (mp_amax); for a weight, its
+                                 gradient as accumulated in fp32 after each micro-batch */
 } mp_tensor_stats;
 
 typedef struct mp_model_ops {
