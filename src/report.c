@@ -306,6 +306,85 @@ static void chart_layers(FILE *f, const mp_report *r) {
     chart_end(f);
 }
 
+/* log2(fp16_max / amax): doublings left before fp16 overflows; NAN where nothing was stored. */
+static double headroom16(const mp_report *r, const mp_report_run *u, int l) {
+    return u->layer_amax && l < u->nlayers && u->layer_amax[l] > 0 ? log2(r->fp16_max / u->layer_amax[l]) : NAN;
+}
+
+/* Activation headroom per tensor against fp16's largest value (in every mode,
+ * so the runs compare): one group of bars per tensor that stored activations,
+ * one bar per run. */
+static void chart_headroom(FILE *f, const mp_report *r) {
+    int nl = 0, col[1024], ncol = 0;
+    double hmin = 0, hmax = 1;
+    const char (*names)[64] = NULL;
+    for (int i = 0; i < r->nruns; i++)
+        if (r->runs[i].layer_amax && r->runs[i].nlayers > nl) nl = r->runs[i].nlayers, names = r->runs[i].layer_names;
+    for (int l = 0; l < nl && ncol < 1024; l++) { /* the tensors with a figure in some run, in the model's order */
+        int any = 0;
+        for (int i = 0; i < r->nruns; i++) {
+            const double h = headroom16(r, &r->runs[i], l);
+            if (isnan(h)) continue;
+            any = 1, hmax = fmax(hmax, h), hmin = fmin(hmin, h);
+        }
+        if (any) col[ncol++] = l;
+    }
+    if (ncol == 0) return;
+    const axes c = plot_axes(0, (double)ncol, floor(hmin), hmax * 1.1, 260);
+    frame(f, &c, "headroom",
+          "Activation headroom: doublings left before the largest activation stored reaches fp16's 65504 "
+          "(log2 of the ratio; at or below 0 it would overflow in fp16)",
+          "tensor (forward order)", "doublings", tick_step(hmax * 1.1 - floor(hmin), 5), "%g", 0, 0);
+    legend(f, &c, r, NULL);
+    const double gw = (px(&c, 1) - px(&c, 0)) * 0.8 / (r->nruns > 0 ? r->nruns : 1);
+    for (int i = 0; i < r->nruns; i++) {
+        const mp_report_run *u = &r->runs[i];
+        for (int k = 0; k < ncol; k++) {
+            const double h = headroom16(r, u, col[k]);
+            if (isnan(h)) continue;
+            const double x = px(&c, k + 0.1) + gw * i, y0 = py(&c, 0), y = py(&c, h);
+            fprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>",
+                    x, fmin(y, y0), gw * 0.92, fabs(y0 - y), u->color);
+            esc(f, u->name);
+            fputc(' ', f);
+            esc(f, u->layer_names[col[k]]);
+            fprintf(f, ": %.2f</title></rect>\n", h);
+        }
+    }
+    for (int k = 0; k < ncol; k++) {
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">", px(&c, k + 0.5),
+                c.h - c.mb + 14 + 10 * (k % 2));
+        esc(f, names[col[k]]);
+        fputs("</text>\n", f);
+    }
+    chart_end(f);
+}
+
+/* The skipped steps of each run with where their inf/NaN was (the first 20 of each). */
+static void section_skips(FILE *f, const mp_report *r) {
+    long total = 0;
+    for (int i = 0; i < r->nruns; i++) total += r->runs[i].nskips;
+    if (total == 0) return;
+    fputs("<h2>Skipped steps</h2>\n<table><tr><th>mode</th><th>step</th><th>loss scale</th><th>where the inf/NaN was"
+          "</th></tr>\n", f);
+    for (int i = 0; i < r->nruns; i++) {
+        const mp_report_run *u = &r->runs[i];
+        for (long k = 0; k < u->nskips && k < 20; k++) {
+            fputs("<tr><td>", f);
+            esc(f, u->name);
+            fprintf(f, "</td><td>%ld</td><td>%g</td><td>", u->skips[k].step, u->skips[k].scale);
+            esc(f, u->skips[k].where);
+            fputs("</td></tr>\n", f);
+        }
+        if (u->skipped_total > 20) {
+            fputs("<tr><td>", f);
+            esc(f, u->name);
+            fprintf(f, "</td><td colspan=\"3\">and %ld more skipped steps</td></tr>\n", u->skipped_total - 20);
+        }
+    }
+    fputs("</table>\n", f);
+}
+
 /* Underflow over time: per step, the mean over layers. */
 static void chart_underflow(FILE *f, const mp_report *r) {
     const long maxn = max_steps(r);
@@ -393,6 +472,8 @@ static void write_body(FILE *f, const mp_report *r) {
     chart_scale(f, r);
     chart_layers(f, r);
     chart_underflow(f, r);
+    chart_headroom(f, r);
+    section_skips(f, r);
     chart_histogram(f, r);
     fputs("</body>\n</html>\n", f);
 }

@@ -43,7 +43,7 @@ class P(HTMLParser):
         if self.intd: self.cell += data
 
 p = P(); p.feed(html)
-assert set(p.charts) == {"loss", "scale", "layers", "underflow", "histogram"}, p.charts
+assert set(p.charts) == {"loss", "scale", "layers", "underflow", "histogram", "headroom"}, p.charts
 assert all(v > 0 for v in p.charts.values()), p.charts
 assert [r["mode"] for r in p.rows] == ["fp32", "fp16", "fp16-dynamic", "bf16"]
 for r in p.rows:
@@ -54,6 +54,18 @@ for r in p.rows:
     rows = list(csv.DictReader(open(f"{d}/{r['mode']}.csv")))
     assert len(rows) == 40 and abs(float(c[1]) - float(rows[-1]["loss"])) < 1e-4, (c[1], rows[-1]["loss"])
     assert all(f"underflow_fc{l}" in rows[0] and f"subnormal_fc{l}" in rows[0] for l in range(2))
+# headroom bars: one per run and layer, as tall as the figure in their title (none of height 0 for a value that is not)
+import re
+sec = html[html.index('id="headroom"'):]
+sec = sec[:sec.index("</svg>")]
+bars = re.findall(r'<rect class="series"[^>]*height="([0-9.]+)"[^>]*><title>([^<]*): (-?[0-9.]+)</title>', sec)
+assert len(bars) == 4 * 2, bars
+for h, who, v in bars:
+    assert (float(h) > 0) == (abs(float(v)) >= 0.005), (h, who, v)
+    mode, layer = who.split(" ")
+    s = json.load(open(f"{d}/{mode}.json"))
+    t = {x["name"]: x for x in s["tensors"]}[layer]
+    assert abs(float(v) - __import__("math").log2(65504 / t["act_amax"])) < 0.006, (who, v, t)
 dyn = json.load(open(f"{d}/fp16-dynamic.json"))
 assert dyn["final_scale"] == 65536 and dyn["histograms"]["snapshots"], dyn["final_scale"]
 assert "fp16 without loss scaling" in html and "fp16-dynamic multiplies the loss" in html
@@ -69,6 +81,11 @@ if command -v chromium > /dev/null; then
 else
     fail "chromium is not installed (scripts/deps.sh installs it)"
 fi
+
+# skipped steps are listed with where their inf/NaN was
+if "$M" compare --precisions fp16-static:1e30 --model mlp:784-32-10 --steps 3 --batch 64 --out "$T/sk" > "$T/sk.txt" 2>&1 &&
+   [ "$(grep -c '<tr><td>fp16-static:1e30</td><td>[123]</td><td>1e+30</td><td>[^<]* in fc[01]\.[a-z]* (grad)' "$T/sk/report.html")" -eq 3 ]; then ok
+else fail "skipped steps in the report ($(grep -c '<tr><td>fp16-static' "$T/sk/report.html" 2>&1))"; fi
 
 # bad options reach the user, the output directory must be writable
 "$M" compare --lr x --out "$T/bad" > "$T/o2.txt" 2>&1; [ $? -eq 2 ] && ok || fail "bad train option: exit 2"

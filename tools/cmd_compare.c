@@ -273,7 +273,8 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
                                 .ms_per_step = u->ms_per_step, .memory_mib = u->memory_mib,
                                 .final_scale = u->final_scale, .skipped_total = u->skipped_total,
                                 .has_hist = u->has_hist, .hist_lo = RUN_HIST_LO, .hist_zeros = u->hist_zeros,
-                                .hist_scale = u->hist_scale, .warnings = warn_ptr[r], .nwarnings = u->nwarnings};
+                                .hist_scale = u->hist_scale, .warnings = warn_ptr[r], .nwarnings = u->nwarnings,
+                                .layer_amax = u->tensor_act_amax, .skips = u->skips, .nskips = u->nskips};
         memcpy(rr[r].hist, u->hist, sizeof rr[r].hist);
     }
     const mp_format_info *h = mp_format(MP_F16);

@@ -184,6 +184,7 @@ int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
 void run_result_free(run_result *r) {
     if (!r) return;
     free(r->loss), free(r->scale), free(r->skipped), free(r->tensor_names), free(r->tensor_underflow);
+    free(r->tensor_act_amax), free(r->skips), free(r->skip_text);
     memset(r, 0, sizeof *r);
 }
 
@@ -296,7 +297,8 @@ static void state_free(run_state *s) {
  * 65536 -> 32768: inf in transformer.h.3.mlp.c_fc.weight (grad) and 2 more;
  * first overflowing activation h.3.mlp.c_fc", and, if it was skipped, an
  * entry of the summary's "skipped" array. Returns nonzero when out of memory. */
-static int report_nonfinite(FILE *out, int tty, cJSON *skips, const mp_step_info *si, const mp_trainer *tr) {
+static int report_nonfinite(FILE *out, int tty, cJSON *skips, const mp_step_info *si, const mp_trainer *tr,
+                            run_result *res) {
     char where[512];
     size_t k = 0;
 #define ADD(...) k += (size_t)snprintf(where + k, k < sizeof where ? sizeof where - k : 0, __VA_ARGS__)
@@ -316,6 +318,11 @@ static int report_nonfinite(FILE *out, int tty, cJSON *skips, const mp_step_info
     else
         fprintf(out, "  step %ld: loss %g, gradient norm %g: %s\n", si->step, (double)si->loss, si->grad_norm, where);
     if (!si->skipped) return 0;
+    if (res->nskips < RUN_SKIPS_KEPT && res->skips && res->skip_text) { /* for the report */
+        snprintf(res->skip_text[res->nskips], sizeof res->skip_text[0], "%s", where);
+        res->skips[res->nskips] = (mp_report_skip){si->step, (double)si->scale, res->skip_text[res->nskips]};
+        res->nskips++;
+    }
     cJSON *e = cJSON_CreateObject(), *names = cJSON_CreateArray();
     if (!e || !names || !cJSON_AddItemToArray(skips, e)) return cJSON_Delete(e), cJSON_Delete(names), 1;
     cJSON_AddNumberToObject(e, "step", (double)si->step);
@@ -518,13 +525,15 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     r->tensor_underflow = calloc(cap * (size_t)(nt ? nt : 1), sizeof *r->tensor_underflow);
     s.ms = malloc(cap * sizeof *s.ms);
     s.skips = cJSON_CreateArray();
+    r->skips = calloc(RUN_SKIPS_KEPT, sizeof *r->skips), r->skip_text = calloc(RUN_SKIPS_KEPT, sizeof *r->skip_text);
+    r->tensor_act_amax = calloc((size_t)nt + 1, sizeof *r->tensor_act_amax);
     const int frozen_on = !gpt && o->frozen_every > 0, hist_on = !gpt && o->hist_every > 0;
     const long nfz_max = frozen_on ? (long)cap / o->frozen_every + 2 : 0;
     const long nh_max = hist_on ? (long)cap / o->hist_every + 2 : 0;
     s.snap = frozen_on ? malloc(weight_bytes(s.opt) + 1) : NULL;
     s.fz_step = calloc((size_t)nfz_max + 1, sizeof *s.fz_step), s.fz = calloc((size_t)nfz_max + 1, sizeof *s.fz);
     s.hs = calloc((size_t)nh_max + 1, sizeof *s.hs);
-    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.skips ||
+    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.skips || !r->skips || !r->skip_text || !r->tensor_act_amax ||
         (frozen_on && !s.snap) || !s.fz_step || !s.fz || !s.hs) {
         fail("out of memory");
         goto done;
@@ -578,7 +587,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         r->loss[done_steps] = si.loss, r->scale[done_steps] = si.scale, r->skipped[done_steps] = (uint8_t)si.skipped;
         if (!isfinite(si.loss) && nan_step < 0) nan_step = si.step;
         if (si.skipped) r->skipped_total++;
-        if ((si.nbad || si.first_activation || si.skipped) && report_nonfinite(out, tty, s.skips, &si, s.tr)) {
+        if ((si.nbad || si.first_activation || si.skipped) && report_nonfinite(out, tty, s.skips, &si, s.tr, r)) {
             fail("out of memory");
             free(run_stats);
             goto done;
@@ -648,6 +657,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         act_over += run_stats[i].fwd.overflow, grad_over += run_stats[i].bwd.overflow;
     }
     r->underflow = frac(tot_under, tot_elems);
+    for (int i = 0; i < nt; i++) r->tensor_act_amax[i] = run_stats[i].fwd_amax;
     r->frozen = nfz ? s.fz[nfz - 1] : 0.0;
     if (nh) {
         const hist_snap *h = &s.hs[nh - 1];

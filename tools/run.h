@@ -52,7 +52,13 @@ typedef struct run_result {
     double hist[RUN_HIST_N], hist_zeros, hist_scale;
     char warnings[6][256];
     int nwarnings;
+    float *tensor_act_amax;      /* (ntensors,): the largest finite activation stored in the run, 0: none */
+    mp_report_skip *skips;       /* the first RUN_SKIPS_KEPT skipped steps, where pointing into skip_text */
+    char (*skip_text)[512];
+    long nskips;
 } run_result;
+
+#define RUN_SKIPS_KEPT 100
 
 void run_result_free(run_result *r);
 

@@ -14,6 +14,14 @@ extern "C" {
 
 #define MP_REPORT_HIST_BINS 84
 
+/* A skipped step and where its inf/NaN was, in words
+ * ("inf in h.3.mlp.c_fc.weight (grad) and 2 more; first overflowing activation h.3.mlp.c_fc"). */
+typedef struct mp_report_skip {
+    long step;
+    double scale;                /* the loss scale the step used */
+    const char *where;
+} mp_report_skip;
+
 /* One training run as the report shows it. Arrays are per step (nsteps). */
 typedef struct mp_report_run {
     const char *name;            /* "fp16-dynamic" */
@@ -34,6 +42,10 @@ typedef struct mp_report_run {
     double hist[MP_REPORT_HIST_BINS], hist_zeros, hist_scale;
     const char *const *warnings;
     int nwarnings;
+    const float *layer_amax;     /* (nlayers,) or NULL: the largest finite activation stored in the run,
+                                    0 where none was (the report shows its headroom against fp16_max) */
+    const mp_report_skip *skips; /* the first nskips skipped steps (the report lists up to 20) */
+    long nskips;
 } mp_report_run;
 
 typedef struct mp_report {
@@ -45,7 +57,7 @@ typedef struct mp_report {
     int eval_percent;            /* eval is a fraction shown as a percentage */
     int baseline;                /* index of the run speed-ups are measured against; -1: none */
     const mp_report_run *runs;
-    int nruns;                 /* 0 .. 64 */
+    int nruns;                   /* 0 .. 64 */
 } mp_report;
 
 /* Writes the report atomically (temporary file, rename). */
