@@ -45,7 +45,7 @@ typedef struct block {
 struct mp_gpt {
     mp_gpt_config cfg;
     mp_dtype ct;
-    int pure;
+    mp_master_weights pure; /* where the parameters live */
     size_t max_batch, es;
     mp_param *wte, *wpe, *lnfw, *lnfb;
     mp_param **params; /* registration order */
@@ -118,7 +118,7 @@ static const void *wct(const mp_gpt *g, const mp_param *p) { return g->ct == MP_
 static const float *fparam(mp_gpt *g, const mp_param *p, int k) {
     if (p->master) return p->master;
     float *s = g->fscratch + (size_t)k * 4 * (size_t)g->cfg.n_embd;
-    mp_convert(s, MP_F32, p->half, MP_BF16, p->n, NULL);
+    mp_convert(s, MP_F32, p->half, p->half_type, p->n, NULL);
     return s;
 }
 
@@ -227,8 +227,9 @@ static mp_status add_param(mp_gpt *g, mp_optim *opt, const char *fmt, int l, siz
     else
         for (size_t i = 0; i < n; i++) init[i] = c;
     const int weight = d1 != 0;
-    mp_status st = g->pure ? mp_optim_add_pure_bf16(opt, name, init, n, out)
-                           : mp_optim_add(opt, name, init, n, weight ? g->ct : MP_F32, out);
+    mp_status st = g->pure == MP_MASTER_PURE_BF16 ? mp_optim_add_pure_bf16(opt, name, init, n, out)
+                   : g->pure == MP_MASTER_NONE    ? mp_optim_add_half(opt, name, init, n, g->ct, out)
+                                                  : mp_optim_add(opt, name, init, n, weight ? g->ct : MP_F32, out);
     if (st != MP_OK) return st;
     (*out)->no_decay = !weight;
     g->params[g->nparams] = *out;
@@ -261,12 +262,14 @@ static void reset_stats(mp_gpt *g) {
     }
 }
 
-mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, int pure, size_t max_batch, mp_optim *opt,
+mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_master_weights pure, size_t max_batch, mp_optim *opt,
                         uint64_t seed) {
     if (!out || !c || !opt || max_batch == 0) return mp_error(MP_EINVAL, "mp_gpt_create: bad argument");
     *out = NULL;
     if (ct != MP_F32 && ct != MP_F16 && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_gpt_create: compute format");
-    if (pure && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_gpt_create: pure weights are bf16 only");
+    if (pure == MP_MASTER_PURE_BF16 && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_gpt_create: pure weights are bf16 only");
+    if (pure == MP_MASTER_NONE && ct == MP_F32) return mp_error(MP_EINVAL, "mp_gpt_create: no master weights needs fp16 or bf16");
+    if ((unsigned)pure > MP_MASTER_NONE) return mp_error(MP_EINVAL, "mp_gpt_create: master weights %d", (int)pure);
     mp_status st = check_config(c, "mp_gpt_create");
     if (st != MP_OK) return st;
     const size_t L = (size_t)c->n_layer, H = (size_t)c->n_head, C = (size_t)c->n_embd, T = (size_t)c->block_size,
@@ -780,7 +783,7 @@ mp_status mp_gpt_load(mp_gpt *g, const mp_safetensors *st) {
             mp_convert(p->master, MP_F32, src[i]->data, src[i]->dtype, p->n, NULL);
             if (p->half) mp_convert(p->half, p->half_type, p->master, MP_F32, p->n, NULL);
         } else {
-            mp_convert(p->half, MP_BF16, src[i]->data, src[i]->dtype, p->n, NULL);
+            mp_convert(p->half, p->half_type, src[i]->data, src[i]->dtype, p->n, NULL);
         }
     }
     free(src), free(a);
@@ -794,7 +797,7 @@ size_t mp_gpt_tensors(const mp_gpt *g, mp_tensor *out, size_t cap) {
         mp_tensor *t = &out[i];
         memset(t, 0, sizeof *t);
         snprintf(t->name, sizeof t->name, "%s", p->name);
-        t->dtype = p->master ? MP_F32 : MP_BF16;
+        t->dtype = p->master ? MP_F32 : p->half_type;
         t->ndim = g->ndim[i], t->shape[0] = g->shape[i][0], t->shape[1] = g->shape[i][1];
         t->data = p->master ? (const void *)p->master : p->half;
         t->nbytes = p->n * mp_format(t->dtype)->size;

@@ -98,6 +98,10 @@ typedef struct mp_optim_kernels {
     double (*sumsq)(const float *g, size_t n);
     void (*scale)(float *g, size_t n, float c);
     void (*round_sr)(uint16_t *dst, const float *src, size_t n, uint64_t key, uint64_t base);
+    /* half-only parameters: weights and state in fp16 (bf = 0) or bf16 (bf = 1), rounded to nearest even */
+    void (*sgd_half)(uint16_t *w, const float *g, uint16_t *buf, size_t n, const mp_sgd_coef *c, int bf);
+    void (*adamw_half)(uint16_t *w, const float *g, uint16_t *m, uint16_t *v, size_t n, const mp_adamw_coef *c,
+                       int bf);
 } mp_optim_kernels;
 
 extern const mp_optim_kernels mp_optim_scalar;

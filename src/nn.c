@@ -10,7 +10,7 @@
 struct mp_mlp {
     mp_mlp_config cfg;
     mp_dtype ct;
-    int pure;
+    mp_master_weights pure; /* where the parameters live */
     size_t max_batch;
     mp_param *w[L_MAX], *b[L_MAX], *lnw[L_MAX], *lnb[L_MAX];
     void *act[L_MAX + 1];  /* act[l]: input of Linear l (B, widths[l]), compute format */
@@ -94,14 +94,17 @@ static mp_status add(mp_mlp *m, mp_optim *opt, const char *fmt, int l, const flo
                      mp_param **out) {
     char name[64];
     snprintf(name, sizeof name, fmt, l);
+    if (m->pure == MP_MASTER_NONE) return mp_optim_add_half(opt, name, init, n, m->ct, out);
     return m->pure ? mp_optim_add_pure_bf16(opt, name, init, n, out) : mp_optim_add(opt, name, init, n, half, out);
 }
 
-mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, int pure, size_t max_batch, mp_optim *opt,
+mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, mp_master_weights pure, size_t max_batch, mp_optim *opt,
                         uint64_t seed) {
     if (!out || !c || !opt || max_batch == 0) return mp_error(MP_EINVAL, "mp_mlp_create: bad argument");
     if (ct != MP_F32 && ct != MP_F16 && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_mlp_create: compute format");
-    if (pure && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_mlp_create: pure weights are bf16 only");
+    if (pure == MP_MASTER_PURE_BF16 && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_mlp_create: pure weights are bf16 only");
+    if (pure == MP_MASTER_NONE && ct == MP_F32) return mp_error(MP_EINVAL, "mp_mlp_create: no master weights needs fp16 or bf16");
+    if ((unsigned)pure > MP_MASTER_NONE) return mp_error(MP_EINVAL, "mp_mlp_create: master weights %d", (int)pure);
     if (c->nlayers < 1 || c->nlayers > L_MAX) return mp_error(MP_EINVAL, "mp_mlp_create: %d layers", c->nlayers);
     mp_mlp *m = calloc(1, sizeof *m);
     if (!m) return mp_error(MP_ENOMEM, "mp_mlp_create: out of memory");
@@ -172,7 +175,7 @@ static const void *weights(const mp_mlp *m, int l) { return m->ct == MP_F32 ? m-
 static const float *fparam(mp_mlp *m, const mp_param *p, int k) {
     if (p->master) return p->master;
     float *s = m->fscratch + (size_t)k * (p->n);
-    mp_convert(s, MP_F32, p->half, MP_BF16, p->n, NULL);
+    mp_convert(s, MP_F32, p->half, p->half_type, p->n, NULL);
     return s;
 }
 
@@ -309,7 +312,7 @@ static mp_status load_param(mp_param *p, const mp_safetensors *st, size_t d0, si
     if (t->dtype != MP_F32 && t->dtype != MP_F16 && t->dtype != MP_BF16)
         return mp_error(MP_ECORRUPT, "weights: '%s' is not F32, F16 or BF16", p->name);
     if (p->master) mp_convert(p->master, MP_F32, t->data, t->dtype, p->n, NULL);
-    else mp_convert(p->half, MP_BF16, t->data, t->dtype, p->n, NULL);
+    else mp_convert(p->half, p->half_type, t->data, t->dtype, p->n, NULL);
     for (size_t i = 0; p->master && i < p->n; i++)
         if (!isfinite(p->master[i])) return mp_error(MP_ECORRUPT, "weights: '%s' holds a non-finite value", p->name);
     if (p->master && p->half) mp_convert(p->half, p->half_type, p->master, MP_F32, p->n, NULL);
@@ -331,7 +334,7 @@ mp_status mp_mlp_load(mp_mlp *m, const mp_safetensors *st) {
 static void tensor_of(const mp_param *p, size_t d0, size_t d1, int ndim, mp_tensor *t) {
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", p->name);
-    t->dtype = p->master ? MP_F32 : MP_BF16;
+    t->dtype = p->master ? MP_F32 : p->half_type;
     t->ndim = ndim, t->shape[0] = d0, t->shape[1] = d1;
     t->data = p->master ? (const void *)p->master : p->half;
     t->nbytes = p->n * mp_format(t->dtype)->size;

@@ -97,6 +97,8 @@ static void free_param(mp_param *p) {
     free(p->half);
     free(p->state1);
     free(p->state2);
+    free(p->hstate1);
+    free(p->hstate2);
 }
 
 void mp_optim_free(mp_optim *o) {
@@ -158,13 +160,17 @@ static void param_share_body(const param_job *j, job_kind kind, size_t i0, size_
     const size_t n = i1 - i0;
     float *s1 = p->state1 ? p->state1 + i0 : NULL, *s2 = p->state2 ? p->state2 + i0 : NULL;
     uint16_t *h = p->half ? (uint16_t *)p->half + i0 : NULL;
+    uint16_t *hs1 = p->hstate1 ? p->hstate1 + i0 : NULL, *hs2 = p->hstate2 ? p->hstate2 + i0 : NULL;
+    const int half_only = p->state_type != MP_F32, bf = p->half_type == MP_BF16;
     switch (kind) {
     case JOB_SGD:
         if (p->master) j->k->sgd(p->master + i0, p->grad + i0, s1, n, j->sc);
+        else if (half_only) j->k->sgd_half(h, p->grad + i0, hs1, n, j->sc, bf);
         else j->k->sgd_bf16(h, p->grad + i0, s1, n, j->sc, j->key, i0);
         break;
     case JOB_ADAMW:
         if (p->master) j->k->adamw(p->master + i0, p->grad + i0, s1, s2, n, j->ac);
+        else if (half_only) j->k->adamw_half(h, p->grad + i0, hs1, hs2, n, j->ac, bf);
         else j->k->adamw_bf16(h, p->grad + i0, s1, s2, n, j->ac, j->key, i0);
         break;
     case JOB_REFRESH: /* the half copy, round to nearest even, while the share is in cache */
@@ -200,9 +206,13 @@ static void refresh_half(mp_optim *o, size_t i) {
     }
 }
 
+/* pure: 0 fp32 master (+ half copy), 1 pure bf16 (stochastic, fp32 state), 2 half only (weights and state
+ * in half_type, nearest even) */
 static mp_status add_param(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
                            int pure, mp_param **out) {
     if (!o || !name || (!init && n)) return mp_error(MP_EINVAL, "mp_optim_add: NULL argument");
+    if (pure == 2 && half_type != MP_F16 && half_type != MP_BF16)
+        return mp_error(MP_EINVAL, "mp_optim_add_half: a half-only parameter is fp16 or bf16");
     if (half_type != MP_F32 && half_type != MP_F16 && half_type != MP_BF16)
         return mp_error(MP_EINVAL, "mp_optim_add: half copies are fp16 or bf16 (or MP_F32 for none)");
     if (strlen(name) >= sizeof ((mp_param *)0)->name)
@@ -221,6 +231,7 @@ static mp_status add_param(mp_optim *o, const char *name, const float *init, siz
     snprintf(p->name, sizeof p->name, "%s", name);
     p->n = n;
     p->half_type = half_type;
+    p->state_type = pure == 2 ? half_type : MP_F32;
     p->grad = alloc_zero(n, 4);
     if (!pure) p->master = alloc_zero(n, 4);
     if (half_type != MP_F32) p->half = alloc_zero(n, 2);
@@ -230,7 +241,7 @@ static mp_status add_param(mp_optim *o, const char *name, const float *init, siz
         return mp_error(MP_ENOMEM, "mp_optim_add: out of memory for '%s' (%zu elements)", name, n);
     }
     if (pure) {
-        mp_convert(p->half, MP_BF16, init, MP_F32, n, NULL);
+        mp_convert(p->half, half_type, init, MP_F32, n, NULL);
     } else {
         memcpy(p->master, init, n * 4);
     }
@@ -247,6 +258,11 @@ mp_status mp_optim_add(mp_optim *o, const char *name, const float *init, size_t 
 
 mp_status mp_optim_add_pure_bf16(mp_optim *o, const char *name, const float *init, size_t n, mp_param **out) {
     return add_param(o, name, init, n, MP_BF16, 1, out);
+}
+
+mp_status mp_optim_add_half(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
+                            mp_param **out) {
+    return add_param(o, name, init, n, half_type, 2, out);
 }
 
 mp_status mp_optim_set_flush_denormal(mp_optim *o, int flush) {
@@ -282,6 +298,11 @@ void mp_optim_zero_grad(mp_optim *o) {
 /* Allocates the optimizer state of p on first use. */
 static mp_status ensure_state(mp_optim *o, mp_param *p) {
     const int need1 = o->kind == KIND_ADAMW || o->sgd.momentum != 0, need2 = o->kind == KIND_ADAMW;
+    if (p->state_type != MP_F32) { /* half-only: the state in half_type (zero bits are +0) */
+        if (need1 && !p->hstate1 && !(p->hstate1 = alloc_zero(p->n, 2))) goto oom;
+        if (need2 && !p->hstate2 && !(p->hstate2 = alloc_zero(p->n, 2))) goto oom;
+        return MP_OK;
+    }
     if (need1 && !p->state1 && !(p->state1 = alloc_zero(p->n, 4))) goto oom;
     if (need2 && !p->state2 && !(p->state2 = alloc_zero(p->n, 4))) goto oom;
     return MP_OK;

@@ -83,6 +83,39 @@ static void k_adamw_bf16(uint16_t *w, // (n,) bf16 weights (no master)
         w[i] = mp_sr_bf16(adamw_elem(mp_bf16_to_f32(w[i]), g[i], &m[i], &v[i], c), key, base + i);
 }
 
+/* Half-only parameters (--master-weights none): weights and state stored in
+ * fp16 (bf == 0) or bf16 (bf == 1). Each element is widened to fp32, updated
+ * by sgd_elem / adamw_elem (the master path's arithmetic) and every result
+ * stored is rounded to nearest even (mp_f32_to_f16 / mp_f32_to_bf16: integer
+ * bit arithmetic, the same under FTZ/DAZ). */
+static inline float mp_half_widen(uint16_t h, int bf) { return bf ? mp_bf16_to_f32(h) : mp_f16_to_f32(h); }
+static inline uint16_t mp_half_round(float x, int bf) { return bf ? mp_f32_to_bf16(x) : mp_f32_to_f16(x); }
+
+static void k_sgd_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
+                       const float *g, // (n,) fp32 gradients
+                       uint16_t *buf, // (n,) fp16/bf16 momentum buffer, or NULL without momentum
+                       size_t n, const mp_sgd_coef *c, int bf) {
+    for (size_t i = 0; i < n; i++) {
+        float b = buf ? mp_half_widen(buf[i], bf) : 0.0f;
+        const float r = sgd_elem(mp_half_widen(w[i], bf), g[i], &b, c);
+        if (buf) buf[i] = mp_half_round(b, bf);
+        w[i] = mp_half_round(r, bf);
+    }
+}
+
+static void k_adamw_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
+                         const float *g, // (n,) fp32 gradients
+                         uint16_t *m, uint16_t *v, // (n,) fp16/bf16 exp_avg, exp_avg_sq
+                         size_t n, const mp_adamw_coef *c, int bf) {
+    for (size_t i = 0; i < n; i++) {
+        float mm = mp_half_widen(m[i], bf), vv = mp_half_widen(v[i], bf);
+        const float r = adamw_elem(mp_half_widen(w[i], bf), g[i], &mm, &vv, c);
+        m[i] = mp_half_round(mm, bf);
+        v[i] = mp_half_round(vv, bf);
+        w[i] = mp_half_round(r, bf);
+    }
+}
+
 /* Sum of squares in fp64, eight partial sums in a fixed order. */
 static double k_sumsq(const float *g, size_t n) {
     double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -103,6 +136,6 @@ static void k_round_sr(uint16_t *dst, // (n,) bf16
     for (size_t i = 0; i < n; i++) dst[i] = mp_sr_bf16(src[i], key, base + i);
 }
 
-#define MP_OPTIM_KERNELS {k_sgd, k_adamw, k_sgd_bf16, k_adamw_bf16, k_sumsq, k_scale, k_round_sr}
+#define MP_OPTIM_KERNELS {k_sgd, k_adamw, k_sgd_bf16, k_adamw_bf16, k_sumsq, k_scale, k_round_sr, k_sgd_half, k_adamw_half}
 
 #endif

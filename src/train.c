@@ -9,18 +9,24 @@
 /* ---- the precision modes: one table ---- */
 
 static const mp_precision modes[] = {
-    {.name = "fp32", .compute = MP_F32, .master_weights = 1, .rounding = MP_ROUND_NEAREST,
-     .scaling = MP_SCALING_NONE, .color = "#3b3b3b", .help = "fp32 everywhere (the baseline)"},
-    {.name = "fp16", .compute = MP_F16, .master_weights = 1, .rounding = MP_ROUND_NEAREST,
-     .scaling = MP_SCALING_NONE, .color = "#d62728", .help = "fp16 compute, fp32 master weights, NO loss scaling"},
-    {.name = "fp16-static", .compute = MP_F16, .master_weights = 1, .rounding = MP_ROUND_NEAREST,
-     .scaling = MP_SCALING_STATIC, .color = "#ff7f0e", .help = "fp16-static[:S]: a fixed loss scale S (65536)"},
-    {.name = "fp16-dynamic", .compute = MP_F16, .master_weights = 1, .rounding = MP_ROUND_NEAREST,
-     .scaling = MP_SCALING_DYNAMIC, .color = "#1f77b4", .help = "fp16 with dynamic loss scaling: the AMP recipe"},
-    {.name = "bf16", .compute = MP_BF16, .master_weights = 1, .rounding = MP_ROUND_NEAREST,
-     .scaling = MP_SCALING_NONE, .color = "#2ca02c", .help = "bf16 compute, fp32 master weights"},
-    {.name = "bf16-pure", .compute = MP_BF16, .master_weights = 0, .rounding = MP_ROUND_STOCHASTIC,
-     .scaling = MP_SCALING_NONE, .color = "#9467bd", .help = "bf16 weights only, updates rounded stochastically"},
+    {.name = "fp32", .label = "fp32", .compute = MP_F32, .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#3b3b3b",
+     .help = "fp32 everywhere (the baseline)"},
+    {.name = "fp16", .label = "fp16", .compute = MP_F16, .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#d62728",
+     .help = "fp16 compute, fp32 master weights, NO loss scaling"},
+    {.name = "fp16-static", .label = "fp16-static", .compute = MP_F16, .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_STATIC, .color = "#ff7f0e",
+     .help = "fp16-static[:S]: a fixed loss scale S (65536)"},
+    {.name = "fp16-dynamic", .label = "fp16-dynamic", .compute = MP_F16, .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_DYNAMIC, .color = "#1f77b4",
+     .help = "fp16 with dynamic loss scaling: the AMP recipe"},
+    {.name = "bf16", .label = "bf16", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#2ca02c",
+     .help = "bf16 compute, fp32 master weights"},
+    {.name = "bf16-pure", .label = "bf16-pure", .compute = MP_BF16, .master_weights = MP_MASTER_PURE_BF16,
+     .rounding = MP_ROUND_STOCHASTIC, .scaling = MP_SCALING_NONE, .color = "#9467bd",
+     .help = "bf16 weights only, updates rounded stochastically"},
 };
 
 const mp_precision *mp_precisions(size_t *count) {
@@ -28,27 +34,91 @@ const mp_precision *mp_precisions(size_t *count) {
     return modes;
 }
 
-mp_status mp_precision_parse(const char *spec, const mp_precision **mode, float *static_scale) {
-    if (static_scale) *static_scale = 0.0f;
-    if (!spec || !mode) return mp_error(MP_EINVAL, "mp_precision_parse: NULL argument");
+const char *mp_master_weights_name(mp_master_weights m) {
+    return m == MP_MASTER_NONE ? "none" : m == MP_MASTER_PURE_BF16 ? "bf16-pure" : "fp32";
+}
+
+static const char mw_none_suffix[] = "+master-weights=none";
+
+mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m) {
+    if (!p) return mp_error(MP_EINVAL, "mp_precision_set_master_weights: NULL argument");
+    if (m != MP_MASTER_FP32 && m != MP_MASTER_NONE)
+        return mp_error(MP_EINVAL, "--master-weights is fp32 or none");
+    if (p->master_weights == MP_MASTER_PURE_BF16)
+        return mp_error(MP_EINVAL, "--master-weights %s does not apply to bf16-pure, a mode of its own (bf16 weights, "
+                                   "fp32 moments, stochastic rounding): use bf16%s", mp_master_weights_name(m),
+                        m == MP_MASTER_NONE ? mw_none_suffix : "");
+    if (m == MP_MASTER_NONE && p->compute == MP_F32)
+        return mp_error(MP_EINVAL, "--master-weights none needs fp16 or bf16 compute; %s has no half copy to keep alone",
+                        p->name);
+    const size_t len = strlen(p->label), sl = sizeof mw_none_suffix - 1;
+    const int has = len >= sl && strcmp(p->label + len - sl, mw_none_suffix) == 0;
+    if (m == MP_MASTER_NONE && !has) {
+        if (len + sl >= sizeof p->label) return mp_error(MP_EINVAL, "precision '%s' is too long", p->label);
+        memcpy(p->label + len, mw_none_suffix, sl + 1);
+    } else if (m == MP_MASTER_FP32 && has) {
+        p->label[len - sl] = '\0';
+    }
+    p->master_weights = m;
+    return MP_OK;
+}
+
+static const mp_precision *find_mode(const char *base, float *static_scale, mp_status *st) {
     const size_t n = sizeof modes / sizeof modes[0];
+    *st = MP_OK;
     for (size_t i = 0; i < n; i++)
-        if (strcmp(spec, modes[i].name) == 0) return *mode = &modes[i], MP_OK;
-    if (strncmp(spec, "fp16-static:", 12) == 0) {
+        if (strcmp(base, modes[i].name) == 0) return &modes[i];
+    if (strncmp(base, "fp16-static:", 12) == 0) {
         char *end;
-        const double s = strtod(spec + 12, &end);
-        if (end == spec + 12 || *end || !(s > 0) || !isfinite((float)s))
-            return mp_error(MP_EINVAL, "fp16-static:S wants a positive finite scale, not '%s'", spec + 12);
+        const double s = strtod(base + 12, &end);
+        if (end == base + 12 || *end || !(s > 0) || !isfinite((float)s)) {
+            *st = mp_error(MP_EINVAL, "fp16-static:S wants a positive finite scale, not '%s'", base + 12);
+            return NULL;
+        }
         if (static_scale) *static_scale = (float)s;
         for (size_t i = 0; i < n; i++)
-            if (modes[i].scaling == MP_SCALING_STATIC) return *mode = &modes[i], MP_OK;
+            if (modes[i].scaling == MP_SCALING_STATIC) return &modes[i];
     }
     char names[256];
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? (i + 1 == n ? " or " : ", ") : "",
                               modes[i].scaling == MP_SCALING_STATIC ? "fp16-static[:S]" : modes[i].name);
-    return mp_error(MP_EINVAL, "the precision is %s, not '%s'", names, spec);
+    *st = mp_error(MP_EINVAL, "the precision is %s (with +master-weights=fp32|none), not '%s'", names, base);
+    return NULL;
+}
+
+mp_status mp_precision_parse(const char *spec, mp_precision *out, float *static_scale) {
+    if (static_scale) *static_scale = 0.0f;
+    if (!spec || !out) return mp_error(MP_EINVAL, "mp_precision_parse: NULL argument");
+    const char *plus = strchr(spec, '+');
+    const size_t bl = plus ? (size_t)(plus - spec) : strlen(spec);
+    mp_precision p;
+    if (bl >= sizeof p.label) return mp_error(MP_EINVAL, "precision '%.*s...' is too long", 40, spec);
+    char base[sizeof p.label];
+    memcpy(base, spec, bl);
+    base[bl] = '\0';
+    mp_status st;
+    const mp_precision *mode = find_mode(base, static_scale, &st);
+    if (!mode) return st;
+    p = *mode;
+    memcpy(p.label, base, bl + 1);
+    for (const char *sw = plus; sw; sw = strchr(sw + 1, '+')) {
+        const char *v = sw + 1, *next = strchr(v, '+');
+        const size_t len = next ? (size_t)(next - v) : strlen(v);
+        const char key[] = "master-weights=";
+        const size_t kl = sizeof key - 1;
+        if (len > kl && strncmp(v, key, kl) == 0 && len - kl == 4 && strncmp(v + kl, "none", 4) == 0)
+            st = mp_precision_set_master_weights(&p, MP_MASTER_NONE);
+        else if (len > kl && strncmp(v, key, kl) == 0 && len - kl == 4 && strncmp(v + kl, "fp32", 4) == 0)
+            st = mp_precision_set_master_weights(&p, MP_MASTER_FP32);
+        else
+            st = mp_error(MP_EINVAL, "unknown switch '+%.*s' in precision '%s' (the switch is master-weights=fp32|none)",
+                          (int)len, v, spec);
+        if (st != MP_OK) return st;
+    }
+    *out = p;
+    return MP_OK;
 }
 
 /* ---- learning rate ---- */
@@ -263,12 +333,14 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
     }
     for (size_t i = 0; i < np && st == MP_OK; i++) {
         const mp_param *p = mp_optim_param(t->opt, i);
-        const float *states[2] = {p->state1, p->state2};
+        const int half = p->state_type != MP_F32; /* half-only parameters: the state in its own dtype */
+        const void *states[2] = {half ? (const void *)p->hstate1 : p->state1, half ? (const void *)p->hstate2 : p->state2};
+        const size_t es = half ? 2 : 4;
         for (int k = 0; k < 2; k++) {
             if (!states[k]) continue;
             mp_tensor *s = &ts[n++];
             snprintf(s->name, sizeof s->name, "optim.%s.state%d", p->name, k + 1);
-            s->dtype = MP_F32, s->ndim = 1, s->shape[0] = p->n, s->nbytes = p->n * 4, s->data = states[k];
+            s->dtype = p->state_type, s->ndim = 1, s->shape[0] = p->n, s->nbytes = p->n * es, s->data = states[k];
         }
     }
     char step[32], osteps[32], blob[2 * MP_SCALER_BLOB_SIZE + 1] = "";
@@ -283,7 +355,9 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
         size_t k = 0;
         kv[k++] = "format", kv[k++] = checkpoint_format;
         for (size_t i = 0; i < nmeta; i++) kv[k++] = meta[i];
-        kv[k++] = "precision", kv[k++] = t->cfg.precision->name, kv[k++] = "step", kv[k++] = step;
+        kv[k++] = "precision", kv[k++] = t->cfg.precision->name;
+        kv[k++] = "master_weights", kv[k++] = mp_master_weights_name(t->cfg.precision->master_weights);
+        kv[k++] = "step", kv[k++] = step;
         kv[k++] = "optim_steps", kv[k++] = osteps, kv[k++] = "scaler", kv[k++] = blob, kv[k] = NULL;
         st = mp_safetensors_write(path, ts, n, kv);
     }
@@ -296,11 +370,14 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
     const char *fmt = mp_safetensors_meta(s, "format");
     if (!fmt || strcmp(fmt, checkpoint_format) != 0)
         return mp_error(MP_ECORRUPT, "%s: not a mixprec checkpoint (no format metadata)", path);
-    const char *prec[] = {"precision", t->cfg.precision->name, NULL};
+    const char *prec[] = {"precision", t->cfg.precision->name, "master_weights",
+                          mp_master_weights_name(t->cfg.precision->master_weights), NULL};
     const char *const *lists[2] = {expect, prec};
     for (int l = 0; l < 2; l++)
         for (size_t i = 0; lists[l] && lists[l][i]; i += 2) {
             const char *v = mp_safetensors_meta(s, lists[l][i]);
+            if (!v && l == 1 && i == 2) /* written before the switch: the mode's own setting */
+                v = strcmp(mp_safetensors_meta(s, "precision"), "bf16-pure") == 0 ? "bf16-pure" : "fp32";
             if (!v || strcmp(v, lists[l][i + 1]) != 0)
                 return mp_error(MP_EINVAL, "%s: checkpoint has %s '%s', this run asks for '%s'", path, lists[l][i],
                                 v ? v : "(none)", lists[l][i + 1]);
@@ -315,15 +392,17 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
     TRY(mp_optim_restore(t->opt, osteps));
     for (size_t i = 0; i < mp_optim_count(t->opt); i++) {
         mp_param *p = mp_optim_param(t->opt, i);
-        float *states[2] = {p->state1, p->state2};
+        const int half = p->state_type != MP_F32;
+        void *states[2] = {half ? (void *)p->hstate1 : p->state1, half ? (void *)p->hstate2 : p->state2};
         for (int k = 0; k < 2; k++) {
             if (!states[k]) continue;
             char name[160];
             snprintf(name, sizeof name, "optim.%s.state%d", p->name, k + 1);
             const mp_tensor *ts = mp_safetensors_find(s, name);
-            if (!ts || ts->dtype != MP_F32 || mp_tensor_numel(ts) != p->n)
-                return mp_error(MP_ECORRUPT, "%s: optimizer state '%s' missing or of the wrong size", path, name);
-            memcpy(states[k], ts->data, p->n * 4);
+            if (!ts || ts->dtype != p->state_type || mp_tensor_numel(ts) != p->n)
+                return mp_error(MP_ECORRUPT, "%s: optimizer state '%s' missing or of the wrong size or dtype", path,
+                                name);
+            memcpy(states[k], ts->data, p->n * (half ? 2 : 4));
         }
     }
     if (t->scaled) {

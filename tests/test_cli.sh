@@ -285,6 +285,50 @@ assert bad and sorted(named) == sorted(bad), (named, bad)
 PY
 then ok; else fail "the overflowing tensor is named"; fi
 
+# --master-weights none: weights and both moments only in fp16; trains, resumes
+# bit-identically, a checkpoint of the other setting is refused, bad combinations are usage errors
+expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --master-weights none --steps 12 --save "$T/mw.st" --summary "$T/mw.json"
+has "$out" '^result: test accuracy [0-9.]+%'
+if python3 - "$T/mw.st" "$T/mw.json" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+assert h["__metadata__"]["master_weights"] == "none", h["__metadata__"]
+st = {k: v["dtype"] for k, v in h.items() if k.startswith("optim.")}
+assert st and all(d == "F16" for d in st.values()), st
+assert json.load(open(sys.argv[2]))["master_weights"] == "none"
+assert json.load(open(sys.argv[2]))["precision"] == "fp16-dynamic+master-weights=none"
+PY
+then ok; else fail "master-weights none checkpoint"; fi
+# (AdamW there ends in NaN: exp_avg_sq of small gradients rounds to 0 in fp16 and the update is exp_avg / eps;
+# SGD with momentum learns)
+expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --master-weights none --optimizer sgd --momentum 0.9 --lr 0.05 --steps 30 --log "$T/mwsgd.csv"
+if python3 - "$T/mwsgd.csv" <<'PY'
+import csv, math, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+l = [float(r["loss"]) for r in rows]
+assert all(math.isfinite(x) for x in l) and sum(l[-5:]) < 0.7 * sum(l[:5]), l
+PY
+then ok; else fail "master-weights none with SGD learns"; fi
+expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --master-weights none --steps 5 --save "$T/mw5.st"
+expect 0 "$M" "${TR[@]}" --precision fp16-dynamic+master-weights=none --steps 12 --resume "$T/mw5.st" --save "$T/mw12.st"
+if cmp -s "$T/mw.st" "$T/mw12.st"; then ok; else fail "master-weights none resume differs from an uninterrupted run"; fi
+expect 1 "$M" "${TR[@]}" --precision fp16-dynamic --steps 12 --resume "$T/mw5.st" && one_line && has "$err" "master_weights 'none'"
+expect 1 "$M" "${TR[@]}" --precision fp16-dynamic --master-weights none --steps 30 --resume "$T/b.st" && one_line && has "$err" "master_weights 'fp32'"
+expect 2 "$M" "${TR[@]}" --precision bf16-pure --master-weights none --steps 1 && one_line && has "$err" 'bf16-pure'
+expect 2 "$M" "${TR[@]}" --precision fp32 --master-weights none --steps 1 && one_line && has "$err" 'fp16 or bf16'
+expect 2 "$M" "${TR[@]}" --master-weights half --steps 1 && one_line
+expect 0 "$M" "${GT[@]}" --precision fp16-dynamic --master-weights none --steps 8 --save "$T/gmw.st"
+has "$out" '^result: validation loss [0-9.]+'
+expect 0 "$M" "${GT[@]}" --precision fp16-dynamic --master-weights none --steps 3 --save "$T/gmw3.st"
+expect 0 "$M" "${GT[@]}" --precision fp16-dynamic --master-weights none --steps 8 --resume "$T/gmw3.st" --save "$T/gmw8.st"
+if cmp -s "$T/gmw.st" "$T/gmw8.st"; then ok; else fail "gpt master-weights none resume differs"; fi
+expect 0 "$M" compare --precisions fp16-dynamic,fp16-dynamic+master-weights=none --out "$T/cmw" --model mlp:784-48-10 --batch 64 --steps 3
+has "$out" 'fp16-dynamic\+master-weights=none'
+if [ -s "$T/cmw/fp16-dynamic+master-weights=none.json" ] && [ -s "$T/cmw/fp16-dynamic.json" ]; then ok; else fail "compare with a switch"; fi
+expect 2 "$M" compare --precisions fp32+master-weights=none --out "$T/cmw2" --steps 1 && one_line
+
 # the ISA cap is honoured
 MIXPREC_ISA=scalar expect 0 "$M" --version && has "$out" 'cpu path: scalar'
 

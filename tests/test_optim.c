@@ -436,6 +436,82 @@ static void check_bad_input(void) {
     mp_optim_free(NULL);
 }
 
+/* --master-weights none (mp_optim_add_half): weights and moments in fp16 or
+ * bf16, each step equal bit for bit to: widen, the fp32 update above, round
+ * every stored result to nearest even. On every optimizer path this CPU has. */
+static float hw(uint16_t h, mp_dtype t) { return t == MP_BF16 ? mp_bf16_to_f32(h) : mp_f16_to_f32(h); }
+static uint16_t hr(float x, mp_dtype t) { return t == MP_BF16 ? mp_f32_to_bf16(x) : mp_f32_to_f16(x); }
+
+static void check_half_only_once(mp_dtype t, int adamw) {
+    enum { K = 3001, STEPS = 4 };
+    static float init[K], g[K], w[K], a[K], b[K];
+    static uint16_t rw[K], ra[K], rb[K];
+    fill(init, K, 1);
+    for (int i = 0; i < K; i++) rw[i] = hr(init[i], t), ra[i] = rb[i] = 0;
+    mp_optim *o;
+    mp_adamw_config ac = {1e-2, 0.9, 0.999, 1e-8, 0.1};
+    mp_sgd_config sc = {1e-2, 0.9, 0.0, 1e-3, 0};
+    CHECK((adamw ? mp_optim_adamw(&o, &ac) : mp_optim_sgd(&o, &sc)) == MP_OK, "optim");
+    mp_optim_set_flush_denormal(o, 0);
+    mp_param *p;
+    CHECK(mp_optim_add_half(o, "w", init, K, t, &p) == MP_OK && !p->master && p->state_type == t, "add half");
+    int same = 1;
+    for (int s = 1; s <= STEPS; s++) {
+        fill(g, K, 0.1f);
+        memcpy(p->grad, g, sizeof g);
+        mp_optim_step(o);
+        for (int i = 0; i < K; i++) w[i] = hw(rw[i], t), a[i] = hw(ra[i], t), b[i] = hw(rb[i], t);
+        if (adamw) ref_adamw(w, g, a, b, K, s, ac.lr, ac.beta1, ac.beta2, ac.eps, ac.weight_decay);
+        else ref_sgd(w, g, a, K, s == 1, sc.lr, sc.momentum, sc.dampening, sc.weight_decay, 0);
+        for (int i = 0; i < K; i++) rw[i] = hr(w[i], t), ra[i] = hr(a[i], t), rb[i] = hr(b[i], t);
+        same &= memcmp(rw, p->half, sizeof rw) == 0 && memcmp(ra, p->hstate1, sizeof ra) == 0 &&
+                (!adamw || memcmp(rb, p->hstate2, sizeof rb) == 0);
+    }
+    CHECK(same, "%s %s half-only differs from widen / fp32 update / round (isa %d)", t == MP_BF16 ? "bf16" : "fp16",
+          adamw ? "adamw" : "sgd", (int)mp_cpu_isa());
+    mp_optim_free(o);
+}
+
+static void check_half_only(void) {
+    const mp_isa saved = mp_cpu_isa();
+    for (int isa = MP_ISA_SCALAR; isa <= (int)mp_cpu_detected(); isa++) {
+        if (mp_cpu_set_isa((mp_isa)isa) != MP_OK) continue;
+        for (int k = 0; k < 4; k++) check_half_only_once(k & 1 ? MP_BF16 : MP_F16, k >> 1);
+    }
+    mp_cpu_set_isa(saved);
+    /* an update under half an ulp is lost without masters; the same update
+     * with fp32 masters moves the master */
+    const float one = 1.0f;
+    for (int k = 0; k < 2; k++) {
+        const mp_dtype t = k ? MP_BF16 : MP_F16;
+        mp_sgd_config sc = {1e-4, 0, 0, 0, 0};
+        mp_optim *h, *m;
+        mp_param *ph, *pm;
+        mp_optim_sgd(&h, &sc), mp_optim_sgd(&m, &sc);
+        mp_optim_add_half(h, "w", &one, 1, t, &ph), mp_optim_add(m, "w", &one, 1, t, &pm);
+        ph->grad[0] = pm->grad[0] = 1.0f; /* update 1e-4 < half an ulp of 1 (2^-11 fp16, 2^-8 bf16) */
+        mp_optim_step(h), mp_optim_step(m);
+        CHECK(((uint16_t *)ph->half)[0] == hr(1.0f, t), "%s: a sub-half-ulp update changed the weight", t == MP_BF16 ? "bf16" : "fp16");
+        CHECK(pm->master[0] != 1.0f, "%s: fp32 master did not move", t == MP_BF16 ? "bf16" : "fp16");
+        mp_optim_free(h), mp_optim_free(m);
+    }
+    /* a small gradient's exp_avg_sq underflows to 0 in fp16 (not in the fp32 state) */
+    mp_optim *h, *m;
+    mp_param *ph, *pm;
+    mp_optim_adamw(&h, NULL), mp_optim_adamw(&m, NULL);
+    mp_optim_add_half(h, "w", &one, 1, MP_F16, &ph), mp_optim_add(m, "w", &one, 1, MP_F16, &pm);
+    ph->grad[0] = pm->grad[0] = 1e-4f; /* exp_avg_sq = 1e-3 * 1e-8 = 1e-11, under fp16's 2^-24 */
+    mp_optim_step(h), mp_optim_step(m);
+    CHECK(ph->hstate2[0] == 0 && ph->hstate1[0] != 0, "fp16 exp_avg_sq of a small gradient: 0x%04x",
+          (unsigned)ph->hstate2[0]);
+    CHECK(pm->state2[0] > 0, "fp32 exp_avg_sq keeps it");
+    mp_optim_free(h), mp_optim_free(m);
+    float bad = 1.0f;
+    mp_optim_sgd(&h, NULL);
+    CHECK(mp_optim_add_half(h, "w", &bad, 1, MP_F32, NULL) == MP_EINVAL, "half-only fp32 refused");
+    mp_optim_free(h);
+}
+
 int main(void) {
     check_sgd_variants();
     check_adamw();
@@ -447,5 +523,6 @@ int main(void) {
     check_denormal_flush();
     check_threads();
     check_bad_input();
+    check_half_only();
     return check_report("test_optim");
 }

@@ -126,13 +126,14 @@ typedef struct {
     lin m;
     data d;
     mp_trainer *t;
+    mp_precision prec; /* the trainer's mode: outlives it */
 } rig;
 
 static mp_status rig_make(rig *r, const char *prec, float boost, double clip) {
     memset(r, 0, sizeof *r);
-    const mp_precision *p;
+    const mp_precision *p = &r->prec;
     float scale;
-    mp_status st = mp_precision_parse(prec, &p, &scale);
+    mp_status st = mp_precision_parse(prec, &r->prec, &scale);
     if (st != MP_OK) return st;
     mp_adamw_config ac = mp_adamw_defaults();
     ac.lr = 0.05;
@@ -158,20 +159,34 @@ static void check_table(void) {
     size_t n;
     const mp_precision *t = mp_precisions(&n);
     CHECK(n == 6 && strcmp(t[0].name, "fp32") == 0 && t[0].compute == MP_F32, "table starts with fp32");
-    const mp_precision *p;
+    mp_precision pv;
+    const mp_precision *p = &pv;
     float s;
-    CHECK(mp_precision_parse("fp16-dynamic", &p, &s) == MP_OK && p->scaling == MP_SCALING_DYNAMIC &&
-              p->compute == MP_F16 && p->master_weights && s == 0,
+    CHECK(mp_precision_parse("fp16-dynamic", &pv, &s) == MP_OK && p->scaling == MP_SCALING_DYNAMIC &&
+              p->compute == MP_F16 && p->master_weights == MP_MASTER_FP32 && s == 0,
           "fp16-dynamic");
-    CHECK(mp_precision_parse("bf16-pure", &p, NULL) == MP_OK && !p->master_weights &&
+    CHECK(mp_precision_parse("bf16-pure", &pv, NULL) == MP_OK && p->master_weights == MP_MASTER_PURE_BF16 &&
               p->rounding == MP_ROUND_STOCHASTIC,
           "bf16-pure");
-    CHECK(mp_precision_parse("fp16-static:1024", &p, &s) == MP_OK && p->scaling == MP_SCALING_STATIC && s == 1024,
+    CHECK(mp_precision_parse("fp16-static:1024", &pv, &s) == MP_OK && p->scaling == MP_SCALING_STATIC && s == 1024,
           "static scale");
-    CHECK(mp_precision_parse("fp16-static:-1", &p, &s) == MP_EINVAL, "negative scale");
-    CHECK(mp_precision_parse("fp8", &p, &s) == MP_EINVAL && strstr(mp_last_error(), "bf16-pure"), "unknown: %s",
+    CHECK(mp_precision_parse("fp16-static:-1", &pv, &s) == MP_EINVAL, "negative scale");
+    CHECK(mp_precision_parse("fp8", &pv, &s) == MP_EINVAL && strstr(mp_last_error(), "bf16-pure"), "unknown: %s",
           mp_last_error());
-    for (size_t i = 0; i < n; i++) CHECK(t[i].color && t[i].color[0] == '#' && t[i].help, "%s colour", t[i].name);
+        CHECK(mp_precision_parse("fp16-dynamic+master-weights=none", &pv, NULL) == MP_OK &&
+              p->master_weights == MP_MASTER_NONE && p->scaling == MP_SCALING_DYNAMIC &&
+              strcmp(p->label, "fp16-dynamic+master-weights=none") == 0 && strcmp(p->name, "fp16-dynamic") == 0,
+          "fp16-dynamic+master-weights=none: %s", p->label);
+    CHECK(mp_precision_set_master_weights(&pv, MP_MASTER_FP32) == MP_OK && strcmp(p->label, "fp16-dynamic") == 0,
+          "back to fp32 masters");
+    CHECK(mp_precision_parse("fp32+master-weights=none", &pv, NULL) == MP_EINVAL && !strchr(mp_last_error(), '\n'),
+          "none on fp32");
+    CHECK(mp_precision_parse("bf16-pure+master-weights=none", &pv, NULL) == MP_EINVAL, "none on bf16-pure");
+    CHECK(mp_precision_parse("fp16+master-weights=half", &pv, NULL) == MP_EINVAL, "unknown value");
+    CHECK(mp_precision_parse("bf16+master-weights=none", &pv, NULL) == MP_OK && p->compute == MP_BF16 &&
+              p->master_weights == MP_MASTER_NONE,
+          "bf16 none");
+for (size_t i = 0; i < n; i++) CHECK(t[i].color && t[i].color[0] == '#' && t[i].help, "%s colour", t[i].name);
 }
 
 static void check_lr(void) {

@@ -188,9 +188,11 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
         opts[n] = *base;
         float scale = 0;
         if (mp_precision_parse(tok, &opts[n].prec, &scale) != MP_OK) return cli_usage_error("compare", "%s", mp_last_error());
+        if (opts[n].master_given && mp_precision_set_master_weights(&opts[n].prec, opts[n].master) != MP_OK)
+            return cli_usage_error("compare", "%s: %s", tok, mp_last_error());
         if (scale > 0) opts[n].scaler.init_scale = scale;
-        snprintf(runs[n].name, sizeof runs[n].name, "%s", tok);
-        snprintf(opts[n].prec_name, sizeof opts[n].prec_name, "%s", tok);
+        snprintf(runs[n].name, sizeof runs[n].name, "%.39s", opts[n].prec.label); /* tok with --master-weights applied */
+        memcpy(opts[n].prec_name, opts[n].prec.label, sizeof opts[n].prec_name);
         n++;
     }
     if (n == 0) return cli_usage_error("compare", "--precisions is empty");
@@ -262,7 +264,7 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
     int baseline = -1;
     for (int r = 0; r < n; r++) {
         const run_result *u = &runs[r].r;
-        const mp_precision *p = opts[r].prec;
+        const mp_precision *p = &opts[r].prec;
         for (int k = 0; k < u->nwarnings; k++) warn_ptr[r][k] = u->warnings[k];
         if (p->compute == MP_F32 && baseline < 0) baseline = r;
         rr[r] = (mp_report_run){.name = runs[r].name, .format = u->compute_format, .color = p->color,

@@ -28,7 +28,14 @@ const char run_options_help[] =
     "                         fp16-static[:S]: fixed scale S (65536); fp16-dynamic:\n"
     "                         the AMP recipe; bf16: bf16 compute, fp32 master\n"
     "                         weights; bf16-pure: bf16 weights only, stochastic\n"
-    "                         rounding. Matrix multiplies accumulate in fp32; softmax,\n"
+    "                         rounding.\n"
+    "  --master-weights fp32|none  fp32 (default): fp32 master weights and optimizer\n"
+    "                         state; none: weights and both moments only in the\n"
+    "                         compute format (fp16/bf16), each update computed in\n"
+    "                         fp32 and rounded to nearest (updates under half an ulp\n"
+    "                         are lost), as torch.optim on model.half(). Also as a\n"
+    "                         mode suffix: fp16-dynamic+master-weights=none.\n"
+    "                         Matrix multiplies accumulate in fp32; softmax,\n"
     "                         layer-norm statistics, the loss and the gradient norm\n"
     "                         are computed in fp32.\n"
     CLI_SCALER_HELP
@@ -110,7 +117,7 @@ int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
             VAL();
             if (mp_precision_parse(v, &o->prec, &static_scale) != MP_OK)
                 return cli_usage_error(cmd, "%s", mp_last_error());
-            snprintf(o->prec_name, sizeof o->prec_name, "%s", v);
+            memcpy(o->prec_name, o->prec.label, sizeof o->prec_name);
             if (static_scale > 0) o->scaler.init_scale = static_scale;
         } else if (!strcmp(a, "--optimizer")) {
             VAL();
@@ -158,12 +165,24 @@ int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--log")) { VAL(); o->log = v; }
         else if (!strcmp(a, "--summary")) { VAL(); o->summary = v; }
         else if (!strcmp(a, "--dump-grads")) { VAL(); o->dump_grads = v; }
+        else if (!strcmp(a, "--master-weights")) {
+            VAL();
+            if (!strcmp(v, "fp32")) o->master = MP_MASTER_FP32;
+            else if (!strcmp(v, "none")) o->master = MP_MASTER_NONE;
+            else return cli_usage_error(cmd, "--master-weights is fp32 or none, not '%s'", v);
+            o->master_given = 1;
+        }
         else if (!strcmp(a, "--hist-every")) { INT(o->hist_every, 0, 100000000); }
         else if (!strcmp(a, "--frozen-every")) { INT(o->frozen_every, 0, 100000000); }
         else return cli_usage_error(cmd, "unknown option '%s'", a);
 #undef VAL
 #undef NUM
 #undef INT
+    }
+    if (o->master_given && strcmp(cmd, "compare") != 0) { /* compare applies it to each of its precisions */
+        if (mp_precision_set_master_weights(&o->prec, o->master) != MP_OK)
+            return cli_usage_error(cmd, "%s", mp_last_error());
+        memcpy(o->prec_name, o->prec.label, sizeof o->prec_name);
     }
     if (o->epochs && o->steps) return cli_usage_error(cmd, "--epochs and --steps exclude each other");
     if (o->init && o->resume) return cli_usage_error(cmd, "--init and --resume exclude each other");
@@ -175,8 +194,8 @@ int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
                                                       : "an MLP trains on Fashion-MNIST: --data DIR");
     mp_scaler s;
     mp_scaler_config sc = o->scaler;
-    sc.dynamic = o->prec->scaling == MP_SCALING_DYNAMIC;
-    if (o->prec->scaling != MP_SCALING_NONE && mp_scaler_init(&s, &sc) != MP_OK)
+    sc.dynamic = o->prec.scaling == MP_SCALING_DYNAMIC;
+    if (o->prec.scaling != MP_SCALING_NONE && mp_scaler_init(&s, &sc) != MP_OK)
         return cli_usage_error(cmd, "%s", mp_last_error());
     return 0;
 }
@@ -384,9 +403,9 @@ static int setup(const run_opts *o, run_state *s, size_t *T, long *steps_per_epo
         st = mp_optim_sgd(&s->opt, &sc);
     }
     if (st != MP_OK) return cli_usage_error("train", "%s", mp_last_error());
-    if (o->prec->rounding == MP_ROUND_STOCHASTIC) mp_optim_set_rounding(s->opt, MP_ROUND_STOCHASTIC, (uint64_t)o->seed);
-    const mp_dtype ct = o->prec->compute;
-    const int pure = !o->prec->master_weights;
+    if (o->prec.rounding == MP_ROUND_STOCHASTIC) mp_optim_set_rounding(s->opt, MP_ROUND_STOCHASTIC, (uint64_t)o->seed);
+    const mp_dtype ct = o->prec.compute;
+    const mp_master_weights pure = o->prec.master_weights;
     if (gpt) {
         if (mp_gpt_create(&s->gpt, &gc, ct, pure, B, s->opt, (uint64_t)o->seed) != MP_OK)
             return fail("%s", mp_last_error());
@@ -483,7 +502,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     int ret = setup(o, &s, &T, &steps_per_epoch);
     if (ret) goto done;
     ret = 1;
-    const mp_train_config tc = {o->prec, o->scaler, {o->lr, o->schedule, o->warmup, 0, o->min_lr}, o->accum, o->clip};
+    const mp_train_config tc = {&o->prec, o->scaler, {o->lr, o->schedule, o->warmup, 0, o->min_lr}, o->accum, o->clip};
     const long total = o->steps ? o->steps : (o->epochs ? o->epochs : 1) * steps_per_epoch;
     mp_train_config tcl = tc;
     tcl.lr.decay_steps = total; /* the cosine reaches min_lr at the last step, as nanoGPT's lr_decay_iters = max_iters */
@@ -517,7 +536,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     const int nt = (int)s.model.ops->nstats(s.model.impl);
     run_result *r = &s.res;
     snprintf(r->model_kind, sizeof r->model_kind, "%s", s.model.ops->kind);
-    r->compute_format = mp_format(o->prec->compute)->name;
+    r->compute_format = mp_format(o->prec.compute)->name;
     r->ntensors = nt;
     const size_t cap = (size_t)(total - step);
     r->loss = malloc(cap * sizeof *r->loss), r->scale = malloc(cap * sizeof *r->scale), r->skipped = calloc(cap, 1);
@@ -550,7 +569,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     if (s.snap) frozen_fraction(s.opt, s.snap, &fz_first);
     const int tty = out == stdout && isatty(2);
     /* activation headroom is measured against the compute format's largest value, fp16's in an fp32 run */
-    const mp_format_info *hfmt = mp_format(o->prec->compute == MP_F32 ? MP_F16 : o->prec->compute);
+    const mp_format_info *hfmt = mp_format(o->prec.compute == MP_F32 ? MP_F16 : o->prec.compute);
     const double limit = hfmt->max;
     fprintf(out, "train: %s%s, %s, %s lr %g%s, batch %ld x %ld%s, %ld steps (%ld per epoch), seed %ld%s\n", o->model,
             gpt ? (o->gelu ? " gelu-erf" : "") : o->act ? " gelu" : " relu", o->prec_name,
@@ -700,11 +719,11 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     /* warnings the literature describes */
 #define WARN(...) if (r->nwarnings < 6) snprintf(r->warnings[r->nwarnings++], sizeof r->warnings[0], __VA_ARGS__)
     if (nan_step >= 0) WARN("the loss became NaN/inf at step %ld", nan_step);
-    if (sc && o->prec->scaling == MP_SCALING_DYNAMIC && mp_scaler_get_scale(sc) < o->scaler.init_scale / 1024.0f)
+    if (sc && o->prec.scaling == MP_SCALING_DYNAMIC && mp_scaler_get_scale(sc) < o->scaler.init_scale / 1024.0f)
         WARN("the loss scale collapsed from %g to %g (%ld skipped steps)", (double)o->scaler.init_scale,
              (double)mp_scaler_get_scale(sc), r->skipped_total);
     if (stopped) WARN("stopped: %.230s", stopped);
-    if (o->prec->compute == MP_F16 && r->underflow > 0.01)
+    if (o->prec.compute == MP_F16 && r->underflow > 0.01)
         WARN("%.2f%% of the gradient values stored in fp16 underflowed to zero%s", 100.0 * r->underflow,
              sc ? "" : ": use loss scaling (fp16-dynamic)");
     if (act_over) WARN("%llu activation values overflowed to inf when stored in %s", (unsigned long long)act_over,
@@ -714,6 +733,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     if (o->summary) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "precision", o->prec_name);
+        cJSON_AddStringToObject(j, "master_weights", mp_master_weights_name(o->prec.master_weights));
         cJSON_AddStringToObject(j, "model", o->model);
         cJSON_AddStringToObject(j, "compute_format", r->compute_format);
         cJSON_AddNumberToObject(j, "steps", (double)done_steps);
@@ -767,7 +787,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
                 cJSON_AddNumberToObject(o1, "fraction", s.fz[k]);
                 cJSON_AddItemToArray(fr, o1);
             }
-            const mp_format_info *fi = mp_format(o->prec->compute == MP_F32 ? MP_F16 : o->prec->compute);
+            const mp_format_info *fi = mp_format(o->prec.compute == MP_F32 ? MP_F16 : o->prec.compute);
             cJSON *hj = cJSON_AddObjectToObject(j, "histograms");
             cJSON_AddNumberToObject(hj, "log2_lo", RUN_HIST_LO);
             cJSON_AddStringToObject(hj, "limits_of", fi->name);

@@ -10,8 +10,10 @@
 
 typedef struct run_opts {
     const char *model, *data, *init, *save, *resume, *log, *summary, *dump_grads;
-    const mp_precision *prec;
-    char prec_name[40];       /* as given: "fp16-static:1024" */
+    mp_precision prec;        /* the mode with its switches (--master-weights applied) */
+    char prec_name[64];       /* its label: "fp16-static:1024", "fp16-dynamic+master-weights=none" */
+    int master_given;         /* --master-weights was given: master applies to prec */
+    mp_master_weights master;
     mp_dtype save_dtype;
     long hist_every, frozen_every;
     mp_act act;

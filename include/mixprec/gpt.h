@@ -109,10 +109,13 @@ typedef struct mp_gpt mp_gpt;
  * r = sqrt(-2 ln(1 - u1)), in double, rounded to fp32 (an odd count drops
  * the last sine); constant parameters draw nothing. Weights and embeddings
  * get a half copy in the compute format; biases and layer norms stay fp32.
- * pure_bf16: every parameter only in bf16 (compute must be MP_BF16).
+ * master: MP_MASTER_FP32 (0) as above; MP_MASTER_PURE_BF16 (1): every
+ * parameter only in bf16 (compute must be MP_BF16); MP_MASTER_NONE: every
+ * parameter, biases and layer norms too, only in the compute format (fp16
+ * or bf16), optimizer state too (mp_optim_add_half).
  * Activations take about (16 C + H T) values of the compute format per
  * token and layer. MP_EINVAL for a bad configuration, MP_ENOMEM. */
-mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype compute, int pure_bf16, size_t max_batch,
+mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype compute, mp_master_weights master, size_t max_batch,
                         mp_optim *opt, uint64_t seed);
 void mp_gpt_free(mp_gpt *g); /* NULL is a no-op */
 

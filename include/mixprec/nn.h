@@ -40,9 +40,12 @@ typedef struct mp_mlp mp_mlp;
 /* Builds the model for batches of up to max_batch rows, computing in `compute`
  * (MP_F32, MP_F16 or MP_BF16), and adds its parameters to opt with PyTorch's
  * default nn.Linear initialisation (uniform in +-1/sqrt(fan_in), weights and
- * biases) drawn from seed; layer norm weights 1, biases 0. pure_bf16: weights
- * only in bf16 (compute must be MP_BF16). */
-mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype compute, int pure_bf16, size_t max_batch,
+ * biases) drawn from seed; layer norm weights 1, biases 0. master:
+ * MP_MASTER_FP32 (0): fp32 masters, half copies of the weight matrices;
+ * MP_MASTER_PURE_BF16 (1): every parameter only in bf16 (compute must be
+ * MP_BF16); MP_MASTER_NONE: every parameter and its optimizer state only in
+ * the compute format, fp16 or bf16 (mp_optim_add_half). */
+mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype compute, mp_master_weights master, size_t max_batch,
                         mp_optim *opt, uint64_t seed);
 void      mp_mlp_free(mp_mlp *m);
 

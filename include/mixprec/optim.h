@@ -7,7 +7,13 @@
  * bf16 stochastic rounding (seeded, reproducible). In pure-bf16 mode a
  * parameter has no master copy: the weights live only in bf16 and each update
  * is rounded stochastically (saves 4 bytes per weight; costs accuracy, see
- * docs/SCALING.md).
+ * docs/SCALING.md). A half-only parameter (mp_optim_add_half, what
+ * `--master-weights none` registers) has no fp32 copy of anything: its
+ * weights and its optimizer state (momentum buffer, exp_avg, exp_avg_sq) live
+ * in fp16 or bf16; each update widens them to fp32, runs the same fp32
+ * arithmetic as the master path and rounds every stored result to nearest
+ * even, as torch.optim on a model.half() stores it (updates under half an ulp
+ * of the weight are lost; moments of small gradients underflow).
  *
  * The update rules are PyTorch's torch.optim.SGD and torch.optim.AdamW
  * (single-tensor implementation): hyperparameters are doubles, coefficients
@@ -49,18 +55,36 @@ mp_adamw_config mp_adamw_defaults(void);
 
 typedef enum mp_rounding { MP_ROUND_NEAREST = 0, MP_ROUND_STOCHASTIC } mp_rounding;
 
+/* Where the weights and the optimizer state live (the --master-weights switch). */
+typedef enum mp_master_weights {
+    MP_MASTER_FP32 = 0,  /* fp32 master weights and fp32 optimizer state, updates in fp32; the compute
+                            copies rounded from the masters (--master-weights fp32, the default) */
+    MP_MASTER_PURE_BF16, /* bf16-pure: weights only in bf16, fp32 optimizer state, each update rounded
+                            stochastically; a mode of its own, not a setting of the switch */
+    MP_MASTER_NONE,      /* --master-weights none: weights and optimizer state only in the compute format
+                            (fp16 or bf16), every parameter (biases and layer norms too); each update
+                            computed in fp32 from the widened values, every result rounded to nearest
+                            even (mp_optim_add_half), as torch.optim on a model.half() */
+} mp_master_weights;
+
 /* Where a step stands for one optimizer between two mp_scaler_update calls. */
 typedef enum mp_stage { MP_STAGE_READY = 0, MP_STAGE_UNSCALED, MP_STAGE_STEPPED } mp_stage;
 
 typedef struct mp_param {
     char     name[64];
     size_t   n;
-    float   *master;    /* (n,) fp32 master weights; NULL in pure-bf16 mode */
+    float   *master;    /* (n,) fp32 master weights; NULL in pure-bf16 mode and for half-only parameters */
     float   *grad;      /* (n,) fp32 gradient: backward adds into it */
     void    *half;      /* (n,) the compute copy in half_type; NULL when half_type is MP_F32 */
     mp_dtype half_type; /* MP_F32 (no copy), MP_F16 or MP_BF16 */
-    float   *state1;    /* (n,) SGD momentum buffer or AdamW exp_avg; NULL until first used */
-    float   *state2;    /* (n,) AdamW exp_avg_sq */
+    float   *state1;    /* (n,) SGD momentum buffer or AdamW exp_avg; NULL until first used, and
+                           always NULL when state_type is not MP_F32 */
+    float   *state2;    /* (n,) AdamW exp_avg_sq (NULL as state1) */
+    mp_dtype state_type; /* the optimizer state's format: MP_F32 (state1, state2) or, for a half-only
+                            parameter (mp_optim_add_half), its half_type (hstate1, hstate2) */
+    uint16_t *hstate1;  /* (n,) state1 in state_type (fp16 or bf16 bits); NULL until first used, and
+                           always NULL when state_type is MP_F32 */
+    uint16_t *hstate2;  /* (n,) state2 in state_type (NULL as hstate1) */
     int      has_state; /* state holds values (SGD's buffer starts as the first gradient) */
     int      no_decay;  /* weight decay is not applied to this parameter (0 when added; a model
                            sets it for biases and layer norms, as nanoGPT's configure_optimizers) */
@@ -84,6 +108,17 @@ mp_status mp_optim_add(mp_optim *o, const char *name, const float *init, size_t 
  * each update is rounded stochastically to bf16. */
 mp_status mp_optim_add_pure_bf16(mp_optim *o, const char *name, const float *init, size_t n, mp_param **out);
 
+/* Adds a half-only parameter (`--master-weights none`): weights rounded to
+ * nearest even from init into param->half (half_type MP_F16 or MP_BF16; else
+ * MP_EINVAL), no master; the optimizer state, when the optimizer needs one,
+ * in half_type too (state_type, hstate1, hstate2). Each update widens the
+ * stored weight and state to fp32, applies the same fp32 element arithmetic
+ * as a master-weight parameter and rounds each result (weight, momentum
+ * buffer, exp_avg, exp_avg_sq) to nearest even into half_type. *out as
+ * mp_optim_add. */
+mp_status mp_optim_add_half(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
+                            mp_param **out);
+
 /* Subnormal moments (|x| < 2^-126, reached by exp_avg_sq when gradients
  * fall below ~1e-19) make the update two to three times slower on x86: its
  * arithmetic then needs microcode assists. By default (flush = 1) the update
@@ -105,7 +140,8 @@ double    mp_optim_lr(const mp_optim *o);
 
 /* For checkpoints: sets the number of steps taken and allocates (zeroed) the
  * optimizer state of every parameter so that the caller can fill state1 and
- * state2; has_state becomes steps > 0. */
+ * state2 (hstate1 and hstate2 for half-only parameters); has_state becomes
+ * steps > 0. */
 mp_status mp_optim_restore(mp_optim *o, uint64_t steps);
 
 /* Sets every gradient to zero. */

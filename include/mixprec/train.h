@@ -37,26 +37,42 @@ extern "C" {
 
 typedef enum mp_scaling { MP_SCALING_NONE = 0, MP_SCALING_STATIC, MP_SCALING_DYNAMIC } mp_scaling;
 
-/* A precision mode: one row of the table. */
+/* A precision mode: one row of the table, or a row with switches applied
+ * (a value the caller holds, from mp_precision_parse). */
 typedef struct mp_precision {
-    const char *name;       /* "fp16-dynamic" */
+    const char *name;       /* the table row: "fp16-dynamic" */
     mp_dtype compute;       /* activations, gradients and the weight copies the kernels read */
-    int master_weights;     /* 1: fp32 master weights, updates in fp32; 0: weights only in the
-                               compute format, each update rounded stochastically (bf16 only) */
+    mp_master_weights master_weights; /* where weights and optimizer state live */
     mp_rounding rounding;   /* how the fp32 masters are rounded into the compute copies */
     mp_scaling scaling;     /* loss scaling */
     const char *color;      /* the report's colour for this mode */
     const char *help;       /* one line for --help */
+    char label[64];         /* the mode with its switches, as runs are labelled:
+                               "fp16-dynamic+master-weights=none", "fp16-static:1024" (name in a table row) */
 } mp_precision;
 
 /* The modes, in the order help and reports list them (fp32 first: the
  * baseline). *count gets their number. */
 const mp_precision *mp_precisions(size_t *count);
 
-/* Finds a mode by name. "fp16-static:S" is fp16-static with the scale S
- * (*static_scale, may be NULL; 0 when not given). MP_EINVAL + message for an
- * unknown name or a bad scale. */
-mp_status mp_precision_parse(const char *spec, const mp_precision **mode, float *static_scale);
+/* Parses a mode with optional switches into *out (caller-provided):
+ * NAME[:S][+master-weights=fp32|none]. "fp16-static:S" is fp16-static with
+ * the scale S (*static_scale, may be NULL; 0 when not given). out->label
+ * gets the mode as given followed by the switches that differ from the
+ * mode's own setting. MP_EINVAL + message (one line) for an unknown name or
+ * switch, a bad scale, or a switch the mode cannot take
+ * (mp_precision_set_master_weights). */
+mp_status mp_precision_parse(const char *spec, mp_precision *out, float *static_scale);
+
+/* Applies --master-weights to a mode: MP_MASTER_FP32 or MP_MASTER_NONE.
+ * MP_EINVAL + message for none on an fp32 mode (there is no compute copy to
+ * keep alone) or on bf16-pure (a mode of its own: stochastic rounding, fp32
+ * moments), for fp32 on bf16-pure (that is bf16), and for any other value.
+ * Updates p->label ("+master-weights=none" appended once). */
+mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m);
+
+/* "fp32", "bf16-pure" or "none": the value checkpoints and logs record. */
+const char *mp_master_weights_name(mp_master_weights m);
 
 /* ---- learning-rate schedules (nanoGPT's get_lr) ---- */
 
@@ -112,7 +128,7 @@ mp_status mp_text_loader(mp_loader *out, const mp_text *text, size_t B, size_t T
 /* ---- the trainer ---- */
 
 typedef struct mp_train_config {
-    const mp_precision *precision;
+    const mp_precision *precision; /* must outlive the trainer (a table row or the caller's value) */
     mp_scaler_config scaler; /* scaled modes: static uses init_scale and never changes it */
     mp_lr_config lr;
     long accum;              /* micro-batches per step (>= 1) */
@@ -169,13 +185,17 @@ const mp_scaler *mp_trainer_scaler(const mp_trainer *t); /* NULL in modes withou
 /* Checkpoints: the model's tensors (weights converted to weights_dtype:
  * MP_F32 keeps them exact), each parameter's optimizer state
  * ("optim.NAME.state1|2"), and metadata: the caller's pairs (key, value,
- * ..., NULL; may be NULL), then format, precision, step, optim_steps and
- * the scaler's state. Written atomically (io.h). */
+ * ..., NULL; may be NULL), then format, precision (the table row's name),
+ * master_weights (mp_master_weights_name), step, optim_steps and the
+ * scaler's state. Optimizer state is written in its own dtype (F32, or
+ * F16/BF16 for half-only parameters). Written atomically (io.h). */
 mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *meta, mp_dtype weights_dtype);
 
 /* Continues from a checkpoint written by mp_trainer_save: refuses
  * (MP_EINVAL, naming the key) one whose metadata differ from the expected
- * pairs (key, value, ..., NULL) or from this trainer's precision; restores
+ * pairs (key, value, ..., NULL) or from this trainer's precision or
+ * master_weights (a checkpoint without master_weights counts as "fp32",
+ * or "bf16-pure" for that precision); restores
  * weights, optimizer state, scaler and step count (MP_ECORRUPT for missing
  * or damaged parts). A resumed run continues bit-identically. */
 mp_status mp_trainer_resume(mp_trainer *t, const char *path, const char *const *expect);
