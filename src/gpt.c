@@ -124,6 +124,14 @@ static const float *fparam(mp_gpt *g, const mp_param *p, int k) {
 
 static uint8_t *at(const mp_gpt *g, const void *p, size_t i) { return (uint8_t *)p + i * g->es; }
 
+/* The largest magnitude in att's causal part (row t of each (sequence, head) holds t + 1 values). */
+static float att_amax(const mp_gpt *g, const block *h, size_t B, size_t T) {
+    float m = 0.0f;
+    for (size_t r = 0; r < B * (size_t)g->cfg.n_head * T; r++)
+        m = fmaxf(m, mp_amax(at(g, h->att, r * T), g->ct, r % T + 1));
+    return m;
+}
+
 /* ---- configuration ---- */
 
 static mp_status check_config(const mp_gpt_config *c, const char *what) {
@@ -556,8 +564,8 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
         attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), NULL, NULL};
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
         TRY(attention(&j, 0, fst(g, s_act(g, l, A_ATT), natt), fst(g, s_act(g, l, A_Y), N * C)));
-        for (size_t r = 0; g->counting && r < B * (size_t)g->cfg.n_head * T; r++) /* the causal rows' stored part */
-            famax(g, s_act(g, l, A_ATT), at(g, h->att, r * T), r % T + 1);
+        mp_tensor_stats *sa = &g->stats[s_act(g, l, A_ATT)];
+        if (g->counting) sa->fwd_amax = fmaxf(sa->fwd_amax, att_amax(g, h, B, T));
         famax(g, s_act(g, l, A_Y), h->y, N * C);
         ep = (mp_gemm_epilogue){fparam(g, h->aprb, 0), MP_F32, fst(g, s_act(g, l, A_APROJ), N * C)};
         TRY(mp_gemm_ex(0, 1, N, C, C, 1.0f, h->y, ct, C, wct(g, h->aprw), ct, C, 0.0f, g->tmp, ct, C, &ep));
@@ -644,8 +652,8 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), g->g_a, g->g_big};
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
         TRY(attention(&j, 1, bst(g, s_act(g, l, A_ATT), natt), bst(g, s_act(g, l, A_QKV), N * 3 * C)));
-        for (size_t r = 0; r < B * (size_t)g->cfg.n_head * T; r++) /* the scores' gradient, in att's causal rows */
-            bamax(g, s_act(g, l, A_ATT), at(g, h->att, r * T), ct, r % T + 1);
+        mp_tensor_stats *sa = &g->stats[s_act(g, l, A_ATT)];
+        sa->bwd_amax = fmaxf(sa->bwd_amax, att_amax(g, h, B, T)); /* now the scores' gradient */
         bamax(g, s_act(g, l, A_QKV), g->g_big, ct, N * 3 * C);
         ep = wgrad(g, s_w(g, l, W_ATT), 3 * C * C);
         TRY(mp_gemm_ex(1, 0, 3 * C, C, N, 1.0f, g->g_big, ct, 3 * C, h->ln1, ct, C, beta, h->attw->grad, MP_F32, C,

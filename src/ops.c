@@ -47,6 +47,11 @@ static void store(void *p, mp_dtype t, size_t i, const float *v, size_t n, mp_co
 /* Scratch rows: `count` rows of n floats. */
 static float *scratch(size_t count, size_t n) { return malloc((count * n + 16) * sizeof(float)); }
 
+/* st (may be NULL) += the per-share statistics part[0 .. shares) */
+static void add_parts(mp_convert_stats *st, const mp_convert_stats *part, int shares) {
+    for (int t = 0; st && t < shares; t++) mp_convert_stats_add(st, &part[t]);
+}
+
 #define CHUNK 4096 /* element-wise ops work through fp32 chunks of this size */
 
 typedef float (*unary_fn)(float x);
@@ -104,8 +109,7 @@ static void elem_share(void *ctx, size_t i0, size_t i1, int t) {
 static mp_status run_elem(elem_job *j, size_t n, mp_convert_stats *st) {
     memset(j->part, 0, sizeof j->part);
     const int shares = mp_parallel_for(n, ELEM_PARALLEL_MIN, CHUNK, elem_share, j);
-    if (st)
-        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j->part[t]);
+    add_parts(st, j->part, shares);
     return MP_OK;
 }
 
@@ -153,8 +157,7 @@ static int relu16(void *out, mp_dtype ot, const void *a, mp_dtype at, const void
     relu16_job j = {out, a, b, {ot == MP_F16 ? 0x7c00 : 0x7f80, ot == MP_F16 ? 0x0200 : 0x0040, ot == MP_F16 ? 0x03ff : 0x007f},
                     {{0}}};
     const int shares = mp_parallel_for(n, ELEM_PARALLEL_MIN, 64, relu16_share, &j);
-    if (st)
-        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
+    add_parts(st, j.part, shares);
     return 1;
 }
 
@@ -262,8 +265,7 @@ mp_status mp_bias_add(void *y, mp_dtype yt, const void *x, mp_dtype xt, const fl
     bias_job j = {y, yt, xt, x, bias, C, 0, {{0}}};
     const int shares = mp_parallel_for(B, C ? ELEM_PARALLEL_MIN / C + 1 : B + 1, 1, bias_share, &j);
     if (j.oom) return mp_error(MP_ENOMEM, "mp_bias_add: out of memory");
-    if (st)
-        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
+    add_parts(st, j.part, shares);
     return MP_OK;
 }
 
@@ -369,8 +371,7 @@ mp_status mp_softmax_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, s
     softmax_job j = {y, yt, xt, MP_F32, x, NULL, C, log, 0, {{0}}};
     const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, softmax_fwd_share, &j);
     if (j.oom) return mp_error(MP_ENOMEM, "mp_softmax_forward: out of memory");
-    if (st)
-        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
+    add_parts(st, j.part, shares);
     return MP_OK;
 }
 
@@ -408,8 +409,7 @@ mp_status mp_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt
     softmax_job j = {dx, dxt, yt, dyt, y, dy, C, log, 0, {{0}}};
     const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, softmax_bwd_share, &j);
     if (j.oom) return mp_error(MP_ENOMEM, "mp_softmax_backward: out of memory");
-    if (st)
-        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
+    add_parts(st, j.part, shares);
     return MP_OK;
 }
 
@@ -465,8 +465,7 @@ mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt, const void *
     row_scratch_free(terms, stack);
     if (j.oom) return mp_error(MP_ENOMEM, "mp_cross_entropy: out of memory");
     *loss = total / (float)B;
-    if (st)
-        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &j.part[t]);
+    add_parts(st, j.part, shares);
     return MP_OK;
 }
 
@@ -521,8 +520,7 @@ mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, c
     ln_job J = {y, yt, xt, MP_F32, x, NULL, mean, rstd, NULL, NULL, w, b, NULL, NULL, B, C, eps, 0, {{0}}};
     const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, ln_fwd_share, &J);
     if (J.oom) return mp_error(MP_ENOMEM, "mp_layernorm_forward: out of memory");
-    if (st)
-        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &J.part[t]);
+    add_parts(st, J.part, shares);
     return MP_OK;
 }
 
@@ -592,7 +590,6 @@ mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db, co
     if (dw || db) mp_parallel_for(C, B * C >= ELEM_PARALLEL_MIN ? 64 : C + 1, 16, ln_dwdb_share, &J);
     const int shares = J.oom ? 0 : mp_parallel_for(B, rows_min_parallel(B, C), 1, ln_dx_share, &J);
     if (J.oom) return mp_error(MP_ENOMEM, "mp_layernorm_backward: out of memory");
-    if (st)
-        for (int t = 0; t < shares; t++) mp_convert_stats_add(st, &J.part[t]);
+    add_parts(st, J.part, shares);
     return MP_OK;
 }

@@ -206,12 +206,13 @@ static void refresh_half(mp_optim *o, size_t i) {
     }
 }
 
-/* pure: 0 fp32 master (+ half copy), 1 pure bf16 (stochastic, fp32 state), 2 half only (weights and state
- * in half_type, nearest even) */
+/* master: fp32 masters (+ half copy); pure bf16 (stochastic, fp32 state); none (weights and state in
+ * half_type, nearest even) */
 static mp_status add_param(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
-                           int pure, mp_param **out) {
+                           mp_master_weights master, mp_param **out) {
+    const int pure = master != MP_MASTER_FP32; /* no fp32 master: the weights live in the half copy */
     if (!o || !name || (!init && n)) return mp_error(MP_EINVAL, "mp_optim_add: NULL argument");
-    if (pure == 2 && half_type != MP_F16 && half_type != MP_BF16)
+    if (master == MP_MASTER_NONE && half_type != MP_F16 && half_type != MP_BF16)
         return mp_error(MP_EINVAL, "mp_optim_add_half: a half-only parameter is fp16 or bf16");
     if (half_type != MP_F32 && half_type != MP_F16 && half_type != MP_BF16)
         return mp_error(MP_EINVAL, "mp_optim_add: half copies are fp16 or bf16 (or MP_F32 for none)");
@@ -231,7 +232,7 @@ static mp_status add_param(mp_optim *o, const char *name, const float *init, siz
     snprintf(p->name, sizeof p->name, "%s", name);
     p->n = n;
     p->half_type = half_type;
-    p->state_type = pure == 2 ? half_type : MP_F32;
+    p->state_type = master == MP_MASTER_NONE ? half_type : MP_F32;
     p->grad = alloc_zero(n, 4);
     if (!pure) p->master = alloc_zero(n, 4);
     if (half_type != MP_F32) p->half = alloc_zero(n, 2);
@@ -253,16 +254,16 @@ static mp_status add_param(mp_optim *o, const char *name, const float *init, siz
 
 mp_status mp_optim_add(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
                        mp_param **out) {
-    return add_param(o, name, init, n, half_type, 0, out);
+    return add_param(o, name, init, n, half_type, MP_MASTER_FP32, out);
 }
 
 mp_status mp_optim_add_pure_bf16(mp_optim *o, const char *name, const float *init, size_t n, mp_param **out) {
-    return add_param(o, name, init, n, MP_BF16, 1, out);
+    return add_param(o, name, init, n, MP_BF16, MP_MASTER_PURE_BF16, out);
 }
 
 mp_status mp_optim_add_half(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
                             mp_param **out) {
-    return add_param(o, name, init, n, half_type, 2, out);
+    return add_param(o, name, init, n, half_type, MP_MASTER_NONE, out);
 }
 
 mp_status mp_optim_set_flush_denormal(mp_optim *o, int flush) {

@@ -108,10 +108,9 @@ mp_status mp_precision_parse(const char *spec, mp_precision *out, float *static_
         const size_t len = next ? (size_t)(next - v) : strlen(v);
         const char key[] = "master-weights=";
         const size_t kl = sizeof key - 1;
-        if (len > kl && strncmp(v, key, kl) == 0 && len - kl == 4 && strncmp(v + kl, "none", 4) == 0)
-            st = mp_precision_set_master_weights(&p, MP_MASTER_NONE);
-        else if (len > kl && strncmp(v, key, kl) == 0 && len - kl == 4 && strncmp(v + kl, "fp32", 4) == 0)
-            st = mp_precision_set_master_weights(&p, MP_MASTER_FP32);
+        const int is_key = len == kl + 4 && strncmp(v, key, kl) == 0;
+        if (is_key && strncmp(v + kl, "none", 4) == 0) st = mp_precision_set_master_weights(&p, MP_MASTER_NONE);
+        else if (is_key && strncmp(v + kl, "fp32", 4) == 0) st = mp_precision_set_master_weights(&p, MP_MASTER_FP32);
         else
             st = mp_error(MP_EINVAL, "unknown switch '+%.*s' in precision '%s' (the switch is master-weights=fp32|none)",
                           (int)len, v, spec);
@@ -230,13 +229,10 @@ static int nonfinite(const float *x, size_t n) {
  * gradients holding an inf first (where an overflow happened), then those
  * holding only NaN (where it spread), each in registration order. */
 static void locate_nonfinite(mp_trainer *t, mp_step_info *r) {
-    const size_t np = mp_optim_count(t->opt);
-    uint8_t kind[1024];
     for (int want = 2; want >= 1; want--)
-        for (size_t i = 0; i < np; i++) {
+        for (size_t i = 0; i < mp_optim_count(t->opt); i++) {
             const mp_param *p = mp_optim_param(t->opt, i);
-            if (want == 2 && i < sizeof kind) kind[i] = (uint8_t)nonfinite(p->grad, p->n);
-            if ((i < sizeof kind ? kind[i] : nonfinite(p->grad, p->n)) != want) continue;
+            if (nonfinite(p->grad, p->n) != want) continue;
             if (r->nbad == 0) r->bad_grad_inf = want == 2;
             if (r->nbad < MP_STEP_NAMES) r->bad_grads[r->nbad] = p->name;
             r->nbad++;
