@@ -52,14 +52,14 @@ int main(void) {
         /* forward: logits = x W^T in fp16 (fp32 accumulation), loss in fp32,
          * backward seed = S dloss/dlogits stored in fp16 */
         CHECK(mp_gemm(0, 1, B, K, D, 1.0f, xb, MP_F16, D, w->half, MP_F16, D, 0.0f, logits, MP_F16, K, NULL));
-        CHECK(mp_cross_entropy(&loss, dlogits, MP_F16, logits, MP_F16, y + i0, B, K, S, NULL));
+        CHECK(mp_cross_entropy(&loss, dlogits, MP_F16, logits, MP_F16, y + i0, B, K, S, MP_F32, NULL));
         /* backward: dW = dlogits^T x, rounded to fp16, into the fp32 gradient */
         const mp_gemm_epilogue ep = {.round_to = MP_F16};
         CHECK(mp_gemm_ex(1, 0, K, D, B, 1.0f, dlogits, MP_F16, K, xb, MP_F16, D, 0.0f, w->grad, MP_F32, D, &ep));
         int found_inf = 0;
         double norm;
         CHECK(mp_scaler_unscale(&scaler, opt, &found_inf));     /* grad *= 1/S, inf/NaN check */
-        CHECK(mp_clip_grad_norm(opt, &scaler, 1.0, &norm));      /* on unscaled gradients */
+        CHECK(mp_clip_grad_norm(opt, &scaler, 1.0, MP_F32, &norm));      /* on unscaled gradients */
         CHECK(mp_scaler_step(&scaler, opt, &found_inf));         /* skipped on inf/NaN */
         const mp_status up = mp_scaler_update(&scaler, found_inf); /* grow or back off */
         if (up != MP_OK) return fprintf(stderr, "train_loop: %s\n", mp_last_error()), 1;

@@ -111,8 +111,12 @@ static void pack_f32(float *d, // (kc, width) fp32
 /* ---- the epilogue: a tile's fp32 sums into C (gemm_epilogue.h) ---- */
 
 void mp_gemm_epilogue_scalar(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
-                             size_t cols, mp_convert_stats *st) {
-    mp_gemm_epilogue_body(e, tile, ts, i0, j0, rows, cols, st);
+                             size_t cols, mp_convert_stats *st, uint64_t *zeros) {
+    mp_gemm_epilogue_body(e, tile, ts, i0, j0, rows, cols, st, zeros);
+}
+
+uint64_t mp_gemm_zeros_scalar(const float *c, size_t ldc, size_t rows, size_t cols) {
+    return tile_zeros(c, ldc, rows, cols);
 }
 
 /* ---- portable kernel ---- */
@@ -141,7 +145,8 @@ static void micro_scalar(size_t kc, const void *ap, const void *bp, float *c, si
 }
 
 const mp_gemm_kernel mp_gemm_scalar = {"scalar", SCALAR_MR, SCALAR_NR, 1, 256, 128, 2048, 4,
-                                       pack_a_scalar, pack_b_scalar, micro_scalar, mp_gemm_epilogue_scalar};
+                                       pack_a_scalar, pack_b_scalar, micro_scalar, mp_gemm_epilogue_scalar,
+                                       mp_gemm_zeros_scalar};
 
 /* ---- the blocked driver ---- */
 
@@ -201,10 +206,12 @@ static void *pack_buffer(int which, size_t bytes) {
  * the last block of k. Blocks before it go into W: C itself for an fp32 C
  * without round_to (holding alpha (sum) + beta C), else an fp32 workspace
  * (holding the plain sum). trivial: no epilogue at all, the micro-kernel
- * writes C directly at every block. Counts per thread into part[]. */
+ * writes C directly at every block (and zpart[] counts the zeros of each
+ * tile of the last block as it is written). Counts per thread into part[]
+ * and zpart[] (NULL: not counted). */
 static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m, size_t n, size_t k, const void *a,
                               mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, const mp_gemm_ep *ep,
-                              int trivial, mp_convert_stats *part) {
+                              int trivial, mp_convert_stats *part, uint64_t *zpart) {
     const size_t MR = (size_t)kr->mr, NR = (size_t)kr->nr, KP = (size_t)kr->kpack;
     const size_t nc = kr->nc < n ? kr->nc : (n + NR - 1) / NR * NR; /* kr->nc is a multiple of NR */
     const size_t kc_max = kr->kc;
@@ -258,6 +265,7 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                 const size_t kcur = k - pc < kc_max ? k - pc : kc_max;
                 const size_t kpad = (kcur + KP - 1) / KP * KP;
                 const int final = !trivial && pc + kcur == k;
+                const int zeros_in_c = trivial && zpart && pc + kcur == k; /* C's final values, counted as written */
                 /* into W: alpha and beta at the first block when W is C, the plain sum otherwise */
                 const float wa = in_c ? ep->alpha : 1.0f;
                 const float wb = pc > 0 ? 1.0f : in_c ? ep->beta : 0.0f;
@@ -297,7 +305,8 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                                     __builtin_prefetch(c0 + i * ep->ldc * cs + cols * cs - 1, 1);
                                 }
                                 kr->micro(kpad, ap, bp, tile, NR, 1.0f, 0.0f);
-                                kr->epilogue(&last, tile, NR, i0, j0, rows, cols, part ? &part[t] : NULL);
+                                kr->epilogue(&last, tile, NR, i0, j0, rows, cols, part ? &part[t] : NULL,
+                                             zpart ? &zpart[t] : NULL);
                                 continue;
                             }
                             float *cp = w + i0 * ldw + j0;
@@ -310,6 +319,7 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                                         cp[i * ldw + j] =
                                             apply_ab(tile[i * NR + j], wa, wb, wb == 0.0f ? 0.0f : cp[i * ldw + j]);
                             }
+                            if (zeros_in_c) zpart[t] += kr->zeros(cp, ldw, rows, cols);
                         }
                     }
                 }
@@ -320,20 +330,20 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
 }
 
 /* No products (k == 0 or alpha == 0): the epilogue on sums of zero. */
-static void epilogue_zero(const mp_gemm_ep *ep, size_t m, size_t n, mp_convert_stats *st) {
+static void epilogue_zero(const mp_gemm_ep *ep, size_t m, size_t n, mp_convert_stats *st, uint64_t *zeros) {
     float tile[8 * 64];
     for (size_t i0 = 0; i0 < m; i0 += 8)
         for (size_t j0 = 0; j0 < n; j0 += 64) {
             const size_t rows = m - i0 < 8 ? m - i0 : 8, cols = n - j0 < 64 ? n - j0 : 64;
             memset(tile, 0, sizeof tile);
-            mp_gemm_epilogue_scalar(ep, tile, 64, i0, j0, rows, cols, st);
+            mp_gemm_epilogue_scalar(ep, tile, 64, i0, j0, rows, cols, st, zeros);
         }
 }
 
 mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a, mp_dtype at,
                   size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c, mp_dtype ct, size_t ldc,
                   mp_convert_stats *st) {
-    const mp_gemm_epilogue ep = {NULL, MP_F32, st};
+    const mp_gemm_epilogue ep = {NULL, MP_F32, st, NULL};
     return mp_gemm_ex(trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, &ep);
 }
 
@@ -342,22 +352,26 @@ mp_status mp_gemm_ex(int trans_a, int trans_b, size_t m, size_t n, size_t k, flo
                      mp_dtype ct, size_t ldc, const mp_gemm_epilogue *epi) {
     mp_status s = check_args("mp_gemm", trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, c, ct, ldc);
     if (s != MP_OK) return s;
-    const mp_gemm_epilogue none = {NULL, MP_F32, NULL};
+    const mp_gemm_epilogue none = {NULL, MP_F32, NULL, NULL};
     if (!epi) epi = &none;
     if (epi->round_to != MP_F32 && ((epi->round_to != MP_F16 && epi->round_to != MP_BF16) || ct != MP_F32))
         return mp_error(MP_EINVAL, "mp_gemm: round_to must be fp16 or bf16, with an fp32 C");
     if (m == 0 || n == 0) return MP_OK;
     const mp_gemm_ep ep = {alpha, beta, c, ct, ldc, epi->bias, epi->round_to, NULL, 0, 0, mp_convert_kernels_current()};
     mp_convert_stats part[MP_MAX_THREADS];
+    uint64_t zpart[MP_MAX_THREADS];
     memset(part, 0, sizeof part);
+    memset(zpart, 0, sizeof zpart);
     if (k == 0 || alpha == 0.0f) {
-        epilogue_zero(&ep, m, n, epi->stats ? part : NULL);
+        epilogue_zero(&ep, m, n, epi->stats ? part : NULL, epi->zeros ? zpart : NULL);
     } else {
         const int trivial = ct == MP_F32 && !epi->bias && epi->round_to == MP_F32 && !epi->stats;
         s = gemm_blocked(pick_kernel(at, bt), trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, &ep, trivial,
-                         epi->stats ? part : NULL);
+                         epi->stats ? part : NULL, epi->zeros ? zpart : NULL);
     }
     if (epi->stats)
         for (int t = 0; t < MP_MAX_THREADS; t++) mp_convert_stats_add(epi->stats, &part[t]);
+    if (epi->zeros)
+        for (int t = 0; t < MP_MAX_THREADS; t++) *epi->zeros += zpart[t];
     return s;
 }

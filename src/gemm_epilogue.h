@@ -14,7 +14,9 @@
  *      = alpha t                       otherwise
  *   v += bias[j]
  *   C  = v in C's format (counted), or with round_to: C = beta C + r, r = v
- *        rounded to round_to (counted) and back to fp32. */
+ *        rounded to round_to (counted) and back to fp32.
+ * zeros (may be NULL) gets the number of v that are +-0 (bits, so the same
+ * under DAZ). */
 #include <math.h>
 
 #include "internal.h"
@@ -31,8 +33,21 @@ static inline void tile_to_half(const mp_gemm_ep *e, mp_dtype t, uint16_t *h, co
     for (size_t r = 0; r < rows; r++) f(h + r * ts, tile + r * ts, cols, st);
 }
 
+/* The number of +-0 among the tile's rows x cols values (row stride ts); a
+ * row's count in 32 bits, so the compiler vectorizes it. */
+static inline uint64_t tile_zeros(const float *tile, size_t ts, size_t rows, size_t cols) {
+    uint64_t z = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const float *restrict t = tile + r * ts;
+        uint32_t zr = 0;
+        for (size_t j = 0; j < cols; j++) zr += (mp_f32_bits(t[j]) & 0x7fffffffu) == 0;
+        z += zr;
+    }
+    return z;
+}
+
 static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0,
-                                         size_t rows, size_t cols, mp_convert_stats *st) {
+                                         size_t rows, size_t cols, mp_convert_stats *st, uint64_t *zeros) {
     const float alpha = e->alpha, beta = e->beta;
     const size_t es = mp_format(e->ct)->size;
     const int read_c = !e->c_holds_part && beta != 0.0f && e->round_to == MP_F32;
@@ -60,6 +75,7 @@ static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_
             for (size_t j = 0; j < cols; j++) t[j] += b[j];
         }
     }
+    if (zeros) *zeros += tile_zeros(tile, ts, rows, cols);
     uint16_t h[32 * 64];
     if (e->round_to != MP_F32) { /* r = the half value, added to the fp32 C */
         tile_to_half(e, e->round_to, h, tile, ts, rows, cols, st);

@@ -45,8 +45,10 @@ typedef struct block {
 struct mp_gpt {
     mp_gpt_config cfg;
     mp_dtype ct;
+    mp_dtype acc;           /* where reductions round: MP_F32 or ct (mp_gpt_set_reductions) */
     mp_master_weights pure; /* where the parameters live */
     size_t max_batch, es;
+    size_t last_rows;       /* B T of the last mp_gpt_train_batch (mp_gpt_activation) */
     mp_param *wte, *wpe, *lnfw, *lnfb;
     mp_param **params; /* registration order */
     size_t (*shape)[2];
@@ -103,12 +105,19 @@ static mp_convert_stats *bst(mp_gpt *g, size_t i, size_t n) {
 }
 
 /* A weight gradient: rounded to ct (counted) and written or added to the fp32
- * gradient in the GEMM's epilogue; nothing rounds in fp32. */
+ * gradient in the GEMM's epilogue, its exact zeros counted; nothing rounds in
+ * fp32. */
 static mp_gemm_epilogue wgrad(mp_gpt *g, size_t i, size_t n) {
-    mp_gemm_epilogue ep = {NULL, MP_F32, NULL};
-    g->stats[i].bwd_elements += n;
+    mp_gemm_epilogue ep = {NULL, MP_F32, NULL, &g->stats[i].wgrad_dead};
+    g->stats[i].bwd_elements += n, g->stats[i].wgrad_elements += n;
     if (g->ct != MP_F32) ep.round_to = g->ct, ep.stats = &g->stats[i].bwd;
     return ep;
+}
+
+/* A weight's entry counts only its gradient's rounding: all of its
+ * underflow is lost gradient values. */
+static void count_lost(mp_gpt *g) {
+    for (size_t i = s_wte_w(g); i < g->nstats; i++) g->stats[i].wgrad_lost = g->stats[i].bwd.underflow;
 }
 
 /* The compute-format values a GEMM reads. */
@@ -260,6 +269,9 @@ static void name_stats(mp_gpt *g) {
     for (int l = 0; l < L; l++)
         for (int w = 0; w < W_PER_LAYER; w++)
             snprintf(g->stats[s_w(g, l, w)].name, sizeof g->stats[0].name, "h.%d.%s", l, w_names[w]);
+    g->stats[s_wte_w(g)].has_wgrad = 1; /* wpe's gradient is never stored in ct */
+    for (int l = 0; l < L; l++)
+        for (int w = 0; w < W_PER_LAYER; w++) g->stats[s_w(g, l, w)].has_wgrad = 1;
 }
 
 static void reset_stats(mp_gpt *g) {
@@ -267,6 +279,7 @@ static void reset_stats(mp_gpt *g) {
         memset(&g->stats[i].fwd, 0, sizeof g->stats[i].fwd), memset(&g->stats[i].bwd, 0, sizeof g->stats[i].bwd);
         g->stats[i].fwd_elements = g->stats[i].bwd_elements = 0;
         g->stats[i].fwd_amax = g->stats[i].bwd_amax = 0.0f;
+        g->stats[i].wgrad_elements = g->stats[i].wgrad_lost = g->stats[i].wgrad_dead = 0;
     }
 }
 
@@ -289,7 +302,7 @@ mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_ma
     const size_t N = B * T;
     mp_gpt *g = calloc(1, sizeof *g);
     if (!g) return mp_error(MP_ENOMEM, "mp_gpt_create: out of memory");
-    g->cfg = *c, g->ct = ct, g->pure = pure, g->max_batch = B, g->es = es;
+    g->cfg = *c, g->ct = ct, g->acc = MP_F32, g->pure = pure, g->max_batch = B, g->es = es;
     g->capmem = 16 + 13 * L;
     g->nstats = 5 + (A_PER_LAYER + W_PER_LAYER) * L;
     const size_t np = 4 + 12 * L;
@@ -367,6 +380,15 @@ mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_ma
 
 const mp_gpt_config *mp_gpt_get_config(const mp_gpt *g) { return g ? &g->cfg : NULL; }
 
+mp_status mp_gpt_set_reductions(mp_gpt *g, mp_dtype acc) {
+    if (!g) return mp_error(MP_EINVAL, "mp_gpt_set_reductions: NULL model");
+    if (acc != MP_F32 && acc != g->ct)
+        return mp_error(MP_EINVAL, "gpt: reductions run in fp32 or in the compute format %s, not %s", mp_format(g->ct)->name,
+                        mp_format(acc)->name);
+    g->acc = acc;
+    return MP_OK;
+}
+
 size_t mp_gpt_num_params(const mp_gpt *g, int non_embedding) {
     if (!g) return 0;
     size_t n = 0;
@@ -401,14 +423,9 @@ static mp_status attn_forward_one(const attn_job *j, size_t b, size_t hh, float 
         if (s != MP_OK) return s;
         for (size_t r = 0; r < rows; r++) {
             const size_t i = i0 + r, n = i + 1;
-            float *sr = S + r * i1, mx = sr[0], sum = 0.0f;
-            for (size_t c = 1; c < n; c++) mx = sr[c] > mx ? sr[c] : mx;
-            for (size_t c = 0; c < n; c++) {
-                sr[c] = expf(sr[c] - mx);
-                sum += sr[c];
-            }
-            const float inv = 1.0f / sum;
-            for (size_t c = 0; c < n; c++) sr[c] *= inv;
+            float *sr = S + r * i1;
+            for (size_t c = 0; g->acc != MP_F32 && c < n; c++) sr[c] = mp_round_to(g->acc, sr[c]); /* scores as stored */
+            mp_softmax_row(sr, n, 0, g->acc);
             mp_convert(p + i * T * g->es, ct, sr, MP_F32, n, st ? &st[0] : NULL);
             if (i1 > n) memset(p + (i * T + n) * g->es, 0, (i1 - n) * g->es);
         }
@@ -444,10 +461,10 @@ static mp_status attn_backward_one(const attn_job *j, size_t b, size_t hh, float
         if (s != MP_OK) break;
         for (size_t r = 0; r < rows; r++) {
             const size_t i = i0 + r, n = i + 1;
-            float *d = S + r * i1, dot = 0.0f;
+            float *d = S + r * i1;
             mp_convert(prow, MP_F32, p + i * T * es, ct, n, NULL);
-            for (size_t c = 0; c < n; c++) dot += prow[c] * d[c];
-            for (size_t c = 0; c < n; c++) d[c] = prow[c] * (d[c] - dot);
+            for (size_t c = 0; g->acc != MP_F32 && c < n; c++) d[c] = mp_round_to(g->acc, d[c]); /* dp as stored */
+            mp_softmax_backward_row(d, prow, n, 0, g->acc);
             mp_convert(p + i * T * es, ct, d, MP_F32, n, &st[0]); /* the masked tail stays 0 */
         }
         s = mp_gemm(0, 0, rows, hs, i1, j->scale, p + i0 * T * es, ct, T, k, ct, C3, 0.0f, dq + i0 * C3 * es, ct, C3,
@@ -556,9 +573,9 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
     for (int l = 0; l < L; l++) {
         block *h = &g->h[l];
         TRY(mp_layernorm_forward(h->ln1, ct, h->mean1, h->rstd1, x, ct, fparam(g, h->ln1w, 0), fparam(g, h->ln1b, 1),
-                                 N, C, 1e-5f, fst(g, s_act(g, l, A_LN1), N * C)));
+                                 N, C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN1), N * C)));
         famax(g, s_act(g, l, A_LN1), h->ln1, N * C);
-        mp_gemm_epilogue ep = {fparam(g, h->attb, 0), MP_F32, fst(g, s_act(g, l, A_QKV), N * 3 * C)};
+        mp_gemm_epilogue ep = {fparam(g, h->attb, 0), MP_F32, fst(g, s_act(g, l, A_QKV), N * 3 * C), NULL};
         TRY(mp_gemm_ex(0, 1, N, 3 * C, C, 1.0f, h->ln1, ct, C, wct(g, h->attw), ct, C, 0.0f, h->qkv, ct, 3 * C, &ep));
         famax(g, s_act(g, l, A_QKV), h->qkv, N * 3 * C);
         attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), NULL, NULL};
@@ -567,20 +584,20 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
         mp_tensor_stats *sa = &g->stats[s_act(g, l, A_ATT)];
         if (g->counting) sa->fwd_amax = fmaxf(sa->fwd_amax, att_amax(g, h, B, T));
         famax(g, s_act(g, l, A_Y), h->y, N * C);
-        ep = (mp_gemm_epilogue){fparam(g, h->aprb, 0), MP_F32, fst(g, s_act(g, l, A_APROJ), N * C)};
+        ep = (mp_gemm_epilogue){fparam(g, h->aprb, 0), MP_F32, fst(g, s_act(g, l, A_APROJ), N * C), NULL};
         TRY(mp_gemm_ex(0, 1, N, C, C, 1.0f, h->y, ct, C, wct(g, h->aprw), ct, C, 0.0f, g->tmp, ct, C, &ep));
         famax(g, s_act(g, l, A_APROJ), g->tmp, N * C);
         TRY(mp_add(h->res1, ct, x, ct, g->tmp, ct, N * C, fst(g, s_act(g, l, A_RES1), N * C)));
         famax(g, s_act(g, l, A_RES1), h->res1, N * C);
         TRY(mp_layernorm_forward(h->ln2, ct, h->mean2, h->rstd2, h->res1, ct, fparam(g, h->ln2w, 0),
-                                 fparam(g, h->ln2b, 1), N, C, 1e-5f, fst(g, s_act(g, l, A_LN2), N * C)));
+                                 fparam(g, h->ln2b, 1), N, C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN2), N * C)));
         famax(g, s_act(g, l, A_LN2), h->ln2, N * C);
-        ep = (mp_gemm_epilogue){fparam(g, h->fcb, 0), MP_F32, fst(g, s_act(g, l, A_FC), N * 4 * C)};
+        ep = (mp_gemm_epilogue){fparam(g, h->fcb, 0), MP_F32, fst(g, s_act(g, l, A_FC), N * 4 * C), NULL};
         TRY(mp_gemm_ex(0, 1, N, 4 * C, C, 1.0f, h->ln2, ct, C, wct(g, h->fcw), ct, C, 0.0f, h->fc, ct, 4 * C, &ep));
         famax(g, s_act(g, l, A_FC), h->fc, N * 4 * C);
         TRY(gelu_fwd(g, h->gelu, h->fc, N * 4 * C, fst(g, s_act(g, l, A_GELU), N * 4 * C)));
         famax(g, s_act(g, l, A_GELU), h->gelu, N * 4 * C);
-        ep = (mp_gemm_epilogue){fparam(g, h->mprb, 0), MP_F32, fst(g, s_act(g, l, A_MPROJ), N * C)};
+        ep = (mp_gemm_epilogue){fparam(g, h->mprb, 0), MP_F32, fst(g, s_act(g, l, A_MPROJ), N * C), NULL};
         TRY(mp_gemm_ex(0, 1, N, C, 4 * C, 1.0f, h->gelu, ct, 4 * C, wct(g, h->mprw), ct, 4 * C, 0.0f, g->tmp, ct, C,
                        &ep));
         famax(g, s_act(g, l, A_MPROJ), g->tmp, N * C);
@@ -590,7 +607,7 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
     }
     const size_t r0 = head_last ? N - 1 : 0, nr = N - r0;
     TRY(mp_layernorm_forward(at(g, g->lnf, r0 * C), ct, g->meanf + r0, g->rstdf + r0, at(g, x, r0 * C), ct,
-                             fparam(g, g->lnfw, 0), fparam(g, g->lnfb, 1), nr, C, 1e-5f, fst(g, s_lnf(g), nr * C)));
+                             fparam(g, g->lnfw, 0), fparam(g, g->lnfb, 1), nr, C, 1e-5f, g->acc, fst(g, s_lnf(g), nr * C)));
     famax(g, s_lnf(g), at(g, g->lnf, r0 * C), nr * C);
     TRY(mp_gemm(0, 1, nr, V, C, 1.0f, at(g, g->lnf, r0 * C), ct, C, wte, ct, C, 0.0f, at(g, g->logits, r0 * V), ct, V,
                 fst(g, s_head(g), nr * V)));
@@ -612,7 +629,7 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
                 bst(g, s_lnf(g), N * C)));
     bamax(g, s_lnf(g), g->g_a, ct, N * C);
     TRY(mp_layernorm_backward(g->g_res, ct, g->lnfw->grad, g->lnfb->grad, g->g_a, ct, g->h[L - 1].res2, ct, g->meanf,
-                              g->rstdf, fparam(g, g->lnfw, 0), N, C, accumulate,
+                              g->rstdf, fparam(g, g->lnfw, 0), N, C, accumulate, g->acc,
                               bst(g, s_act(g, L - 1, A_RES2), N * C)));
     bamax(g, s_act(g, L - 1, A_RES2), g->g_res, ct, N * C);
     for (int l = L - 1; l >= 0; l--) {
@@ -623,7 +640,7 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         ep = wgrad(g, s_w(g, l, W_MPR), C * 4 * C);
         TRY(mp_gemm_ex(1, 0, C, 4 * C, N, 1.0f, g->g_res, ct, C, h->gelu, ct, 4 * C, beta, h->mprw->grad, MP_F32,
                        4 * C, &ep));
-        TRY(mp_colsum(h->mprb->grad, g->g_res, ct, N, C, accumulate));
+        TRY(mp_colsum(h->mprb->grad, g->g_res, ct, N, C, accumulate, g->acc));
         TRY(mp_gemm(0, 0, N, 4 * C, C, 1.0f, g->g_res, ct, C, wct(g, h->mprw), ct, 4 * C, 0.0f, g->g_big, ct, 4 * C,
                     bst(g, s_act(g, l, A_GELU), N * 4 * C)));
         bamax(g, s_act(g, l, A_GELU), g->g_big, ct, N * 4 * C);
@@ -633,19 +650,19 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         ep = wgrad(g, s_w(g, l, W_FC), 4 * C * C);
         TRY(mp_gemm_ex(1, 0, 4 * C, C, N, 1.0f, g->g_big, ct, 4 * C, h->ln2, ct, C, beta, h->fcw->grad, MP_F32, C,
                        &ep));
-        TRY(mp_colsum(h->fcb->grad, g->g_big, ct, N, 4 * C, accumulate));
+        TRY(mp_colsum(h->fcb->grad, g->g_big, ct, N, 4 * C, accumulate, g->acc));
         TRY(mp_gemm(0, 0, N, C, 4 * C, 1.0f, g->g_big, ct, 4 * C, wct(g, h->fcw), ct, C, 0.0f, g->g_a, ct, C,
                     bst(g, s_act(g, l, A_LN2), N * C)));
         bamax(g, s_act(g, l, A_LN2), g->g_a, ct, N * C);
         TRY(mp_layernorm_backward(g->g_b, ct, h->ln2w->grad, h->ln2b->grad, g->g_a, ct, h->res1, ct, h->mean2, h->rstd2,
-                                  fparam(g, h->ln2w, 0), N, C, accumulate, bst(g, s_act(g, l, A_RES1), N * C)));
+                                  fparam(g, h->ln2w, 0), N, C, accumulate, g->acc, bst(g, s_act(g, l, A_RES1), N * C)));
         TRY(mp_add(g->g_res, ct, g->g_res, ct, g->g_b, ct, N * C, bst(g, s_act(g, l, A_RES1), N * C)));
         bamax(g, s_act(g, l, A_RES1), g->g_b, ct, N * C);
         bamax(g, s_act(g, l, A_RES1), g->g_res, ct, N * C);
         /* attention: g_res is now the gradient of res1 and of the attention's output */
         ep = wgrad(g, s_w(g, l, W_APR), C * C);
         TRY(mp_gemm_ex(1, 0, C, C, N, 1.0f, g->g_res, ct, C, h->y, ct, C, beta, h->aprw->grad, MP_F32, C, &ep));
-        TRY(mp_colsum(h->aprb->grad, g->g_res, ct, N, C, accumulate));
+        TRY(mp_colsum(h->aprb->grad, g->g_res, ct, N, C, accumulate, g->acc));
         TRY(mp_gemm(0, 0, N, C, C, 1.0f, g->g_res, ct, C, wct(g, h->aprw), ct, C, 0.0f, g->g_a, ct, C,
                     bst(g, s_act(g, l, A_Y), N * C)));
         bamax(g, s_act(g, l, A_Y), g->g_a, ct, N * C);
@@ -658,12 +675,12 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         ep = wgrad(g, s_w(g, l, W_ATT), 3 * C * C);
         TRY(mp_gemm_ex(1, 0, 3 * C, C, N, 1.0f, g->g_big, ct, 3 * C, h->ln1, ct, C, beta, h->attw->grad, MP_F32, C,
                        &ep));
-        TRY(mp_colsum(h->attb->grad, g->g_big, ct, N, 3 * C, accumulate));
+        TRY(mp_colsum(h->attb->grad, g->g_big, ct, N, 3 * C, accumulate, g->acc));
         TRY(mp_gemm(0, 0, N, C, 3 * C, 1.0f, g->g_big, ct, 3 * C, wct(g, h->attw), ct, C, 0.0f, g->g_a, ct, C,
                     bst(g, s_act(g, l, A_LN1), N * C)));
         bamax(g, s_act(g, l, A_LN1), g->g_a, ct, N * C);
         TRY(mp_layernorm_backward(g->g_b, ct, h->ln1w->grad, h->ln1b->grad, g->g_a, ct, x, ct, h->mean1, h->rstd1,
-                                  fparam(g, h->ln1w, 0), N, C, accumulate, bst(g, sx, N * C)));
+                                  fparam(g, h->ln1w, 0), N, C, accumulate, g->acc, bst(g, sx, N * C)));
         TRY(mp_add(g->g_res, ct, g->g_res, ct, g->g_b, ct, N * C, bst(g, sx, N * C)));
         bamax(g, sx, g->g_b, ct, N * C);
         bamax(g, sx, g->g_res, ct, N * C);
@@ -687,9 +704,10 @@ mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *ta
     if (!targets || !loss) return mp_error(MP_EINVAL, "gpt train: NULL targets or loss");
     const size_t N = B * T, V = (size_t)g->cfg.vocab_size;
     g->counting = 1;
+    g->last_rows = 0;
     TRY(forward(g, tokens, B, T, 0));
     float l;
-    TRY(mp_cross_entropy(&l, g->logits, g->ct, g->logits, g->ct, targets, N, V, grad_scale, bst(g, s_head(g), N * V)));
+    TRY(mp_cross_entropy(&l, g->logits, g->ct, g->logits, g->ct, targets, N, V, grad_scale, g->acc, bst(g, s_head(g), N * V)));
     bamax(g, s_head(g), g->logits, g->ct, N * V);
     TRY(backward(g, tokens, B, T, accumulate));
     bamax(g, s_wte_w(g), g->wte->grad, MP_F32, g->wte->n); /* the weights' gradients as accumulated */
@@ -698,8 +716,30 @@ mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *ta
         const mp_param *w[W_PER_LAYER] = {[W_ATT] = h->attw, [W_APR] = h->aprw, [W_FC] = h->fcw, [W_MPR] = h->mprw};
         for (int k = 0; k < W_PER_LAYER; k++) bamax(g, s_w(g, i, k), w[k]->grad, MP_F32, w[k]->n);
     }
+    count_lost(g);
     *loss = l;
+    g->last_rows = N;
     return MP_OK;
+}
+
+mp_status mp_gpt_activation(const mp_gpt *g, const char *name, const void **data, size_t *n) {
+    if (!g || !name || !data || !n) return mp_error(MP_EINVAL, "mp_gpt_activation: NULL argument");
+    const size_t N = g->last_rows, C = (size_t)g->cfg.n_embd;
+    const int L = g->cfg.n_layer;
+    if (N == 0) return mp_error(MP_EINVAL, "mp_gpt_activation: no training batch has run");
+    *data = NULL, *n = 0;
+    if (strcmp(name, "wte") == 0) *data = g->x0, *n = N * C;
+    if (strcmp(name, "ln_f") == 0) *data = g->lnf, *n = N * C;
+    if (strcmp(name, g->stats[s_act(g, L - 1, A_MPROJ)].name) == 0) *data = g->tmp, *n = N * C;
+    for (int l = 0; l < L && !*data; l++) {
+        const block *h = &g->h[l];
+        const struct { int a; void *p; size_t width; } kept[] = {
+            {A_LN1, h->ln1, C}, {A_QKV, h->qkv, 3 * C}, {A_Y, h->y, C}, {A_RES1, h->res1, C},
+            {A_LN2, h->ln2, C}, {A_FC, h->fc, 4 * C}, {A_GELU, h->gelu, 4 * C}, {A_RES2, h->res2, C}};
+        for (size_t k = 0; k < sizeof kept / sizeof kept[0] && !*data; k++)
+            if (strcmp(name, g->stats[s_act(g, l, kept[k].a)].name) == 0) *data = kept[k].p, *n = N * kept[k].width;
+    }
+    return *data ? MP_OK : mp_error(MP_EINVAL, "mp_gpt_activation: '%s' is not a kept activation", name);
 }
 
 mp_status mp_gpt_eval_batch(mp_gpt *g, const int32_t *tokens, const int32_t *targets, size_t B, size_t T,
@@ -708,9 +748,10 @@ mp_status mp_gpt_eval_batch(mp_gpt *g, const int32_t *tokens, const int32_t *tar
     if (!targets || !loss_sum) return mp_error(MP_EINVAL, "gpt eval: NULL targets or loss_sum");
     const size_t N = B * T, V = (size_t)g->cfg.vocab_size;
     g->counting = 0;
+    g->last_rows = 0; /* the buffers now hold this forward */
     mp_status st = forward(g, tokens, B, T, 0);
     float l = 0.0f;
-    if (st == MP_OK) st = mp_cross_entropy(&l, NULL, MP_F32, g->logits, g->ct, targets, N, V, 1.0f, NULL);
+    if (st == MP_OK) st = mp_cross_entropy(&l, NULL, MP_F32, g->logits, g->ct, targets, N, V, 1.0f, g->acc, NULL);
     g->counting = 1;
     if (st != MP_OK) return st;
     *loss_sum += (double)l * (double)N;
@@ -731,6 +772,7 @@ mp_status mp_gpt_next_logits(mp_gpt *g, const int32_t *tokens, size_t T, float *
     if (!logits) return mp_error(MP_EINVAL, "gpt next logits: NULL logits");
     const size_t V = (size_t)g->cfg.vocab_size;
     g->counting = 0;
+    g->last_rows = 0;
     const mp_status st = forward(g, tokens, 1, T, 1);
     g->counting = 1;
     if (st != MP_OK) return st;
@@ -833,13 +875,14 @@ static const mp_tensor_stats *model_stats(const void *impl, size_t i) {
     return i < g->nstats ? &g->stats[i] : NULL;
 }
 static void model_reset(void *impl) { reset_stats(impl); }
+static mp_status model_reductions(void *impl, mp_dtype acc) { return mp_gpt_set_reductions(impl, acc); }
 static mp_status model_load(void *impl, const mp_safetensors *st) { return mp_gpt_load(impl, st); }
 static size_t model_tensors(const void *impl, mp_tensor *out, size_t cap) { return mp_gpt_tensors(impl, out, cap); }
 static void model_free(void *impl) { mp_gpt_free(impl); }
 
 static const mp_model_ops gpt_ops = {
     .kind = "gpt", .train_batch = model_train, .eval_batch = model_eval, .nstats = model_nstats,
-    .stats = model_stats, .reset_stats = model_reset, .load = model_load, .tensors = model_tensors,
+    .stats = model_stats, .reset_stats = model_reset, .set_reductions = model_reductions, .load = model_load, .tensors = model_tensors,
     .free = model_free,
 };
 

@@ -24,6 +24,40 @@ mp_status mp_error(mp_status s, const char *fmt, ...) MP_PRINTF(2, 3);
 int mp_parallel_for(size_t n, size_t min_parallel, size_t align,
                     void (*fn)(void *ctx, size_t i0, size_t i1, int t), void *ctx);
 
+/* x rounded to acc (nearest even) and widened back: one step of a naive
+ * reduction in a half format (train.h's MP_REDUCE_HALF); MP_F32 leaves x.
+ * The same values as mp_f32_to_f16/bf16 and back (tested), inline: NaN
+ * stays NaN, overflow gives inf, fp16 subnormals round to multiples of 2^-24. */
+static inline float mp_round_to(mp_dtype acc, float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    const uint32_t a = b & 0x7fffffffu;
+    if (acc == MP_F32 || a >= 0x7f800000u) return x; /* and inf, NaN */
+    if (acc == MP_BF16) {
+        b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+    } else if (a < 0x38800000u) { /* below 2^-14: fp16 subnormals, multiples of 2^-24 */
+        float m;
+        memcpy(&m, &a, 4);
+        m = (m + 0.5f) - 0.5f; /* fp32's ulp at 0.5 is 2^-24: rounds to nearest even there */
+        const uint32_t sign = b & 0x80000000u;
+        memcpy(&b, &m, 4);
+        b |= sign;
+    } else {
+        b = (b + 0xfffu + ((b >> 13) & 1u)) & 0xffffe000u;
+        if ((b & 0x7fffffffu) > 0x477fe000u) b = (b & 0x80000000u) | 0x7f800000u; /* above 65504: inf */
+    }
+    memcpy(&x, &b, 4);
+    return x;
+}
+
+/* One row of ops.h's softmax in place (log_softmax when log != 0) with
+ * reductions in acc; returns the row's log-sum-exp. The attention's rows use
+ * it too. */
+float mp_softmax_row(float *r, size_t C, int log, mp_dtype acc);
+/* One row of ops.h's softmax backward in place: g (dy in, dx out) from the
+ * forward's output y, sums in acc. */
+void mp_softmax_backward_row(float *g, const float *y, size_t C, int log, mp_dtype acc);
+
 /* CRC-32 of data, continuing from crc (start with 0); zlib's crc32. */
 uint32_t mp_crc32(uint32_t crc, const void *data, size_t len);
 
@@ -88,20 +122,23 @@ typedef struct mp_adamw_coef {
     float decay, w1, beta2, c2, bc2_sqrt, eps, neg_step_size;
 } mp_adamw_coef;
 
+/* The updates (sgd, adamw and their bf16 and half variants) return how many
+ * elements' nonzero fp32 update left the stored weight's bits unchanged
+ * (optim_kernels.h). */
 typedef struct mp_optim_kernels {
-    void (*sgd)(float *w, const float *g, float *buf, size_t n, const mp_sgd_coef *c);
-    void (*adamw)(float *w, const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c);
-    void (*sgd_bf16)(uint16_t *w, const float *g, float *buf, size_t n, const mp_sgd_coef *c, uint64_t key,
-                     uint64_t base);
-    void (*adamw_bf16)(uint16_t *w, const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c,
-                       uint64_t key, uint64_t base);
+    uint64_t (*sgd)(float *w, const float *g, float *buf, size_t n, const mp_sgd_coef *c);
+    uint64_t (*adamw)(float *w, const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c);
+    uint64_t (*sgd_bf16)(uint16_t *w, const float *g, float *buf, size_t n, const mp_sgd_coef *c, uint64_t key,
+                         uint64_t base);
+    uint64_t (*adamw_bf16)(uint16_t *w, const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c,
+                           uint64_t key, uint64_t base);
     double (*sumsq)(const float *g, size_t n);
     void (*scale)(float *g, size_t n, float c);
     void (*round_sr)(uint16_t *dst, const float *src, size_t n, uint64_t key, uint64_t base);
     /* half-only parameters: weights and state in fp16 (bf = 0) or bf16 (bf = 1), rounded to nearest even */
-    void (*sgd_half)(uint16_t *w, const float *g, uint16_t *buf, size_t n, const mp_sgd_coef *c, int bf);
-    void (*adamw_half)(uint16_t *w, const float *g, uint16_t *m, uint16_t *v, size_t n, const mp_adamw_coef *c,
-                       int bf);
+    uint64_t (*sgd_half)(uint16_t *w, const float *g, uint16_t *buf, size_t n, const mp_sgd_coef *c, int bf);
+    uint64_t (*adamw_half)(uint16_t *w, const float *g, uint16_t *m, uint16_t *v, size_t n,
+                           const mp_adamw_coef *c, int bf);
 } mp_optim_kernels;
 
 extern const mp_optim_kernels mp_optim_scalar;
@@ -139,15 +176,19 @@ typedef struct mp_gemm_kernel {
     /* C[0..mr)[0..nr) = alpha * A.B + beta * C (beta == 0: C not read), kc k values */
     void (*micro)(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta);
     /* C[i0.., j0..] from a rows x cols tile of fp32 sums (row stride ts; the
-     * tile is overwritten); counts into st (may be NULL) */
+     * tile is overwritten); counts into st and adds the +-0 results to zeros
+     * (gemm_epilogue.h; either may be NULL) */
     void (*epilogue)(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
-                     mp_convert_stats *st);
+                     mp_convert_stats *st, uint64_t *zeros);
+    /* the number of +-0 among rows x cols fp32 values of c (row stride ldc) */
+    uint64_t (*zeros)(const float *c, size_t ldc, size_t rows, size_t cols);
 } mp_gemm_kernel;
 
 extern const mp_gemm_kernel mp_gemm_scalar;
 /* The portable epilogue (gemm.c), for any kernel: conversions through e->conv. */
 void mp_gemm_epilogue_scalar(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
-                             size_t cols, mp_convert_stats *st);
+                             size_t cols, mp_convert_stats *st, uint64_t *zeros);
+uint64_t mp_gemm_zeros_scalar(const float *c, size_t ldc, size_t rows, size_t cols);
 #if defined(__x86_64__) || defined(_M_X64)
 #define MP_X86 1
 extern const mp_convert_kernels mp_convert_avx2;
@@ -163,9 +204,11 @@ extern const mp_gemm_kernel mp_gemm_avx2;
 extern const mp_gemm_kernel mp_gemm_avx512;
 extern const mp_gemm_kernel mp_gemm_avx512bf16;
 void mp_gemm_epilogue_avx2(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
-                           size_t cols, mp_convert_stats *st);
+                           size_t cols, mp_convert_stats *st, uint64_t *zeros);
 void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
-                             size_t cols, mp_convert_stats *st);
+                             size_t cols, mp_convert_stats *st, uint64_t *zeros);
+uint64_t mp_gemm_zeros_avx2(const float *c, size_t ldc, size_t rows, size_t cols);
+uint64_t mp_gemm_zeros_avx512(const float *c, size_t ldc, size_t rows, size_t cols);
 /* Peak loops: iters x 20 independent 16-lane FMAs (vdpbf16ps: 32 multiply-adds;
  * AVX2: 8-lane FMAs). */
 double mp_peak_fma_avx2(uint64_t iters);

@@ -10,6 +10,7 @@
 struct mp_mlp {
     mp_mlp_config cfg;
     mp_dtype ct;
+    mp_dtype acc;           /* where reductions round: MP_F32 or ct (mp_mlp_set_reductions) */
     mp_master_weights pure; /* where the parameters live */
     size_t max_batch;
     mp_param *w[L_MAX], *b[L_MAX], *lnw[L_MAX], *lnb[L_MAX];
@@ -108,7 +109,7 @@ mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, mp_ma
     if (c->nlayers < 1 || c->nlayers > L_MAX) return mp_error(MP_EINVAL, "mp_mlp_create: %d layers", c->nlayers);
     mp_mlp *m = calloc(1, sizeof *m);
     if (!m) return mp_error(MP_ENOMEM, "mp_mlp_create: out of memory");
-    m->cfg = *c, m->ct = ct, m->pure = pure, m->max_batch = max_batch;
+    m->cfg = *c, m->ct = ct, m->acc = MP_F32, m->pure = pure, m->max_batch = max_batch;
     const size_t es = mp_format(ct)->size, B = max_batch;
     size_t maxw = 0, maxwn = 0;
     for (int l = 0; l <= c->nlayers; l++) maxw = (size_t)c->widths[l] > maxw ? (size_t)c->widths[l] : maxw;
@@ -160,11 +161,23 @@ mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, mp_ma
 }
 
 const mp_mlp_config *mp_mlp_get_config(const mp_mlp *m) { return &m->cfg; }
+
+mp_status mp_mlp_set_reductions(mp_mlp *m, mp_dtype acc) {
+    if (!m) return mp_error(MP_EINVAL, "mp_mlp_set_reductions: NULL model");
+    if (acc != MP_F32 && acc != m->ct)
+        return mp_error(MP_EINVAL, "mlp: reductions run in fp32 or in the compute format %s, not %s", mp_format(m->ct)->name,
+                        mp_format(acc)->name);
+    m->acc = acc;
+    return MP_OK;
+}
 const mp_tensor_stats *mp_mlp_stats(const mp_mlp *m, int l) { return l >= 0 && l < m->cfg.nlayers ? &m->stats[l] : NULL; }
 
 void mp_mlp_reset_stats(mp_mlp *m) {
     memset(m->stats, 0, sizeof m->stats);
-    for (int l = 0; l < m->cfg.nlayers; l++) snprintf(m->stats[l].name, sizeof m->stats[l].name, "fc%d", l);
+    for (int l = 0; l < m->cfg.nlayers; l++) {
+        snprintf(m->stats[l].name, sizeof m->stats[l].name, "fc%d", l);
+        m->stats[l].has_wgrad = 1;
+    }
 }
 
 /* The compute-format weights Linear l reads. */
@@ -202,13 +215,13 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B, int counting) {
     mp_status st = mp_convert(m->act[0], ct, x, MP_F32, B * (size_t)c->widths[0], NULL);
     for (int l = 0; l < c->nlayers && st == MP_OK; l++) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
-        const mp_gemm_epilogue ep = {fparam(m, m->b[l], 0), MP_F32, fst(m, l, B * out, counting)};
+        const mp_gemm_epilogue ep = {fparam(m, m->b[l], 0), MP_F32, fst(m, l, B * out, counting), NULL};
         st = mp_gemm_ex(0, 1, B, out, in, 1.0f, m->act[l], ct, in, weights(m, l), ct, in, 0.0f, m->z[l], ct, out, &ep);
         if (st == MP_OK) famax(m, l, m->z[l], B * out, counting);
         if (st != MP_OK || l == c->nlayers - 1) continue;
         if (m->h[l] != m->z[l]) {
             st = mp_layernorm_forward(m->h[l], ct, m->mean[l], m->rstd[l], m->z[l], ct, fparam(m, m->lnw[l], 1),
-                                      fparam(m, m->lnb[l], 2), B, out, 1e-5f, fst(m, l, B * out, counting));
+                                      fparam(m, m->lnb[l], 2), B, out, 1e-5f, m->acc, fst(m, l, B * out, counting));
             famax(m, l, m->h[l], B * out, counting);
         }
         if (st == MP_OK)
@@ -232,22 +245,26 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
     void *other = dz == m->g0 ? m->g1 : m->g0;
     for (int l = c->nlayers - 1; l >= 0 && st == MP_OK; l--) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
-        mp_convert_stats *gs = &m->stats[l].bwd;
+        mp_tensor_stats *ls = &m->stats[l];
         bamax(m, l, dz, ct, B * out); /* the layer's output gradient, stored by the step below */
         /* dW = dZ^T X, rounded to the compute format (the value a half-precision
          * backward stores, counted) and added to the fp32 gradient in the GEMM's
-         * epilogue; the histogram wants the values before that rounding */
+         * epilogue, with its lost and dead values; the histogram wants the
+         * values before that rounding */
         if (m->hist) {
             st = mp_gemm(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, 0.0f, m->dwf, MP_F32, in, NULL);
             histogram(m, m->dwf, out * in);
         }
-        const mp_gemm_epilogue ep = {NULL, ct, ct == MP_F32 ? NULL : gs};
+        mp_convert_stats ws = {0, 0, 0, 0}; /* the weight gradient's share of the layer's stores */
+        const mp_gemm_epilogue ep = {NULL, ct, ct == MP_F32 ? NULL : &ws, &ls->wgrad_dead};
         if (st == MP_OK)
             st = mp_gemm_ex(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, accumulate ? 1.0f : 0.0f, m->w[l]->grad,
                             MP_F32, in, &ep);
+        mp_convert_stats_add(&ls->bwd, &ws);
+        ls->wgrad_lost += ws.underflow, ls->wgrad_elements += out * in;
         count(m, l, out * in);
         if (st == MP_OK) bamax(m, l, m->w[l]->grad, MP_F32, out * in);
-        if (st == MP_OK) st = mp_colsum(m->b[l]->grad, dz, ct, B, out, accumulate);
+        if (st == MP_OK) st = mp_colsum(m->b[l]->grad, dz, ct, B, out, accumulate, m->acc);
         if (st != MP_OK || l == 0) break;
         /* dA (gradient of layer l-1's activation output) = dZ W */
         const size_t pw = (size_t)c->widths[l];
@@ -263,7 +280,7 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
         if (st == MP_OK && m->h[l - 1] != m->z[l - 1]) {
             st = mp_layernorm_backward(other, ct, m->lnw[l - 1]->grad, m->lnb[l - 1]->grad, dz, ct, m->z[l - 1], ct,
                                        m->mean[l - 1], m->rstd[l - 1], fparam(m, m->lnw[l - 1], 1), B, pw, accumulate,
-                                       ps);
+                                       m->acc, ps);
             count(m, l - 1, B * pw);
             void *t = dz;
             dz = other, other = t;
@@ -278,7 +295,7 @@ mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, s
     if (st != MP_OK) return st;
     const int L = m->cfg.nlayers;
     const size_t C = (size_t)m->cfg.widths[L];
-    st = mp_cross_entropy(loss, m->g0, m->ct, m->z[L - 1], m->ct, labels, B, C, grad_scale, &m->stats[L - 1].bwd);
+    st = mp_cross_entropy(loss, m->g0, m->ct, m->z[L - 1], m->ct, labels, B, C, grad_scale, m->acc, &m->stats[L - 1].bwd);
     count(m, L - 1, B * C);
     return st == MP_OK ? backward(m, B, m->g0, accumulate) : st;
 }
@@ -290,7 +307,8 @@ mp_status mp_mlp_eval_batch(mp_mlp *m, const float *x, const int32_t *labels, si
     const int L = m->cfg.nlayers;
     const size_t C = (size_t)m->cfg.widths[L];
     float loss;
-    if ((st = mp_cross_entropy(&loss, NULL, MP_F32, m->z[L - 1], m->ct, labels, B, C, 1.0f, NULL)) != MP_OK) return st;
+    if ((st = mp_cross_entropy(&loss, NULL, MP_F32, m->z[L - 1], m->ct, labels, B, C, 1.0f, m->acc, NULL)) != MP_OK)
+        return st;
     *loss_sum += (double)loss * (double)B;
     float *row = m->dwf;
     for (size_t b = 0; b < B; b++) {
@@ -370,13 +388,14 @@ static mp_status model_eval(void *impl, const mp_batch *b, double *loss_sum, dou
 static size_t model_nstats(const void *impl) { return (size_t)((const mp_mlp *)impl)->cfg.nlayers; }
 static const mp_tensor_stats *model_stats(const void *impl, size_t i) { return mp_mlp_stats(impl, (int)i); }
 static void model_reset(void *impl) { mp_mlp_reset_stats(impl); }
+static mp_status model_reductions(void *impl, mp_dtype acc) { return mp_mlp_set_reductions(impl, acc); }
 static mp_status model_load(void *impl, const mp_safetensors *st) { return mp_mlp_load(impl, st); }
 static size_t model_tensors(const void *impl, mp_tensor *out, size_t cap) { return mp_mlp_tensors(impl, out, cap); }
 static void model_free(void *impl) { mp_mlp_free(impl); }
 
 static const mp_model_ops mlp_ops = {
     .kind = "mlp", .train_batch = model_train, .eval_batch = model_eval, .nstats = model_nstats,
-    .stats = model_stats, .reset_stats = model_reset, .load = model_load, .tensors = model_tensors,
+    .stats = model_stats, .reset_stats = model_reset, .set_reductions = model_reductions, .load = model_load, .tensors = model_tensors,
     .free = model_free,
 };
 

@@ -274,7 +274,7 @@ mp_status mp_bias_add(void *y, mp_dtype yt, const void *x, mp_dtype xt, const fl
 typedef struct {
     float *out;
     const void *x;
-    mp_dtype xt;
+    mp_dtype xt, acc;
     size_t B, C;
     int oom;
 } colsum_job;
@@ -282,23 +282,34 @@ typedef struct {
 static void colsum_share(void *ctx, size_t j0, size_t j1, int t) {
     (void)t;
     colsum_job *j = ctx;
-    float *row = scratch(1, j1 - j0);
+    const size_t m = j1 - j0;
+    float *row = scratch(2, m), *sum = row + m;
     if (!row) {
         j->oom = 1;
         return;
     }
-    for (size_t b = 0; b < j->B; b++) {
-        load(row, j->x, j->xt, b * j->C + j0, j1 - j0);
-        for (size_t k = j0; k < j1; k++) j->out[k] += row[k - j0];
+    if (j->acc == MP_F32) {
+        for (size_t b = 0; b < j->B; b++) {
+            load(row, j->x, j->xt, b * j->C + j0, m);
+            for (size_t k = j0; k < j1; k++) j->out[k] += row[k - j0];
+        }
+    } else { /* naive: the column's sum in acc, then added to out once */
+        const mp_dtype acc = j->acc;
+        memset(sum, 0, m * sizeof *sum);
+        for (size_t b = 0; b < j->B; b++) {
+            load(row, j->x, j->xt, b * j->C + j0, m);
+            for (size_t k = 0; k < m; k++) sum[k] = mp_round_to(acc, sum[k] + row[k]);
+        }
+        for (size_t k = 0; k < m; k++) j->out[j0 + k] += sum[k];
     }
     free(row);
 }
 
-mp_status mp_colsum(float *out, const void *x, mp_dtype xt, size_t B, size_t C, int accumulate) {
-    mp_status s = check_types("mp_colsum", xt, MP_F32, MP_F32);
+mp_status mp_colsum(float *out, const void *x, mp_dtype xt, size_t B, size_t C, int accumulate, mp_dtype acc) {
+    mp_status s = check_types("mp_colsum", xt, acc, MP_F32);
     if (s != MP_OK || (s = rows_args("mp_colsum", out, x, B ? B : 1, C)) != MP_OK) return s;
     if (!accumulate) memset(out, 0, C * sizeof *out);
-    colsum_job j = {out, x, xt, B, C, 0};
+    colsum_job j = {out, x, xt, acc, B, C, 0};
     mp_parallel_for(C, B * C >= ELEM_PARALLEL_MIN ? 64 : C + 1, 16, colsum_share, &j);
     return j.oom ? mp_error(MP_ENOMEM, "mp_colsum: out of memory") : MP_OK;
 }
@@ -324,6 +335,46 @@ static float softmax_row(float *r, size_t C, int log) {
     return lse;
 }
 
+/* softmax_row as a naive loop in acc does it (ops.h): every partial result rounded. */
+static float softmax_row_naive(float *r, size_t C, int log, mp_dtype acc) {
+    float mx = -INFINITY;
+    for (size_t j = 0; j < C; j++) mx = r[j] > mx ? r[j] : mx;
+    if (mx == -INFINITY) mx = 0.0f;
+    float sum = 0.0f;
+    for (size_t j = 0; j < C; j++) {
+        const float e = mp_round_to(acc, expf(mp_round_to(acc, r[j] - mx)));
+        sum = mp_round_to(acc, sum + e);
+        if (!log) r[j] = e;
+    }
+    const float ls = mp_round_to(acc, logf(sum));
+    if (log)
+        for (size_t j = 0; j < C; j++) r[j] = mp_round_to(acc, mp_round_to(acc, r[j] - mx) - ls);
+    else
+        for (size_t j = 0; j < C; j++) r[j] = mp_round_to(acc, r[j] / sum);
+    return mp_round_to(acc, ls + mx);
+}
+
+float mp_softmax_row(float *r, size_t C, int log, mp_dtype acc) {
+    return acc == MP_F32 ? softmax_row(r, C, log) : softmax_row_naive(r, C, log, acc);
+}
+
+void mp_softmax_backward_row(float *g, const float *y, size_t C, int log, mp_dtype acc) {
+    float dot = 0.0f;
+    if (acc != MP_F32 && log) {
+        for (size_t k = 0; k < C; k++) dot = mp_round_to(acc, dot + g[k]);
+        for (size_t k = 0; k < C; k++) g[k] -= mp_round_to(acc, mp_round_to(acc, expf(y[k])) * dot);
+    } else if (acc != MP_F32) {
+        for (size_t k = 0; k < C; k++) dot = mp_round_to(acc, dot + mp_round_to(acc, g[k] * y[k]));
+        for (size_t k = 0; k < C; k++) g[k] = y[k] * mp_round_to(acc, g[k] - dot);
+    } else if (log) {
+        for (size_t k = 0; k < C; k++) dot += g[k];
+        for (size_t k = 0; k < C; k++) g[k] -= expf(y[k]) * dot;
+    } else {
+        for (size_t k = 0; k < C; k++) dot += g[k] * y[k];
+        for (size_t k = 0; k < C; k++) g[k] = y[k] * (g[k] - dot);
+    }
+}
+
 /* Row-wise operations in parallel: each share owns whole rows and computes
  * each row exactly as a sequential loop would, so results do not depend on
  * the split; per-share statistics are summed afterwards, and any cross-row sum
@@ -342,7 +393,7 @@ static size_t rows_min_parallel(size_t B, size_t C) { return C ? ELEM_PARALLEL_M
 
 typedef struct {
     void *out;
-    mp_dtype ot, at, bt;
+    mp_dtype ot, at, bt, acc;
     const void *a, *b;
     size_t C;
     int log, oom;
@@ -358,17 +409,17 @@ static void softmax_fwd_share(void *ctx, size_t r0, size_t r1, int t) {
     }
     for (size_t b = r0; b < r1; b++) {
         load(row, j->a, j->at, b * j->C, j->C);
-        softmax_row(row, j->C, j->log);
+        mp_softmax_row(row, j->C, j->log, j->acc);
         store(j->out, j->ot, b * j->C, row, j->C, &j->part[t]);
     }
     row_scratch_free(row, stack);
 }
 
 mp_status mp_softmax_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t B, size_t C, int log,
-                             mp_convert_stats *st) {
-    mp_status s = check_types("mp_softmax_forward", yt, xt, MP_F32);
+                             mp_dtype acc, mp_convert_stats *st) {
+    mp_status s = check_types("mp_softmax_forward", yt, xt, acc);
     if (s != MP_OK || (s = rows_args("mp_softmax_forward", y, x, B, C)) != MP_OK) return s;
-    softmax_job j = {y, yt, xt, MP_F32, x, NULL, C, log, 0, {{0}}};
+    softmax_job j = {y, yt, xt, MP_F32, acc, x, NULL, C, log, 0, {{0}}};
     const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, softmax_fwd_share, &j);
     if (j.oom) return mp_error(MP_ENOMEM, "mp_softmax_forward: out of memory");
     add_parts(st, j.part, shares);
@@ -388,25 +439,19 @@ static void softmax_bwd_share(void *ctx, size_t r0, size_t r1, int t) {
     for (size_t b = r0; b < r1; b++) {
         load(yr, j->a, j->at, b * C, C);
         load(g, j->b, j->bt, b * C, C);
-        float dot = 0.0f;
-        if (j->log) {
-            for (size_t k = 0; k < C; k++) dot += g[k];
-            for (size_t k = 0; k < C; k++) g[k] -= expf(yr[k]) * dot;
-        } else {
-            for (size_t k = 0; k < C; k++) dot += g[k] * yr[k];
-            for (size_t k = 0; k < C; k++) g[k] = yr[k] * (g[k] - dot);
-        }
+        mp_softmax_backward_row(g, yr, C, j->log, j->acc);
         store(j->out, j->ot, b * C, g, C, &j->part[t]);
     }
     row_scratch_free(r, stack);
 }
 
 mp_status mp_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt, const void *dy, mp_dtype dyt,
-                              size_t B, size_t C, int log, mp_convert_stats *st) {
+                              size_t B, size_t C, int log, mp_dtype acc, mp_convert_stats *st) {
     mp_status s = check_types("mp_softmax_backward", dxt, yt, dyt);
+    if (s == MP_OK) s = check_types("mp_softmax_backward", acc, acc, acc);
     if (s != MP_OK || (s = rows_args("mp_softmax_backward", dx, y, B, C)) != MP_OK) return s;
     if (B && C && !dy) return mp_error(MP_EINVAL, "mp_softmax_backward: NULL dy");
-    softmax_job j = {dx, dxt, yt, dyt, y, dy, C, log, 0, {{0}}};
+    softmax_job j = {dx, dxt, yt, dyt, acc, y, dy, C, log, 0, {{0}}};
     const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, softmax_bwd_share, &j);
     if (j.oom) return mp_error(MP_ENOMEM, "mp_softmax_backward: out of memory");
     add_parts(st, j.part, shares);
@@ -416,7 +461,7 @@ mp_status mp_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt
 typedef struct {
     float *terms; /* (B,) per-row loss terms, summed in row order afterwards */
     void *dlogits;
-    mp_dtype dt, lt;
+    mp_dtype dt, lt, acc;
     const void *logits;
     const int32_t *labels;
     size_t C;
@@ -436,10 +481,10 @@ static void ce_share(void *ctx, size_t r0, size_t r1, int t) {
     for (size_t b = r0; b < r1; b++) {
         load(row, j->logits, j->lt, b * C, C);
         const float target = row[j->labels[b]];
-        const float lse = softmax_row(row, C, 0); /* row now holds the probabilities */
-        j->terms[b] = lse - target;
+        const float lse = mp_softmax_row(row, C, 0, j->acc); /* row now holds the probabilities */
+        j->terms[b] = mp_round_to(j->acc, lse - target);
         if (j->dlogits) {
-            row[j->labels[b]] -= 1.0f;
+            row[j->labels[b]] = mp_round_to(j->acc, row[j->labels[b]] - 1.0f);
             for (size_t k = 0; k < C; k++) row[k] *= j->g;
             store(j->dlogits, j->dt, b * C, row, C, &j->part[t]);
         }
@@ -448,8 +493,9 @@ static void ce_share(void *ctx, size_t r0, size_t r1, int t) {
 }
 
 mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt, const void *logits, mp_dtype lt,
-                           const int32_t *labels, size_t B, size_t C, float scale, mp_convert_stats *st) {
-    mp_status s = check_types("mp_cross_entropy", dlogits ? dt : MP_F32, lt, MP_F32);
+                           const int32_t *labels, size_t B, size_t C, float scale, mp_dtype acc,
+                           mp_convert_stats *st) {
+    mp_status s = check_types("mp_cross_entropy", dlogits ? dt : MP_F32, lt, acc);
     if (s != MP_OK || (s = rows_args("mp_cross_entropy", logits, labels, B, C)) != MP_OK) return s;
     if (!loss) return mp_error(MP_EINVAL, "mp_cross_entropy: NULL loss");
     if (B == 0 || C == 0) return mp_error(MP_EINVAL, "mp_cross_entropy: empty batch (B %zu, C %zu)", B, C);
@@ -458,7 +504,7 @@ mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt, const void *
             return mp_error(MP_EINVAL, "mp_cross_entropy: label %d of row %zu is outside [0, %zu)", (int)labels[b], b, C);
     float stack[ROW_STACK], *terms = row_scratch(stack, B);
     if (!terms) return mp_error(MP_ENOMEM, "mp_cross_entropy: out of memory");
-    ce_job j = {terms, dlogits, dt, lt, logits, labels, C, scale / (float)B, 0, {{0}}};
+    ce_job j = {terms, dlogits, dt, lt, acc, logits, labels, C, scale / (float)B, 0, {{0}}};
     const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, ce_share, &j);
     float total = 0.0f;
     for (size_t b = 0; b < B; b++) total += terms[b];
@@ -471,7 +517,7 @@ mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt, const void *
 
 typedef struct {
     void *y; /* forward: y; backward: dx */
-    mp_dtype yt, xt, gt;
+    mp_dtype yt, xt, gt, acc;
     const void *x, *g;          /* g: backward dy */
     float *mean_out, *rstd_out; /* forward */
     const float *mean, *rstd;   /* backward */
@@ -482,6 +528,20 @@ typedef struct {
     int oom;
     mp_convert_stats part[MP_MAX_THREADS];
 } ln_job;
+
+/* A row's mean and rstd as a naive loop in acc computes them (ops.h). */
+static void ln_stats_naive(const float *x, size_t C, float eps, mp_dtype acc, float *mean, float *rstd) {
+    float m = 0.0f, v = 0.0f;
+    for (size_t j = 0; j < C; j++) m = mp_round_to(acc, m + x[j]);
+    m = mp_round_to(acc, m / (float)C);
+    for (size_t j = 0; j < C; j++) {
+        const float d = mp_round_to(acc, x[j] - m);
+        v = mp_round_to(acc, v + mp_round_to(acc, d * d));
+    }
+    v = mp_round_to(acc, v / (float)C);
+    const float sd = mp_round_to(acc, sqrtf(mp_round_to(acc, v + mp_round_to(acc, eps))));
+    *mean = m, *rstd = mp_round_to(acc, 1.0f / sd);
+}
 
 static void ln_fwd_share(void *ctx, size_t r0, size_t r1, int t) {
     ln_job *J = ctx;
@@ -494,13 +554,18 @@ static void ln_fwd_share(void *ctx, size_t r0, size_t r1, int t) {
     }
     for (size_t r = r0; r < r1; r++) {
         load(row, J->x, J->xt, r * C, C);
-        float m = 0.0f;
-        for (size_t j = 0; j < C; j++) m += row[j];
-        m /= (float)C;
-        float v = 0.0f; /* two passes: the variance of x - mean, never E[x^2] - E[x]^2 */
-        for (size_t j = 0; j < C; j++) v += (row[j] - m) * (row[j] - m);
-        v /= (float)C;
-        const float rs = 1.0f / sqrtf(v + J->eps);
+        float m, rs;
+        if (J->acc == MP_F32) {
+            m = 0.0f;
+            for (size_t j = 0; j < C; j++) m += row[j];
+            m /= (float)C;
+            float v = 0.0f; /* two passes: the variance of x - mean, never E[x^2] - E[x]^2 */
+            for (size_t j = 0; j < C; j++) v += (row[j] - m) * (row[j] - m);
+            v /= (float)C;
+            rs = 1.0f / sqrtf(v + J->eps);
+        } else {
+            ln_stats_naive(row, C, J->eps, J->acc, &m, &rs);
+        }
         for (size_t j = 0; j < C; j++) {
             const float n = (row[j] - m) * rs;
             row[j] = n * (w ? w[j] : 1.0f) + (b ? b[j] : 0.0f);
@@ -512,12 +577,13 @@ static void ln_fwd_share(void *ctx, size_t r0, size_t r1, int t) {
 }
 
 mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, const void *x, mp_dtype xt,
-                               const float *w, const float *b, size_t B, size_t C, float eps, mp_convert_stats *st) {
-    mp_status s = check_types("mp_layernorm_forward", yt, xt, MP_F32);
+                               const float *w, const float *b, size_t B, size_t C, float eps, mp_dtype acc,
+                               mp_convert_stats *st) {
+    mp_status s = check_types("mp_layernorm_forward", yt, xt, acc);
     if (s != MP_OK || (s = rows_args("mp_layernorm_forward", y, x, B, C)) != MP_OK) return s;
     if (B && (!mean || !rstd)) return mp_error(MP_EINVAL, "mp_layernorm_forward: NULL mean or rstd");
     if (C == 0 && B) return mp_error(MP_EINVAL, "mp_layernorm_forward: rows of 0 values");
-    ln_job J = {y, yt, xt, MP_F32, x, NULL, mean, rstd, NULL, NULL, w, b, NULL, NULL, B, C, eps, 0, {{0}}};
+    ln_job J = {y, yt, xt, MP_F32, acc, x, NULL, mean, rstd, NULL, NULL, w, b, NULL, NULL, B, C, eps, 0, {{0}}};
     const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, ln_fwd_share, &J);
     if (J.oom) return mp_error(MP_ENOMEM, "mp_layernorm_forward: out of memory");
     add_parts(st, J.part, shares);
@@ -530,21 +596,35 @@ static void ln_dwdb_share(void *ctx, size_t j0, size_t j1, int t) {
     (void)t;
     ln_job *J = ctx;
     const size_t m = j1 - j0;
-    float stack[ROW_STACK], *r = row_scratch(stack, 2 * m);
+    const mp_dtype acc = J->acc;
+    float stack[ROW_STACK], *r = row_scratch(stack, 4 * m);
     if (!r) {
         J->oom = 1;
         return;
     }
     float *g = r, *n = r + m, *dw = J->dw ? J->dw + j0 : NULL, *db = J->db ? J->db + j0 : NULL;
+    if (acc != MP_F32) { /* naive: each column's sums in acc, added to dw and db once */
+        memset(r + 2 * m, 0, 2 * m * sizeof *r);
+        dw = J->dw ? r + 2 * m : NULL, db = J->db ? r + 3 * m : NULL;
+    }
     for (size_t i = 0; i < J->B; i++) {
         load(g, J->g, J->gt, i * J->C + j0, m);
         if (dw) {
             load(n, J->x, J->xt, i * J->C + j0, m);
             const float mi = J->mean[i], ri = J->rstd[i];
-            for (size_t k = 0; k < m; k++) dw[k] += g[k] * ((n[k] - mi) * ri);
+            if (acc == MP_F32)
+                for (size_t k = 0; k < m; k++) dw[k] += g[k] * ((n[k] - mi) * ri);
+            else
+                for (size_t k = 0; k < m; k++) dw[k] = mp_round_to(acc, dw[k] + mp_round_to(acc, g[k] * ((n[k] - mi) * ri)));
         }
-        if (db)
+        if (db && acc == MP_F32)
             for (size_t k = 0; k < m; k++) db[k] += g[k];
+        else if (db)
+            for (size_t k = 0; k < m; k++) db[k] = mp_round_to(acc, db[k] + g[k]);
+    }
+    for (size_t k = 0; acc != MP_F32 && k < m; k++) {
+        if (dw) J->dw[j0 + k] += dw[k];
+        if (db) J->db[j0 + k] += db[k];
     }
     row_scratch_free(r, stack);
 }
@@ -563,14 +643,20 @@ static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
         load(g, J->g, J->gt, i * C, C);
         load(n, J->x, J->xt, i * C, C);
         const float mi = mean[i], ri = rstd[i];
+        const mp_dtype acc = J->acc;
         float sum_dn = 0.0f, sum_dn_n = 0.0f;
         for (size_t j = 0; j < C; j++) {
             n[j] = (n[j] - mi) * ri;
             const float dn = g[j] * (w ? w[j] : 1.0f);
-            sum_dn += dn;
-            sum_dn_n += dn * n[j];
+            if (acc == MP_F32) {
+                sum_dn += dn;
+                sum_dn_n += dn * n[j];
+            } else {
+                sum_dn = mp_round_to(acc, sum_dn + mp_round_to(acc, dn));
+                sum_dn_n = mp_round_to(acc, sum_dn_n + mp_round_to(acc, dn * n[j]));
+            }
         }
-        const float a = sum_dn / (float)C, c = sum_dn_n / (float)C;
+        const float a = mp_round_to(acc, sum_dn / (float)C), c = mp_round_to(acc, sum_dn_n / (float)C);
         for (size_t j = 0; j < C; j++) g[j] = ri * (g[j] * (w ? w[j] : 1.0f) - a - n[j] * c);
         store(J->y, J->yt, i * C, g, C, &J->part[t]);
     }
@@ -579,13 +665,14 @@ static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
 
 mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db, const void *dy, mp_dtype dyt,
                                 const void *x, mp_dtype xt, const float *mean, const float *rstd, const float *w,
-                                size_t B, size_t C, int accumulate, mp_convert_stats *st) {
+                                size_t B, size_t C, int accumulate, mp_dtype acc, mp_convert_stats *st) {
     mp_status s = check_types("mp_layernorm_backward", dxt, dyt, xt);
+    if (s == MP_OK) s = check_types("mp_layernorm_backward", acc, acc, acc);
     if (s != MP_OK || (s = rows_args("mp_layernorm_backward", dx, dy, B, C)) != MP_OK) return s;
     if (B && (!x || !mean || !rstd)) return mp_error(MP_EINVAL, "mp_layernorm_backward: NULL x, mean or rstd");
     if (!accumulate && dw) memset(dw, 0, C * sizeof *dw);
     if (!accumulate && db) memset(db, 0, C * sizeof *db);
-    ln_job J = {dx, dxt, xt, dyt, x, dy, NULL, NULL, mean, rstd, w, NULL, dw, db, B, C, 0.0f, 0, {{0}}};
+    ln_job J = {dx, dxt, xt, dyt, acc, x, dy, NULL, NULL, mean, rstd, w, NULL, dw, db, B, C, 0.0f, 0, {{0}}};
     /* dw and db first: dx may alias dy or x */
     if (dw || db) mp_parallel_for(C, B * C >= ELEM_PARALLEL_MIN ? 64 : C + 1, 16, ln_dwdb_share, &J);
     const int shares = J.oom ? 0 : mp_parallel_for(B, rows_min_parallel(B, C), 1, ln_dx_share, &J);

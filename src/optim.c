@@ -28,6 +28,7 @@ struct mp_optim {
     mp_stage stage;        /* valid while stage_epoch == the scaler's steps */
     uint64_t stage_epoch;
     int found_inf;         /* from the unscale of this epoch */
+    uint64_t lost_updates, updated; /* the last step's (mp_optim_lost_updates) */
 };
 
 mp_sgd_config mp_sgd_defaults(void) {
@@ -136,7 +137,8 @@ typedef struct {
     float coef;
     int flush;   /* FTZ/DAZ during the work */
     int refresh; /* after an update: round the share's master into the half copy */
-    double part[MP_MAX_THREADS];
+    double part[MP_MAX_THREADS]; /* per share: the sum of squares (JOB_SUMSQ) or the updates lost (JOB_SGD,
+                                    JOB_ADAMW; whole numbers, exact in a double) */
 } param_job;
 
 static void param_share_body(const param_job *j, job_kind kind, size_t i0, size_t i1, int t);
@@ -162,16 +164,19 @@ static void param_share_body(const param_job *j, job_kind kind, size_t i0, size_
     uint16_t *h = p->half ? (uint16_t *)p->half + i0 : NULL;
     uint16_t *hs1 = p->hstate1 ? p->hstate1 + i0 : NULL, *hs2 = p->hstate2 ? p->hstate2 + i0 : NULL;
     const int half_only = p->state_type != MP_F32, bf = p->half_type == MP_BF16;
+    uint64_t lost;
     switch (kind) {
     case JOB_SGD:
-        if (p->master) j->k->sgd(p->master + i0, p->grad + i0, s1, n, j->sc);
-        else if (half_only) j->k->sgd_half(h, p->grad + i0, hs1, n, j->sc, bf);
-        else j->k->sgd_bf16(h, p->grad + i0, s1, n, j->sc, j->key, i0);
+        if (p->master) lost = j->k->sgd(p->master + i0, p->grad + i0, s1, n, j->sc);
+        else if (half_only) lost = j->k->sgd_half(h, p->grad + i0, hs1, n, j->sc, bf);
+        else lost = j->k->sgd_bf16(h, p->grad + i0, s1, n, j->sc, j->key, i0);
+        ((param_job *)j)->part[t] = (double)lost;
         break;
     case JOB_ADAMW:
-        if (p->master) j->k->adamw(p->master + i0, p->grad + i0, s1, s2, n, j->ac);
-        else if (half_only) j->k->adamw_half(h, p->grad + i0, hs1, hs2, n, j->ac, bf);
-        else j->k->adamw_bf16(h, p->grad + i0, s1, s2, n, j->ac, j->key, i0);
+        if (p->master) lost = j->k->adamw(p->master + i0, p->grad + i0, s1, s2, n, j->ac);
+        else if (half_only) lost = j->k->adamw_half(h, p->grad + i0, hs1, hs2, n, j->ac, bf);
+        else lost = j->k->adamw_bf16(h, p->grad + i0, s1, s2, n, j->ac, j->key, i0);
+        ((param_job *)j)->part[t] = (double)lost;
         break;
     case JOB_REFRESH: /* the half copy, round to nearest even, while the share is in cache */
         mp_convert(h, p->half_type, p->master + i0, MP_F32, n, NULL);
@@ -184,7 +189,7 @@ static void param_share_body(const param_job *j, job_kind kind, size_t i0, size_
 
 #define PARAM_PARALLEL_MIN ((size_t)1 << 16)
 
-/* Runs one job over parameter p; for JOB_SUMSQ returns the sum of the shares. */
+/* Runs one job over parameter p; returns the sum of the shares' part[]. */
 static double run_param(param_job *j, mp_param *p) {
     j->p = p;
     memset(j->part, 0, sizeof j->part);
@@ -282,6 +287,11 @@ mp_status mp_optim_set_rounding(mp_optim *o, mp_rounding r, uint64_t seed) {
 size_t mp_optim_count(const mp_optim *o) { return o->count; }
 mp_param *mp_optim_param(mp_optim *o, size_t i) { return i < o->count ? o->params[i] : NULL; }
 uint64_t mp_optim_steps(const mp_optim *o) { return o->steps; }
+
+uint64_t mp_optim_lost_updates(const mp_optim *o, uint64_t *updated) {
+    if (updated) *updated = o->updated;
+    return o->lost_updates;
+}
 double mp_optim_lr(const mp_optim *o) { return o->kind == KIND_SGD ? o->sgd.lr : o->adamw.lr; }
 
 mp_status mp_optim_set_lr(mp_optim *o, double lr) {
@@ -323,6 +333,7 @@ mp_status mp_optim_restore(mp_optim *o, uint64_t steps) {
 
 /* The real update of every parameter; the caller has checked the gradients. */
 static mp_status apply_step(mp_optim *o) {
+    o->lost_updates = o->updated = 0;
     for (size_t i = 0; i < o->count; i++) {
         const mp_status st = ensure_state(o, o->params[i]);
         if (st != MP_OK) return st;
@@ -359,7 +370,8 @@ static mp_status apply_step(mp_optim *o) {
         const int fused = p->master && p->half && !(p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC);
         param_job j = {o->kind == KIND_SGD ? JOB_SGD : JOB_ADAMW, k, NULL, &sc, &ac, sr_key(o, i), 0.0f,
                        !o->keep_denormal, fused, {0}};
-        run_param(&j, p);
+        o->lost_updates += (uint64_t)run_param(&j, p);
+        o->updated += p->n;
         p->has_state = 1;
     }
     o->steps = t;
@@ -414,20 +426,39 @@ mp_status mp_scaler_step(mp_scaler *s, mp_optim *o, int *found_inf) {
     const int found = o->found_inf;
     set_stage(o, s, MP_STAGE_STEPPED);
     if (found_inf) *found_inf = found;
+    if (found) o->lost_updates = o->updated = 0; /* a skipped step updates nothing */
     return found ? MP_OK : apply_step(o);
 }
 
-mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, double *total_norm) {
+/* The gradients' L2 norm as a naive loop in acc computes it: parameters in
+ * registration order, each square and each partial sum rounded to acc. */
+static double naive_norm(const mp_optim *o, mp_dtype acc) {
+    float sum = 0.0f;
+    for (size_t i = 0; i < o->count; i++) {
+        const float *g = o->params[i]->grad;
+        for (size_t k = 0; k < o->params[i]->n; k++) sum = mp_round_to(acc, sum + mp_round_to(acc, g[k] * g[k]));
+    }
+    return mp_round_to(acc, sqrtf(sum));
+}
+
+mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, mp_dtype acc, double *total_norm) {
     if (!o) return mp_error(MP_EINVAL, "mp_clip_grad_norm: NULL optimizer");
+    if (acc != MP_F32 && acc != MP_F16 && acc != MP_BF16)
+        return mp_error(MP_EINVAL, "mp_clip_grad_norm: the norm is summed in fp32, fp16 or bf16");
     if (!(max_norm > 0 && isfinite(max_norm)))
         return mp_error(MP_EINVAL, "mp_clip_grad_norm: max_norm must be finite and > 0 (got %g)", max_norm);
     if (s ? mp_optim_stage(o, s) != MP_STAGE_UNSCALED : o->scaled)
         return mp_error(MP_ESTATE, "clip_grad_norm: gradients are still multiplied by the loss scale; call "
                                    "mp_scaler_unscale first (and pass the scaler)");
     param_job j = {JOB_SUMSQ, kernels(), NULL, NULL, NULL, 0, 0.0f, 0, 0, {0}};
-    double sum = 0;
-    for (size_t i = 0; i < o->count; i++) sum += run_param(&j, o->params[i]);
-    const double norm = sqrt(sum);
+    double norm;
+    if (acc == MP_F32) {
+        double sum = 0;
+        for (size_t i = 0; i < o->count; i++) sum += run_param(&j, o->params[i]);
+        norm = sqrt(sum);
+    } else {
+        norm = naive_norm(o, acc);
+    }
     if (total_norm) *total_norm = norm;
     if (!isfinite(norm)) return MP_OK;
     const double coef = max_norm / (norm + 1e-6);

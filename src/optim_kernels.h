@@ -30,18 +30,23 @@ static inline uint16_t mp_sr_bf16(float x, uint64_t key, uint64_t i) {
     return (uint16_t)((u + mp_sr_bits(key, i)) >> 16);
 }
 
-static inline float sgd_elem(float w, float g, float *buf, const mp_sgd_coef *c) {
+/* The element updates return the new weight and set *u to what the update
+ * adds to w in fp32 (SGD: -lr d, d with weight decay and momentum; AdamW:
+ * the decay's change w (1 - lr wd) - w plus -step_size m / denom), computed
+ * apart from the new weight, whose arithmetic it does not change. */
+static inline float sgd_elem(float w, float g, float *buf, const mp_sgd_coef *c, float *u) {
     float d = c->wd != 0.0f ? fmaf(w, c->wd, g) : g; /* d_p.add(param, alpha=wd) */
     if (c->use_momentum) {
         const float b = c->first ? d : fmaf(d, c->one_minus_damp, *buf * c->momentum);
         *buf = b;
         d = c->nesterov ? fmaf(b, c->momentum, d) : b;
     }
+    *u = d * c->neg_lr;
     return fmaf(d, c->neg_lr, w); /* param.add_(d_p, alpha=-lr) */
 }
 
-static inline float adamw_elem(float w, float g, float *m, float *v, const mp_adamw_coef *c) {
-    w = w * c->decay;                              /* param.mul_(1 - lr * wd) */
+static inline float adamw_elem(float w, float g, float *m, float *v, const mp_adamw_coef *c, float *u) {
+    const float wd = w * c->decay;                 /* param.mul_(1 - lr * wd) */
     const float mm = fmaf(c->w1, g - *m, *m);      /* exp_avg.lerp_(grad, 1 - beta1) */
     /* exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1-beta2): PyTorch's kernel computes
      * self + value * t1 * t2, which its GCC build fuses into fma(value * t1, t2, self) */
@@ -49,38 +54,71 @@ static inline float adamw_elem(float w, float g, float *m, float *v, const mp_ad
     *m = mm;
     *v = vv;
     const float denom = sqrtf(vv) / c->bc2_sqrt + c->eps;
-    return w + c->neg_step_size * mm / denom; /* param.addcdiv_(exp_avg, denom, value=-step_size) */
+    const float step = c->neg_step_size * mm / denom;
+    *u = (wd - w) + step;
+    return wd + step; /* param.addcdiv_(exp_avg, denom, value=-step_size) */
 }
 
-static void k_sgd(float *w, // (n,) fp32 master weights
-                  const float *g, // (n,) fp32 gradients
-                  float *buf, // (n,) momentum buffer, or NULL without momentum
-                  size_t n, const mp_sgd_coef *c) {
-    float dummy = 0.0f;
-    for (size_t i = 0; i < n; i++) w[i] = sgd_elem(w[i], g[i], buf ? &buf[i] : &dummy, c);
+/* An update u != 0 whose stored weight kept its bits (before: old, after: now). */
+static inline uint64_t mp_lost32(float u, float old, float now) {
+    return u != 0.0f && mp_f32_bits(old) == mp_f32_bits(now);
+}
+static inline uint64_t mp_lost16(float u, uint16_t old, uint16_t now) { return u != 0.0f && old == now; }
+
+/* Each kernel returns its updates lost: mp_lost32 / mp_lost16 over the elements. */
+static uint64_t k_sgd(float *w, // (n,) fp32 master weights
+                      const float *g, // (n,) fp32 gradients
+                      float *buf, // (n,) momentum buffer, or NULL without momentum
+                      size_t n, const mp_sgd_coef *c) {
+    float dummy = 0.0f, u;
+    uint64_t lost = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float old = w[i];
+        w[i] = sgd_elem(old, g[i], buf ? &buf[i] : &dummy, c, &u);
+        lost += mp_lost32(u, old, w[i]);
+    }
+    return lost;
 }
 
-static void k_adamw(float *w, // (n,) fp32 master weights
-                    const float *g, // (n,) fp32 gradients
-                    float *m, float *v, // (n,) exp_avg, exp_avg_sq
-                    size_t n, const mp_adamw_coef *c) {
-    for (size_t i = 0; i < n; i++) w[i] = adamw_elem(w[i], g[i], &m[i], &v[i], c);
+static uint64_t k_adamw(float *w, // (n,) fp32 master weights
+                        const float *g, // (n,) fp32 gradients
+                        float *m, float *v, // (n,) exp_avg, exp_avg_sq
+                        size_t n, const mp_adamw_coef *c) {
+    float u;
+    uint64_t lost = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float old = w[i];
+        w[i] = adamw_elem(old, g[i], &m[i], &v[i], c, &u);
+        lost += mp_lost32(u, old, w[i]);
+    }
+    return lost;
 }
 
 /* The stochastic-rounding kernels take `base`, the index of element 0 in the
  * whole parameter, so a parameter split across threads draws the same bits. */
-static void k_sgd_bf16(uint16_t *w, // (n,) bf16 weights (no master)
-                       const float *g, float *buf, size_t n, const mp_sgd_coef *c, uint64_t key, uint64_t base) {
-    float dummy = 0.0f;
-    for (size_t i = 0; i < n; i++)
-        w[i] = mp_sr_bf16(sgd_elem(mp_bf16_to_f32(w[i]), g[i], buf ? &buf[i] : &dummy, c), key, base + i);
+static uint64_t k_sgd_bf16(uint16_t *w, // (n,) bf16 weights (no master)
+                           const float *g, float *buf, size_t n, const mp_sgd_coef *c, uint64_t key, uint64_t base) {
+    float dummy = 0.0f, u;
+    uint64_t lost = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t old = w[i];
+        w[i] = mp_sr_bf16(sgd_elem(mp_bf16_to_f32(old), g[i], buf ? &buf[i] : &dummy, c, &u), key, base + i);
+        lost += mp_lost16(u, old, w[i]);
+    }
+    return lost;
 }
 
-static void k_adamw_bf16(uint16_t *w, // (n,) bf16 weights (no master)
-                         const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c, uint64_t key,
-                         uint64_t base) {
-    for (size_t i = 0; i < n; i++)
-        w[i] = mp_sr_bf16(adamw_elem(mp_bf16_to_f32(w[i]), g[i], &m[i], &v[i], c), key, base + i);
+static uint64_t k_adamw_bf16(uint16_t *w, // (n,) bf16 weights (no master)
+                             const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c, uint64_t key,
+                             uint64_t base) {
+    float u;
+    uint64_t lost = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t old = w[i];
+        w[i] = mp_sr_bf16(adamw_elem(mp_bf16_to_f32(old), g[i], &m[i], &v[i], c, &u), key, base + i);
+        lost += mp_lost16(u, old, w[i]);
+    }
+    return lost;
 }
 
 /* Half-only parameters (--master-weights none): weights and state stored in
@@ -91,29 +129,39 @@ static void k_adamw_bf16(uint16_t *w, // (n,) bf16 weights (no master)
 static inline float mp_half_widen(uint16_t h, int bf) { return bf ? mp_bf16_to_f32(h) : mp_f16_to_f32(h); }
 static inline uint16_t mp_half_round(float x, int bf) { return bf ? mp_f32_to_bf16(x) : mp_f32_to_f16(x); }
 
-static void k_sgd_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
-                       const float *g, // (n,) fp32 gradients
-                       uint16_t *buf, // (n,) fp16/bf16 momentum buffer, or NULL without momentum
-                       size_t n, const mp_sgd_coef *c, int bf) {
+static uint64_t k_sgd_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
+                           const float *g, // (n,) fp32 gradients
+                           uint16_t *buf, // (n,) fp16/bf16 momentum buffer, or NULL without momentum
+                           size_t n, const mp_sgd_coef *c, int bf) {
+    float u;
+    uint64_t lost = 0;
     for (size_t i = 0; i < n; i++) {
+        const uint16_t old = w[i];
         float b = buf ? mp_half_widen(buf[i], bf) : 0.0f;
-        const float r = sgd_elem(mp_half_widen(w[i], bf), g[i], &b, c);
+        const float r = sgd_elem(mp_half_widen(old, bf), g[i], &b, c, &u);
         if (buf) buf[i] = mp_half_round(b, bf);
         w[i] = mp_half_round(r, bf);
+        lost += mp_lost16(u, old, w[i]);
     }
+    return lost;
 }
 
-static void k_adamw_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
-                         const float *g, // (n,) fp32 gradients
-                         uint16_t *m, uint16_t *v, // (n,) fp16/bf16 exp_avg, exp_avg_sq
-                         size_t n, const mp_adamw_coef *c, int bf) {
+static uint64_t k_adamw_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
+                             const float *g, // (n,) fp32 gradients
+                             uint16_t *m, uint16_t *v, // (n,) fp16/bf16 exp_avg, exp_avg_sq
+                             size_t n, const mp_adamw_coef *c, int bf) {
+    float u;
+    uint64_t lost = 0;
     for (size_t i = 0; i < n; i++) {
+        const uint16_t old = w[i];
         float mm = mp_half_widen(m[i], bf), vv = mp_half_widen(v[i], bf);
-        const float r = adamw_elem(mp_half_widen(w[i], bf), g[i], &mm, &vv, c);
+        const float r = adamw_elem(mp_half_widen(old, bf), g[i], &mm, &vv, c, &u);
         m[i] = mp_half_round(mm, bf);
         v[i] = mp_half_round(vv, bf);
         w[i] = mp_half_round(r, bf);
+        lost += mp_lost16(u, old, w[i]);
     }
+    return lost;
 }
 
 /* Sum of squares in fp64, eight partial sums in a fixed order. */

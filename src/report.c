@@ -1,5 +1,6 @@
 /* report.c - the comparison report: HTML with inline SVG charts. */
 #define _POSIX_C_SOURCE 200809L
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@ static double tick_step(double range, int want) {
     return (r < 1.5 ? 1 : r < 3.5 ? 2 : r < 7.5 ? 5 : 10) * mag;
 }
 
+/* The figure and its plot area, x ticks (when xticks), y ticks every ystep (none when ystep <= 0), the axis labels. */
 static void frame(FILE *f, const axes *a, const char *id, const char *title, const char *xlabel, const char *ylabel,
                   double ystep, const char *yfmt, int ylog2, int xticks) {
     fprintf(f, "<figure><figcaption>%s</figcaption>\n<svg class=\"chart\" id=\"%s\" viewBox=\"0 0 %d %d\" "
@@ -55,7 +57,7 @@ static void frame(FILE *f, const axes *a, const char *id, const char *title, con
                 a->h - a->mb);
         fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%g</text>\n", px(a, x), a->h - a->mb + 14, x);
     }
-    for (double y = ceil(a->y0 / ystep) * ystep; y <= a->y1 + 1e-12; y += ystep) {
+    for (double y = ystep > 0 ? ceil(a->y0 / ystep) * ystep : a->y1 + 1; y <= a->y1 + 1e-12; y += ystep) {
         fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e3e3\"/>", a->ml, a->w - a->mr, py(a, y),
                 py(a, y));
         char lab[32];
@@ -72,13 +74,13 @@ static void frame(FILE *f, const axes *a, const char *id, const char *title, con
 static void chart_end(FILE *f) { fputs("</svg></figure>\n", f); }
 
 static void legend(FILE *f, const axes *a, const mp_report *r, const int *show) {
-    int k = 0;
+    double x = a->ml + 10;
     for (int i = 0; i < r->nruns; i++) {
         if (show && !show[i]) continue;
-        const double x = a->ml + 10 + 130 * k++;
         fprintf(f, "<rect x=\"%.0f\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%.0f\" y=\"%d\" "
                    "class=\"legend\">%s</text>\n",
                 x, a->mt - 12, r->runs[i].color, x + 18, a->mt - 7, r->runs[i].name);
+        x += 34 + 6.6 * (double)strlen(r->runs[i].name); /* the label's width at 12px, and a gap */
     }
 }
 
@@ -150,6 +152,9 @@ static void section_head(FILE *f, const mp_report *r) {
                ".tick{font-size:11px;fill:#666}.label{font-size:12px;fill:#444}.legend{font-size:12px;fill:#222}\n"
                ".note{color:#555;font-size:.92em}.warn{color:#a00}code{background:#f3f3f3;padding:0 .25em}\n"
                ".swatch{display:inline-block;width:.8em;height:.8em;border-radius:2px;margin-right:.4em}\n"
+               "#ablation td:nth-child(2),#ablation th:nth-child(2){text-align:left}\n"
+               "h3{font-size:1em;margin:1.2em 0 .2em}pre.sample{white-space:pre-wrap;background:#f6f6f6;padding:.6em;"
+               "font-size:.88em;margin:.3em 0}\n"
                "</style>\n</head>\n<body>\n");
 }
 
@@ -182,10 +187,11 @@ static void summary_row(FILE *f, const mp_report *r, const mp_report_run *u, con
     if (base && u->ms_per_step > 0) snprintf(speed, sizeof speed, "%.2fx", base->ms_per_step / u->ms_per_step);
     fprintf(f, "<tr data-mode=\"%s\"><td><span class=\"swatch\" style=\"background:%s\"></span>%s</td>"
                "<td>%.4f</td><td class=\"acc\">%.*f%s</td><td>%ld</td><td>%g</td><td class=\"under\">%.4f%%</td>"
-               "<td>%.2f%%</td><td>%.1f</td><td>%.0f MiB</td><td>%s</td></tr>\n",
+               "<td>%.4f%%</td><td>%.2f%%</td><td>%.4f%%</td><td>%.1f</td><td>%.0f MiB</td><td>%s</td></tr>\n",
             u->name, u->color, u->name, u->last_loss, r->eval_percent ? 2 : 4,
             r->eval_percent ? 100 * u->eval : u->eval, r->eval_percent ? "%" : "", u->skipped_total,
-            u->final_scale, 100 * u->underflow, 100 * u->frozen, u->ms_per_step, u->memory_mib, speed);
+            u->final_scale, 100 * u->underflow, 100 * u->lost_gradients, 100 * u->dead_gradients,
+            100 * u->lost_updates, u->ms_per_step, u->memory_mib, speed);
 }
 
 /* The summary table: one row per run, speed-ups against the baseline run. */
@@ -193,8 +199,10 @@ static void section_summary(FILE *f, const mp_report *r) {
     const mp_report_run *base = r->baseline >= 0 && r->baseline < r->nruns ? &r->runs[r->baseline] : NULL;
     fputs("<h2>Summary</h2>\n<table id=\"summary\">\n<tr><th>mode</th><th>final train loss</th><th>", f);
     esc(f, r->eval_name);
-    fprintf(f, "</th><th>skipped steps</th><th>final scale</th><th>gradients underflowed</th><th>frozen weights</th>"
-               "<th>ms/step</th><th>peak memory</th><th>speed-up vs %s</th></tr>\n", base ? base->name : "-");
+    fprintf(f, "</th><th>skipped steps</th><th>final scale</th><th>gradients underflowed</th>"
+               "<th title=\"weight-gradient values nonzero in fp32 and 0 when stored\">weight gradients lost</th>"
+               "<th title=\"weight-gradient values exactly 0 in fp32 (dead units)\">dead weight gradients</th>"
+               "<th title=\"nonzero updates that left the stored weight unchanged\">updates lost</th><th>ms/step</th><th>peak memory</th><th>speed-up vs %s</th></tr>\n", base ? base->name : "-");
     for (int i = 0; i < r->nruns; i++) summary_row(f, r, &r->runs[i], base);
     fputs("</table>\n", f);
 }
@@ -209,6 +217,73 @@ static void section_warnings(FILE *f, const mp_report *r) {
         }
 }
 
+/* An eval figure as the tables show it: "87.91%", "1.6234" or "not finite". */
+static void eval_value(FILE *f, const mp_report *r, double v) {
+    if (!isfinite(v)) fputs("not finite", f);
+    else if (r->eval_percent) fprintf(f, "%.2f%%", 100 * v);
+    else fprintf(f, "%.4f", v);
+}
+
+/* A difference of eval figures, signed: "-0.25 points" or "+0.0433 (+1.76%)" (relative to ref). */
+static void eval_delta(FILE *f, const mp_report *r, double delta, double ref) {
+    if (!isfinite(delta)) fputs("-", f);
+    else if (r->eval_percent) fprintf(f, "%+.2f points", 100 * delta);
+    else if (ref != 0) fprintf(f, "%+.4f (%+.2f%%)", delta, 100 * delta / ref);
+    else fprintf(f, "%+.4f", delta);
+}
+
+/* The protection p lacks against ref when that is their only difference, else NULL. */
+static const char *removed_protection(const mp_precision *ref, const mp_precision *p) {
+    if (p->compute != ref->compute || p->rounding != ref->rounding) return NULL;
+    const int dm = p->master_weights != ref->master_weights, dr = p->reductions != ref->reductions,
+              ds = p->scaling != ref->scaling;
+    if (dm + dr + ds != 1) return NULL;
+    if (dm) return ref->master_weights == MP_MASTER_FP32 && p->master_weights == MP_MASTER_NONE ? "fp32 master weights" : NULL;
+    if (dr) return ref->reductions == MP_REDUCE_FP32 && p->reductions == MP_REDUCE_HALF ? "fp32 reductions" : NULL;
+    return ref->scaling != MP_SCALING_NONE && p->scaling == MP_SCALING_NONE ? "loss scaling" : NULL;
+}
+
+int mp_report_ablation_rows(const mp_report *r, mp_report_ablation *rows, int cap, int *ref) {
+    int k = -1, n = 0;
+    for (int i = 0; r && i < r->nruns && k < 0; i++)
+        if (r->runs[i].precision && r->runs[i].name && strcmp(r->runs[i].name, "fp16-dynamic") == 0) k = i;
+    if (ref) *ref = k;
+    for (int i = 0; k >= 0 && i < r->nruns && n < cap; i++) {
+        const mp_report_run *u = &r->runs[i];
+        const char *what = u->precision && i != k ? removed_protection(r->runs[k].precision, u->precision) : NULL;
+        if (what) rows[n++] = (mp_report_ablation){what, i, u->eval, u->eval - r->runs[k].eval};
+    }
+    return n;
+}
+
+/* "What each protection buys": the reference, then one row per run that lacks one of its protections. */
+static void section_ablation(FILE *f, const mp_report *r) {
+    mp_report_ablation rows[64];
+    int ref;
+    const int n = mp_report_ablation_rows(r, rows, 64, &ref);
+    if (n == 0) return;
+    const mp_report_run *b = &r->runs[ref];
+    fputs("<h2>What each protection buys</h2>\n<p class=\"note\">The reference is <b>fp16-dynamic</b>: fp16 compute "
+          "with fp32 master weights, fp32 reductions and dynamic loss scaling, ", f);
+    esc(f, r->eval_name);
+    fputc(' ', f);
+    eval_value(f, r, b->eval);
+    fprintf(f, " with %ld skipped step%s. Each row is a run of this comparison with one of these protections removed "
+               "and nothing else changed.</p>\n<table id=\"ablation\">\n<tr><th>protection removed</th><th>run</th><th>",
+            b->skipped_total, b->skipped_total == 1 ? "" : "s");
+    esc(f, r->eval_name);
+    fputs("</th><th>difference from fp16-dynamic</th><th>skipped steps</th></tr>\n", f);
+    for (int k = 0; k < n; k++) {
+        const mp_report_run *u = &r->runs[rows[k].run];
+        fprintf(f, "<tr data-ablation=\"%s\"><td>%s</td><td>%s</td><td>", u->name, rows[k].protection, u->name);
+        eval_value(f, r, rows[k].eval);
+        fputs("</td><td>", f);
+        eval_delta(f, r, rows[k].delta, b->eval);
+        fprintf(f, "</td><td>%ld</td></tr>\n", u->skipped_total);
+    }
+    fputs("</table>\n", f);
+}
+
 /* Training loss per step, all runs; the y range is set by the first steps. */
 static void chart_loss(FILE *f, const mp_report *r) {
     double lmax = 0.1;
@@ -221,6 +296,77 @@ static void chart_loss(FILE *f, const mp_report *r) {
     for (int i = 0; i < r->nruns; i++)
         series(f, &a, r->runs[i].loss, r->runs[i].nsteps, 1, r->runs[i].color, 0, 0);
     chart_end(f);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Flags in show the runs with a finite evaluation loss; *lo gets the smallest, *top the lower median over those
+ * runs of each one's largest (so that one run that diverges does not flatten the others); returns how many runs. */
+static int eval_runs(const mp_report *r, int show[64], double *lo, double *top) {
+    double most[64];
+    int n = 0;
+    for (int i = 0; i < r->nruns; i++) { /* nruns <= 64: mp_report_write */
+        const mp_report_run *u = &r->runs[i];
+        double hi = -INFINITY;
+        for (long k = 0; k < u->neval; k++)
+            if (isfinite(u->eval_losses[k])) show[i] = 1, *lo = fmin(*lo, u->eval_losses[k]), hi = fmax(hi, u->eval_losses[k]);
+        if (show[i]) most[n++] = hi;
+    }
+    qsort(most, (size_t)n, sizeof *most, cmp_double);
+    *top = n ? most[(n - 1) / 2] : 0;
+    return n;
+}
+
+/* u's finite evaluations, those above the axes at their top edge: a line through them when there are two or more,
+ * and a marker with its figure at each. Returns how many were above. */
+static long eval_points(FILE *f, const axes *a, const mp_report_run *u) {
+    long nf = 0, above = 0;
+    for (long k = 0; k < u->neval; k++) nf += isfinite(u->eval_losses[k]) != 0, above += u->eval_losses[k] > a->y1;
+    if (nf >= 2) {
+        polyline_begin(f, u->color, 0);
+        for (long k = 0; k < u->neval; k++)
+            if (isfinite(u->eval_losses[k]))
+                fprintf(f, "%.1f,%.1f ", px(a, (double)u->eval_steps[k]), py(a, fmin(u->eval_losses[k], a->y1)));
+        polyline_end(f);
+    }
+    for (long k = 0; k < u->neval; k++)
+        if (isfinite(u->eval_losses[k]))
+            fprintf(f, "<circle class=\"series\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s step %ld: %.4f"
+                       "</title></circle>\n",
+                    px(a, (double)u->eval_steps[k]), py(a, fmin(u->eval_losses[k], a->y1)), u->color, u->name,
+                    u->eval_steps[k], u->eval_losses[k]);
+    return above;
+}
+
+/* The evaluation loss at each evaluation, one line per run; omitted when no run has a finite one. */
+static void chart_val_loss(FILE *f, const mp_report *r) {
+    int show[64] = {0};
+    double lo = INFINITY, hi = 0;
+    if (!eval_runs(r, show, &lo, &hi)) return;
+    const double pad = hi > lo ? 0.08 * (hi - lo) : 0.05 * fabs(hi) + 1e-3;
+    const char *what = r->eval_loss_name ? r->eval_loss_name : "evaluation loss";
+    char title[160];
+    snprintf(title, sizeof title, "%s at each evaluation (the last one at the end of the run)", what);
+    title[0] = (char)toupper((unsigned char)title[0]);
+    const axes a = plot_axes(0, (double)max_steps(r), lo - pad, hi + pad, 260);
+    frame(f, &a, "val_loss", title, "step", what, tick_step(hi - lo + 2 * pad, 5), "%g", 0, 1);
+    legend(f, &a, r, show);
+    long above[64] = {0};
+    for (int i = 0; i < r->nruns; i++)
+        if (show[i]) above[i] = eval_points(f, &a, &r->runs[i]);
+    chart_end(f);
+    for (int i = 0; i < r->nruns; i++) { /* a note for each run drawn in part or not at all */
+        if (!above[i] && (show[i] || r->runs[i].neval == 0)) continue;
+        fputs("<p class=\"note\">", f);
+        esc(f, r->runs[i].name);
+        if (above[i])
+            fprintf(f, ": %ld evaluation%s above %.4g, drawn on the top edge.</p>\n", above[i], above[i] == 1 ? "" : "s", a.y1);
+        else
+            fprintf(f, ": the %s was not finite (inf or NaN) at any evaluation.</p>\n", what);
+    }
 }
 
 /* A circle on the scale curve at each skipped step of u. */
@@ -269,14 +415,15 @@ static void chart_scale(FILE *f, const mp_report *r) {
     chart_end(f);
 }
 
-/* Run i's bars of the layer chart: mean underflow per layer, in the run's slot of each group. */
+/* Run i's bars of the layer chart: mean underflow per layer, in the run's slot of each group; a nonzero mean is
+ * at least 1 px tall, so that it does not look like none. */
 static void layer_bars(FILE *f, const axes *a, const mp_report_run *u, int i, double gw) {
     for (int l = 0; l < u->nlayers; l++) {
         const double m = 100 * layer_underflow_sum(u, l) / nsteps_or_one(u);
-        const double x = px(a, l + 0.1) + gw * i, y = py(a, m);
+        const double x = px(a, l + 0.1) + gw * i, h = m > 0 ? fmax(py(a, 0) - py(a, m), 1.0) : 0.0;
         fprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s %s: "
-                   "%.4f%%</title></rect>\n",
-                x, y, gw * 0.92, py(a, 0) - y, u->color, u->name, u->layer_names[l], m);
+                   "%.4g%%</title></rect>\n",
+                x, py(a, 0) - h, gw * 0.92, h, u->color, u->name, u->layer_names[l], m);
     }
 }
 
@@ -461,6 +608,156 @@ static void chart_histogram(FILE *f, const mp_report *r) {
           "The shaded region is where fp16 rounds to zero.</p>\n", f);
 }
 
+/* The heat maps' colours: ColorBrewer's YlOrRd, light to dark, for nonzero
+ * values on a log scale shared by all the heat maps; zero has its own grey. */
+#define HEAT_COLORS 6
+static const char *const heat_colors[HEAT_COLORS] = {"#ffffb2", "#fed976", "#feb24c", "#fd8d3c", "#f03b20", "#bd0026"};
+static const char heat_zero[] = "#e4e4e4";
+
+/* A run's per-tensor underflow binned in time: ncols columns of per steps (the last may hold fewer). */
+typedef struct {
+    long per, ncols;
+    double *v; /* (nlayers, ncols): the mean underflow fraction of the column's steps */
+} heat;
+
+/* Columns for u: at most 200, and at most about 8000 cells. */
+static long heat_max_columns(const mp_report_run *u) {
+    const long c = 8000 / (u->nlayers > 0 ? u->nlayers : 1);
+    return c < 25 ? 25 : c > 200 ? 200 : c;
+}
+
+/* Bins u's underflow into h (h->v NULL when u has no steps or tensors, or memory ran out) and widens
+ * [*lo, *hi] to its nonzero cells; returns 1 when one is nonzero. */
+static int heat_bin(const mp_report_run *u, heat *h, double *lo, double *hi) {
+    *h = (heat){0, 0, NULL};
+    if (u->nsteps <= 0 || u->nlayers <= 0) return 0;
+    const long cols = heat_max_columns(u);
+    h->per = (u->nsteps + cols - 1) / cols, h->ncols = (u->nsteps + h->per - 1) / h->per;
+    if (!(h->v = malloc(sizeof *h->v * (size_t)u->nlayers * (size_t)h->ncols))) return 0;
+    int any = 0;
+    for (int l = 0; l < u->nlayers; l++)
+        for (long c = 0; c < h->ncols; c++) {
+            const long s0 = c * h->per, s1 = s0 + h->per < u->nsteps ? s0 + h->per : u->nsteps;
+            double m = 0;
+            for (long s = s0; s < s1; s++) m += layer_underflow_at(u, s, l);
+            const double v = m / (double)(s1 - s0);
+            h->v[(size_t)l * (size_t)h->ncols + (size_t)c] = v;
+            if (v > 0) any = 1, *lo = fmin(*lo, v), *hi = fmax(*hi, v);
+        }
+    return any;
+}
+
+/* Colours used for nonzero values: all of them, or only the darkest when every value is the same. */
+static int heat_ncolors(double lo, double hi) { return hi > lo ? HEAT_COLORS : 1; }
+
+/* The colour index of v > 0 on the log scale from lo to hi. */
+static int heat_color_of(double v, double lo, double hi) {
+    if (hi <= lo) return HEAT_COLORS - 1;
+    const int b = (int)floor(HEAT_COLORS * log(v / lo) / log(hi / lo));
+    return b < 0 ? 0 : b >= HEAT_COLORS ? HEAT_COLORS - 1 : b;
+}
+
+/* The colour scale across the top: zero, then each colour with the values it stands for (data-lo, data-hi). */
+static void heat_legend(FILE *f, double lo, double hi) {
+    fprintf(f, "<rect class=\"scale\" x=\"10\" y=\"8\" width=\"14\" height=\"12\" fill=\"%s\" data-lo=\"0\" data-hi=\"0\"/>"
+               "<text x=\"28\" y=\"18\" class=\"legend\">0</text>\n", heat_zero);
+    const int nc = heat_ncolors(lo, hi);
+    for (int k = 0; k < nc; k++) {
+        const double a = lo * pow(hi / lo, (double)k / nc), b = k == nc - 1 ? hi : lo * pow(hi / lo, (double)(k + 1) / nc);
+        const double x = 50 + 145 * k;
+        fprintf(f, "<rect class=\"scale\" x=\"%.0f\" y=\"8\" width=\"14\" height=\"12\" fill=\"%s\" data-lo=\"%.6g\" "
+                   "data-hi=\"%.6g\"/><text x=\"%.0f\" y=\"18\" class=\"legend\">%.2g&#8211;%.2g%%</text>\n",
+                x, heat_colors[HEAT_COLORS - nc + k], a, b, x + 18, 100 * a, 100 * b);
+    }
+}
+
+/* One cell: tensor l over column c, coloured by its value, with the figures in its title. */
+static void heat_cell(FILE *f, const axes *a, const mp_report_run *u, const heat *h, int l, long c, double lo, double hi) {
+    const double v = h->v[(size_t)l * (size_t)h->ncols + (size_t)c];
+    const long s0 = c * h->per + 1, s1 = s0 + h->per - 1 < u->nsteps ? s0 + h->per - 1 : u->nsteps;
+    const char *fill = v > 0 ? heat_colors[HEAT_COLORS - heat_ncolors(lo, hi) + heat_color_of(v, lo, hi)] : heat_zero;
+    const double x0 = px(a, (double)(s0 - 1)), y0 = py(a, (double)(u->nlayers - l));
+    fprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>", x0, y0,
+            px(a, (double)s1) - x0, py(a, (double)(u->nlayers - l - 1)) - y0, fill);
+    esc(f, u->layer_names[l]);
+    if (s1 > s0) fprintf(f, ", steps %ld-%ld: %.4g%%</title></rect>\n", s0, s1, 100 * v);
+    else fprintf(f, ", step %ld: %.4g%%</title></rect>\n", s0, 100 * v);
+}
+
+/* u's heat map: one row per tensor (first at the top), one column per h->per steps. */
+static void heat_chart(FILE *f, const mp_report_run *u, const heat *h, double lo, double hi) {
+    size_t longest = 1;
+    for (int l = 0; l < u->nlayers; l++) longest = strlen(u->layer_names[l]) > longest ? strlen(u->layer_names[l]) : longest;
+    int rh = 360 / (u->nlayers > 0 ? u->nlayers : 1); /* row height: 9 .. 18 */
+    rh = rh < 9 ? 9 : rh > 18 ? 18 : rh;
+    const int font = rh - 1 < 11 ? rh - 1 : 11, ml = 16 + (int)((double)longest * 0.62 * font);
+    const axes a = {0, (double)u->nsteps, 0, (double)u->nlayers, 960, 48 + rh * u->nlayers + 40, ml, 20, 48, 40};
+    char id[96], title[256];
+    snprintf(id, sizeof id, "heatmap-%s", u->name);
+    snprintf(title, sizeof title, "%s: gradient values that became zero when stored, per tensor and step (share of the "
+                                  "tensor's stores; one colour scale for all the heat maps)", u->name);
+    frame(f, &a, id, title, "step", "", 0, "%g", 0, 1);
+    heat_legend(f, lo, hi);
+    fputs("<g shape-rendering=\"crispEdges\">\n", f);
+    for (int l = 0; l < u->nlayers; l++)
+        for (long c = 0; c < h->ncols; c++) heat_cell(f, &a, u, h, l, c, lo, hi);
+    fputs("</g>\n", f);
+    for (int l = 0; l < u->nlayers; l++) {
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"tick\" style=\"font-size:%dpx\" text-anchor=\"end\">", ml - 4,
+                py(&a, u->nlayers - l - 0.5) + font * 0.35, font);
+        esc(f, u->layer_names[l]);
+        fputs("</text>\n", f);
+    }
+    chart_end(f);
+}
+
+/* A heat map of each run in which some gradient value became zero, and a note naming the runs in which none did. */
+static void charts_heatmap(FILE *f, const mp_report *r) {
+    heat h[64];
+    int has[64], ndrawn = 0, nzero = 0;
+    double lo = INFINITY, hi = 0;
+    for (int i = 0; i < r->nruns; i++) { /* nruns <= 64: mp_report_write */
+        ndrawn += has[i] = heat_bin(&r->runs[i], &h[i], &lo, &hi);
+        nzero += !has[i] && h[i].v;
+    }
+    for (int i = 0; i < r->nruns; i++)
+        if (has[i]) heat_chart(f, &r->runs[i], &h[i], lo, hi);
+    if (nzero) {
+        fputs(ndrawn ? "<p class=\"note\">No gradient value became zero in "
+                     : "<p class=\"note\">No gradient value became zero in any mode (", f);
+        for (int i = 0, k = 0; i < r->nruns; i++)
+            if (!has[i] && h[i].v) {
+                if (k++) fputs(", ", f);
+                esc(f, r->runs[i].name);
+            }
+        fputs(ndrawn ? ".</p>\n" : "), so there is no heat map.</p>\n", f);
+    }
+    for (int i = 0; i < r->nruns; i++) free(h[i].v);
+}
+
+/* What each run's final model wrote, when the runs have samples, and how much of it looks like the corpus. */
+static void section_samples(FILE *f, const mp_report *r) {
+    int any = 0;
+    for (int i = 0; i < r->nruns; i++) any |= r->runs[i].sample != NULL;
+    if (!any) return;
+    fputs("<h2>Text from each final model</h2>\n<p class=\"note\">What each run's model wrote after a newline, every "
+          "byte drawn from its predicted distribution (temperature 1, seed 1); bytes other than printable ASCII, newline "
+          "and tab are shown as \\xNN. Printable: the share of bytes that are printable ASCII or a newline. Words found: "
+          "the share of its words (split at whitespace) that occur as words in the corpus.</p>\n", f);
+    for (int i = 0; i < r->nruns; i++) {
+        const mp_report_run *u = &r->runs[i];
+        if (!u->sample) continue;
+        fputs("<h3>", f);
+        esc(f, u->name);
+        fprintf(f, "</h3>\n<p class=\"note\">%.1f%% printable, ", 100 * u->sample_printable);
+        if (isnan(u->sample_words)) fputs("no words", f);
+        else fprintf(f, "%.1f%% of its words found in the corpus", 100 * u->sample_words);
+        fprintf(f, "</p>\n<pre class=\"sample\" data-mode=\"%s\">\n", u->name); /* a browser drops this first newline */
+        esc(f, u->sample);
+        fputs("</pre>\n", f);
+    }
+}
+
 /* The whole page, its sections in order. */
 static void write_body(FILE *f, const mp_report *r) {
     section_head(f, r);
@@ -468,13 +765,17 @@ static void write_body(FILE *f, const mp_report *r) {
     section_reading(f, r);
     section_summary(f, r);
     section_warnings(f, r);
+    section_ablation(f, r);
     chart_loss(f, r);
+    chart_val_loss(f, r);
     chart_scale(f, r);
     chart_layers(f, r);
     chart_underflow(f, r);
+    charts_heatmap(f, r);
     chart_headroom(f, r);
     section_skips(f, r);
     chart_histogram(f, r);
+    section_samples(f, r);
     fputs("</body>\n</html>\n", f);
 }
 

@@ -12,6 +12,9 @@ static const mp_precision modes[] = {
     {.name = "fp32", .label = "fp32", .compute = MP_F32, .master_weights = MP_MASTER_FP32,
      .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#3b3b3b",
      .help = "fp32 everywhere (the baseline)"},
+    {.name = "fp16-naive", .label = "fp16-naive", .compute = MP_F16, .master_weights = MP_MASTER_NONE,
+     .reductions = MP_REDUCE_HALF, .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#8c564b",
+     .help = "everything cast to fp16: no master weights, fp16 reductions, no loss scaling"},
     {.name = "fp16", .label = "fp16", .compute = MP_F16, .master_weights = MP_MASTER_FP32,
      .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#d62728",
      .help = "fp16 compute, fp32 master weights, NO loss scaling"},
@@ -38,7 +41,29 @@ const char *mp_master_weights_name(mp_master_weights m) {
     return m == MP_MASTER_NONE ? "none" : m == MP_MASTER_PURE_BF16 ? "bf16-pure" : "fp32";
 }
 
-static const char mw_none_suffix[] = "+master-weights=none";
+const char *mp_reductions_name(mp_reductions r) { return r == MP_REDUCE_HALF ? "half" : "fp32"; }
+
+static const mp_precision *row_of(const char *name) {
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+        if (strcmp(name, modes[i].name) == 0) return &modes[i];
+    return NULL;
+}
+
+/* p->label: its base (up to the first '+') and the switches that differ from its table row. */
+static mp_status relabel(mp_precision *p) {
+    const mp_precision *row = row_of(p->name);
+    char lab[sizeof p->label];
+    size_t k = strcspn(p->label, "+");
+    memcpy(lab, p->label, k);
+    lab[k] = '\0';
+    if (row && p->master_weights != row->master_weights)
+        k += (size_t)snprintf(lab + k, sizeof lab - k, "+master-weights=%s", mp_master_weights_name(p->master_weights));
+    if (row && p->reductions != row->reductions && k < sizeof lab)
+        k += (size_t)snprintf(lab + k, sizeof lab - k, "+reductions=%s", mp_reductions_name(p->reductions));
+    if (k >= sizeof lab) return mp_error(MP_EINVAL, "precision '%s' is too long", p->label);
+    memcpy(p->label, lab, k + 1);
+    return MP_OK;
+}
 
 mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m) {
     if (!p) return mp_error(MP_EINVAL, "mp_precision_set_master_weights: NULL argument");
@@ -47,20 +72,27 @@ mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m) 
     if (p->master_weights == MP_MASTER_PURE_BF16)
         return mp_error(MP_EINVAL, "--master-weights %s does not apply to bf16-pure, a mode of its own (bf16 weights, "
                                    "fp32 moments, stochastic rounding): use bf16%s", mp_master_weights_name(m),
-                        m == MP_MASTER_NONE ? mw_none_suffix : "");
+                        m == MP_MASTER_NONE ? "+master-weights=none" : "");
     if (m == MP_MASTER_NONE && p->compute == MP_F32)
         return mp_error(MP_EINVAL, "--master-weights none needs fp16 or bf16 compute; %s has no half copy to keep alone",
                         p->name);
-    const size_t len = strlen(p->label), sl = sizeof mw_none_suffix - 1;
-    const int has = len >= sl && strcmp(p->label + len - sl, mw_none_suffix) == 0;
-    if (m == MP_MASTER_NONE && !has) {
-        if (len + sl >= sizeof p->label) return mp_error(MP_EINVAL, "precision '%s' is too long", p->label);
-        memcpy(p->label + len, mw_none_suffix, sl + 1);
-    } else if (m == MP_MASTER_FP32 && has) {
-        p->label[len - sl] = '\0';
-    }
+    const mp_master_weights old = p->master_weights;
     p->master_weights = m;
-    return MP_OK;
+    const mp_status st = relabel(p);
+    if (st != MP_OK) p->master_weights = old;
+    return st;
+}
+
+mp_status mp_precision_set_reductions(mp_precision *p, mp_reductions r) {
+    if (!p) return mp_error(MP_EINVAL, "mp_precision_set_reductions: NULL argument");
+    if (r != MP_REDUCE_FP32 && r != MP_REDUCE_HALF) return mp_error(MP_EINVAL, "--reductions is fp32 or half");
+    if (r == MP_REDUCE_HALF && p->compute == MP_F32)
+        return mp_error(MP_EINVAL, "--reductions half needs fp16 or bf16 compute; %s computes in fp32", p->name);
+    const mp_reductions old = p->reductions;
+    p->reductions = r;
+    const mp_status st = relabel(p);
+    if (st != MP_OK) p->reductions = old;
+    return st;
 }
 
 static const mp_precision *find_mode(const char *base, float *static_scale, mp_status *st) {
@@ -79,12 +111,13 @@ static const mp_precision *find_mode(const char *base, float *static_scale, mp_s
         for (size_t i = 0; i < n; i++)
             if (modes[i].scaling == MP_SCALING_STATIC) return &modes[i];
     }
-    char names[256];
+    char names[320];
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? (i + 1 == n ? " or " : ", ") : "",
                               modes[i].scaling == MP_SCALING_STATIC ? "fp16-static[:S]" : modes[i].name);
-    *st = mp_error(MP_EINVAL, "the precision is %s (with +master-weights=fp32|none), not '%s'", names, base);
+    *st = mp_error(MP_EINVAL, "the precision is %s (with +master-weights=fp32|none, +reductions=fp32|half), not '%s'",
+                   names, base);
     return NULL;
 }
 
@@ -106,14 +139,17 @@ mp_status mp_precision_parse(const char *spec, mp_precision *out, float *static_
     for (const char *sw = plus; sw; sw = strchr(sw + 1, '+')) {
         const char *v = sw + 1, *next = strchr(v, '+');
         const size_t len = next ? (size_t)(next - v) : strlen(v);
-        const char key[] = "master-weights=";
-        const size_t kl = sizeof key - 1;
-        const int is_key = len == kl + 4 && strncmp(v, key, kl) == 0;
-        if (is_key && strncmp(v + kl, "none", 4) == 0) st = mp_precision_set_master_weights(&p, MP_MASTER_NONE);
-        else if (is_key && strncmp(v + kl, "fp32", 4) == 0) st = mp_precision_set_master_weights(&p, MP_MASTER_FP32);
+        const char mw[] = "master-weights=", rd[] = "reductions=";
+        const size_t ml = sizeof mw - 1, rl = sizeof rd - 1;
+        const int is_mw = len == ml + 4 && strncmp(v, mw, ml) == 0, is_rd = len == rl + 4 && strncmp(v, rd, rl) == 0;
+        if (is_mw && strncmp(v + ml, "none", 4) == 0) st = mp_precision_set_master_weights(&p, MP_MASTER_NONE);
+        else if (is_mw && strncmp(v + ml, "fp32", 4) == 0) st = mp_precision_set_master_weights(&p, MP_MASTER_FP32);
+        else if (is_rd && strncmp(v + rl, "half", 4) == 0) st = mp_precision_set_reductions(&p, MP_REDUCE_HALF);
+        else if (is_rd && strncmp(v + rl, "fp32", 4) == 0) st = mp_precision_set_reductions(&p, MP_REDUCE_FP32);
         else
-            st = mp_error(MP_EINVAL, "unknown switch '+%.*s' in precision '%s' (the switch is master-weights=fp32|none)",
-                          (int)len, v, spec);
+            st = mp_error(MP_EINVAL,
+                          "unknown switch '+%.*s' in precision '%s' (the switches are master-weights=fp32|none and "
+                          "reductions=fp32|half)", (int)len, v, spec);
         if (st != MP_OK) return st;
     }
     *out = p;
@@ -146,6 +182,7 @@ struct mp_trainer {
     mp_loader loader;
     int scaled;
     mp_scaler scaler;
+    mp_dtype norm_acc; /* where the gradient norm is summed (mp_clip_grad_norm) */
     long step; /* steps taken */
 };
 
@@ -159,9 +196,19 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
         (c->lr.schedule == MP_LR_COSINE && c->lr.decay_steps < c->lr.warmup))
         return mp_error(MP_EINVAL, "learning-rate schedule: lr %g, min_lr %g, warmup %ld, decay_steps %ld",
                         c->lr.lr, c->lr.min_lr, c->lr.warmup, c->lr.decay_steps);
+    const int half = c->precision->reductions == MP_REDUCE_HALF;
+    if (half && !model.ops->set_reductions)
+        return mp_error(MP_EINVAL, "the %s model computes its reductions in fp32 only: no +reductions=half",
+                        model.ops->kind);
+    if (model.ops->set_reductions) {
+        const mp_status st = model.ops->set_reductions(model.impl, half ? c->precision->compute : MP_F32);
+        if (st != MP_OK) return st;
+    }
     mp_trainer *t = calloc(1, sizeof *t);
     if (!t) return mp_error(MP_ENOMEM, "mp_trainer_create: out of memory");
     t->cfg = *c, t->model = model, t->opt = opt, t->loader = loader;
+    /* the norm is naive only when --clip uses it (it is measured either way) */
+    t->norm_acc = half && c->clip > 0 ? c->precision->compute : MP_F32;
     t->scaled = c->precision->scaling != MP_SCALING_NONE;
     if (t->scaled) {
         mp_scaler_config sc = c->scaler;
@@ -212,6 +259,8 @@ static void sum_stats(const mp_model *model, mp_step_info *r) {
         mp_convert_stats_add(&r->fwd, &s->fwd);
         mp_convert_stats_add(&r->bwd, &s->bwd);
         r->fwd_elements += s->fwd_elements, r->bwd_elements += s->bwd_elements;
+        r->wgrad_elements += s->wgrad_elements, r->lost_gradients += s->wgrad_lost;
+        r->dead_gradients += s->wgrad_dead;
     }
 }
 
@@ -256,18 +305,23 @@ mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
     mp_status st = MP_OK;
     if (t->scaled) {
         TRY(mp_scaler_unscale(&t->scaler, t->opt, &r.skipped));
-        TRY(mp_clip_grad_norm(t->opt, &t->scaler, clip, &r.grad_norm));
+        TRY(mp_clip_grad_norm(t->opt, &t->scaler, clip, t->norm_acc, &r.grad_norm));
         if (r.skipped || !isfinite(r.loss)) locate_nonfinite(t, &r);
         TRY(mp_scaler_step(&t->scaler, t->opt, &r.skipped));
         st = mp_scaler_update(&t->scaler, r.skipped); /* MP_EOVERFLOW: the step counts, the run should stop */
+        if (st == MP_OK && !isfinite(mp_scaler_inv_scale(&t->scaler))) /* GradScaler would skip every step from here */
+            st = mp_error(MP_EOVERFLOW, "loss scale backed off to %g, whose inverse is not finite in fp32, and "
+                          "gradients still overflow: the model produces inf/NaN at any scale",
+                          (double)mp_scaler_get_scale(&t->scaler));
     } else {
-        TRY(mp_clip_grad_norm(t->opt, NULL, clip, &r.grad_norm));
+        TRY(mp_clip_grad_norm(t->opt, NULL, clip, t->norm_acc, &r.grad_norm));
         if (!isfinite(r.grad_norm) || !isfinite(r.loss)) locate_nonfinite(t, &r);
         TRY(mp_optim_step(t->opt));
     }
     t->step++;
     r.step = t->step;
     sum_stats(&t->model, &r);
+    r.lost_updates = mp_optim_lost_updates(t->opt, &r.params_updated);
     if (info) *info = r;
     return st;
 }

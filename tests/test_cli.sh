@@ -112,7 +112,7 @@ expect 2 "$M" scaler-sim --json --csv && one_line
 TR=(train --model mlp:784-48-10 --batch 64 --threads 2)
 expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 30 --log "$T/log.csv" --save "$T/a.st"
 has "$out" '^result: test accuracy [0-9.]+%'
-if [ "$(wc -l < "$T/log.csv")" -eq 31 ] && head -1 "$T/log.csv" | grep -q '^step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,ms,eval_loss,underflow_fc0,underflow_fc1,subnormal_fc0,subnormal_fc1,act_overflow_fc0,act_overflow_fc1,headroom_fc0,headroom_fc1,grad_headroom_fc0,grad_headroom_fc1$'; then ok; else fail "log rows"; fi
+if [ "$(wc -l < "$T/log.csv")" -eq 31 ] && head -1 "$T/log.csv" | grep -q '^step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,lost_gradients,dead_gradients,lost_updates,ms,eval_loss,underflow_fc0,underflow_fc1,subnormal_fc0,subnormal_fc1,act_overflow_fc0,act_overflow_fc1,headroom_fc0,headroom_fc1,grad_headroom_fc0,grad_headroom_fc1,lost_fc0,lost_fc1,dead_fc0,dead_fc1$'; then ok; else fail "log rows"; fi
 if python3 - "$T/log.csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -202,6 +202,43 @@ expect 2 "$M" train --precision fp12 && one_line
 expect 2 "$M" train --epochs 1 --steps 2 && one_line
 expect 2 "$M" train --lr x && one_line
 expect 1 "$M" "${TR[@]}" --steps 1 --save "$T/no/such/dir/x.st" && one_line && has "$err" 'x.st'
+# what the precision lost: in fp32 no weight-gradient value is lost and the dead ones are
+# the exact zeros of the weight gradients (one step of one micro-batch: recounted from
+# --dump-grads); at lr 1e-6 fp16 weights without masters lose most updates, fp32 masters
+# almost none; --frozen-every is gone
+expect 0 "$M" "${TR[@]}" --steps 1 --log "$T/pl.csv" --summary "$T/pl.json" --dump-grads "$T/pl.grads"
+expect 0 "$M" "${TR[@]}" --precision fp16 --master-weights none --lr 1e-6 --steps 3 --log "$T/pn.csv" --summary "$T/pn.json"
+expect 0 "$M" "${TR[@]}" --precision fp16 --lr 1e-6 --steps 3 --summary "$T/pm.json"
+if python3 - "$T/pl.csv" "$T/pl.json" "$T/pl.grads" "$T/pn.csv" "$T/pn.json" "$T/pm.json" <<'PY'
+import csv, json, struct, sys
+row = list(csv.DictReader(open(sys.argv[1])))[0]
+s = json.load(open(sys.argv[2]))
+b = open(sys.argv[3], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+zeros, total = {}, 0
+for name, t in h.items():
+    if name.endswith(".weight.grad"):
+        lo, hi = t["data_offsets"]
+        g = struct.unpack(f"<{(hi - lo) // 4}f", b[8 + n + lo:8 + n + hi])
+        zeros[name.split(".")[0]] = sum(x == 0 for x in g)
+        total += len(g)
+t = {x["name"]: x for x in s["tensors"]}
+assert sorted(zeros) == ["fc0", "fc1"] and sum(zeros.values()) > 0, zeros
+for l in ("fc0", "fc1"):
+    assert t[l]["wgrad_dead"] == zeros[l] and t[l]["wgrad_lost"] == 0, (l, t[l], zeros)
+    assert float(row["lost_" + l]) == 0 and abs(float(row["dead_" + l]) * t[l]["wgrad_values"] - zeros[l]) < 0.5, (row, zeros)
+assert s["lost_gradients"] == 0 and abs(s["dead_gradients"] * total - sum(zeros.values())) < 1e-6 * total, s
+assert float(row["lost_gradients"]) == 0 and abs(float(row["dead_gradients"]) - s["dead_gradients"]) < 1e-5, row
+assert 0 <= s["lost_updates"] < 0.01 and float(row["lost_updates"]) == s["lost_updates"], s["lost_updates"]
+none, masters = json.load(open(sys.argv[5])), json.load(open(sys.argv[6]))
+rows = list(csv.DictReader(open(sys.argv[4])))
+assert none["lost_updates"] > 0.5 and masters["lost_updates"] < 0.01, (none["lost_updates"], masters["lost_updates"])
+assert all(0.5 < float(r["lost_updates"]) <= 1 for r in rows), [r["lost_updates"] for r in rows]
+assert abs(sum(float(r["lost_updates"]) for r in rows) / 3 - none["lost_updates"]) < 1e-5
+PY
+then ok; else fail "lost and dead weight gradients, lost updates"; fi
+expect 2 "$M" "${TR[@]}" --steps 1 --frozen-every 5 && one_line && has "$err" 'lost_updates' && has "$err" 'dead_gradients'
 
 # train --model gpt: text data, validation loss, resume, sample, compare's checkpoints
 for i in $(seq 1 40); do echo "The cat sat on the mat, and the dog sat on the log number $i."; done > "$T/c.txt"
@@ -327,6 +364,27 @@ if cmp -s "$T/gmw.st" "$T/gmw8.st"; then ok; else fail "gpt master-weights none 
 expect 0 "$M" compare --precisions fp16-dynamic,fp16-dynamic+master-weights=none --out "$T/cmw" --model mlp:784-48-10 --batch 64 --steps 3
 has "$out" 'fp16-dynamic\+master-weights=none'
 if [ -s "$T/cmw/fp16-dynamic+master-weights=none.json" ] && [ -s "$T/cmw/fp16-dynamic.json" ]; then ok; else fail "compare with a switch"; fi
+
+# --reductions half (and fp16-naive, its preset): recorded, differs from fp32 reductions, refused where it cannot apply
+expect 0 "$M" "${GT[@]}" --precision fp16-dynamic --reductions half --steps 4 --summary "$T/rh.json" --log "$T/rh.csv"
+expect 0 "$M" "${GT[@]}" --precision fp16-dynamic+reductions=half --steps 4 --summary "$T/rh2.json" --log "$T/rh2.csv"
+expect 0 "$M" "${GT[@]}" --precision fp16-dynamic --steps 4 --summary "$T/rf.json" --log "$T/rf.csv"
+if python3 - "$T/rh.json" "$T/rh2.json" "$T/rf.json" "$T/rh.csv" "$T/rh2.csv" "$T/rf.csv" <<'PY'
+import csv, json, sys
+h, h2, f = (json.load(open(p)) for p in sys.argv[1:4])
+assert h["precision"] == h2["precision"] == "fp16-dynamic+reductions=half", h["precision"]
+assert h["reductions"] == "half" and f["reductions"] == "fp32" and f["precision"] == "fp16-dynamic"
+lh, lh2, lf = ([r["loss"] for r in csv.DictReader(open(p))] for p in sys.argv[4:7])
+assert lh == lh2 and lh != lf, (lh, lf)
+PY
+then ok; else fail "--reductions half"; fi
+expect 0 "$M" "${GT[@]}" --precision fp16-naive --steps 3 --summary "$T/naive.json"
+if python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["reductions"] == "half" and j["master_weights"] == "none" and j["precision"] == "fp16-naive", j' "$T/naive.json"
+then ok; else fail "fp16-naive preset"; fi
+expect 0 "$M" "${TR[@]}" --precision bf16 --reductions half --steps 3
+expect 2 "$M" "${TR[@]}" --precision fp32 --reductions half --steps 1 && one_line && has "$err" 'fp16 or bf16'
+expect 2 "$M" "${TR[@]}" --precision fp16 --reductions fp16 --steps 1 && one_line && has "$err" 'fp32 or half'
+expect 2 "$M" "${TR[@]}" --precision fp16+reductions=halfish --steps 1 && one_line && has "$err" 'reductions=fp32\|half'
 expect 2 "$M" compare --precisions fp32+master-weights=none --out "$T/cmw2" --steps 1 && one_line
 
 # the ISA cap is honoured

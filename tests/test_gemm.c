@@ -182,21 +182,24 @@ static void check_paths(int quick) {
     mp_cpu_set_isa(best);
 }
 
-/* The epilogue (bias, a half C, round_to with beta 0 or 1, counts) on every
- * CPU path equals the same steps done one at a time after a plain fp32
- * mp_gemm of the same path: its sums are the epilogue's sums. Shapes with
- * edge tiles, and one deeper than every kernel's block of k (alpha 1 there,
- * where the plain GEMM adds the blocks in the same order). */
+/* The epilogue (bias, a half C, round_to with beta 0 or 1, counts, zeros)
+ * on every CPU path equals the same steps done one at a time after a plain
+ * fp32 mp_gemm of the same path: its sums are the epilogue's sums. Shapes
+ * with edge tiles, and one deeper than every kernel's block of k (alpha 1
+ * there, where the plain GEMM adds the blocks in the same order). The first
+ * 3 rows of A and C are 0, so values without bias are +-0 there: zeros. */
 static void check_epilogue_case(mp_dtype in, size_t m, size_t n, size_t k, float alpha, float beta, mp_dtype ct,
                                 mp_dtype round_to, int with_bias, int stats, const char *what) {
     const size_t mn = m * n;
     void *a = malloc(m * k * 2), *b = malloc(k * n * 2), *c = malloc(mn * 4), *c0 = malloc(mn * 4);
     float *plain = malloc(mn * 4), *want = malloc(mn * 4), bias[64];
     fill(a, in, m * k, 0), fill(b, in, k * n, 0), fill(c0, ct, mn, 0);
+    memset(a, 0, 3 * k * 2), memset(c0, 0, 3 * n * mp_format(ct)->size);
     for (size_t j = 0; j < n; j++) bias[j] = frand() * alpha;
     const mp_dtype half = round_to != MP_F32 ? round_to : ct;
     /* the steps one at a time */
     mp_convert_stats want_st = {0}, got_st = {0};
+    uint64_t want_z = 0, got_z = 0;
     mp_gemm(0, 1, m, n, k, alpha, a, in, k, b, in, k, 0.0f, plain, MP_F32, n, NULL);
     uint16_t hw;
     for (size_t i = 0; i < mn; i++) {
@@ -207,6 +210,7 @@ static void check_epilogue_case(mp_dtype in, size_t m, size_t n, size_t k, float
             v = fmaf(1.0f, v, beta * cold);
         }
         if (with_bias) v += bias[i % n];
+        want_z += v == 0.0f;
         if (half == MP_F32) {
             want[i] = v;
             mp_convert(&want[i], MP_F32, &v, MP_F32, 1, &want_st);
@@ -217,7 +221,7 @@ static void check_epilogue_case(mp_dtype in, size_t m, size_t n, size_t k, float
         if (round_to != MP_F32 && beta != 0.0f) want[i] = beta * ((float *)c0)[i] + want[i];
     }
     memcpy(c, c0, mn * mp_format(ct)->size);
-    const mp_gemm_epilogue ep = {with_bias ? bias : NULL, round_to, stats ? &got_st : NULL};
+    const mp_gemm_epilogue ep = {with_bias ? bias : NULL, round_to, stats ? &got_st : NULL, &got_z};
     const mp_status rc = mp_gemm_ex(0, 1, m, n, k, alpha, a, in, k, b, in, k, beta, c, ct, n, &ep);
     long bad = 0;
     for (size_t i = 0; i < mn; i++) {
@@ -226,8 +230,10 @@ static void check_epilogue_case(mp_dtype in, size_t m, size_t n, size_t k, float
         bad += memcmp(&g, &want[i], 4) != 0;
     }
     const int same_st = !stats || memcmp(&got_st, &want_st, sizeof got_st) == 0;
-    CHECK(rc == MP_OK && bad == 0 && same_st, "epilogue %s (%s, %s inputs, %zux%zux%zu): %ld differ, counts %s", what,
-          mp_isa_name(mp_cpu_isa()), mp_format(in)->name, m, n, k, bad, same_st ? "equal" : "differ");
+    CHECK(rc == MP_OK && bad == 0 && same_st && got_z == want_z && (with_bias || want_z >= 3 * n),
+          "epilogue %s (%s, %s inputs, %zux%zux%zu): %ld differ, counts %s, zeros %llu (want %llu)", what,
+          mp_isa_name(mp_cpu_isa()), mp_format(in)->name, m, n, k, bad, same_st ? "equal" : "differ",
+          (unsigned long long)got_z, (unsigned long long)want_z);
     free(a), free(b), free(c), free(c0), free(plain), free(want);
 }
 
@@ -243,14 +249,17 @@ static void check_epilogue(void) {
             check_epilogue_case(in, 37, 45, 70, 1.0f, 0.5f, h, MP_F32, 1, 1, "half C, beta 0.5");
             check_epilogue_case(in, 37, 45, 70, tiny, 0.0f, MP_F32, MP_F16, 0, 1, "round_to fp16, beta 0");
             check_epilogue_case(in, 37, 45, 70, 0.75f, 1.0f, MP_F32, h, 0, 1, "round_to, beta 1");
+            check_epilogue_case(in, 37, 45, 70, -0.75f, 0.0f, MP_F32, h, 0, 1, "round_to, alpha < 0: -0 sums");
             check_epilogue_case(in, 13, 33, 5000, 1.0f, 1.0f, MP_F32, h, 1, 1, "round_to, deep k");
             check_epilogue_case(in, 13, 33, 5000, 1.0f, 0.0f, h, MP_F32, 1, 1, "half C, deep k");
             check_epilogue_case(in, 13, 33, 5000, 1.0f, 0.0f, MP_F32, MP_F32, 1, 0, "fp32 C + bias, deep k");
+            check_epilogue_case(in, 37, 45, 70, 1.0f, 0.5f, MP_F32, MP_F32, 0, 0, "fp32 C, beta 0.5");
+            check_epilogue_case(in, 13, 33, 5000, 1.0f, 0.0f, MP_F32, MP_F32, 0, 0, "fp32 C, deep k");
         }
     }
     mp_cpu_set_isa(best);
     mp_convert_stats st = {0};
-    const mp_gemm_epilogue fp16c = {NULL, MP_F16, &st}, e4m3 = {NULL, MP_E4M3, NULL};
+    const mp_gemm_epilogue fp16c = {NULL, MP_F16, &st, NULL}, e4m3 = {NULL, MP_E4M3, NULL, NULL};
     float x = 1, y = 1;
     uint16_t h;
     CHECK(mp_gemm_ex(0, 0, 1, 1, 1, 1.0f, &x, MP_F32, 1, &x, MP_F32, 1, 0.0f, &h, MP_F16, 1, &fp16c) == MP_EINVAL,
@@ -259,13 +268,45 @@ static void check_epilogue(void) {
           "round_to e4m3");
     /* no products: the epilogue still runs (beta C + bias, rounded and counted) */
     float c2[2] = {3, 5}, bias2[2] = {0.5f, 1e-9f};
-    const mp_gemm_epilogue rb = {bias2, MP_F16, &st};
+    const mp_gemm_epilogue rb = {bias2, MP_F16, &st, NULL};
     CHECK(mp_gemm_ex(0, 0, 1, 2, 0, 1.0f, NULL, MP_F32, 0, NULL, MP_F32, 2, 1.0f, c2, MP_F32, 2, &rb) == MP_OK &&
               c2[0] == 3.5f && c2[1] == 5.0f && st.underflow == 1,
           "k = 0 with round_to: %g %g, %llu underflow", (double)c2[0], (double)c2[1],
           (unsigned long long)st.underflow);
     printf("  epilogue: bias, half C, round_to (beta 0/1), counts, deep k: equal to the steps one at a time on every "
            "path\n");
+}
+
+/* Counting zeros into an fp32 C (a weight gradient in fp32 training) keeps
+ * the plain GEMM's direct stores: the same bits on every path, with C read
+ * or not and k deeper than every block, and the count is that of the +-0 in
+ * C (the value stored is the value counted; alpha -1 makes -0 of the zero
+ * rows without beta). */
+static void check_zeros_keep_bits(void) {
+    const mp_isa best = mp_cpu_detected();
+    const size_t m = 45, n = 70, k = 5000;
+    float *a = malloc(m * k * 4), *b = malloc(k * n * 4), *c0 = malloc(m * n * 4), *c1 = malloc(m * n * 4),
+          *c2 = malloc(m * n * 4);
+    fill(a, MP_F32, m * k, 0), fill(b, MP_F32, k * n, 0), fill(c0, MP_F32, m * n, 0);
+    memset(a, 0, 5 * k * 4), memset(c0, 0, 5 * n * 4); /* rows 0..4: zeros */
+    for (int isa = MP_ISA_SCALAR; isa <= (int)best; isa++) {
+        mp_cpu_set_isa((mp_isa)isa);
+        for (int beta = 0; beta < 2; beta++) {
+            memcpy(c1, c0, m * n * 4), memcpy(c2, c0, m * n * 4);
+            uint64_t z = 0, want = 0;
+            const mp_gemm_epilogue ep = {NULL, MP_F32, NULL, &z};
+            mp_gemm(0, 0, m, n, k, -1.0f, a, MP_F32, k, b, MP_F32, n, (float)beta, c1, MP_F32, n, NULL);
+            const mp_status rc =
+                mp_gemm_ex(0, 0, m, n, k, -1.0f, a, MP_F32, k, b, MP_F32, n, (float)beta, c2, MP_F32, n, &ep);
+            for (size_t i = 0; i < m * n; i++) want += c2[i] == 0.0f;
+            CHECK(rc == MP_OK && memcmp(c1, c2, m * n * 4) == 0 && z == want && want >= 5 * n,
+                  "zeros on %s, beta %d: bits %s, %llu zeros counted, %llu in C", mp_isa_name((mp_isa)isa), beta,
+                  memcmp(c1, c2, m * n * 4) ? "differ" : "equal", (unsigned long long)z, (unsigned long long)want);
+        }
+    }
+    mp_cpu_set_isa(best);
+    free(a), free(b), free(c0), free(c1), free(c2);
+    printf("  zeros: counted into an fp32 C without changing its bits on every path\n");
 }
 
 static void check_threads_shape(shape s);
@@ -378,5 +419,6 @@ int main(int argc, char **argv) {
     check_threads_deterministic();
     check_avx2_equals_scalar();
     check_epilogue();
+    check_zeros_keep_bits();
     return check_report("test_gemm");
 }

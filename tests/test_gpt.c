@@ -369,6 +369,34 @@ static void check_stats(void) {
                   stat(&m, "h.0.attn.att")->fwd_elements == B * 2 * T * (T + 1) / 2 &&
                   stat(&m, "h.1.mlp.c_fc.weight")->bwd_elements == 32 * 8,
               "element counts");
+        CHECK(stat(&m, "wte.weight")->has_wgrad && stat(&m, "h.1.mlp.c_proj.weight")->has_wgrad &&
+                  !stat(&m, "wpe.weight")->has_wgrad && !stat(&m, "lm_head")->has_wgrad,
+              "has_wgrad");
+        if (ct == MP_F16) { /* a scale where some weight-gradient values underflow (at 1e-12 all are 0 upstream) */
+            m.ops->reset_stats(m.impl);
+            CHECK(m.ops->train_batch(m.impl, &b, 0x1p-14f, 0, &loss) == MP_OK, "train");
+        }
+        /* the block weights' gradients are their GEMMs' results (accumulate 0),
+         * stored as rounded: their zeros are the dead values and the lost ones */
+        uint64_t lost = 0, dead = 0, zeros = 0;
+        for (size_t i = 0; i < m.ops->nstats(m.impl); i++) {
+            const mp_tensor_stats *e = m.ops->stats(m.impl, i);
+            if (strncmp(e->name, "h.", 2) != 0 || !strstr(e->name, ".weight")) continue;
+            char pn[96];
+            snprintf(pn, sizeof pn, "transformer.%s", e->name);
+            const mp_param *p = param(o, pn);
+            for (size_t j = 0; j < p->n; j++) zeros += p->grad[j] == 0.0f;
+            CHECK(e->has_wgrad && e->wgrad_elements == p->n && e->wgrad_lost == e->bwd.underflow, "%s: counts",
+                  e->name);
+            lost += e->wgrad_lost, dead += e->wgrad_dead;
+        }
+        CHECK(ct == MP_F32 ? lost == 0 && dead == zeros : lost > 0 && lost + dead == zeros,
+              "%s: block weights' gradients: %llu lost, %llu dead, %llu zeros", mp_format(ct)->name,
+              (unsigned long long)lost, (unsigned long long)dead, (unsigned long long)zeros);
+        if (ct == MP_F16) {
+            m.ops->reset_stats(m.impl);
+            CHECK(m.ops->train_batch(m.impl, &b, scale, 0, &loss) == MP_OK, "train");
+        }
         uint64_t under = 0, fwd_under = 0;
         for (size_t i = 0; i < m.ops->nstats(m.impl); i++)
             under += m.ops->stats(m.impl, i)->bwd.underflow, fwd_under += m.ops->stats(m.impl, i)->fwd.underflow;
@@ -397,7 +425,7 @@ static void check_stats(void) {
 }
 
 /* 5. bit-identical results on 1 and 2 threads */
-static void check_threads(mp_dtype ct) {
+static void check_threads(mp_dtype ct, mp_dtype acc) {
     mp_gpt_config c;
     mp_gpt_parse(quick ? "gpt:1-4-64-32" : "gpt:2-4-64-32", &c);
     enum { B = 4, T = 32 };
@@ -410,7 +438,7 @@ static void check_threads(mp_dtype ct) {
         mp_optim *o;
         mp_optim_sgd(&o, NULL);
         mp_gpt *g;
-        CHECK(mp_gpt_create(&g, &c, ct, 0, B, o, 9) == MP_OK, "create");
+        CHECK(mp_gpt_create(&g, &c, ct, 0, B, o, 9) == MP_OK && mp_gpt_set_reductions(g, acc) == MP_OK, "create");
         mp_set_threads(k + 1);
         CHECK(mp_gpt_train_batch(g, tok, tok + 1, B, T, 1.0f, 0, &loss[k]) == MP_OK, "train");
         size_t total = 0;
@@ -422,12 +450,160 @@ static void check_threads(mp_dtype ct) {
             off += mp_optim_param(o, i)->n;
         }
         if (k == 1) CHECK(memcmp(grads[0], grads[1], total * 4) == 0 && f2u(loss[0]) == f2u(loss[1]),
-                          "%s: 1 and 2 threads differ (loss %.9g vs %.9g)", mp_format(ct)->name, (double)loss[0],
+                          "%s (reductions %s): 1 and 2 threads differ (loss %.9g vs %.9g)", mp_format(ct)->name,
+                          mp_format(acc)->name, (double)loss[0],
                           (double)loss[1]);
         mp_gpt_free(g), mp_optim_free(o);
     }
     mp_set_threads(0);
     free(grads[0]), free(grads[1]);
+}
+
+/* The per-tensor counts against a recount from the stored activations: every
+ * kept tensor's subnormals, infs, NaNs and largest finite value counted in
+ * its buffer, and the underflows of two stores recomputed from their inputs
+ * (gelu from fc in fp32; the last res_2 = res_1 + c_proj added in fp32) and
+ * counted by threshold. ln_2's weight of about 1e-6 puts ln_2, c_fc and gelu
+ * in fp16's subnormal range and below; ln_f's weight of 1e5 overflows ln_f. */
+static void check_recount(void) {
+    const mp_gpt_config c = tiny_config(MP_GELU_TANH);
+    enum { B = 3, T = 5 };
+    int32_t tok[B * T], tgt[B * T];
+    random_tokens(tok, B * T, 13), random_tokens(tgt, B * T, 13);
+    mp_optim *o;
+    mp_optim_sgd(&o, NULL);
+    mp_gpt *g;
+    CHECK(mp_gpt_create(&g, &c, MP_F16, 0, B, o, 3) == MP_OK, "create");
+    randomize(o);
+    const char *small[] = {"transformer.h.0.ln_2.weight", "transformer.h.1.ln_2.weight"};
+    for (int i = 0; i < 2; i++) {
+        mp_param *p = param(o, small[i]);
+        for (size_t k = 0; k < p->n; k++) p->master[k] = 3e-7f * (float)(k + 1);
+        memset(param(o, i ? "transformer.h.1.ln_2.bias" : "transformer.h.0.ln_2.bias")->master, 0, 8 * 4);
+        memset(param(o, i ? "transformer.h.1.mlp.c_fc.bias" : "transformer.h.0.mlp.c_fc.bias")->master, 0, 32 * 4);
+    }
+    mp_param *lw = param(o, "transformer.ln_f.weight");
+    for (size_t k = 0; k < lw->n; k++) lw->master[k] = 1e5f;
+    mp_model m = mp_gpt_model(g);
+    const void *d;
+    size_t n;
+    CHECK(mp_gpt_activation(g, "wte", &d, &n) == MP_EINVAL, "no batch yet");
+    float loss;
+    CHECK(mp_gpt_train_batch(g, tok, tgt, B, T, 1.0f, 0, &loss) == MP_OK, "train");
+    static float v[B * T * 32], w[B * T * 32];
+    uint64_t subn = 0, over = 0, under = 0;
+    int checked = 0;
+    for (size_t i = 0; i < m.ops->nstats(m.impl); i++) {
+        const mp_tensor_stats *e = m.ops->stats(m.impl, i);
+        if (mp_gpt_activation(g, e->name, &d, &n) != MP_OK) continue;
+        checked++;
+        mp_convert(v, MP_F32, d, MP_F16, n, NULL);
+        uint64_t sub = 0, inf = 0, nan = 0;
+        float amax = 0;
+        for (size_t k = 0; k < n; k++) {
+            const float a = fabsf(v[k]);
+            sub += a > 0 && a < 0x1p-14f, inf += isinf(a), nan += isnan(a);
+            if (isfinite(a) && a > amax) amax = a;
+        }
+        CHECK(e->fwd_elements == n && e->fwd.subnormal == sub && e->fwd.overflow == inf && e->fwd.nan == nan &&
+                  e->fwd_amax == amax,
+              "%s: counted %llu subnormal %llu overflow %llu NaN, amax %g; recount %llu %llu %llu, %g", e->name,
+              (unsigned long long)e->fwd.subnormal, (unsigned long long)e->fwd.overflow,
+              (unsigned long long)e->fwd.nan, (double)e->fwd_amax, (unsigned long long)sub, (unsigned long long)inf,
+              (unsigned long long)nan, (double)amax);
+        subn += sub, over += inf;
+    }
+    CHECK(checked == 1 + 8 * 2 + 2 && subn > 0 && over > 0, "%d tensors recounted, %llu subnormal, %llu inf", checked,
+          (unsigned long long)subn, (unsigned long long)over);
+    /* underflow by threshold: gelu(fc) and res_1 + c_proj in fp32, stored as zero though nonzero */
+    const char *const pairs[2][3] = {{"h.1.mlp.c_fc", NULL, "h.1.mlp.gelu"}, {"h.1.res_1", "h.1.mlp.c_proj", "h.1.res_2"}};
+    for (int q = 0; q < 2; q++) {
+        const void *a, *b, *y;
+        size_t na, nb = 0, ny;
+        CHECK(mp_gpt_activation(g, pairs[q][0], &a, &na) == MP_OK && mp_gpt_activation(g, pairs[q][2], &y, &ny) == MP_OK &&
+                  (!pairs[q][1] || mp_gpt_activation(g, pairs[q][1], &b, &nb) == MP_OK),
+              "kept");
+        if (q == 0) mp_gelu_forward(v, MP_F32, a, MP_F16, na, NULL);
+        else {
+            mp_convert(v, MP_F32, a, MP_F16, na, NULL), mp_convert(w, MP_F32, b, MP_F16, nb, NULL);
+            for (size_t k = 0; k < na; k++) v[k] += w[k];
+        }
+        uint64_t u = 0;
+        long wrong = 0;
+        for (size_t k = 0; k < ny; k++) {
+            const uint16_t want = mp_f32_to_f16(v[k]);
+            u += v[k] != 0 && (want & 0x7fff) == 0, wrong += want != ((const uint16_t *)y)[k];
+        }
+        const mp_tensor_stats *e = NULL;
+        for (size_t i = 0; i < m.ops->nstats(m.impl); i++)
+            if (!strcmp(m.ops->stats(m.impl, i)->name, pairs[q][2])) e = m.ops->stats(m.impl, i);
+        CHECK(e && wrong == 0 && e->fwd.underflow == u, "%s: stored values recomputed (%ld differ); %llu underflows "
+              "counted, %llu recounted", pairs[q][2], wrong, e ? (unsigned long long)e->fwd.underflow : 0ull,
+              (unsigned long long)u);
+        under += u;
+    }
+    CHECK(under > 0, "the recount saw underflows");
+    CHECK(mp_gpt_activation(g, "h.0.attn.att", &d, &n) == MP_EINVAL, "overwritten tensors are not offered");
+    double ls = 0;
+    mp_gpt_eval_batch(g, tok, tgt, B, T, &ls, NULL);
+    CHECK(mp_gpt_activation(g, "wte", &d, &n) == MP_EINVAL, "not after an evaluation");
+    mp_model_free(&m);
+    mp_optim_free(o);
+}
+
+/* --reductions half: the same weights in fp16 with fp32 and with fp16
+ * reductions give different gradients, both near fp32's; fp16 attention
+ * scores beyond 65504 are harmless with fp32 reductions and NaN in the naive
+ * softmax (inf - inf), as a model cast to fp16 gets them */
+static void check_naive_reductions(void) {
+    const mp_gpt_config c = tiny_config(MP_GELU_TANH);
+    enum { B = 3, T = 5 };
+    int32_t tok[B * T], tgt[B * T];
+    random_tokens(tok, B * T, 13), random_tokens(tgt, B * T, 13);
+    mp_optim *o[3];
+    mp_gpt *g[3];
+    static const mp_dtype cts[3] = {MP_F32, MP_F16, MP_F16}, accs[3] = {MP_F32, MP_F32, MP_F16};
+    float loss[3];
+    for (int k = 0; k < 3; k++) {
+        mp_optim_sgd(&o[k], NULL);
+        CHECK(mp_gpt_create(&g[k], &c, cts[k], 0, B, o[k], 7) == MP_OK && mp_gpt_set_reductions(g[k], accs[k]) == MP_OK,
+              "create");
+        if (k == 0) randomize(o[0]);
+        for (size_t i = 0; k && i < mp_optim_count(o[0]); i++) {
+            mp_param *p = mp_optim_param(o[k], i);
+            memcpy(p->master, mp_optim_param(o[0], i)->master, p->n * 4);
+            if (p->half) mp_convert(p->half, p->half_type, p->master, MP_F32, p->n, NULL);
+        }
+        CHECK(mp_gpt_train_batch(g[k], tok, tgt, B, T, 1.0f, 0, &loss[k]) == MP_OK && isfinite(loss[k]), "train");
+    }
+    double dist[3] = {0, 0, 0}, differ = 0;
+    for (int k = 1; k < 3; k++) {
+        double d = 0, n = 0;
+        for (size_t i = 0; i < mp_optim_count(o[0]); i++) {
+            const mp_param *p = mp_optim_param(o[k], i), *q = mp_optim_param(o[0], i), *r = mp_optim_param(o[1], i);
+            for (size_t e = 0; e < p->n; e++) {
+                d += (p->grad[e] - q->grad[e]) * (double)(p->grad[e] - q->grad[e]), n += (double)q->grad[e] * q->grad[e];
+                differ += k == 2 && p->grad[e] != r->grad[e];
+            }
+        }
+        dist[k] = sqrt(d / n);
+    }
+    CHECK(differ > 0 && loss[2] != loss[1] && dist[2] < 0.1 && dist[1] < 8e-3,
+          "naive fp16 reductions: %g gradient values differ from fp32 reductions; relative L2 to fp32 %g (fp32 "
+          "reductions %g); loss %.7g vs %.7g", differ, dist[2], dist[1], (double)loss[2], (double)loss[1]);
+    printf("fp16 gradients, relative L2 distance to fp32: %.2g with fp32 reductions, %.2g with fp16 reductions\n",
+           dist[1], dist[2]);
+    /* q and k biases of 300: scores 4 * 300^2 / sqrt(4) = 180000, stored in fp16 as inf */
+    for (int k = 1; k < 3; k++) {
+        mp_param *b = param(o[k], "transformer.h.0.attn.c_attn.bias");
+        for (size_t e = 0; e < 2 * 8; e++) b->master[e] = 300.0f;
+        CHECK(mp_gpt_train_batch(g[k], tok, tgt, B, T, 1.0f, 0, &loss[k]) == MP_OK, "train with large scores");
+    }
+    CHECK(isfinite(loss[1]) && isnan(loss[2]), "scores of 180000: loss %g with fp32 reductions, %g with fp16",
+          (double)loss[1], (double)loss[2]);
+    CHECK(mp_gpt_set_reductions(g[1], MP_BF16) == MP_EINVAL && mp_gpt_set_reductions(g[0], MP_F16) == MP_EINVAL,
+          "reductions only in fp32 or the compute format");
+    for (int k = 0; k < 3; k++) mp_gpt_free(g[k]), mp_optim_free(o[k]);
 }
 
 /* 6. parsing */
@@ -694,8 +870,11 @@ int main(int argc, char **argv) {
     check_stats();
     check_eval();
     check_load();
-    check_threads(MP_BF16);
-    check_threads(MP_F32);
+    check_threads(MP_BF16, MP_F32);
+    check_threads(MP_F32, MP_F32);
+    check_threads(MP_F16, MP_F16);
+    check_naive_reductions();
+    check_recount();
     check_learns(MP_F32, 0);
     check_learns(MP_F16, 0);
     check_learns(MP_BF16, 0);

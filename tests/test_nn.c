@@ -253,11 +253,91 @@ static void check_accumulate(void) {
     }
 }
 
+/* Weight-gradient counts (has_wgrad, wgrad_*): 8 of fc0's 32 units are dead
+ * (bias -100: ReLU gives 0 for every example), so fc0's rows and fc1's
+ * columns of those units get gradient values exactly 0 in any format. In
+ * fp32, dead equals the zeros of the fp32 gradients and nothing is lost;
+ * with accumulate = 1 the zeros counted are those of the gradient summed so
+ * far. In fp16 with a tiny loss scale, dead equals the zeros of the same
+ * products in fp32 (the histogram's plain fp32 GEMM), and lost equals the
+ * zeros stored minus those: the values that underflowed. */
+static uint64_t weight_zeros(mp_optim *o) {
+    uint64_t z = 0;
+    for (size_t pi = 0; pi < mp_optim_count(o); pi++) {
+        const mp_param *p = mp_optim_param(o, pi);
+        if (strstr(p->name, ".weight"))
+            for (size_t i = 0; i < p->n; i++) z += p->grad[i] == 0.0f;
+    }
+    return z;
+}
+
+static void wgrad_totals(const mp_mlp *m, uint64_t *elements, uint64_t *lost, uint64_t *dead) {
+    *elements = *lost = *dead = 0;
+    for (int l = 0; l < mp_mlp_get_config(m)->nlayers; l++) {
+        const mp_tensor_stats *s = mp_mlp_stats(m, l);
+        CHECK(s->has_wgrad, "fc%d has a weight gradient", l);
+        *elements += s->wgrad_elements, *lost += s->wgrad_lost, *dead += s->wgrad_dead;
+    }
+}
+
+static void check_wgrad_counts(void) {
+    enum { B = 64, IN = 8 };
+    float x[B * IN];
+    int32_t y[B];
+    uint64_t s = 11;
+    for (int b = 0; b < B; b++) {
+        y[b] = b % 4;
+        for (int j = 0; j < IN; j++) {
+            s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+            x[b * IN + j] = (float)((double)(s >> 11) * 0x1p-53);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        const mp_dtype ct = k ? MP_F16 : MP_F32;
+        mp_mlp_config c;
+        mp_mlp_parse("mlp:8-32-32-4", &c);
+        mp_optim *o;
+        mp_optim_sgd(&o, NULL);
+        mp_mlp *m;
+        CHECK(mp_mlp_create(&m, &c, ct, 0, B, o, 1) == MP_OK, "create");
+        float *bias0 = mp_optim_param(o, 1)->master; /* fc0.bias, fp32 in every mode */
+        for (int u = 0; u < 8; u++) bias0[u] = -100.0f;
+        const uint64_t n_weights = 32 * 8 + 32 * 32 + 4 * 32;
+        uint64_t elements, lost, dead, hist_zeros = 0, bins[84];
+        float loss;
+        mp_mlp_reset_stats(m);
+        if (ct == MP_F32) {
+            CHECK(mp_mlp_train_batch(m, x, y, B, 1.0f, 0, &loss) == MP_OK, "fp32 batch");
+            const uint64_t z1 = weight_zeros(o);
+            CHECK(mp_mlp_train_batch(m, x, y, B, 1.0f, 1, &loss) == MP_OK, "fp32 second batch");
+            const uint64_t z2 = weight_zeros(o);
+            wgrad_totals(m, &elements, &lost, &dead);
+            CHECK(elements == 2 * n_weights && lost == 0 && dead == z1 + z2 && z1 >= 8 * 8 + 32 * 8,
+                  "fp32: %llu values, %llu lost, %llu dead, zeros %llu + %llu", (unsigned long long)elements,
+                  (unsigned long long)lost, (unsigned long long)dead, (unsigned long long)z1, (unsigned long long)z2);
+        } else {
+            memset(bins, 0, sizeof bins);
+            mp_mlp_histogram(m, bins, -64, 84, &hist_zeros);
+            CHECK(mp_mlp_train_batch(m, x, y, B, 0x1p-16f, 0, &loss) == MP_OK, "fp16 batch");
+            mp_mlp_histogram(m, NULL, 0, 0, NULL);
+            const uint64_t stored = weight_zeros(o);
+            wgrad_totals(m, &elements, &lost, &dead);
+            CHECK(elements == n_weights && dead == hist_zeros && lost == stored - hist_zeros && lost > 0 &&
+                      dead >= 8 * 8 + 32 * 8,
+                  "fp16 at scale 2^-16: %llu values, %llu lost, %llu dead; %llu stored zeros, %llu fp32 zeros",
+                  (unsigned long long)elements, (unsigned long long)lost, (unsigned long long)dead,
+                  (unsigned long long)stored, (unsigned long long)hist_zeros);
+        }
+        mp_mlp_free(m), mp_optim_free(o);
+    }
+}
+
 int main(void) {
     for (int act = 0; act < 2; act++)
         for (int ln = 0; ln < 2; ln++) check_gradients(act, ln);
     check_loss_falls();
     check_accumulate();
+    check_wgrad_counts();
     check_parse_and_load();
     return check_report("test_nn");
 }

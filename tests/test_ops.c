@@ -17,6 +17,7 @@ static double drand(void) { /* [-1, 1) */
 
 static const mp_dtype types[3] = {MP_F32, MP_F16, MP_BF16};
 static const double u = 0x1p-24;
+static int quick; /* --quick: sanitizer builds sample fewer inputs */
 
 /* half the spacing of a format relative to a value, plus its smallest subnormal */
 static double store_err(mp_dtype t, double v) {
@@ -69,8 +70,8 @@ static void check_elementwise(void) {
                 bad += fabs(elem_f32(out, yt, i) - want) > 2 * u * fabs(want) + store_err(yt, want) + u * (fabs(x[i]) + fabs(bias[i % C]));
             }
             float cs[81];
-            mp_colsum(cs, px, xt, B, C, 0);
-            mp_colsum(cs, px, xt, B, C, 1);
+            mp_colsum(cs, px, xt, B, C, 0, MP_F32);
+            mp_colsum(cs, px, xt, B, C, 1, MP_F32);
             for (size_t j = 0; j < C; j++) {
                 double want = 0, mag = 0;
                 for (size_t i = 0; i < B; i++) want += x[i * C + j], mag += fabs(x[i * C + j]);
@@ -98,13 +99,13 @@ static void check_softmax(void) {
             const mp_dtype t = types[a];
             void *px = make(t, B * C, 20.0, x), *pg = make(t, B * C, 1.0, g), *out = malloc(B * C * 4),
                  *dx = malloc(B * C * 4);
-            mp_softmax_forward(out, t, px, t, B, C, lg, NULL);
+            mp_softmax_forward(out, t, px, t, B, C, lg, MP_F32, NULL);
             long bad = 0;
             for (size_t r = 0; r < B; r++) softmax64(x + r * C, y + r * C, C, lg);
             for (size_t i = 0; i < B * C; i++)
                 bad += fabs(elem_f32(out, t, i) - y[i]) > (C + 8) * u * (fabs(y[i]) + (lg ? 20.0 : 0)) + store_err(t, y[i]);
             /* backward from the fp64 forward, fed with the stored y */
-            mp_softmax_backward(dx, t, out, t, pg, t, B, C, lg, NULL);
+            mp_softmax_backward(dx, t, out, t, pg, t, B, C, lg, MP_F32, NULL);
             for (size_t r = 0; r < B; r++) {
                 double dot = 0, mag = 0;
                 for (size_t j = 0; j < C; j++) {
@@ -135,7 +136,7 @@ static void check_cross_entropy(void) {
         void *px = make(t, B * C, 8.0, x), *d = malloc(B * C * 4);
         float loss;
         const float scale = 1024.0f;
-        CHECK(mp_cross_entropy(&loss, d, t, px, t, labels, B, C, scale, NULL) == MP_OK, "ce");
+        CHECK(mp_cross_entropy(&loss, d, t, px, t, labels, B, C, scale, MP_F32, NULL) == MP_OK, "ce");
         double want = 0;
         long bad = 0;
         for (int r = 0; r < B; r++) {
@@ -159,12 +160,12 @@ static void check_cross_entropy(void) {
     uint16_t d16[2 * C];
     mp_convert_stats s1 = {0}, s2 = {0};
     float loss;
-    mp_cross_entropy(&loss, d16, MP_F16, logits, MP_F32, lab, 2, C, 1.0f, &s1);
-    mp_cross_entropy(&loss, d16, MP_F16, logits, MP_F32, lab, 2, C, 65536.0f, &s2);
+    mp_cross_entropy(&loss, d16, MP_F16, logits, MP_F32, lab, 2, C, 1.0f, MP_F32, &s1);
+    mp_cross_entropy(&loss, d16, MP_F16, logits, MP_F32, lab, 2, C, 65536.0f, MP_F32, &s2);
     CHECK(s1.underflow >= 16 && s2.underflow == 0, "underflow unscaled %llu, scaled %llu", (unsigned long long)s1.underflow,
           (unsigned long long)s2.underflow);
     const int32_t bad_lab[2] = {0, 10};
-    CHECK(mp_cross_entropy(&loss, NULL, MP_F32, logits, MP_F32, bad_lab, 2, C, 1.0f, NULL) == MP_EINVAL &&
+    CHECK(mp_cross_entropy(&loss, NULL, MP_F32, logits, MP_F32, bad_lab, 2, C, 1.0f, MP_F32, NULL) == MP_EINVAL &&
               strstr(mp_last_error(), "label 10"),
           "label out of range");
 }
@@ -196,8 +197,8 @@ static void check_layernorm(void) {
             mp_convert((uint8_t *)px + i * mp_format(t)->size, t, &v, MP_F32, 1, NULL);
             x[i] = elem_f32(px, t, i);
         }
-        mp_layernorm_forward(y, t, mean, rstd, px, t, w, bb, B, C, eps, NULL);
-        mp_layernorm_backward(dx, t, dw, db, pg, t, px, t, mean, rstd, w, B, C, 1, NULL);
+        mp_layernorm_forward(y, t, mean, rstd, px, t, w, bb, B, C, eps, MP_F32, NULL);
+        mp_layernorm_backward(dx, t, dw, db, pg, t, px, t, mean, rstd, w, B, C, 1, MP_F32, NULL);
         long bad = 0;
         double dw64[C] = {0};
         for (int r = 0; r < B; r++) {
@@ -246,7 +247,7 @@ static void check_fp16_failures(void) {
     for (int j = 0; j < C; j++) naive_nan += isnan(naive[j]) || isinf(naive[j]);
     uint16_t x16[C], y16[C];
     mp_convert(x16, MP_F16, logits, MP_F32, C, NULL);
-    mp_softmax_forward(y16, MP_F16, x16, MP_F16, 1, C, 0, NULL);
+    mp_softmax_forward(y16, MP_F16, x16, MP_F16, 1, C, 0, MP_F32, NULL);
     long bad = 0;
     for (int j = 0; j < C; j++) bad += fabs(mp_f16_to_f32(y16[j]) - want[j]) > (C + 8) * u * want[j] + store_err(MP_F16, want[j]);
     CHECK(naive_nan > 0 && bad == 0, "softmax: fp16 arithmetic gives %d inf/NaN; mixprec %ld out of bound", naive_nan, bad);
@@ -264,7 +265,7 @@ static void check_fp16_failures(void) {
     uint16_t a16[C], o16[C];
     float mean, rstd;
     mp_convert(a16, MP_F16, act, MP_F32, C, NULL);
-    mp_layernorm_forward(o16, MP_F16, &mean, &rstd, a16, MP_F16, NULL, NULL, 1, C, 1e-5f, NULL);
+    mp_layernorm_forward(o16, MP_F16, &mean, &rstd, a16, MP_F16, NULL, NULL, 1, C, 1e-5f, MP_F32, NULL);
     bad = 0;
     for (int j = 0; j < C; j++) bad += fabs(mp_f16_to_f32(o16[j]) - an[j]) > (2 * C + 16) * u * (fabs(an[j]) + 1) * 2 + store_err(MP_F16, an[j]);
     CHECK(!isfinite(var16) && bad == 0, "layernorm: fp16 variance %g; mixprec %ld out of bound", (double)var16, bad);
@@ -277,10 +278,148 @@ static void check_fp16_failures(void) {
     for (int i = 0; i < L; i++) ones[i] = one;
     float acc16 = 0, cs;
     for (int i = 0; i < L; i++) acc16 = h(acc16 + 1.0f);
-    mp_colsum(&cs, ones, MP_F16, L, 1, 0);
+    mp_colsum(&cs, ones, MP_F16, L, 1, 0, MP_F32);
     CHECK(acc16 == 2048.0f && cs == 10000.0f, "long sum: fp16 %g, mixprec %g", (double)acc16, (double)cs);
     printf("  sum of 10000 ones: fp16 accumulator stops at %g; mixprec's fp32 accumulator gives %g\n", (double)acc16,
            (double)cs);
+}
+
+/* --reductions half: the ops with acc = fp16/bf16 equal a naive loop in that
+ * format written out here (every partial result rounded), bit for bit, on
+ * random rows; and the sums saturate where such a loop must. */
+static float rt(mp_dtype t, float x) {
+    return t == MP_F16 ? mp_f16_to_f32(mp_f32_to_f16(x)) : mp_bf16_to_f32(mp_f32_to_bf16(x));
+}
+
+static void naive_softmax_ref(const float *x, float *y, int C, mp_dtype t, float *lse) {
+    float mx = -INFINITY, sum = 0;
+    for (int j = 0; j < C; j++) mx = x[j] > mx ? x[j] : mx;
+    for (int j = 0; j < C; j++) sum = rt(t, sum + rt(t, expf(rt(t, x[j] - mx))));
+    for (int j = 0; j < C; j++) y[j] = rt(t, rt(t, expf(rt(t, x[j] - mx))) / sum);
+    *lse = rt(t, rt(t, logf(sum)) + mx);
+}
+
+static void check_naive_reductions(void) {
+    enum { B = 5, C = 300, NSAT = 4096 };
+    /* the ops' inline rounding (internal.h) against the conversions, on a stride of all fp32 bit patterns */
+    long wrong = 0;
+    const uint32_t stride = quick ? 65521u : 251u;
+    for (uint64_t i = 0; i < 0x100000000ull; i += stride) {
+        float x;
+        const uint32_t bits = (uint32_t)i;
+        memcpy(&x, &bits, 4);
+        for (int ti = 1; ti < 3; ti++) {
+            const float want = rt(types[ti], x), got = mp_round_to(types[ti], x);
+            wrong += isnan(want) ? !isnan(got) : memcmp(&want, &got, 4) != 0;
+        }
+    }
+    const float edges[] = {65504.0f, 65519.99f, 65520.0f, -65520.0f, 0x1p-14f, 0x1.ffcp-15f, 0x1p-25f, 0x1.0001p-25f,
+                           -0x1p-25f, 0x3p-25f, 0x1p-24f, -0.0f, 3.3895e38f, 3.4e38f, 1.0f + 0x1p-11f};
+    for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++)
+        for (int ti = 1; ti < 3; ti++) {
+            const float want = rt(types[ti], edges[e]), got = mp_round_to(types[ti], edges[e]);
+            wrong += memcmp(&want, &got, 4) != 0;
+        }
+    CHECK(wrong == 0, "mp_round_to differs from the conversions on %ld values", wrong);
+    for (int ti = 1; ti < 3; ti++) {
+        const mp_dtype t = types[ti];
+        const char *tn = mp_format(t)->name;
+        /* random rows, stored in t */
+        static float x[B * C], dy[B * C], y[B * C], want[B * C], dw[C], db[C], wdw[C], wdb[C];
+        static uint16_t xs[B * C], ys[B * C], gs[B * C];
+        for (int i = 0; i < B * C; i++) x[i] = rt(t, (float)(3 * drand())), dy[i] = rt(t, (float)drand());
+        mp_convert(xs, t, x, MP_F32, B * C, NULL);
+        mp_convert(gs, t, dy, MP_F32, B * C, NULL);
+        /* softmax and the loss */
+        int32_t lab[B];
+        float lse[B], loss_want = 0, loss;
+        for (int b = 0; b < B; b++) {
+            lab[b] = (int32_t)((b * 37) % C);
+            naive_softmax_ref(x + b * C, want + b * C, C, t, &lse[b]);
+            loss_want += rt(t, lse[b] - x[b * C + lab[b]]);
+        }
+        mp_softmax_forward(ys, t, xs, t, B, C, 0, t, NULL);
+        mp_convert(y, MP_F32, ys, t, B * C, NULL);
+        CHECK(memcmp(y, want, sizeof y) == 0, "%s naive softmax differs from the reference loop", tn);
+        CHECK(mp_cross_entropy(&loss, ys, t, xs, t, lab, B, C, 1.0f, t, NULL) == MP_OK && loss == loss_want / B,
+              "%s naive cross-entropy %.9g, reference %.9g", tn, (double)loss, (double)(loss_want / B));
+        for (int b = 0; b < B; b++) want[b * C + lab[b]] = rt(t, want[b * C + lab[b]] - 1.0f);
+        for (int i = 0; i < B * C; i++) want[i] = rt(t, want[i] / B);
+        mp_convert(y, MP_F32, ys, t, B * C, NULL);
+        CHECK(memcmp(y, want, sizeof y) == 0, "%s naive dlogits differ from the reference loop", tn);
+        /* layer norm forward and backward (w = 1, b = 0) */
+        float mean[B], rstd[B], wm[B], wr[B];
+        for (int b = 0; b < B; b++) {
+            const float *r = x + b * C;
+            float m = 0, v = 0;
+            for (int j = 0; j < C; j++) m = rt(t, m + r[j]);
+            m = rt(t, m / C);
+            for (int j = 0; j < C; j++) v = rt(t, v + rt(t, rt(t, r[j] - m) * rt(t, r[j] - m)));
+            v = rt(t, v / C);
+            wm[b] = m, wr[b] = rt(t, 1.0f / rt(t, sqrtf(rt(t, v + rt(t, 1e-5f)))));
+            for (int j = 0; j < C; j++) want[b * C + j] = rt(t, (r[j] - m) * wr[b]);
+        }
+        mp_layernorm_forward(ys, t, mean, rstd, xs, t, NULL, NULL, B, C, 1e-5f, t, NULL);
+        mp_convert(y, MP_F32, ys, t, B * C, NULL);
+        CHECK(memcmp(mean, wm, sizeof mean) == 0 && memcmp(rstd, wr, sizeof rstd) == 0 &&
+                  memcmp(y, want, sizeof y) == 0, "%s naive layer norm differs from the reference loop", tn);
+        for (int j = 0; j < C; j++) wdw[j] = wdb[j] = 0, dw[j] = db[j] = 0.5f; /* accumulate onto 0.5 */
+        for (int b = 0; b < B; b++) {
+            float a = 0, c = 0;
+            for (int j = 0; j < C; j++) {
+                const float n = (x[b * C + j] - mean[b]) * rstd[b];
+                a = rt(t, a + dy[b * C + j]), c = rt(t, c + rt(t, dy[b * C + j] * n));
+                wdw[j] = rt(t, wdw[j] + rt(t, dy[b * C + j] * n)), wdb[j] = rt(t, wdb[j] + dy[b * C + j]);
+            }
+            a = rt(t, a / C), c = rt(t, c / C);
+            for (int j = 0; j < C; j++) {
+                const float n = (x[b * C + j] - mean[b]) * rstd[b];
+                want[b * C + j] = rt(t, rstd[b] * (dy[b * C + j] - a - n * c));
+            }
+        }
+        for (int j = 0; j < C; j++) wdw[j] += 0.5f, wdb[j] += 0.5f;
+        mp_layernorm_backward(ys, t, dw, db, gs, t, xs, t, mean, rstd, NULL, B, C, 1, t, NULL);
+        mp_convert(y, MP_F32, ys, t, B * C, NULL);
+        CHECK(memcmp(y, want, sizeof y) == 0 && memcmp(dw, wdw, sizeof dw) == 0 && memcmp(db, wdb, sizeof db) == 0,
+              "%s naive layer-norm backward differs from the reference loop", tn);
+        /* softmax backward from the naive softmax: dx = y (dy - sum(dy y)) */
+        mp_softmax_forward(ys, t, xs, t, B, C, 0, t, NULL);
+        mp_convert(y, MP_F32, ys, t, B * C, NULL);
+        for (int b = 0; b < B; b++) {
+            float dot = 0;
+            for (int j = 0; j < C; j++) dot = rt(t, dot + rt(t, dy[b * C + j] * y[b * C + j]));
+            for (int j = 0; j < C; j++) want[b * C + j] = rt(t, y[b * C + j] * rt(t, dy[b * C + j] - dot));
+        }
+        mp_softmax_backward(gs, t, ys, t, gs, t, B, C, 0, t, NULL);
+        mp_convert(y, MP_F32, gs, t, B * C, NULL);
+        CHECK(memcmp(y, want, sizeof y) == 0, "%s naive softmax backward differs from the reference loop", tn);
+
+        /* saturation: NSAT ones sum to 2048 in fp16 and 256 in bf16 (x + 1 rounds back to x) */
+        static uint16_t ones[NSAT], zeros[NSAT], p16[NSAT];
+        const float stop = t == MP_F16 ? 2048.0f : 256.0f;
+        for (int i = 0; i < NSAT; i++) ones[i] = t == MP_F16 ? mp_f32_to_f16(1.0f) : mp_f32_to_bf16(1.0f), zeros[i] = 0;
+        float cs, cs32;
+        mp_colsum(&cs, ones, t, NSAT, 1, 0, t);
+        mp_colsum(&cs32, ones, t, NSAT, 1, 0, MP_F32);
+        CHECK(cs == stop && cs32 == NSAT, "%s colsum of %d ones: naive %g, fp32 %g", tn, NSAT, (double)cs, (double)cs32);
+        /* a softmax over NSAT equal logits: the sum stops there, every probability is 1/stop, not 1/NSAT */
+        float p0;
+        mp_softmax_forward(p16, t, zeros, t, 1, NSAT, 0, t, NULL);
+        mp_convert(&p0, MP_F32, p16, t, 1, NULL);
+        CHECK(p0 == 1.0f / stop, "%s naive softmax of %d zeros: %g", tn, NSAT, (double)p0);
+        mp_softmax_forward(p16, t, zeros, t, 1, NSAT, 0, MP_F32, NULL);
+        mp_convert(&p0, MP_F32, p16, t, 1, NULL);
+        CHECK(p0 == 1.0f / NSAT, "%s fp32-reduced softmax of %d zeros: %g", tn, NSAT, (double)p0);
+        /* the loss of NSAT equal logits: log(stop), not log(NSAT) */
+        const int32_t l0 = 0;
+        CHECK(mp_cross_entropy(&loss, NULL, MP_F32, zeros, t, &l0, 1, NSAT, 1.0f, t, NULL) == MP_OK &&
+                  loss == rt(t, logf(stop)), "%s naive loss over %d equal logits: %g", tn, NSAT, (double)loss);
+        if (t == MP_F16)
+            printf("  --reductions half (fp16): %d ones sum to %g; softmax of %d equal logits gives %g each (not %g); "
+                   "loss %g (not %g)\n", NSAT, (double)cs, NSAT, 1.0 / stop, 1.0 / NSAT, (double)loss,
+                   log((double)NSAT));
+    }
+    CHECK(mp_colsum(&(float){0}, &(float){1}, MP_F32, 1, 1, 0, MP_E4M3) == MP_EINVAL, "colsum: acc e4m3 refused");
 }
 
 /* ReLU on half buffers works on the bits: same results and counts as the
@@ -322,7 +461,6 @@ static void check_relu_bits(void) {
 /* ---- GELU: accuracy against a long double reference, special values, and
  * the same bits on every CPU path and thread count ---- */
 
-static int quick;
 typedef long double ld;
 static const ld GK = 0.797884560802865355879892119868763737L, GC = 0.044715L;
 static const ld GS1_2 = 0.707106781186547524400844362104849039L, GIS2PI = 0.398942280401432677939946059934381868L;
@@ -645,45 +783,45 @@ static void check_rows_parallel(void) {
                 for (int lg = 0; lg < 2; lg++) {
                     mp_convert_stats s0 = {0}, s1 = {0};
                     old_softmax_forward(y0, t, x, t, B, C, lg, &s0);
-                    mp_softmax_forward(y1, t, x, t, B, C, lg, &s1);
+                    mp_softmax_forward(y1, t, x, t, B, C, lg, MP_F32, &s1);
                     bad += !same(y0, y1, bytes) || !same(&s0, &s1, sizeof s0);
                     old_softmax_backward(d0, t, y0, t, dy, t, B, C, lg, &s0);
-                    mp_softmax_backward(d1, t, y1, t, dy, t, B, C, lg, &s1);
+                    mp_softmax_backward(d1, t, y1, t, dy, t, B, C, lg, MP_F32, &s1);
                     bad += !same(d0, d1, bytes) || !same(&s0, &s1, sizeof s0);
                     memcpy(d1, dy, bytes); /* dx aliasing dy */
-                    mp_softmax_backward(d1, t, y1, t, d1, t, B, C, lg, NULL);
+                    mp_softmax_backward(d1, t, y1, t, d1, t, B, C, lg, MP_F32, NULL);
                     bad += !same(d0, d1, bytes);
                 }
                 for (int with_d = 0; with_d < 2; with_d++) {
                     mp_convert_stats s0 = {0}, s1 = {0};
                     float l0, l1;
                     old_cross_entropy(&l0, with_d ? d0 : NULL, t, x, t, lab, B, C, 1024.0f, &s0);
-                    CHECK(mp_cross_entropy(&l1, with_d ? d1 : NULL, t, x, t, lab, B, C, 1024.0f, &s1) == MP_OK, "ce");
+                    CHECK(mp_cross_entropy(&l1, with_d ? d1 : NULL, t, x, t, lab, B, C, 1024.0f, MP_F32, &s1) == MP_OK, "ce");
                     bad += f2u(l0) != f2u(l1) || !same(&s0, &s1, sizeof s0) || (with_d && !same(d0, d1, bytes));
                 }
                 {
                     float l0, l1; /* dlogits aliasing logits, as the GPT calls it */
                     memcpy(y1, x, bytes);
                     old_cross_entropy(&l0, d0, t, x, t, lab, B, C, 3.0f, NULL);
-                    mp_cross_entropy(&l1, y1, t, y1, t, lab, B, C, 3.0f, NULL);
+                    mp_cross_entropy(&l1, y1, t, y1, t, lab, B, C, 3.0f, MP_F32, NULL);
                     bad += f2u(l0) != f2u(l1) || !same(d0, y1, bytes);
                 }
                 for (int v = 0; v < 4; v++) { /* w, b present or not; dw, db present or not; accumulate */
                     const float *wv = v & 1 ? NULL : w, *bv = v & 2 ? NULL : b;
                     mp_convert_stats s0 = {0}, s1 = {0};
                     old_layernorm_forward(y0, t, m0, r0, x, t, wv, bv, B, C, 1e-5f, &s0);
-                    mp_layernorm_forward(y1, t, m1, r1, x, t, wv, bv, B, C, 1e-5f, &s1);
+                    mp_layernorm_forward(y1, t, m1, r1, x, t, wv, bv, B, C, 1e-5f, MP_F32, &s1);
                     bad += !same(y0, y1, bytes) || !same(m0, m1, B * 4) || !same(r0, r1, B * 4) || !same(&s0, &s1, sizeof s0);
                     for (size_t j = 0; j < C; j++) dw0[j] = dw1[j] = (float)drand(), db0[j] = db1[j] = (float)drand();
                     float *dwa = v == 2 ? NULL : dw0, *dba = v == 1 ? NULL : db0, *dwb = v == 2 ? NULL : dw1, *dbb = v == 1 ? NULL : db1;
                     old_layernorm_backward(d0, t, dwa, dba, dy, t, x, t, m0, r0, wv, B, C, v & 1, &s0);
-                    mp_layernorm_backward(d1, t, dwb, dbb, dy, t, x, t, m1, r1, wv, B, C, v & 1, &s1);
+                    mp_layernorm_backward(d1, t, dwb, dbb, dy, t, x, t, m1, r1, wv, B, C, v & 1, MP_F32, &s1);
                     bad += !same(d0, d1, bytes) || !same(dw0, dw1, C * 4) || !same(db0, db1, C * 4) || !same(&s0, &s1, sizeof s0);
                     memcpy(d1, dy, bytes); /* dx aliasing dy */
-                    mp_layernorm_backward(d1, t, NULL, NULL, d1, t, x, t, m1, r1, wv, B, C, 0, NULL);
+                    mp_layernorm_backward(d1, t, NULL, NULL, d1, t, x, t, m1, r1, wv, B, C, 0, MP_F32, NULL);
                     bad += !same(d0, d1, bytes);
                     memcpy(y1, x, bytes); /* y aliasing x */
-                    mp_layernorm_forward(y1, t, m1, r1, y1, t, wv, bv, B, C, 1e-5f, NULL);
+                    mp_layernorm_forward(y1, t, m1, r1, y1, t, wv, bv, B, C, 1e-5f, MP_F32, NULL);
                     bad += !same(y0, y1, bytes);
                 }
             }
@@ -698,12 +836,12 @@ static void check_rows_parallel(void) {
 static void check_bad_args(void) {
     float x[4] = {1, 2, 3, 4}, y[4];
     CHECK(mp_relu_forward(y, MP_E4M3, x, MP_F32, 4, NULL) == MP_EINVAL, "e4m3 output");
-    CHECK(mp_softmax_forward(NULL, MP_F32, x, MP_F32, 1, 4, 0, NULL) == MP_EINVAL, "NULL y");
+    CHECK(mp_softmax_forward(NULL, MP_F32, x, MP_F32, 1, 4, 0, MP_F32, NULL) == MP_EINVAL, "NULL y");
     float loss;
     const int32_t lab = -1;
-    CHECK(mp_cross_entropy(&loss, NULL, MP_F32, x, MP_F32, &lab, 1, 4, 1.0f, NULL) == MP_EINVAL, "negative label");
+    CHECK(mp_cross_entropy(&loss, NULL, MP_F32, x, MP_F32, &lab, 1, 4, 1.0f, MP_F32, NULL) == MP_EINVAL, "negative label");
     float m, r;
-    CHECK(mp_layernorm_forward(y, MP_F32, &m, &r, x, MP_F32, NULL, NULL, 1, 0, 1e-5f, NULL) == MP_EINVAL, "C = 0");
+    CHECK(mp_layernorm_forward(y, MP_F32, &m, &r, x, MP_F32, NULL, NULL, 1, 0, 1e-5f, MP_F32, NULL) == MP_EINVAL, "C = 0");
 }
 
 int main(int argc, char **argv) {
@@ -717,6 +855,7 @@ int main(int argc, char **argv) {
     check_cross_entropy();
     check_layernorm();
     check_fp16_failures();
+    check_naive_reductions();
     check_relu_bits();
     check_bad_args();
     return check_report("test_ops");

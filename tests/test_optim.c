@@ -167,9 +167,10 @@ static void check_kernel_paths(void) {
     mp_optim_scalar.round_sr(h1, w1, M, 42, 0);
     mp_optim_avx512.round_sr(h2, w1, M, 42, 0);
     CHECK(memcmp(h1, h2, sizeof h1) == 0, "stochastic rounding differs");
-    mp_optim_scalar.adamw_bf16(h1, g, m1, v1, M, &ac, 7, 0);
-    mp_optim_avx512.adamw_bf16(h2, g, m2, v2, M, &ac, 7, 0);
-    CHECK(memcmp(h1, h2, sizeof h1) == 0, "pure bf16 adamw differs");
+    const uint64_t l1 = mp_optim_scalar.adamw_bf16(h1, g, m1, v1, M, &ac, 7, 0);
+    const uint64_t l2 = mp_optim_avx512.adamw_bf16(h2, g, m2, v2, M, &ac, 7, 0);
+    CHECK(memcmp(h1, h2, sizeof h1) == 0 && l1 == l2 && l1 > 0, "pure bf16 adamw differs (lost %llu, %llu)",
+          (unsigned long long)l1, (unsigned long long)l2);
 #endif
 }
 
@@ -188,16 +189,20 @@ static void check_protocol(void) {
     CHECK(mp_optim_stage(o, &s) == MP_STAGE_READY, "ready");
     for (size_t i = 0; i < N; i++) p->grad[i] = frand() * 0.01f * s.scale;
     double norm;
-    CHECK(mp_clip_grad_norm(o, &s, 1.0, &norm) == MP_ESTATE && strstr(mp_last_error(), "unscale"), "clip before unscale");
+    CHECK(mp_clip_grad_norm(o, &s, 1.0, MP_F32, &norm) == MP_ESTATE && strstr(mp_last_error(), "unscale"), "clip before unscale");
     CHECK(mp_scaler_unscale(&s, o, &found) == MP_OK && found == 0, "unscale");
     CHECK(mp_optim_stage(o, &s) == MP_STAGE_UNSCALED, "unscaled");
     CHECK(mp_scaler_unscale(&s, o, &found) == MP_ESTATE && strstr(mp_last_error(), "twice"), "unscale twice");
-    CHECK(mp_clip_grad_norm(o, &s, 1.0, &norm) == MP_OK, "clip after unscale");
+    CHECK(mp_clip_grad_norm(o, &s, 1.0, MP_F32, &norm) == MP_OK, "clip after unscale");
+    uint64_t updated = 0;
+    CHECK(mp_optim_lost_updates(o, &updated) == 0 && updated == 0, "no step yet: nothing updated");
     CHECK(mp_scaler_step(&s, o, &found) == MP_OK && found == 0 && mp_optim_steps(o) == 1, "step");
+    mp_optim_lost_updates(o, &updated);
+    CHECK(updated == N, "%llu updated of %d", (unsigned long long)updated, N);
     CHECK(mp_scaler_step(&s, o, &found) == MP_ESTATE && strstr(mp_last_error(), "twice"), "step twice");
     CHECK(mp_scaler_unscale(&s, o, &found) == MP_ESTATE && strstr(mp_last_error(), "after step"), "unscale after step");
     CHECK(mp_optim_step(o) == MP_ESTATE, "plain step on a scaled optimizer");
-    CHECK(mp_clip_grad_norm(o, NULL, 1.0, &norm) == MP_ESTATE, "clip without the scaler on a scaled optimizer");
+    CHECK(mp_clip_grad_norm(o, NULL, 1.0, MP_F32, &norm) == MP_ESTATE, "clip without the scaler on a scaled optimizer");
     CHECK(mp_scaler_update(&s, found) == MP_OK && mp_optim_stage(o, &s) == MP_STAGE_READY, "update resets the stage");
     /* the half copy follows the master */
     long bad = 0;
@@ -216,6 +221,8 @@ static void check_protocol(void) {
     CHECK(memcmp(master, p->master, sizeof master) == 0 && memcmp(m, p->state1, sizeof m) == 0 &&
               memcmp(v, p->state2, sizeof v) == 0 && memcmp(half, p->half, sizeof half) == 0 && mp_optim_steps(o) == 1,
           "skipped step changed state");
+    CHECK(mp_optim_lost_updates(o, &updated) == 0 && updated == 0, "a skipped step updates nothing: %llu",
+          (unsigned long long)updated);
     mp_scaler_update(&s, found);
     CHECK(s.scale == scale_before / 2 && s.skipped == 1, "scale backed off");
     mp_optim_free(o);
@@ -250,8 +257,8 @@ static void check_accumulation(void) {
         int found;
         double na, nb;
         CHECK(mp_scaler_unscale(&s, a, &found) == MP_OK && !found, "unscale");
-        mp_clip_grad_norm(a, &s, 1e9, &na);
-        mp_clip_grad_norm(b, NULL, 1e9, &nb);
+        mp_clip_grad_norm(a, &s, 1e9, MP_F32, &na);
+        mp_clip_grad_norm(b, NULL, 1e9, MP_F32, &nb);
         CHECK(na == nb, "norms of the unscaled and the plain gradients agree: %g %g", na, nb);
         mp_scaler_step(&s, a, &found);
         mp_scaler_update(&s, found);
@@ -277,7 +284,7 @@ static void check_clip(void) {
     float before[N];
     memcpy(before, p->grad, sizeof before);
     double norm;
-    CHECK(mp_clip_grad_norm(o, NULL, 1.0, &norm) == MP_OK && isfinite(norm) && fabs(norm - want) <= 1e-12 * want,
+    CHECK(mp_clip_grad_norm(o, NULL, 1.0, MP_F32, &norm) == MP_OK && isfinite(norm) && fabs(norm - want) <= 1e-12 * want,
           "fp64 norm %g vs %g", norm, want);
     const float coef = (float)(1.0 / (norm + 1e-6));
     long bad = 0;
@@ -289,13 +296,37 @@ static void check_clip(void) {
     CHECK(bad == 0 && fabs(sqrt(after) - 1.0) < 1e-5, "clipped to norm 1 (%g)", sqrt(after));
     /* below max_norm: untouched */
     memcpy(before, p->grad, sizeof before);
-    CHECK(mp_clip_grad_norm(o, NULL, 10.0, &norm) == MP_OK && memcmp(before, p->grad, sizeof before) == 0, "no-op");
+    CHECK(mp_clip_grad_norm(o, NULL, 10.0, MP_F32, &norm) == MP_OK && memcmp(before, p->grad, sizeof before) == 0, "no-op");
     p->grad[3] = NAN;
     memcpy(before, p->grad, sizeof before);
-    CHECK(mp_clip_grad_norm(o, NULL, 1.0, &norm) == MP_OK && isnan(norm), "NaN norm reported");
+    CHECK(mp_clip_grad_norm(o, NULL, 1.0, MP_F32, &norm) == MP_OK && isnan(norm), "NaN norm reported");
     CHECK(memcmp(before, p->grad, sizeof before) == 0, "non-finite norm leaves gradients alone");
-    CHECK(mp_clip_grad_norm(o, NULL, 0.0, &norm) == MP_EINVAL, "max_norm 0");
+    CHECK(mp_clip_grad_norm(o, NULL, 0.0, MP_F32, &norm) == MP_EINVAL, "max_norm 0");
+    CHECK(mp_clip_grad_norm(o, NULL, 1.0, MP_E4M3, &norm) == MP_EINVAL, "acc e4m3");
     mp_optim_free(o);
+    /* the naive norm (--reductions half): gradients of 1e-4 square to 1e-8, below
+     * fp16's smallest subnormal: the fp16 norm is 0 and clips nothing; bf16 (8
+     * exponent bits) keeps the squares but its sum stops growing once a square
+     * is under half its ulp; fp32 is exact */
+    mp_optim *q;
+    mp_optim_sgd(&q, NULL);
+    enum { M = 4096 };
+    static float z[M];
+    mp_param *g2[2];
+    mp_optim_add(q, "a", z, M / 2, MP_F32, &g2[0]);
+    mp_optim_add(q, "b", z, M / 2, MP_F32, &g2[1]);
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < M / 2; i++) g2[k]->grad[i] = 1e-4f;
+    double n16, nbf, n32;
+    CHECK(mp_clip_grad_norm(q, NULL, 1e-4, MP_F16, &n16) == MP_OK && n16 == 0.0 && g2[1]->grad[7] == 1e-4f,
+          "fp16 naive norm %g, nothing clipped", n16);
+    float sb = 0; /* the loop written out: squares, then sums, each rounded to bf16 */
+    for (int i = 0; i < M; i++) sb = mp_bf16_to_f32(mp_f32_to_bf16(sb + mp_bf16_to_f32(mp_f32_to_bf16(1e-4f * 1e-4f))));
+    const double want_bf = mp_bf16_to_f32(mp_f32_to_bf16(sqrtf(sb)));
+    CHECK(mp_clip_grad_norm(q, NULL, 1.0, MP_BF16, &nbf) == MP_OK && nbf == want_bf && nbf < 0.5 * 1e-4 * sqrt(M),
+          "bf16 naive norm %g (loop %g, exact %g)", nbf, want_bf, 1e-4 * sqrt(M));
+    CHECK(mp_clip_grad_norm(q, NULL, 1.0, MP_F32, &n32) == MP_OK && fabs(n32 - 1e-4 * sqrt(M)) < 1e-9, "fp32 norm %g", n32);
+    mp_optim_free(q);
 }
 
 static void check_rounding(void) {
@@ -512,6 +543,91 @@ static void check_half_only(void) {
     mp_optim_free(h);
 }
 
+/* Lost updates (mp_optim_lost_updates): elements whose update is nonzero in
+ * fp32 but whose stored weight kept its bits, counted in the step and
+ * recounted here from the weights before and after it, on every optimizer
+ * path and on 1 and 2 threads (70001 elements: split into shares). Half the
+ * weights sit where the update is under half an ulp: 1.0 in fp16 or bf16
+ * with |update| <= 1e-5 < 2^-12, 1e4 in fp32 (half an ulp 2^-11) with
+ * AdamW's |update| ~ lr = 1e-6; the others are under 1e-3, where most
+ * updates move them. A third of the gradients are 0: without weight decay
+ * their update is 0 and they are not lost. */
+enum { LK = 70001 };
+
+/* Steps o once; returns the lost count after checking it against the recount. */
+static uint64_t lost_once(mp_optim *o, mp_param *p, const char *what) {
+    static uint8_t before[LK * 4];
+    const size_t es = p->master ? 4 : 2;
+    const uint8_t *w = p->master ? (const uint8_t *)p->master : (const uint8_t *)p->half;
+    memcpy(before, w, LK * es);
+    CHECK(mp_optim_step(o) == MP_OK, "%s: step", what);
+    uint64_t want = 0, updated = 0;
+    for (size_t i = 0; i < LK; i++) /* no weight decay: the update is nonzero where the gradient is */
+        want += p->grad[i] != 0.0f && memcmp(w + i * es, before + i * es, es) == 0;
+    const uint64_t lost = mp_optim_lost_updates(o, &updated);
+    CHECK(lost == want && want > LK / 4 && want < LK / 2 && updated == LK,
+          "%s (isa %d, %d threads): %llu lost, %llu recounted, %llu updated", what, (int)mp_cpu_isa(), mp_get_threads(), (unsigned long long)lost, (unsigned long long)want,
+          (unsigned long long)updated);
+    return lost;
+}
+
+static void check_lost_updates(void) {
+    static float init[LK];
+    const mp_isa saved = mp_cpu_isa();
+    for (int isa = MP_ISA_SCALAR; isa <= (int)mp_cpu_detected(); isa++) {
+        if (mp_cpu_set_isa((mp_isa)isa) != MP_OK) continue;
+        uint64_t by_threads[2][3];
+        for (int th = 0; th < 2; th++) {
+            mp_set_threads(th + 1);
+            for (int k = 0; k < 3; k++) { /* half-only fp16 SGD, fp32 master AdamW, pure bf16 SGD */
+                const float big = k == 1 ? 1e4f : 1.0f;
+                rng = 0x2545f4914f6cdd1dull;
+                for (int i = 0; i < LK; i++) init[i] = i % 2 ? big : frand() * 1e-3f;
+                mp_sgd_config sc = {1e-4, 0, 0, 0, 0};
+                mp_adamw_config ac = {1e-6, 0.9, 0.999, 1e-8, 0};
+                mp_optim *o;
+                mp_param *p;
+                if (k == 1) mp_optim_adamw(&o, &ac), mp_optim_add(o, "w", init, LK, MP_F32, &p);
+                else mp_optim_sgd(&o, &sc);
+                if (k == 0) mp_optim_add_half(o, "w", init, LK, MP_F16, &p);
+                if (k == 2) mp_optim_add_pure_bf16(o, "w", init, LK, &p);
+                float most = 0;
+                for (int i = 0; i < LK; i++) {
+                    p->grad[i] = i % 3 ? frand() * 0.1f : 0.0f;
+                    if (i % 2) most = fmaxf(most, fabsf(p->grad[i]) * (float)sc.lr);
+                }
+                if (k != 1)
+                    CHECK(most < 0x1p-12f, "the updates of 1.0 are under half an ulp: %g", (double)most);
+                by_threads[th][k] = lost_once(o, p, k == 0 ? "fp16 half-only sgd" : k == 1 ? "fp32 adamw" : "bf16-pure sgd");
+                mp_optim_free(o);
+            }
+        }
+        CHECK(memcmp(by_threads[0], by_threads[1], sizeof by_threads[0]) == 0, "lost updates depend on the threads");
+    }
+    mp_set_threads(0);
+    mp_cpu_set_isa(saved);
+    /* weight decay is part of the update: with a zero gradient, decay alone
+     * (-1e-6 and -5e-7 here, under half an ulp of 1 and 0.5 in fp16) is a
+     * nonzero update, lost; in fp32 masters it moves the weights */
+    const float w2[2] = {1.0f, 0.5f};
+    for (int k = 0; k < 4; k++) {
+        mp_sgd_config sc = {1e-4, 0, 0, 1e-2, 0};
+        mp_adamw_config ac = {1e-4, 0.9, 0.999, 1e-8, 1e-2};
+        mp_optim *o;
+        mp_param *p;
+        if (k & 1) mp_optim_adamw(&o, &ac);
+        else mp_optim_sgd(&o, &sc);
+        if (k < 2) mp_optim_add_half(o, "w", w2, 2, MP_F16, &p);
+        else mp_optim_add(o, "w", w2, 2, MP_F32, &p);
+        p->grad[0] = p->grad[1] = 0.0f;
+        uint64_t updated;
+        const uint64_t lost = mp_optim_step(o) == MP_OK ? mp_optim_lost_updates(o, &updated) : 99;
+        CHECK(lost == (k < 2 ? 2u : 0u) && updated == 2, "%s %s, decay only: %llu lost", k & 1 ? "adamw" : "sgd",
+              k < 2 ? "fp16 half-only" : "fp32", (unsigned long long)lost);
+        mp_optim_free(o);
+    }
+}
+
 int main(void) {
     check_sgd_variants();
     check_adamw();
@@ -524,5 +640,6 @@ int main(void) {
     check_threads();
     check_bad_input();
     check_half_only();
+    check_lost_updates();
     return check_report("test_optim");
 }

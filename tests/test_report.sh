@@ -1,8 +1,170 @@
 #!/usr/bin/env bash
-# test_report.sh - `mixprec compare` on a tiny run: the report is valid HTML
-# whose charts all have data and whose numbers match the JSON/CSV logs, and it
-# renders in headless Chromium without console errors (a screenshot is kept).
+# test_report.sh - `mixprec compare` on a tiny MLP and a tiny GPT run: each
+# report is valid HTML whose charts all have data and whose numbers match the
+# JSON/CSV logs (check.py below, element by element), and it renders in
+# headless Chromium without console errors (screenshots are kept).
 . "$(dirname "$0")/lib.sh"
+
+# check.py DIR CONSOLE [CORPUS]: the report in DIR against DIR's logs and the console output
+cat > "$T/check.py" <<'PY'
+# The report of a comparison against its logs: every chart element against the CSV/JSON figures it draws.
+import csv, json, math, re, sys
+from html.parser import HTMLParser
+d, console = sys.argv[1], open(sys.argv[2]).read()
+corpus = open(sys.argv[3], "rb").read() if len(sys.argv) > 3 else None
+html = open(f"{d}/report.html").read()
+summ = json.load(open(f"{d}/summary.json"))
+names = [r["precision"] for r in summ["runs"]]
+runs = {r["precision"]: r for r in summ["runs"]}
+rows = {m: list(csv.DictReader(open(f"{d}/{m}.csv"))) for m in names}
+gpt = "val_loss" in summ["runs"][0]
+nan = lambda v: math.nan if v is None else v  # JSON writes a value that is not finite as null
+final_loss = lambda m: nan(runs[m]["val_loss" if gpt else "test_loss"])
+figure = lambda m: nan(runs[m]["val_loss" if gpt else "test_accuracy"])
+tensors = lambda m: [k[len("underflow_"):] for k in rows[m][0] if k.startswith("underflow_")]
+close = lambda a, b, rel, tol=1e-12: abs(a - b) <= rel * abs(b) + tol
+
+class P(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.charts, self.cur, self.el, self.intitle, self.color = {}, None, None, False, {}
+        self.fill, self.legend_text, self.scale = None, False, {}
+        self.abl, self.row, self.intd, self.pre, self.pres = [], None, False, None, {}
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        cls = a.get("class", "").split()
+        if tag == "svg" and "chart" in cls:
+            self.cur = a["id"]; self.charts[self.cur] = []; self.scale[self.cur] = []
+        if self.cur and "series" in cls:
+            self.el = {"tag": tag, "a": a, "title": ""}; self.charts[self.cur].append(self.el)
+        if self.cur and tag == "rect" and "scale" in cls:
+            self.scale[self.cur].append((a["fill"], float(a["data-lo"]), float(a["data-hi"])))
+        if self.cur and tag == "rect" and not cls: self.fill = a.get("fill")
+        self.legend_text = tag == "text" and "legend" in cls and self.fill is not None
+        if tag == "title" and self.el is not None: self.intitle = True
+        if tag == "tr" and "data-ablation" in a: self.row = []
+        if tag == "td" and self.row is not None: self.intd = True; self.row.append("")
+        if tag == "pre" and "sample" in cls: self.pre = a["data-mode"]; self.pres[self.pre] = ""
+    def handle_endtag(self, tag):
+        if tag == "svg": self.cur = None
+        if tag == "title": self.intitle = False
+        if tag in ("rect", "circle"): self.el = None
+        if tag == "td": self.intd = False
+        if tag == "tr" and self.row is not None: self.abl.append(self.row); self.row = None
+        if tag == "pre": self.pre = None
+    def handle_data(self, data):
+        if self.intitle: self.el["title"] += data
+        if self.legend_text: self.color[data] = self.fill; self.fill = None; self.legend_text = False
+        if self.intd: self.row[-1] += data
+        if self.pre: self.pres[self.pre] += data
+
+p = P(); p.feed(html)
+assert all(p.charts.values()), {k: len(v) for k, v in p.charts.items()}  # no empty chart
+for cid, els in p.charts.items():
+    for e in els:
+        if e["tag"] == "polyline": assert len(e["a"]["points"].split()) >= 2, (cid, e)
+        if e["tag"] == "rect": assert float(e["a"]["width"]) > 0, (cid, e)
+lines = lambda cid, m: [e for e in p.charts[cid] if e["tag"] == "polyline" and e["a"]["stroke"] == p.color[m]]
+assert len(set(p.color[m] for m in names)) == len(names), p.color  # one colour per run
+
+# training loss and underflow over time: one line per run
+for m in names:
+    assert len(lines("loss", m)) == 1 and len(lines("underflow", m)) == 1, m
+
+# per-layer bars: the mean underflow of the CSV, and a bar wherever it is not zero
+for e in p.charts["layers"]:
+    who, v = e["title"].rsplit(": ", 1)
+    m, t = who.split(" ")
+    mean = sum(float(r[f"underflow_{t}"]) for r in rows[m]) / len(rows[m])
+    assert close(float(v.rstrip("%")) / 100, mean, 1e-3, 1e-9), (e["title"], mean)
+    assert (float(e["a"]["height"]) > 0) == (mean > 0), (e["title"], e["a"]["height"])
+
+# evaluations: a marker at each --eval-every step (the CSV) and at the end (the JSON), a line when two or more
+for m in names:
+    want = [(int(r["step"]), float(r["eval_loss"])) for r in rows[m] if r["eval_loss"]]
+    want = [w for w in want + [(len(rows[m]), final_loss(m))] if math.isfinite(w[1])]
+    got = [e["title"] for e in p.charts["val_loss"] if e["tag"] == "circle" and e["title"].startswith(m + " step ")]
+    got = [(int(t.split(" step ")[1].split(":")[0]), float(t.rsplit(": ", 1)[1])) for t in got]
+    assert len(got) == len(want), (m, got, want)
+    assert all(g[0] == w[0] and close(g[1], w[1], 0, 6e-5) for g, w in zip(got, want)), (m, got, want)
+    assert len(lines("val_loss", m)) == (len(want) >= 2), (m, want)
+
+# heat maps: one per run with an underflow, each cell the CSV's figure in the colour of its legend entry
+heat = {c[len("heatmap-"):] for c in p.charts if c.startswith("heatmap-")}
+assert heat == {m for m in names if any(float(r[f"underflow_{t}"]) > 0 for r in rows[m] for t in tensors(m))}, heat
+for m in names:
+    if m not in heat:
+        assert re.search(r"No gradient value became zero in [^<]*" + re.escape(m), html), m
+        continue
+    scale = p.scale[f"heatmap-{m}"]
+    zero = [f for f, lo, hi in scale if hi == 0]
+    assert len(zero) == 1 and len(scale) >= 2, scale
+    steps = {t: [] for t in tensors(m)}
+    for e in p.charts[f"heatmap-{m}"]:  # "TENSOR, step S: V%" or, binned, "TENSOR, steps A-B: V%"
+        who, v = e["title"].rsplit(": ", 1)
+        t, span = re.fullmatch(r"(.*), steps? ([0-9-]+)", who).groups()
+        a, b = (int(x) for x in (span.split("-") if "-" in span else (span, span)))
+        c = sum(float(r[f"underflow_{t}"]) for r in rows[m][a - 1:b]) / (b - a + 1)
+        steps[t] += range(a, b + 1)
+        assert close(float(v.rstrip("%")) / 100, c, 1e-3), (m, e["title"], c)
+        assert float(e["a"]["height"]) > 0, e
+        if c == 0: assert e["a"]["fill"] == zero[0], (m, e)
+        else: assert any(f == e["a"]["fill"] and lo * (1 - 1e-5) <= c <= hi * (1 + 1e-5) for f, lo, hi in scale), (e, c)
+    assert all(sorted(v) == list(range(1, len(rows[m]) + 1)) for v in steps.values()), m  # every step once per tensor
+
+# activation headroom: a bar per run and tensor that stored an activation, as tall as its figure
+bars = sum(1 for m in names for x in runs[m]["tensors"] if x["act_amax"])
+assert len(p.charts["headroom"]) == bars, (len(p.charts["headroom"]), bars)
+for e in p.charts["headroom"]:
+    who, v = e["title"].rsplit(": ", 1)
+    m, t = who.split(" ")
+    amax = {x["name"]: x for x in runs[m]["tensors"]}[t]["act_amax"]
+    assert close(float(v), math.log2(65504 / amax), 0, 0.006), (e, amax)
+    assert (float(e["a"]["height"]) > 0) == (abs(float(v)) >= 0.005), e
+
+# what each protection buys: the runs that lack exactly one of fp16-dynamic's protections, by their labels
+prot = {"fp16": "loss scaling", "fp16-dynamic+master-weights=none": "fp32 master weights",
+        "fp16-dynamic+reductions=half": "fp32 reductions"}
+want = [(prot[m], m) for m in names if m in prot] if "fp16-dynamic" in names else []
+assert [(a["protection"], a["run"]) for a in summ["ablation"]] == want, summ["ablation"]
+assert [(r[0], r[1]) for r in p.abl] == want, p.abl
+assert ('id="ablation"' in html) == bool(want) and ("what each protection buys" in console) == bool(want)
+fmt = (lambda v: "not finite" if not math.isfinite(v) else f"{v:.4f}") if gpt else (lambda v: f"{100 * v:.2f}%")
+reading = html[html.index('<div class="reading">'):html.index("</div>")]
+for a, r in zip(summ["ablation"], p.abl):
+    ref, fig = figure("fp16-dynamic"), figure(a["run"])
+    assert r[2] == fmt(fig) and r[4] == str(len(runs[a["run"]]["skipped"])), r
+    if not math.isfinite(fig - ref):
+        assert (a["eval"] is None) if not math.isfinite(fig) else a["eval"] == fig, (a, fig)
+        assert a["delta"] is None and r[3] == "-", (a, r)
+    else:
+        assert a["eval"] == fig and close(a["delta"], fig - ref, 0, 1e-12), (a, fig, ref)
+        assert close(float(r[3].split()[0]) / (1 if gpt else 100), a["delta"], 0, 6e-5), (a, r)
+    assert re.search(rf"^{re.escape(a['protection'])} +{re.escape(a['run'])} +{re.escape(fmt(fig))} ", console, re.M), a
+    clause = reading[reading.index(f"without {a['protection']} ({a['run']})"):]
+    clause = clause[:min(i for i in (clause.find(";"), clause.find("</p>")) if i >= 0)]
+    if not math.isfinite(fig - ref): assert "(inf or NaN)" in clause, clause
+    elif abs(a["delta"]) < 0.005 * abs(ref): assert "no measurable difference in this run" in clause, clause
+    else: assert ("worse" in clause or "better" in clause) and "no measurable" not in clause, clause
+
+# the text samples: the JSON's, HTML-escaped in a <pre> per run, with the judge's figures recomputed from them
+if gpt:
+    assert sorted(p.pres) == sorted(names), p.pres.keys()
+    ws = lambda b: [w for w in re.split(rb"[ \n\t\r]+", b) if w]
+    words = set(ws(corpus))
+    for m in names:
+        s = runs[m]["sample"]
+        assert p.pres[m] == "\n" + s, (m, p.pres[m][:60], s[:60])
+        assert all(c == "\n" or c == "\t" or " " <= c <= "~" for c in s), s
+        b = re.sub(rb"\\x([0-9a-f]{2})", lambda x: bytes([int(x.group(1), 16)]), s.encode())
+        assert len(b) == 300, len(b)
+        assert close(runs[m]["sample_printable"], sum(32 <= c < 127 or c == 10 for c in b) / len(b), 0, 1e-12), m
+        w = ws(b)
+        found = runs[m]["sample_words"]
+        assert found is None if not w else close(found, sum(x in words for x in w) / len(w), 0, 1e-12), (m, found)
+else:
+    assert not p.pres and all("sample" not in r for r in summ["runs"])
+PY
 
 if "$M" compare --model mlp:784-32-10 --steps 40 --batch 128 --out "$T/cmp" > "$T/out.txt" 2>&1; then ok; else fail "compare exited $? ($(tail -3 "$T/out.txt"))"; fi
 grep -q '^fp16-dynamic ' "$T/out.txt" && grep -q 'report: ' "$T/out.txt" && ok || fail "summary table / report path missing"
@@ -27,7 +189,8 @@ class P(HTMLParser):
         if tag == "svg" and "chart" in a.get("class", ""):
             self.cur = a["id"]; self.charts[self.cur] = 0
         if self.cur and "series" in a.get("class", "").split():
-            has = (tag == "polyline" and len(a.get("points", "").split()) >= 2) or (tag == "rect" and float(a.get("height", 0)) >= 0)
+            has = (tag == "polyline" and len(a.get("points", "").split()) >= 2) or tag == "circle" or \
+                  (tag == "rect" and float(a.get("height", 0)) > 0)
             self.charts[self.cur] += bool(has)
         if tag == "tr" and "data-mode" in a:
             self.row = {"mode": a["data-mode"], "cells": []}
@@ -43,7 +206,8 @@ class P(HTMLParser):
         if self.intd: self.cell += data
 
 p = P(); p.feed(html)
-assert set(p.charts) == {"loss", "scale", "layers", "underflow", "histogram", "headroom"}, p.charts
+assert set(p.charts) == {"loss", "val_loss", "scale", "layers", "underflow", "heatmap-fp16", "histogram",
+                         "headroom"}, p.charts
 assert all(v > 0 for v in p.charts.values()), p.charts
 assert [r["mode"] for r in p.rows] == ["fp32", "fp16", "fp16-dynamic", "bf16"]
 for r in p.rows:
@@ -51,33 +215,52 @@ for r in p.rows:
     c = r["cells"]
     assert c[2] == f"{100 * s['test_accuracy']:.2f}%", (c[2], s["test_accuracy"])
     assert c[3] == str(len(s["skipped"])) and c[5] == f"{100 * s['underflow_fraction']:.4f}%", c
+    assert c[6:9] == [f"{100 * s['lost_gradients']:.4f}%", f"{100 * s['dead_gradients']:.2f}%",
+                      f"{100 * s['lost_updates']:.4f}%"], (c, s["lost_gradients"], s["dead_gradients"], s["lost_updates"])
     rows = list(csv.DictReader(open(f"{d}/{r['mode']}.csv")))
     assert len(rows) == 40 and abs(float(c[1]) - float(rows[-1]["loss"])) < 1e-4, (c[1], rows[-1]["loss"])
     assert all(f"underflow_fc{l}" in rows[0] and f"subnormal_fc{l}" in rows[0] for l in range(2))
-# headroom bars: one per run and layer, as tall as the figure in their title (none of height 0 for a value that is not)
-import re
-sec = html[html.index('id="headroom"'):]
-sec = sec[:sec.index("</svg>")]
-bars = re.findall(r'<rect class="series"[^>]*height="([0-9.]+)"[^>]*><title>([^<]*): (-?[0-9.]+)</title>', sec)
-assert len(bars) == 4 * 2, bars
-for h, who, v in bars:
-    assert (float(h) > 0) == (abs(float(v)) >= 0.005), (h, who, v)
-    mode, layer = who.split(" ")
-    s = json.load(open(f"{d}/{mode}.json"))
-    t = {x["name"]: x for x in s["tensors"]}[layer]
-    assert abs(float(v) - __import__("math").log2(65504 / t["act_amax"])) < 0.006, (who, v, t)
 dyn = json.load(open(f"{d}/fp16-dynamic.json"))
 assert dyn["final_scale"] == 65536 and dyn["histograms"]["snapshots"], dyn["final_scale"]
 assert "fp16 without loss scaling" in html and "fp16-dynamic multiplies the loss" in html
 PY
 then ok; else fail "report contents"; fi
+python3 "$T/check.py" "$T/cmp" "$T/out.txt" && ok || fail "MLP report against its logs"
+
+# a GPT on a few KB of text: validation curves, heat maps, the protections' table and a sample per mode
+python3 - "$T/tiny.txt" <<'PY'
+import random, sys
+random.seed(3)
+words = ("the a of and to in is was for on that with as by it at from his her they we you not but be this are have "
+         "had one all were when there can an said which she or their if will each about how up out them then many "
+         "some so these would other into has more two like him time see no could my than first been who its now "
+         "people made over did down only way find use may water long little very after words called just where most "
+         "know").split()
+lines = []
+while sum(len(l) + 1 for l in lines) < 6000:
+    lines.append(" ".join(random.choice(words) for _ in range(random.randint(4, 12))).capitalize() + ".")
+open(sys.argv[1], "w").write("\n".join(lines) + "\n")
+PY
+modes=fp32,fp16,fp16-dynamic,fp16-dynamic+master-weights=none,fp16-dynamic+reductions=half,fp16-naive
+if "$M" compare --model gpt:1-2-32-32 --data "text:$T/tiny.txt" --steps 30 --eval-every 10 --precisions $modes \
+       --out "$T/gpt" > "$T/gpt.txt" 2>&1; then ok; else fail "GPT compare exited $? ($(tail -3 "$T/gpt.txt"))"; fi
+python3 "$T/check.py" "$T/gpt" "$T/gpt.txt" "$T/tiny.txt" && ok || fail "GPT report against its logs"
+# three runs lack one protection each; fp16-naive lacks all three and has no row
+g="$T/gpt/report.html"
+[ "$(grep -c '<tr data-ablation=' "$g")" -eq 3 ] && ! grep -q 'data-ablation="fp16-naive"' "$g" &&
+    grep -q 'id="val_loss"' "$g" && grep -q 'id="heatmap-fp16"' "$g" && ok ||
+    fail "GPT report: protections' rows, val_loss or heat map missing"
 
 if command -v chromium > /dev/null; then
-    timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --enable-logging=stderr --v=0 \
-        --window-size=1100,2600 --screenshot="$T/shot.png" "file://$T/cmp/report.html" > "$T/chromium.txt" 2>&1
-    if [ -s "$T/shot.png" ] && [ "$(stat -c %s "$T/shot.png")" -gt 20000 ]; then ok; else fail "no screenshot ($(tail -2 "$T/chromium.txt"))"; fi
-    if grep -E 'CONSOLE|Uncaught|SyntaxError' "$T/chromium.txt"; then fail "console errors"; else ok; fi
-    mkdir -p "${SCREENSHOT_DIR:-.}" && cp "$T/shot.png" "${SCREENSHOT_DIR:-.}/report-screenshot.png"
+    for r in cmp:report-screenshot gpt:report-gpt-screenshot; do
+        timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --enable-logging=stderr --v=0 \
+            --window-size=1100,2600 --screenshot="$T/shot.png" "file://$T/${r%%:*}/report.html" > "$T/chromium.txt" 2>&1
+        if [ -s "$T/shot.png" ] && [ "$(stat -c %s "$T/shot.png")" -gt 20000 ]; then ok
+        else fail "no screenshot ($(tail -2 "$T/chromium.txt"))"; fi
+        if grep -E 'CONSOLE|Uncaught|SyntaxError' "$T/chromium.txt"; then fail "console errors (${r%%:*})"; else ok; fi
+        mkdir -p "${SCREENSHOT_DIR:-.}" && cp "$T/shot.png" "${SCREENSHOT_DIR:-.}/${r#*:}.png"
+        rm -f "$T/shot.png"
+    done
 else
     fail "chromium is not installed (scripts/deps.sh installs it)"
 fi
@@ -86,6 +269,8 @@ fi
 if "$M" compare --precisions fp16-static:1e30 --model mlp:784-32-10 --steps 3 --batch 64 --out "$T/sk" > "$T/sk.txt" 2>&1 &&
    [ "$(grep -c '<tr><td>fp16-static:1e30</td><td>[123]</td><td>1e+30</td><td>[^<]* in fc[01]\.[a-z]* (grad)' "$T/sk/report.html")" -eq 3 ]; then ok
 else fail "skipped steps in the report ($(grep -c '<tr><td>fp16-static' "$T/sk/report.html" 2>&1))"; fi
+# without fp16-dynamic there is no reference: no protections' table, nothing in summary.json
+python3 "$T/check.py" "$T/sk" "$T/sk.txt" && ok || fail "a comparison without fp16-dynamic"
 
 # bad options reach the user, the output directory must be writable
 "$M" compare --lr x --out "$T/bad" > "$T/o2.txt" 2>&1; [ $? -eq 2 ] && ok || fail "bad train option: exit 2"

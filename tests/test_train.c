@@ -158,7 +158,7 @@ static void rig_free(rig *r) {
 static void check_table(void) {
     size_t n;
     const mp_precision *t = mp_precisions(&n);
-    CHECK(n == 6 && strcmp(t[0].name, "fp32") == 0 && t[0].compute == MP_F32, "table starts with fp32");
+    CHECK(n == 7 && strcmp(t[0].name, "fp32") == 0 && t[0].compute == MP_F32, "table starts with fp32");
     mp_precision pv;
     const mp_precision *p = &pv;
     float s;
@@ -173,7 +173,7 @@ static void check_table(void) {
     CHECK(mp_precision_parse("fp16-static:-1", &pv, &s) == MP_EINVAL, "negative scale");
     CHECK(mp_precision_parse("fp8", &pv, &s) == MP_EINVAL && strstr(mp_last_error(), "bf16-pure"), "unknown: %s",
           mp_last_error());
-        CHECK(mp_precision_parse("fp16-dynamic+master-weights=none", &pv, NULL) == MP_OK &&
+    CHECK(mp_precision_parse("fp16-dynamic+master-weights=none", &pv, NULL) == MP_OK &&
               p->master_weights == MP_MASTER_NONE && p->scaling == MP_SCALING_DYNAMIC &&
               strcmp(p->label, "fp16-dynamic+master-weights=none") == 0 && strcmp(p->name, "fp16-dynamic") == 0,
           "fp16-dynamic+master-weights=none: %s", p->label);
@@ -186,7 +186,30 @@ static void check_table(void) {
     CHECK(mp_precision_parse("bf16+master-weights=none", &pv, NULL) == MP_OK && p->compute == MP_BF16 &&
               p->master_weights == MP_MASTER_NONE,
           "bf16 none");
-for (size_t i = 0; i < n; i++) CHECK(t[i].color && t[i].color[0] == '#' && t[i].help, "%s colour", t[i].name);
+    /* reductions, and the modes as presets of the switches */
+    CHECK(mp_precision_parse("fp16-naive", &pv, NULL) == MP_OK && p->compute == MP_F16 &&
+              p->master_weights == MP_MASTER_NONE && p->reductions == MP_REDUCE_HALF && p->scaling == MP_SCALING_NONE &&
+              strcmp(p->label, "fp16-naive") == 0,
+          "fp16-naive: %s", p->label);
+    CHECK(mp_precision_parse("fp16-naive+master-weights=fp32+reductions=fp32", &pv, NULL) == MP_OK &&
+              p->master_weights == MP_MASTER_FP32 && p->reductions == MP_REDUCE_FP32 &&
+              strcmp(p->label, "fp16-naive+master-weights=fp32+reductions=fp32") == 0,
+          "fp16-naive with protections: %s", p->label);
+    CHECK(mp_precision_parse("fp16-dynamic+reductions=half+master-weights=none", &pv, NULL) == MP_OK &&
+              p->reductions == MP_REDUCE_HALF && p->master_weights == MP_MASTER_NONE &&
+              strcmp(p->label, "fp16-dynamic+master-weights=none+reductions=half") == 0,
+          "both switches, labelled in order: %s", p->label);
+    CHECK(mp_precision_set_reductions(&pv, MP_REDUCE_FP32) == MP_OK &&
+              strcmp(p->label, "fp16-dynamic+master-weights=none") == 0, "reductions back to fp32: %s", p->label);
+    CHECK(mp_precision_parse("fp16-static:1024+reductions=half", &pv, &s) == MP_OK && s == 1024 &&
+              strcmp(p->label, "fp16-static:1024+reductions=half") == 0, "static with a switch: %s", p->label);
+    CHECK(mp_precision_parse("fp32+reductions=half", &pv, NULL) == MP_EINVAL && strstr(mp_last_error(), "fp32"),
+          "half reductions on fp32");
+    CHECK(mp_precision_parse("bf16+reductions=fp16", &pv, NULL) == MP_EINVAL && strstr(mp_last_error(), "reductions"),
+          "unknown reductions value");
+    CHECK(strcmp(mp_reductions_name(MP_REDUCE_HALF), "half") == 0 && strcmp(mp_reductions_name(MP_REDUCE_FP32), "fp32") == 0,
+          "reductions names");
+    for (size_t i = 0; i < n; i++) CHECK(t[i].color && t[i].color[0] == '#' && t[i].help, "%s colour", t[i].name);
 }
 
 static void check_lr(void) {
@@ -230,7 +253,9 @@ static void check_training(void) {
     CHECK(mp_trainer_step(r.t, &si) == MP_OK && si.skipped && si.bwd.overflow > 0, "skipped on overflow");
     CHECK(si.nbad == 1 && strcmp(si.bad_grads[0], "w") == 0 && !si.first_activation,
           "the skipped step names the gradient: %zu, %s", si.nbad, si.nbad ? si.bad_grads[0] : "-");
-    CHECK(memcmp(w, r.m.w->master, sizeof w) == 0 && mp_optim_steps(r.opt) == 0, "skipped step changes nothing");
+    CHECK(memcmp(w, r.m.w->master, sizeof w) == 0 && mp_optim_steps(r.opt) == 0 && si.params_updated == 0 &&
+              si.lost_updates == 0,
+          "skipped step changes nothing");
     int skipped = 1;
     for (int s = 0; s < 30; s++) {
         CHECK(mp_trainer_step(r.t, &si) == MP_OK, "step");
@@ -251,6 +276,19 @@ static void check_training(void) {
     rig_free(&r);
     /* bad configurations */
     CHECK(rig_make(&r, "fp32", 1.0f, -1.0) == MP_EINVAL, "negative clip");
+    rig_free(&r);
+    /* gradients that overflow at any scale: the scale backs off until 1/S is not
+     * finite in fp32 (step 144 backs off 2^16 to 2^-128, 1/S = 2^128), then the run stops */
+    CHECK(rig_make(&r, "fp16-dynamic", INFINITY, 0) == MP_OK, "inf rig");
+    mp_status st = MP_OK;
+    long taken = 0;
+    while (st == MP_OK && taken < 1000) st = mp_trainer_step(r.t, &si), taken++;
+    CHECK(st == MP_EOVERFLOW && strstr(mp_last_error(), "inverse") && taken == 144 && si.skipped,
+          "stopped after %ld steps: %s", taken, mp_last_error());
+    rig_free(&r);
+    CHECK(rig_make(&r, "fp16-dynamic+reductions=half", 1.0f, 0) == MP_EINVAL && strstr(mp_last_error(), "lin") &&
+              strstr(mp_last_error(), "reductions"),
+          "a model without set_reductions refuses half reductions: %s", mp_last_error());
     rig_free(&r);
 }
 
@@ -301,11 +339,81 @@ static void check_no_decay(void) {
     mp_optim_free(o);
 }
 
+/* The step's precision losses (mp_step_info) on an MLP in fp16 without
+ * master weights, SGD at lr 1e-3 (the updates of small gradients are under
+ * half an ulp, the others move their weight): lost_updates equals the
+ * recount from every parameter's stored bits before and after the step (SGD
+ * without decay or momentum: the update is nonzero where the gradient is),
+ * and the weight-gradient counts are those of the model's entries. */
+typedef struct {
+    float x[16 * 8];
+    int32_t y[16];
+} mlp_data;
+
+static mp_status mlp_batch(void *impl, uint64_t s, mp_batch *b) {
+    mlp_data *d = impl;
+    (void)s;
+    *b = (mp_batch){.n = 16, .t = 1, .x = d->x, .targets = d->y};
+    return MP_OK;
+}
+
+static void check_precision_losses(void) {
+    mp_precision p;
+    mp_sgd_config sc = mp_sgd_defaults();
+    mp_mlp_config c;
+    mp_optim *o;
+    mp_mlp *m;
+    mp_trainer *t;
+    CHECK(mp_precision_parse("fp16+master-weights=none", &p, NULL) == MP_OK && mp_optim_sgd(&o, &sc) == MP_OK &&
+              mp_mlp_parse("mlp:8-16-4", &c) == MP_OK && mp_mlp_create(&m, &c, MP_F16, MP_MASTER_NONE, 16, o, 1) == MP_OK,
+          "mlp");
+    mlp_data d;
+    for (int i = 0; i < 16 * 8; i++) d.x[i] = (float)((i * 37) % 101) / 101.0f;
+    for (int i = 0; i < 16; i++) d.y[i] = i % 4;
+    const mp_train_config tc = {.precision = &p, .scaler = mp_scaler_defaults(), .lr = {.lr = 1e-3}, .accum = 1};
+    CHECK(mp_trainer_create(&t, &tc, mp_mlp_model(m), o, (mp_loader){&d, mlp_batch, NULL, NULL}) == MP_OK, "trainer");
+    static uint16_t before[8 * 16 + 16 + 16 * 4 + 4];
+    for (int step = 0; step < 3; step++) {
+        size_t off = 0;
+        for (size_t i = 0; i < mp_optim_count(o); i++) {
+            const mp_param *q = mp_optim_param(o, i);
+            memcpy(before + off, q->half, q->n * 2), off += q->n;
+        }
+        mp_step_info si;
+        CHECK(mp_trainer_step(t, &si) == MP_OK, "step");
+        uint64_t lost = 0, nonzero = 0, lg = 0, dg = 0, wn = 0;
+        off = 0;
+        for (size_t i = 0; i < mp_optim_count(o); i++) {
+            const mp_param *q = mp_optim_param(o, i);
+            for (size_t k = 0; k < q->n; k++) {
+                nonzero += q->grad[k] != 0.0f;
+                lost += q->grad[k] != 0.0f && ((uint16_t *)q->half)[k] == before[off + k];
+            }
+            off += q->n;
+        }
+        for (int l = 0; l < c.nlayers; l++) {
+            const mp_tensor_stats *e = mp_mlp_stats(m, l);
+            lg += e->wgrad_lost, dg += e->wgrad_dead, wn += e->wgrad_elements;
+        }
+        CHECK(si.lost_updates == lost && lost > 0 && lost < nonzero && si.params_updated == off && wn == 8 * 16 + 16 * 4 &&
+                  si.wgrad_elements == wn && si.lost_gradients == lg && si.dead_gradients == dg,
+              "step %ld: %llu lost updates (recount %llu, %llu nonzero) of %llu; weight gradients %llu/%llu lost, "
+              "%llu/%llu dead",
+              si.step, (unsigned long long)si.lost_updates, (unsigned long long)lost, (unsigned long long)nonzero,
+              (unsigned long long)si.params_updated, (unsigned long long)si.lost_gradients, (unsigned long long)lg,
+              (unsigned long long)si.dead_gradients, (unsigned long long)dg);
+    }
+    mp_trainer_free(t);
+    mp_mlp_free(m);
+    mp_optim_free(o);
+}
+
 int main(void) {
     check_table();
     check_lr();
     check_training();
     check_resume();
     check_no_decay();
+    check_precision_losses();
     return check_report("test_train");
 }

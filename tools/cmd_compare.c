@@ -17,11 +17,13 @@ static const char usage_head[] =
     "usage: mixprec compare [--precisions LIST] [--out DIR] [train options]\n\n"
     "Trains the same network with the same seed, data and initial weights once per\n"
     "precision mode (default fp32,fp16,fp16-dynamic,bf16), prints a summary table\n"
-    "and writes DIR/report.html (one self-contained page: loss curves, the loss\n"
-    "scale with every skipped step, gradient underflow by tensor and over time, where\n"
-    "the gradients lie against fp16's range, and a reading of what happened) with\n"
-    "the logs behind it: DIR/MODE.csv (per step), DIR/MODE.json (per run),\n"
-    "DIR/MODE.txt (the run's output) and DIR/summary.json (docs/LOGS.md).\n"
+    "and writes DIR/report.html (one self-contained page: training and evaluation\n"
+    "loss curves, the loss scale with every skipped step, gradient underflow by\n"
+    "tensor and over time with a heat map of tensors x steps per mode, where the\n"
+    "gradients lie against fp16's range, what each protection buys against\n"
+    "fp16-dynamic, a text sample from each final GPT and a reading of what\n"
+    "happened) with the logs behind it: DIR/MODE.csv (per step), DIR/MODE.json\n"
+    "(per run), DIR/MODE.txt (the run's output) and DIR/summary.json (docs/LOGS.md).\n"
     "The modes run one after the other in this process; peak memory is measured\n"
     "per mode (the kernel's high-water mark, reset before each).\n\n"
     "  --precisions LIST   comma-separated modes (see below)\n"
@@ -31,14 +33,22 @@ static const char usage_head[] =
     "compare sets):\n";
 
 static const char demo_usage[] =
-    "usage: mixprec demo [--out DIR]\n\n"
-    "The main job: a comparison chosen so that fp16's failure is real on Fashion-MNIST.\n"
-    "It prints every choice as the `mixprec compare` command that reproduces it.\n";
+    "usage: mixprec demo [--mlp] [--out DIR]\n\n"
+    "The main job: what each protection of mixed precision buys. A small GPT\n"
+    "trained on the fortunes corpus in fp32, fp16-naive (everything cast to fp16),\n"
+    "fp16 (fp32 master weights and reductions, no loss scaling), fp16-dynamic (the\n"
+    "AMP recipe), fp16-dynamic without master weights, fp16-dynamic with fp16\n"
+    "reductions, and bf16; about 2 minutes on 2 cores. --mlp runs the earlier demo\n"
+    "instead: a deep MLP on Fashion-MNIST where fp16's gradient underflow costs\n"
+    "accuracy. It prints the `mixprec compare` command that reproduces it.\n";
 
 typedef struct {
-    char name[40];
+    char name[64];
     run_result r;
 } run_data;
+
+/* A GPT run's sample for the report: bytes its final model writes after "\n". */
+#define COMPARE_SAMPLE_BYTES 300
 
 static const run_result *find(const run_data *runs, int n, const char *name) {
     for (int i = 0; i < n; i++)
@@ -71,8 +81,84 @@ static const char *eval_diff(char *buf, size_t cap, const run_result *r, const r
     return buf;
 }
 
+static int color_taken(const mp_report_run *rr, int n, const char *c) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(rr[i].color, c) == 0) return 1;
+    return 0;
+}
+
+/* want, unless one of the first n runs has it already (a mode with switches has its mode's colour): then the first
+ * colour of a spare palette that none of them has. */
+static const char *distinct_color(const mp_report_run *rr, int n, const char *want) {
+    static const char *const spare[] = {"#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#9467bd", "#8c564b", "#ff7f0e",
+                                        "#2ca02c"};
+    if (!color_taken(rr, n, want)) return want;
+    for (size_t k = 0; k < sizeof spare / sizeof spare[0]; k++)
+        if (!color_taken(rr, n, spare[k])) return spare[k];
+    return want; /* compare runs at most 8 modes, so n < 8 and a spare is free */
+}
+
+/* An eval figure as the tables show it: "87.91%", "1.6234" or "not finite". */
+static const char *eval_figure(char *buf, size_t cap, const mp_report *rep, double v) {
+    if (!isfinite(v)) snprintf(buf, cap, "not finite");
+    else if (rep->eval_percent) snprintf(buf, cap, "%.2f%%", 100 * v);
+    else snprintf(buf, cap, "%.4f", v);
+    return buf;
+}
+
+/* The rows of "what each protection buys" in words, each with only its measured difference: under 0.5% of the
+ * reference's figure it says there is no measurable difference. Returns the length it needed (as snprintf). */
+static size_t reading_ablation(char *out, size_t cap, const mp_report *rep, const mp_report_ablation *ab, int nab,
+                               int ref) {
+    const mp_report_run *b = &rep->runs[ref];
+    const int higher_is_worse = !rep->eval_percent; /* a loss; else an accuracy */
+    char e1[32], e2[32];
+    size_t k = 0;
+#define ADD(...) k += (size_t)snprintf(out + (k < cap ? k : cap), k < cap ? cap - k : 0, __VA_ARGS__)
+    ADD("What each protection buys, measured against fp16-dynamic (every protection on: %s %s, %ld skipped step%s):",
+        rep->eval_name, eval_figure(e1, sizeof e1, rep, b->eval), b->skipped_total, b->skipped_total == 1 ? "" : "s");
+    for (int i = 0; i < nab; i++) {
+        const mp_report_run *u = &rep->runs[ab[i].run];
+        const double rel = b->eval != 0 ? fabs(ab[i].delta / b->eval) : INFINITY;
+        ADD("%s without %s (%s), %s %s", i ? ";" : "", ab[i].protection, u->name, rep->eval_name,
+            eval_figure(e1, sizeof e1, rep, ab[i].eval));
+        if (!isfinite(ab[i].delta))
+            ADD(" (inf or NaN)");
+        else if (rel < 0.005)
+            ADD(", no measurable difference in this run (%.2f%% of the reference's figure, under 0.5%%)", 100 * rel);
+        else if (rep->eval_percent)
+            ADD(", %.2f points %s", 100 * fabs(ab[i].delta), ab[i].delta < 0 ? "lower (worse)" : "higher (better)");
+        else
+            ADD(", %s (%.2f%%) %s", eval_figure(e2, sizeof e2, rep, fabs(ab[i].delta)), 100 * rel,
+                (ab[i].delta > 0) == higher_is_worse ? "higher (worse)" : "lower (better)");
+        ADD(", %ld skipped step%s", u->skipped_total, u->skipped_total == 1 ? "" : "s");
+    }
+    ADD(".\n\n");
+#undef ADD
+    return k;
+}
+
+/* "What each protection buys" as a console table. */
+static void print_ablation(const mp_report *rep, const mp_report_ablation *ab, int nab, int ref) {
+    char e[32];
+    printf("\nwhat each protection buys, against fp16-dynamic (%s %s, %ld skipped):\n", rep->eval_name,
+           eval_figure(e, sizeof e, rep, rep->runs[ref].eval), rep->runs[ref].skipped_total);
+    printf("%-20s %-36s %10s %18s %8s\n", "protection removed", "run", rep->eval_percent ? "test acc" : "val loss",
+           "difference", "skipped");
+    for (int i = 0; i < nab; i++) {
+        const mp_report_run *u = &rep->runs[ab[i].run];
+        char d[32];
+        if (!isfinite(ab[i].delta)) snprintf(d, sizeof d, "-");
+        else if (rep->eval_percent) snprintf(d, sizeof d, "%+.2f points", 100 * ab[i].delta);
+        else snprintf(d, sizeof d, "%+.4f (%+.2f%%)", ab[i].delta, 100 * ab[i].delta / rep->runs[ref].eval);
+        printf("%-20s %-36s %10s %18s %8ld\n", ab[i].protection, u->name, eval_figure(e, sizeof e, rep, ab[i].eval), d,
+               u->skipped_total);
+    }
+}
+
 /* The plain-language reading, from the numbers. */
-static void reading(char *out, size_t cap, const run_data *runs, int n, const char *model) {
+static void reading(char *out, size_t cap, const run_data *runs, int n, const char *model, const mp_report *rep,
+                    const mp_report_ablation *ab, int nab, int ref) {
     const run_result *f32 = find(runs, n, "fp32"), *f16 = find(runs, n, "fp16"), *dyn = find(runs, n, "fp16-dynamic");
     const run_result *bf = find(runs, n, "bf16");
     char e1[64], e2[64], e3[64];
@@ -121,6 +207,7 @@ static void reading(char *out, size_t cap, const run_data *runs, int n, const ch
         if (f32) ADD(", %s fp32's", eval_diff(e2, sizeof e2, bf, f32));
         ADD(".\n\n");
     }
+    if (nab) k += reading_ablation(out + (k < cap ? k : cap), k < cap ? cap - k : 0, rep, ab, nab, ref);
     if (f32 && n > 1) {
         const int gpt = strcmp(f32->model_kind, "gpt") == 0;
         double spread = 0;
@@ -128,9 +215,9 @@ static void reading(char *out, size_t cap, const run_data *runs, int n, const ch
             spread = fmax(spread, gpt ? fabs(runs[i].r.eval_loss - f32->eval_loss) / f32->eval_loss
                                       : fabs(runs[i].r.eval_accuracy - f32->eval_accuracy));
         if (spread > 0.005)
-            ADD("The modes round differently, so after the first step each follows its own path through training; "
-                "differences of up to %.2f %s between them in a run this short are that path, not the format: a "
-                "change in the last bit of one rounding moves a run's final result by about as much.\n\n",
+            ADD("The modes round differently, so after the first step each follows its own path through training. "
+                "Their results differ by up to %.2f %s from fp32's; this comparison trains each mode once, with one "
+                "seed, so it does not measure how much of that the path alone would move.\n\n",
                 100 * spread, gpt ? "percent" : "points");
     }
     if (f32 && bf && bf->ms_per_step > 0)
@@ -147,9 +234,19 @@ static double seconds(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int write_summary(const char *out, const char *cmdline, const run_data *runs, int n) {
+static int write_summary(const char *out, const char *cmdline, const run_data *runs, int n,
+                         const mp_report_ablation *ab, int nab) {
     cJSON *all = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(all, "runs");
     cJSON_AddStringToObject(all, "command", cmdline);
+    cJSON *abl = cJSON_AddArrayToObject(all, "ablation");
+    for (int i = 0; i < nab; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "protection", ab[i].protection);
+        cJSON_AddStringToObject(o, "run", runs[ab[i].run].name);
+        cJSON_AddNumberToObject(o, "eval", ab[i].eval);
+        cJSON_AddNumberToObject(o, "delta", ab[i].delta);
+        cJSON_AddItemToArray(abl, o);
+    }
     int bad = 0;
     for (int r = 0; r < n; r++) { /* the per-mode summaries, side by side */
         char path[4200];
@@ -188,10 +285,10 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
         opts[n] = *base;
         float scale = 0;
         if (mp_precision_parse(tok, &opts[n].prec, &scale) != MP_OK) return cli_usage_error("compare", "%s", mp_last_error());
-        if (opts[n].master_given && mp_precision_set_master_weights(&opts[n].prec, opts[n].master) != MP_OK)
+        if (run_switches(&opts[n], &opts[n].prec) != MP_OK)
             return cli_usage_error("compare", "%s: %s", tok, mp_last_error());
         if (scale > 0) opts[n].scaler.init_scale = scale;
-        snprintf(runs[n].name, sizeof runs[n].name, "%.39s", opts[n].prec.label); /* tok with --master-weights applied */
+        snprintf(runs[n].name, sizeof runs[n].name, "%s", opts[n].prec.label); /* tok with the switches applied */
         memcpy(opts[n].prec_name, opts[n].prec.label, sizeof opts[n].prec_name);
         n++;
     }
@@ -243,22 +340,22 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
                      "test accuracy %.2f%% is %.2f points below the fp32 run's %.2f%%", 100 * u->eval_accuracy,
                      100 * (f32->eval_accuracy - u->eval_accuracy), 100 * f32->eval_accuracy);
     }
-    printf("\n%-14s %10s %9s %8s %10s %11s %8s %9s %8s %9s\n", "mode", "train loss", gpt ? "val loss" : "test acc",
-           "skipped", "final scale", "underflow", gpt ? "warnings" : "frozen", "ms/step", "memory", "speed-up");
+    printf("\n%-14s %10s %9s %8s %10s %11s %11s %11s %11s %9s %8s %9s\n", "mode", "train loss",
+           gpt ? "val loss" : "test acc", "skipped", "final scale", "underflow", "grads lost", "dead grads",
+           "upd. lost", "ms/step", "memory", "speed-up");
     for (int r = 0; r < n; r++) {
         const run_result *u = &runs[r].r;
-        char sp[16] = "-", ev[16], fz[16];
+        char sp[16] = "-", ev[16];
         if (f32 && u->ms_per_step > 0) snprintf(sp, sizeof sp, "%.2fx", f32->ms_per_step / u->ms_per_step);
-        if (gpt) snprintf(ev, sizeof ev, "%.4f", u->eval_loss), snprintf(fz, sizeof fz, "%d", u->nwarnings);
-        else snprintf(ev, sizeof ev, "%.2f%%", 100 * u->eval_accuracy), snprintf(fz, sizeof fz, "%.2f%%", 100 * u->frozen);
-        printf("%-14s %10.4f %9s %8ld %10g %10.4f%% %8s %9.1f %5.0f MiB %9s\n", runs[r].name, u->last_loss, ev,
-               u->skipped_total, u->final_scale, 100 * u->underflow, fz, u->ms_per_step, u->memory_mib, sp);
+        if (gpt) snprintf(ev, sizeof ev, "%.4f", u->eval_loss);
+        else snprintf(ev, sizeof ev, "%.2f%%", 100 * u->eval_accuracy);
+        printf("%-14s %10.4f %9s %8ld %10g %10.4f%% %10.4f%% %10.2f%% %10.4f%% %9.1f %5.0f MiB %9s\n", runs[r].name,
+               u->last_loss, ev, u->skipped_total, u->final_scale, 100 * u->underflow, 100 * u->lost_gradients,
+               100 * u->dead_gradients, 100 * u->lost_updates, u->ms_per_step, u->memory_mib, sp);
     }
     for (int r = 0; r < n; r++)
         for (int k = 0; k < runs[r].r.nwarnings; k++) printf("warning: %s: %s\n", runs[r].name, runs[r].r.warnings[k]);
     static char text[8192];
-    reading(text, sizeof text, runs, n, base->model);
-    printf("\n%s\n", text);
     mp_report_run rr[8];
     const char *warn_ptr[8][6];
     int baseline = -1;
@@ -271,19 +368,32 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
                                 .nsteps = u->nsteps, .loss = u->loss, .scale = u->scale, .skipped = u->skipped,
                                 .nlayers = u->ntensors, .layer_names = (const char (*)[64])u->tensor_names,
                                 .layer_underflow = u->tensor_underflow, .eval = gpt ? u->eval_loss : u->eval_accuracy,
-                                .last_loss = u->last_loss, .underflow = u->underflow, .frozen = u->frozen,
+                                .last_loss = u->last_loss, .underflow = u->underflow,
+                                .lost_gradients = u->lost_gradients, .dead_gradients = u->dead_gradients,
+                                .lost_updates = u->lost_updates,
                                 .ms_per_step = u->ms_per_step, .memory_mib = u->memory_mib,
                                 .final_scale = u->final_scale, .skipped_total = u->skipped_total,
                                 .has_hist = u->has_hist, .hist_lo = RUN_HIST_LO, .hist_zeros = u->hist_zeros,
                                 .hist_scale = u->hist_scale, .warnings = warn_ptr[r], .nwarnings = u->nwarnings,
                                 .layer_amax = u->tensor_act_amax, .skips = u->skips, .nskips = u->nskips};
         memcpy(rr[r].hist, u->hist, sizeof rr[r].hist);
+        rr[r].neval = u->neval, rr[r].eval_steps = u->eval_steps, rr[r].eval_losses = u->eval_losses;
+        rr[r].sample = u->sample, rr[r].sample_printable = u->sample_printable, rr[r].sample_words = u->sample_words;
+        rr[r].precision = p;
+        rr[r].color = distinct_color(rr, r, p->color);
     }
     const mp_format_info *h = mp_format(MP_F16);
     const mp_report rep = {.title = "mixprec: the same network in several precisions", .command = cmdline,
                            .reading = text, .fp16_min_subnormal = h->min_subnormal, .fp16_min_normal = h->min_normal,
                            .fp16_max = h->max, .eval_name = gpt ? "validation loss" : "test accuracy",
-                           .eval_percent = !gpt, .baseline = baseline, .runs = rr, .nruns = n};
+                           .eval_percent = !gpt, .eval_loss_name = gpt ? "validation loss" : "test loss",
+                           .baseline = baseline, .runs = rr, .nruns = n};
+    mp_report_ablation ab[8];
+    int ref;
+    const int nab = mp_report_ablation_rows(&rep, ab, 8, &ref);
+    if (nab) print_ablation(&rep, ab, nab, ref);
+    reading(text, sizeof text, runs, n, base->model, &rep, ab, nab, ref);
+    printf("\n%s\n", text);
     char html[4200];
     snprintf(html, sizeof html, "%.4000s/report.html", out);
     if (mp_report_write(html, &rep) != MP_OK) {
@@ -292,7 +402,7 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
     } else {
         printf("\nreport: %s\n", html);
     }
-    if (write_summary(out, cmdline, runs, n)) rc = 1;
+    if (write_summary(out, cmdline, runs, n, ab, nab)) rc = 1;
     for (int r = 0; r < n; r++) run_result_free(&runs[r].r);
     return rc;
 }
@@ -339,6 +449,7 @@ static int run_compare(int argc, char **argv) {
     if (!has_hist) rest[nr++] = (char *)"--hist-every", rest[nr++] = (char *)"10";
     run_opts o;
     int rc = run_parse("compare", nr, rest, &o);
+    o.sample_bytes = COMPARE_SAMPLE_BYTES;
     if (rc == 0) rc = compare(&o, precisions, out, checkpoints, cmdline);
     free(rest);
     return rc;
@@ -347,15 +458,24 @@ static int run_compare(int argc, char **argv) {
 /* The demo's configuration: a deep MLP with PyTorch's default initialisation
  * and large batches: per-example gradients are divided by the batch size and
  * shrink through six ReLU layers, so in fp16 many fall below 6e-8. */
-static char *const demo_args[] = {"compare", "--model", "mlp:784-256-256-256-256-256-256-10", "--optimizer", "adamw",
-                                  "--lr", "2e-3", "--weight-decay", "0", "--batch", "2048", "--epochs", "20",
-                                  "--seed", "1", NULL};
+/* The two demos as `mixprec compare` arguments. */
+static char *const demo_gpt_args[] = {
+    "compare", "--model", "gpt:2-4-64-64", "--batch", "16", "--steps", "400", "--lr", "6e-3", "--lr-schedule",
+    "cosine", "--warmup", "20", "--weight-decay", "0.1", "--betas", "0.9,0.95", "--clip", "1", "--seed", "1",
+    "--eval-every", "100", "--precisions",
+    "fp32,fp16-naive,fp16,fp16-dynamic,fp16-dynamic+master-weights=none,fp16-dynamic+reductions=half,bf16", NULL};
+static char *const demo_mlp_args[] = {"compare", "--model", "mlp:784-256-256-256-256-256-256-10", "--optimizer",
+                                      "adamw", "--lr", "2e-3", "--weight-decay", "0", "--batch", "2048", "--epochs",
+                                      "20", "--seed", "1", NULL};
 
 static int run_demo(int argc, char **argv) {
     const char *out = "mixprec-demo";
+    int mlp = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(demo_usage, stdout), 0;
-        if (!strcmp(argv[i], "--out")) {
+        if (!strcmp(argv[i], "--mlp")) {
+            mlp = 1;
+        } else if (!strcmp(argv[i], "--out")) {
             const char *v = cli_value("demo", argc, argv, &i);
             if (!v) return CLI_USAGE;
             out = v;
@@ -363,18 +483,24 @@ static int run_demo(int argc, char **argv) {
             return cli_usage_error("demo", "unknown option '%s'", argv[i]);
         }
     }
-    char *args[40];
+    char *const *demo = mlp ? demo_mlp_args : demo_gpt_args;
+    char *args[48];
     int n = 0;
-    for (; demo_args[n]; n++) args[n] = demo_args[n];
+    for (; demo[n]; n++) args[n] = demo[n];
     args[n++] = (char *)"--out";
     args[n++] = (char *)out;
     args[n] = NULL;
-    printf("mixprec demo: the same deep MLP trained in fp32, fp16 without loss scaling, fp16 with dynamic loss scaling\n"
-           "and bf16, on Fashion-MNIST. Reproduce with:\n  mixprec");
+    if (mlp)
+        printf("mixprec demo --mlp: the same deep MLP trained in fp32, fp16 without loss scaling, fp16 with dynamic loss\n"
+               "scaling and bf16, on Fashion-MNIST. Reproduce with:\n  mixprec");
+    else
+        printf("mixprec demo: a GPT trained on text with each protection of mixed precision removed in turn (fp32\n"
+               "master weights, fp32 reductions, loss scaling), with all three removed at once (fp16-naive), and in\n"
+               "bf16. Reproduce with:\n  mixprec");
     for (int i = 0; i < n; i++) printf(" %s", args[i]);
     printf("\n\n");
     return run_compare(n, args);
 }
 
-const cli_command cmd_demo = {"demo", "the main job: fp16's gradient underflow on Fashion-MNIST, and its fixes",
+const cli_command cmd_demo = {"demo", "the main job: what each protection of mixed precision buys, on a GPT",
                               demo_usage, run_demo};

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "run.h"
+#include "sample.h"
 
 const char run_options_help[] =
     "model and data\n"
@@ -35,9 +36,15 @@ const char run_options_help[] =
     "                         fp32 and rounded to nearest (updates under half an ulp\n"
     "                         are lost), as torch.optim on model.half(). Also as a\n"
     "                         mode suffix: fp16-dynamic+master-weights=none.\n"
-    "                         Matrix multiplies accumulate in fp32; softmax,\n"
-    "                         layer-norm statistics, the loss and the gradient norm\n"
-    "                         are computed in fp32.\n"
+    "  --reductions fp32|half fp32 (default): softmax, layer-norm statistics and\n"
+    "                         their backward sums, the loss's log-sum-exp, bias-\n"
+    "                         gradient column sums and (with --clip) the gradient\n"
+    "                         norm use fp32 accumulators; half: a naive loop in the\n"
+    "                         compute format, every partial result rounded. Also as\n"
+    "                         a suffix: fp16-dynamic+reductions=half. Matrix\n"
+    "                         multiplies accumulate in fp32 in every mode (as tensor\n"
+    "                         cores do). fp16-naive is fp16 with master weights\n"
+    "                         none, reductions half and no loss scaling.\n"
     CLI_SCALER_HELP
     "optimization\n"
     "  --optimizer sgd|adamw  (adamw)\n"
@@ -68,19 +75,25 @@ const char run_options_help[] =
     "  --eval-every N         evaluation every N steps (0: only at the end)\n"
     "  --eval-windows K       GPT: evaluate on the first K validation windows (0: all)\n"
     "diagnostics\n"
-    "  --summary FILE         JSON: results, per-tensor underflow, skipped steps, frozen\n"
-    "                         weights, gradient histograms, warnings (docs/LOGS.md)\n"
+    "  --summary FILE         JSON: results, per-tensor underflow, skipped steps, lost and\n"
+    "                         dead weight gradients, lost updates, gradient histograms,\n"
+    "                         warnings (docs/LOGS.md)\n"
     "  --hist-every N         MLP: log2 histogram of the weight gradients every N steps (0: off)\n"
-    "  --frozen-every K       MLP: fraction of weights unchanged over each K steps (50; 0: off)\n"
     "  --dump-grads FILE      the last step's fp32 weight gradients (unscaled) as safetensors\n"
     "                         (NAME.grad), for mixprec underflow --from FILE\n";
 
 static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
 
+mp_status run_switches(const run_opts *o, mp_precision *p) {
+    mp_status st = o->master_given ? mp_precision_set_master_weights(p, o->master) : MP_OK;
+    if (st == MP_OK && o->reductions_given) st = mp_precision_set_reductions(p, o->reductions);
+    return st;
+}
+
 int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
     o->model = "mlp:784-1024-1024-10", o->adamw = 1, o->shuffle = 1, o->lr = 1e-3, o->wd = -1, o->min_lr = -1;
-    o->beta1 = 0.9, o->beta2 = 0.999, o->batch = 0, o->accum = 1, o->seed = 1, o->frozen_every = 50;
+    o->beta1 = 0.9, o->beta2 = 0.999, o->batch = 0, o->accum = 1, o->seed = 1;
     o->scaler = mp_scaler_defaults();
     mp_status ps = mp_precision_parse("fp32", &o->prec, NULL);
     (void)ps;
@@ -172,16 +185,24 @@ int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
             else return cli_usage_error(cmd, "--master-weights is fp32 or none, not '%s'", v);
             o->master_given = 1;
         }
+        else if (!strcmp(a, "--reductions")) {
+            VAL();
+            if (!strcmp(v, "fp32")) o->reductions = MP_REDUCE_FP32;
+            else if (!strcmp(v, "half")) o->reductions = MP_REDUCE_HALF;
+            else return cli_usage_error(cmd, "--reductions is fp32 or half, not '%s'", v);
+            o->reductions_given = 1;
+        }
         else if (!strcmp(a, "--hist-every")) { INT(o->hist_every, 0, 100000000); }
-        else if (!strcmp(a, "--frozen-every")) { INT(o->frozen_every, 0, 100000000); }
+        else if (!strcmp(a, "--frozen-every"))
+            return cli_usage_error(cmd, "--frozen-every is gone (it counted dead units): --log and --summary have "
+                                        "lost_updates and dead_gradients (and lost_gradients) instead");
         else return cli_usage_error(cmd, "unknown option '%s'", a);
 #undef VAL
 #undef NUM
 #undef INT
     }
-    if (o->master_given && strcmp(cmd, "compare") != 0) { /* compare applies it to each of its precisions */
-        if (mp_precision_set_master_weights(&o->prec, o->master) != MP_OK)
-            return cli_usage_error(cmd, "%s", mp_last_error());
+    if (strcmp(cmd, "compare") != 0) { /* compare applies them to each of its precisions */
+        if (run_switches(o, &o->prec) != MP_OK) return cli_usage_error(cmd, "%s", mp_last_error());
         memcpy(o->prec_name, o->prec.label, sizeof o->prec_name);
     }
     if (o->epochs && o->steps) return cli_usage_error(cmd, "--epochs and --steps exclude each other");
@@ -204,6 +225,7 @@ void run_result_free(run_result *r) {
     if (!r) return;
     free(r->loss), free(r->scale), free(r->skipped), free(r->tensor_names), free(r->tensor_underflow);
     free(r->tensor_act_amax), free(r->skips), free(r->skip_text);
+    free(r->eval_steps), free(r->eval_losses), free(r->sample);
     memset(r, 0, sizeof *r);
 }
 
@@ -240,38 +262,6 @@ static double peak_mib(void) {
     return (double)kb / 1024.0;
 }
 
-/* ---- MLP diagnostics: frozen weights ---- */
-
-static int is_mlp_weight(const mp_param *p) { return p->name[0] == 'f' && strstr(p->name, ".weight") != NULL; }
-
-static size_t weight_bytes(mp_optim *opt) {
-    size_t total = 0;
-    for (size_t i = 0; i < mp_optim_count(opt); i++) {
-        const mp_param *p = mp_optim_param(opt, i);
-        if (is_mlp_weight(p)) total += p->n * (p->master ? 4 : 2);
-    }
-    return total;
-}
-
-/* Fraction of weight-matrix elements equal to the previous snapshot, then a
- * new snapshot; the first call only takes the snapshot and returns -1. */
-static double frozen_fraction(mp_optim *opt, uint8_t *snap, int *first) {
-    size_t off = 0, same = 0, elems = 0;
-    for (size_t i = 0; i < mp_optim_count(opt); i++) {
-        const mp_param *p = mp_optim_param(opt, i);
-        if (!is_mlp_weight(p)) continue;
-        const size_t es = p->master ? 4 : 2;
-        const uint8_t *cur = p->master ? (const uint8_t *)p->master : (const uint8_t *)p->half;
-        if (!*first)
-            for (size_t k = 0; k < p->n; k++) same += memcmp(cur + k * es, snap + off + k * es, es) == 0;
-        memcpy(snap + off, cur, p->n * es);
-        off += p->n * es, elems += p->n;
-    }
-    const int was_first = *first;
-    *first = 0;
-    return was_first ? -1.0 : (double)same / (double)elems;
-}
-
 typedef struct {
     long step;
     float scale;
@@ -292,10 +282,7 @@ typedef struct {
     mp_trainer *tr;
     FILE *log;
     double *ms;
-    uint8_t *snap;
-    long *fz_step;
     cJSON *skips; /* the skipped steps, for the summary: {step, scale, tensors, first_activation} */
-    double *fz;
     hist_snap *hs;
     run_result res;
 } run_state;
@@ -307,7 +294,7 @@ static void state_free(run_state *s) {
     mp_optim_free(s->opt);
     mp_dataset_free(&s->train), mp_dataset_free(&s->test);
     mp_text_free(&s->text);
-    free(s->ms), free(s->snap), free(s->fz_step), free(s->fz), free(s->hs);
+    free(s->ms), free(s->hs);
     cJSON_Delete(s->skips);
 }
 
@@ -437,13 +424,18 @@ static void model_meta(const run_opts *o, const char **kv) {
 }
 
 static void csv_header(FILE *log, const mp_model *m) {
-    fprintf(log, "step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,ms,eval_loss");
+    fprintf(log, "step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,lost_gradients,dead_gradients,"
+                 "lost_updates,ms,eval_loss");
     const size_t n = m->ops->nstats(m->impl);
     for (size_t i = 0; i < n; i++) fprintf(log, ",underflow_%s", m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",subnormal_%s", m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",act_overflow_%s", m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",headroom_%s", m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",grad_headroom_%s", m->ops->stats(m->impl, i)->name);
+    for (int dead = 0; dead < 2; dead++)
+        for (size_t i = 0; i < n; i++)
+            if (m->ops->stats(m->impl, i)->has_wgrad)
+                fprintf(log, ",%s_%s", dead ? "dead" : "lost", m->ops->stats(m->impl, i)->name);
     fprintf(log, "\n");
 }
 
@@ -454,9 +446,11 @@ static double headroom(double limit, float amax) { return amax > 0 ? log2(limit 
 static double frac(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
 
 static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double ms, double eval_loss, double limit) {
-    fprintf(log, "%ld,%.6g,%.9g,%d,%.6g,%.6g,%.6g,%llu,%llu,%.3f,", r->step, (double)r->loss, (double)r->scale,
-            r->skipped, r->grad_norm, r->lr, frac(r->bwd.underflow, r->bwd_elements),
-            (unsigned long long)r->bwd.overflow, (unsigned long long)r->fwd.overflow, ms);
+    fprintf(log, "%ld,%.6g,%.9g,%d,%.6g,%.6g,%.6g,%llu,%llu,%.6g,%.6g,%.6g,%.3f,", r->step, (double)r->loss,
+            (double)r->scale, r->skipped, r->grad_norm, r->lr, frac(r->bwd.underflow, r->bwd_elements),
+            (unsigned long long)r->bwd.overflow, (unsigned long long)r->fwd.overflow,
+            frac(r->lost_gradients, r->wgrad_elements), frac(r->dead_gradients, r->wgrad_elements),
+            frac(r->lost_updates, r->params_updated), ms);
     if (!isnan(eval_loss)) fprintf(log, "%.6g", eval_loss);
     const size_t n = m->ops->nstats(m->impl);
     for (size_t i = 0; i < n; i++) {
@@ -475,7 +469,39 @@ static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double 
             if (isnan(hr)) fprintf(log, ",");
             else fprintf(log, ",%.4g", hr);
         }
+    for (int dead = 0; dead < 2; dead++)
+        for (size_t i = 0; i < n; i++) {
+            const mp_tensor_stats *t = m->ops->stats(m->impl, i);
+            if (t->has_wgrad) fprintf(log, ",%.6g", frac(dead ? t->wgrad_dead : t->wgrad_lost, t->wgrad_elements));
+        }
     fprintf(log, "\n");
+}
+
+/* n bytes from the GPT after "\n" (temperature 1, seed 1) into r->sample,
+ * escaped, and their judgement against the corpus. 0, or -1 after a message. */
+static int take_sample(run_state *s, long n, run_result *r) {
+    sampler smp = {0};
+    uint8_t *bytes = malloc((size_t)n);
+    r->sample = malloc(4 * (size_t)n + 1);
+    const char *why = bytes && r->sample ? sampler_init(&smp, s->gpt, (const uint8_t *)"\n", 1, (size_t)n, 1.0, 0, 1)
+                                         : "out of memory";
+    size_t k = 0;
+    for (long i = 0; !why && i < n; i++) {
+        const int b = sampler_next(&smp);
+        if (b < 0) why = mp_last_error();
+        else bytes[i] = (uint8_t)b, k += (size_t)sample_escape_byte(b, r->sample + k);
+    }
+    if (!why) {
+        const mp_text_quality q = mp_text_judge(&s->text, bytes, (size_t)n);
+        r->sample_printable = q.bytes ? (double)q.printable / (double)q.bytes : 0.0;
+        r->sample_words = q.words ? (double)q.found / (double)q.words : NAN;
+    } else {
+        free(r->sample), r->sample = NULL;
+        fail("sampling: %s", why);
+    }
+    sampler_free(&smp);
+    free(bytes);
+    return why ? -1 : 0;
 }
 
 int run_write_json(const char *path, cJSON *j) {
@@ -546,14 +572,13 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     s.skips = cJSON_CreateArray();
     r->skips = calloc(RUN_SKIPS_KEPT, sizeof *r->skips), r->skip_text = calloc(RUN_SKIPS_KEPT, sizeof *r->skip_text);
     r->tensor_act_amax = calloc((size_t)nt + 1, sizeof *r->tensor_act_amax);
-    const int frozen_on = !gpt && o->frozen_every > 0, hist_on = !gpt && o->hist_every > 0;
-    const long nfz_max = frozen_on ? (long)cap / o->frozen_every + 2 : 0;
+    const size_t neval_max = (o->eval_every ? cap / (size_t)o->eval_every : 0) + 2; /* the last one: the end's */
+    r->eval_steps = malloc(neval_max * sizeof *r->eval_steps), r->eval_losses = malloc(neval_max * sizeof *r->eval_losses);
+    const int hist_on = !gpt && o->hist_every > 0;
     const long nh_max = hist_on ? (long)cap / o->hist_every + 2 : 0;
-    s.snap = frozen_on ? malloc(weight_bytes(s.opt) + 1) : NULL;
-    s.fz_step = calloc((size_t)nfz_max + 1, sizeof *s.fz_step), s.fz = calloc((size_t)nfz_max + 1, sizeof *s.fz);
     s.hs = calloc((size_t)nh_max + 1, sizeof *s.hs);
     if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.skips || !r->skips || !r->skip_text || !r->tensor_act_amax ||
-        (frozen_on && !s.snap) || !s.fz_step || !s.fz || !s.hs) {
+        !r->eval_steps || !r->eval_losses || !s.hs) {
         fail("out of memory");
         goto done;
     }
@@ -564,9 +589,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         goto done;
     }
     if (s.log) csv_header(s.log, &s.model);
-    int fz_first = 1;
-    long nfz = 0, nh = 0;
-    if (s.snap) frozen_fraction(s.opt, s.snap, &fz_first);
+    long nh = 0;
     const int tty = out == stdout && isatty(2);
     /* activation headroom is measured against the compute format's largest value, fp16's in an fp32 run */
     const mp_format_info *hfmt = mp_format(o->prec.compute == MP_F32 ? MP_F16 : o->prec.compute);
@@ -580,7 +603,9 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         fail("out of memory");
         goto done;
     }
+    for (int i = 0; i < nt; i++) run_stats[i].has_wgrad = s.model.ops->stats(s.model.impl, (size_t)i)->has_wgrad;
     long done_steps = 0, nan_step = -1;
+    uint64_t lost_updates = 0, params_updated = 0; /* over the run */
     const char *stopped = NULL;
     char stop_msg[512];
     const double t_start = now();
@@ -618,9 +643,10 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             run_stats[i].fwd_amax = fmaxf(run_stats[i].fwd_amax, ts->fwd_amax);
             run_stats[i].bwd_amax = fmaxf(run_stats[i].bwd_amax, ts->bwd_amax);
             run_stats[i].fwd_elements += ts->fwd_elements, run_stats[i].bwd_elements += ts->bwd_elements;
+            run_stats[i].wgrad_elements += ts->wgrad_elements, run_stats[i].wgrad_lost += ts->wgrad_lost;
+            run_stats[i].wgrad_dead += ts->wgrad_dead;
         }
-        if (s.snap && si.step % o->frozen_every == 0 && nfz < nfz_max)
-            s.fz_step[nfz] = si.step, s.fz[nfz++] = frozen_fraction(s.opt, s.snap, &fz_first);
+        lost_updates += si.lost_updates, params_updated += si.params_updated;
         double eval_loss = NAN, eval_acc = 0;
         const int eval_now = o->eval_every && si.step % o->eval_every == 0 && si.step < total && !stopped;
         if (eval_now && mp_trainer_evaluate(s.tr, &eval_loss, &eval_acc) != MP_OK) {
@@ -628,6 +654,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             free(run_stats);
             goto done;
         }
+        if (eval_now) r->eval_steps[r->neval] = done_steps + 1, r->eval_losses[r->neval++] = eval_loss;
         if (s.log) csv_row(s.log, &s.model, &si, ms, eval_loss, limit);
         r->last_loss = si.loss;
         const long every = total / 20 > 0 ? total / 20 : 1;
@@ -663,6 +690,11 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         free(run_stats);
         goto done;
     }
+    r->eval_steps[r->neval] = done_steps, r->eval_losses[r->neval++] = r->eval_loss;
+    if (gpt && o->sample_bytes > 0 && take_sample(&s, o->sample_bytes, r) != 0) {
+        free(run_stats);
+        goto done;
+    }
     double *sorted = s.ms;
     qsort(sorted, (size_t)done_steps, sizeof *sorted, cmp_d);
     r->ms_per_step = done_steps ? sorted[done_steps / 2] : 0.0;
@@ -670,14 +702,16 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     r->memory_mib = peak_mib();
     const mp_scaler *sc = mp_trainer_scaler(s.tr);
     r->final_scale = sc ? (double)mp_scaler_get_scale(sc) : 1.0;
-    uint64_t tot_under = 0, tot_elems = 0, act_over = 0, grad_over = 0;
+    uint64_t tot_under = 0, tot_elems = 0, act_over = 0, grad_over = 0, w_elems = 0, w_lost = 0, w_dead = 0;
     for (int i = 0; i < nt; i++) {
         tot_under += run_stats[i].bwd.underflow, tot_elems += run_stats[i].bwd_elements;
         act_over += run_stats[i].fwd.overflow, grad_over += run_stats[i].bwd.overflow;
+        w_elems += run_stats[i].wgrad_elements, w_lost += run_stats[i].wgrad_lost, w_dead += run_stats[i].wgrad_dead;
     }
     r->underflow = frac(tot_under, tot_elems);
     for (int i = 0; i < nt; i++) r->tensor_act_amax[i] = run_stats[i].fwd_amax;
-    r->frozen = nfz ? s.fz[nfz - 1] : 0.0;
+    r->lost_gradients = frac(w_lost, w_elems), r->dead_gradients = frac(w_dead, w_elems);
+    r->lost_updates = frac(lost_updates, params_updated);
     if (nh) {
         const hist_snap *h = &s.hs[nh - 1];
         r->has_hist = 1, r->hist_zeros = (double)h->zeros, r->hist_scale = h->scale;
@@ -716,6 +750,9 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
                 worst >= 0 ? 100 * frac(run_stats[worst].bwd.underflow, run_stats[worst].bwd_elements) : 0.0,
                 (unsigned long long)grad_over, (unsigned long long)act_over);
     }
+    fprintf(out, "        weight gradients: %.4f%% lost (nonzero in fp32, 0 when stored), %.4f%% dead (0 in fp32); "
+                 "updates: %.4f%% lost (the weight did not change)\n",
+            100 * r->lost_gradients, 100 * r->dead_gradients, 100 * r->lost_updates);
     /* warnings the literature describes */
 #define WARN(...) if (r->nwarnings < 6) snprintf(r->warnings[r->nwarnings++], sizeof r->warnings[0], __VA_ARGS__)
     if (nan_step >= 0) WARN("the loss became NaN/inf at step %ld", nan_step);
@@ -734,6 +771,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "precision", o->prec_name);
         cJSON_AddStringToObject(j, "master_weights", mp_master_weights_name(o->prec.master_weights));
+        cJSON_AddStringToObject(j, "reductions", mp_reductions_name(o->prec.reductions));
         cJSON_AddStringToObject(j, "model", o->model);
         cJSON_AddStringToObject(j, "compute_format", r->compute_format);
         cJSON_AddNumberToObject(j, "steps", (double)done_steps);
@@ -742,6 +780,12 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             cJSON_AddNumberToObject(j, "val_bits_per_byte", r->eval_loss / log(2.0));
             cJSON_AddNumberToObject(j, "val_accuracy", r->eval_accuracy);
             cJSON_AddNumberToObject(j, "tokens_per_s", r->tokens_per_s);
+            if (r->sample) {
+                cJSON_AddStringToObject(j, "sample", r->sample);
+                cJSON_AddNumberToObject(j, "sample_printable", r->sample_printable);
+                if (isnan(r->sample_words)) cJSON_AddNullToObject(j, "sample_words");
+                else cJSON_AddNumberToObject(j, "sample_words", r->sample_words);
+            }
         } else {
             cJSON_AddNumberToObject(j, "test_accuracy", r->eval_accuracy);
             cJSON_AddNumberToObject(j, "test_loss", r->eval_loss);
@@ -755,10 +799,9 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         cJSON_AddNumberToObject(j, "underflow_fraction", r->underflow);
         cJSON_AddNumberToObject(j, "gradient_overflow", (double)grad_over);
         cJSON_AddNumberToObject(j, "activation_overflow", (double)act_over);
-        if (!gpt) {
-            cJSON_AddNumberToObject(j, "frozen_fraction", r->frozen);
-            cJSON_AddNumberToObject(j, "frozen_every", (double)o->frozen_every);
-        }
+        cJSON_AddNumberToObject(j, "lost_gradients", r->lost_gradients);
+        cJSON_AddNumberToObject(j, "dead_gradients", r->dead_gradients);
+        cJSON_AddNumberToObject(j, "lost_updates", r->lost_updates);
         cJSON_AddStringToObject(j, "headroom_against", hfmt->name);
         cJSON *ly = cJSON_AddArrayToObject(j, "tensors");
         for (int i = 0; i < nt; i++) {
@@ -777,16 +820,14 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
                 if (isnan(hr)) cJSON_AddNullToObject(o1, ka), cJSON_AddNullToObject(o1, kh);
                 else cJSON_AddNumberToObject(o1, ka, amax), cJSON_AddNumberToObject(o1, kh, hr);
             }
+            if (ls->has_wgrad) {
+                cJSON_AddNumberToObject(o1, "wgrad_values", (double)ls->wgrad_elements);
+                cJSON_AddNumberToObject(o1, "wgrad_lost", (double)ls->wgrad_lost);
+                cJSON_AddNumberToObject(o1, "wgrad_dead", (double)ls->wgrad_dead);
+            }
             cJSON_AddItemToArray(ly, o1);
         }
         if (!gpt) {
-            cJSON *fr = cJSON_AddArrayToObject(j, "frozen");
-            for (long k = 0; k < nfz; k++) {
-                cJSON *o1 = cJSON_CreateObject();
-                cJSON_AddNumberToObject(o1, "step", (double)s.fz_step[k]);
-                cJSON_AddNumberToObject(o1, "fraction", s.fz[k]);
-                cJSON_AddItemToArray(fr, o1);
-            }
             const mp_format_info *fi = mp_format(o->prec.compute == MP_F32 ? MP_F16 : o->prec.compute);
             cJSON *hj = cJSON_AddObjectToObject(j, "histograms");
             cJSON_AddNumberToObject(hj, "log2_lo", RUN_HIST_LO);

@@ -14,8 +14,10 @@ typedef struct run_opts {
     char prec_name[64];       /* its label: "fp16-static:1024", "fp16-dynamic+master-weights=none" */
     int master_given;         /* --master-weights was given: master applies to prec */
     mp_master_weights master;
+    int reductions_given;     /* --reductions was given: reductions applies to prec */
+    mp_reductions reductions;
     mp_dtype save_dtype;
-    long hist_every, frozen_every;
+    long hist_every;
     mp_act act;
     mp_gelu_form gelu;
     int layernorm, adamw, shuffle, threads;
@@ -24,12 +26,16 @@ typedef struct run_opts {
     mp_lr_schedule schedule;
     long warmup;
     long batch, accum, epochs, steps, eval_every, eval_windows, seed;
+    long sample_bytes;        /* GPT: bytes to sample from the final model (run_result.sample); 0: none */
 } run_opts;
 
 /* Defaults, then the options of argv[1..argc) (argv[0] is the command name).
  * Returns 0, -1 after --help, or CLI_USAGE after a message. compare: the
  * options compare sets itself are refused. */
 int run_parse(const char *cmd, int argc, char **argv, run_opts *o);
+
+/* Applies the switches given as options (--master-weights, --reductions) to p. */
+mp_status run_switches(const run_opts *o, mp_precision *p);
 
 /* The usage text of the training options (shared by train and compare). */
 extern const char run_options_help[];
@@ -47,7 +53,9 @@ typedef struct run_result {
     int ntensors;
     char (*tensor_names)[64];    /* (ntensors,) */
     float *tensor_underflow;     /* (nsteps, ntensors): fraction of gradient stores that became 0 */
-    double eval_loss, eval_accuracy, last_loss, underflow, frozen, ms_per_step, memory_mib, final_scale;
+    double eval_loss, eval_accuracy, last_loss, underflow, ms_per_step, memory_mib, final_scale;
+    double lost_gradients, dead_gradients; /* fractions of the run's weight-gradient values (model.h) */
+    double lost_updates;         /* fraction of the run's parameter updates (mp_optim_lost_updates) */
     double tokens_per_s;         /* gpt */
     long skipped_total;
     int has_hist;
@@ -58,6 +66,13 @@ typedef struct run_result {
     mp_report_skip *skips;       /* the first RUN_SKIPS_KEPT skipped steps, where pointing into skip_text */
     char (*skip_text)[512];
     long nskips;
+    long neval;                  /* evaluations: each --eval-every step's, then the one at the end */
+    long *eval_steps;            /* (neval,) the step each followed, counted from the start of this run */
+    double *eval_losses;         /* (neval,) its mean loss (GPT: validation, MLP: test) */
+    char *sample;                /* with sample_bytes: the text the final model wrote after "\n" (temperature 1,
+                                    seed 1), escaped as `mixprec sample` prints it; else NULL */
+    double sample_printable;     /* mp_text_judge on the sample against the corpus: the share of printable bytes */
+    double sample_words;         /* and of words found in the corpus (NAN: no words) */
 } run_result;
 
 #define RUN_SKIPS_KEPT 100

@@ -54,6 +54,10 @@ typedef struct mp_gemm_epilogue {
                                 alpha op(A) op(B) (+ bias) rounded to this format, as when a
                                 half-precision weight gradient is accumulated into fp32 */
     mp_convert_stats *stats; /* counts of the rounding into C's format (or round_to) */
+    uint64_t *zeros;         /* adds the number of results that are +-0 in fp32 before that rounding:
+                                alpha op(A) op(B) + bias with round_to, else the value stored into C
+                                (beta C included when C is read); counted whatever C's format, fp32
+                                too, without changing any result (a weight gradient's dead values) */
 } mp_gemm_epilogue;
 
 /* mp_gemm with an epilogue (ep may be NULL: mp_gemm without counts). */

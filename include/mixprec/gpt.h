@@ -11,7 +11,7 @@
  *
  * Precision: matrix multiplies read the compute format (fp32, fp16, bf16)
  * and accumulate in fp32; softmax, layer-norm statistics and the loss are
- * computed in fp32; activations (the residual stream included) and their
+ * computed in fp32 (or naively in the compute format: mp_gpt_set_reductions); activations (the residual stream included) and their
  * gradients are stored in the compute format, every store counted per named
  * tensor (mp_tensor_stats). Weight gradients are rounded to the compute
  * format and added to the fp32 gradients, as autocast + AccumulateGrad do.
@@ -52,6 +52,8 @@
  *   always 0), "h.{i}.attn.c_attn.weight", "h.{i}.attn.c_proj.weight",
  *   "h.{i}.mlp.c_fc.weight", "h.{i}.mlp.c_proj.weight" (in fp32 nothing
  *   rounds and these count nothing; their elements are still counted).
+ *   These but "wpe.weight" have has_wgrad = 1: wgrad_lost is their
+ *   underflow, wgrad_dead their gradient values exactly 0 in fp32.
  *   Evaluation and mp_gpt_next_logits count nothing.
  *
  * Parameters are registered with the mp_optim under nanoGPT's state_dict
@@ -121,6 +123,14 @@ void mp_gpt_free(mp_gpt *g); /* NULL is a no-op */
 
 const mp_gpt_config *mp_gpt_get_config(const mp_gpt *g);
 
+/* Where the reductions round (ops.h's acc: softmax and the attention's
+ * softmax, layer norms, the loss's log-sum-exp, bias-gradient column sums):
+ * MP_F32 (the default) or the compute format, a naive half loop. In the
+ * naive form the attention's scores and their gradient dp are rounded to
+ * the compute format before their softmax rows, as a half matmul would
+ * store them. MP_EINVAL for another format. */
+mp_status mp_gpt_set_reductions(mp_gpt *g, mp_dtype acc);
+
 /* Parameters; non_embedding != 0 leaves out the position embedding (as
  * nanoGPT's get_num_params, used for its MFU estimate). */
 size_t mp_gpt_num_params(const mp_gpt *g, int non_embedding);
@@ -132,6 +142,18 @@ size_t mp_gpt_num_params(const mp_gpt *g, int non_embedding);
  * out of range, B = 0 or B > max_batch, T = 0 or T > block_size. */
 mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *targets, size_t B, size_t T,
                              float grad_scale, int accumulate, float *loss);
+
+/* The values of a named activation (the statistics' names) as the last
+ * mp_gpt_train_batch stored them, in the compute format, for inspection as a
+ * forward hook would see them: *data and *n values (B T rows). Only the
+ * tensors the backward leaves as they were: "wte" (x0), per block
+ * "h.{i}.ln_1", "h.{i}.attn.c_attn", "h.{i}.attn.y", "h.{i}.res_1",
+ * "h.{i}.ln_2", "h.{i}.mlp.c_fc", "h.{i}.mlp.gelu", "h.{i}.res_2", the last
+ * block's "mlp.c_proj" (the branch buffer holds the last one written), and
+ * "ln_f". MP_EINVAL for another name, or when no training batch has
+ * completed since the model's last forward (evaluation and sampling reuse
+ * the buffers). */
+mp_status mp_gpt_activation(const mp_gpt *g, const char *name, const void **data, size_t *n);
 
 /* Forward and loss only: *loss_sum += the sum of the B*T per-token losses,
  * *correct += tokens whose largest logit is the target (may be NULL). */

@@ -43,6 +43,15 @@ typedef struct mp_tensor_stats {
     uint64_t fwd_elements, bwd_elements;
     float fwd_amax, bwd_amax; /* the largest finite magnitudes stored (mp_amax); for a weight, its
                                  gradient as accumulated in fp32 after each micro-batch */
+    /* An entry that stores a weight matrix's gradient (has_wgrad = 1, set when
+     * the model is created): the values of that gradient stored into the
+     * compute format, one per weight per micro-batch (also counted in
+     * bwd_elements); of those, lost: nonzero in fp32 and 0 after the store
+     * (also counted in bwd.underflow; 0 in fp32 compute, where nothing
+     * rounds), and dead: exactly 0 in fp32 before it (gemm.h's zeros: in
+     * fp32 compute with accumulate = 1, the gradient summed so far). */
+    int has_wgrad;
+    uint64_t wgrad_elements, wgrad_lost, wgrad_dead;
 } mp_tensor_stats;
 
 typedef struct mp_model_ops {
@@ -59,6 +68,12 @@ typedef struct mp_model_ops {
     size_t (*nstats)(const void *impl);
     const mp_tensor_stats *(*stats)(const void *impl, size_t i);
     void (*reset_stats)(void *impl);
+    /* Where the model's reductions round (train.h's mp_reductions): MP_F32
+     * (fp32 accumulators), or its compute format (a naive loop: every
+     * partial result rounded). The trainer sets it from the precision mode;
+     * NULL in a model with fp32 reductions only (the trainer then refuses
+     * half reductions). MP_EINVAL for another format. */
+    mp_status (*set_reductions)(void *impl, mp_dtype acc);
     /* Loads parameter values from a safetensors file (names as written by
      * tensors); MP_ECORRUPT names a missing tensor or a wrong shape. */
     mp_status (*load)(void *impl, const mp_safetensors *st);

@@ -72,9 +72,15 @@ void mp_mlp_histogram(mp_mlp *m, uint64_t *bins, int lo, int nbins, uint64_t *ze
 
 const mp_mlp_config *mp_mlp_get_config(const mp_mlp *m);
 
+/* Where the reductions round (ops.h's acc: layer norms, the loss's
+ * log-sum-exp, bias-gradient column sums): MP_F32 (the default) or the
+ * compute format, a naive half loop. MP_EINVAL for another format. */
+mp_status mp_mlp_set_reductions(mp_mlp *m, mp_dtype acc);
+
 /* Gradient stores of layer l ("fc{l}"), in bwd: its output gradient (from
- * the loss, the activation and layer-norm backward) and its weight gradient.
- * NULL for a layer out of range. */
+ * the loss, the activation and layer-norm backward) and its weight gradient,
+ * whose share is also in the wgrad_* fields (has_wgrad = 1). NULL for a
+ * layer out of range. */
 const mp_tensor_stats *mp_mlp_stats(const mp_mlp *m, int layer);
 void                   mp_mlp_reset_stats(mp_mlp *m);
 

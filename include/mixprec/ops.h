@@ -1,11 +1,23 @@
 /* mixprec/ops.h - activations, softmax, cross-entropy, layer norm and column
  * sums, each a forward/backward pair. Inputs and outputs may be fp32, fp16 or
- * bf16; the arithmetic is fp32 (reductions included: softmax sums, layer-norm
- * statistics, the loss). Every store into a half buffer is the exact
+ * bf16; the arithmetic is fp32. Every store into a half buffer is the exact
  * round-to-nearest-even conversion and, when st is not NULL, is counted as
  * mp_convert counts (underflow, subnormal, overflow, NaN). Matrices are
  * row-major (B rows of C values). Output buffers may alias their input when the
- * two have the same format. */
+ * two have the same format.
+ *
+ * Reductions (softmax max and sum, the log-sum-exp, layer-norm statistics
+ * and backward sums, column sums) take acc, the format they round to:
+ * MP_F32 runs them with fp32 accumulators, as above. MP_F16 or MP_BF16 runs
+ * them as a naive loop in that format does (train.h's --reductions half):
+ * left to right along the reduced dimension, each element-wise term computed
+ * in fp32 from the values as stored and rounded once to acc, every partial
+ * result (sum, difference from the max, exp, log, square root, quotient)
+ * rounded to acc, so a partial sum can overflow to inf or absorb small terms.
+ * The per-row statistics the ops keep (mean, rstd) are then acc values; a
+ * column sum (bias and layer-norm parameter gradients) is the acc sum of its
+ * rows, added to (or written into) the fp32 output once. Element-wise work
+ * after a reduction stays fp32 and is rounded once when stored. */
 #ifndef MIXPREC_OPS_H
 #define MIXPREC_OPS_H
 
@@ -26,11 +38,11 @@ mp_status mp_bias_add(void *y, mp_dtype yt,        // (B, C)
                       const float *bias,           // (C,)
                       size_t B, size_t C, mp_convert_stats *st);
 
-/* out[j] (+)= sum over rows of x[b][j], in fp32; accumulate != 0 adds to out
- * (bias gradients over several micro-batches). */
+/* out[j] (+)= sum over rows of x[b][j], summed in acc (above); accumulate
+ * != 0 adds to out (bias gradients over several micro-batches). */
 mp_status mp_colsum(float *out,                    // (C,)
                     const void *x, mp_dtype xt,    // (B, C)
-                    size_t B, size_t C, int accumulate);
+                    size_t B, size_t C, int accumulate, mp_dtype acc);
 
 /* ReLU: y = max(x, 0); backward dx = dy where x > 0, else 0. */
 mp_status mp_relu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st);
@@ -75,44 +87,48 @@ mp_status mp_add(void *y, mp_dtype yt,              // (n,)
                  const void *b, mp_dtype bt,        // (n,)
                  size_t n, mp_convert_stats *st);
 
-/* Row-wise softmax (log_softmax when log != 0), max-subtracted, fp32 sums.
+/* Row-wise softmax (log_softmax when log != 0), max-subtracted, sums in acc.
  * Rows run in parallel (mp_set_threads), each computed as on one thread: the
  * results do not depend on the thread count. */
 mp_status mp_softmax_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t B, size_t C, int log,
-                             mp_convert_stats *st);
+                             mp_dtype acc, mp_convert_stats *st);
 /* Backward from the forward's output y: softmax dx = y (dy - sum(dy y));
- * log_softmax dx = dy - exp(y) sum(dy). */
+ * log_softmax dx = dy - exp(y) sum(dy); the sums in acc. */
 mp_status mp_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt, const void *dy, mp_dtype dyt,
-                              size_t B, size_t C, int log, mp_convert_stats *st);
+                              size_t B, size_t C, int log, mp_dtype acc, mp_convert_stats *st);
 
 /* Cross-entropy with integer labels, fused with the softmax backward:
- * *loss = mean over rows of -log softmax(logits)[label] (fp32), and, when
+ * *loss = mean over rows of -log softmax(logits)[label], and, when
  * dlogits is not NULL, dlogits = scale * (softmax(logits) - onehot(label)) / B,
  * i.e. the gradient of scale * loss: pass the loss scale S as scale.
+ * Each row's log-sum-exp, its term lse - logit[label], and its softmax are
+ * computed in acc; the mean over rows is fp32 (the loss a log reports).
  * Rows run in parallel; the per-row terms are summed in row order, so *loss
  * does not depend on the thread count. MP_EINVAL if a label is outside [0, C). */
 mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt,   // dlogits (B, C) or NULL
                            const void *logits, mp_dtype lt,          // (B, C)
                            const int32_t *labels,                    // (B,)
-                           size_t B, size_t C, float scale, mp_convert_stats *st);
+                           size_t B, size_t C, float scale, mp_dtype acc, mp_convert_stats *st);
 
 /* Layer norm over each row: y = (x - mean) * rstd * w + b with
- * rstd = 1 / sqrt(var + eps) (biased variance); mean and rstd (fp32, per row)
- * are kept for the backward. w, b may be NULL (1 and 0). Rows run in
- * parallel, each computed as on one thread (thread-count independent). */
+ * rstd = 1 / sqrt(var + eps) (biased variance, two passes); mean and rstd
+ * (per row, computed in acc) are kept for the backward. w, b may be NULL
+ * (1 and 0). Rows run in parallel, each computed as on one thread
+ * (thread-count independent). */
 mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd,  // y (B, C); mean, rstd (B,)
                                const void *x, mp_dtype xt,                      // (B, C)
                                const float *w, const float *b,                  // (C,) or NULL
-                               size_t B, size_t C, float eps, mp_convert_stats *st);
+                               size_t B, size_t C, float eps, mp_dtype acc, mp_convert_stats *st);
 /* dx = rstd (dn - mean(dn) - n mean(dn n)) with n the normalized x and
- * dn = dy w; dw and db get sum_rows dy n and sum_rows dy (fp32), added to
- * them (accumulate = 1) or replacing them (accumulate = 0), as mp_colsum;
- * either may be NULL. dx runs in parallel over rows; dw and db over columns,
- * each column summed row after row (the same bits on any thread count). */
+ * dn = dy w (the two means in acc); dw and db get sum_rows dy n and
+ * sum_rows dy (column sums in acc), added to them (accumulate = 1) or
+ * replacing them (accumulate = 0), as mp_colsum; either may be NULL. dx runs
+ * in parallel over rows; dw and db over columns, each column summed row
+ * after row (the same bits on any thread count). */
 mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db,   // dx (B, C); dw, db (C,)
                                 const void *dy, mp_dtype dyt, const void *x, mp_dtype xt,
                                 const float *mean, const float *rstd, const float *w,
-                                size_t B, size_t C, int accumulate, mp_convert_stats *st);
+                                size_t B, size_t C, int accumulate, mp_dtype acc, mp_convert_stats *st);
 
 #ifdef __cplusplus
 }

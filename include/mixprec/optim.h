@@ -135,6 +135,19 @@ mp_status mp_optim_set_rounding(mp_optim *o, mp_rounding r, uint64_t seed);
 size_t    mp_optim_count(const mp_optim *o);
 mp_param *mp_optim_param(mp_optim *o, size_t i);
 uint64_t  mp_optim_steps(const mp_optim *o);  /* steps taken (skipped ones not counted) */
+
+/* The last mp_optim_step or mp_scaler_step: returns its lost updates, the
+ * parameter elements whose update was nonzero in fp32 but left the stored
+ * weight's bits unchanged (what fp32 master weights recover), and sets
+ * *updated (may be NULL) to the elements it updated (all of every
+ * parameter). The update is what the step adds to w, in fp32 as the step
+ * computes it: SGD -lr d (d with weight decay and momentum), AdamW the
+ * decay's change w (1 - lr wd) - w plus -step_size m / denom; under FTZ/DAZ
+ * (mp_optim_set_flush_denormal) a subnormal update is 0. The stored weight
+ * is the fp32 master, or for a parameter without one the half weight after
+ * its rounding (nearest even; stochastic for pure bf16). Both 0 before the
+ * first step and after a skipped one. Counting does not change any result. */
+uint64_t  mp_optim_lost_updates(const mp_optim *o, uint64_t *updated);
 mp_status mp_optim_set_lr(mp_optim *o, double lr);
 double    mp_optim_lr(const mp_optim *o);
 
@@ -152,13 +165,16 @@ void mp_optim_zero_grad(mp_optim *o);
  * driven by a scaler: use mp_scaler_step then. */
 mp_status mp_optim_step(mp_optim *o);
 
-/* Clips the gradients by their global L2 norm, accumulated in fp64: if the norm
- * exceeds max_norm, every gradient is multiplied by max_norm / (norm + 1e-6)
- * (PyTorch's clip_grad_norm_). *total_norm gets the norm before clipping. With
+/* Clips the gradients by their global L2 norm, accumulated in fp64 (acc =
+ * MP_F32), or as a naive loop in acc = MP_F16 or MP_BF16 (train.h's
+ * --reductions half: parameters in registration order, every square, partial
+ * sum and the square root rounded to acc): if the norm exceeds max_norm,
+ * every gradient is multiplied by max_norm / (norm + 1e-6) (PyTorch's
+ * clip_grad_norm_). *total_norm gets the norm before clipping. With
  * a scaler (s not NULL) the gradients must be unscaled first: MP_ESTATE
  * otherwise. A non-finite norm leaves the gradients as they are (the scaler
  * skips that step). */
-mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, double *total_norm);
+mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, mp_dtype acc, double *total_norm);
 
 /* Unscales o's gradients in place (fused multiply by 1/S and inf/NaN check).
  * READY -> UNSCALED; MP_ESTATE if already unscaled or stepped since the last

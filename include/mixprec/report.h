@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "status.h"
+#include "train.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,7 +35,10 @@ typedef struct mp_report_run {
     const char (*layer_names)[64];/* (nlayers,): "fc0" ... */
     const float *layer_underflow;/* (nsteps, nlayers): fraction of the layer's gradient stores that became 0 */
     double eval;                 /* the evaluation figure the table shows (see mp_report.eval_name) */
-    double last_loss, underflow, frozen, ms_per_step, memory_mib, final_scale;
+    double last_loss, underflow, ms_per_step, memory_mib, final_scale;
+    double lost_gradients, dead_gradients; /* fractions of the weight-gradient values: nonzero in fp32 and 0
+                                              when stored; 0 in fp32 already (train.h's mp_step_info) */
+    double lost_updates;         /* fraction of the parameter updates that left the weight unchanged */
     long skipped_total;
     /* one gradient histogram: counts of floor(log2 |g|) from hist_lo, values as stored (loss scale included) */
     int has_hist;
@@ -46,6 +50,13 @@ typedef struct mp_report_run {
                                     0 where none was (the report shows its headroom against fp16_max) */
     const mp_report_skip *skips; /* the first nskips skipped steps (the report lists up to 20) */
     long nskips;
+    long neval;                  /* evaluations (0: none) */
+    const long *eval_steps;      /* (neval,) the step each followed */
+    const double *eval_losses;   /* (neval,) its loss (mp_report.eval_loss_name); inf/NaN ones are not drawn */
+    const char *sample;          /* NULL, or text the run's final model wrote, non-printable bytes already written
+                                    as \xNN (the writer HTML-escapes it) */
+    double sample_printable, sample_words; /* mp_text_judge's shares for the sample (sample_words NAN: no words) */
+    const mp_precision *precision; /* the run's mode, for "what each protection buys"; NULL: not compared */
 } mp_report_run;
 
 typedef struct mp_report {
@@ -55,10 +66,30 @@ typedef struct mp_report {
     double fp16_min_subnormal, fp16_min_normal, fp16_max;
     const char *eval_name;       /* the table's evaluation column: "test accuracy", "validation loss" */
     int eval_percent;            /* eval is a fraction shown as a percentage */
+    const char *eval_loss_name;  /* what eval_losses are: "validation loss", "test loss" */
     int baseline;                /* index of the run speed-ups are measured against; -1: none */
     const mp_report_run *runs;
     int nruns;                   /* 0 .. 64 */
 } mp_report;
+
+/* One row of "what each protection buys": a run whose mode is the
+ * reference's (the run named exactly "fp16-dynamic": fp16 compute, fp32
+ * master weights, fp32 reductions, dynamic loss scaling) with exactly one
+ * protection removed: master weights fp32 -> none, reductions fp32 -> half,
+ * or loss scaling -> none (the run "fp16"); compute format and rounding the
+ * same. */
+typedef struct mp_report_ablation {
+    const char *protection;      /* "fp32 master weights", "fp32 reductions" or "loss scaling" */
+    int run;                     /* the run's index in mp_report.runs */
+    double eval, delta;          /* its eval figure, and that minus the reference's */
+} mp_report_ablation;
+
+/* The rows of "what each protection buys" in the order of the runs, at most
+ * cap of them (64 holds every possible one) into rows; returns how many were
+ * written, 0 when no run is named "fp16-dynamic" or no run qualifies. *ref
+ * (may be NULL) gets the reference's index, -1 when there is none. Runs
+ * without a precision take no part. */
+int mp_report_ablation_rows(const mp_report *r, mp_report_ablation *rows, int cap, int *ref);
 
 /* Writes the report atomically (temporary file, rename). */
 mp_status mp_report_write(const char *path, const mp_report *r);

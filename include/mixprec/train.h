@@ -12,8 +12,9 @@
  *
  * Every status is checked: a failure ends the step with that status and the
  * message in mp_last_error(). MP_EOVERFLOW means the gradients overflowed
- * with the loss scale already at its floor: the step was skipped and the
- * run should stop.
+ * with the loss scale already at its floor, or backed off so far that 1/S is
+ * not finite in fp32 (below about 2^-127): the step was skipped and the run
+ * should stop.
  */
 #ifndef MIXPREC_TRAIN_H
 #define MIXPREC_TRAIN_H
@@ -37,12 +38,22 @@ extern "C" {
 
 typedef enum mp_scaling { MP_SCALING_NONE = 0, MP_SCALING_STATIC, MP_SCALING_DYNAMIC } mp_scaling;
 
+/* Where the reductions run: softmax (max, exp, sum), layer-norm statistics
+ * and their backward sums, the loss's log-sum-exp, bias-gradient column sums
+ * and the gradient norm. FP32: fp32 accumulators (the default: what autocast
+ * does). HALF: in the compute format, as a naive loop does: left to right
+ * along the reduced dimension, every partial result rounded to the compute
+ * format (ops.h, acc argument). Matrix multiplies accumulate in fp32 in every
+ * mode, as tensor cores do. */
+typedef enum mp_reductions { MP_REDUCE_FP32 = 0, MP_REDUCE_HALF } mp_reductions;
+
 /* A precision mode: one row of the table, or a row with switches applied
  * (a value the caller holds, from mp_precision_parse). */
 typedef struct mp_precision {
     const char *name;       /* the table row: "fp16-dynamic" */
     mp_dtype compute;       /* activations, gradients and the weight copies the kernels read */
     mp_master_weights master_weights; /* where weights and optimizer state live */
+    mp_reductions reductions; /* fp32 accumulators, or the compute format */
     mp_rounding rounding;   /* how the fp32 masters are rounded into the compute copies */
     mp_scaling scaling;     /* loss scaling */
     const char *color;      /* the report's colour for this mode */
@@ -56,23 +67,31 @@ typedef struct mp_precision {
 const mp_precision *mp_precisions(size_t *count);
 
 /* Parses a mode with optional switches into *out (caller-provided):
- * NAME[:S][+master-weights=fp32|none]. "fp16-static:S" is fp16-static with
- * the scale S (*static_scale, may be NULL; 0 when not given). out->label
- * gets the mode as given followed by the switches that differ from the
- * mode's own setting. MP_EINVAL + message (one line) for an unknown name or
- * switch, a bad scale, or a switch the mode cannot take
- * (mp_precision_set_master_weights). */
+ * NAME[:S][+master-weights=fp32|none][+reductions=fp32|half].
+ * "fp16-static:S" is fp16-static with the scale S (*static_scale, may be
+ * NULL; 0 when not given). out->label gets the mode as given followed by
+ * the switches that differ from the mode's own setting, in the order above.
+ * MP_EINVAL + message (one line) for an unknown name or switch, a bad scale,
+ * or a switch the mode cannot take (the setters below). */
 mp_status mp_precision_parse(const char *spec, mp_precision *out, float *static_scale);
 
 /* Applies --master-weights to a mode: MP_MASTER_FP32 or MP_MASTER_NONE.
  * MP_EINVAL + message for none on an fp32 mode (there is no compute copy to
  * keep alone) or on bf16-pure (a mode of its own: stochastic rounding, fp32
  * moments), for fp32 on bf16-pure (that is bf16), and for any other value.
- * Updates p->label ("+master-weights=none" appended once). */
+ * Updates p->label. */
 mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m);
+
+/* Applies --reductions to a mode: MP_REDUCE_FP32 or MP_REDUCE_HALF.
+ * MP_EINVAL + message for half on an fp32 mode (nothing to round to) and for
+ * any other value. Updates p->label. */
+mp_status mp_precision_set_reductions(mp_precision *p, mp_reductions r);
 
 /* "fp32", "bf16-pure" or "none": the value checkpoints and logs record. */
 const char *mp_master_weights_name(mp_master_weights m);
+
+/* "fp32" or "half". */
+const char *mp_reductions_name(mp_reductions r);
 
 /* ---- learning-rate schedules (nanoGPT's get_lr) ---- */
 
@@ -145,6 +164,16 @@ typedef struct mp_step_info {
     int skipped;             /* the optimizer step was skipped (inf/NaN in the scaled gradients) */
     mp_convert_stats fwd, bwd; /* this step's stores, all tensors together */
     uint64_t fwd_elements, bwd_elements;
+    /* What the precision lost in this step (docs/LOGS.md). Weight gradients
+     * (the model's entries with has_wgrad, model.h): wgrad_elements values
+     * stored into the compute format, of which lost_gradients were nonzero
+     * in fp32 and became 0 (what loss scaling recovers) and dead_gradients
+     * were exactly 0 in fp32 already (dead units: no format's fault). The
+     * optimizer (mp_optim_lost_updates): params_updated elements, of which
+     * lost_updates had a nonzero update that left the stored weight
+     * unchanged (what fp32 master weights recover); both 0 on a skipped step. */
+    uint64_t wgrad_elements, lost_gradients, dead_gradients;
+    uint64_t params_updated, lost_updates;
     /* Where the inf/NaN was, filled only on a step that was skipped or whose
      * loss or gradient norm is not finite (clean steps pay nothing):
      * the parameters whose gradient held inf or NaN, those with an inf first

@@ -200,5 +200,5 @@ static void micro(size_t kc, const void *ap, // (kc, MR) fp32
 
 const mp_gemm_kernel mp_gemm_avx2 = {
     .name = "avx2-fp32", .mr = MR, .nr = NR, .kpack = 1, .kc = KC, .mc = MC, .nc = NC, .esize = 4,
-    .pack_a = pack_a, .pack_b = pack_b, .micro = micro, .epilogue = mp_gemm_epilogue_avx2,
+    .pack_a = pack_a, .pack_b = pack_b, .micro = micro, .epilogue = mp_gemm_epilogue_avx2, .zeros = mp_gemm_zeros_avx2,
 };

@@ -141,4 +141,5 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, l
 }
 
 /* kc counts k values (pairs: 256 pairs = 32 KiB of B micro-panel) */
-const mp_gemm_kernel mp_gemm_avx512bf16 = {"avx512bf16-dpbf16", MR, NR, 2, 4096, 192, 3072, 2, pack_a, pack_b, micro, mp_gemm_epilogue_avx512};
+const mp_gemm_kernel mp_gemm_avx512bf16 = {"avx512bf16-dpbf16", MR, NR, 2, 4096, 192, 3072, 2, pack_a, pack_b, micro, mp_gemm_epilogue_avx512,
+                                           mp_gemm_zeros_avx512};

@@ -30,13 +30,13 @@ static inline __m512 widen_half(mp_dtype t, __m512i r) {
 }
 
 void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
-                             size_t cols, mp_convert_stats *st) {
+                             size_t cols, mp_convert_stats *st, uint64_t *zeros) {
     const __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta);
     const int read_c = !e->c_holds_part && e->beta != 0.0f && e->round_to == MP_F32;
     const int stats = st != NULL;
     const size_t es = mp_format(e->ct)->size;
     mp_counts512 c = {0, 0, 0, 0};
-    uint64_t sub32 = 0, nan32 = 0;
+    uint64_t sub32 = 0, nan32 = 0, z = 0;
     for (size_t r = 0; r < rows; r++) {
         uint8_t *crow = (uint8_t *)e->c + ((i0 + r) * e->ldc + j0) * es;
         const float *prow = e->part ? e->part + (i0 + r) * e->ldp + j0 : NULL;
@@ -48,6 +48,9 @@ void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t
             else if (read_c) t = _mm512_fmadd_ps(va, t, _mm512_mul_ps(vb, load_c(e->ct, crow, j, k)));
             else if (e->alpha != 1.0f) t = _mm512_mul_ps(va, t);
             if (e->bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(k, e->bias + j0 + j));
+            if (zeros) /* +-0: the magnitude bits are 0 */
+                z += (uint64_t)__builtin_popcount(_mm512_mask_testn_epi32_mask(
+                    k, _mm512_castps_si512(t), _mm512_set1_epi32(0x7fffffff)));
             if (e->round_to != MP_F32) { /* C = beta C + (t rounded to round_to) */
                 __m512 y = widen_half(e->round_to, round_half(e->round_to, t, k, &c, stats));
                 if (e->beta != 0.0f) y = _mm512_add_ps(_mm512_mul_ps(vb, load_c(MP_F32, crow, j, k)), y);
@@ -71,4 +74,16 @@ void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t
         mp_counts512_add(st, &c);
         st->subnormal += sub32, st->nan += nan32;
     }
+    if (zeros) *zeros += z;
+}
+
+uint64_t mp_gemm_zeros_avx512(const float *c, size_t ldc, size_t rows, size_t cols) {
+    uint64_t z = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cols; j += 16) {
+            const __mmask16 k = mp_tail16(cols - j);
+            const __m512i x = _mm512_maskz_loadu_epi32(k, c + r * ldc + j);
+            z += (uint64_t)__builtin_popcount(_mm512_mask_testn_epi32_mask(k, x, _mm512_set1_epi32(0x7fffffff)));
+        }
+    return z;
 }
