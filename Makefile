@@ -33,7 +33,7 @@ test-long: build
 	$(BUILD)/tests/test_format --long
 	$(BUILD)/tests/test_convert
 
-# The GPT at the demo's budget: fp32, fp16-dynamic, bf16 and bf16-pure trained
+# The GPT at the accuracy budget: fp32, fp16-dynamic, bf16 and bf16-pure trained
 # side by side, issue 11's accuracy and sample targets asserted (docs/TRAINING.md);
 # about 15 minutes on 2 Zen 3 cores. .ci/run runs it after `make test`.
 check-gpt: build

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# check_gpt.sh [MIXPREC] [OUT] - the GPT at the demo's budget (docs/TRAINING.md,
-# "The GPT at the demo's budget"): the precision modes side by side in one
+# check_gpt.sh [MIXPREC] [OUT] - the GPT at the accuracy budget (docs/TRAINING.md,
+# "The GPT at the accuracy budget"): the precision modes side by side in one
 # `mixprec compare` (fp32, fp16-dynamic, bf16 and bf16-pure; PRECISIONS=LIST
 # for others, e.g. with fp16 for the whole table), then issue 11's targets,
 # asserted on what the run wrote:

@@ -183,13 +183,15 @@ static void section_reading(FILE *f, const mp_report *r) {
 
 /* One row of the summary table. */
 static void summary_row(FILE *f, const mp_report *r, const mp_report_run *u, const mp_report_run *base) {
-    char speed[32] = "";
+    char speed[32] = "", loss[32], ev[32];
     if (base && u->ms_per_step > 0) snprintf(speed, sizeof speed, "%.2fx", base->ms_per_step / u->ms_per_step);
+    snprintf(loss, sizeof loss, isfinite(u->last_loss) ? "%.4f" : "NaN/inf", u->last_loss);
+    snprintf(ev, sizeof ev, !isfinite(u->eval) ? "NaN/inf" : r->eval_percent ? "%.2f%%" : "%.4f",
+             r->eval_percent ? 100 * u->eval : u->eval);
     fprintf(f, "<tr data-mode=\"%s\"><td><span class=\"swatch\" style=\"background:%s\"></span>%s</td>"
-               "<td>%.4f</td><td class=\"acc\">%.*f%s</td><td>%ld</td><td>%g</td><td class=\"under\">%.4f%%</td>"
+               "<td>%s</td><td class=\"acc\">%s</td><td>%ld</td><td>%g</td><td class=\"under\">%.4f%%</td>"
                "<td>%.4f%%</td><td>%.2f%%</td><td>%.4f%%</td><td>%.1f</td><td>%.0f MiB</td><td>%s</td></tr>\n",
-            u->name, u->color, u->name, u->last_loss, r->eval_percent ? 2 : 4,
-            r->eval_percent ? 100 * u->eval : u->eval, r->eval_percent ? "%" : "", u->skipped_total,
+            u->name, u->color, u->name, loss, ev, u->skipped_total,
             u->final_scale, 100 * u->underflow, 100 * u->lost_gradients, 100 * u->dead_gradients,
             100 * u->lost_updates, u->ms_per_step, u->memory_mib, speed);
 }

@@ -64,7 +64,8 @@ static double mean_tensor(const run_result *r, int l) {
 
 /* The evaluation figure in words: "87.91% test accuracy" or "validation loss 1.6234". */
 static const char *eval_text(char *buf, size_t cap, const run_result *r) {
-    if (strcmp(r->model_kind, "gpt") == 0) snprintf(buf, cap, "validation loss %.4f", r->eval_loss);
+    if (strcmp(r->model_kind, "gpt") == 0 && !isfinite(r->eval_loss)) snprintf(buf, cap, "a validation loss of NaN/inf");
+    else if (strcmp(r->model_kind, "gpt") == 0) snprintf(buf, cap, "validation loss %.4f", r->eval_loss);
     else snprintf(buf, cap, "%.2f%% test accuracy", 100 * r->eval_accuracy);
     return buf;
 }
@@ -160,7 +161,7 @@ static void print_ablation(const mp_report *rep, const mp_report_ablation *ab, i
 static void reading(char *out, size_t cap, const run_data *runs, int n, const char *model, const mp_report *rep,
                     const mp_report_ablation *ab, int nab, int ref) {
     const run_result *f32 = find(runs, n, "fp32"), *f16 = find(runs, n, "fp16"), *dyn = find(runs, n, "fp16-dynamic");
-    const run_result *bf = find(runs, n, "bf16");
+    const run_result *bf = find(runs, n, "bf16"), *naive = find(runs, n, "fp16-naive");
     char e1[64], e2[64], e3[64];
     size_t k = 0;
 #define ADD(...) k += (size_t)snprintf(out + k, k < cap ? cap - k : 0, __VA_ARGS__)
@@ -178,7 +179,7 @@ static void reading(char *out, size_t cap, const run_data *runs, int n, const ch
             const int worse = strcmp(f16->model_kind, "gpt") == 0 ? f16->eval_loss > f32->eval_loss * 1.005
                                                                   : f16->eval_accuracy < f32->eval_accuracy - 0.005;
             if (worse)
-                ADD("It ended at %s, %s fp32 (%s): the lost gradients cost accuracy.\n\n", eval_text(e1, sizeof e1, f16),
+                ADD("It ended at %s, %s fp32 (%s).\n\n", eval_text(e1, sizeof e1, f16),
                     eval_diff(e2, sizeof e2, f16, f32), eval_text(e3, sizeof e3, f32));
             else
                 ADD("It still ended at %s against fp32's %s: in this run the values lost were too few, or too small, "
@@ -207,6 +208,17 @@ static void reading(char *out, size_t cap, const run_data *runs, int n, const ch
         if (f32) ADD(", %s fp32's", eval_diff(e2, sizeof e2, bf, f32));
         ADD(".\n\n");
     }
+    if (naive) {
+        ADD("fp16-naive casts everything to fp16, as model.half() does: no master weights, fp16 reductions, no loss "
+            "scaling. It ended at %s",
+            eval_text(e1, sizeof e1, naive));
+        if (f32 && isfinite(naive->eval_loss)) ADD(", %s fp32's", eval_diff(e2, sizeof e2, naive, f32));
+        ADD("; %.2f%% of its gradient values became zero, and %.2f%% of its weight updates were lost (nonzero in fp32, "
+            "no change to the stored fp16 weight)",
+            100 * naive->underflow, 100 * naive->lost_updates);
+        if (dyn) ADD(", against %.4f%% in fp16-dynamic", 100 * dyn->lost_updates);
+        ADD(".\n\n");
+    }
     if (nab) k += reading_ablation(out + (k < cap ? k : cap), k < cap ? cap - k : 0, rep, ab, nab, ref);
     if (f32 && n > 1) {
         const int gpt = strcmp(f32->model_kind, "gpt") == 0;
@@ -221,10 +233,10 @@ static void reading(char *out, size_t cap, const run_data *runs, int n, const ch
                 100 * spread, gpt ? "percent" : "points");
     }
     if (f32 && bf && bf->ms_per_step > 0)
-        ADD("Speed: a bf16 step took %.1f ms against %.1f ms in fp32 (%.2fx), because the matrix multiplies read bf16%s.",
+        ADD("Speed: a bf16 step took %.1f ms against %.1f ms in fp32 (%.2fx, medians); its matrix multiplies read bf16%s.",
             bf->ms_per_step, f32->ms_per_step, f32->ms_per_step / bf->ms_per_step,
             mp_cpu_isa() >= MP_ISA_AVX512_BF16 ? " and use the CPU's bf16 dot-product instruction"
-                                                : " (this CPU has no bf16 dot-product instruction: they are widened to fp32)");
+                                                : ", widened to fp32 (this CPU has no bf16 dot-product instruction)");
 #undef ADD
 }
 
@@ -250,7 +262,7 @@ static int write_summary(const char *out, const char *cmdline, const run_data *r
     int bad = 0;
     for (int r = 0; r < n; r++) { /* the per-mode summaries, side by side */
         char path[4200];
-        snprintf(path, sizeof path, "%.4000s/%.39s.json", out, runs[r].name);
+        snprintf(path, sizeof path, "%.4000s/%.63s.json", out, runs[r].name);
         FILE *f = fopen(path, "r");
         char *text = NULL;
         long sz = -1;
@@ -293,17 +305,18 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
         n++;
     }
     if (n == 0) return cli_usage_error("compare", "--precisions is empty");
-    int rc = 0, done = 0;
+    int rc = 0, done = 0, namew = 14; /* the mode column fits the longest label */
+    for (int r = 0; r < n; r++) namew = (int)strlen(runs[r].name) > namew ? (int)strlen(runs[r].name) : namew;
     char csv[8][4200], js[8][4200], ckpt[8][4200];
     for (int r = 0; r < n; r++) {
         char txt[4200];
-        snprintf(csv[r], sizeof csv[r], "%.4000s/%.39s.csv", out, runs[r].name);
-        snprintf(js[r], sizeof js[r], "%.4000s/%.39s.json", out, runs[r].name);
-        snprintf(ckpt[r], sizeof ckpt[r], "%.4000s/%.39s.ckpt", out, runs[r].name);
-        snprintf(txt, sizeof txt, "%.4000s/%.39s.txt", out, runs[r].name);
+        snprintf(csv[r], sizeof csv[r], "%.4000s/%.63s.csv", out, runs[r].name);
+        snprintf(js[r], sizeof js[r], "%.4000s/%.63s.json", out, runs[r].name);
+        snprintf(ckpt[r], sizeof ckpt[r], "%.4000s/%.63s.ckpt", out, runs[r].name);
+        snprintf(txt, sizeof txt, "%.4000s/%.63s.txt", out, runs[r].name);
         opts[r].log = csv[r], opts[r].summary = js[r];
         if (checkpoints) opts[r].save = ckpt[r];
-        printf("  %-14s ...", runs[r].name);
+        printf("  %-*s ...", namew, runs[r].name);
         fflush(stdout);
         FILE *f = fopen(txt, "w");
         if (!f) return fprintf(stderr, "\nmixprec compare: %s: cannot create\n", txt), 1;
@@ -340,17 +353,18 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
                      "test accuracy %.2f%% is %.2f points below the fp32 run's %.2f%%", 100 * u->eval_accuracy,
                      100 * (f32->eval_accuracy - u->eval_accuracy), 100 * f32->eval_accuracy);
     }
-    printf("\n%-14s %10s %9s %8s %10s %11s %11s %11s %11s %9s %8s %9s\n", "mode", "train loss",
+    printf("\n%-*s %10s %9s %8s %10s %11s %11s %11s %11s %9s %8s %9s\n", namew, "mode", "train loss",
            gpt ? "val loss" : "test acc", "skipped", "final scale", "underflow", "grads lost", "dead grads",
            "upd. lost", "ms/step", "memory", "speed-up");
     for (int r = 0; r < n; r++) {
         const run_result *u = &runs[r].r;
-        char sp[16] = "-", ev[16];
+        char sp[16] = "-", ev[16], tl[16];
         if (f32 && u->ms_per_step > 0) snprintf(sp, sizeof sp, "%.2fx", f32->ms_per_step / u->ms_per_step);
-        if (gpt) snprintf(ev, sizeof ev, "%.4f", u->eval_loss);
+        if (gpt) snprintf(ev, sizeof ev, isfinite(u->eval_loss) ? "%.4f" : "NaN/inf", u->eval_loss);
         else snprintf(ev, sizeof ev, "%.2f%%", 100 * u->eval_accuracy);
-        printf("%-14s %10.4f %9s %8ld %10g %10.4f%% %10.4f%% %10.2f%% %10.4f%% %9.1f %5.0f MiB %9s\n", runs[r].name,
-               u->last_loss, ev, u->skipped_total, u->final_scale, 100 * u->underflow, 100 * u->lost_gradients,
+        snprintf(tl, sizeof tl, isfinite(u->last_loss) ? "%.4f" : "NaN/inf", u->last_loss);
+        printf("%-*s %10s %9s %8ld %10g %10.4f%% %10.4f%% %10.2f%% %10.4f%% %9.1f %5.0f MiB %9s\n", namew, runs[r].name,
+               tl, ev, u->skipped_total, u->final_scale, 100 * u->underflow, 100 * u->lost_gradients,
                100 * u->dead_gradients, 100 * u->lost_updates, u->ms_per_step, u->memory_mib, sp);
     }
     for (int r = 0; r < n; r++)
