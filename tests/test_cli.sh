@@ -112,7 +112,7 @@ expect 2 "$M" scaler-sim --json --csv && one_line
 TR=(train --model mlp:784-48-10 --batch 64 --threads 2)
 expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 30 --log "$T/log.csv" --save "$T/a.st"
 has "$out" '^result: test accuracy [0-9.]+%'
-if [ "$(wc -l < "$T/log.csv")" -eq 31 ] && head -1 "$T/log.csv" | grep -q '^step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,lost_gradients,dead_gradients,lost_updates,ms,eval_loss,underflow_fc0,underflow_fc1,subnormal_fc0,subnormal_fc1,act_overflow_fc0,act_overflow_fc1,headroom_fc0,headroom_fc1,grad_headroom_fc0,grad_headroom_fc1,lost_fc0,lost_fc1,dead_fc0,dead_fc1$'; then ok; else fail "log rows"; fi
+if [ "$(wc -l < "$T/log.csv")" -eq 31 ] && head -1 "$T/log.csv" | grep -q '^step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,lost_gradients,dead_gradients,lost_updates,ms,eval_loss,underflow_fc0,underflow_fc1,subnormal_fc0,subnormal_fc1,act_overflow_fc0,act_overflow_fc1,act_underflow_fc0,act_underflow_fc1,act_subnormal_fc0,act_subnormal_fc1,overflow_fc0,overflow_fc1,nan_fc0,nan_fc1,headroom_fc0,headroom_fc1,grad_headroom_fc0,grad_headroom_fc1,lost_fc0,lost_fc1,dead_fc0,dead_fc1$'; then ok; else fail "log rows"; fi
 if python3 - "$T/log.csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
@@ -382,6 +382,21 @@ expect 0 "$M" "${GT[@]}" --precision fp16-naive --steps 3 --summary "$T/naive.js
 if python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["reductions"] == "half" and j["master_weights"] == "none" and j["precision"] == "fp16-naive", j' "$T/naive.json"
 then ok; else fail "fp16-naive preset"; fi
 expect 0 "$M" "${TR[@]}" --precision bf16 --reductions half --steps 3
+# the per-tensor counts: each step's CSV columns add up to the run's JSON figures
+expect 0 "$M" "${GT[@]}" --precision fp16-static:1e30 --steps 3 --summary "$T/pt.json" --log "$T/pt.csv"
+if python3 - "$T/pt.json" "$T/pt.csv" <<'PY'
+import csv, json, sys
+j = json.load(open(sys.argv[1])); rows = list(csv.DictReader(open(sys.argv[2])))
+tot = {"overflow": 0, "nan": 0}
+for t in j["tensors"]:
+    n = t["name"]
+    o = sum(int(r["overflow_" + n]) for r in rows); z = sum(int(r["nan_" + n]) for r in rows)
+    assert o == t["overflow"] and z == t["nan"] + t["act_nan"], (n, o, z, t)
+    assert all(0 <= float(r["act_underflow_" + n]) <= 1 and 0 <= float(r["act_subnormal_" + n]) <= 1 for r in rows)
+    tot["overflow"] += o; tot["nan"] += z
+assert tot["overflow"] == j["gradient_overflow"] > 0 and tot["nan"] > 0, (tot, j["gradient_overflow"])
+PY
+then ok; else fail "per-tensor overflow/NaN columns against the summary"; fi
 expect 2 "$M" "${TR[@]}" --precision fp32 --reductions half --steps 1 && one_line && has "$err" 'fp16 or bf16'
 expect 2 "$M" "${TR[@]}" --precision fp16 --reductions fp16 --steps 1 && one_line && has "$err" 'fp32 or half'
 expect 2 "$M" "${TR[@]}" --precision fp16+reductions=halfish --steps 1 && one_line && has "$err" 'reductions=fp32\|half'

@@ -430,6 +430,9 @@ static void csv_header(FILE *log, const mp_model *m) {
     for (size_t i = 0; i < n; i++) fprintf(log, ",underflow_%s", m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",subnormal_%s", m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",act_overflow_%s", m->ops->stats(m->impl, i)->name);
+    static const char *const more[] = {"act_underflow", "act_subnormal", "overflow", "nan"};
+    for (size_t k = 0; k < sizeof more / sizeof more[0]; k++)
+        for (size_t i = 0; i < n; i++) fprintf(log, ",%s_%s", more[k], m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",headroom_%s", m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",grad_headroom_%s", m->ops->stats(m->impl, i)->name);
     for (int dead = 0; dead < 2; dead++)
@@ -462,6 +465,19 @@ static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double 
         fprintf(log, ",%.6g", frac(t->bwd.subnormal, t->bwd_elements));
     }
     for (size_t i = 0; i < n; i++) fprintf(log, ",%llu", (unsigned long long)m->ops->stats(m->impl, i)->fwd.overflow);
+    for (size_t i = 0; i < n; i++) {
+        const mp_tensor_stats *t = m->ops->stats(m->impl, i);
+        fprintf(log, ",%.6g", frac(t->fwd.underflow, t->fwd_elements));
+    }
+    for (size_t i = 0; i < n; i++) {
+        const mp_tensor_stats *t = m->ops->stats(m->impl, i);
+        fprintf(log, ",%.6g", frac(t->fwd.subnormal, t->fwd_elements));
+    }
+    for (size_t i = 0; i < n; i++) fprintf(log, ",%llu", (unsigned long long)m->ops->stats(m->impl, i)->bwd.overflow);
+    for (size_t i = 0; i < n; i++) {
+        const mp_tensor_stats *t = m->ops->stats(m->impl, i);
+        fprintf(log, ",%llu", (unsigned long long)(t->fwd.nan + t->bwd.nan));
+    }
     for (int bwd = 0; bwd < 2; bwd++)
         for (size_t i = 0; i < n; i++) {
             const mp_tensor_stats *t = m->ops->stats(m->impl, i);
@@ -812,7 +828,10 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             cJSON_AddNumberToObject(o1, "subnormal_fraction", frac(ls->bwd.subnormal, ls->bwd_elements));
             cJSON_AddNumberToObject(o1, "overflow", (double)ls->bwd.overflow);
             cJSON_AddNumberToObject(o1, "act_underflow_fraction", frac(ls->fwd.underflow, ls->fwd_elements));
+            cJSON_AddNumberToObject(o1, "act_subnormal_fraction", frac(ls->fwd.subnormal, ls->fwd_elements));
             cJSON_AddNumberToObject(o1, "act_overflow", (double)ls->fwd.overflow);
+            cJSON_AddNumberToObject(o1, "nan", (double)ls->bwd.nan);
+            cJSON_AddNumberToObject(o1, "act_nan", (double)ls->fwd.nan);
             for (int bwd = 0; bwd < 2; bwd++) {
                 const float amax = bwd ? ls->bwd_amax : ls->fwd_amax;
                 const double hr = headroom(limit, amax);
