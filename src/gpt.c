@@ -751,7 +751,7 @@ mp_status mp_gpt_eval_batch(mp_gpt *g, const int32_t *tokens, const int32_t *tar
     g->last_rows = 0; /* the buffers now hold this forward */
     mp_status st = forward(g, tokens, B, T, 0);
     float l = 0.0f;
-    if (st == MP_OK) st = mp_cross_entropy(&l, NULL, MP_F32, g->logits, g->ct, targets, N, V, 1.0f, g->acc, NULL);
+    if (st == MP_OK) st = mp_cross_entropy(&l, NULL, MP_F32, g->logits, g->ct, targets, N, V, 1.0f, MP_F32, NULL);
     g->counting = 1;
     if (st != MP_OK) return st;
     *loss_sum += (double)l * (double)N;

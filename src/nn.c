@@ -307,7 +307,7 @@ mp_status mp_mlp_eval_batch(mp_mlp *m, const float *x, const int32_t *labels, si
     const int L = m->cfg.nlayers;
     const size_t C = (size_t)m->cfg.widths[L];
     float loss;
-    if ((st = mp_cross_entropy(&loss, NULL, MP_F32, m->z[L - 1], m->ct, labels, B, C, 1.0f, m->acc, NULL)) != MP_OK)
+    if ((st = mp_cross_entropy(&loss, NULL, MP_F32, m->z[L - 1], m->ct, labels, B, C, 1.0f, MP_F32, NULL)) != MP_OK)
         return st;
     *loss_sum += (double)loss * (double)B;
     float *row = m->dwf;

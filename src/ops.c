@@ -298,7 +298,7 @@ static void colsum_share(void *ctx, size_t j0, size_t j1, int t) {
         memset(sum, 0, m * sizeof *sum);
         for (size_t b = 0; b < j->B; b++) {
             load(row, j->x, j->xt, b * j->C + j0, m);
-            for (size_t k = 0; k < m; k++) sum[k] = mp_round_to(acc, sum[k] + row[k]);
+            for (size_t k = 0; k < m; k++) sum[k] = mp_round_to(acc, sum[k] + mp_round_to(acc, row[k]));
         }
         for (size_t k = 0; k < m; k++) j->out[j0 + k] += sum[k];
     }
@@ -361,7 +361,7 @@ float mp_softmax_row(float *r, size_t C, int log, mp_dtype acc) {
 void mp_softmax_backward_row(float *g, const float *y, size_t C, int log, mp_dtype acc) {
     float dot = 0.0f;
     if (acc != MP_F32 && log) {
-        for (size_t k = 0; k < C; k++) dot = mp_round_to(acc, dot + g[k]);
+        for (size_t k = 0; k < C; k++) dot = mp_round_to(acc, dot + mp_round_to(acc, g[k]));
         for (size_t k = 0; k < C; k++) g[k] -= mp_round_to(acc, mp_round_to(acc, expf(y[k])) * dot);
     } else if (acc != MP_F32) {
         for (size_t k = 0; k < C; k++) dot = mp_round_to(acc, dot + mp_round_to(acc, g[k] * y[k]));
@@ -532,7 +532,7 @@ typedef struct {
 /* A row's mean and rstd as a naive loop in acc computes them (ops.h). */
 static void ln_stats_naive(const float *x, size_t C, float eps, mp_dtype acc, float *mean, float *rstd) {
     float m = 0.0f, v = 0.0f;
-    for (size_t j = 0; j < C; j++) m = mp_round_to(acc, m + x[j]);
+    for (size_t j = 0; j < C; j++) m = mp_round_to(acc, m + mp_round_to(acc, x[j]));
     m = mp_round_to(acc, m / (float)C);
     for (size_t j = 0; j < C; j++) {
         const float d = mp_round_to(acc, x[j] - m);
@@ -597,7 +597,7 @@ static void ln_dwdb_share(void *ctx, size_t j0, size_t j1, int t) {
     ln_job *J = ctx;
     const size_t m = j1 - j0;
     const mp_dtype acc = J->acc;
-    float stack[ROW_STACK], *r = row_scratch(stack, 4 * m);
+    float stack[ROW_STACK], *r = row_scratch(stack, acc == MP_F32 ? 2 * m : 4 * m);
     if (!r) {
         J->oom = 1;
         return;
@@ -620,7 +620,7 @@ static void ln_dwdb_share(void *ctx, size_t j0, size_t j1, int t) {
         if (db && acc == MP_F32)
             for (size_t k = 0; k < m; k++) db[k] += g[k];
         else if (db)
-            for (size_t k = 0; k < m; k++) db[k] = mp_round_to(acc, db[k] + g[k]);
+            for (size_t k = 0; k < m; k++) db[k] = mp_round_to(acc, db[k] + mp_round_to(acc, g[k]));
     }
     for (size_t k = 0; acc != MP_F32 && k < m; k++) {
         if (dw) J->dw[j0 + k] += dw[k];

@@ -460,7 +460,9 @@ mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, mp
         norm = naive_norm(o, acc);
     }
     if (total_norm) *total_norm = norm;
-    if (!isfinite(norm)) return MP_OK;
+    /* fp64: a non-finite norm means non-finite gradients, left for the scaler to skip; a naive
+     * half norm also overflows on finite gradients, and its coefficient is then 0 */
+    if (isnan(norm) || (acc == MP_F32 && isinf(norm))) return MP_OK;
     const double coef = max_norm / (norm + 1e-6);
     j.kind = JOB_SCALE, j.coef = (float)coef;
     if (coef < 1.0)

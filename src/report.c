@@ -155,6 +155,8 @@ static void section_head(FILE *f, const mp_report *r) {
                "#ablation td:nth-child(2),#ablation th:nth-child(2){text-align:left}\n"
                "h3{font-size:1em;margin:1.2em 0 .2em}pre.sample{white-space:pre-wrap;background:#f6f6f6;padding:.6em;"
                "font-size:.88em;margin:.3em 0}\n"
+               "details.tensors{margin:.5em 0}details.tensors summary{cursor:pointer}table.tensors{font-size:.82em}"
+               "table.tensors th{text-align:center}tr.bad td{background:#fde0dc}\n"
                "</style>\n</head>\n<body>\n");
 }
 
@@ -326,7 +328,7 @@ static int eval_runs(const mp_report *r, int show[64], double *lo, double *top) 
  * and a marker with its figure at each. Returns how many were above. */
 static long eval_points(FILE *f, const axes *a, const mp_report_run *u) {
     long nf = 0, above = 0;
-    for (long k = 0; k < u->neval; k++) nf += isfinite(u->eval_losses[k]) != 0, above += u->eval_losses[k] > a->y1;
+    for (long k = 0; k < u->neval; k++) nf += isfinite(u->eval_losses[k]) != 0, above += isfinite(u->eval_losses[k]) && u->eval_losses[k] > a->y1;
     if (nf >= 2) {
         polyline_begin(f, u->color, 0);
         for (long k = 0; k < u->neval; k++)
@@ -455,9 +457,13 @@ static void chart_layers(FILE *f, const mp_report *r) {
     chart_end(f);
 }
 
-/* log2(fp16_max / amax): doublings left before fp16 overflows; NAN where nothing was stored. */
+/* log2(limit / amax): doublings left before a store of amax overflows; NAN where nothing finite and nonzero was
+ * stored (amax 0). */
+static double headroom_log2(double limit, float amax) { return amax > 0 ? log2(limit / (double)amax) : NAN; }
+
+/* Tensor l's activation headroom against fp16's largest value; NAN where u has no tensors or l none. */
 static double headroom16(const mp_report *r, const mp_report_run *u, int l) {
-    return u->layer_amax && l < u->nlayers && u->layer_amax[l] > 0 ? log2(r->fp16_max / u->layer_amax[l]) : NAN;
+    return u->tensors && l < u->nlayers ? headroom_log2(r->fp16_max, u->tensors[l].fwd_amax) : NAN;
 }
 
 /* Activation headroom per tensor against fp16's largest value (in every mode,
@@ -468,7 +474,7 @@ static void chart_headroom(FILE *f, const mp_report *r) {
     double hmin = 0, hmax = 1;
     const char (*names)[64] = NULL;
     for (int i = 0; i < r->nruns; i++)
-        if (r->runs[i].layer_amax && r->runs[i].nlayers > nl) nl = r->runs[i].nlayers, names = r->runs[i].layer_names;
+        if (r->runs[i].tensors && r->runs[i].nlayers > nl) nl = r->runs[i].nlayers, names = r->runs[i].layer_names;
     for (int l = 0; l < nl && ncol < 1024; l++) { /* the tensors with a figure in some run, in the model's order */
         int any = 0;
         for (int i = 0; i < r->nruns; i++) {
@@ -507,6 +513,116 @@ static void chart_headroom(FILE *f, const mp_report *r) {
         fputs("</text>\n", f);
     }
     chart_end(f);
+}
+
+/* a / b; 0 when b is 0 (as the run's JSON). */
+static double share(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
+
+/* The share of t's gradient stores that became zero. */
+static double grad_underflow(const mp_tensor_stats *t) { return share(t->bwd.underflow, t->bwd_elements); }
+
+/* Whether t stored an overflow or a NaN, activation or gradient. */
+static int tensor_bad(const mp_tensor_stats *t) {
+    return (t->fwd.overflow | t->fwd.nan | t->bwd.overflow | t->bwd.nan) != 0;
+}
+
+/* The five cells of one kind of store of a tensor (n values over the run, the largest finite magnitude amax):
+ * underflow and subnormal shares, overflow and NaN counts, headroom against limit. All "-" where there was no such
+ * store; the headroom "-" where nothing finite and nonzero was stored. */
+static void store_cells(FILE *f, const mp_convert_stats *c, uint64_t n, float amax, double limit) {
+    if (n == 0) {
+        fputs("<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td>", f);
+        return;
+    }
+    fprintf(f, "<td>%.4f%%</td><td>%.4f%%</td><td>%llu</td><td>%llu</td>", 100 * share(c->underflow, n),
+            100 * share(c->subnormal, n), (unsigned long long)c->overflow, (unsigned long long)c->nan);
+    const double h = headroom_log2(limit, amax);
+    if (isnan(h)) fputs("<td>-</td>", f);
+    else fprintf(f, "<td>%.2f</td>", h);
+}
+
+/* Tensor l of u as a row: its activation and gradient stores, then for a weight the shares of its weight-gradient
+ * values lost and dead; class "bad" when it stored an overflow or a NaN. */
+static void tensor_row(FILE *f, const mp_report_run *u, int l) {
+    const mp_tensor_stats *t = &u->tensors[l];
+    const double limit = u->headroom_format->max;
+    fputs(tensor_bad(t) ? "<tr class=\"bad\" data-tensor=\"" : "<tr data-tensor=\"", f);
+    esc(f, u->layer_names[l]);
+    fputs("\"><td>", f);
+    esc(f, u->layer_names[l]);
+    fputs("</td>", f);
+    store_cells(f, &t->fwd, t->fwd_elements, t->fwd_amax, limit);
+    store_cells(f, &t->bwd, t->bwd_elements, t->bwd_amax, limit);
+    if (t->has_wgrad)
+        fprintf(f, "<td>%.4f%%</td><td>%.2f%%</td></tr>\n", 100 * share(t->wgrad_lost, t->wgrad_elements),
+                100 * share(t->wgrad_dead, t->wgrad_elements));
+    else
+        fputs("<td>-</td><td>-</td></tr>\n", f);
+}
+
+/* u's tensors in one line: the one with the largest share of gradient values that became zero (the first of
+ * equals), and how many stored an overflow or a NaN, the first three named. */
+static void tensor_digest(FILE *f, const mp_report_run *u) {
+    int worst = -1, nbad = 0;
+    for (int l = 0; l < u->nlayers; l++) {
+        const mp_tensor_stats *t = &u->tensors[l];
+        if (t->bwd.underflow && (worst < 0 || grad_underflow(t) > grad_underflow(&u->tensors[worst]))) worst = l;
+        nbad += tensor_bad(t);
+    }
+    if (worst < 0) {
+        fputs("no gradient value became zero", f);
+    } else {
+        fputs("most gradient underflow in ", f);
+        esc(f, u->layer_names[worst]);
+        fprintf(f, " (%.3g%%)", 100 * grad_underflow(&u->tensors[worst]));
+    }
+    if (nbad == 0) {
+        fputs("; no overflow or NaN", f);
+        return;
+    }
+    fprintf(f, "; overflow or NaN in %d tensor%s: ", nbad, nbad == 1 ? "" : "s");
+    for (int l = 0, k = 0; l < u->nlayers && k < 3; l++)
+        if (tensor_bad(&u->tensors[l])) {
+            if (k++) fputs(", ", f);
+            esc(f, u->layer_names[l]);
+        }
+    if (nbad > 3) fprintf(f, " and %d more", nbad - 3);
+}
+
+/* u's per-tensor table in a closed <details> whose summary is the run's name and digest. */
+static void tensor_table(FILE *f, const mp_report_run *u) {
+    fputs("<details class=\"tensors\" data-mode=\"", f);
+    esc(f, u->name);
+    fputs("\"><summary><b>", f);
+    esc(f, u->name);
+    fputs("</b>: ", f);
+    tensor_digest(f, u);
+    fputs("</summary>\n<table class=\"tensors\">\n<tr><th rowspan=\"2\">tensor</th><th colspan=\"5\">activation "
+          "stores</th><th colspan=\"5\">gradient stores</th><th colspan=\"2\">weight gradients</th></tr>\n<tr>", f);
+    for (int k = 0; k < 2; k++) {
+        fputs("<th>underflow</th><th>subnormal</th><th>overflow</th><th>NaN</th><th>headroom vs ", f);
+        esc(f, u->headroom_format->name);
+        fputs("</th>", f);
+    }
+    fputs("<th>lost</th><th>dead</th></tr>\n", f);
+    for (int l = 0; l < u->nlayers; l++) tensor_row(f, u, l);
+    fputs("</table>\n</details>\n", f);
+}
+
+/* Each run's figures per tensor over the whole run (the runs that have them), one closed table per run. */
+static void section_tensors(FILE *f, const mp_report *r) {
+    int any = 0;
+    for (int i = 0; i < r->nruns; i++) any |= r->runs[i].tensors != NULL;
+    if (!any) return;
+    fputs("<h2>Per tensor</h2>\n<p class=\"note\">Each tensor's stores over the whole run, as in the run's JSON: "
+          "underflow, the share of the values stored that were nonzero and became zero; subnormal, the share stored "
+          "as subnormals; overflow, the finite values that became inf; NaN, the NaNs stored; headroom, log2 of the "
+          "format's largest value over the largest finite magnitude stored (doublings left before an overflow; "
+          "gradients with the loss scale in them). For a weight: the shares of its weight-gradient values lost "
+          "(nonzero in fp32, 0 when stored) and dead (0 in fp32 already). Highlighted rows stored an overflow or a "
+          "NaN; \"-\": the tensor has no such store, or (headroom) stored nothing finite and nonzero.</p>\n", f);
+    for (int i = 0; i < r->nruns; i++)
+        if (r->runs[i].tensors) tensor_table(f, &r->runs[i]);
 }
 
 /* The skipped steps of each run with where their inf/NaN was (the first 20 of each). */
@@ -654,7 +770,7 @@ static int heat_ncolors(double lo, double hi) { return hi > lo ? HEAT_COLORS : 1
 
 /* The colour index of v > 0 on the log scale from lo to hi. */
 static int heat_color_of(double v, double lo, double hi) {
-    if (hi <= lo) return HEAT_COLORS - 1;
+    if (hi <= lo) return 0; /* one value: heat_ncolors gives one colour, the last */
     const int b = (int)floor(HEAT_COLORS * log(v / lo) / log(hi / lo));
     return b < 0 ? 0 : b >= HEAT_COLORS ? HEAT_COLORS - 1 : b;
 }
@@ -775,6 +891,7 @@ static void write_body(FILE *f, const mp_report *r) {
     chart_underflow(f, r);
     charts_heatmap(f, r);
     chart_headroom(f, r);
+    section_tensors(f, r);
     section_skips(f, r);
     chart_histogram(f, r);
     section_samples(f, r);

@@ -51,14 +51,15 @@ static const mp_precision *row_of(const char *name) {
 
 /* p->label: its base (up to the first '+') and the switches that differ from its table row. */
 static mp_status relabel(mp_precision *p) {
-    const mp_precision *row = row_of(p->name);
+    const mp_precision *row = p->name ? row_of(p->name) : NULL;
+    if (!row) return mp_error(MP_EINVAL, "precision '%s' is not a mode of the table", p->name ? p->name : "(null)");
     char lab[sizeof p->label];
     size_t k = strcspn(p->label, "+");
     memcpy(lab, p->label, k);
     lab[k] = '\0';
-    if (row && p->master_weights != row->master_weights)
+    if (p->master_weights != row->master_weights)
         k += (size_t)snprintf(lab + k, sizeof lab - k, "+master-weights=%s", mp_master_weights_name(p->master_weights));
-    if (row && p->reductions != row->reductions && k < sizeof lab)
+    if (p->reductions != row->reductions && k < sizeof lab)
         k += (size_t)snprintf(lab + k, sizeof lab - k, "+reductions=%s", mp_reductions_name(p->reductions));
     if (k >= sizeof lab) return mp_error(MP_EINVAL, "precision '%s' is too long", p->label);
     memcpy(p->label, lab, k + 1);
@@ -200,10 +201,6 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
     if (half && !model.ops->set_reductions)
         return mp_error(MP_EINVAL, "the %s model computes its reductions in fp32 only: no +reductions=half",
                         model.ops->kind);
-    if (model.ops->set_reductions) {
-        const mp_status st = model.ops->set_reductions(model.impl, half ? c->precision->compute : MP_F32);
-        if (st != MP_OK) return st;
-    }
     mp_trainer *t = calloc(1, sizeof *t);
     if (!t) return mp_error(MP_ENOMEM, "mp_trainer_create: out of memory");
     t->cfg = *c, t->model = model, t->opt = opt, t->loader = loader;
@@ -214,6 +211,13 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
         mp_scaler_config sc = c->scaler;
         sc.dynamic = c->precision->scaling == MP_SCALING_DYNAMIC;
         const mp_status st = mp_scaler_init(&t->scaler, &sc);
+        if (st != MP_OK) {
+            free(t);
+            return st;
+        }
+    }
+    if (model.ops->set_reductions) {
+        const mp_status st = model.ops->set_reductions(model.impl, half ? c->precision->compute : MP_F32);
         if (st != MP_OK) {
             free(t);
             return st;
@@ -407,6 +411,7 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
         for (size_t i = 0; i < nmeta; i++) kv[k++] = meta[i];
         kv[k++] = "precision", kv[k++] = t->cfg.precision->name;
         kv[k++] = "master_weights", kv[k++] = mp_master_weights_name(t->cfg.precision->master_weights);
+        kv[k++] = "reductions", kv[k++] = mp_reductions_name(t->cfg.precision->reductions);
         kv[k++] = "step", kv[k++] = step;
         kv[k++] = "optim_steps", kv[k++] = osteps, kv[k++] = "scaler", kv[k++] = blob, kv[k] = NULL;
         st = mp_safetensors_write(path, ts, n, kv);
@@ -421,13 +426,15 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
     if (!fmt || strcmp(fmt, checkpoint_format) != 0)
         return mp_error(MP_ECORRUPT, "%s: not a mixprec checkpoint (no format metadata)", path);
     const char *prec[] = {"precision", t->cfg.precision->name, "master_weights",
-                          mp_master_weights_name(t->cfg.precision->master_weights), NULL};
+                          mp_master_weights_name(t->cfg.precision->master_weights), "reductions",
+                          mp_reductions_name(t->cfg.precision->reductions), NULL};
     const char *const *lists[2] = {expect, prec};
     for (int l = 0; l < 2; l++)
         for (size_t i = 0; lists[l] && lists[l][i]; i += 2) {
             const char *v = mp_safetensors_meta(s, lists[l][i]);
             if (!v && l == 1 && i == 2) /* written before the switch: the mode's own setting */
                 v = strcmp(mp_safetensors_meta(s, "precision"), "bf16-pure") == 0 ? "bf16-pure" : "fp32";
+            if (!v && l == 1 && i == 4) v = "fp32"; /* written before --reductions */
             if (!v || strcmp(v, lists[l][i + 1]) != 0)
                 return mp_error(MP_EINVAL, "%s: checkpoint has %s '%s', this run asks for '%s'", path, lists[l][i],
                                 v ? v : "(none)", lists[l][i + 1]);

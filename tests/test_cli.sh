@@ -381,7 +381,9 @@ then ok; else fail "--reductions half"; fi
 expect 0 "$M" "${GT[@]}" --precision fp16-naive --steps 3 --summary "$T/naive.json"
 if python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["reductions"] == "half" and j["master_weights"] == "none" and j["precision"] == "fp16-naive", j' "$T/naive.json"
 then ok; else fail "fp16-naive preset"; fi
-expect 0 "$M" "${TR[@]}" --precision bf16 --reductions half --steps 3
+expect 0 "$M" "${TR[@]}" --precision bf16 --reductions half --steps 3 --save "$T/rh3.st"
+expect 1 "$M" "${TR[@]}" --precision bf16 --steps 6 --resume "$T/rh3.st" && one_line && has "$err" "reductions 'half'"
+expect 0 "$M" "${TR[@]}" --precision bf16+reductions=half --steps 6 --resume "$T/rh3.st"
 # the per-tensor counts: each step's CSV columns add up to the run's JSON figures
 expect 0 "$M" "${GT[@]}" --precision fp16-static:1e30 --steps 3 --summary "$T/pt.json" --log "$T/pt.csv"
 if python3 - "$T/pt.json" "$T/pt.csv" <<'PY'

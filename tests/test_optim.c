@@ -326,6 +326,18 @@ static void check_clip(void) {
     CHECK(mp_clip_grad_norm(q, NULL, 1.0, MP_BF16, &nbf) == MP_OK && nbf == want_bf && nbf < 0.5 * 1e-4 * sqrt(M),
           "bf16 naive norm %g (loop %g, exact %g)", nbf, want_bf, 1e-4 * sqrt(M));
     CHECK(mp_clip_grad_norm(q, NULL, 1.0, MP_F32, &n32) == MP_OK && fabs(n32 - 1e-4 * sqrt(M)) < 1e-9, "fp32 norm %g", n32);
+    /* gradients of 8: squares of 64 sum past 65504 in fp16 after 1024 of them; the
+     * naive norm is inf and its clip coefficient 0 (fp32's norm is 512) */
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < M / 2; i++) g2[k]->grad[i] = 8.0f;
+    CHECK(mp_clip_grad_norm(q, NULL, 1.0, MP_F16, &n16) == MP_OK && isinf(n16) && g2[0]->grad[0] == 0.0f &&
+              g2[1]->grad[M / 2 - 1] == 0.0f,
+          "fp16 naive norm %g overflows: gradients %g", n16, (double)g2[0]->grad[0]);
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < M / 2; i++) g2[k]->grad[i] = 8.0f;
+    CHECK(mp_clip_grad_norm(q, NULL, 1.0, MP_F32, &n32) == MP_OK && n32 == 512.0 &&
+              fabsf(g2[0]->grad[0] - (float)(8.0 / (512.0 + 1e-6))) < 1e-9f,
+          "fp32 norm %g clips to 1", n32);
     mp_optim_free(q);
 }
 

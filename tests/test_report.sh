@@ -30,6 +30,7 @@ class P(HTMLParser):
         self.charts, self.cur, self.el, self.intitle, self.color = {}, None, None, False, {}
         self.fill, self.legend_text, self.scale = None, False, {}
         self.abl, self.row, self.intd, self.pre, self.pres = [], None, False, None, {}
+        self.tensors, self.tab, self.trow, self.insum, self.inth = {}, None, None, False, False
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         cls = a.get("class", "").split()
@@ -45,7 +46,21 @@ class P(HTMLParser):
         if tag == "tr" and "data-ablation" in a: self.row = []
         if tag == "td" and self.row is not None: self.intd = True; self.row.append("")
         if tag == "pre" and "sample" in cls: self.pre = a["data-mode"]; self.pres[self.pre] = ""
+        if tag == "details" and "tensors" in cls:
+            self.tab = {"open": "open" in a, "summary": "", "heads": [], "rows": []}
+            self.tensors[a["data-mode"]] = self.tab
+        if self.tab is not None:
+            self.insum |= tag == "summary"
+            if tag == "th": self.inth = True; self.tab["heads"].append("")
+            if tag == "tr" and "data-tensor" in a:
+                self.trow = {"name": a["data-tensor"], "bad": "bad" in cls, "cells": []}
+                self.tab["rows"].append(self.trow)
+            if tag == "td" and self.trow is not None: self.trow["cells"].append("")
     def handle_endtag(self, tag):
+        if tag == "details": self.tab = None
+        if tag == "summary": self.insum = False
+        if tag == "th": self.inth = False
+        if tag == "tr": self.trow = None
         if tag == "svg": self.cur = None
         if tag == "title": self.intitle = False
         if tag in ("rect", "circle"): self.el = None
@@ -57,6 +72,9 @@ class P(HTMLParser):
         if self.legend_text: self.color[data] = self.fill; self.fill = None; self.legend_text = False
         if self.intd: self.row[-1] += data
         if self.pre: self.pres[self.pre] += data
+        if self.insum: self.tab["summary"] += data
+        if self.inth: self.tab["heads"][-1] += data
+        if self.trow is not None and self.trow["cells"]: self.trow["cells"][-1] += data
 
 p = P(); p.feed(html)
 assert all(p.charts.values()), {k: len(v) for k, v in p.charts.items()}  # no empty chart
@@ -121,6 +139,36 @@ for e in p.charts["headroom"]:
     amax = {x["name"]: x for x in runs[m]["tensors"]}[t]["act_amax"]
     assert close(float(v), math.log2(65504 / amax), 0, 0.006), (e, amax)
     assert (float(e["a"]["height"]) > 0) == (abs(float(v)) >= 0.005), e
+
+# per tensor: a closed <details> per run, every cell the JSON's figure as the report formats it ("-" where the tensor
+# has no such store), the rows with an overflow or a NaN (and only those) highlighted, the summary line naming the
+# tensor with the most gradient underflow (the first of equals) and those with an overflow or a NaN
+assert sorted(p.tensors) == sorted(names), p.tensors.keys()
+pct = lambda v, nd=4: f"{100 * v:.{nd}f}%"
+for m in names:
+    tab, ts = p.tensors[m], runs[m]["tensors"]
+    assert not tab["open"] and tab["heads"].count(f"headroom vs {runs[m]['headroom_against']}") == 2, (m, tab["heads"])
+    assert [r["name"] for r in tab["rows"]] == [x["name"] for x in ts], (m, tab["rows"])
+    bad = [x["name"] for x in ts if x["overflow"] + x["nan"] + x["act_overflow"] + x["act_nan"] > 0]
+    assert [r["name"] for r in tab["rows"] if r["bad"]] == bad, (m, bad)
+    for x, r in zip(ts, tab["rows"]):
+        want = [x["name"]]
+        for pre, kind in (("act_", "act"), ("", "grad")):
+            hr = x[f"{kind}_headroom_log2"]
+            want += ["-"] * 5 if x[f"{kind}_values"] == 0 else \
+                [pct(x[pre + "underflow_fraction"]), pct(x[pre + "subnormal_fraction"]), str(int(x[pre + "overflow"])),
+                 str(int(x[pre + "nan"])), "-" if hr is None else f"{hr:.2f}"]
+        w = x.get("wgrad_values")
+        share = lambda k: x[k] / w if w else 0
+        want += ["-", "-"] if w is None else [pct(share("wgrad_lost")), pct(share("wgrad_dead"), 2)]
+        assert r["cells"] == want, (m, r["cells"], want)
+    under = [x for x in ts if x["underflow_fraction"] > 0]
+    worst = max(under, key=lambda x: x["underflow_fraction"]) if under else None
+    digest = f"most gradient underflow in {worst['name']} ({100 * worst['underflow_fraction']:.3g}%)" if worst \
+        else "no gradient value became zero"
+    digest += f"; overflow or NaN in {len(bad)} tensor{'s' * (len(bad) != 1)}: {', '.join(bad[:3])}" + \
+        (f" and {len(bad) - 3} more" if len(bad) > 3 else "") if bad else "; no overflow or NaN"
+    assert tab["summary"] == f"{m}: {digest}", (tab["summary"], digest)
 
 # what each protection buys: the runs that lack exactly one of fp16-dynamic's protections, by their labels
 prot = {"fp16": "loss scaling", "fp16-dynamic+master-weights=none": "fp32 master weights",
@@ -271,6 +319,8 @@ if "$M" compare --precisions fp16-static:1e30 --model mlp:784-32-10 --steps 3 --
 else fail "skipped steps in the report ($(grep -c '<tr><td>fp16-static' "$T/sk/report.html" 2>&1))"; fi
 # without fp16-dynamic there is no reference: no protections' table, nothing in summary.json
 python3 "$T/check.py" "$T/sk" "$T/sk.txt" && ok || fail "a comparison without fp16-dynamic"
+# its per-tensor table has highlighted rows (check.py: exactly the tensors with an overflow or a NaN)
+grep -q '<tr class="bad" data-tensor=' "$T/sk/report.html" && ok || fail "fp16-static:1e30: no highlighted row"
 
 # bad options reach the user, the output directory must be writable
 "$M" compare --lr x --out "$T/bad" > "$T/o2.txt" 2>&1; [ $? -eq 2 ] && ok || fail "bad train option: exit 2"

@@ -20,10 +20,11 @@ static const char usage_head[] =
     "and writes DIR/report.html (one self-contained page: training and evaluation\n"
     "loss curves, the loss scale with every skipped step, gradient underflow by\n"
     "tensor and over time with a heat map of tensors x steps per mode, where the\n"
-    "gradients lie against fp16's range, what each protection buys against\n"
-    "fp16-dynamic, a text sample from each final GPT and a reading of what\n"
-    "happened) with the logs behind it: DIR/MODE.csv (per step), DIR/MODE.json\n"
-    "(per run), DIR/MODE.txt (the run's output) and DIR/summary.json (docs/LOGS.md).\n"
+    "gradients lie against fp16's range, every tensor's figures per mode, what\n"
+    "each protection buys against fp16-dynamic, a text sample from each final\n"
+    "GPT and a reading of what happened) with the logs behind it: DIR/MODE.csv\n"
+    "(per step), DIR/MODE.json (per run), DIR/MODE.txt (the run's output) and\n"
+    "DIR/summary.json (docs/LOGS.md).\n"
     "The modes run one after the other in this process; peak memory is measured\n"
     "per mode (the kernel's high-water mark, reset before each).\n\n"
     "  --precisions LIST   comma-separated modes (see below)\n"
@@ -389,7 +390,8 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
                                 .final_scale = u->final_scale, .skipped_total = u->skipped_total,
                                 .has_hist = u->has_hist, .hist_lo = RUN_HIST_LO, .hist_zeros = u->hist_zeros,
                                 .hist_scale = u->hist_scale, .warnings = warn_ptr[r], .nwarnings = u->nwarnings,
-                                .layer_amax = u->tensor_act_amax, .skips = u->skips, .nskips = u->nskips};
+                                .tensors = u->tensor_totals, .headroom_format = u->headroom_format,
+                                .skips = u->skips, .nskips = u->nskips};
         memcpy(rr[r].hist, u->hist, sizeof rr[r].hist);
         rr[r].neval = u->neval, rr[r].eval_steps = u->eval_steps, rr[r].eval_losses = u->eval_losses;
         rr[r].sample = u->sample, rr[r].sample_printable = u->sample_printable, rr[r].sample_words = u->sample_words;

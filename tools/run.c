@@ -224,7 +224,7 @@ int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
 void run_result_free(run_result *r) {
     if (!r) return;
     free(r->loss), free(r->scale), free(r->skipped), free(r->tensor_names), free(r->tensor_underflow);
-    free(r->tensor_act_amax), free(r->skips), free(r->skip_text);
+    free(r->tensor_totals), free(r->skips), free(r->skip_text);
     free(r->eval_steps), free(r->eval_losses), free(r->sample);
     memset(r, 0, sizeof *r);
 }
@@ -587,13 +587,13 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     s.ms = malloc(cap * sizeof *s.ms);
     s.skips = cJSON_CreateArray();
     r->skips = calloc(RUN_SKIPS_KEPT, sizeof *r->skips), r->skip_text = calloc(RUN_SKIPS_KEPT, sizeof *r->skip_text);
-    r->tensor_act_amax = calloc((size_t)nt + 1, sizeof *r->tensor_act_amax);
+    r->tensor_totals = calloc((size_t)nt + 1, sizeof *r->tensor_totals);
     const size_t neval_max = (o->eval_every ? cap / (size_t)o->eval_every : 0) + 2; /* the last one: the end's */
     r->eval_steps = malloc(neval_max * sizeof *r->eval_steps), r->eval_losses = malloc(neval_max * sizeof *r->eval_losses);
     const int hist_on = !gpt && o->hist_every > 0;
     const long nh_max = hist_on ? (long)cap / o->hist_every + 2 : 0;
     s.hs = calloc((size_t)nh_max + 1, sizeof *s.hs);
-    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.skips || !r->skips || !r->skip_text || !r->tensor_act_amax ||
+    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.skips || !r->skips || !r->skip_text || !r->tensor_totals ||
         !r->eval_steps || !r->eval_losses || !s.hs) {
         fail("out of memory");
         goto done;
@@ -614,11 +614,8 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             gpt ? (o->gelu ? " gelu-erf" : "") : o->act ? " gelu" : " relu", o->prec_name,
             o->adamw ? "adamw" : "sgd", o->lr, o->schedule == MP_LR_COSINE ? " cosine" : "", o->batch, o->accum,
             gpt ? " sequences" : "", total, steps_per_epoch, o->seed, o->resume ? " (resumed)" : "");
-    mp_tensor_stats *run_stats = calloc((size_t)nt + 1, sizeof *run_stats);
-    if (!run_stats) {
-        fail("out of memory");
-        goto done;
-    }
+    mp_tensor_stats *const run_stats = r->tensor_totals;
+    r->headroom_format = hfmt;
     for (int i = 0; i < nt; i++) run_stats[i].has_wgrad = s.model.ops->stats(s.model.impl, (size_t)i)->has_wgrad;
     long done_steps = 0, nan_step = -1;
     uint64_t lost_updates = 0, params_updated = 0; /* over the run */
@@ -638,7 +635,6 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         if (take_hist) mp_mlp_histogram(s.mlp, NULL, 0, 0, NULL), nh++;
         if (st != MP_OK && st != MP_EOVERFLOW) { /* an error: the run ends here, nothing is saved */
             fail("step %ld: %s", step + 1, mp_last_error());
-            free(run_stats);
             goto done;
         }
         if (st == MP_EOVERFLOW) snprintf(stop_msg, sizeof stop_msg, "%s", mp_last_error()), stopped = stop_msg;
@@ -649,7 +645,6 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         if (si.skipped) r->skipped_total++;
         if ((si.nbad || si.first_activation || si.skipped) && report_nonfinite(out, tty, s.skips, &si, s.tr, r)) {
             fail("out of memory");
-            free(run_stats);
             goto done;
         }
         for (int i = 0; i < nt; i++) {
@@ -667,7 +662,6 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         const int eval_now = o->eval_every && si.step % o->eval_every == 0 && si.step < total && !stopped;
         if (eval_now && mp_trainer_evaluate(s.tr, &eval_loss, &eval_acc) != MP_OK) {
             fail("%s", mp_last_error());
-            free(run_stats);
             goto done;
         }
         if (eval_now) r->eval_steps[r->neval] = done_steps + 1, r->eval_losses[r->neval++] = eval_loss;
@@ -703,14 +697,10 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     r->nsteps = done_steps;
     if (mp_trainer_evaluate(s.tr, &r->eval_loss, &r->eval_accuracy) != MP_OK) {
         fail("%s", mp_last_error());
-        free(run_stats);
         goto done;
     }
     r->eval_steps[r->neval] = done_steps, r->eval_losses[r->neval++] = r->eval_loss;
-    if (gpt && o->sample_bytes > 0 && take_sample(&s, o->sample_bytes, r) != 0) {
-        free(run_stats);
-        goto done;
-    }
+    if (gpt && o->sample_bytes > 0 && take_sample(&s, o->sample_bytes, r) != 0) goto done;
     double *sorted = s.ms;
     qsort(sorted, (size_t)done_steps, sizeof *sorted, cmp_d);
     r->ms_per_step = done_steps ? sorted[done_steps / 2] : 0.0;
@@ -725,7 +715,6 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         w_elems += run_stats[i].wgrad_elements, w_lost += run_stats[i].wgrad_lost, w_dead += run_stats[i].wgrad_dead;
     }
     r->underflow = frac(tot_under, tot_elems);
-    for (int i = 0; i < nt; i++) r->tensor_act_amax[i] = run_stats[i].fwd_amax;
     r->lost_gradients = frac(w_lost, w_elems), r->dead_gradients = frac(w_dead, w_elems);
     r->lost_updates = frac(lost_updates, params_updated);
     if (nh) {
@@ -832,6 +821,8 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             cJSON_AddNumberToObject(o1, "act_overflow", (double)ls->fwd.overflow);
             cJSON_AddNumberToObject(o1, "nan", (double)ls->bwd.nan);
             cJSON_AddNumberToObject(o1, "act_nan", (double)ls->fwd.nan);
+            cJSON_AddNumberToObject(o1, "grad_values", (double)ls->bwd_elements);
+            cJSON_AddNumberToObject(o1, "act_values", (double)ls->fwd_elements);
             for (int bwd = 0; bwd < 2; bwd++) {
                 const float amax = bwd ? ls->bwd_amax : ls->fwd_amax;
                 const double hr = headroom(limit, amax);
@@ -871,11 +862,9 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         cJSON_Delete(j);
         if (bad) {
             fail("%s: cannot write the summary", o->summary);
-            free(run_stats);
             goto done;
         }
     }
-    free(run_stats);
     if (o->dump_grads) { /* the weight gradients of the last step, as the optimizer saw them */
         const size_t np = mp_optim_count(s.opt);
         mp_tensor *gt = calloc(np + 1, sizeof *gt);

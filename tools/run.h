@@ -62,7 +62,10 @@ typedef struct run_result {
     double hist[RUN_HIST_N], hist_zeros, hist_scale;
     char warnings[6][256];
     int nwarnings;
-    float *tensor_act_amax;      /* (ntensors,): the largest finite activation stored in the run, 0: none */
+    mp_tensor_stats *tensor_totals; /* (ntensors,): each tensor's counts and largest magnitudes over the run (the
+                                       summary's "tensors"; names in tensor_names) */
+    const mp_format_info *headroom_format; /* the format whose largest value the headroom figures are against: the
+                                              compute format, fp16 in an fp32 run */
     mp_report_skip *skips;       /* the first RUN_SKIPS_KEPT skipped steps, where pointing into skip_text */
     char (*skip_text)[512];
     long nskips;

@@ -128,7 +128,9 @@ const mp_gpt_config *mp_gpt_get_config(const mp_gpt *g);
  * MP_F32 (the default) or the compute format, a naive half loop. In the
  * naive form the attention's scores and their gradient dp are rounded to
  * the compute format before their softmax rows, as a half matmul would
- * store them. MP_EINVAL for another format. */
+ * store them. Evaluation (mp_gpt_eval_batch) runs the same forward but
+ * sums its loss with fp32 reductions, so that every mode is measured alike.
+ * MP_EINVAL for another format. */
 mp_status mp_gpt_set_reductions(mp_gpt *g, mp_dtype acc);
 
 /* Parameters; non_embedding != 0 leaves out the position embedding (as

@@ -74,7 +74,9 @@ const mp_mlp_config *mp_mlp_get_config(const mp_mlp *m);
 
 /* Where the reductions round (ops.h's acc: layer norms, the loss's
  * log-sum-exp, bias-gradient column sums): MP_F32 (the default) or the
- * compute format, a naive half loop. MP_EINVAL for another format. */
+ * compute format, a naive half loop. Evaluation sums its loss with fp32
+ * reductions, so that every mode is measured alike. MP_EINVAL for another
+ * format. */
 mp_status mp_mlp_set_reductions(mp_mlp *m, mp_dtype acc);
 
 /* Gradient stores of layer l ("fc{l}"), in bwd: its output gradient (from

@@ -172,8 +172,11 @@ mp_status mp_optim_step(mp_optim *o);
  * every gradient is multiplied by max_norm / (norm + 1e-6) (PyTorch's
  * clip_grad_norm_). *total_norm gets the norm before clipping. With
  * a scaler (s not NULL) the gradients must be unscaled first: MP_ESTATE
- * otherwise. A non-finite norm leaves the gradients as they are (the scaler
- * skips that step). */
+ * otherwise. A NaN norm, or an infinite fp64 norm, means non-finite
+ * gradients and leaves them as they are (the scaler skips that step). A naive
+ * half norm can overflow to inf on finite gradients (its sum passes 65504 in
+ * fp16 at a norm of about 256): the coefficient max_norm / inf is then 0 and
+ * every gradient becomes 0, as the naive loop's clip does. */
 mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, mp_dtype acc, double *total_norm);
 
 /* Unscales o's gradients in place (fused multiply by 1/S and inf/NaN check).

@@ -46,8 +46,11 @@ typedef struct mp_report_run {
     double hist[MP_REPORT_HIST_BINS], hist_zeros, hist_scale;
     const char *const *warnings;
     int nwarnings;
-    const float *layer_amax;     /* (nlayers,) or NULL: the largest finite activation stored in the run,
-                                    0 where none was (the report shows its headroom against fp16_max) */
+    const mp_tensor_stats *tensors; /* (nlayers,) or NULL: each tensor's store counts and largest finite magnitudes
+                                    summed over the run (model.h; names: layer_names), for the activation headroom
+                                    against fp16_max and the "Per tensor" table */
+    const mp_format_info *headroom_format; /* with tensors: the format whose largest value the table's headroom is
+                                    against (the run's JSON's "headroom_against") */
     const mp_report_skip *skips; /* the first nskips skipped steps (the report lists up to 20) */
     long nskips;
     long neval;                  /* evaluations (0: none) */

@@ -215,16 +215,17 @@ const mp_scaler *mp_trainer_scaler(const mp_trainer *t); /* NULL in modes withou
  * MP_F32 keeps them exact), each parameter's optimizer state
  * ("optim.NAME.state1|2"), and metadata: the caller's pairs (key, value,
  * ..., NULL; may be NULL), then format, precision (the table row's name),
- * master_weights (mp_master_weights_name), step, optim_steps and the
+ * master_weights (mp_master_weights_name), reductions (mp_reductions_name),
+ * step, optim_steps and the
  * scaler's state. Optimizer state is written in its own dtype (F32, or
  * F16/BF16 for half-only parameters). Written atomically (io.h). */
 mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *meta, mp_dtype weights_dtype);
 
 /* Continues from a checkpoint written by mp_trainer_save: refuses
  * (MP_EINVAL, naming the key) one whose metadata differ from the expected
- * pairs (key, value, ..., NULL) or from this trainer's precision or
+ * pairs (key, value, ..., NULL) or from this trainer's precision,
  * master_weights (a checkpoint without master_weights counts as "fp32",
- * or "bf16-pure" for that precision); restores
+ * or "bf16-pure" for that precision) or reductions (without: "fp32"); restores
  * weights, optimizer state, scaler and step count (MP_ECORRUPT for missing
  * or damaged parts). A resumed run continues bit-identically. */
 mp_status mp_trainer_resume(mp_trainer *t, const char *path, const char *const *expect);
