@@ -423,16 +423,30 @@ static void model_meta(const run_opts *o, const char **kv) {
     kv[k] = NULL;
 }
 
+static double frac(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
+
+/* The per-tensor count columns of the CSV, in order: NAME_TENSOR, then the value. */
+enum { TCOLS = 7 };
+static const char *const tcol_names[TCOLS] = {"underflow",     "subnormal", "act_overflow", "act_underflow",
+                                              "act_subnormal", "overflow",  "nan"};
+static void tcol_value(FILE *log, const mp_tensor_stats *t, int c) {
+    switch (c) {
+    case 0: fprintf(log, ",%.6g", frac(t->bwd.underflow, t->bwd_elements)); break;
+    case 1: fprintf(log, ",%.6g", frac(t->bwd.subnormal, t->bwd_elements)); break;
+    case 2: fprintf(log, ",%llu", (unsigned long long)t->fwd.overflow); break;
+    case 3: fprintf(log, ",%.6g", frac(t->fwd.underflow, t->fwd_elements)); break;
+    case 4: fprintf(log, ",%.6g", frac(t->fwd.subnormal, t->fwd_elements)); break;
+    case 5: fprintf(log, ",%llu", (unsigned long long)t->bwd.overflow); break;
+    default: fprintf(log, ",%llu", (unsigned long long)(t->fwd.nan + t->bwd.nan)); break;
+    }
+}
+
 static void csv_header(FILE *log, const mp_model *m) {
     fprintf(log, "step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,lost_gradients,dead_gradients,"
                  "lost_updates,ms,eval_loss");
     const size_t n = m->ops->nstats(m->impl);
-    for (size_t i = 0; i < n; i++) fprintf(log, ",underflow_%s", m->ops->stats(m->impl, i)->name);
-    for (size_t i = 0; i < n; i++) fprintf(log, ",subnormal_%s", m->ops->stats(m->impl, i)->name);
-    for (size_t i = 0; i < n; i++) fprintf(log, ",act_overflow_%s", m->ops->stats(m->impl, i)->name);
-    static const char *const more[] = {"act_underflow", "act_subnormal", "overflow", "nan"};
-    for (size_t k = 0; k < sizeof more / sizeof more[0]; k++)
-        for (size_t i = 0; i < n; i++) fprintf(log, ",%s_%s", more[k], m->ops->stats(m->impl, i)->name);
+    for (int c = 0; c < TCOLS; c++)
+        for (size_t i = 0; i < n; i++) fprintf(log, ",%s_%s", tcol_names[c], m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",headroom_%s", m->ops->stats(m->impl, i)->name);
     for (size_t i = 0; i < n; i++) fprintf(log, ",grad_headroom_%s", m->ops->stats(m->impl, i)->name);
     for (int dead = 0; dead < 2; dead++)
@@ -446,8 +460,6 @@ static void csv_header(FILE *log, const mp_model *m) {
  * it overflows; NAN when nothing was stored (no figure). */
 static double headroom(double limit, float amax) { return amax > 0 ? log2(limit / (double)amax) : NAN; }
 
-static double frac(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
-
 static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double ms, double eval_loss, double limit) {
     fprintf(log, "%ld,%.6g,%.9g,%d,%.6g,%.6g,%.6g,%llu,%llu,%.6g,%.6g,%.6g,%.3f,", r->step, (double)r->loss,
             (double)r->scale, r->skipped, r->grad_norm, r->lr, frac(r->bwd.underflow, r->bwd_elements),
@@ -456,28 +468,8 @@ static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double 
             frac(r->lost_updates, r->params_updated), ms);
     if (!isnan(eval_loss)) fprintf(log, "%.6g", eval_loss);
     const size_t n = m->ops->nstats(m->impl);
-    for (size_t i = 0; i < n; i++) {
-        const mp_tensor_stats *t = m->ops->stats(m->impl, i);
-        fprintf(log, ",%.6g", frac(t->bwd.underflow, t->bwd_elements));
-    }
-    for (size_t i = 0; i < n; i++) {
-        const mp_tensor_stats *t = m->ops->stats(m->impl, i);
-        fprintf(log, ",%.6g", frac(t->bwd.subnormal, t->bwd_elements));
-    }
-    for (size_t i = 0; i < n; i++) fprintf(log, ",%llu", (unsigned long long)m->ops->stats(m->impl, i)->fwd.overflow);
-    for (size_t i = 0; i < n; i++) {
-        const mp_tensor_stats *t = m->ops->stats(m->impl, i);
-        fprintf(log, ",%.6g", frac(t->fwd.underflow, t->fwd_elements));
-    }
-    for (size_t i = 0; i < n; i++) {
-        const mp_tensor_stats *t = m->ops->stats(m->impl, i);
-        fprintf(log, ",%.6g", frac(t->fwd.subnormal, t->fwd_elements));
-    }
-    for (size_t i = 0; i < n; i++) fprintf(log, ",%llu", (unsigned long long)m->ops->stats(m->impl, i)->bwd.overflow);
-    for (size_t i = 0; i < n; i++) {
-        const mp_tensor_stats *t = m->ops->stats(m->impl, i);
-        fprintf(log, ",%llu", (unsigned long long)(t->fwd.nan + t->bwd.nan));
-    }
+    for (int c = 0; c < TCOLS; c++)
+        for (size_t i = 0; i < n; i++) tcol_value(log, m->ops->stats(m->impl, i), c);
     for (int bwd = 0; bwd < 2; bwd++)
         for (size_t i = 0; i < n; i++) {
             const mp_tensor_stats *t = m->ops->stats(m->impl, i);
