@@ -59,11 +59,15 @@ static inline float adamw_elem(float w, float g, float *m, float *v, const mp_ad
     return wd + step; /* param.addcdiv_(exp_avg, denom, value=-step_size) */
 }
 
-/* An update u != 0 whose stored weight kept its bits (before: old, after: now). */
+/* A finite update u != 0 whose stored weight kept its bits (before: old, after:
+ * now). A NaN or infinite update is not a lost one: the weight is already
+ * broken (a NaN weight keeps its bits under any update). */
 static inline uint64_t mp_lost32(float u, float old, float now) {
-    return u != 0.0f && mp_f32_bits(old) == mp_f32_bits(now);
+    return u != 0.0f && isfinite(u) && mp_f32_bits(old) == mp_f32_bits(now);
 }
-static inline uint64_t mp_lost16(float u, uint16_t old, uint16_t now) { return u != 0.0f && old == now; }
+static inline uint64_t mp_lost16(float u, uint16_t old, uint16_t now) {
+    return u != 0.0f && isfinite(u) && old == now;
+}
 
 /* Each kernel returns its updates lost: mp_lost32 / mp_lost16 over the elements. */
 static uint64_t k_sgd(float *w, // (n,) fp32 master weights
