@@ -210,12 +210,18 @@ static void reading(char *out, size_t cap, const run_data *runs, int n, const ch
         ADD(".\n\n");
     }
     if (naive) {
+        long bad = 0; /* the first step whose loss was not finite */
+        while (bad < naive->nsteps && isfinite(naive->loss[bad])) bad++;
         ADD("fp16-naive casts everything to fp16, as model.half() does: no master weights, fp16 reductions, no loss "
-            "scaling. It ended at %s",
-            eval_text(e1, sizeof e1, naive));
+            "scaling. ");
+        if (bad < naive->nsteps)
+            ADD("Its loss became NaN/inf at step %ld (its log names the first tensor that held it) and it ended at %s",
+                bad + 1, eval_text(e1, sizeof e1, naive));
+        else
+            ADD("It ended at %s", eval_text(e1, sizeof e1, naive));
         if (f32 && isfinite(naive->eval_loss)) ADD(", %s fp32's", eval_diff(e2, sizeof e2, naive, f32));
-        ADD("; %.2f%% of its gradient values became zero, and %.2f%% of its weight updates were lost (nonzero in fp32, "
-            "no change to the stored fp16 weight)",
+        ADD("; %.4f%% of its gradient values became zero, and %.4f%% of its weight updates were lost (finite and "
+            "nonzero in fp32, no change to the stored fp16 weight)",
             100 * naive->underflow, 100 * naive->lost_updates);
         if (dyn) ADD(", against %.4f%% in fp16-dynamic", 100 * dyn->lost_updates);
         ADD(".\n\n");
