@@ -275,12 +275,8 @@ static void name_stats(mp_gpt *g) {
 }
 
 static void reset_stats(mp_gpt *g) {
-    for (size_t i = 0; i < g->nstats; i++) {
-        memset(&g->stats[i].fwd, 0, sizeof g->stats[i].fwd), memset(&g->stats[i].bwd, 0, sizeof g->stats[i].bwd);
-        g->stats[i].fwd_elements = g->stats[i].bwd_elements = 0;
-        g->stats[i].fwd_amax = g->stats[i].bwd_amax = 0.0f;
-        g->stats[i].wgrad_elements = g->stats[i].wgrad_lost = g->stats[i].wgrad_dead = 0;
-    }
+    memset(g->stats, 0, g->nstats * sizeof *g->stats);
+    name_stats(g);
 }
 
 mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_master_weights pure, size_t max_batch, mp_optim *opt,
@@ -382,9 +378,8 @@ const mp_gpt_config *mp_gpt_get_config(const mp_gpt *g) { return g ? &g->cfg : N
 
 mp_status mp_gpt_set_reductions(mp_gpt *g, mp_dtype acc) {
     if (!g) return mp_error(MP_EINVAL, "mp_gpt_set_reductions: NULL model");
-    if (acc != MP_F32 && acc != g->ct)
-        return mp_error(MP_EINVAL, "gpt: reductions run in fp32 or in the compute format %s, not %s", mp_format(g->ct)->name,
-                        mp_format(acc)->name);
+    const mp_status st = mp_check_reductions("gpt", g->ct, acc);
+    if (st != MP_OK) return st;
     g->acc = acc;
     return MP_OK;
 }

@@ -50,6 +50,14 @@ static inline float mp_round_to(mp_dtype acc, float x) {
     return x;
 }
 
+/* A model's reductions round to fp32 or to its compute format ct: MP_EINVAL
+ * (naming the model kind) for another acc. */
+static inline mp_status mp_check_reductions(const char *kind, mp_dtype ct, mp_dtype acc) {
+    if (acc == MP_F32 || acc == ct) return MP_OK;
+    return mp_error(MP_EINVAL, "%s: reductions run in fp32 or in the compute format %s, not %s", kind,
+                    mp_format(ct)->name, mp_format(acc)->name);
+}
+
 /* One row of ops.h's softmax in place (log_softmax when log != 0) with
  * reductions in acc; returns the row's log-sum-exp. The attention's rows use
  * it too. */

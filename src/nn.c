@@ -164,9 +164,8 @@ const mp_mlp_config *mp_mlp_get_config(const mp_mlp *m) { return &m->cfg; }
 
 mp_status mp_mlp_set_reductions(mp_mlp *m, mp_dtype acc) {
     if (!m) return mp_error(MP_EINVAL, "mp_mlp_set_reductions: NULL model");
-    if (acc != MP_F32 && acc != m->ct)
-        return mp_error(MP_EINVAL, "mlp: reductions run in fp32 or in the compute format %s, not %s", mp_format(m->ct)->name,
-                        mp_format(acc)->name);
+    const mp_status st = mp_check_reductions("mlp", m->ct, acc);
+    if (st != MP_OK) return st;
     m->acc = acc;
     return MP_OK;
 }

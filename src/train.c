@@ -99,8 +99,8 @@ mp_status mp_precision_set_reductions(mp_precision *p, mp_reductions r) {
 static const mp_precision *find_mode(const char *base, float *static_scale, mp_status *st) {
     const size_t n = sizeof modes / sizeof modes[0];
     *st = MP_OK;
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(base, modes[i].name) == 0) return &modes[i];
+    const mp_precision *row = row_of(base);
+    if (row) return row;
     if (strncmp(base, "fp16-static:", 12) == 0) {
         char *end;
         const double s = strtod(base + 12, &end);
