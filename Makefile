@@ -6,7 +6,7 @@ PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
 M          := $(BUILD)/mixprec
 
-.PHONY: all deps build build-asan test test-long check-gpt demo bench install clean
+.PHONY: all deps build build-asan test test-long check check-gpt check-package demo bench install clean
 
 all: build
 
@@ -39,6 +39,16 @@ test-long: build
 check-gpt: build
 	scripts/check_gpt.sh $(M) $(BUILD)/check-gpt
 
+# The Python package as a user installs it: pip install of the checkout and of
+# its sdist into fresh virtual environments, the package's tests against each,
+# and examples/torch_monitor.py (about 2 minutes; pip fetches scikit-build-core
+# from PyPI).
+check-package: deps
+	scripts/check_package.sh
+
+# The longer checks .ci/run runs after `make test`.
+check: check-package check-gpt
+
 # The main job: fp32, fp16, fp16 + dynamic loss scaling and bf16 side by side on
 # Fashion-MNIST (about 2 minutes on 2 cores); the report is mixprec-demo/report.html.
 demo: build
@@ -52,6 +62,7 @@ bench: build
 	/usr/bin/python3 bench/crosscheck_train.py --mixprec $(M)
 	/usr/bin/python3 bench/crosscheck_gpt.py --mixprec $(M)
 	/usr/bin/python3 bench/compare.py --mixprec $(M)
+	PYTHONPATH=python MIXPREC_LIB=$(BUILD)/libmixprec.so /usr/bin/python3 bench/monitor_overhead.py gpt:6-6-384-256 16 5 2 bf16
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -5,16 +5,20 @@
 #                           (dataset-fashion-mnist: /usr/share/datasets/fashion-mnist),
 #                           chromium (the report test renders the page headless),
 #                           fortunes (and fortunes-min, which it depends on): the
-#                           default text corpus, /usr/share/games/fortunes
+#                           default text corpus, /usr/share/games/fortunes;
+#                           python3-numpy, python3-torch, python3-pytest and
+#                           python3-venv: the Python package's tests (make test)
+#                           and its pip install (make check-package)
 #   scripts/deps.sh bench   the above + the peers make bench measures:
-#                           numpy and PyTorch from Debian, OpenBLAS (pthread build)
+#                           OpenBLAS (pthread build); numpy and PyTorch as above
 # Says what it installs; installs nothing when everything is there.
 set -eu
 what=${1:-build}
-pkgs=(gcc g++ make cmake pkg-config libc6-dev zlib1g-dev libcjson-dev python3 dataset-fashion-mnist chromium fortunes)
+pkgs=(gcc g++ make cmake pkg-config libc6-dev zlib1g-dev libcjson-dev python3 dataset-fashion-mnist chromium fortunes
+      python3-numpy python3-torch python3-pytest python3-venv)
 case "$what" in
     build) ;;
-    bench) pkgs+=(python3-numpy python3-torch python3-venv libopenblas0-pthread) ;;
+    bench) pkgs+=(libopenblas0-pthread) ;;
     *) echo "deps.sh: unknown set '$what' (build or bench)" >&2; exit 2 ;;
 esac
 

@@ -59,7 +59,7 @@ const mp_convert_kernels *mp_convert_kernels_current(void) {
 
 /* Widening to fp32 is exact and never under- or overflows, so only the final
  * narrowing step counts: stats are taken there, with x the exact input. */
-static void to_f32(const mp_convert_kernels *k, float *dst, const void *src, mp_dtype t, size_t n) {
+void mp_to_f32(const mp_convert_kernels *k, float *dst, const void *src, mp_dtype t, size_t n) {
     switch (t) {
     case MP_F32: memcpy(dst, src, n * sizeof(float)); break;
     case MP_F16: k->f16_to_f32(dst, src, n, NULL); break;
@@ -73,21 +73,8 @@ static void to_f32(const mp_convert_kernels *k, float *dst, const void *src, mp_
     }
 }
 
-/* fp32 to fp32: only subnormals and NaNs to count, in a loop that vectorizes. */
-void mp_stats_f32(mp_convert_stats *st, const float *x, size_t n) {
-    const uint32_t *u = (const uint32_t *)x;
-    uint32_t sub = 0, nan = 0;
-    for (size_t i = 0; i < n; i++) {
-        const uint32_t a = u[i] & 0x7fffffffu;
-        sub += (a - 1u) < 0x7fffffu;
-        nan += a > 0x7f800000u;
-        if ((i & 0xfffffff) == 0xfffffff) st->subnormal += sub, st->nan += nan, sub = nan = 0;
-    }
-    st->subnormal += sub, st->nan += nan;
-}
-
-static void from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float *src, size_t n,
-                     mp_convert_stats *st) {
+void mp_from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float *src, size_t n,
+                 mp_convert_stats *st) {
     uint8_t *d8 = dst;
     switch (t) {
     case MP_F32:
@@ -114,7 +101,7 @@ static void from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const f
 /* Converts elements [0, n) of one thread's share. */
 static void convert_range(const mp_convert_kernels *k, void *dst, mp_dtype dt, const void *src,
                           mp_dtype st_, size_t n, mp_convert_stats *st) {
-    if (st_ == MP_F32) { from_f32(k, dst, dt, src, n, st); return; }
+    if (st_ == MP_F32) { mp_from_f32(k, dst, dt, src, n, st); return; }
     if (dt == MP_F32 && st_ == MP_F16) { k->f16_to_f32(dst, src, n, st); return; }
     if (dt == MP_F32 && st_ == MP_BF16) { k->bf16_to_f32(dst, src, n, st); return; }
     /* Everything else goes through an fp32 block that stays in L1. */
@@ -123,8 +110,8 @@ static void convert_range(const mp_convert_kernels *k, void *dst, mp_dtype dt, c
     const size_t ss = mp_format(st_)->size, ds = mp_format(dt)->size;
     for (size_t i = 0; i < n; i += BLOCK) {
         const size_t m = n - i < BLOCK ? n - i : BLOCK;
-        to_f32(k, tmp, (const uint8_t *)src + i * ss, st_, m);
-        from_f32(k, (uint8_t *)dst + i * ds, dt, tmp, m, st);
+        mp_to_f32(k, tmp, (const uint8_t *)src + i * ss, st_, m);
+        mp_from_f32(k, (uint8_t *)dst + i * ds, dt, tmp, m, st);
     }
 }
 

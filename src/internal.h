@@ -3,6 +3,7 @@
 #define MIXPREC_INTERNAL_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "mixprec/mixprec.h"
@@ -100,8 +101,20 @@ extern const mp_convert_kernels mp_convert_scalar;
 /* The kernels of the CPU path in use (mp_cpu_isa). */
 const mp_convert_kernels *mp_convert_kernels_current(void);
 
-/* Adds the counts of an fp32 -> fp32 store of x (subnormals and NaNs). */
+/* Adds the counts of an fp32 -> fp32 store of x (subnormals and NaNs; count.c). */
 void mp_stats_f32(mp_convert_stats *st, const float *x, size_t n);
+
+/* One thread's conversions through fp32 (convert.c): n elements of src (type
+ * t) widened exactly into dst (no statistics), and n fp32 elements narrowed
+ * into dst (type t) with statistics added to st (may be NULL); for t = MP_F32,
+ * dst may be src. */
+void mp_to_f32(const mp_convert_kernels *k, float *dst, const void *src, mp_dtype t, size_t n);
+void mp_from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float *src, size_t n,
+                 mp_convert_stats *st);
+
+/* Writes s to f with <, >, &, " and ' escaped for HTML text and quoted
+ * attributes (report.c); NULL writes nothing. */
+void mp_html_escape(FILE *f, const char *s);
 
 /* Fused unscale + inf/NaN check kernels of one CPU path: x[i] *= inv for
  * i in [0, n); returns nonzero if any x[i] (before scaling) is inf or NaN. */

@@ -14,11 +14,12 @@ static void esc_char(FILE *f, char c) {
     case '>': fputs("&gt;", f); break;
     case '&': fputs("&amp;", f); break;
     case '"': fputs("&quot;", f); break;
+    case '\'': fputs("&#39;", f); break;
     default: fputc(c, f);
     }
 }
 
-static void esc(FILE *f, const char *s) {
+void mp_html_escape(FILE *f, const char *s) {
     for (; s && *s; s++) esc_char(f, *s);
 }
 
@@ -141,7 +142,7 @@ static double hist_total(const mp_report_run *u) {
 /* The document head and its style sheet, up to the opening body tag. */
 static void section_head(FILE *f, const mp_report *r) {
     fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>");
-    esc(f, r->title);
+    mp_html_escape(f, r->title);
     fprintf(f, "</title>\n<style>\n"
                "body{font:15px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#222;max-width:1020px;"
                "margin:2em auto;padding:0 1em;background:#fff}\n"
@@ -163,9 +164,9 @@ static void section_head(FILE *f, const mp_report *r) {
 /* The heading and the command that reproduces the comparison. */
 static void section_title(FILE *f, const mp_report *r) {
     fputs("<h1>", f);
-    esc(f, r->title);
+    mp_html_escape(f, r->title);
     fputs("</h1>\n<p class=\"note\">Reproduce: <code>", f);
-    esc(f, r->command);
+    mp_html_escape(f, r->command);
     fputs("</code></p>\n", f);
 }
 
@@ -202,7 +203,7 @@ static void summary_row(FILE *f, const mp_report *r, const mp_report_run *u, con
 static void section_summary(FILE *f, const mp_report *r) {
     const mp_report_run *base = r->baseline >= 0 && r->baseline < r->nruns ? &r->runs[r->baseline] : NULL;
     fputs("<h2>Summary</h2>\n<table id=\"summary\">\n<tr><th>mode</th><th>final train loss</th><th>", f);
-    esc(f, r->eval_name);
+    mp_html_escape(f, r->eval_name);
     fprintf(f, "</th><th>skipped steps</th><th>final scale</th><th>gradients underflowed</th>"
                "<th title=\"weight-gradient values nonzero in fp32 and 0 when stored\">weight gradients lost</th>"
                "<th title=\"weight-gradient values exactly 0 in fp32 (dead units)\">dead weight gradients</th>"
@@ -216,7 +217,7 @@ static void section_warnings(FILE *f, const mp_report *r) {
     for (int i = 0; i < r->nruns; i++)
         for (int k = 0; k < r->runs[i].nwarnings; k++) {
             fprintf(f, "<p class=\"warn\">%s: ", r->runs[i].name);
-            esc(f, r->runs[i].warnings[k]);
+            mp_html_escape(f, r->runs[i].warnings[k]);
             fputs("</p>\n", f);
         }
 }
@@ -269,13 +270,13 @@ static void section_ablation(FILE *f, const mp_report *r) {
     const mp_report_run *b = &r->runs[ref];
     fputs("<h2>What each protection buys</h2>\n<p class=\"note\">The reference is <b>fp16-dynamic</b>: fp16 compute "
           "with fp32 master weights, fp32 reductions and dynamic loss scaling, ", f);
-    esc(f, r->eval_name);
+    mp_html_escape(f, r->eval_name);
     fputc(' ', f);
     eval_value(f, r, b->eval);
     fprintf(f, " with %ld skipped step%s. Each row is a run of this comparison with one of these protections removed "
                "and nothing else changed.</p>\n<table id=\"ablation\">\n<tr><th>protection removed</th><th>run</th><th>",
             b->skipped_total, b->skipped_total == 1 ? "" : "s");
-    esc(f, r->eval_name);
+    mp_html_escape(f, r->eval_name);
     fputs("</th><th>difference from fp16-dynamic</th><th>skipped steps</th></tr>\n", f);
     for (int k = 0; k < n; k++) {
         const mp_report_run *u = &r->runs[rows[k].run];
@@ -365,7 +366,7 @@ static void chart_val_loss(FILE *f, const mp_report *r) {
     for (int i = 0; i < r->nruns; i++) { /* a note for each run drawn in part or not at all */
         if (!above[i] && (show[i] || r->runs[i].neval == 0)) continue;
         fputs("<p class=\"note\">", f);
-        esc(f, r->runs[i].name);
+        mp_html_escape(f, r->runs[i].name);
         if (above[i])
             fprintf(f, ": %ld evaluation%s above %.4g, drawn on the top edge.</p>\n", above[i], above[i] == 1 ? "" : "s", a.y1);
         else
@@ -500,16 +501,16 @@ static void chart_headroom(FILE *f, const mp_report *r) {
             const double x = px(&c, k + 0.1) + gw * i, y0 = py(&c, 0), y = py(&c, h);
             fprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>",
                     x, fmin(y, y0), gw * 0.92, fabs(y0 - y), u->color);
-            esc(f, u->name);
+            mp_html_escape(f, u->name);
             fputc(' ', f);
-            esc(f, u->layer_names[col[k]]);
+            mp_html_escape(f, u->layer_names[col[k]]);
             fprintf(f, ": %.2f</title></rect>\n", h);
         }
     }
     for (int k = 0; k < ncol; k++) {
         fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">", px(&c, k + 0.5),
                 c.h - c.mb + 14 + 10 * (k % 2));
-        esc(f, names[col[k]]);
+        mp_html_escape(f, names[col[k]]);
         fputs("</text>\n", f);
     }
     chart_end(f);
@@ -547,9 +548,9 @@ static void tensor_row(FILE *f, const mp_report_run *u, int l) {
     const mp_tensor_stats *t = &u->tensors[l];
     const double limit = u->headroom_format->max;
     fputs(tensor_bad(t) ? "<tr class=\"bad\" data-tensor=\"" : "<tr data-tensor=\"", f);
-    esc(f, u->layer_names[l]);
+    mp_html_escape(f, u->layer_names[l]);
     fputs("\"><td>", f);
-    esc(f, u->layer_names[l]);
+    mp_html_escape(f, u->layer_names[l]);
     fputs("</td>", f);
     store_cells(f, &t->fwd, t->fwd_elements, t->fwd_amax, limit);
     store_cells(f, &t->bwd, t->bwd_elements, t->bwd_amax, limit);
@@ -573,7 +574,7 @@ static void tensor_digest(FILE *f, const mp_report_run *u) {
         fputs("no gradient value became zero", f);
     } else {
         fputs("most gradient underflow in ", f);
-        esc(f, u->layer_names[worst]);
+        mp_html_escape(f, u->layer_names[worst]);
         fprintf(f, " (%.3g%%)", 100 * grad_underflow(&u->tensors[worst]));
     }
     if (nbad == 0) {
@@ -584,7 +585,7 @@ static void tensor_digest(FILE *f, const mp_report_run *u) {
     for (int l = 0, k = 0; l < u->nlayers && k < 3; l++)
         if (tensor_bad(&u->tensors[l])) {
             if (k++) fputs(", ", f);
-            esc(f, u->layer_names[l]);
+            mp_html_escape(f, u->layer_names[l]);
         }
     if (nbad > 3) fprintf(f, " and %d more", nbad - 3);
 }
@@ -592,16 +593,16 @@ static void tensor_digest(FILE *f, const mp_report_run *u) {
 /* u's per-tensor table in a closed <details> whose summary is the run's name and digest. */
 static void tensor_table(FILE *f, const mp_report_run *u) {
     fputs("<details class=\"tensors\" data-mode=\"", f);
-    esc(f, u->name);
+    mp_html_escape(f, u->name);
     fputs("\"><summary><b>", f);
-    esc(f, u->name);
+    mp_html_escape(f, u->name);
     fputs("</b>: ", f);
     tensor_digest(f, u);
     fputs("</summary>\n<table class=\"tensors\">\n<tr><th rowspan=\"2\">tensor</th><th colspan=\"5\">activation "
           "stores</th><th colspan=\"5\">gradient stores</th><th colspan=\"2\">weight gradients</th></tr>\n<tr>", f);
     for (int k = 0; k < 2; k++) {
         fputs("<th>underflow</th><th>subnormal</th><th>overflow</th><th>NaN</th><th>headroom vs ", f);
-        esc(f, u->headroom_format->name);
+        mp_html_escape(f, u->headroom_format->name);
         fputs("</th>", f);
     }
     fputs("<th>lost</th><th>dead</th></tr>\n", f);
@@ -636,14 +637,14 @@ static void section_skips(FILE *f, const mp_report *r) {
         const mp_report_run *u = &r->runs[i];
         for (long k = 0; k < u->nskips && k < 20; k++) {
             fputs("<tr><td>", f);
-            esc(f, u->name);
+            mp_html_escape(f, u->name);
             fprintf(f, "</td><td>%ld</td><td>%g</td><td>", u->skips[k].step, u->skips[k].scale);
-            esc(f, u->skips[k].where);
+            mp_html_escape(f, u->skips[k].where);
             fputs("</td></tr>\n", f);
         }
         if (u->skipped_total > 20) {
             fputs("<tr><td>", f);
-            esc(f, u->name);
+            mp_html_escape(f, u->name);
             fprintf(f, "</td><td colspan=\"3\">and %ld more skipped steps</td></tr>\n", u->skipped_total - 20);
         }
     }
@@ -797,7 +798,7 @@ static void heat_cell(FILE *f, const axes *a, const mp_report_run *u, const heat
     const double x0 = px(a, (double)(s0 - 1)), y0 = py(a, (double)(u->nlayers - l));
     fprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>", x0, y0,
             px(a, (double)s1) - x0, py(a, (double)(u->nlayers - l - 1)) - y0, fill);
-    esc(f, u->layer_names[l]);
+    mp_html_escape(f, u->layer_names[l]);
     if (s1 > s0) fprintf(f, ", steps %ld-%ld: %.4g%%</title></rect>\n", s0, s1, 100 * v);
     else fprintf(f, ", step %ld: %.4g%%</title></rect>\n", s0, 100 * v);
 }
@@ -823,7 +824,7 @@ static void heat_chart(FILE *f, const mp_report_run *u, const heat *h, double lo
     for (int l = 0; l < u->nlayers; l++) {
         fprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"tick\" style=\"font-size:%dpx\" text-anchor=\"end\">", ml - 4,
                 py(&a, u->nlayers - l - 0.5) + font * 0.35, font);
-        esc(f, u->layer_names[l]);
+        mp_html_escape(f, u->layer_names[l]);
         fputs("</text>\n", f);
     }
     chart_end(f);
@@ -846,7 +847,7 @@ static void charts_heatmap(FILE *f, const mp_report *r) {
         for (int i = 0, k = 0; i < r->nruns; i++)
             if (!has[i] && h[i].v) {
                 if (k++) fputs(", ", f);
-                esc(f, r->runs[i].name);
+                mp_html_escape(f, r->runs[i].name);
             }
         fputs(ndrawn ? ".</p>\n" : "), so there is no heat map.</p>\n", f);
     }
@@ -866,12 +867,12 @@ static void section_samples(FILE *f, const mp_report *r) {
         const mp_report_run *u = &r->runs[i];
         if (!u->sample) continue;
         fputs("<h3>", f);
-        esc(f, u->name);
+        mp_html_escape(f, u->name);
         fprintf(f, "</h3>\n<p class=\"note\">%.1f%% printable, ", 100 * u->sample_printable);
         if (isnan(u->sample_words)) fputs("no words", f);
         else fprintf(f, "%.1f%% of its words found in the corpus", 100 * u->sample_words);
         fprintf(f, "</p>\n<pre class=\"sample\" data-mode=\"%s\">\n", u->name); /* a browser drops this first newline */
-        esc(f, u->sample);
+        mp_html_escape(f, u->sample);
         fputs("</pre>\n", f);
     }
 }

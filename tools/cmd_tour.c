@@ -23,18 +23,23 @@ static float h16(float x) { return mp_f16_to_f32(mp_f32_to_f16(x)); }
 static void step3(void) {
     grad_set g;
     grads_lognormal(&g, -17.5, 1.6, 200000, 0);
-    const double n = (double)g.n;
-    const scale_counts one = grads_count(&g, MP_F16, 1);
+    const double scales[5] = {1, 256, 4096, 65536, 1048576};
+    mp_underflow u;
+    if (mp_underflow_analyze(g.g, MP_F32, g.n, MP_F16, scales, 5, &u) != MP_OK) {
+        fprintf(stderr, "mixprec tour: %s\n", mp_last_error());
+        grads_free(&g);
+        return;
+    }
+    const double n = (double)u.n;
     printf("3. A realistic gradient distribution meets fp16 (200000 magnitudes, ln|g| ~ N(-17.5, 1.6)):\n");
-    printf("   median %.3e, 5th percentile %.3e; %.1f%% become EXACTLY ZERO when stored in fp16:\n",
-           grads_quantile(&g, 0.5), grads_quantile(&g, 0.05), 100 * (double)one.zero / n);
+    printf("   median %.3e, 5th percentile %.3e; %.1f%% become EXACTLY ZERO when stored in fp16:\n", u.median, u.p5,
+           100 * (double)u.zero_count / n);
     printf("   those weights will not update at all. Loss scaling: multiply the loss by S, so every\n"
            "   gradient is S times larger, and divide by S (in fp32) before the update:\n");
-    const double scales[5] = {1, 256, 4096, 65536, 1048576};
     for (int k = 0; k < 5; k++) {
-        const scale_counts c = grads_count(&g, MP_F16, scales[k]);
-        printf("     scale %8.0f: %6.2f%% survive, %6.2f%% subnormal, %.2f%% overflow\n", scales[k],
-               100 * (double)c.survive / n, 100 * (double)c.subnormal / n, 100 * (double)c.overflow / n);
+        const mp_scale_counts *c = &u.scales[k];
+        printf("     scale %8.0f: %6.2f%% survive, %6.2f%% subnormal, %.2f%% overflow\n", c->scale,
+               100 * (double)c->survive / n, 100 * (double)c->subnormal / n, 100 * (double)c->overflow / n);
     }
     const float x = h16(0.000123f);
     const float up = h16(x * 1024.0f), back = up / 1024.0f;
@@ -49,7 +54,7 @@ static void step4(void) {
     grads_lognormal(&g, -17.5, 1.6, 200000, 0);
     printf("4. Too large a scale overflows: the same gradients at bigger scales in fp16:\n");
     for (int k = 24; k <= 32; k += 4) {
-        const scale_counts c = grads_count(&g, MP_F16, ldexp(1.0, k));
+        const mp_scale_counts c = mp_underflow_count(g.g, g.n, MP_F16, ldexp(1.0, k));
         printf("     scale 2^%d: %.4f%% overflow to inf\n", k, 100.0 * (double)c.overflow / (double)g.n);
     }
     grads_free(&g);
@@ -67,7 +72,7 @@ static void step4(void) {
         const double mu = log(1e-2) + (log(1e-8) - log(1e-2)) * t / (steps - 1);
         grads_lognormal(&b, mu, 1.6, 4096, (uint64_t)t + 1);
         const float S = mp_scaler_get_scale(&s);
-        const scale_counts c = grads_count(&b, MP_F16, S), p = grads_count(&b, MP_F16, 1);
+        const mp_scale_counts c = mp_underflow_count(b.g, b.n, MP_F16, S), p = mp_underflow_count(b.g, b.n, MP_F16, 1);
         lost_scaled += c.zero, lost_plain += p.zero, total += b.n;
         const int inf = c.overflow > 0;
         static int shown_skips = 0;
@@ -95,7 +100,7 @@ static void step5(void) {
 static void step6(void) {
     grad_set g;
     grads_lognormal(&g, -17.5, 1.6, 200000, 0);
-    const scale_counts b = grads_count(&g, MP_BF16, 1), h = grads_count(&g, MP_F16, 1);
+    const mp_scale_counts b = mp_underflow_count(g.g, g.n, MP_BF16, 1), h = mp_underflow_count(g.g, g.n, MP_F16, 1);
     const mp_format_info *bf = mp_format(MP_BF16), *f16 = mp_format(MP_F16);
     printf("6. bf16 spends its 16 bits differently: 8 exponent bits like fp32, 7 mantissa bits.\n"
            "     smallest subnormal: bf16 %.3g, fp16 %.3g; largest: bf16 %.3g, fp16 %g\n", bf->min_subnormal,

@@ -39,7 +39,7 @@ static const char explore_usage[] =
 typedef struct {
     grad_set g;
     mp_dtype fmt;
-    double scales[32];
+    double scales[MP_UNDERFLOW_MAX_SCALES];
     int nscales, json;
     char desc[256];
 } uf_opts;
@@ -82,7 +82,7 @@ static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, cons
             snprintf(buf, sizeof buf, "%s", v);
             for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
                 float f;
-                if (o->nscales == 32 || cli_parse_float(t, &f) || !(f > 0) || !isfinite(f))
+                if (o->nscales == MP_UNDERFLOW_MAX_SCALES || cli_parse_float(t, &f) || !(f > 0) || !isfinite(f))
                     return cli_usage_error(cmd, "--scales wants up to 32 positive numbers, not '%s'", t);
                 o->scales[o->nscales++] = f;
             }
@@ -154,35 +154,38 @@ static int run_underflow(int argc, char **argv) {
     uf_opts o;
     int rc = parse_common("underflow", argc, argv, &o, NULL);
     if (rc) return rc;
+    mp_underflow u;
+    if (mp_underflow_analyze(o.g.g, MP_F32, o.g.n, o.fmt, o.scales, o.nscales, &u) != MP_OK) {
+        fprintf(stderr, "mixprec underflow: %s\n", mp_last_error());
+        grads_free(&o.g);
+        return 1;
+    }
     const mp_format_info *f = mp_format(o.fmt);
-    const double n = (double)o.g.n, med = grads_quantile(&o.g, 0.5), p5 = grads_quantile(&o.g, 0.05);
-    const scale_counts one = grads_count(&o.g, o.fmt, 1.0);
-    const double best = grads_best_scale(&o.g, o.fmt);
+    const double n = (double)u.n;
     if (o.json) {
         printf("{\"format\": \"%s\", \"n\": %zu, \"median\": %.9g, \"p5\": %.9g, \"zero_fraction\": %.9g, \"zero_count\": %llu, "
                "\"scales\": [",
-               f->name, o.g.n, med, p5, (double)one.zero / n, (unsigned long long)one.zero);
-        for (int k = 0; k < o.nscales; k++) {
-            const scale_counts c = grads_count(&o.g, o.fmt, o.scales[k]);
+               f->name, u.n, u.median, u.p5, (double)u.zero_count / n, (unsigned long long)u.zero_count);
+        for (int k = 0; k < u.nscales; k++) {
+            const mp_scale_counts *c = &u.scales[k];
             printf("%s{\"scale\": %.9g, \"survive\": %.9g, \"subnormal\": %.9g, \"overflow\": %.9g, \"zero\": %.9g}",
-                   k ? ", " : "", o.scales[k], (double)c.survive / n, (double)c.subnormal / n, (double)c.overflow / n,
-                   (double)c.zero / n);
+                   k ? ", " : "", c->scale, (double)c->survive / n, (double)c->subnormal / n, (double)c->overflow / n,
+                   (double)c->zero / n);
         }
-        printf("], \"best_scale\": %.9g}\n", best);
+        printf("], \"best_scale\": %.9g}\n", u.best_scale);
     } else {
         printf("%s, stored in %s:\n", o.desc, f->name);
-        printf("  median %.3e, 5th percentile %.3e\n", med, p5);
-        printf("  %.2f%% become exactly zero in %s (below half its smallest subnormal, %.3g)\n\n", 100 * (double)one.zero / n,
-               f->name, f->min_subnormal / 2);
+        printf("  median %.3e, 5th percentile %.3e\n", u.median, u.p5);
+        printf("  %.2f%% become exactly zero in %s (below half its smallest subnormal, %.3g)\n\n",
+               100 * (double)u.zero_count / n, f->name, f->min_subnormal / 2);
         printf("%12s %10s %11s %10s %10s\n", "loss scale", "survive", "subnormal", "zero", "overflow");
-        for (int k = 0; k < o.nscales; k++) {
-            const scale_counts c = grads_count(&o.g, o.fmt, o.scales[k]);
-            printf("%12g %9.2f%% %10.2f%% %9.2f%% %9.4f%%\n", o.scales[k], 100 * (double)c.survive / n,
-                   100 * (double)c.subnormal / n, 100 * (double)c.zero / n, 100 * (double)c.overflow / n);
+        for (int k = 0; k < u.nscales; k++) {
+            const mp_scale_counts *c = &u.scales[k];
+            printf("%12g %9.2f%% %10.2f%% %9.2f%% %9.4f%%\n", c->scale, 100 * (double)c->survive / n,
+                   100 * (double)c->subnormal / n, 100 * (double)c->zero / n, 100 * (double)c->overflow / n);
         }
-        const scale_counts b = grads_count(&o.g, o.fmt, best);
-        printf("\nbest power-of-two scale: %g (2^%.0f): %.2f%% survive, %.2f%% subnormal, no overflow\n", best, log2(best),
-               100 * (double)b.survive / n, 100 * (double)b.subnormal / n);
+        printf("\nbest power-of-two scale: %g (2^%.0f): %.2f%% survive, %.2f%% subnormal, no overflow\n", u.best_scale,
+               log2(u.best_scale), 100 * (double)u.best.survive / n, 100 * (double)u.best.subnormal / n);
         histogram_terminal(&o.g, o.fmt);
     }
     grads_free(&o.g);
@@ -192,10 +195,7 @@ static int run_underflow(int argc, char **argv) {
 const cli_command cmd_underflow = {"underflow", "what a gradient distribution loses in a format, at each loss scale",
                                    usage, run_underflow};
 
-/* ---- explore: the page ---- */
-
-static const mp_dtype page_formats[4] = {MP_F16, MP_BF16, MP_E5M2, MP_E4M3};
-enum { PAGE_K = 25, HLO = -150, HN = 170 }; /* slider 2^0..2^24; histogram bins log2 -150 .. 19 */
+/* ---- explore: the page (mp_explore_write) ---- */
 
 static int run_explore(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
@@ -208,134 +208,13 @@ static int run_explore(int argc, char **argv) {
         grads_free(&o.g);
         return cli_usage_error("explore", "--out FILE.html is required");
     }
-    uint64_t bins[HN] = {0};
-    for (size_t i = 0; i < o.g.n; i++) {
-        if (!(o.g.g[i] > 0)) continue;
-        int e = (int)floor(log2(o.g.g[i])) - HLO;
-        bins[e < 0 ? 0 : e >= HN ? HN - 1 : e]++;
-    }
-    int blo = HN, bhi = 0;
-    for (int b = 0; b < HN; b++)
-        if (bins[b]) blo = b < blo ? b : blo, bhi = b;
-    char tmp[8192];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        grads_free(&o.g);
-        fprintf(stderr, "mixprec explore: %s: cannot create\n", out);
-        return 1;
-    }
-    fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>mixprec explorer: "
-               "gradients against a number format</title>\n<style>\n"
-               "body{font:15px/1.5 system-ui,sans-serif;color:#222;max-width:980px;margin:2em auto;padding:0 1em}\n"
-               "h1{font-size:1.5em}.controls{display:flex;gap:2em;align-items:center;flex-wrap:wrap;margin:1em 0}\n"
-               "input[type=range]{width:360px}.readout{display:grid;grid-template-columns:repeat(4,1fr);gap:.6em}\n"
-               ".box{background:#f5f5f5;border-radius:6px;padding:.6em .8em}.big{font-size:1.4em;font-weight:600}\n"
-               ".zero .big{color:#c62828}.over .big{color:#6a1b9a}.sub .big{color:#ef6c00}.ok .big{color:#2e7d32}\n"
-               "svg{width:100%%;height:auto}.note{color:#555;font-size:.92em}\n</style>\n</head>\n<body>\n"
-               "<h1>Gradients against a number format</h1>\n<p class=\"note\">");
-    fprintf(f, "%s. Move the loss scale: every gradient is multiplied by it before it is stored; the bars slide right. "
-               "Values left of the floor become zero; right of the ceiling, infinity (NaN in e4m3, which has no infinity). "
-               "Every count below was computed by mixprec's own conversion code (mp_convert), for every slider position and "
-               "format, when this page was written.</p>\n", o.desc);
-    fprintf(f, "<div class=\"controls\"><label>format <select id=\"fmt\">");
-    for (int k = 0; k < 4; k++) fprintf(f, "<option value=\"%s\">%s</option>", mp_format(page_formats[k])->name,
-                                         mp_format(page_formats[k])->name);
-    fprintf(f, "</select></label><label>loss scale <input id=\"k\" type=\"range\" min=\"0\" max=\"%d\" step=\"1\" value=\"0\"> "
-               "<b id=\"scale\">2^0 = 1</b></label></div>\n", PAGE_K - 1);
-    fprintf(f, "<div class=\"readout\"><div class=\"box zero\">become zero<div class=\"big\" id=\"zero\"></div><span id=\"zero_pct\"></span></div>"
-               "<div class=\"box sub\">subnormal<div class=\"big\" id=\"sub\"></div><span id=\"sub_pct\"></span></div>"
-               "<div class=\"box over\">overflow<div class=\"big\" id=\"over\"></div><span id=\"over_pct\"></span></div>"
-               "<div class=\"box ok\">survive<div class=\"big\" id=\"survive\"></div><span id=\"survive_pct\"></span></div></div>\n");
-    /* the chart: bars in a group that the script translates by k bins */
-    const int W = 940, H = 320, ML = 50, MR = 10, MT = 20, MB = 40;
-    const int x0 = blo - 2 < 0 ? 0 : blo - 2, x1 = bhi + PAGE_K + 2 > HN ? HN : bhi + PAGE_K + 2;
-    int lo_lim = x0, hi_lim = x1;
-    for (int k = 0; k < 4; k++) {
-        const mp_format_info *fi = mp_format(page_formats[k]);
-        const int a = (int)floor(log2(fi->min_subnormal)) - HLO - 1, b = (int)ceil(log2(fi->max)) - HLO + 1;
-        lo_lim = a < lo_lim ? (a < 0 ? 0 : a) : lo_lim, hi_lim = b > hi_lim ? (b > HN ? HN : b) : hi_lim;
-    }
-    const double bw = (double)(W - ML - MR) / (hi_lim - lo_lim);
-    uint64_t bmax = 1;
-    for (int b = 0; b < HN; b++) bmax = bins[b] > bmax ? bins[b] : bmax;
-    fprintf(f, "<svg id=\"chart\" viewBox=\"0 0 %d %d\" xmlns=\"http://www.w3.org/2000/svg\">\n"
-               "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n",
-            W, H, ML, MT, W - ML - MR, H - MT - MB);
-    fprintf(f, "<rect id=\"zone_zero\" y=\"%d\" height=\"%d\" fill=\"#c62828\" opacity=\"0.08\"/>"
-               "<rect id=\"zone_over\" y=\"%d\" height=\"%d\" fill=\"#6a1b9a\" opacity=\"0.08\"/>\n",
-            MT, H - MT - MB, MT, H - MT - MB);
-    for (int e = lo_lim; e <= hi_lim; e += 10) {
-        const double x = ML + (e - lo_lim) * bw;
-        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%d\" font-size=\"11\" "
-                   "text-anchor=\"middle\" fill=\"#666\">2^%d</text>\n", x, x, MT, H - MB, x, H - MB + 14, e + HLO);
-    }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\" fill=\"#444\">magnitude of the scaled gradient (log2 axis)</text>\n",
-            (ML + W - MR) / 2, H - 8);
-    fprintf(f, "<g id=\"bars\">\n");
-    for (int b = blo; b <= bhi; b++) {
-        if (!bins[b]) continue;
-        const double h = (double)(H - MT - MB - 10) * (double)bins[b] / (double)bmax;
-        fprintf(f, "<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#1f77b4\"/>\n",
-                ML + (b - lo_lim) * bw, H - MB - h, bw * 0.9, h);
-    }
-    fprintf(f, "</g>\n<line id=\"floor\" y1=\"%d\" y2=\"%d\" stroke=\"#c62828\" stroke-dasharray=\"5 3\"/>"
-               "<line id=\"ceil\" y1=\"%d\" y2=\"%d\" stroke=\"#6a1b9a\" stroke-dasharray=\"5 3\"/>\n"
-               "<text id=\"floor_t\" y=\"%d\" font-size=\"11\" fill=\"#c62828\"></text><text id=\"ceil_t\" y=\"%d\" font-size=\"11\" "
-               "fill=\"#6a1b9a\" text-anchor=\"end\"></text>\n</svg>\n",
-            MT, H - MB, MT, H - MB, MT + 14, MT + 30);
-    /* the data: every count for every format and scale, computed now */
-    fprintf(f, "<script>\nconst N = %zu, GEO = {ml: %d, bw: %.6f, lo: %d, hlo: %d, mt: %d, h: %d, right: %d};\nconst DATA = {\n",
-            o.g.n, ML, bw, lo_lim, HLO, MT, H - MT - MB, W - MR);
-    for (int k = 0; k < 4; k++) {
-        const mp_format_info *fi = mp_format(page_formats[k]);
-        fprintf(f, "  \"%s\": {floor: %.9g, ceil: %.9g, min_normal: %.9g, counts: [", fi->name, fi->min_subnormal / 2,
-                fi->max, fi->min_normal);
-        for (int s = 0; s < PAGE_K; s++) {
-            const scale_counts c = grads_count(&o.g, page_formats[k], ldexp(1.0, s));
-            fprintf(f, "%s[%llu, %llu, %llu, %llu]", s ? ", " : "", (unsigned long long)c.zero,
-                    (unsigned long long)c.subnormal, (unsigned long long)c.overflow, (unsigned long long)c.survive);
-        }
-        fprintf(f, "]}%s\n", k < 3 ? "," : "");
-    }
-    fprintf(f, "};\n"
-               "function pct(x) { return (100 * x / N).toFixed(x && x < N / 1000 ? 4 : 2) + '%%'; }\n"
-               "function xOf(log2v) { return GEO.ml + (log2v - GEO.hlo - GEO.lo) * GEO.bw; }\n"
-               "function update() {\n"
-               "  const fmt = document.getElementById('fmt').value, k = +document.getElementById('k').value;\n"
-               "  const d = DATA[fmt], c = d.counts[k];\n"
-               "  document.getElementById('scale').textContent = '2^' + k + ' = ' + Math.pow(2, k);\n"
-               "  const ids = ['zero', 'sub', 'over', 'survive'];\n"
-               "  ids.forEach((id, i) => { document.getElementById(id).textContent = c[i];\n"
-               "    document.getElementById(id + '_pct').textContent = pct(c[i]); });\n"
-               "  document.getElementById('bars').setAttribute('transform', 'translate(' + (k * GEO.bw).toFixed(2) + ' 0)');\n"
-               "  const fx = xOf(Math.log2(d.floor)), cx = xOf(Math.log2(d.ceil));\n"
-               "  for (const [id, x] of [['floor', fx], ['ceil', cx]]) { const l = document.getElementById(id);\n"
-               "    l.setAttribute('x1', x); l.setAttribute('x2', x); }\n"
-               "  const zz = document.getElementById('zone_zero'); zz.setAttribute('x', GEO.ml); zz.setAttribute('width', Math.max(0, fx - GEO.ml));\n"
-               "  const zo = document.getElementById('zone_over'); zo.setAttribute('x', cx); zo.setAttribute('width', Math.max(0, GEO.right - cx));\n"
-               "  const ft = document.getElementById('floor_t'); ft.setAttribute('x', fx + 4); ft.textContent = fmt + ': 0 below ' + d.floor.toExponential(2);\n"
-               "  const ct = document.getElementById('ceil_t'); ct.setAttribute('x', cx - 4); ct.textContent = fmt + ' max ' + d.ceil.toExponential(2);\n"
-               "}\n"
-               "function fromHash() {\n"
-               "  const p = new URLSearchParams(location.hash.slice(1));\n"
-               "  if (p.has('k')) document.getElementById('k').value = p.get('k');\n"
-               "  if (p.has('fmt') && DATA[p.get('fmt')]) document.getElementById('fmt').value = p.get('fmt');\n"
-               "  update();\n"
-               "}\n"
-               "document.getElementById('k').addEventListener('input', update);\n"
-               "document.getElementById('fmt').addEventListener('change', update);\n"
-               "window.addEventListener('hashchange', fromHash);\n"
-               "fromHash();\n"
-               "</script>\n</body>\n</html>\n");
-    const int bad = ferror(f);
+    const mp_status st = mp_explore_write(out, o.g.g, MP_F32, o.g.n, o.desc);
     grads_free(&o.g);
-    if (fclose(f) != 0 || bad || rename(tmp, out) != 0) {
-        remove(tmp);
-        fprintf(stderr, "mixprec explore: %s: write failed\n", out);
+    if (st != MP_OK) {
+        fprintf(stderr, "mixprec explore: %s\n", mp_last_error());
         return 1;
     }
-    printf("wrote %s: %d formats x %d loss scales, computed by mixprec\n", out, 4, PAGE_K);
+    printf("wrote %s: 4 formats x 25 loss scales, computed by mixprec\n", out);
     return 0;
 }
 

@@ -1,4 +1,4 @@
-/* gradients.c - gradient magnitude sets and their fate in a format. */
+/* gradients.c - gradient magnitude sets: drawn or read from a file. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,54 +139,4 @@ int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
     free(b);
     if (rc) return snprintf(err, errlen, "%s: no finite values", path), -1;
     return 0;
-}
-
-scale_counts grads_count(const grad_set *s, mp_dtype t, double scale) {
-    scale_counts c = {scale, 0, 0, 0, 0};
-    enum { B = 4096 };
-    float x[B];
-    uint8_t out[4 * B];
-    mp_convert_stats st = {0, 0, 0, 0};
-    uint64_t zeros_in = 0, inf_in = 0;
-    const float sf = (float)scale;
-    for (size_t i = 0; i < s->n; i += B) {
-        const size_t m = s->n - i < B ? s->n - i : B;
-        for (size_t k = 0; k < m; k++) {
-            x[k] = s->g[i + k] * sf;
-            zeros_in += x[k] == 0.0f;
-            inf_in += !isfinite(x[k]); /* past fp32's range already: an overflow in any format */
-        }
-        mp_convert(out, t, x, MP_F32, m, &st);
-    }
-    c.zero = st.underflow + zeros_in, c.subnormal = st.subnormal, c.overflow = st.overflow + inf_in;
-    c.survive = s->n - c.zero - c.overflow;
-    return c;
-}
-
-double grads_best_scale(const grad_set *s, mp_dtype t) {
-    double best = 1;
-    scale_counts bc = grads_count(s, t, 1);
-    for (int k = 1; k <= 126; k++) {
-        const scale_counts c = grads_count(s, t, ldexp(1.0, k));
-        if (c.overflow) break;
-        if (c.survive > bc.survive || (c.survive == bc.survive && c.subnormal < bc.subnormal)) best = c.scale, bc = c;
-    }
-    return best;
-}
-
-static int cmp_f(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-double grads_quantile(const grad_set *s, double q) {
-    float *c = malloc(s->n * sizeof *c);
-    if (!c || !s->n) return free(c), NAN;
-    memcpy(c, s->g, s->n * sizeof *c);
-    qsort(c, s->n, sizeof *c, cmp_f);
-    const double pos = q * (double)(s->n - 1);
-    const size_t i = (size_t)pos;
-    const double v = i + 1 < s->n ? c[i] + (pos - (double)i) * (c[i + 1] - c[i]) : c[i];
-    free(c);
-    return v;
 }

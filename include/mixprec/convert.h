@@ -45,6 +45,28 @@ void mp_convert_stats_add(mp_convert_stats *a, const mp_convert_stats *b);
  * there is none. */
 float mp_amax(const void *x, mp_dtype t, size_t n);
 
+/* What storing n elements of x (type t) multiplied by scale (in fp32) into
+ * fmt would do, without storing them: counts added to *stats as mp_convert's,
+ * with two differences: underflow counts every nonzero finite input whose
+ * product is 0 in fmt (the multiply's own underflow included), and overflow
+ * counts infinite inputs too (a value already lost). fmt: fp32, fp16, bf16,
+ * e4m3 (non-saturating) or e5m2. MP_EINVAL for a bad dtype or a scale that is
+ * not finite and > 0. */
+mp_status mp_convert_count(mp_dtype fmt, const void *x, mp_dtype t, size_t n, float scale, mp_convert_stats *stats);
+
+/* The values of n elements as they are in their own format. */
+typedef struct mp_value_counts {
+    uint64_t zero;      /* +0 and -0 */
+    uint64_t subnormal; /* subnormal in t */
+    uint64_t inf;       /* +-inf */
+    uint64_t nan;
+    float amax;         /* the largest finite magnitude (mp_amax); 0 when none */
+} mp_value_counts;
+
+/* Counts n elements of x (type t: fp32, fp16 or bf16) into *c (overwritten).
+ * MP_EINVAL for another type or a NULL buffer with n > 0. */
+mp_status mp_count_values(const void *x, mp_dtype t, size_t n, mp_value_counts *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,6 +23,7 @@
 #include "report.h"
 #include "text.h"
 #include "train.h"
+#include "underflow.h"
 
 #ifdef __cplusplus
 extern "C" {

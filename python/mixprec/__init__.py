@@ -1,0 +1,131 @@
+"""mixprec: exact fp16/bf16/fp8 formats and what they do to your numbers, over
+libmixprec (the C library of the mixprec command). The C functions read the
+memory of numpy arrays and CPU tensors in place.
+
+    formats()                      the formats and their limits
+    convert(x, "fp16")             -> (codes, stats): x stored in a format, with what it lost
+    underflow(g, "fp16", scales)   the figures of `mixprec underflow --json`
+    explore(g, "page.html")        the interactive page of `mixprec explore`
+
+mixprec.torch.Monitor watches a PyTorch training loop (imports torch)."""
+import ctypes
+
+import numpy as np
+
+from ._lib import DTYPES, ConvertStats, MixprecError, Underflow, check, dtype_code, lib
+
+__all__ = ["MixprecError", "version", "formats", "convert", "underflow", "explore"]
+
+DEFAULT_SCALES = (1, 256, 4096, 65536, 1048576)  # as `mixprec underflow`
+
+
+def version():
+    """The library's version string, e.g. "0.1.0"."""
+    return lib.mp_version().decode()
+
+
+def formats():
+    """Every format mixprec knows, as dicts: name, bits, exponent_bits,
+    mantissa_bits (stored, without the hidden bit), bias, has_inf, max,
+    min_normal, min_subnormal, eps."""
+    out = []
+    for code in sorted(DTYPES.values()):
+        f = lib.mp_format(code).contents
+        out.append({"name": f.name.decode(), "bits": 8 * f.size, "exponent_bits": f.exponent_bits,
+                    "mantissa_bits": f.mantissa_bits, "bias": f.bias, "has_inf": bool(f.has_inf), "max": f.max,
+                    "min_normal": f.min_normal, "min_subnormal": f.min_subnormal, "eps": f.eps})
+    return out
+
+
+_TORCH_DTYPES = {"torch.float32": DTYPES["fp32"], "torch.float16": DTYPES["fp16"], "torch.bfloat16": DTYPES["bf16"]}
+_NUMPY_DTYPES = {"float32": DTYPES["fp32"], "float16": DTYPES["fp16"], "bfloat16": DTYPES["bf16"]}
+
+
+def _is_torch(x):
+    return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "data_ptr")
+
+
+def _memory(x):
+    """(address, mp_dtype, number of elements, owner) of x's values as the C
+    functions read them: a torch tensor (float32, float16 or bfloat16, on the
+    CPU and contiguous: read in place; otherwise copied to one first) or
+    anything numpy takes (float32 and float16 arrays, and ml_dtypes' bfloat16,
+    read in place; other numbers are converted to float32, a copy). Keep owner
+    alive while the address is used."""
+    if _is_torch(x):
+        t = x.detach()
+        if str(t.dtype) not in _TORCH_DTYPES:
+            if not t.is_floating_point():
+                raise MixprecError("mixprec: a %s tensor holds no floating-point values" % t.dtype)
+            t = t.float()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.contiguous()
+        return t.data_ptr(), _TORCH_DTYPES[str(t.dtype)], t.numel(), t
+    a = np.asarray(x)
+    code = _NUMPY_DTYPES.get(a.dtype.name)
+    if code is None:
+        if a.dtype.kind not in "fiub":
+            raise MixprecError("mixprec: cannot read numbers from an array of dtype %s" % a.dtype)
+        a, code = a.astype(np.float32), DTYPES["fp32"]
+    a = np.ascontiguousarray(a)
+    return a.ctypes.data, code, a.size, a
+
+
+def _stats(s):
+    return {"underflow": s.underflow, "subnormal": s.subnormal, "overflow": s.overflow, "nan": s.nan}
+
+
+def convert(x, fmt):
+    """x stored in fmt ("fp32", "fp16", "bf16", "e4m3", "e5m2"), rounded to
+    nearest even as mixprec converts (E4M3: overflow becomes NaN). Returns
+    (codes, stats): codes a numpy array of x's shape holding the bit patterns
+    (uint16 for fp16/bf16, uint8 for e4m3/e5m2, float32 values for fp32), stats
+    a dict of counts: underflow (nonzero finite values that became 0),
+    subnormal (results subnormal in fmt), overflow (finite values that became
+    inf or NaN), nan (NaN inputs)."""
+    code = dtype_code(fmt)
+    ptr, src, n, owner = _memory(x)
+    shape = tuple(owner.shape)
+    out = np.empty(shape, dtype={4: np.float32, 2: np.uint16, 1: np.uint8}[lib.mp_format(code).contents.size])
+    st = ConvertStats()
+    check(lib.mp_convert(out.ctypes.data, code, ptr, src, n, ctypes.byref(st)))
+    return out, _stats(st)
+
+
+def _underflow_one(ptr, src, n, fmt, scales):
+    code = dtype_code(fmt)
+    arr = (ctypes.c_double * max(1, len(scales)))(*scales)
+    u = Underflow()
+    check(lib.mp_underflow_analyze(ptr, src, n, code, arr, len(scales), ctypes.byref(u)))
+    m = u.n
+    return {"format": lib.mp_format(code).contents.name.decode(), "n": m, "median": u.median, "p5": u.p5,
+            "zero_fraction": u.zero_count / m, "zero_count": u.zero_count,
+            "scales": [{"scale": c.scale, "survive": c.survive / m, "subnormal": c.subnormal / m,
+                        "overflow": c.overflow / m, "zero": c.zero / m} for c in u.scales[:u.nscales]],
+            "best_scale": u.best_scale}
+
+
+def underflow(values, formats="fp16", scales=DEFAULT_SCALES):
+    """What storing values (their magnitudes |x|; non-finite ones dropped)
+    multiplied by each loss scale loses in a format: the figures of
+    `mixprec underflow --json` (format, n, median, p5, zero_fraction,
+    zero_count, scales: survive/subnormal/overflow/zero fractions per scale,
+    best_scale). formats: one name (returns that dict) or a sequence of names
+    (returns {name: dict})."""
+    ptr, src, n, owner = _memory(values)
+    scales = [float(s) for s in scales]
+    if isinstance(formats, str):
+        return _underflow_one(ptr, src, n, formats, scales)
+    return {f: _underflow_one(ptr, src, n, f, scales) for f in formats}
+
+
+def explore(values, path, description=None):
+    """Writes `mixprec explore`'s interactive page for values (their
+    magnitudes) to path: a histogram against fp16, bf16, e5m2 and e4m3 with a
+    loss-scale slider, every count computed by mixprec. Returns path."""
+    ptr, src, n, owner = _memory(values)
+    if description is None:
+        description = "%d values (%s)" % (n, getattr(values, "dtype", type(values).__name__))
+    check(lib.mp_explore_write(str(path).encode(), ptr, src, n, str(description).encode()))
+    return path

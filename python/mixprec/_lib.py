@@ -1,0 +1,144 @@
+"""libmixprec through ctypes: finding the library, the C structures the package
+uses, and errors. The structures mirror include/mixprec/*.h field for field."""
+import ctypes
+import glob
+import os
+
+__all__ = ["lib", "MixprecError", "check", "DTYPES", "dtype_code",
+           "FormatInfo", "ConvertStats", "ValueCounts", "ScaleCounts", "Underflow",
+           "TensorStats", "ReportSkip", "ReportRun", "Report", "HIST_BINS"]
+
+
+class MixprecError(RuntimeError):
+    """An error reported by libmixprec; the message is the library's own
+    (mp_last_error())."""
+
+
+def _find():
+    """MIXPREC_LIB if set, else the library installed next to this file (by
+    pip), else the build tree's (build/libmixprec.so, for a checkout)."""
+    env = os.environ.get("MIXPREC_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for pattern in ("libmixprec.so*", os.path.join("..", "..", "build", "libmixprec.so")):
+        found = sorted(glob.glob(os.path.join(here, pattern)))
+        if found:
+            return found[0]
+    raise ImportError("mixprec: libmixprec not found: install the package (pip install <mixprec checkout>), "
+                      "or set MIXPREC_LIB to the path of libmixprec.so")
+
+
+lib = ctypes.CDLL(_find())
+
+# mp_dtype: include/mixprec/format.h
+DTYPES = {"fp32": 0, "fp16": 1, "bf16": 2, "e4m3": 3, "e5m2": 4}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+def dtype_code(name):
+    """The mp_dtype of a format name ("fp16", "bf16", ...); the library parses
+    it, so its aliases and its message apply."""
+    out = ctypes.c_int()
+    check(lib.mp_dtype_parse(str(name).encode(), ctypes.byref(out)))
+    return out.value
+
+
+class FormatInfo(ctypes.Structure):
+    _fields_ = [("dtype", ctypes.c_int), ("name", ctypes.c_char_p), ("size", ctypes.c_size_t),
+                ("exponent_bits", ctypes.c_int), ("mantissa_bits", ctypes.c_int), ("bias", ctypes.c_int),
+                ("has_inf", ctypes.c_int), ("max", ctypes.c_double), ("min_normal", ctypes.c_double),
+                ("min_subnormal", ctypes.c_double), ("eps", ctypes.c_double)]
+
+
+class ConvertStats(ctypes.Structure):
+    _fields_ = [("underflow", ctypes.c_uint64), ("subnormal", ctypes.c_uint64), ("overflow", ctypes.c_uint64),
+                ("nan", ctypes.c_uint64)]
+
+
+class ValueCounts(ctypes.Structure):
+    _fields_ = [("zero", ctypes.c_uint64), ("subnormal", ctypes.c_uint64), ("inf", ctypes.c_uint64),
+                ("nan", ctypes.c_uint64), ("amax", ctypes.c_float)]
+
+
+class ScaleCounts(ctypes.Structure):
+    _fields_ = [("scale", ctypes.c_double), ("zero", ctypes.c_uint64), ("subnormal", ctypes.c_uint64),
+                ("overflow", ctypes.c_uint64), ("survive", ctypes.c_uint64)]
+
+
+MAX_SCALES = 32  # MP_UNDERFLOW_MAX_SCALES
+
+
+class Underflow(ctypes.Structure):
+    _fields_ = [("format", ctypes.c_int), ("n", ctypes.c_size_t), ("median", ctypes.c_double),
+                ("p5", ctypes.c_double), ("zero_count", ctypes.c_uint64), ("best_scale", ctypes.c_double),
+                ("best", ScaleCounts), ("nscales", ctypes.c_int), ("scales", ScaleCounts * MAX_SCALES)]
+
+
+class TensorStats(ctypes.Structure):  # model.h
+    _fields_ = [("name", ctypes.c_char * 64), ("fwd", ConvertStats), ("bwd", ConvertStats),
+                ("fwd_elements", ctypes.c_uint64), ("bwd_elements", ctypes.c_uint64),
+                ("fwd_amax", ctypes.c_float), ("bwd_amax", ctypes.c_float), ("has_wgrad", ctypes.c_int),
+                ("wgrad_elements", ctypes.c_uint64), ("wgrad_lost", ctypes.c_uint64), ("wgrad_dead", ctypes.c_uint64)]
+
+
+HIST_BINS = 84  # MP_REPORT_HIST_BINS
+
+
+class ReportSkip(ctypes.Structure):  # report.h
+    _fields_ = [("step", ctypes.c_long), ("scale", ctypes.c_double), ("where", ctypes.c_char_p)]
+
+
+class ReportRun(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("format", ctypes.c_char_p), ("color", ctypes.c_char_p),
+                ("nsteps", ctypes.c_long), ("loss", ctypes.POINTER(ctypes.c_float)),
+                ("scale", ctypes.POINTER(ctypes.c_float)), ("skipped", ctypes.POINTER(ctypes.c_uint8)),
+                ("nlayers", ctypes.c_int), ("layer_names", ctypes.POINTER(ctypes.c_char * 64)),
+                ("layer_underflow", ctypes.POINTER(ctypes.c_float)), ("eval", ctypes.c_double),
+                ("last_loss", ctypes.c_double), ("underflow", ctypes.c_double), ("ms_per_step", ctypes.c_double),
+                ("memory_mib", ctypes.c_double), ("final_scale", ctypes.c_double),
+                ("lost_gradients", ctypes.c_double), ("dead_gradients", ctypes.c_double),
+                ("lost_updates", ctypes.c_double), ("skipped_total", ctypes.c_long),
+                ("has_hist", ctypes.c_int), ("hist_lo", ctypes.c_int), ("hist", ctypes.c_double * HIST_BINS),
+                ("hist_zeros", ctypes.c_double), ("hist_scale", ctypes.c_double),
+                ("warnings", ctypes.POINTER(ctypes.c_char_p)), ("nwarnings", ctypes.c_int),
+                ("tensors", ctypes.POINTER(TensorStats)), ("headroom_format", ctypes.POINTER(FormatInfo)),
+                ("skips", ctypes.POINTER(ReportSkip)), ("nskips", ctypes.c_long), ("neval", ctypes.c_long),
+                ("eval_steps", ctypes.POINTER(ctypes.c_long)), ("eval_losses", ctypes.POINTER(ctypes.c_double)),
+                ("sample", ctypes.c_char_p), ("sample_printable", ctypes.c_double), ("sample_words", ctypes.c_double),
+                ("precision", ctypes.c_void_p)]
+
+
+class Report(ctypes.Structure):
+    _fields_ = [("title", ctypes.c_char_p), ("command", ctypes.c_char_p), ("reading", ctypes.c_char_p),
+                ("fp16_min_subnormal", ctypes.c_double), ("fp16_min_normal", ctypes.c_double),
+                ("fp16_max", ctypes.c_double), ("eval_name", ctypes.c_char_p), ("eval_percent", ctypes.c_int),
+                ("eval_loss_name", ctypes.c_char_p), ("baseline", ctypes.c_int),
+                ("runs", ctypes.POINTER(ReportRun)), ("nruns", ctypes.c_int)]
+
+
+_P = ctypes.c_void_p
+_SZ = ctypes.c_size_t
+_I = ctypes.c_int
+for name, res, args in [
+        ("mp_version", ctypes.c_char_p, []),
+        ("mp_last_error", ctypes.c_char_p, []),
+        ("mp_status_str", ctypes.c_char_p, [_I]),
+        ("mp_format", ctypes.POINTER(FormatInfo), [_I]),
+        ("mp_dtype_parse", _I, [ctypes.c_char_p, ctypes.POINTER(_I)]),
+        ("mp_convert", _I, [_P, _I, _P, _I, _SZ, ctypes.POINTER(ConvertStats)]),
+        ("mp_convert_count", _I, [_I, _P, _I, _SZ, ctypes.c_float, ctypes.POINTER(ConvertStats)]),
+        ("mp_count_values", _I, [_P, _I, _SZ, ctypes.POINTER(ValueCounts)]),
+        ("mp_underflow_analyze", _I, [_P, _I, _SZ, _I, ctypes.POINTER(ctypes.c_double), _I,
+                                      ctypes.POINTER(Underflow)]),
+        ("mp_explore_write", _I, [ctypes.c_char_p, _P, _I, _SZ, ctypes.c_char_p]),
+        ("mp_report_write", _I, [ctypes.c_char_p, ctypes.POINTER(Report)])]:
+    f = getattr(lib, name)
+    f.restype, f.argtypes = res, args
+
+
+def check(status):
+    """Raises MixprecError with the library's message for a failing status."""
+    if status != 0:
+        msg = lib.mp_last_error().decode(errors="replace") or lib.mp_status_str(status).decode()
+        raise MixprecError(msg)

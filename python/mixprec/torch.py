@@ -1,0 +1,590 @@
+"""mixprec.torch: what half precision does to a PyTorch model's numbers,
+measured inside its own training loop.
+
+    mon = Monitor(model, formats=("fp16", "bf16"), every=10)
+    for x, y in loader:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        mon.after_backward(scaler, loss=loss)   # or a number: the scale the gradients carry
+        scaler.step(opt); scaler.update()
+        mon.after_step(scaler)
+    mon.report("report.html")
+
+On every `every`-th step (the first included) the monitor records:
+
+- for every parameter, what storing its gradient (as it is in .grad, loss
+  scale included) in each format would lose: underflow (nonzero values that
+  become 0), subnormal, overflow (inf in .grad included) and NaN counts
+  (stats(), history());
+- for every module, its output as it is in its dtype (exact zeros,
+  subnormals, infs, NaNs, the largest finite magnitude, and the headroom
+  log2(format max / that) in each format), and the same for the gradient of
+  its output in the backward pass (activations());
+- with shadow=True, the step's gradients recomputed in fp32 from the same
+  inputs and the same gradient of the model's output, and per parameter the
+  values nonzero in fp32 that are 0 in the run's .grad (lost()).
+
+On every step it reads the loss scale, and a step after which the scale went
+down is a skipped step: the parameters whose gradients held inf or NaN are
+named (skips()).
+
+Counts of CPU tensors are computed by libmixprec on the tensor's memory.
+A CUDA tensor is copied to the CPU first (one device-to-host copy of every
+gradient and activation on a recorded step, nothing on the others); the
+shadow comparison uses torch's own operations on the tensor's device.
+"""
+import ctypes
+import math
+import resource
+import shlex
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+from . import _memory
+from ._lib import (HIST_BINS, ConvertStats, MixprecError, Report, ReportRun, ReportSkip, TensorStats, ValueCounts,
+                   check, dtype_code, lib)
+
+__all__ = ["Monitor"]
+
+_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+_HIST_LO = -64  # the report's histogram: log2 |g| bins 2^-64 .. 2^19, ends clamped (as the CLI's)
+
+
+def _scale_of(s, what):
+    """The loss scale a GradScaler (enabled or not) or a number stands for."""
+    if hasattr(s, "get_scale"):
+        v = float(s.get_scale())
+    else:
+        try:
+            v = float(s)
+        except (TypeError, ValueError):
+            raise MixprecError("mixprec: %s takes a GradScaler or a number (the loss scale), not %r" % (what, s))
+    if not (math.isfinite(v) and v > 0):
+        raise MixprecError("mixprec: %s: the loss scale must be finite and > 0, not %r" % (what, v))
+    return v
+
+
+def _values(t):
+    """t's values as they are in their dtype, counted by libmixprec."""
+    ptr, code, n, owner = _memory(t)
+    c = ValueCounts()
+    check(lib.mp_count_values(ptr, code, n, ctypes.byref(c)))
+    return {"elements": n, "zero": c.zero, "subnormal": c.subnormal, "inf": c.inf, "nan": c.nan,
+            "amax": float(c.amax)}
+
+
+def _store(t, code):
+    """What storing t in the format code would do (libmixprec's mp_convert_count)."""
+    ptr, src, n, owner = _memory(t)
+    st = ConvertStats()
+    check(lib.mp_convert_count(code, ptr, src, n, 1.0, ctypes.byref(st)))
+    return {"total": n, "underflow": st.underflow, "subnormal": st.subnormal, "overflow": st.overflow, "nan": st.nan}
+
+
+def _tensors(out):
+    """The floating-point tensors in a module's output (a tensor, or tuples,
+    lists and dicts of them), in order."""
+    if isinstance(out, torch.Tensor):
+        if out.is_floating_point():
+            yield out
+    elif isinstance(out, (tuple, list)):
+        for o in out:
+            yield from _tensors(o)
+    elif isinstance(out, dict):
+        for o in out.values():
+            yield from _tensors(o)
+
+
+def _reaches(a, b):
+    """Whether autograd node b is a (transitive) input of node a."""
+    todo, seen = [a], set()
+    while todo:
+        f = todo.pop()
+        if f is b:
+            return True
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        todo.extend(n for n, _ in f.next_functions)
+    return False
+
+
+def _sources(pairs):
+    """The (output, gradient) pairs whose output no other one was computed from: an output that another
+    output depends on (the logits of a model that also returns its loss) received its gradient through that
+    one, and pushing both back would count it twice."""
+    return [(o, g) for i, (o, g) in enumerate(pairs)
+            if not any(j != i and _reaches(pairs[j][0].grad_fn, o.grad_fn) for j in range(len(pairs)))]
+
+
+def _add(total, counts):
+    for k, v in counts.items():
+        if k == "amax":
+            total[k] = max(total.get(k, 0.0), v)
+        elif k != "dtype":
+            total[k] = total.get(k, 0) + v
+
+
+def _headroom(amax, fmax):
+    return math.log2(fmax / amax) if amax > 0 else math.inf
+
+
+class Monitor:
+    """Watches model's numbers in a training loop; see the module's help.
+
+    formats: the formats whose losses are counted ("fp16", "bf16", "e4m3",
+    "e5m2"); the first is the one the report's per-layer charts use.
+    every: record every every-th step (1: every step). shadow: also recompute
+    the recorded steps' gradients in fp32 (one more forward and backward of
+    the model in fp32 per recorded step; needs fp32 parameters, as autocast
+    keeps them, and one backward per step)."""
+
+    def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False):
+        if isinstance(formats, str):
+            formats = (formats,)
+        if not formats:
+            raise MixprecError("mixprec: Monitor needs at least one format")
+        self.formats = tuple(formats)
+        self._codes = [dtype_code(f) for f in self.formats]
+        self._fmax = {f: lib.mp_format(c).contents.max for f, c in zip(self.formats, self._codes)}
+        if not isinstance(every, int) or every < 1:
+            raise MixprecError("mixprec: Monitor's every must be an integer >= 1, not %r" % (every,))
+        self.model, self.every, self.shadow = model, every, bool(shadow)
+        self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if self.shadow:
+            for n, p in self._params:
+                if p.dtype != torch.float32:
+                    raise MixprecError("mixprec: shadow=True recomputes in fp32 and needs fp32 parameters; "
+                                       "%s is %s" % (n, p.dtype))
+        self._modules = [(n or "(model)", m) for n, m in model.named_modules()]
+        self._owner = {}  # parameter name -> module name (the module holding it directly)
+        for mn, m in self._modules:
+            for pn, _ in m.named_parameters(recurse=False):
+                self._owner[(mn + "." if mn != "(model)" else "") + pn] = mn
+        self._hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules]
+        self._hooks.append(model.register_forward_pre_hook(self._root_pre_hook))
+        self._hooks.append(model.register_forward_hook(self._root_hook))
+        self._in_shadow = False
+        self.step = 0  # steps ended by after_step
+        self._loss, self._scale, self._skipped, self._times = [], [], [], []
+        self._t_last = None
+        self._scale_now = None
+        self._pending_loss = math.nan
+        self._history = {}  # step -> record
+        self._skips = []
+        self._new_record()
+
+    # ---- hooks ----
+
+    def _recording(self):
+        return self.step % self.every == 0 and not self._in_shadow
+
+    def _new_record(self):
+        self._rec = {"step": self.step, "scale": None, "params": {}, "dead": {}, "lost": None, "updates": None,
+                     "act": {}, "act_grad": {}, "first_bad_act": None, "hist": None}
+        self._inputs = self._rng = self._before = None
+        self._out_grads = []
+
+    def _forward_hook(self, name):
+        def hook(module, inputs, output):
+            if not self._recording():
+                return
+            for t in _tensors(output):
+                c = _values(t)
+                act = self._rec["act"].setdefault(name, {"dtype": _NAMES.get(t.dtype, str(t.dtype))})
+                _add(act, c)
+                if (c["inf"] or c["nan"]) and self._rec["first_bad_act"] is None:
+                    self._rec["first_bad_act"] = name
+                if t.requires_grad and torch.is_grad_enabled():
+                    t.register_hook(self._grad_hook(name))
+        return hook
+
+    def _grad_hook(self, name):
+        def hook(g):
+            if not self._in_shadow:
+                gr = self._rec["act_grad"].setdefault(name, {"dtype": _NAMES.get(g.dtype, str(g.dtype))})
+                _add(gr, _values(g))
+        return hook
+
+    def _root_pre_hook(self, module, inputs):
+        if self.shadow and self._recording():
+            self._inputs = inputs
+            self._rng = torch.get_rng_state()
+
+    def _root_hook(self, module, inputs, output):
+        if not (self.shadow and self._recording()):
+            return
+        self._out_grads = []
+        for i, t in enumerate(_tensors(output)):
+            self._out_grads.append(None)
+            if t.requires_grad and torch.is_grad_enabled():
+                def keep(g, i=i):
+                    self._out_grads[i] = g
+                t.register_hook(keep)
+
+    # ---- the two calls of a training step ----
+
+    def after_backward(self, scaler=1.0, loss=None):
+        """Call after backward, before the optimizer step. scaler: the
+        GradScaler (its current scale), or the loss scale the gradients carry
+        as a number (1.0 when none is used). loss (optional, a number or a
+        tensor): the step's unscaled loss, for the report's loss curve."""
+        self._scale_now = _scale_of(scaler, "after_backward")
+        if loss is not None:
+            self._pending_loss = float(loss.detach().float()) if isinstance(loss, torch.Tensor) else float(loss)
+        if not self._recording():
+            return
+        rec = self._rec
+        rec["scale"] = self._scale_now
+        for name, p in self._params:
+            if p.grad is None:
+                continue
+            g = p.grad
+            rec["params"][name] = {f: _store(g, c) for f, c in zip(self.formats, self._codes)}
+            rec["dead"][name] = _values(g)["zero"]
+        if self.shadow:
+            self._shadow_pass()
+        rec["hist"] = self._histogram()
+        self._before = [p.detach().clone() for _, p in self._params]
+
+    def _shadow_pass(self):
+        if self._inputs is None or not any(g is not None for g in self._out_grads):
+            raise MixprecError("mixprec: shadow=True: this step's forward and backward did not run through the "
+                               "monitored model (call after_backward after loss.backward())")
+        model, names = self.model, [n for n, _ in self._params]
+        params = [p for _, p in self._params]
+        buffers = [(b, b.detach().clone()) for b in model.buffers()]
+        rng = torch.get_rng_state()
+        dev = next((p.device.type for p in params), "cpu")
+        self._in_shadow = True
+        try:
+            torch.set_rng_state(self._rng)
+            with torch.autocast(device_type=dev, enabled=False), torch.enable_grad():
+                args = [a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                        for a in self._inputs]
+                outs = list(_tensors(model(*args)))
+            pairs = _sources([(o, g) for o, g in zip(outs, self._out_grads) if g is not None and o.requires_grad])
+            grads = torch.autograd.grad([o for o, _ in pairs], params, [g.to(o.dtype) for o, g in pairs],
+                                        allow_unused=True)
+        finally:
+            self._in_shadow = False
+            torch.set_rng_state(rng)
+            with torch.no_grad():
+                for b, saved in buffers:
+                    b.copy_(saved)
+        lost = {}
+        for n, p, g32 in zip(names, params, grads):
+            if g32 is None or p.grad is None:
+                continue
+            g = p.grad
+            lost[n] = {"total": g.numel(), "lost": int(((g32 != 0) & (g == 0)).sum()),
+                       "dead": int((g32 == 0).sum())}
+        self._rec["lost"] = lost
+        self._shadow_grads = grads
+
+    def _histogram(self):
+        """log2 |g| of every parameter gradient (fp32 ones from the shadow pass when there is one), as the
+        report draws it: counts per bin from 2^-64, and the zeros."""
+        src = getattr(self, "_shadow_grads", None) if self.shadow else None
+        grads = [g for g in (src or [p.grad for _, p in self._params]) if g is not None]
+        bins, zeros = np.zeros(HIST_BINS), 0
+        for g in grads:
+            a = g.detach().float().abs().flatten()
+            a = a[torch.isfinite(a)]
+            zeros += int((a == 0).sum())
+            a = a[a > 0]
+            if a.numel():
+                e = torch.floor(torch.log2(a)).to(torch.int64) - _HIST_LO
+                bins += np.bincount(e.clamp(0, HIST_BINS - 1).cpu().numpy(), minlength=HIST_BINS)
+        self._shadow_grads = None
+        return bins, zeros
+
+    def after_step(self, scaler=None):
+        """Call after the optimizer step (and scaler.update()). scaler: the
+        GradScaler, or the loss scale now as a number; a step after which the
+        scale went down was skipped (inf/NaN in its gradients), and the
+        parameters whose gradients held them are named. None: no scale."""
+        if self._scale_now is None:
+            raise MixprecError("mixprec: after_step before after_backward")
+        new = self._scale_now if scaler is None else _scale_of(scaler, "after_step")
+        skipped = new < self._scale_now
+        if skipped:
+            bad = []
+            for name, p in self._params:
+                if p.grad is not None:
+                    c = _values(p.grad)
+                    if c["inf"] or c["nan"]:
+                        bad.append(name)
+            self._skips.append({"step": self.step, "scale": self._scale_now, "params": bad,
+                                "activation": self._rec["first_bad_act"] if self._rec["scale"] is not None else None})
+        if self._before is not None and not skipped:
+            self._rec["updates"] = self._updates()
+        now = time.perf_counter()
+        if self._t_last is not None:
+            self._times.append(now - self._t_last)
+        self._t_last = now
+        self._loss.append(self._pending_loss)
+        self._scale.append(self._scale_now)
+        self._skipped.append(skipped)
+        if self._rec["scale"] is not None:
+            self._history[self.step] = self._rec
+        self._pending_loss = math.nan
+        self._scale_now = None
+        self.step += 1
+        self._new_record()
+
+    def _updates(self):
+        """Per parameter: the values with a nonzero finite gradient, and those of them the step left unchanged
+        (an update too small for the weight's format, or zero)."""
+        out = {}
+        with torch.no_grad():
+            for (name, p), before in zip(self._params, self._before):
+                if p.grad is None:
+                    continue
+                moved = (p.grad != 0) & torch.isfinite(p.grad)
+                out[name] = {"updated": int(moved.sum()), "lost": int((moved & (p == before)).sum())}
+        return out
+
+    def close(self):
+        """Removes the monitor's hooks from the model."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    # ---- what it found ----
+
+    def _last(self):
+        if not self._history:
+            raise MixprecError("mixprec: no step recorded yet (after_backward and after_step end a step)")
+        return self._history[max(self._history)]
+
+    def stats(self):
+        """The last recorded step's gradient counts: {parameter: {format:
+        {"total", "underflow", "subnormal", "overflow", "nan"}}}."""
+        return self._last()["params"]
+
+    def history(self):
+        """stats() for every recorded step: {step: {parameter: {format: counts}}}."""
+        return {s: r["params"] for s, r in self._history.items()}
+
+    def lost(self):
+        """With shadow=True, the last recorded step: {parameter: {"total", "lost"
+        (nonzero in fp32, 0 in the run), "dead" (0 in fp32 too)}}."""
+        r = self._last()
+        if r["lost"] is None:
+            raise MixprecError("mixprec: lost() needs Monitor(..., shadow=True)")
+        return r["lost"]
+
+    def activations(self):
+        """The last recorded step's module outputs and their gradients:
+        {module: {"dtype", "elements", "zero", "subnormal", "inf", "nan",
+        "amax", "headroom": {format: log2(max / amax)}, "grad": the same
+        counts of the output's gradient, or None}} ("(model)" is the model)."""
+        r = self._last()
+        out = {}
+        for name, a in r["act"].items():
+            d = dict(a)
+            d["headroom"] = {f: _headroom(a["amax"], self._fmax[f]) for f in self.formats}
+            d["grad"] = dict(r["act_grad"][name]) if name in r["act_grad"] else None
+            out[name] = d
+        return out
+
+    def updates(self):
+        """The last recorded step's updates (recorded when the step was not skipped):
+        {parameter: {"updated": values with a nonzero finite gradient, "lost": those of them the optimizer
+        step left unchanged (the update rounded away in the weight's format)}}; {} when the step was skipped."""
+        return dict(self._last()["updates"] or {})
+
+    def skips(self):
+        """The skipped steps: [{"step", "scale", "params": [names with inf/NaN
+        gradients], "activation": the first module whose output held inf/NaN
+        on that step, when it was a recorded step, else None}]."""
+        return [dict(s) for s in self._skips]
+
+    # ---- the report ----
+
+    def report(self, path, title=None):
+        """Writes mixprec's HTML report of the run so far to path (atomically):
+        loss and loss scale per step with the skipped steps, per-layer
+        gradient underflow over time (heat map), activation headroom, the
+        per-tensor table and the gradient histogram of the last recorded step."""
+        if not self._history:
+            raise MixprecError("mixprec: report: no step recorded yet")
+        build = _ReportBuilder(self, title)
+        check(lib.mp_report_write(str(path).encode(), ctypes.byref(build.report)))
+        return path
+
+
+class _ReportBuilder:
+    """The monitor's findings as report.h's structures (kept alive here while
+    the library writes them)."""
+
+    def __init__(self, mon, title):
+        fmt = mon.formats[0]
+        layers = [n for n, m in mon._modules
+                  if n in self._seen(mon) and (not list(m.children()) or list(m.parameters(recurse=False)))]
+        steps = sorted(mon._history)
+        nsteps, nl = len(mon._loss), len(layers)
+        index = {n: i for i, n in enumerate(layers)}
+        # per step and layer: the share of its parameters' gradient values lost (shadow) or that would
+        # underflow in fmt; sampled on the recorded steps, held until the next one
+        under = np.zeros((max(nsteps, 1), max(nl, 1)), dtype=np.float32)
+        tensors = (TensorStats * max(nl, 1))()
+        wlost = wdead = wtotal = 0
+        for i, n in enumerate(layers):
+            tensors[i].name = n.encode()[:63]
+        for s in steps:
+            r = mon._history[s]
+            frac_n, frac_d = np.zeros(max(nl, 1)), np.zeros(max(nl, 1))
+            for pn, counts in r["params"].items():
+                owner = mon._owner.get(pn)
+                if owner not in index:
+                    continue
+                i = index[owner]
+                t = tensors[i]
+                t.has_wgrad = 1
+                if r["lost"] is not None and pn in r["lost"]:
+                    lost, dead, total = r["lost"][pn]["lost"], r["lost"][pn]["dead"], r["lost"][pn]["total"]
+                else:
+                    lost, dead, total = counts[fmt]["underflow"], r["dead"][pn], counts[fmt]["total"]
+                t.wgrad_elements += total
+                t.wgrad_lost += lost
+                t.wgrad_dead += dead
+                wlost, wdead, wtotal = wlost + lost, wdead + dead, wtotal + total
+                frac_n[i] += lost
+                frac_d[i] += total
+            under[s:, :nl] = np.where(frac_d[:nl] > 0, frac_n[:nl] / np.maximum(frac_d[:nl], 1), 0)
+            for kind, field in (("act", "fwd"), ("act_grad", "bwd")):
+                for mn, c in r[kind].items():
+                    if mn not in index:
+                        continue
+                    t = tensors[index[mn]]
+                    st = getattr(t, field)
+                    st.subnormal += c["subnormal"]
+                    st.overflow += c["inf"]
+                    st.nan += c["nan"]
+                    setattr(t, field + "_elements", getattr(t, field + "_elements") + c["elements"])
+                    setattr(t, field + "_amax", max(getattr(t, field + "_amax"), c["amax"]))
+        dtypes = [a["dtype"] for s in steps for n, a in mon._history[s]["act"].items() if n in index]
+        compute = max(set(dtypes), key=dtypes.count) if dtypes else "fp32"
+        self._keep = [under, tensors]
+        self.names = (ctypes.c_char * 64 * max(nl, 1))()
+        for i, n in enumerate(layers):
+            self.names[i].value = n.encode()[:63]
+        loss = np.array(mon._loss or [math.nan], dtype=np.float32)
+        scale = np.array(mon._scale or [1.0], dtype=np.float32)
+        skipped = np.array(mon._skipped or [0], dtype=np.uint8)
+        wheres = [self._where(s) for s in mon._skips[:20]]
+        self.skips = (ReportSkip * max(len(wheres), 1))(*[ReportSkip(s["step"], s["scale"], w)
+                                                           for s, w in zip(mon._skips, wheres)])
+        last = mon._history[steps[-1]]
+        bins, zeros = last["hist"]
+        finite = loss[np.isfinite(loss)]
+        tail = finite[-10:]
+        self._keep += [loss, scale, skipped, wheres]
+        self.run = ReportRun()
+        u = self.run
+        u.name = ("pytorch-" + compute).encode()
+        u.format = compute.encode()
+        u.color = b"#1f77b4"
+        u.nsteps = nsteps
+        u.loss = loss.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        u.scale = scale.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        u.skipped = skipped.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        u.nlayers = nl
+        u.layer_names = ctypes.cast(self.names, ctypes.POINTER(ctypes.c_char * 64))
+        u.layer_underflow = under.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        u.eval = float(tail.mean()) if tail.size else math.nan
+        u.last_loss = float(finite[-1]) if finite.size else math.nan
+        u.underflow = wlost / wtotal if wtotal else 0.0
+        u.lost_gradients = wlost / wtotal if wtotal else 0.0
+        u.dead_gradients = wdead / wtotal if wtotal else 0.0
+        ups = [c for s in steps if mon._history[s]["updates"] for c in mon._history[s]["updates"].values()]
+        moved = sum(c["updated"] for c in ups)
+        u.lost_updates = sum(c["lost"] for c in ups) / moved if moved else 0.0
+        u.ms_per_step = 1000 * statistics.median(mon._times) if mon._times else 0.0
+        u.memory_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        u.final_scale = float(mon._scale[-1]) if mon._scale else 1.0
+        u.skipped_total = sum(mon._skipped)
+        u.has_hist, u.hist_lo, u.hist_zeros, u.hist_scale = 1, _HIST_LO, float(zeros), float(last["scale"])
+        for b in range(HIST_BINS):
+            u.hist[b] = float(bins[b])
+        u.tensors = ctypes.cast(tensors, ctypes.POINTER(TensorStats))
+        u.headroom_format = lib.mp_format(dtype_code(fmt))
+        u.skips = ctypes.cast(self.skips, ctypes.POINTER(ReportSkip))
+        u.nskips = len(wheres)
+        u.sample_words = math.nan
+        self.runs = (ReportRun * 1)(u)
+        f16 = lib.mp_format(dtype_code("fp16")).contents
+        self.strings = [(title or "mixprec monitor: %s" % type(mon.model).__name__).encode(),
+                        " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv).encode(),
+                        self._reading(mon, layers, steps, compute, fmt, wlost, wtotal).encode(),
+                        b"mean train loss, last 10 steps", b"loss"]
+        rep = Report()
+        rep.title, rep.command, rep.reading, rep.eval_name, rep.eval_loss_name = self.strings
+        rep.fp16_min_subnormal, rep.fp16_min_normal, rep.fp16_max = f16.min_subnormal, f16.min_normal, f16.max
+        rep.baseline = -1
+        rep.runs = ctypes.cast(self.runs, ctypes.POINTER(ReportRun))
+        rep.nruns = 1
+        self.report = rep
+
+    @staticmethod
+    def _seen(mon):
+        seen = set(mon._owner.values())
+        for r in mon._history.values():
+            seen.update(r["act"])
+        return seen
+
+    @staticmethod
+    def _where(s):
+        p = s["params"]
+        w = ("inf/NaN in the gradients of " + ", ".join(p[:3]) + (" and %d more" % (len(p) - 3) if len(p) > 3 else "")
+             if p else "no inf/NaN left in the gradients after the step")
+        if s["activation"]:
+            w += "; first overflowing activation " + s["activation"]
+        return w.encode()
+
+    @staticmethod
+    def _reading(mon, layers, steps, compute, fmt, wlost, wtotal):
+        nsteps = len(mon._loss)
+        shadow = any(mon._history[s]["lost"] is not None for s in steps)
+        ps = ["%d steps of %s, %d recorded (every %d%s); activations computed in %s. Loss scale from %g to %g; "
+              "%d skipped steps." % (nsteps, type(mon.model).__name__, len(steps), mon.every,
+                                     "-th step" if mon.every > 1 else " step", compute, min(mon._scale),
+                                     max(mon._scale), sum(mon._skipped))]
+        what = ("nonzero in the fp32 recomputation (shadow) and 0 in this run's gradients" if shadow else
+                "that would become 0 if the gradients, as they are in .grad (loss scale included), were stored in "
+                + fmt)
+        ps.append("Weight-gradient values %s: %.4g%% over the recorded steps (%d of %d); the per-layer charts and "
+                  "the \"weight gradients lost\" column count the same values, sampled on the recorded steps and "
+                  "held between them." % (what, 100 * wlost / wtotal if wtotal else 0, wlost, wtotal))
+        for f in mon.formats:
+            tot = und = ovf = 0
+            for s in steps:
+                for c in mon._history[s]["params"].values():
+                    tot, und, ovf = tot + c[f]["total"], und + c[f]["underflow"], ovf + c[f]["overflow"]
+            ps.append("Stored in %s, %.4g%% of the gradient values would underflow to 0 and %d would overflow."
+                      % (f, 100 * und / tot if tot else 0, ovf))
+        amax = {}
+        for s in steps:
+            for n, a in mon._history[s]["act"].items():
+                if n in layers:
+                    amax[n] = max(amax.get(n, 0.0), a["amax"])
+        if amax:
+            n = max(amax, key=amax.get)
+            ps.append("The largest activation was in %s: %.4g, %.2f doublings below fp16's largest value 65504."
+                      % (n, amax[n], _headroom(amax[n], 65504.0)))
+        ups = [c for s in steps if mon._history[s]["updates"] for c in mon._history[s]["updates"].values()]
+        moved = sum(c["updated"] for c in ups)
+        if moved:
+            ps.append("Of the weight values with a nonzero gradient on the recorded steps, %.4g%% were left unchanged "
+                      "by the optimizer step (\"updates lost\")." % (100 * sum(c["lost"] for c in ups) / moved))
+        ps.append("Activation and activation-gradient counts are of the values as they are in their dtype: a value "
+                  "that underflowed is an ordinary 0 there, so those columns show subnormals, infs and NaNs, and "
+                  "underflow only for the weight gradients.")
+        return "\n\n".join(ps)

@@ -1,0 +1,317 @@
+"""mixprec.torch.Monitor on real training steps: its counts against torch's own
+recount, skipped steps naming the right parameters, the shadow pass, the report
+(rendered in headless Chromium where it is installed)."""
+import math
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from mixprec import MixprecError  # noqa: E402
+from mixprec.torch import Monitor  # noqa: E402
+
+TORCH2_3 = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 3)
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
+                               torch.nn.Linear(32, 4))
+
+
+def batch(seed=0, n=64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 16, generator=g), torch.randint(0, 4, (n,), generator=g)
+
+
+def recount(g, dtype):
+    """What storing g in dtype does, counted by torch."""
+    h = g.to(dtype)
+    return {"total": g.numel(), "underflow": int(((h == 0) & (g != 0) & torch.isfinite(g)).sum()),
+            "subnormal": int(((h != 0) & (h.abs() < torch.finfo(dtype).tiny) & torch.isfinite(h)).sum()),
+            "overflow": int((torch.isinf(h) & ~torch.isnan(g)).sum()), "nan": int(torch.isnan(g).sum())}
+
+
+def values(t):
+    t = t.detach()
+    fin = torch.isfinite(t)
+    return {"elements": t.numel(), "zero": int((t == 0).sum()),
+            "subnormal": int(((t != 0) & (t.abs() < torch.finfo(t.dtype).tiny) & fin).sum()),
+            "inf": int(torch.isinf(t).sum()), "nan": int(torch.isnan(t).sum()),
+            "amax": float(t[fin].abs().max()) if fin.any() else 0.0}
+
+
+@pytest.mark.parametrize("scale", [2.0**-20, 1.0, 2.0**24])
+def test_gradient_counts_equal_torch_recount(scale):
+    model, (x, y) = mlp(), batch()
+    mon = Monitor(model, formats=("fp16", "bf16"), every=1)
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    (loss * scale).backward()
+    mon.after_backward(scale, loss=loss)
+    mon.after_step(scale)
+    st = mon.stats()
+    assert set(st) == {n for n, _ in model.named_parameters()}
+    for n, p in model.named_parameters():
+        assert st[n]["fp16"] == recount(p.grad, torch.float16), n
+        assert st[n]["bf16"] == recount(p.grad, torch.bfloat16), n
+    total = {k: sum(st[n]["fp16"][k] for n in st) for k in ("underflow", "overflow")}
+    if scale < 1:
+        assert total["underflow"] > 0     # the small scale makes fp16 lose values
+    if scale > 1:
+        assert total["overflow"] > 0      # and the large one overflow it, where bf16 does not
+        assert sum(st[n]["bf16"]["overflow"] for n in st) == 0
+
+
+def test_activations_and_their_gradients_equal_torch_recount():
+    model, (x, y) = mlp(1), batch(1)
+    mon = Monitor(model, formats=("fp16", "bf16"), every=1)
+    outs, grads = {}, {}
+    for name, m in model.named_modules():
+        def keep(mod, inp, out, name=name or "(model)"):
+            outs[name] = out.detach().clone()
+            out.register_hook(lambda g: grads.__setitem__(name, g.clone()))
+        m.register_forward_hook(keep)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x)
+    loss = torch.nn.functional.cross_entropy(out.float(), y)
+    loss.backward()
+    mon.after_backward(1.0)
+    mon.after_step(1.0)
+    acts = mon.activations()
+    assert set(acts) == set(outs) == {"(model)", "0", "1", "2", "3", "4"}
+    assert acts["0"]["dtype"] == "bf16" and acts["(model)"]["dtype"] == "bf16"
+    for name in outs:
+        a = acts[name]
+        want = values(outs[name])
+        assert {k: a[k] for k in want} == want, name
+        assert a["headroom"]["fp16"] == pytest.approx(math.log2(65504 / want["amax"]))
+        assert {k: a["grad"][k] for k in want} == values(grads[name]), name
+    assert acts["3"]["zero"] > 0 and acts["2"]["grad"]["zero"] > 0  # ReLU zeros its output and its input's gradient
+
+
+def test_every_records_only_every_nth_step():
+    model = mlp(2)
+    mon = Monitor(model, formats="fp16", every=3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(7):
+        x, y = batch(i)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        mon.after_backward()
+        opt.step()
+        mon.after_step()
+    assert sorted(mon.history()) == [0, 3, 6]
+    assert mon.history()[6] == mon.stats()
+    assert mon.step == 7 and mon.skips() == []
+
+
+def overflow_step(model, mon, scale, scaler=None):
+    """One step whose gradients overflow in 0.weight only: input feature 0 is huge and its weight column 0,
+    so the forward pass is finite and only d loss / d W0[:, 0] = dY * x0 overflows."""
+    x, y = batch(5)
+    x[:, 0] = 3e38
+    with torch.no_grad():
+        model[0].weight[:, 0] = 0
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    assert torch.isfinite(loss)
+    if scaler is None:
+        (loss * scale).backward()
+        mon.after_backward(scale, loss=loss)
+        mon.after_step(scale / 2)  # what a dynamic scaler does when it finds inf
+    else:
+        scaler.scale(loss).backward()
+        mon.after_backward(scaler, loss=loss)
+        scaler.step(opt := torch.optim.SGD(model.parameters(), lr=0.1))
+        scaler.update()
+        mon.after_step(scaler)
+
+
+def test_forced_overflow_names_the_right_parameter():
+    model = mlp(3)
+    mon = Monitor(model, formats=("fp16", "bf16"), every=1)
+    overflow_step(model, mon, 65536.0)
+    sk = mon.skips()
+    assert len(sk) == 1 and sk[0]["step"] == 0 and sk[0]["scale"] == 65536.0
+    assert sk[0]["params"] == ["0.weight"]
+    assert mon.stats()["0.weight"]["fp16"]["overflow"] > 0 and mon.stats()["2.weight"]["fp16"]["overflow"] == 0
+
+
+@pytest.mark.skipif(not TORCH2_3, reason="torch.amp.GradScaler on the CPU needs torch >= 2.3 (this is %s)"
+                    % torch.__version__)
+def test_forced_overflow_with_a_grad_scaler():
+    model = mlp(3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=65536.0)
+    mon = Monitor(model, formats="fp16", every=1)
+    overflow_step(model, mon, None, scaler)
+    assert scaler.get_scale() == 32768.0
+    sk = mon.skips()
+    assert len(sk) == 1 and sk[0]["scale"] == 65536.0 and sk[0]["params"] == ["0.weight"]
+
+
+def shadow_reference(model, x, y, dtype, scale):
+    """The shadow pass by hand: the mixed run's gradient of the model's output, pushed back through the model
+    in fp32."""
+    with torch.autocast("cpu", dtype=dtype):
+        out = model(x)
+    out.retain_grad()
+    (torch.nn.functional.cross_entropy(out.float(), y) * scale).backward()
+    mixed = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    out32 = model(x)
+    g32 = torch.autograd.grad(out32, list(model.parameters()), out.grad.float())
+    model.zero_grad()
+    return mixed, {n: g for (n, _), g in zip(model.named_parameters(), g32)}
+
+
+def shadow_case(dtype, scale):
+    model, (x, y) = mlp(4), batch(4)
+    mixed, g32 = shadow_reference(model, x, y, dtype, scale)
+    mon = Monitor(model, formats=("fp16",), every=1, shadow=True)
+    with torch.autocast("cpu", dtype=dtype):
+        out = model(x)
+    (torch.nn.functional.cross_entropy(out.float(), y) * scale).backward()
+    for n, p in model.named_parameters():
+        assert torch.equal(p.grad, mixed[n])  # the same run, and the hooks change nothing
+    mon.after_backward(scale)
+    mon.after_step(scale)
+    lost = mon.lost()
+    total_lost = 0
+    for n, p in model.named_parameters():
+        want = {"total": p.numel(), "lost": int(((g32[n] != 0) & (p.grad == 0)).sum()), "dead": int((g32[n] == 0).sum())}
+        assert lost[n] == want, n
+        total_lost += want["lost"]
+    return total_lost
+
+
+def test_shadow_bf16_counts_values_lost_in_the_mixed_run():
+    # a tiny loss scale: the bf16 products flush where fp32 keeps subnormal gradients
+    assert shadow_case(torch.bfloat16, 2.0**-126) > 0
+
+
+@pytest.mark.skipif(not TORCH2_3, reason="fp16 autocast on the CPU needs torch >= 2.3 (this is %s)" % torch.__version__)
+def test_shadow_fp16_counts_values_lost_in_the_mixed_run():
+    assert shadow_case(torch.float16, 2.0**-14) > 0
+
+
+def test_bad_use_is_a_clear_error():
+    with pytest.raises(MixprecError, match="fp7"):
+        Monitor(mlp(), formats=("fp7",))
+    with pytest.raises(MixprecError, match="every"):
+        Monitor(mlp(), every=0)
+    mon = Monitor(mlp())
+    with pytest.raises(MixprecError, match="loss scale"):
+        mon.after_backward(float("nan"))
+    with pytest.raises(MixprecError, match="before after_backward"):
+        mon.after_step()
+    with pytest.raises(MixprecError, match="no step recorded"):
+        mon.stats()
+
+
+def train(model, mon, steps, dtype=torch.bfloat16):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for i in range(steps):
+        x, y = batch(i)
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=dtype):
+            loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+        scale = 2.0**-100 if i % 4 == 2 else 1.0
+        (loss * scale).backward()
+        mon.after_backward(scale, loss=loss)
+        opt.step()
+        mon.after_step(scale)
+
+
+def test_report_holds_the_monitors_figures(tmp_path):
+    model = mlp(6)
+    mon = Monitor(model, formats=("fp16", "bf16"), every=2)
+    train(model, mon, 12)
+    overflow_step(model, mon, 65536.0)
+    path = tmp_path / "report.html"
+    assert mon.report(path) == path
+    html = path.read_text()
+    for name in ("0", "2", "4"):
+        assert 'data-tensor="%s"' % name in html
+    assert "inf/NaN in the gradients of 0.weight; first overflowing activation" not in html  # no activation overflowed
+    assert "<td>12</td><td>65536</td><td>inf/NaN in the gradients of 0.weight</td>" in html
+    # the summary row: 13 steps, 1 skipped; weight gradients lost = fp16 underflow over the recorded steps
+    h = mon.history()
+    lost = sum(c["fp16"]["underflow"] for s in h.values() for n, c in s.items() if n.endswith(("weight", "bias")))
+    total = sum(c["fp16"]["total"] for s in h.values() for c in s.values())
+    assert lost > 0
+    assert "<td class=\"under\">%.4f%%</td>" % (100 * lost / total) in html
+    assert 'id="heatmap-pytorch-bf16"' in html and 'id="headroom"' in html and 'id="histogram"' in html
+    chromium = shutil.which("chromium")
+    if not chromium:
+        pytest.skip("chromium is not installed (scripts/deps.sh installs it): the report was not rendered")
+    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert 'data-tensor="2"' in dom.stdout and "pytorch-bf16" in dom.stdout
+    assert "Uncaught" not in dom.stderr and "SyntaxError" not in dom.stderr
+
+
+def test_report_files_are_never_half_written(tmp_path):
+    model = mlp(7)
+    mon = Monitor(model, every=1)
+    with pytest.raises(MixprecError, match="no step recorded"):
+        mon.report(tmp_path / "r.html")
+    train(model, mon, 2)
+    with pytest.raises(MixprecError, match="cannot create"):
+        mon.report(tmp_path / "missing" / "r.html")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_close_removes_the_hooks():
+    model = mlp(8)
+    mon = Monitor(model, every=1)
+    mon.close()
+    train(model, mon, 1)
+    assert mon.activations() == {}
+
+
+class WithLoss(torch.nn.Module):
+    """A model that returns its loss too (as nanoGPT's does): the logits get their gradient through it."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(9)
+
+    def forward(self, x, y):
+        logits = self.net(x)
+        return logits, torch.nn.functional.cross_entropy(logits.float(), y)
+
+
+def test_shadow_of_a_model_that_returns_its_loss_is_the_fp32_step():
+    model, (x, y) = WithLoss(), batch(9)
+    scale = 2.0**-126
+    mon = Monitor(model, formats="fp16", every=1, shadow=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, loss = model(x, y)
+    (loss * scale).backward()
+    mixed = {n: p.grad.clone() for n, p in model.named_parameters()}
+    mon.after_backward(scale)
+    mon.after_step(scale)
+    _, loss32 = model(x, y)
+    g32 = torch.autograd.grad(loss32 * scale, list(model.parameters()))
+    lost = mon.lost()
+    assert sum(v["lost"] for v in lost.values()) > 0
+    for (n, p), g in zip(model.named_parameters(), g32):
+        assert lost[n] == {"total": p.numel(), "lost": int(((g != 0) & (mixed[n] == 0)).sum()),
+                           "dead": int((g == 0).sum())}, n
+
+
+def test_updates_lost_in_a_bf16_model_equal_a_recount():
+    model, (x, y) = mlp(10).to(torch.bfloat16), batch(10)
+    mon = Monitor(model, formats="fp16", every=1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    torch.nn.functional.cross_entropy(model(x.to(torch.bfloat16)).float(), y).backward()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    mon.after_backward()
+    opt.step()
+    mon.after_step()
+    ups = mon.updates()
+    for n, p in model.named_parameters():
+        moved = (p.grad != 0) & torch.isfinite(p.grad)
+        assert ups[n] == {"updated": int(moved.sum()), "lost": int((moved & (p == before[n])).sum())}, n
+    assert sum(u["lost"] for u in ups.values()) > 0  # lr * g is below half a bf16 ulp of many weights

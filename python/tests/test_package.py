@@ -1,0 +1,136 @@
+"""mixprec's Python functions against numpy, torch and the mixprec command."""
+import json
+import math
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import mixprec
+from mixprec import MixprecError
+
+
+def sample(seed=1, n=20000):
+    """float32 values across fp16's whole range and beyond: its thresholds, zeros, NaN, inf."""
+    r = np.random.default_rng(seed)
+    x = np.concatenate([
+        r.lognormal(-17.5, 1.6, n) * r.choice([-1, 1], n),
+        r.lognormal(0, 8, n),
+        [0.0, -0.0, 2.0**-25, 2.0**-25 * (1 + 2**-20), 2.0**-24, 1023.5 * 2.0**-24, 2.0**-14, 65504.0, 65519.0,
+         65520.0, 1e5, np.inf, -np.inf, np.nan, 3e38, 3.4028235e38, 1e-45, 2.0**-140, -2.0**-135]])
+    return x.astype(np.float32)
+
+
+def test_formats_match_numpy():
+    f = {d["name"]: d for d in mixprec.formats()}
+    assert list(f) == ["fp32", "fp16", "bf16", "e4m3", "e5m2"]
+    for name, dt in (("fp32", np.float32), ("fp16", np.float16)):
+        fi = np.finfo(dt)
+        assert f[name]["max"] == float(fi.max) and f[name]["min_normal"] == float(fi.tiny)
+        assert f[name]["eps"] == float(fi.eps) and f[name]["bits"] == fi.bits
+        assert f[name]["mantissa_bits"] == fi.nmant and f[name]["exponent_bits"] == fi.nexp
+    assert f["fp16"]["min_subnormal"] == 2.0**-24
+    assert f["bf16"]["max"] == float.fromhex("0x1.fep127") and f["bf16"]["mantissa_bits"] == 7
+    assert f["e4m3"]["max"] == 448 and not f["e4m3"]["has_inf"] and f["e5m2"]["max"] == 57344
+
+
+def test_convert_fp16_equals_numpy():
+    x = sample()
+    codes, st = mixprec.convert(x, "fp16")
+    with np.errstate(over="ignore"):
+        h = x.astype(np.float16)
+    ref = h.view(np.uint16)
+    nan = np.isnan(x)
+    assert codes.dtype == np.uint16 and codes.shape == x.shape
+    assert np.array_equal(codes[~nan], ref[~nan]) and np.all(np.isnan(codes[nan].view(np.float16)))
+    fin = np.isfinite(x)
+    assert st["underflow"] == np.sum((h == 0) & (x != 0) & fin) > 0
+    assert st["subnormal"] == np.sum((h != 0) & (np.abs(h) < np.finfo(np.float16).tiny)) > 0
+    assert st["overflow"] == np.sum(np.isinf(h) & fin) > 0
+    assert st["nan"] == np.sum(nan) == 1
+
+
+def test_convert_bf16_equals_torch():
+    torch = pytest.importorskip("torch")
+    x = sample(2)
+    codes, st = mixprec.convert(x, "bf16")
+    t = torch.from_numpy(x).to(torch.bfloat16)
+    ref = t.view(torch.int16).numpy().view(np.uint16)
+    nan = np.isnan(x)
+    assert np.array_equal(codes[~nan], ref[~nan])
+    tf = t.float().numpy()
+    assert st["underflow"] == np.sum((tf == 0) & (x != 0) & np.isfinite(x)) > 0
+    assert st["overflow"] == np.sum(np.isinf(tf) & np.isfinite(x)) > 0
+    # torch CPU tensors are read in place, bf16 ones too
+    back, _ = mixprec.convert(t, "fp32")
+    assert np.array_equal(back[~nan], tf[~nan])
+
+
+def test_convert_fp8_values():
+    x = np.array([448, 464, 0.5, -2.0**-9, 2.0**-10, 57344, 61440, np.nan], dtype=np.float32)
+    e4, s4 = mixprec.convert(x, "e4m3")
+    assert e4.dtype == np.uint8 and list(e4[:7]) == [0x7E, 0x7E, 0x30, 0x81, 0x00, 0x7F, 0x7F]
+    assert s4 == {"underflow": 1, "subnormal": 1, "overflow": 2, "nan": 1}
+    e5, s5 = mixprec.convert(x, "e5m2")
+    assert list(e5[:6]) == [0x5F, 0x5F, 0x38, 0x98, 0x14, 0x7B] and e5[6] == 0x7C
+    assert s5["overflow"] == 1 and s5["underflow"] == 0
+
+
+def test_memory_is_read_in_place():
+    a = np.ones(1000, dtype=np.float32)
+    assert mixprec._memory(a)[0] == a.ctypes.data
+    torch = pytest.importorskip("torch")
+    t = torch.ones(1000, dtype=torch.bfloat16)
+    assert mixprec._memory(t)[0] == t.data_ptr()
+
+
+def write_values(path, x):
+    x.astype(np.float32).tofile(path)
+
+
+def test_underflow_equals_cli(tmp_path, cli):
+    x = sample(3)
+    f = tmp_path / "g.f32"
+    write_values(f, x)
+    for fmt in ("fp16", "bf16", "e4m3", "e5m2"):
+        out = subprocess.run([cli, "underflow", "--from", str(f), "--format", fmt, "--scales", "1,0.5,1024,65536",
+                              "--json"], capture_output=True, text=True, check=True).stdout
+        want = json.loads(out)
+        got = mixprec.underflow(x, fmt, scales=(1, 0.5, 1024, 65536))
+        assert got.keys() == want.keys() and got["n"] == want["n"] == np.sum(np.isfinite(x))
+        for k in ("median", "p5", "zero_fraction", "zero_count", "best_scale"):
+            assert float("%.9g" % got[k]) == want[k], (fmt, k)
+        for g, w in zip(got["scales"], want["scales"], strict=True):
+            assert {k: float("%.9g" % v) for k, v in g.items()} == w
+    both = mixprec.underflow(x, ("fp16", "bf16"))
+    assert both["fp16"]["scales"][0]["zero"] > both["bf16"]["scales"][0]["zero"]
+
+
+def test_explore_equals_cli(tmp_path, cli):
+    x = sample(4)
+    f = tmp_path / "g.f32"
+    write_values(f, x)
+    subprocess.run([cli, "explore", "--from", str(f), "--out", str(tmp_path / "cli.html")], check=True,
+                   capture_output=True)
+    n = int(np.sum(np.isfinite(x)))
+    mixprec.explore(x, tmp_path / "py.html", description="%d gradient magnitudes from %s" % (n, f))
+    assert (tmp_path / "py.html").read_bytes() == (tmp_path / "cli.html").read_bytes()
+    mixprec.explore(x, tmp_path / "esc.html", description="<script>alert(1)</script>")
+    page = (tmp_path / "esc.html").read_text()
+    assert "&lt;script&gt;alert(1)" in page and "<script>alert" not in page
+
+
+def test_errors_carry_the_library_message(tmp_path):
+    with pytest.raises(MixprecError, match="fp7"):
+        mixprec.convert(np.ones(3, np.float32), "fp7")
+    with pytest.raises(MixprecError, match="finite"):
+        mixprec.underflow(np.full(4, np.nan, np.float32))
+    with pytest.raises(MixprecError, match="scale"):
+        mixprec.underflow(np.ones(4, np.float32), scales=(1, -2))
+    with pytest.raises(MixprecError, match="no_such_dir"):
+        mixprec.explore(np.ones(4, np.float32), tmp_path / "no_such_dir" / "x.html")
+    assert not os.path.exists(tmp_path / "no_such_dir")
+    with pytest.raises(MixprecError, match="dtype"):
+        mixprec.convert(np.array(["a"]), "fp16")
+    assert math.isfinite(mixprec.underflow(np.array([1e-8, 1.0]))["median"])  # float64 input: converted

@@ -1,0 +1,326 @@
+/* underflow.c - what a set of values loses in a number format at several loss
+ * scales (underflow.h): the counts through mp_convert_count, the order
+ * statistics by radix selection, the best power-of-two scale, and the explorer
+ * page with every count computed into it. */
+#define _POSIX_C_SOURCE 200809L
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ---- the set: x's finite elements, as magnitudes ----
+ * A store is symmetric in the sign, so mp_convert_count on the raw values
+ * gives the magnitudes' counts once the dropped elements are taken out: it
+ * counts the infinities as overflow and the NaNs apart. No copy is made. */
+typedef struct {
+    const void *x;
+    mp_dtype xt;
+    size_t n;                     /* elements of x */
+    uint64_t finite, zeros, inf;  /* among them */
+} value_set;
+
+static mp_status set_init(value_set *s, const void *x, mp_dtype xt, size_t n) {
+    mp_value_counts c;
+    const mp_status st = mp_count_values(x, xt, n, &c);
+    if (st != MP_OK) return st;
+    s->x = x, s->xt = xt, s->n = n;
+    s->finite = n - c.inf - c.nan, s->zeros = c.zero, s->inf = c.inf;
+    return MP_OK;
+}
+
+/* The counts at one scale; all zero (but the scale) if t or the scale is bad. */
+static mp_scale_counts set_count(const value_set *s, mp_dtype t, double scale) {
+    mp_scale_counts c = {scale, 0, 0, 0, 0};
+    mp_convert_stats st = {0, 0, 0, 0};
+    if (mp_convert_count(t, s->x, s->xt, s->n, (float)scale, &st) != MP_OK) return c;
+    c.zero = s->zeros + st.underflow, c.subnormal = st.subnormal, c.overflow = st.overflow - s->inf;
+    c.survive = s->finite - c.zero - c.overflow;
+    return c;
+}
+
+static double set_best_scale(const value_set *s, mp_dtype t, mp_scale_counts *best_counts) {
+    double best = 1;
+    mp_scale_counts bc = set_count(s, t, 1);
+    for (int k = 1; k <= 126; k++) {
+        const mp_scale_counts c = set_count(s, t, ldexp(1.0, k));
+        if (c.overflow) break;
+        if (c.survive > bc.survive || (c.survive == bc.survive && c.subnormal < bc.subnormal)) best = c.scale, bc = c;
+    }
+    if (best_counts) *best_counts = bc;
+    return best;
+}
+
+enum { CHUNK = 1024 };
+
+/* Calls fn(ctx, v, m) on x's elements widened to fp32, CHUNK at a time. */
+static void set_chunks(const value_set *s, void (*fn)(void *ctx, const float *v, size_t m), void *ctx) {
+    float v[CHUNK];
+    const size_t es = mp_format(s->xt)->size;
+    for (size_t i = 0; i < s->n; i += CHUNK) {
+        const size_t m = s->n - i < CHUNK ? s->n - i : CHUNK;
+        mp_convert(v, MP_F32, (const uint8_t *)s->x + i * es, s->xt, m, NULL);
+        fn(ctx, v, m);
+    }
+}
+
+/* ---- order statistics of the magnitudes ----
+ * The bits of a nonnegative float are ordered as its value, so the element of
+ * rank r is found from a histogram of the top 16 bits of the finite
+ * magnitudes, then one of the low 16 bits within the bin that holds it. */
+#define HI_BINS 0x7f80u   /* top 16 bits of a finite magnitude: below inf's 0x7f80 */
+#define LO_BINS 0x10000u
+
+typedef struct {
+    uint64_t *h;
+    int low;      /* 0: top bits of all; 1: low bits of those in bin hi */
+    uint32_t hi;
+} key_hist;
+
+static void key_hist_chunk(void *ctx, const float *v, size_t m) {
+    key_hist *k = ctx;
+    for (size_t i = 0; i < m; i++) {
+        const uint32_t a = mp_f32_bits(v[i]) & 0x7fffffffu;
+        if (a >= 0x7f800000u) continue;
+        if (!k->low) k->h[a >> 16]++;
+        else if (a >> 16 == k->hi) k->h[a & 0xffffu]++;
+    }
+}
+
+/* The finite magnitude of rank r (0: the smallest); hi: the top-bits histogram. */
+static float select_rank(const value_set *s, const uint64_t *hi, uint64_t *lo, uint64_t r) {
+    uint32_t b = 0;
+    while (r >= hi[b]) r -= hi[b++];
+    memset(lo, 0, LO_BINS * sizeof *lo);
+    key_hist k = {lo, 1, b};
+    set_chunks(s, key_hist_chunk, &k);
+    uint32_t l = 0;
+    while (r >= lo[l]) r -= lo[l++];
+    return mp_bits_f32(b << 16 | l);
+}
+
+/* Quantile q, linear interpolation between order statistics (numpy's default). */
+static double quantile(const value_set *s, const uint64_t *hi, uint64_t *lo, double q) {
+    const uint64_t nf = s->finite;
+    const double pos = q * (double)(nf - 1);
+    const uint64_t i = (uint64_t)pos;
+    const float ci = select_rank(s, hi, lo, i);
+    if (i + 1 >= nf) return ci;
+    const float cj = select_rank(s, hi, lo, i + 1);
+    return ci + (pos - (double)i) * (cj - ci);
+}
+
+/* ---- the public functions ---- */
+
+mp_scale_counts mp_underflow_count(const float *g, size_t n, mp_dtype t, double scale) {
+    value_set s;
+    if (set_init(&s, g, MP_F32, n) != MP_OK) return (mp_scale_counts){scale, 0, 0, 0, 0};
+    return set_count(&s, t, scale);
+}
+
+double mp_underflow_best_scale(const float *g, size_t n, mp_dtype t) {
+    value_set s;
+    if (set_init(&s, g, MP_F32, n) != MP_OK) return 1;
+    return set_best_scale(&s, t, NULL);
+}
+
+static int is_value_type(mp_dtype t) { return t == MP_F32 || t == MP_F16 || t == MP_BF16; }
+static int is_store_format(mp_dtype t) { return t == MP_F16 || t == MP_BF16 || t == MP_E4M3 || t == MP_E5M2; }
+static const char *dtype_name(mp_dtype t) { return mp_format(t) ? mp_format(t)->name : "an unknown dtype"; }
+
+mp_status mp_underflow_analyze(const void *x, mp_dtype xt, size_t n, mp_dtype t, const double *scales, int nscales,
+                               mp_underflow *out) {
+    static const char fn[] = "mp_underflow_analyze";
+    if (!out) return mp_error(MP_EINVAL, "%s: NULL result", fn);
+    memset(out, 0, sizeof *out);
+    if (!x && n) return mp_error(MP_EINVAL, "%s: NULL buffer for %zu elements", fn, n);
+    if (!is_value_type(xt)) return mp_error(MP_EINVAL, "%s: values of %s (fp32, fp16 or bf16)", fn, dtype_name(xt));
+    if (!is_store_format(t))
+        return mp_error(MP_EINVAL, "%s: format %s (fp16, bf16, e4m3 or e5m2)", fn, dtype_name(t));
+    if (nscales < 0 || nscales > MP_UNDERFLOW_MAX_SCALES)
+        return mp_error(MP_EINVAL, "%s: %d scales (0 .. %d)", fn, nscales, MP_UNDERFLOW_MAX_SCALES);
+    if (nscales && !scales) return mp_error(MP_EINVAL, "%s: NULL scales", fn);
+    for (int k = 0; k < nscales; k++) {
+        const float f = (float)scales[k];
+        if (!(scales[k] > 0) || !isfinite(scales[k]) || !(f > 0) || !(f <= FLT_MAX))
+            return mp_error(MP_EINVAL, "%s: scale %d is %g (finite and > 0 in fp32)", fn, k, scales[k]);
+    }
+    value_set s;
+    mp_status st = set_init(&s, x, xt, n);
+    if (st != MP_OK) return st;
+    if (s.finite == 0) return mp_error(MP_EINVAL, "%s: no finite value among %zu", fn, n);
+    uint64_t *h = malloc((HI_BINS + LO_BINS) * sizeof *h);
+    if (!h) return mp_error(MP_ENOMEM, "%s: out of memory", fn);
+    memset(h, 0, HI_BINS * sizeof *h);
+    key_hist k = {h, 0, 0};
+    set_chunks(&s, key_hist_chunk, &k);
+    out->median = quantile(&s, h, h + HI_BINS, 0.5);
+    out->p5 = quantile(&s, h, h + HI_BINS, 0.05);
+    free(h);
+    out->format = t, out->n = (size_t)s.finite;
+    out->zero_count = set_count(&s, t, 1).zero;
+    out->best_scale = set_best_scale(&s, t, &out->best);
+    out->nscales = nscales;
+    for (int i = 0; i < nscales; i++) out->scales[i] = set_count(&s, t, scales[i]);
+    return MP_OK;
+}
+
+/* ---- the explorer page ---- */
+
+static const mp_dtype page_formats[4] = {MP_F16, MP_BF16, MP_E5M2, MP_E4M3};
+enum { PAGE_K = 25, HLO = -150, HN = 170 }; /* slider 2^0..2^24; histogram bins log2 -150 .. 19 */
+
+static void log2_hist_chunk(void *ctx, const float *v, size_t m) {
+    uint64_t *bins = ctx;
+    for (size_t i = 0; i < m; i++) {
+        const float g = fabsf(v[i]);
+        if (!(g > 0) || !isfinite(g)) continue;
+        const int e = (int)floor(log2(g)) - HLO;
+        bins[e < 0 ? 0 : e >= HN ? HN - 1 : e]++;
+    }
+}
+
+static void write_page(FILE *f, const char *desc, uint64_t n, const uint64_t *bins, mp_scale_counts (*counts)[PAGE_K]) {
+    int blo = HN, bhi = 0;
+    for (int b = 0; b < HN; b++)
+        if (bins[b]) blo = b < blo ? b : blo, bhi = b;
+    fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>mixprec explorer: "
+               "gradients against a number format</title>\n<style>\n"
+               "body{font:15px/1.5 system-ui,sans-serif;color:#222;max-width:980px;margin:2em auto;padding:0 1em}\n"
+               "h1{font-size:1.5em}.controls{display:flex;gap:2em;align-items:center;flex-wrap:wrap;margin:1em 0}\n"
+               "input[type=range]{width:360px}.readout{display:grid;grid-template-columns:repeat(4,1fr);gap:.6em}\n"
+               ".box{background:#f5f5f5;border-radius:6px;padding:.6em .8em}.big{font-size:1.4em;font-weight:600}\n"
+               ".zero .big{color:#c62828}.over .big{color:#6a1b9a}.sub .big{color:#ef6c00}.ok .big{color:#2e7d32}\n"
+               "svg{width:100%%;height:auto}.note{color:#555;font-size:.92em}\n</style>\n</head>\n<body>\n"
+               "<h1>Gradients against a number format</h1>\n<p class=\"note\">");
+    mp_html_escape(f, desc);
+    fputs(". Move the loss scale: every gradient is multiplied by it before it is stored; the bars slide right. "
+          "Values left of the floor become zero; right of the ceiling, infinity (NaN in e4m3, which has no infinity). "
+          "Every count below was computed by mixprec's own conversion code (mp_convert), for every slider position and "
+          "format, when this page was written.</p>\n", f);
+    fprintf(f, "<div class=\"controls\"><label>format <select id=\"fmt\">");
+    for (int k = 0; k < 4; k++) fprintf(f, "<option value=\"%s\">%s</option>", mp_format(page_formats[k])->name,
+                                         mp_format(page_formats[k])->name);
+    fprintf(f, "</select></label><label>loss scale <input id=\"k\" type=\"range\" min=\"0\" max=\"%d\" step=\"1\" value=\"0\"> "
+               "<b id=\"scale\">2^0 = 1</b></label></div>\n", PAGE_K - 1);
+    fprintf(f, "<div class=\"readout\"><div class=\"box zero\">become zero<div class=\"big\" id=\"zero\"></div><span id=\"zero_pct\"></span></div>"
+               "<div class=\"box sub\">subnormal<div class=\"big\" id=\"sub\"></div><span id=\"sub_pct\"></span></div>"
+               "<div class=\"box over\">overflow<div class=\"big\" id=\"over\"></div><span id=\"over_pct\"></span></div>"
+               "<div class=\"box ok\">survive<div class=\"big\" id=\"survive\"></div><span id=\"survive_pct\"></span></div></div>\n");
+    /* the chart: bars in a group that the script translates by k bins */
+    const int W = 940, H = 320, ML = 50, MR = 10, MT = 20, MB = 40;
+    const int x0 = blo - 2 < 0 ? 0 : blo - 2, x1 = bhi + PAGE_K + 2 > HN ? HN : bhi + PAGE_K + 2;
+    int lo_lim = x0, hi_lim = x1;
+    for (int k = 0; k < 4; k++) {
+        const mp_format_info *fi = mp_format(page_formats[k]);
+        const int a = (int)floor(log2(fi->min_subnormal)) - HLO - 1, b = (int)ceil(log2(fi->max)) - HLO + 1;
+        lo_lim = a < lo_lim ? (a < 0 ? 0 : a) : lo_lim, hi_lim = b > hi_lim ? (b > HN ? HN : b) : hi_lim;
+    }
+    const double bw = (double)(W - ML - MR) / (hi_lim - lo_lim);
+    uint64_t bmax = 1;
+    for (int b = 0; b < HN; b++) bmax = bins[b] > bmax ? bins[b] : bmax;
+    fprintf(f, "<svg id=\"chart\" viewBox=\"0 0 %d %d\" xmlns=\"http://www.w3.org/2000/svg\">\n"
+               "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n",
+            W, H, ML, MT, W - ML - MR, H - MT - MB);
+    fprintf(f, "<rect id=\"zone_zero\" y=\"%d\" height=\"%d\" fill=\"#c62828\" opacity=\"0.08\"/>"
+               "<rect id=\"zone_over\" y=\"%d\" height=\"%d\" fill=\"#6a1b9a\" opacity=\"0.08\"/>\n",
+            MT, H - MT - MB, MT, H - MT - MB);
+    for (int e = lo_lim; e <= hi_lim; e += 10) {
+        const double x = ML + (e - lo_lim) * bw;
+        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%d\" font-size=\"11\" "
+                   "text-anchor=\"middle\" fill=\"#666\">2^%d</text>\n", x, x, MT, H - MB, x, H - MB + 14, e + HLO);
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\" fill=\"#444\">magnitude of the scaled gradient (log2 axis)</text>\n",
+            (ML + W - MR) / 2, H - 8);
+    fprintf(f, "<g id=\"bars\">\n");
+    for (int b = blo; b <= bhi; b++) {
+        if (!bins[b]) continue;
+        const double h = (double)(H - MT - MB - 10) * (double)bins[b] / (double)bmax;
+        fprintf(f, "<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#1f77b4\"/>\n",
+                ML + (b - lo_lim) * bw, H - MB - h, bw * 0.9, h);
+    }
+    fprintf(f, "</g>\n<line id=\"floor\" y1=\"%d\" y2=\"%d\" stroke=\"#c62828\" stroke-dasharray=\"5 3\"/>"
+               "<line id=\"ceil\" y1=\"%d\" y2=\"%d\" stroke=\"#6a1b9a\" stroke-dasharray=\"5 3\"/>\n"
+               "<text id=\"floor_t\" y=\"%d\" font-size=\"11\" fill=\"#c62828\"></text><text id=\"ceil_t\" y=\"%d\" font-size=\"11\" "
+               "fill=\"#6a1b9a\" text-anchor=\"end\"></text>\n</svg>\n",
+            MT, H - MB, MT, H - MB, MT + 14, MT + 30);
+    /* the data: every count for every format and scale, computed before the page was opened */
+    fprintf(f, "<script>\nconst N = %llu, GEO = {ml: %d, bw: %.6f, lo: %d, hlo: %d, mt: %d, h: %d, right: %d};\nconst DATA = {\n",
+            (unsigned long long)n, ML, bw, lo_lim, HLO, MT, H - MT - MB, W - MR);
+    for (int k = 0; k < 4; k++) {
+        const mp_format_info *fi = mp_format(page_formats[k]);
+        fprintf(f, "  \"%s\": {floor: %.9g, ceil: %.9g, min_normal: %.9g, counts: [", fi->name, fi->min_subnormal / 2,
+                fi->max, fi->min_normal);
+        for (int s = 0; s < PAGE_K; s++) {
+            const mp_scale_counts *c = &counts[k][s];
+            fprintf(f, "%s[%llu, %llu, %llu, %llu]", s ? ", " : "", (unsigned long long)c->zero,
+                    (unsigned long long)c->subnormal, (unsigned long long)c->overflow, (unsigned long long)c->survive);
+        }
+        fprintf(f, "]}%s\n", k < 3 ? "," : "");
+    }
+    fprintf(f, "};\n"
+               "function pct(x) { return (100 * x / N).toFixed(x && x < N / 1000 ? 4 : 2) + '%%'; }\n"
+               "function xOf(log2v) { return GEO.ml + (log2v - GEO.hlo - GEO.lo) * GEO.bw; }\n"
+               "function update() {\n"
+               "  const fmt = document.getElementById('fmt').value, k = +document.getElementById('k').value;\n"
+               "  const d = DATA[fmt], c = d.counts[k];\n"
+               "  document.getElementById('scale').textContent = '2^' + k + ' = ' + Math.pow(2, k);\n"
+               "  const ids = ['zero', 'sub', 'over', 'survive'];\n"
+               "  ids.forEach((id, i) => { document.getElementById(id).textContent = c[i];\n"
+               "    document.getElementById(id + '_pct').textContent = pct(c[i]); });\n"
+               "  document.getElementById('bars').setAttribute('transform', 'translate(' + (k * GEO.bw).toFixed(2) + ' 0)');\n"
+               "  const fx = xOf(Math.log2(d.floor)), cx = xOf(Math.log2(d.ceil));\n"
+               "  for (const [id, x] of [['floor', fx], ['ceil', cx]]) { const l = document.getElementById(id);\n"
+               "    l.setAttribute('x1', x); l.setAttribute('x2', x); }\n"
+               "  const zz = document.getElementById('zone_zero'); zz.setAttribute('x', GEO.ml); zz.setAttribute('width', Math.max(0, fx - GEO.ml));\n"
+               "  const zo = document.getElementById('zone_over'); zo.setAttribute('x', cx); zo.setAttribute('width', Math.max(0, GEO.right - cx));\n"
+               "  const ft = document.getElementById('floor_t'); ft.setAttribute('x', fx + 4); ft.textContent = fmt + ': 0 below ' + d.floor.toExponential(2);\n"
+               "  const ct = document.getElementById('ceil_t'); ct.setAttribute('x', cx - 4); ct.textContent = fmt + ' max ' + d.ceil.toExponential(2);\n"
+               "}\n"
+               "function fromHash() {\n"
+               "  const p = new URLSearchParams(location.hash.slice(1));\n"
+               "  if (p.has('k')) document.getElementById('k').value = p.get('k');\n"
+               "  if (p.has('fmt') && DATA[p.get('fmt')]) document.getElementById('fmt').value = p.get('fmt');\n"
+               "  update();\n"
+               "}\n"
+               "document.getElementById('k').addEventListener('input', update);\n"
+               "document.getElementById('fmt').addEventListener('change', update);\n"
+               "window.addEventListener('hashchange', fromHash);\n"
+               "fromHash();\n"
+               "</script>\n</body>\n</html>\n");
+}
+
+mp_status mp_explore_write(const char *path, const void *x, mp_dtype xt, size_t n, const char *description) {
+    static const char fn[] = "mp_explore_write";
+    if (!path || !*path) return mp_error(MP_EINVAL, "%s: no path", fn);
+    if (!x && n) return mp_error(MP_EINVAL, "%s: NULL buffer for %zu elements", fn, n);
+    if (!is_value_type(xt)) return mp_error(MP_EINVAL, "%s: values of %s (fp32, fp16 or bf16)", fn, dtype_name(xt));
+    value_set s;
+    const mp_status st = set_init(&s, x, xt, n);
+    if (st != MP_OK) return st;
+    if (s.finite == 0) return mp_error(MP_EINVAL, "%s: no finite value among %zu", fn, n);
+    uint64_t bins[HN] = {0};
+    set_chunks(&s, log2_hist_chunk, bins);
+    mp_scale_counts counts[4][PAGE_K];
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < PAGE_K; i++) counts[k][i] = set_count(&s, page_formats[k], ldexp(1.0, i));
+    const size_t tl = strlen(path) + 32;
+    char *tmp = malloc(tl);
+    if (!tmp) return mp_error(MP_ENOMEM, "%s: out of memory", fn);
+    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        free(tmp);
+        return mp_error(MP_EIO, "%s: cannot create", path);
+    }
+    write_page(f, description, s.finite, bins, counts);
+    const int ok = !ferror(f) && fflush(f) == 0;
+    mp_status rc = MP_OK;
+    if (fclose(f) != 0 || !ok) rc = mp_error(MP_EIO, "%s: write failed", path);
+    else if (rename(tmp, path) != 0) rc = mp_error(MP_EIO, "%s: cannot rename into place", path);
+    if (rc != MP_OK) unlink(tmp);
+    free(tmp);
+    return rc;
+}
