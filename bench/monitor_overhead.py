@@ -7,7 +7,8 @@ holds one recorded step; the figure is the median block time and its ratio to
 the plain loop's. Prints one JSON object.
 
 Usage: monitor_overhead.py SPEC BATCH BLOCKS THREADS DTYPE   e.g. gpt:6-6-384-256 16 5 2 bf16
-(DTYPE bf16, or fp16 with torch.amp.GradScaler where torch >= 2.3). Needs the
+(DTYPE fp32: no autocast; bf16: autocast; fp16: autocast and torch.amp.GradScaler,
+torch >= 2.3). Needs the
 mixprec package importable (PYTHONPATH=python MIXPREC_LIB=build/libmixprec.so)."""
 import json
 import statistics
@@ -25,7 +26,7 @@ EVERY = 10
 def main():
     spec, B, blocks, threads, dt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     torch.set_num_threads(threads)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dt]
+    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[dt]
     cfg = gpt_torch.parse_spec(spec)
     x = torch.randint(0, 256, (B, cfg.block_size))
     y = torch.randint(0, 256, (B, cfg.block_size))
@@ -41,7 +42,7 @@ def main():
 
     def step(model, opt, scaler, mon):
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=dtype):
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
             loss = model(x, y)[1]
         if scaler:
             scaler.scale(loss).backward()
