@@ -69,18 +69,18 @@ def _scale_of(s, what):
     return v
 
 
-def _values(t):
-    """t's values as they are in their dtype, counted by libmixprec."""
-    ptr, code, n, owner = _memory(t)
+def _values(t, mem=None):
+    """t's values as they are in their dtype, counted by libmixprec (mem: _memory(t), when the caller has it)."""
+    ptr, code, n, owner = mem or _memory(t)
     c = ValueCounts()
     check(lib.mp_count_values(ptr, code, n, ctypes.byref(c)))
     return {"elements": n, "zero": c.zero, "subnormal": c.subnormal, "inf": c.inf, "nan": c.nan,
             "amax": float(c.amax)}
 
 
-def _store(t, code):
-    """What storing t in the format code would do (libmixprec's mp_convert_count)."""
-    ptr, src, n, owner = _memory(t)
+def _store(mem, code):
+    """What storing the values at mem (_memory's tuple) in the format code would do (mp_convert_count)."""
+    ptr, src, n, owner = mem
     st = ConvertStats()
     check(lib.mp_convert_count(code, ptr, src, n, 1.0, ctypes.byref(st)))
     return {"total": n, "underflow": st.underflow, "subnormal": st.subnormal, "overflow": st.overflow, "nan": st.nan}
@@ -245,8 +245,9 @@ class Monitor:
             if p.grad is None:
                 continue
             g = p.grad
-            rec["params"][name] = {f: _store(g, c) for f, c in zip(self.formats, self._codes)}
-            rec["dead"][name] = _values(g)["zero"]
+            mem = _memory(g)  # one read (one device-to-host copy of a CUDA tensor) for every count
+            rec["params"][name] = {f: _store(mem, c) for f, c in zip(self.formats, self._codes)}
+            rec["dead"][name] = _values(g, mem)["zero"]
         if self.shadow:
             self._shadow_pass()
         rec["hist"] = self._histogram()
@@ -507,6 +508,7 @@ class _ReportBuilder:
         ups = [c for s in steps if mon._history[s]["updates"] for c in mon._history[s]["updates"].values()]
         moved = sum(c["updated"] for c in ups)
         u.lost_updates = sum(c["lost"] for c in ups) / moved if moved else 0.0
+        lost_updates = u.lost_updates if moved else None
         u.ms_per_step = 1000 * statistics.median(mon._times) if mon._times else 0.0
         u.memory_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         u.final_scale = float(mon._scale[-1]) if mon._scale else 1.0
@@ -523,7 +525,7 @@ class _ReportBuilder:
         f16 = lib.mp_format(dtype_code("fp16")).contents
         self.strings = [(title or "mixprec monitor: %s" % type(mon.model).__name__).encode(),
                         " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv).encode(),
-                        self._reading(mon, layers, steps, compute, fmt, wlost, wtotal).encode(),
+                        self._reading(mon, layers, steps, compute, fmt, wlost, wtotal, lost_updates).encode(),
                         b"mean train loss, last 10 steps", b"loss"]
         rep = Report()
         rep.title, rep.command, rep.reading, rep.eval_name, rep.eval_loss_name = self.strings
@@ -550,7 +552,7 @@ class _ReportBuilder:
         return w.encode()
 
     @staticmethod
-    def _reading(mon, layers, steps, compute, fmt, wlost, wtotal):
+    def _reading(mon, layers, steps, compute, fmt, wlost, wtotal, lost_updates):
         nsteps = len(mon._loss)
         shadow = any(mon._history[s]["lost"] is not None for s in steps)
         ps = ["%d steps of %s, %d recorded (every %d%s); activations computed in %s. Loss scale from %g to %g; "
@@ -579,11 +581,9 @@ class _ReportBuilder:
             n = max(amax, key=amax.get)
             ps.append("The largest activation was in %s: %.4g, %.2f doublings below fp16's largest value 65504."
                       % (n, amax[n], _headroom(amax[n], 65504.0)))
-        ups = [c for s in steps if mon._history[s]["updates"] for c in mon._history[s]["updates"].values()]
-        moved = sum(c["updated"] for c in ups)
-        if moved:
+        if lost_updates is not None:
             ps.append("Of the weight values with a nonzero gradient on the recorded steps, %.4g%% were left unchanged "
-                      "by the optimizer step (\"updates lost\")." % (100 * sum(c["lost"] for c in ups) / moved))
+                      "by the optimizer step (\"updates lost\")." % (100 * lost_updates))
         ps.append("Activation and activation-gradient counts are of the values as they are in their dtype: a value "
                   "that underflowed is an ordinary 0 there, so those columns show subnormals, infs and NaNs, and "
                   "underflow only for the weight gradients.")
