@@ -19,6 +19,8 @@ check() { # check VENV: the tests, from a copy outside the checkout, against wha
     rm -rf "$T/tests"
     # the library the package loaded is the one pip installed into VENV
     V="$1" "$1/bin/python" -c 'import mixprec, os; p = mixprec._lib.lib._name; assert p.startswith(os.environ["V"]), p'
+    # and the package's version is the library's (both CMakeLists.txt's)
+    "$1/bin/python" -c 'import mixprec, importlib.metadata as m; v = m.version("mixprec"); assert v == mixprec.version(), v'
 }
 
 echo "check_package.sh: pip install $root"

@@ -30,23 +30,6 @@ void mp_mlp_histogram(mp_mlp *m, uint64_t *bins, int lo, int nbins, uint64_t *ze
     m->hist = bins, m->hist_lo = lo, m->hist_n = nbins, m->hist_zeros = zeros;
 }
 
-/* Adds n fp32 values to the histogram: bin = floor(log2 |g|) from the bits. */
-static void histogram(mp_mlp *m, const float *g, size_t n) {
-    if (!m->hist) return;
-    for (size_t i = 0; i < n; i++) {
-        const uint32_t a = mp_f32_bits(g[i]) & 0x7fffffffu;
-        if (a == 0) {
-            (*m->hist_zeros)++;
-            continue;
-        }
-        if (a >= 0x7f800000u) continue; /* inf/NaN: counted as overflow elsewhere */
-        int e = (int)(a >> 23) - 127;
-        if ((a >> 23) == 0) e = -127 - (__builtin_clz(a) - 9); /* subnormal */
-        int b = e - m->hist_lo;
-        b = b < 0 ? 0 : b >= m->hist_n ? m->hist_n - 1 : b;
-        m->hist[b]++;
-    }
-}
 
 mp_status mp_mlp_parse(const char *spec, mp_mlp_config *c) {
     memset(c, 0, sizeof *c);
@@ -252,7 +235,7 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
          * values before that rounding */
         if (m->hist) {
             st = mp_gemm(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, 0.0f, m->dwf, MP_F32, in, NULL);
-            histogram(m, m->dwf, out * in);
+            mp_log2_histogram(m->dwf, MP_F32, out * in, m->hist_lo, m->hist_n, m->hist, m->hist_zeros);
         }
         mp_convert_stats ws = {0, 0, 0, 0}; /* the weight gradient's share of the layer's stores */
         const mp_gemm_epilogue ep = {NULL, ct, ct == MP_F32 ? NULL : &ws, &ls->wgrad_dead};

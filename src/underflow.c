@@ -167,20 +167,43 @@ mp_status mp_underflow_analyze(const void *x, mp_dtype xt, size_t n, mp_dtype t,
     return MP_OK;
 }
 
+/* ---- the log2 histogram ---- */
+
+typedef struct {
+    int lo, nbins;
+    uint64_t *bins, *zeros;
+} log2_hist;
+
+static void log2_hist_chunk(void *ctx, const float *v, size_t m) {
+    const log2_hist *h = ctx;
+    for (size_t i = 0; i < m; i++) {
+        const uint32_t a = mp_f32_bits(v[i]) & 0x7fffffffu;
+        if (a == 0) {
+            (*h->zeros)++;
+            continue;
+        }
+        if (a >= 0x7f800000u) continue;
+        const int e = (a >> 23) ? (int)(a >> 23) - 127 : -127 - (__builtin_clz(a) - 9); /* subnormal: its top bit */
+        const int b = e - h->lo;
+        h->bins[b < 0 ? 0 : b >= h->nbins ? h->nbins - 1 : b]++;
+    }
+}
+
+mp_status mp_log2_histogram(const void *x, mp_dtype xt, size_t n, int lo, int nbins, uint64_t *bins, uint64_t *zeros) {
+    static const char fn[] = "mp_log2_histogram";
+    if (!x && n) return mp_error(MP_EINVAL, "%s: NULL buffer for %zu elements", fn, n);
+    if (!is_value_type(xt)) return mp_error(MP_EINVAL, "%s: values of %s (fp32, fp16 or bf16)", fn, dtype_name(xt));
+    if (nbins < 1 || !bins || !zeros) return mp_error(MP_EINVAL, "%s: no bins", fn);
+    const value_set s = {x, xt, n, 0, 0, 0};
+    log2_hist h = {lo, nbins, bins, zeros};
+    set_chunks(&s, log2_hist_chunk, &h);
+    return MP_OK;
+}
+
 /* ---- the explorer page ---- */
 
 static const mp_dtype page_formats[4] = {MP_F16, MP_BF16, MP_E5M2, MP_E4M3};
 enum { PAGE_K = 25, HLO = -150, HN = 170 }; /* slider 2^0..2^24; histogram bins log2 -150 .. 19 */
-
-static void log2_hist_chunk(void *ctx, const float *v, size_t m) {
-    uint64_t *bins = ctx;
-    for (size_t i = 0; i < m; i++) {
-        const float g = fabsf(v[i]);
-        if (!(g > 0) || !isfinite(g)) continue;
-        const int e = (int)floor(log2(g)) - HLO;
-        bins[e < 0 ? 0 : e >= HN ? HN - 1 : e]++;
-    }
-}
 
 static void write_page(FILE *f, const char *desc, uint64_t n, const uint64_t *bins, mp_scale_counts (*counts)[PAGE_K]) {
     int blo = HN, bhi = 0;
@@ -301,8 +324,9 @@ mp_status mp_explore_write(const char *path, const void *x, mp_dtype xt, size_t 
     const mp_status st = set_init(&s, x, xt, n);
     if (st != MP_OK) return st;
     if (s.finite == 0) return mp_error(MP_EINVAL, "%s: no finite value among %zu", fn, n);
-    uint64_t bins[HN] = {0};
-    set_chunks(&s, log2_hist_chunk, bins);
+    uint64_t bins[HN] = {0}, zeros = 0;
+    log2_hist h = {HLO, HN, bins, &zeros};
+    set_chunks(&s, log2_hist_chunk, &h);
     mp_scale_counts counts[4][PAGE_K];
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < PAGE_K; i++) counts[k][i] = set_count(&s, page_formats[k], ldexp(1.0, i));

@@ -2,7 +2,7 @@
  * mp_convert_count against a reference that really converts (mp_convert into
  * a buffer, then counting the results), mp_count_values against a recount of
  * the bit patterns, mp_underflow_analyze against a brute-force computation on
- * a small set, and mp_explore_write's escaping and failure paths. */
+ * a small set, mp_log2_histogram against frexp, and mp_explore_write's escaping and failure paths. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <dirent.h>
 #include <float.h>
@@ -520,11 +520,60 @@ static void check_explore(void) {
     rmdir(dir);
 }
 
+/* ---- mp_log2_histogram ---- */
+
+/* The histogram by frexp on every value widened to double. */
+static void ref_log2_histogram(const float *v, size_t n, int lo, int nbins, uint64_t *bins, uint64_t *zeros) {
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] == 0) {
+            (*zeros)++;
+            continue;
+        }
+        if (!isfinite(v[i])) continue;
+        int e;
+        (void)frexp((double)v[i], &e); /* |v| = m 2^e, m in [0.5, 1): floor(log2 |v|) = e - 1 */
+        const int b = e - 1 - lo;
+        bins[b < 0 ? 0 : b >= nbins ? nbins - 1 : b]++;
+    }
+}
+
+static void check_log2_histogram(void) {
+    enum { N = 50000 };
+    static float v[N], w[N];
+    static uint16_t h[N];
+    for (size_t i = 0; i < N; i++) {
+        const uint32_t u = rnd() << 16 | rnd();
+        memcpy(&v[i], &u, 4);
+        h[i] = (uint16_t)rnd();
+    }
+    v[0] = 0, v[1] = -0.0f, v[2] = INFINITY, v[3] = NAN, v[4] = 0x1p-149f, v[5] = FLT_MAX, v[6] = 0x1p-127f;
+    const struct { const void *x; mp_dtype t; } in[3] = {{v, MP_F32}, {h, MP_F16}, {h, MP_BF16}};
+    const int ranges[3][2] = {{-150, 300}, {-20, 10}, {5, 1}}; /* every exponent; both ends clamped; one bin */
+    for (int k = 0; k < 3; k++) {
+        CHECK(mp_convert(w, MP_F32, in[k].x, in[k].t, N, NULL) == MP_OK, "widen");
+        for (int r = 0; r < 3; r++) {
+            uint64_t got[300] = {0}, want[300] = {0}, gz = 7, wz = 7; /* it adds to what is there */
+            const int lo = ranges[r][0], nb = ranges[r][1];
+            CHECK(mp_log2_histogram(in[k].x, in[k].t, N, lo, nb, got, &gz) == MP_OK, "%s", mp_last_error());
+            ref_log2_histogram(w, N, lo, nb, want, &wz);
+            CHECK(gz == wz && !memcmp(got, want, sizeof got), "log2 histogram of %s from 2^%d, %d bins: %" PRIu64
+                  " zeros against %" PRIu64, mp_format(in[k].t)->name, lo, nb, gz, wz);
+        }
+    }
+    uint64_t b[4] = {0}, z = 0;
+    CHECK(mp_log2_histogram(NULL, MP_F32, 3, 0, 4, b, &z) == MP_EINVAL, "NULL buffer");
+    CHECK(mp_log2_histogram(v, MP_E4M3, 3, 0, 4, b, &z) == MP_EINVAL && strstr(mp_last_error(), "e4m3"), "e4m3 values");
+    CHECK(mp_log2_histogram(v, MP_F32, 3, 0, 0, b, &z) == MP_EINVAL, "no bins");
+    CHECK(mp_log2_histogram(v, MP_F32, 3, 0, 4, b, NULL) == MP_EINVAL, "no zero count");
+    CHECK(mp_log2_histogram(NULL, MP_F32, 0, 0, 4, b, &z) == MP_OK && z == 0, "n = 0");
+}
+
 int main(int argc, char **argv) {
     (void)test_quick(argc, argv); /* every check is small enough for the sanitizers */
     check_convert_count();
     check_count_values();
     check_analyze();
+    check_log2_histogram();
     check_explore();
     return check_report("test_underflow");
 }

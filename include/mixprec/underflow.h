@@ -59,6 +59,15 @@ typedef struct mp_underflow {
 mp_status mp_underflow_analyze(const void *x, mp_dtype xt, size_t n, mp_dtype t, const double *scales, int nscales,
                                mp_underflow *out);
 
+/* Adds the n elements of x (fp32, fp16 or bf16) to a histogram of
+ * floor(log2 |x|), read from the exponent bits (subnormals included): bins[b]
+ * counts the nonzero finite values whose exponent is lo + b, the ends clamped
+ * (bin 0 takes every smaller one, bin nbins - 1 every larger one); *zeros
+ * counts the zeros. Infinities and NaNs are not counted. Adds to bins and
+ * *zeros: zero them first for one tensor's histogram. MP_EINVAL for a bad
+ * argument. */
+mp_status mp_log2_histogram(const void *x, mp_dtype xt, size_t n, int lo, int nbins, uint64_t *bins, uint64_t *zeros);
+
 /* Writes the explorer page to path (atomically: a temporary file, then a
  * rename): a self-contained HTML page with the histogram of log2 of the
  * magnitudes of x (n elements of type xt: fp32, fp16 or bf16), a loss-scale

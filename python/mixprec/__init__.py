@@ -51,7 +51,11 @@ def _memory(x):
     CPU and contiguous: read in place; otherwise copied to one first) or
     anything numpy takes (float32 and float16 arrays, and ml_dtypes' bfloat16,
     read in place; other numbers are converted to float32, a copy). Keep owner
-    alive while the address is used."""
+    alive while the address is used. Values of other types (float64) are
+    rounded to float32 first, one rounding more than a direct store: a value
+    below float32's range reads as a zero (not an underflow), one beyond it as
+    an infinity (not an overflow). Arrays not in the machine's byte order are
+    copied into it."""
     if _is_torch(x):
         t = x.detach()
         if str(t.dtype) not in _TORCH_DTYPES:
@@ -63,6 +67,8 @@ def _memory(x):
         t = t.contiguous()
         return t.data_ptr(), _TORCH_DTYPES[str(t.dtype)], t.numel(), t
     a = np.asarray(x)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
     code = _NUMPY_DTYPES.get(a.dtype.name)
     if code is None:
         if a.dtype.kind not in "fiub":

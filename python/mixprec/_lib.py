@@ -131,6 +131,8 @@ for name, res, args in [
         ("mp_count_values", _I, [_P, _I, _SZ, ctypes.POINTER(ValueCounts)]),
         ("mp_underflow_analyze", _I, [_P, _I, _SZ, _I, ctypes.POINTER(ctypes.c_double), _I,
                                       ctypes.POINTER(Underflow)]),
+        ("mp_log2_histogram", _I, [_P, _I, _SZ, _I, _I, ctypes.POINTER(ctypes.c_uint64),
+                                   ctypes.POINTER(ctypes.c_uint64)]),
         ("mp_explore_write", _I, [ctypes.c_char_p, _P, _I, _SZ, ctypes.c_char_p]),
         ("mp_report_write", _I, [ctypes.c_char_p, ctypes.POINTER(Report)])]:
     f = getattr(lib, name)

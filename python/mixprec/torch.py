@@ -52,6 +52,7 @@ from ._lib import (HIST_BINS, ConvertStats, MixprecError, Report, ReportRun, Rep
 __all__ = ["Monitor"]
 
 _NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+_TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 _HIST_LO = -64  # the report's histogram: log2 |g| bins 2^-64 .. 2^19, ends clamped (as the CLI's)
 
 
@@ -100,9 +101,37 @@ def _tensors(out):
             yield from _tensors(o)
 
 
+def _on_grad(t, fn):
+    """Calls fn(g) with the gradient of t (a non-leaf tensor) in the backward pass, through a hook on the
+    autograd node that made t: it lives as long as that node (one step), and it sees t's own gradient even
+    when a later module modified t in place (a tensor hook does not on torch 1.13). A leaf (a module that
+    passes a leaf input through) is not watched: False."""
+    node = t.grad_fn
+    if node is None:
+        return False
+    i = t.output_nr
+
+    def hook(grad_inputs, grad_outputs):
+        if grad_outputs[i] is not None:
+            fn(grad_outputs[i])
+    node.register_hook(hook)
+    return True
+
+
+def _floats(obj):
+    """obj (the model's arguments) with its floating-point tensors in fp32, inside tuples, lists and dicts."""
+    if isinstance(obj, torch.Tensor):
+        return obj.float() if obj.is_floating_point() else obj
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_floats(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _floats(v) for k, v in obj.items()}
+    return obj
+
+
 def _reaches(a, b):
-    """Whether autograd node b is a (transitive) input of node a."""
-    todo, seen = [a], set()
+    """Whether autograd node b is a strict (transitive) input of node a."""
+    todo, seen = [n for n, _ in a.next_functions] if a is not None else [], set()
     while todo:
         f = todo.pop()
         if f is b:
@@ -115,11 +144,16 @@ def _reaches(a, b):
 
 
 def _sources(pairs):
-    """The (output, gradient) pairs whose output no other one was computed from: an output that another
-    output depends on (the logits of a model that also returns its loss) received its gradient through that
-    one, and pushing both back would count it twice."""
-    return [(o, g) for i, (o, g) in enumerate(pairs)
-            if not any(j != i and _reaches(pairs[j][0].grad_fn, o.grad_fn) for j in range(len(pairs)))]
+    """The (output, gradient) pairs to push back: each output tensor once, and none that another output was
+    computed from (the logits of a model that also returns its loss received their gradient through the
+    loss, and pushing both back would count it twice). Outputs of one node (torch.chunk) are all kept."""
+    once, seen = [], set()
+    for o, g in pairs:
+        if id(o) not in seen:
+            seen.add(id(o))
+            once.append((o, g))
+    return [(o, g) for i, (o, g) in enumerate(once)
+            if not any(j != i and _reaches(once[j][0].grad_fn, o.grad_fn) for j in range(len(once)))]
 
 
 def _add(total, counts):
@@ -142,7 +176,9 @@ class Monitor:
     every: record every every-th step (1: every step). shadow: also recompute
     the recorded steps' gradients in fp32 (one more forward and backward of
     the model in fp32 per recorded step; needs fp32 parameters, as autocast
-    keeps them, and one backward per step)."""
+    keeps them, and one forward with gradients per step: no gradient
+    accumulation). On torch 1.13, whose forward pre-hooks do not see keyword
+    arguments, shadow=True wraps model.forward until close()."""
 
     def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False):
         if isinstance(formats, str):
@@ -167,8 +203,17 @@ class Monitor:
             for pn, _ in m.named_parameters(recurse=False):
                 self._owner[(mn + "." if mn != "(model)" else "") + pn] = mn
         self._hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules]
-        self._hooks.append(model.register_forward_pre_hook(self._root_pre_hook))
         self._hooks.append(model.register_forward_hook(self._root_hook))
+        self._forward = None
+        if self.shadow and _TORCH2:
+            self._hooks.append(model.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
+        elif self.shadow:  # torch 1.13's pre-hooks do not see keyword arguments: wrap this model's forward
+            inner = model.forward
+
+            def forward(*args, **kwargs):
+                self._root_pre_hook(model, args, kwargs)
+                return inner(*args, **kwargs)
+            model.forward = self._forward = forward
         self._in_shadow = False
         self.step = 0  # steps ended by after_step
         self._loss, self._scale, self._skipped, self._times = [], [], [], []
@@ -188,6 +233,7 @@ class Monitor:
         self._rec = {"step": self.step, "scale": None, "params": {}, "dead": {}, "lost": None, "updates": None,
                      "act": {}, "act_grad": {}, "first_bad_act": None, "hist": None}
         self._inputs = self._rng = self._before = None
+        self._forwards = 0  # forward passes of the model with gradients on this step (shadow)
         self._out_grads = []
 
     def _forward_hook(self, name):
@@ -201,7 +247,7 @@ class Monitor:
                 if (c["inf"] or c["nan"]) and self._rec["first_bad_act"] is None:
                     self._rec["first_bad_act"] = name
                 if t.requires_grad and torch.is_grad_enabled():
-                    t.register_hook(self._grad_hook(name))
+                    _on_grad(t, self._grad_hook(name))
         return hook
 
     def _grad_hook(self, name):
@@ -211,10 +257,12 @@ class Monitor:
                 _add(gr, _values(g))
         return hook
 
-    def _root_pre_hook(self, module, inputs):
-        if self.shadow and self._recording():
-            self._inputs = inputs
-            self._rng = torch.get_rng_state()
+    def _root_pre_hook(self, module, args, kwargs):
+        if self._recording() and torch.is_grad_enabled():
+            self._forwards += 1
+            self._inputs = (args, kwargs)
+            cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+            self._rng = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else [])
 
     def _root_hook(self, module, inputs, output):
         if not (self.shadow and self._recording()):
@@ -223,9 +271,7 @@ class Monitor:
         for i, t in enumerate(_tensors(output)):
             self._out_grads.append(None)
             if t.requires_grad and torch.is_grad_enabled():
-                def keep(g, i=i):
-                    self._out_grads[i] = g
-                t.register_hook(keep)
+                _on_grad(t, lambda g, i=i: self._out_grads.__setitem__(i, g))
 
     # ---- the two calls of a training step ----
 
@@ -241,6 +287,7 @@ class Monitor:
             return
         rec = self._rec
         rec["scale"] = self._scale_now
+        hist = _Histogram()
         for name, p in self._params:
             if p.grad is None:
                 continue
@@ -248,62 +295,55 @@ class Monitor:
             mem = _memory(g)  # one read (one device-to-host copy of a CUDA tensor) for every count
             rec["params"][name] = {f: _store(mem, c) for f, c in zip(self.formats, self._codes)}
             rec["dead"][name] = _values(g, mem)["zero"]
+            hist.add(mem)
+        rec["hist"] = hist.result()
         if self.shadow:
-            self._shadow_pass()
-        rec["hist"] = self._histogram()
+            rec["hist"] = self._shadow_pass()
         self._before = [p.detach().clone() for _, p in self._params]
 
     def _shadow_pass(self):
+        """Recomputes the step's gradients in fp32 and records lost(); returns their histogram."""
+        if self._forwards > 1:
+            raise MixprecError("mixprec: shadow=True: the model ran %d forward passes with gradients in this step "
+                               "(gradient accumulation?); the shadow pass recomputes one: record without shadow"
+                               % self._forwards)
         if self._inputs is None or not any(g is not None for g in self._out_grads):
             raise MixprecError("mixprec: shadow=True: this step's forward and backward did not run through the "
                                "monitored model (call after_backward after loss.backward())")
         model, names = self.model, [n for n, _ in self._params]
         params = [p for _, p in self._params]
         buffers = [(b, b.detach().clone()) for b in model.buffers()]
-        rng = torch.get_rng_state()
+        cpu_rng, cuda_rng = self._rng
         dev = next((p.device.type for p in params), "cpu")
         self._in_shadow = True
         try:
-            torch.set_rng_state(self._rng)
-            with torch.autocast(device_type=dev, enabled=False), torch.enable_grad():
-                args = [a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                        for a in self._inputs]
-                outs = list(_tensors(model(*args)))
+            with torch.random.fork_rng(devices=range(len(cuda_rng))):  # the run's RNG continues unchanged
+                torch.set_rng_state(cpu_rng)  # the run's dropout masks again
+                for d, state in enumerate(cuda_rng):
+                    torch.cuda.set_rng_state(state, d)
+                with torch.autocast(device_type=dev, enabled=False), torch.enable_grad():
+                    args, kwargs = _floats(self._inputs)
+                    outs = list(_tensors(model(*args, **kwargs)))
             pairs = _sources([(o, g) for o, g in zip(outs, self._out_grads) if g is not None and o.requires_grad])
+            if not pairs:
+                raise MixprecError("mixprec: shadow=True: no output of the fp32 recomputation needs a gradient")
             grads = torch.autograd.grad([o for o, _ in pairs], params, [g.to(o.dtype) for o, g in pairs],
                                         allow_unused=True)
         finally:
             self._in_shadow = False
-            torch.set_rng_state(rng)
             with torch.no_grad():
                 for b, saved in buffers:
                     b.copy_(saved)
-        lost = {}
+        lost, hist = {}, _Histogram()
         for n, p, g32 in zip(names, params, grads):
             if g32 is None or p.grad is None:
                 continue
             g = p.grad
             lost[n] = {"total": g.numel(), "lost": int(((g32 != 0) & (g == 0)).sum()),
                        "dead": int((g32 == 0).sum())}
+            hist.add(_memory(g32))
         self._rec["lost"] = lost
-        self._shadow_grads = grads
-
-    def _histogram(self):
-        """log2 |g| of every parameter gradient (fp32 ones from the shadow pass when there is one), as the
-        report draws it: counts per bin from 2^-64, and the zeros."""
-        src = getattr(self, "_shadow_grads", None) if self.shadow else None
-        grads = [g for g in (src or [p.grad for _, p in self._params]) if g is not None]
-        bins, zeros = np.zeros(HIST_BINS), 0
-        for g in grads:
-            a = g.detach().float().abs().flatten()
-            a = a[torch.isfinite(a)]
-            zeros += int((a == 0).sum())
-            a = a[a > 0]
-            if a.numel():
-                e = torch.floor(torch.log2(a)).to(torch.int64) - _HIST_LO
-                bins += np.bincount(e.clamp(0, HIST_BINS - 1).cpu().numpy(), minlength=HIST_BINS)
-        self._shadow_grads = None
-        return bins, zeros
+        return hist.result()
 
     def after_step(self, scaler=None):
         """Call after the optimizer step (and scaler.update()). scaler: the
@@ -356,6 +396,9 @@ class Monitor:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        if self._forward is not None and self.model.__dict__.get("forward") is self._forward:
+            del self.model.forward
+        self._forward = None
 
     # ---- what it found ----
 
@@ -421,6 +464,21 @@ class Monitor:
         return path
 
 
+class _Histogram:
+    """log2 |g| of gradients as the report draws it (mp_log2_histogram): counts per bin from 2^_HIST_LO, the
+    ends clamped, and the zeros."""
+
+    def __init__(self):
+        self.bins, self.zeros = (ctypes.c_uint64 * HIST_BINS)(), ctypes.c_uint64(0)
+
+    def add(self, mem):
+        ptr, code, n, owner = mem
+        check(lib.mp_log2_histogram(ptr, code, n, _HIST_LO, HIST_BINS, self.bins, ctypes.byref(self.zeros)))
+
+    def result(self):
+        return list(self.bins), self.zeros.value
+
+
 class _ReportBuilder:
     """The monitor's findings as report.h's structures (kept alive here while
     the library writes them)."""
@@ -484,7 +542,7 @@ class _ReportBuilder:
         self.skips = (ReportSkip * max(len(wheres), 1))(*[ReportSkip(s["step"], s["scale"], w)
                                                            for s, w in zip(mon._skips, wheres)])
         last = mon._history[steps[-1]]
-        bins, zeros = last["hist"]
+        bins, zeros = last["hist"] or ([0] * HIST_BINS, 0)
         finite = loss[np.isfinite(loss)]
         tail = finite[-10:]
         self._keep += [loss, scale, skipped, wheres]
@@ -513,7 +571,8 @@ class _ReportBuilder:
         u.memory_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         u.final_scale = float(mon._scale[-1]) if mon._scale else 1.0
         u.skipped_total = sum(mon._skipped)
-        u.has_hist, u.hist_lo, u.hist_zeros, u.hist_scale = 1, _HIST_LO, float(zeros), float(last["scale"])
+        u.has_hist, u.hist_lo, u.hist_zeros, u.hist_scale = (last["hist"] is not None, _HIST_LO, float(zeros),
+                                                             float(last["scale"]))
         for b in range(HIST_BINS):
             u.hist[b] = float(bins[b])
         u.tensors = ctypes.cast(tensors, ctypes.POINTER(TensorStats))

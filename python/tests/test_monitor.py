@@ -64,7 +64,12 @@ def test_gradient_counts_equal_torch_recount(scale):
         assert sum(st[n]["bf16"]["overflow"] for n in st) == 0
 
 
-def test_activations_and_their_gradients_equal_torch_recount():
+HALF = [torch.bfloat16, pytest.param(torch.float16, marks=pytest.mark.skipif(
+    not TORCH2_3, reason="fp16 autocast on the CPU needs torch >= 2.3 (this is %s)" % torch.__version__))]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_activations_and_their_gradients_equal_torch_recount(dtype):
     model, (x, y) = mlp(1), batch(1)
     mon = Monitor(model, formats=("fp16", "bf16"), every=1)
     outs, grads = {}, {}
@@ -73,15 +78,16 @@ def test_activations_and_their_gradients_equal_torch_recount():
             outs[name] = out.detach().clone()
             out.register_hook(lambda g: grads.__setitem__(name, g.clone()))
         m.register_forward_hook(keep)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=dtype):
         out = model(x)
-    loss = torch.nn.functional.cross_entropy(out.float(), y)
+    loss = torch.nn.functional.cross_entropy(out.float(), y) * 2.0**-12  # small enough for fp16 subnormals
     loss.backward()
     mon.after_backward(1.0)
     mon.after_step(1.0)
     acts = mon.activations()
     assert set(acts) == set(outs) == {"(model)", "0", "1", "2", "3", "4"}
-    assert acts["0"]["dtype"] == "bf16" and acts["(model)"]["dtype"] == "bf16"
+    name = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    assert acts["0"]["dtype"] == name and acts["(model)"]["dtype"] == name and acts["0"]["grad"]["dtype"] == name
     for name in outs:
         a = acts[name]
         want = values(outs[name])
@@ -89,21 +95,65 @@ def test_activations_and_their_gradients_equal_torch_recount():
         assert a["headroom"]["fp16"] == pytest.approx(math.log2(65504 / want["amax"]))
         assert {k: a["grad"][k] for k in want} == values(grads[name]), name
     assert acts["3"]["zero"] > 0 and acts["2"]["grad"]["zero"] > 0  # ReLU zeros its output and its input's gradient
+    if dtype == torch.float16:
+        assert sum(a["grad"]["subnormal"] for a in acts.values()) > 0
+
+
+def test_an_in_place_module_gets_its_own_outputs_gradient():
+    """ReLU(inplace=True) overwrites the Linear's output: each module's gradient is still the one of its own
+    output (torch 1.13 gives a tensor hook registered after an in-place change the earlier gradient)."""
+    torch.manual_seed(11)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(inplace=True), torch.nn.Linear(32, 4))
+    x, y = batch(11)
+    h = model[0](x)
+    h.retain_grad()
+    r = torch.relu(h)
+    r.retain_grad()
+    torch.nn.functional.cross_entropy(model[2](r), y).backward()
+    want = {"0": values(h.grad), "1": values(r.grad)}
+    assert want["0"]["zero"] > want["1"]["zero"]  # ReLU zeros its input's gradient where it zeroed the value
+    model.zero_grad()
+    mon = Monitor(model, formats="fp16", every=1)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    mon.after_backward()
+    mon.after_step()
+    acts = mon.activations()
+    for name in want:
+        assert {k: acts[name]["grad"][k] for k in want[name]} == want[name], name
+
+
+def test_a_leaf_passed_through_has_no_gradient_count():
+    model = torch.nn.Sequential(torch.nn.Identity())
+    mon = Monitor(model, formats="fp16", every=1)
+    x = torch.ones(3, requires_grad=True)
+    for _ in range(3):
+        model(x).sum().backward()
+        mon.after_backward()
+        mon.after_step()
+    acts = mon.activations()
+    assert acts["0"]["elements"] == 3 and acts["0"]["grad"] is None and acts["(model)"]["grad"] is None
 
 
 def test_every_records_only_every_nth_step():
     model = mlp(2)
     mon = Monitor(model, formats="fp16", every=3)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    grads = {}
     for i in range(7):
         x, y = batch(i)
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        mon.after_backward()
+        (torch.nn.functional.cross_entropy(model(x), y) * 2.0**-(6 * i)).backward()  # underflow grows
+        grads[i] = {n: p.grad.clone() for n, p in model.named_parameters()}
+        mon.after_backward(2.0**-(6 * i))
         opt.step()
         mon.after_step()
-    assert sorted(mon.history()) == [0, 3, 6]
-    assert mon.history()[6] == mon.stats()
+    h = mon.history()
+    assert sorted(h) == [0, 3, 6]
+    for s in h:
+        assert h[s] == {n: {"fp16": recount(g, torch.float16)} for n, g in grads[s].items()}, s
+    under = [sum(c["fp16"]["underflow"] for c in h[s].values()) for s in (0, 3, 6)]
+    assert under[0] < under[1] < under[2]
+    assert mon.stats() == h[6]
     assert mon.step == 7 and mon.skips() == []
 
 
@@ -135,7 +185,9 @@ def test_forced_overflow_names_the_right_parameter():
     sk = mon.skips()
     assert len(sk) == 1 and sk[0]["step"] == 0 and sk[0]["scale"] == 65536.0
     assert sk[0]["params"] == ["0.weight"]
-    assert mon.stats()["0.weight"]["fp16"]["overflow"] > 0 and mon.stats()["2.weight"]["fp16"]["overflow"] == 0
+    st = mon.stats()
+    assert st["0.weight"]["fp16"]["overflow"] + st["0.weight"]["fp16"]["nan"] > 0  # inf, or inf - inf in a sum
+    assert all(st[n]["fp16"]["overflow"] == st[n]["fp16"]["nan"] == 0 for n in st if n != "0.weight")
 
 
 @pytest.mark.skipif(not TORCH2_3, reason="torch.amp.GradScaler on the CPU needs torch >= 2.3 (this is %s)"
@@ -195,6 +247,79 @@ def test_shadow_fp16_counts_values_lost_in_the_mixed_run():
     assert shadow_case(torch.float16, 2.0**-14) > 0
 
 
+def shadow_check(model, run, scale=2.0**-126):
+    """run(model) -> the loss, under bf16 autocast, the same inputs each call. The monitor's lost() against the
+    shadow pass by hand: the mixed step, then the fp32 step from the same RNG state; and the monitor leaves the
+    run's RNG and buffers as they were without it."""
+    twin = __import__("copy").deepcopy(model)
+    rng = torch.get_rng_state()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = run(twin)
+    (loss * scale).backward()
+    mixed = {n: p.grad.clone() for n, p in twin.named_parameters()}
+    rng_after, buffers = torch.get_rng_state(), {n: b.clone() for n, b in twin.named_buffers()}
+    torch.set_rng_state(rng)
+    g32 = torch.autograd.grad(run(twin) * scale, list(twin.parameters()))
+
+    torch.set_rng_state(rng)
+    mon = Monitor(model, formats="fp16", every=1, shadow=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = run(model)
+    (loss * scale).backward()
+    mon.after_backward(scale)
+    mon.after_step(scale)
+    assert torch.equal(torch.get_rng_state(), rng_after)
+    for n, b in model.named_buffers():
+        assert torch.equal(b, buffers[n]), n
+    lost = mon.lost()
+    for (n, p), g in zip(model.named_parameters(), g32):
+        assert torch.equal(p.grad, mixed[n]), n
+        assert lost[n] == {"total": p.numel(), "lost": int(((g != 0) & (mixed[n] == 0)).sum()),
+                           "dead": int((g == 0).sum())}, n
+    return sum(v["lost"] for v in lost.values())
+
+
+def test_shadow_with_dropout_and_batch_norm_replays_the_step():
+    torch.manual_seed(12)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32), torch.nn.GELU(),
+                                torch.nn.Dropout(0.5), torch.nn.Linear(32, 4))
+    x, y = batch(12)
+    assert shadow_check(model, lambda m: torch.nn.functional.cross_entropy(m(x).float(), y)) > 0
+
+
+class Keywords(torch.nn.Module):
+    """Keyword arguments, and two outputs made by one autograd node (torch.chunk)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(13)
+
+    def forward(self, x, *, shift=None):
+        return (self.net(x) + shift).chunk(2, dim=1)
+
+
+def test_shadow_takes_keyword_arguments_and_outputs_of_one_node():
+    model, (x, y) = Keywords(), batch(13)
+    shift = torch.randn(4)
+
+    def run(m):
+        a, b = m(x, shift=shift)
+        return torch.nn.functional.cross_entropy(torch.cat([a, b * 3], dim=1).float(), y)
+    assert shadow_check(model, run) > 0
+
+
+def test_shadow_refuses_gradient_accumulation():
+    model = mlp(14)
+    mon = Monitor(model, formats="fp16", every=1, shadow=True)
+    for i in range(2):
+        x, y = batch(i)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    with pytest.raises(MixprecError, match="2 forward passes with gradients.*accumulation"):
+        mon.after_backward()
+    mon.after_step()
+    assert mon.stats()["0.weight"]["fp16"]["total"] == 16 * 32  # the counts before the shadow pass stand
+
+
 def test_bad_use_is_a_clear_error():
     with pytest.raises(MixprecError, match="fp7"):
         Monitor(mlp(), formats=("fp7",))
@@ -245,10 +370,26 @@ def test_report_holds_the_monitors_figures(tmp_path):
     chromium = shutil.which("chromium")
     if not chromium:
         pytest.skip("chromium is not installed (scripts/deps.sh installs it): the report was not rendered")
-    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", path.as_uri()],
-                         capture_output=True, text=True, timeout=120)
-    assert 'data-tensor="2"' in dom.stdout and "pytorch-bf16" in dom.stdout
-    assert "Uncaught" not in dom.stderr and "SyntaxError" not in dom.stderr
+    shot = tmp_path / "shot.png"
+    run = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                          "--enable-logging=stderr", "--v=0", "--window-size=1100,2600", "--screenshot=%s" % shot,
+                          path.as_uri()], capture_output=True, text=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 20000, run.stderr[-500:]  # as tests/test_report.sh
+    for bad in ("CONSOLE", "Uncaught", "SyntaxError"):
+        assert bad not in run.stderr
+
+
+def test_report_after_a_failed_shadow_pass(tmp_path):
+    model = mlp(15)
+    mon = Monitor(model, formats="fp16", every=1, shadow=True)
+    x, y = batch(15)
+    for _ in range(2):
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    with pytest.raises(MixprecError, match="accumulation"):
+        mon.after_backward()
+    mon.after_step()
+    html = mon.report(tmp_path / "r.html").read_text()
+    assert 'id="histogram"' in html  # of the run's gradients, the shadow's being lost
 
 
 def test_report_files_are_never_half_written(tmp_path):

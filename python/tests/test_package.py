@@ -85,6 +85,20 @@ def test_memory_is_read_in_place():
     assert mixprec._memory(t)[0] == t.data_ptr()
 
 
+def test_other_byte_orders_and_types_are_read_as_values():
+    x = sample(3)
+    codes, st = mixprec.convert(x, "fp16")
+    be_codes, be_st = mixprec.convert(x.astype(">f4"), "fp16")
+    assert np.array_equal(be_codes, codes) and be_st == st
+    with np.errstate(over="ignore"):
+        h = x.astype(np.float16)
+    assert np.array_equal(mixprec.convert(h.astype(">f2"), "fp32")[0], mixprec.convert(h, "fp32")[0], equal_nan=True)
+    # float64 is rounded to float32 first, as documented: 1e-50 reads as a zero and 1e300 as an infinity
+    d = np.array([1e-8, 7e4, 1e-50, 1e300], dtype=np.float64)
+    with np.errstate(over="ignore"):
+        assert mixprec.convert(d, "fp16")[1] == {"underflow": 1, "subnormal": 0, "overflow": 1, "nan": 0}
+
+
 def write_values(path, x):
     x.astype(np.float32).tofile(path)
 
