@@ -117,11 +117,15 @@ void mp_from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float
 void mp_html_escape(FILE *f, const char *s);
 
 /* Fused unscale + inf/NaN check kernels of one CPU path: x[i] *= inv for
- * i in [0, n); returns nonzero if any x[i] (before scaling) is inf or NaN. */
+ * i in [0, n); returns nonzero if any x[i] (before scaling) is inf or NaN.
+ * check32 and check16 only read (inv_scale 1): nonzero if any of the n codes
+ * has every bit of expmask set (fp32: 0x7f800000; fp16 0x7c00, bf16 0x7f80). */
 typedef struct mp_unscale_kernels {
     int (*f32)(float *x, size_t n, float inv);
     int (*f16)(uint16_t *x, size_t n, float inv);
     int (*bf16)(uint16_t *x, size_t n, float inv);
+    int (*check32)(const uint32_t *x, size_t n);
+    int (*check16)(const uint16_t *x, size_t n, uint16_t expmask);
 } mp_unscale_kernels;
 
 extern const mp_unscale_kernels mp_unscale_scalar;

@@ -1,8 +1,10 @@
 /* io.c - safetensors reading (validated) and atomic writing, JSON by cJSON. */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -51,13 +53,37 @@ static int cmp_range(const void *a, const void *b) {
     return (x[0] > y[0]) - (x[0] < y[0]);
 }
 
-static mp_status parse_header(const char *path, const char *json, size_t datalen, const uint8_t *data,
+static int cmp_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* A name that two members of JSON object obj share, or NULL; sorted, not
+ * compared pairwise (a header may hold a million names). *nomem on failure. */
+static const char *repeated_name(const cJSON *obj, int *nomem) {
+    const int n = cJSON_GetArraySize(obj);
+    const char **names = malloc((size_t)(n > 0 ? n : 1) * sizeof *names);
+    if (!names) return *nomem = 1, NULL;
+    int k = 0;
+    for (const cJSON *e = obj->child; e && k < n; e = e->next) names[k++] = e->string;
+    qsort(names, (size_t)k, sizeof *names, cmp_name);
+    const char *dup = NULL;
+    for (int i = 1; i < k && !dup; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) dup = names[i];
+    free(names);
+    return dup;
+}
+
+static mp_status parse_header(const char *path, const char *json, size_t jsonlen, size_t datalen, const uint8_t *data,
                               mp_safetensors *s) {
-    cJSON *root = cJSON_Parse(json);
+    const char *after = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, jsonlen, &after, 0);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return mp_error(MP_ECORRUPT, "%s: the header is not a JSON object", path);
     }
+    for (; after < json + jsonlen; after++) /* then only padding, as the reference reader allows */
+        if (*after != ' ' && *after != '\t' && *after != '\n' && *after != '\r') {
+            cJSON_Delete(root);
+            return mp_error(MP_ECORRUPT, "%s: bytes after the header's JSON object", path);
+        }
     mp_status st = MP_OK;
     const int n = cJSON_GetArraySize(root);
     s->tensors = calloc((size_t)n + 1, sizeof *s->tensors);
@@ -66,15 +92,22 @@ static mp_status parse_header(const char *path, const char *json, size_t datalen
         st = mp_error(MP_ENOMEM, "%s: out of memory", path);
         goto out;
     }
+    int nomem = 0;
+    const char *dup = repeated_name(root, &nomem);
+    if (dup || nomem) {
+        st = nomem ? mp_error(MP_ENOMEM, "%s: out of memory", path)
+                   : mp_error(MP_ECORRUPT, "%s: the header names '%s' twice", path, dup);
+        goto out;
+    }
     for (cJSON *e = root->child; e; e = e->next) {
-        for (cJSON *prev = root->child; prev != e; prev = prev->next)
-            if (strcmp(prev->string, e->string) == 0) {
-                st = mp_error(MP_ECORRUPT, "%s: the header names '%s' twice", path, e->string);
-                goto out;
-            }
         if (strcmp(e->string, "__metadata__") == 0) {
             if (!cJSON_IsObject(e)) {
                 st = mp_error(MP_ECORRUPT, "%s: __metadata__ is not an object", path);
+                goto out;
+            }
+            if ((dup = repeated_name(e, &nomem)) || nomem) {
+                st = nomem ? mp_error(MP_ENOMEM, "%s: out of memory", path)
+                           : mp_error(MP_ECORRUPT, "%s: the metadata names '%s' twice", path, dup);
                 goto out;
             }
             const int m = cJSON_GetArraySize(e);
@@ -140,9 +173,10 @@ static mp_status parse_header(const char *path, const char *json, size_t datalen
         }
         const cJSON *b0 = cJSON_GetArrayItem(of, 0), *b1 = cJSON_GetArrayItem(of, 1);
         if (!cJSON_IsNumber(b0) || !cJSON_IsNumber(b1) || b0->valuedouble < 0 || b1->valuedouble < b0->valuedouble ||
-            b1->valuedouble > (double)datalen) {
-            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has data offsets out of range (data is %zu bytes)", path, t->name,
-                          datalen);
+            b1->valuedouble > (double)datalen || b0->valuedouble != (double)(size_t)b0->valuedouble ||
+            b1->valuedouble != (double)(size_t)b1->valuedouble) {
+            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has data offsets out of range or not whole (data is %zu bytes)",
+                          path, t->name, datalen);
             goto out;
         }
         const size_t begin = (size_t)b0->valuedouble, end = (size_t)b1->valuedouble;
@@ -205,7 +239,7 @@ mp_status mp_safetensors_read(const char *path, mp_safetensors *s) {
             else {
                 memcpy(json, b + 8, n);
                 json[n] = 0;
-                st = parse_header(path, json, (size_t)size - 8 - n, b + 8 + n, s);
+                st = parse_header(path, json, n, (size_t)size - 8 - n, b + 8 + n, s);
                 free(json);
             }
         }
@@ -244,40 +278,99 @@ mp_status mp_safetensors_write(const char *path, const mp_tensor *ts, size_t cou
     size_t hlen = strlen(json);
     const size_t padded = (hlen + 7) / 8 * 8; /* spaces to an 8-byte boundary, as the reference writer does */
 
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        free(json);
-        return mp_error(MP_EIO, "%s: cannot create (%s)", tmp, strerror(errno));
-    }
     uint8_t len8[8];
     mp_put_u64(len8, padded);
-    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(json, 1, hlen, f) == hlen;
-    for (size_t i = hlen; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
-    for (size_t i = 0; ok && i < count; i++) ok = fwrite(ts[i].data, 1, ts[i].nbytes, f) == ts[i].nbytes;
+    static const char spaces[] = "       "; /* up to 7 */
+    mp_chunk *c = malloc((count + 3) * sizeof *c);
+    if (!c) {
+        free(json);
+        return mp_error(MP_ENOMEM, "%s: out of memory", path);
+    }
+    c[0] = (mp_chunk){len8, 8}, c[1] = (mp_chunk){json, hlen}, c[2] = (mp_chunk){spaces, padded - hlen};
+    for (size_t i = 0; i < count; i++) c[3 + i] = (mp_chunk){ts[i].data, ts[i].nbytes};
+    st = mp_write_file_atomic(path, c, count + 3);
+    free(c);
     free(json);
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) {
-        st = mp_error(MP_EIO, "%s: write failed (%s); the previous file is untouched", path, strerror(errno));
+    return st;
+}
+
+/* Test-only fault injection (tests/test_crash.sh), read here and nowhere else:
+ * MIXPREC_FAULT_WRITE_KILL_AFTER=N makes the process SIGKILL itself once N
+ * bytes of a file's temporary copy are written (N = the file's size: after
+ * its last byte, before fsync and rename); MIXPREC_FAULT_WRITE_ENOSPC=N makes
+ * the write fail there with ENOSPC, as a full disk does. Counted per file. */
+static long fault_at(const char *name) {
+    const char *v = getenv(name);
+    char *end;
+    const long n = v && *v ? strtol(v, &end, 10) : -1;
+    return n >= 0 && !*end ? n : -1;
+}
+
+typedef struct {
+    int fd;
+    size_t done;           /* bytes written */
+    long kill_at, full_at; /* the fault hook; -1: off */
+} sink;
+
+static int sink_write(sink *s, const uint8_t *p, size_t n) {
+    for (;;) {
+        if (s->kill_at >= 0 && s->done >= (size_t)s->kill_at) raise(SIGKILL);
+        if (!n) return 0;
+        if (s->full_at >= 0 && s->done >= (size_t)s->full_at) return errno = ENOSPC, -1;
+        size_t m = n;
+        if (s->kill_at >= 0 && m > (size_t)s->kill_at - s->done) m = (size_t)s->kill_at - s->done;
+        if (s->full_at >= 0 && m > (size_t)s->full_at - s->done) m = (size_t)s->full_at - s->done;
+        const ssize_t w = write(s->fd, p, m);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return w == 0 ? (errno = EIO, -1) : -1;
+        p += w, n -= (size_t)w, s->done += (size_t)w;
+    }
+}
+
+/* Removes BASE.tmp.PID files in DIR whose process is gone: what a writer
+ * killed before its rename left behind. */
+static void remove_stale(const char *dir, const char *base) {
+    DIR *d = opendir(dir);
+    const size_t bl = strlen(base);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char *end;
+        if (strncmp(e->d_name, base, bl) != 0 || strncmp(e->d_name + bl, ".tmp.", 5) != 0) continue;
+        const long pid = strtol(e->d_name + bl + 5, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char stale[8192];
+        if ((size_t)snprintf(stale, sizeof stale, "%s/%s", dir, e->d_name) < sizeof stale) unlink(stale);
+    }
+    if (d) closedir(d);
+}
+
+mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t n) {
+    if (!path || !*path || (n && !chunks)) return mp_error(MP_EINVAL, "mp_write_file_atomic: no path or no data");
+    char tmp[4200], dir[4096];
+    if (strlen(path) >= sizeof dir) return mp_error(MP_EINVAL, "%.200s...: path too long", path);
+    const char *slash = strrchr(path, '/');
+    if (slash) snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    else strcpy(dir, ".");
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    remove_stale(dir, slash ? slash + 1 : path);
+    sink s = {open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666), 0,
+              fault_at("MIXPREC_FAULT_WRITE_KILL_AFTER"), fault_at("MIXPREC_FAULT_WRITE_ENOSPC")};
+    if (s.fd < 0) return mp_error(MP_EIO, "%s: cannot create (%s)", tmp, strerror(errno));
+    const char *failed = NULL;
+    for (size_t i = 0; !failed && i < n; i++)
+        if (sink_write(&s, chunks[i].data, chunks[i].size) != 0) failed = "write failed";
+    if (!failed && fsync(s.fd) != 0) failed = "fsync failed";
+    int err = errno;
+    if (close(s.fd) != 0 && !failed) failed = "close failed", err = errno;
+    if (!failed && rename(tmp, path) != 0) failed = "cannot rename the new file into place", err = errno;
+    if (failed) {
         unlink(tmp);
-        return st;
+        return mp_error(MP_EIO, "%s: %s (%s); the previous file is untouched", path, failed, strerror(err));
     }
-    if (rename(tmp, path) != 0) {
-        st = mp_error(MP_EIO, "%s: cannot rename the new file into place (%s)", path, strerror(errno));
-        unlink(tmp);
-        return st;
-    }
-    /* make the rename itself durable */
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    const int dfd = open(slash ? dir : ".", O_RDONLY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
+    /* make the rename itself durable (EINVAL: this file system cannot sync a directory) */
+    const int dfd = open(dir, O_RDONLY | O_CLOEXEC);
+    const int synced = dfd < 0 || fsync(dfd) == 0 || errno == EINVAL;
+    err = errno;
+    if (dfd >= 0) close(dfd);
+    if (!synced) return mp_error(MP_EIO, "%s: written, but its directory cannot be synced (%s)", path, strerror(err));
     return MP_OK;
 }

@@ -2,6 +2,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -21,6 +23,53 @@ static void esc_char(FILE *f, char c) {
 
 void mp_html_escape(FILE *f, const char *s) {
     for (; s && *s; s++) esc_char(f, *s);
+}
+
+/* fprintf for the page, with every %s argument HTML-escaped: names, titles
+ * and labels can come from a user (mode names, module names of a PyTorch
+ * model, file names), and markup only ever comes from the format. Takes the
+ * conversions this file uses: flags, width and precision on d i u x c e f g
+ * (with l, ll or z), %s without width or precision, and %%. */
+__attribute__((format(printf, 2, 3))) static void hprintf(FILE *f, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    for (const char *p = fmt; *p;) {
+        if (*p != '%') {
+            const size_t n = strcspn(p, "%");
+            fwrite(p, 1, n, f);
+            p += n;
+            continue;
+        }
+        char spec[16];
+        size_t k = 0;
+        spec[k++] = *p++;
+        while (*p && strchr("-+ #0123456789.", *p) && k < 8) spec[k++] = *p++;
+        int l = 0, z = 0;
+        for (; *p == 'l' || *p == 'z'; p++) {
+            l += *p == 'l', z |= *p == 'z';
+            spec[k++] = *p;
+        }
+        const char c = *p ? *p++ : '%';
+        spec[k++] = c, spec[k] = 0;
+        switch (c) {
+        case 's': mp_html_escape(f, va_arg(ap, const char *)); break;
+        case 'd': case 'i': case 'c':
+            if (z) fprintf(f, spec, va_arg(ap, ptrdiff_t));
+            else if (l == 2) fprintf(f, spec, va_arg(ap, long long));
+            else if (l == 1) fprintf(f, spec, va_arg(ap, long));
+            else fprintf(f, spec, va_arg(ap, int));
+            break;
+        case 'u': case 'x':
+            if (z) fprintf(f, spec, va_arg(ap, size_t));
+            else if (l == 2) fprintf(f, spec, va_arg(ap, unsigned long long));
+            else if (l == 1) fprintf(f, spec, va_arg(ap, unsigned long));
+            else fprintf(f, spec, va_arg(ap, unsigned));
+            break;
+        case 'e': case 'f': case 'g': fprintf(f, spec, va_arg(ap, double)); break;
+        default: fputc('%', f); break; /* %% */
+        }
+    }
+    va_end(ap);
 }
 
 typedef struct {
@@ -47,28 +96,28 @@ static double tick_step(double range, int want) {
 /* The figure and its plot area, x ticks (when xticks), y ticks every ystep (none when ystep <= 0), the axis labels. */
 static void frame(FILE *f, const axes *a, const char *id, const char *title, const char *xlabel, const char *ylabel,
                   double ystep, const char *yfmt, int ylog2, int xticks) {
-    fprintf(f, "<figure><figcaption>%s</figcaption>\n<svg class=\"chart\" id=\"%s\" viewBox=\"0 0 %d %d\" "
+    hprintf(f, "<figure><figcaption>%s</figcaption>\n<svg class=\"chart\" id=\"%s\" viewBox=\"0 0 %d %d\" "
                "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"%s\">\n",
             title, id, a->w, a->h, title);
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n", a->ml, a->mt,
+    hprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n", a->ml, a->mt,
             a->w - a->ml - a->mr, a->h - a->mt - a->mb);
     const double xs = tick_step(a->x1 - a->x0, 6);
     for (double x = ceil(a->x0 / xs) * xs; xticks && x <= a->x1 + 1e-9; x += xs) {
-        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#e3e3e3\"/>", px(a, x), px(a, x), a->mt,
+        hprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#e3e3e3\"/>", px(a, x), px(a, x), a->mt,
                 a->h - a->mb);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%g</text>\n", px(a, x), a->h - a->mb + 14, x);
+        hprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%g</text>\n", px(a, x), a->h - a->mb + 14, x);
     }
     for (double y = ystep > 0 ? ceil(a->y0 / ystep) * ystep : a->y1 + 1; y <= a->y1 + 1e-12; y += ystep) {
-        fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e3e3\"/>", a->ml, a->w - a->mr, py(a, y),
+        hprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e3e3\"/>", a->ml, a->w - a->mr, py(a, y),
                 py(a, y));
         char lab[32];
         if (ylog2) snprintf(lab, sizeof lab, "2^%.0f", y);
         else snprintf(lab, sizeof lab, yfmt, y);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"tick\" text-anchor=\"end\">%s</text>\n", a->ml - 5, py(a, y) + 4, lab);
+        hprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"tick\" text-anchor=\"end\">%s</text>\n", a->ml - 5, py(a, y) + 4, lab);
     }
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"label\" text-anchor=\"middle\">%s</text>\n", (a->ml + a->w - a->mr) / 2.0,
+    hprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"label\" text-anchor=\"middle\">%s</text>\n", (a->ml + a->w - a->mr) / 2.0,
             a->h - 6, xlabel);
-    fprintf(f, "<text transform=\"translate(14 %.1f) rotate(-90)\" class=\"label\" text-anchor=\"middle\">%s</text>\n",
+    hprintf(f, "<text transform=\"translate(14 %.1f) rotate(-90)\" class=\"label\" text-anchor=\"middle\">%s</text>\n",
             (a->mt + a->h - a->mb) / 2.0, ylabel);
 }
 
@@ -78,7 +127,7 @@ static void legend(FILE *f, const axes *a, const mp_report *r, const int *show) 
     double x = a->ml + 10;
     for (int i = 0; i < r->nruns; i++) {
         if (show && !show[i]) continue;
-        fprintf(f, "<rect x=\"%.0f\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%.0f\" y=\"%d\" "
+        hprintf(f, "<rect x=\"%.0f\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%.0f\" y=\"%d\" "
                    "class=\"legend\">%s</text>\n",
                 x, a->mt - 12, r->runs[i].color, x + 18, a->mt - 7, r->runs[i].name);
         x += 34 + 6.6 * (double)strlen(r->runs[i].name); /* the label's width at 12px, and a gap */
@@ -87,7 +136,7 @@ static void legend(FILE *f, const axes *a, const mp_report *r, const int *show) 
 
 /* Opens a data polyline; its points follow, then polyline_end. */
 static void polyline_begin(FILE *f, const char *color, int dash) {
-    fprintf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"%s points=\"", color,
+    hprintf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"%s points=\"", color,
             dash ? " stroke-dasharray=\"5 3\"" : "");
 }
 
@@ -107,7 +156,7 @@ static void series(FILE *f, const axes *a, const float *y, long n, size_t stride
         if (log2y) v = log2(v > 0 ? v : 1e-30);
         if (v > a->y1) v = a->y1;
         if (v < a->y0) v = a->y0;
-        fprintf(f, "%.1f,%.1f ", px(a, (double)(i + per / 2 + 1)), py(a, v));
+        hprintf(f, "%.1f,%.1f ", px(a, (double)(i + per / 2 + 1)), py(a, v));
     }
     polyline_end(f);
 }
@@ -141,9 +190,9 @@ static double hist_total(const mp_report_run *u) {
 
 /* The document head and its style sheet, up to the opening body tag. */
 static void section_head(FILE *f, const mp_report *r) {
-    fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>");
+    hprintf(f, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>");
     mp_html_escape(f, r->title);
-    fprintf(f, "</title>\n<style>\n"
+    hprintf(f, "</title>\n<style>\n"
                "body{font:15px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#222;max-width:1020px;"
                "margin:2em auto;padding:0 1em;background:#fff}\n"
                "h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd}\n"
@@ -191,7 +240,7 @@ static void summary_row(FILE *f, const mp_report *r, const mp_report_run *u, con
     snprintf(loss, sizeof loss, isfinite(u->last_loss) ? "%.4f" : "NaN/inf", u->last_loss);
     snprintf(ev, sizeof ev, !isfinite(u->eval) ? "NaN/inf" : r->eval_percent ? "%.2f%%" : "%.4f",
              r->eval_percent ? 100 * u->eval : u->eval);
-    fprintf(f, "<tr data-mode=\"%s\"><td><span class=\"swatch\" style=\"background:%s\"></span>%s</td>"
+    hprintf(f, "<tr data-mode=\"%s\"><td><span class=\"swatch\" style=\"background:%s\"></span>%s</td>"
                "<td>%s</td><td class=\"acc\">%s</td><td>%ld</td><td>%g</td><td class=\"under\">%.4f%%</td>"
                "<td>%.4f%%</td><td>%.2f%%</td><td>%.4f%%</td><td>%.1f</td><td>%.0f MiB</td><td>%s</td></tr>\n",
             u->name, u->color, u->name, loss, ev, u->skipped_total,
@@ -204,7 +253,7 @@ static void section_summary(FILE *f, const mp_report *r) {
     const mp_report_run *base = r->baseline >= 0 && r->baseline < r->nruns ? &r->runs[r->baseline] : NULL;
     fputs("<h2>Summary</h2>\n<table id=\"summary\">\n<tr><th>mode</th><th>final train loss</th><th>", f);
     mp_html_escape(f, r->eval_name);
-    fprintf(f, "</th><th>skipped steps</th><th>final scale</th><th>gradients underflowed</th>"
+    hprintf(f, "</th><th>skipped steps</th><th>final scale</th><th>gradients underflowed</th>"
                "<th title=\"weight-gradient values nonzero in fp32 and 0 when stored\">weight gradients lost</th>"
                "<th title=\"weight-gradient values exactly 0 in fp32 (dead units)\">dead weight gradients</th>"
                "<th title=\"nonzero updates that left the stored weight unchanged\">updates lost</th><th>ms/step</th><th>peak memory</th><th>speed-up vs %s</th></tr>\n", base ? base->name : "-");
@@ -216,7 +265,7 @@ static void section_summary(FILE *f, const mp_report *r) {
 static void section_warnings(FILE *f, const mp_report *r) {
     for (int i = 0; i < r->nruns; i++)
         for (int k = 0; k < r->runs[i].nwarnings; k++) {
-            fprintf(f, "<p class=\"warn\">%s: ", r->runs[i].name);
+            hprintf(f, "<p class=\"warn\">%s: ", r->runs[i].name);
             mp_html_escape(f, r->runs[i].warnings[k]);
             fputs("</p>\n", f);
         }
@@ -225,16 +274,16 @@ static void section_warnings(FILE *f, const mp_report *r) {
 /* An eval figure as the tables show it: "87.91%", "1.6234" or "not finite". */
 static void eval_value(FILE *f, const mp_report *r, double v) {
     if (!isfinite(v)) fputs("not finite", f);
-    else if (r->eval_percent) fprintf(f, "%.2f%%", 100 * v);
-    else fprintf(f, "%.4f", v);
+    else if (r->eval_percent) hprintf(f, "%.2f%%", 100 * v);
+    else hprintf(f, "%.4f", v);
 }
 
 /* A difference of eval figures, signed: "-0.25 points" or "+0.0433 (+1.76%)" (relative to ref). */
 static void eval_delta(FILE *f, const mp_report *r, double delta, double ref) {
     if (!isfinite(delta)) fputs("-", f);
-    else if (r->eval_percent) fprintf(f, "%+.2f points", 100 * delta);
-    else if (ref != 0) fprintf(f, "%+.4f (%+.2f%%)", delta, 100 * delta / ref);
-    else fprintf(f, "%+.4f", delta);
+    else if (r->eval_percent) hprintf(f, "%+.2f points", 100 * delta);
+    else if (ref != 0) hprintf(f, "%+.4f (%+.2f%%)", delta, 100 * delta / ref);
+    else hprintf(f, "%+.4f", delta);
 }
 
 /* The protection p lacks against ref when that is their only difference, else NULL. */
@@ -273,18 +322,18 @@ static void section_ablation(FILE *f, const mp_report *r) {
     mp_html_escape(f, r->eval_name);
     fputc(' ', f);
     eval_value(f, r, b->eval);
-    fprintf(f, " with %ld skipped step%s. Each row is a run of this comparison with one of these protections removed "
+    hprintf(f, " with %ld skipped step%s. Each row is a run of this comparison with one of these protections removed "
                "and nothing else changed.</p>\n<table id=\"ablation\">\n<tr><th>protection removed</th><th>run</th><th>",
             b->skipped_total, b->skipped_total == 1 ? "" : "s");
     mp_html_escape(f, r->eval_name);
     fputs("</th><th>difference from fp16-dynamic</th><th>skipped steps</th></tr>\n", f);
     for (int k = 0; k < n; k++) {
         const mp_report_run *u = &r->runs[rows[k].run];
-        fprintf(f, "<tr data-ablation=\"%s\"><td>%s</td><td>%s</td><td>", u->name, rows[k].protection, u->name);
+        hprintf(f, "<tr data-ablation=\"%s\"><td>%s</td><td>%s</td><td>", u->name, rows[k].protection, u->name);
         eval_value(f, r, rows[k].eval);
         fputs("</td><td>", f);
         eval_delta(f, r, rows[k].delta, b->eval);
-        fprintf(f, "</td><td>%ld</td></tr>\n", u->skipped_total);
+        hprintf(f, "</td><td>%ld</td></tr>\n", u->skipped_total);
     }
     fputs("</table>\n", f);
 }
@@ -334,12 +383,12 @@ static long eval_points(FILE *f, const axes *a, const mp_report_run *u) {
         polyline_begin(f, u->color, 0);
         for (long k = 0; k < u->neval; k++)
             if (isfinite(u->eval_losses[k]))
-                fprintf(f, "%.1f,%.1f ", px(a, (double)u->eval_steps[k]), py(a, fmin(u->eval_losses[k], a->y1)));
+                hprintf(f, "%.1f,%.1f ", px(a, (double)u->eval_steps[k]), py(a, fmin(u->eval_losses[k], a->y1)));
         polyline_end(f);
     }
     for (long k = 0; k < u->neval; k++)
         if (isfinite(u->eval_losses[k]))
-            fprintf(f, "<circle class=\"series\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s step %ld: %.4f"
+            hprintf(f, "<circle class=\"series\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s step %ld: %.4f"
                        "</title></circle>\n",
                     px(a, (double)u->eval_steps[k]), py(a, fmin(u->eval_losses[k], a->y1)), u->color, u->name,
                     u->eval_steps[k], u->eval_losses[k]);
@@ -368,9 +417,9 @@ static void chart_val_loss(FILE *f, const mp_report *r) {
         fputs("<p class=\"note\">", f);
         mp_html_escape(f, r->runs[i].name);
         if (above[i])
-            fprintf(f, ": %ld evaluation%s above %.4g, drawn on the top edge.</p>\n", above[i], above[i] == 1 ? "" : "s", a.y1);
+            hprintf(f, ": %ld evaluation%s above %.4g, drawn on the top edge.</p>\n", above[i], above[i] == 1 ? "" : "s", a.y1);
         else
-            fprintf(f, ": the %s was not finite (inf or NaN) at any evaluation.</p>\n", what);
+            hprintf(f, ": the %s was not finite (inf or NaN) at any evaluation.</p>\n", what);
     }
 }
 
@@ -378,7 +427,7 @@ static void chart_val_loss(FILE *f, const mp_report *r) {
 static void skip_marks(FILE *f, const axes *a, const mp_report_run *u) {
     for (long s = 0; s < u->nsteps; s++)
         if (u->skipped[s])
-            fprintf(f, "<circle class=\"skip\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"none\" stroke=\"#d00\"/>\n",
+            hprintf(f, "<circle class=\"skip\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"none\" stroke=\"#d00\"/>\n",
                     px(a, (double)(s + 1)), py(a, log2(u->scale[s])));
 }
 
@@ -426,7 +475,7 @@ static void layer_bars(FILE *f, const axes *a, const mp_report_run *u, int i, do
     for (int l = 0; l < u->nlayers; l++) {
         const double m = 100 * layer_underflow_sum(u, l) / nsteps_or_one(u);
         const double x = px(a, l + 0.1) + gw * i, h = m > 0 ? fmax(py(a, 0) - py(a, m), 1.0) : 0.0;
-        fprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s %s: "
+        hprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s %s: "
                    "%.4g%%</title></rect>\n",
                 x, py(a, 0) - h, gw * 0.92, h, u->color, u->name, u->layer_names[l], m);
     }
@@ -453,7 +502,7 @@ static void chart_layers(FILE *f, const mp_report *r) {
     const double gw = (px(&c, 1) - px(&c, 0)) * 0.8 / (r->nruns > 0 ? r->nruns : 1);
     for (int i = 0; i < r->nruns; i++) layer_bars(f, &c, &r->runs[i], i, gw);
     for (int l = 0; l < nl; l++)
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%s</text>\n", px(&c, l + 0.5),
+        hprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%s</text>\n", px(&c, l + 0.5),
                 c.h - c.mb + 14, names[l]);
     chart_end(f);
 }
@@ -499,16 +548,16 @@ static void chart_headroom(FILE *f, const mp_report *r) {
             const double h = headroom16(r, u, col[k]);
             if (isnan(h)) continue;
             const double x = px(&c, k + 0.1) + gw * i, y0 = py(&c, 0), y = py(&c, h);
-            fprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>",
+            hprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>",
                     x, fmin(y, y0), gw * 0.92, fabs(y0 - y), u->color);
             mp_html_escape(f, u->name);
             fputc(' ', f);
             mp_html_escape(f, u->layer_names[col[k]]);
-            fprintf(f, ": %.2f</title></rect>\n", h);
+            hprintf(f, ": %.2f</title></rect>\n", h);
         }
     }
     for (int k = 0; k < ncol; k++) {
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">", px(&c, k + 0.5),
+        hprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">", px(&c, k + 0.5),
                 c.h - c.mb + 14 + 10 * (k % 2));
         mp_html_escape(f, names[col[k]]);
         fputs("</text>\n", f);
@@ -535,11 +584,11 @@ static void store_cells(FILE *f, const mp_convert_stats *c, uint64_t n, float am
         fputs("<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td>", f);
         return;
     }
-    fprintf(f, "<td>%.4f%%</td><td>%.4f%%</td><td>%llu</td><td>%llu</td>", 100 * share(c->underflow, n),
+    hprintf(f, "<td>%.4f%%</td><td>%.4f%%</td><td>%llu</td><td>%llu</td>", 100 * share(c->underflow, n),
             100 * share(c->subnormal, n), (unsigned long long)c->overflow, (unsigned long long)c->nan);
     const double h = headroom_log2(limit, amax);
     if (isnan(h)) fputs("<td>-</td>", f);
-    else fprintf(f, "<td>%.2f</td>", h);
+    else hprintf(f, "<td>%.2f</td>", h);
 }
 
 /* Tensor l of u as a row: its activation and gradient stores, then for a weight the shares of its weight-gradient
@@ -555,7 +604,7 @@ static void tensor_row(FILE *f, const mp_report_run *u, int l) {
     store_cells(f, &t->fwd, t->fwd_elements, t->fwd_amax, limit);
     store_cells(f, &t->bwd, t->bwd_elements, t->bwd_amax, limit);
     if (t->has_wgrad)
-        fprintf(f, "<td>%.4f%%</td><td>%.2f%%</td></tr>\n", 100 * share(t->wgrad_lost, t->wgrad_elements),
+        hprintf(f, "<td>%.4f%%</td><td>%.2f%%</td></tr>\n", 100 * share(t->wgrad_lost, t->wgrad_elements),
                 100 * share(t->wgrad_dead, t->wgrad_elements));
     else
         fputs("<td>-</td><td>-</td></tr>\n", f);
@@ -575,19 +624,19 @@ static void tensor_digest(FILE *f, const mp_report_run *u) {
     } else {
         fputs("most gradient underflow in ", f);
         mp_html_escape(f, u->layer_names[worst]);
-        fprintf(f, " (%.3g%%)", 100 * grad_underflow(&u->tensors[worst]));
+        hprintf(f, " (%.3g%%)", 100 * grad_underflow(&u->tensors[worst]));
     }
     if (nbad == 0) {
         fputs("; no overflow or NaN", f);
         return;
     }
-    fprintf(f, "; overflow or NaN in %d tensor%s: ", nbad, nbad == 1 ? "" : "s");
+    hprintf(f, "; overflow or NaN in %d tensor%s: ", nbad, nbad == 1 ? "" : "s");
     for (int l = 0, k = 0; l < u->nlayers && k < 3; l++)
         if (tensor_bad(&u->tensors[l])) {
             if (k++) fputs(", ", f);
             mp_html_escape(f, u->layer_names[l]);
         }
-    if (nbad > 3) fprintf(f, " and %d more", nbad - 3);
+    if (nbad > 3) hprintf(f, " and %d more", nbad - 3);
 }
 
 /* u's per-tensor table in a closed <details> whose summary is the run's name and digest. */
@@ -638,14 +687,14 @@ static void section_skips(FILE *f, const mp_report *r) {
         for (long k = 0; k < u->nskips && k < 20; k++) {
             fputs("<tr><td>", f);
             mp_html_escape(f, u->name);
-            fprintf(f, "</td><td>%ld</td><td>%g</td><td>", u->skips[k].step, u->skips[k].scale);
+            hprintf(f, "</td><td>%ld</td><td>%g</td><td>", u->skips[k].step, u->skips[k].scale);
             mp_html_escape(f, u->skips[k].where);
             fputs("</td></tr>\n", f);
         }
         if (u->skipped_total > 20) {
             fputs("<tr><td>", f);
             mp_html_escape(f, u->name);
-            fprintf(f, "</td><td colspan=\"3\">and %ld more skipped steps</td></tr>\n", u->skipped_total - 20);
+            hprintf(f, "</td><td colspan=\"3\">and %ld more skipped steps</td></tr>\n", u->skipped_total - 20);
         }
     }
     fputs("</table>\n", f);
@@ -679,12 +728,12 @@ static void chart_underflow(FILE *f, const mp_report *r) {
 /* The fp16 limits on a log2 |g| axis: the flush-to-zero region shaded, and where zero, normal and inf begin. */
 static void fp16_limits(FILE *f, const axes *e, const mp_report *r, int lo) {
     const double lsub = log2(r->fp16_min_subnormal), lnorm = log2(r->fp16_min_normal), lmaxv = log2(r->fp16_max);
-    fprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"#d62728\" opacity=\"0.08\"/>\n", px(e, lo),
+    hprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"#d62728\" opacity=\"0.08\"/>\n", px(e, lo),
             e->mt, px(e, lsub - 1) - px(e, lo), e->h - e->mt - e->mb);
     const struct { double x; const char *t; } lines[3] = {
         {lsub - 1, "fp16: below this, 0"}, {lnorm, "fp16 smallest normal"}, {lmaxv + 1, "fp16: inf above"}};
     for (int k = 0; k < 3; k++)
-        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#a00\" stroke-dasharray=\"4 3\"/>"
+        hprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#a00\" stroke-dasharray=\"4 3\"/>"
                    "<text x=\"%.1f\" y=\"%d\" class=\"tick\" fill=\"#a00\">%s</text>\n",
                 px(e, lines[k].x), px(e, lines[k].x), e->mt, e->h - e->mb, px(e, lines[k].x) + 3, e->mt + 12 + 12 * k,
                 lines[k].t);
@@ -696,7 +745,7 @@ static void hist_curve(FILE *f, const axes *e, const mp_report_run *u, int lo) {
     polyline_begin(f, u->color, 0);
     for (int b = 0; b < MP_REPORT_HIST_BINS; b++) {
         const double v = tot > 0 ? 100 * u->hist[b] / tot : 0;
-        fprintf(f, "%.1f,%.1f %.1f,%.1f ", px(e, lo + b), py(e, v), px(e, lo + b + 1), py(e, v));
+        hprintf(f, "%.1f,%.1f %.1f,%.1f ", px(e, lo + b), py(e, v), px(e, lo + b + 1), py(e, v));
     }
     polyline_end(f);
 }
@@ -778,13 +827,13 @@ static int heat_color_of(double v, double lo, double hi) {
 
 /* The colour scale across the top: zero, then each colour with the values it stands for (data-lo, data-hi). */
 static void heat_legend(FILE *f, double lo, double hi) {
-    fprintf(f, "<rect class=\"scale\" x=\"10\" y=\"8\" width=\"14\" height=\"12\" fill=\"%s\" data-lo=\"0\" data-hi=\"0\"/>"
+    hprintf(f, "<rect class=\"scale\" x=\"10\" y=\"8\" width=\"14\" height=\"12\" fill=\"%s\" data-lo=\"0\" data-hi=\"0\"/>"
                "<text x=\"28\" y=\"18\" class=\"legend\">0</text>\n", heat_zero);
     const int nc = heat_ncolors(lo, hi);
     for (int k = 0; k < nc; k++) {
         const double a = lo * pow(hi / lo, (double)k / nc), b = k == nc - 1 ? hi : lo * pow(hi / lo, (double)(k + 1) / nc);
         const double x = 50 + 145 * k;
-        fprintf(f, "<rect class=\"scale\" x=\"%.0f\" y=\"8\" width=\"14\" height=\"12\" fill=\"%s\" data-lo=\"%.6g\" "
+        hprintf(f, "<rect class=\"scale\" x=\"%.0f\" y=\"8\" width=\"14\" height=\"12\" fill=\"%s\" data-lo=\"%.6g\" "
                    "data-hi=\"%.6g\"/><text x=\"%.0f\" y=\"18\" class=\"legend\">%.2g&#8211;%.2g%%</text>\n",
                 x, heat_colors[HEAT_COLORS - nc + k], a, b, x + 18, 100 * a, 100 * b);
     }
@@ -796,11 +845,11 @@ static void heat_cell(FILE *f, const axes *a, const mp_report_run *u, const heat
     const long s0 = c * h->per + 1, s1 = s0 + h->per - 1 < u->nsteps ? s0 + h->per - 1 : u->nsteps;
     const char *fill = v > 0 ? heat_colors[HEAT_COLORS - heat_ncolors(lo, hi) + heat_color_of(v, lo, hi)] : heat_zero;
     const double x0 = px(a, (double)(s0 - 1)), y0 = py(a, (double)(u->nlayers - l));
-    fprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>", x0, y0,
+    hprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>", x0, y0,
             px(a, (double)s1) - x0, py(a, (double)(u->nlayers - l - 1)) - y0, fill);
     mp_html_escape(f, u->layer_names[l]);
-    if (s1 > s0) fprintf(f, ", steps %ld-%ld: %.4g%%</title></rect>\n", s0, s1, 100 * v);
-    else fprintf(f, ", step %ld: %.4g%%</title></rect>\n", s0, 100 * v);
+    if (s1 > s0) hprintf(f, ", steps %ld-%ld: %.4g%%</title></rect>\n", s0, s1, 100 * v);
+    else hprintf(f, ", step %ld: %.4g%%</title></rect>\n", s0, 100 * v);
 }
 
 /* u's heat map: one row per tensor (first at the top), one column per h->per steps. */
@@ -822,7 +871,7 @@ static void heat_chart(FILE *f, const mp_report_run *u, const heat *h, double lo
         for (long c = 0; c < h->ncols; c++) heat_cell(f, &a, u, h, l, c, lo, hi);
     fputs("</g>\n", f);
     for (int l = 0; l < u->nlayers; l++) {
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"tick\" style=\"font-size:%dpx\" text-anchor=\"end\">", ml - 4,
+        hprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"tick\" style=\"font-size:%dpx\" text-anchor=\"end\">", ml - 4,
                 py(&a, u->nlayers - l - 0.5) + font * 0.35, font);
         mp_html_escape(f, u->layer_names[l]);
         fputs("</text>\n", f);
@@ -868,10 +917,10 @@ static void section_samples(FILE *f, const mp_report *r) {
         if (!u->sample) continue;
         fputs("<h3>", f);
         mp_html_escape(f, u->name);
-        fprintf(f, "</h3>\n<p class=\"note\">%.1f%% printable, ", 100 * u->sample_printable);
+        hprintf(f, "</h3>\n<p class=\"note\">%.1f%% printable, ", 100 * u->sample_printable);
         if (isnan(u->sample_words)) fputs("no words", f);
-        else fprintf(f, "%.1f%% of its words found in the corpus", 100 * u->sample_words);
-        fprintf(f, "</p>\n<pre class=\"sample\" data-mode=\"%s\">\n", u->name); /* a browser drops this first newline */
+        else hprintf(f, "%.1f%% of its words found in the corpus", 100 * u->sample_words);
+        hprintf(f, "</p>\n<pre class=\"sample\" data-mode=\"%s\">\n", u->name); /* a browser drops this first newline */
         mp_html_escape(f, u->sample);
         fputs("</pre>\n", f);
     }
@@ -902,19 +951,17 @@ static void write_body(FILE *f, const mp_report *r) {
 mp_status mp_report_write(const char *path, const mp_report *r) {
     if (!path || !r) return mp_error(MP_EINVAL, "mp_report_write: NULL argument");
     if (r->nruns < 0 || r->nruns > 64) return mp_error(MP_EINVAL, "mp_report_write: %d runs (0 .. 64)", r->nruns);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return mp_error(MP_EIO, "%s: cannot create", tmp);
+    char *page = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&page, &len); /* the page in memory, then written atomically */
+    if (!f) return mp_error(MP_ENOMEM, "%s: out of memory", path);
     write_body(f, r);
-    const int ok = !ferror(f) && fflush(f) == 0;
-    if (fclose(f) != 0 || !ok) {
-        unlink(tmp);
-        return mp_error(MP_EIO, "%s: write failed", path);
+    const int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        free(page);
+        return mp_error(MP_ENOMEM, "%s: out of memory", path);
     }
-    if (rename(tmp, path) != 0) {
-        unlink(tmp);
-        return mp_error(MP_EIO, "%s: cannot rename into place", path);
-    }
-    return MP_OK;
+    const mp_status st = mp_write_file_atomic(path, &(mp_chunk){page, len}, 1);
+    free(page);
+    return st;
 }

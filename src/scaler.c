@@ -153,8 +153,15 @@ mp_status mp_scaler_load(mp_scaler *s, const uint8_t *b, size_t len) {
     const mp_scaler_config *c = &t.cfg;
     const mp_status st = check_config(c);
     if (st != MP_OK) return mp_error(MP_ECORRUPT, "scaler blob: %s", mp_last_error());
-    if (!(isfinite(t.scale) && t.scale >= 0) || t.growth_tracker < 0 || t.growth_tracker >= c->growth_interval ||
-        t.hysteresis_left < 0 || t.hysteresis_left > c->hysteresis || t.skipped > t.steps)
+    /* only a state that mp_scaler_update can reach from mp_scaler_init */
+    if (!(isfinite(t.scale) && t.scale >= c->min_scale && (c->max_scale == 0 || t.scale <= c->max_scale)) ||
+        t.growth_tracker < 0 || t.growth_tracker >= c->growth_interval || t.hysteresis_left < 0 ||
+        t.hysteresis_left > c->hysteresis || t.skipped > t.steps || t.growths > t.steps - t.skipped ||
+        t.backoffs > t.skipped ||
+        (t.skipped ? t.last_overflow_step < 0 || (uint64_t)t.last_overflow_step >= t.steps
+                   : t.last_overflow_step != -1) ||
+        (!c->dynamic && (t.scale != c->init_scale || t.growth_tracker != 0 || t.hysteresis_left != c->hysteresis ||
+                         t.growths != 0 || t.backoffs != 0)))
         return mp_error(MP_ECORRUPT, "scaler blob: state out of range");
     *s = t;
     return MP_OK;
@@ -190,7 +197,20 @@ static int unscale_bf16_scalar(uint16_t *x, size_t n, float inv) {
     return unscale_half(x, n, inv, 0x7f80u, mp_bf16_to_f32, mp_f32_to_bf16);
 }
 
-const mp_unscale_kernels mp_unscale_scalar = {unscale_f32_scalar, unscale_f16_scalar, unscale_bf16_scalar};
+static int check32_scalar(const uint32_t *x, size_t n) {
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad |= (x[i] & 0x7f800000u) == 0x7f800000u;
+    return bad;
+}
+
+static int check16_scalar(const uint16_t *x, size_t n, uint16_t expmask) {
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad |= (x[i] & expmask) == expmask;
+    return bad;
+}
+
+const mp_unscale_kernels mp_unscale_scalar = {unscale_f32_scalar, unscale_f16_scalar, unscale_bf16_scalar,
+                                              check32_scalar, check16_scalar};
 
 static int unscale_fp8(uint8_t *x, size_t n, float inv, mp_dtype t) {
     int bad = 0;
@@ -200,6 +220,17 @@ static int unscale_fp8(uint8_t *x, size_t n, float inv, mp_dtype t) {
         if (inv != 1.0f) x[i] = t == MP_E4M3 ? mp_f32_to_e4m3(v * inv) : mp_f32_to_e5m2(v * inv);
     }
     return bad;
+}
+
+/* inv_scale 1: the check alone, reading only (PyTorch leaves the values
+ * untouched then: no NaN is quieted) */
+static int check_only(const mp_unscale_kernels *k, const void *x, mp_dtype t, size_t n) {
+    switch (t) {
+    case MP_F32: return k->check32(x, n);
+    case MP_F16: return k->check16(x, n, 0x7c00u);
+    case MP_BF16: return k->check16(x, n, 0x7f80u);
+    default: return unscale_fp8((uint8_t *)x, n, 1.0f, t); /* reads only at inv 1 */
+    }
 }
 
 typedef struct {
@@ -214,6 +245,10 @@ static void unscale_share(void *ctx, size_t i0, size_t i1, int t) {
     unscale_job *j = ctx;
     const size_t n = i1 - i0;
     int bad;
+    if (j->inv == 1.0f) {
+        j->found[t] |= check_only(j->k, (const uint8_t *)j->x + i0 * mp_format(j->t)->size, j->t, n);
+        return;
+    }
     switch (j->t) {
     case MP_F32: bad = j->k->f32((float *)j->x + i0, n, j->inv); break;
     case MP_F16: bad = j->k->f16((uint16_t *)j->x + i0, n, j->inv); break;
@@ -221,22 +256,6 @@ static void unscale_share(void *ctx, size_t i0, size_t i1, int t) {
     default: bad = unscale_fp8((uint8_t *)j->x + i0, n, j->inv, j->t); break;
     }
     j->found[t] |= bad;
-}
-
-/* An inf/NaN check without the multiply, for inv_scale == 1 (PyTorch leaves
- * the values untouched then: no NaN is quieted). */
-static int check_only(const void *x, mp_dtype t, size_t n) {
-    const mp_format_info *f = mp_format(t);
-    int bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t v;
-        switch (f->size) {
-        case 4: v = ((const uint32_t *)x)[i]; bad |= (v & 0x7f800000u) == 0x7f800000u; break;
-        case 2: v = ((const uint16_t *)x)[i]; bad |= t == MP_F16 ? (v & 0x7c00u) == 0x7c00u : (v & 0x7f80u) == 0x7f80u; break;
-        default: v = ((const uint8_t *)x)[i]; bad |= t == MP_E4M3 ? (v & 0x7fu) == 0x7fu : (v & 0x7cu) == 0x7cu; break;
-        }
-    }
-    return bad;
 }
 
 #define UNSCALE_PARALLEL_MIN ((size_t)1 << 18)
@@ -248,10 +267,6 @@ mp_status mp_unscale_check(void *grad, mp_dtype type, size_t n, float inv_scale,
     if (!grad) return mp_error(MP_EINVAL, "mp_unscale_check: NULL buffer for %zu elements", n);
     if (!isfinite(inv_scale))
         return mp_error(MP_EINVAL, "mp_unscale_check: inv_scale %g is not finite", (double)inv_scale);
-    if (inv_scale == 1.0f) {
-        if (check_only(grad, type, n)) *found_inf = 1;
-        return MP_OK;
-    }
     unscale_job job;
     memset(&job, 0, sizeof job);
     job.k = &mp_unscale_scalar;

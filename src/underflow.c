@@ -330,21 +330,17 @@ mp_status mp_explore_write(const char *path, const void *x, mp_dtype xt, size_t 
     mp_scale_counts counts[4][PAGE_K];
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < PAGE_K; i++) counts[k][i] = set_count(&s, page_formats[k], ldexp(1.0, i));
-    const size_t tl = strlen(path) + 32;
-    char *tmp = malloc(tl);
-    if (!tmp) return mp_error(MP_ENOMEM, "%s: out of memory", fn);
-    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        free(tmp);
-        return mp_error(MP_EIO, "%s: cannot create", path);
-    }
+    char *page = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&page, &len); /* the page in memory, then written atomically */
+    if (!f) return mp_error(MP_ENOMEM, "%s: out of memory", fn);
     write_page(f, description, s.finite, bins, counts);
-    const int ok = !ferror(f) && fflush(f) == 0;
-    mp_status rc = MP_OK;
-    if (fclose(f) != 0 || !ok) rc = mp_error(MP_EIO, "%s: write failed", path);
-    else if (rename(tmp, path) != 0) rc = mp_error(MP_EIO, "%s: cannot rename into place", path);
-    if (rc != MP_OK) unlink(tmp);
-    free(tmp);
+    const int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        free(page);
+        return mp_error(MP_ENOMEM, "%s: out of memory", fn);
+    }
+    const mp_status rc = mp_write_file_atomic(path, &(mp_chunk){page, len}, 1);
+    free(page);
     return rc;
 }

@@ -23,6 +23,13 @@ static long check_failures;
         }                                                                       \
     } while (0)
 
+/* A line saying what passed, printed only when no check failed since mark
+ * (check_failures at the start of the part it sums up). */
+#define CHECK_SAY(mark, ...)                            \
+    do {                                                \
+        if (check_failures == (mark)) printf(__VA_ARGS__); \
+    } while (0)
+
 /* Quick mode (sanitizer builds): a fixed sample instead of all 2^32 inputs. */
 static inline int test_quick(int argc, char **argv) {
     for (int i = 1; i < argc; i++)

@@ -77,11 +77,12 @@ static void check_narrow_paths(int quick) {
         }
         free(x); free(ref); free(got);
     }
+    const long mark = check_failures;
     for (int p = 0; p < npaths; p++) {
         CHECK(bad[p][0] == 0, "%s f32->f16: %ld blocks differ from scalar", paths[p].name, bad[p][0]);
         CHECK(bad[p][1] == 0, "%s f32->bf16: %ld blocks differ from scalar", paths[p].name, bad[p][1]);
     }
-    printf("  f32->f16, f32->bf16: %" PRIu64 " inputs, %d fast path(s) equal scalar\n", count, npaths);
+    CHECK_SAY(mark, "  f32->f16, f32->bf16: %" PRIu64 " inputs, %d fast path(s) equal scalar\n", count, npaths);
     if (!quick) {
         /* Totals over all 2^32 inputs, counted by hand:
          * NaN inputs: 2 * (2^23 - 1); finite inputs: 2^32 - 2^24.

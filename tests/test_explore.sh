@@ -48,6 +48,11 @@ import json, sys; s = json.load(sys.stdin)["scales"][0]; assert 0.08 < s["overfl
 printf '\x93NUMPY\x02\x00\x00\x00' > "$T/short.npy"
 "$M" underflow --from "$T/short.npy" > /dev/null 2>&1; [ $? -eq 1 ] && ok || fail "short .npy v2 header"
 "$M" underflow --from "$T/missing.npy" > /dev/null 2>"$T/e"; [ $? -eq 1 ] && grep -q 'missing.npy' "$T/e" && ok || fail "missing file"
+# a file name is user input: the page shows it escaped, never as markup
+cp "$T/g.f32" "$T/<script>x'\"&.f32"
+"$M" explore --from "$T/<script>x'\"&.f32" --out "$T/esc.html" > /dev/null && ok || fail "explore --from <script>..."
+grep -qF "&lt;script&gt;x&#39;&quot;&amp;.f32" "$T/esc.html" && ! grep -qF "<script>x" "$T/esc.html" && ok ||
+    fail "the file name is not escaped in the page"
 printf 'abc' > "$T/odd.f32"
 "$M" underflow --from "$T/odd.f32" > /dev/null 2>&1; [ $? -eq 1 ] && ok || fail "3-byte file"
 

@@ -148,6 +148,7 @@ static void check_paths(int quick) {
     const mp_isa best = mp_cpu_detected();
     for (int isa = MP_ISA_SCALAR; isa <= (int)best; isa++) {
         mp_cpu_set_isa((mp_isa)isa);
+        const long mark = check_failures;
         const size_t kc_exact = isa >= MP_ISA_AVX512 ? mp_gemm_avx512.kc
                                 : isa == MP_ISA_AVX2 ? mp_gemm_avx2.kc
                                                      : mp_gemm_scalar.kc;
@@ -176,8 +177,8 @@ static void check_paths(int quick) {
                                     ts[(f + 2) % 3]};
                 check_shape(&edge, kc_exact, 0);
             }
-        printf("  %s: %zu shapes within the fp64 bound, equal to mp_gemm_ref for k <= %zu\n",
-               mp_isa_name((mp_isa)isa), 150 + nbig + 6, kc_exact);
+        CHECK_SAY(mark, "  %s: %zu shapes within the fp64 bound, equal to mp_gemm_ref for k <= %zu\n",
+                  mp_isa_name((mp_isa)isa), 150 + nbig + 6, kc_exact);
     }
     mp_cpu_set_isa(best);
 }
@@ -238,6 +239,7 @@ static void check_epilogue_case(mp_dtype in, size_t m, size_t n, size_t k, float
 }
 
 static void check_epilogue(void) {
+    const long mark = check_failures;
     const mp_isa best = mp_cpu_detected();
     const float tiny = 0x1p-20f; /* sums near fp16's subnormals: underflow and subnormal counts */
     for (int isa = MP_ISA_SCALAR; isa <= (int)best; isa++) {
@@ -273,8 +275,8 @@ static void check_epilogue(void) {
               c2[0] == 3.5f && c2[1] == 5.0f && st.underflow == 1,
           "k = 0 with round_to: %g %g, %llu underflow", (double)c2[0], (double)c2[1],
           (unsigned long long)st.underflow);
-    printf("  epilogue: bias, half C, round_to (beta 0/1), counts, deep k: equal to the steps one at a time on every "
-           "path\n");
+    CHECK_SAY(mark, "  epilogue: bias, half C, round_to (beta 0/1), counts, deep k: equal to the steps one at a time "
+                    "on every path\n");
 }
 
 /* Counting zeros into an fp32 C (a weight gradient in fp32 training) keeps
@@ -283,6 +285,7 @@ static void check_epilogue(void) {
  * C (the value stored is the value counted; alpha -1 makes -0 of the zero
  * rows without beta). */
 static void check_zeros_keep_bits(void) {
+    const long mark = check_failures;
     const mp_isa best = mp_cpu_detected();
     const size_t m = 45, n = 70, k = 5000;
     float *a = malloc(m * k * 4), *b = malloc(k * n * 4), *c0 = malloc(m * n * 4), *c1 = malloc(m * n * 4),
@@ -306,7 +309,7 @@ static void check_zeros_keep_bits(void) {
     }
     mp_cpu_set_isa(best);
     free(a), free(b), free(c0), free(c1), free(c2);
-    printf("  zeros: counted into an fp32 C without changing its bits on every path\n");
+    CHECK_SAY(mark, "  zeros: counted into an fp32 C without changing its bits on every path\n");
 }
 
 static void check_threads_shape(shape s);
@@ -339,6 +342,7 @@ static void check_threads_shape(shape s) {
  * at any depth, so moving between those two paths changes nothing. */
 static void check_avx2_equals_scalar(void) {
     if (mp_cpu_detected() < MP_ISA_AVX2) return;
+    const long mark = check_failures;
     const shape deep[] = {
         {0, 1, 37, 45, 1000, 1000, 1000, 45, 1.0f, 0.5f, MP_F32, MP_F32, MP_F32},
         {1, 0, 29, 40, 777, 29, 40, 41, 0.75f, 0.0f, MP_F16, MP_BF16, MP_BF16},
@@ -362,7 +366,7 @@ static void check_avx2_equals_scalar(void) {
         free_bufs(&b);
     }
     mp_cpu_set_isa(mp_cpu_detected());
-    printf("  avx2: equal to the portable kernel bit for bit beyond KC (k up to 1000)\n");
+    CHECK_SAY(mark, "  avx2: equal to the portable kernel bit for bit beyond KC (k up to 1000)\n");
 }
 
 static void check_special(void) {

@@ -323,6 +323,10 @@ python3 "$T/check.py" "$T/sk" "$T/sk.txt" && ok || fail "a comparison without fp
 grep -q '<tr class="bad" data-tensor=' "$T/sk/report.html" && ok || fail "fp16-static:1e30: no highlighted row"
 
 # bad options reach the user, the output directory must be writable
+# user input in the page (the output path, in the command line it shows) is escaped, never markup
+"$M" compare --precisions fp32 --model mlp:784-32-10 --steps 2 --batch 32 --out "$T/<script>r" > /dev/null 2>&1 &&
+    grep -qF -- "--out $T/&lt;script&gt;r" "$T/<script>r/report.html" && ! grep -qF "<script>r" "$T/<script>r/report.html" &&
+    ok || fail "the output path is not escaped in the report"
 "$M" compare --lr x --out "$T/bad" > "$T/o2.txt" 2>&1; [ $? -eq 2 ] && ok || fail "bad train option: exit 2"
 "$M" compare --out /proc/nope --steps 1 > /dev/null 2>&1; [ $? -eq 1 ] && ok || fail "unwritable --out: exit 1"
 "$M" compare --precision fp16 > /dev/null 2>&1; [ $? -eq 2 ] && ok || fail "--precision refused"

@@ -32,6 +32,7 @@ static uint32_t next_u32(void) {
 }
 
 static void check_torch_trajectories(void) {
+    const long mark = check_failures;
     const int intervals[] = {1, 2, 2000};
     const float starts[] = {65536.0f, 0x1p127f, FLT_MAX, 1e-38f, 0x1p-149f, 3.0f};
     const double pinf[] = {0.0005, 0.3, 0.9};
@@ -71,7 +72,7 @@ static void check_torch_trajectories(void) {
         bad += f2u(s.scale) != f2u(scale) || s.growth_tracker != tracker;
     }
     CHECK(bad == 0, "factors 1.7/0.3: %ld steps differ", bad);
-    printf("  %ld scaler steps equal PyTorch's kernel\n", steps);
+    CHECK_SAY(mark, "  %ld scaler steps equal PyTorch's kernel\n", steps);
 }
 
 /* Megatron-LM DynamicGradScaler.update, transcribed (min_scale 0 here means none). */
@@ -273,11 +274,23 @@ static void check_unscale(void) {
                     mp_unscale_check(buf, dt, n, inv, &found);
                     CHECK(found == 1, "%s n=%zu: %s at %zu not found", mp_format(dt)->name, n, kind ? "NaN" : "inf", where[w]);
                 }
-            /* inv == 1: a check only, bits untouched (PyTorch skips the multiply) */
+            /* inv == 1: a check only, bits untouched (PyTorch skips the multiply), NaN payloads included */
             memcpy(buf, orig, n * es);
             found = 0;
             mp_unscale_check(buf, dt, n, 1.0f, &found);
             CHECK(found == 0 && memcmp(buf, orig, n * es) == 0, "inv 1 leaves the buffer alone");
+            for (int w = 0; w < 3; w++)
+                for (int kind = 0; kind < 2; kind++) {
+                    memcpy(buf, orig, n * es);
+                    const float bad_v = kind ? NAN : INFINITY;
+                    mp_convert(buf + where[w] * es, dt, &bad_v, MP_F32, 1, NULL);
+                    memcpy(orig, buf, n * es); /* orig now holds the inf/NaN */
+                    found = 0;
+                    mp_unscale_check(buf, dt, n, 1.0f, &found);
+                    CHECK(found == 1 && memcmp(buf, orig, n * es) == 0, "%s n=%zu inv 1: %s at %zu", mp_format(dt)->name,
+                          n, kind ? "NaN" : "inf", where[w]);
+                    mp_convert(orig, dt, x, MP_F32, n, NULL);
+                }
             free(x); free(buf); free(orig);
         }
     }
@@ -318,6 +331,29 @@ static void check_unscale_paths(void) {
             const int g2 = t ? mp_unscale_avx512.bf16(h2, n, invs[k]) : mp_unscale_avx512.f16(h2, n, invs[k]);
             CHECK(g1 == g2 && memcmp(h, h2, n * 2) == 0, "%s paths differ (inv %g)", t ? "bf16" : "f16", (double)invs[k]);
         }
+    }
+    /* the checks alone (inv_scale 1): one inf/NaN code at every position of every length up to 300,
+     * past the vector loops and their tails, and random codes */
+    for (size_t len = 0; len <= 300; len++)
+        for (size_t at = 0; at <= len; at++) { /* at == len: none */
+            for (size_t i = 0; i < len; i++) a[i] = 1.0f, h[i] = 0x3c00;
+            if (at < len) a[at] = (at % 2) ? NAN : -INFINITY, h[at] = (at % 2) ? 0x7e01 : 0xfc00;
+            const int want = at < len;
+            CHECK(mp_unscale_avx512.check32((const uint32_t *)a, len) == want &&
+                      mp_unscale_scalar.check32((const uint32_t *)a, len) == want &&
+                      mp_unscale_avx512.check16(h, len, 0x7c00) == want && mp_unscale_scalar.check16(h, len, 0x7c00) == want,
+                  "check at %zu of %zu", at, len);
+        }
+    for (int r = 0; r < 20; r++) {
+        for (size_t i = 0; i < n; i++) a[i] = u2f(next_u32() & 0xbf7fffffu), h[i] = (uint16_t)(next_u32() & 0xbfff);
+        a[next_u32() % n] = r % 2 ? INFINITY : 1.0f; /* half the time, one inf */
+        for (int t = 0; t < 2; t++) {
+            const uint16_t e = t ? 0x7f80 : 0x7c00;
+            CHECK(mp_unscale_avx512.check16(h, n, e) == mp_unscale_scalar.check16(h, n, e), "check16 paths differ");
+        }
+        CHECK(mp_unscale_avx512.check32((const uint32_t *)a, n) == mp_unscale_scalar.check32((const uint32_t *)a, n) &&
+                  mp_unscale_scalar.check32((const uint32_t *)a, n) == r % 2,
+              "check32 paths differ");
     }
     free(a); free(b); free(h); free(h2);
 #endif

@@ -1,5 +1,7 @@
 /* run.c - one training run: options, the library's trainer, logs, results. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -280,7 +282,11 @@ typedef struct {
     mp_gpt *gpt;
     mp_loader loader;
     mp_trainer *tr;
-    FILE *log;
+    int log_fd;          /* the CSV log; -1: none */
+    off_t log_size;      /* its complete rows, in bytes */
+    long log_rows;
+    char *row;           /* the row being written */
+    size_t row_len;
     double *ms;
     cJSON *skips; /* the skipped steps, for the summary: {step, scale, tensors, first_activation} */
     hist_snap *hs;
@@ -485,6 +491,34 @@ static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double 
     fprintf(log, "\n");
 }
 
+/* The CSV log is appended a row at a time, each formatted in memory (into
+ * log_row()'s stream) and written with write(2) by log_commit(): a crash keeps
+ * every row written before it, and a row the disk cannot take whole is cut off
+ * again, so the log holds complete rows only. 0, or 1 after a message. */
+static FILE *log_row(run_state *s) { return open_memstream(&s->row, &s->row_len); }
+
+static int log_commit(run_state *s, const char *path, FILE *m) {
+    int err = !m || ferror(m) ? ENOMEM : 0;
+    if (m && fclose(m) != 0) err = ENOMEM;
+    const char *p = s->row;
+    for (size_t left = err ? 0 : s->row_len; left;) {
+        const ssize_t w = write(s->log_fd, p, left);
+        if (w > 0) p += w, left -= (size_t)w;
+        else if (w == 0 || errno != EINTR) {
+            err = w == 0 ? EIO : errno;
+            break;
+        }
+    }
+    free(s->row), s->row = NULL;
+    if (!err) {
+        s->log_size += (off_t)s->row_len, s->log_rows++;
+        return 0;
+    }
+    const int cut = ftruncate(s->log_fd, s->log_size) == 0;
+    return fail("%s: cannot append to the log (%s); it keeps the %ld complete lines before%s", path, strerror(err),
+                s->log_rows, cut ? "" : " and part of the next");
+}
+
 /* n bytes from the GPT after "\n" (temperature 1, seed 1) into r->sample,
  * escaped, and their judgement against the corpus. 0, or -1 after a message. */
 static int take_sample(run_state *s, long n, run_result *r) {
@@ -512,22 +546,18 @@ static int take_sample(run_state *s, long n, run_result *r) {
     return why ? -1 : 0;
 }
 
-int run_write_json(const char *path, cJSON *j) {
+const char *run_write_json(const char *path, cJSON *j) {
     char *text = cJSON_Print(j);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = text ? fopen(tmp, "w") : NULL;
-    int ok = f && fputs(text, f) >= 0;
-    if (f && fclose(f) != 0) ok = 0;
+    if (!text) return "out of memory";
+    const mp_status st = mp_write_file_atomic(path, &(mp_chunk){text, strlen(text)}, 1);
     free(text);
-    if (ok && rename(tmp, path) != 0) ok = 0;
-    if (!ok) remove(tmp);
-    return ok ? 0 : -1;
+    return st == MP_OK ? NULL : mp_last_error();
 }
 
 int run_training(const run_opts *o, FILE *out, run_result *res) {
     run_state s;
     memset(&s, 0, sizeof s);
+    s.log_fd = -1;
     if (o->threads) mp_set_threads(o->threads);
     peak_reset();
     const int gpt = is_gpt(o->model);
@@ -592,11 +622,15 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     }
     for (int i = 0; i < nt; i++)
         snprintf(r->tensor_names[i], sizeof r->tensor_names[i], "%s", s.model.ops->stats(s.model.impl, (size_t)i)->name);
-    if (o->log && !(s.log = fopen(o->log, "w"))) {
-        fail("%s: cannot create the log", o->log);
+    if (o->log && (s.log_fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
+        fail("%s: cannot create the log (%s)", o->log, strerror(errno));
         goto done;
     }
-    if (s.log) csv_header(s.log, &s.model);
+    if (s.log_fd >= 0) {
+        FILE *row = log_row(&s);
+        if (row) csv_header(row, &s.model);
+        if (log_commit(&s, o->log, row)) goto done;
+    }
     long nh = 0;
     const int tty = out == stdout && isatty(2);
     /* activation headroom is measured against the compute format's largest value, fp16's in an fp32 run */
@@ -657,7 +691,11 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             goto done;
         }
         if (eval_now) r->eval_steps[r->neval] = done_steps + 1, r->eval_losses[r->neval++] = eval_loss;
-        if (s.log) csv_row(s.log, &s.model, &si, ms, eval_loss, limit);
+        if (s.log_fd >= 0) {
+            FILE *row = log_row(&s);
+            if (row) csv_row(row, &s.model, &si, ms, eval_loss, limit);
+            if (log_commit(&s, o->log, row)) goto done;
+        }
         r->last_loss = si.loss;
         const long every = total / 20 > 0 ? total / 20 : 1;
         if (tty) {
@@ -677,7 +715,6 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
                         eval_loss / log(2.0));
             else
                 fprintf(out, "  eval at step %ld: test accuracy %.2f%%, loss %.4f\n", si.step, 100 * eval_acc, eval_loss);
-            if (s.log) fflush(s.log);
         }
         if (stopped) {
             done_steps++;
@@ -850,10 +887,10 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         }
         cJSON *wa = cJSON_AddArrayToObject(j, "warnings");
         for (int k = 0; k < r->nwarnings; k++) cJSON_AddItemToArray(wa, cJSON_CreateString(r->warnings[k]));
-        const int bad = run_write_json(o->summary, j);
+        const char *bad = run_write_json(o->summary, j);
         cJSON_Delete(j);
         if (bad) {
-            fail("%s: cannot write the summary", o->summary);
+            fail("%s", bad);
             goto done;
         }
     }
@@ -885,7 +922,8 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     }
     ret = stopped ? 1 : 0;
 done:
-    if (s.log && fclose(s.log) != 0 && ret == 0) ret = fail("%s: the log could not be written", o->log);
+    if (s.log_fd >= 0 && close(s.log_fd) != 0 && ret == 0)
+        ret = fail("%s: the log could not be written (%s)", o->log, strerror(errno));
     if (res) *res = s.res, memset(&s.res, 0, sizeof s.res);
     run_result_free(&s.res);
     state_free(&s);

@@ -82,10 +82,10 @@ typedef struct run_result {
 
 void run_result_free(run_result *r);
 
-/* Writes a JSON document whole or not at all (a temporary file, then a
- * rename); 0 on success, -1 (nothing written) on failure. */
+/* Writes a JSON document whole or not at all (mp_write_file_atomic); NULL on
+ * success, else why not (nothing written, a previous file untouched). */
 struct cJSON;
-int run_write_json(const char *path, struct cJSON *j);
+const char *run_write_json(const char *path, struct cJSON *j);
 
 /* Runs the training o describes, printing progress and results to out.
  * Returns 0 when it completed, 1 when it stopped early or failed (after a

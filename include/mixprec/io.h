@@ -36,14 +36,32 @@ typedef struct mp_safetensors {
 } mp_safetensors;
 
 /* Writes tensors and metadata (meta: key, value, ..., NULL; may be NULL)
- * atomically: a temporary file in the same directory, fsync, rename, fsync of
- * the directory. An existing file at path stays whole until the rename. */
+ * atomically with mp_write_file_atomic (below): an existing file at path stays
+ * whole until the rename. MP_EINVAL for a bad tensor, MP_EIO as there. */
 mp_status mp_safetensors_write(const char *path, const mp_tensor *tensors, size_t count, const char *const *meta);
 
+/* One piece of a file for mp_write_file_atomic. */
+typedef struct mp_chunk {
+    const void *data;
+    size_t      size;
+} mp_chunk;
+
+/* Writes the n chunks, one after another, to path atomically: to a temporary
+ * file PATH.tmp.PID in the same directory (write, fsync and close checked),
+ * renamed over path, then the directory synced. On MP_EIO (the path, what
+ * failed and why: "No space left on device") the temporary file is removed
+ * and an existing file at path is untouched; a process killed during the write
+ * leaves the old file whole and its PATH.tmp.PID behind, which the next write
+ * of the same path removes once that process is gone. Every file mixprec
+ * writes in one piece (checkpoints, summaries, reports, pages) goes through
+ * here; MP_EINVAL for a NULL or empty path. */
+mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t n);
+
 /* Reads and validates a file: MP_EIO if unreadable; MP_ECORRUPT, with the file
- * name and the problem, for a bad header length, malformed JSON, an unknown
- * dtype, a shape that does not match its byte range, offsets out of range or
- * overlapping, or bytes not covered by any tensor. */
+ * name and the problem, for a bad header length, malformed JSON (or bytes
+ * other than spaces after it), an unknown dtype, a shape that does not match
+ * its byte range, offsets out of range, fractional or overlapping, bytes not
+ * covered by any tensor, or a tensor or metadata name given twice. */
 mp_status mp_safetensors_read(const char *path, mp_safetensors *out);
 void      mp_safetensors_free(mp_safetensors *s); /* NULL-safe */
 

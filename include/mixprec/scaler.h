@@ -88,7 +88,10 @@ mp_status mp_scaler_update(mp_scaler *s, int found_inf);
  * trackers, counters): MP_SCALER_BLOB_SIZE bytes, little-endian. */
 #define MP_SCALER_BLOB_SIZE 104
 mp_status mp_scaler_save(const mp_scaler *s, uint8_t blob[MP_SCALER_BLOB_SIZE]);
-/* MP_ECORRUPT (state untouched) on a wrong magic, version, size or checksum. */
+/* MP_ECORRUPT (state untouched) on a wrong magic, version, size or checksum,
+ * or for a state that mp_scaler_update cannot reach from mp_scaler_init (an
+ * invalid config; a scale outside [min_scale, max_scale], or not init_scale
+ * when static; trackers out of range; counters that do not add up). */
 mp_status mp_scaler_load(mp_scaler *s, const uint8_t *blob, size_t len);
 
 /* Fused unscale + check, one pass over memory: grad[i] *= inv_scale (in fp32,

@@ -379,6 +379,15 @@ def test_report_holds_the_monitors_figures(tmp_path):
         assert bad not in run.stderr
 
 
+def test_report_escapes_module_names(tmp_path):
+    model = torch.nn.Sequential()
+    model.add_module("<script>alert('x')</script>", torch.nn.Linear(16, 4))
+    mon = Monitor(model, formats="fp16", every=1)
+    train(model, mon, 2, dtype=torch.bfloat16)
+    html = mon.report(tmp_path / "r.html").read_text()
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html and "<script>alert" not in html
+
+
 def test_report_after_a_failed_shadow_pass(tmp_path):
     model = mlp(15)
     mon = Monitor(model, formats="fp16", every=1, shadow=True)

@@ -56,4 +56,41 @@ static int unscale_bf16(uint16_t *x, // (n,) bf16, in place
     return unscale16(x, n, inv, 0);
 }
 
-const mp_unscale_kernels mp_unscale_avx512 = {unscale_f32, unscale_f16, unscale_bf16};
+/* The check alone: 128 bytes per iteration, the masks or-ed, tested once per 4 KiB. */
+static int check32(const uint32_t *x, size_t n) {
+    const __m512i e = _mm512_set1_epi32(0x7f800000);
+    size_t i = 0;
+    while (i + 32 <= n) {
+        __mmask16 bad = 0;
+        for (const size_t end = n - i < 1024 ? i + (n - i) / 32 * 32 : i + 1024; i < end; i += 32) {
+            bad |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(x + i), e), e);
+            bad |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(x + i + 16), e), e);
+        }
+        if (bad) return 1;
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 k = mp_tail16(n - i);
+        if (_mm512_mask_cmpeq_epi32_mask(k, _mm512_and_si512(_mm512_maskz_loadu_epi32(k, x + i), e), e)) return 1;
+    }
+    return 0;
+}
+
+static int check16(const uint16_t *x, size_t n, uint16_t expmask) {
+    const __m512i e = _mm512_set1_epi16((short)expmask);
+    size_t i = 0;
+    while (i + 64 <= n) {
+        __mmask32 bad = 0;
+        for (const size_t end = n - i < 2048 ? i + (n - i) / 64 * 64 : i + 2048; i < end; i += 64) {
+            bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_loadu_si512(x + i), e), e);
+            bad |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(_mm512_loadu_si512(x + i + 32), e), e);
+        }
+        if (bad) return 1;
+    }
+    for (; i < n; i += 32) {
+        const __mmask32 k = n - i >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (n - i)) - 1);
+        if (_mm512_mask_cmpeq_epi16_mask(k, _mm512_and_si512(_mm512_maskz_loadu_epi16(k, x + i), e), e)) return 1;
+    }
+    return 0;
+}
+
+const mp_unscale_kernels mp_unscale_avx512 = {unscale_f32, unscale_f16, unscale_bf16, check32, check16};

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# test_crash.sh - crash safety and disk errors: a checkpoint write killed at any
+# point leaves the old checkpoint or the new one, whole, and --resume works from
+# it; a full disk ends the run with one line and exit status 1, the previous
+# checkpoint, summary and report intact and the CSV log holding complete rows.
+#
+# Kills: the writer's test-only fault hook (MIXPREC_FAULT_WRITE_KILL_AFTER=N,
+# src/io.c) at 26 points spread over the checkpoint's bytes, and real SIGKILLs
+# from outside at random times. Full disk: no tmpfs is mounted (the test may not
+# be allowed to); the injected ENOSPC of the same hook
+# (MIXPREC_FAULT_WRITE_ENOSPC=N) and a real file-size limit (ulimit -f, SIGXFSZ
+# ignored, so write(2) fails with EFBIG) stand in for it.
+. "$(dirname "$0")/lib.sh"
+cd "$T" || exit 1
+
+for i in $(seq 1 40); do echo "The cat sat on the mat, and the dog sat on the log number $i."; done > c.txt
+G=("$M" train --model gpt:1-2-16-16 --data text:c.txt --batch 4 --threads 1)
+size() { stat -c %s "$1"; }
+temps() { ls ck.st.tmp.* 2>/dev/null; } # what a killed writer leaves
+# run EXPECTED_STATUS ARGS... : one training run, stderr in $err
+run() {
+    local want=$1; shift
+    { "$@" >/dev/null 2>err.txt; } 2>/dev/null; local got=$? # (no "Killed" from bash)
+    err=$(cat err.txt)
+    if [ "$got" -ne "$want" ]; then fail "'$*' exited $got, expected $want (stderr: $err)"; return 1; fi
+}
+one_line() { # one line on stderr, naming $1
+    if [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && printf '%s' "$err" | grep -q -- "$1"; then ok
+    else fail "expected one line with '$1' on stderr, got: $err"; fi
+}
+same() { if cmp -s "$1" "$2"; then ok; else fail "$3: $1 differs from $2"; fi; }
+complete_rows() { # the CSV holds complete rows only: each ends in a newline and has the header's columns
+    local cols
+    cols=$(head -1 "$1" | awk -F, '{print NF}')
+    if [ -s "$1" ] && [ "$(tail -c 1 "$1" | od -An -c | tr -d ' ')" = '\n' ] &&
+       awk -F, -v n="$cols" 'NF != n { exit 1 }' "$1"; then ok
+    else fail "$1: not complete rows only"; fi
+}
+
+# the old checkpoint (step 3) and the new one (step 6, resumed from the old)
+run 0 "${G[@]}" --steps 3 --save old.st --log old.csv --summary old.json || exit 1
+run 0 "${G[@]}" --steps 6 --resume old.st --save new.st || exit 1
+run 0 "${G[@]}" --steps 7 --resume new.st --save new7.st || exit 1
+S=$(size new.st)
+if [ "$(size old.st)" -eq "$S" ] && ! cmp -s old.st new.st; then ok; else fail "old and new checkpoints"; fi
+
+# 1. the hook kills the writer after N bytes, N from 0 to the whole file (the
+#    last: written, not yet synced or renamed): the old checkpoint stays, with
+#    the temporary file of exactly N bytes beside it; resuming from it and
+#    saving over it gives the new checkpoint and removes the stale file
+points=0
+for k in $(seq 0 24) s; do
+    if [ "$k" = s ]; then N=9; else N=$((k * S / 24)); fi # 9: inside the header's length and JSON
+    cp old.st ck.st
+    MIXPREC_FAULT_WRITE_KILL_AFTER=$N run 137 "${G[@]}" --steps 6 --resume ck.st --save ck.st || continue
+    same ck.st old.st "killed after $N bytes"
+    t=$(temps)
+    if [ "$(printf '%s\n' "$t" | grep -c .)" -eq 1 ] && [ "$(size "$t")" -eq "$N" ]; then ok
+    else fail "killed after $N bytes: expected one temporary file of $N bytes, found: $t"; fi
+    run 0 "${G[@]}" --steps 6 --resume ck.st --save ck.st && same ck.st new.st "resumed after a kill at $N"
+    if [ -z "$(temps)" ]; then ok; else fail "stale temporary files after the next save: $(temps)"; fi
+    points=$((points + 1))
+done
+[ "$points" -ge 20 ] && ok || fail "only $points kill points"
+
+# 2. real SIGKILLs from outside, at random times during a run that trains,
+#    writes its log and saves (kills 1-6), or as soon as its temporary
+#    checkpoint appears (7-9) or a random 0-1 ms later (10-12): while writing,
+#    syncing or renaming.
+#    the checkpoint is the old or the new one, whole, it resumes to the same
+#    bytes as an uninterrupted run, and the log's finished lines are whole rows
+run 0 "${G[@]}" --steps 40 --resume old.st --save new40.st || exit 1
+run 0 "${G[@]}" --steps 41 --resume new40.st --save new41.st || exit 1
+t0=$(date +%s%N)
+run 0 "${G[@]}" --steps 40 --resume old.st --save ck.st --log ck.csv
+D=$((($(date +%s%N) - t0) / 1000)) # microseconds
+RANDOM=14
+kept_old=0 kept_new=0 mid_write=0
+for i in $(seq 1 12); do
+    cp old.st ck.st
+    rm -f ck.csv
+    [ "$i" -gt 6 ] && D=1000
+    delay=$(awk -v d="$D" -v r="$RANDOM" 'BEGIN { printf "%.6f", d * r / 32768 / 1e6 }')
+    "${G[@]}" --steps 40 --resume old.st --save ck.st --log ck.csv >/dev/null 2>&1 &
+    pid=$!
+    if [ "$i" -gt 6 ]; then
+        while ! compgen -G 'ck.st.tmp.*' >/dev/null && kill -0 "$pid" 2>/dev/null; do :; done
+    fi
+    [ "$i" -ge 7 ] && [ "$i" -le 9 ] || sleep "$delay"
+    kill -9 "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    [ -n "$(temps)" ] && mid_write=$((mid_write + 1))
+    if cmp -s ck.st old.st; then kept_old=$((kept_old + 1)); ok
+    elif cmp -s ck.st new40.st; then kept_new=$((kept_new + 1)); ok
+    else fail "SIGKILL $i: the checkpoint is neither the old nor the new one"; fi
+    if [ -s ck.csv ]; then
+        cols=$(head -1 ck.csv | awk -F, '{print NF}')
+        if head -n "$(wc -l < ck.csv)" ck.csv | awk -F, -v n="$cols" 'NF != n { exit 1 }'; then ok
+        else fail "SIGKILL $i: a broken row in the log"; fi
+    fi
+    run 0 "${G[@]}" --steps 41 --resume ck.st --save ck.st && same ck.st new41.st "resumed after SIGKILL $i"
+    if [ -z "$(temps)" ]; then ok; else fail "stale temporary files after the next save: $(temps)"; fi
+done
+echo "SIGKILL at random times: $kept_old kept the old checkpoint ($mid_write of them while writing it), $kept_new the new"
+
+# 3. a full disk (injected ENOSPC) at any point of the checkpoint: one line,
+#    status 1, the old checkpoint, no temporary file
+for N in 0 8 $((S / 2)) $((S - 1)); do
+    cp old.st ck.st
+    MIXPREC_FAULT_WRITE_ENOSPC=$N run 1 "${G[@]}" --steps 6 --resume ck.st --save ck.st && one_line 'No space left on device'
+    same ck.st old.st "ENOSPC after $N bytes"
+    if [ -z "$(temps)" ]; then ok; else fail "ENOSPC left $(temps)"; fi
+done
+# ... in the summary, written first: both it and the checkpoint are the old ones,
+# the log (not written through the hook) complete
+cp old.st ck.st && cp old.json ck.json
+MIXPREC_FAULT_WRITE_ENOSPC=100 run 1 "${G[@]}" --steps 6 --resume ck.st --save ck.st --summary ck.json --log ck.csv &&
+    one_line 'ck.json: write failed (No space left on device)'
+same ck.json old.json "summary after ENOSPC"
+same ck.st old.st "checkpoint after ENOSPC in the summary"
+complete_rows ck.csv
+[ "$(wc -l < ck.csv)" -eq 4 ] && ok || fail "the log after ENOSPC in the summary: $(wc -l < ck.csv) lines, expected 4"
+# ... in compare's report: the old report stays (the per-run files and the
+# summary, all smaller than the report, are written whole)
+CMP=(compare --precisions fp32,bf16 --out cmp --model gpt:1-2-16-16 --data text:c.txt --batch 4 --threads 1)
+run 0 "$M" "${CMP[@]}" --steps 2 && cp cmp/report.html old.html
+R=$(size old.html)
+N=$(((R + $(size cmp/summary.json)) / 2))
+if [ "$(size cmp/summary.json)" -lt "$N" ] && [ "$(size cmp/fp32.json)" -lt "$N" ]; then ok; else fail "report sizes"; fi
+MIXPREC_FAULT_WRITE_ENOSPC=$N run 1 "$M" "${CMP[@]}" --steps 3 && one_line 'report.html: write failed (No space left on device)'
+same cmp/report.html old.html "report after ENOSPC"
+if [ -z "$(ls cmp/*.tmp.* 2>/dev/null)" ]; then ok; else fail "ENOSPC left $(ls cmp/*.tmp.*)"; fi
+
+# 4. a real limit (ulimit -f: write(2) fails with EFBIG): the log outgrows 40 KiB
+#    first: its complete rows stay and nothing after it is written; then the
+#    checkpoint outgrows 64 KiB: the old stays, the summary before it is new and whole
+limited() { local kb=$1; shift; (ulimit -f "$kb" && trap '' XFSZ && exec "$@"); }
+cp old.st ck.st && cp old.json ck.json
+run 1 limited 40 "${G[@]}" --steps 200 --resume ck.st --save ck.st --summary ck.json --log ck.csv &&
+    one_line 'ck.csv: cannot append to the log (File too large); it keeps the [0-9]* complete lines before'
+complete_rows ck.csv
+lines=$(printf '%s' "$err" | sed -n 's/.*it keeps the \([0-9]*\) complete lines.*/\1/p')
+if [ "$(wc -l < ck.csv)" = "$lines" ] && [ "$(size ck.csv)" -le 40960 ] && [ "$lines" -gt 10 ]; then ok
+else fail "log under ulimit -f: $(wc -l < ck.csv) lines, $(size ck.csv) bytes, message: $err"; fi
+same ck.st old.st "checkpoint after the log failed"
+same ck.json old.json "summary after the log failed"
+run 1 limited 64 "${G[@]}" --steps 6 --resume ck.st --save ck.st --summary ck.json && one_line 'ck.st: write failed (File too large)'
+same ck.st old.st "checkpoint under ulimit -f"
+if [ "$(tail -c 1 ck.json)" = '}' ] && ! cmp -s ck.json old.json; then ok; else fail "the summary before the checkpoint"; fi
+if [ -z "$(temps)" ]; then ok; else fail "EFBIG left $(temps)"; fi
+run 0 "${G[@]}" --steps 7 --resume ck.st --save ck.st && same ck.st new7.st "resumed after the full disk"
+
+done_
