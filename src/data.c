@@ -55,14 +55,25 @@ mp_status mp_idx_read(const char *path, uint8_t **data, uint32_t dims[4], int *n
         }
         total *= dims[i];
     }
-    *data = malloc(total);
+    /* the header is not trusted with memory: the buffer grows with the bytes
+     * that arrive (a 20-byte file claiming 2^34 bytes allocates 1 MiB) */
+    size_t cap = total < ((size_t)1 << 20) ? total : (size_t)1 << 20, have = 0;
+    *data = malloc(cap);
     if (!*data) {
-        st = mp_error(MP_ENOMEM, "%s: out of memory for %zu bytes", path, total);
+        st = mp_error(MP_ENOMEM, "%s: out of memory for %zu bytes", path, cap);
         goto out;
     }
-    size_t have = 0;
     while (have < total) {
-        const unsigned want = total - have > (1u << 30) ? 1u << 30 : (unsigned)(total - have);
+        if (have == cap) {
+            cap = cap > total / 2 ? total : 2 * cap;
+            uint8_t *more = realloc(*data, cap);
+            if (!more) {
+                st = mp_error(MP_ENOMEM, "%s: out of memory for %zu bytes", path, cap);
+                goto out;
+            }
+            *data = more;
+        }
+        const unsigned want = cap - have > (1u << 30) ? 1u << 30 : (unsigned)(cap - have);
         got = gzread(f, *data + have, want);
         if (got < 0) {
             st = gz_fail(f, path, "read error");
@@ -77,8 +88,12 @@ mp_status mp_idx_read(const char *path, uint8_t **data, uint32_t dims[4], int *n
     }
     uint8_t extra;
     got = gzread(f, &extra, 1);
+    int zerr = Z_OK;
+    if (got == 0) gzerror(f, &zerr); /* Z_BUF_ERROR: the gzip stream stops before its end (and its checksum) */
     if (got < 0) st = gz_fail(f, path, "read error");
     else if (got > 0) st = mp_error(MP_ECORRUPT, "%s: trailing bytes after %zu data bytes", path, total);
+    else if (zerr == Z_BUF_ERROR)
+        st = mp_error(MP_ECORRUPT, "%s: truncated gzip stream (no checksum after the data)", path);
 out:
     gzclose(f);
     if (st != MP_OK) {

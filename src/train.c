@@ -104,7 +104,7 @@ static const mp_precision *find_mode(const char *base, float *static_scale, mp_s
     if (strncmp(base, "fp16-static:", 12) == 0) {
         char *end;
         const double s = strtod(base + 12, &end);
-        if (end == base + 12 || *end || !(s > 0) || !isfinite((float)s)) {
+        if (end == base + 12 || *end || !((float)s > 0) || !isfinite((float)s)) { /* 1e-50 > 0 is 0 in fp32 */
             *st = mp_error(MP_EINVAL, "fp16-static:S wants a positive finite scale, not '%s'", base + 12);
             return NULL;
         }
@@ -353,14 +353,33 @@ static void hex(char *out, const uint8_t *b, size_t n) {
     for (size_t i = 0; i < n; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
+static int hexdigit(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Exactly 2n hex digits (sscanf's %2x took "0@", " f" and "-1" as bytes). */
 static int unhex(uint8_t *b, const char *s, size_t n) {
     if (!s || strlen(s) != 2 * n) return -1;
     for (size_t i = 0; i < n; i++) {
-        unsigned v;
-        if (sscanf(s + 2 * i, "%2x", &v) != 1) return -1;
-        b[i] = (uint8_t)v;
+        const int hi = hexdigit(s[2 * i]), lo = hexdigit(s[2 * i + 1]);
+        if (hi < 0 || lo < 0) return -1;
+        b[i] = (uint8_t)(hi << 4 | lo);
     }
     return 0;
+}
+
+/* The value of a string of decimal digits, as mp_trainer_save writes a step
+ * count; -1 for anything else ("+3", " 3", "") and above 2^62 (strtol took
+ * those, up to LONG_MAX, where the next step overflows; no run is that long). */
+static long decimal(const char *s) {
+    const long max = 1L << 62;
+    if (!s || !*s) return -1;
+    long v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (max - (*s - '0')) / 10) return -1;
+        v = 10 * v + (*s - '0');
+    }
+    return v;
 }
 
 mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *meta, mp_dtype wt) {
@@ -440,12 +459,8 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
                                 v ? v : "(none)", lists[l][i + 1]);
         }
     TRY(t->model.ops->load(t->model.impl, s));
-    const char *sv = mp_safetensors_meta(s, "step"), *ov = mp_safetensors_meta(s, "optim_steps");
-    char *end = NULL, *oend = NULL;
-    const long step = sv ? strtol(sv, &end, 10) : -1;
-    const unsigned long long osteps = ov ? strtoull(ov, &oend, 10) : 0;
-    if (!sv || *end || step < 0 || !ov || *oend || osteps > (unsigned long long)step)
-        return mp_error(MP_ECORRUPT, "%s: bad step metadata", path);
+    const long step = decimal(mp_safetensors_meta(s, "step")), osteps = decimal(mp_safetensors_meta(s, "optim_steps"));
+    if (step < 0 || osteps < 0 || osteps > step) return mp_error(MP_ECORRUPT, "%s: bad step metadata", path);
     TRY(mp_optim_restore(t->opt, osteps));
     for (size_t i = 0; i < mp_optim_count(t->opt); i++) {
         mp_param *p = mp_optim_param(t->opt, i);

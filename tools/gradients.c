@@ -46,6 +46,32 @@ static int keep(grad_set *s, const void *p, size_t n) {
     return s->n ? 0 : -1;
 }
 
+/* The element count of a .npy header's 'shape': (d0, d1, ...) (numpy writes
+ * "(3,)", "(2, 3)", "()"): 0, or -1 if there is none or it is malformed or
+ * absurdly large. */
+static int npy_shape(const char *hdr, size_t *count) {
+    const char *p = strstr(hdr, "'shape': (");
+    if (!p) return -1;
+    size_t n = 1;
+    for (p += 10; *p != ')';) {
+        while (*p == ' ') p++;
+        if (*p < '0' || *p > '9') return -1;
+        size_t d = 0;
+        for (; *p >= '0' && *p <= '9'; p++) {
+            if (d > ((size_t)1 << 40)) return -1;
+            d = 10 * d + (size_t)(*p - '0');
+        }
+        if (d && n > ((size_t)1 << 40) / d) return -1;
+        n *= d;
+        while (*p == ' ') p++;
+        if (*p == ',') p++;
+        else if (*p != ')') return -1;
+        while (*p == ' ') p++;
+    }
+    *count = n;
+    return 0;
+}
+
 int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     const size_t pl = strlen(path);
@@ -83,6 +109,11 @@ int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
     fclose(f);
     int rc = 0;
     if (size >= 6 && memcmp(b, "\x93NUMPY", 6) == 0) {
+        if (size >= 7 && (b[6] < 1 || b[6] > 3)) {
+            const int version = b[6];
+            free(b);
+            return snprintf(err, errlen, "%s: .npy version %d (1 to 3 are read)", path, version), -1;
+        }
         const size_t ho = size >= 7 && b[6] == 1 ? 10 : 12;
         if ((size_t)size < ho) {
             free(b);
@@ -104,18 +135,29 @@ int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
         char d[4] = "";
         for (int k = 0; dp && k < 3 && dp[10 + k]; k++) d[k] = dp[10 + k];
         const int fortran = strstr(hdr, "'fortran_order': True") != NULL;
+        size_t count;
+        const int shaped = npy_shape(hdr, &count) == 0;
         free(hdr);
-        if (!dp || fortran) {
+        if (!dp || fortran || !shaped) {
             free(b);
             return snprintf(err, errlen, "%s: unsupported .npy header", path), -1;
         }
         const size_t body = (size_t)size - ho - hl;
         const uint8_t *p = b + ho + hl;
-        if (!strncmp(d, "<f4", 3)) rc = keep(s, p, body / 4);
-        else if (!strncmp(d, "<f2", 3) || !strncmp(d, "<f8", 3)) {
-            const size_t es = d[2] == '2' ? 2 : 8, n = body / es;
-            float *v = malloc((n ? n : 1) * sizeof *v);
-            for (size_t i = 0; v && i < n; i++) {
+        const size_t es = !strncmp(d, "<f4", 3) ? 4 : !strncmp(d, "<f2", 3) ? 2 : !strncmp(d, "<f8", 3) ? 8 : 0;
+        if (!es) {
+            free(b);
+            return snprintf(err, errlen, "%s: .npy dtype %.3s (float32, float16 or float64 are read)", path, d), -1;
+        }
+        if (count > body / es || body != count * es) { /* numpy refuses these too */
+            free(b);
+            return snprintf(err, errlen, "%s: %zu bytes of .npy data for a shape of %zu %.3s values", path, body, count,
+                            d), -1;
+        }
+        if (es == 4) rc = keep(s, p, count);
+        else {
+            float *v = malloc((count ? count : 1) * sizeof *v);
+            for (size_t i = 0; v && i < count; i++) {
                 if (es == 2) v[i] = mp_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
                 else {
                     double x;
@@ -123,11 +165,8 @@ int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
                     v[i] = (float)x;
                 }
             }
-            rc = v ? keep(s, v, n) : -1;
+            rc = v ? keep(s, v, count) : -1;
             free(v);
-        } else {
-            free(b);
-            return snprintf(err, errlen, "%s: .npy dtype %.3s (float32, float16 or float64 are read)", path, d), -1;
         }
     } else {
         if (size % 4) {

@@ -64,8 +64,10 @@ mp_status mp_text_check(const mp_text *t, size_t T);
  *                Lemire's multiply-high with rejection, so every offset is
  *                exactly equally likely (no modulo bias).
  * tokens[b*T + i] = data[o + i], targets[b*T + i] = data[o + 1 + i]: every
- * byte read lies in the training split. If mp_text_check(t, T) fails, both
- * outputs are zero-filled. */
+ * byte read lies in the training split. Both outputs are zero-filled when
+ * the training split holds fewer than T + 2 bytes (or no corpus is loaded, or
+ * T is 0); a validation split too short for T, which mp_text_check also
+ * refuses, leaves the training windows defined. */
 void mp_text_train_batch(const mp_text *t, uint64_t s, size_t B, size_t T, int shuffle, uint64_t seed,
                          int32_t *tokens,   // (B, T)
                          int32_t *targets); // (B, T)

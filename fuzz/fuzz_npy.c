@@ -1,0 +1,92 @@
+/* fuzz_npy.c - the .npy reader of `mixprec underflow --from` (tools/
+ * gradients.c) on any bytes. When it succeeds on a file that starts with
+ * numpy's magic, the file is a version 1-3 .npy of a little-endian float
+ * dtype in C order whose data section holds exactly its shape's elements,
+ * and the values read are the magnitudes of its finite elements, in order;
+ * a file without the magic is raw fp32 and read the same way. */
+#define _GNU_SOURCE
+#include <math.h>
+
+#include "fuzz.h"
+#include "gradients.h"
+
+/* The element count of a canonical header's 'shape': (d0, d1, ...) or -1. */
+static long long shape_count(const char *hdr) {
+    const char *p = strstr(hdr, "'shape': (");
+    if (!p) return -1;
+    p += 10;
+    long long n = 1;
+    while (*p != ')') {
+        while (*p == ' ') p++;
+        if (*p < '0' || *p > '9') return -1;
+        long long d = 0;
+        for (; *p >= '0' && *p <= '9'; p++) {
+            if (d > (1LL << 40)) return -1;
+            d = 10 * d + (*p - '0');
+        }
+        if (d && n > (1LL << 40) / d) return -1;
+        n *= d;
+        while (*p == ' ') p++;
+        if (*p == ',') p++;
+        else if (*p != ')') return -1;
+        while (*p == ' ') p++;
+    }
+    return n;
+}
+
+/* Element i of the data as fp32, as the reader converts it. */
+static float element(const uint8_t *p, size_t es, size_t i) {
+    if (es == 2) return mp_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+    if (es == 8) {
+        double x;
+        memcpy(&x, p + 8 * i, 8);
+        return (float)x;
+    }
+    float x;
+    memcpy(&x, p + 4 * i, 4);
+    return x;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    grad_set s;
+    char err[512] = "";
+    if (grads_read(&s, fuzz_file(data, size), err, sizeof err) != 0) {
+        FUZZ_CHECK(!s.g && !s.n && err[0]);
+        return 0;
+    }
+    const uint8_t *body = data;
+    size_t es = 4, count = size / 4;
+    if (size >= 6 && memcmp(data, "\x93NUMPY", 6) == 0) {
+        FUZZ_CHECK(size >= 10 && data[6] >= 1 && data[6] <= 3);
+        const size_t ho = data[6] == 1 ? 10 : 12;
+        FUZZ_CHECK(size >= ho);
+        size_t hl = (size_t)data[8] | (size_t)data[9] << 8;
+        if (ho == 12) hl |= (size_t)data[10] << 16 | (size_t)data[11] << 24;
+        FUZZ_CHECK(hl <= size - ho);
+        char *hdr = malloc(hl + 1);
+        FUZZ_CHECK(hdr);
+        memcpy(hdr, data + ho, hl);
+        hdr[hl] = 0;
+        const char *d = strstr(hdr, "'descr': '");
+        FUZZ_CHECK(d && !strstr(hdr, "'fortran_order': True"));
+        d += 10;
+        es = !strncmp(d, "<f4", 3) ? 4 : !strncmp(d, "<f2", 3) ? 2 : !strncmp(d, "<f8", 3) ? 8 : 0;
+        const long long n = shape_count(hdr);
+        free(hdr);
+        FUZZ_CHECK(es && n >= 0);
+        body = data + ho + hl, count = (size_t)n;
+        FUZZ_CHECK(size - ho - hl == count * es);
+    } else {
+        FUZZ_CHECK(size % 4 == 0);
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < count; i++) {
+        const float v = element(body, es, i);
+        if (!isfinite(v)) continue;
+        FUZZ_CHECK(k < s.n && memcmp(&s.g[k], &(float){fabsf(v)}, 4) == 0);
+        k++;
+    }
+    FUZZ_CHECK(k == s.n && k > 0);
+    grads_free(&s);
+    return 0;
+}
