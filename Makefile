@@ -6,7 +6,7 @@ PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
 M          := $(BUILD)/mixprec
 
-.PHONY: all deps build build-asan test test-long check check-gpt check-package demo bench install clean
+.PHONY: all deps build build-asan test test-long check check-gpt check-package check-clang fuzz demo bench install clean
 
 all: build
 
@@ -46,8 +46,22 @@ check-gpt: build
 check-package: deps
 	scripts/check_package.sh
 
+# clang builds (-Werror) and their tests, plain and with ASan + UBSan; the
+# threaded tests and short training runs under ThreadSanitizer with LLVM's
+# libomp and its Archer tool (about 5 minutes on 2 cores).
+check-clang:
+	@scripts/deps.sh clang
+	scripts/check_clang.sh
+
+# Each parser's libFuzzer harness (fuzz/, docs/FUZZING.md) for FUZZ_SECONDS
+# (60) each, built with clang under ASan + UBSan in build-fuzz (about 8
+# minutes). make test replays their corpora.
+fuzz:
+	@scripts/deps.sh clang
+	scripts/fuzz.sh
+
 # The longer checks .ci/run runs after `make test`.
-check: check-package check-gpt
+check: check-package check-gpt check-clang
 
 # The main job: fp32, fp16, fp16 + dynamic loss scaling and bf16 side by side on
 # Fashion-MNIST (about 2 minutes on 2 cores); the report is mixprec-demo/report.html.
@@ -68,4 +82,4 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-clang build-clang-asan build-tsan build-fuzz

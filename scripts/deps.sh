@@ -11,6 +11,10 @@
 #                           and its pip install (make check-package)
 #   scripts/deps.sh bench   the above + the peers make bench measures:
 #                           OpenBLAS (pthread build); numpy and PyTorch as above
+#   scripts/deps.sh clang   the above + clang, its sanitizer runtimes
+#                           (libclang-rt-dev, only recommended by clang), LLVM's
+#                           libomp with its Archer tool (ThreadSanitizer), and
+#                           llvm (llvm-symbolizer: file and line in reports)
 # Says what it installs; installs nothing when everything is there.
 set -eu
 what=${1:-build}
@@ -19,7 +23,8 @@ pkgs=(gcc g++ make cmake pkg-config libc6-dev zlib1g-dev libcjson-dev python3 da
 case "$what" in
     build) ;;
     bench) pkgs+=(libopenblas0-pthread) ;;
-    *) echo "deps.sh: unknown set '$what' (build or bench)" >&2; exit 2 ;;
+    clang) pkgs+=(clang libclang-rt-dev libomp-dev llvm) ;;
+    *) echo "deps.sh: unknown set '$what' (build, bench or clang)" >&2; exit 2 ;;
 esac
 
 missing=()
