@@ -112,6 +112,11 @@ void mp_to_f32(const mp_convert_kernels *k, float *dst, const void *src, mp_dtyp
 void mp_from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float *src, size_t n,
                  mp_convert_stats *st);
 
+/* Writes what print(f, ctx) prints to path atomically: into memory first,
+ * then mp_write_file_atomic (io.h). MP_ENOMEM, or mp_write_file_atomic's
+ * status. */
+mp_status mp_print_file_atomic(const char *path, void (*print)(FILE *f, const void *ctx), const void *ctx);
+
 /* Writes s to f with <, >, &, " and ' escaped for HTML text and quoted
  * attributes (report.c); NULL writes nothing. */
 void mp_html_escape(FILE *f, const char *s);

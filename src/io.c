@@ -374,3 +374,19 @@ mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t 
     if (!synced) return mp_error(MP_EIO, "%s: written, but its directory cannot be synced (%s)", path, strerror(err));
     return MP_OK;
 }
+
+mp_status mp_print_file_atomic(const char *path, void (*print)(FILE *f, const void *ctx), const void *ctx) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return mp_error(MP_ENOMEM, "%s: out of memory", path);
+    print(f, ctx);
+    const int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        free(text);
+        return mp_error(MP_ENOMEM, "%s: out of memory", path);
+    }
+    const mp_status st = mp_write_file_atomic(path, &(mp_chunk){text, len}, 1);
+    free(text);
+    return st;
+}

@@ -948,20 +948,10 @@ static void write_body(FILE *f, const mp_report *r) {
     fputs("</body>\n</html>\n", f);
 }
 
+static void print_body(FILE *f, const void *r) { write_body(f, r); }
+
 mp_status mp_report_write(const char *path, const mp_report *r) {
     if (!path || !r) return mp_error(MP_EINVAL, "mp_report_write: NULL argument");
     if (r->nruns < 0 || r->nruns > 64) return mp_error(MP_EINVAL, "mp_report_write: %d runs (0 .. 64)", r->nruns);
-    char *page = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&page, &len); /* the page in memory, then written atomically */
-    if (!f) return mp_error(MP_ENOMEM, "%s: out of memory", path);
-    write_body(f, r);
-    const int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        free(page);
-        return mp_error(MP_ENOMEM, "%s: out of memory", path);
-    }
-    const mp_status st = mp_write_file_atomic(path, &(mp_chunk){page, len}, 1);
-    free(page);
-    return st;
+    return mp_print_file_atomic(path, print_body, r);
 }

@@ -315,6 +315,18 @@ static void write_page(FILE *f, const char *desc, uint64_t n, const uint64_t *bi
                "</script>\n</body>\n</html>\n");
 }
 
+typedef struct {
+    const char *desc;
+    uint64_t n;
+    const uint64_t *bins;
+    mp_scale_counts (*counts)[PAGE_K];
+} page;
+
+static void print_page(FILE *f, const void *ctx) {
+    const page *p = ctx;
+    write_page(f, p->desc, p->n, p->bins, p->counts);
+}
+
 mp_status mp_explore_write(const char *path, const void *x, mp_dtype xt, size_t n, const char *description) {
     static const char fn[] = "mp_explore_write";
     if (!path || !*path) return mp_error(MP_EINVAL, "%s: no path", fn);
@@ -330,17 +342,6 @@ mp_status mp_explore_write(const char *path, const void *x, mp_dtype xt, size_t 
     mp_scale_counts counts[4][PAGE_K];
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < PAGE_K; i++) counts[k][i] = set_count(&s, page_formats[k], ldexp(1.0, i));
-    char *page = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&page, &len); /* the page in memory, then written atomically */
-    if (!f) return mp_error(MP_ENOMEM, "%s: out of memory", fn);
-    write_page(f, description, s.finite, bins, counts);
-    const int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        free(page);
-        return mp_error(MP_ENOMEM, "%s: out of memory", fn);
-    }
-    const mp_status rc = mp_write_file_atomic(path, &(mp_chunk){page, len}, 1);
-    free(page);
-    return rc;
+    const page p = {description, s.finite, bins, counts};
+    return mp_print_file_atomic(path, print_page, &p);
 }
