@@ -1,7 +1,7 @@
 /* fuzz_npy.c - the .npy reader of `mixprec underflow --from` (tools/
  * gradients.c) on any bytes. When it succeeds on a file that starts with
  * numpy's magic, the file is a version 1-3 .npy of a little-endian float
- * dtype in C order whose data section holds exactly its shape's elements,
+ * dtype in C order whose data section holds at least its shape's elements,
  * and the values read are the magnitudes of its finite elements, in order;
  * a file without the magic is raw fp32 and read the same way. */
 #define _GNU_SOURCE
@@ -75,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(hdr);
         FUZZ_CHECK(es && n >= 0);
         body = data + ho + hl, count = (size_t)n;
-        FUZZ_CHECK(size - ho - hl == count * es);
+        FUZZ_CHECK(size - ho - hl >= count * es);
     } else {
         FUZZ_CHECK(size % 4 == 0);
     }

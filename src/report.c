@@ -66,7 +66,8 @@ __attribute__((format(printf, 2, 3))) static void hprintf(FILE *f, const char *f
             else fprintf(f, spec, va_arg(ap, unsigned));
             break;
         case 'e': case 'f': case 'g': fprintf(f, spec, va_arg(ap, double)); break;
-        default: fputc('%', f); break; /* %% */
+        case '%': fputc('%', f); break;
+        default: abort(); /* a conversion this function does not take: it would misread the arguments */
         }
     }
     va_end(ap);
@@ -136,8 +137,8 @@ static void legend(FILE *f, const axes *a, const mp_report *r, const int *show) 
 
 /* Opens a data polyline; its points follow, then polyline_end. */
 static void polyline_begin(FILE *f, const char *color, int dash) {
-    hprintf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"%s points=\"", color,
-            dash ? " stroke-dasharray=\"5 3\"" : "");
+    hprintf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"", color);
+    fputs(dash ? " stroke-dasharray=\"5 3\" points=\"" : " points=\"", f);
 }
 
 static void polyline_end(FILE *f) { fputs("\"/>\n", f); }

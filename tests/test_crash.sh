@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_crash.sh - crash safety and disk errors: a checkpoint write killed at any
 # point leaves the old checkpoint or the new one, whole, and --resume works from
-# it; a full disk ends the run with one line and exit status 1, the previous
-# checkpoint, summary and report intact and the CSV log holding complete rows.
+# it; a full disk ends the run with one line per file it could not write and
+# exit status 1, the previous checkpoint, summary and report intact, the CSV log
+# holding complete rows, and a summary that fails costing no checkpoint.
 #
 # Kills: the writer's test-only fault hook (MIXPREC_FAULT_WRITE_KILL_AFTER=N,
 # src/io.c) at 26 points spread over the checkpoint's bytes, and real SIGKILLs
@@ -111,15 +112,17 @@ for N in 0 8 $((S / 2)) $((S - 1)); do
     same ck.st old.st "ENOSPC after $N bytes"
     if [ -z "$(temps)" ]; then ok; else fail "ENOSPC left $(temps)"; fi
 done
-# ... in the summary, written first: both it and the checkpoint are the old ones,
-# the log (not written through the hook) complete
-cp old.st ck.st && cp old.json ck.json
-MIXPREC_FAULT_WRITE_ENOSPC=100 run 1 "${G[@]}" --steps 6 --resume ck.st --save ck.st --summary ck.json --log ck.csv &&
+# ... in the summary: the old one stays, the log (not written through the hook) is complete
+cp old.json ck.json
+MIXPREC_FAULT_WRITE_ENOSPC=100 run 1 "${G[@]}" --steps 6 --resume old.st --summary ck.json --log ck.csv &&
     one_line 'ck.json: write failed (No space left on device)'
 same ck.json old.json "summary after ENOSPC"
-same ck.st old.st "checkpoint after ENOSPC in the summary"
 complete_rows ck.csv
 [ "$(wc -l < ck.csv)" -eq 4 ] && ok || fail "the log after ENOSPC in the summary: $(wc -l < ck.csv) lines, expected 4"
+# a summary that cannot be written does not cost the training: the checkpoint, written first, is the new one
+cp old.st ck.st
+run 1 "${G[@]}" --steps 6 --resume ck.st --save ck.st --summary nodir/ck.json && one_line 'nodir/ck.json'
+same ck.st new.st "the checkpoint before a summary that could not be written"
 # ... in compare's report: the old report stays (the per-run files and the
 # summary, all smaller than the report, are written whole)
 CMP=(compare --precisions fp32,bf16 --out cmp --model gpt:1-2-16-16 --data text:c.txt --batch 4 --threads 1)
@@ -132,18 +135,25 @@ same cmp/report.html old.html "report after ENOSPC"
 if [ -z "$(ls cmp/*.tmp.* 2>/dev/null)" ]; then ok; else fail "ENOSPC left $(ls cmp/*.tmp.*)"; fi
 
 # 4. a real limit (ulimit -f: write(2) fails with EFBIG): the log outgrows 40 KiB
-#    first: its complete rows stay and nothing after it is written; then the
-#    checkpoint outgrows 64 KiB: the old stays, the summary before it is new and whole
+#    first: its complete rows stay, the run stops there and still writes its
+#    outputs: the checkpoint (97 KB) fails, the old one stays, the summary is new
+#    and whole; then the checkpoint alone outgrows 64 KiB: the same
 limited() { local kb=$1; shift; (ulimit -f "$kb" && trap '' XFSZ && exec "$@"); }
 cp old.st ck.st && cp old.json ck.json
-run 1 limited 40 "${G[@]}" --steps 200 --resume ck.st --save ck.st --summary ck.json --log ck.csv &&
-    one_line 'ck.csv: cannot append to the log (File too large); it keeps the [0-9]* complete lines before'
+run 1 limited 40 "${G[@]}" --steps 200 --resume ck.st --save ck.st --summary ck.json --log ck.csv
+if [ "$(printf '%s\n' "$err" | wc -l)" -eq 2 ] &&
+   printf '%s\n' "$err" | head -1 | grep -q 'ck.csv: cannot append to the log (File too large); it keeps the [0-9]* complete lines before' &&
+   printf '%s\n' "$err" | tail -1 | grep -q 'ck.st: write failed (File too large)'; then ok
+else fail "log then checkpoint under ulimit -f: $err"; fi
 complete_rows ck.csv
 lines=$(printf '%s' "$err" | sed -n 's/.*it keeps the \([0-9]*\) complete lines.*/\1/p')
 if [ "$(wc -l < ck.csv)" = "$lines" ] && [ "$(size ck.csv)" -le 40960 ] && [ "$lines" -gt 10 ]; then ok
 else fail "log under ulimit -f: $(wc -l < ck.csv) lines, $(size ck.csv) bytes, message: $err"; fi
 same ck.st old.st "checkpoint after the log failed"
-same ck.json old.json "summary after the log failed"
+if [ "$(tail -c 1 ck.json)" = '}' ] && ! cmp -s ck.json old.json &&
+   grep -q "stopped: ck.csv: the log could not be written" ck.json; then ok
+else fail "the summary of a run stopped by its log"; fi
+cp old.json ck.json
 run 1 limited 64 "${G[@]}" --steps 6 --resume ck.st --save ck.st --summary ck.json && one_line 'ck.st: write failed (File too large)'
 same ck.st old.st "checkpoint under ulimit -f"
 if [ "$(tail -c 1 ck.json)" = '}' ] && ! cmp -s ck.json old.json; then ok; else fail "the summary before the checkpoint"; fi

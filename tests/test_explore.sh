@@ -45,6 +45,21 @@ grep -qE 'best power-of-two scale: [0-9.e+]+ \(2\^2[0-3]\): 100.00% survive' "$T
 # scaled values beyond fp32's own range count as overflow: P(|g| > FLT_MAX / 3e38 = 1.134) is about 10%
 "$M" underflow --format bf16 --dist lognormal:0,0.1 --n 20000 --scales 3e38 --json | python3 -c '
 import json, sys; s = json.load(sys.stdin)["scales"][0]; assert 0.08 < s["overflow"] < 0.13 and abs(s["survive"] + s["overflow"] - 1) < 1e-9, s' && ok || fail "overflow past fp32"
+# files numpy writes are read: float64, 2-D float16, 0-d, and two arrays saved into one file (np.load reads the first)
+/usr/bin/python3 - "$T" <<'PY'  # Debian's, with python3-numpy
+import numpy as np, sys
+t = sys.argv[1]
+np.save(t + "/f8.npy", np.array([1e-9, -2.0, 3e5, np.inf], np.float64))
+np.save(t + "/f2.npy", np.array([[1e-7, 2.0], [-65504.0, 0.5]], np.float16))
+np.save(t + "/scalar.npy", np.float32(0.25))
+with open(t + "/two.npy", "wb") as f:
+    np.save(f, np.array([1.0, 2.0, 4.0], np.float32))
+    np.save(f, np.array([8.0], np.float32))
+PY
+for c in f8:3 f2:4 scalar:1 two:3; do
+    n=$("$M" underflow --from "$T/${c%%:*}.npy" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["n"])') &&
+        [ "$n" = "${c#*:}" ] && ok || fail "${c%%:*}.npy: $n values read, ${c#*:} expected"
+done
 printf '\x93NUMPY\x02\x00\x00\x00' > "$T/short.npy"
 "$M" underflow --from "$T/short.npy" > /dev/null 2>&1; [ $? -eq 1 ] && ok || fail "short .npy v2 header"
 "$M" underflow --from "$T/missing.npy" > /dev/null 2>"$T/e"; [ $? -eq 1 ] && grep -q 'missing.npy' "$T/e" && ok || fail "missing file"

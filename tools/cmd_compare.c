@@ -284,9 +284,10 @@ static int write_summary(const char *out, const char *cmdline, const run_data *r
     }
     char path[4200];
     snprintf(path, sizeof path, "%.4000s/summary.json", out);
-    if (run_write_json(path, all) != 0) bad = 1;
+    const char *why = run_write_json(path, all);
     cJSON_Delete(all);
-    return bad ? fprintf(stderr, "mixprec compare: %s: cannot write\n", path), 1 : 0;
+    if (why) return fprintf(stderr, "mixprec compare: %s\n", why), 1;
+    return bad ? fprintf(stderr, "mixprec compare: %s: a run's summary could not be read back\n", path), 1 : 0;
 }
 
 static int compare(run_opts *base, const char *precisions, const char *out, int checkpoints, const char *cmdline) {

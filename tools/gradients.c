@@ -149,7 +149,7 @@ int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
             free(b);
             return snprintf(err, errlen, "%s: .npy dtype %.3s (float32, float16 or float64 are read)", path, d), -1;
         }
-        if (count > body / es || body != count * es) { /* numpy refuses these too */
+        if (count > body / es) { /* short: numpy refuses it too; bytes after the data it ignores, as here */
             free(b);
             return snprintf(err, errlen, "%s: %zu bytes of .npy data for a shape of %zu %.3s values", path, body, count,
                             d), -1;

@@ -646,6 +646,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     long done_steps = 0, nan_step = -1;
     uint64_t lost_updates = 0, params_updated = 0; /* over the run */
     const char *stopped = NULL;
+    int out_failed = 0; /* an output (the log, the checkpoint, the summary) could not be written */
     char stop_msg[512];
     const double t_start = now();
     for (; step < total; step++, done_steps++) {
@@ -694,7 +695,11 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         if (s.log_fd >= 0) {
             FILE *row = log_row(&s);
             if (row) csv_row(row, &s.model, &si, ms, eval_loss, limit);
-            if (log_commit(&s, o->log, row)) goto done;
+            if (log_commit(&s, o->log, row)) { /* the run stops; the checkpoint and the summary are still written */
+                close(s.log_fd), s.log_fd = -1;
+                snprintf(stop_msg, sizeof stop_msg, "%s: the log could not be written", o->log), stopped = stop_msg;
+                out_failed = 1;
+            }
         }
         r->last_loss = si.loss;
         const long every = total / 20 > 0 ? total / 20 : 1;
@@ -801,6 +806,13 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
                        r->compute_format);
 #undef WARN
     for (int k = 0; k < r->nwarnings; k++) fprintf(out, "warning: %s\n", r->warnings[k]);
+    /* the outputs: the checkpoint first (the training is in it), then the
+     * summary and the gradients; one that cannot be written (one line) does
+     * not keep the others from being written; the run then exits 1 */
+    if (o->save) {
+        if (mp_trainer_save(s.tr, o->save, meta, o->save_dtype) != MP_OK) out_failed = 1, fail("%s", mp_last_error());
+        else fprintf(out, "saved %s (step %ld)\n", o->save, mp_trainer_step_count(s.tr));
+    }
     if (o->summary) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "precision", o->prec_name);
@@ -889,10 +901,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         for (int k = 0; k < r->nwarnings; k++) cJSON_AddItemToArray(wa, cJSON_CreateString(r->warnings[k]));
         const char *bad = run_write_json(o->summary, j);
         cJSON_Delete(j);
-        if (bad) {
-            fail("%s", bad);
-            goto done;
-        }
+        if (bad) out_failed = 1, fail("%s", bad);
     }
     if (o->dump_grads) { /* the weight gradients of the last step, as the optimizer saw them */
         const size_t np = mp_optim_count(s.opt);
@@ -907,20 +916,10 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         }
         const mp_status e = gt ? mp_safetensors_write(o->dump_grads, gt, ng, NULL) : MP_ENOMEM;
         free(gt);
-        if (e != MP_OK) {
-            fail("%s", gt ? mp_last_error() : "out of memory");
-            goto done;
-        }
-        fprintf(out, "gradients of step %ld written to %s\n", mp_trainer_step_count(s.tr), o->dump_grads);
+        if (e != MP_OK) out_failed = 1, fail("%s", gt ? mp_last_error() : "out of memory");
+        else fprintf(out, "gradients of step %ld written to %s\n", mp_trainer_step_count(s.tr), o->dump_grads);
     }
-    if (o->save) {
-        if (mp_trainer_save(s.tr, o->save, meta, o->save_dtype) != MP_OK) {
-            fail("%s", mp_last_error());
-            goto done;
-        }
-        fprintf(out, "saved %s (step %ld)\n", o->save, mp_trainer_step_count(s.tr));
-    }
-    ret = stopped ? 1 : 0;
+    ret = stopped || out_failed ? 1 : 0;
 done:
     if (s.log_fd >= 0 && close(s.log_fd) != 0 && ret == 0)
         ret = fail("%s: the log could not be written (%s)", o->log, strerror(errno));

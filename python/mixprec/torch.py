@@ -41,6 +41,7 @@ import shlex
 import statistics
 import sys
 import time
+import types
 
 import numpy as np
 import torch
@@ -122,6 +123,8 @@ def _floats(obj):
     """obj (the model's arguments) with its floating-point tensors in fp32, inside tuples, lists and dicts."""
     if isinstance(obj, torch.Tensor):
         return obj.float() if obj.is_floating_point() else obj
+    if isinstance(obj, tuple) and hasattr(obj, "_make"):  # a namedtuple, PackedSequence
+        return obj._make(_floats(o) for o in obj)
     if isinstance(obj, (tuple, list)):
         return type(obj)(_floats(o) for o in obj)
     if isinstance(obj, dict):
@@ -208,12 +211,11 @@ class Monitor:
         if self.shadow and _TORCH2:
             self._hooks.append(model.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
         elif self.shadow:  # torch 1.13's pre-hooks do not see keyword arguments: wrap this model's forward
-            inner = model.forward
-
-            def forward(*args, **kwargs):
-                self._root_pre_hook(model, args, kwargs)
-                return inner(*args, **kwargs)
-            model.forward = self._forward = forward
+            def forward(mod, *args, **kwargs):  # a method of the model: a deep copy calls its own
+                if mod is self.model:
+                    self._root_pre_hook(mod, args, kwargs)
+                return type(mod).forward(mod, *args, **kwargs)
+            model.forward = self._forward = types.MethodType(forward, model)
         self._in_shadow = False
         self.step = 0  # steps ended by after_step
         self._loss, self._scale, self._skipped, self._times = [], [], [], []
@@ -265,13 +267,13 @@ class Monitor:
             self._rng = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else [])
 
     def _root_hook(self, module, inputs, output):
-        if not (self.shadow and self._recording()):
+        if not (self.shadow and self._recording() and torch.is_grad_enabled()):
             return
-        self._out_grads = []
+        grads = self._out_grads = []
         for i, t in enumerate(_tensors(output)):
-            self._out_grads.append(None)
-            if t.requires_grad and torch.is_grad_enabled():
-                _on_grad(t, lambda g, i=i: self._out_grads.__setitem__(i, g))
+            grads.append(None)
+            if t.requires_grad:
+                _on_grad(t, lambda g, i=i, grads=grads: grads.__setitem__(i, g))
 
     # ---- the two calls of a training step ----
 

@@ -308,6 +308,45 @@ def test_shadow_takes_keyword_arguments_and_outputs_of_one_node():
     assert shadow_check(model, run) > 0
 
 
+class Pair(__import__("collections").namedtuple("Pair", "x shift")):
+    pass
+
+
+class TakesPair(torch.nn.Module):
+    """A namedtuple argument (as a batch object or a PackedSequence arrives)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(16)
+
+    def forward(self, p):
+        return self.net(p.x) + p.shift
+
+
+def test_shadow_takes_a_namedtuple_and_ignores_a_no_grad_forward():
+    model, (x, y) = TakesPair(), batch(16)
+    shift = torch.randn(4)
+
+    def run(m):
+        loss = torch.nn.functional.cross_entropy(m(Pair(x, shift)).float(), y)
+        with torch.no_grad():
+            m(Pair(x, shift))  # an evaluation between the forward and after_backward: not the step's
+        return loss
+    assert shadow_check(model, run) > 0
+
+
+def test_a_copy_of_a_monitored_model_computes_with_its_own_weights():
+    model, (x, _) = mlp(17), batch(17)
+    mon = Monitor(model, formats="fp16", every=1, shadow=True)
+    twin = __import__("copy").deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.zero_()
+    assert torch.equal(twin(x), torch.zeros(64, 4)) and not torch.equal(model(x), torch.zeros(64, 4))
+    mon.close()
+    assert "forward" not in model.__dict__
+
+
 def test_shadow_refuses_gradient_accumulation():
     model = mlp(14)
     mon = Monitor(model, formats="fp16", every=1, shadow=True)
