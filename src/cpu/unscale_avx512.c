@@ -25,23 +25,30 @@ static int unscale_f32(float *x, // (n,) fp32, in place
     return bad != 0;
 }
 
-/* fp16 or bf16 in place: widened exactly, multiplied in fp32, rounded back */
+/* 16 fp16 or bf16 codes widened exactly, multiplied in fp32, rounded back */
+static inline __m256i scale16(__m256i h, __m512 vinv, const int f16) {
+    if (f16) return _mm512_cvtps_ph(_mm512_mul_ps(_mm512_cvtph_ps(h), vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtepi32_epi16(mp_bf16_round16(_mm512_castps_si512(_mm512_mul_ps(v, vinv))));
+}
+
+/* fp16 or bf16 in place. Masked loads and stores only for the tail: a masked
+ * store is several times slower than a plain one on AMD's Zen 4 and 5. */
 static inline int unscale16(uint16_t *x, size_t n, float inv, const int f16) {
     const __m512 vinv = _mm512_set1_ps(inv);
     const __m256i expmask = _mm256_set1_epi16(f16 ? 0x7c00 : 0x7f80);
     __mmask16 bad = 0;
-    for (size_t i = 0; i < n; i += 16) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(x + i));
+        bad |= _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, expmask), expmask);
+        _mm256_storeu_si256((__m256i *)(x + i), scale16(h, vinv, f16));
+    }
+    if (i < n) {
         const __mmask16 k = mp_tail16(n - i);
         const __m256i h = _mm256_maskz_loadu_epi16(k, x + i);
         bad |= _mm256_mask_cmpeq_epi16_mask(k, _mm256_and_si256(h, expmask), expmask);
-        __m256i y;
-        if (f16) {
-            y = _mm512_cvtps_ph(_mm512_mul_ps(_mm512_cvtph_ps(h), vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        } else {
-            const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-            y = _mm512_cvtepi32_epi16(mp_bf16_round16(_mm512_castps_si512(_mm512_mul_ps(v, vinv))));
-        }
-        _mm256_mask_storeu_epi16(x + i, k, y);
+        _mm256_mask_storeu_epi16(x + i, k, scale16(h, vinv, f16));
     }
     return bad != 0;
 }
