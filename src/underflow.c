@@ -55,8 +55,13 @@ static double set_best_scale(const value_set *s, mp_dtype t, mp_scale_counts *be
 
 enum { CHUNK = 1024 };
 
-/* Calls fn(ctx, v, m) on x's elements widened to fp32, CHUNK at a time. */
+/* Calls fn(ctx, v, m) on x's elements widened to fp32, CHUNK at a time (fp32
+ * ones in place, all at once). */
 static void set_chunks(const value_set *s, void (*fn)(void *ctx, const float *v, size_t m), void *ctx) {
+    if (s->xt == MP_F32) {
+        fn(ctx, s->x, s->n);
+        return;
+    }
     float v[CHUNK];
     const size_t es = mp_format(s->xt)->size;
     for (size_t i = 0; i < s->n; i += CHUNK) {
