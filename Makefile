@@ -6,7 +6,7 @@ PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
 M          := $(BUILD)/mixprec
 
-.PHONY: all deps build build-asan test test-long check check-gpt check-package check-clang fuzz demo bench install clean
+.PHONY: all deps build build-asan test test-long crosscheck-fp8 check check-gpt check-package check-clang fuzz demo bench install clean
 
 all: build
 
@@ -28,10 +28,12 @@ test: build build-asan
 	ctest --test-dir $(BUILD) --output-on-failure
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure
 
-# Everything on all 2^32 inputs, fp8 included (make test does fp8 on a 2^28 slice).
+# Everything on all 2^32 inputs, fp8 included (make test does fp8 on a 2^28 slice,
+# and mp_convert into e8m0/e2m1 on a slice: test_format checks their functions on all).
 test-long: build
 	$(BUILD)/tests/test_format --long
-	$(BUILD)/tests/test_convert
+	$(BUILD)/tests/test_convert --long
+	$(BUILD)/tests/test_fp8_scale --long
 
 # The GPT at the accuracy budget: fp32, fp16-dynamic, bf16 and bf16-pure trained
 # side by side, issue 11's accuracy and sample targets asserted (docs/TRAINING.md);
@@ -77,6 +79,14 @@ bench: build
 	/usr/bin/python3 bench/crosscheck_gpt.py --mixprec $(M)
 	/usr/bin/python3 bench/compare.py --mixprec $(M)
 	PYTHONPATH=python MIXPREC_LIB=$(BUILD)/libmixprec.so /usr/bin/python3 bench/monitor_overhead.py gpt:6-6-384-256 16 5 2 bf16
+
+# The fp8/fp4 formats and quantizers against their peers (ml_dtypes, torchao),
+# in bench/.venv (scripts/bench_venv.sh makes it): a few minutes.
+crosscheck-fp8: build
+	@scripts/bench_venv.sh
+	bench/.venv/bin/python bench/crosscheck_formats.py --lib $(BUILD)/libmixprec.so
+	bench/.venv/bin/python bench/crosscheck_mx.py --lib $(BUILD)/libmixprec.so
+	bench/.venv/bin/python bench/crosscheck_fp8.py --lib $(BUILD)/libmixprec.so
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -1,5 +1,7 @@
 /* convert.c - bulk conversion: validation, threading, dispatch to a CPU path,
  * and the scalar path every fast path must match bit for bit. */
+#include <math.h>
+
 #include "amax_kernels.h"
 #include "convert_stats.h"
 
@@ -70,7 +72,36 @@ void mp_to_f32(const mp_convert_kernels *k, float *dst, const void *src, mp_dtyp
     case MP_E5M2:
         for (size_t i = 0; i < n; i++) dst[i] = mp_e5m2_to_f32(((const uint8_t *)src)[i]);
         break;
+    case MP_E8M0:
+        for (size_t i = 0; i < n; i++) dst[i] = mp_e8m0_to_f32(((const uint8_t *)src)[i]);
+        break;
+    case MP_E2M1:
+        for (size_t i = 0; i < n; i++) dst[i] = mp_e2m1_to_f32(((const uint8_t *)src)[i]);
+        break;
     }
+}
+
+/* E8M0 statistics (convert.h): no zero and no subnormals, so never underflow
+ * or subnormal; overflow: positive finite x that became NaN (x >= 1.5 * 2^127);
+ * nan: NaN inputs and finite x <= 0 (+-0 and negative numbers, which E8M0
+ * cannot hold and which become NaN). Infinite inputs are not counted. */
+static inline void stats_e8m0(mp_convert_stats *st, uint32_t x, uint8_t y) {
+    const uint32_t a = x & 0x7fffffffu;
+    const int positive = x - 1u < 0x7f7fffffu; /* 2^-149 .. FLT_MAX */
+    st->nan += (uint64_t)(a > 0x7f800000u || (a < 0x7f800000u && !positive));
+    st->overflow += (uint64_t)(positive && y == 0xffu); /* 1.5 * 2^127 .. FLT_MAX */
+}
+
+/* E2M1 statistics (convert.h): underflow: finite nonzero x that became +-0;
+ * subnormal: +-0.5; overflow: finite |x| >= 7, which rounds past 6 (7 is a tie
+ * that goes to the even 8) and is saturated to +-6; nan: NaN inputs (which
+ * become zeros). Infinite inputs (-> +-6) are not counted. */
+static inline void stats_e2m1(mp_convert_stats *st, uint32_t x, uint8_t y) {
+    const uint32_t a = x & 0x7fffffffu;
+    st->nan += (uint64_t)(a > 0x7f800000u);
+    st->underflow += (uint64_t)(a != 0 && a < 0x7f800000u && (y & 7u) == 0);
+    st->subnormal += (uint64_t)((y & 7u) == 1);
+    st->overflow += (uint64_t)(a >= 0x40e00000u && a < 0x7f800000u); /* 7.0 .. FLT_MAX */
 }
 
 void mp_from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float *src, size_t n,
@@ -93,6 +124,18 @@ void mp_from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float
         for (size_t i = 0; i < n; i++) {
             d8[i] = mp_f32_to_e5m2(src[i]);
             if (st) mp_stats_one(st, mp_f32_bits(src[i]), d8[i], 5, 2, 1);
+        }
+        break;
+    case MP_E8M0:
+        for (size_t i = 0; i < n; i++) {
+            d8[i] = mp_f32_to_e8m0(src[i]);
+            if (st) stats_e8m0(st, mp_f32_bits(src[i]), d8[i]);
+        }
+        break;
+    case MP_E2M1:
+        for (size_t i = 0; i < n; i++) {
+            d8[i] = mp_f32_to_e2m1(src[i]);
+            if (st) stats_e2m1(st, mp_f32_bits(src[i]), d8[i]);
         }
         break;
     }
@@ -131,6 +174,12 @@ static void amax_share(void *ctx, size_t i0, size_t i1, int t) {
 }
 
 float mp_amax(const void *x, mp_dtype t, size_t n) {
+    if (t != MP_F32 && t != MP_F16 && t != MP_BF16) {
+        const mp_format_info *f = mp_format(t);
+        if (f) mp_error(MP_EINVAL, "mp_amax: %s values (fp32, fp16 or bf16)", f->name);
+        else mp_error(MP_EINVAL, "mp_amax: unknown dtype %d", (int)t);
+        return NAN;
+    }
     amax_job j = {&amax_scalar, x, t, {0}};
 #ifdef MP_X86
     if (mp_cpu_isa() >= MP_ISA_AVX2) j.k = &mp_amax_avx2;

@@ -87,6 +87,8 @@ static void count_share(void *ctx, size_t i0, size_t i1, int t) {
 mp_status mp_convert_count(mp_dtype fmt, const void *x, mp_dtype t, size_t n, float scale, mp_convert_stats *stats) {
     if (!mp_format(fmt) || !mp_format(t))
         return mp_error(MP_EINVAL, "mp_convert_count: unknown dtype %d", !mp_format(fmt) ? (int)fmt : (int)t);
+    if (fmt == MP_E8M0)
+        return mp_error(MP_EINVAL, "mp_convert_count: e8m0 holds scales, not scaled values (no zero, no negatives)");
     if (!(scale > 0.0f) || !(scale <= FLT_MAX))
         return mp_error(MP_EINVAL, "mp_convert_count: scale %g (finite and > 0)", (double)scale);
     if (!stats) return mp_error(MP_EINVAL, "mp_convert_count: NULL stats");

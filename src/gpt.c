@@ -66,6 +66,9 @@ struct mp_gpt {
     mp_tensor_stats *stats;
     size_t nstats;
     int counting;
+    mp_recipe recipe;  /* kind MP_RECIPE_NONE: the Linear layers' GEMMs read ct */
+    mp_qtensor *q;     /* with a recipe: per block and Linear (W_*), input, weight and gradient */
+    uint16_t *qa, *qb; /* the quantized operands of one GEMM (N x 4C and max(N, 4C) x 4C) */
     void **mem;
     size_t nmem, capmem;
 };
@@ -210,10 +213,19 @@ static void normal_fill(float *v, size_t n, double std, uint64_t *rng) {
     }
 }
 
+static size_t nq(const mp_gpt *g) { return (size_t)g->cfg.n_layer * W_PER_LAYER * 3; }
+
+static void free_recipe(mp_gpt *g) {
+    for (size_t i = 0; g->q && i < nq(g); i++) mp_qtensor_free(&g->q[i]);
+    free(g->q), free(g->qa), free(g->qb);
+    g->q = NULL, g->qa = g->qb = NULL, g->recipe.kind = MP_RECIPE_NONE;
+}
+
 void mp_gpt_free(mp_gpt *g) {
     if (!g) return;
     for (size_t i = 0; i < g->nmem; i++) free(g->mem[i]);
     free(g->att_scr);
+    free_recipe(g);
     free(g->mem), free(g->h), free(g->params), free(g->shape), free(g->ndim), free(g->stats);
     free(g);
 }
@@ -375,6 +387,27 @@ mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_ma
 }
 
 const mp_gpt_config *mp_gpt_get_config(const mp_gpt *g) { return g ? &g->cfg : NULL; }
+
+mp_status mp_gpt_set_recipe(mp_gpt *g, const mp_recipe *r, uint64_t seed) {
+    if (!g) return mp_error(MP_EINVAL, "mp_gpt_set_recipe: NULL model");
+    free_recipe(g);
+    if (!r || r->kind == MP_RECIPE_NONE) return MP_OK;
+    if (g->ct != MP_BF16 || g->pure != MP_MASTER_FP32)
+        return mp_error(MP_EINVAL, "gpt: the %s recipe runs with bf16 compute and fp32 master weights",
+                        mp_recipe_name(r->kind));
+    const size_t C = (size_t)g->cfg.n_embd, N = g->max_batch * (size_t)g->cfg.block_size;
+    const size_t nb = (N > 4 * C ? N : 4 * C) * 4 * C;
+    g->q = calloc(nq(g), sizeof *g->q);
+    g->qa = aligned_alloc(64, (N * 4 * C * 2 + 63) / 64 * 64);
+    g->qb = aligned_alloc(64, (nb * 2 + 63) / 64 * 64);
+    if (!g->q || !g->qa || !g->qb) return free_recipe(g), mp_error(MP_ENOMEM, "gpt: out of memory for the recipe");
+    g->recipe = *r;
+    for (size_t i = 0; i < nq(g); i++) {
+        const mp_status st = mp_qtensor_init(&g->q[i], r, (mp_qrole)(i % 3), seed + i);
+        if (st) return free_recipe(g), st;
+    }
+    return MP_OK;
+}
 
 mp_status mp_gpt_set_reductions(mp_gpt *g, mp_dtype acc) {
     if (!g) return mp_error(MP_EINVAL, "mp_gpt_set_reductions: NULL model");
@@ -547,6 +580,40 @@ static mp_status gelu_fwd(const mp_gpt *g, void *y, const void *x, size_t n, mp_
     return (g->cfg.gelu == MP_GELU_ERF ? mp_gelu_erf_forward : mp_gelu_forward)(y, g->ct, x, g->ct, n, st);
 }
 
+/* ---- the Linear layers' GEMMs: plain, or on quantized operands (recipe.h) ---- */
+
+static mp_qtensor *qt(mp_gpt *g, int l, int w, mp_qrole role) { return &g->q[((size_t)l * W_PER_LAYER + (size_t)w) * 3 + role]; }
+
+/* y (N x out) = x (N x in) W^T, with ep */
+static mp_status lin_fwd(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *x, const mp_param *W,
+                         void *y, const mp_gemm_epilogue *ep) {
+    if (!g->q) return mp_gemm_ex(0, 1, N, out, in, 1.0f, x, g->ct, in, wct(g, W), g->ct, in, 0.0f, y, g->ct, out, ep);
+    float fa, fb;
+    TRY(mp_qoperand(g->qa, in, &fa, x, g->ct, in, N, in, 0, &g->recipe, qt(g, l, w, MP_QROLE_INPUT)));
+    TRY(mp_qoperand(g->qb, in, &fb, W->master, MP_F32, in, out, in, 0, &g->recipe, qt(g, l, w, MP_QROLE_WEIGHT)));
+    return mp_gemm_ex(0, 1, N, out, in, fa * fb, g->qa, MP_BF16, in, g->qb, MP_BF16, in, 0.0f, y, g->ct, out, ep);
+}
+
+/* dx (N x in) = dy (N x out) W */
+static mp_status lin_dgrad(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *dy, const mp_param *W,
+                           void *dx, mp_convert_stats *st) {
+    if (!g->q) return mp_gemm(0, 0, N, in, out, 1.0f, dy, g->ct, out, wct(g, W), g->ct, in, 0.0f, dx, g->ct, in, st);
+    float fa, fb;
+    TRY(mp_qoperand(g->qa, out, &fa, dy, g->ct, out, N, out, 0, &g->recipe, qt(g, l, w, MP_QROLE_GRAD)));
+    TRY(mp_qoperand(g->qb, in, &fb, W->master, MP_F32, in, out, in, 1, &g->recipe, qt(g, l, w, MP_QROLE_WEIGHT)));
+    return mp_gemm(0, 0, N, in, out, fa * fb, g->qa, MP_BF16, out, g->qb, MP_BF16, in, 0.0f, dx, g->ct, in, st);
+}
+
+/* dW (out x in) = beta dW + dy^T x, with ep */
+static mp_status lin_wgrad(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *dy, const void *x,
+                           float beta, float *dW, const mp_gemm_epilogue *ep) {
+    if (!g->q) return mp_gemm_ex(1, 0, out, in, N, 1.0f, dy, g->ct, out, x, g->ct, in, beta, dW, MP_F32, in, ep);
+    float fa, fb;
+    TRY(mp_qoperand(g->qa, out, &fa, dy, g->ct, out, N, out, 1, &g->recipe, qt(g, l, w, MP_QROLE_GRAD)));
+    TRY(mp_qoperand(g->qb, in, &fb, x, g->ct, in, N, in, 1, &g->recipe, qt(g, l, w, MP_QROLE_INPUT)));
+    return mp_gemm_ex(1, 0, out, in, N, fa * fb, g->qa, MP_BF16, out, g->qb, MP_BF16, in, beta, dW, MP_F32, in, ep);
+}
+
 /* Forward of B sequences of T tokens up to the logits; head_last: only the
  * last row's ln_f and logits (the others are not computed). */
 static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int head_last) {
@@ -571,7 +638,7 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
                                  N, C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN1), N * C)));
         famax(g, s_act(g, l, A_LN1), h->ln1, N * C);
         mp_gemm_epilogue ep = {fparam(g, h->attb, 0), MP_F32, fst(g, s_act(g, l, A_QKV), N * 3 * C), NULL};
-        TRY(mp_gemm_ex(0, 1, N, 3 * C, C, 1.0f, h->ln1, ct, C, wct(g, h->attw), ct, C, 0.0f, h->qkv, ct, 3 * C, &ep));
+        TRY(lin_fwd(g, l, W_ATT, N, 3 * C, C, h->ln1, h->attw, h->qkv, &ep));
         famax(g, s_act(g, l, A_QKV), h->qkv, N * 3 * C);
         attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), NULL, NULL};
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
@@ -580,7 +647,7 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
         if (g->counting) sa->fwd_amax = fmaxf(sa->fwd_amax, att_amax(g, h, B, T));
         famax(g, s_act(g, l, A_Y), h->y, N * C);
         ep = (mp_gemm_epilogue){fparam(g, h->aprb, 0), MP_F32, fst(g, s_act(g, l, A_APROJ), N * C), NULL};
-        TRY(mp_gemm_ex(0, 1, N, C, C, 1.0f, h->y, ct, C, wct(g, h->aprw), ct, C, 0.0f, g->tmp, ct, C, &ep));
+        TRY(lin_fwd(g, l, W_APR, N, C, C, h->y, h->aprw, g->tmp, &ep));
         famax(g, s_act(g, l, A_APROJ), g->tmp, N * C);
         TRY(mp_add(h->res1, ct, x, ct, g->tmp, ct, N * C, fst(g, s_act(g, l, A_RES1), N * C)));
         famax(g, s_act(g, l, A_RES1), h->res1, N * C);
@@ -588,13 +655,12 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
                                  fparam(g, h->ln2b, 1), N, C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN2), N * C)));
         famax(g, s_act(g, l, A_LN2), h->ln2, N * C);
         ep = (mp_gemm_epilogue){fparam(g, h->fcb, 0), MP_F32, fst(g, s_act(g, l, A_FC), N * 4 * C), NULL};
-        TRY(mp_gemm_ex(0, 1, N, 4 * C, C, 1.0f, h->ln2, ct, C, wct(g, h->fcw), ct, C, 0.0f, h->fc, ct, 4 * C, &ep));
+        TRY(lin_fwd(g, l, W_FC, N, 4 * C, C, h->ln2, h->fcw, h->fc, &ep));
         famax(g, s_act(g, l, A_FC), h->fc, N * 4 * C);
         TRY(gelu_fwd(g, h->gelu, h->fc, N * 4 * C, fst(g, s_act(g, l, A_GELU), N * 4 * C)));
         famax(g, s_act(g, l, A_GELU), h->gelu, N * 4 * C);
         ep = (mp_gemm_epilogue){fparam(g, h->mprb, 0), MP_F32, fst(g, s_act(g, l, A_MPROJ), N * C), NULL};
-        TRY(mp_gemm_ex(0, 1, N, C, 4 * C, 1.0f, h->gelu, ct, 4 * C, wct(g, h->mprw), ct, 4 * C, 0.0f, g->tmp, ct, C,
-                       &ep));
+        TRY(lin_fwd(g, l, W_MPR, N, C, 4 * C, h->gelu, h->mprw, g->tmp, &ep));
         famax(g, s_act(g, l, A_MPROJ), g->tmp, N * C);
         TRY(mp_add(h->res2, ct, h->res1, ct, g->tmp, ct, N * C, fst(g, s_act(g, l, A_RES2), N * C)));
         famax(g, s_act(g, l, A_RES2), h->res2, N * C);
@@ -633,21 +699,17 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         const size_t sx = l ? s_act(g, l - 1, A_RES2) : 0;
         /* MLP: g_res is the gradient of res2 and of the MLP's output */
         ep = wgrad(g, s_w(g, l, W_MPR), C * 4 * C);
-        TRY(mp_gemm_ex(1, 0, C, 4 * C, N, 1.0f, g->g_res, ct, C, h->gelu, ct, 4 * C, beta, h->mprw->grad, MP_F32,
-                       4 * C, &ep));
+        TRY(lin_wgrad(g, l, W_MPR, N, C, 4 * C, g->g_res, h->gelu, beta, h->mprw->grad, &ep));
         TRY(mp_colsum(h->mprb->grad, g->g_res, ct, N, C, accumulate, g->acc));
-        TRY(mp_gemm(0, 0, N, 4 * C, C, 1.0f, g->g_res, ct, C, wct(g, h->mprw), ct, 4 * C, 0.0f, g->g_big, ct, 4 * C,
-                    bst(g, s_act(g, l, A_GELU), N * 4 * C)));
+        TRY(lin_dgrad(g, l, W_MPR, N, C, 4 * C, g->g_res, h->mprw, g->g_big, bst(g, s_act(g, l, A_GELU), N * 4 * C)));
         bamax(g, s_act(g, l, A_GELU), g->g_big, ct, N * 4 * C);
         TRY((g->cfg.gelu == MP_GELU_ERF ? mp_gelu_erf_backward : mp_gelu_backward)(
             g->g_big, ct, g->g_big, ct, h->fc, ct, N * 4 * C, bst(g, s_act(g, l, A_FC), N * 4 * C)));
         bamax(g, s_act(g, l, A_FC), g->g_big, ct, N * 4 * C);
         ep = wgrad(g, s_w(g, l, W_FC), 4 * C * C);
-        TRY(mp_gemm_ex(1, 0, 4 * C, C, N, 1.0f, g->g_big, ct, 4 * C, h->ln2, ct, C, beta, h->fcw->grad, MP_F32, C,
-                       &ep));
+        TRY(lin_wgrad(g, l, W_FC, N, 4 * C, C, g->g_big, h->ln2, beta, h->fcw->grad, &ep));
         TRY(mp_colsum(h->fcb->grad, g->g_big, ct, N, 4 * C, accumulate, g->acc));
-        TRY(mp_gemm(0, 0, N, C, 4 * C, 1.0f, g->g_big, ct, 4 * C, wct(g, h->fcw), ct, C, 0.0f, g->g_a, ct, C,
-                    bst(g, s_act(g, l, A_LN2), N * C)));
+        TRY(lin_dgrad(g, l, W_FC, N, 4 * C, C, g->g_big, h->fcw, g->g_a, bst(g, s_act(g, l, A_LN2), N * C)));
         bamax(g, s_act(g, l, A_LN2), g->g_a, ct, N * C);
         TRY(mp_layernorm_backward(g->g_b, ct, h->ln2w->grad, h->ln2b->grad, g->g_a, ct, h->res1, ct, h->mean2, h->rstd2,
                                   fparam(g, h->ln2w, 0), N, C, accumulate, g->acc, bst(g, s_act(g, l, A_RES1), N * C)));
@@ -656,10 +718,9 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         bamax(g, s_act(g, l, A_RES1), g->g_res, ct, N * C);
         /* attention: g_res is now the gradient of res1 and of the attention's output */
         ep = wgrad(g, s_w(g, l, W_APR), C * C);
-        TRY(mp_gemm_ex(1, 0, C, C, N, 1.0f, g->g_res, ct, C, h->y, ct, C, beta, h->aprw->grad, MP_F32, C, &ep));
+        TRY(lin_wgrad(g, l, W_APR, N, C, C, g->g_res, h->y, beta, h->aprw->grad, &ep));
         TRY(mp_colsum(h->aprb->grad, g->g_res, ct, N, C, accumulate, g->acc));
-        TRY(mp_gemm(0, 0, N, C, C, 1.0f, g->g_res, ct, C, wct(g, h->aprw), ct, C, 0.0f, g->g_a, ct, C,
-                    bst(g, s_act(g, l, A_Y), N * C)));
+        TRY(lin_dgrad(g, l, W_APR, N, C, C, g->g_res, h->aprw, g->g_a, bst(g, s_act(g, l, A_Y), N * C)));
         bamax(g, s_act(g, l, A_Y), g->g_a, ct, N * C);
         attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), g->g_a, g->g_big};
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
@@ -668,11 +729,9 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         sa->bwd_amax = fmaxf(sa->bwd_amax, att_amax(g, h, B, T)); /* now the scores' gradient */
         bamax(g, s_act(g, l, A_QKV), g->g_big, ct, N * 3 * C);
         ep = wgrad(g, s_w(g, l, W_ATT), 3 * C * C);
-        TRY(mp_gemm_ex(1, 0, 3 * C, C, N, 1.0f, g->g_big, ct, 3 * C, h->ln1, ct, C, beta, h->attw->grad, MP_F32, C,
-                       &ep));
+        TRY(lin_wgrad(g, l, W_ATT, N, 3 * C, C, g->g_big, h->ln1, beta, h->attw->grad, &ep));
         TRY(mp_colsum(h->attb->grad, g->g_big, ct, N, 3 * C, accumulate, g->acc));
-        TRY(mp_gemm(0, 0, N, C, 3 * C, 1.0f, g->g_big, ct, 3 * C, wct(g, h->attw), ct, C, 0.0f, g->g_a, ct, C,
-                    bst(g, s_act(g, l, A_LN1), N * C)));
+        TRY(lin_dgrad(g, l, W_ATT, N, 3 * C, C, g->g_big, h->attw, g->g_a, bst(g, s_act(g, l, A_LN1), N * C)));
         bamax(g, s_act(g, l, A_LN1), g->g_a, ct, N * C);
         TRY(mp_layernorm_backward(g->g_b, ct, h->ln1w->grad, h->ln1b->grad, g->g_a, ct, x, ct, h->mean1, h->rstd1,
                                   fparam(g, h->ln1w, 0), N, C, accumulate, g->acc, bst(g, sx, N * C)));
@@ -693,6 +752,26 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
     return MP_OK;
 }
 
+/* A forward that changes no recipe state (evaluation, sampling): it
+ * quantizes with this step's scales, or takes fresh amaxes, and puts every
+ * tensor's state back. */
+static mp_status forward_quiet(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int head_last) {
+    if (!g->q) return forward(g, tok, B, T, head_last);
+    mp_qtensor *keep = malloc(nq(g) * sizeof *keep);
+    if (!keep) return mp_error(MP_ENOMEM, "gpt: out of memory");
+    memcpy(keep, g->q, nq(g) * sizeof *keep); /* the delayed histories are only read by forward */
+    const mp_status st = forward(g, tok, B, T, head_last);
+    memcpy(g->q, keep, nq(g) * sizeof *keep);
+    free(keep);
+    return st;
+}
+
+const mp_qtensor *mp_gpt_qtensor(const mp_gpt *g, int l, int w, mp_qrole role) {
+    if (!g || !g->q || l < 0 || l >= g->cfg.n_layer || w < 0 || w >= W_PER_LAYER || (unsigned)role > MP_QROLE_GRAD)
+        return NULL;
+    return &g->q[((size_t)l * W_PER_LAYER + (size_t)w) * 3 + role];
+}
+
 mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *targets, size_t B, size_t T,
                              float grad_scale, int accumulate, float *loss) {
     TRY(check_batch(g, "gpt train", tokens, targets, B, T));
@@ -700,6 +779,7 @@ mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *ta
     const size_t N = B * T, V = (size_t)g->cfg.vocab_size;
     g->counting = 1;
     g->last_rows = 0;
+    for (size_t i = 0; g->q && i < nq(g); i++) mp_qtensor_begin(&g->q[i]);
     TRY(forward(g, tokens, B, T, 0));
     float l;
     TRY(mp_cross_entropy(&l, g->logits, g->ct, g->logits, g->ct, targets, N, V, grad_scale, g->acc, bst(g, s_head(g), N * V)));
@@ -712,6 +792,7 @@ mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *ta
         for (int k = 0; k < W_PER_LAYER; k++) bamax(g, s_w(g, i, k), w[k]->grad, MP_F32, w[k]->n);
     }
     count_lost(g);
+    for (size_t i = 0; g->q && i < nq(g); i++) mp_qtensor_end(&g->q[i], &g->recipe);
     *loss = l;
     g->last_rows = N;
     return MP_OK;
@@ -744,7 +825,7 @@ mp_status mp_gpt_eval_batch(mp_gpt *g, const int32_t *tokens, const int32_t *tar
     const size_t N = B * T, V = (size_t)g->cfg.vocab_size;
     g->counting = 0;
     g->last_rows = 0; /* the buffers now hold this forward */
-    mp_status st = forward(g, tokens, B, T, 0);
+    mp_status st = forward_quiet(g, tokens, B, T, 0);
     float l = 0.0f;
     if (st == MP_OK) st = mp_cross_entropy(&l, NULL, MP_F32, g->logits, g->ct, targets, N, V, 1.0f, MP_F32, NULL);
     g->counting = 1;
@@ -768,7 +849,7 @@ mp_status mp_gpt_next_logits(mp_gpt *g, const int32_t *tokens, size_t T, float *
     const size_t V = (size_t)g->cfg.vocab_size;
     g->counting = 0;
     g->last_rows = 0;
-    const mp_status st = forward(g, tokens, 1, T, 1);
+    const mp_status st = forward_quiet(g, tokens, 1, T, 1);
     g->counting = 1;
     if (st != MP_OK) return st;
     return mp_convert(logits, MP_F32, at(g, g->logits, (T - 1) * V), g->ct, V, NULL);
@@ -874,11 +955,29 @@ static mp_status model_reductions(void *impl, mp_dtype acc) { return mp_gpt_set_
 static mp_status model_load(void *impl, const mp_safetensors *st) { return mp_gpt_load(impl, st); }
 static size_t model_tensors(const void *impl, mp_tensor *out, size_t cap) { return mp_gpt_tensors(impl, out, cap); }
 static void model_free(void *impl) { mp_gpt_free(impl); }
+static const mp_recipe *model_recipe(const void *impl) {
+    const mp_gpt *g = impl;
+    return g->q ? &g->recipe : NULL;
+}
+
+/* "h.{l}.attn.c_attn.input|weight|grad", ...: g->q's order (block, Linear, role) */
+static size_t model_qtensors(void *impl, mp_named_qtensor *out, size_t cap) {
+    mp_gpt *g = impl;
+    static const char *const roles[3] = {"input", "weight", "grad"};
+    const size_t n = g->q ? nq(g) : 0;
+    for (size_t i = 0; i < n && i < cap; i++) {
+        const char *w = w_names[i / 3 % W_PER_LAYER]; /* "attn.c_attn.weight": the layer without ".weight" */
+        snprintf(out[i].name, sizeof out[i].name, "h.%zu.%.*s.%s", i / (3 * W_PER_LAYER),
+                 (int)(strlen(w) - strlen(".weight")), w, roles[i % 3]);
+        out[i].q = &g->q[i];
+    }
+    return n;
+}
 
 static const mp_model_ops gpt_ops = {
     .kind = "gpt", .train_batch = model_train, .eval_batch = model_eval, .nstats = model_nstats,
     .stats = model_stats, .reset_stats = model_reset, .set_reductions = model_reductions, .load = model_load, .tensors = model_tensors,
-    .free = model_free,
+    .free = model_free, .recipe = model_recipe, .qtensors = model_qtensors,
 };
 
 mp_model mp_gpt_model(mp_gpt *g) {

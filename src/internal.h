@@ -270,4 +270,64 @@ extern const mp_gelu_kernels mp_gelu_avx2;
 extern const mp_gelu_kernels mp_gelu_avx512;
 #endif
 
+/* ---- MX block quantization (mx.c; src/cpu/mx_avx512.c) ----
+ * nb blocks of MP_MX_BLOCK fp32 values to element codes and E8M0 scales, and
+ * back; elem (MP_E4M3 or MP_E5M2) and rule are checked by the caller. The
+ * quantizer adds exact counts to st (may be NULL). scales: the E8M0 scale of
+ * each of n finite block amaxes (fp32 bit patterns, sign clear), exposed so
+ * that tests can sweep the rule over every amax. Every table gives the same
+ * bits and counts. */
+typedef struct mp_mx_kernels {
+    void (*quantize)(uint8_t *codes, uint8_t *scales, const float *src, size_t nb, mp_dtype elem, mp_mx_rule rule,
+                     mp_quant_stats *st);
+    void (*dequantize)(float *dst, const uint8_t *codes, const uint8_t *scales, size_t nb, mp_dtype elem);
+    void (*scales)(uint8_t *s, const uint32_t *amax, size_t n, mp_dtype elem, mp_mx_rule rule);
+} mp_mx_kernels;
+extern const mp_mx_kernels mp_mx_scalar;
+#ifdef MP_X86
+extern const mp_mx_kernels mp_mx_avx512;
+#endif
+/* st->amax = max(st->amax, a) for a finite magnitude's bits a, on the bits (no
+ * FPU compare, which DAZ could change); a negative or NaN st->amax (bits above
+ * inf's) is replaced. */
+static inline void mp_quant_amax(mp_quant_stats *st, uint32_t a) {
+    const uint32_t cur = mp_f32_bits(st->amax);
+    if (a > cur || cur > 0x7f800000u) st->amax = mp_bits_f32(a);
+}
+
+/* ---- recipe operands (recipe.c's panels; src/cpu/recipe_avx512.c) ----
+ * One mp_qoperand call as its kernels see it. quantize: rows [r0, r1) of the
+ * operand (r0 a multiple of the block height: 32 or 16 when the blocks run
+ * down the columns, 16 for 16x16 tiles; r1 as well, or rows), their exact
+ * bf16 values into dst and their counts into st (all but n, which the caller
+ * sets; the zeros that pad a block are quantized with it, and what they give,
+ * after the Hadamard transform too, is counted as recipe.c's panels count
+ * it); MP_OK, or a quantizer's error. rht_amax: the bits of the largest finite
+ * |x| of rows [r0, r1) (multiples of 16, or r1 = rows; zero rows pad the last
+ * block) after the transform. Every table gives the bits and counts of the
+ * reference, mp_recipe_ref. */
+typedef struct mp_qop {
+    uint16_t *dst;        /* (rows, ldd) bf16 */
+    const void *src;      /* (rows, lds) fp32 or bf16 */
+    size_t ldd, lds, rows, cols;
+    mp_dtype st;          /* MP_F32 or MP_BF16 */
+    mp_recipe_kind kind;  /* MP_RECIPE_FP8_DELAYED and _CURRENT alike: one per-tensor scale */
+    int k_rows;           /* mxfp8, nvfp4 1x16: the blocks run down the columns */
+    mp_dtype fmt;         /* per-tensor fp8: MP_E4M3 or MP_E5M2 */
+    float scale;          /* per-tensor fp8: x * scale is coded; nvfp4: the amax of the global scale */
+    mp_mx_rule rule;      /* mxfp8 */
+    int tile16;           /* nvfp4: 16x16 blocks */
+    int rht;              /* nvfp4: each column's 16-row blocks are transformed first (mp_rht16) */
+    uint16_t signs;       /* the transform's sign mask */
+    const mp_rng *rng;    /* nvfp4 stochastic rounding (recipe.h: each element's byte), or NULL */
+} mp_qop;
+typedef struct mp_recipe_kernels {
+    mp_status (*quantize)(const mp_qop *op, size_t r0, size_t r1, mp_quant_stats *st);
+    uint32_t (*rht_amax)(const mp_qop *op, size_t r0, size_t r1);
+} mp_recipe_kernels;
+extern const mp_recipe_kernels mp_recipe_ref;
+#ifdef MP_X86
+extern const mp_recipe_kernels mp_recipe_avx512;
+#endif
+
 #endif

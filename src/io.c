@@ -11,8 +11,12 @@
 
 #include "internal.h"
 
+/* safetensors' names. Its "F4" (E2M1) is 4 bits an element, two to a byte;
+ * mixprec's MP_E2M1 buffers hold one code per byte, so neither side maps to
+ * the other and both are refused by name. */
 static const struct { const char *name; mp_dtype t; } st_dtypes[] = {
     {"F32", MP_F32}, {"F16", MP_F16}, {"BF16", MP_BF16}, {"F8_E4M3", MP_E4M3}, {"F8_E5M2", MP_E5M2},
+    {"F8_E8M0", MP_E8M0},
 };
 
 static const char *dtype_name(mp_dtype t) {
@@ -148,8 +152,9 @@ static mp_status parse_header(const char *path, const char *json, size_t jsonlen
         for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
             if (strcmp(dt->valuestring, st_dtypes[i].name) == 0) t->dtype = st_dtypes[i].t, known = 1;
         if (!known) {
-            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has dtype %s (F32, F16, BF16, F8_E4M3, F8_E5M2 are read)", path,
-                          t->name, dt->valuestring);
+            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has dtype %s (F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0 are read%s)",
+                          path, t->name, dt->valuestring,
+                          strcmp(dt->valuestring, "F4") == 0 ? "; F4 packs two fp4 codes a byte, mixprec holds one" : "");
             goto out;
         }
         t->ndim = cJSON_GetArraySize(sh);
@@ -259,6 +264,11 @@ mp_status mp_safetensors_write(const char *path, const mp_tensor *ts, size_t cou
     size_t off = 0;
     for (size_t i = 0; i < count; i++) {
         const char *dn = dtype_name(ts[i].dtype);
+        if (ts[i].dtype == MP_E2M1) {
+            cJSON_Delete(root);
+            return mp_error(MP_EINVAL, "%s: tensor '%s' is e2m1, one code a byte; safetensors' F4 packs two a byte "
+                                       "(not written: widen it with mp_convert first)", path, ts[i].name);
+        }
         if (!dn || ts[i].ndim < 0 || ts[i].ndim > 4 || ts[i].nbytes != mp_tensor_numel(&ts[i]) * mp_format(ts[i].dtype)->size) {
             cJSON_Delete(root);
             return mp_error(MP_EINVAL, "%s: tensor '%s' has a bad dtype, shape or size", path, ts[i].name);

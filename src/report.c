@@ -206,8 +206,9 @@ static void section_head(FILE *f, const mp_report *r) {
                "#ablation td:nth-child(2),#ablation th:nth-child(2){text-align:left}\n"
                "h3{font-size:1em;margin:1.2em 0 .2em}pre.sample{white-space:pre-wrap;background:#f6f6f6;padding:.6em;"
                "font-size:.88em;margin:.3em 0}\n"
-               "details.tensors{margin:.5em 0}details.tensors summary{cursor:pointer}table.tensors{font-size:.82em}"
+               "details.tensors,details.quant{margin:.5em 0}details summary{cursor:pointer}table.tensors{font-size:.82em}"
                "table.tensors th{text-align:center}tr.bad td{background:#fde0dc}\n"
+               "#summary{font-size:.84em}#summary th,#summary td{padding:.35em .4em}#summary .format{text-align:left}\n"
                "</style>\n</head>\n<body>\n");
 }
 
@@ -242,9 +243,9 @@ static void summary_row(FILE *f, const mp_report *r, const mp_report_run *u, con
     snprintf(ev, sizeof ev, !isfinite(u->eval) ? "NaN/inf" : r->eval_percent ? "%.2f%%" : "%.4f",
              r->eval_percent ? 100 * u->eval : u->eval);
     hprintf(f, "<tr data-mode=\"%s\"><td><span class=\"swatch\" style=\"background:%s\"></span>%s</td>"
-               "<td>%s</td><td class=\"acc\">%s</td><td>%ld</td><td>%g</td><td class=\"under\">%.4f%%</td>"
+               "<td class=\"format\">%s</td><td>%s</td><td class=\"acc\">%s</td><td>%ld</td><td>%g</td><td class=\"under\">%.4f%%</td>"
                "<td>%.4f%%</td><td>%.2f%%</td><td>%.4f%%</td><td>%.1f</td><td>%.0f MiB</td><td>%s</td></tr>\n",
-            u->name, u->color, u->name, loss, ev, u->skipped_total,
+            u->name, u->color, u->name, u->format ? u->format : "", loss, ev, u->skipped_total,
             u->final_scale, 100 * u->underflow, 100 * u->lost_gradients, 100 * u->dead_gradients,
             100 * u->lost_updates, u->ms_per_step, u->memory_mib, speed);
 }
@@ -252,7 +253,9 @@ static void summary_row(FILE *f, const mp_report *r, const mp_report_run *u, con
 /* The summary table: one row per run, speed-ups against the baseline run. */
 static void section_summary(FILE *f, const mp_report *r) {
     const mp_report_run *base = r->baseline >= 0 && r->baseline < r->nruns ? &r->runs[r->baseline] : NULL;
-    fputs("<h2>Summary</h2>\n<table id=\"summary\">\n<tr><th>mode</th><th>final train loss</th><th>", f);
+    fputs("<h2>Summary</h2>\n<table id=\"summary\">\n<tr><th>mode</th><th class=\"format\" title=\"the compute format, and the formats "
+          "of the Linear layers' quantized GEMM operands (inputs and weights / gradients)\">format</th>"
+          "<th>final train loss</th><th>", f);
     mp_html_escape(f, r->eval_name);
     hprintf(f, "</th><th>skipped steps</th><th>final scale</th><th>gradients underflowed</th>"
                "<th title=\"weight-gradient values nonzero in fp32 and 0 when stored\">weight gradients lost</th>"
@@ -676,6 +679,87 @@ static void section_tensors(FILE *f, const mp_report *r) {
         if (r->runs[i].tensors) tensor_table(f, &r->runs[i]);
 }
 
+/* ---- recipes: the quantized tensors ---- */
+
+/* Flags in show the runs with quantized tensors; returns how many. */
+static int quant_runs(const mp_report *r, int show[64]) {
+    int n = 0;
+    for (int i = 0; i < r->nruns; i++) n += show[i] = r->runs[i].quant && r->runs[i].quant->n > 0;
+    return n;
+}
+
+/* One chart of a per-step share of the quantized values (saturated or flushed), one line per run with a recipe. */
+static void chart_quant_share(FILE *f, const mp_report *r, const int *show, int flushed) {
+    const long maxn = max_steps(r);
+    double vmax = 1e-4;
+    float *pct = malloc(sizeof(float) * (size_t)maxn * (size_t)(r->nruns > 0 ? r->nruns : 1));
+    for (int i = 0; pct && i < r->nruns; i++) {
+        const mp_report_run *u = &r->runs[i];
+        for (long s = 0; show[i] && s < u->nsteps; s++) {
+            const float v = 100 * (flushed ? u->quant->flushed : u->quant->saturated)[s];
+            pct[(size_t)i * (size_t)maxn + (size_t)s] = v;
+            vmax = v > vmax ? v : vmax;
+        }
+    }
+    const axes a = plot_axes(0, (double)maxn, 0, vmax * 1.1, 240);
+    frame(f, &a, flushed ? "quant_flushed" : "quant_saturated",
+          flushed ? "Quantized values flushed to zero (nonzero, stored as 0), per step: all quantized tensors together"
+                  : "Quantized values saturated (clamped to the format's largest value), per step: all quantized tensors "
+                    "together",
+          "step", "% of values", tick_step(vmax * 1.1, 5), "%g%%", 0, 1);
+    legend(f, &a, r, show);
+    for (int i = 0; pct && i < r->nruns; i++)
+        if (show[i]) series(f, &a, pct + (size_t)i * (size_t)maxn, r->runs[i].nsteps, 1, r->runs[i].color, 0, 0);
+    free(pct);
+    chart_end(f);
+}
+
+/* The saturated and flushed shares over time of the runs with a recipe; nothing when none has one. */
+static void charts_quant(FILE *f, const mp_report *r) {
+    int show[64] = {0};
+    if (!quant_runs(r, show)) return;
+    chart_quant_share(f, r, show, 0);
+    chart_quant_share(f, r, show, 1);
+}
+
+/* u's quantized tensors in a closed <details>: the run's shares in its summary, one row per tensor. */
+static void quant_table(FILE *f, const mp_report_run *u) {
+    const mp_report_quant *qr = u->quant;
+    uint64_t n = 0, sat = 0, fl = 0, nonfinite = 0;
+    for (int k = 0; k < qr->n; k++)
+        n += qr->stats[k].n, sat += qr->stats[k].saturated, fl += qr->stats[k].flushed, nonfinite += qr->stats[k].nonfinite;
+    hprintf(f, "<details class=\"quant\" data-mode=\"%s\"><summary><b>%s</b> (%s): %.4f%% of the quantized values "
+               "saturated, %.4f%% flushed to zero",
+            u->name, u->name, u->format ? u->format : "", 100 * share(sat, n), 100 * share(fl, n));
+    if (nonfinite) hprintf(f, ", %llu inf or NaN", (unsigned long long)nonfinite);
+    fputs("</summary>\n<table class=\"tensors quant\">\n<tr><th>tensor</th><th>max amax</th><th>last scale</th>"
+          "<th>saturated</th><th>flushed</th><th>inf/NaN</th></tr>\n", f);
+    for (int k = 0; k < qr->n; k++) {
+        const mp_quant_stats *q = &qr->stats[k];
+        hprintf(f, "<tr data-quant=\"%s\"", qr->names[k]);
+        if (q->nonfinite) fputs(" class=\"bad\"", f);
+        hprintf(f, "><td>%s</td><td>%.6g</td><td>%.6g</td><td>%.4f%%</td><td>%.4f%%</td><td>%llu</td></tr>\n",
+                qr->names[k], (double)q->amax, (double)qr->scale[k], 100 * share(q->saturated, q->n), 100 * share(q->flushed, q->n),
+                (unsigned long long)q->nonfinite);
+    }
+    fputs("</table>\n</details>\n", f);
+}
+
+/* Each recipe run's quantized tensors over the whole run. */
+static void section_quant(FILE *f, const mp_report *r) {
+    int show[64] = {0};
+    if (!quant_runs(r, show)) return;
+    fputs("<h2>Quantized tensors</h2>\n<p class=\"note\">The runs with an fp8 or fp4 recipe quantize the operands of "
+          "each Linear layer's three GEMMs: its input, its weight and the gradient of its output (input, weight, grad). "
+          "Per tensor over the whole run: max amax, the largest finite magnitude quantized; last scale, the per-tensor "
+          "scale of the last step (x times it is coded: fp8's scale, NVFP4's global scale; 1 for MXFP8, whose scales "
+          "are per block); saturated, the share of its values clamped to the format's largest value; flushed, the "
+          "share of its nonzero values stored as zero; inf/NaN, such inputs (highlighted). The other runs quantize "
+          "nothing.</p>\n", f);
+    for (int i = 0; i < r->nruns; i++)
+        if (show[i]) quant_table(f, &r->runs[i]);
+}
+
 /* The skipped steps of each run with where their inf/NaN was (the first 20 of each). */
 static void section_skips(FILE *f, const mp_report *r) {
     long total = 0;
@@ -938,11 +1022,13 @@ static void write_body(FILE *f, const mp_report *r) {
     chart_loss(f, r);
     chart_val_loss(f, r);
     chart_scale(f, r);
+    charts_quant(f, r);
     chart_layers(f, r);
     chart_underflow(f, r);
     charts_heatmap(f, r);
     chart_headroom(f, r);
     section_tensors(f, r);
+    section_quant(f, r);
     section_skips(f, r);
     chart_histogram(f, r);
     section_samples(f, r);

@@ -262,6 +262,9 @@ static void unscale_share(void *ctx, size_t i0, size_t i1, int t) {
 
 mp_status mp_unscale_check(void *grad, mp_dtype type, size_t n, float inv_scale, int *found_inf) {
     if (!mp_format(type)) return mp_error(MP_EINVAL, "mp_unscale_check: unknown dtype %d", (int)type);
+    if (type == MP_E8M0 || type == MP_E2M1)
+        return mp_error(MP_EINVAL, "mp_unscale_check: %s buffers are not unscaled (fp32, fp16, bf16, e4m3 or e5m2)",
+                        mp_format(type)->name);
     if (!found_inf) return mp_error(MP_EINVAL, "mp_unscale_check: found_inf is NULL");
     if (n == 0) return MP_OK;
     if (!grad) return mp_error(MP_EINVAL, "mp_unscale_check: NULL buffer for %zu elements", n);
@@ -285,7 +288,7 @@ mp_status mp_unscale_check_list(void *const *grads, const mp_dtype *types, const
     if (count && (!grads || !types || !ns)) return mp_error(MP_EINVAL, "mp_unscale_check_list: NULL array");
     if (!found_inf) return mp_error(MP_EINVAL, "mp_unscale_check_list: found_inf is NULL");
     for (size_t i = 0; i < count; i++) /* refuse before touching any buffer */
-        if (!mp_format(types[i]) || (ns[i] && !grads[i]))
+        if (!mp_format(types[i]) || types[i] == MP_E8M0 || types[i] == MP_E2M1 || (ns[i] && !grads[i]))
             return mp_error(MP_EINVAL, "mp_unscale_check_list: buffer %zu has a bad dtype or is NULL", i);
     for (size_t i = 0; i < count; i++) {
         const mp_status st = mp_unscale_check(grads[i], types[i], ns[i], inv_scale, found_inf);

@@ -30,6 +30,18 @@ static const mp_precision modes[] = {
     {.name = "bf16-pure", .label = "bf16-pure", .compute = MP_BF16, .master_weights = MP_MASTER_PURE_BF16,
      .rounding = MP_ROUND_STOCHASTIC, .scaling = MP_SCALING_NONE, .color = "#9467bd",
      .help = "bf16 weights only, updates rounded stochastically"},
+    {.name = "fp8-delayed", .label = "fp8-delayed", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .recipe = MP_RECIPE_FP8_DELAYED, .color = "#e377c2",
+     .help = "bf16 with fp8 Linear GEMMs, per-tensor scales from a 1024-step amax history (TE DelayedScaling)"},
+    {.name = "fp8-current", .label = "fp8-current", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .recipe = MP_RECIPE_FP8_CURRENT, .color = "#bcbd22",
+     .help = "bf16 with fp8 Linear GEMMs, per-tensor scales from each tensor's amax (TE Float8CurrentScaling)"},
+    {.name = "mxfp8", .label = "mxfp8", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .recipe = MP_RECIPE_MXFP8, .mx_rule = MP_MX_RCEIL,
+     .color = "#17becf", .help = "bf16 with MXFP8 Linear GEMMs: E4M3 in blocks of 32 with E8M0 scales"},
+    {.name = "nvfp4", .label = "nvfp4", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .recipe = MP_RECIPE_NVFP4, .color = "#7f7f7f",
+     .help = "bf16 with NVFP4 Linear GEMMs: E2M1 in blocks of 16, E4M3 and fp32 scales (TE's NVFP4 recipe)"},
 };
 
 const mp_precision *mp_precisions(size_t *count) {
@@ -61,6 +73,8 @@ static mp_status relabel(mp_precision *p) {
         k += (size_t)snprintf(lab + k, sizeof lab - k, "+master-weights=%s", mp_master_weights_name(p->master_weights));
     if (p->reductions != row->reductions && k < sizeof lab)
         k += (size_t)snprintf(lab + k, sizeof lab - k, "+reductions=%s", mp_reductions_name(p->reductions));
+    if (p->mx_rule != row->mx_rule && k < sizeof lab)
+        k += (size_t)snprintf(lab + k, sizeof lab - k, "+mx-rule=%s", p->mx_rule == MP_MX_FLOOR ? "floor" : "rceil");
     if (k >= sizeof lab) return mp_error(MP_EINVAL, "precision '%s' is too long", p->label);
     memcpy(p->label, lab, k + 1);
     return MP_OK;
@@ -74,6 +88,9 @@ mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m) 
         return mp_error(MP_EINVAL, "--master-weights %s does not apply to bf16-pure, a mode of its own (bf16 weights, "
                                    "fp32 moments, stochastic rounding): use bf16%s", mp_master_weights_name(m),
                         m == MP_MASTER_NONE ? "+master-weights=none" : "");
+    if (m == MP_MASTER_NONE && p->recipe != MP_RECIPE_NONE)
+        return mp_error(MP_EINVAL, "--master-weights none does not apply to %s: its recipe quantizes the fp32 master "
+                                   "weights", p->name);
     if (m == MP_MASTER_NONE && p->compute == MP_F32)
         return mp_error(MP_EINVAL, "--master-weights none needs fp16 or bf16 compute; %s has no half copy to keep alone",
                         p->name);
@@ -81,6 +98,17 @@ mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m) 
     p->master_weights = m;
     const mp_status st = relabel(p);
     if (st != MP_OK) p->master_weights = old;
+    return st;
+}
+
+mp_status mp_precision_set_mx_rule(mp_precision *p, mp_mx_rule r) {
+    if (!p) return mp_error(MP_EINVAL, "mp_precision_set_mx_rule: NULL argument");
+    if (p->recipe != MP_RECIPE_MXFP8) return mp_error(MP_EINVAL, "%s: the MX scale rule applies to mxfp8 only", p->label);
+    if (r != MP_MX_FLOOR && r != MP_MX_RCEIL) return mp_error(MP_EINVAL, "mx rule %d: floor or rceil", (int)r);
+    const mp_mx_rule old = p->mx_rule;
+    p->mx_rule = r;
+    const mp_status st = relabel(p);
+    if (st != MP_OK) p->mx_rule = old;
     return st;
 }
 
@@ -140,17 +168,22 @@ mp_status mp_precision_parse(const char *spec, mp_precision *out, float *static_
     for (const char *sw = plus; sw; sw = strchr(sw + 1, '+')) {
         const char *v = sw + 1, *next = strchr(v, '+');
         const size_t len = next ? (size_t)(next - v) : strlen(v);
-        const char mw[] = "master-weights=", rd[] = "reductions=";
-        const size_t ml = sizeof mw - 1, rl = sizeof rd - 1;
+        const char mw[] = "master-weights=", rd[] = "reductions=", mx[] = "mx-rule=";
+        const size_t ml = sizeof mw - 1, rl = sizeof rd - 1, xl = sizeof mx - 1;
         const int is_mw = len == ml + 4 && strncmp(v, mw, ml) == 0, is_rd = len == rl + 4 && strncmp(v, rd, rl) == 0;
-        if (is_mw && strncmp(v + ml, "none", 4) == 0) st = mp_precision_set_master_weights(&p, MP_MASTER_NONE);
+        const int is_mx = len > xl && strncmp(v, mx, xl) == 0;
+        char rule[8] = "";
+        if (is_mx && len - xl < sizeof rule) memcpy(rule, v + xl, len - xl);
+        mp_mx_rule r;
+        if (is_mx && mp_mx_rule_parse(rule, &r) == MP_OK) st = mp_precision_set_mx_rule(&p, r);
+        else if (is_mw && strncmp(v + ml, "none", 4) == 0) st = mp_precision_set_master_weights(&p, MP_MASTER_NONE);
         else if (is_mw && strncmp(v + ml, "fp32", 4) == 0) st = mp_precision_set_master_weights(&p, MP_MASTER_FP32);
         else if (is_rd && strncmp(v + rl, "half", 4) == 0) st = mp_precision_set_reductions(&p, MP_REDUCE_HALF);
         else if (is_rd && strncmp(v + rl, "fp32", 4) == 0) st = mp_precision_set_reductions(&p, MP_REDUCE_FP32);
         else
             st = mp_error(MP_EINVAL,
-                          "unknown switch '+%.*s' in precision '%s' (the switches are master-weights=fp32|none and "
-                          "reductions=fp32|half)", (int)len, v, spec);
+                          "unknown switch '+%.*s' in precision '%s' (the switches are master-weights=fp32|none, "
+                          "reductions=fp32|half and mx-rule=floor|rceil)", (int)len, v, spec);
         if (st != MP_OK) return st;
     }
     *out = p;
@@ -382,17 +415,92 @@ static long decimal(const char *s) {
     return v;
 }
 
+/* ---- quantization state (recipe.h) ---- */
+
+/* The recipe's settings a resumed run must share, as the "recipe" metadata:
+ * "fp8-delayed amax_history_len=1024 amax_compute_algo=max margin=0",
+ * "mxfp8 scale_rule=rceil", "nvfp4 2d_weights=1 stochastic_rounding=1 rht=1
+ * rht_signs=0xd7e8", "fp8-current"; "none" without a recipe. */
+static void recipe_desc(const mp_recipe *r, char *out, size_t cap) {
+    const char *name = r ? mp_recipe_name(r->kind) : "";
+    if (!r || !*name) snprintf(out, cap, "none");
+    else if (r->kind == MP_RECIPE_FP8_DELAYED)
+        snprintf(out, cap, "%s amax_history_len=%zu amax_compute_algo=%s margin=%.9g", name, r->amax_history_len,
+                 r->amax_most_recent ? "most_recent" : "max", (double)r->margin);
+    else if (r->kind == MP_RECIPE_MXFP8)
+        snprintf(out, cap, "%s scale_rule=%s", name, r->mx_rule == MP_MX_FLOOR ? "floor" : "rceil");
+    else if (r->kind == MP_RECIPE_NVFP4)
+        snprintf(out, cap, "%s 2d_weights=%d stochastic_rounding=%d rht=%d rht_signs=0x%04x", name, r->nvfp4_2d_weights,
+                 r->nvfp4_sr, r->nvfp4_rht, (unsigned)r->rht_signs);
+    else snprintf(out, cap, "%s", name);
+}
+
+/* A quantized tensor's small state, little-endian: the stochastic-rounding
+ * stream's seed and counter (u64 each), the delayed scaling's history
+ * position (u64) and scale (fp32 bits); its amax history is a tensor. */
+enum { QBLOB = 28 };
+
+static void qblob_save(const mp_qtensor *q, uint8_t b[QBLOB]) {
+    mp_put_u64(b, q->rng.seed), mp_put_u64(b + 8, q->rng.counter), mp_put_u64(b + 16, q->hist.pos);
+    mp_put_u32(b + 24, mp_f32_bits(q->hist.scale));
+}
+
+/* Checks the state of tensor nt in checkpoint s (MP_ECORRUPT naming what is
+ * missing or damaged) and, with apply, puts it into nt->q. */
+static mp_status quant_restore(const char *path, const mp_safetensors *s, const mp_named_qtensor *nt, int apply) {
+    mp_qtensor *q = nt->q;
+    char key[96];
+    uint8_t b[QBLOB];
+    snprintf(key, sizeof key, "quant.%s", nt->name);
+    if (unhex(b, mp_safetensors_meta(s, key), QBLOB) != 0)
+        return mp_error(MP_ECORRUPT, "%s: quantization state '%s' missing or damaged", path, key);
+    const uint64_t pos = mp_get_u64(b + 16);
+    const float scale = mp_bits_f32(mp_get_u32(b + 24));
+    const mp_tensor *h = NULL;
+    if (q->hist.amax) { /* delayed scaling */
+        snprintf(key, sizeof key, "quant.%s.amax_history", nt->name);
+        h = mp_safetensors_find(s, key);
+        if (!h || h->dtype != MP_F32 || h->ndim != 1 || h->shape[0] != q->hist.len)
+            return mp_error(MP_ECORRUPT, "%s: amax history '%s' missing or not F32 [%zu] (the recipe's length)", path,
+                            key, q->hist.len);
+        if (pos >= q->hist.len || !(scale > 0) || !isfinite(scale))
+            return mp_error(MP_ECORRUPT, "%s: quantization state 'quant.%s' damaged (history position %llu of %zu, "
+                            "scale %g)", path, nt->name, (unsigned long long)pos, q->hist.len, (double)scale);
+    }
+    if (!apply) return MP_OK;
+    q->rng.seed = mp_get_u64(b), q->rng.counter = mp_get_u64(b + 8);
+    if (h) memcpy(q->hist.amax, h->data, q->hist.len * sizeof(float)), q->hist.pos = (size_t)pos, q->hist.scale = scale;
+    return MP_OK;
+}
+
+/* Every quantized tensor's state from s, all checked before any is changed. */
+static mp_status restore_quant(mp_trainer *t, const char *path, const mp_safetensors *s) {
+    const size_t nq = mp_model_qtensors(&t->model, NULL, 0);
+    if (nq == 0) return MP_OK;
+    mp_named_qtensor *qt = calloc(nq, sizeof *qt);
+    if (!qt) return mp_error(MP_ENOMEM, "checkpoint: out of memory");
+    mp_model_qtensors(&t->model, qt, nq);
+    mp_status st = MP_OK;
+    for (int apply = 0; apply < 2 && st == MP_OK; apply++)
+        for (size_t i = 0; i < nq && st == MP_OK; i++) st = quant_restore(path, s, &qt[i], apply);
+    free(qt);
+    return st;
+}
+
 mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *meta, mp_dtype wt) {
     if (wt != MP_F32 && wt != MP_F16 && wt != MP_BF16)
         return mp_error(MP_EINVAL, "checkpoint weights are fp32, fp16 or bf16");
     const mp_model_ops *m = t->model.ops;
     const size_t nmodel = m->tensors(t->model.impl, NULL, 0), np = mp_optim_count(t->opt);
+    const size_t nq = mp_model_qtensors(&t->model, NULL, 0);
     size_t nmeta = 0;
     while (meta && meta[nmeta]) nmeta++;
-    mp_tensor *ts = calloc(nmodel + 2 * np + 1, sizeof *ts);
+    mp_tensor *ts = calloc(nmodel + 2 * np + nq + 1, sizeof *ts);
     void **conv = calloc(nmodel + 1, sizeof *conv);
-    const char **kv = calloc(nmeta + 16, sizeof *kv);
-    mp_status st = ts && conv && kv ? MP_OK : mp_error(MP_ENOMEM, "checkpoint: out of memory");
+    const char **kv = calloc(nmeta + 18 + 2 * nq, sizeof *kv);
+    mp_named_qtensor *qt = calloc(nq + 1, sizeof *qt);
+    char (*qkv)[2][80] = calloc(nq + 1, sizeof *qkv); /* "quant.NAME" and its state in hex */
+    mp_status st = ts && conv && kv && qt && qkv ? MP_OK : mp_error(MP_ENOMEM, "checkpoint: out of memory");
     size_t n = st == MP_OK ? m->tensors(t->model.impl, ts, nmodel) : 0;
     for (size_t i = 0; i < n && st == MP_OK; i++) { /* weights in another dtype when asked: converted copies */
         if (ts[i].dtype == wt) continue;
@@ -416,6 +524,20 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
             s->dtype = p->state_type, s->ndim = 1, s->shape[0] = p->n, s->nbytes = p->n * es, s->data = states[k];
         }
     }
+    if (st == MP_OK) mp_model_qtensors(&t->model, qt, nq);
+    for (size_t i = 0; i < nq && st == MP_OK; i++) { /* quantization state: small parts in hex, amax histories */
+        const mp_qtensor *q = qt[i].q;
+        uint8_t b[QBLOB];
+        qblob_save(q, b);
+        snprintf(qkv[i][0], sizeof qkv[i][0], "quant.%s", qt[i].name);
+        hex(qkv[i][1], b, QBLOB);
+        if (!q->hist.amax) continue;
+        mp_tensor *s = &ts[n++];
+        snprintf(s->name, sizeof s->name, "quant.%s.amax_history", qt[i].name);
+        s->dtype = MP_F32, s->ndim = 1, s->shape[0] = q->hist.len, s->nbytes = q->hist.len * 4, s->data = q->hist.amax;
+    }
+    char recipe[160];
+    recipe_desc(mp_model_recipe(&t->model), recipe, sizeof recipe);
     char step[32], osteps[32], blob[2 * MP_SCALER_BLOB_SIZE + 1] = "";
     snprintf(step, sizeof step, "%ld", t->step);
     snprintf(osteps, sizeof osteps, "%llu", (unsigned long long)mp_optim_steps(t->opt));
@@ -432,11 +554,14 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
         kv[k++] = "master_weights", kv[k++] = mp_master_weights_name(t->cfg.precision->master_weights);
         kv[k++] = "reductions", kv[k++] = mp_reductions_name(t->cfg.precision->reductions);
         kv[k++] = "step", kv[k++] = step;
-        kv[k++] = "optim_steps", kv[k++] = osteps, kv[k++] = "scaler", kv[k++] = blob, kv[k] = NULL;
+        kv[k++] = "optim_steps", kv[k++] = osteps, kv[k++] = "scaler", kv[k++] = blob;
+        if (nq) kv[k++] = "recipe", kv[k++] = recipe; /* none: the key is absent, as before recipes */
+        for (size_t i = 0; i < nq; i++) kv[k++] = qkv[i][0], kv[k++] = qkv[i][1];
+        kv[k] = NULL;
         st = mp_safetensors_write(path, ts, n, kv);
     }
     for (size_t i = 0; conv && i < nmodel; i++) free(conv[i]);
-    free(conv), free(ts), free(kv);
+    free(conv), free(ts), free(kv), free(qt), free(qkv);
     return st;
 }
 
@@ -444,9 +569,11 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
     const char *fmt = mp_safetensors_meta(s, "format");
     if (!fmt || strcmp(fmt, checkpoint_format) != 0)
         return mp_error(MP_ECORRUPT, "%s: not a mixprec checkpoint (no format metadata)", path);
+    char recipe[160];
+    recipe_desc(mp_model_recipe(&t->model), recipe, sizeof recipe);
     const char *prec[] = {"precision", t->cfg.precision->name, "master_weights",
                           mp_master_weights_name(t->cfg.precision->master_weights), "reductions",
-                          mp_reductions_name(t->cfg.precision->reductions), NULL};
+                          mp_reductions_name(t->cfg.precision->reductions), "recipe", recipe, NULL};
     const char *const *lists[2] = {expect, prec};
     for (int l = 0; l < 2; l++)
         for (size_t i = 0; lists[l] && lists[l][i]; i += 2) {
@@ -454,6 +581,7 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
             if (!v && l == 1 && i == 2) /* written before the switch: the mode's own setting */
                 v = strcmp(mp_safetensors_meta(s, "precision"), "bf16-pure") == 0 ? "bf16-pure" : "fp32";
             if (!v && l == 1 && i == 4) v = "fp32"; /* written before --reductions */
+            if (!v && l == 1 && i == 6) v = "none"; /* no recipe (or written before recipes) */
             if (!v || strcmp(v, lists[l][i + 1]) != 0)
                 return mp_error(MP_EINVAL, "%s: checkpoint has %s '%s', this run asks for '%s'", path, lists[l][i],
                                 v ? v : "(none)", lists[l][i + 1]);
@@ -482,6 +610,7 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
         if (unhex(b, mp_safetensors_meta(s, "scaler"), sizeof b) != 0 || mp_scaler_load(&t->scaler, b, sizeof b) != MP_OK)
             return mp_error(MP_ECORRUPT, "%s: scaler state missing or damaged", path);
     }
+    TRY(restore_quant(t, path, s));
     t->step = step;
     return MP_OK;
 }

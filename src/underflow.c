@@ -31,11 +31,16 @@ static mp_status set_init(value_set *s, const void *x, mp_dtype xt, size_t n) {
     return MP_OK;
 }
 
+/* The formats one loss scale is analyzed for. Not E8M0 (block scales, not
+ * values) nor E2M1 (fp4 elements are scaled per block of 16 or 32 values,
+ * MX/NVFP4, never by one loss scale for a whole tensor). */
+static int is_store_format(mp_dtype t) { return t == MP_F16 || t == MP_BF16 || t == MP_E4M3 || t == MP_E5M2; }
+
 /* The counts at one scale; all zero (but the scale) if t or the scale is bad. */
 static mp_scale_counts set_count(const value_set *s, mp_dtype t, double scale) {
     mp_scale_counts c = {scale, 0, 0, 0, 0};
     mp_convert_stats st = {0, 0, 0, 0};
-    if (mp_convert_count(t, s->x, s->xt, s->n, (float)scale, &st) != MP_OK) return c;
+    if (!is_store_format(t) || mp_convert_count(t, s->x, s->xt, s->n, (float)scale, &st) != MP_OK) return c;
     c.zero = s->zeros + st.underflow, c.subnormal = st.subnormal, c.overflow = st.overflow - s->inf;
     c.survive = s->finite - c.zero - c.overflow;
     return c;
@@ -132,7 +137,6 @@ double mp_underflow_best_scale(const float *g, size_t n, mp_dtype t) {
 }
 
 static int is_value_type(mp_dtype t) { return t == MP_F32 || t == MP_F16 || t == MP_BF16; }
-static int is_store_format(mp_dtype t) { return t == MP_F16 || t == MP_BF16 || t == MP_E4M3 || t == MP_E5M2; }
 static const char *dtype_name(mp_dtype t) { return mp_format(t) ? mp_format(t)->name : "an unknown dtype"; }
 
 mp_status mp_underflow_analyze(const void *x, mp_dtype xt, size_t n, mp_dtype t, const double *scales, int nscales,
@@ -142,6 +146,10 @@ mp_status mp_underflow_analyze(const void *x, mp_dtype xt, size_t n, mp_dtype t,
     memset(out, 0, sizeof *out);
     if (!x && n) return mp_error(MP_EINVAL, "%s: NULL buffer for %zu elements", fn, n);
     if (!is_value_type(xt)) return mp_error(MP_EINVAL, "%s: values of %s (fp32, fp16 or bf16)", fn, dtype_name(xt));
+    if (t == MP_E8M0 || t == MP_E2M1)
+        return mp_error(MP_EINVAL, "%s: format %s (fp16, bf16, e4m3 or e5m2; %s)", fn, dtype_name(t),
+                        t == MP_E8M0 ? "e8m0 holds block scales, not values"
+                                     : "fp4 values are scaled per block of 16 or 32, not by one loss scale");
     if (!is_store_format(t))
         return mp_error(MP_EINVAL, "%s: format %s (fp16, bf16, e4m3 or e5m2)", fn, dtype_name(t));
     if (nscales < 0 || nscales > MP_UNDERFLOW_MAX_SCALES)
@@ -169,6 +177,122 @@ mp_status mp_underflow_analyze(const void *x, mp_dtype xt, size_t n, mp_dtype t,
     out->best_scale = set_best_scale(&s, t, &out->best);
     out->nscales = nscales;
     for (int i = 0; i < nscales; i++) out->scales[i] = set_count(&s, t, scales[i]);
+    return MP_OK;
+}
+
+/* ---- block formats against one scale per tensor ----
+ * The values go through mx.h in chunks of whole blocks (BLK_CHUNK, a multiple
+ * of 32 and of 16): MX blocks are independent, NVFP4 and the per-tensor
+ * scales take the tensor's amax, found first. Only the last chunk is padded. */
+enum { BLK_CHUNK = 1 << 14 };
+
+static const struct {
+    const char *name;
+    mp_dtype elem;
+    size_t block;
+} block_formats[3] = {
+    [MP_BLOCK_MXFP8_E4M3] = {"mxfp8-e4m3", MP_E4M3, MP_MX_BLOCK},
+    [MP_BLOCK_MXFP8_E5M2] = {"mxfp8-e5m2", MP_E5M2, MP_MX_BLOCK},
+    [MP_BLOCK_NVFP4] = {"nvfp4", MP_E2M1, 16},
+};
+
+mp_status mp_block_format_parse(const char *name, mp_block_format *out) {
+    for (int f = 0; name && out && f < 3; f++)
+        if (strcmp(name, block_formats[f].name) == 0) { *out = (mp_block_format)f; return MP_OK; }
+    return mp_error(MP_EINVAL, "unknown block format '%s' (expected mxfp8-e4m3, mxfp8-e5m2 or nvfp4)",
+                    name ? name : "(null)");
+}
+
+const char *mp_block_format_name(mp_block_format f) {
+    return (unsigned)f < 3 ? block_formats[f].name : NULL;
+}
+
+/* Adds |q - x| / |x| over the nonzero inputs x of a chunk, q their
+ * dequantized values (the counts come from the quantizers' statistics). */
+static void add_error(double *sum, const float *x, const float *q, size_t m) {
+    for (size_t i = 0; i < m; i++)
+        if (x[i] != 0) *sum += fabs(((double)q[i] - (double)x[i]) / (double)x[i]);
+}
+
+mp_status mp_block_compare_values(const float *x, size_t n, mp_block_format f, mp_mx_rule rule,
+                                  mp_block_compare *out) {
+    static const char fn[] = "mp_block_compare_values";
+    if (!out) return mp_error(MP_EINVAL, "%s: NULL result", fn);
+    memset(out, 0, sizeof *out);
+    if ((unsigned)f >= 3) return mp_error(MP_EINVAL, "%s: block format %d (mxfp8-e4m3, mxfp8-e5m2 or nvfp4)", fn, (int)f);
+    const int mx = f != MP_BLOCK_NVFP4;
+    if (mx && rule != MP_MX_FLOOR && rule != MP_MX_RCEIL)
+        return mp_error(MP_EINVAL, "%s: MX rule %d (floor or rceil)", fn, (int)rule);
+    if (!x || n == 0) return mp_error(MP_EINVAL, "%s: no values (x %s, n = %zu)", fn, x ? "given" : "NULL", n);
+    float amax = 0;
+    uint64_t nonzero = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(x[i]))
+            return mp_error(MP_EINVAL, "%s: value %zu is %g (finite values only)", fn, i, (double)x[i]);
+        nonzero += x[i] != 0;
+        amax = fmaxf(amax, fabsf(x[i]));
+    }
+    const mp_dtype elem = block_formats[f].elem;
+    const size_t bs = block_formats[f].block;
+    float t; /* the per-tensor scale */
+    if (mx) {
+        t = mp_fp8_scale(amax, elem, 0, NULL);
+    } else {
+        t = amax > 0 ? 6.0f / amax : 1.0f; /* as mp_fp8_scale with 6 for the max */
+        if (isinf(t)) t = FLT_MAX;
+    }
+    const float tinv = 1.0f / t;
+    float *buf = malloc(2 * BLK_CHUNK * sizeof *buf);
+    uint8_t *codes = malloc(BLK_CHUNK + BLK_CHUNK / 16);
+    if (!buf || !codes) {
+        free(buf), free(codes);
+        return mp_error(MP_ENOMEM, "%s: out of memory", fn);
+    }
+    float *pad = buf, *q = buf + BLK_CHUNK;
+    uint8_t *scales = codes + BLK_CHUNK;
+    mp_quant_stats bst = {0, 0, 0, 0, 0}, tst = {0, 0, 0, 0, 0};
+    mp_convert_stats e2 = {0, 0, 0, 0};
+    double berr = 0, terr = 0;
+    mp_status st = MP_OK;
+    for (size_t i0 = 0; i0 < n && st == MP_OK; i0 += BLK_CHUNK) {
+        const size_t m = n - i0 < BLK_CHUNK ? n - i0 : BLK_CHUNK, mp = (m + bs - 1) / bs * bs;
+        const float *xs = x + i0;
+        memcpy(pad, xs, m * sizeof *pad);
+        memset(pad + m, 0, (mp - m) * sizeof *pad);
+        /* block scaling */
+        if (mx) {
+            st = mp_mx_quantize(codes, scales, pad, mp, elem, rule, &bst);
+            if (st == MP_OK) st = mp_mx_dequantize(q, codes, scales, mp, elem);
+        } else {
+            st = mp_nvfp4_quantize(codes, scales, pad, 1, mp, MP_NVFP4_1X16, amax, NULL, &bst);
+            if (st == MP_OK) st = mp_nvfp4_dequantize(q, codes, scales, 1, mp, MP_NVFP4_1X16, amax);
+        }
+        if (st != MP_OK) break;
+        add_error(&berr, xs, q, m);
+        /* one scale per tensor */
+        if (mx) {
+            st = mp_fp8_quantize(codes, xs, m, elem, t, &tst);
+            if (st == MP_OK) st = mp_fp8_dequantize(q, codes, m, elem, t);
+        } else {
+            st = mp_convert_count(MP_E2M1, xs, MP_F32, m, t, &e2);
+            for (size_t i = 0; i < m; i++) q[i] = mp_e2m1_to_f32(mp_f32_to_e2m1(xs[i] * t)) * tinv;
+        }
+        if (st != MP_OK) break;
+        add_error(&terr, xs, q, m);
+    }
+    free(buf), free(codes);
+    if (st != MP_OK) return st;
+    if (!mx) tst.flushed = e2.underflow, tst.saturated = e2.overflow;
+    out->format = f, out->rule = mx ? rule : MP_MX_FLOOR, out->elem = elem, out->block = bs;
+    out->n = n, out->nonzero_inputs = nonzero, out->amax = amax, out->tensor_scale = t;
+    const mp_quant_stats *s[2] = {&bst, &tst};
+    const double err[2] = {berr, terr};
+    mp_block_counts *c[2] = {&out->block_scaling, &out->per_tensor};
+    for (int k = 0; k < 2; k++) {
+        c[k]->flushed = s[k]->flushed, c[k]->saturated = s[k]->saturated;
+        c[k]->nonzero = nonzero - s[k]->flushed;
+        c[k]->mean_rel_error = nonzero ? err[k] / (double)nonzero : 0;
+    }
     return MP_OK;
 }
 

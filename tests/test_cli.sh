@@ -32,10 +32,24 @@ expect 0 "$M" cast --to e4m3 464 465 && has "$out" '^464 .* 0x7e +448 ' && has "
 expect 0 "$M" cast --to e4m3 --saturate 1000 -inf && has "$out" '^1000 .* 0x7e +448 .*saturated$' && has "$out" '^-inf .* 0xfe +-448 .*saturated$'
 expect 0 "$M" cast --to e5m2 61440 && has "$out" '0x7c +inf .*overflow$'
 expect 0 "$M" cast 0x1p-24 && has "$out" '0x0001 +5.96046448e-08 +0 +subnormal$'
+# the MX formats: fp4 (e2m1, saturating; NaN becomes a zero of the other sign, as ml_dtypes) and e8m0 scales
+expect 0 "$M" cast --to e2m1 5 7 6.5 0.25 0.3 nan -nan -0.1 -inf
+has "$out" '^5 .* 0x06 +4 .*rounded$' && has "$out" '^7 .* 0x07 +6 .*saturated$' && has "$out" '^6.5 .* 0x07 +6 .*rounded$'
+has "$out" '^0.25 .* 0x00 +0 .*underflow$' && has "$out" '^0.3 .* 0x01 +0.5 .*subnormal$'
+has "$out" '^nan .* 0x08 +-0 .*nan$' && has "$out" '^-nan .* 0x00 +0 .*nan$' && has "$out" '^-0.1 .* 0x08 +-0 .*underflow$'
+has "$out" '^-inf .* 0x0f +-6 .*saturated$'
+expect 0 "$M" cast --to fp4 1.75 && has "$out" '^1.75 .* 0x04 +2 .*rounded$'
+expect 0 "$M" cast --to e8m0 0.75 1 0 -1 3.4e38 0x1p-149 nan
+has "$out" '^0.75 .* 0x7f +1 .*rounded$' && has "$out" '^1 .* 0x7f +1 .*exact$' && has "$out" '^0 .* 0xff +nan .*invalid$'
+has "$out" '^-1 .* 0xff +nan .*invalid$' && has "$out" '^3.4e38 .* 0xff +nan .*overflow$'
+has "$out" '^0x1p-149 .* 0x00 +5.87747175e-39 .*rounded$' && has "$out" '^nan .* 0xff +nan .*nan$'
+expect 2 "$M" cast --to e2m1 --saturate 1 && one_line && has "$err" 'e2m1 always saturates'
+expect 2 "$M" underflow --format e2m1 && one_line && has "$err" "not 'e2m1'"
+expect 2 "$M" underflow --format e8m0 && one_line && has "$err" "not 'e8m0'"
 
 expect 2 "$M" cast abc && one_line && has "$err" "'abc' is not a number"
 expect 2 "$M" cast 1e39 && one_line
-expect 2 "$M" cast --to fp12 1 && one_line && has "$err" "unknown format 'fp12'"
+expect 2 "$M" cast --to fp12 1 && one_line && has "$err" "unknown format 'fp12'" && has "$err" 'e8m0 or e2m1'
 expect 2 "$M" cast --to && one_line
 expect 2 "$M" cast && one_line
 expect 2 "$M" cast --saturate 1 && one_line
@@ -44,6 +58,8 @@ expect 2 "$M" cast --saturate 1 && one_line
 expect 0 "$M" formats
 has "$out" '^fp16 +2 +5 +10 +65504 +6.10352e-05 +5.96046e-08 +0.000976562'
 has "$out" '^1e-08 +0  GONE'
+has "$out" '^e8m0 +1 +8 +0 +1.70141e\+38 +5.87747e-39 +5.87747e-39 +1 +\(no inf, zero or sign'
+has "$out" '^e2m1 +1 +2 +1 +6 +1 +0.5 +0.5 +\(no inf or NaN'
 expect 0 "$M" formats --json
 if command -v python3 >/dev/null; then
     if printf '%s' "$out" | python3 -c '
@@ -53,6 +69,11 @@ f = {x["name"]: x for x in d["formats"]}
 assert f["fp16"]["max"] == 65504 and f["fp16"]["min_subnormal"] == 2**-24 and f["fp16"]["eps"] == 2**-10
 assert f["bf16"]["min_subnormal"] == 2**-133 and f["e4m3"]["max"] == 448 and not f["e4m3"]["has_inf"]
 assert f["e5m2"]["max"] == 57344 and f["fp32"]["eps"] == 2**-23
+assert list(f) == ["fp32", "fp16", "bf16", "e4m3", "e5m2", "e8m0", "e2m1"]
+e8, e2 = f["e8m0"], f["e2m1"]
+assert (e8["max"], e8["min_normal"], e8["min_subnormal"], e8["eps"], e8["bias"], e8["mantissa_bits"]) == (2**127, 2**-127, 2**-127, 1, 127, 0)
+assert (e2["max"], e2["min_normal"], e2["min_subnormal"], e2["eps"], e2["bias"], e2["bytes"]) == (6, 1, 0.5, 0.5, 1, 1)
+assert not e8["has_inf"] and not e2["has_inf"]
 s = {round(-__import__("math").log10(v["value"])): v for v in d["small_values"]}
 assert s[8]["fp16"]["status"] == "underflow" and s[8]["fp16"]["value"] == 0
 assert s[7]["fp16"]["status"] == "subnormal" and s[7]["fp16"]["value"] == 2 * 2**-24
@@ -404,7 +425,192 @@ expect 2 "$M" "${TR[@]}" --precision fp16 --reductions fp16 --steps 1 && one_lin
 expect 2 "$M" "${TR[@]}" --precision fp16+reductions=halfish --steps 1 && one_line && has "$err" 'reductions=fp32\|half'
 expect 2 "$M" compare --precisions fp32+master-weights=none --out "$T/cmw2" --steps 1 && one_line
 
+# fp8/fp4 recipes: the quantized tensors' columns (only in a recipe run), their run figures in the summary
+expect 0 "$M" "${GT[@]}" --precision fp8-current --steps 4 --log "$T/q.csv" --summary "$T/q.json"
+has "$out" '^        bf16 \+ fp8 e4m3/e5m2: [0-9.]+% of the quantized values saturated( \(most in h\.0\.[a-z_.]+: [0-9.]+%\))?, [0-9.]+% flushed to zero( \(most in h\.0\.[a-z_.]+: [0-9.]+%\))?$'
+if python3 - "$T/q.csv" "$T/q.json" "$T/g.csv" <<'PY'
+import csv, json, math, struct, sys
+rows, j = list(csv.DictReader(open(sys.argv[1]))), json.load(open(sys.argv[2]))
+f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+names = [f"h.0.{l}.{r}" for l in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj") for r in ("input", "weight", "grad")]
+q = [k[len("qamax_"):] for k in rows[0] if k.startswith("qamax_")]
+assert q == names, q
+assert not any(k.startswith(("qamax_", "quant_")) for k in next(csv.DictReader(open(sys.argv[3])))), "a bf16 log has q columns"
+assert j["recipe"] == "fp8-current" and j["format"] == "bf16 + fp8 e4m3/e5m2" and j["compute_format"] == "bf16"
+assert [x["name"] for x in j["quantized"]] == names
+for r in rows:
+    for n in names:
+        amax, scale = float(r["qamax_" + n]), float(r["qscale_" + n])
+        assert 0 <= float(r["qsat_" + n]) <= 1 and 0 <= float(r["qflush_" + n]) <= 1, (n, r)
+        # current scaling: the format's largest value over the tensor's own amax, in fp32 (%.9g keeps an fp32 exact)
+        assert amax > 0 and f32(scale) == f32((57344.0 if n.endswith("grad") else 448.0) / f32(amax)), (n, amax, scale)
+    assert 0 <= float(r["quant_saturated"]) <= 1 and 0 <= float(r["quant_flushed"]) <= 1, r
+for x in j["quantized"]:
+    n = x["name"]
+    assert x["format"] == ("e5m2" if n.endswith("grad") else "e4m3"), x
+    assert x["amax"] == max(f32(float(r["qamax_" + n])) for r in rows) and x["scale"] == f32(float(rows[-1]["qscale_" + n])), x
+    assert x["values"] > 0 and x["saturated_fraction"] == x["saturated"] / x["values"], x
+    # each step quantizes as many values: the run's share is the mean of the steps'
+    assert abs(x["flushed_fraction"] - sum(float(r["qflush_" + n]) for r in rows) / len(rows)) < 1e-6, x
+tot = sum(x["values"] for x in j["quantized"])
+assert abs(j["quant_flushed_fraction"] - sum(x["flushed"] for x in j["quantized"]) / tot) < 1e-12
+assert abs(j["quant_flushed_fraction"] - sum(float(r["quant_flushed"]) for r in rows) / len(rows)) < 1e-6
+PY
+then ok; else fail "quantized tensors in the log and the summary"; fi
+# checkpoints keep the quantization state: fp8-delayed's amax histories and scales, nvfp4's random streams; a
+# 3 + 3 step run ends bit-identical to a 6 step run (and differs when the state is put back to its start)
+for p in fp8-delayed nvfp4; do
+    expect 0 "$M" "${GT[@]}" --precision $p --steps 6 --save "$T/q6.st"
+    expect 0 "$M" "${GT[@]}" --precision $p --steps 3 --save "$T/q3.st"
+    expect 0 "$M" "${GT[@]}" --precision $p --steps 6 --resume "$T/q3.st" --save "$T/q33.st"
+    if cmp -s "$T/q6.st" "$T/q33.st"; then ok; else fail "$p: resume differs from an uninterrupted run"; fi
+    python3 - "$T/q3.st" "$T/q3r.st" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h, data = json.loads(b[8:8 + n]), bytearray(b[8 + n:])
+m = h["__metadata__"]
+for k in m:  # each tensor's state as at the start: seed kept, counter, position 0, scale 1
+    if k.startswith("quant."): m[k] = m[k][:16] + "00" * 16 + struct.pack("<f", 1.0).hex()
+for k, t in h.items():
+    if k.endswith(".amax_history"): data[t["data_offsets"][0]:t["data_offsets"][1]] = bytes(t["data_offsets"][1] - t["data_offsets"][0])
+hb = json.dumps(h).encode()
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + bytes(data))
+PY
+    expect 0 "$M" "${GT[@]}" --precision $p --steps 6 --resume "$T/q3r.st" --save "$T/q33r.st"
+    if ! cmp -s "$T/q6.st" "$T/q33r.st"; then ok; else fail "$p: the quantization state made no difference"; fi
+done
+if python3 - "$T/q3.st" "$T/q6.st" <<'PY'
+import json, struct, sys
+def header(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    return json.loads(b[8:8 + n]), b[8 + n:]
+h3, _ = header(sys.argv[1])
+m = h3["__metadata__"]
+assert m["recipe"] == "nvfp4 2d_weights=1 stochastic_rounding=1 rht=1 rht_signs=0xd7e8", m["recipe"]
+assert not any(k.endswith(".amax_history") for k in h3)
+st = {k[6:]: bytes.fromhex(v) for k, v in m.items() if k.startswith("quant.")}
+assert len(st) == 12 and all(len(v) == 28 for v in st.values()), st
+seed, counter = struct.unpack("<QQ", st["h.0.mlp.c_fc.grad"][:16])
+assert counter > 0 and struct.unpack("<Q", st["h.0.mlp.c_fc.input"][8:16])[0] == 0  # only gradients round stochastically
+PY
+then ok; else fail "nvfp4 checkpoint state"; fi
+expect 0 "$M" "${GT[@]}" --precision fp8-delayed --steps 3 --save "$T/d3.st"
+if python3 - "$T/d3.st" <<'PY'
+import json, math, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h, data = json.loads(b[8:8 + n]), b[8 + n:]
+assert h["__metadata__"]["recipe"] == "fp8-delayed amax_history_len=1024 amax_compute_algo=max margin=0"
+t = h["quant.h.0.mlp.c_fc.grad.amax_history"]
+assert t["dtype"] == "F32" and t["shape"] == [1024], t
+lo, hi = t["data_offsets"]
+hist = struct.unpack("<1024f", data[lo:hi])
+seed, counter, pos = struct.unpack("<QQQ", bytes.fromhex(h["__metadata__"]["quant.h.0.mlp.c_fc.grad"])[:24])
+scale = struct.unpack("<f", bytes.fromhex(h["__metadata__"]["quant.h.0.mlp.c_fc.grad"])[24:])[0]
+f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+# three steps' amaxes in slots 0..2, the next step's scale from their max (E5M2: 57344 / amax)
+assert pos == 3 and all(a > 0 for a in hist[:3]) and not any(hist[3:]), (pos, hist[:4])
+assert scale == f32(57344.0 / max(hist)), (scale, max(hist))
+PY
+then ok; else fail "fp8-delayed checkpoint state"; fi
+# refused: another recipe or settings, and missing or damaged state
+expect 1 "$M" "${GT[@]}" --precision fp8-current --steps 6 --resume "$T/d3.st" && one_line && has "$err" "precision 'fp8-delayed'"
+expect 0 "$M" "${GT[@]}" --precision mxfp8 --steps 2 --save "$T/mx2.st"
+expect 1 "$M" "${GT[@]}" --precision mxfp8 --mx-rule floor --steps 4 --resume "$T/mx2.st" && one_line &&
+    has "$err" "recipe 'mxfp8 scale_rule=rceil', this run asks for 'mxfp8 scale_rule=floor'"
+expect 1 "$M" "${GT[@]}" --precision bf16 --steps 6 --resume "$T/d3.st" && one_line && has "$err" "precision 'fp8-delayed'"
+# edit_ckpt SRC DST PYTHON: a copy of checkpoint SRC with the header h (and its metadata m) changed by PYTHON
+edit_ckpt() {
+    python3 - "$@" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); m = h["__metadata__"]
+exec(sys.argv[3])
+hb = json.dumps(h).encode()
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + b[8 + n:])
+PY
+}
+edit_ckpt "$T/d3.st" "$T/d3a.st" 'del m["quant.h.0.attn.c_proj.weight"]'
+expect 1 "$M" "${GT[@]}" --precision fp8-delayed --steps 6 --resume "$T/d3a.st" && one_line &&
+    has "$err" "quantization state 'quant.h.0.attn.c_proj.weight' missing or damaged"
+edit_ckpt "$T/d3.st" "$T/d3b.st" 'm["quant.h.0.mlp.c_fc.input"] = m["quant.h.0.mlp.c_fc.input"][:-2]'
+expect 1 "$M" "${GT[@]}" --precision fp8-delayed --steps 6 --resume "$T/d3b.st" && one_line && has "$err" "'quant.h.0.mlp.c_fc.input' missing"
+k=quant.h.0.mlp.c_proj.grad.amax_history
+edit_ckpt "$T/d3.st" "$T/d3c.st" "h['$k.old'] = h.pop('$k')"
+expect 1 "$M" "${GT[@]}" --precision fp8-delayed --steps 6 --resume "$T/d3c.st" && one_line &&
+    has "$err" "amax history '$k' missing or not F32 \[1024\]"
+edit_ckpt "$T/d3.st" "$T/d3c.st" "h['$k'].update(dtype='F16', shape=[2048])"
+expect 1 "$M" "${GT[@]}" --precision fp8-delayed --steps 6 --resume "$T/d3c.st" && one_line && has "$err" "amax history '$k'"
+edit_ckpt "$T/d3.st" "$T/d3d.st" 'k = "quant.h.0.mlp.c_fc.grad"; m[k] = m[k][:32] + struct.pack("<Q", 1024).hex() + m[k][48:]'
+expect 1 "$M" "${GT[@]}" --precision fp8-delayed --steps 6 --resume "$T/d3d.st" && one_line && has "$err" 'history position 1024 of 1024'
+edit_ckpt "$T/d3.st" "$T/d3e.st" 'del m["recipe"]'
+expect 1 "$M" "${GT[@]}" --precision fp8-delayed --steps 6 --resume "$T/d3e.st" && one_line && has "$err" "checkpoint has recipe 'none', this run asks for 'fp8-delayed amax_history_len=1024"
+
 # the ISA cap is honoured
 MIXPREC_ISA=scalar expect 0 "$M" --version && has "$out" 'cpu path: scalar'
+
+# block formats (issue 15): cast and underflow with mxfp8-e4m3, mxfp8-e5m2 and nvfp4, block scaling against one scale per tensor
+expect 0 "$M" cast --help && has "$out" 'mxfp8-e4m3\|mxfp8-e5m2\|nvfp4' && has "$out" 'flushed +a nonzero value became 0'
+expect 0 "$M" underflow --help && has "$out" '--mx-rule floor\|rceil'
+# one block, amax 448: rceil's 448 * fp32(1/448) rounds to 1, so the scale is 2^0 (0x7f); 1e-6 is below half of 2^-9
+expect 0 "$M" cast --to mxfp8-e4m3 1 1e-6 448
+has "$out" '^mxfp8-e4m3, rule rceil: 3 values as one tensor, 1 block of 32 \(29 zeros of padding\)$'
+has "$out" '^block 0: scale 0x7f = 2\^0$'
+has "$out" '^1 .* 0x38 +1 +0 +exact$' && has "$out" '^1e-6 .* 0x00 +0 +1 +flushed$' && has "$out" '^448 .* 0x7e +448 +0 +exact$'
+has "$out" '^block scaling keeps as many values nonzero; mean relative error 0.333 vs 0.333$'
+# two blocks, 32 x 448 then 1e-6: block 1's scale is 2^-28 (1e-6 / 448 = 2^-28.7, rounded up), 1e-6 * 2^28 = 268.4
+# -> 256 (0x78), 256 * 2^-28 = 9.54e-7; one scale for the tensor (448 / 448 = 1) flushes it
+expect 0 "$M" cast --to mxfp8-e4m3 $(printf '448 %.0s' {1..32}) 1e-6
+has "$out" '^block 1: scale 0x63 = 2\^-28$' && has "$out" '^1e-6 .* 0x78 +9.53674316e-07 +0.0463 +rounded$'
+has "$out" '^block scaling \(e8m0 scale per 32\) +0 +0.00% +0 +0.00% +33 +100.00% +0.001404$'
+has "$out" '^one scale per tensor \(e4m3, 448/amax\) +1 +3.03% +0 +0.00% +32 +96.97% +0.0303$'
+has "$out" '^block scaling keeps 1 more value nonzero \(3.03% of the nonzero values\); mean relative error 0.0014 vs 0.0303$'
+# floor: scale 2^(8 - 8), 480 rounds past 448 (above 464): saturated, as the row counts; rceil: 2^1, 240 and 0.5 exact
+expect 0 "$M" cast --to mxfp8-e4m3 --mx-rule floor 480 1 && has "$out" '^480 .* 0x7e +448 +0.0667 +saturated$' &&
+    has "$out" '^block scaling .* +0 +0.00% +1 +50.00% +2 +100.00% '
+expect 0 "$M" cast --to mxfp8-e4m3 480 1 && has "$out" '^block 0: scale 0x80 = 2\^1$' &&
+    has "$out" '^480 .* 0x77 +480 +0 +exact$' && has "$out" '^1 .* 0x30 +1 +0 +exact$'
+expect 0 "$M" cast --to mxfp8-e5m2 57344 -1 1e-9 && has "$out" '^57344 .* 0x7b +57344 +0 +exact$' &&
+    has "$out" '^-1 .* 0xbc +-1 +0 +exact$' && has "$out" '^1e-9 .* 0x00 +0 +1 +flushed$'
+# nvfp4: 16 x 6 then 0.006. g = 2688 / 6 = 448; block 1's scale e4m3(0.006 * 448 / 6 = 0.448) = 0.4375 (0x2e),
+# the element 0.006 * 1024 = 6.14 -> 6 (0x7), 6 * 0.4375 * 6 / 2688 = 0.005859375; per tensor (6 / 6 = 1) it is flushed
+expect 0 "$M" cast --to nvfp4 $(printf '6 %.0s' {1..15}) -6 0.006
+has "$out" '^nvfp4: 17 values as one tensor, 2 blocks of 16 \(15 zeros of padding\); amax 6, global scale 2688/amax = 448$'
+has "$out" '^block 0: scale 0x7e = 448 \(e4m3\)' && has "$out" '^-6 .* 0x0f +-6 +0 +exact$'
+has "$out" '^block 1: scale 0x2e = 0.4375 \(e4m3\); value = e2m1 x 0.4375 x amax/2688 = e2m1 x 0.0009765625$'
+has "$out" '^0.006 .* 0x07 +0.005859375 +0.0234 +rounded$'
+has "$out" '^one scale per tensor \(e2m1, 6/amax\) +1 +5.88% '
+has "$out" '^block scaling keeps 1 more value nonzero \(5.88% of the nonzero values\)'
+# underflow from a file: 32 x -256 then 32 x 2^-30 (signs dropped); block scales fit both, 448/256 = 1.75 flushes 2^-30
+python3 -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack("<64f", *([-256.0] * 32 + [2.0**-30] * 32)))' "$T/two.f32"
+expect 0 "$M" underflow --from "$T/two.f32" --format mxfp8-e4m3 --json
+has "$out" '^\{"format": "mxfp8-e4m3", "rule": "rceil", "element": "e4m3", "block": 32, "n": 64, "nonzero": 64, "amax": 256, "tensor_scale": 1.75, '
+has "$out" '"block_scaling": \{"flushed": 0, "saturated": 0, "nonzero": 64, "mean_rel_error": 0\}'
+has "$out" '"per_tensor": \{"flushed": 32, "saturated": 0, "nonzero": 32, "mean_rel_error": 0.5[0-9]*\}, "nonzero_gain": 32\}$'
+expect 0 "$M" underflow --from "$T/two.f32" --format mxfp8-e5m2 --mx-rule floor
+has "$out" '^64 gradient magnitudes from .*two.f32, in mxfp8-e5m2, rule floor: one tensor, blocks of 32 '
+has "$out" '^block scaling keeps 32 more values nonzero \(50.00% of the nonzero values\); mean relative error 0 vs 0.5$'
+if ! printf '%s\n' "$out" | grep -q 'loss scale'; then ok; else fail "block formats print no loss-scale table"; fi
+expect 0 "$M" underflow --format nvfp4 --n 1000 --json
+if printf '%s\n' "$out" | python3 -c '
+import json, sys
+d = json.load(sys.stdin); b, t = d["block_scaling"], d["per_tensor"]
+assert d["rule"] is None and d["element"] == "e2m1" and d["block"] == 16 and d["n"] == d["nonzero"] == 1000, d
+assert b["nonzero"] + b["flushed"] == t["nonzero"] + t["flushed"] == 1000 and d["nonzero_gain"] == b["nonzero"] - t["nonzero"] > 0, d
+assert b["mean_rel_error"] < t["mean_rel_error"], d'; then ok; else fail "underflow --format nvfp4 --json: $out"; fi
+# bad input: one line, status 2
+expect 2 "$M" cast --to mxfp9 1 && one_line && has "$err" "unknown format 'mxfp9'" && has "$err" 'mxfp8-e4m3, mxfp8-e5m2, nvfp4'
+expect 2 "$M" cast --to nvfp4 --mx-rule floor 1 && one_line && has "$err" '--mx-rule applies to --to mxfp8-e4m3 and mxfp8-e5m2 only'
+expect 2 "$M" cast --mx-rule floor 1 && one_line
+expect 2 "$M" cast --to mxfp8-e4m3 --mx-rule round 1 && one_line && has "$err" "not 'round'"
+expect 2 "$M" cast --to mxfp8-e5m2 1 nan && one_line && has "$err" "finite values, not 'nan'"
+expect 2 "$M" cast --to nvfp4 --saturate 1 && one_line
+expect 2 "$M" underflow --format mxfp8 && one_line && has "$err" "not 'mxfp8'" && has "$err" 'nvfp4'
+expect 2 "$M" underflow --format nvfp4 --mx-rule rceil && one_line && has "$err" 'mxfp8-e4m3 and mxfp8-e5m2 only'
+expect 2 "$M" underflow --format fp16 --mx-rule floor && one_line
+expect 2 "$M" underflow --format mxfp8-e4m3 --scales 1,256 && one_line && has "$err" '--scales does not apply'
 
 done_

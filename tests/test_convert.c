@@ -1,7 +1,9 @@
 /* test_convert.c - bulk conversion: every CPU path equals the scalar path bit
  * for bit on all 2^32 fp32 inputs (the --quick sample under sanitizers), with
  * identical statistics; the statistics equal an independent count; mp_convert
- * handles every pair of formats, threads, tails, in-place and bad arguments. */
+ * handles every pair of formats, threads, tails, in-place and bad arguments;
+ * E8M0 and E2M1 through mp_convert equal their scalar functions on every path,
+ * with the statistics convert.h defines for them. */
 #include <math.h>
 #include <xmmintrin.h>
 
@@ -178,8 +180,26 @@ static uint32_t narrow_code(float v, mp_dtype t) {
     case MP_BF16: return mp_f32_to_bf16(v);
     case MP_E4M3: return mp_f32_to_e4m3(v);
     case MP_E5M2: return mp_f32_to_e5m2(v);
+    case MP_E8M0: return mp_f32_to_e8m0(v);
+    case MP_E2M1: return mp_f32_to_e2m1(v);
     }
     return 0;
+}
+
+/* The statistics convert.h defines for one element: v the exact input, r the
+ * result widened to fp32, counted with float classification. */
+static void want_stats(mp_convert_stats *w, float v, float r, mp_dtype dt) {
+    w->nan += isnan(v) != 0;
+    w->underflow += isfinite(v) && v != 0 && r == 0;
+    w->subnormal += r != 0 && fabs((double)r) < mp_format(dt)->min_normal;
+    if (dt == MP_E2M1) { /* saturating: beyond 6.5 rounds past 6 ... and 7 is a tie to 8 */
+        w->overflow += isfinite(v) && fabsf(v) >= 7.0f;
+    } else if (dt == MP_E8M0) { /* zeros and negatives have no code: nan, not overflow */
+        w->nan += isfinite(v) && !(v > 0);
+        w->overflow += isfinite(v) && v > 0 && isnan(r);
+    } else {
+        w->overflow += isfinite(v) && !isfinite(r);
+    }
 }
 
 static uint32_t code_at(const void *p, mp_dtype t, size_t i) {
@@ -214,11 +234,8 @@ static void check_all_pairs(void) {
             mp_convert_stats want = {0};
             for (size_t i = 0; i < n; i++) {
                 const float v = elem_f32(src, st, i);
-                const float r = elem_f32(&(uint32_t){narrow_code(v, dt)}, dt, 0);
-                want.nan += isnan(v) != 0;
-                want.underflow += isfinite(v) && v != 0 && r == 0;
-                want.subnormal += r != 0 && fabs((double)r) < df->min_normal;
-                want.overflow += isfinite(v) && !isfinite(r);
+                const uint32_t c = narrow_code(v, dt); /* little-endian: a one-byte code is its first byte */
+                want_stats(&want, v, elem_f32(&c, dt, 0), dt);
             }
             for (int p = 0; p < nisa; p++) {
                 mp_cpu_set_isa(p == 0 ? MP_ISA_SCALAR : paths[p - 1].isa);
@@ -236,7 +253,7 @@ static void check_all_pairs(void) {
                           df->name, mp_isa_name(mp_cpu_isa()), threads, bad);
                 }
             }
-            if (dt == MP_F16 && st == MP_F32)
+            if ((dt == MP_F16 || dt == MP_E2M1) && st == MP_F32)
                 CHECK(want.underflow > 0 && want.subnormal > 0 && want.overflow > 0 && want.nan > 0, "sample is interesting");
         }
     }
@@ -355,8 +372,184 @@ static void check_ftz_daz(void) {
     free(x); free(w0); free(w1); free(a); free(b);
 }
 
+/* fp32 -> E8M0 and E2M1 through mp_convert, each code against the scalar
+ * function, on 1 and 2 threads: on every path the --quick sample, each block's
+ * statistics against those convert.h defines (want_stats); then, unless
+ * --quick, on the detected path a 2^28 slice of all patterns (every 16th, the
+ * low nibble varying) the same way; with --long instead all 2^32 inputs, the
+ * statistics' totals against the counts worked out by hand below. E8M0 and
+ * E2M1 take the scalar functions on every path, which test_format checks on
+ * every input; this is about mp_convert's loops, threads and counts. */
+static void check_mx_narrow(int quick, int all_inputs) {
+    enum { B = 1 << 22 };
+    float *x = malloc(B * sizeof *x);
+    uint8_t *got = malloc(B + 1);
+    CHECK(x && got, "memory");
+    if (!x || !got) return;
+    for (int p = npaths; p >= -1; p--) {
+        if (p == -1 && quick) break;
+        const int last = p == -1, all = last && all_inputs; /* the last round: the detected path */
+        const mp_isa isa = last ? mp_cpu_detected() : p == 0 ? MP_ISA_SCALAR : paths[p - 1].isa;
+        mp_cpu_set_isa(isa);
+        const uint64_t count = all ? (1ull << 32) : last ? (1ull << 28) : quick_count();
+        for (int f = 0; f < 2; f++) {
+            const mp_dtype dt = f ? MP_E2M1 : MP_E8M0;
+            mp_convert_stats total = {0}, want = {0};
+            long bad = 0, bad_stats = 0;
+            for (uint64_t b = 0; b < count; b += B) {
+                const size_t n = (size_t)(count - b < B ? count - b : B);
+#pragma omp parallel for
+                for (size_t i = 0; i < n; i++) {
+                    const uint64_t j = b + i;
+                    x[i] = u2f(all ? (uint32_t)j : last ? (uint32_t)(j * 16 + ((j >> 3) & 15)) : quick_input(j));
+                }
+                mp_set_threads(1 + (int)(b / B % 2));
+                mp_convert_stats st = {0}, w = {0};
+                got[n] = 0xa5;
+                CHECK(mp_convert(got, dt, x, MP_F32, n, &st) == MP_OK, "convert");
+                long bad_block = 0;
+#pragma omp parallel for reduction(+ : bad_block)
+                for (size_t i = 0; i < n; i++) bad_block += got[i] != narrow_code(x[i], dt);
+                bad += bad_block + (got[n] != 0xa5);
+                mp_convert_stats_add(&total, &st);
+                if (all) continue;
+                for (size_t i = 0; i < n; i++) {
+                    const uint32_t c = got[i];
+                    want_stats(&w, x[i], elem_f32(&c, dt, 0), dt);
+                }
+                bad_stats += !stats_eq(&st, &w);
+                mp_convert_stats_add(&want, &w);
+            }
+            const long mark = check_failures;
+            CHECK(bad == 0 && bad_stats == 0, "fp32 -> %s on %s: %ld codes, %ld blocks' stats differ", mp_format(dt)->name,
+                  mp_isa_name(isa), bad, bad_stats);
+            if (!all) {
+                CHECK(stats_eq(&total, &want), "%s totals", mp_format(dt)->name);
+            } else if (dt == MP_E8M0) {
+                /* nan: the NaNs (2 (2^23 - 1)), +0 and every negative finite pattern (0x80000000 .. 0xff7fffff);
+                 * overflow: 1.5 * 2^127 (0x7f400000) .. FLT_MAX; never underflow or subnormal */
+                CHECK(total.nan == 2 * ((1ull << 23) - 1) + 1 + 0x7f800000ull && total.overflow == 0x400000u &&
+                          total.underflow == 0 && total.subnormal == 0,
+                      "e8m0 totals %" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64, total.underflow, total.subnormal,
+                      total.overflow, total.nan);
+            } else {
+                /* underflow: 0 < |x| <= 0.25 (0x3e800000, a tie to 0); subnormal (+-0.5): 0.25 < |x| < 0.75
+                 * (0.75 ties to 1); overflow: 7 (0x40e00000) <= |x| <= FLT_MAX; nan: the NaNs */
+                CHECK(total.nan == 2 * ((1ull << 23) - 1) && total.underflow == 2ull * 0x3e800000u &&
+                          total.subnormal == 2ull * (0x3f400000u - 0x3e800001u) &&
+                          total.overflow == 2ull * (0x7f800000u - 0x40e00000u),
+                      "e2m1 totals %" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64, total.underflow, total.subnormal,
+                      total.overflow, total.nan);
+            }
+            CHECK_SAY(mark, "  f32->%s on %s: %" PRIu64 " inputs%s equal the scalar function; stats %s\n",
+                      mp_format(dt)->name, mp_isa_name(isa), count, last && !all ? " (a slice)" : "",
+                      all ? "totals as counted by hand" : "as defined, per block");
+        }
+    }
+    mp_set_threads(0);
+    mp_cpu_set_isa(mp_cpu_detected());
+    free(x), free(got);
+}
+
+/* Every byte as an E8M0 or E2M1 source, into every format, on every path:
+ * the scalar composition; and E8M0/E2M1 sources and destinations in place. */
+static void check_mx_widen(void) {
+    uint8_t src[256];
+    uint32_t dst[256];
+    for (int i = 0; i < 256; i++) src[i] = (uint8_t)i;
+    for (int p = 0; p <= npaths; p++) {
+        const mp_isa isa = p == 0 ? MP_ISA_SCALAR : paths[p - 1].isa;
+        mp_cpu_set_isa(isa);
+        for (int f = 0; f < 2; f++) {
+            const mp_dtype st = f ? MP_E2M1 : MP_E8M0;
+            for (int di = 0; di < MP_NUM_DTYPES; di++) {
+                const mp_dtype dt = (mp_dtype)di;
+                mp_convert_stats got = {0}, want = {0};
+                memset(dst, 0x5a, sizeof dst);
+                CHECK(mp_convert(dst, dt, src, st, 256, &got) == MP_OK, "convert");
+                long bad = 0;
+                for (int i = 0; i < 256; i++) {
+                    const float v = st == MP_E2M1 ? mp_e2m1_to_f32(src[i]) : mp_e8m0_to_f32(src[i]);
+                    const uint32_t c = narrow_code(v, dt);
+                    bad += code_at(dst, dt, i) != c;
+                    want_stats(&want, v, elem_f32(&c, dt, 0), dt);
+                }
+                CHECK(bad == 0 && stats_eq(&got, &want), "%s -> %s on %s: %ld wrong", mp_format(st)->name,
+                      mp_format(dt)->name, mp_isa_name(isa), bad);
+            }
+        }
+    }
+    mp_cpu_set_isa(mp_cpu_detected());
+    /* widening counts what the destination does: E8M0's 2^-127 is an fp32 subnormal, its 0xFF a NaN;
+     * E2M1 bytes are read from the low 4 bits */
+    float w[256];
+    mp_convert_stats s = {0};
+    CHECK(mp_convert(w, MP_F32, src, MP_E8M0, 256, &s) == MP_OK && s.subnormal == 1 && s.nan == 1 && s.underflow == 0 &&
+              s.overflow == 0 && w[0] == 0x1p-127f && w[254] == 0x1p127f && isnan(w[255]),
+          "e8m0 -> fp32");
+    memset(&s, 0, sizeof s);
+    uint16_t h[256];
+    CHECK(mp_convert(h, MP_F16, src, MP_E8M0, 256, &s) == MP_OK && s.nan == 1 && s.underflow == 127 - 25 + 1 &&
+              s.overflow == 254 - 127 - 15,
+          "e8m0 -> fp16: 2^-127 .. 2^-26 underflow, 2^16 .. 2^127 overflow (%" PRIu64 "/%" PRIu64 ")", s.underflow,
+          s.overflow);
+    memset(&s, 0, sizeof s);
+    CHECK(mp_convert(w, MP_F32, src, MP_E2M1, 256, &s) == MP_OK && w[0x17] == 6.0f && w[0xf9] == -0.5f &&
+              !memcmp(&s, &(mp_convert_stats){0}, sizeof s),
+          "e2m1 -> fp32");
+    /* in place, one byte to one byte */
+    uint8_t ip[256];
+    memcpy(ip, src, 256);
+    CHECK(mp_convert(ip, MP_E2M1, ip, MP_E2M1, 256, NULL) == MP_OK, "e2m1 in place");
+    long bad = 0;
+    for (int i = 0; i < 256; i++) bad += ip[i] != (src[i] & 0xf);
+    CHECK(bad == 0, "e2m1 -> e2m1 keeps the code and clears the high bits");
+    memcpy(ip, src, 256);
+    CHECK(mp_convert(ip, MP_E8M0, ip, MP_E8M0, 256, NULL) == MP_OK && !memcmp(ip, src, 256), "e8m0 -> e8m0 in place");
+    CHECK(mp_convert(ip, MP_E4M3, ip, MP_E2M1, 256, NULL) == MP_OK, "e2m1 -> e4m3 in place");
+    bad = 0;
+    for (int i = 0; i < 256; i++) bad += mp_e4m3_to_f32(ip[i]) != mp_e2m1_to_f32(src[i]);
+    CHECK(bad == 0, "every e2m1 value is an e4m3 value");
+    /* E8M0 into E2M1: 2^-2 and below become 0 (2^-2 is a tie), 2^-1 .. 2^2 exact, 2^3 and up saturate */
+    memset(&s, 0, sizeof s);
+    CHECK(mp_convert(ip, MP_E2M1, src, MP_E8M0, 256, &s) == MP_OK && ip[125] == 0x0 && ip[126] == 0x1 && ip[127] == 0x2 &&
+              ip[128] == 0x4 && ip[129] == 0x6 && ip[130] == 0x7 && ip[255] == 0x8 && s.nan == 1 && s.overflow == 254 - 130 + 1 &&
+              s.underflow == 126 && s.subnormal == 1,
+          "e8m0 -> e2m1 (%" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 ")", s.underflow, s.subnormal, s.overflow, s.nan);
+}
+
+/* Where the new formats make no sense: refused with MP_EINVAL. */
+static void check_mx_refused(void) {
+    uint8_t b[64] = {0};
+    mp_value_counts vc;
+    CHECK(isnan(mp_amax(b, MP_E2M1, 64)) && strstr(mp_last_error(), "e2m1"), "amax e2m1");
+    CHECK(isnan(mp_amax(b, MP_E8M0, 64)) && strstr(mp_last_error(), "e8m0"), "amax e8m0");
+    CHECK(isnan(mp_amax(b, MP_E4M3, 64)) && isnan(mp_amax(b, (mp_dtype)9, 64)), "amax of other types");
+    CHECK(mp_count_values(b, MP_E2M1, 64, &vc) == MP_EINVAL && mp_count_values(b, MP_E8M0, 64, &vc) == MP_EINVAL,
+          "count_values");
+    mp_convert_stats s = {0};
+    const float one[2] = {1.0f, 7.0f};
+    CHECK(mp_convert_count(MP_E8M0, one, MP_F32, 2, 1.0f, &s) == MP_EINVAL && strstr(mp_last_error(), "e8m0"),
+          "convert_count into e8m0");
+    CHECK(mp_convert_count(MP_E2M1, one, MP_F32, 2, 1.0f, &s) == MP_OK && s.overflow == 1 &&
+              mp_convert_count(MP_F16, b, MP_E2M1, 64, 2.0f, &s) == MP_OK,
+          "convert_count into and from e2m1");
+    int found = 0;
+    CHECK(mp_unscale_check(b, MP_E2M1, 64, 0.5f, &found) == MP_EINVAL &&
+              mp_unscale_check(b, MP_E8M0, 64, 1.0f, &found) == MP_EINVAL && !found,
+          "unscale e2m1/e8m0");
+    float c[4];
+    CHECK(mp_gemm(0, 0, 2, 2, 2, 1.0f, b, MP_E2M1, 2, b, MP_E2M1, 2, 0.0f, c, MP_F32, 2, NULL) == MP_EINVAL &&
+              mp_gemm(0, 0, 2, 2, 2, 1.0f, c, MP_F32, 2, c, MP_F32, 2, 0.0f, b, MP_E8M0, 2, NULL) == MP_EINVAL,
+          "gemm e2m1/e8m0");
+}
+
+/* --quick: the sample (sanitizers); --long: also all 2^32 inputs into E8M0 and E2M1 (make test-long) */
 int main(int argc, char **argv) {
     const int quick = test_quick(argc, argv);
+    int long_run = 0;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--long") == 0) long_run = 1;
     find_paths();
     check_api();
     check_amax();
@@ -366,5 +559,8 @@ int main(int argc, char **argv) {
     check_streaming();
     check_all_pairs();
     check_narrow_paths(quick);
+    check_mx_widen();
+    check_mx_refused();
+    check_mx_narrow(quick, long_run);
     return check_report("test_convert");
 }

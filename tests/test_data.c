@@ -149,10 +149,27 @@ static void check_safetensors(void) {
     CHECK(mp_safetensors_read(path, &s) == MP_OK && s.count == 2, "old file intact");
     mp_safetensors_free(&s);
 
+    /* E8M0 is safetensors' F8_E8M0; E2M1 is refused both ways (F4 packs two codes a byte, mixprec holds one) */
+    const uint8_t e8[4] = {0x00, 0x7f, 0xfe, 0xff}, e2[4] = {0x1, 0x7, 0x8, 0xf};
+    mp_tensor mx[2] = {{"s", MP_E8M0, 1, {4}, 4, e8}, {"q", MP_E2M1, 1, {4}, 4, e2}};
+    CHECK(mp_safetensors_write(p("mx.safetensors"), mx, 1, NULL) == MP_OK, "e8m0 write: %s", mp_last_error());
+    CHECK(mp_safetensors_read(p("mx.safetensors"), &s) == MP_OK && s.count == 1 && s.tensors[0].dtype == MP_E8M0 &&
+              memcmp(s.tensors[0].data, e8, 4) == 0,
+          "e8m0 round-trip");
+    mp_safetensors_free(&s);
+    f = fopen(p("mx.safetensors"), "rb");
+    char hdr[128] = {0};
+    CHECK(f && fread(hdr, 1, sizeof hdr - 1, f) > 8 && strstr(hdr + 8, "\"F8_E8M0\""), "written as F8_E8M0");
+    if (f) fclose(f);
+    CHECK(mp_safetensors_write(p("mx.safetensors"), mx, 2, NULL) == MP_EINVAL && strstr(mp_last_error(), "e2m1") &&
+              strstr(mp_last_error(), "F4"),
+          "e2m1 refused: %s", mp_last_error());
+
     struct { const char *json; const char *what; } bad[] = {
         {"{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]", "not a JSON object"},
         {"[1, 2]", "not a JSON object"},
         {"{\"w\": {\"dtype\": \"F99\", \"shape\": [2], \"data_offsets\": [0, 8]}}", "dtype F99"},
+        {"{\"w\": {\"dtype\": \"F4\", \"shape\": [16], \"data_offsets\": [0, 8]}}", "F4 packs two fp4 codes a byte"},
         {"{\"w\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 8]}}", "8 bytes for a shape of 3"},
         {"{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 800]}}", "out of range"},
         {"{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", "after the last tensor"},

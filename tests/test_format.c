@@ -5,7 +5,12 @@
  * finds the binade of the exact input value, rounds it to a whole number of
  * the format's quanta with ties to even, and encodes the result, sharing no
  * code with src/format.c. Widening is checked on every code against values
- * built with ldexp in double, and every code is checked to round-trip. */
+ * built with ldexp in double, and every code is checked to round-trip.
+ *
+ * E2M1 and E8M0 (the MX formats) have references of their own, in double
+ * arithmetic on their value tables: ref_e2m1 picks the nearest of the eight
+ * magnitudes (ties to the even code), ref_e8m0 the nearest power of two (ties
+ * up), with ml_dtypes 0.7's rules for what has no value (format.h). */
 #include <fenv.h>
 #include <float.h>
 #include <math.h>
@@ -137,6 +142,124 @@ static void check_codes(const fmt *f) {
     }
 }
 
+/* ---- E2M1 and E8M0 ---- */
+
+static const double e2m1_mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+
+/* ml_dtypes.float4_e2m1fn: the nearest of the eight magnitudes, ties to the
+ * even code; beyond 6 (inf too) saturates to 6; +NaN -> 0x8, -NaN -> 0x0. */
+static uint8_t ref_e2m1(uint32_t x) {
+    const uint32_t sign = x >> 31;
+    const float f = u2f(x);
+    if (isnan(f)) return sign ? 0x0 : 0x8;
+    const double a = fabs((double)f);
+    int k = 0; /* the table entries around a: mag[k] <= a < mag[k + 1] */
+    while (k < 7 && e2m1_mag[k + 1] <= a) k++;
+    if (k < 7) { /* the nearer of the two; a tie goes to the even code */
+        const double below = a - e2m1_mag[k], above = e2m1_mag[k + 1] - a;
+        if (above < below || (above == below && (k + 1) % 2 == 0)) k++;
+    }
+    return (uint8_t)(sign << 3 | (uint32_t)k);
+}
+
+/* ml_dtypes.float8_e8m0fnu: the nearest power of two 2^k (ties, 1.5 * 2^k, go
+ * up to 2^(k+1)), k from -127 (below which nothing is smaller: 2^-127) to 127;
+ * beyond, and for NaN, +-0, negatives and +-inf: 0xFF. */
+static uint8_t ref_e8m0(uint32_t x) {
+    const float f = u2f(x);
+    if (!(f > 0) || isinf(f)) return 0xff; /* NaN, zeros, negatives, inf */
+    int e;
+    const double m = frexp((double)f, &e); /* f = m 2^e, m in [0.5, 1) */
+    int k = e - 1;                         /* f = 2m 2^k, 2m in [1, 2) */
+    if (2 * m >= 1.5) k++;                 /* f >= 1.5 * 2^k: nearer 2^(k+1), or a tie */
+    if (k < -127) k = -127;
+    return k > 127 ? 0xff : (uint8_t)(k + 127);
+}
+
+/* Every fp32 input (mode as check_narrow_all) through both. */
+static void check_mx_narrow_all(int mode) {
+    const uint64_t count = mode == QUICK ? quick_count() : mode == SLICE ? (1ull << 28) : (1ull << 32);
+    long bad2 = 0, bad8 = 0;
+    uint32_t first2 = 0, first8 = 0;
+#pragma omp parallel for schedule(static, 1 << 16) reduction(+ : bad2, bad8)
+    for (uint64_t i = 0; i < count; i++) {
+        const uint32_t x = mode == QUICK ? quick_input(i) : mode == SLICE ? slice_input(i) : (uint32_t)i;
+        if (mp_f32_to_e2m1(u2f(x)) != ref_e2m1(x)) {
+            if (bad2++ == 0) {
+#pragma omp critical
+                first2 = x;
+            }
+        }
+        if (mp_f32_to_e8m0(u2f(x)) != ref_e8m0(x)) {
+            if (bad8++ == 0) {
+#pragma omp critical
+                first8 = x;
+            }
+        }
+    }
+    const long mark = check_failures;
+    CHECK(bad2 == 0, "e2m1: %ld of %" PRIu64 " inputs differ from the reference; e.g. 0x%08x -> 0x%x, expected 0x%x", bad2,
+          count, first2, mp_f32_to_e2m1(u2f(first2)), ref_e2m1(first2));
+    CHECK(bad8 == 0, "e8m0: %ld of %" PRIu64 " inputs differ from the reference; e.g. 0x%08x -> 0x%x, expected 0x%x", bad8,
+          count, first8, mp_f32_to_e8m0(u2f(first8)), ref_e8m0(first8));
+    CHECK_SAY(mark, "  e2m1, e8m0: %" PRIu64 " inputs equal to the reference\n", count);
+}
+
+/* Every code (and every byte) widens to its table value and narrows back. */
+static void check_mx_codes(void) {
+    for (uint32_t b = 0; b < 256; b++) {
+        /* E2M1: the low 4 bits are the code, the high 4 are ignored */
+        const uint32_t c = b & 0xf;
+        const double v = (c & 8 ? -1 : 1) * e2m1_mag[c & 7];
+        const float w = mp_e2m1_to_f32((uint8_t)b);
+        CHECK(f2u(w) == f2u((float)v), "e2m1 byte 0x%02x widens to %a, expected %a", b, (double)w, v);
+        if (b < 16)
+            CHECK(mp_f32_to_e2m1(w) == b, "e2m1 0x%x does not round-trip (got 0x%x)", b, mp_f32_to_e2m1(w));
+        /* E8M0: 2^(b - 127), 0xFF NaN */
+        const float w8 = mp_e8m0_to_f32((uint8_t)b);
+        if (b == 0xff) {
+            CHECK(isnan(w8) && f2u(w8) == 0x7fc00000u, "e8m0 0xff is the quiet NaN");
+            CHECK(mp_f32_to_e8m0(w8) == 0xff, "e8m0 NaN round trip");
+            continue;
+        }
+        CHECK(f2u(w8) == f2u((float)ldexp(1.0, (int)b - 127)), "e8m0 0x%02x widens to %a", b, (double)w8);
+        CHECK(mp_f32_to_e8m0(w8) == b, "e8m0 0x%02x does not round-trip (got 0x%x)", b, mp_f32_to_e8m0(w8));
+    }
+}
+
+static void check_mx_values(void) {
+    /* E2M1 */
+    CHECK(mp_f32_to_e2m1(6.0f) == 0x7 && mp_f32_to_e2m1(-6.0f) == 0xf, "e2m1 max");
+    CHECK(mp_f32_to_e2m1(1e30f) == 0x7 && mp_f32_to_e2m1(-7.0f) == 0xf, "e2m1 saturates");
+    CHECK(mp_f32_to_e2m1(INFINITY) == 0x7 && mp_f32_to_e2m1(-INFINITY) == 0xf, "e2m1 +-inf -> +-6");
+    CHECK(mp_f32_to_e2m1(NAN) == 0x8 && mp_f32_to_e2m1(u2f(0x7f800001u)) == 0x8, "e2m1 +NaN -> 0x8 (-0), as ml_dtypes");
+    CHECK(mp_f32_to_e2m1(-NAN) == 0x0 && mp_f32_to_e2m1(u2f(0xffffffffu)) == 0x0, "e2m1 -NaN -> 0x0 (+0), as ml_dtypes");
+    CHECK(mp_f32_to_e2m1(5.0f) == 0x6 && mp_f32_to_e2m1(5.0001f) == 0x7, "5 ties to 4; above it, 6");
+    CHECK(mp_f32_to_e2m1(0.25f) == 0x0 && mp_f32_to_e2m1(0.2500001f) == 0x1, "0.25 ties to 0; above it, 0.5");
+    CHECK(mp_f32_to_e2m1(0.75f) == 0x2 && mp_f32_to_e2m1(1.25f) == 0x2 && mp_f32_to_e2m1(1.75f) == 0x4,
+          "ties to even: 0.75 -> 1, 1.25 -> 1, 1.75 -> 2");
+    CHECK(mp_f32_to_e2m1(2.5f) == 0x4 && mp_f32_to_e2m1(3.5f) == 0x6, "2.5 -> 2, 3.5 -> 4");
+    CHECK(mp_f32_to_e2m1(-0.0f) == 0x8 && mp_f32_to_e2m1(-1e-30f) == 0x8 && mp_f32_to_e2m1(0x1p-149f) == 0x0,
+          "e2m1 keeps the sign of zero");
+    CHECK(mp_e2m1_to_f32(0x7) == 6.0f && mp_e2m1_to_f32(0x1) == 0.5f && mp_e2m1_to_f32(0xf) == -6.0f, "e2m1 widen");
+    CHECK(f2u(mp_e2m1_to_f32(0x8)) == 0x80000000u && mp_e2m1_to_f32(0xa7) == 6.0f, "e2m1 -0; the high bits ignored");
+    /* E8M0 */
+    CHECK(mp_f32_to_e8m0(1.0f) == 127 && mp_f32_to_e8m0(2.0f) == 128 && mp_f32_to_e8m0(0.5f) == 126, "e8m0 powers");
+    CHECK(mp_f32_to_e8m0(0.75f) == 127 && mp_f32_to_e8m0(3.0f) == 129 && mp_f32_to_e8m0(7.0f) == 130,
+          "e8m0 ties (1.5 * 2^k) go up: 0.75 -> 1, 3 -> 4, 7 -> 8");
+    CHECK(mp_f32_to_e8m0(1.4999999f) == 127 && mp_f32_to_e8m0(5.9999995f) == 129, "below the tie: down");
+    CHECK(mp_f32_to_e8m0(0x1p-127f) == 0 && mp_f32_to_e8m0(0x1p-128f) == 0 && mp_f32_to_e8m0(0x1p-149f) == 0,
+          "below 2^-127: 2^-127 (code 0)");
+    CHECK(mp_f32_to_e8m0(u2f(0x005fffffu)) == 0 && mp_f32_to_e8m0(0x1.8p-127f) == 1, "1.5 * 2^-127 ties up to 2^-126");
+    CHECK(mp_f32_to_e8m0(0x1p127f) == 254 && mp_f32_to_e8m0(0x1.7ffffep127f) == 254, "e8m0 max");
+    CHECK(mp_f32_to_e8m0(0x1.8p127f) == 0xff && mp_f32_to_e8m0(FLT_MAX) == 0xff, "past 2^127 -> NaN");
+    CHECK(mp_f32_to_e8m0(0.0f) == 0xff && mp_f32_to_e8m0(-0.0f) == 0xff && mp_f32_to_e8m0(-1.0f) == 0xff &&
+              mp_f32_to_e8m0(INFINITY) == 0xff && mp_f32_to_e8m0(-INFINITY) == 0xff && mp_f32_to_e8m0(NAN) == 0xff,
+          "e8m0: zeros, negatives, inf, NaN -> 0xFF");
+    CHECK(mp_e8m0_to_f32(0) == 0x1p-127f && f2u(mp_e8m0_to_f32(0)) == 0x00400000u && mp_e8m0_to_f32(254) == 0x1p127f,
+          "e8m0 widen");
+}
+
 static void check_values(void) {
     /* fp16 */
     CHECK(mp_f32_to_f16(65504.0f) == 0x7bff, "65504");
@@ -207,41 +330,90 @@ static void check_info(void) {
     CHECK((double)mp_bf16_to_f32(0x7f7f) == b->max && (double)mp_bf16_to_f32(1) == b->min_subnormal, "bf16 table/conv");
     CHECK((double)mp_e4m3_to_f32(0x7e) == e4->max && (double)mp_e4m3_to_f32(1) == e4->min_subnormal, "e4m3 table/conv");
     CHECK((double)mp_e5m2_to_f32(0x7b) == e5->max && (double)mp_e5m2_to_f32(1) == e5->min_subnormal, "e5m2 table/conv");
+    /* ml_dtypes.finfo(float8_e8m0fnu): max 1.70141e+38, tiny = smallest_subnormal 5.87747e-39 (2^-127: no
+     * subnormals), eps 1, nmant 0, nexp 8; finfo(float4_e2m1fn): max 6, tiny 1, smallest_subnormal 0.5, eps 0.5 */
+    const mp_format_info *e8 = mp_format(MP_E8M0), *e2 = mp_format(MP_E2M1);
+    CHECK(e8 && e8->dtype == MP_E8M0 && !strcmp(e8->name, "e8m0") && e8->size == 1 && e8->exponent_bits == 8 &&
+              e8->mantissa_bits == 0 && e8->bias == 127 && !e8->has_inf && e8->max == 1.7014118346046923e+38 &&
+              e8->min_normal == 5.877471754111438e-39 && e8->min_subnormal == e8->min_normal && e8->eps == 1.0,
+          "e8m0 info");
+    CHECK(e2 && e2->dtype == MP_E2M1 && !strcmp(e2->name, "e2m1") && e2->size == 1 && e2->exponent_bits == 2 &&
+              e2->mantissa_bits == 1 && e2->bias == 1 && !e2->has_inf && e2->max == 6.0 && e2->min_normal == 1.0 &&
+              e2->min_subnormal == 0.5 && e2->eps == 0.5,
+          "e2m1 info");
+    CHECK((double)mp_e8m0_to_f32(0xfe) == e8->max && (double)mp_e8m0_to_f32(0) == e8->min_normal, "e8m0 table/conv");
+    CHECK((double)mp_e2m1_to_f32(7) == e2->max && (double)mp_e2m1_to_f32(1) == e2->min_subnormal &&
+              (double)mp_e2m1_to_f32(2) == e2->min_normal && (double)mp_e2m1_to_f32(3) - 1.0 == e2->eps,
+          "e2m1 table/conv");
+    CHECK(MP_NUM_DTYPES == 7 && MP_E8M0 == 5 && MP_E2M1 == 6 && mp_format(MP_NUM_DTYPES) == NULL, "dtype codes");
+    for (int k = 0; k < MP_NUM_DTYPES; k++) CHECK(mp_format((mp_dtype)k)->dtype == (mp_dtype)k, "table row %d", k);
     mp_dtype t;
     CHECK(mp_dtype_parse("bfloat16", &t) == MP_OK && t == MP_BF16, "parse bfloat16");
+    static const struct { const char *name; mp_dtype t; } names[] = {
+        {"e8m0", MP_E8M0}, {"float8_e8m0fnu", MP_E8M0}, {"e2m1", MP_E2M1}, {"fp4", MP_E2M1}, {"float4_e2m1fn", MP_E2M1},
+        {"e4m3", MP_E4M3}, {"float8_e5m2", MP_E5M2},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        CHECK(mp_dtype_parse(names[i].name, &t) == MP_OK && t == names[i].t, "parse %s", names[i].name);
+    for (int k = 0; k < MP_NUM_DTYPES; k++)
+        CHECK(mp_dtype_parse(mp_format((mp_dtype)k)->name, &t) == MP_OK && t == (mp_dtype)k, "parse own name %d", k);
     CHECK(mp_dtype_parse("fp12", &t) == MP_EINVAL && strstr(mp_last_error(), "fp12"), "parse error names the input");
+    CHECK(strstr(mp_last_error(), "e8m0") && strstr(mp_last_error(), "e2m1"), "parse error lists the new names: %s",
+          mp_last_error());
+    CHECK(mp_dtype_parse("E2M1", &t) == MP_EINVAL && mp_dtype_parse("fp4e2m1", &t) == MP_EINVAL, "names are exact");
 }
 
 /* The conversions use no floating-point arithmetic: a different rounding mode
  * and FTZ/DAZ must not change a single bit. */
 static void check_fpu_independence(void) {
+    /* the MX references use double arithmetic: computed before the mode changes */
+    enum { STEP = 4099 };
+    const size_t nmx = (size_t)(((1ull << 32) + STEP - 1) / STEP);
+    uint8_t *want2 = malloc(nmx), *want8 = malloc(nmx);
+    uint32_t wide2[256], wide8[256];
+    CHECK(want2 && want8, "memory");
+    if (!want2 || !want8) return;
+    for (size_t j = 0; j < nmx; j++) want2[j] = ref_e2m1((uint32_t)(j * STEP)), want8[j] = ref_e8m0((uint32_t)(j * STEP));
+    for (uint32_t c = 0; c < 256; c++) {
+        wide8[c] = c == 0xff ? 0x7fc00000u : f2u((float)ldexp(1.0, (int)c - 127));
+        wide2[c] = f2u((float)((c & 8 ? -1 : 1) * e2m1_mag[c & 7]));
+    }
     const unsigned csr = _mm_getcsr();
     fesetround(FE_UPWARD);
     _mm_setcsr(_mm_getcsr() | 0x8040); /* FTZ | DAZ */
     long bad = 0;
-    for (uint64_t i = 0; i < (1ull << 32); i += 4099) {
+    for (uint64_t i = 0; i < (1ull << 32); i += STEP) {
         const uint32_t x = (uint32_t)i;
         const float v = u2f(x);
         bad += mp_f32_to_f16(v) != expected(x, &F16, 0);
         bad += mp_f32_to_bf16(v) != expected(x, &BF16, 0);
         bad += mp_f32_to_e4m3(v) != expected(x, &E4M3, 0);
         bad += mp_f32_to_e5m2(v) != expected(x, &E5M2, 0);
+        bad += mp_f32_to_e2m1(v) != want2[i / STEP];
+        bad += mp_f32_to_e8m0(v) != want8[i / STEP];
+    }
+    for (uint32_t c = 0; c < 256; c++) {
+        bad += f2u(mp_e8m0_to_f32((uint8_t)c)) != wide8[c];
+        bad += f2u(mp_e2m1_to_f32((uint8_t)c)) != wide2[c];
     }
     for (uint32_t c = 1; c < 0x400; c++) bad += f2u(mp_f16_to_f32((uint16_t)c)) != f2u(ldexpf((float)c, -24));
     _mm_setcsr(csr);
     fesetround(FE_TONEAREST);
     CHECK(bad == 0, "%ld results changed under FE_UPWARD with FTZ/DAZ", bad);
+    free(want2), free(want8);
 }
 
-/* Default: fp16 and bf16 on all 2^32 inputs, fp8 on the 2^28 slice;
- * --long: everything on all 2^32 (make test-long); --quick: the sample. */
+/* Default: fp16 and bf16 on all 2^32 inputs, fp8, E2M1 and E8M0 on the 2^28
+ * slice; --long: everything on all 2^32 (make test-long); --quick: the sample. */
 int main(int argc, char **argv) {
     const int quick = test_quick(argc, argv), full = quick ? QUICK : ALL;
     int fp8 = quick ? QUICK : SLICE;
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--long") == 0) fp8 = ALL;
     check_values();
+    check_mx_values();
     check_info();
+    check_mx_codes();
     check_codes(&F16);
     check_codes(&BF16);
     check_codes(&E5M2);
@@ -252,5 +424,6 @@ int main(int argc, char **argv) {
     check_narrow_all(&E5M2, 0, fp8);
     check_narrow_all(&E4M3, 0, fp8);
     check_narrow_all(&E4M3, 1, fp8);
+    check_mx_narrow_all(fp8);
     return check_report("test_format");
 }

@@ -261,12 +261,14 @@ assert [r["mode"] for r in p.rows] == ["fp32", "fp16", "fp16-dynamic", "bf16"]
 for r in p.rows:
     s = json.load(open(f"{d}/{r['mode']}.json"))
     c = r["cells"]
-    assert c[2] == f"{100 * s['test_accuracy']:.2f}%", (c[2], s["test_accuracy"])
-    assert c[3] == str(len(s["skipped"])) and c[5] == f"{100 * s['underflow_fraction']:.4f}%", c
-    assert c[6:9] == [f"{100 * s['lost_gradients']:.4f}%", f"{100 * s['dead_gradients']:.2f}%",
-                      f"{100 * s['lost_updates']:.4f}%"], (c, s["lost_gradients"], s["dead_gradients"], s["lost_updates"])
+    assert c[1] == s["format"] == s["compute_format"], (c[1], s["format"])  # no recipe: the compute format
+    assert c[3] == f"{100 * s['test_accuracy']:.2f}%", (c[3], s["test_accuracy"])
+    assert c[4] == str(len(s["skipped"])) and c[6] == f"{100 * s['underflow_fraction']:.4f}%", c
+    assert c[7:10] == [f"{100 * s['lost_gradients']:.4f}%", f"{100 * s['dead_gradients']:.2f}%",
+                       f"{100 * s['lost_updates']:.4f}%"], (c, s["lost_gradients"], s["dead_gradients"], s["lost_updates"])
+    assert "recipe" not in s and "quantized" not in s, s.keys()
     rows = list(csv.DictReader(open(f"{d}/{r['mode']}.csv")))
-    assert len(rows) == 40 and abs(float(c[1]) - float(rows[-1]["loss"])) < 1e-4, (c[1], rows[-1]["loss"])
+    assert len(rows) == 40 and abs(float(c[2]) - float(rows[-1]["loss"])) < 1e-4, (c[2], rows[-1]["loss"])
     assert all(f"underflow_fc{l}" in rows[0] and f"subnormal_fc{l}" in rows[0] for l in range(2))
 dyn = json.load(open(f"{d}/fp16-dynamic.json"))
 assert dyn["final_scale"] == 65536 and dyn["histograms"]["snapshots"], dyn["final_scale"]
@@ -299,8 +301,84 @@ g="$T/gpt/report.html"
     grep -q 'id="val_loss"' "$g" && grep -q 'id="heatmap-fp16"' "$g" && ok ||
     fail "GPT report: protections' rows, val_loss or heat map missing"
 
+# fp8/fp4 recipes next to bf16 and fp32: the format column, the saturated and flushed shares per step (one line per
+# recipe run, each point the CSV's figure), a table of each recipe run's quantized tensors (the JSON's figures)
+if "$M" compare --model gpt:1-2-32-32 --data "text:$T/tiny.txt" --steps 30 --eval-every 10 \
+       --precisions fp32,bf16,fp8-delayed,nvfp4 --out "$T/rc" > "$T/rc.txt" 2>&1; then ok
+else fail "recipes compare exited $? ($(tail -3 "$T/rc.txt"))"; fi
+python3 "$T/check.py" "$T/rc" "$T/rc.txt" "$T/tiny.txt" && ok || fail "recipes report against its logs"
+if python3 - "$T/rc" <<'PY'
+import csv, json, re, sys
+from html.parser import HTMLParser
+d = sys.argv[1]
+html = open(f"{d}/report.html").read()
+runs = {r["precision"]: r for r in json.load(open(f"{d}/summary.json"))["runs"]}
+rows = {m: list(csv.DictReader(open(f"{d}/{m}.csv"))) for m in runs}
+recipes = ["fp8-delayed", "nvfp4"]
+fmt = {"fp32": "fp32", "bf16": "bf16", "fp8-delayed": "bf16 + fp8 e4m3/e5m2", "nvfp4": "bf16 + nvfp4 e2m1"}
+assert {m: r["format"] for m, r in runs.items()} == fmt, runs
+assert [m for m in runs if "quantized" in runs[m]] == recipes and all(runs[m]["recipe"] == m for m in recipes)
+
+class P(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.chart, self.lines, self.legend, self.text = None, {}, {}, None
+        self.summary, self.row, self.quant, self.tab, self.cell = {}, None, {}, None, None
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "svg": self.chart = a.get("id"); self.lines[self.chart] = []; self.legend[self.chart] = []
+        if self.chart and tag == "polyline": self.lines[self.chart].append((a["stroke"], a["points"]))
+        if self.chart and tag == "text" and a.get("class") == "legend": self.text = ""
+        if tag == "tr" and "data-mode" in a: self.row = self.summary.setdefault(a["data-mode"], [])
+        if tag == "details" and a.get("class") == "quant": self.tab = self.quant[a["data-mode"]] = {"summary": "", "rows": []}
+        if self.tab is not None and tag == "tr" and "data-quant" in a: self.tab["rows"].append([])
+        if tag == "td" and (self.row is not None or self.tab is not None): self.cell = ""
+        if tag == "summary" and self.tab is not None: self.cell = ""
+    def handle_endtag(self, tag):
+        if tag == "svg": self.chart = None
+        if tag == "text" and self.text is not None: self.legend[self.chart].append(self.text); self.text = None
+        if tag == "td" and self.cell is not None:
+            (self.row if self.row is not None else self.tab["rows"][-1]).append(self.cell); self.cell = None
+        if tag == "summary" and self.tab is not None: self.tab["summary"] = self.cell; self.cell = None
+        if tag == "tr": self.row = None
+        if tag == "details": self.tab = None
+    def handle_data(self, data):
+        if self.text is not None: self.text += data
+        if self.cell is not None: self.cell += data
+
+p = P(); p.feed(html)
+assert {m: c[1] for m, c in p.summary.items()} == fmt, p.summary  # the runs side by side, each with its formats
+colors = {m: re.search(r'data-mode="%s"><td><span class="swatch" style="background:([^"]+)"' % re.escape(m), html).group(1)
+          for m in runs}
+for cid, key in (("quant_saturated", "quant_saturated"), ("quant_flushed", "quant_flushed")):
+    assert p.legend[cid] == recipes, (cid, p.legend[cid])
+    assert sorted(c for c, _ in p.lines[cid]) == sorted(colors[m] for m in recipes), p.lines[cid]
+    vmax = max([1e-4] + [100 * float(r[key]) for m in recipes for r in rows[m]])
+    for m in recipes:
+        pts = [tuple(map(float, xy.split(","))) for c, pts in p.lines[cid] if c == colors[m] for xy in pts.split()]
+        assert len(pts) == len(rows[m]) == 30, (cid, m, len(pts))
+        for (x, y), r in zip(pts, rows[m]):  # the plot: x 60 .. 940 over steps 0 .. 30, y 200 .. 30 over 0 .. 1.1 vmax
+            assert abs(x - (60 + 880 * int(r["step"]) / 30)) < 0.06, (cid, m, x, r["step"])
+            assert abs(y - (200 - 170 * 100 * float(r[key]) / (1.1 * vmax))) < 0.06, (cid, m, y, r[key])
+    assert any(100 * float(r[key]) > 1e-3 for m in recipes for r in rows[m]), (cid, "all zero")
+assert sorted(p.quant) == recipes, p.quant.keys()
+for m in recipes:
+    j, tab = runs[m], p.quant[m]
+    assert tab["summary"] == f"{m} ({fmt[m]}): {100 * j['quant_saturated_fraction']:.4f}% of the quantized values " \
+        f"saturated, {100 * j['quant_flushed_fraction']:.4f}% flushed to zero", tab["summary"]
+    want = [[x["name"], f"{x['amax']:.6g}", f"{x['scale']:.6g}", f"{100 * x['saturated_fraction']:.4f}%",
+             f"{100 * x['flushed_fraction']:.4f}%", str(int(x["nonfinite"]))] for x in j["quantized"]]
+    assert tab["rows"] == want, (m, tab["rows"][:2], want[:2])
+    assert len(want) == 12 and all(x["amax"] > 0 and x["scale"] > 0 for x in j["quantized"]), j["quantized"]
+# nvfp4 flushes a share of its values to zero (E2M1 holds 0.5 .. 6 per block), fp8-delayed's first step flushes
+# (its scales start at 1): the figures are not all zero
+assert runs["nvfp4"]["quant_flushed_fraction"] > 0.01 and float(rows["fp8-delayed"][0]["quant_flushed"]) > 0.01
+assert "fp8-delayed runs the Linear layers&#39; GEMMs on quantized operands (bf16 + fp8 e4m3/e5m2)" in html
+PY
+then ok; else fail "recipes in the report"; fi
+
 if command -v chromium > /dev/null; then
-    for r in cmp:report-screenshot gpt:report-gpt-screenshot; do
+    for r in cmp:report-screenshot gpt:report-gpt-screenshot rc:report-recipes-screenshot; do
         timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --enable-logging=stderr --v=0 \
             --window-size=1100,2600 --screenshot="$T/shot.png" "file://$T/${r%%:*}/report.html" > "$T/chromium.txt" 2>&1
         if [ -s "$T/shot.png" ] && [ "$(stat -c %s "$T/shot.png")" -gt 20000 ]; then ok

@@ -158,7 +158,7 @@ static void rig_free(rig *r) {
 static void check_table(void) {
     size_t n;
     const mp_precision *t = mp_precisions(&n);
-    CHECK(n == 7 && strcmp(t[0].name, "fp32") == 0 && t[0].compute == MP_F32, "table starts with fp32");
+    CHECK(n == 11 && strcmp(t[0].name, "fp32") == 0 && t[0].compute == MP_F32, "table starts with fp32");
     mp_precision pv;
     const mp_precision *p = &pv;
     float s;
@@ -173,6 +173,19 @@ static void check_table(void) {
     CHECK(mp_precision_parse("fp16-static:-1", &pv, &s) == MP_EINVAL, "negative scale");
     CHECK(mp_precision_parse("fp8", &pv, &s) == MP_EINVAL && strstr(mp_last_error(), "bf16-pure"), "unknown: %s",
           mp_last_error());
+    /* the recipes: bf16 compute, fp32 masters, no loss scaling; mxfp8's rule switch */
+    CHECK(mp_precision_parse("mxfp8", &pv, NULL) == MP_OK && p->recipe == MP_RECIPE_MXFP8 && p->compute == MP_BF16 &&
+              p->master_weights == MP_MASTER_FP32 && p->scaling == MP_SCALING_NONE && p->mx_rule == MP_MX_RCEIL,
+          "mxfp8");
+    CHECK(mp_precision_parse("mxfp8+mx-rule=floor", &pv, NULL) == MP_OK && p->mx_rule == MP_MX_FLOOR &&
+              strcmp(p->label, "mxfp8+mx-rule=floor") == 0,
+          "mxfp8+mx-rule=floor: %s", p->label);
+    CHECK(mp_precision_parse("mxfp8+mx-rule=ceil", &pv, NULL) == MP_EINVAL, "mx-rule=ceil");
+    CHECK(mp_precision_parse("fp8-delayed+mx-rule=floor", &pv, NULL) == MP_EINVAL && strstr(mp_last_error(), "mxfp8"),
+          "mx-rule on fp8-delayed: %s", mp_last_error());
+    CHECK(mp_precision_parse("nvfp4+master-weights=none", &pv, NULL) == MP_EINVAL, "nvfp4 without masters");
+    CHECK(mp_precision_parse("fp8-current", &pv, NULL) == MP_OK && p->recipe == MP_RECIPE_FP8_CURRENT, "fp8-current");
+    CHECK(mp_precision_parse("fp16-dynamic", &pv, NULL) == MP_OK && p->recipe == MP_RECIPE_NONE, "no recipe");
     CHECK(mp_precision_parse("fp16-dynamic+master-weights=none", &pv, NULL) == MP_OK &&
               p->master_weights == MP_MASTER_NONE && p->scaling == MP_SCALING_DYNAMIC &&
               strcmp(p->label, "fp16-dynamic+master-weights=none") == 0 && strcmp(p->name, "fp16-dynamic") == 0,

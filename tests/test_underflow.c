@@ -2,7 +2,8 @@
  * mp_convert_count against a reference that really converts (mp_convert into
  * a buffer, then counting the results), mp_count_values against a recount of
  * the bit patterns, mp_underflow_analyze against a brute-force computation on
- * a small set, mp_log2_histogram against frexp, and mp_explore_write's escaping and failure paths. */
+ * a small set, mp_log2_histogram against frexp, mp_explore_write's escaping and failure paths, and
+ * mp_block_compare_values on hand-built blocks and against a recount. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <dirent.h>
 #include <float.h>
@@ -568,6 +569,173 @@ static void check_log2_histogram(void) {
     CHECK(mp_log2_histogram(NULL, MP_F32, 0, 0, 4, b, &z) == MP_OK && z == 0, "n = 0");
 }
 
+/* ---- mp_block_compare_values ---- */
+
+/* The same figures recounted from scratch: the whole (padded) tensor through
+ * mx.h at once, the per-tensor side through format.h's scalar conversions,
+ * flushed and nonzero read off the dequantized values, saturated from the
+ * scaled values against the halfway point past each element's max (E4M3:
+ * above 464; E5M2: from 61440, a tie that goes to the even 65536; E2M1: from
+ * 7). */
+static void recount_block(const float *x, size_t n, mp_block_format f, mp_mx_rule rule, mp_block_compare *r) {
+    const int mx = f != MP_BLOCK_NVFP4;
+    const mp_dtype elem = f == MP_BLOCK_MXFP8_E4M3 ? MP_E4M3 : f == MP_BLOCK_MXFP8_E5M2 ? MP_E5M2 : MP_E2M1;
+    const size_t bs = mx ? 32 : 16, np = (n + bs - 1) / bs * bs;
+    const double past = elem == MP_E4M3 ? 464 : elem == MP_E5M2 ? 61440 : 7;
+    float *p = calloc(np, sizeof *p), *q = malloc(np * sizeof *q), amax = 0;
+    uint8_t *codes = malloc(np), *bscale = malloc(np / 16);
+    if (!p || !q || !codes || !bscale) abort();
+    memcpy(p, x, n * sizeof *p);
+    for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    memset(r, 0, sizeof *r);
+    r->n = n, r->amax = amax;
+    for (size_t i = 0; i < n; i++) r->nonzero_inputs += x[i] != 0;
+    if (mx) {
+        CHECK(mp_mx_quantize(codes, bscale, p, np, elem, rule, NULL) == MP_OK, "%s", mp_last_error());
+        CHECK(mp_mx_dequantize(q, codes, bscale, np, elem) == MP_OK, "%s", mp_last_error());
+    } else {
+        CHECK(mp_nvfp4_quantize(codes, bscale, p, 1, np, MP_NVFP4_1X16, amax, NULL, NULL) == MP_OK, "%s", mp_last_error());
+        CHECK(mp_nvfp4_dequantize(q, codes, bscale, 1, np, MP_NVFP4_1X16, amax) == MP_OK, "%s", mp_last_error());
+    }
+    const float g = mp_nvfp4_global_scale(amax);
+    const float t = mx ? (elem == MP_E4M3 ? 448.0f : 57344.0f) / amax : 6.0f / amax, tinv = 1.0f / t;
+    double err[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) {
+        if (x[i] == 0) continue;
+        /* block scaling: x times the inverse of its block's scale */
+        const uint8_t s = bscale[i / bs];
+        const double y = mx ? fabs(ldexp(x[i], 127 - s))
+                            : fabs(x[i] * fminf(1.0f / (mp_e4m3_to_f32(s) * (1.0f / g)), FLT_MAX));
+        r->block_scaling.flushed += q[i] == 0;
+        r->block_scaling.saturated += q[i] != 0 && y >= past && (y > past || elem != MP_E4M3);
+        err[0] += fabs(((double)q[i] - x[i]) / x[i]);
+        /* one scale per tensor */
+        const float yt = x[i] * t;
+        const float v = elem == MP_E4M3 ? mp_e4m3_to_f32(mp_f32_to_e4m3_sat(yt)) * tinv
+                        : elem == MP_E5M2 ? mp_e5m2_to_f32(mp_f32_to_e5m2(yt)) * tinv
+                                          : mp_e2m1_to_f32(mp_f32_to_e2m1(yt)) * tinv;
+        r->per_tensor.flushed += v == 0;
+        r->per_tensor.saturated += fabsf(yt) >= past && (fabsf(yt) > past || elem != MP_E4M3);
+        err[1] += fabs(((double)v - x[i]) / x[i]);
+    }
+    mp_block_counts *c[2] = {&r->block_scaling, &r->per_tensor};
+    for (int k = 0; k < 2; k++) {
+        c[k]->nonzero = r->nonzero_inputs - c[k]->flushed;
+        c[k]->mean_rel_error = r->nonzero_inputs ? err[k] / (double)r->nonzero_inputs : 0;
+    }
+    r->tensor_scale = t;
+    free(p), free(q), free(codes), free(bscale);
+}
+
+static void check_counts(const char *what, const mp_block_counts *got, uint64_t flushed, uint64_t saturated,
+                         uint64_t nonzero, double err, double tol) {
+    CHECK(got->flushed == flushed && got->saturated == saturated && got->nonzero == nonzero &&
+              fabs(got->mean_rel_error - err) <= tol,
+          "%s: flushed %" PRIu64 " saturated %" PRIu64 " nonzero %" PRIu64 " error %.9g; expected %" PRIu64 " %" PRIu64
+          " %" PRIu64 " %.9g", what, got->flushed, got->saturated, got->nonzero, got->mean_rel_error, flushed, saturated,
+          nonzero, err);
+}
+
+static void check_block_compare(void) {
+    const long mark = check_failures;
+    mp_block_compare c;
+    /* two blocks of 32 at very different magnitudes: 256 and 2^-30. Each block
+     * scale fits its block exactly (256 * 2^0 and 256 * 2^-38 in E4M3; 2^15
+     * times 2^-7 and 2^-45 in E5M2), under both rules. One scale per tensor
+     * (448/256 = 1.75, 57344/256 = 224) puts 2^-30 below half the smallest
+     * subnormal (2^-30 * 1.75 < 2^-10, 2^-30 * 224 < 2^-17): the 32 small
+     * values are flushed and count an error of 1 each, the large ones about 0. */
+    float two[64];
+    for (int i = 0; i < 64; i++) two[i] = i < 32 ? 256.0f : 0x1p-30f;
+    for (int f = 0; f < 2; f++)
+        for (int rule = 0; rule < 2; rule++) {
+            CHECK(mp_block_compare_values(two, 64, (mp_block_format)f, (mp_mx_rule)rule, &c) == MP_OK, "%s", mp_last_error());
+            check_counts("two blocks, block scaling", &c.block_scaling, 0, 0, 64, 0, 0);
+            check_counts("two blocks, per tensor", &c.per_tensor, 32, 0, 32, 0.5, 1e-7);
+            CHECK(c.n == 64 && c.nonzero_inputs == 64 && c.amax == 256 && c.block == 32 &&
+                      c.tensor_scale == (f ? 224.0f : 1.75f) && c.elem == (f ? MP_E5M2 : MP_E4M3) && c.rule == (mp_mx_rule)rule,
+                  "two blocks: header figures");
+        }
+    /* 480 and 31 ones in E4M3: FLOOR gives the block 2^(8-8) = 1, and 480 rounds
+     * past 448 (above 464): saturated, error 32/480 on one value of 32. RCEIL
+     * gives 2 (480 / 448 > 1): 240 and 0.5 are exact. Per tensor (448/480),
+     * 480 becomes 448: not past the max. */
+    float sat[32];
+    for (int i = 0; i < 32; i++) sat[i] = i ? 1.0f : 480.0f;
+    CHECK(mp_block_compare_values(sat, 32, MP_BLOCK_MXFP8_E4M3, MP_MX_FLOOR, &c) == MP_OK, "%s", mp_last_error());
+    check_counts("480, floor", &c.block_scaling, 0, 1, 32, 32.0 / 480 / 32, 1e-12);
+    CHECK(c.per_tensor.saturated == 0 && c.per_tensor.flushed == 0, "480 per tensor");
+    CHECK(mp_block_compare_values(sat, 32, MP_BLOCK_MXFP8_E4M3, MP_MX_RCEIL, &c) == MP_OK, "%s", mp_last_error());
+    check_counts("480, rceil", &c.block_scaling, 0, 0, 32, 0, 0);
+    /* NVFP4: 16 sixes and 16 values of 0.006. Per tensor, t = 6/6 = 1 and 0.006
+     * is below 0.25: flushed. In blocks: g = 2688/6 = 448, the small block's
+     * scale e4m3(0.006 * 448 / 6 = 0.448) = 0.4375, the element 0.006 * 1024 =
+     * 6.144 -> 6 (not past 7), the value 6 * 0.4375 * 6 / 2688 = 0.005859375:
+     * error 0.0234375 on half the values. */
+    float nv[32];
+    for (int i = 0; i < 32; i++) nv[i] = i < 16 ? 6.0f : 0.006f;
+    CHECK(mp_block_compare_values(nv, 32, MP_BLOCK_NVFP4, MP_MX_RCEIL, &c) == MP_OK, "%s", mp_last_error());
+    check_counts("nvfp4 two blocks, block scaling", &c.block_scaling, 0, 0, 32, 0.0234375 / 2, 1e-6);
+    check_counts("nvfp4 two blocks, per tensor", &c.per_tensor, 16, 0, 16, 0.5, 1e-6);
+    CHECK(c.block == 16 && c.elem == MP_E2M1 && c.tensor_scale == 1.0f && c.rule == MP_MX_FLOOR, "nvfp4 header figures");
+    /* a partial last block, and zeros: padding is in no count */
+    const float part[3] = {1.0f, 0.0f, -0x1p-12f};
+    CHECK(mp_block_compare_values(part, 3, MP_BLOCK_NVFP4, 0, &c) == MP_OK, "%s", mp_last_error());
+    CHECK(c.n == 3 && c.nonzero_inputs == 2 && c.block_scaling.nonzero + c.block_scaling.flushed == 2, "partial block");
+    CHECK(mp_block_compare_values(part + 1, 1, MP_BLOCK_MXFP8_E4M3, MP_MX_RCEIL, &c) == MP_OK &&
+              c.nonzero_inputs == 0 && c.block_scaling.mean_rel_error == 0 && c.tensor_scale == 1.0f, "all zero");
+
+    /* against the recount: signed values over 2^-40 .. 2^12 with zeros, sizes
+     * that end mid-block and one past the library's chunk (16384) */
+    const size_t sizes[3] = {1, 1057, 40000};
+    float *x = malloc(40000 * sizeof *x);
+    if (!x) abort();
+    for (int k = 0; k < 3; k++) {
+        const size_t n = sizes[k];
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t r = rnd();
+            x[i] = r % 17 == 0 ? 0.0f : ldexpf(1.0f + (float)(r >> 8 & 0xffff) / 65536.0f, (int)(r % 53) - 40) * (r & 1 ? -1 : 1);
+        }
+        for (int f = 0; f < 3; f++)
+            for (int rule = 0; rule < (f < 2 ? 2 : 1); rule++) {
+                mp_block_compare want;
+                recount_block(x, n, (mp_block_format)f, (mp_mx_rule)rule, &want);
+                CHECK(mp_block_compare_values(x, n, (mp_block_format)f, (mp_mx_rule)rule, &c) == MP_OK, "%s", mp_last_error());
+                char what[96];
+                snprintf(what, sizeof what, "%s %s, n %zu", mp_block_format_name((mp_block_format)f), rule ? "rceil" : "floor", n);
+                CHECK(c.n == n && c.nonzero_inputs == want.nonzero_inputs && c.amax == want.amax &&
+                          c.tensor_scale == want.tensor_scale, "%s: header figures", what);
+                check_counts(what, &c.block_scaling, want.block_scaling.flushed, want.block_scaling.saturated,
+                             want.block_scaling.nonzero, want.block_scaling.mean_rel_error, 1e-12);
+                check_counts(what, &c.per_tensor, want.per_tensor.flushed, want.per_tensor.saturated,
+                             want.per_tensor.nonzero, want.per_tensor.mean_rel_error, 1e-12);
+                if (n == 40000) /* the wide spread: one scale per tensor loses more; MX saturates
+                                      * under FLOOR only (NVFP4: in blocks with a subnormal scale) */
+                    CHECK(c.block_scaling.flushed < c.per_tensor.flushed &&
+                              (f == 2 || (c.block_scaling.saturated > 0) == (rule == MP_MX_FLOOR)) &&
+                              c.block_scaling.mean_rel_error < c.per_tensor.mean_rel_error, "%s: block scaling saves nothing", what);
+            }
+    }
+    free(x);
+
+    /* names and bad arguments */
+    mp_block_format f;
+    CHECK(mp_block_format_parse("mxfp8-e5m2", &f) == MP_OK && f == MP_BLOCK_MXFP8_E5M2, "parse");
+    CHECK(mp_block_format_parse("mxfp8", &f) == MP_EINVAL && strstr(mp_last_error(), "'mxfp8'"), "parse mxfp8");
+    CHECK(mp_block_format_parse(NULL, &f) == MP_EINVAL, "parse NULL");
+    CHECK(!strcmp(mp_block_format_name(MP_BLOCK_NVFP4), "nvfp4") && mp_block_format_name((mp_block_format)3) == NULL, "names");
+    const float bad[2] = {1.0f, NAN}, inf[2] = {INFINITY, 1.0f};
+    CHECK(mp_block_compare_values(bad, 2, MP_BLOCK_NVFP4, 0, &c) == MP_EINVAL && strstr(mp_last_error(), "value 1"), "NaN");
+    CHECK(mp_block_compare_values(inf, 2, MP_BLOCK_MXFP8_E4M3, 0, &c) == MP_EINVAL, "inf");
+    CHECK(mp_block_compare_values(NULL, 2, MP_BLOCK_NVFP4, 0, &c) == MP_EINVAL, "NULL x");
+    CHECK(mp_block_compare_values(bad, 0, MP_BLOCK_NVFP4, 0, &c) == MP_EINVAL, "n = 0");
+    CHECK(mp_block_compare_values(bad, 1, MP_BLOCK_NVFP4, 0, NULL) == MP_EINVAL, "NULL out");
+    CHECK(mp_block_compare_values(bad, 1, (mp_block_format)3, 0, &c) == MP_EINVAL, "format 3");
+    CHECK(mp_block_compare_values(bad, 1, MP_BLOCK_MXFP8_E4M3, (mp_mx_rule)2, &c) == MP_EINVAL, "MX rule 2");
+    CHECK(mp_block_compare_values(bad, 1, MP_BLOCK_NVFP4, (mp_mx_rule)2, &c) == MP_OK, "nvfp4 takes no rule");
+    CHECK_SAY(mark, "block formats: hand-built blocks and a recount of 5 format/rule pairs on 3 sizes agree\n");
+}
+
 int main(int argc, char **argv) {
     (void)test_quick(argc, argv); /* every check is small enough for the sanitizers */
     check_convert_count();
@@ -575,5 +743,6 @@ int main(int argc, char **argv) {
     check_analyze();
     check_log2_histogram();
     check_explore();
+    check_block_compare();
     return check_report("test_underflow");
 }

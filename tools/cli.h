@@ -21,6 +21,10 @@ extern const cli_command cmd_formats, cmd_cast, cmd_bench, cmd_scaler_sim, cmd_t
 void formats_table(void);
 void small_values_table(void);
 
+/* The block-scaling rows and sentence of `mixprec underflow --format BLOCK`
+ * (also shown by `mixprec cast --to BLOCK`). */
+void block_compare_print(const mp_block_compare *c);
+
 /* Prints "mixprec NAME: MESSAGE" to stderr and returns CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -22,7 +22,9 @@ static const char usage_head[] =
     "tensor and over time with a heat map of tensors x steps per mode, where the\n"
     "gradients lie against fp16's range, every tensor's figures per mode, what\n"
     "each protection buys against fp16-dynamic, a text sample from each final\n"
-    "GPT and a reading of what happened) with the logs behind it: DIR/MODE.csv\n"
+    "GPT, for fp8/fp4 recipes the shares of values saturated and flushed to zero\n"
+    "per step and a table of their quantized tensors, and a reading of what\n"
+    "happened) with the logs behind it: DIR/MODE.csv\n"
     "(per step), DIR/MODE.json (per run), DIR/MODE.txt (the run's output) and\n"
     "DIR/summary.json (docs/LOGS.md).\n"
     "The modes run one after the other in this process; peak memory is measured\n"
@@ -226,6 +228,17 @@ static void reading(char *out, size_t cap, const run_data *runs, int n, const ch
         if (dyn) ADD(", against %.4f%% in fp16-dynamic", 100 * dyn->lost_updates);
         ADD(".\n\n");
     }
+    for (int i = 0; i < n; i++) { /* the recipes, against bf16 (their compute format) and fp32 */
+        const run_result *u = &runs[i].r;
+        if (!u->nquant) continue;
+        ADD("%s runs the Linear layers' GEMMs on quantized operands (%s): %.4f%% of the values it quantized saturated "
+            "and %.4f%% were flushed to zero; %s",
+            runs[i].name, u->format, 100 * u->quant_saturated_total, 100 * u->quant_flushed_total,
+            eval_text(e1, sizeof e1, u));
+        if (bf) ADD(", %s bf16's", eval_diff(e2, sizeof e2, u, bf));
+        if (f32) ADD(", %s fp32's", eval_diff(e2, sizeof e2, u, f32));
+        ADD(".\n\n");
+    }
     if (nab) k += reading_ablation(out + (k < cap ? k : cap), k < cap ? cap - k : 0, rep, ab, nab, ref);
     if (f32 && n > 1) {
         const int gpt = strcmp(f32->model_kind, "gpt") == 0;
@@ -379,6 +392,7 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
         for (int k = 0; k < runs[r].r.nwarnings; k++) printf("warning: %s: %s\n", runs[r].name, runs[r].r.warnings[k]);
     static char text[8192];
     mp_report_run rr[8];
+    mp_report_quant rq[8];
     const char *warn_ptr[8][6];
     int baseline = -1;
     for (int r = 0; r < n; r++) {
@@ -386,7 +400,7 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
         const mp_precision *p = &opts[r].prec;
         for (int k = 0; k < u->nwarnings; k++) warn_ptr[r][k] = u->warnings[k];
         if (p->compute == MP_F32 && baseline < 0) baseline = r;
-        rr[r] = (mp_report_run){.name = runs[r].name, .format = u->compute_format, .color = p->color,
+        rr[r] = (mp_report_run){.name = runs[r].name, .format = u->format, .color = p->color,
                                 .nsteps = u->nsteps, .loss = u->loss, .scale = u->scale, .skipped = u->skipped,
                                 .nlayers = u->ntensors, .layer_names = (const char (*)[64])u->tensor_names,
                                 .layer_underflow = u->tensor_underflow, .eval = gpt ? u->eval_loss : u->eval_accuracy,
@@ -404,6 +418,9 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
         rr[r].sample = u->sample, rr[r].sample_printable = u->sample_printable, rr[r].sample_words = u->sample_words;
         rr[r].precision = p;
         rr[r].color = distinct_color(rr, r, p->color);
+        rq[r] = (mp_report_quant){u->nquant, (const char (*)[64])u->quant_names, u->quant_totals, u->quant_scale,
+                                  u->quant_saturated, u->quant_flushed};
+        rr[r].quant = u->nquant ? &rq[r] : NULL;
     }
     const mp_format_info *h = mp_format(MP_F16);
     const mp_report rep = {.title = "mixprec: the same network in several precisions", .command = cmdline,

@@ -10,8 +10,10 @@ static const char usage[] =
     "usage: mixprec formats [--json]\n\n"
     "The number formats mixprec knows: bytes, exponent and mantissa bits, largest\n"
     "finite value, smallest normal, smallest subnormal and epsilon (numpy.finfo's\n"
-    "numbers). Then what the gradient-sized values 1e-4 .. 1e-8 become in fp16 and\n"
-    "bf16: kept, rounded into the subnormal range (precision lost) or gone (zero).\n\n"
+    "and ml_dtypes.finfo's numbers), with the MX formats e8m0 (block scales: powers\n"
+    "of two, no zero, no sign) and e2m1 (fp4). Then what the gradient-sized values\n"
+    "1e-4 .. 1e-8 become in fp16 and bf16: kept, rounded into the subnormal range\n"
+    "(precision lost) or gone (zero).\n\n"
     "  --json   one JSON object instead of the tables\n";
 
 static const double small_values[] = {1e-4, 1e-5, 1e-6, 1e-7, 1e-8};
@@ -43,13 +45,24 @@ static void print_json(void) {
     printf("\n]}\n");
 }
 
+/* What the columns do not say: the formats without inf, zero, sign or NaN. */
+static const char *note(mp_dtype t) {
+    switch (t) {
+    case MP_E4M3: return "no inf";
+    case MP_E8M0: return "no inf, zero or sign; no subnormals";
+    case MP_E2M1: return "no inf or NaN; saturates";
+    default: return "";
+    }
+}
+
 void formats_table(void) {
     printf("%-6s %5s %4s %4s %13s %16s %19s %12s\n", "format", "bytes", "exp", "man", "largest", "smallest normal",
            "smallest subnormal", "epsilon");
     for (int t = 0; t < MP_NUM_DTYPES; t++) {
         const mp_format_info *f = mp_format((mp_dtype)t);
-        printf("%-6s %5zu %4d %4d %13.6g %16.6g %19.6g %12.6g%s\n", f->name, f->size, f->exponent_bits,
-               f->mantissa_bits, f->max, f->min_normal, f->min_subnormal, f->eps, f->has_inf ? "" : "  (no inf)");
+        const char *n = note((mp_dtype)t);
+        printf("%-6s %5zu %4d %4d %13.6g %16.6g %19.6g %12.6g%s%s%s\n", f->name, f->size, f->exponent_bits,
+               f->mantissa_bits, f->max, f->min_normal, f->min_subnormal, f->eps, *n ? "  (" : "", n, *n ? ")" : "");
     }
 }
 

@@ -1,6 +1,8 @@
 /* cmd_underflow.c - `mixprec underflow` and `mixprec explore`: a gradient
  * distribution against a format at several loss scales, in the terminal and
- * as an interactive page whose every number mixprec computed. */
+ * as an interactive page whose every number mixprec computed; for a block
+ * format (mxfp8-e4m3, mxfp8-e5m2, nvfp4), block scaling against one scale
+ * per tensor. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +13,9 @@
 
 static const char usage[] =
     "usage: mixprec underflow [--dist lognormal:MU,SIGMA | --from FILE] [--n N]\n"
-    "                         [--format fp16|bf16|e4m3|e5m2] [--scales S,...] [--seed S] [--json]\n\n"
+    "                         [--format fp16|bf16|e4m3|e5m2] [--scales S,...] [--seed S] [--json]\n"
+    "       mixprec underflow --format mxfp8-e4m3|mxfp8-e5m2|nvfp4 [--mx-rule floor|rceil]\n"
+    "                         [--dist ... | --from FILE] [--n N] [--seed S] [--json]\n\n"
     "Draws N gradient magnitudes (default: |x| with ln x ~ N(-17.5, 1.6), 200000\n"
     "values, the textbook distribution) or reads real ones (.npy, .safetensors or\n"
     "raw float32), then prints the median and 5th percentile, the fraction that\n"
@@ -19,10 +23,21 @@ static const char usage[] =
     "survives, lands in the subnormal range and overflows; a histogram of log10|g|\n"
     "with the format's limits; and the best power-of-two scale (most survivors,\n"
     "no overflow). Counts come from mp_convert's statistics.\n\n"
+    "With a block format the values, in order (drawn, or the file's finite values\n"
+    "as magnitudes), form one tensor cut into blocks of consecutive values (32 for\n"
+    "MX, 16 for NVFP4; the last padded with zeros), quantized with one scale per\n"
+    "block and, on the same data, with one scale per tensor in the same element\n"
+    "format (e4m3: 448/amax, e5m2: 57344/amax, nvfp4: e2m1 with 6/amax). It prints\n"
+    "both rows (nonzero values flushed to 0, saturated, kept nonzero, and the mean\n"
+    "relative error of the nonzero values, a flushed one counting 1) and what\n"
+    "block scaling saves; no loss-scale table (block scales replace it).\n\n"
     "  --dist lognormal:MU,SIGMA   ln|g| ~ N(MU, SIGMA)\n"
     "  --from FILE                 gradients from a file instead\n"
     "  --n N                       values to draw (200000)\n"
-    "  --format F                  fp16 (default), bf16, e4m3, e5m2\n"
+    "  --format F                  fp16 (default), bf16, e4m3, e5m2, or a block\n"
+    "                              format: mxfp8-e4m3, mxfp8-e5m2, nvfp4\n"
+    "  --mx-rule floor|rceil       MX block-scale rule (rceil, Transformer Engine's;\n"
+    "                              floor: OCP v1.0, torchao's)\n"
     "  --scales LIST               (1,256,4096,65536,1048576)\n"
     "  --seed S                    (0)\n"
     "  --json                      one JSON object\n";
@@ -39,6 +54,9 @@ static const char explore_usage[] =
 typedef struct {
     grad_set g;
     mp_dtype fmt;
+    int block;              /* 1: --format is a block format, bfmt */
+    mp_block_format bfmt;
+    mp_mx_rule rule;
     double scales[MP_UNDERFLOW_MAX_SCALES];
     int nscales, json;
     char desc[256];
@@ -47,8 +65,8 @@ typedef struct {
 static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, const char **out) {
     double mu = -17.5, sigma = 1.6;
     long n = 200000, seed = 0;
-    const char *from = NULL;
-    o->fmt = MP_F16, o->nscales = 0, o->json = 0;
+    const char *from = NULL, *rule = NULL;
+    o->fmt = MP_F16, o->nscales = 0, o->json = 0, o->block = 0, o->rule = MP_MX_RCEIL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--json") && !out) o->json = 1;
@@ -74,8 +92,19 @@ static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, cons
             if (cli_parse_long(v, 0, 2147483647L, &seed)) return cli_usage_error(cmd, "--seed wants 0 .. 2^31-1, not '%s'", v);
         } else if (!strcmp(a, "--format") && !out) {
             if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
+            o->block = mp_block_format_parse(v, &o->bfmt) == MP_OK;
+            if (o->block) continue;
             if (mp_dtype_parse(v, &o->fmt) != MP_OK || o->fmt == MP_F32)
-                return cli_usage_error(cmd, "--format is fp16, bf16, e4m3 or e5m2, not '%s'", v);
+                return cli_usage_error(cmd, "--format is fp16, bf16, e4m3, e5m2, mxfp8-e4m3, mxfp8-e5m2 or nvfp4, not '%s'", v);
+            if (o->fmt == MP_E8M0 || o->fmt == MP_E2M1)
+                return cli_usage_error(cmd, "--format is fp16, bf16, e4m3, e5m2, mxfp8-e4m3, mxfp8-e5m2 or nvfp4, not '%s' (%s)", v,
+                                       o->fmt == MP_E8M0 ? "e8m0 holds block scales, not values"
+                                                         : "fp4 values are scaled per block of 16 or 32, not by one loss "
+                                                           "scale: nvfp4 is fp4 in blocks");
+        } else if (!strcmp(a, "--mx-rule") && !out) {
+            if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
+            if (mp_mx_rule_parse(v, &o->rule) != MP_OK) return cli_usage_error(cmd, "--mx-rule is floor or rceil, not '%s'", v);
+            rule = v;
         } else if (!strcmp(a, "--scales") && !out) {
             if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
             char buf[512];
@@ -93,6 +122,12 @@ static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, cons
             return cli_usage_error(cmd, "unknown option '%s'", a);
         }
     }
+    if (rule && !(o->block && o->bfmt != MP_BLOCK_NVFP4))
+        return cli_usage_error(cmd, "--mx-rule applies to --format mxfp8-e4m3 and mxfp8-e5m2 only%s",
+                               o->block ? " (nvfp4's block scales are e4m3, rounded to nearest)" : "");
+    if (o->block && o->nscales)
+        return cli_usage_error(cmd, "--scales does not apply to %s (its block scales replace a loss scale)",
+                               mp_block_format_name(o->bfmt));
     if (!o->nscales) {
         const double d[5] = {1, 256, 4096, 65536, 1048576};
         for (int k = 0; k < 5; k++) o->scales[o->nscales++] = d[k];
@@ -148,12 +183,75 @@ static void histogram_terminal(const grad_set *g, mp_dtype t) {
     free(c);
 }
 
+/* ---- block formats: block scaling against one scale per tensor ---- */
+
+void block_compare_print(const mp_block_compare *c) {
+    const double nz = c->nonzero_inputs ? (double)c->nonzero_inputs : 1;
+    const mp_block_counts *r[2] = {&c->block_scaling, &c->per_tensor};
+    char label[2][64];
+    snprintf(label[0], sizeof label[0], "block scaling (%s scale per %zu)",
+             c->format == MP_BLOCK_NVFP4 ? "e4m3" : "e8m0", c->block);
+    snprintf(label[1], sizeof label[1], "one scale per tensor (%s, %g/amax)", mp_format(c->elem)->name,
+             mp_format(c->elem)->max);
+    printf("%-40s %17s %17s %17s %15s\n", "", "flushed to 0", "saturated", "kept nonzero", "mean rel.error");
+    for (int k = 0; k < 2; k++)
+        printf("%-40s %9llu %6.2f%% %9llu %6.2f%% %9llu %6.2f%% %15.4g\n", label[k], (unsigned long long)r[k]->flushed,
+               100 * (double)r[k]->flushed / nz, (unsigned long long)r[k]->saturated, 100 * (double)r[k]->saturated / nz,
+               (unsigned long long)r[k]->nonzero, 100 * (double)r[k]->nonzero / nz, r[k]->mean_rel_error);
+    const uint64_t b = c->block_scaling.nonzero, t = c->per_tensor.nonzero;
+    if (b == t) printf("block scaling keeps as many values nonzero");
+    else {
+        const uint64_t d = b > t ? b - t : t - b;
+        printf("block scaling keeps %llu %s value%s nonzero (%.2f%% of the nonzero values)", (unsigned long long)d,
+               b > t ? "more" : "fewer", d == 1 ? "" : "s", 100 * (double)d / nz);
+    }
+    printf("; mean relative error %.3g vs %.3g\n", c->block_scaling.mean_rel_error, c->per_tensor.mean_rel_error);
+}
+
+static void block_counts_json(const char *name, const mp_block_counts *r) {
+    printf("\"%s\": {\"flushed\": %llu, \"saturated\": %llu, \"nonzero\": %llu, \"mean_rel_error\": %.9g}", name,
+           (unsigned long long)r->flushed, (unsigned long long)r->saturated, (unsigned long long)r->nonzero,
+           r->mean_rel_error);
+}
+
+static int run_block(const uf_opts *o) {
+    mp_block_compare c;
+    if (mp_block_compare_values(o->g.g, o->g.n, o->bfmt, o->rule, &c) != MP_OK) {
+        fprintf(stderr, "mixprec underflow: %s\n", mp_last_error());
+        return 1;
+    }
+    const char *name = mp_block_format_name(c.format), *rule = c.format == MP_BLOCK_NVFP4 ? NULL
+                                                                : c.rule == MP_MX_RCEIL ? "rceil" : "floor";
+    if (o->json) {
+        printf("{\"format\": \"%s\", \"rule\": %s%s%s, \"element\": \"%s\", \"block\": %zu, \"n\": %zu, \"nonzero\": %llu, "
+               "\"amax\": %.9g, \"tensor_scale\": %.9g, ",
+               name, rule ? "\"" : "", rule ? rule : "null", rule ? "\"" : "", mp_format(c.elem)->name, c.block, c.n,
+               (unsigned long long)c.nonzero_inputs, (double)c.amax, (double)c.tensor_scale);
+        block_counts_json("block_scaling", &c.block_scaling);
+        printf(", ");
+        block_counts_json("per_tensor", &c.per_tensor);
+        printf(", \"nonzero_gain\": %lld}\n", (long long)c.block_scaling.nonzero - (long long)c.per_tensor.nonzero);
+        return 0;
+    }
+    printf("%s, in %s%s%s: one tensor, blocks of %zu consecutive values (the last padded with zeros)\n", o->desc, name,
+           rule ? ", rule " : "", rule ? rule : "", c.block);
+    printf("amax %.6g, per-tensor scale %.6g; counts of the %llu nonzero values\n\n", (double)c.amax,
+           (double)c.tensor_scale, (unsigned long long)c.nonzero_inputs);
+    block_compare_print(&c);
+    return 0;
+}
+
 static int run_underflow(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (cli_is_help(&cmd_underflow, argv[i])) return 0;
     uf_opts o;
     int rc = parse_common("underflow", argc, argv, &o, NULL);
     if (rc) return rc;
+    if (o.block) {
+        rc = run_block(&o);
+        grads_free(&o.g);
+        return rc;
+    }
     mp_underflow u;
     if (mp_underflow_analyze(o.g.g, MP_F32, o.g.n, o.fmt, o.scales, o.nscales, &u) != MP_OK) {
         fprintf(stderr, "mixprec underflow: %s\n", mp_last_error());

@@ -31,13 +31,17 @@ const char run_options_help[] =
     "                         fp16-static[:S]: fixed scale S (65536); fp16-dynamic:\n"
     "                         the AMP recipe; bf16: bf16 compute, fp32 master\n"
     "                         weights; bf16-pure: bf16 weights only, stochastic\n"
-    "                         rounding.\n"
+    "                         rounding; GPT only: fp8-delayed, fp8-current,\n"
+    "                         mxfp8, nvfp4: bf16 with the Linear layers' GEMMs on\n"
+    "                         fp8/fp4 operands (docs/TRAINING.md).\n"
     "  --master-weights fp32|none  fp32 (default): fp32 master weights and optimizer\n"
     "                         state; none: weights and both moments only in the\n"
     "                         compute format (fp16/bf16), each update computed in\n"
     "                         fp32 and rounded to nearest (updates under half an ulp\n"
     "                         are lost), as torch.optim on model.half(). Also as a\n"
     "                         mode suffix: fp16-dynamic+master-weights=none.\n"
+    "  --mx-rule floor|rceil  mxfp8's block-scale rule: rceil (default, as Transformer\n"
+    "                         Engine and cuBLAS) or floor (OCP MX v1.0, torchao's default)\n"
     "  --reductions fp32|half fp32 (default): softmax, layer-norm statistics and\n"
     "                         their backward sums, the loss's log-sum-exp, bias-\n"
     "                         gradient column sums and (with --clip) the gradient\n"
@@ -89,6 +93,7 @@ static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
 mp_status run_switches(const run_opts *o, mp_precision *p) {
     mp_status st = o->master_given ? mp_precision_set_master_weights(p, o->master) : MP_OK;
     if (st == MP_OK && o->reductions_given) st = mp_precision_set_reductions(p, o->reductions);
+    if (st == MP_OK && o->mx_rule_given) st = mp_precision_set_mx_rule(p, o->mx_rule);
     return st;
 }
 
@@ -173,7 +178,8 @@ int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--save")) { VAL(); o->save = v; }
         else if (!strcmp(a, "--save-dtype")) {
             VAL();
-            if (mp_dtype_parse(v, &o->save_dtype) != MP_OK || o->save_dtype == MP_E4M3 || o->save_dtype == MP_E5M2)
+            if (mp_dtype_parse(v, &o->save_dtype) != MP_OK ||
+                (o->save_dtype != MP_F32 && o->save_dtype != MP_F16 && o->save_dtype != MP_BF16))
                 return cli_usage_error(cmd, "--save-dtype is fp32, fp16 or bf16, not '%s'", v);
         }
         else if (!strcmp(a, "--resume")) { VAL(); o->resume = v; }
@@ -193,6 +199,11 @@ int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
             else if (!strcmp(v, "half")) o->reductions = MP_REDUCE_HALF;
             else return cli_usage_error(cmd, "--reductions is fp32 or half, not '%s'", v);
             o->reductions_given = 1;
+        }
+        else if (!strcmp(a, "--mx-rule")) {
+            VAL();
+            if (mp_mx_rule_parse(v, &o->mx_rule) != MP_OK) return cli_usage_error(cmd, "--mx-rule is floor or rceil, not '%s'", v);
+            o->mx_rule_given = 1;
         }
         else if (!strcmp(a, "--hist-every")) { INT(o->hist_every, 0, 100000000); }
         else if (!strcmp(a, "--frozen-every"))
@@ -228,6 +239,7 @@ void run_result_free(run_result *r) {
     free(r->loss), free(r->scale), free(r->skipped), free(r->tensor_names), free(r->tensor_underflow);
     free(r->tensor_totals), free(r->skips), free(r->skip_text);
     free(r->eval_steps), free(r->eval_losses), free(r->sample);
+    free(r->quant_names), free(r->quant_totals), free(r->quant_scale), free(r->quant_saturated), free(r->quant_flushed);
     memset(r, 0, sizeof *r);
 }
 
@@ -290,6 +302,8 @@ typedef struct {
     double *ms;
     cJSON *skips; /* the skipped steps, for the summary: {step, scale, tensors, first_activation} */
     hist_snap *hs;
+    mp_named_qtensor *qt; /* with a recipe: the quantized tensors (nq) */
+    size_t nq;
     run_result res;
 } run_state;
 
@@ -300,7 +314,7 @@ static void state_free(run_state *s) {
     mp_optim_free(s->opt);
     mp_dataset_free(&s->train), mp_dataset_free(&s->test);
     mp_text_free(&s->text);
-    free(s->ms), free(s->hs);
+    free(s->ms), free(s->hs), free(s->qt);
     cJSON_Delete(s->skips);
 }
 
@@ -403,9 +417,17 @@ static int setup(const run_opts *o, run_state *s, size_t *T, long *steps_per_epo
         if (mp_gpt_create(&s->gpt, &gc, ct, pure, B, s->opt, (uint64_t)o->seed) != MP_OK)
             return fail("%s", mp_last_error());
         s->model = mp_gpt_model(s->gpt);
+        if (o->prec.recipe != MP_RECIPE_NONE) {
+            mp_recipe r;
+            if (mp_recipe_parse(mp_recipe_name(o->prec.recipe), &r) != MP_OK) return fail("%s", mp_last_error());
+            r.mx_rule = o->prec.mx_rule;
+            if (mp_gpt_set_recipe(s->gpt, &r, (uint64_t)o->seed) != MP_OK) return fail("%s", mp_last_error());
+        }
         st = mp_text_loader(&s->loader, &s->text, B, *T, o->shuffle, (uint64_t)o->seed, (size_t)o->eval_windows);
     } else {
         const size_t eval_b = 1000;
+        if (o->prec.recipe != MP_RECIPE_NONE)
+            return fail("the %s recipe runs on the GPT only for now (--model gpt:L-H-C-T)", o->prec.name);
         if (mp_mlp_create(&s->mlp, &mc, ct, pure, B > eval_b ? B : eval_b, s->opt, (uint64_t)o->seed) != MP_OK)
             return fail("%s", mp_last_error());
         s->model = mp_mlp_model(s->mlp);
@@ -431,6 +453,20 @@ static void model_meta(const run_opts *o, const char **kv) {
 
 static double frac(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
 
+/* The formats in words: "bf16", or with a recipe its element formats as "bf16 + fp8 e4m3/e5m2" (inputs and
+ * weights / gradients), "bf16 + mxfp8 e4m3", "bf16 + nvfp4 e2m1". */
+static void format_label(char *out, size_t cap, mp_dtype compute, const mp_recipe *r) {
+    const char *c = mp_format(compute)->name;
+    if (!r) {
+        snprintf(out, cap, "%s", c);
+        return;
+    }
+    const mp_dtype a = mp_qrole_format(r, MP_QROLE_INPUT), g = mp_qrole_format(r, MP_QROLE_GRAD);
+    const int fp8 = r->kind == MP_RECIPE_FP8_DELAYED || r->kind == MP_RECIPE_FP8_CURRENT;
+    snprintf(out, cap, "%s + %s %s%s%s", c, fp8 ? "fp8" : mp_recipe_name(r->kind), mp_format(a)->name, a == g ? "" : "/",
+             a == g ? "" : mp_format(g)->name);
+}
+
 /* The per-tensor count columns of the CSV, in order: NAME_TENSOR, then the value. */
 enum { TCOLS = 7 };
 static const char *const tcol_names[TCOLS] = {"underflow",     "subnormal", "act_overflow", "act_underflow",
@@ -447,7 +483,34 @@ static void tcol_value(FILE *log, const mp_tensor_stats *t, int c) {
     }
 }
 
-static void csv_header(FILE *log, const mp_model *m) {
+/* The saturated and flushed shares of all qt's values quantized in the step. */
+static void quant_step(const mp_named_qtensor *qt, size_t nq, double *sat, double *flush) {
+    uint64_t n = 0, ns = 0, nf = 0;
+    for (size_t i = 0; i < nq; i++) n += qt[i].q->stats.n, ns += qt[i].q->stats.saturated, nf += qt[i].q->stats.flushed;
+    *sat = frac(ns, n), *flush = frac(nf, n);
+}
+
+/* The quantized tensors' columns (a run with a recipe): the step's shares, then per tensor amax, scale, shares. */
+static const char *const qcol_names[4] = {"qamax", "qscale", "qsat", "qflush"};
+
+static void csv_quant_header(FILE *log, const mp_named_qtensor *qt, size_t nq) {
+    if (nq) fprintf(log, ",quant_saturated,quant_flushed");
+    for (int c = 0; c < 4; c++)
+        for (size_t i = 0; i < nq; i++) fprintf(log, ",%s_%s", qcol_names[c], qt[i].name);
+}
+
+static void csv_quant_row(FILE *log, const mp_named_qtensor *qt, size_t nq) {
+    if (!nq) return;
+    double sat, flush;
+    quant_step(qt, nq, &sat, &flush);
+    fprintf(log, ",%.6g,%.6g", sat, flush);
+    for (size_t i = 0; i < nq; i++) fprintf(log, ",%.9g", (double)qt[i].q->stats.amax);
+    for (size_t i = 0; i < nq; i++) fprintf(log, ",%.9g", (double)qt[i].q->scale);
+    for (size_t i = 0; i < nq; i++) fprintf(log, ",%.6g", frac(qt[i].q->stats.saturated, qt[i].q->stats.n));
+    for (size_t i = 0; i < nq; i++) fprintf(log, ",%.6g", frac(qt[i].q->stats.flushed, qt[i].q->stats.n));
+}
+
+static void csv_header(FILE *log, const mp_model *m, const mp_named_qtensor *qt, size_t nq) {
     fprintf(log, "step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,lost_gradients,dead_gradients,"
                  "lost_updates,ms,eval_loss");
     const size_t n = m->ops->nstats(m->impl);
@@ -459,6 +522,7 @@ static void csv_header(FILE *log, const mp_model *m) {
         for (size_t i = 0; i < n; i++)
             if (m->ops->stats(m->impl, i)->has_wgrad)
                 fprintf(log, ",%s_%s", dead ? "dead" : "lost", m->ops->stats(m->impl, i)->name);
+    csv_quant_header(log, qt, nq);
     fprintf(log, "\n");
 }
 
@@ -466,7 +530,8 @@ static void csv_header(FILE *log, const mp_model *m) {
  * it overflows; NAN when nothing was stored (no figure). */
 static double headroom(double limit, float amax) { return amax > 0 ? log2(limit / (double)amax) : NAN; }
 
-static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double ms, double eval_loss, double limit) {
+static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double ms, double eval_loss, double limit,
+                    const mp_named_qtensor *qt, size_t nq) {
     fprintf(log, "%ld,%.6g,%.9g,%d,%.6g,%.6g,%.6g,%llu,%llu,%.6g,%.6g,%.6g,%.3f,", r->step, (double)r->loss,
             (double)r->scale, r->skipped, r->grad_norm, r->lr, frac(r->bwd.underflow, r->bwd_elements),
             (unsigned long long)r->bwd.overflow, (unsigned long long)r->fwd.overflow,
@@ -488,6 +553,7 @@ static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double 
             const mp_tensor_stats *t = m->ops->stats(m->impl, i);
             if (t->has_wgrad) fprintf(log, ",%.6g", frac(dead ? t->wgrad_dead : t->wgrad_lost, t->wgrad_elements));
         }
+    csv_quant_row(log, qt, nq);
     fprintf(log, "\n");
 }
 
@@ -598,7 +664,10 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     }
     /* results and diagnostics */
     const int nt = (int)s.model.ops->nstats(s.model.impl);
+    const mp_recipe *recipe = mp_model_recipe(&s.model);
+    s.nq = mp_model_qtensors(&s.model, NULL, 0); /* the recipe's quantized tensors: 0 without one */
     run_result *r = &s.res;
+    format_label(r->format, sizeof r->format, o->prec.compute, recipe);
     snprintf(r->model_kind, sizeof r->model_kind, "%s", s.model.ops->kind);
     r->compute_format = mp_format(o->prec.compute)->name;
     r->ntensors = nt;
@@ -612,14 +681,21 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     r->tensor_totals = calloc((size_t)nt + 1, sizeof *r->tensor_totals);
     const size_t neval_max = (o->eval_every ? cap / (size_t)o->eval_every : 0) + 2; /* the last one: the end's */
     r->eval_steps = malloc(neval_max * sizeof *r->eval_steps), r->eval_losses = malloc(neval_max * sizeof *r->eval_losses);
+    r->nquant = (int)s.nq;
+    s.qt = calloc(s.nq + 1, sizeof *s.qt), r->quant_names = calloc(s.nq + 1, sizeof *r->quant_names);
+    r->quant_totals = calloc(s.nq + 1, sizeof *r->quant_totals), r->quant_scale = calloc(s.nq + 1, sizeof *r->quant_scale);
+    r->quant_saturated = calloc(cap, sizeof *r->quant_saturated), r->quant_flushed = calloc(cap, sizeof *r->quant_flushed);
     const int hist_on = !gpt && o->hist_every > 0;
     const long nh_max = hist_on ? (long)cap / o->hist_every + 2 : 0;
     s.hs = calloc((size_t)nh_max + 1, sizeof *s.hs);
     if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.skips || !r->skips || !r->skip_text || !r->tensor_totals ||
-        !r->eval_steps || !r->eval_losses || !s.hs) {
+        !r->eval_steps || !r->eval_losses || !s.hs || !s.qt || !r->quant_names || !r->quant_totals || !r->quant_scale ||
+        !r->quant_saturated || !r->quant_flushed) {
         fail("out of memory");
         goto done;
     }
+    mp_model_qtensors(&s.model, s.qt, s.nq);
+    for (size_t i = 0; i < s.nq; i++) snprintf(r->quant_names[i], sizeof r->quant_names[i], "%s", s.qt[i].name);
     for (int i = 0; i < nt; i++)
         snprintf(r->tensor_names[i], sizeof r->tensor_names[i], "%s", s.model.ops->stats(s.model.impl, (size_t)i)->name);
     if (o->log && (s.log_fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
@@ -628,7 +704,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     }
     if (s.log_fd >= 0) {
         FILE *row = log_row(&s);
-        if (row) csv_header(row, &s.model);
+        if (row) csv_header(row, &s.model, s.qt, s.nq);
         if (log_commit(&s, o->log, row)) goto done;
     }
     long nh = 0;
@@ -685,6 +761,18 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             run_stats[i].wgrad_dead += ts->wgrad_dead;
         }
         lost_updates += si.lost_updates, params_updated += si.params_updated;
+        if (s.nq) {
+            double sat, flush;
+            quant_step(s.qt, s.nq, &sat, &flush);
+            r->quant_saturated[done_steps] = (float)sat, r->quant_flushed[done_steps] = (float)flush;
+        }
+        for (size_t i = 0; i < s.nq; i++) {
+            const mp_quant_stats *q = &s.qt[i].q->stats;
+            mp_quant_stats *a = &r->quant_totals[i];
+            a->n += q->n, a->saturated += q->saturated, a->flushed += q->flushed, a->nonfinite += q->nonfinite;
+            a->amax = fmaxf(a->amax, q->amax);
+            r->quant_scale[i] = s.qt[i].q->scale;
+        }
         double eval_loss = NAN, eval_acc = 0;
         const int eval_now = o->eval_every && si.step % o->eval_every == 0 && si.step < total && !stopped;
         if (eval_now && mp_trainer_evaluate(s.tr, &eval_loss, &eval_acc) != MP_OK) {
@@ -694,7 +782,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         if (eval_now) r->eval_steps[r->neval] = done_steps + 1, r->eval_losses[r->neval++] = eval_loss;
         if (s.log_fd >= 0) {
             FILE *row = log_row(&s);
-            if (row) csv_row(row, &s.model, &si, ms, eval_loss, limit);
+            if (row) csv_row(row, &s.model, &si, ms, eval_loss, limit, s.qt, s.nq);
             if (log_commit(&s, o->log, row)) { /* the run stops; the checkpoint and the summary are still written */
                 close(s.log_fd), s.log_fd = -1;
                 snprintf(stop_msg, sizeof stop_msg, "%s: the log could not be written", o->log), stopped = stop_msg;
@@ -792,6 +880,22 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     fprintf(out, "        weight gradients: %.4f%% lost (nonzero in fp32, 0 when stored), %.4f%% dead (0 in fp32); "
                  "updates: %.4f%% lost (the weight did not change)\n",
             100 * r->lost_gradients, 100 * r->dead_gradients, 100 * r->lost_updates);
+    if (s.nq) {
+        const mp_quant_stats *qs = r->quant_totals;
+        uint64_t qn = 0, qsat = 0, qfl = 0;
+        size_t ws = 0, wf = 0; /* the tensors with the largest shares */
+        for (size_t i = 0; i < s.nq; i++) {
+            qn += qs[i].n, qsat += qs[i].saturated, qfl += qs[i].flushed;
+            if (frac(qs[i].saturated, qs[i].n) > frac(qs[ws].saturated, qs[ws].n)) ws = i;
+            if (frac(qs[i].flushed, qs[i].n) > frac(qs[wf].flushed, qs[wf].n)) wf = i;
+        }
+        r->quant_saturated_total = frac(qsat, qn), r->quant_flushed_total = frac(qfl, qn);
+        fprintf(out, "        %s: %.4f%% of the quantized values saturated", r->format, 100 * r->quant_saturated_total);
+        if (qsat) fprintf(out, " (most in %s: %.4f%%)", r->quant_names[ws], 100 * frac(qs[ws].saturated, qs[ws].n));
+        fprintf(out, ", %.4f%% flushed to zero", 100 * r->quant_flushed_total);
+        if (qfl) fprintf(out, " (most in %s: %.4f%%)", r->quant_names[wf], 100 * frac(qs[wf].flushed, qs[wf].n));
+        fputc('\n', out);
+    }
     /* warnings the literature describes */
 #define WARN(...) if (r->nwarnings < 6) snprintf(r->warnings[r->nwarnings++], sizeof r->warnings[0], __VA_ARGS__)
     if (nan_step >= 0) WARN("the loss became NaN/inf at step %ld", nan_step);
@@ -820,6 +924,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         cJSON_AddStringToObject(j, "reductions", mp_reductions_name(o->prec.reductions));
         cJSON_AddStringToObject(j, "model", o->model);
         cJSON_AddStringToObject(j, "compute_format", r->compute_format);
+        cJSON_AddStringToObject(j, "format", r->format);
         cJSON_AddNumberToObject(j, "steps", (double)done_steps);
         if (gpt) {
             cJSON_AddNumberToObject(j, "val_loss", r->eval_loss);
@@ -877,6 +982,27 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
                 cJSON_AddNumberToObject(o1, "wgrad_dead", (double)ls->wgrad_dead);
             }
             cJSON_AddItemToArray(ly, o1);
+        }
+        if (s.nq && recipe) { /* the recipe's quantized tensors over the run */
+            cJSON_AddStringToObject(j, "recipe", mp_recipe_name(recipe->kind));
+            cJSON_AddNumberToObject(j, "quant_saturated_fraction", r->quant_saturated_total);
+            cJSON_AddNumberToObject(j, "quant_flushed_fraction", r->quant_flushed_total);
+            cJSON *qa = cJSON_AddArrayToObject(j, "quantized");
+            for (size_t i = 0; i < s.nq; i++) {
+                const mp_quant_stats *q = &r->quant_totals[i];
+                cJSON *o1 = cJSON_CreateObject();
+                cJSON_AddStringToObject(o1, "name", r->quant_names[i]);
+                cJSON_AddStringToObject(o1, "format", mp_format(mp_qrole_format(recipe, s.qt[i].q->role))->name);
+                cJSON_AddNumberToObject(o1, "amax", q->amax);
+                cJSON_AddNumberToObject(o1, "scale", r->quant_scale[i]);
+                cJSON_AddNumberToObject(o1, "values", (double)q->n);
+                cJSON_AddNumberToObject(o1, "saturated", (double)q->saturated);
+                cJSON_AddNumberToObject(o1, "flushed", (double)q->flushed);
+                cJSON_AddNumberToObject(o1, "nonfinite", (double)q->nonfinite);
+                cJSON_AddNumberToObject(o1, "saturated_fraction", frac(q->saturated, q->n));
+                cJSON_AddNumberToObject(o1, "flushed_fraction", frac(q->flushed, q->n));
+                cJSON_AddItemToArray(qa, o1);
+            }
         }
         if (!gpt) {
             const mp_format_info *fi = mp_format(o->prec.compute == MP_F32 ? MP_F16 : o->prec.compute);

@@ -14,7 +14,9 @@ typedef struct run_opts {
     char prec_name[64];       /* its label: "fp16-static:1024", "fp16-dynamic+master-weights=none" */
     int master_given;         /* --master-weights was given: master applies to prec */
     mp_master_weights master;
-    int reductions_given;     /* --reductions was given: reductions applies to prec */
+    int reductions_given;
+    mp_mx_rule mx_rule;       /* --mx-rule */
+    int mx_rule_given;     /* --reductions was given: reductions applies to prec */
     mp_reductions reductions;
     mp_dtype save_dtype;
     long hist_every;
@@ -76,6 +78,14 @@ typedef struct run_result {
                                     seed 1), escaped as `mixprec sample` prints it; else NULL */
     double sample_printable;     /* mp_text_judge on the sample against the corpus: the share of printable bytes */
     double sample_words;         /* and of words found in the corpus (NAN: no words) */
+    char format[48];             /* the formats in words: "bf16", or with a recipe "bf16 + fp8 e4m3/e5m2" */
+    /* With a recipe (recipe.h; nquant 0 without): the quantized tensors */
+    int nquant;
+    char (*quant_names)[64];     /* (nquant,) "h.0.attn.c_attn.input" ... */
+    mp_quant_stats *quant_totals;/* (nquant,) counts summed over the run, amax the largest */
+    float *quant_scale;          /* (nquant,) the scale of the last step */
+    float *quant_saturated, *quant_flushed; /* (nsteps,) fractions of the step's quantized values, all tensors */
+    double quant_saturated_total, quant_flushed_total; /* the same over the run */
 } run_result;
 
 #define RUN_SKIPS_KEPT 100

@@ -79,6 +79,7 @@
 #include "io.h"
 #include "model.h"
 #include "optim.h"
+#include "recipe.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -133,6 +134,23 @@ const mp_gpt_config *mp_gpt_get_config(const mp_gpt *g);
  * MP_EINVAL for another format. */
 mp_status mp_gpt_set_reductions(mp_gpt *g, mp_dtype acc);
 
+/* Runs the Linear layers' GEMMs (c_attn, attention c_proj, c_fc, MLP
+ * c_proj: forward, input gradient and weight gradient) on operands quantized
+ * by the recipe r (recipe.h), with one mp_qtensor per layer and operand
+ * (input, weight from the fp32 master, gradient), stochastic-rounding
+ * streams started from seed; everything else (layer norms, GELU, softmax, the
+ * attention's matmuls, the tied head, residuals) stays in bf16. NULL or
+ * MP_RECIPE_NONE turns it off. A training batch is one step of the recipe
+ * (delayed scaling updates its histories after it); evaluation and sampling
+ * quantize with the same scales and change no state. MP_EINVAL unless the
+ * model computes in bf16 with fp32 master weights; MP_ENOMEM. */
+mp_status mp_gpt_set_recipe(mp_gpt *g, const mp_recipe *r, uint64_t seed);
+
+/* The quantization state of Linear layer w (0 c_attn, 1 attention c_proj,
+ * 2 c_fc, 3 MLP c_proj) of block l for role: NULL without a recipe or for
+ * an index out of range. Its stats are the last training batch's. */
+const mp_qtensor *mp_gpt_qtensor(const mp_gpt *g, int l, int w, mp_qrole role);
+
 /* Parameters; non_embedding != 0 leaves out the position embedding (as
  * nanoGPT's get_num_params, used for its MFU estimate). */
 size_t mp_gpt_num_params(const mp_gpt *g, int non_embedding);
@@ -181,7 +199,10 @@ mp_status mp_gpt_load(mp_gpt *g, const mp_safetensors *st);
 size_t mp_gpt_tensors(const mp_gpt *g, mp_tensor *out, size_t cap);
 
 /* The model interface over g (g stays owned by the caller unless the model
- * is freed with mp_model_free, which frees g). */
+ * is freed with mp_model_free, which frees g). With a recipe, its qtensors
+ * are mp_gpt_qtensor's in the order (block, Linear, role), named
+ * "h.{l}.attn.c_attn.input|weight|grad", "h.{l}.attn.c_proj...",
+ * "h.{l}.mlp.c_fc...", "h.{l}.mlp.c_proj...". */
 mp_model mp_gpt_model(mp_gpt *g);
 
 #ifdef __cplusplus

@@ -24,6 +24,8 @@
 #include "text.h"
 #include "train.h"
 #include "underflow.h"
+#include "mx.h"
+#include "recipe.h"
 
 #ifdef __cplusplus
 extern "C" {

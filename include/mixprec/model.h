@@ -19,6 +19,7 @@
 
 #include "convert.h"
 #include "io.h"
+#include "recipe.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -54,6 +55,15 @@ typedef struct mp_tensor_stats {
     uint64_t wgrad_elements, wgrad_lost, wgrad_dead;
 } mp_tensor_stats;
 
+/* One tensor a recipe quantizes (recipe.h) and its name: "h.0.attn.c_attn.input",
+ * "h.0.attn.c_attn.weight", "h.0.attn.c_attn.grad", ... q is the model's own: its
+ * stats describe the last training batch, its state (amax history, random
+ * stream) the checkpoints save and restore (train.h). */
+typedef struct mp_named_qtensor {
+    char name[64];
+    mp_qtensor *q;
+} mp_named_qtensor;
+
 typedef struct mp_model_ops {
     const char *kind; /* "mlp", "gpt", ... */
     /* Forward, loss and backward of one micro-batch (see above); *loss gets
@@ -82,6 +92,13 @@ typedef struct mp_model_ops {
      * returns how many there are. */
     size_t (*tensors)(const void *impl, mp_tensor *out, size_t cap);
     void (*free)(void *impl);
+    /* The recipe the model's GEMMs run on quantized operands (recipe.h), or
+     * NULL when they do not; NULL in a model without recipes. */
+    const mp_recipe *(*recipe)(const void *impl);
+    /* That recipe's quantized tensors, at most cap into out, in the model's
+     * order; returns how many there are (0 without a recipe). NULL in a
+     * model without recipes. */
+    size_t (*qtensors)(void *impl, mp_named_qtensor *out, size_t cap);
 } mp_model_ops;
 
 /* A model: its operations and its state. */
@@ -92,6 +109,10 @@ typedef struct mp_model {
 
 /* Frees the model's state (a model with impl NULL is a no-op). */
 void mp_model_free(mp_model *m);
+
+/* ops->recipe and ops->qtensors, or NULL and 0 for a model without them. */
+const mp_recipe *mp_model_recipe(const mp_model *m);
+size_t mp_model_qtensors(const mp_model *m, mp_named_qtensor *out, size_t cap);
 
 #ifdef __cplusplus
 }

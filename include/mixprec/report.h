@@ -23,10 +23,20 @@ typedef struct mp_report_skip {
     const char *where;
 } mp_report_skip;
 
+/* The quantized tensors of a run whose Linear GEMMs run on fp8/fp4 operands (recipe.h). */
+typedef struct mp_report_quant {
+    int n;                          /* quantized tensors */
+    const char (*names)[64];        /* (n,) "h.0.attn.c_attn.input" ... */
+    const mp_quant_stats *stats;    /* (n,) counts summed over the run, amax the largest of the run */
+    const float *scale;             /* (n,) the scale of the last step */
+    const float *saturated, *flushed; /* (nsteps,) fractions of the step's quantized values, all tensors
+                                       together, that saturated and that were flushed to zero */
+} mp_report_quant;
+
 /* One training run as the report shows it. Arrays are per step (nsteps). */
 typedef struct mp_report_run {
     const char *name;            /* "fp16-dynamic" */
-    const char *format;          /* compute format: "fp16" */
+    const char *format;          /* the formats: "fp16", "bf16 + fp8 e4m3/e5m2" (the summary table's format column) */
     const char *color;           /* CSS colour of its lines and bars: "#1f77b4" */
     long nsteps;
     const float *loss, *scale;   /* (nsteps,) */
@@ -60,6 +70,7 @@ typedef struct mp_report_run {
                                     as \xNN (the writer HTML-escapes it) */
     double sample_printable, sample_words; /* mp_text_judge's shares for the sample (sample_words NAN: no words) */
     const mp_precision *precision; /* the run's mode, for "what each protection buys"; NULL: not compared */
+    const struct mp_report_quant *quant; /* a run with an fp8/fp4 recipe: its quantized tensors; NULL: none */
 } mp_report_run;
 
 typedef struct mp_report {

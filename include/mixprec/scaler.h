@@ -97,7 +97,9 @@ mp_status mp_scaler_load(mp_scaler *s, const uint8_t *blob, size_t len);
 /* Fused unscale + check, one pass over memory: grad[i] *= inv_scale (in fp32,
  * rounded back to the buffer's format, which may be fp32, fp16, bf16, e4m3 or
  * e5m2), and *found_inf = 1 if any element (before scaling, as in PyTorch) is
- * inf or NaN. *found_inf is never cleared. Two threads for large buffers. */
+ * inf or NaN. *found_inf is never cleared. Two threads for large buffers.
+ * MP_EINVAL for e8m0 and e2m1 buffers (scales and block-scaled fp4 elements,
+ * not gradients under a loss scale). */
 mp_status mp_unscale_check(void *grad, mp_dtype type, size_t n, float inv_scale, int *found_inf);
 
 /* The same over several buffers (e.g. all gradients of a model). */

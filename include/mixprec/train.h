@@ -29,6 +29,7 @@
 #include "scaler.h"
 #include "status.h"
 #include "text.h"
+#include "recipe.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,6 +57,8 @@ typedef struct mp_precision {
     mp_reductions reductions; /* fp32 accumulators, or the compute format */
     mp_rounding rounding;   /* how the fp32 masters are rounded into the compute copies */
     mp_scaling scaling;     /* loss scaling */
+    mp_recipe_kind recipe;  /* fp8/fp4 Linear GEMMs (recipe.h; bf16 compute, fp32 masters), or MP_RECIPE_NONE */
+    mp_mx_rule mx_rule;     /* mxfp8's scale rule (MP_MX_RCEIL by default) */
     const char *color;      /* the report's colour for this mode */
     const char *help;       /* one line for --help */
     char label[64];         /* the mode with its switches, as runs are labelled:
@@ -67,7 +70,7 @@ typedef struct mp_precision {
 const mp_precision *mp_precisions(size_t *count);
 
 /* Parses a mode with optional switches into *out (caller-provided):
- * NAME[:S][+master-weights=fp32|none][+reductions=fp32|half].
+ * NAME[:S][+master-weights=fp32|none][+reductions=fp32|half][+mx-rule=floor|rceil].
  * "fp16-static:S" is fp16-static with the scale S (*static_scale, may be
  * NULL; 0 when not given). out->label gets the mode as given followed by
  * the switches that differ from the mode's own setting, in the order above.
@@ -86,6 +89,10 @@ mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m);
  * MP_EINVAL + message for half on an fp32 mode (nothing to round to) and for
  * any other value. Updates p->label. */
 mp_status mp_precision_set_reductions(mp_precision *p, mp_reductions r);
+
+/* Applies --mx-rule to an mxfp8 mode; MP_EINVAL + message for another mode
+ * or rule. Updates p->label. */
+mp_status mp_precision_set_mx_rule(mp_precision *p, mp_mx_rule r);
 
 /* "fp32", "bf16-pure" or "none": the value checkpoints and logs record. */
 const char *mp_master_weights_name(mp_master_weights m);
@@ -218,16 +225,23 @@ const mp_scaler *mp_trainer_scaler(const mp_trainer *t); /* NULL in modes withou
  * master_weights (mp_master_weights_name), reductions (mp_reductions_name),
  * step, optim_steps and the
  * scaler's state. Optimizer state is written in its own dtype (F32, or
- * F16/BF16 for half-only parameters). Written atomically (io.h). */
+ * F16/BF16 for half-only parameters). A model with a recipe (model.h's
+ * qtensors) adds "recipe" (its settings in words) and each quantized
+ * tensor's state: "quant.NAME" in the metadata (hex: the stochastic-rounding
+ * stream's seed and counter, the delayed history's position and scale) and,
+ * for fp8-delayed, its amax history as the F32 tensor
+ * "quant.NAME.amax_history". Written atomically (io.h). */
 mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *meta, mp_dtype weights_dtype);
 
 /* Continues from a checkpoint written by mp_trainer_save: refuses
  * (MP_EINVAL, naming the key) one whose metadata differ from the expected
  * pairs (key, value, ..., NULL) or from this trainer's precision,
  * master_weights (a checkpoint without master_weights counts as "fp32",
- * or "bf16-pure" for that precision) or reductions (without: "fp32"); restores
- * weights, optimizer state, scaler and step count (MP_ECORRUPT for missing
- * or damaged parts). A resumed run continues bit-identically. */
+ * or "bf16-pure" for that precision), reductions (without: "fp32") or recipe
+ * (without: "none"); restores weights, optimizer state, scaler, quantization
+ * state (all of it checked before any is changed) and step count
+ * (MP_ECORRUPT for missing or damaged parts). A resumed run continues
+ * bit-identically. */
 mp_status mp_trainer_resume(mp_trainer *t, const char *path, const char *const *expect);
 
 #ifdef __cplusplus

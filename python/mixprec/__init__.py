@@ -1,4 +1,4 @@
-"""mixprec: exact fp16/bf16/fp8 formats and what they do to your numbers, over
+"""mixprec: exact fp16/bf16/fp8/fp4 formats and what they do to your numbers, over
 libmixprec (the C library of the mixprec command). The C functions read the
 memory of numpy arrays and CPU tensors in place.
 
@@ -25,13 +25,17 @@ def version():
 
 
 def formats():
-    """Every format mixprec knows, as dicts: name, bits, exponent_bits,
-    mantissa_bits (stored, without the hidden bit), bias, has_inf, max,
-    min_normal, min_subnormal, eps."""
+    """Every format mixprec knows, as dicts: name, bits (of the format: 4 for
+    e2m1, which mixprec's buffers hold one to a byte), bytes (per element in a
+    buffer), exponent_bits, mantissa_bits (stored, without the hidden bit),
+    bias, has_inf, max, min_normal, min_subnormal, eps. e8m0 (MX scales) has no
+    sign, zero or subnormals: its min_subnormal is its min_normal, 2^-127, as
+    ml_dtypes.finfo says."""
     out = []
     for code in sorted(DTYPES.values()):
         f = lib.mp_format(code).contents
-        out.append({"name": f.name.decode(), "bits": 8 * f.size, "exponent_bits": f.exponent_bits,
+        bits = f.exponent_bits + f.mantissa_bits + (0 if code == DTYPES["e8m0"] else 1)  # e8m0 has no sign bit
+        out.append({"name": f.name.decode(), "bits": bits, "bytes": f.size, "exponent_bits": f.exponent_bits,
                     "mantissa_bits": f.mantissa_bits, "bias": f.bias, "has_inf": bool(f.has_inf), "max": f.max,
                     "min_normal": f.min_normal, "min_subnormal": f.min_subnormal, "eps": f.eps})
     return out
@@ -83,13 +87,18 @@ def _stats(s):
 
 
 def convert(x, fmt):
-    """x stored in fmt ("fp32", "fp16", "bf16", "e4m3", "e5m2"), rounded to
-    nearest even as mixprec converts (E4M3: overflow becomes NaN). Returns
-    (codes, stats): codes a numpy array of x's shape holding the bit patterns
-    (uint16 for fp16/bf16, uint8 for e4m3/e5m2, float32 values for fp32), stats
-    a dict of counts: underflow (nonzero finite values that became 0),
-    subnormal (results subnormal in fmt), overflow (finite values that became
-    inf or NaN), nan (NaN inputs)."""
+    """x stored in fmt ("fp32", "fp16", "bf16", "e4m3", "e5m2", "e8m0",
+    "e2m1"), rounded as mixprec converts: to nearest even (E4M3: overflow
+    becomes NaN; E2M1 saturates to +-6 and, as ml_dtypes, stores +NaN as 0x8
+    and -NaN as 0x0), E8M0 to the nearest power of two with ties up (zeros,
+    negatives, inf and NaN become 0xFF, NaN). Returns (codes, stats): codes a
+    numpy array of x's shape holding the bit patterns (uint16 for fp16/bf16,
+    uint8 for e4m3/e5m2/e8m0/e2m1 -- e2m1 one code per byte, in the low 4
+    bits --, float32 values for fp32), stats a dict of counts: underflow
+    (nonzero finite values that became 0), subnormal (results subnormal in
+    fmt), overflow (finite values that became inf or NaN; e2m1: |x| >= 7,
+    saturated; e8m0: too large, became NaN), nan (NaN inputs; e8m0: also
+    finite values <= 0, which it cannot hold)."""
     code = dtype_code(fmt)
     ptr, src, n, owner = _memory(x)
     shape = tuple(owner.shape)

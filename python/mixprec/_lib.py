@@ -31,8 +31,8 @@ def _find():
 
 lib = ctypes.CDLL(_find())
 
-# mp_dtype: include/mixprec/format.h
-DTYPES = {"fp32": 0, "fp16": 1, "bf16": 2, "e4m3": 3, "e5m2": 4}
+# mp_dtype: include/mixprec/format.h (e8m0: MX block scales; e2m1: fp4, one code per byte)
+DTYPES = {"fp32": 0, "fp16": 1, "bf16": 2, "e4m3": 3, "e5m2": 4, "e8m0": 5, "e2m1": 6}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
@@ -106,7 +106,7 @@ class ReportRun(ctypes.Structure):
                 ("skips", ctypes.POINTER(ReportSkip)), ("nskips", ctypes.c_long), ("neval", ctypes.c_long),
                 ("eval_steps", ctypes.POINTER(ctypes.c_long)), ("eval_losses", ctypes.POINTER(ctypes.c_double)),
                 ("sample", ctypes.c_char_p), ("sample_printable", ctypes.c_double), ("sample_words", ctypes.c_double),
-                ("precision", ctypes.c_void_p)]
+                ("precision", ctypes.c_void_p), ("quant", ctypes.c_void_p)]
 
 
 class Report(ctypes.Structure):

@@ -47,8 +47,8 @@ import numpy as np
 import torch
 
 from . import _memory
-from ._lib import (HIST_BINS, ConvertStats, MixprecError, Report, ReportRun, ReportSkip, TensorStats, ValueCounts,
-                   check, dtype_code, lib)
+from ._lib import (DTYPES, HIST_BINS, ConvertStats, MixprecError, Report, ReportRun, ReportSkip, TensorStats,
+                   ValueCounts, check, dtype_code, lib)
 
 __all__ = ["Monitor"]
 
@@ -175,7 +175,8 @@ class Monitor:
     """Watches model's numbers in a training loop; see the module's help.
 
     formats: the formats whose losses are counted ("fp16", "bf16", "e4m3",
-    "e5m2"); the first is the one the report's per-layer charts use.
+    "e5m2"; not "e8m0" or "e2m1"); the first is the one the report's per-layer
+    charts use.
     every: record every every-th step (1: every step). shadow: also recompute
     the recorded steps' gradients in fp32 (one more forward and backward of
     the model in fp32 per recorded step; needs fp32 parameters, as autocast
@@ -190,6 +191,10 @@ class Monitor:
             raise MixprecError("mixprec: Monitor needs at least one format")
         self.formats = tuple(formats)
         self._codes = [dtype_code(f) for f in self.formats]
+        for f, c in zip(self.formats, self._codes):
+            if c in (DTYPES["e8m0"], DTYPES["e2m1"]):
+                raise MixprecError("mixprec: Monitor counts fp32, fp16, bf16, e4m3 and e5m2 stores, not %s "
+                                   "(e8m0 holds block scales; fp4 values are scaled per block of 16 or 32)" % f)
         self._fmax = {f: lib.mp_format(c).contents.max for f, c in zip(self.formats, self._codes)}
         if not isinstance(every, int) or every < 1:
             raise MixprecError("mixprec: Monitor's every must be an integer >= 1, not %r" % (every,))

@@ -24,7 +24,7 @@ def sample(seed=1, n=20000):
 
 def test_formats_match_numpy():
     f = {d["name"]: d for d in mixprec.formats()}
-    assert list(f) == ["fp32", "fp16", "bf16", "e4m3", "e5m2"]
+    assert list(f) == ["fp32", "fp16", "bf16", "e4m3", "e5m2", "e8m0", "e2m1"]
     for name, dt in (("fp32", np.float32), ("fp16", np.float16)):
         fi = np.finfo(dt)
         assert f[name]["max"] == float(fi.max) and f[name]["min_normal"] == float(fi.tiny)
@@ -33,6 +33,41 @@ def test_formats_match_numpy():
     assert f["fp16"]["min_subnormal"] == 2.0**-24
     assert f["bf16"]["max"] == float.fromhex("0x1.fep127") and f["bf16"]["mantissa_bits"] == 7
     assert f["e4m3"]["max"] == 448 and not f["e4m3"]["has_inf"] and f["e5m2"]["max"] == 57344
+    assert f["e8m0"]["bits"] == 8 and f["e2m1"]["bits"] == 4 and f["e2m1"]["bytes"] == 1
+    assert f["e8m0"]["max"] == 2.0**127 and f["e8m0"]["min_normal"] == f["e8m0"]["min_subnormal"] == 2.0**-127
+    assert f["e2m1"]["max"] == 6 and f["e2m1"]["min_subnormal"] == 0.5 and f["e2m1"]["eps"] == 0.5
+
+
+def test_mx_formats_match_ml_dtypes():
+    ml = pytest.importorskip("ml_dtypes")
+    f = {d["name"]: d for d in mixprec.formats()}
+    for name, dt in (("e8m0", ml.float8_e8m0fnu), ("e2m1", ml.float4_e2m1fn), ("e4m3", ml.float8_e4m3fn),
+                     ("e5m2", ml.float8_e5m2)):
+        fi = ml.finfo(dt)
+        assert (f[name]["max"], f[name]["min_normal"], f[name]["min_subnormal"], f[name]["eps"]) == (
+            float(fi.max), float(fi.smallest_normal), float(fi.smallest_subnormal), float(fi.eps)), name
+        assert (f[name]["bits"], f[name]["mantissa_bits"], f[name]["exponent_bits"]) == (fi.bits, fi.nmant, fi.nexp)
+
+
+def test_convert_mx_equals_ml_dtypes():
+    ml = pytest.importorskip("ml_dtypes")
+    x = np.concatenate([sample(5), np.array([0.25, 0.75, 5, 7, -7, 1.5, 3, 2.0**-128, 2.0**127 * 1.5, -1],
+                                            dtype=np.float32)])
+    for name, dt in (("e8m0", ml.float8_e8m0fnu), ("e2m1", ml.float4_e2m1fn)):
+        codes, st = mixprec.convert(x, name)
+        with np.errstate(over="ignore", invalid="ignore"):
+            ref = x.astype(dt).view(np.uint8)
+        assert codes.dtype == np.uint8 and np.array_equal(codes, ref), name
+        fin = np.isfinite(x)
+        if name == "e2m1":
+            assert st == {"underflow": int(np.sum(fin & (x != 0) & (np.abs(x) <= 0.25))),
+                          "subnormal": int(np.sum((ref & 7) == 1)), "overflow": int(np.sum(fin & (np.abs(x) >= 7))),
+                          "nan": 1}
+        else:
+            assert st == {"underflow": 0, "subnormal": 0, "overflow": int(np.sum(fin & (x > 0) & (ref == 0xFF))),
+                          "nan": 1 + int(np.sum(fin & ~(x > 0)))}
+    with pytest.raises(MixprecError, match="e2m1"):
+        mixprec.underflow(x, "e2m1")
 
 
 def test_convert_fp16_equals_numpy():
