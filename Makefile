@@ -6,7 +6,7 @@ PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
 M          := $(BUILD)/mixprec
 
-.PHONY: all deps build build-asan test test-long crosscheck-fp8 check check-gpt check-package check-clang fuzz demo bench install clean
+.PHONY: all deps build build-asan test test-long crosscheck-fp8 check check-gpt check-fp8 check-package check-clang fuzz demo bench install clean
 
 all: build
 
@@ -41,6 +41,12 @@ test-long: build
 check-gpt: build
 	scripts/check_gpt.sh $(M) $(BUILD)/check-gpt
 
+# The fp8/fp4 recipes on the GPT at the same budget: bf16, fp8-delayed,
+# fp8-current, mxfp8 and nvfp4 side by side, issue 15's accuracy targets
+# asserted (docs/TRAINING.md); about 5 minutes on 2 Zen 5 cores.
+check-fp8: build
+	scripts/check_fp8.sh $(M) $(BUILD)/check-fp8
+
 # The Python package as a user installs it: pip install of the checkout and of
 # its sdist into fresh virtual environments, the package's tests against each,
 # and examples/torch_monitor.py (about 2 minutes; pip fetches scikit-build-core
@@ -63,7 +69,7 @@ fuzz:
 	scripts/fuzz.sh
 
 # The longer checks .ci/run runs after `make test`.
-check: check-package check-gpt check-clang
+check: check-package check-gpt check-fp8 check-clang
 
 # The main job: fp32, fp16, fp16 + dynamic loss scaling and bf16 side by side on
 # Fashion-MNIST (about 2 minutes on 2 cores); the report is mixprec-demo/report.html.

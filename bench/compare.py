@@ -280,7 +280,8 @@ def torch_pythons(a):
 def section_gpt(a):
     """A training step of the GPT gpt:6-6-384-256 (nanoGPT's shakespeare-char
     size, byte-level), 16 sequences, AdamW: mixprec (`mixprec train --model`, ms
-    per step from its log, real text batches) in fp32 and bf16, and every
+    per step from its log, real text batches) in fp32, bf16 and the fp8/fp4
+    recipes (--gpt-precisions), and every
     PyTorch variant the installed torches offer (bench/peer_gpt.py), in turn for
     --rounds rounds; tokens/s, ratios, and the fraction of the peak counted as
     nanoGPT's estimate_mfu (6 N + 12 L C T FLOPs per token)."""
@@ -294,7 +295,7 @@ def section_gpt(a):
     rounds_mine, rounds_torch, versions, nparams = {}, {}, {}, None
     with tempfile.TemporaryDirectory() as td:
         for _ in range(a.rounds):
-            for prec in ["fp32", "bf16"]:
+            for prec in a.gpt_precisions.split(","):
                 log = os.path.join(td, prec + ".csv")
                 subprocess.run([a.mixprec, "train", "--model", spec, "--batch", str(B), "--precision", prec,
                                 "--steps", str(steps + warmup), "--eval-windows", "1", "--log", log,
@@ -334,6 +335,8 @@ def section_gpt(a):
         tps = tokens / v
         print(f"{k:<40} {v * 1e3:>9.1f} {tps:>9.0f} {100 * tps * flops_tok / 1e9 / pk if pk else 0:>7.0f}%")
     ratios = {}
+    if "bf16" not in mine:
+        return {"mixprec_s": mine, "torch_s": tt}
     if tt:
         bf = [v for k, v in tt.items() if "bf16" in k and "compile" not in k]
         comp = [v for k, v in tt.items() if "compile" in k]
@@ -341,7 +344,11 @@ def section_gpt(a):
             ratios["vs_torch_eager_bf16"] = min(bf) / mine["bf16"]
         if comp:
             ratios["vs_torch_compile_bf16"] = min(comp) / mine["bf16"]
-    ratios["bf16_vs_fp32"] = mine["fp32"] / mine["bf16"]
+    if "fp32" in mine:
+        ratios["bf16_vs_fp32"] = mine["fp32"] / mine["bf16"]
+    for k, v in mine.items():  # the fp8/fp4 recipes: their step against the bf16 step (issue 15: at most 1.3x)
+        if k not in ("fp32", "bf16"):
+            ratios[f"{k}_step_vs_bf16"] = v / mine["bf16"]
     print("ratios (fastest peer of each kind / mixprec bf16): " +
           ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()) + f"; peak: {pk_name} {pk:.1f} GFLOP/s")
     return {"mixprec_s": mine, "torch_s": tt, "rounds_mixprec_s": rounds_mine, "rounds_torch_s": rounds_torch,
@@ -357,6 +364,8 @@ def main():
     ap.add_argument("--only", choices=["convert", "unscale", "gemm", "train", "gpt"])
     ap.add_argument("--gpt-model", default="gpt:6-6-384-256")
     ap.add_argument("--gpt-steps", type=int, default=8)
+    ap.add_argument("--gpt-precisions", default="fp32,bf16,fp8-delayed,fp8-current,mxfp8,nvfp4",
+                    help="gpt: the mixprec modes to time (bf16 is needed: the ratios are against it)")
     ap.add_argument("--rounds", type=int, default=3, help="gemm, train: rounds of mixprec and the peers in turn")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"))
     a = ap.parse_args()

@@ -24,6 +24,9 @@ struct mp_mlp {
     mp_tensor_stats stats[L_MAX];
     uint64_t *hist, *hist_zeros; /* gradient histogram (mp_mlp_histogram) */
     int hist_lo, hist_n;
+    mp_recipe recipe;      /* kind MP_RECIPE_NONE: the Linear layers' GEMMs read ct */
+    mp_qtensor *q;         /* with a recipe: per layer, input, weight and gradient */
+    uint16_t *qa, *qb;     /* the quantized operands of one GEMM */
 };
 
 void mp_mlp_histogram(mp_mlp *m, uint64_t *bins, int lo, int nbins, uint64_t *zeros) {
@@ -59,8 +62,15 @@ static double uniform01(uint64_t *s) {
     return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
 }
 
+static void free_recipe(mp_mlp *m) {
+    for (int i = 0; m->q && i < 3 * m->cfg.nlayers; i++) mp_qtensor_free(&m->q[i]);
+    free(m->q), free(m->qa), free(m->qb);
+    m->q = NULL, m->qa = m->qb = NULL, m->recipe.kind = MP_RECIPE_NONE;
+}
+
 void mp_mlp_free(mp_mlp *m) {
     if (!m) return;
+    free_recipe(m);
     for (int l = 0; l <= m->cfg.nlayers; l++) free(m->act[l]);
     for (int l = 0; l < m->cfg.nlayers; l++) {
         free(m->z[l]);
@@ -145,6 +155,31 @@ mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, mp_ma
 
 const mp_mlp_config *mp_mlp_get_config(const mp_mlp *m) { return &m->cfg; }
 
+mp_status mp_mlp_set_recipe(mp_mlp *m, const mp_recipe *r, uint64_t seed) {
+    if (!m) return mp_error(MP_EINVAL, "mp_mlp_set_recipe: NULL model");
+    free_recipe(m);
+    if (!r || r->kind == MP_RECIPE_NONE) return MP_OK;
+    if (m->ct != MP_BF16 || m->pure != MP_MASTER_FP32)
+        return mp_error(MP_EINVAL, "mlp: the %s recipe runs with bf16 compute and fp32 master weights",
+                        mp_recipe_name(r->kind));
+    size_t maxw = 0, maxwn = 0;
+    for (int l = 0; l <= m->cfg.nlayers; l++) maxw = (size_t)m->cfg.widths[l] > maxw ? (size_t)m->cfg.widths[l] : maxw;
+    for (int l = 0; l < m->cfg.nlayers; l++) {
+        const size_t wn = (size_t)m->cfg.widths[l] * (size_t)m->cfg.widths[l + 1];
+        maxwn = wn > maxwn ? wn : maxwn;
+    }
+    const size_t na = m->max_batch * maxw, nb = na > maxwn ? na : maxwn;
+    m->q = calloc(3 * (size_t)m->cfg.nlayers, sizeof *m->q);
+    m->qa = buffer(na * 2), m->qb = buffer(nb * 2);
+    if (!m->q || !m->qa || !m->qb) return free_recipe(m), mp_error(MP_ENOMEM, "mlp: out of memory for the recipe");
+    m->recipe = *r;
+    for (int i = 0; i < 3 * m->cfg.nlayers; i++) {
+        const mp_status st = mp_qtensor_init(&m->q[i], r, (mp_qrole)(i % 3), seed + (uint64_t)i);
+        if (st) return free_recipe(m), st;
+    }
+    return MP_OK;
+}
+
 mp_status mp_mlp_set_reductions(mp_mlp *m, mp_dtype acc) {
     if (!m) return mp_error(MP_EINVAL, "mp_mlp_set_reductions: NULL model");
     const mp_status st = mp_check_reductions("mlp", m->ct, acc);
@@ -186,6 +221,47 @@ static void famax(mp_mlp *m, int l, const void *x, size_t n, int counting) {
     if (counting) m->stats[l].fwd_amax = fmaxf(m->stats[l].fwd_amax, mp_amax(x, m->ct, n));
 }
 
+/* ---- the Linear layers' GEMMs: plain, or on quantized operands (recipe.h) ---- */
+
+static mp_qtensor *qt(mp_mlp *m, int l, mp_qrole role) { return &m->q[3 * l + (int)role]; }
+
+/* z (B x out) = x (B x in) W^T, with ep */
+static mp_status lin_fwd(mp_mlp *m, int l, size_t B, size_t out, size_t in, const mp_gemm_epilogue *ep) {
+    if (!m->q)
+        return mp_gemm_ex(0, 1, B, out, in, 1.0f, m->act[l], m->ct, in, weights(m, l), m->ct, in, 0.0f, m->z[l], m->ct,
+                          out, ep);
+    float fa, fb;
+    mp_status st = mp_qoperand(m->qa, in, &fa, m->act[l], m->ct, in, B, in, 0, &m->recipe, qt(m, l, MP_QROLE_INPUT));
+    if (st == MP_OK)
+        st = mp_qoperand(m->qb, in, &fb, m->w[l]->master, MP_F32, in, out, in, 0, &m->recipe, qt(m, l, MP_QROLE_WEIGHT));
+    if (st != MP_OK) return st;
+    return mp_gemm_ex(0, 1, B, out, in, fa * fb, m->qa, MP_BF16, in, m->qb, MP_BF16, in, 0.0f, m->z[l], m->ct, out, ep);
+}
+
+/* c (out x in, fp32) = beta c + dz^T x, with ep */
+static mp_status lin_wgrad(mp_mlp *m, int l, size_t B, size_t out, size_t in, const void *dz, float beta, float *c,
+                           const mp_gemm_epilogue *ep) {
+    if (!m->q) return mp_gemm_ex(1, 0, out, in, B, 1.0f, dz, m->ct, out, m->act[l], m->ct, in, beta, c, MP_F32, in, ep);
+    float fa, fb;
+    mp_status st = mp_qoperand(m->qa, out, &fa, dz, m->ct, out, B, out, 1, &m->recipe, qt(m, l, MP_QROLE_GRAD));
+    if (st == MP_OK)
+        st = mp_qoperand(m->qb, in, &fb, m->act[l], m->ct, in, B, in, 1, &m->recipe, qt(m, l, MP_QROLE_INPUT));
+    if (st != MP_OK) return st;
+    return mp_gemm_ex(1, 0, out, in, B, fa * fb, m->qa, MP_BF16, out, m->qb, MP_BF16, in, beta, c, MP_F32, in, ep);
+}
+
+/* dx (B x in) = dz W */
+static mp_status lin_dgrad(mp_mlp *m, int l, size_t B, size_t out, size_t in, const void *dz, void *dx,
+                           mp_convert_stats *st) {
+    if (!m->q) return mp_gemm(0, 0, B, in, out, 1.0f, dz, m->ct, out, weights(m, l), m->ct, in, 0.0f, dx, m->ct, in, st);
+    float fa, fb;
+    mp_status s = mp_qoperand(m->qa, out, &fa, dz, m->ct, out, B, out, 0, &m->recipe, qt(m, l, MP_QROLE_GRAD));
+    if (s == MP_OK)
+        s = mp_qoperand(m->qb, in, &fb, m->w[l]->master, MP_F32, in, out, in, 1, &m->recipe, qt(m, l, MP_QROLE_WEIGHT));
+    if (s != MP_OK) return s;
+    return mp_gemm(0, 0, B, in, out, fa * fb, m->qa, MP_BF16, out, m->qb, MP_BF16, in, 0.0f, dx, m->ct, in, st);
+}
+
 /* counting: the stores of layer l (its Linear's output, layer norm and
  * activation) go into the layer's forward statistics (training, not evaluation) */
 static mp_status forward(mp_mlp *m, const float *x, size_t B, int counting) {
@@ -198,7 +274,7 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B, int counting) {
     for (int l = 0; l < c->nlayers && st == MP_OK; l++) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
         const mp_gemm_epilogue ep = {fparam(m, m->b[l], 0), MP_F32, fst(m, l, B * out, counting), NULL};
-        st = mp_gemm_ex(0, 1, B, out, in, 1.0f, m->act[l], ct, in, weights(m, l), ct, in, 0.0f, m->z[l], ct, out, &ep);
+        st = lin_fwd(m, l, B, out, in, &ep);
         if (st == MP_OK) famax(m, l, m->z[l], B * out, counting);
         if (st != MP_OK || l == c->nlayers - 1) continue;
         if (m->h[l] != m->z[l]) {
@@ -234,14 +310,13 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
          * epilogue, with its lost and dead values; the histogram wants the
          * values before that rounding */
         if (m->hist) {
-            st = mp_gemm(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, 0.0f, m->dwf, MP_F32, in, NULL);
+            st = lin_wgrad(m, l, B, out, in, dz, 0.0f, m->dwf, NULL);
             mp_log2_histogram(m->dwf, MP_F32, out * in, m->hist_lo, m->hist_n, m->hist, m->hist_zeros);
         }
         mp_convert_stats ws = {0, 0, 0, 0}; /* the weight gradient's share of the layer's stores */
         const mp_gemm_epilogue ep = {NULL, ct, ct == MP_F32 ? NULL : &ws, &ls->wgrad_dead};
         if (st == MP_OK)
-            st = mp_gemm_ex(1, 0, out, in, B, 1.0f, dz, ct, out, m->act[l], ct, in, accumulate ? 1.0f : 0.0f, m->w[l]->grad,
-                            MP_F32, in, &ep);
+            st = lin_wgrad(m, l, B, out, in, dz, accumulate ? 1.0f : 0.0f, m->w[l]->grad, &ep);
         mp_convert_stats_add(&ls->bwd, &ws);
         ls->wgrad_lost += ws.underflow, ls->wgrad_elements += out * in;
         count(m, l, out * in);
@@ -251,7 +326,7 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
         /* dA (gradient of layer l-1's activation output) = dZ W */
         const size_t pw = (size_t)c->widths[l];
         mp_convert_stats *ps = &m->stats[l - 1].bwd;
-        st = mp_gemm(0, 0, B, in, out, 1.0f, dz, ct, out, weights(m, l), ct, in, 0.0f, other, ct, in, ps);
+        st = lin_dgrad(m, l, B, out, in, dz, other, ps);
         count(m, l - 1, B * in);
         if (st == MP_OK) bamax(m, l - 1, other, ct, B * in);
         /* through the activation (and layer norm) into dZ of layer l-1, in dz's buffer */
@@ -273,18 +348,35 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
 
 mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, float grad_scale,
                              int accumulate, float *loss) {
+    const int L = m->cfg.nlayers;
+    for (int i = 0; m->q && i < 3 * L; i++) mp_qtensor_begin(&m->q[i]);
     mp_status st = forward(m, x, B, 1);
     if (st != MP_OK) return st;
-    const int L = m->cfg.nlayers;
     const size_t C = (size_t)m->cfg.widths[L];
     st = mp_cross_entropy(loss, m->g0, m->ct, m->z[L - 1], m->ct, labels, B, C, grad_scale, m->acc, &m->stats[L - 1].bwd);
     count(m, L - 1, B * C);
-    return st == MP_OK ? backward(m, B, m->g0, accumulate) : st;
+    if (st == MP_OK) st = backward(m, B, m->g0, accumulate);
+    for (int i = 0; st == MP_OK && m->q && i < 3 * L; i++) mp_qtensor_end(&m->q[i], &m->recipe);
+    return st;
+}
+
+/* A forward that changes no recipe state (evaluation): it quantizes with this
+ * step's scales, or takes fresh amaxes, and puts every tensor's state back. */
+static mp_status forward_quiet(mp_mlp *m, const float *x, size_t B) {
+    if (!m->q) return forward(m, x, B, 0);
+    const size_t nq = 3 * (size_t)m->cfg.nlayers;
+    mp_qtensor *keep = malloc(nq * sizeof *keep);
+    if (!keep) return mp_error(MP_ENOMEM, "mlp: out of memory");
+    memcpy(keep, m->q, nq * sizeof *keep); /* the delayed histories are only read by forward */
+    const mp_status st = forward(m, x, B, 0);
+    memcpy(m->q, keep, nq * sizeof *keep);
+    free(keep);
+    return st;
 }
 
 mp_status mp_mlp_eval_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, double *loss_sum,
                             size_t *correct) {
-    mp_status st = forward(m, x, B, 0);
+    mp_status st = forward_quiet(m, x, B);
     if (st != MP_OK) return st;
     const int L = m->cfg.nlayers;
     const size_t C = (size_t)m->cfg.widths[L];
@@ -374,11 +466,27 @@ static mp_status model_reductions(void *impl, mp_dtype acc) { return mp_mlp_set_
 static mp_status model_load(void *impl, const mp_safetensors *st) { return mp_mlp_load(impl, st); }
 static size_t model_tensors(const void *impl, mp_tensor *out, size_t cap) { return mp_mlp_tensors(impl, out, cap); }
 static void model_free(void *impl) { mp_mlp_free(impl); }
+static const mp_recipe *model_recipe(const void *impl) {
+    const mp_mlp *m = impl;
+    return m->q ? &m->recipe : NULL;
+}
+
+/* "fc{l}.input|weight|grad": m->q's order (layer, role) */
+static size_t model_qtensors(void *impl, mp_named_qtensor *out, size_t cap) {
+    mp_mlp *m = impl;
+    static const char *const roles[3] = {"input", "weight", "grad"};
+    const size_t n = m->q ? 3 * (size_t)m->cfg.nlayers : 0;
+    for (size_t i = 0; i < n && i < cap; i++) {
+        snprintf(out[i].name, sizeof out[i].name, "fc%zu.%s", i / 3, roles[i % 3]);
+        out[i].q = &m->q[i];
+    }
+    return n;
+}
 
 static const mp_model_ops mlp_ops = {
     .kind = "mlp", .train_batch = model_train, .eval_batch = model_eval, .nstats = model_nstats,
     .stats = model_stats, .reset_stats = model_reset, .set_reductions = model_reductions, .load = model_load, .tensors = model_tensors,
-    .free = model_free,
+    .free = model_free, .recipe = model_recipe, .qtensors = model_qtensors,
 };
 
 mp_model mp_mlp_model(mp_mlp *m) {

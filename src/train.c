@@ -101,6 +101,17 @@ mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m) 
     return st;
 }
 
+mp_status mp_precision_recipe(const mp_precision *p, mp_recipe *out) {
+    if (!p || !out) return mp_error(MP_EINVAL, "mp_precision_recipe: NULL argument");
+    if (p->recipe == MP_RECIPE_NONE) {
+        *out = (mp_recipe){.kind = MP_RECIPE_NONE};
+        return MP_OK;
+    }
+    const mp_status st = mp_recipe_parse(mp_recipe_name(p->recipe), out);
+    out->mx_rule = p->mx_rule;
+    return st;
+}
+
 mp_status mp_precision_set_mx_rule(mp_precision *p, mp_mx_rule r) {
     if (!p) return mp_error(MP_EINVAL, "mp_precision_set_mx_rule: NULL argument");
     if (p->recipe != MP_RECIPE_MXFP8) return mp_error(MP_EINVAL, "%s: the MX scale rule applies to mxfp8 only", p->label);

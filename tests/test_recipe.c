@@ -582,6 +582,56 @@ static void test_gpt(void) {
     CHECK_SAY(mark, "gpt: every recipe trains, first losses within 5%% of bf16's; bad configurations refused\n");
 }
 
+/* The MLP under every recipe: 50 inputs and 10 classes are no whole number
+ * of blocks (padded), batches of 24 neither; the loss falls, every operand is
+ * counted without its padding, and evaluation changes no state. */
+static void test_mlp(void) {
+    const long mark = check_failures;
+    mp_mlp_config c = {3, {50, 64, 40, 10}, MP_ACT_RELU, 0};
+    const size_t B = 24;
+    float x[24 * 50];
+    int32_t y[24];
+    for (size_t i = 0; i < B; i++) {
+        y[i] = (int32_t)(i % 10);
+        for (size_t k = 0; k < 50; k++) x[i * 50 + k] = (float)((k % 10 == (size_t)y[i]) + 0.1 * urand());
+    }
+    for (size_t k = 0; k < sizeof recipes / sizeof recipes[0]; k++) {
+        mp_optim *opt;
+        mp_adamw_config ac = mp_adamw_defaults();
+        ac.lr = 1e-2;
+        mp_optim_adamw(&opt, &ac);
+        mp_mlp *m;
+        CHECK(mp_mlp_create(&m, &c, MP_BF16, MP_MASTER_FP32, B, opt, 3) == MP_OK, "mlp");
+        mp_recipe r;
+        mp_recipe_parse(recipes[k], &r);
+        CHECK(mp_mlp_set_recipe(m, &r, 1) == MP_OK, "%s: %s", recipes[k], mp_last_error());
+        mp_model model = mp_mlp_model(m);
+        float l0 = 0, l = 0;
+        for (int s = 0; s < 30; s++) {
+            CHECK(mp_mlp_train_batch(m, x, y, B, 1.0f, 0, &l) == MP_OK, "train: %s", mp_last_error());
+            mp_optim_step(opt);
+            if (s == 0) l0 = l;
+        }
+        CHECK(isfinite(l) && l < 0.5f * l0, "%s: mlp loss %g -> %g", recipes[k], (double)l0, (double)l);
+        mp_named_qtensor q[9];
+        CHECK(mp_model_qtensors(&model, q, 9) == 9 && strcmp(q[8].name, "fc2.grad") == 0, "mlp qtensors");
+        /* fc0's input: forward and weight gradient, 24 x 50 each; fc2's gradient: 24 x 10 twice */
+        CHECK(q[0].q->stats.n == 2 * B * 50 && q[8].q->stats.n == 2 * B * 10, "%s: counts %llu %llu", recipes[k],
+              (unsigned long long)q[0].q->stats.n, (unsigned long long)q[8].q->stats.n);
+        mp_qtensor before[9];
+        for (int i = 0; i < 9; i++) before[i] = *q[i].q;
+        double ls = 0;
+        size_t right = 0;
+        CHECK(mp_mlp_eval_batch(m, x, y, B, &ls, &right) == MP_OK && right >= B / 2, "%s: eval %zu right", recipes[k],
+              right);
+        for (int i = 0; i < 9; i++)
+            CHECK(memcmp(&before[i], q[i].q, sizeof before[i]) == 0, "%s: evaluation changed %s", recipes[k], q[i].name);
+        mp_mlp_free(m);
+        mp_optim_free(opt);
+    }
+    CHECK_SAY(mark, "mlp: every recipe learns (padded blocks), counts without padding, evaluation changes no state\n");
+}
+
 int main(int argc, char **argv) {
     quick = test_quick(argc, argv);
     for (size_t i = 0; i < sizeof recipes / sizeof recipes[0]; i++) test_operands(recipes[i]);
@@ -593,5 +643,6 @@ int main(int argc, char **argv) {
     test_fast_vs_ref(1);
     test_threads();
     test_gpt();
+    test_mlp();
     return check_report("test_recipe");
 }

@@ -31,9 +31,9 @@ const char run_options_help[] =
     "                         fp16-static[:S]: fixed scale S (65536); fp16-dynamic:\n"
     "                         the AMP recipe; bf16: bf16 compute, fp32 master\n"
     "                         weights; bf16-pure: bf16 weights only, stochastic\n"
-    "                         rounding; GPT only: fp8-delayed, fp8-current,\n"
-    "                         mxfp8, nvfp4: bf16 with the Linear layers' GEMMs on\n"
-    "                         fp8/fp4 operands (docs/TRAINING.md).\n"
+    "                         rounding; fp8-delayed, fp8-current, mxfp8, nvfp4:\n"
+    "                         bf16 with the Linear layers' GEMMs on fp8/fp4\n"
+    "                         operands (docs/TRAINING.md).\n"
     "  --master-weights fp32|none  fp32 (default): fp32 master weights and optimizer\n"
     "                         state; none: weights and both moments only in the\n"
     "                         compute format (fp16/bf16), each update computed in\n"
@@ -417,20 +417,18 @@ static int setup(const run_opts *o, run_state *s, size_t *T, long *steps_per_epo
         if (mp_gpt_create(&s->gpt, &gc, ct, pure, B, s->opt, (uint64_t)o->seed) != MP_OK)
             return fail("%s", mp_last_error());
         s->model = mp_gpt_model(s->gpt);
-        if (o->prec.recipe != MP_RECIPE_NONE) {
-            mp_recipe r;
-            if (mp_recipe_parse(mp_recipe_name(o->prec.recipe), &r) != MP_OK) return fail("%s", mp_last_error());
-            r.mx_rule = o->prec.mx_rule;
-            if (mp_gpt_set_recipe(s->gpt, &r, (uint64_t)o->seed) != MP_OK) return fail("%s", mp_last_error());
-        }
+        mp_recipe r;
+        if (mp_precision_recipe(&o->prec, &r) != MP_OK || mp_gpt_set_recipe(s->gpt, &r, (uint64_t)o->seed) != MP_OK)
+            return fail("%s", mp_last_error());
         st = mp_text_loader(&s->loader, &s->text, B, *T, o->shuffle, (uint64_t)o->seed, (size_t)o->eval_windows);
     } else {
         const size_t eval_b = 1000;
-        if (o->prec.recipe != MP_RECIPE_NONE)
-            return fail("the %s recipe runs on the GPT only for now (--model gpt:L-H-C-T)", o->prec.name);
         if (mp_mlp_create(&s->mlp, &mc, ct, pure, B > eval_b ? B : eval_b, s->opt, (uint64_t)o->seed) != MP_OK)
             return fail("%s", mp_last_error());
         s->model = mp_mlp_model(s->mlp);
+        mp_recipe r;
+        if (mp_precision_recipe(&o->prec, &r) != MP_OK || mp_mlp_set_recipe(s->mlp, &r, (uint64_t)o->seed) != MP_OK)
+            return fail("%s", mp_last_error());
         st = mp_image_loader(&s->loader, &s->train, &s->test, B, o->shuffle, (uint64_t)o->seed, eval_b);
     }
     if (st != MP_OK) return fail("%s", mp_last_error());

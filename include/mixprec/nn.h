@@ -15,6 +15,7 @@
 #include "io.h"
 #include "model.h"
 #include "optim.h"
+#include "recipe.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -71,6 +72,16 @@ mp_status mp_mlp_eval_batch(mp_mlp *m, const float *x, const int32_t *labels, si
 void mp_mlp_histogram(mp_mlp *m, uint64_t *bins, int lo, int nbins, uint64_t *zeros);
 
 const mp_mlp_config *mp_mlp_get_config(const mp_mlp *m);
+
+/* Runs the Linear layers' GEMMs (forward, input gradient, weight gradient)
+ * on operands quantized by the recipe r (recipe.h), with one mp_qtensor per
+ * layer and operand (input, weight from the fp32 master, gradient), as the
+ * GPT does (gpt.h's mp_gpt_set_recipe): a reduction that is not a whole
+ * number of blocks (784 pixels, 10 classes) is padded with zeros. Everything
+ * else stays in bf16. NULL or MP_RECIPE_NONE turns it off. A training batch
+ * is one step of the recipe; evaluation changes no state. MP_EINVAL unless
+ * the model computes in bf16 with fp32 master weights; MP_ENOMEM. */
+mp_status mp_mlp_set_recipe(mp_mlp *m, const mp_recipe *r, uint64_t seed);
 
 /* Where the reductions round (ops.h's acc: layer norms, the loss's
  * log-sum-exp, bias-gradient column sums): MP_F32 (the default) or the

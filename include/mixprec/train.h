@@ -90,6 +90,10 @@ mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m);
  * any other value. Updates p->label. */
 mp_status mp_precision_set_reductions(mp_precision *p, mp_reductions r);
 
+/* The recipe of a mode (TE's defaults, recipe.h, with the mode's MX rule)
+ * into *out: kind MP_RECIPE_NONE for a mode without one. */
+mp_status mp_precision_recipe(const mp_precision *p, mp_recipe *out);
+
 /* Applies --mx-rule to an mxfp8 mode; MP_EINVAL + message for another mode
  * or rule. Updates p->label. */
 mp_status mp_precision_set_mx_rule(mp_precision *p, mp_mx_rule r);

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# check_fp8.sh [MIXPREC] [OUT] - the fp8/fp4 recipes on the GPT at the accuracy
+# budget of check_gpt.sh (docs/TRAINING.md, "fp8 and fp4 recipes"): bf16 and
+# the four recipes side by side in one `mixprec compare`, then issue 15's
+# targets, asserted on what the run wrote: fp8-delayed, fp8-current and
+# mxfp8 end within 3% of bf16's validation loss; nvfp4 is reported as it comes
+# out, with the share of its quantized values saturated and flushed.
+# `make check-fp8` runs it; `.ci/run` runs it after `make test`.
+set -euo pipefail
+M=${1:-build/mixprec}
+out=${2:-mixprec-fp8}
+budget=(--model gpt:4-4-128-128 --batch 16 --steps 1000 --lr 6e-3 --lr-schedule cosine --warmup 50
+        --weight-decay 0.1 --betas 0.9,0.95 --clip 1 --seed 1)
+"$M" compare --precisions bf16,fp8-delayed,fp8-current,mxfp8,nvfp4 --out "$out" "${budget[@]}"
+echo
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+runs = {r["precision"]: r for r in json.load(open(out + "/summary.json"))["runs"]}
+base = runs["bf16"]["val_loss"]
+bad = 0
+print("mode           val loss  vs bf16   saturated  flushed   ms/step")
+for mode, limit in (("bf16", None), ("fp8-delayed", 3.0), ("fp8-current", 3.0), ("mxfp8", 3.0), ("nvfp4", None)):
+    if mode not in runs:
+        print(f"FAIL: {mode} was not run")
+        bad = 1
+        continue
+    r = runs[mode]
+    v, rel = r["val_loss"], 100 * (r["val_loss"] - runs["bf16"]["val_loss"]) / base
+    sat = r.get("quant_saturated_fraction")
+    fl = r.get("quant_flushed_fraction")
+    q = f"{100 * sat:8.4f}%  {100 * fl:7.4f}%" if sat is not None else f"{'-':>9}  {'-':>8}"
+    print(f"{mode:14s} {v:8.4f}  {rel:+6.2f}%  {q}  {r['ms_per_step']:7.1f}")
+    if limit is not None and abs(rel) > limit:
+        print(f"FAIL: {mode}: validation loss {v:.4f} differs by {rel:+.2f}% from bf16's {base:.4f} (at most {limit}%)")
+        bad = 1
+sys.exit(bad)
+PY
+echo "check-fp8: the targets hold (report: $out/report.html)"
