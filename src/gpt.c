@@ -388,10 +388,11 @@ mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_ma
 
 const mp_gpt_config *mp_gpt_get_config(const mp_gpt *g) { return g ? &g->cfg : NULL; }
 
-mp_status mp_gpt_set_recipe(mp_gpt *g, const mp_recipe *r, uint64_t seed) {
+mp_status mp_gpt_set_recipe(mp_gpt *g, const mp_recipe *recipe, uint64_t seed) {
     if (!g) return mp_error(MP_EINVAL, "mp_gpt_set_recipe: NULL model");
+    const mp_recipe none = {.kind = MP_RECIPE_NONE}, copy = recipe ? *recipe : none, *r = &copy; /* may be g's own */
     free_recipe(g);
-    if (!r || r->kind == MP_RECIPE_NONE) return MP_OK;
+    if (r->kind == MP_RECIPE_NONE) return MP_OK;
     if (g->ct != MP_BF16 || g->pure != MP_MASTER_FP32)
         return mp_error(MP_EINVAL, "gpt: the %s recipe runs with bf16 compute and fp32 master weights",
                         mp_recipe_name(r->kind));
@@ -760,6 +761,7 @@ static mp_status forward_quiet(mp_gpt *g, const int32_t *tok, size_t B, size_t T
     mp_qtensor *keep = malloc(nq(g) * sizeof *keep);
     if (!keep) return mp_error(MP_ENOMEM, "gpt: out of memory");
     memcpy(keep, g->q, nq(g) * sizeof *keep); /* the delayed histories are only read by forward */
+    for (size_t i = 0; i < nq(g); i++) g->q[i].scaled = 0; /* current scaling: this batch's own amax */
     const mp_status st = forward(g, tok, B, T, head_last);
     memcpy(g->q, keep, nq(g) * sizeof *keep);
     free(keep);
@@ -779,7 +781,7 @@ mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *ta
     const size_t N = B * T, V = (size_t)g->cfg.vocab_size;
     g->counting = 1;
     g->last_rows = 0;
-    for (size_t i = 0; g->q && i < nq(g); i++) mp_qtensor_begin(&g->q[i]);
+    for (size_t i = 0; g->q && i < nq(g); i++) mp_qtensor_begin(&g->q[i], !accumulate);
     TRY(forward(g, tokens, B, T, 0));
     float l;
     TRY(mp_cross_entropy(&l, g->logits, g->ct, g->logits, g->ct, targets, N, V, grad_scale, g->acc, bst(g, s_head(g), N * V)));

@@ -155,10 +155,11 @@ mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, mp_ma
 
 const mp_mlp_config *mp_mlp_get_config(const mp_mlp *m) { return &m->cfg; }
 
-mp_status mp_mlp_set_recipe(mp_mlp *m, const mp_recipe *r, uint64_t seed) {
+mp_status mp_mlp_set_recipe(mp_mlp *m, const mp_recipe *recipe, uint64_t seed) {
     if (!m) return mp_error(MP_EINVAL, "mp_mlp_set_recipe: NULL model");
+    const mp_recipe none = {.kind = MP_RECIPE_NONE}, copy = recipe ? *recipe : none, *r = &copy; /* may be m's own */
     free_recipe(m);
-    if (!r || r->kind == MP_RECIPE_NONE) return MP_OK;
+    if (r->kind == MP_RECIPE_NONE) return MP_OK;
     if (m->ct != MP_BF16 || m->pure != MP_MASTER_FP32)
         return mp_error(MP_EINVAL, "mlp: the %s recipe runs with bf16 compute and fp32 master weights",
                         mp_recipe_name(r->kind));
@@ -310,7 +311,12 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
          * epilogue, with its lost and dead values; the histogram wants the
          * values before that rounding */
         if (m->hist) {
+            /* with a recipe, the same quantization as the gradient's below:
+             * the layer's tensors (counts, random stream) are put back */
+            mp_qtensor keep[3];
+            if (m->q) memcpy(keep, qt(m, l, MP_QROLE_INPUT), sizeof keep);
             st = lin_wgrad(m, l, B, out, in, dz, 0.0f, m->dwf, NULL);
+            if (m->q) memcpy(qt(m, l, MP_QROLE_INPUT), keep, sizeof keep);
             mp_log2_histogram(m->dwf, MP_F32, out * in, m->hist_lo, m->hist_n, m->hist, m->hist_zeros);
         }
         mp_convert_stats ws = {0, 0, 0, 0}; /* the weight gradient's share of the layer's stores */
@@ -349,7 +355,7 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
 mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, float grad_scale,
                              int accumulate, float *loss) {
     const int L = m->cfg.nlayers;
-    for (int i = 0; m->q && i < 3 * L; i++) mp_qtensor_begin(&m->q[i]);
+    for (int i = 0; m->q && i < 3 * L; i++) mp_qtensor_begin(&m->q[i], !accumulate);
     mp_status st = forward(m, x, B, 1);
     if (st != MP_OK) return st;
     const size_t C = (size_t)m->cfg.widths[L];
@@ -368,6 +374,7 @@ static mp_status forward_quiet(mp_mlp *m, const float *x, size_t B) {
     mp_qtensor *keep = malloc(nq * sizeof *keep);
     if (!keep) return mp_error(MP_ENOMEM, "mlp: out of memory");
     memcpy(keep, m->q, nq * sizeof *keep); /* the delayed histories are only read by forward */
+    for (size_t i = 0; i < nq; i++) m->q[i].scaled = 0; /* current scaling: this batch's own amax */
     const mp_status st = forward(m, x, B, 0);
     memcpy(m->q, keep, nq * sizeof *keep);
     free(keep);

@@ -83,8 +83,8 @@ void mp_qtensor_free(mp_qtensor *q) {
     if (q) free(q->hist.amax), q->hist.amax = NULL;
 }
 
-void mp_qtensor_begin(mp_qtensor *q) {
-    q->stats = (mp_quant_stats){0};
+void mp_qtensor_begin(mp_qtensor *q, int first) {
+    if (first) q->stats = (mp_quant_stats){0};
     q->scaled = 0;
 }
 
@@ -304,16 +304,15 @@ static float rht_amax(qjob *j) {
     return mp_bits_f32(m);
 }
 
-/* The largest finite |x| of the operand. */
+/* The largest finite |x| of the operand (its rows' maxima compared on the
+ * bits: DAZ cannot drop a subnormal one). */
 static float operand_amax(const mp_qop *op) {
     if (op->lds == op->cols) return mp_amax(op->src, op->st, op->rows * op->cols);
-    float m = 0.0f;
-    for (size_t i = 0; i < op->rows; i++) {
-        const size_t es = op->st == MP_F32 ? 4 : 2;
-        const float a = mp_amax((const uint8_t *)op->src + i * op->lds * es, op->st, op->cols);
-        m = a > m ? a : m;
-    }
-    return m;
+    mp_quant_stats m = {0};
+    const size_t es = op->st == MP_F32 ? 4 : 2;
+    for (size_t i = 0; i < op->rows; i++)
+        mp_quant_amax(&m, mp_f32_bits(mp_amax((const uint8_t *)op->src + i * op->lds * es, op->st, op->cols)));
+    return m.amax;
 }
 
 mp_status mp_qoperand(uint16_t *dst, size_t ldd, float *factor, const void *src, mp_dtype src_type, size_t lds,
@@ -323,6 +322,8 @@ mp_status mp_qoperand(uint16_t *dst, size_t ldd, float *factor, const void *src,
         return mp_error(MP_EINVAL, "mp_qoperand: bad argument");
     if (!per_tensor(r->kind) && r->kind != MP_RECIPE_MXFP8 && r->kind != MP_RECIPE_NVFP4)
         return mp_error(MP_EINVAL, "mp_qoperand: no recipe");
+    if (r->kind == MP_RECIPE_MXFP8 && r->mx_rule != MP_MX_FLOOR && r->mx_rule != MP_MX_RCEIL)
+        return mp_error(MP_EINVAL, "mp_qoperand: MX scale rule %d (floor or rceil)", (int)r->mx_rule);
     qjob j;
     memset(&j, 0, sizeof j);
     j.op = (mp_qop){.dst = dst, .ldd = ldd, .src = src, .st = src_type, .lds = lds, .rows = rows, .cols = cols,
@@ -331,7 +332,10 @@ mp_status mp_qoperand(uint16_t *dst, size_t ldd, float *factor, const void *src,
     j.k = kernels();
     mp_qop *op = &j.op;
     if (r->kind == MP_RECIPE_NVFP4) {
-        op->rht = r->nvfp4_rht && k_along_rows && q->role != MP_QROLE_WEIGHT;
+        /* the transform mixes 16 rows: a zero-padded last block would carry
+         * nonzero values into rows the GEMM does not sum, so (as TE, which
+         * requires whole blocks) it applies to whole blocks only */
+        op->rht = r->nvfp4_rht && k_along_rows && q->role != MP_QROLE_WEIGHT && rows % 16 == 0;
         if (r->nvfp4_sr && q->role == MP_QROLE_GRAD) op->rng = &q->rng;
         if (q->role == MP_QROLE_WEIGHT && r->nvfp4_2d_weights) op->tile16 = 1, op->k_rows = 0;
     }

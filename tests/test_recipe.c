@@ -107,7 +107,7 @@ static void test_operands(const char *name) {
             for (int role = 0; role < 3; role++) {
                 mp_qtensor qt;
                 CHECK(mp_qtensor_init(&qt, &r, (mp_qrole)role, 7) == MP_OK, "init");
-                mp_qtensor_begin(&qt);
+                mp_qtensor_begin(&qt, 1);
                 float f = 0.0f, fe = 0.0f;
                 const mp_status st = mp_qoperand(q, K, &f, role == 1 ? (const void *)x : xb, role == 1 ? MP_F32 : MP_BF16,
                                                  K, R, K, dir, &r, &qt);
@@ -149,7 +149,7 @@ static void test_gemm(const char *name) {
     fill(a, M * K, 6), fill(b, N * K, 6);
     mp_qtensor ta, tb;
     mp_qtensor_init(&ta, &r, MP_QROLE_INPUT, 1), mp_qtensor_init(&tb, &r, MP_QROLE_WEIGHT, 2);
-    mp_qtensor_begin(&ta), mp_qtensor_begin(&tb);
+    mp_qtensor_begin(&ta, 1), mp_qtensor_begin(&tb, 1);
     float fa, fb;
     CHECK(mp_qoperand(qa, K, &fa, a, MP_F32, K, M, K, 0, &r, &ta) == MP_OK, "a");
     CHECK(mp_qoperand(qb, K, &fb, b, MP_F32, K, N, K, 0, &r, &tb) == MP_OK, "b");
@@ -189,7 +189,7 @@ static void test_delayed(void) {
     uint16_t out[32];
     float expect = 1.0f;
     for (int s = 0; s < 6; s++) {
-        mp_qtensor_begin(&q);
+        mp_qtensor_begin(&q, 1);
         x[5] = amax[s];
         CHECK(mp_qoperand(out, 32, &f, x, MP_F32, 32, 1, 32, 0, &r, &q) == MP_OK, "q");
         CHECK(f2u(f) == f2u(1.0f / expect), "step %d: factor %g, expected 1/%g", s, (double)f, (double)expect);
@@ -217,7 +217,7 @@ static void test_nvfp4_parts(void) {
     float f;
     /* 16x16 weights: the same values whatever the direction */
     mp_qtensor_init(&qt, &r, MP_QROLE_WEIGHT, 0);
-    mp_qtensor_begin(&qt);
+    mp_qtensor_begin(&qt, 1);
     CHECK(mp_qoperand(q, K, &f, w, MP_F32, K, R, K, 1, &r, &qt) == MP_OK, "w");
     const float amax = amax_of(w, R * K);
     mp_nvfp4_quantize(codes, scales, w, R, K, MP_NVFP4_16X16, amax, NULL, NULL);
@@ -228,7 +228,7 @@ static void test_nvfp4_parts(void) {
     mp_qtensor_free(&qt);
     /* gradients: stochastic rounding, the counter advances by the elements; one or two threads alike */
     mp_qtensor_init(&qt, &r, MP_QROLE_GRAD, 99);
-    mp_qtensor_begin(&qt);
+    mp_qtensor_begin(&qt, 1);
     mp_set_threads(1);
     CHECK(mp_qoperand(q, K, &f, w, MP_F32, K, R, K, 0, &r, &qt) == MP_OK, "g");
     CHECK(qt.rng.counter == R * K, "counter %llu after %zu elements", (unsigned long long)qt.rng.counter, R * K);
@@ -240,7 +240,7 @@ static void test_nvfp4_parts(void) {
     CHECK(memcmp(q, q1, R * K * 2) != 0, "a later call rounded the same way (the counter did not move)");
     /* the weight gradient's operand: the transform of each column's 16-blocks, then 1x16 along them */
     r.nvfp4_sr = 0;
-    mp_qtensor_begin(&qt);
+    mp_qtensor_begin(&qt, 1);
     CHECK(mp_qoperand(q, K, &f, w, MP_F32, K, R, K, 1, &r, &qt) == MP_OK, "rht");
     transpose(t, w, R, K); /* K rows of R */
     CHECK(mp_rht16(t, K, R, r.rht_signs) == MP_OK, "rht16");
@@ -271,7 +271,7 @@ static void test_sr_stream(void) {
     for (int dir = 0; dir < 2; dir++) {
         mp_qtensor qt;
         mp_qtensor_init(&qt, &r, MP_QROLE_GRAD, 77);
-        mp_qtensor_begin(&qt);
+        mp_qtensor_begin(&qt, 1);
         qt.rng.counter = c0;
         float f;
         CHECK(mp_qoperand(q, K, &f, x, MP_F32, K, R, K, dir, &r, &qt) == MP_OK, "sr %d", dir);
@@ -288,10 +288,11 @@ static void test_sr_stream(void) {
             }
             CHECK(qt.rng.counter == c0 + R * cp, "counter %llu", (unsigned long long)qt.rng.counter);
         } else {
-            memset(t, 0, rp * cp * 4); /* K rows of rp: each column's values, zero-padded, transformed */
+            memset(t, 0, rp * cp * 4); /* K rows of rp: each column's values, zero-padded (37 rows: a
+                                          partial block, so no Hadamard transform) */
             for (size_t i = 0; i < R; i++)
                 for (size_t c = 0; c < K; c++) t[c * rp + i] = x[i * K + c];
-            mp_rht16(t, K, rp, r.rht_signs);
+            if (R % 16 == 0) mp_rht16(t, K, rp, r.rht_signs);
             const float amax = amax_of(t, K * rp);
             for (size_t i0 = 0; i0 < R; i0 += 16) {
                 float blk[45 * 16];
@@ -375,7 +376,7 @@ static void run_q(qresult *o, const void *src, mp_dtype t, size_t lds, size_t ld
                   const mp_recipe *r, mp_qrole role, float dscale, uint64_t counter) {
     mp_qtensor qt;
     mp_qtensor_init(&qt, r, role, 0x1234567887654321ull);
-    mp_qtensor_begin(&qt);
+    mp_qtensor_begin(&qt, 1);
     qt.hist.scale = dscale; /* fp8-delayed's scale */
     qt.rng.counter = counter;
     for (size_t i = 0; i < R * ldd + 1; i++) o->q[i] = 0xabcd;
@@ -632,6 +633,74 @@ static void test_mlp(void) {
     CHECK_SAY(mark, "mlp: every recipe learns (padded blocks), counts without padding, evaluation changes no state\n");
 }
 
+/* What review found: evaluation takes its own amax (not the last training
+ * batch's), --hist-every's extra GEMM leaves the run as it was, counts add up
+ * over micro-batches, setting a model's own recipe keeps it, a bad MX rule
+ * is refused. */
+static void test_state(void) {
+    const long mark = check_failures;
+    mp_mlp_config c = {2, {48, 32, 10}, MP_ACT_RELU, 0};
+    const size_t B = 16;
+    float x[16 * 48], x3[16 * 48];
+    int32_t y[16];
+    for (size_t i = 0; i < B * 48; i++) x[i] = (float)(urand() - 0.5), x3[i] = 3.0f * x[i];
+    for (size_t i = 0; i < B; i++) y[i] = (int32_t)(i % 10);
+    const char *names[] = {"fp8-current", "nvfp4"};
+    for (int k = 0; k < 2; k++) {
+        mp_optim *opt[2];
+        mp_mlp *m[2];
+        for (int h = 0; h < 2; h++) { /* h = 1: with the gradient histogram */
+            mp_optim_sgd(&opt[h], NULL);
+            mp_mlp_create(&m[h], &c, MP_BF16, MP_MASTER_FP32, B, opt[h], 3);
+            mp_recipe r;
+            mp_recipe_parse(names[k], &r);
+            mp_mlp_set_recipe(m[h], &r, 1);
+        }
+        uint64_t bins[40], zeros = 0;
+        mp_mlp_histogram(m[1], bins, -30, 40, &zeros);
+        float l[2] = {0, 0};
+        for (int s = 0; s < 3; s++)
+            for (int h = 0; h < 2; h++) mp_mlp_train_batch(m[h], x, y, B, 1.0f, 0, &l[h]), mp_optim_step(opt[h]);
+        mp_model model = mp_mlp_model(m[0]), model1 = mp_mlp_model(m[1]);
+        mp_named_qtensor q[6], q1[6];
+        mp_model_qtensors(&model, q, 6), mp_model_qtensors(&model1, q1, 6);
+        CHECK(l[0] == l[1] && q[5].q->stats.n == q1[5].q->stats.n && q[5].q->rng.counter == q1[5].q->rng.counter,
+              "%s: the histogram changed the run (loss %g vs %g)", names[k], (double)l[0], (double)l[1]);
+        /* evaluation after training on x or on 3x (no step between): the same */
+        double e[2] = {0, 0};
+        size_t right;
+        for (int t = 0; t < 2; t++) {
+            float lt;
+            mp_mlp_train_batch(m[0], t ? x3 : x, y, B, 1.0f, 0, &lt);
+            mp_mlp_eval_batch(m[0], x3, y, B, &e[t], &right);
+        }
+        CHECK(e[0] == e[1], "%s: evaluation depends on the last training batch: %.9g vs %.9g", names[k], e[0], e[1]);
+        /* two micro-batches: their counts add up */
+        float lt;
+        mp_mlp_train_batch(m[0], x, y, B, 1.0f, 0, &lt);
+        const uint64_t one = q[0].q->stats.n;
+        mp_mlp_train_batch(m[0], x, y, B, 1.0f, 1, &lt);
+        CHECK(q[0].q->stats.n == 2 * one, "%s: %llu counted after two micro-batches of %llu", names[k],
+              (unsigned long long)q[0].q->stats.n, (unsigned long long)one);
+        /* the model's own recipe, set again, stays */
+        CHECK(mp_mlp_set_recipe(m[0], mp_model_recipe(&model), 1) == MP_OK && mp_model_recipe(&model) &&
+                  mp_model_recipe(&model)->kind == (k ? MP_RECIPE_NVFP4 : MP_RECIPE_FP8_CURRENT),
+              "%s: setting the model's own recipe", names[k]);
+        for (int h = 0; h < 2; h++) mp_mlp_free(m[h]), mp_optim_free(opt[h]);
+    }
+    mp_recipe r;
+    mp_recipe_parse("mxfp8", &r);
+    r.mx_rule = (mp_mx_rule)7;
+    mp_qtensor qt;
+    mp_qtensor_init(&qt, &r, MP_QROLE_INPUT, 0);
+    float f, v[32] = {1};
+    uint16_t o[32];
+    CHECK(mp_qoperand(o, 32, &f, v, MP_F32, 32, 1, 32, 0, &r, &qt) == MP_EINVAL, "MX rule 7 accepted");
+    mp_qtensor_free(&qt);
+    CHECK_SAY(mark, "state: evaluation's own amax, the histogram leaves the run alone, micro-batches add up, "
+                    "the own recipe stays, a bad rule refused\n");
+}
+
 int main(int argc, char **argv) {
     quick = test_quick(argc, argv);
     for (size_t i = 0; i < sizeof recipes / sizeof recipes[0]; i++) test_operands(recipes[i]);
@@ -644,5 +713,6 @@ int main(int argc, char **argv) {
     test_threads();
     test_gpt();
     test_mlp();
+    test_state();
     return check_report("test_recipe");
 }

@@ -14,10 +14,10 @@ typedef struct run_opts {
     char prec_name[64];       /* its label: "fp16-static:1024", "fp16-dynamic+master-weights=none" */
     int master_given;         /* --master-weights was given: master applies to prec */
     mp_master_weights master;
-    int reductions_given;
-    mp_mx_rule mx_rule;       /* --mx-rule */
-    int mx_rule_given;     /* --reductions was given: reductions applies to prec */
+    int reductions_given;     /* --reductions was given: reductions applies to prec */
     mp_reductions reductions;
+    mp_mx_rule mx_rule;       /* --mx-rule */
+    int mx_rule_given;        /* --mx-rule was given: mx_rule applies to prec */
     mp_dtype save_dtype;
     long hist_every;
     mp_act act;

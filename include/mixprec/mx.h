@@ -5,7 +5,12 @@
  * (MX, OCP Microscaling v1.0), one per block of 16 plus one per tensor
  * (NVFP4), or one per tensor (Transformer Engine's fp8 recipes). Every
  * function here is exact and deterministic: the same bits on every CPU path
- * (scalar reference, AVX-512) and with any number of threads.
+ * (scalar reference, AVX-512) and with any number of threads. MX is integer
+ * arithmetic only (any FPU rounding mode, FTZ/DAZ or not); per-tensor fp8 and
+ * NVFP4 take Transformer Engine's fp32 multiplies and divisions, whose bits
+ * are those of the default rounding mode (to nearest even); NVFP4 reads
+ * subnormal inputs as 0 under DAZ. A thread's FPU mode is its own: set the
+ * same one on every thread (OpenMP's workers too) or none.
  *
  * Statistics. Each quantizer adds to an optional mp_quant_stats (NULL: not
  * counted): counts are added to, never reset, as mp_convert_stats.

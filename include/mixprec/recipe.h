@@ -86,13 +86,17 @@ typedef struct mp_qtensor {
 mp_status mp_qtensor_init(mp_qtensor *q, const mp_recipe *r, mp_qrole role, uint64_t seed);
 void mp_qtensor_free(mp_qtensor *q);
 
-/* A step (one forward and backward) begins: this step's counts are cleared
- * and current scaling and nvfp4 will take their amax afresh. */
-void mp_qtensor_begin(mp_qtensor *q);
+/* A micro-batch (one forward and backward) begins: current scaling and
+ * nvfp4 will take their amax afresh; first (the step's first micro-batch)
+ * also clears the counts, which otherwise add up over the step's
+ * micro-batches. */
+void mp_qtensor_begin(mp_qtensor *q, int first);
 
-/* A step ends: delayed scaling records the step's amax (NaN when the tensor
- * held an inf or a NaN) in the history and takes the next step's scale from
- * it. The step's counts stay until the next mp_qtensor_begin. */
+/* A micro-batch ends: delayed scaling records the amax of the counts (the
+ * step's micro-batches so far; NaN when the tensor held an inf or a NaN) in
+ * the history and takes the next micro-batch's scale from it, as TE updates
+ * its scales after every forward and backward. The counts stay until the
+ * next mp_qtensor_begin with first set. */
 void mp_qtensor_end(mp_qtensor *q, const mp_recipe *r);
 
 /* Quantizes a rows x cols matrix src (fp32 or bf16, row stride lds) as an
@@ -106,9 +110,13 @@ void mp_qtensor_end(mp_qtensor *q, const mp_recipe *r);
  * change neither a block's amax nor the GEMM's sums. nvfp4 weights take 16x16
  * blocks whatever k_along_rows says (one quantization serves both GEMMs);
  * the Hadamard transform applies to inputs and gradients quantized with
- * k_along_rows (the weight gradient's operands). Quantization counts go to
- * q->stats; fp8-current and nvfp4 take the tensor's amax at its first
- * quantization in a step. MP_EINVAL for a bad argument, or for a per-tensor
+ * k_along_rows (the weight gradient's operands) when rows is a whole number
+ * of 16-row blocks (it mixes a block's rows: TE requires whole blocks; the
+ * two operands of a weight gradient have the same rows, so both are
+ * transformed or neither); their amax (q->stats.amax, the global scale) is
+ * then the transformed values'. Quantization counts go to q->stats;
+ * fp8-current and nvfp4 take the tensor's amax at its first quantization in a
+ * micro-batch. MP_EINVAL for a bad argument, or for a per-tensor
  * fp8 scale that is not finite and > 0.
  *
  * Stochastic rounding (nvfp4 gradients) gives element (i, c) byte counter + k
