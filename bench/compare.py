@@ -303,7 +303,7 @@ def section_gpt(a):
                 with open(log) as fh:
                     ms = [float(r["ms"]) for r in csv.DictReader(fh)][warmup:]
                 rounds_mine.setdefault(prec, []).append(statistics.median(ms) / 1e3)
-            for py in torch_pythons(a):
+            for py in ([] if a.no_peers else torch_pythons(a)):
                 r = subprocess.run([py, os.path.join(here, "peer_gpt.py"), spec, str(B), str(steps), str(warmup),
                                     str(a.threads)], capture_output=True, text=True,
                                    env=dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
@@ -322,6 +322,8 @@ def section_gpt(a):
     tt = {k: statistics.median(v) for k, v in rounds_torch.items()}
     peak = json.loads(subprocess.run([a.mixprec, "bench", "peak", "--json"], check=True, capture_output=True,
                                      text=True, env=env).stdout)
+    if nparams is None:  # no peer ran: nanoGPT's get_num_params (tied head once, wpe left out), byte-level
+        nparams = 256 * C + L * (12 * C * C + 13 * C) + 2 * C
     pk = peak["dpbf16_gflops"] or peak["fma_gflops"]
     pk_name = "vdpbf16ps" if peak["dpbf16_gflops"] else "fp32 FMA (no AVX512_BF16 here)"
     tokens = B * T
@@ -364,6 +366,7 @@ def main():
     ap.add_argument("--only", choices=["convert", "unscale", "gemm", "train", "gpt"])
     ap.add_argument("--gpt-model", default="gpt:6-6-384-256")
     ap.add_argument("--gpt-steps", type=int, default=8)
+    ap.add_argument("--no-peers", action="store_true", help="gpt: mixprec's modes only (no PyTorch runs)")
     ap.add_argument("--gpt-precisions", default="fp32,bf16,fp8-delayed,fp8-current,mxfp8,nvfp4",
                     help="gpt: the mixprec modes to time (bf16 is needed: the ratios are against it)")
     ap.add_argument("--rounds", type=int, default=3, help="gemm, train: rounds of mixprec and the peers in turn")
