@@ -8,7 +8,9 @@
 #                           default text corpus, /usr/share/games/fortunes;
 #                           python3-numpy, python3-torch, python3-pytest and
 #                           python3-venv: the Python package's tests (make test)
-#                           and its pip install (make check-package)
+#                           and its pip install (make check-package); OpenMPI
+#                           (openmpi-bin, libopenmpi-dev): data-parallel training,
+#                           `mpirun -np N mixprec train`, built in when CMake finds it
 #   scripts/deps.sh bench   the above + the peers make bench measures:
 #                           OpenBLAS (pthread build); numpy and PyTorch as above
 #   scripts/deps.sh clang   the above + clang, its sanitizer runtimes
@@ -19,7 +21,7 @@
 set -eu
 what=${1:-build}
 pkgs=(gcc g++ make cmake pkg-config libc6-dev zlib1g-dev libcjson-dev python3 dataset-fashion-mnist chromium fortunes
-      python3-numpy python3-torch python3-pytest python3-venv)
+      python3-numpy python3-torch python3-pytest python3-venv openmpi-bin libopenmpi-dev)
 case "$what" in
     build) ;;
     bench) pkgs+=(libopenblas0-pthread) ;;

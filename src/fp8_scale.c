@@ -44,9 +44,8 @@
  * same way (FTZ only flushes products below 2^-126, which round to +-0 in
  * fp8 anyway).
  *
- * Speed: the element loops are plain C on bit patterns that the compiler
- * vectorizes (#pragma omp simd: the library is built for baseline x86-64,
- * SSE2); large tensors are split over threads (integer counts and a max:
+ * Speed: the element loops are plain C on bit patterns (the training
+ * recipes quantize through recipe.c's fused kernels instead); large tensors are split over threads (integer counts and a max:
  * the same result for any thread count). There is one path, so nothing to
  * keep equal: tests/test_fp8_scale.c checks it against format.h's scalar
  * conversions of fp32(x * scale).
@@ -217,7 +216,6 @@ static void products(float *restrict p, const float *restrict x, size_t m, const
                      qcount *k) {
     const float s = q->scale;
     int32_t sub = 0, nf = 0, zero = 0, am = k->amax;
-#pragma omp simd reduction(| : sub) reduction(+ : nf, zero) reduction(max : am)
     for (size_t i = 0; i < m; i++) {
         const int32_t ax = (int32_t)mp_f32_bits(x[i]) & 0x7fffffff;
         p[i] = x[i] * s;
@@ -251,7 +249,6 @@ static inline void codes32(int32_t *restrict v, const float *restrict p, size_t 
     const int32_t past = e5 ? 0x476fffff : 0x43e80000;    /* 61440 - ulp, 464 */
     const int32_t maxc = e5 ? 0x7b : 0x7e;
     int32_t npast = 0, nlow = 0;
-#pragma omp simd reduction(+ : npast, nlow)
     for (size_t i = 0; i < m; i++) {
         const uint32_t b = mp_f32_bits(p[i]);
         const int32_t u = (int32_t)b, a = u & 0x7fffffff;
@@ -269,7 +266,6 @@ static inline void codes32(int32_t *restrict v, const float *restrict p, size_t 
 }
 
 static void pack(uint8_t *restrict c, const int32_t *restrict v, size_t m) {
-#pragma omp simd
     for (size_t i = 0; i < m; i++) c[i] = (uint8_t)v[i];
 }
 

@@ -60,6 +60,7 @@ struct mp_gpt {
     void *g_res, *g_a, *g_b, *g_big;
     float *fscratch; /* 2 slots of 4C: fp32 copies of pure-bf16 biases and layer norms */
     float *row;      /* max(2C, V) fp32: embedding rows, eval logits */
+    float *dacc;     /* (V + T) x C fp32, on the first accumulating micro-batch: its dwte and dwpe */
     float *att_scr;  /* per thread: RB x T scores + one row */
     size_t att_stride;
     int att_threads;
@@ -224,7 +225,7 @@ static void free_recipe(mp_gpt *g) {
 void mp_gpt_free(mp_gpt *g) {
     if (!g) return;
     for (size_t i = 0; i < g->nmem; i++) free(g->mem[i]);
-    free(g->att_scr);
+    free(g->att_scr), free(g->dacc);
     free_recipe(g);
     free(g->mem), free(g->h), free(g->params), free(g->shape), free(g->ndim), free(g->stats);
     free(g);
@@ -684,9 +685,18 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
     const int L = g->cfg.n_layer;
     const float beta = accumulate ? 1.0f : 0.0f;
     const void *dlogits = g->logits;
-    /* the head: dwte (written or added first), d ln_f = dlogits wte */
+    /* The embeddings' gradients (the head's and the rows' sums) are this
+     * micro-batch's alone, added to the gradients at the end when
+     * accumulating: the sums of micro-batches come out as the ranks'
+     * all-reduce of their gradients gives them (train.h), and as PyTorch
+     * adds a micro-batch's gradient to .grad */
+    if (accumulate && !g->dacc && !(g->dacc = malloc(((size_t)g->cfg.vocab_size + (size_t)g->cfg.block_size) * C *
+                                                     sizeof(float))))
+        return mp_error(MP_ENOMEM, "gpt: out of memory");
+    float *dwte = accumulate ? g->dacc : g->wte->grad, *dwpe = accumulate ? g->dacc + V * C : g->wpe->grad;
+    /* the head: dwte (written first), d ln_f = dlogits wte */
     mp_gemm_epilogue ep = wgrad(g, s_wte_w(g), V * C);
-    TRY(mp_gemm_ex(1, 0, V, C, N, 1.0f, dlogits, ct, V, g->lnf, ct, C, beta, g->wte->grad, MP_F32, C, &ep));
+    TRY(mp_gemm_ex(1, 0, V, C, N, 1.0f, dlogits, ct, V, g->lnf, ct, C, 0.0f, dwte, MP_F32, C, &ep));
     TRY(mp_gemm(0, 0, N, C, V, 1.0f, dlogits, ct, V, wct(g, g->wte), ct, C, 0.0f, g->g_a, ct, C,
                 bst(g, s_lnf(g), N * C)));
     bamax(g, s_lnf(g), g->g_a, ct, N * C);
@@ -742,14 +752,16 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
     }
     /* embeddings: dwte[tok] += dx0 row, dwpe[t] += dx0 rows of position t,
      * in fp32, rows in order (no rounding to ct: nothing is counted) */
-    if (!accumulate) memset(g->wpe->grad, 0, g->wpe->n * sizeof(float));
+    memset(dwpe, 0, g->wpe->n * sizeof(float));
     float *r = g->row;
     for (size_t n = 0; n < N; n++) {
         mp_convert(r, MP_F32, at(g, g->g_res, n * C), ct, C, NULL);
-        float *dw = g->wte->grad + (size_t)tok[n] * C, *dp = g->wpe->grad + (n % T) * C;
+        float *dw = dwte + (size_t)tok[n] * C, *dp = dwpe + (n % T) * C;
         for (size_t c = 0; c < C; c++) dw[c] += r[c];
         for (size_t c = 0; c < C; c++) dp[c] += r[c];
     }
+    for (size_t i = 0; accumulate && i < V * C; i++) g->wte->grad[i] += dwte[i];
+    for (size_t i = 0; accumulate && i < g->wpe->n; i++) g->wpe->grad[i] += dwpe[i];
     return MP_OK;
 }
 

@@ -41,7 +41,7 @@ static const uint32_t *batch_indices(image_loader *l, uint64_t s) {
 static mp_status image_train(void *impl, uint64_t s, mp_batch *b) {
     image_loader *l = impl;
     mp_dataset_batch(l->train, batch_indices(l, s), l->B, l->x, l->y);
-    *b = (mp_batch){.n = l->B, .t = 1, .x = l->x, .targets = l->y};
+    *b = (mp_batch){.n = l->B, .t = 1, .x = l->x, .features = l->D, .targets = l->y};
     return MP_OK;
 }
 
@@ -51,7 +51,7 @@ static mp_status image_eval(void *impl, size_t i, mp_batch *b) {
     const size_t rows = i0 < n ? (n - i0 < l->eval_b ? n - i0 : l->eval_b) : 0;
     for (size_t k = 0; k < rows; k++) l->idx[k] = (uint32_t)(i0 + k);
     if (rows) mp_dataset_batch(l->eval, l->idx, rows, l->x, l->y);
-    *b = (mp_batch){.n = rows, .t = 1, .x = l->x, .targets = l->y};
+    *b = (mp_batch){.n = rows, .t = 1, .x = l->x, .features = l->D, .targets = l->y};
     return MP_OK;
 }
 

@@ -288,20 +288,20 @@ static void colsum_share(void *ctx, size_t j0, size_t j1, int t) {
         j->oom = 1;
         return;
     }
-    if (j->acc == MP_F32) {
-        for (size_t b = 0; b < j->B; b++) {
-            load(row, j->x, j->xt, b * j->C + j0, m);
-            for (size_t k = j0; k < j1; k++) j->out[k] += row[k - j0];
-        }
-    } else { /* naive: the column's sum in acc, then added to out once */
-        const mp_dtype acc = j->acc;
-        memset(sum, 0, m * sizeof *sum);
-        for (size_t b = 0; b < j->B; b++) {
-            load(row, j->x, j->xt, b * j->C + j0, m);
+    /* the column's sum (in acc), then added to out once: as PyTorch adds a
+     * micro-batch's gradient to .grad, and so that accumulating micro-batches
+     * gives the same bits as summing their gradients afterwards (the ranks'
+     * all-reduce, train.h) */
+    const mp_dtype acc = j->acc;
+    memset(sum, 0, m * sizeof *sum);
+    for (size_t b = 0; b < j->B; b++) {
+        load(row, j->x, j->xt, b * j->C + j0, m);
+        if (acc == MP_F32)
+            for (size_t k = 0; k < m; k++) sum[k] += row[k];
+        else /* naive */
             for (size_t k = 0; k < m; k++) sum[k] = mp_round_to(acc, sum[k] + mp_round_to(acc, row[k]));
-        }
-        for (size_t k = 0; k < m; k++) j->out[j0 + k] += sum[k];
     }
+    for (size_t k = 0; k < m; k++) j->out[j0 + k] += sum[k];
     free(row);
 }
 
@@ -590,23 +590,22 @@ mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, c
     return MP_OK;
 }
 
-/* dw, db: each share owns columns [j0, j1) and adds row after row, the
- * sequential order, whatever the split */
+/* dw, db: each share owns columns [j0, j1) and sums row after row, the
+ * sequential order, whatever the split; each column's sums (in acc) are
+ * added to dw and db once, as mp_colsum does */
 static void ln_dwdb_share(void *ctx, size_t j0, size_t j1, int t) {
     (void)t;
     ln_job *J = ctx;
     const size_t m = j1 - j0;
     const mp_dtype acc = J->acc;
-    float stack[ROW_STACK], *r = row_scratch(stack, acc == MP_F32 ? 2 * m : 4 * m);
+    float stack[ROW_STACK], *r = row_scratch(stack, 4 * m);
     if (!r) {
         J->oom = 1;
         return;
     }
-    float *g = r, *n = r + m, *dw = J->dw ? J->dw + j0 : NULL, *db = J->db ? J->db + j0 : NULL;
-    if (acc != MP_F32) { /* naive: each column's sums in acc, added to dw and db once */
-        memset(r + 2 * m, 0, 2 * m * sizeof *r);
-        dw = J->dw ? r + 2 * m : NULL, db = J->db ? r + 3 * m : NULL;
-    }
+    float *g = r, *n = r + m;
+    memset(r + 2 * m, 0, 2 * m * sizeof *r);
+    float *dw = J->dw ? r + 2 * m : NULL, *db = J->db ? r + 3 * m : NULL;
     for (size_t i = 0; i < J->B; i++) {
         load(g, J->g, J->gt, i * J->C + j0, m);
         if (dw) {
@@ -622,7 +621,7 @@ static void ln_dwdb_share(void *ctx, size_t j0, size_t j1, int t) {
         else if (db)
             for (size_t k = 0; k < m; k++) db[k] = mp_round_to(acc, db[k] + mp_round_to(acc, g[k]));
     }
-    for (size_t k = 0; acc != MP_F32 && k < m; k++) {
+    for (size_t k = 0; k < m; k++) {
         if (dw) J->dw[j0 + k] += dw[k];
         if (db) J->db[j0 + k] += db[k];
     }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <zlib.h>
 
 #include "internal.h"
 
@@ -229,6 +230,15 @@ struct mp_trainer {
     mp_scaler scaler;
     mp_dtype norm_acc; /* where the gradient norm is summed (mp_clip_grad_norm) */
     long step; /* steps taken */
+    const mp_train_dist *dist; /* size > 1, or NULL */
+    /* with dist: the gradients' addresses and sizes for sum_grads, and the
+     * quantized tensors (fp8-delayed: their amaxes go through max_f32) */
+    float **gx;
+    size_t *gn, ngrads;
+    mp_named_qtensor *qt;
+    mp_fp8_history *hsave; /* (nq,) each tensor's history before a micro-batch */
+    float *hslot, *amax;   /* (nq,) the history slot it may overwrite; the amaxes reduced */
+    size_t nq;
 };
 
 mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model model, mp_optim *opt,
@@ -245,9 +255,15 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
     if (half && !model.ops->set_reductions)
         return mp_error(MP_EINVAL, "the %s model computes its reductions in fp32 only: no +reductions=half",
                         model.ops->kind);
+    const mp_train_dist *d = c->dist;
+    if (d && (d->size < 1 || d->rank < 0 || d->rank >= d->size ||
+              (d->size > 1 && (!d->sum_grads || !d->sum_f64 || !d->max_f32))))
+        return mp_error(MP_EINVAL, "mp_trainer_create: a dist needs size >= 1, 0 <= rank < size and, with size > 1, "
+                                   "its three functions (size %d, rank %d)", d->size, d->rank);
     mp_trainer *t = calloc(1, sizeof *t);
     if (!t) return mp_error(MP_ENOMEM, "mp_trainer_create: out of memory");
     t->cfg = *c, t->model = model, t->opt = opt, t->loader = loader;
+    t->dist = d && d->size > 1 ? d : NULL;
     /* the norm is naive only when --clip uses it (it is measured either way) */
     t->norm_acc = half && c->clip > 0 ? c->precision->compute : MP_F32;
     t->scaled = c->precision->scaling != MP_SCALING_NONE;
@@ -271,7 +287,11 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
     return MP_OK;
 }
 
-void mp_trainer_free(mp_trainer *t) { free(t); }
+void mp_trainer_free(mp_trainer *t) {
+    if (!t) return;
+    free(t->gx), free(t->gn), free(t->qt), free(t->hsave), free(t->hslot), free(t->amax);
+    free(t);
+}
 
 long mp_trainer_step_count(const mp_trainer *t) { return t->step; }
 const mp_scaler *mp_trainer_scaler(const mp_trainer *t) { return t->scaled ? &t->scaler : NULL; }
@@ -282,20 +302,105 @@ const mp_scaler *mp_trainer_scaler(const mp_trainer *t) { return t->scaled ? &t-
         if (st_ != MP_OK) return st_;      \
     } while (0)
 
+/* ---- data parallelism (train.h's mp_train_dist) ---- */
+
+/* A reduction's status, with a message when it failed (the hook sets none). */
+static mp_status reduced(mp_status st, const char *what) {
+    return st == MP_OK ? MP_OK : mp_error(st, "the ranks' reduction of %s failed (%s)", what, mp_status_str(st));
+}
+
+/* This rank's rows of a micro-batch: rows [rank n / size, (rank + 1) n / size). */
+static mp_status take_share(const mp_train_dist *d, mp_batch *b) {
+    if (b->n % (size_t)d->size != 0)
+        return mp_error(MP_EINVAL, "a micro-batch of %zu rows does not split into %d equal shares, one per rank", b->n,
+                        d->size);
+    if (b->x && !b->features)
+        return mp_error(MP_EINVAL, "the loader's batches do not say their features (mp_batch.features): no rank's "
+                                   "share can be taken");
+    const size_t n = b->n / (size_t)d->size, r0 = (size_t)d->rank * n;
+    if (b->x) b->x += r0 * b->features;
+    if (b->tokens) b->tokens += r0 * b->t;
+    if (b->targets) b->targets += r0 * (b->tokens ? b->t : 1);
+    b->n = n;
+    return MP_OK;
+}
+
+/* The gradients' addresses and the quantized tensors, for the reductions
+ * (every step: a model may change its recipe between steps). */
+static mp_status dist_prepare(mp_trainer *t) {
+    const size_t np = mp_optim_count(t->opt), nq = mp_model_qtensors(&t->model, NULL, 0);
+    if (!t->gx || np != t->ngrads) {
+        free(t->gx), free(t->gn);
+        t->gx = malloc((np + 1) * sizeof *t->gx), t->gn = malloc((np + 1) * sizeof *t->gn), t->ngrads = np;
+    }
+    if (!t->qt || nq != t->nq) {
+        free(t->qt), free(t->hsave), free(t->hslot), free(t->amax);
+        t->qt = malloc((nq + 1) * sizeof *t->qt), t->hsave = malloc((nq + 1) * sizeof *t->hsave);
+        t->hslot = malloc((nq + 1) * sizeof *t->hslot), t->amax = malloc((nq + 1) * sizeof *t->amax), t->nq = nq;
+    }
+    if (!t->gx || !t->gn || !t->qt || !t->hsave || !t->hslot || !t->amax) {
+        free(t->gx), free(t->qt), t->gx = NULL, t->qt = NULL; /* reallocated on the next call */
+        return mp_error(MP_ENOMEM, "trainer: out of memory");
+    }
+    for (size_t i = 0; i < np; i++) t->gx[i] = mp_optim_param(t->opt, i)->grad, t->gn[i] = mp_optim_param(t->opt, i)->n;
+    mp_model_qtensors(&t->model, t->qt, nq);
+    return MP_OK;
+}
+
+/* fp8-delayed: the history of every quantized tensor as it was before the
+ * micro-batch (mp_fp8_history_update changes pos, scale and the slot at pos
+ * only: mx.h). */
+static void amax_save(mp_trainer *t) {
+    for (size_t i = 0; i < t->nq; i++) {
+        const mp_fp8_history *h = &t->qt[i].q->hist;
+        t->hsave[i] = *h;
+        t->hslot[i] = h->len ? h->amax[h->pos % h->len] : 0.0f;
+    }
+}
+
+/* fp8-delayed, after the micro-batch: puts each history back as it was and
+ * records the largest amax of all ranks instead of this rank's (NaN when any
+ * rank's tensor held an inf or NaN: + inf travels, as amaxes are >= 0), as
+ * the model's mp_qtensor_end does with its own. */
+static mp_status amax_reduce(mp_trainer *t, const mp_recipe *r) {
+    for (size_t i = 0; i < t->nq; i++) {
+        const mp_qtensor *q = t->qt[i].q;
+        t->amax[i] = q->stats.nonfinite ? INFINITY : q->stats.amax;
+    }
+    TRY(reduced(t->dist->max_f32(t->dist->ctx, t->amax, t->nq), "the amaxes"));
+    for (size_t i = 0; i < t->nq; i++) {
+        mp_fp8_history *h = &t->qt[i].q->hist;
+        if (h->len) h->amax[t->hsave[i].pos % h->len] = t->hslot[i];
+        h->pos = t->hsave[i].pos, h->scale = t->hsave[i].scale;
+        mp_fp8_history_update(h, mp_qrole_format(r, t->qt[i].q->role), isinf(t->amax[i]) ? NAN : t->amax[i]);
+    }
+    return MP_OK;
+}
+
 /* Forward and backward of every micro-batch of this step: the gradients of
- * S * (mean loss over the step) land in the parameters' gradients. */
+ * S * (mean loss over the step) land in the parameters' gradients; with
+ * ranks, of S / size * (this rank's share's mean loss), summed over the
+ * ranks by the caller. *loss: the step's mean loss (over all ranks). */
 static mp_status backward_step(mp_trainer *t, float S, float *loss) {
     const mp_model_ops *m = t->model.ops;
     const long A = t->cfg.accum;
+    const mp_train_dist *d = t->dist;
+    const mp_recipe *r = mp_model_recipe(&t->model);
+    const int sync_amax = d && t->nq && r && r->kind == MP_RECIPE_FP8_DELAYED;
+    const float gs = d ? S / ((float)A * (float)d->size) : S / (float)A;
     double lsum = 0;
     for (long k = 0; k < A; k++) {
         mp_batch b;
         float l;
         TRY(t->loader.train_batch(t->loader.impl, (uint64_t)t->step * (uint64_t)A + (uint64_t)k, &b));
-        TRY(m->train_batch(t->model.impl, &b, S / (float)A, k > 0, &l));
+        if (d) TRY(take_share(d, &b));
+        if (sync_amax) amax_save(t);
+        TRY(m->train_batch(t->model.impl, &b, gs, k > 0, &l));
+        if (sync_amax) TRY(amax_reduce(t, r));
         lsum += l;
     }
-    *loss = (float)(lsum / (double)A);
+    if (d) TRY(reduced(d->sum_f64(d->ctx, &lsum, 1), "the loss"));
+    *loss = (float)(lsum / ((double)A * (d ? (double)d->size : 1.0)));
     return MP_OK;
 }
 
@@ -349,7 +454,10 @@ mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
     r.scale = t->scaled ? mp_scaler_get_scale(&t->scaler) : 1.0f;
     TRY(mp_optim_set_lr(t->opt, r.lr));
     t->model.ops->reset_stats(t->model.impl);
+    if (t->dist) TRY(dist_prepare(t));
     TRY(backward_step(t, r.scale, &r.loss));
+    if (t->dist) /* before the unscale, as DDP */
+        TRY(reduced(t->dist->sum_grads(t->dist->ctx, t->gx, t->gn, t->ngrads), "the gradients"));
     mp_status st = MP_OK;
     if (t->scaled) {
         TRY(mp_scaler_unscale(&t->scaler, t->opt, &r.skipped));
@@ -376,13 +484,16 @@ mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
 
 mp_status mp_trainer_evaluate(mp_trainer *t, double *loss, double *accuracy) {
     if (!t->loader.eval_batch) return mp_error(MP_EINVAL, "evaluate: the loader has no evaluation data");
-    double lsum = 0, count = 0, correct = 0;
-    for (size_t i = 0;; i++) {
+    const mp_train_dist *d = t->dist;
+    double sums[3] = {0, 0, 0}; /* loss, count, correct */
+    for (size_t i = d ? (size_t)d->rank : 0;; i += d ? (size_t)d->size : 1) { /* with ranks: batch i on rank i mod size */
         mp_batch b;
         TRY(t->loader.eval_batch(t->loader.impl, i, &b));
         if (b.n == 0) break;
-        TRY(t->model.ops->eval_batch(t->model.impl, &b, &lsum, &count, &correct));
+        TRY(t->model.ops->eval_batch(t->model.impl, &b, &sums[0], &sums[1], &sums[2]));
     }
+    if (d) TRY(reduced(d->sum_f64(d->ctx, sums, 3), "the evaluation's sums"));
+    const double lsum = sums[0], count = sums[1], correct = sums[2];
     if (count == 0) return mp_error(MP_EINVAL, "evaluate: no evaluation data");
     if (loss) *loss = lsum / count;
     if (accuracy) *accuracy = correct / count;
@@ -631,5 +742,68 @@ mp_status mp_trainer_resume(mp_trainer *t, const char *path, const char *const *
     TRY(mp_safetensors_read(path, &s));
     const mp_status st = restore(t, path, &s, expect);
     mp_safetensors_free(&s);
+    return st;
+}
+
+/* ---- the ranks agree ---- */
+
+static uint32_t crc_add(uint32_t crc, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (; n > 0;) { /* zlib's crc32 takes uInt lengths */
+        const uInt k = n > 1u << 30 ? 1u << 30 : (uInt)n;
+        crc = (uint32_t)crc32(crc, b, k);
+        b += k, n -= k;
+    }
+    return crc;
+}
+
+mp_status mp_trainer_state_crc(mp_trainer *t, uint32_t *out) {
+    const mp_model_ops *m = t->model.ops;
+    const size_t nt = m->tensors(t->model.impl, NULL, 0), nq = mp_model_qtensors(&t->model, NULL, 0);
+    mp_tensor *ts = calloc(nt + 1, sizeof *ts);
+    mp_named_qtensor *qt = calloc(nq + 1, sizeof *qt);
+    if (!ts || !qt) return free(ts), free(qt), mp_error(MP_ENOMEM, "trainer: out of memory");
+    uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
+    m->tensors(t->model.impl, ts, nt);
+    for (size_t i = 0; i < nt; i++) crc = crc_add(crc, ts[i].data, ts[i].nbytes);
+    for (size_t i = 0; i < mp_optim_count(t->opt); i++) {
+        const mp_param *p = mp_optim_param(t->opt, i);
+        const int half = p->state_type != MP_F32;
+        const void *st[2] = {half ? (const void *)p->hstate1 : p->state1, half ? (const void *)p->hstate2 : p->state2};
+        for (int k = 0; k < 2; k++)
+            if (st[k]) crc = crc_add(crc, st[k], p->n * (half ? 2 : 4));
+    }
+    uint8_t b[MP_SCALER_BLOB_SIZE > QBLOB ? MP_SCALER_BLOB_SIZE : QBLOB];
+    mp_put_u64(b, (uint64_t)t->step), mp_put_u64(b + 8, mp_optim_steps(t->opt));
+    crc = crc_add(crc, b, 16);
+    if (t->scaled && mp_scaler_save(&t->scaler, b) == MP_OK) crc = crc_add(crc, b, MP_SCALER_BLOB_SIZE);
+    mp_model_qtensors(&t->model, qt, nq);
+    for (size_t i = 0; i < nq; i++) {
+        qblob_save(qt[i].q, b);
+        crc = crc_add(crc, b, QBLOB);
+        if (qt[i].q->hist.amax) crc = crc_add(crc, qt[i].q->hist.amax, qt[i].q->hist.len * sizeof(float));
+    }
+    free(ts), free(qt);
+    *out = crc;
+    return MP_OK;
+}
+
+mp_status mp_trainer_check_ranks(mp_trainer *t) {
+    const mp_train_dist *d = t->dist;
+    if (!d) return MP_OK;
+    double *h = calloc((size_t)d->size, sizeof *h); /* every rank's CRC at its index: the sum gathers them */
+    if (!h) return mp_error(MP_ENOMEM, "trainer: out of memory"); /* the others wait: the caller ends the job */
+    uint32_t crc;
+    h[d->rank] = mp_trainer_state_crc(t, &crc) == MP_OK ? (double)crc : -1.0; /* -1: no CRC (out of memory) */
+    mp_status st = reduced(d->sum_f64(d->ctx, h, (size_t)d->size), "the state's CRC-32");
+    for (int r = 0; st == MP_OK && r < d->size; r++)
+        if (h[r] < 0)
+            st = mp_error(MP_ENOMEM, "step %ld: rank %d could not compute the CRC-32 of its state (out of memory)",
+                          t->step, r);
+    for (int r = 1; st == MP_OK && r < d->size; r++)
+        if (h[r] != h[0])
+            st = mp_error(MP_ECORRUPT, "step %ld: the ranks' weights, optimizer and scaler state differ: CRC-32 0x%08lx "
+                          "on rank 0, 0x%08lx on rank %d", t->step, (unsigned long)h[0], (unsigned long)h[r], r);
+    free(h);
     return st;
 }

@@ -362,7 +362,7 @@ static void check_stats(void) {
         for (size_t i = 0; i < sizeof names / sizeof *names; i++) CHECK(stat(&m, names[i]), "no entry %s", names[i]);
         const float scale = k ? 1e-12f : 1.0f;
         float loss;
-        mp_batch b = {B, T, NULL, tok, tgt};
+        mp_batch b = {B, T, NULL, tok, tgt, 0};
         m.ops->reset_stats(m.impl);
         CHECK(m.ops->train_batch(m.impl, &b, scale, 0, &loss) == MP_OK, "train");
         CHECK(stat(&m, "wte")->fwd_elements == B * T * 8 && stat(&m, "lm_head")->bwd_elements == B * T * 13 &&

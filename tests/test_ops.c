@@ -732,10 +732,11 @@ static void old_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd
 static void old_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db, const void *dy, mp_dtype dyt,
                                    const void *x, mp_dtype xt, const float *mean, const float *rstd, const float *w,
                                    size_t B, size_t C, int accumulate, mp_convert_stats *st) {
-    float *r = malloc((2 * C + 16) * sizeof(float));
+    float *r = malloc((4 * C + 16) * sizeof(float));
     if (!accumulate && dw) memset(dw, 0, C * sizeof *dw);
     if (!accumulate && db) memset(db, 0, C * sizeof *db);
-    float *g = r, *n = r + C;
+    float *g = r, *n = r + C, *sw = r + 2 * C, *sb = r + 3 * C; /* the column sums, added to dw and db at the end */
+    memset(sw, 0, 2 * C * sizeof *sw);
     for (size_t i = 0; i < B; i++) {
         old_load(g, dy, dyt, i * C, C);
         old_load(n, x, xt, i * C, C);
@@ -745,12 +746,16 @@ static void old_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db,
             const float dn = g[j] * (w ? w[j] : 1.0f);
             sum_dn += dn;
             sum_dn_n += dn * n[j];
-            if (dw) dw[j] += g[j] * n[j];
-            if (db) db[j] += g[j];
+            sw[j] += g[j] * n[j];
+            sb[j] += g[j];
         }
         const float a = sum_dn / (float)C, c = sum_dn_n / (float)C;
         for (size_t j = 0; j < C; j++) g[j] = rstd[i] * (g[j] * (w ? w[j] : 1.0f) - a - n[j] * c);
         old_store(dx, dxt, i * C, g, C, st);
+    }
+    for (size_t j = 0; j < C; j++) {
+        if (dw) dw[j] += sw[j];
+        if (db) db[j] += sb[j];
     }
     free(r);
 }

@@ -2,9 +2,11 @@
  * trainer driving a model written here (a user's own, through model.h):
  * loss falls, overflow skips steps and backs the scale off, errors stop the
  * step, checkpoints resume bit-identically, no_decay parameters keep their
- * values under weight decay. */
+ * values under weight decay, and two data-parallel ranks (threads here, over
+ * train.h's mp_train_dist) train as one process and find a difference. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -112,7 +114,7 @@ static mp_status data_batch(void *impl, uint64_t s, mp_batch *b) {
         }
         d->y[i] = (int32_t)lrintf(4 * z) / 4;
     }
-    *b = (mp_batch){.n = NB, .t = 1, .x = d->x, .targets = d->y};
+    *b = (mp_batch){.n = NB, .t = 1, .x = d->x, .targets = d->y, .features = D};
     return MP_OK;
 }
 
@@ -129,7 +131,7 @@ typedef struct {
     mp_precision prec; /* the trainer's mode: outlives it */
 } rig;
 
-static mp_status rig_make(rig *r, const char *prec, float boost, double clip) {
+static mp_status rig_make_dist(rig *r, const char *prec, float boost, double clip, const mp_train_dist *dist) {
     memset(r, 0, sizeof *r);
     const mp_precision *p = &r->prec;
     float scale;
@@ -143,11 +145,16 @@ static mp_status rig_make(rig *r, const char *prec, float boost, double clip) {
     r->m.ct = p->compute, r->m.boost = boost;
     lin_reset(&r->m);
     r->d.fail_at = -1;
-    mp_train_config c = {.precision = p, .scaler = mp_scaler_defaults(), .lr = {.lr = 0.05}, .accum = 2, .clip = clip};
+    mp_train_config c = {.precision = p, .scaler = mp_scaler_defaults(), .lr = {.lr = 0.05}, .accum = 2, .clip = clip,
+                         .dist = dist};
     if (scale > 0) c.scaler.init_scale = scale;
     const mp_model model = {&lin_ops, &r->m};
     const mp_loader loader = {&r->d, data_batch, data_eval, NULL};
     return mp_trainer_create(&r->t, &c, model, r->opt, loader);
+}
+
+static mp_status rig_make(rig *r, const char *prec, float boost, double clip) {
+    return rig_make_dist(r, prec, boost, clip, NULL);
 }
 
 static void rig_free(rig *r) {
@@ -421,6 +428,148 @@ static void check_precision_losses(void) {
     mp_optim_free(o);
 }
 
+/* ---- two ranks as two threads: mp_train_dist over shared memory ---- */
+
+typedef struct {
+    pthread_barrier_t bar;
+    void *buf[2]; /* each rank's values, published for the other */
+} comm;
+
+typedef struct {
+    comm *c;
+    int rank;
+    const char *prec;
+    float boost;
+    int diverge_at; /* rank 1 changes its weight after this step (0: never) */
+    int steps;
+    float loss[40];
+    int skipped[40];
+    mp_status check;  /* mp_trainer_check_ranks after the last step */
+    char msg[256];
+    uint32_t crc;
+    mp_status st;
+} rank_run;
+
+/* every rank gets op(rank 0's values, rank 1's values), in that order */
+static void exchange(rank_run *r, void *x, size_t n, size_t es, void (*op)(void *, const void *, const void *, size_t)) {
+    void *tmp = malloc(n * es + 1);
+    r->c->buf[r->rank] = x;
+    pthread_barrier_wait(&r->c->bar);
+    op(tmp, r->c->buf[0], r->c->buf[1], n);
+    pthread_barrier_wait(&r->c->bar); /* both have read both before either writes */
+    memcpy(x, tmp, n * es);
+    free(tmp);
+}
+
+static void add_f32(void *o, const void *a, const void *b, size_t n) {
+    for (size_t i = 0; i < n; i++) ((float *)o)[i] = ((const float *)a)[i] + ((const float *)b)[i];
+}
+static void add_f64(void *o, const void *a, const void *b, size_t n) {
+    for (size_t i = 0; i < n; i++) ((double *)o)[i] = ((const double *)a)[i] + ((const double *)b)[i];
+}
+static void max_f32v(void *o, const void *a, const void *b, size_t n) {
+    for (size_t i = 0; i < n; i++) ((float *)o)[i] = fmaxf(((const float *)a)[i], ((const float *)b)[i]);
+}
+
+static mp_status t_sum_grads(void *ctx, float *const *x, const size_t *n, size_t count) {
+    size_t total = 0, k = 0;
+    for (size_t i = 0; i < count; i++) total += n[i];
+    float *all = malloc(total * sizeof *all + 1);
+    for (size_t i = 0; i < count; i++) memcpy(all + k, x[i], n[i] * sizeof *all), k += n[i];
+    exchange(ctx, all, total, sizeof *all, add_f32);
+    k = 0;
+    for (size_t i = 0; i < count; i++) memcpy(x[i], all + k, n[i] * sizeof *all), k += n[i];
+    free(all);
+    return MP_OK;
+}
+static mp_status t_sum_f64(void *ctx, double *x, size_t n) { return exchange(ctx, x, n, sizeof *x, add_f64), MP_OK; }
+static mp_status t_max_f32(void *ctx, float *x, size_t n) { return exchange(ctx, x, n, sizeof *x, max_f32v), MP_OK; }
+
+static void *rank_main(void *arg) {
+    rank_run *r = arg;
+    const mp_train_dist d = {r->rank, 2, r, t_sum_grads, t_sum_f64, t_max_f32};
+    rig g;
+    if ((r->st = rig_make_dist(&g, r->prec, r->boost, 0, &d)) != MP_OK) return NULL; /* both fail alike */
+    for (int s = 0; s < r->steps && r->st == MP_OK; s++) {
+        mp_step_info si;
+        r->st = mp_trainer_step(g.t, &si);
+        r->loss[s] = si.loss, r->skipped[s] = si.skipped;
+        if (r->rank == 1 && s + 1 == r->diverge_at) g.m.w->master[0] += 1e-3f;
+    }
+    r->check = mp_trainer_check_ranks(g.t);
+    snprintf(r->msg, sizeof r->msg, "%s", mp_last_error());
+    mp_trainer_state_crc(g.t, &r->crc);
+    rig_free(&g);
+    return NULL;
+}
+
+/* the two ranks (micro-batches of 8 rows: 4 each) of prec, and one process at the same batch */
+static void run_ranks(rank_run rr[2], const char *prec, float boost, int steps, int diverge_at) {
+    comm c;
+    pthread_barrier_init(&c.bar, NULL, 2);
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) {
+        rr[k] = (rank_run){.c = &c, .rank = k, .prec = prec, .boost = boost, .steps = steps, .diverge_at = diverge_at};
+        pthread_create(&th[k], NULL, rank_main, &rr[k]);
+    }
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    pthread_barrier_destroy(&c.bar);
+}
+
+static void check_dist(void) {
+    const int mark = (int)check_failures;
+    mp_set_threads(1);
+    rank_run rr[2];
+    const char *modes[] = {"fp32", "fp16-dynamic"};
+    for (int k = 0; k < 2; k++) {
+        /* fp16-dynamic with gradients x 1e6: the first steps overflow and are skipped, on both ranks together */
+        const float boost = k ? 1e6f : 1.0f;
+        run_ranks(rr, modes[k], boost, 30, 0);
+        rig one;
+        CHECK(rig_make(&one, modes[k], boost, 0) == MP_OK, "one process");
+        double worst = 0;
+        int skips = 0, skips_differ = 0, backing_off = 1;
+        for (int s = 0; s < 30; s++) {
+            mp_step_info si;
+            CHECK(mp_trainer_step(one.t, &si) == MP_OK, "step");
+            worst = fmax(worst, fabs((double)rr[0].loss[s] - si.loss) / fabs((double)si.loss));
+            /* the back-off from a scale far too large, up to the first clean step, is the same; later an fp16
+             * gradient of the whole micro-batch may overflow where the ranks' halves do not (each stores its own) */
+            if (backing_off) skips_differ += rr[0].skipped[s] != si.skipped || rr[1].skipped[s] != si.skipped;
+            backing_off &= si.skipped;
+            skips += rr[0].skipped[s];
+        }
+        if (k) worst = 0; /* fp16: the losses part after the first overflow that only one side has */
+        CHECK(rr[0].st == MP_OK && rr[1].st == MP_OK && rr[0].check == MP_OK && rr[1].check == MP_OK &&
+                  rr[0].crc == rr[1].crc && memcmp(rr[0].loss, rr[1].loss, sizeof rr[0].loss) == 0,
+              "%s: the ranks differ (%s, %s; CRC %08x, %08x)", modes[k], mp_status_str(rr[0].st), rr[0].msg,
+              (unsigned)rr[0].crc, (unsigned)rr[1].crc);
+        CHECK(worst < 1e-6 && skips_differ == 0 && (k == 0 || skips >= 5),
+              "%s: 2 ranks against one process: loss %.3g relative, %d skips, %d differ while backing off", modes[k],
+              worst, skips, skips_differ);
+        rig_free(&one);
+    }
+    /* rank 1's weight changed after step 3: both ranks learn it at the comparison after step 5 */
+    run_ranks(rr, "fp32", 1.0f, 5, 3);
+    CHECK(rr[0].check == MP_ECORRUPT && rr[1].check == MP_ECORRUPT && strstr(rr[0].msg, "step 5: the ranks'") &&
+              strstr(rr[0].msg, "on rank 1") && rr[0].crc != rr[1].crc,
+          "a difference found: %s", rr[0].msg);
+    /* a micro-batch of 8 rows does not split into 3 shares; a rank outside the ranks */
+    rig r;
+    const mp_train_dist three = {0, 3, NULL, t_sum_grads, t_sum_f64, t_max_f32}, bad = {2, 2, NULL, t_sum_grads,
+                                                                                       t_sum_f64, t_max_f32};
+    CHECK(rig_make_dist(&r, "fp32", 1.0f, 0, &three) == MP_OK, "3 ranks");
+    mp_step_info si;
+    CHECK(mp_trainer_step(r.t, &si) == MP_EINVAL && strstr(mp_last_error(), "8 rows does not split into 3"),
+          "8 rows on 3 ranks: %s", mp_last_error());
+    rig_free(&r);
+    CHECK(rig_make_dist(&r, "fp32", 1.0f, 0, &bad) == MP_EINVAL, "rank 2 of 2");
+    rig_free(&r);
+    mp_set_threads(0);
+    CHECK_SAY(mark, "data parallelism: 2 ranks (threads) train as one process (fp32 loss within 1e-6; fp16-dynamic "
+                    "skips together and backs off as one process), a changed weight is found at the next comparison\n");
+}
+
 int main(void) {
     check_table();
     check_lr();
@@ -428,5 +577,6 @@ int main(void) {
     check_resume();
     check_no_decay();
     check_precision_losses();
+    check_dist();
     return check_report("test_train");
 }

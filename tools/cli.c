@@ -8,7 +8,10 @@
 
 #include "cli.h"
 
+int cli_quiet = 0;
+
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    if (cli_quiet) return CLI_USAGE;
     va_list ap;
     fprintf(stderr, "mixprec%s%s: ", cmd ? " " : "", cmd ? cmd : "");
     va_start(ap, fmt);

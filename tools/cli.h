@@ -25,7 +25,10 @@ void small_values_table(void);
  * (also shown by `mixprec cast --to BLOCK`). */
 void block_compare_print(const mp_block_compare *c);
 
-/* Prints "mixprec NAME: MESSAGE" to stderr and returns CLI_USAGE. */
+/* Prints "mixprec NAME: MESSAGE" to stderr and returns CLI_USAGE; prints
+ * nothing while cli_quiet is set (ranks other than 0 of an mpirun job:
+ * dist.h). */
+extern int cli_quiet;
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* 1 if argv[i] is --help or -h (then the usage was printed to stdout). */

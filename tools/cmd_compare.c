@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "dist.h"
 #include "run.h"
 
 static const char usage_head[] =
@@ -304,8 +305,11 @@ static int write_summary(const char *out, const char *cmdline, const run_data *r
 }
 
 static int compare(run_opts *base, const char *precisions, const char *out, int checkpoints, const char *cmdline) {
-    if (mkdir(out, 0755) != 0 && errno != EEXIST)
-        return fprintf(stderr, "mixprec compare: %s: cannot create (%s)\n", out, strerror(errno)), 1;
+    /* with ranks (dist.h) the modes train one after the other on every rank; rank 0 alone writes DIR */
+    const int writer = dist_rank() == 0;
+    const int bad = writer && mkdir(out, 0755) != 0 && errno != EEXIST, err = errno;
+    int first;
+    if (dist_agree(bad, &first)) return fprintf(stderr, "mixprec compare: %s: cannot create (%s)\n", out, strerror(err)), 1;
     if (strlen(out) > 4000) return cli_usage_error("compare", "--out is too long");
     run_data runs[8];
     run_opts opts[8];
@@ -339,8 +343,11 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
         if (checkpoints) opts[r].save = ckpt[r];
         printf("  %-*s ...", namew, runs[r].name);
         fflush(stdout);
-        FILE *f = fopen(txt, "w");
-        if (!f) return fprintf(stderr, "\nmixprec compare: %s: cannot create\n", txt), 1;
+        FILE *f = fopen(writer ? txt : "/dev/null", "w");
+        if (dist_agree(!f, &first)) {
+            if (f) fclose(f);
+            return writer ? fprintf(stderr, "\nmixprec compare: %s: cannot create\n", txt), 1 : 1;
+        }
         const double t0 = seconds();
         const int st = run_training(&opts[r], f, &runs[r].r);
         const int wbad = fclose(f) != 0;
@@ -360,6 +367,10 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
     }
     n = done;
     if (n == 0) return 1;
+    if (!writer) { /* the table, the report and the summary are rank 0's */
+        for (int r = 0; r < n; r++) run_result_free(&runs[r].r);
+        return rc;
+    }
     const run_result *f32 = find(runs, n, "fp32");
     const int gpt = strcmp(runs[0].r.model_kind, "gpt") == 0;
     for (int r = 0; f32 && r < n; r++) {

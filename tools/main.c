@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "dist.h"
 
 static const cli_command *const commands[] = {&cmd_demo, &cmd_compare, &cmd_train, &cmd_sample, &cmd_formats, &cmd_cast, &cmd_underflow,
                                                   &cmd_tour, &cmd_explore, &cmd_scaler_sim, &cmd_bench};
@@ -19,7 +20,7 @@ static void help(void) {
            mp_isa_name(mp_cpu_isa()), mp_get_threads());
 }
 
-int main(int argc, char **argv) {
+static int dispatch(int argc, char **argv) {
     if (argc < 2) {
         help();
         return CLI_USAGE;
@@ -29,10 +30,16 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("mixprec %s (cpu path: %s)\n", mp_version(), mp_isa_name(mp_cpu_isa()));
+        char mpi[96];
+        printf("mixprec %s (cpu path: %s, %s)\n", mp_version(), mp_isa_name(mp_cpu_isa()), dist_describe(mpi, sizeof mpi));
         return 0;
     }
     for (size_t i = 0; i < NCOMMANDS; i++)
         if (strcmp(argv[1], commands[i]->name) == 0) return commands[i]->run(argc - 1, argv + 1);
     return cli_usage_error(NULL, "unknown command '%s'", argv[1]);
+}
+
+int main(int argc, char **argv) {
+    const int rc = dist_init(argc, argv); /* under mpirun: MPI (dist.h); else nothing */
+    return dist_finalize(rc ? rc : dispatch(argc, argv));
 }

@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "dist.h"
 #include "run.h"
 #include "sample.h"
 
@@ -86,7 +87,11 @@ const char run_options_help[] =
     "                         warnings (docs/LOGS.md)\n"
     "  --hist-every N         MLP: log2 histogram of the weight gradients every N steps (0: off)\n"
     "  --dump-grads FILE      the last step's fp32 weight gradients (unscaled) as safetensors\n"
-    "                         (NAME.grad), for mixprec underflow --from FILE\n";
+    "                         (NAME.grad), for mixprec underflow --from FILE\n"
+    "data parallelism (mpirun -np N mixprec train ...: N ranks, each on its contiguous share\n"
+    "B / N of every micro-batch, the gradients summed before the unscale; rank 0 writes)\n"
+    "  --check-every K        compare the ranks' weights, optimizer and scaler state (a CRC-32)\n"
+    "                         every K steps (100; 0: only at the end); a difference stops the run\n";
 
 static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
 
@@ -100,7 +105,7 @@ mp_status run_switches(const run_opts *o, mp_precision *p) {
 int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
     o->model = "mlp:784-1024-1024-10", o->adamw = 1, o->shuffle = 1, o->lr = 1e-3, o->wd = -1, o->min_lr = -1;
-    o->beta1 = 0.9, o->beta2 = 0.999, o->batch = 0, o->accum = 1, o->seed = 1;
+    o->beta1 = 0.9, o->beta2 = 0.999, o->batch = 0, o->accum = 1, o->seed = 1, o->check_every = 100;
     o->scaler = mp_scaler_defaults();
     mp_status ps = mp_precision_parse("fp32", &o->prec, NULL);
     (void)ps;
@@ -206,6 +211,7 @@ int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
             o->mx_rule_given = 1;
         }
         else if (!strcmp(a, "--hist-every")) { INT(o->hist_every, 0, 100000000); }
+        else if (!strcmp(a, "--check-every")) { INT(o->check_every, 0, 100000000); }
         else if (!strcmp(a, "--frozen-every"))
             return cli_usage_error(cmd, "--frozen-every is gone (it counted dead units): --log and --summary have "
                                         "lost_updates and dead_gradients (and lost_gradients) instead");
@@ -223,6 +229,10 @@ int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
     if (o->wd < 0) o->wd = o->adamw ? 0.01 : 0.0;
     if (o->min_lr < 0) o->min_lr = o->lr / 10;
     if (!o->batch) o->batch = is_gpt(o->model) ? 16 : 256;
+    if (o->batch % dist_size() != 0)
+        return cli_usage_error(cmd, "--batch %ld does not split into %d equal shares: with mpirun -np %d each rank takes "
+                               "its contiguous share of every micro-batch, so N must divide --batch", o->batch,
+                               dist_size(), dist_size());
     if (o->data && is_gpt(o->model) != (strncmp(o->data, "text:", 5) == 0))
         return cli_usage_error(cmd, is_gpt(o->model) ? "a GPT trains on text: --data text:PATH[,PATH...]"
                                                       : "an MLP trains on Fashion-MNIST: --data DIR");
@@ -361,14 +371,45 @@ static int report_nonfinite(FILE *out, int tty, cJSON *skips, const mp_step_info
     return 0;
 }
 
+/* With ranks (dist.h), failures before training are held back until the
+ * ranks agree on them (agree_ready): the lowest rank that failed says why,
+ * once. */
+static int deferring;
+static char deferred[1024];
+
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int fail(const char *fmt, ...) {
+    char msg[960];
     va_list ap;
-    fprintf(stderr, "mixprec train: ");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    char rank[32] = "";
+    if (dist_size() > 1 && dist_rank() > 0) snprintf(rank, sizeof rank, "rank %d: ", dist_rank());
+    if (!deferring) fprintf(stderr, "mixprec train: %s%s\n", rank, msg);
+    else if (!deferred[0]) snprintf(deferred, sizeof deferred, "mixprec train: %s%s\n", rank, msg);
+    return 1;
+}
+
+/* Every rank's status before training (rc: 0, 1 or CLI_USAGE): the lowest
+ * rank that failed prints its message and every rank returns its status. */
+static int agree_ready(int rc) {
+    if (dist_size() == 1) return rc;
+    int first;
+    const int agreed = dist_agree(rc, &first);
+    if (agreed && first == dist_rank()) {
+        if (deferred[0]) fputs(deferred, stderr);
+        else if (first != 0) /* a usage error, which only rank 0 prints */
+            fprintf(stderr, "mixprec train: rank %d: its options could not be used (exit status %d)\n", first, rc);
+    }
+    deferring = 0, deferred[0] = '\0';
+    return agreed;
+}
+
+/* A failure of this rank alone during training: the others wait for it in a
+ * reduction, so the job ends (one process: returns 1). */
+static int fail_alone(void) {
+    dist_abort(1);
     return 1;
 }
 
@@ -380,10 +421,12 @@ static int setup(const run_opts *o, run_state *s, size_t *T, long *steps_per_epo
     if ((gpt ? mp_gpt_parse(o->model, &gc) : mp_mlp_parse(o->model, &mc)) != MP_OK)
         return cli_usage_error("train", "%s", mp_last_error());
     const size_t B = (size_t)o->batch;
+    static const char unreadable[] = "/nonexistent/mixprec-fault-injected"; /* MIXPREC_FAULT_DIST_READ (dist.h) */
+    const int fault = dist_fault_read();
     if (gpt) {
         gc.gelu = o->gelu;
         *T = (size_t)gc.block_size;
-        if (mp_text_load(&s->text, o->data ? o->data + 5 : MP_TEXT_DEFAULT_CORPUS) != MP_OK ||
+        if (mp_text_load(&s->text, fault ? unreadable : o->data ? o->data + 5 : MP_TEXT_DEFAULT_CORPUS) != MP_OK ||
             mp_text_check(&s->text, *T) != MP_OK)
             return fail("%s", mp_last_error());
         const double per = (double)B * (double)*T * (double)o->accum;
@@ -391,7 +434,8 @@ static int setup(const run_opts *o, run_state *s, size_t *T, long *steps_per_epo
     } else {
         mc.act = o->act, mc.layernorm = o->layernorm;
         *T = 1;
-        if (mp_fashion_mnist_load(&s->train, &s->test, o->data) != MP_OK) return fail("%s", mp_last_error());
+        if (mp_fashion_mnist_load(&s->train, &s->test, fault ? unreadable : o->data) != MP_OK)
+            return fail("%s", mp_last_error());
         const size_t D = s->train.rows * s->train.cols;
         if ((size_t)mc.widths[0] != D || mc.widths[mc.nlayers] < s->test.num_classes)
             return fail("model %s: the input width must be %zu and the output at least %d", o->model, D,
@@ -530,7 +574,7 @@ static double headroom(double limit, float amax) { return amax > 0 ? log2(limit 
 
 static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double ms, double eval_loss, double limit,
                     const mp_named_qtensor *qt, size_t nq) {
-    fprintf(log, "%ld,%.6g,%.9g,%d,%.6g,%.6g,%.6g,%llu,%llu,%.6g,%.6g,%.6g,%.3f,", r->step, (double)r->loss,
+    fprintf(log, "%ld,%.9g,%.9g,%d,%.6g,%.6g,%.6g,%llu,%llu,%.6g,%.6g,%.6g,%.3f,", r->step, (double)r->loss,
             (double)r->scale, r->skipped, r->grad_norm, r->lr, frac(r->bwd.underflow, r->bwd_elements),
             (unsigned long long)r->bwd.overflow, (unsigned long long)r->fwd.overflow,
             frac(r->lost_gradients, r->wgrad_elements), frac(r->dead_gradients, r->wgrad_elements),
@@ -625,12 +669,15 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     if (o->threads) mp_set_threads(o->threads);
     peak_reset();
     const int gpt = is_gpt(o->model);
+    const int writer = dist_rank() == 0; /* with ranks, rank 0 alone writes files and the console */
     size_t T = 1;
     long steps_per_epoch = 1;
-    int ret = setup(o, &s, &T, &steps_per_epoch);
+    deferring = dist_size() > 1; /* until every rank is ready: agree_ready */
+    int agreed = 0, ret = setup(o, &s, &T, &steps_per_epoch);
     if (ret) goto done;
     ret = 1;
-    const mp_train_config tc = {&o->prec, o->scaler, {o->lr, o->schedule, o->warmup, 0, o->min_lr}, o->accum, o->clip};
+    const mp_train_config tc = {&o->prec, o->scaler, {o->lr, o->schedule, o->warmup, 0, o->min_lr}, o->accum, o->clip,
+                                dist_hook()};
     const long total = o->steps ? o->steps : (o->epochs ? o->epochs : 1) * steps_per_epoch;
     mp_train_config tcl = tc;
     tcl.lr.decay_steps = total; /* the cosine reaches min_lr at the last step, as nanoGPT's lr_decay_iters = max_iters */
@@ -696,7 +743,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     for (size_t i = 0; i < s.nq; i++) snprintf(r->quant_names[i], sizeof r->quant_names[i], "%s", s.qt[i].name);
     for (int i = 0; i < nt; i++)
         snprintf(r->tensor_names[i], sizeof r->tensor_names[i], "%s", s.model.ops->stats(s.model.impl, (size_t)i)->name);
-    if (o->log && (s.log_fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
+    if (o->log && writer && (s.log_fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
         fail("%s: cannot create the log (%s)", o->log, strerror(errno));
         goto done;
     }
@@ -705,15 +752,20 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         if (row) csv_header(row, &s.model, s.qt, s.nq);
         if (log_commit(&s, o->log, row)) goto done;
     }
+    agreed = 1; /* every rank is ready, or the job stops here: a rank that failed before says why at done */
+    if ((ret = agree_ready(0)) != 0) goto done;
+    ret = 1;
     long nh = 0;
-    const int tty = out == stdout && isatty(2);
+    const int tty = writer && out == stdout && isatty(2);
     /* activation headroom is measured against the compute format's largest value, fp16's in an fp32 run */
     const mp_format_info *hfmt = mp_format(o->prec.compute == MP_F32 ? MP_F16 : o->prec.compute);
     const double limit = hfmt->max;
-    fprintf(out, "train: %s%s, %s, %s lr %g%s, batch %ld x %ld%s, %ld steps (%ld per epoch), seed %ld%s\n", o->model,
+    char ranks[64] = "";
+    if (dist_size() > 1) snprintf(ranks, sizeof ranks, " on %d ranks (%ld each)", dist_size(), o->batch / dist_size());
+    fprintf(out, "train: %s%s, %s, %s lr %g%s, batch %ld x %ld%s%s, %ld steps (%ld per epoch), seed %ld%s\n", o->model,
             gpt ? (o->gelu ? " gelu-erf" : "") : o->act ? " gelu" : " relu", o->prec_name,
             o->adamw ? "adamw" : "sgd", o->lr, o->schedule == MP_LR_COSINE ? " cosine" : "", o->batch, o->accum,
-            gpt ? " sequences" : "", total, steps_per_epoch, o->seed, o->resume ? " (resumed)" : "");
+            gpt ? " sequences" : "", ranks, total, steps_per_epoch, o->seed, o->resume ? " (resumed)" : "");
     mp_tensor_stats *const run_stats = r->tensor_totals;
     r->headroom_format = hfmt;
     for (int i = 0; i < nt; i++) run_stats[i].has_wgrad = s.model.ops->stats(s.model.impl, (size_t)i)->has_wgrad;
@@ -736,8 +788,10 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         if (take_hist) mp_mlp_histogram(s.mlp, NULL, 0, 0, NULL), nh++;
         if (st != MP_OK && st != MP_EOVERFLOW) { /* an error: the run ends here, nothing is saved */
             fail("step %ld: %s", step + 1, mp_last_error());
+            ret = fail_alone();
             goto done;
         }
+        dist_fault_step(si.step, s.opt);
         if (st == MP_EOVERFLOW) snprintf(stop_msg, sizeof stop_msg, "%s", mp_last_error()), stopped = stop_msg;
         const double ms = (now() - t0) * 1e3;
         s.ms[done_steps] = ms;
@@ -746,6 +800,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         if (si.skipped) r->skipped_total++;
         if ((si.nbad || si.first_activation || si.skipped) && report_nonfinite(out, tty, s.skips, &si, s.tr, r)) {
             fail("out of memory");
+            ret = fail_alone();
             goto done;
         }
         for (int i = 0; i < nt; i++) {
@@ -775,6 +830,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         const int eval_now = o->eval_every && si.step % o->eval_every == 0 && si.step < total && !stopped;
         if (eval_now && mp_trainer_evaluate(s.tr, &eval_loss, &eval_acc) != MP_OK) {
             fail("%s", mp_last_error());
+            ret = fail_alone();
             goto done;
         }
         if (eval_now) r->eval_steps[r->neval] = done_steps + 1, r->eval_losses[r->neval++] = eval_loss;
@@ -807,6 +863,16 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             else
                 fprintf(out, "  eval at step %ld: test accuracy %.2f%%, loss %.4f\n", si.step, 100 * eval_acc, eval_loss);
         }
+        if (dist_any(stopped != NULL) && !stopped) /* rank 0's log failed: every rank stops with it */
+            snprintf(stop_msg, sizeof stop_msg, "rank 0 stopped"), stopped = stop_msg;
+        if (!stopped && o->check_every && si.step % o->check_every == 0 && si.step < total) {
+            const mp_status cs = mp_trainer_check_ranks(s.tr);
+            if (cs != MP_OK) { /* every rank has the same message: rank 0 says it */
+                if (writer || cs != MP_ECORRUPT) fail("%s", mp_last_error());
+                if (cs != MP_ECORRUPT) ret = fail_alone();
+                goto done;
+            }
+        }
         if (stopped) {
             done_steps++;
             break;
@@ -817,10 +883,17 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     r->nsteps = done_steps;
     if (mp_trainer_evaluate(s.tr, &r->eval_loss, &r->eval_accuracy) != MP_OK) {
         fail("%s", mp_last_error());
+        ret = fail_alone();
+        goto done;
+    }
+    const mp_status cs = mp_trainer_check_ranks(s.tr); /* at the end, before the checkpoint and the results */
+    if (cs != MP_OK) {
+        if (writer || cs != MP_ECORRUPT) fail("%s", mp_last_error());
+        if (cs != MP_ECORRUPT) ret = fail_alone();
         goto done;
     }
     r->eval_steps[r->neval] = done_steps, r->eval_losses[r->neval++] = r->eval_loss;
-    if (gpt && o->sample_bytes > 0 && take_sample(&s, o->sample_bytes, r) != 0) goto done;
+    if (gpt && o->sample_bytes > 0 && writer && take_sample(&s, o->sample_bytes, r) != 0) goto done;
     double *sorted = s.ms;
     qsort(sorted, (size_t)done_steps, sizeof *sorted, cmp_d);
     r->ms_per_step = done_steps ? sorted[done_steps / 2] : 0.0;
@@ -911,11 +984,11 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     /* the outputs: the checkpoint first (the training is in it), then the
      * summary and the gradients; one that cannot be written (one line) does
      * not keep the others from being written; the run then exits 1 */
-    if (o->save) {
+    if (o->save && writer) {
         if (mp_trainer_save(s.tr, o->save, meta, o->save_dtype) != MP_OK) out_failed = 1, fail("%s", mp_last_error());
         else fprintf(out, "saved %s (step %ld)\n", o->save, mp_trainer_step_count(s.tr));
     }
-    if (o->summary) {
+    if (o->summary && writer) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "precision", o->prec_name);
         cJSON_AddStringToObject(j, "master_weights", mp_master_weights_name(o->prec.master_weights));
@@ -1027,7 +1100,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         cJSON_Delete(j);
         if (bad) out_failed = 1, fail("%s", bad);
     }
-    if (o->dump_grads) { /* the weight gradients of the last step, as the optimizer saw them */
+    if (o->dump_grads && writer) { /* the weight gradients of the last step, as the optimizer saw them */
         const size_t np = mp_optim_count(s.opt);
         mp_tensor *gt = calloc(np + 1, sizeof *gt);
         size_t ng = 0;
@@ -1045,6 +1118,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     }
     ret = stopped || out_failed ? 1 : 0;
 done:
+    if (!agreed) ret = agree_ready(ret); /* this rank failed before training: the others learn it there */
     if (s.log_fd >= 0 && close(s.log_fd) != 0 && ret == 0)
         ret = fail("%s: the log could not be written (%s)", o->log, strerror(errno));
     if (res) *res = s.res, memset(&s.res, 0, sizeof s.res);

@@ -34,6 +34,7 @@ typedef struct mp_batch {
     const float *x;         /* (n, features) fp32, or NULL */
     const int32_t *tokens;  /* (n, t) input token ids, or NULL */
     const int32_t *targets; /* (n) labels or (n, t) next tokens */
+    size_t features;        /* x's row length: a data-parallel trainer (train.h) cuts x by it */
 } mp_batch;
 
 /* The stores into one named tensor since the last reset_stats. */

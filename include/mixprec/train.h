@@ -5,6 +5,7 @@
  *   lr = schedule(step)                      mp_lr_at
  *   for each micro-batch k of accum:
  *       loader -> batch; model forward + backward of (S / accum) * loss
+ *   with ranks (mp_train_dist): sum the gradients over them
  *   unscale (x 1/S, inf/NaN check)           mp_scaler_unscale     (scaled modes)
  *   clip by global norm (unscaled)           mp_clip_grad_norm
  *   optimizer step, skipped on inf/NaN       mp_scaler_step / mp_optim_step
@@ -155,6 +156,61 @@ mp_status mp_image_loader(mp_loader *out, const mp_dataset *train, const mp_data
 mp_status mp_text_loader(mp_loader *out, const mp_text *text, size_t B, size_t T, int shuffle, uint64_t seed,
                          size_t eval_windows);
 
+/* ---- data parallelism ---- */
+
+/* The ranks of a data-parallel job, as the trainer sees them: the caller
+ * implements the three reductions over whatever transport it has (the
+ * mixprec command: MPI, tools/dist.c); the library never talks to another
+ * process itself. Each function is collective: every rank calls it at the
+ * same point with the same n and gets the same result; it returns MP_OK, or
+ * a status when it failed (MP_ENOMEM, MP_EIO), which the trainer returns
+ * with a message naming the reduction. A rank whose step fails locally (its
+ * data, its memory) returns at once while the others wait in the next
+ * reduction: the caller ends the job (MPI_Abort).
+ *
+ * With size > 1 the trainer
+ *   - gives every rank its contiguous share of each micro-batch the loader
+ *     returns: rows [rank n / size, (rank + 1) n / size) of its n rows
+ *     (MP_EINVAL when size does not divide n; x is cut by mp_batch.features),
+ *     so that the optimizer sees the same global batch as one process;
+ *   - runs forward and backward on the share with the gradient scale
+ *     S / (accum size): each rank's gradient is its share's mean loss
+ *     divided by size, and their sum is the gradient of the whole
+ *     micro-batch's mean, with the per-row values of one process;
+ *   - sums the gradients (sum_grads) before the unscale, as PyTorch's DDP
+ *     does: an inf or NaN on any rank reaches every rank, all skip the step
+ *     together, and the loss scale, step count and optimizer state stay the
+ *     same on every rank (the same update from the same sum);
+ *   - with fp8-delayed, takes the largest of the ranks' amaxes of every
+ *     quantized tensor after each micro-batch (max_f32) before it goes into
+ *     the amax history, as Transformer Engine's reduce_amax does over the
+ *     data-parallel group: every rank keeps the same history and scales,
+ *     those of one process over the whole micro-batch. The other recipes keep
+ *     no state that depends on the data: fp8-current, mxfp8 and nvfp4 scale a
+ *     rank's inputs and gradients by its share's own amaxes (as TE does
+ *     data-parallel); nvfp4's stochastic-rounding streams advance the same on
+ *     every rank (the same seed, the same shapes: as Megatron's data-parallel
+ *     ranks share theirs);
+ *   - sums the step's loss and the evaluation's sums (sum_f64); evaluation
+ *     batch i goes to rank i mod size.
+ * What a step counts (mp_step_info's stores, lost and dead gradients, the
+ * model's statistics) is this rank's share only; the loss, scale, gradient
+ * norm, skip and lost updates are the job's. */
+typedef struct mp_train_dist {
+    int rank;  /* this process: 0 .. size - 1 */
+    int size;  /* the ranks (>= 1; 1 behaves as no dist at all) */
+    void *ctx; /* the implementation's, passed to each function */
+    /* Sums count fp32 arrays (x[i] has n[i] values: the parameters'
+     * gradients in registration order) over the ranks, in place. How they
+     * travel is the implementation's choice (fp32, or a narrower format): a
+     * sum that overflows must come back as inf so that every rank skips. */
+    mp_status (*sum_grads)(void *ctx, float *const *x, const size_t *n, size_t count);
+    /* Sums n doubles over the ranks, in place (the loss, evaluation sums, hashes). */
+    mp_status (*sum_f64)(void *ctx, double *x, size_t n);
+    /* The largest of each of n floats over the ranks, in place (amaxes: >= 0, or +inf). */
+    mp_status (*max_f32)(void *ctx, float *x, size_t n);
+} mp_train_dist;
+
 /* ---- the trainer ---- */
 
 typedef struct mp_train_config {
@@ -163,6 +219,7 @@ typedef struct mp_train_config {
     mp_lr_config lr;
     long accum;              /* micro-batches per step (>= 1) */
     double clip;             /* clip the unscaled gradients' global norm to this; 0: off */
+    const mp_train_dist *dist; /* the data-parallel ranks (must outlive the trainer), or NULL: one process */
 } mp_train_config;
 
 /* What one step did. */
@@ -206,7 +263,9 @@ typedef struct mp_trainer mp_trainer;
 /* A trainer over a model and its optimizer (the model's parameters must be
  * registered with opt, in the mode's format) and a loader. The trainer does
  * not own them. MP_EINVAL for a bad config (accum < 1, bad scaler config,
- * clip < 0). */
+ * clip < 0, a dist with size < 1, rank outside [0, size) or, with size > 1,
+ * a NULL function). With a dist, every rank creates its trainer from the
+ * same model, seed and data. */
 mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model model, mp_optim *opt,
                             mp_loader loader);
 void mp_trainer_free(mp_trainer *t); /* NULL is a no-op */
@@ -216,8 +275,25 @@ mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info);
 
 /* Evaluates the model over the loader's evaluation batches: *loss the mean
  * loss per prediction, *accuracy the fraction of predictions whose largest
- * logit is the target (either may be NULL). Statistics are not disturbed. */
+ * logit is the target (either may be NULL). Statistics are not disturbed.
+ * With ranks: collective; each evaluates its batches and the sums are
+ * added (the same figures up to the order of those additions). */
 mp_status mp_trainer_evaluate(mp_trainer *t, double *loss, double *accuracy);
+
+/* *crc gets the CRC-32 of everything a step depends on and changes: the
+ * weights as checkpoints write them (fp32 masters, or the weights themselves
+ * without), the optimizer's state and step count, the trainer's step count,
+ * the scaler's state and the quantization state (amax histories, scales,
+ * random streams). MP_ENOMEM. */
+mp_status mp_trainer_state_crc(mp_trainer *t, uint32_t *crc);
+
+/* Collective (every rank at the same step): compares mp_trainer_state_crc
+ * over the ranks. MP_OK when they agree (always without a dist, or with
+ * size 1); MP_ECORRUPT on every rank when any differs, with the message
+ * "step N: the ranks' weights, optimizer and scaler state differ: CRC-32
+ * 0x... on rank 0, 0x... on rank R" (the first rank that differs), after
+ * which the run should stop; or the transport's status. */
+mp_status mp_trainer_check_ranks(mp_trainer *t);
 
 long mp_trainer_step_count(const mp_trainer *t);        /* steps taken, skipped ones included */
 const mp_scaler *mp_trainer_scaler(const mp_trainer *t); /* NULL in modes without loss scaling */

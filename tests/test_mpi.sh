@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# test_mpi.sh - data-parallel training under OpenMPI (mpirun -np 2 mixprec ...):
+# the same training as one process (within 1e-5 relative over 50 steps, and bit
+# for bit where one process sums in the ranks' order: --accum 2 at half the
+# micro-batch), one skip decision for all ranks, fp8-delayed's amax histories
+# reduced, every precision mode with the ranks' state compared after every
+# step, rank 0 alone writing, one message when a rank cannot start, a rank
+# whose state differs, and a rank killed with SIGKILL.
+#
+# Registered by tests/CMakeLists.txt when CMake found MPI (MPIRUN: its
+# mpiexec). Under ASan, OpenMPI's own allocations are suppressed
+# (tests/lsan_mpi.supp), not the project's; there MIXPREC_QUICK=1 leaves out
+# the comparisons on the benchmark GPT (about 20 s of the 45 in a plain build,
+# a minute under ASan).
+. "$(dirname "$0")/lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$T" || exit 1
+# (OpenMPI's libraries have no frame pointers: LeakSanitizer unwinds with the debug information instead, or
+# their leaks would show frames of unknown modules that no suppression can name)
+export LSAN_OPTIONS="suppressions=$here/lsan_mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+MPIRUN=${MPIRUN:-mpirun}
+root=()
+[ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root) # CI runs as root; OpenMPI refuses it unless told
+MPI=("$MPIRUN" "${root[@]}" --oversubscribe --bind-to none)
+has() { if printf '%s\n' "$1" | grep -qE -- "$2"; then ok; else fail "expected /$2/ in: $1"; fi; }
+hasnt() { if printf '%s\n' "$1" | grep -qE -- "$2"; then fail "unexpected /$2/ in: $1"; else ok; fi; }
+# status WANT CMD...: exit status WANT; stdout in $out, stderr in $err
+status() {
+    local want=$1; shift
+    out=$("$@" 2>err.txt); local got=$?
+    err=$(cat err.txt)
+    if [ "$got" -ne "$want" ]; then fail "'$*' exited $got, expected $want (stderr: $err)"; return 1; fi
+    ok
+}
+# mixprec's own lines on stderr (mpirun adds its banners around them): exactly one, matching $1
+one_message() {
+    local mine
+    mine=$(printf '%s\n' "$err" | grep -E '^mixprec')
+    if [ "$(printf '%s\n' "$mine" | grep -c .)" -eq 1 ] && printf '%s' "$mine" | grep -qE -- "$1"; then ok
+    else fail "expected one mixprec message matching /$1/, got: $err"; fi
+}
+# curves A.csv B.csv TOL: the loss curves of two logs within TOL relative (0: the same bits); prints the largest
+curves() {
+    python3 - "$@" <<'EOF'
+import csv, sys
+def rows(f): return list(csv.DictReader(open(f)))
+a, b, tol = rows(sys.argv[1]), rows(sys.argv[2]), float(sys.argv[3])
+assert len(a) == len(b) > 0, "%d and %d rows" % (len(a), len(b))
+cols = ["step", "loss", "scale", "skipped", "grad_norm", "lr"]  # the job's figures (the counts are rank 0's share)
+if tol == 0:
+    bad = [(r["step"], c) for r, s in zip(a, b) for c in cols if r[c] != s[c]]
+    assert not bad, "differ at (step, column) %s" % bad[:5]
+    print("the same bits in %d steps" % len(a))
+else:
+    rel = [abs(float(r["loss"]) - float(s["loss"])) / abs(float(r["loss"])) for r, s in zip(a, b)]
+    assert all(r["skipped"] == s["skipped"] for r, s in zip(a, b)), "different skipped steps"
+    assert max(rel) <= tol, "loss differs by %.3g relative at step %d (tolerance %g)" % (max(rel), rel.index(max(rel)) + 1, tol)
+    print("loss within %.2g relative (largest difference) over %d steps" % (max(rel), len(a)))
+EOF
+}
+check() { # check NAME CMD...: a python check whose failure message is its output
+    local name=$1; shift
+    local msg
+    if msg=$("$@" 2>&1); then ok; echo "  $name: $msg"; else fail "$name: $msg"; fi
+}
+
+# --version: whether MPI is built in; MPI is initialised only under mpirun, where rank 0 alone prints
+status 0 "$M" --version && has "$out" 'MPI: Open MPI' && hasnt "$out" 'rank'
+status 0 "${MPI[@]}" -np 2 "$M" --version && has "$out" 'rank 0 of 2' && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] && ok ||
+    fail "mpirun --version: expected one line from rank 0, got: $out"
+
+# equal to one process: fp32, SGD and AdamW, 50 steps at the same global batch (64 examples, 8 sequences)
+for opt in "sgd --lr 0.05" "adamw --lr 0.001"; do
+    o=${opt%% *}
+    MLP=(train --model mlp:784-128-10 --steps 50 --optimizer $opt --threads 1)
+    status 0 "$M" "${MLP[@]}" --batch 64 --log one.csv
+    status 0 "${MPI[@]}" -np 2 "$M" "${MLP[@]}" --batch 64 --log two.csv --save two.ckpt
+    status 0 "$M" "${MLP[@]}" --batch 32 --accum 2 --log acc.csv --save acc.ckpt
+    check "mlp $o, 2 ranks against one process" curves one.csv two.csv 1e-5
+    check "mlp $o, 2 ranks against one process with --accum 2" curves acc.csv two.csv 0
+    if cmp -s two.ckpt acc.ckpt; then ok; else fail "mlp $o: the checkpoints of 2 ranks and of --accum 2 differ"; fi
+    # the GPT: the small one bit for bit (no shuffling: one process's --accum 2 reads the ranks' windows),
+    # the benchmark model (gpt:4-4-128-128) within 1e-5 of one process
+    GPT=(train --model gpt:2-2-64-64 --steps 50 --optimizer $opt --threads 1 --eval-windows 8 --no-shuffle)
+    status 0 "${MPI[@]}" -np 2 "$M" "${GPT[@]}" --batch 8 --log gtwo.csv --save gtwo.ckpt
+    status 0 "$M" "${GPT[@]}" --batch 4 --accum 2 --log gacc.csv --save gacc.ckpt
+    check "gpt $o, 2 ranks against one process with --accum 2" curves gacc.csv gtwo.csv 0
+    if cmp -s gtwo.ckpt gacc.ckpt; then ok; else fail "gpt $o: the checkpoints of 2 ranks and of --accum 2 differ"; fi
+    [ "${MIXPREC_QUICK:-0}" = 1 ] && continue
+    GPT=(train --model gpt:4-4-128-128 --steps 50 --optimizer $opt --threads 1 --eval-windows 8)
+    status 0 "$M" "${GPT[@]}" --batch 8 --log gone.csv
+    status 0 "${MPI[@]}" -np 2 "$M" "${GPT[@]}" --batch 8 --log gtwo.csv
+    check "gpt:4-4-128-128 $o, 2 ranks against one process" curves gone.csv gtwo.csv 1e-5
+done
+
+# one skip decision: fp16-dynamic from a scale of 2^40 backs off by skipping steps; the ranks sum their
+# gradients before the unscale, so they skip together (their scaler states are compared at the end: exit 0)
+FP16=(train --model mlp:784-128-10 --steps 30 --precision fp16-dynamic --init-scale 1099511627776 --threads 1)
+status 0 "${MPI[@]}" -np 2 "$M" "${FP16[@]}" --batch 64 --log two.csv
+status 0 "$M" "${FP16[@]}" --batch 64 --log one.csv
+status 0 "$M" "${FP16[@]}" --batch 32 --accum 2 --log acc.csv
+check "fp16-dynamic, 2 ranks against --accum 2" curves acc.csv two.csv 0
+check "fp16-dynamic skips, 2 ranks against one process" python3 - <<'EOF'
+import csv
+def skips(f): return [int(r["step"]) for r in csv.DictReader(open(f)) if r["skipped"] == "1"]
+one, two = skips("one.csv"), skips("two.csv")
+# the back-off from 2^40 (20 halvings) is the same; later a step whose summed fp16 weight gradient overflows in
+# one process may not overflow in the ranks' halves (each stores its share's sum), as under DDP
+assert one[:20] == two[:20] == list(range(1, 21)), (one, two)
+print("steps %s skipped on the ranks, %s in one process" % (two, one))
+EOF
+
+# fp8-delayed: the ranks record the largest amax of all shares, which is one process's over the micro-batch
+FP8=(train --model gpt:2-2-64-64 --steps 1 --precision fp8-delayed --threads 1 --eval-windows 8 --batch 8)
+status 0 "${MPI[@]}" -np 2 "$M" "${FP8[@]}" --save two.ckpt
+status 0 "$M" "${FP8[@]}" --save one.ckpt
+check "fp8-delayed amax histories" python3 - <<'EOF'
+import json, struct
+def quant(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    t = {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items() if k.startswith("quant.")}
+    return t, {k: v for k, v in h["__metadata__"].items() if k.startswith("quant.")}
+(t1, m1), (t2, m2) = quant("one.ckpt"), quant("two.ckpt")
+assert len(t1) == 24 and t1 == t2 and m1 == m2, "the ranks' amax histories or scales differ from one process's"
+print("%d amax histories and their scales equal to one process's" % len(t1))
+EOF
+
+# every precision mode, the ranks' state compared after every step; rank 0 alone writes: rank 1 runs in
+# directory r1 (mpirun -wdir), with the same relative paths, and must leave it empty
+mkdir r0 r1
+CMP=(compare --model gpt:1-2-32-32 --steps 3 --batch 4 --threads 1 --eval-windows 4 --check-every 1)
+status 0 "${MPI[@]}" -np 1 -wdir r0 "$M" "${CMP[@]}" --precisions fp32,fp16-naive,fp16,fp16-static,fp16-dynamic,bf16,bf16-pure \
+    --out modes : -np 1 -wdir r1 "$M" "${CMP[@]}" --precisions fp32,fp16-naive,fp16,fp16-static,fp16-dynamic,bf16,bf16-pure --out modes
+status 0 "${MPI[@]}" -np 2 "$M" "${CMP[@]}" --precisions fp8-delayed,fp8-current,mxfp8,nvfp4 --out recipes
+has "$out" 'report: recipes/report.html'
+status 0 "${MPI[@]}" -np 1 -wdir r0 "$M" train --steps 3 --batch 8 --threads 1 --log t.csv --summary t.json --save t.ckpt \
+    : -np 1 -wdir r1 "$M" train --steps 3 --batch 8 --threads 1 --log t.csv --summary t.json --save t.ckpt
+has "$out" 'on 2 ranks \(4 each\)'
+[ "$(printf '%s\n' "$out" | grep -c '^train:')" -eq 1 ] && ok || fail "expected one 'train:' line (rank 0's), got: $out"
+for f in r0/modes/report.html r0/modes/summary.json r0/modes/bf16-pure.csv r0/t.csv r0/t.json r0/t.ckpt; do
+    [ -s "$f" ] && ok || fail "rank 0 did not write $f"
+done
+[ -z "$(ls -A r1)" ] && ok || fail "rank 1 wrote: $(ls -R r1)"
+
+# a checkpoint of 2 ranks resumes in one process at the same global batch: with --accum 2 the same bits as
+# the 2 ranks going on
+RES=(train --model mlp:784-64-10 --threads 1 --log r.csv)
+status 0 "${MPI[@]}" -np 2 "$M" "${RES[@]}" --steps 10 --batch 16 --save half.ckpt
+status 0 "$M" "${RES[@]}" --steps 20 --batch 8 --accum 2 --resume half.ckpt --save resumed.ckpt
+status 0 "${MPI[@]}" -np 2 "$M" "${RES[@]}" --steps 20 --batch 16 --save whole.ckpt
+if cmp -s resumed.ckpt whole.ckpt; then ok; else fail "2 ranks for 10 steps then one process for 10 differ from 2 ranks for 20"; fi
+
+# no start: the ranks cannot share a micro-batch of 7, were given different options, or one cannot read its data
+status 2 "${MPI[@]}" -np 2 "$M" train --batch 7 --steps 1 && one_message '--batch 7 does not split into 2 equal shares'
+status 2 "${MPI[@]}" -np 1 "$M" train --batch 8 --steps 1 : -np 1 "$M" train --batch 16 --steps 1 &&
+    one_message 'different options'
+status 1 env MIXPREC_FAULT_DIST_READ=1 "${MPI[@]}" -np 2 "$M" train --batch 8 --steps 1 &&
+    one_message 'rank 1: .*mixprec-fault-injected.*cannot open' && hasnt "$out" '^train:'
+
+# a rank whose weights differ (MIXPREC_FAULT_DIST_DIVERGE, tools/dist.h) stops the run at the next comparison
+status 1 env MIXPREC_FAULT_DIST_DIVERGE=1:7 "${MPI[@]}" -np 2 "$M" train --model mlp:784-64-10 --batch 8 --steps 20 \
+    --threads 1 --check-every 5 --save div.ckpt && one_message "step 10: the ranks' weights, optimizer and scaler state differ"
+[ ! -e div.ckpt ] && ok || fail "a run whose ranks differ wrote its checkpoint"
+
+# kill -9 of rank 1 during training: mpirun ends the job with an error within 60 s, no rank is left, the
+# checkpoint on disk is the one before and resumes
+KILL=(train --model mlp:784-256-256-10 --batch 64 --threads 1)
+status 0 "$M" "${KILL[@]}" --steps 3 --save k.ckpt && cp k.ckpt k0.ckpt
+"${MPI[@]}" -np 2 "$M" "${KILL[@]}" --steps 1000000 --resume k.ckpt --save k.ckpt --log k.csv >/dev/null 2>k.err &
+job=$!
+children() { for s in /proc/[0-9]*/stat; do awk -v p="$1" '$4 == p { print $1 }' "$s" 2>/dev/null; done; }
+for _ in $(seq 300); do [ -f k.csv ] && [ "$(wc -l <k.csv)" -gt 3 ] && break; sleep 0.1; done
+victim=
+ranks=$(children "$job")
+for p in $ranks; do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p; done
+if [ -n "$victim" ]; then
+    kill -9 "$victim"
+    for _ in $(seq 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$job" 2>/dev/null; then
+        fail "mpirun still runs 60 s after rank 1 was killed"
+        for p in $ranks; do kill -9 "$p" 2>/dev/null; done
+        kill -9 "$job"
+    else
+        ok
+    fi
+    wait "$job"; rc=$?
+    [ "$rc" -ne 0 ] && ok || fail "mpirun exited 0 after rank 1 was killed"
+    alive() { # the ranks still running (a zombie has ended)
+        for p in $ranks; do [ -r "/proc/$p/stat" ] && [ "$(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null)" != Z ] && echo "$p"; done
+    }
+    for _ in $(seq 100); do [ -z "$(alive)" ] && break; sleep 0.1; done # mpirun may return before they are gone
+    left=$(alive)
+    [ -z "$left" ] && ok || fail "ranks left running: $left"
+    if cmp -s k.ckpt k0.ckpt; then ok; else fail "the checkpoint changed"; fi
+    status 0 "${MPI[@]}" -np 2 "$M" "${KILL[@]}" --steps 5 --resume k.ckpt && has "$out" '5 steps .*\(resumed\)' &&
+        has "$out" '^ +2 steps, 0 skipped'
+else
+    fail "rank 1 of the job (mpirun $job: children $ranks) not found"
+    kill -9 "$job"; wait "$job"
+fi
+
+done_

@@ -1,0 +1,241 @@
+/* dist.c - data-parallel training over OpenMPI (dist.h): the trainer's
+ * reductions as MPI_Allreduce, the ranks' agreement before training, and the
+ * quiet output of ranks other than 0. */
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef MP_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#include "cli.h"
+#include "dist.h"
+
+static int g_rank = 0, g_size = 1;
+
+int dist_rank(void) { return g_rank; }
+int dist_size(void) { return g_size; }
+
+/* OpenMPI's mpirun (and PMIx launchers) put these in each rank's environment. */
+static int under_mpirun(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK"); }
+
+/* "R:S" from a fault variable: rank R, step S; 0 when unset or malformed. */
+static int fault_rank_step(const char *name, int *rank, long *step) {
+    const char *v = getenv(name);
+    char *end;
+    if (!v || !*v) return 0;
+    const long r = strtol(v, &end, 10);
+    if (end == v || *end != ':') return 0;
+    const char *s = end + 1;
+    const long k = strtol(s, &end, 10);
+    if (end == s || *end || r < 0 || k < 0) return 0;
+    *rank = (int)r, *step = k;
+    return 1;
+}
+
+void dist_fault_step(long step, mp_optim *opt) {
+    int r;
+    long s;
+    if (fault_rank_step("MIXPREC_FAULT_DIST_DIVERGE", &r, &s) && r == g_rank && s == step && mp_optim_count(opt)) {
+        mp_param *p = mp_optim_param(opt, 0); /* one weight of the first parameter, where checkpoints see it */
+        if (p->master) p->master[0] += 1.0f;
+        else if (p->half) ((uint16_t *)p->half)[0] ^= 1u; /* pure bf16 or half-only: the last bit of its weight */
+    }
+}
+
+int dist_fault_read(void) {
+    const char *v = getenv("MIXPREC_FAULT_DIST_READ");
+    char *end;
+    if (!v || !*v) return 0;
+    const long r = strtol(v, &end, 10);
+    return !*end && r == g_rank;
+}
+
+#ifdef MP_HAVE_MPI
+
+/* The gradients travel in one buffer per step (as DDP's buckets): one
+ * MPI_Allreduce instead of one per parameter. */
+typedef struct {
+    float *buf;
+    size_t cap;
+} grad_buffer;
+
+static grad_buffer g_grads;
+static int g_mpi = 0; /* dist_init initialised MPI */
+
+/* MPI counts are ints: large arrays go in pieces of 2^30. (MPI's default
+ * error handler ends the job on a failed transfer; MP_EIO if one returns.) */
+static mp_status allreduce(void *x, size_t n, MPI_Datatype type, size_t size, MPI_Op op) {
+    for (char *p = x; n > 0;) {
+        const int k = n > (size_t)1 << 30 ? 1 << 30 : (int)n;
+        if (MPI_Allreduce(MPI_IN_PLACE, p, k, type, op, MPI_COMM_WORLD) != MPI_SUCCESS) return MP_EIO;
+        p += (size_t)k * size, n -= (size_t)k;
+    }
+    return MP_OK;
+}
+
+static mp_status sum_grads(void *ctx, float *const *x, const size_t *n, size_t count) {
+    grad_buffer *g = ctx;
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++) total += n[i];
+    if (total > g->cap) {
+        float *b = realloc(g->buf, total * sizeof *b);
+        if (!b) return MP_ENOMEM;
+        g->buf = b, g->cap = total;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < count; i++) memcpy(g->buf + k, x[i], n[i] * sizeof(float)), k += n[i];
+    const mp_status st = allreduce(g->buf, total, MPI_FLOAT, sizeof(float), MPI_SUM);
+    k = 0;
+    for (size_t i = 0; st == MP_OK && i < count; i++) memcpy(x[i], g->buf + k, n[i] * sizeof(float)), k += n[i];
+    return st;
+}
+
+static mp_status sum_f64(void *ctx, double *x, size_t n) {
+    (void)ctx;
+    return allreduce(x, n, MPI_DOUBLE, sizeof(double), MPI_SUM);
+}
+
+static mp_status max_f32(void *ctx, float *x, size_t n) {
+    (void)ctx;
+    return allreduce(x, n, MPI_FLOAT, sizeof(float), MPI_MAX);
+}
+
+static mp_train_dist g_hook;
+
+const mp_train_dist *dist_hook(void) { return g_size > 1 ? &g_hook : NULL; }
+
+const char *dist_describe(char *buf, size_t cap) {
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int n = 0;
+    MPI_Get_library_version(v, &n); /* allowed before MPI_Init */
+    int k = snprintf(buf, cap, "MPI: %.*s", (int)strcspn(v, ",\n"), v), on = 0;
+    MPI_Initialized(&on);
+    if (on && k >= 0 && (size_t)k < cap) snprintf(buf + k, cap - (size_t)k, ", rank %d of %d", g_rank, g_size);
+    return buf;
+}
+
+/* The cores this process may run on, shared by the ranks on this machine. */
+static int threads_per_rank(void) {
+    cpu_set_t set;
+    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    const char *l = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int local = l && atoi(l) > 0 ? atoi(l) : g_size;
+    return cpus / local > 1 ? cpus / local : 1;
+}
+
+/* CRC-32 (zlib's polynomial) of the arguments after the program's name, each with its NUL. */
+static uint32_t argv_crc(int argc, char **argv) {
+    uint32_t c = 0xffffffffu;
+    for (int i = 1; i < argc; i++)
+        for (const unsigned char *p = (const unsigned char *)argv[i];; p++) {
+            c ^= *p;
+            for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+            if (!*p) break;
+        }
+    return ~c;
+}
+
+int dist_init(int argc, char **argv) {
+    if (!under_mpirun()) return 0;
+    int provided;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "mixprec: MPI_Init failed\n");
+        return 1;
+    }
+    g_mpi = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    if (g_size == 1) return 0;
+    g_hook = (mp_train_dist){g_rank, g_size, &g_grads, sum_grads, sum_f64, max_f32};
+    if (g_rank != 0) {
+        if (!freopen("/dev/null", "w", stdout)) fclose(stdout);
+        cli_quiet = 1; /* usage errors come from the options, the same on every rank: rank 0 says them */
+    }
+    if (!getenv("MIXPREC_THREADS")) mp_set_threads(threads_per_rank());
+    unsigned crc = argv_crc(argc, argv), all_same = 1;
+    unsigned *all = malloc((size_t)g_size * sizeof *all);
+    if (!all || MPI_Allgather(&crc, 1, MPI_UNSIGNED, all, 1, MPI_UNSIGNED, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        fprintf(stderr, "mixprec: rank %d: the ranks' command lines could not be compared\n", g_rank);
+        dist_abort(1);
+    }
+    int other = 0;
+    for (int r = 1; r < g_size && all_same; r++)
+        if (all[r] != all[0]) all_same = 0, other = r;
+    free(all);
+    if (all_same) return 0;
+    if (g_rank == 0)
+        fprintf(stderr, "mixprec: the ranks were started with different options (rank %d's command line differs from "
+                        "rank 0's): every rank must run the same command\n", other);
+    return CLI_USAGE;
+}
+
+int dist_finalize(int rc) {
+    if (g_mpi) {
+        fflush(stdout), fflush(stderr);
+        MPI_Finalize();
+    }
+    free(g_grads.buf), g_grads = (grad_buffer){0};
+    return rc;
+}
+
+int dist_any(int flag) {
+    int any = flag != 0;
+    if (g_size > 1) MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+    return any;
+}
+
+int dist_agree(int rc, int *first) {
+    *first = rc ? g_rank : -1;
+    if (g_size == 1) return rc;
+    int *all = malloc((size_t)g_size * sizeof *all);
+    if (!all || MPI_Allgather(&rc, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        fprintf(stderr, "mixprec: rank %d: the ranks could not agree (%s)\n", g_rank, all ? "MPI" : "out of memory");
+        dist_abort(1);
+    }
+    int agreed = 0;
+    for (int r = 0; r < g_size && !agreed; r++)
+        if (all[r]) agreed = all[r], *first = r;
+    free(all);
+    return agreed;
+}
+
+void dist_abort(int rc) {
+    if (g_size == 1) return;
+    fflush(stdout), fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, rc);
+    _exit(rc); /* MPI_Abort does not return */
+}
+
+#else /* one process: mpirun without MPI built in would start N separate trainings */
+
+const mp_train_dist *dist_hook(void) { return NULL; }
+
+const char *dist_describe(char *buf, size_t cap) {
+    snprintf(buf, cap, "MPI: not built in");
+    return buf;
+}
+
+int dist_init(int argc, char **argv) {
+    (void)argc, (void)argv;
+    const char *n = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!under_mpirun() || !n || atoi(n) <= 1) return 0;
+    fprintf(stderr, "mixprec: started by mpirun with %s ranks, but this mixprec was built without MPI (install "
+                    "libopenmpi-dev and rebuild: scripts/deps.sh build)\n", n);
+    return 1;
+}
+
+int dist_finalize(int rc) { return rc; }
+int dist_any(int flag) { return flag != 0; }
+
+int dist_agree(int rc, int *first) {
+    *first = rc ? 0 : -1;
+    return rc;
+}
+
+void dist_abort(int rc) { (void)rc; }
+
+#endif
