@@ -101,10 +101,7 @@ static float div_rn(float a, float b) { return f32_of(f64_of(a) / f64_of(b)); }
 
 static int is_subnormal(float x) { return (mp_f32_bits(x) & 0x7fffffffu) - 1u < 0x7fffffu; }
 
-/* Whether this thread's multiplies may read subnormal operands as 0: x86's
- * DAZ bit (MXCSR is per thread); elsewhere assume it (AArch64's FZ flushes
- * inputs too). */
-static int inputs_flushed(void) {
+int mp_inputs_flushed(void) {
 #ifdef MP_X86
     return (_mm_getcsr() & 0x0040u) != 0;
 #else
@@ -287,7 +284,7 @@ static void quant_share(void *ctx, size_t i0, size_t i1, int t) {
     float p[CHUNK];
     int32_t v[CHUNK];
     qcount k = {0, 0, 0, 0, 0};
-    const int daz = inputs_flushed();
+    const int daz = mp_inputs_flushed();
     for (size_t i = i0; i < i1; i += CHUNK) {
         const size_t m = i1 - i < CHUNK ? i1 - i : CHUNK;
         products(p, j->src + i, m, &j->q, daz, &k);

@@ -590,30 +590,25 @@ static mp_qtensor *qt(mp_gpt *g, int l, int w, mp_qrole role) { return &g->q[((s
 static mp_status lin_fwd(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *x, const mp_param *W,
                          void *y, const mp_gemm_epilogue *ep) {
     if (!g->q) return mp_gemm_ex(0, 1, N, out, in, 1.0f, x, g->ct, in, wct(g, W), g->ct, in, 0.0f, y, g->ct, out, ep);
-    float fa, fb;
-    TRY(mp_qoperand(g->qa, in, &fa, x, g->ct, in, N, in, 0, &g->recipe, qt(g, l, w, MP_QROLE_INPUT)));
-    TRY(mp_qoperand(g->qb, in, &fb, W->master, MP_F32, in, out, in, 0, &g->recipe, qt(g, l, w, MP_QROLE_WEIGHT)));
-    return mp_gemm_ex(0, 1, N, out, in, fa * fb, g->qa, MP_BF16, in, g->qb, MP_BF16, in, 0.0f, y, g->ct, out, ep);
+    return mp_qgemm(&g->recipe, 0, 1, N, out, in, x, g->ct, in, qt(g, l, w, MP_QROLE_INPUT), g->qa, W->master, MP_F32,
+                    in, qt(g, l, w, MP_QROLE_WEIGHT), g->qb, 0.0f, y, g->ct, out, ep);
 }
 
 /* dx (N x in) = dy (N x out) W */
 static mp_status lin_dgrad(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *dy, const mp_param *W,
                            void *dx, mp_convert_stats *st) {
     if (!g->q) return mp_gemm(0, 0, N, in, out, 1.0f, dy, g->ct, out, wct(g, W), g->ct, in, 0.0f, dx, g->ct, in, st);
-    float fa, fb;
-    TRY(mp_qoperand(g->qa, out, &fa, dy, g->ct, out, N, out, 0, &g->recipe, qt(g, l, w, MP_QROLE_GRAD)));
-    TRY(mp_qoperand(g->qb, in, &fb, W->master, MP_F32, in, out, in, 1, &g->recipe, qt(g, l, w, MP_QROLE_WEIGHT)));
-    return mp_gemm(0, 0, N, in, out, fa * fb, g->qa, MP_BF16, out, g->qb, MP_BF16, in, 0.0f, dx, g->ct, in, st);
+    const mp_gemm_epilogue ep = {NULL, MP_F32, st, NULL};
+    return mp_qgemm(&g->recipe, 0, 0, N, in, out, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, W->master, MP_F32,
+                    in, qt(g, l, w, MP_QROLE_WEIGHT), g->qb, 0.0f, dx, g->ct, in, &ep);
 }
 
 /* dW (out x in) = beta dW + dy^T x, with ep */
 static mp_status lin_wgrad(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *dy, const void *x,
                            float beta, float *dW, const mp_gemm_epilogue *ep) {
     if (!g->q) return mp_gemm_ex(1, 0, out, in, N, 1.0f, dy, g->ct, out, x, g->ct, in, beta, dW, MP_F32, in, ep);
-    float fa, fb;
-    TRY(mp_qoperand(g->qa, out, &fa, dy, g->ct, out, N, out, 1, &g->recipe, qt(g, l, w, MP_QROLE_GRAD)));
-    TRY(mp_qoperand(g->qb, in, &fb, x, g->ct, in, N, in, 1, &g->recipe, qt(g, l, w, MP_QROLE_INPUT)));
-    return mp_gemm_ex(1, 0, out, in, N, fa * fb, g->qa, MP_BF16, out, g->qb, MP_BF16, in, beta, dW, MP_F32, in, ep);
+    return mp_qgemm(&g->recipe, 1, 0, out, in, N, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, x, g->ct, in,
+                    qt(g, l, w, MP_QROLE_INPUT), g->qb, beta, dW, MP_F32, in, ep);
 }
 
 /* Forward of B sequences of T tokens up to the logits; head_last: only the

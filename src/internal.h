@@ -287,6 +287,11 @@ extern const mp_mx_kernels mp_mx_scalar;
 #ifdef MP_X86
 extern const mp_mx_kernels mp_mx_avx512;
 #endif
+/* Whether this thread's multiplies may read subnormal operands as 0: x86's
+ * DAZ bit (MXCSR is per thread); elsewhere assume it (AArch64's FZ flushes
+ * inputs too). fp8_scale.c. */
+int mp_inputs_flushed(void);
+
 /* st->amax = max(st->amax, a) for a finite magnitude's bits a, on the bits (no
  * FPU compare, which DAZ could change); a negative or NaN st->amax (bits above
  * inf's) is replaced. */

@@ -231,36 +231,25 @@ static mp_status lin_fwd(mp_mlp *m, int l, size_t B, size_t out, size_t in, cons
     if (!m->q)
         return mp_gemm_ex(0, 1, B, out, in, 1.0f, m->act[l], m->ct, in, weights(m, l), m->ct, in, 0.0f, m->z[l], m->ct,
                           out, ep);
-    float fa, fb;
-    mp_status st = mp_qoperand(m->qa, in, &fa, m->act[l], m->ct, in, B, in, 0, &m->recipe, qt(m, l, MP_QROLE_INPUT));
-    if (st == MP_OK)
-        st = mp_qoperand(m->qb, in, &fb, m->w[l]->master, MP_F32, in, out, in, 0, &m->recipe, qt(m, l, MP_QROLE_WEIGHT));
-    if (st != MP_OK) return st;
-    return mp_gemm_ex(0, 1, B, out, in, fa * fb, m->qa, MP_BF16, in, m->qb, MP_BF16, in, 0.0f, m->z[l], m->ct, out, ep);
+    return mp_qgemm(&m->recipe, 0, 1, B, out, in, m->act[l], m->ct, in, qt(m, l, MP_QROLE_INPUT), m->qa,
+                    m->w[l]->master, MP_F32, in, qt(m, l, MP_QROLE_WEIGHT), m->qb, 0.0f, m->z[l], m->ct, out, ep);
 }
 
 /* c (out x in, fp32) = beta c + dz^T x, with ep */
 static mp_status lin_wgrad(mp_mlp *m, int l, size_t B, size_t out, size_t in, const void *dz, float beta, float *c,
                            const mp_gemm_epilogue *ep) {
     if (!m->q) return mp_gemm_ex(1, 0, out, in, B, 1.0f, dz, m->ct, out, m->act[l], m->ct, in, beta, c, MP_F32, in, ep);
-    float fa, fb;
-    mp_status st = mp_qoperand(m->qa, out, &fa, dz, m->ct, out, B, out, 1, &m->recipe, qt(m, l, MP_QROLE_GRAD));
-    if (st == MP_OK)
-        st = mp_qoperand(m->qb, in, &fb, m->act[l], m->ct, in, B, in, 1, &m->recipe, qt(m, l, MP_QROLE_INPUT));
-    if (st != MP_OK) return st;
-    return mp_gemm_ex(1, 0, out, in, B, fa * fb, m->qa, MP_BF16, out, m->qb, MP_BF16, in, beta, c, MP_F32, in, ep);
+    return mp_qgemm(&m->recipe, 1, 0, out, in, B, dz, m->ct, out, qt(m, l, MP_QROLE_GRAD), m->qa, m->act[l], m->ct, in,
+                    qt(m, l, MP_QROLE_INPUT), m->qb, beta, c, MP_F32, in, ep);
 }
 
 /* dx (B x in) = dz W */
 static mp_status lin_dgrad(mp_mlp *m, int l, size_t B, size_t out, size_t in, const void *dz, void *dx,
                            mp_convert_stats *st) {
     if (!m->q) return mp_gemm(0, 0, B, in, out, 1.0f, dz, m->ct, out, weights(m, l), m->ct, in, 0.0f, dx, m->ct, in, st);
-    float fa, fb;
-    mp_status s = mp_qoperand(m->qa, out, &fa, dz, m->ct, out, B, out, 0, &m->recipe, qt(m, l, MP_QROLE_GRAD));
-    if (s == MP_OK)
-        s = mp_qoperand(m->qb, in, &fb, m->w[l]->master, MP_F32, in, out, in, 1, &m->recipe, qt(m, l, MP_QROLE_WEIGHT));
-    if (s != MP_OK) return s;
-    return mp_gemm(0, 0, B, in, out, fa * fb, m->qa, MP_BF16, out, m->qb, MP_BF16, in, 0.0f, dx, m->ct, in, st);
+    const mp_gemm_epilogue ep = {NULL, MP_F32, st, NULL};
+    return mp_qgemm(&m->recipe, 0, 0, B, in, out, dz, m->ct, out, qt(m, l, MP_QROLE_GRAD), m->qa, m->w[l]->master,
+                    MP_F32, in, qt(m, l, MP_QROLE_WEIGHT), m->qb, 0.0f, dx, m->ct, in, &ep);
 }
 
 /* counting: the stores of layer l (its Linear's output, layer norm and

@@ -25,10 +25,6 @@
 
 #include "internal.h"
 
-#ifdef MP_X86
-#include <xmmintrin.h>
-#endif
-
 /* Below this many elements one thread is faster than waking a second. */
 #define PARALLEL_MIN ((size_t)1 << 16)
 
@@ -255,17 +251,6 @@ static const mp_recipe_kernels *kernels(void) {
     return &mp_recipe_ref;
 }
 
-/* Whether this thread's multiplies read subnormal inputs as 0 (x86's DAZ; MXCSR
- * is per thread). The per-tensor fp8 kernels multiply in hardware and leave
- * that case to mp_fp8_quantize, which forms such products exactly. */
-static int daz_on(void) {
-#ifdef MP_X86
-    return (_mm_getcsr() & 0x0040u) != 0;
-#else
-    return 0;
-#endif
-}
-
 typedef struct qjob {
     mp_qop op;
     const mp_recipe_kernels *k;
@@ -280,7 +265,9 @@ static int per_tensor(mp_recipe_kind k) { return k == MP_RECIPE_FP8_DELAYED || k
 static void qshare(void *ctx, size_t i0, size_t i1, int t) {
     qjob *j = ctx;
     const size_t r1 = i1 * j->unit < j->op.rows ? i1 * j->unit : j->op.rows;
-    const mp_recipe_kernels *k = per_tensor(j->op.kind) && daz_on() ? &mp_recipe_ref : j->k;
+    /* the per-tensor fp8 kernels multiply in hardware: under DAZ the
+     * reference (mp_fp8_quantize) forms products of subnormals exactly */
+    const mp_recipe_kernels *k = per_tensor(j->op.kind) && mp_inputs_flushed() ? &mp_recipe_ref : j->k;
     j->status[t] = k->quantize(&j->op, i0 * j->unit, r1, &j->stats[t]);
 }
 
@@ -381,4 +368,17 @@ mp_status mp_qoperand(uint16_t *dst, size_t ldd, float *factor, const void *src,
     else if (per_tensor(r->kind)) *factor = 1.0f / q->scale;
     else *factor = 1.0f;
     return MP_OK;
+}
+
+mp_status mp_qgemm(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_t n, size_t k,
+                   const void *a, mp_dtype a_type, size_t lda, mp_qtensor *qa, uint16_t *wa,
+                   const void *b, mp_dtype b_type, size_t ldb, mp_qtensor *qb, uint16_t *wb,
+                   float beta, void *c, mp_dtype c_type, size_t ldc, const mp_gemm_epilogue *ep) {
+    /* as stored: A is m x k (k x m when trans_a), B k x n (n x k when trans_b) */
+    const size_t ra = trans_a ? k : m, ca = trans_a ? m : k, rb = trans_b ? n : k, cb = trans_b ? k : n;
+    float fa, fb;
+    mp_status st = mp_qoperand(wa, ca, &fa, a, a_type, lda, ra, ca, trans_a, r, qa);
+    if (st == MP_OK) st = mp_qoperand(wb, cb, &fb, b, b_type, ldb, rb, cb, !trans_b, r, qb);
+    if (st != MP_OK) return st;
+    return mp_gemm_ex(trans_a, trans_b, m, n, k, fa * fb, wa, MP_BF16, ca, wb, MP_BF16, cb, beta, c, c_type, ldc, ep);
 }

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "format.h"
+#include "gemm.h"
 #include "mx.h"
 #include "status.h"
 
@@ -130,6 +131,16 @@ void mp_qtensor_end(mp_qtensor *q, const mp_recipe *r);
  * thread count. */
 mp_status mp_qoperand(uint16_t *dst, size_t ldd, float *factor, const void *src, mp_dtype src_type, size_t lds,
                       size_t rows, size_t cols, int k_along_rows, const mp_recipe *r, mp_qtensor *q);
+
+/* mp_gemm_ex (gemm.h) on quantized operands: A, quantized as qa's tensor
+ * into wa, and B, quantized as qb's into wb (bf16, as many elements as A and
+ * B, stored densely), each along the GEMM's reduction (A's rows when
+ * trans_a, B's rows unless trans_b), A first; the GEMM reads them with alpha
+ * the product of their factors. MP_EINVAL as mp_qoperand and mp_gemm_ex. */
+mp_status mp_qgemm(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_t n, size_t k,
+                   const void *a, mp_dtype a_type, size_t lda, mp_qtensor *qa, uint16_t *wa,
+                   const void *b, mp_dtype b_type, size_t ldb, mp_qtensor *qb, uint16_t *wb,
+                   float beta, void *c, mp_dtype c_type, size_t ldc, const mp_gemm_epilogue *ep);
 
 #ifdef __cplusplus
 }
