@@ -6,7 +6,7 @@ PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
 M          := $(BUILD)/mixprec
 
-.PHONY: all deps build build-asan test test-long crosscheck-fp8 check check-gpt check-fp8 check-package check-clang fuzz demo bench install clean
+.PHONY: all deps build build-asan test test-long crosscheck-fp8 check check-gpt check-fp8 check-package check-clang fuzz demo bench bench-dist install clean
 
 all: build
 
@@ -85,6 +85,12 @@ bench: build
 	/usr/bin/python3 bench/crosscheck_gpt.py --mixprec $(M)
 	/usr/bin/python3 bench/compare.py --mixprec $(M)
 	PYTHONPATH=python MIXPREC_LIB=$(BUILD)/libmixprec.so /usr/bin/python3 bench/monitor_overhead.py gpt:6-6-384-256 16 5 2 bf16
+
+# Data-parallel speed (docs/DISTRIBUTED.md): 2 ranks x 1 thread against 1
+# process x 2 threads per --allreduce format, the all-reduce alone (mixprec
+# bench allreduce) and the N-rank cost model; about 3 minutes. Needs MPI.
+bench-dist: build
+	/usr/bin/python3 bench/dist.py --mixprec $(M) --json bench/out/dist.json
 
 # The fp8/fp4 formats and quantizers against their peers (ml_dtypes, torchao),
 # in bench/.venv (scripts/bench_venv.sh makes it): a few minutes.

@@ -3,7 +3,8 @@
 # the same training as one process (within 1e-5 relative over 50 steps, and bit
 # for bit where one process sums in the ranks' order: --accum 2 at half the
 # micro-batch), one skip decision for all ranks, fp8-delayed's amax histories
-# reduced, every precision mode with the ranks' state compared after every
+# reduced, the bf16 and fp16 all-reduce (--allreduce) and the steps the fp16
+# one loses, every precision mode with the ranks' state compared after every
 # step, rank 0 alone writing, one message when a rank cannot start, a rank
 # whose state differs, and a rank killed with SIGKILL.
 #
@@ -126,6 +127,65 @@ def quant(path):
 (t1, m1), (t2, m2) = quant("one.ckpt"), quant("two.ckpt")
 assert len(t1) == 24 and t1 == t2 and m1 == m2, "the ranks' amax histories or scales differ from one process's"
 print("%d amax histories and their scales equal to one process's" % len(t1))
+EOF
+
+# --allreduce bf16|fp16: half the bytes on the wire (each combine widens, adds in fp32 and rounds once;
+# tests/test_wire.c checks the combine itself); the loss follows the fp32 all-reduce's within 1e-2 over 50 steps,
+# and 3 ranks (more than one combine per value) keep the same state, compared after every step
+status 2 "$M" train --allreduce fp8 --steps 1 && has "$err" "--allreduce is fp32, bf16 or fp16, not 'fp8'"
+WIRE=(train --model gpt:2-2-64-64 --steps 50 --threads 1 --batch 8 --eval-windows 8 --check-every 1)
+for w in fp32 bf16 fp16; do
+    status 0 "${MPI[@]}" -np 2 "$M" "${WIRE[@]}" --allreduce $w --log w_$w.csv --summary w_$w.json
+    has "$out" "all-reduce $w: 120576 gradient values, 0\.[25] MB summed per step \(each rank sends 0\.[25] MB in a ring\), [0-9.]+ ms/step in MPI"
+done
+check "bf16 all-reduce against fp32" curves w_fp32.csv w_bf16.csv 1e-2
+check "fp16 all-reduce against fp32" curves w_fp32.csv w_fp16.csv 1e-2
+check "the all-reduce's summary" python3 - <<'EOF'
+import json
+a = {w: json.load(open("w_%s.json" % w))["allreduce"] for w in ("fp32", "bf16", "fp16")}
+for w, s in a.items():
+    assert s["ranks"] == 2 and s["values"] == 120576 and s["lost_steps"] == 0 and s["mpi_ms_per_step"] > 0, s
+    assert s["buffer_bytes"] == (4 * 120576 if w == "fp32" else 2 * (120576 + 1)), s  # + the finiteness flag
+    assert s["ring_bytes_sent"] == s["buffer_bytes"], s  # 2 (N-1)/N of it with N = 2
+assert a["fp32"]["wire_underflow"] == a["bf16"]["wire_underflow"] == 0 and a["fp16"]["wire_underflow"] > 0, a
+print("%d bytes summed per step (fp32), %d (bf16, fp16); %.3g%% of the values underflow in fp16 without loss scaling"
+      % (a["fp32"]["buffer_bytes"], a["bf16"]["buffer_bytes"], 100 * a["fp16"]["wire_underflow"]))
+EOF
+for w in bf16 fp16; do
+    status 0 "${MPI[@]}" -np 3 "$M" "${WIRE[@]}" --steps 10 --batch 12 --allreduce $w
+    has "$out" "on 3 ranks \(4 each\)"
+done
+
+# the all-reduce alone (bench/dist.py's constants): it needs ranks; under mpirun, one row per format and size
+status 2 "$M" bench allreduce && has "$err" 'allreduce needs ranks: mpirun -np N'
+status 0 "${MPI[@]}" -np 2 "$M" bench allreduce --n 65536 --reps 1 --json
+check "bench allreduce" python3 - "$out" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines() if l.startswith("{")]
+assert len(rows) == 9 * 3, len(rows)
+for r in rows:
+    assert r["ranks"] == 2 and r["bytes"] == (4 * r["values"] if r["wire"] == "fp32" else 2 * (r["values"] + 1)), r
+    assert 0 < r["mpi_us"] <= r["us"] and r["combine_us"] >= 0, r
+print("%d rows: 256 .. %d values in fp32, bf16 and fp16" % (len(rows), max(r["values"] for r in rows)))
+EOF
+
+# fp16 on the wire costs steps: a rank's gradients multiplied by a loss scale of 2^20 may be finite in fp32
+# and overflow in fp16 (or their sum may): every rank skips, the scale backs off, and the summary says how
+# many of the skipped steps the fp32 all-reduce would have taken
+LOST=(train --model gpt:2-2-64-64 --steps 30 --threads 1 --batch 8 --eval-windows 8 --precision fp16-dynamic
+      --init-scale 1048576 --check-every 1)
+status 0 "${MPI[@]}" -np 2 "$M" "${LOST[@]}" --allreduce fp32 --summary l32.json
+status 0 "${MPI[@]}" -np 2 "$M" "${LOST[@]}" --allreduce fp16 --summary l16.json
+has "$out" "warning: [0-9]+ steps were skipped because the gradients overflowed in the fp16 all-reduce"
+check "steps lost to the fp16 all-reduce" python3 - <<'EOF'
+import json
+a, b = json.load(open("l32.json")), json.load(open("l16.json"))
+s32, s16, lost = [s["step"] for s in a["skipped"]], [s["step"] for s in b["skipped"]], b["allreduce"]["lost_steps"]
+# step 1 overflows in fp32 already (on both runs: not lost); the fp16 run's other skips are the format's
+assert s32[0] == s16[0] == 1 and a["allreduce"]["lost_steps"] == 0 and lost == len(s16) - 1 >= 1, (s32, s16, lost)
+assert b["allreduce"]["wire_overflow"] > 0 and b["final_scale"] < a["final_scale"], b["allreduce"]
+print("steps %s skipped with fp32, %s with fp16 (%d lost to it); final scale %g against %g"
+      % (s32, s16, lost, b["final_scale"], a["final_scale"]))
 EOF
 
 # every precision mode, the ranks' state compared after every step; rank 0 alone writes: rank 1 runs in

@@ -11,17 +11,25 @@
 #endif
 
 #include "cli.h"
+#include "dist.h"
+#include "wire.h"
 #include "../src/internal.h" /* MP_X86 */
 
 static const char usage[] =
     "usage: mixprec bench convert|unscale [--n N] [--reps R] [--json]\n"
     "       mixprec bench gemm [--reps R] [--max N] [--json]\n"
-    "       mixprec bench peak [--json]\n\n"
+    "       mixprec bench peak [--json]\n"
+    "       mpirun -np N mixprec bench allreduce [--n N] [--reps R] [--json]\n\n"
     "gemm     mp_gemm for m = n = k in {256, 512, 1024, 2048} and MLP training\n"
     "         shapes (batch 256, widths 784-1024), fp32 / fp16 / bf16 inputs with\n"
     "         an fp32 C; GFLOP/s and the fraction of the measured peak\n"
     "         (--max N: only shapes with m, n, k <= N)\n"
     "peak     the machine's FMA (fp32) and vdpbf16ps (bf16) peak on the threads\n"
+    "allreduce  under mpirun (N >= 2 ranks): the trainer's gradient all-reduce\n"
+    "         (tools/dist.c) on 2^k values, 256 .. N (default 16777216), with each --allreduce\n"
+    "         format: the median time of the whole sum (packing included), of its\n"
+    "         MPI_Allreduce, and of one combine of all values on one rank (widen,\n"
+    "         add, round; fp32: a plain add), for docs/DISTRIBUTED.md's cost model\n"
     "convert  times bulk conversions on N elements (default 16777216: a 64 MiB\n"
     "         fp32 array)\n"
     "unscale  times the fused unscale + inf/NaN check (mp_unscale_check) in place\n"
@@ -370,14 +378,90 @@ static int bench_gemm(int argc, char **argv) {
     return 0;
 }
 
+/* One combine of n values on this rank, as the reduction does it: the median of reps. */
+static double time_combine(mp_dtype wire, size_t n, long reps, double *t) {
+    const size_t esize = wire == MP_F32 ? 4 : 2;
+    void *a = calloc(n, esize), *b = calloc(n, esize);
+    if (!a || !b) return free(a), free(b), -1.0;
+    for (long r = 0; r < reps; r++) {
+        const double t0 = now();
+        if (wire == MP_F32) {
+            float *x = a;
+            const float *y = b;
+            for (size_t i = 0; i < n; i++) x[i] += y[i];
+        } else {
+            wire_combine(b, a, n, wire);
+        }
+        t[r] = now() - t0;
+    }
+    free(a), free(b);
+    return median_seconds((int)reps, t);
+}
+
+static int bench_allreduce(int argc, char **argv) {
+    bench_opts o;
+    const int rc = parse_opts(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    const long reps = o.reps;
+    const int json = o.json;
+    const mp_train_dist *d = dist_hook();
+    if (!d) return cli_usage_error("bench", "allreduce needs ranks: mpirun -np N mixprec bench allreduce (N >= 2)");
+    const size_t max_n = (size_t)o.n;
+    float *g = malloc(max_n * sizeof *g);
+    double *t = malloc((size_t)reps * sizeof *t), *tm = malloc((size_t)reps * sizeof *tm);
+    int bad = !g || !t || !tm;
+    if (dist_agree(bad, &(int){0})) return free(g), free(t), free(tm), fprintf(stderr, "mixprec bench: out of memory\n"), 1;
+    for (size_t i = 0; i < max_n; i++) g[i] = 1e-3f * (float)((i * 2654435761u) % 1000u) - 0.5f; /* finite, mixed signs */
+    if (!json) printf("all-reduce on %d ranks, median of %ld: us for the whole sum / in MPI / one combine on one rank\n",
+                      d->size, reps);
+    static const mp_dtype wires[] = {MP_F32, MP_BF16, MP_F16};
+    for (size_t n = 256; n <= max_n && !bad; n *= 2)
+        for (size_t w = 0; w < 3 && !bad; w++) {
+            dist_set_allreduce(wires[w]);
+            float *x[1] = {g};
+            const size_t nn[1] = {n};
+            bad = d->sum_grads(d->ctx, x, nn, 1) != MP_OK; /* warm-up */
+            for (long r = 0; r < reps && !bad; r++) {
+                for (size_t i = 0; i < n; i++) g[i] = 1e-3f * (float)((i * 2654435761u) % 1000u) - 0.5f;
+                const double m0 = dist_get_stats()->mpi_seconds, t0 = now();
+                bad = d->sum_grads(d->ctx, x, nn, 1) != MP_OK;
+                t[r] = now() - t0, tm[r] = dist_get_stats()->mpi_seconds - m0;
+            }
+            if (bad) break;
+            const double all = median_seconds((int)reps, t), mpi = median_seconds((int)reps, tm);
+            const double comb = time_combine(wires[w], n, reps, t);
+            if (comb < 0) {
+                fprintf(stderr, "mixprec bench: out of memory\n");
+                dist_abort(1); /* the other ranks wait in the next all-reduce */
+                bad = 1;
+                break;
+            }
+            const uint64_t bytes = dist_get_stats()->wire_bytes;
+            if (json)
+                printf("{\"bench\": \"allreduce\", \"ranks\": %d, \"wire\": \"%s\", \"values\": %zu, \"bytes\": %llu, "
+                       "\"us\": %.2f, \"mpi_us\": %.2f, \"combine_us\": %.2f}\n", d->size, mp_format(wires[w])->name, n,
+                       (unsigned long long)bytes, all * 1e6, mpi * 1e6, comb * 1e6);
+            else
+                printf("%9zu values  %-4s %10llu bytes  %10.1f us  %10.1f us in MPI  %9.1f us combine\n", n,
+                       mp_format(wires[w])->name, (unsigned long long)bytes, all * 1e6, mpi * 1e6, comb * 1e6);
+        }
+    free(g), free(t), free(tm);
+    if (bad) { /* this rank alone: the others wait in an all-reduce, so the job ends here */
+        fprintf(stderr, "mixprec bench: the all-reduce failed: %s\n", mp_last_error());
+        dist_abort(1);
+    }
+    return bad;
+}
+
 static int run(int argc, char **argv) {
-    if (argc < 2) return cli_usage_error("bench", "which benchmark? (convert, unscale, gemm, peak)");
+    if (argc < 2) return cli_usage_error("bench", "which benchmark? (convert, unscale, gemm, peak, allreduce)");
+    if (strcmp(argv[1], "allreduce") == 0) return bench_allreduce(argc, argv);
     if (strcmp(argv[1], "gemm") == 0) return bench_gemm(argc, argv);
     if (strcmp(argv[1], "peak") == 0) return bench_peak(argc, argv);
     if (cli_is_help(&cmd_bench, argv[1])) return 0;
     if (strcmp(argv[1], "convert") == 0) return bench_convert(argc, argv);
     if (strcmp(argv[1], "unscale") == 0) return bench_unscale(argc, argv);
-    return cli_usage_error("bench", "unknown benchmark '%s' (convert, unscale, gemm, peak)", argv[1]);
+    return cli_usage_error("bench", "unknown benchmark '%s' (convert, unscale, gemm, peak, allreduce)", argv[1]);
 }
 
 const cli_command cmd_bench = {"bench", "time mixprec's kernels (make bench compares them with peers)", usage, run};

@@ -13,8 +13,14 @@
 
 #include "cli.h"
 #include "dist.h"
+#include "wire.h"
 
 static int g_rank = 0, g_size = 1;
+static dist_stats g_stats = {.wire = MP_F32};
+
+const dist_stats *dist_get_stats(void) { return &g_stats; }
+
+void dist_set_allreduce(mp_dtype wire) { g_stats = (dist_stats){.wire = wire}; }
 
 int dist_rank(void) { return g_rank; }
 int dist_size(void) { return g_size; }
@@ -59,38 +65,60 @@ int dist_fault_read(void) {
 /* The gradients travel in one buffer per step (as DDP's buckets): one
  * MPI_Allreduce instead of one per parameter. */
 typedef struct {
-    float *buf;
-    size_t cap;
+    void *buf;
+    size_t cap; /* bytes */
 } grad_buffer;
 
 static grad_buffer g_grads;
-static int g_mpi = 0; /* dist_init initialised MPI */
+static int g_mpi = 0;         /* dist_init initialised MPI */
+static MPI_Op g_wire_sum = MPI_OP_NULL; /* the 16-bit formats' sum (wire_combine) */
+
+/* MPI's signature for a user-defined reduction: inout = in + inout. */
+static void wire_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type; /* always MPI_UINT16_T; the format is the run's */
+    wire_combine(in, inout, (size_t)*len, g_stats.wire);
+}
 
 /* MPI counts are ints: large arrays go in pieces of 2^30. (MPI's default
- * error handler ends the job on a failed transfer; MP_EIO if one returns.) */
+ * error handler ends the job on a failed transfer; MP_EIO if one returns.)
+ * The time inside goes to the statistics. */
 static mp_status allreduce(void *x, size_t n, MPI_Datatype type, size_t size, MPI_Op op) {
-    for (char *p = x; n > 0;) {
+    const double t0 = MPI_Wtime();
+    mp_status st = MP_OK;
+    for (char *p = x; n > 0 && st == MP_OK;) {
         const int k = n > (size_t)1 << 30 ? 1 << 30 : (int)n;
-        if (MPI_Allreduce(MPI_IN_PLACE, p, k, type, op, MPI_COMM_WORLD) != MPI_SUCCESS) return MP_EIO;
+        if (MPI_Allreduce(MPI_IN_PLACE, p, k, type, op, MPI_COMM_WORLD) != MPI_SUCCESS) st = MP_EIO;
         p += (size_t)k * size, n -= (size_t)k;
     }
-    return MP_OK;
+    g_stats.mpi_seconds += MPI_Wtime() - t0;
+    return st;
 }
 
 static mp_status sum_grads(void *ctx, float *const *x, const size_t *n, size_t count) {
     grad_buffer *g = ctx;
+    const mp_dtype wire = g_stats.wire;
+    const size_t esize = wire == MP_F32 ? sizeof(float) : sizeof(uint16_t);
     size_t total = 0;
     for (size_t i = 0; i < count; i++) total += n[i];
-    if (total > g->cap) {
-        float *b = realloc(g->buf, total * sizeof *b);
+    const size_t elems = total + (wire != MP_F32); /* the 16-bit formats carry the ranks' finiteness flag */
+    if (elems * esize > g->cap) {
+        void *b = realloc(g->buf, elems * esize);
         if (!b) return MP_ENOMEM;
-        g->buf = b, g->cap = total;
+        g->buf = b, g->cap = elems * esize;
     }
-    size_t k = 0;
-    for (size_t i = 0; i < count; i++) memcpy(g->buf + k, x[i], n[i] * sizeof(float)), k += n[i];
-    const mp_status st = allreduce(g->buf, total, MPI_FLOAT, sizeof(float), MPI_SUM);
-    k = 0;
-    for (size_t i = 0; st == MP_OK && i < count; i++) memcpy(x[i], g->buf + k, n[i] * sizeof(float)), k += n[i];
+    g_stats.allreduces++, g_stats.values = total, g_stats.wire_bytes = elems * esize;
+    mp_status st;
+    if (wire == MP_F32) {
+        float *b = g->buf;
+        for (size_t i = 0, k = 0; i < count; k += n[i], i++) memcpy(b + k, x[i], n[i] * sizeof(float));
+        st = allreduce(b, total, MPI_FLOAT, sizeof(float), MPI_SUM);
+        for (size_t i = 0, k = 0; st == MP_OK && i < count; k += n[i], i++) memcpy(x[i], b + k, n[i] * sizeof(float));
+    } else {
+        wire_pack(g->buf, wire, x, n, count, &g_stats.packed);
+        st = allreduce(g->buf, elems, MPI_UINT16_T, sizeof(uint16_t), g_wire_sum);
+        int nonfinite = 0;
+        if (st == MP_OK && wire_unpack(x, n, count, g->buf, wire, &nonfinite) == 0 && nonfinite) g_stats.lost_sums++;
+    }
     return st;
 }
 
@@ -151,6 +179,7 @@ int dist_init(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     if (g_size == 1) return 0;
     g_hook = (mp_train_dist){g_rank, g_size, &g_grads, sum_grads, sum_f64, max_f32};
+    MPI_Op_create(wire_sum, 1, &g_wire_sum); /* commutative: fp32 addition is, and each combine rounds once */
     if (g_rank != 0) {
         if (!freopen("/dev/null", "w", stdout)) fclose(stdout);
         cli_quiet = 1; /* usage errors come from the options, the same on every rank: rank 0 says them */
@@ -176,6 +205,7 @@ int dist_init(int argc, char **argv) {
 int dist_finalize(int rc) {
     if (g_mpi) {
         fflush(stdout), fflush(stderr);
+        if (g_wire_sum != MPI_OP_NULL) MPI_Op_free(&g_wire_sum);
         MPI_Finalize();
     }
     free(g_grads.buf), g_grads = (grad_buffer){0};

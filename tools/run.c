@@ -16,6 +16,7 @@
 #include "dist.h"
 #include "run.h"
 #include "sample.h"
+#include "wire.h"
 
 const char run_options_help[] =
     "model and data\n"
@@ -91,7 +92,11 @@ const char run_options_help[] =
     "data parallelism (mpirun -np N mixprec train ...: N ranks, each on its contiguous share\n"
     "B / N of every micro-batch, the gradients summed before the unscale; rank 0 writes)\n"
     "  --check-every K        compare the ranks' weights, optimizer and scaler state (a CRC-32)\n"
-    "                         every K steps (100; 0: only at the end); a difference stops the run\n";
+    "                         every K steps (100; 0: only at the end); a difference stops the run\n"
+    "  --allreduce fp32|bf16|fp16  the gradients' format in the all-reduce (fp32); bf16 and fp16\n"
+    "                         send half the bytes: each combine widens, adds in fp32 and rounds\n"
+    "                         once; an overflow on the wire is an overflow (with loss scaling:\n"
+    "                         the step is skipped) and is reported (docs/DISTRIBUTED.md)\n";
 
 static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
 
@@ -212,6 +217,11 @@ int run_parse(const char *cmd, int argc, char **argv, run_opts *o) {
         }
         else if (!strcmp(a, "--hist-every")) { INT(o->hist_every, 0, 100000000); }
         else if (!strcmp(a, "--check-every")) { INT(o->check_every, 0, 100000000); }
+        else if (!strcmp(a, "--allreduce")) {
+            VAL();
+            if (wire_parse(v, &o->allreduce) != MP_OK)
+                return cli_usage_error(cmd, "--allreduce is fp32, bf16 or fp16, not '%s'", v);
+        }
         else if (!strcmp(a, "--frozen-every"))
             return cli_usage_error(cmd, "--frozen-every is gone (it counted dead units): --log and --summary have "
                                         "lost_updates and dead_gradients (and lost_gradients) instead");
@@ -310,6 +320,7 @@ typedef struct {
     char *row;           /* the row being written */
     size_t row_len;
     double *ms;
+    double *mpi_ms;      /* with ranks: each step's time in MPI */
     cJSON *skips; /* the skipped steps, for the summary: {step, scale, tensors, first_activation} */
     hist_snap *hs;
     mp_named_qtensor *qt; /* with a recipe: the quantized tensors (nq) */
@@ -324,7 +335,7 @@ static void state_free(run_state *s) {
     mp_optim_free(s->opt);
     mp_dataset_free(&s->train), mp_dataset_free(&s->test);
     mp_text_free(&s->text);
-    free(s->ms), free(s->hs), free(s->qt);
+    free(s->ms), free(s->mpi_ms), free(s->hs), free(s->qt);
     cJSON_Delete(s->skips);
 }
 
@@ -720,7 +731,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     r->loss = malloc(cap * sizeof *r->loss), r->scale = malloc(cap * sizeof *r->scale), r->skipped = calloc(cap, 1);
     r->tensor_names = calloc((size_t)nt + 1, sizeof *r->tensor_names);
     r->tensor_underflow = calloc(cap * (size_t)(nt ? nt : 1), sizeof *r->tensor_underflow);
-    s.ms = malloc(cap * sizeof *s.ms);
+    s.ms = malloc(cap * sizeof *s.ms), s.mpi_ms = malloc(cap * sizeof *s.mpi_ms);
     s.skips = cJSON_CreateArray();
     r->skips = calloc(RUN_SKIPS_KEPT, sizeof *r->skips), r->skip_text = calloc(RUN_SKIPS_KEPT, sizeof *r->skip_text);
     r->tensor_totals = calloc((size_t)nt + 1, sizeof *r->tensor_totals);
@@ -733,7 +744,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     const int hist_on = !gpt && o->hist_every > 0;
     const long nh_max = hist_on ? (long)cap / o->hist_every + 2 : 0;
     s.hs = calloc((size_t)nh_max + 1, sizeof *s.hs);
-    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.skips || !r->skips || !r->skip_text || !r->tensor_totals ||
+    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.mpi_ms || !s.skips || !r->skips || !r->skip_text || !r->tensor_totals ||
         !r->eval_steps || !r->eval_losses || !s.hs || !s.qt || !r->quant_names || !r->quant_totals || !r->quant_scale ||
         !r->quant_saturated || !r->quant_flushed) {
         fail("out of memory");
@@ -774,9 +785,10 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     const char *stopped = NULL;
     int out_failed = 0; /* an output (the log, the checkpoint, the summary) could not be written */
     char stop_msg[512];
+    dist_set_allreduce(o->allreduce);
     const double t_start = now();
     for (; step < total; step++, done_steps++) {
-        const double t0 = now();
+        const double t0 = now(), mpi0 = dist_get_stats()->mpi_seconds;
         mp_step_info si;
         const int take_hist = hist_on && step % o->hist_every == 0 && nh < nh_max;
         if (take_hist) {
@@ -794,7 +806,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         dist_fault_step(si.step, s.opt);
         if (st == MP_EOVERFLOW) snprintf(stop_msg, sizeof stop_msg, "%s", mp_last_error()), stopped = stop_msg;
         const double ms = (now() - t0) * 1e3;
-        s.ms[done_steps] = ms;
+        s.ms[done_steps] = ms, s.mpi_ms[done_steps] = (dist_get_stats()->mpi_seconds - mpi0) * 1e3;
         r->loss[done_steps] = si.loss, r->scale[done_steps] = si.scale, r->skipped[done_steps] = (uint8_t)si.skipped;
         if (!isfinite(si.loss) && nan_step < 0) nan_step = si.step;
         if (si.skipped) r->skipped_total++;
@@ -897,6 +909,13 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     double *sorted = s.ms;
     qsort(sorted, (size_t)done_steps, sizeof *sorted, cmp_d);
     r->ms_per_step = done_steps ? sorted[done_steps / 2] : 0.0;
+    qsort(s.mpi_ms, (size_t)done_steps, sizeof *s.mpi_ms, cmp_d);
+    const double mpi_ms = done_steps ? s.mpi_ms[done_steps / 2] : 0.0;
+    const dist_stats *ds = dist_get_stats();
+    const uint64_t wire_n = ds->allreduces * ds->values; /* gradient values rounded into the wire format */
+    /* what each rank sends in a ring all-reduce of the buffer: 2 (N-1)/N of it (with 2 ranks every algorithm
+     * sends the buffer once) */
+    const double ring_bytes = 2.0 * (dist_size() - 1) / dist_size() * (double)ds->wire_bytes;
     r->tokens_per_s = gpt && r->ms_per_step > 0 ? (double)o->batch * (double)T * (double)o->accum / (r->ms_per_step / 1e3) : 0;
     r->memory_mib = peak_mib();
     const mp_scaler *sc = mp_trainer_scaler(s.tr);
@@ -925,6 +944,19 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             r->final_scale, r->ms_per_step);
     if (gpt) fprintf(out, ", %.0f tokens/s", r->tokens_per_s);
     fprintf(out, ", %.1f s, peak memory %.0f MiB\n", elapsed, r->memory_mib);
+    if (dist_size() > 1) {
+        fprintf(out, "        all-reduce %s: %llu gradient values, %.1f MB summed per step (each rank sends %.1f MB in a "
+                     "ring), %.2f ms/step in MPI (median)", mp_format(ds->wire)->name, (unsigned long long)ds->values,
+                (double)ds->wire_bytes / 1e6, ring_bytes / 1e6, mpi_ms);
+        if (ds->wire != MP_F32)
+            fprintf(out, "; rank 0's values on the wire: %.4f%% underflowed to 0, %llu overflowed", 100 * frac(ds->packed.underflow, wire_n),
+                    (unsigned long long)ds->packed.overflow);
+        if (ds->wire != MP_F32 && sc)
+            fprintf(out, "; %ld of %ld skipped steps lost to it", ds->lost_sums, r->skipped_total);
+        else if (ds->wire != MP_F32) /* no loss scaling: nothing skips, an inf reaches the update */
+            fprintf(out, "; %ld steps' sums not finite because of it", ds->lost_sums);
+        fputc('\n', out);
+    }
     if (!gpt) {
         fprintf(out, "        gradient stores per layer (underflow to 0 / subnormal / overflow):");
         for (int i = 0; i < nt; i++) {
@@ -977,6 +1009,10 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
     if (o->prec.compute == MP_F16 && r->underflow > 0.01)
         WARN("%.2f%% of the gradient values stored in fp16 underflowed to zero%s", 100.0 * r->underflow,
              sc ? "" : ": use loss scaling (fp16-dynamic)");
+    if (ds->lost_sums)
+        WARN("%ld steps %s because the gradients overflowed in the %s all-reduce (cast or sum) where every rank's "
+             "fp32 gradients were finite (--allreduce fp32 keeps them)", ds->lost_sums,
+             sc ? "were skipped" : "took an inf update", mp_format(ds->wire)->name);
     if (act_over) WARN("%llu activation values overflowed to inf when stored in %s", (unsigned long long)act_over,
                        r->compute_format);
 #undef WARN
@@ -1017,6 +1053,18 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
         s.skips = NULL; /* j owns it now */
         cJSON_AddNumberToObject(j, "final_scale", r->final_scale);
         cJSON_AddNumberToObject(j, "ms_per_step", r->ms_per_step);
+        if (dist_size() > 1) {
+            cJSON *a = cJSON_AddObjectToObject(j, "allreduce");
+            cJSON_AddNumberToObject(a, "ranks", dist_size());
+            cJSON_AddStringToObject(a, "format", mp_format(ds->wire)->name);
+            cJSON_AddNumberToObject(a, "values", (double)ds->values);
+            cJSON_AddNumberToObject(a, "buffer_bytes", (double)ds->wire_bytes);
+            cJSON_AddNumberToObject(a, "ring_bytes_sent", ring_bytes);
+            cJSON_AddNumberToObject(a, "mpi_ms_per_step", mpi_ms);
+            cJSON_AddNumberToObject(a, "wire_underflow", frac(ds->packed.underflow, wire_n));
+            cJSON_AddNumberToObject(a, "wire_overflow", (double)ds->packed.overflow);
+            cJSON_AddNumberToObject(a, "lost_steps", (double)ds->lost_sums);
+        }
         cJSON_AddNumberToObject(j, "peak_memory_mib", r->memory_mib);
         cJSON_AddNumberToObject(j, "underflow_fraction", r->underflow);
         cJSON_AddNumberToObject(j, "gradient_overflow", (double)grad_over);

@@ -28,6 +28,7 @@ typedef struct run_opts {
     mp_lr_schedule schedule;
     long warmup;
     long batch, accum, epochs, steps, eval_every, eval_windows, seed;
+    mp_dtype allreduce;       /* with ranks: the gradients' format on the wire (--allreduce: fp32, bf16, fp16) */
     long check_every;         /* with ranks: compare their state every this many steps (0: at the end only) */
     long sample_bytes;        /* GPT: bytes to sample from the final model (run_result.sample); 0: none */
 } run_opts;
