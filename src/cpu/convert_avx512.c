@@ -51,7 +51,7 @@ static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, m
     const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
     for (size_t i = 0, m; i < n; i += m) {
         const __mmask16 k = mp_lanes16(dst, 2, 32, i, n, stream, &m);
-        const __m512i x = _mm512_maskz_loadu_epi32(k, src + i);
+        const __m512i x = mp_load16x32(src + i, k);
         const __m512i r = mp_bf16_round16(x);
         mp_store16x16(dst + i, k, _mm512_cvtepi32_epi16(r), stream);
         if (stats) mp_count16(&c, k, x, _mm512_and_si512(r, _mm512_set1_epi32(0x7fff)), 0x80, 0x7f80);

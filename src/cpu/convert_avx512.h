@@ -50,6 +50,14 @@ static inline __mmask16 mp_lanes16(const void *dst, size_t esize, size_t align, 
     return mp_tail16(k);
 }
 
+/* 16 lanes of 32 bits from p: a plain load for a full iteration, masked only
+ * for a tail. (A masked load, even with every lane on, streams from memory
+ * about 4x slower on Zen 4/5: 8.3 ms against 2.0 for fp32 -> bf16 of 64 MiB on
+ * one thread; in cache both run alike.) */
+static inline __m512i mp_load16x32(const void *p, __mmask16 k) {
+    return k == 0xffff ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi32(k, p);
+}
+
 /* 16 bf16 codes widened to fp32 bit patterns, NaN quieted (as mp_bf16_to_f32). */
 static inline __m512i mp_bf16_widen16(__m256i h) {
     const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);

@@ -14,7 +14,7 @@ static inline void f32_to_bf16_body(uint16_t *dst, // (n,) bf16
     const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
     for (size_t i = 0, m; i < n; i += m) {
         const __mmask16 k = mp_lanes16(dst, 2, 32, i, n, stream, &m);
-        const __m512i x = _mm512_maskz_loadu_epi32(k, src + i);
+        const __m512i x = mp_load16x32(src + i, k);
         __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(x));
         const __mmask16 denormal = _mm512_testn_epi32_mask(x, expmask) & _mm512_test_epi32_mask(x, mantmask);
         if (denormal) h = _mm256_mask_mov_epi16(h, denormal, _mm512_cvtepi32_epi16(mp_bf16_round16(x)));
