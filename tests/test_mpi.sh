@@ -207,11 +207,20 @@ done
 
 # a checkpoint of 2 ranks resumes in one process at the same global batch: with --accum 2 the same bits as
 # the 2 ranks going on
-RES=(train --model mlp:784-64-10 --threads 1 --log r.csv)
+RES=(train --model mlp:784-64-10 --threads 1)
 status 0 "${MPI[@]}" -np 2 "$M" "${RES[@]}" --steps 10 --batch 16 --save half.ckpt
 status 0 "$M" "${RES[@]}" --steps 20 --batch 8 --accum 2 --resume half.ckpt --save resumed.ckpt
 status 0 "${MPI[@]}" -np 2 "$M" "${RES[@]}" --steps 20 --batch 16 --save whole.ckpt
 if cmp -s resumed.ckpt whole.ckpt; then ok; else fail "2 ranks for 10 steps then one process for 10 differ from 2 ranks for 20"; fi
+# and the other way: one process's checkpoint goes on with 2 ranks as one process goes on with --accum 2 (the
+# same bits), and with 4 as with --accum 4 (close: the all-reduce brackets the 4 partial sums its own way)
+status 0 "$M" "${RES[@]}" --steps 10 --batch 16 --save one.ckpt
+for n in 2 4; do
+    status 0 "${MPI[@]}" -np $n "$M" "${RES[@]}" --steps 20 --batch 16 --resume one.ckpt --log ranks$n.csv --save ranks$n.ckpt
+    status 0 "$M" "${RES[@]}" --steps 20 --batch $((16 / n)) --accum $n --resume one.ckpt --log acc$n.csv --save acc$n.ckpt
+done
+if cmp -s ranks2.ckpt acc2.ckpt; then ok; else fail "one process then 2 ranks differ from one process then --accum 2"; fi
+check "one process, then 4 ranks against --accum 4" curves acc4.csv ranks4.csv 1e-6
 
 # no start: the ranks cannot share a micro-batch of 7, were given different options, or one cannot read its data
 status 2 "${MPI[@]}" -np 2 "$M" train --batch 7 --steps 1 && one_message '--batch 7 does not split into 2 equal shares'
