@@ -972,12 +972,11 @@ static const mp_recipe *model_recipe(const void *impl) {
 /* "h.{l}.attn.c_attn.input|weight|grad", ...: g->q's order (block, Linear, role) */
 static size_t model_qtensors(void *impl, mp_named_qtensor *out, size_t cap) {
     mp_gpt *g = impl;
-    static const char *const roles[3] = {"input", "weight", "grad"};
     const size_t n = g->q ? nq(g) : 0;
     for (size_t i = 0; i < n && i < cap; i++) {
         const char *w = w_names[i / 3 % W_PER_LAYER]; /* "attn.c_attn.weight": the layer without ".weight" */
         snprintf(out[i].name, sizeof out[i].name, "h.%zu.%.*s.%s", i / (3 * W_PER_LAYER),
-                 (int)(strlen(w) - strlen(".weight")), w, roles[i % 3]);
+                 (int)(strlen(w) - strlen(".weight")), w, mp_qrole_name(g->q[i].role));
         out[i].q = &g->q[i];
     }
     return n;

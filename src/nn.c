@@ -470,10 +470,9 @@ static const mp_recipe *model_recipe(const void *impl) {
 /* "fc{l}.input|weight|grad": m->q's order (layer, role) */
 static size_t model_qtensors(void *impl, mp_named_qtensor *out, size_t cap) {
     mp_mlp *m = impl;
-    static const char *const roles[3] = {"input", "weight", "grad"};
     const size_t n = m->q ? 3 * (size_t)m->cfg.nlayers : 0;
     for (size_t i = 0; i < n && i < cap; i++) {
-        snprintf(out[i].name, sizeof out[i].name, "fc%zu.%s", i / 3, roles[i % 3]);
+        snprintf(out[i].name, sizeof out[i].name, "fc%zu.%s", i / 3, mp_qrole_name(m->q[i].role));
         out[i].q = &m->q[i];
     }
     return n;

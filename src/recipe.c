@@ -46,6 +46,14 @@ mp_status mp_recipe_parse(const char *name, mp_recipe *out) {
                     name ? name : "(null)");
 }
 
+const char *mp_qrole_name(mp_qrole role) {
+    switch (role) {
+    case MP_QROLE_INPUT: return "input";
+    case MP_QROLE_WEIGHT: return "weight";
+    default: return "grad";
+    }
+}
+
 const char *mp_recipe_name(mp_recipe_kind k) {
     switch (k) {
     case MP_RECIPE_FP8_DELAYED: return "fp8-delayed";

@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <zlib.h>
 
 #include "internal.h"
 
@@ -747,41 +746,31 @@ mp_status mp_trainer_resume(mp_trainer *t, const char *path, const char *const *
 
 /* ---- the ranks agree ---- */
 
-static uint32_t crc_add(uint32_t crc, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (; n > 0;) { /* zlib's crc32 takes uInt lengths */
-        const uInt k = n > 1u << 30 ? 1u << 30 : (uInt)n;
-        crc = (uint32_t)crc32(crc, b, k);
-        b += k, n -= k;
-    }
-    return crc;
-}
-
 mp_status mp_trainer_state_crc(mp_trainer *t, uint32_t *out) {
     const mp_model_ops *m = t->model.ops;
     const size_t nt = m->tensors(t->model.impl, NULL, 0), nq = mp_model_qtensors(&t->model, NULL, 0);
     mp_tensor *ts = calloc(nt + 1, sizeof *ts);
     mp_named_qtensor *qt = calloc(nq + 1, sizeof *qt);
     if (!ts || !qt) return free(ts), free(qt), mp_error(MP_ENOMEM, "trainer: out of memory");
-    uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
+    uint32_t crc = 0;
     m->tensors(t->model.impl, ts, nt);
-    for (size_t i = 0; i < nt; i++) crc = crc_add(crc, ts[i].data, ts[i].nbytes);
+    for (size_t i = 0; i < nt; i++) crc = mp_crc32(crc, ts[i].data, ts[i].nbytes);
     for (size_t i = 0; i < mp_optim_count(t->opt); i++) {
         const mp_param *p = mp_optim_param(t->opt, i);
         const int half = p->state_type != MP_F32;
         const void *st[2] = {half ? (const void *)p->hstate1 : p->state1, half ? (const void *)p->hstate2 : p->state2};
         for (int k = 0; k < 2; k++)
-            if (st[k]) crc = crc_add(crc, st[k], p->n * (half ? 2 : 4));
+            if (st[k]) crc = mp_crc32(crc, st[k], p->n * (half ? 2 : 4));
     }
     uint8_t b[MP_SCALER_BLOB_SIZE > QBLOB ? MP_SCALER_BLOB_SIZE : QBLOB];
     mp_put_u64(b, (uint64_t)t->step), mp_put_u64(b + 8, mp_optim_steps(t->opt));
-    crc = crc_add(crc, b, 16);
-    if (t->scaled && mp_scaler_save(&t->scaler, b) == MP_OK) crc = crc_add(crc, b, MP_SCALER_BLOB_SIZE);
+    crc = mp_crc32(crc, b, 16);
+    if (t->scaled && mp_scaler_save(&t->scaler, b) == MP_OK) crc = mp_crc32(crc, b, MP_SCALER_BLOB_SIZE);
     mp_model_qtensors(&t->model, qt, nq);
     for (size_t i = 0; i < nq; i++) {
         qblob_save(qt[i].q, b);
-        crc = crc_add(crc, b, QBLOB);
-        if (qt[i].q->hist.amax) crc = crc_add(crc, qt[i].q->hist.amax, qt[i].q->hist.len * sizeof(float));
+        crc = mp_crc32(crc, b, QBLOB);
+        if (qt[i].q->hist.amax) crc = mp_crc32(crc, qt[i].q->hist.amax, qt[i].q->hist.len * sizeof(float));
     }
     free(ts), free(qt);
     *out = crc;

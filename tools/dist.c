@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "dist.h"
 #include "wire.h"
+#include "../src/internal.h" /* mp_crc32 */
 
 static int g_rank = 0, g_size = 1;
 static dist_stats g_stats = {.wire = MP_F32};
@@ -155,16 +156,11 @@ static int threads_per_rank(void) {
     return cpus / local > 1 ? cpus / local : 1;
 }
 
-/* CRC-32 (zlib's polynomial) of the arguments after the program's name, each with its NUL. */
+/* CRC-32 of the arguments after the program's name, each with its NUL. */
 static uint32_t argv_crc(int argc, char **argv) {
-    uint32_t c = 0xffffffffu;
-    for (int i = 1; i < argc; i++)
-        for (const unsigned char *p = (const unsigned char *)argv[i];; p++) {
-            c ^= *p;
-            for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
-            if (!*p) break;
-        }
-    return ~c;
+    uint32_t c = 0;
+    for (int i = 1; i < argc; i++) c = mp_crc32(c, argv[i], strlen(argv[i]) + 1);
+    return c;
 }
 
 int dist_init(int argc, char **argv) {

@@ -67,6 +67,7 @@ mp_status mp_recipe_parse(const char *name, mp_recipe *out);
 const char *mp_recipe_name(mp_recipe_kind k); /* "" for MP_RECIPE_NONE */
 
 typedef enum mp_qrole { MP_QROLE_INPUT = 0, MP_QROLE_WEIGHT, MP_QROLE_GRAD } mp_qrole;
+const char *mp_qrole_name(mp_qrole role); /* "input", "weight", "grad" */
 
 /* The element format of a role under a recipe (E4M3, E5M2 or E2M1). */
 mp_dtype mp_qrole_format(const mp_recipe *r, mp_qrole role);
