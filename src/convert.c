@@ -48,6 +48,7 @@ const mp_convert_kernels mp_convert_scalar = {
 const mp_convert_kernels *mp_convert_kernels_current(void) {
 #ifdef MP_X86
     switch (mp_cpu_isa()) {
+    case MP_ISA_AMX:
     case MP_ISA_AVX512_BF16: return &mp_convert_avx512bf16;
     case MP_ISA_AVX512: return &mp_convert_avx512;
     case MP_ISA_AVX2: return &mp_convert_avx2;

@@ -1,5 +1,8 @@
 /* cpu.c - which kernels to run on this CPU, and how many threads. */
+#define _DEFAULT_SOURCE /* syscall */
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +14,10 @@
 
 #ifdef MP_X86
 #include <cpuid.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 static uint64_t xgetbv0(void) {
     uint32_t lo, hi;
@@ -18,35 +25,94 @@ static uint64_t xgetbv0(void) {
     return ((uint64_t)hi << 32) | lo;
 }
 
-static mp_isa detect(void) {
+/* Linux keeps AMX's 8 KiB of tile data out of a process's state until it
+ * asks (Documentation/arch/x86/xstate.rst); without it the first tile
+ * instruction raises SIGILL. 1 when granted. */
+static int amx_permission(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    enum { ARCH_GET_XCOMP_PERM = 0x1022, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return 0;
+    unsigned long mask = 0;
+    return syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &mask) == 0 && ((mask >> XFEATURE_XTILEDATA) & 1);
+#else
+    return 0;
+#endif
+}
+
+static void read_features(mp_cpu_feature_set *f) {
     unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return MP_ISA_SCALAR;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
     const int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
-    if (!(osxsave && avx && fma && f16c)) return MP_ISA_SCALAR;
+    if (!osxsave || __get_cpuid_max(0, NULL) < 7) return;
     const uint64_t xcr0 = xgetbv0();
-    if ((xcr0 & 0x6) != 0x6) return MP_ISA_SCALAR; /* OS saves SSE and AVX state */
-    if (__get_cpuid_max(0, NULL) < 7) return MP_ISA_SCALAR;
     __cpuid_count(7, 0, a, b, c, d);
-    if (!((b >> 5) & 1)) return MP_ISA_SCALAR; /* AVX2 */
-    const int avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
-    if (!avx512 || (xcr0 & 0xe0) != 0xe0) return MP_ISA_AVX2; /* F, DQ, BW, VL + OS state */
+    const unsigned b7 = b, d7 = d;
     __cpuid_count(7, 1, a, b, c, d);
-    return ((a >> 5) & 1) ? MP_ISA_AVX512_BF16 : MP_ISA_AVX512;
+    const unsigned a71 = a;
+    f->avx2 = avx && fma && f16c && ((b7 >> 5) & 1) && (xcr0 & 0x6) == 0x6; /* OS saves SSE and AVX state */
+    f->avx512 = f->avx2 && ((b7 >> 16) & 1) && ((b7 >> 17) & 1) && ((b7 >> 30) & 1) && ((b7 >> 31) & 1) &&
+                (xcr0 & 0xe0) == 0xe0; /* F, DQ, BW, VL + opmask and ZMM state */
+    f->avx512_bf16 = f->avx512 && ((a71 >> 5) & 1);
+    f->avx512_fp16 = f->avx512 && ((d7 >> 23) & 1);
+    f->amx_tile = ((d7 >> 24) & 1) && (xcr0 & 0x60000) == 0x60000; /* XTILECFG and XTILEDATA */
+    f->amx_bf16 = f->amx_tile && ((d7 >> 22) & 1);
+    f->amx_fp16 = f->amx_tile && ((a71 >> 21) & 1);
+    f->amx_allowed = f->amx_tile && amx_permission();
 }
 #else
-static mp_isa detect(void) { return MP_ISA_SCALAR; }
+static void read_features(mp_cpu_feature_set *f) { (void)f; }
 #endif
 
-static const char *const isa_names[] = {"scalar", "avx2", "avx512", "avx512bf16"};
+static mp_cpu_feature_set features;
+static pthread_once_t features_once = PTHREAD_ONCE_INIT;
+
+static void features_init(void) { read_features(&features); }
+
+const mp_cpu_feature_set *mp_cpu_features(void) {
+    pthread_once(&features_once, features_init);
+    return &features;
+}
+
+char *mp_cpu_describe(char *buf, size_t size) {
+    const mp_cpu_feature_set *f = mp_cpu_features();
+    const struct { int on; const char *name; } w[] = {
+        {f->avx2, "avx2"},         {f->avx512, "avx512"},     {f->avx512_bf16, "avx512_bf16"},
+        {f->avx512_fp16, "avx512_fp16"}, {f->amx_tile, "amx_tile"}, {f->amx_bf16, "amx_bf16"},
+        {f->amx_fp16, "amx_fp16"},  {f->amx_tile && !f->amx_allowed, "(amx not permitted by the OS)"}};
+    size_t len = 0;
+    if (size) buf[0] = 0;
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        if (w[i].on && len < size) len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? " " : "", w[i].name);
+    if (size && len == 0) snprintf(buf, size, "none");
+    return buf;
+}
+
+/* The best path the features allow. AMX present but refused by the OS: one
+ * line on stderr, and the next path down. */
+static mp_isa detect(void) {
+    const mp_cpu_feature_set *f = mp_cpu_features();
+    if (f->amx_bf16 && f->avx512_bf16) {
+        if (f->amx_allowed) return MP_ISA_AMX;
+        fprintf(stderr, "mixprec: the CPU has AMX but the OS did not grant its tile state "
+                        "(arch_prctl ARCH_REQ_XCOMP_PERM); using avx512bf16\n");
+    }
+    if (f->avx512_bf16) return MP_ISA_AVX512_BF16;
+    if (f->avx512) return MP_ISA_AVX512;
+    if (f->avx2) return MP_ISA_AVX2;
+    return MP_ISA_SCALAR;
+}
+
+static const char *const isa_names[] = {"scalar", "avx2", "avx512", "avx512bf16", "amx"};
+enum { NISA = sizeof isa_names / sizeof isa_names[0] };
 
 const char *mp_isa_name(mp_isa isa) {
-    return (unsigned)isa < 4 ? isa_names[isa] : "unknown";
+    return (unsigned)isa < NISA ? isa_names[isa] : "unknown";
 }
 
 mp_status mp_isa_parse(const char *name, mp_isa *out) {
-    for (int i = 0; name && i < 4; i++)
+    for (int i = 0; name && i < NISA; i++)
         if (strcmp(name, isa_names[i]) == 0) { *out = (mp_isa)i; return MP_OK; }
-    return mp_error(MP_EINVAL, "unknown ISA '%s' (expected scalar, avx2, avx512 or avx512bf16)",
+    return mp_error(MP_EINVAL, "unknown ISA '%s' (expected scalar, avx2, avx512, avx512bf16 or amx)",
                     name ? name : "(null)");
 }
 
@@ -75,7 +141,7 @@ mp_isa mp_cpu_isa(void) {
 }
 
 mp_status mp_cpu_set_isa(mp_isa isa) {
-    if ((unsigned)isa > MP_ISA_AVX512_BF16)
+    if ((unsigned)isa >= NISA)
         return mp_error(MP_EINVAL, "mp_cpu_set_isa: %d is not an mp_isa", (int)isa);
     if (isa > mp_cpu_detected())
         return mp_error(MP_EUNSUPPORTED, "this CPU does not support %s (best: %s)", mp_isa_name(isa),

@@ -144,15 +144,18 @@ static void micro_scalar(size_t kc, const void *ap, const void *bp, float *c, si
             c[i * ldc + j] = apply_ab(acc[i][j], alpha, beta, beta == 0.0f ? 0.0f : c[i * ldc + j]);
 }
 
-const mp_gemm_kernel mp_gemm_scalar = {"scalar", SCALAR_MR, SCALAR_NR, 1, 256, 128, 2048, 4,
-                                       pack_a_scalar, pack_b_scalar, micro_scalar, mp_gemm_epilogue_scalar,
-                                       mp_gemm_zeros_scalar};
+const mp_gemm_kernel mp_gemm_scalar = {
+    .name = "scalar", .mr = SCALAR_MR, .nr = SCALAR_NR, .kpack = 1, .kc = 256, .mc = 128, .nc = 2048, .esize = 4,
+    .pack_a = pack_a_scalar, .pack_b = pack_b_scalar, .micro = micro_scalar, .epilogue = mp_gemm_epilogue_scalar,
+    .zeros = mp_gemm_zeros_scalar,
+};
 
 /* ---- the blocked driver ---- */
 
 static const mp_gemm_kernel *pick_kernel(mp_dtype at, mp_dtype bt) {
 #ifdef MP_X86
     const mp_isa isa = mp_cpu_isa();
+    if (isa >= MP_ISA_AMX && at == MP_BF16 && bt == MP_BF16) return &mp_gemm_amx;
     if (isa >= MP_ISA_AVX512_BF16 && at == MP_BF16 && bt == MP_BF16) return &mp_gemm_avx512bf16;
     if (isa >= MP_ISA_AVX512) return &mp_gemm_avx512;
     if (isa >= MP_ISA_AVX2) return &mp_gemm_avx2;
@@ -258,6 +261,7 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
         }
         float tile[32 * 64];
         mp_gemm_ep last = *ep;
+        if (kr->begin) kr->begin();
         for (size_t jc = 0; jc < n; jc += nc) {
             const size_t ncur = n - jc < nc ? n - jc : nc;
             const size_t npanels = (ncur + NR - 1) / NR;
@@ -325,6 +329,7 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                 }
             }
         }
+        if (kr->end) kr->end();
     }
     return oom ? mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed A block") : MP_OK;
 }
@@ -350,8 +355,17 @@ mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float 
 mp_status mp_gemm_ex(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a,
                      mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c,
                      mp_dtype ct, size_t ldc, const mp_gemm_epilogue *epi) {
+    return mp_gemm_run(pick_kernel(at, bt), trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc,
+                       epi);
+}
+
+mp_status mp_gemm_run(const mp_gemm_kernel *kr, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
+                      const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
+                      void *c, mp_dtype ct, size_t ldc, const mp_gemm_epilogue *epi) {
     mp_status s = check_args("mp_gemm", trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, c, ct, ldc);
     if (s != MP_OK) return s;
+    if (kr->esize == 2 && (at != MP_BF16 || bt != MP_BF16))
+        return mp_error(MP_EINVAL, "mp_gemm: the %s kernel takes bf16 inputs only", kr->name);
     const mp_gemm_epilogue none = {NULL, MP_F32, NULL, NULL};
     if (!epi) epi = &none;
     if (epi->round_to != MP_F32 && ((epi->round_to != MP_F16 && epi->round_to != MP_BF16) || ct != MP_F32))
@@ -366,7 +380,7 @@ mp_status mp_gemm_ex(int trans_a, int trans_b, size_t m, size_t n, size_t k, flo
         epilogue_zero(&ep, m, n, epi->stats ? part : NULL, epi->zeros ? zpart : NULL);
     } else {
         const int trivial = ct == MP_F32 && !epi->bias && epi->round_to == MP_F32 && !epi->stats;
-        s = gemm_blocked(pick_kernel(at, bt), trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, &ep, trivial,
+        s = gemm_blocked(kr, trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, &ep, trivial,
                          epi->stats ? part : NULL, epi->zeros ? zpart : NULL);
     }
     if (epi->stats)

@@ -212,9 +212,44 @@ typedef struct mp_gemm_kernel {
                      mp_convert_stats *st, uint64_t *zeros);
     /* the number of +-0 among rows x cols fp32 values of c (row stride ldc) */
     uint64_t (*zeros)(const float *c, size_t ldc, size_t rows, size_t cols);
+    /* called by each thread before its first and after its last micro-kernel
+     * of a call (AMX: configure and release the tiles); NULL: nothing */
+    void (*begin)(void);
+    void (*end)(void);
 } mp_gemm_kernel;
 
 extern const mp_gemm_kernel mp_gemm_scalar;
+
+/* mp_gemm_ex on the given kernel (arguments already checked by the caller's
+ * rules: the same as mp_gemm_ex's); mp_gemm_ex picks the kernel of the CPU
+ * path in use. Tests run a kernel the path would not pick (the AMX model). */
+mp_status mp_gemm_run(const mp_gemm_kernel *kr, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
+                      const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
+                      void *c, mp_dtype ct, size_t ldc, const mp_gemm_epilogue *ep);
+
+/* ---- AMX (gemm_amx_model.c, cpu/gemm_amx.c) ----
+ * The bf16 x bf16 kernel on AMX tiles: a 32 x 32 block of C in four 16 x 16
+ * fp32 accumulator tiles, A in two 16 x 32 bf16 tiles, B in two tiles of 16
+ * k pairs x 16 columns. Packed A micro-panel: for each 32-deep slice of k, 32
+ * rows of 32 values (one 64-byte tile row each); packed B: for each k pair,
+ * 32 columns of pairs (as vdpbf16ps's). mp_gemm_amx runs TDPBF16PS;
+ * mp_gemm_amx_model is the same blocking, packing layout and edge handling
+ * with the tile registers as arrays and the instruction as
+ * mp_tdpbf16ps_model, in portable C: it runs on every CPU. */
+enum { MP_AMX_MR = 32, MP_AMX_NR = 32, MP_AMX_KB = 32 };
+#define MP_AMX_KC 768
+#define MP_AMX_MC 128
+#define MP_AMX_NC 3072
+extern const mp_gemm_kernel mp_gemm_amx_model;
+
+/* One TDPBF16PS as measured on an Intel Xeon (docs/GEMM.md): for each of the
+ * 16 x 16 elements, the even-k products (a[2q] b[2q]) are summed in q order in
+ * fp32 from 0, the odd-k products likewise, and c += (even + odd); every sum
+ * is rounded to nearest even and flushed to 0 when subnormal, bf16 subnormal
+ * inputs read as 0, products below 2^-126 are flushed. a: 16 rows of 32 bf16
+ * (row stride lda elements), b: 16 k pairs of 16 columns x 2 bf16 (row stride
+ * ldb elements), c: 16 x 16 fp32 (row stride ldc). */
+void mp_tdpbf16ps_model(float *c, size_t ldc, const uint16_t *a, size_t lda, const uint16_t *b, size_t ldb);
 /* The portable epilogue (gemm.c), for any kernel: conversions through e->conv. */
 void mp_gemm_epilogue_scalar(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
                              size_t cols, mp_convert_stats *st, uint64_t *zeros);
@@ -233,6 +268,7 @@ extern const mp_optim_kernels mp_optim_avx512;
 extern const mp_gemm_kernel mp_gemm_avx2;
 extern const mp_gemm_kernel mp_gemm_avx512;
 extern const mp_gemm_kernel mp_gemm_avx512bf16;
+extern const mp_gemm_kernel mp_gemm_amx;
 void mp_gemm_epilogue_avx2(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
                            size_t cols, mp_convert_stats *st, uint64_t *zeros);
 void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,

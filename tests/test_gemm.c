@@ -77,8 +77,16 @@ static void reference(const shape *s, bufs *b, int dpbf16) {
         }
 }
 
+/* The kernel run() uses instead of mp_gemm's choice (NULL: mp_gemm's). */
+static const mp_gemm_kernel *forced;
+
 static int run(const shape *s, bufs *b, int ref, mp_convert_stats *st) {
     memcpy(b->c, b->c0, s->m * s->ldc * mp_format(s->ct)->size);
+    if (forced && !ref) {
+        const mp_gemm_epilogue ep = {NULL, MP_F32, st, NULL};
+        return mp_gemm_run(forced, s->ta, s->tb, s->m, s->n, s->k, s->alpha, b->a, s->at, s->lda, b->b, s->bt, s->ldb,
+                           s->beta, b->c, s->ct, s->ldc, &ep);
+    }
     return (ref ? mp_gemm_ref : mp_gemm)(s->ta, s->tb, s->m, s->n, s->k, s->alpha, b->a, s->at, s->lda, b->b, s->bt,
                                          s->ldb, s->beta, b->c, s->ct, s->ldc, st);
 }
@@ -96,7 +104,7 @@ static const char *shape_str(const shape *s) {
 static void check_shape(const shape *s, size_t kc_exact, int tiny) {
     bufs b;
     alloc_fill(s, &b, tiny);
-    const int dpbf16 = mp_cpu_isa() >= MP_ISA_AVX512_BF16 && s->at == MP_BF16 && s->bt == MP_BF16;
+    const int dpbf16 = (forced || mp_cpu_isa() >= MP_ISA_AVX512_BF16) && s->at == MP_BF16 && s->bt == MP_BF16;
     reference(s, &b, dpbf16);
     mp_convert_stats st = {0}, st_ref = {0};
     CHECK(run(s, &b, 0, &st) == MP_OK, "%s: %s", shape_str(s), mp_last_error());
@@ -114,7 +122,7 @@ static void check_shape(const shape *s, size_t kc_exact, int tiny) {
             if (bd > 0 && e / bd > worst) worst = e / bd;
         }
     CHECK(out == 0 && pad == 0, "%s on %s: %ld outside the bound (worst %.2f of it), %ld padding changed", shape_str(s),
-          mp_isa_name(mp_cpu_isa()), out, worst, pad);
+          forced ? forced->name : mp_isa_name(mp_cpu_isa()), out, worst, pad);
     /* bit for bit against the plain loops when one KC block covers k */
     if (!dpbf16 && s->k <= kc_exact) {
         void *fast = malloc(s->m * s->ldc * 4 + 4);
@@ -417,11 +425,142 @@ static void check_special(void) {
     CHECK(mp_gemm(0, 0, 2, 2, 2, 1.0f, NULL, MP_F32, 2, b2, MP_F32, 2, 0.0f, c2, MP_F32, 2, NULL) == MP_EINVAL, "NULL A");
 }
 
+/* One TDPBF16PS on a 16 x 16 x 32 block through mp_gemm on the AMX path, or
+ * through the model: c = a (16 x 32) b (32 x 16) + 0 with the given pairs in
+ * row 0 / column 0 and zeros elsewhere. */
+static float one_tile(const mp_gemm_kernel *kr, const float *a_row, const float *b_col, int npairs) {
+    uint16_t a[16 * 32] = {0}, b[32 * 16] = {0};
+    float c[16 * 16];
+    for (int p = 0; p < 2 * npairs; p++) {
+        mp_convert(&a[p], MP_BF16, &a_row[p], MP_F32, 1, NULL);
+        mp_convert(&b[p * 16], MP_BF16, &b_col[p], MP_F32, 1, NULL);
+    }
+    const mp_status s = kr ? mp_gemm_run(kr, 0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 0.0f, c, MP_F32,
+                                         16, NULL)
+                           : mp_gemm(0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 0.0f, c, MP_F32, 16, NULL);
+    CHECK(s == MP_OK, "one tile: %s", mp_last_error());
+    return c[0];
+}
+
+/* The AMX kernel: its model (every CPU) within the fp64 bound through the
+ * same driver, packing, blocking and edges; the model's arithmetic on cases
+ * that tell it from the SDM's pseudo-code; where the CPU has AMX, the real
+ * tiles equal the model bit for bit (normal inputs) and give the same hand
+ * cases; the AVX-512 packing equals the portable packing. */
+static void check_amx(int quick) {
+    const long mark = check_failures;
+    const int hw = mp_cpu_isa() >= MP_ISA_AMX;
+    /* the model on hand cases: run on the model, and on the tiles where present */
+    for (int pass = 0; pass < 1 + hw; pass++) {
+        const mp_gemm_kernel *kr = pass == 0 ? &mp_gemm_amx_model : NULL;
+        const char *who = pass == 0 ? "model" : "AMX";
+        /* two products of 2^-24 on 1: (2^-24 + 2^-24) is added, 1 + 2^-23; the SDM's two roundings give 1 */
+        float a1[2] = {0x1p-24f, 0x1p-24f}, b1[2] = {1, 1};
+        uint16_t a[16 * 32] = {0}, b[32 * 16] = {0};
+        float c[16 * 16];
+        for (int p = 0; p < 2; p++) {
+            mp_convert(&a[p], MP_BF16, &a1[p], MP_F32, 1, NULL);
+            mp_convert(&b[p * 16], MP_BF16, &b1[p], MP_F32, 1, NULL);
+        }
+        for (int i = 0; i < 256; i++) c[i] = 1.0f;
+        const mp_status s = kr ? mp_gemm_run(kr, 0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 1.0f, c,
+                                             MP_F32, 16, NULL)
+                               : mp_gemm(0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 1.0f, c, MP_F32, 16,
+                                         NULL);
+        CHECK(s == MP_OK && c[0] == 1.0f + 0x1p-23f, "%s: 1 + 2 x 2^-24 = %a", who, (double)c[0]);
+        /* even and odd k summed apart: 2^24 (k 0) + 1 (k 1) - 2^24 (k 2) is 1, where k order gives 0 */
+        const float a2[4] = {0x1p24f, 1, -0x1p24f, 0}, b2[4] = {1, 1, 1, 1};
+        const float r2 = one_tile(kr, a2, b2, 2);
+        CHECK(r2 == 1.0f, "%s: even/odd sums: %a, want 1", who, (double)r2);
+        /* in k order within each: 1 + 2^-24 + 2^-24 (k 0, 2, 4) stays 1, the odd sum 0 */
+        const float a3[6] = {1, 0, 0x1p-24f, 0, 0x1p-24f, 0}, b3[6] = {1, 1, 1, 1, 1, 1};
+        const float r3 = one_tile(kr, a3, b3, 3);
+        CHECK(r3 == 1.0f, "%s: sequential even sum: %a, want 1", who, (double)r3);
+        /* a bf16 subnormal input reads as 0 (its product 2^-120 would be normal) */
+        const float a4[2] = {0x1p-130f, 0}, b4[2] = {0x1p10f, 0};
+        const float r4 = one_tile(kr, a4, b4, 1);
+        CHECK(r4 == 0.0f, "%s: subnormal input: %a, want 0", who, (double)r4);
+    }
+    /* the model through the driver: random shapes, edges, k across its KC */
+    forced = &mp_gemm_amx_model;
+    for (int t = 0; t < (quick ? 20 : 80); t++) {
+        shape s = random_shape();
+        s.at = s.bt = MP_BF16;
+        if (!(s.alpha == 0.0f && s.beta == 0.0f)) check_shape(&s, 0, t % 5 == 0);
+    }
+    const shape edges[] = {
+        {0, 1, 33, 47, MP_AMX_KC + 1, MP_AMX_KC + 1, MP_AMX_KC + 1, 47, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_BF16},
+        {1, 0, 97, 31, MP_AMX_KC + 33, 97, 31, 33, 1.0f, 1.0f, MP_BF16, MP_BF16, MP_F32},
+        {0, 0, 64, 64, 31, 31, 64, 64, -0.5f, 0.5f, MP_BF16, MP_BF16, MP_F32},
+    };
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) check_shape(&edges[i], 0, 0);
+    forced = NULL;
+    /* the real tiles against the model, bit for bit (no subnormal inputs: fill(.., 0)) */
+    long same = 0, cases = 0;
+    if (hw) {
+        for (int t = 0; t < (quick ? 20 : 80); t++) {
+            shape s = random_shape();
+            s.at = s.bt = MP_BF16;
+            if (t < 4) s.m = 100 + rnd() % 200, s.n = 50 + rnd() % 300, s.k = 700 + rnd() % 900;
+            s.lda = s.ta ? s.m : s.k, s.ldb = s.tb ? s.k : s.n, s.ldc = s.n;
+            bufs b;
+            alloc_fill(&s, &b, 0);
+            const size_t bytes = s.m * s.ldc * mp_format(s.ct)->size;
+            mp_convert_stats st[2] = {{0}, {0}};
+            void *tiles = malloc(bytes);
+            run(&s, &b, 0, &st[0]);
+            memcpy(tiles, b.c, bytes);
+            forced = &mp_gemm_amx_model;
+            run(&s, &b, 0, &st[1]);
+            forced = NULL;
+            const int eq = memcmp(tiles, b.c, bytes) == 0 && memcmp(&st[0], &st[1], sizeof st[0]) == 0;
+            CHECK(eq, "AMX differs from its model: %s", shape_str(&s));
+            same += eq, cases++;
+            free(tiles);
+            free_bufs(&b);
+        }
+    }
+#ifdef MP_X86
+    /* the AVX-512 packing against the portable packing */
+    long packs = 0;
+    if (mp_cpu_detected() >= MP_ISA_AVX512) {
+        enum { LD = 200 };
+        uint16_t *src = malloc(LD * LD * 2), *p1 = malloc(64 * 1024 * 2), *p2 = malloc(64 * 1024 * 2);
+        for (size_t i = 0; i < LD * LD; i++) src[i] = (uint16_t)rnd();
+        for (int t = 0; t < 400; t++) {
+            const int trans = t & 1, isb = (t >> 1) & 1;
+            const size_t w = 1 + rnd() % 32, kc = 1 + rnd() % 100, p0 = rnd() % 50, w0 = rnd() % 50;
+            const size_t bytes = (kc + 31) / 32 * 32 * 32 * 2;
+            memset(p1, 0xa5, bytes + 64), memset(p2, 0x5a, bytes + 64);
+            if (isb) {
+                mp_gemm_amx.pack_b(p1, src, MP_BF16, LD, trans, p0, kc, w0, w);
+                mp_gemm_amx_model.pack_b(p2, src, MP_BF16, LD, trans, p0, kc, w0, w);
+            } else {
+                mp_gemm_amx.pack_a(p1, src, MP_BF16, LD, trans, w0, w, p0, kc);
+                mp_gemm_amx_model.pack_a(p2, src, MP_BF16, LD, trans, w0, w, p0, kc);
+            }
+            CHECK(memcmp(p1, p2, bytes) == 0, "AMX pack_%c (trans %d, %zu lines, kc %zu) differs from the portable one",
+                  isb ? 'b' : 'a', trans, w, kc);
+            packs++;
+        }
+        free(src), free(p1), free(p2);
+    }
+#else
+    const long packs = 0;
+#endif
+    CHECK_SAY(mark, "  amx: %s; the model within the fp64 bound (random shapes, edges, k past %d); %s; %ld packings "
+              "equal to the portable ones\n",
+              hw ? "ran on AMX tiles and on the C model of the tiles" : "no AMX on this CPU: ran on the C model of the tiles only",
+              MP_AMX_KC, hw ? "the tiles equal the model bit for bit" : "tiles not run", packs);
+    (void)same, (void)cases;
+}
+
 int main(int argc, char **argv) {
     check_special();
     check_paths(test_quick(argc, argv));
     check_threads_deterministic();
     check_avx2_equals_scalar();
+    check_amx(test_quick(argc, argv));
     check_epilogue();
     check_zeros_keep_bits();
     return check_report("test_gemm");

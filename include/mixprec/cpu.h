@@ -1,12 +1,16 @@
 /* mixprec/cpu.h - run-time CPU dispatch and threads.
  *
  * mixprec is built for any x86-64 (or any other CPU with the scalar path) and
- * picks its kernels when first used: the best of the paths below that the CPU
- * and the OS support. The environment variable MIXPREC_ISA (scalar, avx2,
- * avx512, avx512bf16) caps the choice, as OPENBLAS_CORETYPE does for OpenBLAS.
+ * picks its kernels when first used: the CPU's features are read once (a set:
+ * mp_cpu_features) and name the best of the paths below that the CPU and the
+ * OS support. The environment variable MIXPREC_ISA (scalar, avx2, avx512,
+ * avx512bf16, amx) caps the choice, as OPENBLAS_CORETYPE does for OpenBLAS;
+ * it can only step down.
  */
 #ifndef MIXPREC_CPU_H
 #define MIXPREC_CPU_H
+
+#include <stddef.h>
 
 #include "status.h"
 
@@ -18,8 +22,29 @@ typedef enum mp_isa {
     MP_ISA_SCALAR = 0,     /* portable C */
     MP_ISA_AVX2,           /* AVX2 + FMA + F16C */
     MP_ISA_AVX512,         /* AVX-512 F/BW/VL/DQ + FMA + F16C */
-    MP_ISA_AVX512_BF16     /* the above + AVX512_BF16 (vcvtneps2bf16, vdpbf16ps) */
+    MP_ISA_AVX512_BF16,    /* the above + AVX512_BF16 (vcvtneps2bf16, vdpbf16ps) */
+    MP_ISA_AMX             /* the above + AMX-TILE + AMX-BF16 (TDPBF16PS), with the OS's permission */
 } mp_isa;
+
+/* What the CPU and the OS offer, read once (CPUID, XCR0 and, for AMX on
+ * Linux, arch_prctl(ARCH_REQ_XCOMP_PERM)); every field is 0 or 1. */
+typedef struct mp_cpu_feature_set {
+    int avx2;        /* AVX2 + FMA + F16C, YMM state saved by the OS */
+    int avx512;      /* AVX-512 F, BW, VL, DQ, ZMM state saved by the OS */
+    int avx512_bf16; /* CPUID leaf 7 sub-leaf 1 EAX bit 5 */
+    int avx512_fp16; /* leaf 7 EDX bit 23 */
+    int amx_tile;    /* leaf 7 EDX bit 24, tile state (XCR0 bits 17-18) enabled by the OS */
+    int amx_bf16;    /* leaf 7 EDX bit 22 */
+    int amx_fp16;    /* leaf 7 sub-leaf 1 EAX bit 21 */
+    int amx_allowed; /* the kernel granted this process tile data (Linux >= 5.16) */
+} mp_cpu_feature_set;
+
+/* The features found (the same object on every call). */
+const mp_cpu_feature_set *mp_cpu_features(void);
+
+/* The features as words, "avx2 avx512 avx512_bf16 ... amx_bf16", into buf
+ * (always terminated; "none" when there are none). Returns buf. */
+char *mp_cpu_describe(char *buf, size_t size);
 
 /* The best path this CPU and OS support. */
 mp_isa mp_cpu_detected(void);
@@ -30,7 +55,7 @@ mp_isa mp_cpu_isa(void);
 /* Selects a path; MP_EUNSUPPORTED if the CPU lacks it. */
 mp_status mp_cpu_set_isa(mp_isa isa);
 
-/* "scalar", "avx2", "avx512", "avx512bf16". */
+/* "scalar", "avx2", "avx512", "avx512bf16", "amx". */
 const char *mp_isa_name(mp_isa isa);
 
 /* Parses a name as printed by mp_isa_name; MP_EINVAL if unknown. */

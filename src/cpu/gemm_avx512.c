@@ -86,5 +86,7 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, l
     MP_TILE_STORE(c, ldc, alpha, beta);
 }
 
-const mp_gemm_kernel mp_gemm_avx512 = {"avx512-fp32", MR, NR, 1, 2048, 144, 3072, 4, pack_a, pack_b, micro, mp_gemm_epilogue_avx512,
-                                       mp_gemm_zeros_avx512};
+const mp_gemm_kernel mp_gemm_avx512 = {
+    .name = "avx512-fp32", .mr = MR, .nr = NR, .kpack = 1, .kc = 2048, .mc = 144, .nc = 3072, .esize = 4,
+    .pack_a = pack_a, .pack_b = pack_b, .micro = micro, .epilogue = mp_gemm_epilogue_avx512, .zeros = mp_gemm_zeros_avx512,
+};

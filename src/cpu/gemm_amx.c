@@ -1,0 +1,137 @@
+/* gemm_amx.c - bf16 x bf16 GEMM on AMX tiles (internal.h's layout; the same
+ * blocking and packed panels as gemm_amx_model.c, which models it).
+ *
+ * Tiles: 0-1 hold two 16-row halves of a 32-row A slice (16 x 32 bf16, one
+ * 64-byte row each), 2-3 two 16-column halves of the B slice (16 k pairs x 16
+ * columns, read at the packed panel's 128-byte row stride), 4-7 accumulate the
+ * 32 x 32 block of C; per 32-deep slice of k: four tile loads, four TDPBF16PS.
+ *
+ * GCC 12's intrinsics: _tile_loadd declares no memory operand (a store into a
+ * panel could be moved past it) and _tile_loadconfig an 8-byte one (stores
+ * into a local configuration can be deleted). The configuration here is a
+ * constant object, and a compiler barrier stands before every tile load. */
+#include <immintrin.h>
+
+#include "../internal.h"
+#include "gemm_tile.h"
+#include "pack_pairs_avx512.h"
+
+enum { MR = MP_AMX_MR, NR = MP_AMX_NR, KB = MP_AMX_KB };
+
+#define BARRIER() __asm__ volatile("" ::: "memory")
+
+/* palette 1; every tile 16 rows of 64 bytes */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+static const tile_config config __attribute__((aligned(64))) = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+static void begin(void) { _tile_loadconfig(&config); }
+static void end(void) { _tile_release(); }
+
+/* A micro-panel: for each 32-deep slice, MR rows of 32 values (zero past rows
+ * and kc). Rows of op(A) along k (not trans) are copied 64 bytes at a time;
+ * a transposed A (element (i, p) at p lda + i) is read two k at a time into
+ * pairs and turned into rows by a 16 x 16 transpose of the 32-bit pairs. */
+static void pack_a(void *dst, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0,
+                   size_t kc) {
+    (void)t;
+    const uint16_t *A = a;
+    uint16_t *d = dst;
+    const size_t kpad = (kc + KB - 1) / KB * KB;
+    if (!trans) {
+        for (size_t s = 0; s < kpad; s += KB) {
+            const size_t left = kc > s ? kc - s : 0, len = left < KB ? left : KB;
+            const __mmask32 km = (__mmask32)(len >= 32 ? ~0u : (1u << len) - 1);
+            for (size_t r = 0; r < MR; r++, d += KB)
+                _mm512_storeu_si512(d, r < rows ? _mm512_maskz_loadu_epi16(km, A + (i0 + r) * lda + p0 + s)
+                                                : _mm512_setzero_si512());
+        }
+        return;
+    }
+    static const uint16_t interleave[64] = {
+        0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+        11, 43, 12, 44, 13, 45, 14, 46, 15, 47, 16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53,
+        22, 54, 23, 55, 24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+    const __m512i lo_idx = _mm512_loadu_si512(interleave), hi_idx = _mm512_loadu_si512(interleave + 32);
+    const __mmask32 rm = (__mmask32)(rows >= 32 ? ~0u : (1u << rows) - 1);
+    for (size_t s = 0; s < kpad; s += KB, d += MR * KB) {
+        __m512i lo[16], hi[16]; /* lo[q] lane i: the pair (2q, 2q+1) of row i; hi: rows 16-31 */
+        for (size_t q = 0; q < 16; q++) {
+            const size_t p = s + 2 * q;
+            const __m512i r0 = p < kc ? _mm512_maskz_loadu_epi16(rm, A + (p0 + p) * lda + i0) : _mm512_setzero_si512();
+            const __m512i r1 =
+                p + 1 < kc ? _mm512_maskz_loadu_epi16(rm, A + (p0 + p + 1) * lda + i0) : _mm512_setzero_si512();
+            lo[q] = _mm512_permutex2var_epi16(r0, lo_idx, r1);
+            hi[q] = _mm512_permutex2var_epi16(r0, hi_idx, r1);
+        }
+        transpose16(lo);
+        transpose16(hi);
+        for (size_t i = 0; i < 16; i++) {
+            _mm512_storeu_si512(d + i * KB, lo[i]);
+            _mm512_storeu_si512(d + (16 + i) * KB, hi[i]);
+        }
+    }
+}
+
+/* B micro-panel: pairs as vdpbf16ps's panels, zero pairs up to the slice. */
+static void pack_b(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc, size_t j0,
+                   size_t cols) {
+    (void)t;
+    pack_pairs(dst, b, ldb, !trans, j0, cols, p0, kc, NR);
+    const size_t kpad = (kc + KB - 1) / KB * KB, have = (kc + 1) / 2;
+    memset((uint32_t *)dst + have * NR, 0, (kpad / 2 - have) * NR * 4);
+}
+
+static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, ldc) fp32
+                  size_t ldc, float alpha, float beta) {
+    const uint8_t *A = ap, *B = bp;
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (size_t s = 0; s < kc; s += KB, A += MR * KB * 2, B += KB / 2 * NR * 4) {
+        BARRIER();
+        _tile_loadd(0, A, KB * 2);
+        _tile_loadd(2, B, NR * 4);
+        _tile_loadd(3, B + 64, NR * 4);
+        _tile_dpbf16ps(4, 0, 2);
+        _tile_loadd(1, A + 16 * KB * 2, KB * 2);
+        _tile_dpbf16ps(5, 0, 3);
+        _tile_dpbf16ps(6, 1, 2);
+        _tile_dpbf16ps(7, 1, 3);
+    }
+    if (alpha == 1.0f && beta == 0.0f) {
+        const long st = (long)(ldc * 4);
+        _tile_stored(4, c, st);
+        _tile_stored(5, c + 16, st);
+        _tile_stored(6, c + 16 * ldc, st);
+        _tile_stored(7, c + 16 * ldc + 16, st);
+        return;
+    }
+    float acc[MR * NR] __attribute__((aligned(64)));
+    _tile_stored(4, acc, NR * 4);
+    _tile_stored(5, acc + 16, NR * 4);
+    _tile_stored(6, acc + 16 * NR, NR * 4);
+    _tile_stored(7, acc + 16 * NR + 16, NR * 4);
+    const __m512 va = _mm512_set1_ps(alpha);
+    for (size_t i = 0; i < MR; i++)
+        for (size_t j = 0; j < NR; j += 16)
+            _mm512_storeu_ps(c + i * ldc + j, mp_tile_finish(_mm512_load_ps(acc + i * NR + j), va, beta, c + i * ldc + j));
+}
+
+const mp_gemm_kernel mp_gemm_amx = {
+    .name = "amx-tdpbf16",
+    .mr = MR, .nr = NR, .kpack = KB,
+    .kc = MP_AMX_KC, .mc = MP_AMX_MC, .nc = MP_AMX_NC, .esize = 2,
+    .pack_a = pack_a, .pack_b = pack_b, .micro = micro,
+    .epilogue = mp_gemm_epilogue_avx512, .zeros = mp_gemm_zeros_avx512,
+    .begin = begin, .end = end,
+};
