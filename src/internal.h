@@ -237,7 +237,7 @@ mp_status mp_gemm_run(const mp_gemm_kernel *kr, int trans_a, int trans_b, size_t
  * with the tile registers as arrays and the instruction as
  * mp_tdpbf16ps_model, in portable C: it runs on every CPU. */
 enum { MP_AMX_MR = 32, MP_AMX_NR = 32, MP_AMX_KB = 32 };
-#define MP_AMX_KC 768
+#define MP_AMX_KC 512
 #define MP_AMX_MC 128
 #define MP_AMX_NC 3072
 extern const mp_gemm_kernel mp_gemm_amx_model;
@@ -280,6 +280,8 @@ uint64_t mp_gemm_zeros_avx512(const float *c, size_t ldc, size_t rows, size_t co
 double mp_peak_fma_avx2(uint64_t iters);
 double mp_peak_fma_avx512(uint64_t iters);
 double mp_peak_dpbf16_avx512(uint64_t iters);
+/* iters x 4 TDPBF16PS (16 x 16 x 32 multiply-adds each); needs the AMX path */
+double mp_peak_tdpbf16_amx(uint64_t iters);
 #endif
 
 /* ---- largest finite magnitude (convert.c's mp_amax; src/amax_kernels.h built per ISA) ---- */

@@ -242,24 +242,33 @@ static int bench_unscale(int argc, char **argv) {
 double mp_peak_fma_avx2(uint64_t iters);
 double mp_peak_fma_avx512(uint64_t iters);
 double mp_peak_dpbf16_avx512(uint64_t iters);
+double mp_peak_tdpbf16_amx(uint64_t iters);
 #endif
 
-/* GFLOP/s of nothing but FMAs (which = 0: 16 lanes with AVX-512, else 8 with
- * AVX2) or vdpbf16ps (which = 1) on all threads; 0 if this CPU has no such
- * instruction. */
+enum { PEAK_FMA, PEAK_DPBF16, PEAK_TDPBF16 };
+
+/* GFLOP/s of nothing but FMAs (16 lanes with AVX-512, else 8 with AVX2),
+ * vdpbf16ps or TDPBF16PS on all threads; 0 if the CPU path in use has no
+ * such instruction. */
 static double measure_peak(int which) {
 #ifdef MP_X86
     const mp_isa isa = mp_cpu_isa();
-    if (isa < (which ? MP_ISA_AVX512_BF16 : MP_ISA_AVX2)) return 0.0;
+    const mp_isa need = which == PEAK_TDPBF16 ? MP_ISA_AMX : which == PEAK_DPBF16 ? MP_ISA_AVX512_BF16 : MP_ISA_AVX2;
+    if (isa < need) return 0.0;
     const int lanes = which || isa >= MP_ISA_AVX512 ? 16 : 8;
     const int nt = mp_get_threads();
-    const uint64_t iters = 20000000;
+    const uint64_t iters = which == PEAK_TDPBF16 ? 400000 : 20000000;
+    /* FLOPs per iteration of each loop: 20 vectors of FMAs, of vdpbf16ps (2 products a lane), 4 TDPBF16PS */
+    const double per_iter = which == PEAK_TDPBF16 ? 4.0 * 16 * 16 * 32 * 2 : 20.0 * lanes * (which ? 4 : 2);
     double best = 0, sink = 0;
     for (int r = 0; r < 3; r++) {
         const double t0 = now();
 #pragma omp parallel num_threads(nt) reduction(+ : sink)
-        sink += which ? mp_peak_dpbf16_avx512(iters) : lanes == 16 ? mp_peak_fma_avx512(iters) : mp_peak_fma_avx2(iters);
-        const double gf = (double)nt * (double)iters * 20 * lanes * (which ? 4 : 2) / (now() - t0) * 1e-9;
+        sink += which == PEAK_TDPBF16 ? mp_peak_tdpbf16_amx(iters)
+                : which == PEAK_DPBF16 ? mp_peak_dpbf16_avx512(iters)
+                : lanes == 16          ? mp_peak_fma_avx512(iters)
+                                       : mp_peak_fma_avx2(iters);
+        const double gf = (double)nt * (double)iters * per_iter / (now() - t0) * 1e-9;
         if (gf > best) best = gf;
     }
     return sink == 12345.0 ? 0 : best; /* keep the loops */
@@ -276,13 +285,22 @@ static int bench_peak(int argc, char **argv) {
         if (strcmp(argv[i], "--json") == 0) json = 1;
         else return cli_usage_error("bench", "unknown option '%s'", argv[i]);
     }
-    const double fma = measure_peak(0), dp = measure_peak(1);
-    if (json)
-        printf("{\"bench\": \"peak\", \"threads\": %d, \"fma_gflops\": %.2f, \"dpbf16_gflops\": %.2f}\n",
-               mp_get_threads(), fma, dp);
-    else
-        printf("peak on %d thread(s), best of 3: fp32 FMA %.1f GFLOP/s, bf16 vdpbf16ps %.1f GFLOP/s%s\n",
-               mp_get_threads(), fma, dp, fma == 0 ? " (no AVX2 + FMA on this CPU)" : dp == 0 ? " (no AVX512_BF16 on this CPU)" : "");
+    const double fma = measure_peak(PEAK_FMA), dp = measure_peak(PEAK_DPBF16), tdp = measure_peak(PEAK_TDPBF16);
+    char feats[256];
+    mp_cpu_describe(feats, sizeof feats);
+    if (json) {
+        printf("{\"bench\": \"peak\", \"threads\": %d, \"isa\": \"%s\", \"features\": \"%s\", "
+               "\"fma_gflops\": %.2f, \"dpbf16_gflops\": %.2f",
+               mp_get_threads(), mp_isa_name(mp_cpu_isa()), feats, fma, dp);
+        if (tdp > 0) printf(", \"tdpbf16_gflops\": %.2f", tdp);
+        printf("}\n");
+    } else {
+        printf("cpu features: %s; path in use: %s\n", feats, mp_isa_name(mp_cpu_isa()));
+        printf("peak on %d thread(s), best of 3: fp32 FMA %.1f GFLOP/s, bf16 vdpbf16ps %.1f GFLOP/s", mp_get_threads(),
+               fma, dp);
+        if (tdp > 0) printf(", bf16 TDPBF16PS %.1f GFLOP/s", tdp);
+        printf("%s\n", fma == 0 ? " (no AVX2 + FMA on this path)" : dp == 0 ? " (no AVX512_BF16 on this path)" : "");
+    }
     return 0;
 }
 
@@ -290,13 +308,23 @@ typedef struct {
     const char *name;
     int ta, tb;
     size_t m, n, k;
+    int gpt; /* the GPT benchmark's bf16 calls: bf16 in, C bf16 (fp32 for a weight gradient) */
+    mp_dtype ct;
 } gemm_shape;
 
 static const gemm_shape gemm_shapes[] = {
-    {"square 256", 0, 0, 256, 256, 256},       {"square 512", 0, 0, 512, 512, 512},
-    {"square 1024", 0, 0, 1024, 1024, 1024},   {"square 2048", 0, 0, 2048, 2048, 2048},
-    {"fwd 256x1024x784", 0, 1, 256, 1024, 784}, {"fwd 256x1024x1024", 0, 1, 256, 1024, 1024},
-    {"dX 256x784x1024", 0, 0, 256, 784, 1024}, {"dW 1024x784x256", 1, 0, 1024, 784, 256},
+    {"square 256", 0, 0, 256, 256, 256, 0, MP_F32},       {"square 512", 0, 0, 512, 512, 512, 0, MP_F32},
+    {"square 1024", 0, 0, 1024, 1024, 1024, 0, MP_F32},   {"square 2048", 0, 0, 2048, 2048, 2048, 0, MP_F32},
+    {"fwd 256x1024x784", 0, 1, 256, 1024, 784, 0, MP_F32}, {"fwd 256x1024x1024", 0, 1, 256, 1024, 1024, 0, MP_F32},
+    {"dX 256x784x1024", 0, 0, 256, 784, 1024, 0, MP_F32}, {"dW 1024x784x256", 1, 0, 1024, 784, 256, 0, MP_F32},
+    /* gpt:6-6-384-256, 16 sequences: 4096 rows of x */
+    {"gpt 2048^3", 0, 0, 2048, 2048, 2048, 1, MP_BF16},
+    {"gpt qkv 4096x1152x384", 0, 1, 4096, 1152, 384, 1, MP_BF16},
+    {"gpt fc 4096x1536x384", 0, 1, 4096, 1536, 384, 1, MP_BF16},
+    {"gpt proj 4096x384x1536", 0, 1, 4096, 384, 1536, 1, MP_BF16},
+    {"gpt head 4096x256x384", 0, 1, 4096, 256, 384, 1, MP_BF16},
+    {"gpt dX 4096x384x1536", 0, 0, 4096, 384, 1536, 1, MP_BF16},
+    {"gpt dW 1536x384x4096", 1, 0, 1536, 384, 4096, 1, MP_F32},
 };
 #define NSHAPES (sizeof gemm_shapes / sizeof gemm_shapes[0])
 
@@ -315,7 +343,7 @@ static int bench_gemm(int argc, char **argv) {
             if (cli_parse_long(v, 1, 1L << 30, &max_dim)) return cli_usage_error("bench", "--max wants a size, not '%s'", v);
         } else return cli_usage_error("bench", "unknown option '%s'", argv[i]);
     }
-    const size_t maxe = (size_t)2048 * 2048;
+    const size_t maxe = (size_t)4096 * 1536;
     float *a32 = malloc(maxe * 4), *b32 = malloc(maxe * 4), *c = malloc(maxe * 4);
     void *a = malloc(maxe * 4), *b = malloc(maxe * 4);
     double *t = malloc(((size_t)reps + 2) * 20 * sizeof *t);
@@ -330,17 +358,21 @@ static int bench_gemm(int argc, char **argv) {
         a32[i] = (float)((double)(s >> 40) * 0x1p-24 - 0.5);
         b32[i] = (float)((double)((s >> 16) & 0xffffff) * 0x1p-24 - 0.5);
     }
-    const double pk_fma = measure_peak(0), pk_dp = measure_peak(1);
+    const double pk_fma = measure_peak(PEAK_FMA), pk_dp = measure_peak(PEAK_DPBF16), pk_tdp = measure_peak(PEAK_TDPBF16);
+    /* a bf16 GEMM's peak: the instruction its kernel runs */
+    const double pk_bf16 = pk_tdp > 0 ? pk_tdp : pk_dp > 0 ? pk_dp : pk_fma;
     static const mp_dtype types[3] = {MP_F32, MP_F16, MP_BF16};
     if (json)
         printf("{\"bench\": \"gemm\", \"threads\": %d, \"isa\": \"%s\", \"reps\": %ld, \"peak_fma_gflops\": %.2f, "
-               "\"peak_dpbf16_gflops\": %.2f, \"results\": [",
-               mp_get_threads(), mp_isa_name(mp_cpu_isa()), reps, pk_fma, pk_dp);
+               "\"peak_dpbf16_gflops\": %.2f, \"peak_tdpbf16_gflops\": %.2f, \"results\": [",
+               mp_get_threads(), mp_isa_name(mp_cpu_isa()), reps, pk_fma, pk_dp, pk_tdp);
     else
-        printf("bench gemm: %d thread(s), path %s, median of %ld (small shapes: of more runs); C fp32\n"
-               "peak: fp32 FMA %.1f GFLOP/s, bf16 vdpbf16ps %.1f GFLOP/s\n\n%-20s %-5s %10s %10s %8s\n",
-               mp_get_threads(), mp_isa_name(mp_cpu_isa()), reps, pk_fma, pk_dp, "shape", "type", "ms", "GFLOP/s",
-               "of peak");
+        printf("bench gemm: %d thread(s), path %s, median of %ld (small shapes: of more runs); C fp32 but for the\n"
+               "gpt shapes (as the GPT calls them: C bf16, fp32 for dW)\n"
+               "peak: fp32 FMA %.1f GFLOP/s, bf16 vdpbf16ps %.1f GFLOP/s, bf16 TDPBF16PS %.1f GFLOP/s\n\n"
+               "%-24s %-5s %-5s %10s %10s %8s\n",
+               mp_get_threads(), mp_isa_name(mp_cpu_isa()), reps, pk_fma, pk_dp, pk_tdp, "shape", "type", "C", "ms",
+               "GFLOP/s", "of peak");
     int first = 1;
     for (size_t si = 0; si < NSHAPES; si++) {
         const gemm_shape *g = &gemm_shapes[si];
@@ -349,26 +381,29 @@ static int bench_gemm(int argc, char **argv) {
         /* enough repetitions for about 0.2 s of work on small shapes */
         long r = reps;
         while (2 * r <= 20 * reps && (double)r * flops < 2e10) r *= 2;
-        for (int ti = 0; ti < 3; ti++) {
+        for (int ti = g->gpt ? 2 : 0; ti < 3; ti++) {
             const mp_dtype dt = types[ti];
             mp_convert(a, dt, a32, MP_F32, g->m * g->k, NULL);
             mp_convert(b, dt, b32, MP_F32, g->k * g->n, NULL);
             const size_t lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n;
-            mp_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, dt, lda, b, dt, ldb, 0.0f, c, MP_F32, g->n, NULL);
+            mp_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, dt, lda, b, dt, ldb, 0.0f, c, g->ct, g->n, NULL);
             for (long i = 0; i < r; i++) {
                 const double t0 = now();
-                mp_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, dt, lda, b, dt, ldb, 0.0f, c, MP_F32, g->n, NULL);
+                mp_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, dt, lda, b, dt, ldb, 0.0f, c, g->ct, g->n, NULL);
                 t[i] = now() - t0;
             }
             const double med = median_seconds((int)r, t), gf = flops / med * 1e-9;
-            const double peak = dt == MP_BF16 && pk_dp > 0 ? pk_dp : pk_fma;
+            const double peak = dt == MP_BF16 ? pk_bf16 : pk_fma;
             if (json)
                 printf("%s\n  {\"shape\": \"%s\", \"m\": %zu, \"n\": %zu, \"k\": %zu, \"trans_a\": %d, \"trans_b\": %d, "
-                       "\"type\": \"%s\", \"median_s\": %.6e, \"gflops\": %.2f, \"of_peak\": %.3f}",
-                       first ? "" : ",", g->name, g->m, g->n, g->k, g->ta, g->tb, mp_format(dt)->name, med, gf,
+                       "\"type\": \"%s\", \"c_type\": \"%s\", \"gpt\": %d, \"median_s\": %.6e, \"gflops\": %.2f, "
+                       "\"of_peak\": %.3f}",
+                       first ? "" : ",", g->name, g->m, g->n, g->k, g->ta, g->tb, mp_format(dt)->name,
+                       mp_format(g->ct)->name, g->gpt, med, gf,
                        peak > 0 ? gf / peak : 0.0);
             else
-                printf("%-20s %-5s %10.3f %10.1f %7.0f%%\n", g->name, mp_format(dt)->name, med * 1e3, gf,
+                printf("%-24s %-5s %-5s %10.3f %10.1f %7.0f%%\n", g->name, mp_format(dt)->name, mp_format(g->ct)->name,
+                       med * 1e3, gf,
                        peak > 0 ? 100 * gf / peak : 0.0);
             first = 0;
         }
