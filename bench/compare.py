@@ -349,8 +349,9 @@ def section_gpt(a):
                                      text=True, env=env).stdout)
     if nparams is None:  # no peer ran: nanoGPT's get_num_params (tied head once, wpe left out), byte-level
         nparams = 256 * C + L * (12 * C * C + 13 * C) + 2 * C
-    pk = peak["dpbf16_gflops"] or peak["fma_gflops"]
-    pk_name = "vdpbf16ps" if peak["dpbf16_gflops"] else "fp32 FMA (no AVX512_BF16 here)"
+    pk = peak.get("tdpbf16_gflops") or peak["dpbf16_gflops"] or peak["fma_gflops"]
+    pk_name = ("TDPBF16PS" if peak.get("tdpbf16_gflops") else "vdpbf16ps" if peak["dpbf16_gflops"] else
+               "fp32 FMA (no AVX512_BF16 here)")
     tokens = B * T
     flops_tok = 6.0 * (nparams or 0) + 12.0 * L * C * T
     print(f"\nbench gpt: {spec}, {B} sequences of {T}, AdamW, {a.threads} threads, median of {steps} steps after "

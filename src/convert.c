@@ -45,18 +45,7 @@ const mp_convert_kernels mp_convert_scalar = {
     f32_to_f16_scalar, f16_to_f32_scalar, f32_to_bf16_scalar, bf16_to_f32_scalar,
 };
 
-const mp_convert_kernels *mp_convert_kernels_current(void) {
-#ifdef MP_X86
-    switch (mp_cpu_isa()) {
-    case MP_ISA_AMX:
-    case MP_ISA_AVX512_BF16: return &mp_convert_avx512bf16;
-    case MP_ISA_AVX512: return &mp_convert_avx512;
-    case MP_ISA_AVX2: return &mp_convert_avx2;
-    case MP_ISA_SCALAR: break;
-    }
-#endif
-    return &mp_convert_scalar;
-}
+const mp_convert_kernels *mp_convert_kernels_current(void) { return mp_kernels_current()->convert; }
 
 /* ---- any format to fp32 and fp32 to any format ---- */
 
@@ -159,7 +148,7 @@ static void convert_range(const mp_convert_kernels *k, void *dst, mp_dtype dt, c
     }
 }
 
-static const mp_amax_kernels amax_scalar = MP_AMAX_KERNELS;
+const mp_amax_kernels mp_amax_scalar = MP_AMAX_KERNELS;
 
 typedef struct {
     const mp_amax_kernels *k;
@@ -181,10 +170,7 @@ float mp_amax(const void *x, mp_dtype t, size_t n) {
         else mp_error(MP_EINVAL, "mp_amax: unknown dtype %d", (int)t);
         return NAN;
     }
-    amax_job j = {&amax_scalar, x, t, {0}};
-#ifdef MP_X86
-    if (mp_cpu_isa() >= MP_ISA_AVX2) j.k = &mp_amax_avx2;
-#endif
+    amax_job j = {mp_kernels_current()->amax, x, t, {0}};
     const int shares = mp_parallel_for(n, (size_t)1 << 16, 64, amax_share, &j);
     uint32_t m = 0;
     for (int s = 0; s < shares; s++) m = j.part[s] > m ? j.part[s] : m;

@@ -153,15 +153,8 @@ const mp_gemm_kernel mp_gemm_scalar = {
 /* ---- the blocked driver ---- */
 
 static const mp_gemm_kernel *pick_kernel(mp_dtype at, mp_dtype bt) {
-#ifdef MP_X86
-    const mp_isa isa = mp_cpu_isa();
-    if (isa >= MP_ISA_AMX && at == MP_BF16 && bt == MP_BF16) return &mp_gemm_amx;
-    if (isa >= MP_ISA_AVX512_BF16 && at == MP_BF16 && bt == MP_BF16) return &mp_gemm_avx512bf16;
-    if (isa >= MP_ISA_AVX512) return &mp_gemm_avx512;
-    if (isa >= MP_ISA_AVX2) return &mp_gemm_avx2;
-#endif
-    (void)at, (void)bt;
-    return &mp_gemm_scalar;
+    const mp_kernels *k = mp_kernels_current();
+    return at == MP_BF16 && bt == MP_BF16 ? k->gemm_bf16 : k->gemm;
 }
 
 /* Packing buffers live as long as the thread that uses them and only grow:

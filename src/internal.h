@@ -373,4 +373,34 @@ extern const mp_recipe_kernels mp_recipe_ref;
 extern const mp_recipe_kernels mp_recipe_avx512;
 #endif
 
+/* ---- the kernel context: every module's kernels for one CPU path ----
+ * One table per path (kernels.c, designated initializers), as BLIS has one
+ * context per architecture; the path in use (mp_cpu_isa: detected once,
+ * capped by MIXPREC_ISA or mp_cpu_set_isa) names the one every module reads.
+ * A new ISA path is its kernel files, its detection (cpu.c) and one table. */
+typedef void (*mp_relu16_fn)(uint16_t *out, const uint16_t *a, const uint16_t *x, size_t n, const mp_relu16_codes *k,
+                             uint64_t *sub, uint64_t *nan);
+void mp_relu16_scalar(uint16_t *out, const uint16_t *a, const uint16_t *x, size_t n, const mp_relu16_codes *k,
+                      uint64_t *sub, uint64_t *nan);
+extern const mp_amax_kernels mp_amax_scalar;
+
+typedef struct mp_kernels {
+    mp_isa isa;
+    const mp_convert_kernels *convert;
+    const mp_amax_kernels *amax;
+    const mp_unscale_kernels *unscale;
+    const mp_optim_kernels *optim;
+    const mp_gelu_kernels *gelu;
+    mp_relu16_fn relu16;
+    const mp_mx_kernels *mx;
+    const mp_recipe_kernels *recipe;
+    const mp_gemm_kernel *gemm;      /* any pair of input formats */
+    const mp_gemm_kernel *gemm_bf16; /* bf16 x bf16 */
+} mp_kernels;
+
+/* The context of a path (NULL for a value that is not an mp_isa), and of
+ * the path in use. */
+const mp_kernels *mp_kernels_of(mp_isa isa);
+const mp_kernels *mp_kernels_current(void);
+
 #endif

@@ -172,12 +172,7 @@ const mp_mx_kernels mp_mx_scalar = {
     .scales = scales_scalar,
 };
 
-static const mp_mx_kernels *kernels(void) {
-#ifdef MP_X86
-    if (mp_cpu_isa() >= MP_ISA_AVX512) return &mp_mx_avx512;
-#endif
-    return &mp_mx_scalar;
-}
+static const mp_mx_kernels *kernels(void) { return mp_kernels_current()->mx; }
 
 /* ---- the public calls: checks, then shares of whole blocks on threads ---- */
 

@@ -125,7 +125,7 @@ typedef struct {
 } relu16_job;
 
 /* The portable kernel, without branches on the data (signs are random). */
-static void relu16_scalar(uint16_t *out, const uint16_t *a, const uint16_t *x, size_t n, const mp_relu16_codes *k,
+void mp_relu16_scalar(uint16_t *out, const uint16_t *a, const uint16_t *x, size_t n, const mp_relu16_codes *k,
                           uint64_t *sub, uint64_t *nan) {
     uint64_t ns = 0, nn = 0;
     for (size_t i = 0; i < n; i++) {
@@ -143,12 +143,7 @@ static void relu16_scalar(uint16_t *out, const uint16_t *a, const uint16_t *x, s
 
 static void relu16_share(void *ctx, size_t i0, size_t i1, int t) {
     relu16_job *j = ctx;
-    void (*f)(uint16_t *, const uint16_t *, const uint16_t *, size_t, const mp_relu16_codes *, uint64_t *,
-              uint64_t *) = relu16_scalar;
-#ifdef MP_X86
-    if (mp_cpu_isa() >= MP_ISA_AVX512) f = mp_relu16_avx512;
-#endif
-    f(j->out + i0, j->a + i0, j->b ? j->b + i0 : NULL, i1 - i0, &j->codes, &j->part[t].subnormal, &j->part[t].nan);
+    mp_kernels_current()->relu16(j->out + i0, j->a + i0, j->b ? j->b + i0 : NULL, i1 - i0, &j->codes, &j->part[t].subnormal, &j->part[t].nan);
 }
 
 static int relu16(void *out, mp_dtype ot, const void *a, mp_dtype at, const void *b, mp_dtype bt, size_t n,
@@ -187,14 +182,7 @@ static float relu_grad(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
 
 /* GELU, both forms: src/cpu/gelu_kernels.h (fp64 inside, vectorized), one
  * build per CPU path, all giving the same bits. */
-static const mp_gelu_kernels *gelu_kernels(void) {
-#ifdef MP_X86
-    const mp_isa isa = mp_cpu_isa();
-    if (isa >= MP_ISA_AVX512) return &mp_gelu_avx512;
-    if (isa >= MP_ISA_AVX2) return &mp_gelu_avx2;
-#endif
-    return &mp_gelu_scalar;
-}
+static const mp_gelu_kernels *gelu_kernels(void) { return mp_kernels_current()->gelu; }
 
 static float add2(float a, float b) { return a + b; }
 

@@ -41,12 +41,7 @@ mp_adamw_config mp_adamw_defaults(void) {
     return c;
 }
 
-static const mp_optim_kernels *kernels(void) {
-#ifdef MP_X86
-    if (mp_cpu_isa() >= MP_ISA_AVX512) return &mp_optim_avx512;
-#endif
-    return &mp_optim_scalar;
-}
+static const mp_optim_kernels *kernels(void) { return mp_kernels_current()->optim; }
 
 static mp_status check_lr(double lr) {
     if (!(isfinite(lr) && lr >= 0)) return mp_error(MP_EINVAL, "optimizer: lr must be finite and >= 0 (got %g)", lr);

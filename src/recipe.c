@@ -252,12 +252,7 @@ const mp_recipe_kernels mp_recipe_ref = {.quantize = quantize_ref, .rht_amax = r
 
 /* ---- the call: scales, then shares of rows on threads ---- */
 
-static const mp_recipe_kernels *kernels(void) {
-#ifdef MP_X86
-    if (mp_cpu_isa() >= MP_ISA_AVX512) return &mp_recipe_avx512;
-#endif
-    return &mp_recipe_ref;
-}
+static const mp_recipe_kernels *kernels(void) { return mp_kernels_current()->recipe; }
 
 typedef struct qjob {
     mp_qop op;

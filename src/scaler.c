@@ -272,10 +272,7 @@ mp_status mp_unscale_check(void *grad, mp_dtype type, size_t n, float inv_scale,
         return mp_error(MP_EINVAL, "mp_unscale_check: inv_scale %g is not finite", (double)inv_scale);
     unscale_job job;
     memset(&job, 0, sizeof job);
-    job.k = &mp_unscale_scalar;
-#ifdef MP_X86
-    if (mp_cpu_isa() >= MP_ISA_AVX512) job.k = &mp_unscale_avx512;
-#endif
+    job.k = mp_kernels_current()->unscale;
     job.x = grad, job.t = type, job.inv = inv_scale;
     const int shares = mp_parallel_for(n, UNSCALE_PARALLEL_MIN, 64, unscale_share, &job);
     for (int t = 0; t < shares; t++)

@@ -283,6 +283,29 @@ static void check_api(void) {
     CHECK(mp_cpu_set_isa((mp_isa)9) == MP_EINVAL, "bad isa");
     mp_isa isa;
     CHECK(mp_isa_parse("avx512", &isa) == MP_OK && isa == MP_ISA_AVX512 && mp_isa_parse("sse", &isa) == MP_EINVAL, "isa names");
+    CHECK(mp_isa_parse("amx", &isa) == MP_OK && isa == MP_ISA_AMX && strcmp(mp_isa_name(MP_ISA_AMX), "amx") == 0,
+          "amx name");
+    /* one context per path the CPU has, every table filled, the path in use reads its own */
+    const mp_isa best = mp_cpu_detected();
+    for (int i = MP_ISA_SCALAR; i <= (int)best; i++) {
+        const mp_kernels *k = mp_kernels_of((mp_isa)i);
+        CHECK(k && k->isa == (mp_isa)i && k->convert && k->amax && k->unscale && k->optim && k->gelu && k->relu16 &&
+                  k->mx && k->recipe && k->gemm && k->gemm_bf16,
+              "context of %s", mp_isa_name((mp_isa)i));
+        mp_cpu_set_isa((mp_isa)i);
+        CHECK(mp_kernels_current() == k && mp_convert_kernels_current() == k->convert, "%s in use", mp_isa_name((mp_isa)i));
+    }
+    mp_cpu_set_isa(best);
+    CHECK(best >= MP_ISA_AMX || mp_cpu_set_isa(MP_ISA_AMX) == MP_EUNSUPPORTED, "amx refused without AMX");
+    /* the path follows the features: AMX only with AMX-BF16 and the OS's permission */
+    const mp_cpu_feature_set *f = mp_cpu_features();
+    CHECK((best == MP_ISA_AMX) == (f->amx_bf16 && f->amx_allowed && f->avx512_bf16) &&
+              (best >= MP_ISA_AVX512_BF16) == f->avx512_bf16 && (best >= MP_ISA_AVX2) == f->avx2,
+          "detected %s from the features", mp_isa_name(best));
+    char words[256];
+    mp_cpu_describe(words, sizeof words);
+    CHECK(strlen(words) > 0 && (!f->amx_bf16 || strstr(words, "amx_bf16")), "features: %s", words);
+    printf("  cpu features: %s; path %s\n", words, mp_isa_name(best));
 }
 
 /* mp_amax: the largest finite magnitude, infinities and NaNs skipped. */

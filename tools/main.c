@@ -15,7 +15,7 @@ static void help(void) {
            "commands:\n",
            mp_version());
     for (size_t i = 0; i < NCOMMANDS; i++) printf("  %-11s %s\n", commands[i]->name, commands[i]->summary);
-    printf("\nenvironment: MIXPREC_ISA=scalar|avx2|avx512|avx512bf16 caps the CPU path (now: %s),\n"
+    printf("\nenvironment: MIXPREC_ISA=scalar|avx2|avx512|avx512bf16|amx caps the CPU path (now: %s),\n"
            "             MIXPREC_THREADS=N sets the number of threads (now: %d)\n",
            mp_isa_name(mp_cpu_isa()), mp_get_threads());
 }
@@ -30,8 +30,9 @@ static int dispatch(int argc, char **argv) {
         return 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        char mpi[96];
-        printf("mixprec %s (cpu path: %s, %s)\n", mp_version(), mp_isa_name(mp_cpu_isa()), dist_describe(mpi, sizeof mpi));
+        char mpi[96], feats[256];
+        printf("mixprec %s (cpu path: %s, %s)\ncpu features: %s\n", mp_version(), mp_isa_name(mp_cpu_isa()),
+               dist_describe(mpi, sizeof mpi), mp_cpu_describe(feats, sizeof feats));
         return 0;
     }
     for (size_t i = 0; i < NCOMMANDS; i++)

@@ -1,0 +1,96 @@
+/* kernels.c - the kernel context of each CPU path (internal.h): which
+ * conversion, amax, unscale, optimizer, GELU, ReLU, MX, recipe and GEMM
+ * kernels run. Each path takes the best kernel its instructions allow; a path
+ * without its own kernel for a job names the next one down. */
+#include "internal.h"
+
+static const mp_kernels ctx_scalar = {
+    .isa = MP_ISA_SCALAR,
+    .convert = &mp_convert_scalar,
+    .amax = &mp_amax_scalar,
+    .unscale = &mp_unscale_scalar,
+    .optim = &mp_optim_scalar,
+    .gelu = &mp_gelu_scalar,
+    .relu16 = mp_relu16_scalar,
+    .mx = &mp_mx_scalar,
+    .recipe = &mp_recipe_ref,
+    .gemm = &mp_gemm_scalar,
+    .gemm_bf16 = &mp_gemm_scalar,
+};
+
+#ifdef MP_X86
+static const mp_kernels ctx_avx2 = {
+    .isa = MP_ISA_AVX2,
+    .convert = &mp_convert_avx2,
+    .amax = &mp_amax_avx2,
+    .unscale = &mp_unscale_scalar,
+    .optim = &mp_optim_scalar,
+    .gelu = &mp_gelu_avx2,
+    .relu16 = mp_relu16_scalar,
+    .mx = &mp_mx_scalar,
+    .recipe = &mp_recipe_ref,
+    .gemm = &mp_gemm_avx2,
+    .gemm_bf16 = &mp_gemm_avx2,
+};
+
+static const mp_kernels ctx_avx512 = {
+    .isa = MP_ISA_AVX512,
+    .convert = &mp_convert_avx512,
+    .amax = &mp_amax_avx2,
+    .unscale = &mp_unscale_avx512,
+    .optim = &mp_optim_avx512,
+    .gelu = &mp_gelu_avx512,
+    .relu16 = mp_relu16_avx512,
+    .mx = &mp_mx_avx512,
+    .recipe = &mp_recipe_avx512,
+    .gemm = &mp_gemm_avx512,
+    .gemm_bf16 = &mp_gemm_avx512,
+};
+
+static const mp_kernels ctx_avx512bf16 = {
+    .isa = MP_ISA_AVX512_BF16,
+    .convert = &mp_convert_avx512bf16,
+    .amax = &mp_amax_avx2,
+    .unscale = &mp_unscale_avx512,
+    .optim = &mp_optim_avx512,
+    .gelu = &mp_gelu_avx512,
+    .relu16 = mp_relu16_avx512,
+    .mx = &mp_mx_avx512,
+    .recipe = &mp_recipe_avx512,
+    .gemm = &mp_gemm_avx512,
+    .gemm_bf16 = &mp_gemm_avx512bf16,
+};
+
+static const mp_kernels ctx_amx = {
+    .isa = MP_ISA_AMX,
+    .convert = &mp_convert_avx512bf16,
+    .amax = &mp_amax_avx2,
+    .unscale = &mp_unscale_avx512,
+    .optim = &mp_optim_avx512,
+    .gelu = &mp_gelu_avx512,
+    .relu16 = mp_relu16_avx512,
+    .mx = &mp_mx_avx512,
+    .recipe = &mp_recipe_avx512,
+    .gemm = &mp_gemm_avx512,
+    .gemm_bf16 = &mp_gemm_amx,
+};
+#endif
+
+static const mp_kernels *const contexts[] = {
+    [MP_ISA_SCALAR] = &ctx_scalar,
+#ifdef MP_X86
+    [MP_ISA_AVX2] = &ctx_avx2,
+    [MP_ISA_AVX512] = &ctx_avx512,
+    [MP_ISA_AVX512_BF16] = &ctx_avx512bf16,
+    [MP_ISA_AMX] = &ctx_amx,
+#endif
+};
+
+const mp_kernels *mp_kernels_of(mp_isa isa) {
+    return (unsigned)isa < sizeof contexts / sizeof contexts[0] ? contexts[isa] : NULL;
+}
+
+const mp_kernels *mp_kernels_current(void) {
+    const mp_kernels *k = mp_kernels_of(mp_cpu_isa());
+    return k ? k : &ctx_scalar;
+}
