@@ -33,46 +33,30 @@ static const mp_kernels ctx_avx2 = {
     .gemm_bf16 = &mp_gemm_avx2,
 };
 
+/* what the AVX-512 paths share */
+#define AVX512_KERNELS                                                                                        \
+    .amax = &mp_amax_avx2, .unscale = &mp_unscale_avx512, .optim = &mp_optim_avx512, .gelu = &mp_gelu_avx512, \
+    .relu16 = mp_relu16_avx512, .mx = &mp_mx_avx512, .recipe = &mp_recipe_avx512, .gemm = &mp_gemm_avx512
+
 static const mp_kernels ctx_avx512 = {
     .isa = MP_ISA_AVX512,
     .convert = &mp_convert_avx512,
-    .amax = &mp_amax_avx2,
-    .unscale = &mp_unscale_avx512,
-    .optim = &mp_optim_avx512,
-    .gelu = &mp_gelu_avx512,
-    .relu16 = mp_relu16_avx512,
-    .mx = &mp_mx_avx512,
-    .recipe = &mp_recipe_avx512,
-    .gemm = &mp_gemm_avx512,
     .gemm_bf16 = &mp_gemm_avx512,
+    AVX512_KERNELS,
 };
 
 static const mp_kernels ctx_avx512bf16 = {
     .isa = MP_ISA_AVX512_BF16,
     .convert = &mp_convert_avx512bf16,
-    .amax = &mp_amax_avx2,
-    .unscale = &mp_unscale_avx512,
-    .optim = &mp_optim_avx512,
-    .gelu = &mp_gelu_avx512,
-    .relu16 = mp_relu16_avx512,
-    .mx = &mp_mx_avx512,
-    .recipe = &mp_recipe_avx512,
-    .gemm = &mp_gemm_avx512,
     .gemm_bf16 = &mp_gemm_avx512bf16,
+    AVX512_KERNELS,
 };
 
 static const mp_kernels ctx_amx = {
     .isa = MP_ISA_AMX,
     .convert = &mp_convert_avx512bf16,
-    .amax = &mp_amax_avx2,
-    .unscale = &mp_unscale_avx512,
-    .optim = &mp_optim_avx512,
-    .gelu = &mp_gelu_avx512,
-    .relu16 = mp_relu16_avx512,
-    .mx = &mp_mx_avx512,
-    .recipe = &mp_recipe_avx512,
-    .gemm = &mp_gemm_avx512,
     .gemm_bf16 = &mp_gemm_amx,
+    AVX512_KERNELS,
 };
 #endif
 

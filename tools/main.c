@@ -31,7 +31,7 @@ static int dispatch(int argc, char **argv) {
     }
     if (strcmp(argv[1], "--version") == 0) {
         char mpi[96], feats[256];
-        printf("mixprec %s (cpu path: %s, %s)\ncpu features: %s\n", mp_version(), mp_isa_name(mp_cpu_isa()),
+        printf("mixprec %s (cpu path: %s, %s; cpu features: %s)\n", mp_version(), mp_isa_name(mp_cpu_isa()),
                dist_describe(mpi, sizeof mpi), mp_cpu_describe(feats, sizeof feats));
         return 0;
     }

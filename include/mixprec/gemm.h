@@ -24,7 +24,18 @@
  *    mp_gemm_ref only in rounding order and in those flushed subnormals: the
  *    error is within (k + 4) 2^-24 sum|a b| + sum of the flushed |a b| +
  *    (k + 2) 2^-126 (docs/GEMM.md; tested).
+ *  - bf16 x bf16 on CPUs with AMX-BF16 runs on the tiles (TDPBF16PS): within
+ *    each 32-deep slice of k, the even-k and the odd-k products are summed
+ *    apart in fp32 and their sum is added to the accumulator (measured;
+ *    docs/GEMM.md), with the same flushes and the same bound.
  *  - Results do not depend on the number of threads.
+ *
+ * mp_gemm and mp_gemm_ex return MP_OK, or MP_EINVAL for a format other than
+ * fp32/fp16/bf16, a NULL pointer with m, n (and k) nonzero, a leading
+ * dimension smaller than its row, or a round_to other than fp16/bf16 or
+ * without an fp32 C; MP_ENOMEM when a packing buffer cannot be allocated
+ * (C may then be partly written). mp_last_error() says which. The library
+ * keeps per-thread packing buffers between calls; the caller owns a, b, c.
  */
 #ifndef MIXPREC_GEMM_H
 #define MIXPREC_GEMM_H

@@ -9,31 +9,18 @@
  * GCC 12's intrinsics: _tile_loadd declares no memory operand (a store into a
  * panel could be moved past it) and _tile_loadconfig an 8-byte one (stores
  * into a local configuration can be deleted). The configuration here is a
- * constant object, and a compiler barrier stands before every tile load. */
+ * constant object (amx_tiles.h), and a compiler barrier stands before every
+ * tile load. */
 #include <immintrin.h>
 
 #include "../internal.h"
+#include "amx_tiles.h"
 #include "gemm_tile.h"
 #include "pack_pairs_avx512.h"
 
 enum { MR = MP_AMX_MR, NR = MP_AMX_NR, KB = MP_AMX_KB };
 
-#define BARRIER() __asm__ volatile("" ::: "memory")
-
-/* palette 1; every tile 16 rows of 64 bytes */
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
-
-static const tile_config config __attribute__((aligned(64))) = {
-    .palette = 1,
-    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
-    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
-};
-
-static void begin(void) { _tile_loadconfig(&config); }
+static void begin(void) { _tile_loadconfig(&mp_tile_config_16x64); }
 static void end(void) { _tile_release(); }
 
 /* A micro-panel: for each 32-deep slice, MR rows of 32 values (zero past rows
@@ -98,7 +85,7 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, l
     _tile_zero(6);
     _tile_zero(7);
     for (size_t s = 0; s < kc; s += KB, A += MR * KB * 2, B += KB / 2 * NR * 4) {
-        BARRIER();
+        MP_TILE_BARRIER();
         _tile_loadd(0, A, KB * 2);
         _tile_loadd(2, B, NR * 4);
         _tile_loadd(3, B + 64, NR * 4);

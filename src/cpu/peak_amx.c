@@ -3,25 +3,14 @@
 #include <immintrin.h>
 
 #include "../internal.h"
-
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
-
-static const tile_config config __attribute__((aligned(64))) = {
-    .palette = 1,
-    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
-    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
-};
+#include "amx_tiles.h"
 
 double mp_peak_tdpbf16_amx(uint64_t iters) {
     float out[16 * 16] __attribute__((aligned(64)));
     uint16_t src[16 * 32] __attribute__((aligned(64)));
     for (int i = 0; i < 16 * 32; i++) src[i] = (uint16_t)(0x3f80 + (i * 37) % 128); /* bf16 in [1, 2): no zeros */
-    _tile_loadconfig(&config);
-    __asm__ volatile("" ::: "memory");
+    _tile_loadconfig(&mp_tile_config_16x64);
+    MP_TILE_BARRIER();
     _tile_loadd(0, src, 64);
     _tile_loadd(1, src, 64);
     _tile_loadd(2, src, 64);
