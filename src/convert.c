@@ -45,8 +45,6 @@ const mp_convert_kernels mp_convert_scalar = {
     f32_to_f16_scalar, f16_to_f32_scalar, f32_to_bf16_scalar, bf16_to_f32_scalar,
 };
 
-const mp_convert_kernels *mp_convert_kernels_current(void) { return mp_kernels_current()->convert; }
-
 /* ---- any format to fp32 and fp32 to any format ---- */
 
 /* Widening to fp32 is exact and never under- or overflows, so only the final
@@ -218,7 +216,7 @@ mp_status mp_convert(void *dst, mp_dtype dst_type, const void *src, mp_dtype src
                         df->name);
     mp_convert_stats part[MP_MAX_THREADS];
     memset(part, 0, sizeof part);
-    convert_job job = {mp_convert_kernels_current(), dst, src, dst_type, src_type, df->size, sf->size, stats ? part : NULL};
+    convert_job job = {mp_kernels_current()->convert, dst, src, dst_type, src_type, df->size, sf->size, stats ? part : NULL};
     /* shares are whole cache lines of the wider side: 64 elements */
     const int shares = mp_parallel_for(n, PARALLEL_MIN, 64, convert_share, &job);
     if (stats)

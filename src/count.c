@@ -96,7 +96,7 @@ mp_status mp_convert_count(mp_dtype fmt, const void *x, mp_dtype t, size_t n, fl
     if (!x) return mp_error(MP_EINVAL, "mp_convert_count: NULL buffer for %zu elements", n);
     count_job j;
     memset(&j, 0, sizeof j);
-    j.k = mp_convert_kernels_current(), j.fmt = fmt, j.t = t, j.x = x, j.scale = scale;
+    j.k = mp_kernels_current()->convert, j.fmt = fmt, j.t = t, j.x = x, j.scale = scale;
     const int shares = mp_parallel_for(n, PARALLEL_MIN, CHUNK, count_share, &j);
     for (int s = 0; s < shares; s++) mp_convert_stats_add(stats, &j.part[s]);
     return MP_OK;

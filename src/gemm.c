@@ -364,7 +364,7 @@ mp_status mp_gemm_run(const mp_gemm_kernel *kr, int trans_a, int trans_b, size_t
     if (epi->round_to != MP_F32 && ((epi->round_to != MP_F16 && epi->round_to != MP_BF16) || ct != MP_F32))
         return mp_error(MP_EINVAL, "mp_gemm: round_to must be fp16 or bf16, with an fp32 C");
     if (m == 0 || n == 0) return MP_OK;
-    const mp_gemm_ep ep = {alpha, beta, c, ct, ldc, epi->bias, epi->round_to, NULL, 0, 0, mp_convert_kernels_current()};
+    const mp_gemm_ep ep = {alpha, beta, c, ct, ldc, epi->bias, epi->round_to, NULL, 0, 0, mp_kernels_current()->convert};
     mp_convert_stats part[MP_MAX_THREADS];
     uint64_t zpart[MP_MAX_THREADS];
     memset(part, 0, sizeof part);

@@ -98,8 +98,7 @@ typedef struct mp_convert_kernels {
 
 extern const mp_convert_kernels mp_convert_scalar;
 
-/* The kernels of the CPU path in use (mp_cpu_isa). */
-const mp_convert_kernels *mp_convert_kernels_current(void);
+/* The kernels of the CPU path in use: mp_kernels_current()->convert. */
 
 /* Adds the counts of an fp32 -> fp32 store of x (subnormals and NaNs; count.c). */
 void mp_stats_f32(mp_convert_stats *st, const float *x, size_t n);
@@ -220,9 +219,10 @@ typedef struct mp_gemm_kernel {
 
 extern const mp_gemm_kernel mp_gemm_scalar;
 
-/* mp_gemm_ex on the given kernel (arguments already checked by the caller's
- * rules: the same as mp_gemm_ex's); mp_gemm_ex picks the kernel of the CPU
- * path in use. Tests run a kernel the path would not pick (the AMX model). */
+/* mp_gemm_ex on the given kernel, with mp_gemm_ex's checks and results
+ * (MP_EINVAL too for a bf16-only kernel given other inputs); mp_gemm_ex
+ * passes the kernel of the CPU path in use. Tests run a kernel the path would
+ * not pick (the AMX model). */
 mp_status mp_gemm_run(const mp_gemm_kernel *kr, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
                       const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
                       void *c, mp_dtype ct, size_t ldc, const mp_gemm_epilogue *ep);

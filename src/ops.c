@@ -20,7 +20,7 @@ static const uint8_t *at(const void *p, mp_dtype t, size_t i) { return (const ui
  * counts of mp_convert, without its per-call setup (the ops are already split
  * over threads). */
 static void load(float *out, const void *p, mp_dtype t, size_t i, size_t n) {
-    const mp_convert_kernels *k = mp_convert_kernels_current();
+    const mp_convert_kernels *k = mp_kernels_current()->convert;
     switch (t) {
     case MP_F32: memcpy(out, at(p, t, i), n * sizeof(float)); break;
     case MP_F16: k->f16_to_f32(out, (const uint16_t *)at(p, t, i), n, NULL); break;
@@ -31,7 +31,7 @@ static void load(float *out, const void *p, mp_dtype t, size_t i, size_t n) {
 
 /* Stores n fp32 values into element i of p, counting into st (may be NULL). */
 static void store(void *p, mp_dtype t, size_t i, const float *v, size_t n, mp_convert_stats *st) {
-    const mp_convert_kernels *k = mp_convert_kernels_current();
+    const mp_convert_kernels *k = mp_kernels_current()->convert;
     void *d = (uint8_t *)p + i * mp_format(t)->size;
     switch (t) {
     case MP_F32:

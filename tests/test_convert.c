@@ -293,7 +293,7 @@ static void check_api(void) {
                   k->mx && k->recipe && k->gemm && k->gemm_bf16,
               "context of %s", mp_isa_name((mp_isa)i));
         mp_cpu_set_isa((mp_isa)i);
-        CHECK(mp_kernels_current() == k && mp_convert_kernels_current() == k->convert, "%s in use", mp_isa_name((mp_isa)i));
+        CHECK(mp_kernels_current() == k && mp_kernels_current()->convert == k->convert, "%s in use", mp_isa_name((mp_isa)i));
     }
     mp_cpu_set_isa(best);
     CHECK(best >= MP_ISA_AMX || mp_cpu_set_isa(MP_ISA_AMX) == MP_EUNSUPPORTED, "amx refused without AMX");

@@ -43,11 +43,7 @@ static void pack_a(void *dst, const void *a, mp_dtype t, size_t lda, int trans, 
         }
         return;
     }
-    static const uint16_t interleave[64] = {
-        0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-        11, 43, 12, 44, 13, 45, 14, 46, 15, 47, 16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53,
-        22, 54, 23, 55, 24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-    const __m512i lo_idx = _mm512_loadu_si512(interleave), hi_idx = _mm512_loadu_si512(interleave + 32);
+    const __m512i lo_idx = _mm512_loadu_si512(mp_pair_interleave), hi_idx = _mm512_loadu_si512(mp_pair_interleave + 32);
     const __mmask32 rm = (__mmask32)(rows >= 32 ? ~0u : (1u << rows) - 1);
     for (size_t s = 0; s < kpad; s += KB, d += MR * KB) {
         __m512i lo[16], hi[16]; /* lo[q] lane i: the pair (2q, 2q+1) of row i; hi: rows 16-31 */

@@ -37,6 +37,13 @@ static inline void transpose16(__m512i r[16]) {
     }
 }
 
+/* permutex2var indices that interleave two rows of 32 bf16 into 32 pairs:
+ * the first 32 entries give pairs 0-15, the last 32 pairs 16-31 */
+static const uint16_t mp_pair_interleave[64] = {
+    0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
+    11, 43, 12, 44, 13, 45, 14, 46, 15, 47, 16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53,
+    22, 54, 23, 55, 24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+
 /* One micro-panel of k pairs, (kc/2, width) pairs of bf16 as 32 bits: for
  * each k pair q, `width` lines (rows of op(A) or columns of op(B)) starting at
  * w0, of which `valid` are real and the rest zero. `along`, as in gemm.c's
@@ -67,11 +74,7 @@ static inline void pack_pairs(void *dst, const uint16_t *S, size_t ld, int along
         return;
     }
     if (along && valid == width) { /* rows 2q and 2q+1 of the storage, interleaved 32 values at a time */
-        static const uint16_t interleave[64] = {
-            0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-            11, 43, 12, 44, 13, 45, 14, 46, 15, 47, 16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53,
-            22, 54, 23, 55, 24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-        const __m512i lo_idx = _mm512_loadu_si512(interleave), hi_idx = _mm512_loadu_si512(interleave + 32);
+        const __m512i lo_idx = _mm512_loadu_si512(mp_pair_interleave), hi_idx = _mm512_loadu_si512(mp_pair_interleave + 32);
         for (size_t q = 0; q < kp; q++) {
             const size_t p = p0 + 2 * q;
             _mm_prefetch((const char *)(S + (p + 16) * ld + w0), _MM_HINT_T0); /* rows are ld apart: */
