@@ -145,7 +145,7 @@ static void micro_scalar(size_t kc, const void *ap, const void *bp, float *c, si
 }
 
 const mp_gemm_kernel mp_gemm_scalar = {
-    .name = "scalar", .mr = SCALAR_MR, .nr = SCALAR_NR, .kpack = 1, .kc = 256, .mc = 128, .nc = 2048, .esize = 4,
+    .name = "scalar", .mr = SCALAR_MR, .nr = SCALAR_NR, .kpack = 1, .kc = 512, .mc = 64, .nc = 2048, .esize = 4,
     .pack_a = pack_a_scalar, .pack_b = pack_b_scalar, .micro = micro_scalar, .epilogue = mp_gemm_epilogue_scalar,
     .zeros = mp_gemm_zeros_scalar,
 };

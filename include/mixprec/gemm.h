@@ -13,7 +13,7 @@
  * Numerics of the fast paths (docs/GEMM.md):
  *  - fp32 and fp16 inputs (and mixed pairs) are converted exactly to fp32 while
  *    packing; each C element is a sequence of fp32 fused multiply-adds in k
- *    order within a block of KC values of k (2048 on AVX-512, 256 with AVX2
+ *    order within a block of KC values of k (2048 on AVX-512, 512 with AVX2
  *    and in the portable kernel); blocks are added to C in order. For k <= KC
  *    the result equals mp_gemm_ref bit for bit; the AVX2 and portable paths
  *    give the same bits for any k.

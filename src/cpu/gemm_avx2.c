@@ -12,10 +12,13 @@
 #include "../internal.h"
 
 /* Cache blocking for Zen 3 (32 KiB L1d, 512 KiB L2 per core): a B micro-panel
- * (KC x NR, 16 KiB) stays in L1 while the A micro-panels (KC x MR, 6 KiB each)
- * stream past it from a block of A (MC x KC, 144 KiB) held in L2; a block of B
- * (KC x NC, 3 MiB) is shared by the threads in L3. */
-enum { MR = 6, NR = 16, KC = 256, MC = 144, NC = 3072 };
+ * (KC x NR, up to 32 KiB) streams from L1 and L2 while the A micro-panels
+ * (KC x MR, 12 KiB each) stream past it from a block of A (MC x KC, 144 KiB)
+ * held in L2; a block of B (KC x NC, 6 MiB) is shared by the threads in L3.
+ * KC = 512 makes one block of k of the GPT's k = 384 GEMMs (a half C then
+ * needs no fp32 workspace for earlier blocks): 1.2-1.4x faster at those
+ * shapes than KC = 256 on a Zen 3 (docs/GEMM.md). */
+enum { MR = 6, NR = 16, KC = 512, MC = 72, NC = 3072 };
 
 /* fp32 lanes from raw bytes: 8 fp32 values, or 8 fp16 / bf16 values in the
  * low 128 bits. Exact (F16C for fp16, a shift for bf16). */
