@@ -78,6 +78,7 @@ static inline void stats_e8m0(mp_convert_stats *st, uint32_t x, uint8_t y) {
     const int positive = x - 1u < 0x7f7fffffu; /* 2^-149 .. FLT_MAX */
     st->nan += (uint64_t)(a > 0x7f800000u || (a < 0x7f800000u && !positive));
     st->overflow += (uint64_t)(positive && y == 0xffu); /* 1.5 * 2^127 .. FLT_MAX */
+    if (y != 0xffu) mp_stats_amax(st, y ? (uint32_t)y << 23 : 0x00400000u); /* 2^(y - 127) */
 }
 
 /* E2M1 statistics (convert.h): underflow: finite nonzero x that became +-0;
@@ -90,6 +91,7 @@ static inline void stats_e2m1(mp_convert_stats *st, uint32_t x, uint8_t y) {
     st->underflow += (uint64_t)(a != 0 && a < 0x7f800000u && (y & 7u) == 0);
     st->subnormal += (uint64_t)((y & 7u) == 1);
     st->overflow += (uint64_t)(a >= 0x40e00000u && a < 0x7f800000u); /* 7.0 .. FLT_MAX */
+    mp_stats_amax(st, mp_code_f32_bits(y & 7u, 2, 1));
 }
 
 void mp_from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float *src, size_t n,
@@ -184,6 +186,7 @@ void mp_convert_stats_add(mp_convert_stats *a, const mp_convert_stats *b) {
     a->subnormal += b->subnormal;
     a->overflow += b->overflow;
     a->nan += b->nan;
+    mp_stats_amax(a, mp_f32_bits(b->amax));
 }
 
 /* Below this many elements one thread is faster than waking a second. */

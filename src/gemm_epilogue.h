@@ -15,6 +15,9 @@
  *   v += bias[j]
  *   C  = v in C's format (counted), or with round_to: C = beta C + r, r = v
  *        rounded to round_to (counted) and back to fp32.
+ * The counts' amax is the largest finite magnitude stored into C (with
+ * round_to: of C's new fp32 values, so that a gradient accumulated into C over
+ * micro-batches is measured as it stands).
  * zeros (may be NULL) gets the number of v that are +-0 (bits, so the same
  * under DAZ). */
 #include <math.h>
@@ -44,6 +47,16 @@ static inline uint64_t tile_zeros(const float *tile, size_t ts, size_t rows, siz
         z += zr;
     }
     return z;
+}
+
+/* The bits of the largest finite magnitude among n fp32 values. */
+static inline uint32_t tile_amax32(const float *x, size_t n) {
+    uint32_t m = 0;
+    for (size_t j = 0; j < n; j++) {
+        const uint32_t a = mp_f32_bits(x[j]) & 0x7fffffffu, fin = a < 0x7f800000u ? a : 0;
+        m = fin > m ? fin : m;
+    }
+    return m;
 }
 
 static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0,
@@ -78,7 +91,8 @@ static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_
     if (zeros) *zeros += tile_zeros(tile, ts, rows, cols);
     uint16_t h[32 * 64];
     if (e->round_to != MP_F32) { /* r = the half value, added to the fp32 C */
-        tile_to_half(e, e->round_to, h, tile, ts, rows, cols, st);
+        mp_convert_stats rs = {0, 0, 0, 0, 0.0f};
+        tile_to_half(e, e->round_to, h, tile, ts, rows, cols, st ? &rs : NULL);
         void (*back)(float *, const uint16_t *, size_t, mp_convert_stats *) =
             e->round_to == MP_F16 ? e->conv->f16_to_f32 : e->conv->bf16_to_f32;
         if (cols == ts) back(tile, h, rows * ts, NULL);
@@ -91,6 +105,11 @@ static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_
                 for (size_t j = 0; j < cols; j++) c[j] = t[j];
             else
                 for (size_t j = 0; j < cols; j++) c[j] = beta * c[j] + t[j];
+        }
+        if (st) { /* the rounding's counts; the amax of C as it now stands */
+            rs.amax = 0.0f;
+            for (size_t r = 0; r < rows; r++) mp_stats_amax(&rs, tile_amax32((float *)e->c + (i0 + r) * e->ldc + j0, cols));
+            mp_convert_stats_add(st, &rs);
         }
     } else if (e->ct == MP_F32) {
         for (size_t r = 0; r < rows; r++) {

@@ -96,26 +96,25 @@ static mp_convert_stats *fst(mp_gpt *g, size_t i, size_t n) {
     g->stats[i].fwd_elements += n;
     return &g->stats[i].fwd;
 }
-/* The largest magnitude of a forward store (n values at x) into entry i. */
-static void famax(mp_gpt *g, size_t i, const void *x, size_t n) {
-    if (g->counting) g->stats[i].fwd_amax = fmaxf(g->stats[i].fwd_amax, mp_amax(x, g->ct, n));
-}
-static void bamax(mp_gpt *g, size_t i, const void *x, mp_dtype t, size_t n) {
-    g->stats[i].bwd_amax = fmaxf(g->stats[i].bwd_amax, mp_amax(x, t, n));
-}
 static mp_convert_stats *bst(mp_gpt *g, size_t i, size_t n) {
     g->stats[i].bwd_elements += n;
     return &g->stats[i].bwd;
 }
 
 /* A weight gradient: rounded to ct (counted) and written or added to the fp32
- * gradient in the GEMM's epilogue, its exact zeros counted; nothing rounds in
- * fp32. */
+ * gradient in the GEMM's epilogue, its exact zeros counted, the amax of the
+ * gradient as it then stands taken there; nothing rounds in fp32 (weight_amax
+ * takes it then). */
 static mp_gemm_epilogue wgrad(mp_gpt *g, size_t i, size_t n) {
     mp_gemm_epilogue ep = {NULL, MP_F32, NULL, &g->stats[i].wgrad_dead};
     g->stats[i].bwd_elements += n, g->stats[i].wgrad_elements += n;
     if (g->ct != MP_F32) ep.round_to = g->ct, ep.stats = &g->stats[i].bwd;
     return ep;
+}
+
+/* The amax of a weight's gradient as it stands, where no epilogue took it. */
+static void weight_amax(mp_gpt *g, const mp_param *w, size_t i) {
+    mp_stats_amax(&g->stats[i].bwd, mp_f32_bits(mp_amax(w->grad, MP_F32, w->n)));
 }
 
 /* A weight's entry counts only its gradient's rounding: all of its
@@ -137,13 +136,6 @@ static const float *fparam(mp_gpt *g, const mp_param *p, int k) {
 
 static uint8_t *at(const mp_gpt *g, const void *p, size_t i) { return (uint8_t *)p + i * g->es; }
 
-/* The largest magnitude in att's causal part (row t of each (sequence, head) holds t + 1 values). */
-static float att_amax(const mp_gpt *g, const block *h, size_t B, size_t T) {
-    float m = 0.0f;
-    for (size_t r = 0; r < B * (size_t)g->cfg.n_head * T; r++)
-        m = fmaxf(m, mp_amax(at(g, h->att, r * T), g->ct, r % T + 1));
-    return m;
-}
 
 /* ---- configuration ---- */
 
@@ -627,49 +619,34 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
         for (size_t c = 0; c < C; c++) a[c] += p[c];
         mp_convert(at(g, g->x0, n * C), ct, a, MP_F32, C, s0);
     }
-    famax(g, 0, g->x0, N * C);
     const void *x = g->x0;
     for (int l = 0; l < L; l++) {
         block *h = &g->h[l];
         TRY(mp_layernorm_forward(h->ln1, ct, h->mean1, h->rstd1, x, ct, fparam(g, h->ln1w, 0), fparam(g, h->ln1b, 1),
                                  N, C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN1), N * C)));
-        famax(g, s_act(g, l, A_LN1), h->ln1, N * C);
         mp_gemm_epilogue ep = {fparam(g, h->attb, 0), MP_F32, fst(g, s_act(g, l, A_QKV), N * 3 * C), NULL};
         TRY(lin_fwd(g, l, W_ATT, N, 3 * C, C, h->ln1, h->attw, h->qkv, &ep));
-        famax(g, s_act(g, l, A_QKV), h->qkv, N * 3 * C);
         attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), NULL, NULL};
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
         TRY(attention(&j, 0, fst(g, s_act(g, l, A_ATT), natt), fst(g, s_act(g, l, A_Y), N * C)));
-        mp_tensor_stats *sa = &g->stats[s_act(g, l, A_ATT)];
-        if (g->counting) sa->fwd_amax = fmaxf(sa->fwd_amax, att_amax(g, h, B, T));
-        famax(g, s_act(g, l, A_Y), h->y, N * C);
         ep = (mp_gemm_epilogue){fparam(g, h->aprb, 0), MP_F32, fst(g, s_act(g, l, A_APROJ), N * C), NULL};
         TRY(lin_fwd(g, l, W_APR, N, C, C, h->y, h->aprw, g->tmp, &ep));
-        famax(g, s_act(g, l, A_APROJ), g->tmp, N * C);
         TRY(mp_add(h->res1, ct, x, ct, g->tmp, ct, N * C, fst(g, s_act(g, l, A_RES1), N * C)));
-        famax(g, s_act(g, l, A_RES1), h->res1, N * C);
         TRY(mp_layernorm_forward(h->ln2, ct, h->mean2, h->rstd2, h->res1, ct, fparam(g, h->ln2w, 0),
                                  fparam(g, h->ln2b, 1), N, C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN2), N * C)));
-        famax(g, s_act(g, l, A_LN2), h->ln2, N * C);
         ep = (mp_gemm_epilogue){fparam(g, h->fcb, 0), MP_F32, fst(g, s_act(g, l, A_FC), N * 4 * C), NULL};
         TRY(lin_fwd(g, l, W_FC, N, 4 * C, C, h->ln2, h->fcw, h->fc, &ep));
-        famax(g, s_act(g, l, A_FC), h->fc, N * 4 * C);
         TRY(gelu_fwd(g, h->gelu, h->fc, N * 4 * C, fst(g, s_act(g, l, A_GELU), N * 4 * C)));
-        famax(g, s_act(g, l, A_GELU), h->gelu, N * 4 * C);
         ep = (mp_gemm_epilogue){fparam(g, h->mprb, 0), MP_F32, fst(g, s_act(g, l, A_MPROJ), N * C), NULL};
         TRY(lin_fwd(g, l, W_MPR, N, C, 4 * C, h->gelu, h->mprw, g->tmp, &ep));
-        famax(g, s_act(g, l, A_MPROJ), g->tmp, N * C);
         TRY(mp_add(h->res2, ct, h->res1, ct, g->tmp, ct, N * C, fst(g, s_act(g, l, A_RES2), N * C)));
-        famax(g, s_act(g, l, A_RES2), h->res2, N * C);
         x = h->res2;
     }
     const size_t r0 = head_last ? N - 1 : 0, nr = N - r0;
     TRY(mp_layernorm_forward(at(g, g->lnf, r0 * C), ct, g->meanf + r0, g->rstdf + r0, at(g, x, r0 * C), ct,
                              fparam(g, g->lnfw, 0), fparam(g, g->lnfb, 1), nr, C, 1e-5f, g->acc, fst(g, s_lnf(g), nr * C)));
-    famax(g, s_lnf(g), at(g, g->lnf, r0 * C), nr * C);
     TRY(mp_gemm(0, 1, nr, V, C, 1.0f, at(g, g->lnf, r0 * C), ct, C, wte, ct, C, 0.0f, at(g, g->logits, r0 * V), ct, V,
                 fst(g, s_head(g), nr * V)));
-    famax(g, s_head(g), at(g, g->logits, r0 * V), nr * V);
     return MP_OK;
 }
 
@@ -691,14 +668,16 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
     float *dwte = accumulate ? g->dacc : g->wte->grad, *dwpe = accumulate ? g->dacc + V * C : g->wpe->grad;
     /* the head: dwte (written first), d ln_f = dlogits wte */
     mp_gemm_epilogue ep = wgrad(g, s_wte_w(g), V * C);
+    mp_convert_stats hs = {0, 0, 0, 0, 0.0f}; /* the head's share: its amax is not yet the gradient's */
+    if (ep.stats) ep.stats = &hs;
     TRY(mp_gemm_ex(1, 0, V, C, N, 1.0f, dlogits, ct, V, g->lnf, ct, C, 0.0f, dwte, MP_F32, C, &ep));
+    hs.amax = 0.0f;
+    mp_convert_stats_add(&g->stats[s_wte_w(g)].bwd, &hs);
     TRY(mp_gemm(0, 0, N, C, V, 1.0f, dlogits, ct, V, wct(g, g->wte), ct, C, 0.0f, g->g_a, ct, C,
                 bst(g, s_lnf(g), N * C)));
-    bamax(g, s_lnf(g), g->g_a, ct, N * C);
     TRY(mp_layernorm_backward(g->g_res, ct, g->lnfw->grad, g->lnfb->grad, g->g_a, ct, g->h[L - 1].res2, ct, g->meanf,
                               g->rstdf, fparam(g, g->lnfw, 0), N, C, accumulate, g->acc,
                               bst(g, s_act(g, L - 1, A_RES2), N * C)));
-    bamax(g, s_act(g, L - 1, A_RES2), g->g_res, ct, N * C);
     for (int l = L - 1; l >= 0; l--) {
         block *h = &g->h[l];
         const void *x = l ? g->h[l - 1].res2 : g->x0;
@@ -708,42 +687,30 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         TRY(lin_wgrad(g, l, W_MPR, N, C, 4 * C, g->g_res, h->gelu, beta, h->mprw->grad, &ep));
         TRY(mp_colsum(h->mprb->grad, g->g_res, ct, N, C, accumulate, g->acc));
         TRY(lin_dgrad(g, l, W_MPR, N, C, 4 * C, g->g_res, h->mprw, g->g_big, bst(g, s_act(g, l, A_GELU), N * 4 * C)));
-        bamax(g, s_act(g, l, A_GELU), g->g_big, ct, N * 4 * C);
         TRY((g->cfg.gelu == MP_GELU_ERF ? mp_gelu_erf_backward : mp_gelu_backward)(
             g->g_big, ct, g->g_big, ct, h->fc, ct, N * 4 * C, bst(g, s_act(g, l, A_FC), N * 4 * C)));
-        bamax(g, s_act(g, l, A_FC), g->g_big, ct, N * 4 * C);
         ep = wgrad(g, s_w(g, l, W_FC), 4 * C * C);
         TRY(lin_wgrad(g, l, W_FC, N, 4 * C, C, g->g_big, h->ln2, beta, h->fcw->grad, &ep));
         TRY(mp_colsum(h->fcb->grad, g->g_big, ct, N, 4 * C, accumulate, g->acc));
         TRY(lin_dgrad(g, l, W_FC, N, 4 * C, C, g->g_big, h->fcw, g->g_a, bst(g, s_act(g, l, A_LN2), N * C)));
-        bamax(g, s_act(g, l, A_LN2), g->g_a, ct, N * C);
         TRY(mp_layernorm_backward(g->g_b, ct, h->ln2w->grad, h->ln2b->grad, g->g_a, ct, h->res1, ct, h->mean2, h->rstd2,
                                   fparam(g, h->ln2w, 0), N, C, accumulate, g->acc, bst(g, s_act(g, l, A_RES1), N * C)));
         TRY(mp_add(g->g_res, ct, g->g_res, ct, g->g_b, ct, N * C, bst(g, s_act(g, l, A_RES1), N * C)));
-        bamax(g, s_act(g, l, A_RES1), g->g_b, ct, N * C);
-        bamax(g, s_act(g, l, A_RES1), g->g_res, ct, N * C);
         /* attention: g_res is now the gradient of res1 and of the attention's output */
         ep = wgrad(g, s_w(g, l, W_APR), C * C);
         TRY(lin_wgrad(g, l, W_APR, N, C, C, g->g_res, h->y, beta, h->aprw->grad, &ep));
         TRY(mp_colsum(h->aprb->grad, g->g_res, ct, N, C, accumulate, g->acc));
         TRY(lin_dgrad(g, l, W_APR, N, C, C, g->g_res, h->aprw, g->g_a, bst(g, s_act(g, l, A_Y), N * C)));
-        bamax(g, s_act(g, l, A_Y), g->g_a, ct, N * C);
         attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), g->g_a, g->g_big};
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
         TRY(attention(&j, 1, bst(g, s_act(g, l, A_ATT), natt), bst(g, s_act(g, l, A_QKV), N * 3 * C)));
-        mp_tensor_stats *sa = &g->stats[s_act(g, l, A_ATT)];
-        sa->bwd_amax = fmaxf(sa->bwd_amax, att_amax(g, h, B, T)); /* now the scores' gradient */
-        bamax(g, s_act(g, l, A_QKV), g->g_big, ct, N * 3 * C);
         ep = wgrad(g, s_w(g, l, W_ATT), 3 * C * C);
         TRY(lin_wgrad(g, l, W_ATT, N, 3 * C, C, g->g_big, h->ln1, beta, h->attw->grad, &ep));
         TRY(mp_colsum(h->attb->grad, g->g_big, ct, N, 3 * C, accumulate, g->acc));
         TRY(lin_dgrad(g, l, W_ATT, N, 3 * C, C, g->g_big, h->attw, g->g_a, bst(g, s_act(g, l, A_LN1), N * C)));
-        bamax(g, s_act(g, l, A_LN1), g->g_a, ct, N * C);
         TRY(mp_layernorm_backward(g->g_b, ct, h->ln1w->grad, h->ln1b->grad, g->g_a, ct, x, ct, h->mean1, h->rstd1,
                                   fparam(g, h->ln1w, 0), N, C, accumulate, g->acc, bst(g, sx, N * C)));
         TRY(mp_add(g->g_res, ct, g->g_res, ct, g->g_b, ct, N * C, bst(g, sx, N * C)));
-        bamax(g, sx, g->g_b, ct, N * C);
-        bamax(g, sx, g->g_res, ct, N * C);
     }
     /* embeddings: dwte[tok] += dx0 row, dwpe[t] += dx0 rows of position t,
      * in fp32, rows in order (no rounding to ct: nothing is counted) */
@@ -792,13 +759,12 @@ mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *ta
     TRY(forward(g, tokens, B, T, 0));
     float l;
     TRY(mp_cross_entropy(&l, g->logits, g->ct, g->logits, g->ct, targets, N, V, grad_scale, g->acc, bst(g, s_head(g), N * V)));
-    bamax(g, s_head(g), g->logits, g->ct, N * V);
     TRY(backward(g, tokens, B, T, accumulate));
-    bamax(g, s_wte_w(g), g->wte->grad, MP_F32, g->wte->n); /* the weights' gradients as accumulated */
-    for (int i = 0; i < g->cfg.n_layer; i++) {
+    weight_amax(g, g->wte, s_wte_w(g)); /* the tied head's gradient has the embedding rows' added */
+    for (int i = 0; g->ct == MP_F32 && i < g->cfg.n_layer; i++) {
         const block *h = &g->h[i];
         const mp_param *w[W_PER_LAYER] = {[W_ATT] = h->attw, [W_APR] = h->aprw, [W_FC] = h->fcw, [W_MPR] = h->mprw};
-        for (int k = 0; k < W_PER_LAYER; k++) bamax(g, s_w(g, i, k), w[k]->grad, MP_F32, w[k]->n);
+        for (int k = 0; k < W_PER_LAYER; k++) weight_amax(g, w[k], s_w(g, i, k));
     }
     count_lost(g);
     for (size_t i = 0; g->q && i < nq(g); i++) mp_qtensor_end(&g->q[i], &g->recipe);

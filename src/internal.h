@@ -87,6 +87,13 @@ static inline uint64_t mp_get_u64(const uint8_t *p) {
 static inline uint32_t mp_f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float mp_bits_f32(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
+/* st->amax = max(st->amax, a) for the bits a of a finite magnitude, compared
+ * on the bits (a magnitude's pattern is ordered as its value; no FPU compare,
+ * which DAZ could change). */
+static inline void mp_stats_amax(mp_convert_stats *st, uint32_t a) {
+    if (a > mp_f32_bits(st->amax)) st->amax = mp_bits_f32(a);
+}
+
 /* Bulk conversion kernels of one CPU path. Each converts n elements and, when
  * st is not NULL, adds exact statistics. NULL entries fall back to scalar. */
 typedef struct mp_convert_kernels {

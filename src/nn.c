@@ -217,11 +217,6 @@ static mp_convert_stats *fst(mp_mlp *m, int l, size_t n, int counting) {
     return &m->stats[l].fwd;
 }
 
-/* The largest magnitude of a forward store (n values at x) in layer l. */
-static void famax(mp_mlp *m, int l, const void *x, size_t n, int counting) {
-    if (counting) m->stats[l].fwd_amax = fmaxf(m->stats[l].fwd_amax, mp_amax(x, m->ct, n));
-}
-
 /* ---- the Linear layers' GEMMs: plain, or on quantized operands (recipe.h) ---- */
 
 static mp_qtensor *qt(mp_mlp *m, int l, mp_qrole role) { return &m->q[3 * l + (int)role]; }
@@ -265,26 +260,19 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B, int counting) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
         const mp_gemm_epilogue ep = {fparam(m, m->b[l], 0), MP_F32, fst(m, l, B * out, counting), NULL};
         st = lin_fwd(m, l, B, out, in, &ep);
-        if (st == MP_OK) famax(m, l, m->z[l], B * out, counting);
         if (st != MP_OK || l == c->nlayers - 1) continue;
         if (m->h[l] != m->z[l]) {
             st = mp_layernorm_forward(m->h[l], ct, m->mean[l], m->rstd[l], m->z[l], ct, fparam(m, m->lnw[l], 1),
                                       fparam(m, m->lnb[l], 2), B, out, 1e-5f, m->acc, fst(m, l, B * out, counting));
-            famax(m, l, m->h[l], B * out, counting);
         }
         if (st == MP_OK)
             st = (c->act == MP_ACT_GELU ? mp_gelu_forward : mp_relu_forward)(m->act[l + 1], ct, m->h[l], ct, B * out,
                                                                              fst(m, l, B * out, counting));
-        if (st == MP_OK) famax(m, l, m->act[l + 1], B * out, counting);
     }
     return st;
 }
 
 static void count(mp_mlp *m, int l, size_t n) { m->stats[l].bwd_elements += n; }
-/* The largest magnitude of a backward store (n values at x, type t) in layer l. */
-static void bamax(mp_mlp *m, int l, const void *x, mp_dtype t, size_t n) {
-    m->stats[l].bwd_amax = fmaxf(m->stats[l].bwd_amax, mp_amax(x, t, n));
-}
 
 static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
     const mp_mlp_config *c = &m->cfg;
@@ -293,8 +281,7 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
     void *other = dz == m->g0 ? m->g1 : m->g0;
     for (int l = c->nlayers - 1; l >= 0 && st == MP_OK; l--) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
-        mp_tensor_stats *ls = &m->stats[l];
-        bamax(m, l, dz, ct, B * out); /* the layer's output gradient, stored by the step below */
+        mp_tensor_stats *ls = &m->stats[l]; /* its amaxes come with the counts of every store */
         /* dW = dZ^T X, rounded to the compute format (the value a half-precision
          * backward stores, counted) and added to the fp32 gradient in the GEMM's
          * epilogue, with its lost and dead values; the histogram wants the
@@ -308,14 +295,15 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
             if (m->q) memcpy(qt(m, l, MP_QROLE_INPUT), keep, sizeof keep);
             mp_log2_histogram(m->dwf, MP_F32, out * in, m->hist_lo, m->hist_n, m->hist, m->hist_zeros);
         }
-        mp_convert_stats ws = {0, 0, 0, 0}; /* the weight gradient's share of the layer's stores */
+        mp_convert_stats ws = {0, 0, 0, 0, 0.0f}; /* the weight gradient's share of the layer's stores */
         const mp_gemm_epilogue ep = {NULL, ct, ct == MP_F32 ? NULL : &ws, &ls->wgrad_dead};
         if (st == MP_OK)
             st = lin_wgrad(m, l, B, out, in, dz, accumulate ? 1.0f : 0.0f, m->w[l]->grad, &ep);
         mp_convert_stats_add(&ls->bwd, &ws);
         ls->wgrad_lost += ws.underflow, ls->wgrad_elements += out * in;
         count(m, l, out * in);
-        if (st == MP_OK) bamax(m, l, m->w[l]->grad, MP_F32, out * in);
+        if (st == MP_OK && ct == MP_F32) /* nothing rounds, nothing was counted: the gradient's amax */
+            mp_stats_amax(&ls->bwd, mp_f32_bits(mp_amax(m->w[l]->grad, MP_F32, out * in)));
         if (st == MP_OK) st = mp_colsum(m->b[l]->grad, dz, ct, B, out, accumulate, m->acc);
         if (st != MP_OK || l == 0) break;
         /* dA (gradient of layer l-1's activation output) = dZ W */
@@ -323,7 +311,6 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
         mp_convert_stats *ps = &m->stats[l - 1].bwd;
         st = lin_dgrad(m, l, B, out, in, dz, other, ps);
         count(m, l - 1, B * in);
-        if (st == MP_OK) bamax(m, l - 1, other, ct, B * in);
         /* through the activation (and layer norm) into dZ of layer l-1, in dz's buffer */
         if (st == MP_OK)
             st = (c->act == MP_ACT_GELU ? mp_gelu_backward : mp_relu_backward)(dz, ct, other, ct, m->h[l - 1], ct,

@@ -141,9 +141,18 @@ void mp_relu16_scalar(uint16_t *out, const uint16_t *a, const uint16_t *x, size_
     *sub += ns, *nan += nn;
 }
 
+/* In chunks that stay in L1, each one's amax taken while it is there. */
 static void relu16_share(void *ctx, size_t i0, size_t i1, int t) {
     relu16_job *j = ctx;
-    mp_kernels_current()->relu16(j->out + i0, j->a + i0, j->b ? j->b + i0 : NULL, i1 - i0, &j->codes, &j->part[t].subnormal, &j->part[t].nan);
+    const mp_kernels *k = mp_kernels_current();
+    uint16_t am = 0;
+    for (size_t i = i0; i < i1; i += CHUNK) {
+        const size_t m = i1 - i < CHUNK ? i1 - i : CHUNK;
+        k->relu16(j->out + i, j->a + i, j->b ? j->b + i : NULL, m, &j->codes, &j->part[t].subnormal, &j->part[t].nan);
+        const uint16_t c = k->amax->amax16(j->out + i, m, j->codes.inf);
+        am = c > am ? c : am;
+    }
+    mp_stats_amax(&j->part[t], mp_f32_bits(j->codes.inf == 0x7c00 ? mp_f16_to_f32(am) : mp_bf16_to_f32(am)));
 }
 
 static int relu16(void *out, mp_dtype ot, const void *a, mp_dtype at, const void *b, mp_dtype bt, size_t n,

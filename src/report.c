@@ -517,7 +517,7 @@ static double headroom_log2(double limit, float amax) { return amax > 0 ? log2(l
 
 /* Tensor l's activation headroom against fp16's largest value; NAN where u has no tensors or l none. */
 static double headroom16(const mp_report *r, const mp_report_run *u, int l) {
-    return u->tensors && l < u->nlayers ? headroom_log2(r->fp16_max, u->tensors[l].fwd_amax) : NAN;
+    return u->tensors && l < u->nlayers ? headroom_log2(r->fp16_max, u->tensors[l].fwd.amax) : NAN;
 }
 
 /* Activation headroom per tensor against fp16's largest value (in every mode,
@@ -605,8 +605,8 @@ static void tensor_row(FILE *f, const mp_report_run *u, int l) {
     fputs("\"><td>", f);
     mp_html_escape(f, u->layer_names[l]);
     fputs("</td>", f);
-    store_cells(f, &t->fwd, t->fwd_elements, t->fwd_amax, limit);
-    store_cells(f, &t->bwd, t->bwd_elements, t->bwd_amax, limit);
+    store_cells(f, &t->fwd, t->fwd_elements, t->fwd.amax, limit);
+    store_cells(f, &t->bwd, t->bwd_elements, t->bwd.amax, limit);
     if (t->has_wgrad)
         hprintf(f, "<td>%.4f%%</td><td>%.2f%%</td></tr>\n", 100 * share(t->wgrad_lost, t->wgrad_elements),
                 100 * share(t->wgrad_dead, t->wgrad_elements));

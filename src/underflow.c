@@ -39,7 +39,7 @@ static int is_store_format(mp_dtype t) { return t == MP_F16 || t == MP_BF16 || t
 /* The counts at one scale; all zero (but the scale) if t or the scale is bad. */
 static mp_scale_counts set_count(const value_set *s, mp_dtype t, double scale) {
     mp_scale_counts c = {scale, 0, 0, 0, 0};
-    mp_convert_stats st = {0, 0, 0, 0};
+    mp_convert_stats st = {0, 0, 0, 0, 0.0f};
     if (!is_store_format(t) || mp_convert_count(t, s->x, s->xt, s->n, (float)scale, &st) != MP_OK) return c;
     c.zero = s->zeros + st.underflow, c.subnormal = st.subnormal, c.overflow = st.overflow - s->inf;
     c.survive = s->finite - c.zero - c.overflow;
@@ -251,7 +251,7 @@ mp_status mp_block_compare_values(const float *x, size_t n, mp_block_format f, m
     float *pad = buf, *q = buf + BLK_CHUNK;
     uint8_t *scales = codes + BLK_CHUNK;
     mp_quant_stats bst = {0, 0, 0, 0, 0}, tst = {0, 0, 0, 0, 0};
-    mp_convert_stats e2 = {0, 0, 0, 0};
+    mp_convert_stats e2 = {0, 0, 0, 0, 0.0f};
     double berr = 0, terr = 0;
     mp_status st = MP_OK;
     for (size_t i0 = 0; i0 < n && st == MP_OK; i0 += BLK_CHUNK) {

@@ -28,7 +28,8 @@ static void find_paths(void) {
 }
 
 static int stats_eq(const mp_convert_stats *a, const mp_convert_stats *b) {
-    return a->underflow == b->underflow && a->subnormal == b->subnormal && a->overflow == b->overflow && a->nan == b->nan;
+    return a->underflow == b->underflow && a->subnormal == b->subnormal && a->overflow == b->overflow &&
+           a->nan == b->nan && memcmp(&a->amax, &b->amax, sizeof a->amax) == 0;
 }
 
 #define BLOCK (1u << 16)
@@ -164,10 +165,12 @@ static void check_stats_independent(void) {
             want.underflow += isfinite(x[i]) && x[i] != 0 && r == 0;
             want.subnormal += r != 0 && fabs((double)r) < min_normal;
             want.overflow += isfinite(x[i]) && !isfinite(r);
+            if (isfinite(r) && fabsf(r) > want.amax) want.amax = fabsf(r);
         }
-        CHECK(stats_eq(&st, &want), "t=%d stats %" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 " vs counted %" PRIu64
-              "/%" PRIu64 "/%" PRIu64 "/%" PRIu64, t, st.underflow, st.subnormal, st.overflow, st.nan,
-              want.underflow, want.subnormal, want.overflow, want.nan);
+        CHECK(stats_eq(&st, &want), "t=%d stats %" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 " amax %g vs counted %" PRIu64
+              "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 " amax %g", t, st.underflow, st.subnormal, st.overflow, st.nan,
+              (double)st.amax, want.underflow, want.subnormal, want.overflow, want.nan, (double)want.amax);
+        CHECK(st.amax == mp_amax(y, t == 0 ? MP_F16 : MP_BF16, N), "t=%d: the counts' amax is mp_amax of the result", t);
         CHECK(want.underflow + want.subnormal + want.overflow + want.nan > 1000, "sample has special values");
     }
     free(x); free(y);
@@ -200,6 +203,7 @@ static void want_stats(mp_convert_stats *w, float v, float r, mp_dtype dt) {
     } else {
         w->overflow += isfinite(v) && !isfinite(r);
     }
+    if (isfinite(r) && fabsf(r) > w->amax) w->amax = fabsf(r); /* the largest finite result */
 }
 
 static uint32_t code_at(const void *p, mp_dtype t, size_t i) {
@@ -266,9 +270,13 @@ static void check_api(void) {
     float x[40];
     uint16_t h[40];
     for (int i = 0; i < 40; i++) x[i] = (float)i * 0.1f;
-    mp_convert_stats st = {1, 2, 3, 4};
+    mp_convert_stats st = {1, 2, 3, 4, 8.0f};
     CHECK(mp_convert(h, MP_F16, x, MP_F32, 40, &st) == MP_OK, "ok");
-    CHECK(st.underflow == 1 && st.subnormal == 2 && st.overflow == 3 && st.nan == 4, "stats are added to");
+    CHECK(st.underflow == 1 && st.subnormal == 2 && st.overflow == 3 && st.nan == 4 && st.amax == 8.0f,
+          "stats are added to, amax kept when larger");
+    st.amax = 1.0f;
+    CHECK(mp_convert(h, MP_F16, x, MP_F32, 40, &st) == MP_OK && st.amax == mp_f16_to_f32(mp_f32_to_f16(3.9f)),
+          "amax: the largest value stored (3.9 in fp16)");
     CHECK(mp_convert(h, (mp_dtype)7, x, MP_F32, 40, NULL) == MP_EINVAL && strstr(mp_last_error(), "dtype"), "bad dtype");
     CHECK(mp_convert(NULL, MP_F16, x, MP_F32, 40, NULL) == MP_EINVAL, "NULL dst");
     CHECK(mp_convert(NULL, MP_F16, NULL, MP_F32, 0, NULL) == MP_OK, "n = 0 is a no-op");
@@ -518,8 +526,8 @@ static void check_mx_widen(void) {
           s.overflow);
     memset(&s, 0, sizeof s);
     CHECK(mp_convert(w, MP_F32, src, MP_E2M1, 256, &s) == MP_OK && w[0x17] == 6.0f && w[0xf9] == -0.5f &&
-              !memcmp(&s, &(mp_convert_stats){0}, sizeof s),
-          "e2m1 -> fp32");
+              stats_eq(&s, &(mp_convert_stats){0, 0, 0, 0, 6.0f}),
+          "e2m1 -> fp32: nothing counted, amax 6");
     /* in place, one byte to one byte */
     uint8_t ip[256];
     memcpy(ip, src, 256);

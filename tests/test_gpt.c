@@ -247,6 +247,12 @@ static void check_half_gradients(void) {
 }
 
 /* 2. accumulate = 0 over NaN equals zero_grad + accumulate = 1; a second micro-batch adds */
+static const mp_tensor_stats *stat(mp_model *m, const char *name) {
+    for (size_t i = 0; i < m->ops->nstats(m->impl); i++)
+        if (strcmp(m->ops->stats(m->impl, i)->name, name) == 0) return m->ops->stats(m->impl, i);
+    return NULL;
+}
+
 static void check_accumulate(mp_dtype ct) {
     mp_gpt_config c;
     mp_gpt_parse("gpt:2-2-16-8", &c);
@@ -278,10 +284,30 @@ static void check_accumulate(mp_dtype ct) {
     CHECK(mp_gpt_train_batch(g, t1, y1, B, T, 1.0f, 0, &loss) == MP_OK, "batch 1");
     EACH(memcpy(g1 + off_, p->grad, p->n * 4));
     mp_optim_zero_grad(o);
+    mp_model m = mp_gpt_model(g);
+    m.ops->reset_stats(m.impl);
     CHECK(mp_gpt_train_batch(g, t1, y1, B, T, 1.0f, 1, &loss) == MP_OK, "accumulate");
     long differ = 0, not_added = 0, nonzero = 0;
     EACH(differ += memcmp(g1 + off_, p->grad, p->n * 4) != 0);
+    float amax1[4 * 2]; /* the block weights' gradients' amaxes after the first micro-batch */
+    const char *const wn[4] = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"};
+    for (int l = 0; l < 2; l++)
+        for (int w = 0; w < 4; w++) {
+            char pn[96];
+            snprintf(pn, sizeof pn, "transformer.h.%d.%s", l, wn[w]);
+            amax1[l * 4 + w] = mp_amax(param(o, pn)->grad, MP_F32, param(o, pn)->n);
+        }
     CHECK(mp_gpt_train_batch(g, t2, y2, B, T, 1.0f, 1, &loss) == MP_OK, "accumulate 2");
+    long bad_amax = 0; /* each micro-batch's gradient as accumulated so far: the larger amax */
+    for (int l = 0; l < 2; l++)
+        for (int w = 0; w < 4; w++) {
+            char pn[96], sn[96];
+            snprintf(pn, sizeof pn, "transformer.h.%d.%s", l, wn[w]);
+            snprintf(sn, sizeof sn, "h.%d.%s", l, wn[w]);
+            const float a2 = mp_amax(param(o, pn)->grad, MP_F32, param(o, pn)->n);
+            bad_amax += stat(&m, sn)->bwd.amax != (a2 > amax1[l * 4 + w] ? a2 : amax1[l * 4 + w]);
+        }
+    CHECK(bad_amax == 0, "%s: %ld weights' accumulated gradient amax differ", mp_format(ct)->name, bad_amax);
     EACH({
         float big = 0;
         for (size_t k = 0; k < p->n; k++) big = fmaxf(big, fabsf(g1[off_ + k]) + fabsf(g2[off_ + k]));
@@ -333,12 +359,6 @@ static void check_learns(mp_dtype ct, int pure) {
     mp_gpt_free(g), mp_optim_free(o);
 }
 
-static const mp_tensor_stats *stat(mp_model *m, const char *name) {
-    for (size_t i = 0; i < m->ops->nstats(m->impl); i++)
-        if (strcmp(m->ops->stats(m->impl, i)->name, name) == 0) return m->ops->stats(m->impl, i);
-    return NULL;
-}
-
 /* 4. per-tensor statistics: names, underflow of tiny gradients, overflow of huge activations */
 static void check_stats(void) {
     const mp_gpt_config c = tiny_config(MP_GELU_TANH);
@@ -388,8 +408,13 @@ static void check_stats(void) {
             for (size_t j = 0; j < p->n; j++) zeros += p->grad[j] == 0.0f;
             CHECK(e->has_wgrad && e->wgrad_elements == p->n && e->wgrad_lost == e->bwd.underflow, "%s: counts",
                   e->name);
+            CHECK(e->bwd.amax == mp_amax(p->grad, MP_F32, p->n), "%s: amax %g, the gradient's %g", e->name,
+                  (double)e->bwd.amax, (double)mp_amax(p->grad, MP_F32, p->n));
             lost += e->wgrad_lost, dead += e->wgrad_dead;
         }
+        const mp_param *we = param(o, "transformer.wte.weight"); /* the head's and the embedding rows' sum */
+        CHECK(stat(&m, "wte.weight")->bwd.amax == mp_amax(we->grad, MP_F32, we->n), "wte.weight: amax %g, want %g",
+              (double)stat(&m, "wte.weight")->bwd.amax, (double)mp_amax(we->grad, MP_F32, we->n));
         CHECK(ct == MP_F32 ? lost == 0 && dead == zeros : lost > 0 && lost + dead == zeros,
               "%s: block weights' gradients: %llu lost, %llu dead, %llu zeros", mp_format(ct)->name,
               (unsigned long long)lost, (unsigned long long)dead, (unsigned long long)zeros);
@@ -506,10 +531,10 @@ static void check_recount(void) {
             if (isfinite(a) && a > amax) amax = a;
         }
         CHECK(e->fwd_elements == n && e->fwd.subnormal == sub && e->fwd.overflow == inf && e->fwd.nan == nan &&
-                  e->fwd_amax == amax,
+                  e->fwd.amax == amax,
               "%s: counted %llu subnormal %llu overflow %llu NaN, amax %g; recount %llu %llu %llu, %g", e->name,
               (unsigned long long)e->fwd.subnormal, (unsigned long long)e->fwd.overflow,
-              (unsigned long long)e->fwd.nan, (double)e->fwd_amax, (unsigned long long)sub, (unsigned long long)inf,
+              (unsigned long long)e->fwd.nan, (double)e->fwd.amax, (unsigned long long)sub, (unsigned long long)inf,
               (unsigned long long)nan, (double)amax);
         subn += sub, over += inf;
     }
@@ -820,7 +845,7 @@ static void check_ops(void) {
     enum { N = 20001 };
     float *x = malloc(N * 4), *y = malloc(N * 4), *dy = malloc(N * 4), *dx = malloc(N * 4);
     for (int i = 0; i < N; i++) x[i] = -10.0f + 20.0f * (float)i / (N - 1), dy[i] = 1.0f - 0.5f * (float)(i % 3);
-    mp_convert_stats st = {0, 0, 0, 0};
+    mp_convert_stats st = {0, 0, 0, 0, 0.0f};
     CHECK(mp_gelu_erf_forward(y, MP_F32, x, MP_F32, N, &st) == MP_OK, "erf forward");
     CHECK(mp_gelu_erf_backward(dx, MP_F32, dy, MP_F32, x, MP_F32, N, &st) == MP_OK, "erf backward");
     double wf = 0, wb = 0;
@@ -836,7 +861,7 @@ static void check_ops(void) {
     CHECK(wf < 4e-7 && wb < 4e-7, "erf GELU vs fp64: forward %g, backward %g (relative, over 1 + x^2)", wf, wb);
     /* half outputs: the rounding of the fp32 results, counted */
     uint16_t *h = malloc(N * 2);
-    mp_convert_stats hs = {0, 0, 0, 0}, want = {0, 0, 0, 0};
+    mp_convert_stats hs = {0, 0, 0, 0, 0.0f}, want = {0, 0, 0, 0, 0.0f};
     for (int i = 0; i < N; i++) x[i] *= 1e-5f;
     mp_gelu_erf_forward(h, MP_F16, x, MP_F32, N, &hs);
     mp_gelu_erf_forward(y, MP_F32, x, MP_F32, N, NULL);

@@ -452,8 +452,10 @@ static void check_relu_bits(void) {
                     bad += y[i] != want;
                 }
                 CHECK(bad == 0 && sf.subnormal == wf.subnormal && sf.nan == wf.nan && sb.subnormal == wb.subnormal &&
-                          sb.nan == wb.nan && sb.underflow == 0 && sb.overflow == 0 && wb.nan > 0 && wf.subnormal > 0,
-                      "%s relu on bits (isa %d, %u values): %ld differ", mp_format(dt)->name, isa, N, bad);
+                          sb.nan == wb.nan && sb.underflow == 0 && sb.overflow == 0 && wb.nan > 0 && wf.subnormal > 0 &&
+                          sf.amax == wf.amax && sb.amax == wb.amax && sf.amax > 0 && sb.amax == mp_amax(y, dt, N),
+                      "%s relu on bits (isa %d, %u values): %ld differ, amax %g/%g (want %g/%g)", mp_format(dt)->name,
+                      isa, N, bad, (double)sf.amax, (double)sb.amax, (double)wf.amax, (double)wb.amax);
             }
     mp_cpu_set_isa(mp_cpu_detected());
 }

@@ -33,7 +33,7 @@ static const float scales[4] = {1.0f, 0.5f, 1024.0f, 0x1p-30f};
  * classified, with the header's two rules (a product of 0 from a nonzero
  * finite input is an underflow; an infinite input or product is an overflow). */
 static mp_convert_stats ref_count(mp_dtype fmt, const void *x, mp_dtype t, size_t n, float scale) {
-    mp_convert_stats r = {0, 0, 0, 0};
+    mp_convert_stats r = {0, 0, 0, 0, 0.0f};
     float *w = malloc(n * sizeof *w), *p = malloc(n * sizeof *p);
     uint8_t *d = malloc(n * 4);
     if (!w || !p || !d) abort();
@@ -64,7 +64,7 @@ static void check_count_against_ref(const char *what, const void *x, mp_dtype t,
     for (int f = 0; f < 5; f++)
         for (int s = 0; s < 4; s++) {
             const mp_convert_stats want = ref_count(fmts[f], x, t, n, scales[s]);
-            mp_convert_stats got = {1, 2, 3, 4}; /* added to, never reset */
+            mp_convert_stats got = {1, 2, 3, 4, 0.0f}; /* added to, never reset */
             CHECK(mp_convert_count(fmts[f], x, t, n, scales[s], &got) == MP_OK, "%s", mp_last_error());
             got.underflow -= 1, got.subnormal -= 2, got.overflow -= 3, got.nan -= 4;
             CHECK(stats_eq(&got, &want),
@@ -125,7 +125,7 @@ static void check_convert_count(void) {
 
     /* the rules, on hand-picked values */
     const float prod_under[2] = {0x1p-149f, -0x1p-140f}; /* x 2^-30: 0 in fp32 already */
-    mp_convert_stats st = {0, 0, 0, 0};
+    mp_convert_stats st = {0, 0, 0, 0, 0.0f};
     CHECK(mp_convert_count(MP_F32, prod_under, MP_F32, 2, 0x1p-30f, &st) == MP_OK && st.underflow == 2 &&
               st.subnormal == 0 && st.overflow == 0, "fp32 product underflow: u%" PRIu64, st.underflow);
     memset(&st, 0, sizeof st);
@@ -168,7 +168,7 @@ static void check_convert_count(void) {
         const mp_convert_stats want = ref_count(fmts[f], b, MP_F32, big, 0x1p-30f);
         for (int th = 1; th <= 4; th += 3) {
             mp_set_threads(th);
-            mp_convert_stats got = {0, 0, 0, 0};
+            mp_convert_stats got = {0, 0, 0, 0, 0.0f};
             CHECK(mp_convert_count(fmts[f], b, MP_F32, big, 0x1p-30f, &got) == MP_OK && stats_eq(&got, &want),
                   "%d threads, %s: u%" PRIu64 " vs %" PRIu64, th, mp_format(fmts[f])->name, got.underflow,
                   want.underflow);

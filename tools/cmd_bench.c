@@ -150,7 +150,7 @@ static int bench_convert(int argc, char **argv) {
     for (size_t c = 0; c < NCASES; c++) {
         const void *src = cases[c].src == MP_F32 ? (const void *)f32 : (const void *)h;
         void *dst = cases[c].dst == MP_F32 ? (void *)f32b : (void *)h;
-        mp_convert_stats st = {0, 0, 0, 0};
+        mp_convert_stats st = {0, 0, 0, 0, 0.0f};
         mp_convert(dst, cases[c].dst, src, cases[c].src, (size_t)n, cases[c].stats ? &st : NULL);
         for (long r = 0; r < reps; r++) {
             const double t0 = now();

@@ -48,7 +48,7 @@ static const char usage[] =
 static const char *block_status(float x, float q, mp_dtype elem, float mult) {
     if (x == q) return "exact";
     if (q == 0) return "flushed";
-    mp_convert_stats st = {0, 0, 0, 0};
+    mp_convert_stats st = {0, 0, 0, 0, 0.0f};
     mp_convert_count(elem, &x, MP_F32, 1, mult, &st);
     return st.overflow ? "saturated" : "rounded";
 }

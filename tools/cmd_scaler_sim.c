@@ -138,7 +138,7 @@ static int run(int argc, char **argv) {
         }
         const float scale = mp_scaler_get_scale(&s);
         for (long i = 0; i < o.n; i++) gs[i] = g[i] * scale;
-        mp_convert_stats st = {0, 0, 0, 0}, st1 = {0, 0, 0, 0};
+        mp_convert_stats st = {0, 0, 0, 0, 0.0f}, st1 = {0, 0, 0, 0, 0.0f};
         mp_convert(h, MP_F16, gs, MP_F32, (size_t)o.n, &st);
         mp_convert(h, MP_F16, g, MP_F32, (size_t)o.n, &st1);
         sim_row *row = &rows[t];

@@ -597,7 +597,7 @@ static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double 
     for (int bwd = 0; bwd < 2; bwd++)
         for (size_t i = 0; i < n; i++) {
             const mp_tensor_stats *t = m->ops->stats(m->impl, i);
-            const double hr = headroom(limit, bwd ? t->bwd_amax : t->fwd_amax);
+            const double hr = headroom(limit, bwd ? t->bwd.amax : t->fwd.amax);
             if (isnan(hr)) fprintf(log, ",");
             else fprintf(log, ",%.4g", hr);
         }
@@ -819,8 +819,6 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             const mp_tensor_stats *ts = s.model.ops->stats(s.model.impl, (size_t)i);
             r->tensor_underflow[(size_t)done_steps * (size_t)nt + (size_t)i] = (float)frac(ts->bwd.underflow, ts->bwd_elements);
             mp_convert_stats_add(&run_stats[i].fwd, &ts->fwd), mp_convert_stats_add(&run_stats[i].bwd, &ts->bwd);
-            run_stats[i].fwd_amax = fmaxf(run_stats[i].fwd_amax, ts->fwd_amax);
-            run_stats[i].bwd_amax = fmaxf(run_stats[i].bwd_amax, ts->bwd_amax);
             run_stats[i].fwd_elements += ts->fwd_elements, run_stats[i].bwd_elements += ts->bwd_elements;
             run_stats[i].wgrad_elements += ts->wgrad_elements, run_stats[i].wgrad_lost += ts->wgrad_lost;
             run_stats[i].wgrad_dead += ts->wgrad_dead;
@@ -1089,7 +1087,7 @@ int run_training(const run_opts *o, FILE *out, run_result *res) {
             cJSON_AddNumberToObject(o1, "grad_values", (double)ls->bwd_elements);
             cJSON_AddNumberToObject(o1, "act_values", (double)ls->fwd_elements);
             for (int bwd = 0; bwd < 2; bwd++) {
-                const float amax = bwd ? ls->bwd_amax : ls->fwd_amax;
+                const float amax = bwd ? ls->bwd.amax : ls->fwd.amax;
                 const double hr = headroom(limit, amax);
                 const char *ka = bwd ? "grad_amax" : "act_amax", *kh = bwd ? "grad_headroom_log2" : "act_headroom_log2";
                 if (isnan(hr)) cJSON_AddNullToObject(o1, ka), cJSON_AddNullToObject(o1, kh);

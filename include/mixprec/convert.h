@@ -41,6 +41,9 @@ typedef struct mp_convert_stats {
     uint64_t subnormal;  /* results that are subnormal in the destination format */
     uint64_t overflow;   /* finite inputs that became inf or NaN; into E2M1: that saturated */
     uint64_t nan;        /* NaN inputs; into E8M0 also finite inputs <= 0 */
+    float amax;          /* the largest finite magnitude among the results (mp_amax of what was
+                            stored); 0 when there is none. Counted wherever the other fields are,
+                            so a tensor's amax needs no pass of its own */
 } mp_convert_stats;
 
 /* Converts n elements of src (src_type) into dst (dst_type). src and dst must
@@ -53,7 +56,7 @@ typedef struct mp_convert_stats {
 mp_status mp_convert(void *dst, mp_dtype dst_type, const void *src, mp_dtype src_type,
                      size_t n, mp_convert_stats *stats);
 
-/* Adds b's counts to a. */
+/* Adds b's counts to a; a's amax becomes the larger of the two. */
 void mp_convert_stats_add(mp_convert_stats *a, const mp_convert_stats *b);
 
 /* The largest finite magnitude among n elements of x (type t: fp32, fp16 or

@@ -53,7 +53,7 @@ class FormatInfo(ctypes.Structure):
 
 class ConvertStats(ctypes.Structure):
     _fields_ = [("underflow", ctypes.c_uint64), ("subnormal", ctypes.c_uint64), ("overflow", ctypes.c_uint64),
-                ("nan", ctypes.c_uint64)]
+                ("nan", ctypes.c_uint64), ("amax", ctypes.c_float)]
 
 
 class ValueCounts(ctypes.Structure):
@@ -78,7 +78,7 @@ class Underflow(ctypes.Structure):
 class TensorStats(ctypes.Structure):  # model.h
     _fields_ = [("name", ctypes.c_char * 64), ("fwd", ConvertStats), ("bwd", ConvertStats),
                 ("fwd_elements", ctypes.c_uint64), ("bwd_elements", ctypes.c_uint64),
-                ("fwd_amax", ctypes.c_float), ("bwd_amax", ctypes.c_float), ("has_wgrad", ctypes.c_int),
+                ("has_wgrad", ctypes.c_int),
                 ("wgrad_elements", ctypes.c_uint64), ("wgrad_lost", ctypes.c_uint64), ("wgrad_dead", ctypes.c_uint64)]
 
 

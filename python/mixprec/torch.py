@@ -535,7 +535,7 @@ class _ReportBuilder:
                     st.overflow += c["inf"]
                     st.nan += c["nan"]
                     setattr(t, field + "_elements", getattr(t, field + "_elements") + c["elements"])
-                    setattr(t, field + "_amax", max(getattr(t, field + "_amax"), c["amax"]))
+                    st.amax = max(st.amax, c["amax"])
         dtypes = [a["dtype"] for s in steps for n, a in mon._history[s]["act"].items() if n in index]
         compute = max(set(dtypes), key=dtypes.count) if dtypes else "fp32"
         self._keep = [under, tensors]

@@ -10,10 +10,17 @@
 
 #include "../convert_stats.h"
 
-typedef struct { uint64_t under, sub, over, nan; } counts;
+/* amax: per lane, the largest finite result magnitude code */
+typedef struct { uint64_t under, sub, over, nan; __m256i amax; } counts;
+#define COUNTS0 {0, 0, 0, 0, _mm256_setzero_si256()}
 
-static inline void add_counts(mp_convert_stats *st, const counts *c) {
+/* E, M: the result format's fields (for the amax's value) */
+static inline void add_counts(mp_convert_stats *st, const counts *c, int E, int M) {
     st->underflow += c->under; st->subnormal += c->sub; st->overflow += c->over; st->nan += c->nan;
+    __m128i m = _mm_max_epu32(_mm256_castsi256_si128(c->amax), _mm256_extracti128_si256(c->amax, 1));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+    m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+    mp_stats_amax(st, mp_code_f32_bits((uint32_t)_mm_cvtsi128_si32(m), E, M));
 }
 
 static inline int pop8(__m256i m) { return __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(m))); }
@@ -29,6 +36,7 @@ static inline void count8(counts *c, __m256i x, __m256i ay, uint32_t min_normal_
     const __m256i y_zero = _mm256_cmpeq_epi32(ay, zero);
     const __m256i y_sub = _mm256_andnot_si256(y_zero, _mm256_cmpgt_epi32(_mm256_set1_epi32((int)min_normal_code), ay));
     const __m256i y_nonfinite = _mm256_cmpgt_epi32(ay, _mm256_set1_epi32((int)inf_code - 1));
+    c->amax = _mm256_max_epu32(c->amax, _mm256_andnot_si256(y_nonfinite, ay));
     c->nan += (uint64_t)pop8(x_nan);
     c->under += (uint64_t)pop8(_mm256_and_si256(_mm256_and_si256(x_finite, x_nz), y_zero));
     c->sub += (uint64_t)pop8(y_sub);
@@ -38,7 +46,7 @@ static inline void count8(counts *c, __m256i x, __m256i ay, uint32_t min_normal_
 static inline void f32_to_f16_body(uint16_t *dst, // (n,) fp16
                                    const float *src, // (n,) fp32
                                    size_t n, mp_convert_stats *st, const int stats) {
-    counts c = {0, 0, 0, 0};
+    counts c = COUNTS0;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
             const __m256 x = _mm256_loadu_ps(src + i);
@@ -49,7 +57,7 @@ static inline void f32_to_f16_body(uint16_t *dst, // (n,) fp16
                 count8(&c, _mm256_castps_si256(x), ay, 0x400, 0x7c00);
             }
         }
-    if (stats) add_counts(st, &c);
+    if (stats) add_counts(st, &c, 5, 10);
     mp_convert_scalar.f32_to_f16(dst + i, src + i, n - i, stats ? st : NULL);
 }
 
@@ -61,6 +69,7 @@ static void f32_to_f16(uint16_t *dst, const float *src, size_t n, mp_convert_sta
 static void f16_to_f32(float *dst, const uint16_t *src, size_t n, mp_convert_stats *st) {
     size_t i = 0;
     uint64_t nan = 0;
+    __m128i am = _mm_setzero_si128(); /* the largest finite magnitude code per lane */
     for (; i + 8 <= n; i += 8) {
         const __m128i h = _mm_loadu_si128((const __m128i *)(src + i));
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
@@ -68,9 +77,17 @@ static void f16_to_f32(float *dst, const uint16_t *src, size_t n, mp_convert_sta
             const __m128i ah = _mm_and_si128(h, _mm_set1_epi16(0x7fff));
             const __m128i isnan = _mm_cmpgt_epi16(ah, _mm_set1_epi16(0x7c00));
             nan += (uint64_t)__builtin_popcount((unsigned)_mm_movemask_epi8(isnan)) / 2;
+            const __m128i fin = _mm_cmpgt_epi16(_mm_set1_epi16(0x7c00), ah);
+            am = _mm_max_epu16(am, _mm_and_si128(ah, fin));
         }
     }
-    if (st) st->nan += nan; /* fp16 values are never fp32 subnormals */
+    if (st) { /* fp16 values are never fp32 subnormals */
+        st->nan += nan;
+        am = _mm_max_epu16(am, _mm_shuffle_epi32(am, 0x4e));
+        am = _mm_max_epu16(am, _mm_shuffle_epi32(am, 0xb1));
+        am = _mm_max_epu16(am, _mm_srli_epi32(am, 16));
+        mp_stats_amax(st, mp_code_f32_bits((uint32_t)_mm_extract_epi16(am, 0), 5, 10));
+    }
     mp_convert_scalar.f16_to_f32(dst + i, src + i, n - i, st);
 }
 
@@ -86,7 +103,7 @@ static inline __m256i bf16_round8(__m256i x, __m256i *is_nan) {
 
 static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st,
                                     const int stats) {
-    counts c = {0, 0, 0, 0};
+    counts c = COUNTS0;
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
             __m256i nan0, nan1;
@@ -101,7 +118,7 @@ static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, m
                 count8(&c, x1, _mm256_and_si256(r1, m), 0x80, 0x7f80);
             }
         }
-    if (stats) add_counts(st, &c);
+    if (stats) add_counts(st, &c, 8, 7);
     mp_convert_scalar.f32_to_bf16(dst + i, src + i, n - i, stats ? st : NULL);
 }
 
@@ -112,7 +129,7 @@ static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_st
 
 static void bf16_to_f32(float *dst, const uint16_t *src, size_t n, mp_convert_stats *st) {
     size_t i = 0;
-    counts c = {0, 0, 0, 0};
+    counts c = COUNTS0;
     const __m256i inf32 = _mm256_set1_epi32(0x7f800000);
     for (; i + 8 <= n; i += 8) {
         const __m256i x = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i))), 16);
@@ -122,7 +139,7 @@ static void bf16_to_f32(float *dst, const uint16_t *src, size_t n, mp_convert_st
         _mm256_storeu_si256((__m256i *)(dst + i), y);
         if (st) count8(&c, y, ax, 0x800000, 0x7f800000);
     }
-    if (st) add_counts(st, &c);
+    if (st) add_counts(st, &c, 8, 23);
     mp_convert_scalar.bf16_to_f32(dst + i, src + i, n - i, st);
 }
 

@@ -6,7 +6,7 @@
 static inline void f32_to_f16_body(uint16_t *dst, // (n,) fp16
                                    const float *src, // (n,) fp32
                                    size_t n, mp_convert_stats *st, const int stats) {
-    mp_counts512 c = {0, 0, 0, 0};
+    mp_counts512 c = MP_COUNTS512_0;
     const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
     for (size_t i = 0, m; i < n; i += m) {
         const __mmask16 k = mp_lanes16(dst, 2, 32, i, n, stream, &m);
@@ -19,7 +19,7 @@ static inline void f32_to_f16_body(uint16_t *dst, // (n,) fp16
         }
     }
     if (stream) _mm_sfence();
-    if (stats) mp_counts512_add(st, &c);
+    if (stats) mp_counts512_add(st, &c, 5, 10);
 }
 
 void mp_f32_to_f16_avx512(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st) {
@@ -31,23 +31,30 @@ void mp_f16_to_f32_avx512(float *dst, // (n,) fp32
                           const uint16_t *src, // (n,) fp16
                           size_t n, mp_convert_stats *st) {
     uint64_t nan = 0;
+    __m512i am = _mm512_setzero_si512(); /* the largest finite result magnitude per lane */
     const int stream = n * 4 >= MP_STREAM_MIN_BYTES;
     for (size_t i = 0, m; i < n; i += m) {
         const __mmask16 k = mp_lanes16(dst, 4, 64, i, n, stream, &m);
         const __m256i h = _mm256_maskz_loadu_epi16(k, src + i);
-        mp_store16x32(dst + i, k, _mm512_castps_si512(_mm512_cvtph_ps(h)), stream);
+        const __m512i y = _mm512_castps_si512(_mm512_cvtph_ps(h));
+        mp_store16x32(dst + i, k, y, stream);
         if (st) {
             const __m256i ah = _mm256_and_si256(h, _mm256_set1_epi16(0x7fff));
             nan += (uint64_t)__builtin_popcount(_mm256_cmpgt_epu16_mask(ah, _mm256_set1_epi16(0x7c00)));
+            const __m512i ay = _mm512_and_si512(y, _mm512_set1_epi32(0x7fffffff));
+            am = _mm512_mask_max_epu32(am, k & _mm512_cmplt_epu32_mask(ay, _mm512_set1_epi32(0x7f800000)), am, ay);
         }
     }
     if (stream) _mm_sfence();
-    if (st) st->nan += nan; /* fp16 values are never fp32 subnormals */
+    if (st) { /* fp16 values are never fp32 subnormals */
+        st->nan += nan;
+        mp_stats_amax(st, _mm512_reduce_max_epu32(am));
+    }
 }
 
 static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st,
                                     const int stats) {
-    mp_counts512 c = {0, 0, 0, 0};
+    mp_counts512 c = MP_COUNTS512_0;
     const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
     for (size_t i = 0, m; i < n; i += m) {
         const __mmask16 k = mp_lanes16(dst, 2, 32, i, n, stream, &m);
@@ -57,7 +64,7 @@ static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, m
         if (stats) mp_count16(&c, k, x, _mm512_and_si512(r, _mm512_set1_epi32(0x7fff)), 0x80, 0x7f80);
     }
     if (stream) _mm_sfence();
-    if (stats) mp_counts512_add(st, &c);
+    if (stats) mp_counts512_add(st, &c, 8, 7);
 }
 
 static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st) {
@@ -68,7 +75,7 @@ static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_st
 void mp_bf16_to_f32_avx512(float *dst, // (n,) fp32
                            const uint16_t *src, // (n,) bf16
                            size_t n, mp_convert_stats *st) {
-    mp_counts512 c = {0, 0, 0, 0};
+    mp_counts512 c = MP_COUNTS512_0;
     const int stream = n * 4 >= MP_STREAM_MIN_BYTES;
     for (size_t i = 0, m; i < n; i += m) {
         const __mmask16 k = mp_lanes16(dst, 4, 64, i, n, stream, &m);
@@ -77,7 +84,7 @@ void mp_bf16_to_f32_avx512(float *dst, // (n,) fp32
         if (st) mp_count16(&c, k, y, _mm512_and_si512(y, _mm512_set1_epi32(0x7fffffff)), 0x800000, 0x7f800000);
     }
     if (stream) _mm_sfence();
-    if (st) mp_counts512_add(st, &c);
+    if (st) mp_counts512_add(st, &c, 8, 23);
 }
 
 const mp_convert_kernels mp_convert_avx512 = {

@@ -7,10 +7,15 @@
 
 #include "../convert_stats.h"
 
-typedef struct { uint64_t under, sub, over, nan; } mp_counts512;
+/* amax: per lane, the largest finite result magnitude code */
+typedef struct { uint64_t under, sub, over, nan; __m512i amax; } mp_counts512;
+#define MP_COUNTS512_0 {0, 0, 0, 0, _mm512_setzero_si512()}
 
-static inline void mp_counts512_add(mp_convert_stats *st, const mp_counts512 *c) {
+/* Adds c to st; E, M: the result format's fields, for the amax's value (E = 0:
+ * the amax is not added) */
+static inline void mp_counts512_add(mp_convert_stats *st, const mp_counts512 *c, int E, int M) {
     st->underflow += c->under; st->subnormal += c->sub; st->overflow += c->over; st->nan += c->nan;
+    if (E) mp_stats_amax(st, mp_code_f32_bits(_mm512_reduce_max_epu32(c->amax), E, M));
 }
 
 /* Counts lanes of `valid`: x is the fp32 input bits, ay the result's magnitude
@@ -27,6 +32,7 @@ static inline void mp_count16(mp_counts512 *c, __mmask16 valid, __m512i x, __m51
     const __mmask16 y_zero = _mm512_cmpeq_epu32_mask(ay, _mm512_setzero_si512());
     const __mmask16 y_sub = _mm512_mask_cmplt_epu32_mask(valid & ~y_zero, ay, _mm512_set1_epi32((int)min_normal_code));
     const __mmask16 y_nonfinite = _mm512_cmpge_epu32_mask(ay, _mm512_set1_epi32((int)inf_code));
+    c->amax = _mm512_mask_max_epu32(c->amax, valid & (__mmask16)~y_nonfinite, c->amax, ay);
     c->nan += (uint64_t)__builtin_popcount(x_nan);
     c->under += (uint64_t)__builtin_popcount(x_finite_nz & y_zero);
     c->sub += (uint64_t)__builtin_popcount(y_sub);

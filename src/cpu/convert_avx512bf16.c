@@ -9,7 +9,7 @@
 static inline void f32_to_bf16_body(uint16_t *dst, // (n,) bf16
                                     const float *src, // (n,) fp32
                                     size_t n, mp_convert_stats *st, const int stats) {
-    mp_counts512 c = {0, 0, 0, 0};
+    mp_counts512 c = MP_COUNTS512_0;
     const __m512i expmask = _mm512_set1_epi32(0x7f800000), mantmask = _mm512_set1_epi32(0x007fffff);
     const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
     for (size_t i = 0, m; i < n; i += m) {
@@ -25,7 +25,7 @@ static inline void f32_to_bf16_body(uint16_t *dst, // (n,) bf16
         }
     }
     if (stream) _mm_sfence();
-    if (stats) mp_counts512_add(st, &c);
+    if (stats) mp_counts512_add(st, &c, 8, 7);
 }
 
 static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st) {

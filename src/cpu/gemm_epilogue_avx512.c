@@ -35,8 +35,10 @@ void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t
     const int read_c = !e->c_holds_part && e->beta != 0.0f && e->round_to == MP_F32;
     const int stats = st != NULL;
     const size_t es = mp_format(e->ct)->size;
-    mp_counts512 c = {0, 0, 0, 0};
+    mp_counts512 c = MP_COUNTS512_0;
     uint64_t sub32 = 0, nan32 = 0, z = 0;
+    __m512i am32 = _mm512_setzero_si512(); /* an fp32 C's largest finite magnitude per lane */
+    const __m512i inf32 = _mm512_set1_epi32(0x7f800000), abs32 = _mm512_set1_epi32(0x7fffffff);
     for (size_t r = 0; r < rows; r++) {
         uint8_t *crow = (uint8_t *)e->c + ((i0 + r) * e->ldc + j0) * es;
         const float *prow = e->part ? e->part + (i0 + r) * e->ldp + j0 : NULL;
@@ -55,6 +57,10 @@ void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t
                 __m512 y = widen_half(e->round_to, round_half(e->round_to, t, k, &c, stats));
                 if (e->beta != 0.0f) y = _mm512_add_ps(_mm512_mul_ps(vb, load_c(MP_F32, crow, j, k)), y);
                 _mm512_mask_storeu_ps((float *)crow + j, k, y);
+                if (stats) { /* the amax of C as it now stands */
+                    const __m512i a = _mm512_and_si512(_mm512_castps_si512(y), abs32);
+                    am32 = _mm512_mask_max_epu32(am32, _mm512_mask_cmplt_epu32_mask(k, a, inf32), am32, a);
+                }
             } else if (e->ct == MP_F32) {
                 _mm512_mask_storeu_ps((float *)crow + j, k, t);
                 if (stats) {
@@ -62,7 +68,8 @@ void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t
                     sub32 += (uint64_t)__builtin_popcount(
                         _mm512_mask_cmplt_epu32_mask(k, _mm512_sub_epi32(a, _mm512_set1_epi32(1)),
                                                      _mm512_set1_epi32(0x7fffff)));
-                    nan32 += (uint64_t)__builtin_popcount(_mm512_mask_cmpgt_epu32_mask(k, a, _mm512_set1_epi32(0x7f800000)));
+                    nan32 += (uint64_t)__builtin_popcount(_mm512_mask_cmpgt_epu32_mask(k, a, inf32));
+                    am32 = _mm512_mask_max_epu32(am32, _mm512_mask_cmplt_epu32_mask(k, a, inf32), am32, a);
                 }
             } else {
                 const __m512i h = round_half(e->ct, t, k, &c, stats);
@@ -70,9 +77,11 @@ void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t
             }
         }
     }
-    if (stats) {
-        mp_counts512_add(st, &c);
+    if (stats) { /* amax: of the half codes stored, or of an fp32 C's values */
+        const int half = e->round_to == MP_F32 && e->ct != MP_F32, f16 = e->ct == MP_F16;
+        mp_counts512_add(st, &c, !half ? 0 : f16 ? 5 : 8, f16 ? 10 : 7);
         st->subnormal += sub32, st->nan += nan32;
+        mp_stats_amax(st, _mm512_reduce_max_epu32(am32));
     }
     if (zeros) *zeros += z;
 }
