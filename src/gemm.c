@@ -204,10 +204,10 @@ static void *pack_buffer(int which, size_t bytes) {
  * (holding the plain sum). trivial: no epilogue at all, the micro-kernel
  * writes C directly at every block (and zpart[] counts the zeros of each
  * tile of the last block as it is written). Counts per thread into part[]
- * and zpart[] (NULL: not counted). */
+ * (C's and the post step's) and zpart[] (NULL: not counted). */
 static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m, size_t n, size_t k, const void *a,
                               mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, const mp_gemm_ep *ep,
-                              int trivial, mp_convert_stats *part, uint64_t *zpart) {
+                              int trivial, mp_convert_stats (*part)[2], uint64_t *zpart) {
     const size_t MR = (size_t)kr->mr, NR = (size_t)kr->nr, KP = (size_t)kr->kpack;
     const size_t nc = kr->nc < n ? kr->nc : (n + NR - 1) / NR * NR; /* kr->nc is a multiple of NR */
     const size_t kc_max = kr->kc;
@@ -252,7 +252,9 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
 #endif
             oom = 1;
         }
-        float tile[32 * 64];
+        float tile[MP_GEMM_STRIP]; /* an edge tile, or a strip of the last block's tiles */
+        const size_t strip_rows = MP_GEMM_STRIP / NR;
+        size_t srows = 0, s0 = 0;
         mp_gemm_ep last = *ep;
         if (kr->begin) kr->begin();
         for (size_t jc = 0; jc < n; jc += nc) {
@@ -301,9 +303,16 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                                         __builtin_prefetch(c0 + i * ep->ldc * cs + o, 1);
                                     __builtin_prefetch(c0 + i * ep->ldc * cs + cols * cs - 1, 1);
                                 }
-                                kr->micro(kpad, ap, bp, tile, NR, 1.0f, 0.0f);
-                                kr->epilogue(&last, tile, NR, i0, j0, rows, cols, part ? &part[t] : NULL,
-                                             zpart ? &zpart[t] : NULL);
+                                /* the tiles of consecutive row panels stack into one strip of
+                                 * the column panel; the epilogue runs once per strip */
+                                kr->micro(kpad, ap, bp, tile + srows * NR, NR, 1.0f, 0.0f);
+                                if (!srows) s0 = i0;
+                                srows += rows;
+                                if (rows < MR || (ip + 1) * MR >= mcur || srows + MR > strip_rows) {
+                                    kr->epilogue(&last, tile, NR, s0, j0, srows, cols, part ? part[t] : NULL,
+                                                 zpart ? &zpart[t] : NULL);
+                                    srows = 0;
+                                }
                                 continue;
                             }
                             float *cp = w + i0 * ldw + j0;
@@ -328,7 +337,7 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
 }
 
 /* No products (k == 0 or alpha == 0): the epilogue on sums of zero. */
-static void epilogue_zero(const mp_gemm_ep *ep, size_t m, size_t n, mp_convert_stats *st, uint64_t *zeros) {
+static void epilogue_zero(const mp_gemm_ep *ep, size_t m, size_t n, mp_convert_stats st[2], uint64_t *zeros) {
     float tile[8 * 64];
     for (size_t i0 = 0; i0 < m; i0 += 8)
         for (size_t j0 = 0; j0 < n; j0 += 64) {
@@ -341,7 +350,7 @@ static void epilogue_zero(const mp_gemm_ep *ep, size_t m, size_t n, mp_convert_s
 mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a, mp_dtype at,
                   size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c, mp_dtype ct, size_t ldc,
                   mp_convert_stats *st) {
-    const mp_gemm_epilogue ep = {NULL, MP_F32, st, NULL};
+    const mp_gemm_epilogue ep = {.round_to = MP_F32, .stats = st};
     return mp_gemm_ex(trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, &ep);
 }
 
@@ -359,25 +368,34 @@ mp_status mp_gemm_run(const mp_gemm_kernel *kr, int trans_a, int trans_b, size_t
     if (s != MP_OK) return s;
     if (kr->esize == 2 && (at != MP_BF16 || bt != MP_BF16))
         return mp_error(MP_EINVAL, "mp_gemm: the %s kernel takes bf16 inputs only", kr->name);
-    const mp_gemm_epilogue none = {NULL, MP_F32, NULL, NULL};
+    const mp_gemm_epilogue none = {.round_to = MP_F32};
     if (!epi) epi = &none;
     if (epi->round_to != MP_F32 && ((epi->round_to != MP_F16 && epi->round_to != MP_BF16) || ct != MP_F32))
         return mp_error(MP_EINVAL, "mp_gemm: round_to must be fp16 or bf16, with an fp32 C");
+    if ((unsigned)epi->post > MP_POST_ADD) return mp_error(MP_EINVAL, "mp_gemm: unknown post step %d", (int)epi->post);
+    if (epi->post != MP_POST_NONE && epi->round_to != MP_F32)
+        return mp_error(MP_EINVAL, "mp_gemm: a post step needs C without round_to");
+    const int reads_x = epi->post == MP_POST_GELU_GRAD || epi->post == MP_POST_GELU_ERF_GRAD || epi->post == MP_POST_ADD;
+    if (m && n && reads_x && !epi->post_x) return mp_error(MP_EINVAL, "mp_gemm: the post step reads x: NULL");
     if (m == 0 || n == 0) return MP_OK;
-    const mp_gemm_ep ep = {alpha, beta, c, ct, ldc, epi->bias, epi->round_to, NULL, 0, 0, mp_kernels_current()->convert};
-    mp_convert_stats part[MP_MAX_THREADS];
+    const mp_gemm_ep ep = {alpha, beta, c, ct, ldc, epi->bias, epi->round_to, NULL, 0, 0, epi->post, epi->post_x,
+                           epi->post_out, mp_kernels_current()->convert, mp_kernels_current()->gelu};
+    mp_convert_stats part[MP_MAX_THREADS][2];
     uint64_t zpart[MP_MAX_THREADS];
     memset(part, 0, sizeof part);
     memset(zpart, 0, sizeof zpart);
+    const int count = epi->stats || epi->post_stats;
     if (k == 0 || alpha == 0.0f) {
-        epilogue_zero(&ep, m, n, epi->stats ? part : NULL, epi->zeros ? zpart : NULL);
+        epilogue_zero(&ep, m, n, count ? part[0] : NULL, epi->zeros ? zpart : NULL);
     } else {
-        const int trivial = ct == MP_F32 && !epi->bias && epi->round_to == MP_F32 && !epi->stats;
-        s = gemm_blocked(kr, trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, &ep, trivial,
-                         epi->stats ? part : NULL, epi->zeros ? zpart : NULL);
+        const int trivial = ct == MP_F32 && !epi->bias && epi->round_to == MP_F32 && !count && !epi->post;
+        s = gemm_blocked(kr, trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, &ep, trivial, count ? part : NULL,
+                         epi->zeros ? zpart : NULL);
     }
-    if (epi->stats)
-        for (int t = 0; t < MP_MAX_THREADS; t++) mp_convert_stats_add(epi->stats, &part[t]);
+    for (int t = 0; t < MP_MAX_THREADS; t++) {
+        if (epi->stats) mp_convert_stats_add(epi->stats, &part[t][0]);
+        if (epi->post_stats) mp_convert_stats_add(epi->post_stats, &part[t][1]);
+    }
     if (epi->zeros)
         for (int t = 0; t < MP_MAX_THREADS; t++) *epi->zeros += zpart[t];
     return s;

@@ -19,7 +19,9 @@
  * round_to: of C's new fp32 values, so that a gradient accumulated into C over
  * micro-batches is measured as it stands).
  * zeros (may be NULL) gets the number of v that are +-0 (bits, so the same
- * under DAZ). */
+ * under DAZ). Then, without round_to, the post step (gemm.h) on C's values as
+ * stored, through the same GELU kernels and additions as ops.c's, rounded and
+ * counted into st[1]. st: NULL, or C's counts and the post step's. */
 #include <math.h>
 
 #include "internal.h"
@@ -47,6 +49,74 @@ static inline uint64_t tile_zeros(const float *tile, size_t ts, size_t rows, siz
         z += zr;
     }
     return z;
+}
+
+/* Rows of a tile (row stride ts) into p (format t, at ldc, rows from i0 and
+ * columns from j0): fp32 values from tile, or 16-bit codes from h; fp32
+ * stores counted into st (may be NULL; half codes were counted when rounded). */
+static inline void tile_store(void *p, mp_dtype t, size_t ldc, const float *tile, const uint16_t *h, size_t ts,
+                              size_t i0, size_t j0, size_t rows, size_t cols, mp_convert_stats *st) {
+    for (size_t r = 0; r < rows; r++) {
+        if (t == MP_F32) {
+            float *restrict c = (float *)p + (i0 + r) * ldc + j0;
+            const float *restrict s = tile + r * ts;
+            for (size_t j = 0; j < cols; j++) c[j] = s[j];
+            if (st) mp_stats_f32(st, s, cols);
+        } else {
+            uint16_t *restrict c = (uint16_t *)p + (i0 + r) * ldc + j0;
+            const uint16_t *restrict s = h + r * ts;
+            for (size_t j = 0; j < cols; j++) c[j] = s[j];
+        }
+    }
+}
+
+/* 16-bit codes of format t (row stride ts) widened into the tile. */
+static inline void tile_widen(const mp_gemm_ep *e, mp_dtype t, float *tile, const uint16_t *h, size_t ts,
+                              size_t rows, size_t cols) {
+    void (*back)(float *, const uint16_t *, size_t, mp_convert_stats *) =
+        t == MP_F16 ? e->conv->f16_to_f32 : e->conv->bf16_to_f32;
+    if (cols == ts) back(tile, h, rows * ts, NULL);
+    else
+        for (size_t r = 0; r < rows; r++) back(tile + r * ts, h + r * ts, cols, NULL);
+}
+
+/* gemm.h's post step on the tile's values as stored in C's format: the
+ * result replaces them in the tile, is rounded to C's format (counted into
+ * st) and stored into post_out, or C. h: scratch codes (row stride ts). */
+static inline void post_step(const mp_gemm_ep *e, float *tile, uint16_t *h, size_t ts, size_t i0, size_t j0,
+                             size_t rows, size_t cols, mp_convert_stats *st) {
+    float xb[MP_GEMM_STRIP]; /* x's values in fp32, laid out as the tile */
+    const size_t es = mp_format(e->ct)->size;
+    if (e->post == MP_POST_GELU_GRAD || e->post == MP_POST_GELU_ERF_GRAD || e->post == MP_POST_ADD)
+        for (size_t r = 0; r < rows; r++) {
+            const uint8_t *xr = (const uint8_t *)e->post_x + ((i0 + r) * e->ldc + j0) * es;
+            if (e->ct == MP_F32) memcpy(xb + r * ts, xr, cols * sizeof(float));
+            else if (e->ct == MP_F16) e->conv->f16_to_f32(xb + r * ts, (const uint16_t *)xr, cols, NULL);
+            else e->conv->bf16_to_f32(xb + r * ts, (const uint16_t *)xr, cols, NULL);
+        }
+    /* whole rows at once when the tile's rows are contiguous */
+    const size_t nr = cols == ts ? 1 : rows, len = cols == ts ? rows * ts : cols;
+    for (size_t r = 0; r < nr; r++) {
+        float *restrict t = tile + r * ts;
+        const float *restrict x = xb + r * ts;
+        switch (e->post) {
+        case MP_POST_GELU: e->gelu->tanh_fwd(t, len); break;
+        case MP_POST_GELU_ERF: e->gelu->erf_fwd(t, len); break;
+        case MP_POST_GELU_GRAD: e->gelu->tanh_bwd(t, x, len); break;
+        case MP_POST_GELU_ERF_GRAD: e->gelu->erf_bwd(t, x, len); break;
+        case MP_POST_ADD:
+            for (size_t j = 0; j < len; j++) t[j] = x[j] + t[j];
+            break;
+        default: break;
+        }
+    }
+    void *out = e->post_out ? e->post_out : e->c;
+    if (e->ct == MP_F32) {
+        tile_store(out, MP_F32, e->ldc, tile, NULL, ts, i0, j0, rows, cols, st);
+    } else {
+        tile_to_half(e, e->ct, h, tile, ts, rows, cols, st);
+        tile_store(out, e->ct, e->ldc, NULL, h, ts, i0, j0, rows, cols, NULL);
+    }
 }
 
 /* The bits of the largest finite magnitude among n fp32 values. */
@@ -89,7 +159,7 @@ static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_
         }
     }
     if (zeros) *zeros += tile_zeros(tile, ts, rows, cols);
-    uint16_t h[32 * 64];
+    uint16_t h[MP_GEMM_STRIP];
     if (e->round_to != MP_F32) { /* r = the half value, added to the fp32 C */
         mp_convert_stats rs = {0, 0, 0, 0, 0.0f};
         tile_to_half(e, e->round_to, h, tile, ts, rows, cols, st ? &rs : NULL);
@@ -111,20 +181,19 @@ static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_
             for (size_t r = 0; r < rows; r++) mp_stats_amax(&rs, tile_amax32((float *)e->c + (i0 + r) * e->ldc + j0, cols));
             mp_convert_stats_add(st, &rs);
         }
-    } else if (e->ct == MP_F32) {
-        for (size_t r = 0; r < rows; r++) {
-            float *restrict c = (float *)e->c + (i0 + r) * e->ldc + j0;
-            const float *restrict t = tile + r * ts;
-            for (size_t j = 0; j < cols; j++) c[j] = t[j];
-            if (st) mp_stats_f32(st, t, cols);
-        }
     } else {
-        tile_to_half(e, e->ct, h, tile, ts, rows, cols, st);
-        for (size_t r = 0; r < rows; r++) {
-            uint16_t *restrict c = (uint16_t *)e->c + (i0 + r) * e->ldc + j0;
-            const uint16_t *restrict s = h + r * ts;
-            for (size_t j = 0; j < cols; j++) c[j] = s[j];
+        /* C's values, counted; kept in C unless the post step's results replace them */
+        const int keep = e->post == MP_POST_NONE || e->post_out;
+        if (e->ct == MP_F32) {
+            if (keep) tile_store(e->c, MP_F32, e->ldc, tile, NULL, ts, i0, j0, rows, cols, st);
+            else if (st)
+                for (size_t r = 0; r < rows; r++) mp_stats_f32(st, tile + r * ts, cols);
+        } else {
+            tile_to_half(e, e->ct, h, tile, ts, rows, cols, st);
+            if (keep) tile_store(e->c, e->ct, e->ldc, NULL, h, ts, i0, j0, rows, cols, NULL);
+            if (e->post != MP_POST_NONE) tile_widen(e, e->ct, tile, h, ts, rows, cols); /* the values as stored */
         }
+        if (e->post != MP_POST_NONE) post_step(e, tile, h, ts, i0, j0, rows, cols, st ? st + 1 : NULL);
     }
 }
 #endif

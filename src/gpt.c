@@ -106,7 +106,7 @@ static mp_convert_stats *bst(mp_gpt *g, size_t i, size_t n) {
  * gradient as it then stands taken there; nothing rounds in fp32 (weight_amax
  * takes it then). */
 static mp_gemm_epilogue wgrad(mp_gpt *g, size_t i, size_t n) {
-    mp_gemm_epilogue ep = {NULL, MP_F32, NULL, &g->stats[i].wgrad_dead};
+    mp_gemm_epilogue ep = {.bias = NULL, .round_to = MP_F32, .stats = NULL, .zeros = &g->stats[i].wgrad_dead};
     g->stats[i].bwd_elements += n, g->stats[i].wgrad_elements += n;
     if (g->ct != MP_F32) ep.round_to = g->ct, ep.stats = &g->stats[i].bwd;
     return ep;
@@ -570,10 +570,6 @@ static mp_status check_batch(const mp_gpt *g, const char *fn, const int32_t *tok
     return targets ? check_tokens(g, fn, "targets", targets, B * T) : MP_OK;
 }
 
-static mp_status gelu_fwd(const mp_gpt *g, void *y, const void *x, size_t n, mp_convert_stats *st) {
-    return (g->cfg.gelu == MP_GELU_ERF ? mp_gelu_erf_forward : mp_gelu_forward)(y, g->ct, x, g->ct, n, st);
-}
-
 /* ---- the Linear layers' GEMMs: plain, or on quantized operands (recipe.h) ---- */
 
 static mp_qtensor *qt(mp_gpt *g, int l, int w, mp_qrole role) { return &g->q[((size_t)l * W_PER_LAYER + (size_t)w) * 3 + role]; }
@@ -586,13 +582,19 @@ static mp_status lin_fwd(mp_gpt *g, int l, int w, size_t N, size_t out, size_t i
                     in, qt(g, l, w, MP_QROLE_WEIGHT), g->qb, 0.0f, y, g->ct, out, ep);
 }
 
-/* dx (N x in) = dy (N x out) W */
+/* dx (N x in) = dy (N x out) W, with ep */
 static mp_status lin_dgrad(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *dy, const mp_param *W,
-                           void *dx, mp_convert_stats *st) {
-    if (!g->q) return mp_gemm(0, 0, N, in, out, 1.0f, dy, g->ct, out, wct(g, W), g->ct, in, 0.0f, dx, g->ct, in, st);
-    const mp_gemm_epilogue ep = {NULL, MP_F32, st, NULL};
+                           void *dx, const mp_gemm_epilogue *ep) {
+    if (!g->q) return mp_gemm_ex(0, 0, N, in, out, 1.0f, dy, g->ct, out, wct(g, W), g->ct, in, 0.0f, dx, g->ct, in, ep);
     return mp_qgemm(&g->recipe, 0, 0, N, in, out, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, W->master, MP_F32,
-                    in, qt(g, l, w, MP_QROLE_WEIGHT), g->qb, 0.0f, dx, g->ct, in, &ep);
+                    in, qt(g, l, w, MP_QROLE_WEIGHT), g->qb, 0.0f, dx, g->ct, in, ep);
+}
+
+/* lin_dgrad counted into st */
+static mp_status lin_dgrad_st(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *dy,
+                              const mp_param *W, void *dx, mp_convert_stats *st) {
+    const mp_gemm_epilogue ep = {.stats = st};
+    return lin_dgrad(g, l, w, N, out, in, dy, W, dx, &ep);
 }
 
 /* dW (out x in) = beta dW + dy^T x, with ep */
@@ -624,22 +626,27 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
         block *h = &g->h[l];
         TRY(mp_layernorm_forward(h->ln1, ct, h->mean1, h->rstd1, x, ct, fparam(g, h->ln1w, 0), fparam(g, h->ln1b, 1),
                                  N, C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN1), N * C)));
-        mp_gemm_epilogue ep = {fparam(g, h->attb, 0), MP_F32, fst(g, s_act(g, l, A_QKV), N * 3 * C), NULL};
+        mp_gemm_epilogue ep = {.bias = fparam(g, h->attb, 0), .stats = fst(g, s_act(g, l, A_QKV), N * 3 * C)};
         TRY(lin_fwd(g, l, W_ATT, N, 3 * C, C, h->ln1, h->attw, h->qkv, &ep));
         attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), NULL, NULL};
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
         TRY(attention(&j, 0, fst(g, s_act(g, l, A_ATT), natt), fst(g, s_act(g, l, A_Y), N * C)));
-        ep = (mp_gemm_epilogue){fparam(g, h->aprb, 0), MP_F32, fst(g, s_act(g, l, A_APROJ), N * C), NULL};
+        /* the branch's output (tmp, counted) and the residual sum res1 = x + tmp, in c_proj's epilogue */
+        ep = (mp_gemm_epilogue){.bias = fparam(g, h->aprb, 0), .stats = fst(g, s_act(g, l, A_APROJ), N * C),
+                                .post = MP_POST_ADD, .post_x = x, .post_out = h->res1,
+                                .post_stats = fst(g, s_act(g, l, A_RES1), N * C)};
         TRY(lin_fwd(g, l, W_APR, N, C, C, h->y, h->aprw, g->tmp, &ep));
-        TRY(mp_add(h->res1, ct, x, ct, g->tmp, ct, N * C, fst(g, s_act(g, l, A_RES1), N * C)));
         TRY(mp_layernorm_forward(h->ln2, ct, h->mean2, h->rstd2, h->res1, ct, fparam(g, h->ln2w, 0),
                                  fparam(g, h->ln2b, 1), N, C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN2), N * C)));
-        ep = (mp_gemm_epilogue){fparam(g, h->fcb, 0), MP_F32, fst(g, s_act(g, l, A_FC), N * 4 * C), NULL};
+        /* bias and GELU in c_fc's epilogue: fc (its input, kept for the backward) and gelu */
+        ep = (mp_gemm_epilogue){.bias = fparam(g, h->fcb, 0), .stats = fst(g, s_act(g, l, A_FC), N * 4 * C),
+                                .post = g->cfg.gelu == MP_GELU_ERF ? MP_POST_GELU_ERF : MP_POST_GELU,
+                                .post_out = h->gelu, .post_stats = fst(g, s_act(g, l, A_GELU), N * 4 * C)};
         TRY(lin_fwd(g, l, W_FC, N, 4 * C, C, h->ln2, h->fcw, h->fc, &ep));
-        TRY(gelu_fwd(g, h->gelu, h->fc, N * 4 * C, fst(g, s_act(g, l, A_GELU), N * 4 * C)));
-        ep = (mp_gemm_epilogue){fparam(g, h->mprb, 0), MP_F32, fst(g, s_act(g, l, A_MPROJ), N * C), NULL};
+        ep = (mp_gemm_epilogue){.bias = fparam(g, h->mprb, 0), .stats = fst(g, s_act(g, l, A_MPROJ), N * C),
+                                .post = MP_POST_ADD, .post_x = h->res1, .post_out = h->res2,
+                                .post_stats = fst(g, s_act(g, l, A_RES2), N * C)};
         TRY(lin_fwd(g, l, W_MPR, N, C, 4 * C, h->gelu, h->mprw, g->tmp, &ep));
-        TRY(mp_add(h->res2, ct, h->res1, ct, g->tmp, ct, N * C, fst(g, s_act(g, l, A_RES2), N * C)));
         x = h->res2;
     }
     const size_t r0 = head_last ? N - 1 : 0, nr = N - r0;
@@ -686,13 +693,15 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         ep = wgrad(g, s_w(g, l, W_MPR), C * 4 * C);
         TRY(lin_wgrad(g, l, W_MPR, N, C, 4 * C, g->g_res, h->gelu, beta, h->mprw->grad, &ep));
         TRY(mp_colsum(h->mprb->grad, g->g_res, ct, N, C, accumulate, g->acc));
-        TRY(lin_dgrad(g, l, W_MPR, N, C, 4 * C, g->g_res, h->mprw, g->g_big, bst(g, s_act(g, l, A_GELU), N * 4 * C)));
-        TRY((g->cfg.gelu == MP_GELU_ERF ? mp_gelu_erf_backward : mp_gelu_backward)(
-            g->g_big, ct, g->g_big, ct, h->fc, ct, N * 4 * C, bst(g, s_act(g, l, A_FC), N * 4 * C)));
+        /* the gradient of gelu's output (counted, never stored) and through GELU, in the epilogue */
+        ep = (mp_gemm_epilogue){.stats = bst(g, s_act(g, l, A_GELU), N * 4 * C),
+                                .post = g->cfg.gelu == MP_GELU_ERF ? MP_POST_GELU_ERF_GRAD : MP_POST_GELU_GRAD,
+                                .post_x = h->fc, .post_stats = bst(g, s_act(g, l, A_FC), N * 4 * C)};
+        TRY(lin_dgrad(g, l, W_MPR, N, C, 4 * C, g->g_res, h->mprw, g->g_big, &ep));
         ep = wgrad(g, s_w(g, l, W_FC), 4 * C * C);
         TRY(lin_wgrad(g, l, W_FC, N, 4 * C, C, g->g_big, h->ln2, beta, h->fcw->grad, &ep));
         TRY(mp_colsum(h->fcb->grad, g->g_big, ct, N, 4 * C, accumulate, g->acc));
-        TRY(lin_dgrad(g, l, W_FC, N, 4 * C, C, g->g_big, h->fcw, g->g_a, bst(g, s_act(g, l, A_LN2), N * C)));
+        TRY(lin_dgrad_st(g, l, W_FC, N, 4 * C, C, g->g_big, h->fcw, g->g_a, bst(g, s_act(g, l, A_LN2), N * C)));
         TRY(mp_layernorm_backward(g->g_b, ct, h->ln2w->grad, h->ln2b->grad, g->g_a, ct, h->res1, ct, h->mean2, h->rstd2,
                                   fparam(g, h->ln2w, 0), N, C, accumulate, g->acc, bst(g, s_act(g, l, A_RES1), N * C)));
         TRY(mp_add(g->g_res, ct, g->g_res, ct, g->g_b, ct, N * C, bst(g, s_act(g, l, A_RES1), N * C)));
@@ -700,14 +709,14 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         ep = wgrad(g, s_w(g, l, W_APR), C * C);
         TRY(lin_wgrad(g, l, W_APR, N, C, C, g->g_res, h->y, beta, h->aprw->grad, &ep));
         TRY(mp_colsum(h->aprb->grad, g->g_res, ct, N, C, accumulate, g->acc));
-        TRY(lin_dgrad(g, l, W_APR, N, C, C, g->g_res, h->aprw, g->g_a, bst(g, s_act(g, l, A_Y), N * C)));
+        TRY(lin_dgrad_st(g, l, W_APR, N, C, C, g->g_res, h->aprw, g->g_a, bst(g, s_act(g, l, A_Y), N * C)));
         attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), g->g_a, g->g_big};
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
         TRY(attention(&j, 1, bst(g, s_act(g, l, A_ATT), natt), bst(g, s_act(g, l, A_QKV), N * 3 * C)));
         ep = wgrad(g, s_w(g, l, W_ATT), 3 * C * C);
         TRY(lin_wgrad(g, l, W_ATT, N, 3 * C, C, g->g_big, h->ln1, beta, h->attw->grad, &ep));
         TRY(mp_colsum(h->attb->grad, g->g_big, ct, N, 3 * C, accumulate, g->acc));
-        TRY(lin_dgrad(g, l, W_ATT, N, 3 * C, C, g->g_big, h->attw, g->g_a, bst(g, s_act(g, l, A_LN1), N * C)));
+        TRY(lin_dgrad_st(g, l, W_ATT, N, 3 * C, C, g->g_big, h->attw, g->g_a, bst(g, s_act(g, l, A_LN1), N * C)));
         TRY(mp_layernorm_backward(g->g_b, ct, h->ln1w->grad, h->ln1b->grad, g->g_a, ct, x, ct, h->mean1, h->rstd1,
                                   fparam(g, h->ln1w, 0), N, C, accumulate, g->acc, bst(g, sx, N * C)));
         TRY(mp_add(g->g_res, ct, g->g_res, ct, g->g_b, ct, N * C, bst(g, sx, N * C)));

@@ -191,8 +191,18 @@ typedef struct mp_gemm_ep {
     const float *part;      /* sums of the earlier blocks of k (row stride ldp), or NULL */
     size_t ldp;
     int c_holds_part;       /* fp32 C already holds alpha (earlier blocks) + beta C */
+    mp_gemm_post post;      /* gemm.h's post step: MP_POST_NONE, or post_x (ldc) and post_out (ldc, or NULL: C) */
+    const void *post_x;
+    void *post_out;
     const mp_convert_kernels *conv;
+    const struct mp_gelu_kernels *gelu;
 } mp_gemm_ep;
+
+/* The most fp32 values the driver hands the epilogue at once: the tiles of
+ * the last block of k for consecutive row panels of one column panel, up to
+ * this many (every kernel's mr x nr fits), so that the epilogue's per-call
+ * work is spread over a strip of C rather than one tile. */
+#define MP_GEMM_STRIP 2048
 
 /* A GEMM micro-architecture: packing routines and a micro-kernel computing an
  * mr x nr tile of C from packed panels, plus its cache blocking. Packed A
@@ -212,8 +222,9 @@ typedef struct mp_gemm_kernel {
     /* C[0..mr)[0..nr) = alpha * A.B + beta * C (beta == 0: C not read), kc k values */
     void (*micro)(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta);
     /* C[i0.., j0..] from a rows x cols tile of fp32 sums (row stride ts; the
-     * tile is overwritten); counts into st and adds the +-0 results to zeros
-     * (gemm_epilogue.h; either may be NULL) */
+     * tile is overwritten; rows x ts <= MP_GEMM_STRIP); counts into st[0]
+     * (C's store) and st[1] (the post step's) and adds the +-0 results to
+     * zeros (gemm_epilogue.h; st and zeros may be NULL) */
     void (*epilogue)(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
                      mp_convert_stats *st, uint64_t *zeros);
     /* the number of +-0 among rows x cols fp32 values of c (row stride ldc) */

@@ -242,7 +242,7 @@ static mp_status lin_wgrad(mp_mlp *m, int l, size_t B, size_t out, size_t in, co
 static mp_status lin_dgrad(mp_mlp *m, int l, size_t B, size_t out, size_t in, const void *dz, void *dx,
                            mp_convert_stats *st) {
     if (!m->q) return mp_gemm(0, 0, B, in, out, 1.0f, dz, m->ct, out, weights(m, l), m->ct, in, 0.0f, dx, m->ct, in, st);
-    const mp_gemm_epilogue ep = {NULL, MP_F32, st, NULL};
+    const mp_gemm_epilogue ep = {.round_to = MP_F32, .stats = st};
     return mp_qgemm(&m->recipe, 0, 0, B, in, out, dz, m->ct, out, qt(m, l, MP_QROLE_GRAD), m->qa, m->w[l]->master,
                     MP_F32, in, qt(m, l, MP_QROLE_WEIGHT), m->qb, 0.0f, dx, m->ct, in, &ep);
 }
@@ -258,7 +258,7 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B, int counting) {
     mp_status st = mp_convert(m->act[0], ct, x, MP_F32, B * (size_t)c->widths[0], NULL);
     for (int l = 0; l < c->nlayers && st == MP_OK; l++) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
-        const mp_gemm_epilogue ep = {fparam(m, m->b[l], 0), MP_F32, fst(m, l, B * out, counting), NULL};
+        const mp_gemm_epilogue ep = {.bias = fparam(m, m->b[l], 0), .round_to = MP_F32, .stats = fst(m, l, B * out, counting), .zeros = NULL};
         st = lin_fwd(m, l, B, out, in, &ep);
         if (st != MP_OK || l == c->nlayers - 1) continue;
         if (m->h[l] != m->z[l]) {
@@ -296,7 +296,7 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
             mp_log2_histogram(m->dwf, MP_F32, out * in, m->hist_lo, m->hist_n, m->hist, m->hist_zeros);
         }
         mp_convert_stats ws = {0, 0, 0, 0, 0.0f}; /* the weight gradient's share of the layer's stores */
-        const mp_gemm_epilogue ep = {NULL, ct, ct == MP_F32 ? NULL : &ws, &ls->wgrad_dead};
+        const mp_gemm_epilogue ep = {.bias = NULL, .round_to = ct, .stats = ct == MP_F32 ? NULL : &ws, .zeros = &ls->wgrad_dead};
         if (st == MP_OK)
             st = lin_wgrad(m, l, B, out, in, dz, accumulate ? 1.0f : 0.0f, m->w[l]->grad, &ep);
         mp_convert_stats_add(&ls->bwd, &ws);

@@ -83,7 +83,7 @@ static const mp_gemm_kernel *forced;
 static int run(const shape *s, bufs *b, int ref, mp_convert_stats *st) {
     memcpy(b->c, b->c0, s->m * s->ldc * mp_format(s->ct)->size);
     if (forced && !ref) {
-        const mp_gemm_epilogue ep = {NULL, MP_F32, st, NULL};
+        const mp_gemm_epilogue ep = {.round_to = MP_F32, .stats = st};
         return mp_gemm_run(forced, s->ta, s->tb, s->m, s->n, s->k, s->alpha, b->a, s->at, s->lda, b->b, s->bt, s->ldb,
                            s->beta, b->c, s->ct, s->ldc, &ep);
     }
@@ -235,7 +235,7 @@ static void check_epilogue_case(mp_dtype in, size_t m, size_t n, size_t k, float
             if (isfinite(want[i]) && fabsf(want[i]) > want_st.amax) want_st.amax = fabsf(want[i]);
     }
     memcpy(c, c0, mn * mp_format(ct)->size);
-    const mp_gemm_epilogue ep = {with_bias ? bias : NULL, round_to, stats ? &got_st : NULL, &got_z};
+    const mp_gemm_epilogue ep = {.bias = with_bias ? bias : NULL, .round_to = round_to, .stats = stats ? &got_st : NULL, .zeros = &got_z};
     const mp_status rc = mp_gemm_ex(0, 1, m, n, k, alpha, a, in, k, b, in, k, beta, c, ct, n, &ep);
     long bad = 0;
     for (size_t i = 0; i < mn; i++) {
@@ -276,7 +276,7 @@ static void check_epilogue(void) {
     }
     mp_cpu_set_isa(best);
     mp_convert_stats st = {0};
-    const mp_gemm_epilogue fp16c = {NULL, MP_F16, &st, NULL}, e4m3 = {NULL, MP_E4M3, NULL, NULL};
+    const mp_gemm_epilogue fp16c = {.round_to = MP_F16, .stats = &st}, e4m3 = {.round_to = MP_E4M3};
     float x = 1, y = 1;
     uint16_t h;
     CHECK(mp_gemm_ex(0, 0, 1, 1, 1, 1.0f, &x, MP_F32, 1, &x, MP_F32, 1, 0.0f, &h, MP_F16, 1, &fp16c) == MP_EINVAL,
@@ -285,13 +285,86 @@ static void check_epilogue(void) {
           "round_to e4m3");
     /* no products: the epilogue still runs (beta C + bias, rounded and counted) */
     float c2[2] = {3, 5}, bias2[2] = {0.5f, 1e-9f};
-    const mp_gemm_epilogue rb = {bias2, MP_F16, &st, NULL};
+    const mp_gemm_epilogue rb = {.bias = bias2, .round_to = MP_F16, .stats = &st, .zeros = NULL};
     CHECK(mp_gemm_ex(0, 0, 1, 2, 0, 1.0f, NULL, MP_F32, 0, NULL, MP_F32, 2, 1.0f, c2, MP_F32, 2, &rb) == MP_OK &&
               c2[0] == 3.5f && c2[1] == 5.0f && st.underflow == 1,
           "k = 0 with round_to: %g %g, %llu underflow", (double)c2[0], (double)c2[1],
           (unsigned long long)st.underflow);
     CHECK_SAY(mark, "  epilogue: bias, half C, round_to (beta 0/1), counts, deep k: equal to the steps one at a time "
                     "on every path\n");
+}
+
+static int stats_same(const mp_convert_stats *a, const mp_convert_stats *b) {
+    return a->underflow == b->underflow && a->subnormal == b->subnormal && a->overflow == b->overflow &&
+           a->nan == b->nan && mp_f32_bits(a->amax) == mp_f32_bits(b->amax);
+}
+
+/* One post step (gemm.h) against the GEMM and then the separate op: the same
+ * bits in C and in the output, the same counts (amax included), with the
+ * output apart or in place of C, through kernel kr. */
+static void check_post_case(const mp_gemm_kernel *kr, mp_dtype ct, mp_gemm_post post, int in_place, size_t m,
+                            size_t n, size_t k) {
+    const size_t mn = m * n, es = mp_format(ct)->size;
+    const mp_dtype in = kr->esize == 2 ? MP_BF16 : ct;
+    void *a = malloc(m * k * 4), *b = malloc(k * n * 4), *x = malloc(mn * es);
+    void *cref = malloc(mn * es), *oref = malloc(mn * es), *c = malloc(mn * es), *o = malloc(mn * es);
+    float bias[64];
+    fill(a, in, m * k, 0), fill(b, in, k * n, 0), fill(x, ct, mn, 0);
+    for (size_t j = 0; j < n; j++) bias[j] = frand();
+    /* the steps one at a time */
+    mp_convert_stats w0 = {0}, w1 = {0}, g0 = {0}, g1 = {0};
+    const mp_gemm_epilogue plain = {.bias = bias, .stats = &w0};
+    mp_gemm_run(kr, 0, 1, m, n, k, 1.0f, a, in, k, b, in, k, 0.0f, cref, ct, n, &plain);
+    switch (post) {
+    case MP_POST_GELU: mp_gelu_forward(oref, ct, cref, ct, mn, &w1); break;
+    case MP_POST_GELU_ERF: mp_gelu_erf_forward(oref, ct, cref, ct, mn, &w1); break;
+    case MP_POST_GELU_GRAD: mp_gelu_backward(oref, ct, cref, ct, x, ct, mn, &w1); break;
+    case MP_POST_GELU_ERF_GRAD: mp_gelu_erf_backward(oref, ct, cref, ct, x, ct, mn, &w1); break;
+    default: mp_add(oref, ct, x, ct, cref, ct, mn, &w1); break;
+    }
+    memset(c, 0x55, mn * es), memset(o, 0x55, mn * es);
+    const mp_gemm_epilogue ep = {.bias = bias, .stats = &g0, .post = post, .post_x = x,
+                                 .post_out = in_place ? NULL : o, .post_stats = &g1};
+    const mp_status rc = mp_gemm_run(kr, 0, 1, m, n, k, 1.0f, a, in, k, b, in, k, 0.0f, c, ct, n, &ep);
+    const int same = in_place ? !memcmp(c, oref, mn * es) : !memcmp(c, cref, mn * es) && !memcmp(o, oref, mn * es);
+    const int counts = stats_same(&g0, &w0) && stats_same(&g1, &w1);
+    CHECK(rc == MP_OK && same && counts && w1.amax > 0, "post %d %s (%s, %s C, %zux%zux%zu): values %s, counts %s",
+          (int)post, in_place ? "in place" : "apart", kr->name, mp_format(ct)->name, m, n, k,
+          same ? "equal" : "differ", counts ? "equal" : "differ");
+    free(a), free(b), free(x), free(cref), free(oref), free(c), free(o);
+}
+
+static void check_post(void) {
+    const long mark = check_failures;
+    const mp_isa best = mp_cpu_detected();
+    const mp_dtype cts[3] = {MP_F32, MP_F16, MP_BF16};
+    int cases = 0;
+    for (int isa = MP_ISA_SCALAR; isa <= (int)best + 1; isa++) { /* best + 1: the AMX model, on its own */
+        mp_cpu_set_isa(isa <= (int)best ? (mp_isa)isa : best);
+        const mp_kernels *kc = mp_kernels_current();
+        for (int f = 0; f < 3; f++) {
+            const mp_gemm_kernel *kr = isa > (int)best ? &mp_gemm_amx_model : f == 2 ? kc->gemm_bf16 : kc->gemm;
+            if (isa > (int)best && cts[f] != MP_BF16) continue;
+            for (int p = MP_POST_GELU; p <= MP_POST_ADD; p++)
+                for (int ip = 0; ip < 2; ip++, cases++) {
+                    check_post_case(kr, cts[f], (mp_gemm_post)p, ip, 37, 45, 70);
+                    if (p == MP_POST_ADD) check_post_case(kr, cts[f], (mp_gemm_post)p, ip, 13, 33, 5000); /* deep k */
+                }
+        }
+    }
+    mp_cpu_set_isa(best);
+    float v = 1, y = 1;
+    const mp_gemm_epilogue bad = {.post = MP_POST_ADD}, with_round = {.round_to = MP_BF16, .post = MP_POST_GELU},
+                           unknown = {.post = (mp_gemm_post)99};
+    CHECK(mp_gemm_ex(0, 0, 1, 1, 1, 1.0f, &v, MP_F32, 1, &v, MP_F32, 1, 0.0f, &y, MP_F32, 1, &bad) == MP_EINVAL &&
+              strstr(mp_last_error(), "reads x"),
+          "post add without x");
+    CHECK(mp_gemm_ex(0, 0, 1, 1, 1, 1.0f, &v, MP_F32, 1, &v, MP_F32, 1, 0.0f, &y, MP_F32, 1, &with_round) == MP_EINVAL,
+          "post with round_to");
+    CHECK(mp_gemm_ex(0, 0, 1, 1, 1, 1.0f, &v, MP_F32, 1, &v, MP_F32, 1, 0.0f, &y, MP_F32, 1, &unknown) == MP_EINVAL,
+          "unknown post");
+    CHECK_SAY(mark, "  post steps (GELU, its gradient, both forms; residual add), apart and in place: equal to the "
+                    "separate ops on every path and the AMX model (%d cases)\n", cases);
 }
 
 /* Counting zeros into an fp32 C (a weight gradient in fp32 training) keeps
@@ -312,7 +385,7 @@ static void check_zeros_keep_bits(void) {
         for (int beta = 0; beta < 2; beta++) {
             memcpy(c1, c0, m * n * 4), memcpy(c2, c0, m * n * 4);
             uint64_t z = 0, want = 0;
-            const mp_gemm_epilogue ep = {NULL, MP_F32, NULL, &z};
+            const mp_gemm_epilogue ep = {.bias = NULL, .round_to = MP_F32, .stats = NULL, .zeros = &z};
             mp_gemm(0, 0, m, n, k, -1.0f, a, MP_F32, k, b, MP_F32, n, (float)beta, c1, MP_F32, n, NULL);
             const mp_status rc =
                 mp_gemm_ex(0, 0, m, n, k, -1.0f, a, MP_F32, k, b, MP_F32, n, (float)beta, c2, MP_F32, n, &ep);
@@ -566,6 +639,7 @@ int main(int argc, char **argv) {
     check_avx2_equals_scalar();
     check_amx(test_quick(argc, argv));
     check_epilogue();
+    check_post();
     check_zeros_keep_bits();
     return check_report("test_gemm");
 }

@@ -32,8 +32,9 @@
  *
  * mp_gemm and mp_gemm_ex return MP_OK, or MP_EINVAL for a format other than
  * fp32/fp16/bf16, a NULL pointer with m, n (and k) nonzero, a leading
- * dimension smaller than its row, or a round_to other than fp16/bf16 or
- * without an fp32 C; MP_ENOMEM when a packing buffer cannot be allocated
+ * dimension smaller than its row, a round_to other than fp16/bf16 or
+ * without an fp32 C, or a post step with round_to, without the x it reads, or
+ * of an unknown kind; MP_ENOMEM when a packing buffer cannot be allocated
  * (C may then be partly written). mp_last_error() says which. The library
  * keeps per-thread packing buffers between calls; the caller owns a, b, c.
  */
@@ -56,6 +57,19 @@ mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k,
                   float beta,        void *c, mp_dtype c_type, size_t ldc,
                   mp_convert_stats *c_stats /* may be NULL */);
 
+/* An element-wise step fused after C's store (oneDNN's post-op), on C's
+ * values as stored (rounded to C's format) and, where it reads one, x: a
+ * tensor of C's format and shape at C's leading dimension. */
+typedef enum mp_gemm_post {
+    MP_POST_NONE = 0,
+    MP_POST_GELU,          /* gelu(c), tanh form (ops.h's mp_gelu_forward) */
+    MP_POST_GELU_ERF,      /* gelu(c), erf form */
+    MP_POST_GELU_GRAD,     /* c gelu'(x): c is the gradient of a GELU's output, x its input
+                              (mp_gelu_backward) */
+    MP_POST_GELU_ERF_GRAD, /* the same for the erf form */
+    MP_POST_ADD,           /* x + c: a residual connection (mp_add) */
+} mp_gemm_post;
+
 /* What happens to each fp32 result on its way into C (the "epilogue" of
  * cuBLASLt and oneDNN), done on the tile while it is in registers or L1, in
  * this order. Zero fields are off: {0} is plain mp_gemm. */
@@ -69,6 +83,15 @@ typedef struct mp_gemm_epilogue {
                                 alpha op(A) op(B) + bias with round_to, else the value stored into C
                                 (beta C included when C is read); counted whatever C's format, fp32
                                 too, without changing any result (a weight gradient's dead values) */
+    /* Then, without round_to: u = post(c as stored, x) in fp32, the same operations as the
+     * separate op (the same bits), rounded to C's format and counted into post_stats (may be
+     * NULL) like a store; stored into post_out, or into C in place of c when post_out is NULL
+     * (c is still counted into stats: a value rounded and never stored). post_x and post_out
+     * are (m, n) at ldc in C's format; post_out must not overlap C, post_x may be post_out. */
+    mp_gemm_post post;
+    const void *post_x;
+    void *post_out;
+    mp_convert_stats *post_stats;
 } mp_gemm_epilogue;
 
 /* mp_gemm with an epilogue (ep may be NULL: mp_gemm without counts). */

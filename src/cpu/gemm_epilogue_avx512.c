@@ -1,8 +1,10 @@
 /* gemm_epilogue_avx512.c - the GEMM epilogue (gemm.c's gemm_epilogue) with
- * AVX-512, 16 lanes at a time in one pass over the tile, for both AVX-512
- * kernels. The same fp32 operations in the same order and the same exact
- * conversions and counts (convert_avx512.h), so the same bits (tested). */
+ * AVX-512, 16 lanes at a time in one pass over the tile, for the AVX-512 and
+ * AMX kernels. The same fp32 operations in the same order and the same exact
+ * conversions and counts (convert_avx512.h), so the same bits (tested). A
+ * post step (gemm.h) runs gemm_epilogue.h's plain C, built here for AVX-512. */
 #include "convert_avx512.h"
+#include "../gemm_epilogue.h"
 
 /* 16 values of C's row at column j, exact in fp32 (NaN quieted, as mp_convert) */
 static inline __m512 load_c(mp_dtype ct, const void *row, size_t j, __mmask16 k) {
@@ -31,6 +33,10 @@ static inline __m512 widen_half(mp_dtype t, __m512i r) {
 
 void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
                              size_t cols, mp_convert_stats *st, uint64_t *zeros) {
+    if (e->post != MP_POST_NONE) { /* with a post step: the plain-C epilogue, vectorized for AVX-512 */
+        mp_gemm_epilogue_body(e, tile, ts, i0, j0, rows, cols, st, zeros);
+        return;
+    }
     const __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta);
     const int read_c = !e->c_holds_part && e->beta != 0.0f && e->round_to == MP_F32;
     const int stats = st != NULL;
