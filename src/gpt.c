@@ -3,17 +3,21 @@
  *
  * Buffers (N = B T rows; "ct" the compute format, fp32 statistics):
  *   x0 (N, C)                   wte[tok] + wpe[pos], the residual stream's start
- *   per block: ln1 (N, C), qkv (N, 3C), att (B, H, T, T) probabilities,
- *              y (N, C), res1 (N, C), ln2 (N, C), fc (N, 4C), gelu (N, 4C),
- *              res2 (N, C); mean and rstd of both layer norms
+ *   per block: ln1 (N, C), qkv (N, 3C), sm (B, H, T, 2) the attention rows'
+ *              softmax statistics, y (N, C), res1 (N, C), ln2 (N, C),
+ *              fc (N, 4C), gelu (N, 4C), res2 (N, C); mean and rstd of both
+ *              layer norms
  *   lnf (N, C), logits (N, V)   (the logits' buffer then holds dlogits)
  *   tmp (N, C)                  a branch's output before its residual add
  *   gradients: g_res, g_a, g_b (N, C) and g_big (N, 4C), reused by every block
- * Attention works on row blocks of RB queries: the scores of a block are
- * fp32 (RB, T) in a per-thread scratch, only the causal part (columns up to
- * the block's last row) is computed, and the probabilities are stored in
- * att with zeros above the diagonal inside the block. The backward
- * overwrites att with the gradient of the scores.
+ * Attention is one fused kernel per (sequence, head) and block of RB query
+ * rows (attn_forward_one, attn_backward_one): the block's scores (fp32) and
+ * probabilities (ct) live in a per-thread scratch, only the causal part
+ * (columns up to the block's last row) is computed, and the backward
+ * recomputes the probabilities instead of reading them. The element-wise
+ * work of the other layers runs in the GEMMs' epilogues: bias + GELU after
+ * c_fc, the residual sums after the c_proj layers, GELU's gradient after
+ * mlp.c_proj's input gradient.
  */
 #include <math.h>
 #include <stdio.h>
@@ -38,7 +42,8 @@ static const char *const w_names[W_PER_LAYER] = {"attn.c_attn.weight", "attn.c_p
 
 typedef struct block {
     mp_param *ln1w, *ln1b, *attw, *attb, *aprw, *aprb, *ln2w, *ln2b, *fcw, *fcb, *mprw, *mprb;
-    void *ln1, *qkv, *att, *y, *res1, *ln2, *fc, *gelu, *res2;
+    void *ln1, *qkv, *y, *res1, *ln2, *fc, *gelu, *res2;
+    float *sm; /* (B, H, T, 2): each attention row's softmax max and normalizer (mp_softmax_row_keep) */
     float *mean1, *rstd1, *mean2, *rstd2;
 } block;
 
@@ -61,7 +66,7 @@ struct mp_gpt {
     float *fscratch; /* 2 slots of 4C: fp32 copies of pure-bf16 biases and layer norms */
     float *row;      /* max(2C, V) fp32: embedding rows, eval logits */
     float *dacc;     /* (V + T) x C fp32, on the first accumulating micro-batch: its dwte and dwpe */
-    float *att_scr;  /* per thread: RB x T scores + one row */
+    float *att_scr;  /* per thread: the attention's scratch (attn_scratch) */
     size_t att_stride;
     int att_threads;
     mp_tensor_stats *stats;
@@ -223,6 +228,12 @@ void mp_gpt_free(mp_gpt *g) {
     free(g);
 }
 
+/* floats of one thread's attention scratch (attn_scratch): scores, a row,
+ * the dk and dv sums, a block's probabilities and their gradient in ct */
+static size_t scratch_floats(size_t T, size_t hs, size_t es) {
+    return (RB * T + T + 2 * T * hs + (2 * RB * T * es + 3) / 4 + 15) / 16 * 16;
+}
+
 static mp_status ensure_att_scratch(mp_gpt *g, int nt) {
     if (nt <= g->att_threads) return MP_OK;
     free(g->att_scr);
@@ -317,7 +328,7 @@ mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_ma
     for (size_t l = 0; l < L && ok; l++) {
         block *h = &g->h[l];
         ok = (h->ln1 = buffer(g, N * C * es)) && (h->qkv = buffer(g, N * 3 * C * es)) &&
-             (h->att = buffer(g, B * H * T * T * es)) && (h->y = buffer(g, N * C * es)) &&
+             (h->sm = buffer(g, B * H * T * 2 * sizeof(float))) && (h->y = buffer(g, N * C * es)) &&
              (h->res1 = buffer(g, N * C * es)) && (h->ln2 = buffer(g, N * C * es)) &&
              (h->fc = buffer(g, N * 4 * C * es)) && (h->gelu = buffer(g, N * 4 * C * es)) &&
              (h->res2 = buffer(g, N * C * es)) && (h->mean1 = buffer(g, 4 * N * sizeof(float)));
@@ -330,7 +341,7 @@ mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_ma
          (g->g_big = buffer(g, N * 4 * C * es)) && (g->fscratch = buffer(g, 8 * C * sizeof(float))) &&
          (g->row = buffer(g, (2 * C > V ? 2 * C : V) * sizeof(float)));
     if (ok) g->rstdf = g->meanf + N;
-    g->att_stride = (RB * T + T + 15) / 16 * 16;
+    g->att_stride = scratch_floats(T, C / H, es);
     ok = ok && ensure_att_scratch(g, att_thread_count()) == MP_OK;
     const size_t maxn = V * C > 4 * C * C ? V * C : 4 * C * C;
     float *init = ok ? malloc((maxn > T * C ? maxn : T * C) * sizeof(float)) : NULL;
@@ -429,74 +440,127 @@ typedef struct attn_job {
     void *dqkv;     /* backward: (N, 3C) */
 } attn_job;
 
-/* Forward of one (sequence, head): probabilities into att, output into y.
- * st[0] counts the probabilities, st[1] the output (NULL: no counts). */
-static mp_status attn_forward_one(const attn_job *j, size_t b, size_t hh, float *S, mp_convert_stats *st) {
+/* The attention of one (sequence, head) as one fused kernel per block of RB
+ * query rows: the block's scores in fp32 and its probabilities in ct stay in
+ * the thread's scratch (L1/L2), never in memory; each row keeps its softmax's
+ * max and normalizer (sm), from which the backward recomputes the same
+ * probabilities. Scratch per thread (attn_scratch): */
+typedef struct attn_scratch {
+    float *S;         /* (RB, T) fp32: scores, then the probabilities' gradient */
+    float *prow;      /* (T,) fp32: a row of probabilities */
+    uint8_t *P, *dS;  /* (RB, T) ct: a block's probabilities, and their gradient */
+    float *dk, *dv;   /* (T, hs) fp32: the sums of dk and dv over the row blocks */
+} attn_scratch;
+
+static attn_scratch scratch_of(const mp_gpt *g, int t) {
+    const size_t T = (size_t)g->cfg.block_size, hs = (size_t)(g->cfg.n_embd / g->cfg.n_head);
+    float *base = g->att_scr + (size_t)t * g->att_stride;
+    attn_scratch a;
+    a.S = base, a.prow = a.S + RB * T, a.dk = a.prow + T, a.dv = a.dk + T * hs;
+    a.P = (uint8_t *)(a.dv + T * hs), a.dS = a.P + RB * T * g->es;
+    return a;
+}
+
+/* Rows [0, rows) of a block's probabilities in ct (row stride i1): row r is
+ * query i0 + r, its causal part (n = i0 + r + 1 values) from the fp32 values
+ * in S (row stride i1), zeros after it; counted into st (NULL: not counted). */
+static void store_rows(const mp_gpt *g, uint8_t *P, const float *S, size_t i0, size_t rows, size_t i1,
+                       mp_convert_stats *st) {
+    const mp_convert_kernels *k = mp_kernels_current()->convert;
+    for (size_t r = 0; r < rows; r++) {
+        const size_t n = i0 + r + 1;
+        uint8_t *pr = P + r * i1 * g->es;
+        if (g->ct == MP_F32) {
+            memcpy(pr, S + r * i1, n * 4);
+            if (st) mp_stats_f32(st, S + r * i1, n);
+        } else {
+            (g->ct == MP_F16 ? k->f32_to_f16 : k->f32_to_bf16)((uint16_t *)pr, S + r * i1, n, st);
+        }
+        memset(pr + n * g->es, 0, (i1 - n) * g->es);
+    }
+}
+
+/* The scores of query rows [i0, i1) against keys [0, i1), in fp32 (S, row
+ * stride i1), as stored in acc. */
+static mp_status scores(const attn_job *j, const uint8_t *q, const uint8_t *k, size_t i0, size_t i1, float *S) {
+    const mp_gpt *g = j->g;
+    const size_t C3 = 3 * (size_t)g->cfg.n_embd, hs = (size_t)(g->cfg.n_embd / g->cfg.n_head), rows = i1 - i0;
+    const mp_status s =
+        mp_gemm(0, 1, rows, i1, hs, j->scale, q + i0 * C3 * g->es, g->ct, C3, k, g->ct, C3, 0.0f, S, MP_F32, i1, NULL);
+    for (size_t r = 0; g->acc != MP_F32 && r < rows; r++)
+        for (size_t c = 0; c <= i0 + r; c++) S[r * i1 + c] = mp_round_to(g->acc, S[r * i1 + c]);
+    return s;
+}
+
+/* Forward of one (sequence, head): y, and the rows' softmax statistics.
+ * st[0] counts the probabilities where they are rounded for P V, st[1] y
+ * (NULL: no counts). */
+static mp_status attn_forward_one(const attn_job *j, size_t b, size_t hh, const attn_scratch *a,
+                                  mp_convert_stats *st) {
     const mp_gpt *g = j->g;
     const mp_dtype ct = g->ct;
     const size_t T = j->T, C = (size_t)g->cfg.n_embd, H = (size_t)g->cfg.n_head, hs = C / H, C3 = 3 * C;
     const uint8_t *q = at(g, j->h->qkv, b * T * C3 + hh * hs), *k = q + C * g->es, *v = q + 2 * C * g->es;
-    uint8_t *p = at(g, j->h->att, (b * H + hh) * T * T), *y = at(g, j->h->y, b * T * C + hh * hs);
+    uint8_t *y = at(g, j->h->y, b * T * C + hh * hs);
+    float *sm = j->h->sm + (b * H + hh) * (size_t)g->cfg.block_size * 2;
     for (size_t i0 = 0; i0 < T; i0 += RB) {
         const size_t i1 = T - i0 < RB ? T : i0 + RB, rows = i1 - i0;
-        /* fp32 scores of rows [i0, i1), columns [0, i1) */
-        mp_status s = mp_gemm(0, 1, rows, i1, hs, j->scale, q + i0 * C3 * g->es, ct, C3, k, ct, C3, 0.0f, S, MP_F32,
-                              i1, NULL);
+        mp_status s = scores(j, q, k, i0, i1, a->S);
         if (s != MP_OK) return s;
-        for (size_t r = 0; r < rows; r++) {
-            const size_t i = i0 + r, n = i + 1;
-            float *sr = S + r * i1;
-            for (size_t c = 0; g->acc != MP_F32 && c < n; c++) sr[c] = mp_round_to(g->acc, sr[c]); /* scores as stored */
-            mp_softmax_row(sr, n, 0, g->acc);
-            mp_convert(p + i * T * g->es, ct, sr, MP_F32, n, st ? &st[0] : NULL);
-            if (i1 > n) memset(p + (i * T + n) * g->es, 0, (i1 - n) * g->es);
-        }
-        s = mp_gemm(0, 0, rows, hs, i1, 1.0f, p + i0 * T * g->es, ct, T, v, ct, C3, 0.0f, y + i0 * C * g->es, ct, C,
+        for (size_t r = 0; r < rows; r++) mp_softmax_row_keep(a->S + r * i1, i0 + r + 1, g->acc, sm + 2 * (i0 + r));
+        store_rows(g, a->P, a->S, i0, rows, i1, st ? &st[0] : NULL);
+        s = mp_gemm(0, 0, rows, hs, i1, 1.0f, a->P, ct, i1, v, ct, C3, 0.0f, y + i0 * C * g->es, ct, C,
                     st ? &st[1] : NULL);
         if (s != MP_OK) return s;
     }
     return MP_OK;
 }
 
-/* Backward of one (sequence, head): dq, dk, dv into dqkv; att is overwritten
- * with the gradient of the scores. st[0] counts that gradient, st[1] dqkv. */
-static mp_status attn_backward_one(const attn_job *j, size_t b, size_t hh, float *S, mp_convert_stats *st) {
+/* Backward of one (sequence, head): dq, dk, dv into dqkv. Per block of query
+ * rows: the probabilities recomputed from the scores and the kept
+ * statistics (the forward's bits, not counted again), dp = dy v^T in fp32,
+ * ds = p (dp - sum(dp p)) rounded to ct (counted into st[0]), dq = scale ds k
+ * (counted into st[1]); dv += p^T dy and dk += scale ds^T q summed in fp32
+ * over the blocks, in order, and rounded once at the end (st[1]). */
+static mp_status attn_backward_one(const attn_job *j, size_t b, size_t hh, const attn_scratch *a,
+                                   mp_convert_stats *st) {
     const mp_gpt *g = j->g;
     const mp_dtype ct = g->ct;
     const size_t es = g->es, T = j->T, C = (size_t)g->cfg.n_embd, H = (size_t)g->cfg.n_head, hs = C / H, C3 = 3 * C;
     const uint8_t *q = at(g, j->h->qkv, b * T * C3 + hh * hs), *k = q + C * es, *v = q + 2 * C * es;
     const uint8_t *dy = at(g, j->dy, b * T * C + hh * hs);
-    uint8_t *p = at(g, j->h->att, (b * H + hh) * T * T), *dq = at(g, j->dqkv, b * T * C3 + hh * hs);
-    uint8_t *dk = dq + C * es, *dv = dq + 2 * C * es;
-    float *prow = S + RB * T;
+    uint8_t *dq = at(g, j->dqkv, b * T * C3 + hh * hs), *dk = dq + C * es, *dv = dq + 2 * C * es;
+    const float *sm = j->h->sm + (b * H + hh) * (size_t)g->cfg.block_size * 2;
+    const mp_convert_kernels *kc = mp_kernels_current()->convert;
+    memset(a->dk, 0, T * hs * sizeof(float)), memset(a->dv, 0, T * hs * sizeof(float));
     mp_status s = MP_OK;
-    /* dv = p^T dy: rows [j0, j1) of dv from rows [j0, T) of p */
-    for (size_t j0 = 0; j0 < T && s == MP_OK; j0 += RB) {
-        const size_t j1 = T - j0 < RB ? T : j0 + RB;
-        s = mp_gemm(1, 0, j1 - j0, hs, T - j0, 1.0f, p + (j0 * T + j0) * es, ct, T, dy + j0 * C * es, ct, C, 0.0f,
-                    dv + j0 * C3 * es, ct, C3, &st[1]);
-    }
-    /* per row block: dp = dy v^T (fp32), ds = p (dp - sum(dp p)) into att, dq = scale ds k */
     for (size_t i0 = 0; i0 < T && s == MP_OK; i0 += RB) {
         const size_t i1 = T - i0 < RB ? T : i0 + RB, rows = i1 - i0;
-        s = mp_gemm(0, 1, rows, i1, hs, 1.0f, dy + i0 * C * es, ct, C, v, ct, C3, 0.0f, S, MP_F32, i1, NULL);
+        if ((s = scores(j, q, k, i0, i1, a->S)) != MP_OK) break;
+        for (size_t r = 0; r < rows; r++) mp_softmax_row_again(a->S + r * i1, i0 + r + 1, g->acc, sm + 2 * (i0 + r));
+        store_rows(g, a->P, a->S, i0, rows, i1, NULL);
+        /* dv[0, i1) += p^T dy */
+        s = mp_gemm(1, 0, i1, hs, rows, 1.0f, a->P, ct, i1, dy + i0 * C * es, ct, C, 1.0f, a->dv, MP_F32, hs, NULL);
+        if (s == MP_OK)
+            s = mp_gemm(0, 1, rows, i1, hs, 1.0f, dy + i0 * C * es, ct, C, v, ct, C3, 0.0f, a->S, MP_F32, i1, NULL);
         if (s != MP_OK) break;
         for (size_t r = 0; r < rows; r++) {
-            const size_t i = i0 + r, n = i + 1;
-            float *d = S + r * i1;
-            mp_convert(prow, MP_F32, p + i * T * es, ct, n, NULL);
+            const size_t n = i0 + r + 1;
+            float *d = a->S + r * i1;
+            mp_to_f32(kc, a->prow, a->P + r * i1 * es, ct, n);
             for (size_t c = 0; g->acc != MP_F32 && c < n; c++) d[c] = mp_round_to(g->acc, d[c]); /* dp as stored */
-            mp_softmax_backward_row(d, prow, n, 0, g->acc);
-            mp_convert(p + i * T * es, ct, d, MP_F32, n, &st[0]); /* the masked tail stays 0 */
+            mp_softmax_backward_row(d, a->prow, n, 0, g->acc);
         }
-        s = mp_gemm(0, 0, rows, hs, i1, j->scale, p + i0 * T * es, ct, T, k, ct, C3, 0.0f, dq + i0 * C3 * es, ct, C3,
-                    &st[1]);
+        store_rows(g, a->dS, a->S, i0, rows, i1, &st[0]);
+        s = mp_gemm(0, 0, rows, hs, i1, j->scale, a->dS, ct, i1, k, ct, C3, 0.0f, dq + i0 * C3 * es, ct, C3, &st[1]);
+        /* dk[0, i1) += scale ds^T q */
+        if (s == MP_OK)
+            s = mp_gemm(1, 0, i1, hs, rows, j->scale, a->dS, ct, i1, q + i0 * C3 * es, ct, C3, 1.0f, a->dk, MP_F32, hs,
+                        NULL);
     }
-    /* dk = scale ds^T q */
-    for (size_t j0 = 0; j0 < T && s == MP_OK; j0 += RB) {
-        const size_t j1 = T - j0 < RB ? T : j0 + RB;
-        s = mp_gemm(1, 0, j1 - j0, hs, T - j0, j->scale, p + (j0 * T + j0) * es, ct, T, q + j0 * C3 * es, ct, C3, 0.0f,
-                    dk + j0 * C3 * es, ct, C3, &st[1]);
+    for (size_t i = 0; i < T && s == MP_OK; i++) {
+        mp_from_f32(kc, dk + i * C3 * es, ct, a->dk + i * hs, hs, &st[1]);
+        mp_from_f32(kc, dv + i * C3 * es, ct, a->dv + i * hs, hs, &st[1]);
     }
     return s;
 }
@@ -524,10 +588,10 @@ static mp_status attention(attn_job *j, int backward, mp_convert_stats *s0, mp_c
 #else
         const int t = 0;
 #endif
-        float *S = g->att_scr + (size_t)t * g->att_stride;
+        const attn_scratch a = scratch_of(g, t);
         const size_t b = bh / (size_t)g->cfg.n_head, hh = bh % (size_t)g->cfg.n_head;
-        const mp_status s = backward ? attn_backward_one(j, b, hh, S, part[t])
-                                     : attn_forward_one(j, b, hh, S, count ? part[t] : NULL);
+        const mp_status s = backward ? attn_backward_one(j, b, hh, &a, part[t])
+                                     : attn_forward_one(j, b, hh, &a, count ? part[t] : NULL);
         if (s != MP_OK) {
 #ifdef _OPENMP
 #pragma omp atomic write

@@ -63,6 +63,12 @@ static inline mp_status mp_check_reductions(const char *kind, mp_dtype ct, mp_dt
  * reductions in acc; returns the row's log-sum-exp. The attention's rows use
  * it too. */
 float mp_softmax_row(float *r, size_t C, int log, mp_dtype acc);
+/* mp_softmax_row (log = 0) keeping what mp_softmax_row_again needs to redo
+ * it from the same scores: the row's max, and 1 / sum (acc fp32) or the sum
+ * (a naive acc). mp_softmax_row_again gives the same bits (the attention's
+ * backward recomputes its probabilities so). */
+void mp_softmax_row_keep(float *r, size_t C, mp_dtype acc, float keep[2]);
+void mp_softmax_row_again(float *r, size_t C, mp_dtype acc, const float keep[2]);
 /* One row of ops.h's softmax backward in place: g (dy in, dx out) from the
  * forward's output y, sums in acc. */
 void mp_softmax_backward_row(float *g, const float *y, size_t C, int log, mp_dtype acc);

@@ -312,8 +312,9 @@ mp_status mp_colsum(float *out, const void *x, mp_dtype xt, size_t B, size_t C, 
 }
 
 /* In place over one fp32 row: softmax (or log_softmax), max-subtracted.
- * Returns log(sum(exp(x - max))) + max, the log-sum-exp. */
-static float softmax_row(float *r, size_t C, int log) {
+ * Returns log(sum(exp(x - max))) + max, the log-sum-exp; keep (may be NULL)
+ * gets the max and 1 / sum, from which softmax_again redoes the row. */
+static float softmax_row(float *r, size_t C, int log, float *keep) {
     float mx = -INFINITY;
     for (size_t j = 0; j < C; j++) mx = r[j] > mx ? r[j] : mx;
     if (mx == -INFINITY) mx = 0.0f; /* a row of -inf: all terms exp(-inf) = 0 */
@@ -328,12 +329,14 @@ static float softmax_row(float *r, size_t C, int log) {
     else {
         const float inv = 1.0f / sum;
         for (size_t j = 0; j < C; j++) r[j] *= inv;
+        if (keep) keep[0] = mx, keep[1] = inv;
     }
     return lse;
 }
 
-/* softmax_row as a naive loop in acc does it (ops.h): every partial result rounded. */
-static float softmax_row_naive(float *r, size_t C, int log, mp_dtype acc) {
+/* softmax_row as a naive loop in acc does it (ops.h): every partial result
+ * rounded; keep gets the max and the sum. */
+static float softmax_row_naive(float *r, size_t C, int log, mp_dtype acc, float *keep) {
     float mx = -INFINITY;
     for (size_t j = 0; j < C; j++) mx = r[j] > mx ? r[j] : mx;
     if (mx == -INFINITY) mx = 0.0f;
@@ -343,6 +346,7 @@ static float softmax_row_naive(float *r, size_t C, int log, mp_dtype acc) {
         sum = mp_round_to(acc, sum + e);
         if (!log) r[j] = e;
     }
+    if (keep) keep[0] = mx, keep[1] = sum;
     const float ls = mp_round_to(acc, logf(sum));
     if (log)
         for (size_t j = 0; j < C; j++) r[j] = mp_round_to(acc, mp_round_to(acc, r[j] - mx) - ls);
@@ -352,7 +356,25 @@ static float softmax_row_naive(float *r, size_t C, int log, mp_dtype acc) {
 }
 
 float mp_softmax_row(float *r, size_t C, int log, mp_dtype acc) {
-    return acc == MP_F32 ? softmax_row(r, C, log) : softmax_row_naive(r, C, log, acc);
+    return acc == MP_F32 ? softmax_row(r, C, log, NULL) : softmax_row_naive(r, C, log, acc, NULL);
+}
+
+void mp_softmax_row_keep(float *r, size_t C, mp_dtype acc, float keep[2]) {
+    if (acc == MP_F32) softmax_row(r, C, 0, keep);
+    else softmax_row_naive(r, C, 0, acc, keep);
+}
+
+/* The operations of softmax_row and softmax_row_naive on each value, from
+ * the kept max and 1 / sum (or sum): the same bits. */
+void mp_softmax_row_again(float *r, size_t C, mp_dtype acc, const float keep[2]) {
+    const float mx = keep[0], k = keep[1];
+    if (acc == MP_F32)
+        for (size_t j = 0; j < C; j++) {
+            const float e = expf(r[j] - mx);
+            r[j] = e * k;
+        }
+    else
+        for (size_t j = 0; j < C; j++) r[j] = mp_round_to(acc, mp_round_to(acc, expf(mp_round_to(acc, r[j] - mx))) / k);
 }
 
 void mp_softmax_backward_row(float *g, const float *y, size_t C, int log, mp_dtype acc) {
