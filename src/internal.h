@@ -174,7 +174,7 @@ typedef struct mp_optim_kernels {
                          uint64_t base);
     uint64_t (*adamw_bf16)(uint16_t *w, const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c,
                            uint64_t key, uint64_t base);
-    double (*sumsq)(const float *g, size_t n);
+    void (*sumsq)(double acc[8], const float *g, size_t n); /* adds into 8 partial sums (optim_kernels.h) */
     void (*scale)(float *g, size_t n, float c);
     void (*round_sr)(uint16_t *dst, const float *src, size_t n, uint64_t key, uint64_t base);
     /* half-only parameters: weights and state in fp16 (bf = 0) or bf16 (bf = 1), rounded to nearest even */
@@ -184,6 +184,25 @@ typedef struct mp_optim_kernels {
 } mp_optim_kernels;
 
 extern const mp_optim_kernels mp_optim_scalar;
+
+/* The eight partial sums of mp_optim_kernels.sumsq, added in a fixed order. */
+static inline double mp_sumsq_total(const double acc[8]) {
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* The trainer's fused form of mp_scaler_unscale (s not NULL) and
+ * mp_clip_grad_norm with an fp32 norm (optim.c): one pass over each gradient
+ * unscales it, checks it for inf/NaN and sums its squares (the same norm, to
+ * the bit); the clip coefficient, when below 1, is applied in the update's
+ * pass (mp_scaler_step or mp_optim_step), which writes the clipped gradient
+ * back. The results and the gradients after the step are mp_scaler_unscale's
+ * and mp_clip_grad_norm's (found_inf, may be NULL, is 0 without a scaler).
+ * Other norm formats take those two calls. Errors as theirs. Why not one pass
+ * with the update too: a step with inf or NaN anywhere is skipped entirely,
+ * so every gradient is checked before any weight changes (as PyTorch's fused
+ * AdamW takes found_inf from GradScaler's check). */
+mp_status mp_optim_unscale_clip(mp_optim *o, mp_scaler *s, double max_norm, mp_dtype acc, double *total_norm,
+                                int *found_inf);
 
 /* One GEMM call's epilogue (mp_gemm_epilogue) as the driver hands it to the
  * kernels, for the last block of k: the tile's fp32 sums become C. */

@@ -28,6 +28,7 @@ struct mp_optim {
     mp_stage stage;        /* valid while stage_epoch == the scaler's steps */
     uint64_t stage_epoch;
     int found_inf;         /* from the unscale of this epoch */
+    float clip_coef;       /* a clip coefficient below 1 the next update applies (mp_optim_unscale_clip), else 1 */
     uint64_t lost_updates, updated; /* the last step's (mp_optim_lost_updates) */
 };
 
@@ -53,6 +54,7 @@ static mp_status new_optim(mp_optim **out, optim_kind kind) {
     mp_optim *o = calloc(1, sizeof *o);
     if (!o) return mp_error(MP_ENOMEM, "optimizer: out of memory");
     o->kind = kind;
+    o->clip_coef = 1.0f;
     *out = o;
     return MP_OK;
 }
@@ -120,7 +122,7 @@ static uint64_t sr_key(const mp_optim *o, size_t param_index) {
 }
 
 /* Element-wise work over one parameter, split across the threads. */
-typedef enum { JOB_SGD, JOB_ADAMW, JOB_REFRESH, JOB_ROUND_SR, JOB_SUMSQ, JOB_SCALE } job_kind;
+typedef enum { JOB_SGD, JOB_ADAMW, JOB_REFRESH, JOB_ROUND_SR, JOB_SUMSQ, JOB_SCALE, JOB_UNSCALE_SUMSQ } job_kind;
 
 typedef struct {
     job_kind kind;
@@ -129,27 +131,52 @@ typedef struct {
     const mp_sgd_coef *sc;
     const mp_adamw_coef *ac;
     uint64_t key;
-    float coef;
+    float coef;  /* JOB_SCALE: the factor; JOB_UNSCALE_SUMSQ: the inverse scale; an update: the clip
+                    coefficient applied to the gradient first (1: none) */
     int flush;   /* FTZ/DAZ during the work */
     int refresh; /* after an update: round the share's master into the half copy */
-    double part[MP_MAX_THREADS]; /* per share: the sum of squares (JOB_SUMSQ) or the updates lost (JOB_SGD,
-                                    JOB_ADAMW; whole numbers, exact in a double) */
+    double part[MP_MAX_THREADS]; /* per share: the sum of squares (JOB_SUMSQ, JOB_UNSCALE_SUMSQ) or the updates
+                                    lost (JOB_SGD, JOB_ADAMW; whole numbers, exact in a double) */
+    int found[MP_MAX_THREADS];   /* JOB_UNSCALE_SUMSQ: the share held inf or NaN */
 } param_job;
+
+/* Pieces of a share that stay in L1/L2 while two steps run over them (a
+ * multiple of 8: k_sumsq's pieces sum as one call). */
+#define PIECE 4096
 
 static void param_share_body(const param_job *j, job_kind kind, size_t i0, size_t i1, int t);
 
 /* Each thread sets its own MXCSR: FTZ/DAZ for the update unless asked not to. */
-static void param_share(void *ctx, size_t i0, size_t i1, int t) {
-    param_job *j = ctx; /* shared by the threads: read only here, but for this share's slot of part[] */
+static void share_flushed(param_job *j, job_kind kind, size_t i0, size_t i1, int t) {
 #ifdef MP_X86
     const unsigned csr = _mm_getcsr();
     if (j->flush) _mm_setcsr(csr | 0x8040);
-    param_share_body(j, j->kind, i0, i1, t);
+    param_share_body(j, kind, i0, i1, t);
     if (j->flush) _mm_setcsr(csr);
 #else
-    param_share_body(j, j->kind, i0, i1, t);
+    param_share_body(j, kind, i0, i1, t);
 #endif
-    if (j->refresh) param_share_body(j, JOB_REFRESH, i0, i1, t); /* the half copy, in the same pass */
+}
+
+static void param_share(void *ctx, size_t i0, size_t i1, int t) {
+    param_job *j = ctx; /* shared by the threads: read only here, but for this share's slots of part[], found[] */
+    const int update = j->kind == JOB_SGD || j->kind == JOB_ADAMW;
+    if (!update || j->coef == 1.0f) {
+        share_flushed(j, j->kind, i0, i1, t);
+        if (j->refresh) param_share_body(j, JOB_REFRESH, i0, i1, t); /* the half copy, in the same pass */
+        return;
+    }
+    /* a clipped update: piece by piece, the gradient scaled (without FTZ/DAZ, as mp_clip_grad_norm
+     * scales it), updated and the half copy refreshed while the piece is in cache */
+    double lost = 0;
+    for (size_t c = i0; c < i1; c += PIECE) {
+        const size_t c1 = i1 - c < PIECE ? i1 : c + PIECE;
+        param_share_body(j, JOB_SCALE, c, c1, t);
+        share_flushed(j, j->kind, c, c1, t);
+        lost += j->part[t];
+        if (j->refresh) param_share_body(j, JOB_REFRESH, c, c1, t);
+    }
+    j->part[t] = lost;
 }
 
 static void param_share_body(const param_job *j, job_kind kind, size_t i0, size_t i1, int t) {
@@ -177,29 +204,51 @@ static void param_share_body(const param_job *j, job_kind kind, size_t i0, size_
         mp_convert(h, p->half_type, p->master + i0, MP_F32, n, NULL);
         break;
     case JOB_ROUND_SR: j->k->round_sr(h, p->master + i0, n, j->key, i0); break;
-    case JOB_SUMSQ: ((param_job *)j)->part[t] = j->k->sumsq(p->grad + i0, n); break;
+    case JOB_SUMSQ: {
+        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        j->k->sumsq(acc, p->grad + i0, n);
+        ((param_job *)j)->part[t] = mp_sumsq_total(acc);
+        break;
+    }
     case JOB_SCALE: j->k->scale(p->grad + i0, n, j->coef); break;
+    case JOB_UNSCALE_SUMSQ: { /* piece by piece: unscaled and checked as mp_unscale_check, then summed */
+        const mp_unscale_kernels *u = mp_kernels_current()->unscale;
+        double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int found = 0;
+        for (size_t c = i0; c < i1; c += PIECE) {
+            const size_t m = i1 - c < PIECE ? i1 - c : PIECE;
+            found |= j->coef == 1.0f ? u->check32((const uint32_t *)(p->grad + c), m) : u->f32(p->grad + c, m, j->coef);
+            j->k->sumsq(acc, p->grad + c, m);
+        }
+        ((param_job *)j)->part[t] = mp_sumsq_total(acc), ((param_job *)j)->found[t] = found;
+        break;
+    }
     }
 }
 
 #define PARAM_PARALLEL_MIN ((size_t)1 << 16)
 
-/* Runs one job over parameter p; returns the sum of the shares' part[]. */
-static double run_param(param_job *j, mp_param *p) {
+/* Runs one job over parameter p; returns the sum of the shares' part[]
+ * (and ORs their found[] into *found, when not NULL). */
+static double run_param_found(param_job *j, mp_param *p, int *found) {
     j->p = p;
     memset(j->part, 0, sizeof j->part);
+    memset(j->found, 0, sizeof j->found);
     const int shares = mp_parallel_for(p->n, PARAM_PARALLEL_MIN, 64, param_share, j);
     double s = 0;
     for (int t = 0; t < shares; t++) s += j->part[t];
+    for (int t = 0; found && t < shares; t++) *found |= j->found[t];
     return s;
 }
+
+static double run_param(param_job *j, mp_param *p) { return run_param_found(j, p, NULL); }
 
 /* Rounds the master into the half copy: nearest even, or stochastic for bf16. */
 static void refresh_half(mp_optim *o, size_t i) {
     mp_param *p = o->params[i];
     if (!p->half || !p->master) return;
     if (p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC) {
-        param_job j = {JOB_ROUND_SR, kernels(), NULL, NULL, NULL, sr_key(o, i), 0.0f, 0, 0, {0}};
+        param_job j = {JOB_ROUND_SR, kernels(), NULL, NULL, NULL, sr_key(o, i), 0.0f, 0, 0, {0}, {0}};
         run_param(&j, p);
     } else {
         mp_convert(p->half, p->half_type, p->master, MP_F32, p->n, NULL);
@@ -363,13 +412,14 @@ static mp_status apply_step(mp_optim *o) {
         ac.decay = p->no_decay ? 1.0f : (float)(1.0 - o->adamw.lr * o->adamw.weight_decay);
         /* nearest-even half copies are refreshed inside the update's pass */
         const int fused = p->master && p->half && !(p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC);
-        param_job j = {o->kind == KIND_SGD ? JOB_SGD : JOB_ADAMW, k, NULL, &sc, &ac, sr_key(o, i), 0.0f,
-                       !o->keep_denormal, fused, {0}};
+        param_job j = {o->kind == KIND_SGD ? JOB_SGD : JOB_ADAMW, k, NULL, &sc, &ac, sr_key(o, i), o->clip_coef,
+                       !o->keep_denormal, fused, {0}, {0}};
         o->lost_updates += (uint64_t)run_param(&j, p);
         o->updated += p->n;
         p->has_state = 1;
     }
     o->steps = t;
+    o->clip_coef = 1.0f;
     for (size_t i = 0; i < o->count; i++) /* the stochastic ones (the others were refreshed in the update) */
         if (o->params[i]->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC) refresh_half(o, i);
     return MP_OK;
@@ -421,7 +471,7 @@ mp_status mp_scaler_step(mp_scaler *s, mp_optim *o, int *found_inf) {
     const int found = o->found_inf;
     set_stage(o, s, MP_STAGE_STEPPED);
     if (found_inf) *found_inf = found;
-    if (found) o->lost_updates = o->updated = 0; /* a skipped step updates nothing */
+    if (found) o->lost_updates = o->updated = 0, o->clip_coef = 1.0f; /* a skipped step updates nothing */
     return found ? MP_OK : apply_step(o);
 }
 
@@ -445,7 +495,7 @@ mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, mp
     if (s ? mp_optim_stage(o, s) != MP_STAGE_UNSCALED : o->scaled)
         return mp_error(MP_ESTATE, "clip_grad_norm: gradients are still multiplied by the loss scale; call "
                                    "mp_scaler_unscale first (and pass the scaler)");
-    param_job j = {JOB_SUMSQ, kernels(), NULL, NULL, NULL, 0, 0.0f, 0, 0, {0}};
+    param_job j = {JOB_SUMSQ, kernels(), NULL, NULL, NULL, 0, 0.0f, 0, 0, {0}, {0}};
     double norm;
     if (acc == MP_F32) {
         double sum = 0;
@@ -462,5 +512,46 @@ mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, mp
     j.kind = JOB_SCALE, j.coef = (float)coef;
     if (coef < 1.0)
         for (size_t i = 0; i < o->count; i++) run_param(&j, o->params[i]);
+    return MP_OK;
+}
+
+mp_status mp_optim_unscale_clip(mp_optim *o, mp_scaler *s, double max_norm, mp_dtype acc, double *total_norm,
+                                int *found_inf) {
+    if (!o) return mp_error(MP_EINVAL, "mp_optim_unscale_clip: NULL optimizer");
+    int found = 0;
+    if (acc != MP_F32) { /* the naive norm: the two calls */
+        mp_status st = s ? mp_scaler_unscale(s, o, &found) : MP_OK;
+        if (st == MP_OK) st = mp_clip_grad_norm(o, s, max_norm, acc, total_norm);
+        if (found_inf) *found_inf = found;
+        return st;
+    }
+    if (!(max_norm > 0 && isfinite(max_norm)))
+        return mp_error(MP_EINVAL, "mp_clip_grad_norm: max_norm must be finite and > 0 (got %g)", max_norm);
+    float inv = 1.0f;
+    if (s) { /* mp_scaler_unscale's checks and stage */
+        const mp_stage stage = mp_optim_stage(o, s);
+        if (stage == MP_STAGE_UNSCALED)
+            return mp_error(MP_ESTATE, "unscale called twice for this optimizer since the last update");
+        if (stage == MP_STAGE_STEPPED) return mp_error(MP_ESTATE, "unscale called after step; call update first");
+        inv = mp_scaler_inv_scale(s);
+        if (!isfinite(inv))
+            return mp_error(MP_EINVAL, "mp_unscale_check: inv_scale %g is not finite", (double)inv);
+    } else if (o->scaled) {
+        return mp_error(MP_ESTATE, "clip_grad_norm: gradients are still multiplied by the loss scale; call "
+                                   "mp_scaler_unscale first (and pass the scaler)");
+    }
+    param_job j = {JOB_UNSCALE_SUMSQ, kernels(), NULL, NULL, NULL, 0, inv, 0, 0, {0}, {0}};
+    double sum = 0;
+    for (size_t i = 0; i < o->count; i++) sum += run_param_found(&j, o->params[i], &found);
+    const double norm = sqrt(sum);
+    if (s) {
+        o->found_inf = found;
+        set_stage(o, s, MP_STAGE_UNSCALED);
+    }
+    if (found_inf) *found_inf = s ? found : 0; /* as mp_scaler_unscale, which only a scaler calls */
+    if (total_norm) *total_norm = norm;
+    /* as mp_clip_grad_norm: a non-finite norm clips nothing (the step is skipped, or the weights break) */
+    const double coef = max_norm / (norm + 1e-6);
+    o->clip_coef = !isnan(norm) && !isinf(norm) && coef < 1.0 ? (float)coef : 1.0f;
     return MP_OK;
 }

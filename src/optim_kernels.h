@@ -168,14 +168,15 @@ static uint64_t k_adamw_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
     return lost;
 }
 
-/* Sum of squares in fp64, eight partial sums in a fixed order. */
-static double k_sumsq(const float *g, size_t n) {
-    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+/* Sum of squares in fp64 into eight partial sums in a fixed order (element i
+ * of every whole group of 8 into acc[i % 8], a last partial group from
+ * acc[0]): calls on consecutive pieces whose lengths but the last are
+ * multiples of 8 sum as one call does. mp_sumsq_total adds the eight. */
+static void k_sumsq(double acc[8], const float *g, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++) acc[j] += (double)g[i + j] * (double)g[i + j];
     for (int j = 0; i < n; i++, j++) acc[j] += (double)g[i] * (double)g[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 static void k_scale(float *g, size_t n, float c) {

@@ -459,8 +459,8 @@ mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
         TRY(reduced(t->dist->sum_grads(t->dist->ctx, t->gx, t->gn, t->ngrads), "the gradients"));
     mp_status st = MP_OK;
     if (t->scaled) {
-        TRY(mp_scaler_unscale(&t->scaler, t->opt, &r.skipped));
-        TRY(mp_clip_grad_norm(t->opt, &t->scaler, clip, t->norm_acc, &r.grad_norm));
+        /* unscale, check and norm in one pass; a clip is applied in the update's pass */
+        TRY(mp_optim_unscale_clip(t->opt, &t->scaler, clip, t->norm_acc, &r.grad_norm, &r.skipped));
         if (r.skipped || !isfinite(r.loss)) locate_nonfinite(t, &r);
         TRY(mp_scaler_step(&t->scaler, t->opt, &r.skipped));
         st = mp_scaler_update(&t->scaler, r.skipped); /* MP_EOVERFLOW: the step counts, the run should stop */
@@ -469,7 +469,7 @@ mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
                           "gradients still overflow: the model produces inf/NaN at any scale",
                           (double)mp_scaler_get_scale(&t->scaler));
     } else {
-        TRY(mp_clip_grad_norm(t->opt, NULL, clip, t->norm_acc, &r.grad_norm));
+        TRY(mp_optim_unscale_clip(t->opt, NULL, clip, t->norm_acc, &r.grad_norm, NULL));
         if (!isfinite(r.grad_norm) || !isfinite(r.loss)) locate_nonfinite(t, &r);
         TRY(mp_optim_step(t->opt));
     }

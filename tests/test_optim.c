@@ -163,7 +163,11 @@ static void check_kernel_paths(void) {
     mp_optim_avx512.adamw(w2, g, m2, v2, M, &ac);
     CHECK(memcmp(w1, w2, sizeof w1) == 0 && memcmp(m1, m2, sizeof m1) == 0 && memcmp(v1, v2, sizeof v1) == 0,
           "adamw kernels differ");
-    CHECK(mp_optim_scalar.sumsq(g, M) == mp_optim_avx512.sumsq(g, M), "sumsq differs");
+    double a1[8] = {0}, a2[8] = {0}, a3[8] = {0};
+    mp_optim_scalar.sumsq(a1, g, M);
+    mp_optim_avx512.sumsq(a2, g, M);
+    mp_optim_avx512.sumsq(a3, g, 4096), mp_optim_avx512.sumsq(a3, g + 4096, M - 4096); /* in pieces */
+    CHECK(mp_sumsq_total(a1) == mp_sumsq_total(a2) && mp_sumsq_total(a1) == mp_sumsq_total(a3), "sumsq differs");
     mp_optim_scalar.round_sr(h1, w1, M, 42, 0);
     mp_optim_avx512.round_sr(h2, w1, M, 42, 0);
     CHECK(memcmp(h1, h2, sizeof h1) == 0, "stochastic rounding differs");
@@ -339,6 +343,73 @@ static void check_clip(void) {
               fabsf(g2[0]->grad[0] - (float)(8.0 / (512.0 + 1e-6))) < 1e-9f,
           "fp32 norm %g clips to 1", n32);
     mp_optim_free(q);
+}
+
+/* mp_optim_unscale_clip then the step equals mp_scaler_unscale,
+ * mp_clip_grad_norm and the step: the norm, the skip, the weights, the
+ * state, the half copies and the gradients after the step, bit for bit, for
+ * SGD with momentum and AdamW, scaled or not, clipped or not, with
+ * subnormal, huge and non-finite gradients, on parameters split over two
+ * threads in pieces. */
+static void check_unscale_clip(void) {
+    enum { M = 3 * 4096 + 77, P = 2 };
+    const long mark = check_failures;
+    int cases = 0;
+    mp_set_threads(2);
+    for (int adam = 0; adam < 2; adam++)
+        for (int scaled = 0; scaled < 2; scaled++)
+            for (int kind = 0; kind < 4; kind++, cases++) { /* 0: no clip, 1: clipped, 2: inf gradient, 3: NaN */
+                mp_optim *o[2];
+                mp_param *p[2][P];
+                mp_scaler sc[2];
+                mp_scaler_config cfg = mp_scaler_defaults();
+                cfg.init_scale = 0.25f; /* below 1: the unscale multiplies by 4 (subnormals become normal) */
+                static float w[M];
+                fill(w, M, 1);
+                for (int v = 0; v < 2; v++) {
+                    mp_scaler_init(&sc[v], &cfg);
+                    mp_sgd_config s = mp_sgd_defaults();
+                    s.lr = 0.1, s.momentum = 0.9;
+                    if (adam) mp_optim_adamw(&o[v], NULL);
+                    else mp_optim_sgd(&o[v], &s);
+                    for (int q = 0; q < P; q++) mp_optim_add(o[v], q ? "b" : "a", w, q ? M / 3 : M, MP_BF16, &p[v][q]);
+                }
+                for (int step = 0; step < 3; step++) {
+                    for (int q = 0; q < P; q++)
+                        for (size_t i = 0; i < p[0][q]->n; i++) {
+                            float g = frand() * (kind == 1 ? 100.0f : 1e-3f);
+                            if (i % 97 == 0) g = ldexpf(frand(), -130); /* subnormal */
+                            p[0][q]->grad[i] = p[1][q]->grad[i] = g;
+                        }
+                    if (kind >= 2 && step == 1) p[0][1]->grad[5] = p[1][1]->grad[5] = kind == 2 ? INFINITY : NAN;
+                    double n0 = 0, n1 = 0;
+                    int f0 = 0, f1 = 0;
+                    if (scaled) CHECK(mp_scaler_unscale(&sc[0], o[0], &f0) == MP_OK, "unscale");
+                    CHECK(mp_clip_grad_norm(o[0], scaled ? &sc[0] : NULL, 1.0, MP_F32, &n0) == MP_OK, "clip");
+                    CHECK(mp_optim_unscale_clip(o[1], scaled ? &sc[1] : NULL, 1.0, MP_F32, &n1, &f1) == MP_OK, "fused");
+                    if (scaled) {
+                        mp_scaler_step(&sc[0], o[0], &f0), mp_scaler_update(&sc[0], f0);
+                        mp_scaler_step(&sc[1], o[1], &f1), mp_scaler_update(&sc[1], f1);
+                    } else {
+                        mp_optim_step(o[0]), mp_optim_step(o[1]);
+                    }
+                    long bad = memcmp(&n0, &n1, sizeof n0) != 0 || f0 != f1;
+                    for (int q = 0; q < P; q++) {
+                        const mp_param *a = p[0][q], *b = p[1][q];
+                        bad += memcmp(a->master, b->master, a->n * 4) != 0 || memcmp(a->grad, b->grad, a->n * 4) != 0 ||
+                               memcmp(a->half, b->half, a->n * 2) != 0 ||
+                               memcmp(a->state1, b->state1, a->n * 4) != 0 ||
+                               (adam && memcmp(a->state2, b->state2, a->n * 4) != 0);
+                    }
+                    CHECK(bad == 0 && (kind < 2 || step != 1 || f1 == scaled) && (kind != 1 || n1 > 1.0),
+                          "%s, %s, case %d, step %d: fused unscale and clip differ (norm %g vs %g)",
+                          adam ? "adamw" : "sgd", scaled ? "scaled" : "plain", kind, step, n1, n0);
+                }
+                mp_optim_free(o[0]), mp_optim_free(o[1]);
+            }
+    mp_set_threads(0);
+    CHECK_SAY(mark, "  fused unscale + check + norm, clip in the update's pass: equal to the separate calls (%d cases)\n",
+              cases);
 }
 
 static void check_rounding(void) {
@@ -647,6 +718,7 @@ int main(void) {
     check_protocol();
     check_accumulation();
     check_clip();
+    check_unscale_clip();
     check_rounding();
     check_denormal_flush();
     check_threads();
