@@ -9,7 +9,7 @@
  *              layer norms
  *   lnf (N, C), logits (N, V)   (the logits' buffer then holds dlogits)
  *   tmp (N, C)                  a branch's output before its residual add
- *   gradients: g_res, g_a, g_b (N, C) and g_big (N, 4C), reused by every block
+ *   gradients: g_res, g_a (N, C) and g_big (N, 4C), reused by every block
  * Attention is one fused kernel per (sequence, head) and block of RB query
  * rows (attn_forward_one, attn_backward_one): the block's scores (fp32) and
  * probabilities (ct) live in a per-thread scratch, only the causal part
@@ -62,7 +62,7 @@ struct mp_gpt {
     block *h;
     void *x0, *lnf, *logits, *tmp;
     float *meanf, *rstdf;
-    void *g_res, *g_a, *g_b, *g_big;
+    void *g_res, *g_a, *g_big;
     float *fscratch; /* 2 slots of 4C: fp32 copies of pure-bf16 biases and layer norms */
     float *row;      /* max(2C, V) fp32: embedding rows, eval logits */
     float *dacc;     /* (V + T) x C fp32, on the first accumulating micro-batch: its dwte and dwpe */
@@ -337,7 +337,7 @@ mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_ma
     ok = ok && (g->x0 = buffer(g, N * C * es)) && (g->lnf = buffer(g, N * C * es)) &&
          (g->logits = buffer(g, N * V * es)) && (g->tmp = buffer(g, N * C * es)) &&
          (g->meanf = buffer(g, 2 * N * sizeof(float))) && (g->g_res = buffer(g, N * C * es)) &&
-         (g->g_a = buffer(g, N * C * es)) && (g->g_b = buffer(g, N * C * es)) &&
+         (g->g_a = buffer(g, N * C * es)) &&
          (g->g_big = buffer(g, N * 4 * C * es)) && (g->fscratch = buffer(g, 8 * C * sizeof(float))) &&
          (g->row = buffer(g, (2 * C > V ? 2 * C : V) * sizeof(float)));
     if (ok) g->rstdf = g->meanf + N;
@@ -766,9 +766,10 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         TRY(lin_wgrad(g, l, W_FC, N, 4 * C, C, g->g_big, h->ln2, beta, h->fcw->grad, &ep));
         TRY(mp_colsum(h->fcb->grad, g->g_big, ct, N, 4 * C, accumulate, g->acc));
         TRY(lin_dgrad_st(g, l, W_FC, N, 4 * C, C, g->g_big, h->fcw, g->g_a, bst(g, s_act(g, l, A_LN2), N * C)));
-        TRY(mp_layernorm_backward(g->g_b, ct, h->ln2w->grad, h->ln2b->grad, g->g_a, ct, h->res1, ct, h->mean2, h->rstd2,
-                                  fparam(g, h->ln2w, 0), N, C, accumulate, g->acc, bst(g, s_act(g, l, A_RES1), N * C)));
-        TRY(mp_add(g->g_res, ct, g->g_res, ct, g->g_b, ct, N * C, bst(g, s_act(g, l, A_RES1), N * C)));
+        /* through ln_2 and into the residual stream's gradient, in one pass */
+        TRY(mp_layernorm_backward_add(g->g_res, ct, h->ln2w->grad, h->ln2b->grad, g->g_a, h->res1, h->mean2, h->rstd2,
+                                      fparam(g, h->ln2w, 0), N, C, accumulate, g->acc, g->g_res,
+                                      bst(g, s_act(g, l, A_RES1), N * C), bst(g, s_act(g, l, A_RES1), N * C)));
         /* attention: g_res is now the gradient of res1 and of the attention's output */
         ep = wgrad(g, s_w(g, l, W_APR), C * C);
         TRY(lin_wgrad(g, l, W_APR, N, C, C, g->g_res, h->y, beta, h->aprw->grad, &ep));
@@ -781,9 +782,9 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         TRY(lin_wgrad(g, l, W_ATT, N, 3 * C, C, g->g_big, h->ln1, beta, h->attw->grad, &ep));
         TRY(mp_colsum(h->attb->grad, g->g_big, ct, N, 3 * C, accumulate, g->acc));
         TRY(lin_dgrad_st(g, l, W_ATT, N, 3 * C, C, g->g_big, h->attw, g->g_a, bst(g, s_act(g, l, A_LN1), N * C)));
-        TRY(mp_layernorm_backward(g->g_b, ct, h->ln1w->grad, h->ln1b->grad, g->g_a, ct, x, ct, h->mean1, h->rstd1,
-                                  fparam(g, h->ln1w, 0), N, C, accumulate, g->acc, bst(g, sx, N * C)));
-        TRY(mp_add(g->g_res, ct, g->g_res, ct, g->g_b, ct, N * C, bst(g, sx, N * C)));
+        TRY(mp_layernorm_backward_add(g->g_res, ct, h->ln1w->grad, h->ln1b->grad, g->g_a, x, h->mean1, h->rstd1,
+                                      fparam(g, h->ln1w, 0), N, C, accumulate, g->acc, g->g_res, bst(g, sx, N * C),
+                                      bst(g, sx, N * C)));
     }
     /* embeddings: dwte[tok] += dx0 row, dwpe[t] += dx0 rows of position t,
      * in fp32, rows in order (no rounding to ct: nothing is counted) */

@@ -68,6 +68,14 @@ float mp_softmax_row(float *r, size_t C, int log, mp_dtype acc);
  * (a naive acc). mp_softmax_row_again gives the same bits (the attention's
  * backward recomputes its probabilities so). */
 void mp_softmax_row_keep(float *r, size_t C, mp_dtype acc, float keep[2]);
+/* mp_layernorm_backward into a residual stream: out = res + dx, where dx is
+ * rounded to t and counted into st_dx as mp_layernorm_backward stores it, but
+ * not stored, and the sum is as mp_add's (counted into st_sum); every tensor
+ * in t; out may be res. One pass instead of the two ops. */
+mp_status mp_layernorm_backward_add(void *out, mp_dtype t, float *dw, float *db, const void *dy, const void *x,
+                                    const float *mean, const float *rstd, const float *w, size_t B, size_t C,
+                                    int accumulate, mp_dtype acc, const void *res, mp_convert_stats *st_dx,
+                                    mp_convert_stats *st_sum);
 void mp_softmax_row_again(float *r, size_t C, mp_dtype acc, const float keep[2]);
 /* One row of ops.h's softmax backward in place: g (dy in, dx out) from the
  * forward's output y, sums in acc. */

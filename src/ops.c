@@ -546,6 +546,8 @@ typedef struct {
     float eps;
     int oom;
     mp_convert_stats part[MP_MAX_THREADS];
+    const void *res;                        /* backward: the residual stream's gradient (yt), or NULL */
+    mp_convert_stats part2[MP_MAX_THREADS]; /* backward with res: the sums' stores */
 } ln_job;
 
 /* A row's mean and rstd as a naive loop in acc computes them (ops.h). */
@@ -602,7 +604,7 @@ mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, c
     if (s != MP_OK || (s = rows_args("mp_layernorm_forward", y, x, B, C)) != MP_OK) return s;
     if (B && (!mean || !rstd)) return mp_error(MP_EINVAL, "mp_layernorm_forward: NULL mean or rstd");
     if (C == 0 && B) return mp_error(MP_EINVAL, "mp_layernorm_forward: rows of 0 values");
-    ln_job J = {y, yt, xt, MP_F32, acc, x, NULL, mean, rstd, NULL, NULL, w, b, NULL, NULL, B, C, eps, 0, {{0}}};
+    ln_job J = {y, yt, xt, MP_F32, acc, x, NULL, mean, rstd, NULL, NULL, w, b, NULL, NULL, B, C, eps, 0, {{0}}, NULL, {{0}}};
     const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, ln_fwd_share, &J);
     if (J.oom) return mp_error(MP_ENOMEM, "mp_layernorm_forward: out of memory");
     add_parts(st, J.part, shares);
@@ -676,25 +678,54 @@ static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
         }
         const float a = mp_round_to(acc, sum_dn / (float)C), c = mp_round_to(acc, sum_dn_n / (float)C);
         for (size_t j = 0; j < C; j++) g[j] = ri * (g[j] * (w ? w[j] : 1.0f) - a - n[j] * c);
-        store(J->y, J->yt, i * C, g, C, &J->part[t]);
+        if (!J->res) {
+            store(J->y, J->yt, i * C, g, C, &J->part[t]);
+            continue;
+        }
+        /* dx as it would be stored (counted, in n's room as 16-bit codes), then res + dx (mp_add) stored */
+        if (J->yt != MP_F32) {
+            store(n, J->yt, 0, g, C, &J->part[t]);
+            load(g, n, J->yt, 0, C);
+        } else {
+            mp_stats_f32(&J->part[t], g, C);
+        }
+        load(n, J->res, J->yt, i * C, C);
+        for (size_t j = 0; j < C; j++) n[j] += g[j];
+        store(J->y, J->yt, i * C, n, C, &J->part2[t]);
     }
     row_scratch_free(r, stack);
 }
 
-mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db, const void *dy, mp_dtype dyt,
-                                const void *x, mp_dtype xt, const float *mean, const float *rstd, const float *w,
-                                size_t B, size_t C, int accumulate, mp_dtype acc, mp_convert_stats *st) {
+static mp_status ln_backward(void *dx, mp_dtype dxt, float *dw, float *db, const void *dy, mp_dtype dyt,
+                             const void *x, mp_dtype xt, const float *mean, const float *rstd, const float *w,
+                             size_t B, size_t C, int accumulate, mp_dtype acc, mp_convert_stats *st, const void *res,
+                             mp_convert_stats *st_sum) {
     mp_status s = check_types("mp_layernorm_backward", dxt, dyt, xt);
     if (s == MP_OK) s = check_types("mp_layernorm_backward", acc, acc, acc);
     if (s != MP_OK || (s = rows_args("mp_layernorm_backward", dx, dy, B, C)) != MP_OK) return s;
     if (B && (!x || !mean || !rstd)) return mp_error(MP_EINVAL, "mp_layernorm_backward: NULL x, mean or rstd");
     if (!accumulate && dw) memset(dw, 0, C * sizeof *dw);
     if (!accumulate && db) memset(db, 0, C * sizeof *db);
-    ln_job J = {dx, dxt, xt, dyt, acc, x, dy, NULL, NULL, mean, rstd, w, NULL, dw, db, B, C, 0.0f, 0, {{0}}};
+    ln_job J = {dx, dxt, xt, dyt, acc, x, dy, NULL, NULL, mean, rstd, w, NULL, dw, db, B, C, 0.0f, 0, {{0}}, res, {{0}}};
     /* dw and db first: dx may alias dy or x */
     if (dw || db) mp_parallel_for(C, B * C >= ELEM_PARALLEL_MIN ? 64 : C + 1, 16, ln_dwdb_share, &J);
     const int shares = J.oom ? 0 : mp_parallel_for(B, rows_min_parallel(B, C), 1, ln_dx_share, &J);
     if (J.oom) return mp_error(MP_ENOMEM, "mp_layernorm_backward: out of memory");
     add_parts(st, J.part, shares);
+    add_parts(st_sum, J.part2, shares);
     return MP_OK;
+}
+
+mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db, const void *dy, mp_dtype dyt,
+                                const void *x, mp_dtype xt, const float *mean, const float *rstd, const float *w,
+                                size_t B, size_t C, int accumulate, mp_dtype acc, mp_convert_stats *st) {
+    return ln_backward(dx, dxt, dw, db, dy, dyt, x, xt, mean, rstd, w, B, C, accumulate, acc, st, NULL, NULL);
+}
+
+mp_status mp_layernorm_backward_add(void *out, mp_dtype t, float *dw, float *db, const void *dy, const void *x,
+                                    const float *mean, const float *rstd, const float *w, size_t B, size_t C,
+                                    int accumulate, mp_dtype acc, const void *res, mp_convert_stats *st_dx,
+                                    mp_convert_stats *st_sum) {
+    if (B && C && !res) return mp_error(MP_EINVAL, "mp_layernorm_backward_add: NULL residual");
+    return ln_backward(out, t, dw, db, dy, t, x, t, mean, rstd, w, B, C, accumulate, acc, st_dx, res, st_sum);
 }

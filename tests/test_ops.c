@@ -830,6 +830,16 @@ static void check_rows_parallel(void) {
                     memcpy(y1, x, bytes); /* y aliasing x */
                     mp_layernorm_forward(y1, t, m1, r1, y1, t, wv, bv, B, C, 1e-5f, MP_F32, NULL);
                     bad += !same(y0, y1, bytes);
+                    /* into a residual stream (x as the stream, updated in place): the two ops in one pass */
+                    mp_convert_stats a0 = {0}, a1 = {0}, c0 = {0}, c1 = {0};
+                    mp_layernorm_backward(d0, t, dwa, dba, dy, t, x, t, m1, r1, wv, B, C, 1, MP_F32, &a0);
+                    memcpy(y0, x, bytes);
+                    mp_add(y0, t, y0, t, d0, t, B * C, &c0);
+                    memcpy(y1, x, bytes);
+                    CHECK(mp_layernorm_backward_add(y1, t, dwb, dbb, dy, x, m1, r1, wv, B, C, 1, MP_F32, y1, &a1, &c1) ==
+                              MP_OK, "layernorm backward into a residual");
+                    bad += !same(y0, y1, bytes) || !same(&a0, &a1, sizeof a0) || !same(&c0, &c1, sizeof c0) ||
+                           !same(dw0, dw1, C * 4) || !same(db0, db1, C * 4);
                 }
             }
             mp_set_threads(0);
