@@ -23,17 +23,27 @@ build-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMP_WERROR=ON -DMP_SANITIZE=ON $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
+# Two tests at a time: most of the time in the shell tests is spent waiting on
+# processes they start.
 test: build build-asan
 	scripts/test_example.sh $(BUILD)
-	ctest --test-dir $(BUILD) --output-on-failure
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
 
-# Everything on all 2^32 inputs, fp8 included (make test does fp8 on a 2^28 slice,
-# and mp_convert into e8m0/e2m1 on a slice: test_format checks their functions on all).
-test-long: build
+# What make test samples, whole: every format and every SIMD path on all 2^32
+# fp32 inputs (make test takes a 2^28 slice), the data-parallel test's longer
+# comparisons (SGD, the benchmark GPT over 50 steps, 3 and 4 ranks), and the
+# data-parallel test under ASan + UBSan. .ci/run runs it; about 8 minutes on 2 cores.
+test-long: build build-asan
 	$(BUILD)/tests/test_format --long
 	$(BUILD)/tests/test_convert --long
 	$(BUILD)/tests/test_fp8_scale --long
+	@if [ -x "$$(command -v mpirun)" ] && $(M) --version | grep -q 'MPI: '; then \
+	    echo "MIXPREC_LONG=1 tests/test_mpi.sh"; \
+	    MIXPREC=$$PWD/$(M) MIXPREC_LONG=1 bash tests/test_mpi.sh; \
+	    echo "tests/test_mpi.sh under ASan + UBSan"; \
+	    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 MIXPREC=$$PWD/$(ASAN_BUILD)/mixprec bash tests/test_mpi.sh; \
+	fi
 
 # The GPT at the accuracy budget: fp32, fp16-dynamic, bf16 and bf16-pure trained
 # side by side, issue 11's accuracy and sample targets asserted (docs/TRAINING.md);

@@ -73,4 +73,27 @@ static inline uint32_t quick_input(uint64_t i) {
     return i < a ? (uint32_t)(i * QUICK_STRIDE) : (uint32_t)((i - a) << 12);
 }
 
+/* The inputs of make test's slice (the plain build; make test-long takes all
+ * 2^32): every 16th bit pattern with a varying low nibble (2^28, holding
+ * every fp8 rounding tie), then every pattern whose low 12 bits are zero
+ * (every fp16 and bf16 tie). */
+enum { ALL, SLICE, QUICK }; /* all 2^32 inputs; the slice; the quick sample */
+static inline uint64_t slice_count(void) { return (1ull << 28) + (1ull << 20); }
+static inline uint32_t slice_input(uint64_t i) {
+    return i < (1ull << 28) ? (uint32_t)(i * 16 + ((i >> 3) & 15)) : (uint32_t)((i - (1ull << 28)) << 12);
+}
+/* The inputs of a mode: count, and input i. */
+static inline uint64_t mode_count(int mode) {
+    return mode == QUICK ? quick_count() : mode == SLICE ? slice_count() : (1ull << 32);
+}
+static inline uint32_t mode_input(int mode, uint64_t i) {
+    return mode == QUICK ? quick_input(i) : mode == SLICE ? slice_input(i) : (uint32_t)i;
+}
+/* --quick (the sanitizer build): QUICK; --long (make test-long): ALL; else SLICE. */
+static inline int test_mode(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--long") == 0) return ALL;
+    return test_quick(argc, argv) ? QUICK : SLICE;
+}
+
 #endif

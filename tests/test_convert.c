@@ -1,5 +1,6 @@
 /* test_convert.c - bulk conversion: every CPU path equals the scalar path bit
- * for bit on all 2^32 fp32 inputs (the --quick sample under sanitizers), with
+ * for bit on make test's slice of the fp32 inputs (check.h; all 2^32 with
+ * --long, the --quick sample under sanitizers), with
  * identical statistics; the statistics equal an independent count; mp_convert
  * handles every pair of formats, threads, tails, in-place and bad arguments;
  * E8M0 and E2M1 through mp_convert equal their scalar functions on every path,
@@ -35,8 +36,8 @@ static int stats_eq(const mp_convert_stats *a, const mp_convert_stats *b) {
 #define BLOCK (1u << 16)
 
 /* fp32 -> fp16 and fp32 -> bf16 on every input: each fast path against scalar. */
-static void check_narrow_paths(int quick) {
-    const uint64_t count = quick ? quick_count() : (1ull << 32);
+static void check_narrow_paths(int mode) {
+    const uint64_t count = mode_count(mode);
     long bad[4][2] = {{0}};
     mp_convert_stats total_ref[2] = {{0}};
 #pragma omp parallel
@@ -51,7 +52,7 @@ static void check_narrow_paths(int quick) {
             const size_t cut = n < 61 ? n : (size_t)(b * 37 % 61) + 1; /* two calls: odd lengths, tails */
             for (size_t i = 0; i < n; i++) {
                 const uint64_t j = b * BLOCK + i;
-                x[i] = u2f(quick ? quick_input(j) : (uint32_t)j);
+                x[i] = u2f(mode_input(mode, j));
             }
             for (int t = 0; t < 2; t++) {
                 void (*scalar)(uint16_t *, const float *, size_t, mp_convert_stats *) =
@@ -86,7 +87,7 @@ static void check_narrow_paths(int quick) {
         CHECK(bad[p][1] == 0, "%s f32->bf16: %ld blocks differ from scalar", paths[p].name, bad[p][1]);
     }
     CHECK_SAY(mark, "  f32->f16, f32->bf16: %" PRIu64 " inputs, %d fast path(s) equal scalar\n", count, npaths);
-    if (!quick) {
+    if (mode == ALL) {
         /* Totals over all 2^32 inputs, counted by hand:
          * NaN inputs: 2 * (2^23 - 1); finite inputs: 2^32 - 2^24.
          * fp16: |x| in (0, 2^-25] rounds to 0: patterns 1 .. 0x33000000 per sign.
@@ -575,12 +576,10 @@ static void check_mx_refused(void) {
           "gemm e2m1/e8m0");
 }
 
-/* --quick: the sample (sanitizers); --long: also all 2^32 inputs into E8M0 and E2M1 (make test-long) */
+/* --quick: the sample (sanitizers); default: make test's slice (check.h);
+ * --long: all 2^32 inputs, into E8M0 and E2M1 too (make test-long) */
 int main(int argc, char **argv) {
-    const int quick = test_quick(argc, argv);
-    int long_run = 0;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--long") == 0) long_run = 1;
+    const int mode = test_mode(argc, argv), quick = mode == QUICK, long_run = mode == ALL;
     find_paths();
     check_api();
     check_amax();
@@ -589,7 +588,7 @@ int main(int argc, char **argv) {
     check_ftz_daz();
     check_streaming();
     check_all_pairs();
-    check_narrow_paths(quick);
+    check_narrow_paths(mode);
     check_mx_widen();
     check_mx_refused();
     check_mx_narrow(quick, long_run);

@@ -1,7 +1,7 @@
 /* test_format.c - the scalar conversions of format.h.
  *
- * Narrowing is checked on every fp32 bit pattern (all 2^32; a fixed sample with
- * --quick) against ref_narrow below, an independent integer reference: it
+ * Narrowing is checked on fp32 bit patterns (make test's slice, check.h; all
+ * 2^32 with --long; a fixed sample with --quick) against ref_narrow below, an independent integer reference: it
  * finds the binade of the exact input value, rounds it to a whole number of
  * the format's quanta with ties to even, and encodes the result, sharing no
  * code with src/format.c. Widening is checked on every code against values
@@ -95,19 +95,17 @@ static uint32_t expected(uint32_t x, const fmt *f, int sat) {
     return ref_narrow(x, f, f->ieee ? OVF_INF : sat ? OVF_SAT : OVF_NAN);
 }
 
-enum { ALL, SLICE, QUICK }; /* all 2^32 inputs; a fixed 2^28 slice; the quick sample */
 
-static uint32_t slice_input(uint64_t i) { return (uint32_t)(i * 16 + ((i >> 3) & 15)); }
 
-/* Compares lib and reference on the inputs of `mode`. The slice takes every
- * 16th pattern with a varying low nibble and holds every fp8 rounding tie. */
+/* Compares lib and reference on the inputs of `mode` (check.h's slice holds
+ * every fp8, fp16 and bf16 rounding tie). */
 static void check_narrow_all(const fmt *f, int sat, int mode) {
-    const uint64_t count = mode == QUICK ? quick_count() : mode == SLICE ? (1ull << 28) : (1ull << 32);
+    const uint64_t count = mode_count(mode);
     long bad = 0;
     uint32_t first = 0;
 #pragma omp parallel for schedule(static, 1 << 16) reduction(+ : bad)
     for (uint64_t i = 0; i < count; i++) {
-        const uint32_t x = mode == QUICK ? quick_input(i) : mode == SLICE ? slice_input(i) : (uint32_t)i;
+        const uint32_t x = mode_input(mode, i);
         if (lib_narrow(x, f, sat) != expected(x, f, sat)) {
             if (bad++ == 0) {
 #pragma omp critical
@@ -178,12 +176,12 @@ static uint8_t ref_e8m0(uint32_t x) {
 
 /* Every fp32 input (mode as check_narrow_all) through both. */
 static void check_mx_narrow_all(int mode) {
-    const uint64_t count = mode == QUICK ? quick_count() : mode == SLICE ? (1ull << 28) : (1ull << 32);
+    const uint64_t count = mode_count(mode);
     long bad2 = 0, bad8 = 0;
     uint32_t first2 = 0, first8 = 0;
 #pragma omp parallel for schedule(static, 1 << 16) reduction(+ : bad2, bad8)
     for (uint64_t i = 0; i < count; i++) {
-        const uint32_t x = mode == QUICK ? quick_input(i) : mode == SLICE ? slice_input(i) : (uint32_t)i;
+        const uint32_t x = mode_input(mode, i);
         if (mp_f32_to_e2m1(u2f(x)) != ref_e2m1(x)) {
             if (bad2++ == 0) {
 #pragma omp critical
@@ -403,13 +401,10 @@ static void check_fpu_independence(void) {
     free(want2), free(want8);
 }
 
-/* Default: fp16 and bf16 on all 2^32 inputs, fp8, E2M1 and E8M0 on the 2^28
- * slice; --long: everything on all 2^32 (make test-long); --quick: the sample. */
+/* Default: every format on make test's slice (check.h); --long: on all 2^32
+ * inputs (make test-long); --quick: the sample. */
 int main(int argc, char **argv) {
-    const int quick = test_quick(argc, argv), full = quick ? QUICK : ALL;
-    int fp8 = quick ? QUICK : SLICE;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--long") == 0) fp8 = ALL;
+    const int full = test_mode(argc, argv), fp8 = full;
     check_values();
     check_mx_values();
     check_info();

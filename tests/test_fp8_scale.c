@@ -2,7 +2,7 @@
  * 2.x's rules: mp_fp8_scale on hand values and against the fp32 division;
  * the amax history on a hand sequence and against a line-by-line model of
  * TE's fused update kernel (kernel_bulk); the quantizer against format.h's
- * scalar conversions of fp32(x * scale) on a 2^28 slice of the fp32 inputs
+ * scalar conversions of fp32(x * scale) on make test's slice of the fp32 inputs
  * (all 2^32 with --long, the quick sample under sanitizers) and on random inputs and scales, statistics
  * included; code round trips; the dequantizer; FTZ/DAZ; threads; bad
  * arguments. */
@@ -330,12 +330,10 @@ static void check_constructed(void) {
  * varied (the default), or the quick sample: the quantizer's narrowing,
  * stats included */
 #define BLOCK (1u << 16)
-enum { ALL, SLICE, QUICK };
-static uint32_t slice_input(uint64_t i) { return (uint32_t)(i * 16 + ((i >> 3) & 15)); }
 static void check_all_inputs(int mode) {
     const long mark = check_failures;
     const int quick = mode == QUICK;
-    const uint64_t count = quick ? quick_count() : mode == SLICE ? (1ull << 28) : (1ull << 32);
+    const uint64_t count = mode_count(mode);
     long bad[2] = {0, 0};
 #pragma omp parallel
     {
@@ -346,8 +344,7 @@ static void check_all_inputs(int mode) {
         for (uint64_t b = 0; b < (count + BLOCK - 1) / BLOCK; b++) {
             const size_t n = (size_t)(count - b * BLOCK < BLOCK ? count - b * BLOCK : BLOCK);
             for (size_t i = 0; i < n; i++)
-                x[i] = u2f(quick ? quick_input(b * BLOCK + i)
-                                 : mode == SLICE ? slice_input(b * BLOCK + i) : (uint32_t)(b * BLOCK + i));
+                x[i] = u2f(mode_input(mode, b * BLOCK + i));
             for (int f = 0; f < 2; f++) {
                 const mp_dtype fmt = f ? MP_E5M2 : MP_E4M3;
                 mp_quant_stats rs = {0}, gs = {0};
@@ -362,7 +359,7 @@ static void check_all_inputs(int mode) {
     }
     CHECK(bad[0] == 0 && bad[1] == 0, "%ld e4m3 and %ld e5m2 blocks differ from format.h", bad[0], bad[1]);
     CHECK_SAY(mark, "  all inputs: %s fp32 patterns x 1 equal format.h's e4m3_sat / e5m2 saturated, with stats\n",
-              quick ? "the quick sample of" : mode == SLICE ? "a 2^28 slice of the" : "all 2^32");
+              quick ? "the quick sample of" : mode == SLICE ? "make test's slice of the" : "all 2^32");
 }
 
 /* a random scale: any positive finite fp32 (subnormals included), a power of
