@@ -420,9 +420,22 @@ typedef struct mp_recipe_kernels {
     uint32_t (*rht_amax)(const mp_qop *op, size_t r0, size_t r1);
 } mp_recipe_kernels;
 extern const mp_recipe_kernels mp_recipe_ref;
+/* recipe_kernels.h's one-pass kernels, portable and built for AVX2 */
+extern const mp_recipe_kernels mp_recipe_portable;
 #ifdef MP_X86
+extern const mp_recipe_kernels mp_recipe_avx2;
 extern const mp_recipe_kernels mp_recipe_avx512;
 #endif
+
+/* mp_qoperand through the recipe kernels k (mp_qoperand passes the CPU
+ * path's; the tests pass mp_recipe_ref and every table). */
+mp_status mp_qoperand_with(const mp_recipe_kernels *k, uint16_t *dst, size_t ldd, float *factor, const void *src,
+                           mp_dtype src_type, size_t lds, size_t rows, size_t cols, int k_along_rows,
+                           const mp_recipe *r, mp_qtensor *q);
+
+/* Bytes j0 .. j0 + n - 1 of the stochastic-rounding stream of seed (nvfp4.c:
+ * Philox4x32-10, byte j = byte j mod 16 of the block j / 16). */
+void mp_sr_bytes(uint64_t seed, uint64_t j0, size_t n, uint8_t *r);
 
 /* ---- the kernel context: every module's kernels for one CPU path ----
  * One table per path (kernels.c, designated initializers), as BLIS has one

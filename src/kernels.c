@@ -13,7 +13,7 @@ static const mp_kernels ctx_scalar = {
     .gelu = &mp_gelu_scalar,
     .relu16 = mp_relu16_scalar,
     .mx = &mp_mx_scalar,
-    .recipe = &mp_recipe_ref,
+    .recipe = &mp_recipe_portable,
     .gemm = &mp_gemm_scalar,
     .gemm_bf16 = &mp_gemm_scalar,
 };
@@ -28,7 +28,7 @@ static const mp_kernels ctx_avx2 = {
     .gelu = &mp_gelu_avx2,
     .relu16 = mp_relu16_scalar,
     .mx = &mp_mx_scalar,
-    .recipe = &mp_recipe_ref,
+    .recipe = &mp_recipe_avx2,
     .gemm = &mp_gemm_avx2,
     .gemm_bf16 = &mp_gemm_avx2,
 };

@@ -156,21 +156,21 @@ static void philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_in[2], ui
     out[3] = c3;
 }
 
-/* The 16 bytes j0 .. j0+15 of the stream of seed. */
-static void sr_bytes(uint64_t seed, uint64_t j0, uint8_t r[16]) {
+void mp_sr_bytes(uint64_t seed, uint64_t j0, size_t n, uint8_t *r) {
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    uint8_t buf[32];
-    const uint64_t blk = j0 >> 4;
-    const unsigned off = (unsigned)(j0 & 15u);
-    for (unsigned b = 0; b < (off ? 2u : 1u); b++) {
-        const uint64_t c = (blk + b) & 0x0fffffffffffffffull; /* j / 16, wrapping with j */
+    uint64_t blk = j0 >> 4;
+    unsigned off = (unsigned)(j0 & 15u);
+    for (size_t o = 0; o < n; blk++, off = 0) {
+        const uint64_t c = blk & 0x0fffffffffffffffull; /* j / 16, wrapping with j */
         const uint32_t ctr[4] = {(uint32_t)c, (uint32_t)(c >> 32), 0, 0};
         uint32_t w[4];
         philox4x32_10(ctr, key, w);
-        for (int i = 0; i < 16; i++) buf[16 * b + (unsigned)i] = (uint8_t)(w[i >> 2] >> (8 * (i & 3)));
+        for (unsigned i = off; i < 16 && o < n; i++) r[o++] = (uint8_t)(w[i >> 2] >> (8 * (i & 3)));
     }
-    memcpy(r, buf + off, 16);
 }
+
+/* The 16 bytes j0 .. j0+15 of the stream of seed. */
+static void sr_bytes(uint64_t seed, uint64_t j0, uint8_t r[16]) { mp_sr_bytes(seed, j0, 16, r); }
 
 /* ---- E2M1 rounding, integer-only on fp32 bits ---- */
 

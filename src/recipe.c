@@ -2,8 +2,9 @@
  *
  * mp_qoperand takes the per-tensor scale (or nvfp4's amax), then hands
  * shares of rows to a kernel table (internal.h's mp_recipe_kernels): the
- * fused one-pass kernels of src/cpu/recipe_avx512.c on AVX-512, and below
- * that the reference here, which every table must match bit for bit (values,
+ * fused one-pass kernels of src/cpu/recipe_avx512.c on AVX-512, those of
+ * recipe_kernels.h in plain C below it (built for AVX2, and portable here),
+ * and the reference here, which every table must match bit for bit (values,
  * counts, stream use):
  *
  * The reference quantizes an operand in panels that fit in L1/L2 with the
@@ -252,8 +253,6 @@ const mp_recipe_kernels mp_recipe_ref = {.quantize = quantize_ref, .rht_amax = r
 
 /* ---- the call: scales, then shares of rows on threads ---- */
 
-static const mp_recipe_kernels *kernels(void) { return mp_kernels_current()->recipe; }
-
 typedef struct qjob {
     mp_qop op;
     const mp_recipe_kernels *k;
@@ -307,6 +306,13 @@ static float operand_amax(const mp_qop *op) {
 
 mp_status mp_qoperand(uint16_t *dst, size_t ldd, float *factor, const void *src, mp_dtype src_type, size_t lds,
                       size_t rows, size_t cols, int k_along_rows, const mp_recipe *r, mp_qtensor *q) {
+    return mp_qoperand_with(mp_kernels_current()->recipe, dst, ldd, factor, src, src_type, lds, rows, cols,
+                            k_along_rows, r, q);
+}
+
+mp_status mp_qoperand_with(const mp_recipe_kernels *kern, uint16_t *dst, size_t ldd, float *factor, const void *src,
+                           mp_dtype src_type, size_t lds, size_t rows, size_t cols, int k_along_rows,
+                           const mp_recipe *r, mp_qtensor *q) {
     if (!dst || !factor || !src || !r || !q || (src_type != MP_F32 && src_type != MP_BF16) || ldd < cols ||
         lds < cols)
         return mp_error(MP_EINVAL, "mp_qoperand: bad argument");
@@ -319,7 +325,7 @@ mp_status mp_qoperand(uint16_t *dst, size_t ldd, float *factor, const void *src,
     j.op = (mp_qop){.dst = dst, .ldd = ldd, .src = src, .st = src_type, .lds = lds, .rows = rows, .cols = cols,
                     .kind = r->kind, .k_rows = k_along_rows && !per_tensor(r->kind), /* one scale: no direction */
                     .fmt = mp_qrole_format(r, q->role), .rule = r->mx_rule, .signs = r->rht_signs};
-    j.k = kernels();
+    j.k = kern;
     mp_qop *op = &j.op;
     if (r->kind == MP_RECIPE_NVFP4) {
         /* the transform mixes 16 rows: a zero-padded last block would carry

@@ -372,8 +372,9 @@ typedef struct {
     mp_status s;
 } qresult;
 
-static void run_q(qresult *o, const void *src, mp_dtype t, size_t lds, size_t ldd, size_t R, size_t K, int dir,
-                  const mp_recipe *r, mp_qrole role, float dscale, uint64_t counter) {
+/* run_q through the kernel table k (NULL: the CPU path's) */
+static void run_qk(const mp_recipe_kernels *k, qresult *o, const void *src, mp_dtype t, size_t lds, size_t ldd, size_t R,
+                   size_t K, int dir, const mp_recipe *r, mp_qrole role, float dscale, uint64_t counter) {
     mp_qtensor qt;
     mp_qtensor_init(&qt, r, role, 0x1234567887654321ull);
     mp_qtensor_begin(&qt, 1);
@@ -381,9 +382,15 @@ static void run_q(qresult *o, const void *src, mp_dtype t, size_t lds, size_t ld
     qt.rng.counter = counter;
     for (size_t i = 0; i < R * ldd + 1; i++) o->q[i] = 0xabcd;
     o->factor = -1.0f;
-    o->s = mp_qoperand(o->q, ldd, &o->factor, src, t, lds, R, K, dir, r, &qt);
+    o->s = k ? mp_qoperand_with(k, o->q, ldd, &o->factor, src, t, lds, R, K, dir, r, &qt)
+             : mp_qoperand(o->q, ldd, &o->factor, src, t, lds, R, K, dir, r, &qt);
     o->scale = qt.scale, o->amax = qt.amax, o->st = qt.stats, o->counter = qt.rng.counter;
     mp_qtensor_free(&qt);
+}
+
+static void run_q(qresult *o, const void *src, mp_dtype t, size_t lds, size_t ldd, size_t R, size_t K, int dir,
+                  const mp_recipe *r, mp_qrole role, float dscale, uint64_t counter) {
+    run_qk(NULL, o, src, t, lds, ldd, R, K, dir, r, role, dscale, counter);
 }
 
 static int same_result(const qresult *a, const qresult *b, size_t n) {
@@ -406,20 +413,33 @@ static void say_diff(const char *what, const qresult *a, const qresult *b, size_
           f2u(b->st.amax), (unsigned long long)a->counter, (unsigned long long)b->counter, (int)a->s, (int)b->s);
 }
 
+/* Every kernel table this CPU can run (the portable one, AVX2's, AVX-512's)
+ * against the reference panels, bit for bit: values, factor, scale, counts
+ * and the stream's use. */
 static void test_fast_vs_ref(int daz) {
     const long mark = check_failures;
-    const mp_isa best = mp_cpu_detected(), prev = mp_cpu_isa();
-    if (best < MP_ISA_AVX512) {
-        printf("fast kernels: skipped (no AVX-512 on this CPU)\n");
-        return;
-    }
+    const mp_isa best = mp_cpu_detected();
+    struct { const char *name; const mp_recipe_kernels *k; mp_isa needs; } tables[] = {
+        {"portable", &mp_recipe_portable, MP_ISA_SCALAR},
+#ifdef MP_X86
+        {"avx2", &mp_recipe_avx2, MP_ISA_AVX2},
+        {"avx512", &mp_recipe_avx512, MP_ISA_AVX512},
+#endif
+    };
     /* the last: wider than mxfp8's column chunks (2048), for mxfp8 and kinds 0 and 4 only */
     const size_t shapes[][2] = {{1, 1},  {3, 40}, {16, 16}, {33, 70},   {64, 96},
                                 {17, 527}, {0, 9}, {9, 0},   {48, 1100}, {35, 2085}};
     const size_t nshapes = quick || daz ? 6 : sizeof shapes / sizeof shapes[0];
     const float dscales[] = {1.0f, 0x1p-20f, 3.7e5f, 1e-40f, 0x1.8p100f, 0.0f}; /* fp8-delayed's; 0: MP_EINVAL */
     const uint64_t counters[] = {0, 7, ((uint64_t)0xffffffffu << 4) - 37, UINT64_MAX - 1000};
-    size_t calls = 0, variant = 0;
+    size_t calls = 0, variant = 0, ntables = 0;
+    char names[64] = "";
+    for (size_t tb = 0; tb < sizeof tables / sizeof tables[0]; tb++)
+        if (tables[tb].needs <= best) {
+            ntables++;
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", ntables > 1 ? ", " : "",
+                     tables[tb].name);
+        }
     for (size_t sh = 0; sh < nshapes; sh++) {
         const size_t R = shapes[sh][0], K = shapes[sh][1], lds = K + 5, ldd = K + 3, n = R * lds + 1;
         float *x = malloc(n * 4);
@@ -448,37 +468,40 @@ static void test_fast_vs_ref(int daz) {
                                 const void *sp = src ? (const void *)x : xb;
                                 const mp_dtype t = src ? MP_F32 : MP_BF16;
                                 mp_set_threads(1);
-                                mp_cpu_set_isa(MP_ISA_AVX2);
 #ifdef MP_X86
                                 const unsigned csr = _mm_getcsr();
                                 if (daz) _mm_setcsr(csr | 0x8040u); /* FTZ and DAZ, this thread only (1 thread) */
 #endif
-                                run_q(&ref, sp, t, lds, ldd, R, K, dir, &r, (mp_qrole)role, ds, ctr);
-                                mp_cpu_set_isa(best);
-                                run_q(&fast, sp, t, lds, ldd, R, K, dir, &r, (mp_qrole)role, ds, ctr);
-                                calls++;
+                                run_qk(&mp_recipe_ref, &ref, sp, t, lds, ldd, R, K, dir, &r, (mp_qrole)role, ds, ctr);
+                                for (size_t tb = 0; tb < sizeof tables / sizeof tables[0]; tb++) {
+                                    if (tables[tb].needs > best) continue;
+                                    run_qk(tables[tb].k, &fast, sp, t, lds, ldd, R, K, dir, &r, (mp_qrole)role, ds,
+                                           ctr);
+                                    calls++;
+                                    if (!same_result(&fast, &ref, R * ldd + 1)) {
+                                        char what[200];
+                                        snprintf(what, sizeof what, "%s: %s%s %zux%zu kind %d part %d role %d dir %d %s%s",
+                                                 tables[tb].name, recipes[k], k == 2 && part ? " floor" : "", R, K,
+                                                 kind, part, role, dir, src ? "fp32" : "bf16",
+                                                 daz ? ", FTZ and DAZ" : "");
+                                        say_diff(what, &fast, &ref, R * ldd + 1);
+                                    }
+                                }
 #ifdef MP_X86
                                 if (daz) _mm_setcsr(csr);
 #endif
-                                if (!same_result(&fast, &ref, R * ldd + 1)) {
-                                    char what[200];
-                                    snprintf(what, sizeof what, "%s%s %zux%zu kind %d part %d role %d dir %d %s%s",
-                                             recipes[k], k == 2 && part ? " floor" : "", R, K, kind, part, role, dir,
-                                             src ? "fp32" : "bf16", daz ? ", FTZ and DAZ" : "");
-                                    say_diff(what, &fast, &ref, R * ldd + 1);
-                                }
                             }
         }
         free(x), free(xb), free(ref.q), free(fast.q);
     }
     mp_set_threads(0);
-    mp_cpu_set_isa(prev);
     if (daz)
-        CHECK_SAY(mark, "fast kernels = the reference panels with FTZ and DAZ on too: %zu calls\n", calls);
+        CHECK_SAY(mark, "kernel tables (%s) = the reference panels with FTZ and DAZ on too: %zu calls\n", names,
+                  calls);
     else
-        CHECK_SAY(mark, "fast kernels (%s) = the reference panels bit for bit: %zu calls, every recipe, role, "
+        CHECK_SAY(mark, "kernel tables (%s) = the reference panels bit for bit: %zu calls, every recipe, role, "
                         "direction, mx rule and nvfp4 part, 5 kinds of data, bf16 and fp32\n",
-                  mp_isa_name(best), calls);
+                  names, calls);
 }
 
 /* Both paths on 1 and 2 threads: operands above mp_qoperand's threshold for a second thread (2^16 elements). */
