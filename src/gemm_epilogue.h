@@ -1,11 +1,12 @@
 #ifndef MP_GEMM_EPILOGUE_H
 #define MP_GEMM_EPILOGUE_H
 /* gemm_epilogue.h - the GEMM epilogue in plain C: a tile's fp32 sums into C.
- * Built twice from this one source: portable in gemm.c (mp_gemm_epilogue_scalar)
- * and for AVX2 + FMA in cpu/gemm_epilogue_avx2.c, where the loops vectorize and
- * fmaf is one instruction instead of a call. fmaf is exactly rounded either way,
- * so both give the same bits; the AVX-512 epilogue (cpu/gemm_epilogue_avx512.c)
- * does the same operations by hand.
+ * Built three times from this one source: portable in gemm.c
+ * (mp_gemm_epilogue_scalar), for AVX2 + FMA in cpu/gemm_epilogue_avx2.c, where
+ * the loops vectorize and fmaf is one instruction instead of a call, and for
+ * AVX-512 in cpu/gemm_epilogue_avx512.c, which takes it for post steps and
+ * does the other operations by hand. fmaf is exactly rounded either way, so
+ * all give the same bits.
  *
  * Per element, from the tile's sum t of this block of k:
  *   t += part (the earlier blocks), when the driver kept them aside
@@ -15,9 +16,10 @@
  *   v += bias[j]
  *   C  = v in C's format (counted), or with round_to: C = beta C + r, r = v
  *        rounded to round_to (counted) and back to fp32.
- * The counts' amax is the largest finite magnitude stored into C (with
+ * The counts' amax is the largest finite magnitude of C's values (with
  * round_to: of C's new fp32 values, so that a gradient accumulated into C over
- * micro-batches is measured as it stands).
+ * micro-batches is measured as it stands; with a post step that replaces
+ * them, of the values rounded, never stored).
  * zeros (may be NULL) gets the number of v that are +-0 (bits, so the same
  * under DAZ). Then, without round_to, the post step (gemm.h) on C's values as
  * stored, through the same GELU kernels and additions as ops.c's, rounded and

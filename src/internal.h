@@ -205,7 +205,8 @@ static inline double mp_sumsq_total(const double acc[8]) {
  * pass (mp_scaler_step or mp_optim_step), which writes the clipped gradient
  * back. The results and the gradients after the step are mp_scaler_unscale's
  * and mp_clip_grad_norm's (found_inf, may be NULL, is 0 without a scaler).
- * Other norm formats take those two calls. Errors as theirs. Why not one pass
+ * Other norm formats take those two calls. Errors as theirs, but a bad
+ * max_norm is refused before anything is unscaled. Why not one pass
  * with the update too: a step with inf or NaN anywhere is skipped entirely,
  * so every gradient is checked before any weight changes (as PyTorch's fused
  * AdamW takes found_inf from GradScaler's check). */

@@ -312,8 +312,9 @@ mp_status mp_colsum(float *out, const void *x, mp_dtype xt, size_t B, size_t C, 
 }
 
 /* In place over one fp32 row: softmax (or log_softmax), max-subtracted.
- * Returns log(sum(exp(x - max))) + max, the log-sum-exp; keep (may be NULL)
- * gets the max and 1 / sum, from which softmax_again redoes the row. */
+ * Returns log(sum(exp(x - max))) + max, the log-sum-exp; with log = 0, keep
+ * (may be NULL) gets the max and 1 / sum, from which mp_softmax_row_again
+ * redoes the row. */
 static float softmax_row(float *r, size_t C, int log, float *keep) {
     float mx = -INFINITY;
     for (size_t j = 0; j < C; j++) mx = r[j] > mx ? r[j] : mx;
@@ -654,8 +655,11 @@ static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
     const size_t C = J->C;
     const float *w = J->w, *mean = J->mean, *rstd = J->rstd;
     float stack[ROW_STACK], *r = row_scratch(stack, 2 * C);
-    if (!r) {
+    uint16_t hstack[ROW_STACK], *h = J->res && C > ROW_STACK ? malloc(C * sizeof *h) : hstack; /* dx's codes */
+    if (!r || !h) {
         J->oom = 1;
+        row_scratch_free(r, stack);
+        if (h != hstack) free(h);
         return;
     }
     float *g = r, *n = r + C;
@@ -682,10 +686,10 @@ static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
             store(J->y, J->yt, i * C, g, C, &J->part[t]);
             continue;
         }
-        /* dx as it would be stored (counted, in n's room as 16-bit codes), then res + dx (mp_add) stored */
+        /* dx as it would be stored (counted, as 16-bit codes in h), then res + dx (mp_add) stored */
         if (J->yt != MP_F32) {
-            store(n, J->yt, 0, g, C, &J->part[t]);
-            load(g, n, J->yt, 0, C);
+            store(h, J->yt, 0, g, C, &J->part[t]);
+            load(g, h, J->yt, 0, C);
         } else {
             mp_stats_f32(&J->part[t], g, C);
         }
@@ -694,6 +698,7 @@ static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
         store(J->y, J->yt, i * C, n, C, &J->part2[t]);
     }
     row_scratch_free(r, stack);
+    if (h != hstack) free(h);
 }
 
 static mp_status ln_backward(void *dx, mp_dtype dxt, float *dw, float *db, const void *dy, mp_dtype dyt,

@@ -375,8 +375,11 @@ mp_status mp_optim_restore(mp_optim *o, uint64_t steps) {
     return MP_OK;
 }
 
-/* The real update of every parameter; the caller has checked the gradients. */
+/* The real update of every parameter; the caller has checked the gradients.
+ * A clip coefficient left by mp_optim_unscale_clip is this step's alone. */
 static mp_status apply_step(mp_optim *o) {
+    const float clip_coef = o->clip_coef;
+    o->clip_coef = 1.0f;
     o->lost_updates = o->updated = 0;
     for (size_t i = 0; i < o->count; i++) {
         const mp_status st = ensure_state(o, o->params[i]);
@@ -412,14 +415,13 @@ static mp_status apply_step(mp_optim *o) {
         ac.decay = p->no_decay ? 1.0f : (float)(1.0 - o->adamw.lr * o->adamw.weight_decay);
         /* nearest-even half copies are refreshed inside the update's pass */
         const int fused = p->master && p->half && !(p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC);
-        param_job j = {o->kind == KIND_SGD ? JOB_SGD : JOB_ADAMW, k, NULL, &sc, &ac, sr_key(o, i), o->clip_coef,
+        param_job j = {o->kind == KIND_SGD ? JOB_SGD : JOB_ADAMW, k, NULL, &sc, &ac, sr_key(o, i), clip_coef,
                        !o->keep_denormal, fused, {0}, {0}};
         o->lost_updates += (uint64_t)run_param(&j, p);
         o->updated += p->n;
         p->has_state = 1;
     }
     o->steps = t;
-    o->clip_coef = 1.0f;
     for (size_t i = 0; i < o->count; i++) /* the stochastic ones (the others were refreshed in the update) */
         if (o->params[i]->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC) refresh_half(o, i);
     return MP_OK;
@@ -450,6 +452,7 @@ mp_status mp_scaler_unscale(mp_scaler *s, mp_optim *o, int *found_inf) {
     if (stage == MP_STAGE_STEPPED) return mp_error(MP_ESTATE, "unscale called after step; call update first");
     const float inv = mp_scaler_inv_scale(s);
     int found = 0;
+    o->clip_coef = 1.0f; /* the separate calls clip in memory (mp_clip_grad_norm) */
     for (size_t i = 0; i < o->count; i++) {
         const mp_status st = mp_unscale_check(o->params[i]->grad, MP_F32, o->params[i]->n, inv, &found);
         if (st != MP_OK) return st;
@@ -495,6 +498,7 @@ mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, mp
     if (s ? mp_optim_stage(o, s) != MP_STAGE_UNSCALED : o->scaled)
         return mp_error(MP_ESTATE, "clip_grad_norm: gradients are still multiplied by the loss scale; call "
                                    "mp_scaler_unscale first (and pass the scaler)");
+    o->clip_coef = 1.0f; /* this call clips in memory */
     param_job j = {JOB_SUMSQ, kernels(), NULL, NULL, NULL, 0, 0.0f, 0, 0, {0}, {0}};
     double norm;
     if (acc == MP_F32) {

@@ -21,8 +21,8 @@
  *    differences and halvings, so that the same MXCSR gives the same bits;
  *  - E2M1 rounds on the bits as nvfp4.c's e2m1_round, nearest even or
  *    stochastic with the stream's bytes (mp_sr_bytes).
- * A row is worked on in chunks of RK_CHUNK columns held as fp32 bit patterns,
- * zero padded to whole vectors: the padding's zeros count nothing and are not
+ * A row is worked on in chunks of columns (RK_CHUNK, 256 for nvfp4) held as
+ * fp32 bit patterns, zero padded to whole vectors: the padding's zeros count nothing and are not
  * stored. Lanes of a mask are all ones (true) or zero. */
 #ifndef MP_RECIPE_KERNELS_H
 #define MP_RECIPE_KERNELS_H

@@ -408,6 +408,23 @@ static void check_unscale_clip(void) {
                 mp_optim_free(o[0]), mp_optim_free(o[1]);
             }
     mp_set_threads(0);
+    /* a clip the fused call left is that step's alone: the separate calls after it clip by themselves */
+    {
+        mp_optim *o[2];
+        mp_param *p[2];
+        static float w[100];
+        fill(w, 100, 1);
+        for (int v = 0; v < 2; v++) mp_optim_sgd(&o[v], NULL), mp_optim_add(o[v], "w", w, 100, MP_F32, &p[v]);
+        for (size_t i = 0; i < 100; i++) p[0]->grad[i] = 100.0f;
+        double n0 = 0, n1 = 0;
+        CHECK(mp_optim_unscale_clip(o[0], NULL, 1.0, MP_F32, &n0, NULL) == MP_OK && n0 > 1.0, "fused, then no step");
+        for (int v = 0; v < 2; v++)
+            for (size_t i = 0; i < 100; i++) p[v]->grad[i] = (float)i * 1e-3f;
+        mp_clip_grad_norm(o[0], NULL, 10.0, MP_F32, &n0), mp_clip_grad_norm(o[1], NULL, 10.0, MP_F32, &n1);
+        mp_optim_step(o[0]), mp_optim_step(o[1]);
+        CHECK(memcmp(p[0]->master, p[1]->master, 100 * 4) == 0, "a clip left behind by mp_optim_unscale_clip was applied");
+        mp_optim_free(o[0]), mp_optim_free(o[1]);
+    }
     CHECK_SAY(mark, "  fused unscale + check + norm, clip in the update's pass: equal to the separate calls (%d cases)\n",
               cases);
 }
