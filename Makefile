@@ -17,8 +17,8 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DMP_WERROR=ON $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The same sources with AddressSanitizer + UndefinedBehaviorSanitizer; its tests
-# run on a fixed sample of inputs (--quick) instead of all 2^32.
+# The same sources with AddressSanitizer + UndefinedBehaviorSanitizer, at -O1
+# (CMakeLists.txt); its tests run on a fixed sample of inputs (--quick).
 build-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMP_WERROR=ON -DMP_SANITIZE=ON $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
@@ -31,7 +31,7 @@ test: build build-asan
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
 
 # What make test samples, whole: every format and every SIMD path on all 2^32
-# fp32 inputs (make test takes a 2^28 slice), the data-parallel test's longer
+# fp32 inputs (make test takes a 2^26 + 2^20 slice), the data-parallel test's longer
 # comparisons (SGD, the benchmark GPT over 50 steps, 3 and 4 ranks), and the
 # data-parallel test under ASan + UBSan. .ci/run runs it; about 8 minutes on 2 cores.
 test-long: build build-asan

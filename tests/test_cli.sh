@@ -130,7 +130,8 @@ expect 2 "$M" scaler-sim --steps x && one_line
 expect 2 "$M" scaler-sim --json --csv && one_line
 
 # train: a short run learns, logs every step, and its checkpoint resumes bit-identically
-TR=(train --model mlp:784-48-10 --batch 64 --threads 2)
+plain_fashion_mnist
+TR=(train --model mlp:784-48-10 --batch 64 --threads 2 --data "$T/fmnist")
 expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 30 --log "$T/log.csv" --save "$T/a.st"
 has "$out" '^result: test accuracy [0-9.]+%'
 if [ "$(wc -l < "$T/log.csv")" -eq 31 ] && head -1 "$T/log.csv" | grep -q '^step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,lost_gradients,dead_gradients,lost_updates,ms,eval_loss,underflow_fc0,underflow_fc1,subnormal_fc0,subnormal_fc1,act_overflow_fc0,act_overflow_fc1,act_underflow_fc0,act_underflow_fc1,act_subnormal_fc0,act_subnormal_fc1,overflow_fc0,overflow_fc1,nan_fc0,nan_fc1,headroom_fc0,headroom_fc1,grad_headroom_fc0,grad_headroom_fc1,lost_fc0,lost_fc1,dead_fc0,dead_fc1$'; then ok; else fail "log rows"; fi

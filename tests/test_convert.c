@@ -28,11 +28,6 @@ static void find_paths(void) {
     printf("%s\n", npaths ? "" : " none (scalar only)");
 }
 
-static int stats_eq(const mp_convert_stats *a, const mp_convert_stats *b) {
-    return a->underflow == b->underflow && a->subnormal == b->subnormal && a->overflow == b->overflow &&
-           a->nan == b->nan && memcmp(&a->amax, &b->amax, sizeof a->amax) == 0;
-}
-
 #define BLOCK (1u << 16)
 
 /* fp32 -> fp16 and fp32 -> bf16 on every input: each fast path against scalar. */
@@ -67,7 +62,7 @@ static void check_narrow_paths(int mode) {
                     memset(got, 0xa5, (BLOCK + 1) * sizeof *got);
                     fast(got, x, cut, &fs);
                     fast(got + cut, x + cut, n - cut, &fs);
-                    my_bad[p][t] += memcmp(got, ref, n * sizeof *got) != 0 || !stats_eq(&fs, &rs) || got[n] != 0xa5a5;
+                    my_bad[p][t] += memcmp(got, ref, n * sizeof *got) != 0 || !convert_stats_eq(&fs, &rs) || got[n] != 0xa5a5;
                     fast(got, x, n, NULL); /* the no-stats variant gives the same bits */
                     my_bad[p][t] += memcmp(got, ref, n * sizeof *got) != 0;
                 }
@@ -130,7 +125,7 @@ static void check_widen_paths(void) {
                 t == 0 ? paths[p].k->f16_to_f32 : paths[p].k->bf16_to_f32;
             mp_convert_stats fs = {0};
             fast(got, h, 65536, &fs);
-            CHECK(memcmp(got, ref, 65536 * sizeof *got) == 0 && stats_eq(&fs, &rs), "%s widen t=%d", paths[p].name, t);
+            CHECK(memcmp(got, ref, 65536 * sizeof *got) == 0 && convert_stats_eq(&fs, &rs), "%s widen t=%d", paths[p].name, t);
             for (size_t n = 1; n <= 33; n++) {
                 mp_convert_stats a = {0}, b = {0};
                 float tail_ref[33], tail_got[34];
@@ -138,7 +133,7 @@ static void check_widen_paths(void) {
                 tail_got[n] = -1.0f;
                 scalar(tail_ref, h + off, n, &a);
                 fast(tail_got, h + off, n, &b);
-                CHECK(memcmp(tail_got, tail_ref, n * sizeof(float)) == 0 && stats_eq(&a, &b) && tail_got[n] == -1.0f,
+                CHECK(memcmp(tail_got, tail_ref, n * sizeof(float)) == 0 && convert_stats_eq(&a, &b) && tail_got[n] == -1.0f,
                       "%s widen t=%d n=%zu", paths[p].name, t, n);
             }
         }
@@ -168,7 +163,7 @@ static void check_stats_independent(void) {
             want.overflow += isfinite(x[i]) && !isfinite(r);
             if (isfinite(r) && fabsf(r) > want.amax) want.amax = fabsf(r);
         }
-        CHECK(stats_eq(&st, &want), "t=%d stats %" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 " amax %g vs counted %" PRIu64
+        CHECK(convert_stats_eq(&st, &want), "t=%d stats %" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 " amax %g vs counted %" PRIu64
               "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 " amax %g", t, st.underflow, st.subnormal, st.overflow, st.nan,
               (double)st.amax, want.underflow, want.subnormal, want.overflow, want.nan, (double)want.amax);
         CHECK(st.amax == mp_amax(y, t == 0 ? MP_F16 : MP_BF16, N), "t=%d: the counts' amax is mp_amax of the result", t);
@@ -254,7 +249,7 @@ static void check_all_pairs(void) {
                         const float v = elem_f32(src, st, i);
                         bad += code_at(dst, dt, i) != narrow_code(v, dt);
                     }
-                    CHECK(bad == 0 && stats_eq(&got, &want), "%s -> %s on %s, %d thread(s): %ld wrong", mp_format(st)->name,
+                    CHECK(bad == 0 && convert_stats_eq(&got, &want), "%s -> %s on %s, %d thread(s): %ld wrong", mp_format(st)->name,
                           df->name, mp_isa_name(mp_cpu_isa()), threads, bad);
                 }
             }
@@ -371,8 +366,8 @@ static void check_streaming(void) {
             const path *q = &paths[p / 3];
             (t ? q->k->f32_to_bf16 : q->k->f32_to_f16)(b, x, n, &s1);
             (t ? q->k->bf16_to_f32 : q->k->f16_to_f32)(w1, b, n, &w1s);
-            CHECK(memcmp(a, b, n * 2) == 0 && stats_eq(&s0, &s1), "%s t=%d streaming narrow", q->name, t);
-            CHECK(memcmp(w0, w1, n * 4) == 0 && stats_eq(&w0s, &w1s), "%s t=%d streaming widen", q->name, t);
+            CHECK(memcmp(a, b, n * 2) == 0 && convert_stats_eq(&s0, &s1), "%s t=%d streaming narrow", q->name, t);
+            CHECK(memcmp(w0, w1, n * 4) == 0 && convert_stats_eq(&w0s, &w1s), "%s t=%d streaming widen", q->name, t);
         }
     }
     free(x); free(w0); free(w1buf); free(a); free(bbuf);
@@ -397,7 +392,7 @@ static void check_ftz_daz(void) {
             nar(b, x, n, &s1);
             wid(w1, b, n, NULL);
             _mm_setcsr(csr);
-            CHECK(memcmp(a, b, n * 2) == 0 && stats_eq(&s0, &s1) && memcmp(w0, w1, n * 4) == 0, "%s t=%d under FTZ/DAZ",
+            CHECK(memcmp(a, b, n * 2) == 0 && convert_stats_eq(&s0, &s1) && memcmp(w0, w1, n * 4) == 0, "%s t=%d under FTZ/DAZ",
                   paths[p].name, t);
         }
     }
@@ -407,8 +402,7 @@ static void check_ftz_daz(void) {
 /* fp32 -> E8M0 and E2M1 through mp_convert, each code against the scalar
  * function, on 1 and 2 threads: on every path the --quick sample, each block's
  * statistics against those convert.h defines (want_stats); then, unless
- * --quick, on the detected path a 2^28 slice of all patterns (every 16th, the
- * low nibble varying) the same way; with --long instead all 2^32 inputs, the
+ * --quick, on the detected path make test's slice (check.h) the same way; with --long instead all 2^32 inputs, the
  * statistics' totals against the counts worked out by hand below. E8M0 and
  * E2M1 take the scalar functions on every path, which test_format checks on
  * every input; this is about mp_convert's loops, threads and counts. */
@@ -423,7 +417,7 @@ static void check_mx_narrow(int quick, int all_inputs) {
         const int last = p == -1, all = last && all_inputs; /* the last round: the detected path */
         const mp_isa isa = last ? mp_cpu_detected() : p == 0 ? MP_ISA_SCALAR : paths[p - 1].isa;
         mp_cpu_set_isa(isa);
-        const uint64_t count = all ? (1ull << 32) : last ? (1ull << 28) : quick_count();
+        const uint64_t count = all ? (1ull << 32) : last ? slice_count() : quick_count();
         for (int f = 0; f < 2; f++) {
             const mp_dtype dt = f ? MP_E2M1 : MP_E8M0;
             mp_convert_stats total = {0}, want = {0};
@@ -433,7 +427,7 @@ static void check_mx_narrow(int quick, int all_inputs) {
 #pragma omp parallel for
                 for (size_t i = 0; i < n; i++) {
                     const uint64_t j = b + i;
-                    x[i] = u2f(all ? (uint32_t)j : last ? (uint32_t)(j * 16 + ((j >> 3) & 15)) : quick_input(j));
+                    x[i] = u2f(all ? (uint32_t)j : last ? slice_input(j) : quick_input(j));
                 }
                 mp_set_threads(1 + (int)(b / B % 2));
                 mp_convert_stats st = {0}, w = {0};
@@ -449,14 +443,14 @@ static void check_mx_narrow(int quick, int all_inputs) {
                     const uint32_t c = got[i];
                     want_stats(&w, x[i], elem_f32(&c, dt, 0), dt);
                 }
-                bad_stats += !stats_eq(&st, &w);
+                bad_stats += !convert_stats_eq(&st, &w);
                 mp_convert_stats_add(&want, &w);
             }
             const long mark = check_failures;
             CHECK(bad == 0 && bad_stats == 0, "fp32 -> %s on %s: %ld codes, %ld blocks' stats differ", mp_format(dt)->name,
                   mp_isa_name(isa), bad, bad_stats);
             if (!all) {
-                CHECK(stats_eq(&total, &want), "%s totals", mp_format(dt)->name);
+                CHECK(convert_stats_eq(&total, &want), "%s totals", mp_format(dt)->name);
             } else if (dt == MP_E8M0) {
                 /* nan: the NaNs (2 (2^23 - 1)), +0 and every negative finite pattern (0x80000000 .. 0xff7fffff);
                  * overflow: 1.5 * 2^127 (0x7f400000) .. FLT_MAX; never underflow or subnormal */
@@ -506,7 +500,7 @@ static void check_mx_widen(void) {
                     bad += code_at(dst, dt, i) != c;
                     want_stats(&want, v, elem_f32(&c, dt, 0), dt);
                 }
-                CHECK(bad == 0 && stats_eq(&got, &want), "%s -> %s on %s: %ld wrong", mp_format(st)->name,
+                CHECK(bad == 0 && convert_stats_eq(&got, &want), "%s -> %s on %s: %ld wrong", mp_format(st)->name,
                       mp_format(dt)->name, mp_isa_name(isa), bad);
             }
         }
@@ -527,7 +521,7 @@ static void check_mx_widen(void) {
           s.overflow);
     memset(&s, 0, sizeof s);
     CHECK(mp_convert(w, MP_F32, src, MP_E2M1, 256, &s) == MP_OK && w[0x17] == 6.0f && w[0xf9] == -0.5f &&
-              stats_eq(&s, &(mp_convert_stats){0, 0, 0, 0, 6.0f}),
+              convert_stats_eq(&s, &(mp_convert_stats){0, 0, 0, 0, 6.0f}),
           "e2m1 -> fp32: nothing counted, amax 6");
     /* in place, one byte to one byte */
     uint8_t ip[256];

@@ -16,6 +16,7 @@
 . "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$T" || exit 1
+plain_fashion_mnist
 # (OpenMPI's libraries have no frame pointers: LeakSanitizer unwinds with the debug information instead, or
 # their leaks would show frames of unknown modules that no suppression can name)
 export LSAN_OPTIONS="suppressions=$here/lsan_mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
@@ -76,7 +77,7 @@ status 0 "${MPI[@]}" -np 2 "$M" --version && has "$out" 'rank 0 of 2' && [ "$(pr
 for opt in "sgd --lr 0.05" "adamw --lr 0.001"; do
     o=${opt%% *}
     [ "$LONG" = 1 ] || [ "$o" = adamw ] || continue
-    MLP=(train --model mlp:784-128-10 --steps 50 --optimizer $opt --threads 1)
+    MLP=(train --model mlp:784-128-10 --steps 50 --optimizer $opt --threads 1 --data "$T/fmnist")
     status 0 "$M" "${MLP[@]}" --batch 64 --log one.csv
     status 0 "${MPI[@]}" -np 2 "$M" "${MLP[@]}" --batch 64 --log two.csv --save two.ckpt
     status 0 "$M" "${MLP[@]}" --batch 32 --accum 2 --log acc.csv --save acc.ckpt
@@ -99,7 +100,7 @@ done
 
 # one skip decision: fp16-dynamic from a scale of 2^40 backs off by skipping steps; the ranks sum their
 # gradients before the unscale, so they skip together (their scaler states are compared at the end: exit 0)
-FP16=(train --model mlp:784-128-10 --steps 30 --precision fp16-dynamic --init-scale 1099511627776 --threads 1)
+FP16=(train --model mlp:784-128-10 --steps 30 --precision fp16-dynamic --init-scale 1099511627776 --threads 1 --data "$T/fmnist")
 status 0 "${MPI[@]}" -np 2 "$M" "${FP16[@]}" --batch 64 --log two.csv
 status 0 "$M" "${FP16[@]}" --batch 64 --log one.csv
 status 0 "$M" "${FP16[@]}" --batch 32 --accum 2 --log acc.csv
@@ -210,7 +211,7 @@ done
 
 # a checkpoint of 2 ranks resumes in one process at the same global batch: with --accum 2 the same bits as
 # the 2 ranks going on
-RES=(train --model mlp:784-64-10 --threads 1)
+RES=(train --model mlp:784-64-10 --threads 1 --data "$T/fmnist")
 status 0 "${MPI[@]}" -np 2 "$M" "${RES[@]}" --steps 10 --batch 16 --save half.ckpt
 status 0 "$M" "${RES[@]}" --steps 20 --batch 8 --accum 2 --resume half.ckpt --save resumed.ckpt
 status 0 "${MPI[@]}" -np 2 "$M" "${RES[@]}" --steps 20 --batch 16 --save whole.ckpt
@@ -240,7 +241,7 @@ status 1 env MIXPREC_FAULT_DIST_DIVERGE=1:7 "${MPI[@]}" -np 2 "$M" train --model
 
 # kill -9 of rank 1 during training: mpirun ends the job with an error within 60 s, no rank is left, the
 # checkpoint on disk is the one before and resumes
-KILL=(train --model mlp:784-256-256-10 --batch 64 --threads 1)
+KILL=(train --model mlp:784-256-256-10 --batch 64 --threads 1 --data "$T/fmnist")
 status 0 "$M" "${KILL[@]}" --steps 3 --save k.ckpt && cp k.ckpt k0.ckpt
 "${MPI[@]}" -np 2 "$M" "${KILL[@]}" --steps 1000000 --resume k.ckpt --save k.ckpt --log k.csv >/dev/null 2>k.err &
 job=$!

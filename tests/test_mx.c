@@ -137,7 +137,7 @@ static uint8_t code_fpu(float x, float recip, mp_dtype e) {
  * (codes, scales, counts, and with st == NULL), the reference against the
  * FPU, and dequantization of those codes and of random codes and scales. */
 static void check_random(int quick) {
-    const long chunks = quick ? 64 : 1024; /* x 1024 blocks x 4 (elem, rule) */
+    const long chunks = quick ? 64 : 256; /* x 1024 blocks x 4 (elem, rule) */
     long bad_path = 0, bad_fpu = 0, bad_deq = 0, nonfinite_blocks = 0;
     uint64_t total_elems = 0;
 #pragma omp parallel reduction(+ : bad_path, bad_fpu, bad_deq, nonfinite_blocks, total_elems)

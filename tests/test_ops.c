@@ -625,11 +625,11 @@ static void check_gelu_paths(void) {
                     if (gc->bwd) CHECK(gc->bwd_fn(y16, dt, g16, dt, x16, dt, N, &st) == MP_OK, "%s", gc->name);
                     else CHECK(gc->fwd_fn(y16, dt, x16, dt, N, &st) == MP_OK, "%s", gc->name);
                     if (isa == MP_ISA_SCALAR && threads == 1) memcpy(r16, y16, N * 2), s0 = st;
-                    CHECK(memcmp(y16, r16, N * 2) == 0 && memcmp(&st, &s0, sizeof st) == 0,
+                    CHECK(memcmp(y16, r16, N * 2) == 0 && convert_stats_eq(&st, &s0),
                           "%s %s: %s, %d threads differ from scalar, 1 thread", gc->name, mp_format(dt)->name,
                           mp_isa_name((mp_isa)isa), threads);
                 }
-            CHECK(memcmp(r16, c16, N * 2) == 0 && memcmp(&s0, &sw, sizeof sw) == 0,
+            CHECK(memcmp(r16, c16, N * 2) == 0 && convert_stats_eq(&s0, &sw),
                   "%s %s: stores or counts differ from converting the fp32 results", gc->name, mp_format(dt)->name);
         }
     }
@@ -791,10 +791,10 @@ static void check_rows_parallel(void) {
                     mp_convert_stats s0 = {0}, s1 = {0};
                     old_softmax_forward(y0, t, x, t, B, C, lg, &s0);
                     mp_softmax_forward(y1, t, x, t, B, C, lg, MP_F32, &s1);
-                    bad += !same(y0, y1, bytes) || !same(&s0, &s1, sizeof s0);
+                    bad += !same(y0, y1, bytes) || !convert_stats_eq(&s0, &s1);
                     old_softmax_backward(d0, t, y0, t, dy, t, B, C, lg, &s0);
                     mp_softmax_backward(d1, t, y1, t, dy, t, B, C, lg, MP_F32, &s1);
-                    bad += !same(d0, d1, bytes) || !same(&s0, &s1, sizeof s0);
+                    bad += !same(d0, d1, bytes) || !convert_stats_eq(&s0, &s1);
                     memcpy(d1, dy, bytes); /* dx aliasing dy */
                     mp_softmax_backward(d1, t, y1, t, d1, t, B, C, lg, MP_F32, NULL);
                     bad += !same(d0, d1, bytes);
@@ -804,7 +804,7 @@ static void check_rows_parallel(void) {
                     float l0, l1;
                     old_cross_entropy(&l0, with_d ? d0 : NULL, t, x, t, lab, B, C, 1024.0f, &s0);
                     CHECK(mp_cross_entropy(&l1, with_d ? d1 : NULL, t, x, t, lab, B, C, 1024.0f, MP_F32, &s1) == MP_OK, "ce");
-                    bad += f2u(l0) != f2u(l1) || !same(&s0, &s1, sizeof s0) || (with_d && !same(d0, d1, bytes));
+                    bad += f2u(l0) != f2u(l1) || !convert_stats_eq(&s0, &s1) || (with_d && !same(d0, d1, bytes));
                 }
                 {
                     float l0, l1; /* dlogits aliasing logits, as the GPT calls it */
@@ -818,12 +818,12 @@ static void check_rows_parallel(void) {
                     mp_convert_stats s0 = {0}, s1 = {0};
                     old_layernorm_forward(y0, t, m0, r0, x, t, wv, bv, B, C, 1e-5f, &s0);
                     mp_layernorm_forward(y1, t, m1, r1, x, t, wv, bv, B, C, 1e-5f, MP_F32, &s1);
-                    bad += !same(y0, y1, bytes) || !same(m0, m1, B * 4) || !same(r0, r1, B * 4) || !same(&s0, &s1, sizeof s0);
+                    bad += !same(y0, y1, bytes) || !same(m0, m1, B * 4) || !same(r0, r1, B * 4) || !convert_stats_eq(&s0, &s1);
                     for (size_t j = 0; j < C; j++) dw0[j] = dw1[j] = (float)drand(), db0[j] = db1[j] = (float)drand();
                     float *dwa = v == 2 ? NULL : dw0, *dba = v == 1 ? NULL : db0, *dwb = v == 2 ? NULL : dw1, *dbb = v == 1 ? NULL : db1;
                     old_layernorm_backward(d0, t, dwa, dba, dy, t, x, t, m0, r0, wv, B, C, v & 1, &s0);
                     mp_layernorm_backward(d1, t, dwb, dbb, dy, t, x, t, m1, r1, wv, B, C, v & 1, MP_F32, &s1);
-                    bad += !same(d0, d1, bytes) || !same(dw0, dw1, C * 4) || !same(db0, db1, C * 4) || !same(&s0, &s1, sizeof s0);
+                    bad += !same(d0, d1, bytes) || !same(dw0, dw1, C * 4) || !same(db0, db1, C * 4) || !convert_stats_eq(&s0, &s1);
                     memcpy(d1, dy, bytes); /* dx aliasing dy */
                     mp_layernorm_backward(d1, t, NULL, NULL, d1, t, x, t, m1, r1, wv, B, C, 0, MP_F32, NULL);
                     bad += !same(d0, d1, bytes);
@@ -838,7 +838,7 @@ static void check_rows_parallel(void) {
                     memcpy(y1, x, bytes);
                     CHECK(mp_layernorm_backward_add(y1, t, dwb, dbb, dy, x, m1, r1, wv, B, C, 1, MP_F32, y1, &a1, &c1) ==
                               MP_OK, "layernorm backward into a residual");
-                    bad += !same(y0, y1, bytes) || !same(&a0, &a1, sizeof a0) || !same(&c0, &c1, sizeof c0) ||
+                    bad += !same(y0, y1, bytes) || !convert_stats_eq(&a0, &a1) || !convert_stats_eq(&c0, &c1) ||
                            !same(dw0, dw1, C * 4) || !same(db0, db1, C * 4);
                 }
             }
