@@ -275,6 +275,56 @@ static void rk_mx_cols(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
     }
 }
 
+/* ---- stochastic rounding's stream ----
+ * mp_sr_bytes (nvfp4.c) with RK_LANES Philox4x32-10 blocks at a time, a block
+ * per lane: the same bytes. */
+typedef uint64_t rk_w __attribute__((vector_size(4 * RK_LANES))); /* the lanes in pairs */
+
+/* hi and lo halves of a * k, lane by lane: the even lanes and the odd ones
+ * as the low halves of 64-bit lanes (32 x 32 -> 64: pmuludq, vpmuludq). */
+RK_AI rk_v rk_mulhilo(rk_v a, uint32_t k, rk_v *lo) {
+    const rk_w w = (rk_w)a, lo32 = (rk_w){0} + 0xffffffffu;
+    const rk_w even = (w & lo32) * (uint64_t)k, odd = (w >> 32) * (uint64_t)k;
+    *lo = (rk_v)((even & lo32) | (odd << 32));
+    return (rk_v)((even >> 32) | (odd & ~lo32));
+}
+
+static void rk_sr_bytes(uint64_t seed, uint64_t j0, size_t n, uint8_t *restrict r) {
+    const size_t head = (16 - (size_t)(j0 & 15u)) & 15u;
+    if (n <= head + 16 * RK_LANES) {
+        mp_sr_bytes(seed, j0, n, r);
+        return;
+    }
+    mp_sr_bytes(seed, j0, head, r);
+    size_t o = head;
+    uint64_t blk = (j0 + head) >> 4;
+    for (; n - o >= 16 * RK_LANES; o += 16 * RK_LANES, blk += RK_LANES) {
+        /* counters blk + l: (low word, high word, 0, 0), wrapping at 2^60 as mp_sr_bytes does */
+        rk_v c0 = rk_splat(0), c1 = rk_splat(0), c2 = rk_splat(0), c3 = rk_splat(0);
+        for (int l = 0; l < RK_LANES; l++) {
+            const uint64_t c = (blk + (uint64_t)l) & 0x0fffffffffffffffull;
+            c0[l] = (uint32_t)c, c1[l] = (uint32_t)(c >> 32);
+        }
+        uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+        for (int round = 0; round < 10; round++) {
+            rk_v lo0, lo1;
+            const rk_v hi0 = rk_mulhilo(c0, 0xD2511F53u, &lo0), hi1 = rk_mulhilo(c2, 0xCD9E8D57u, &lo1);
+            c0 = hi1 ^ c1 ^ k0;
+            c1 = lo1;
+            c2 = hi0 ^ c3 ^ k1;
+            c3 = lo0;
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        for (int l = 0; l < RK_LANES; l++) {
+            const uint32_t w[4] = {c0[l], c1[l], c2[l], c3[l]};
+            for (int q = 0; q < 4; q++)
+                for (int b = 0; b < 4; b++) r[o + 16 * (size_t)l + 4 * (size_t)q + (size_t)b] = (uint8_t)(w[q] >> (8 * b));
+        }
+    }
+    mp_sr_bytes(seed, j0 + o, n - o, r + o);
+}
+
 /* ---- nvfp4 ----
  * nvfp4.c's rules: block scale s = e4m3_sat(block_amax * mult), inv =
  * fminf(1 / (s * gd), FLT_MAX), element = E2M1 of y = x * inv with
@@ -308,6 +358,19 @@ RK_AI rk_nvpar rk_nv_params(rk_v am, float mult, float gd) {
  * carry into them); *past for the lanes that rounded beyond 6 (|y| >= 8
  * included) and were clamped to 6. */
 RK_AI rk_v rk_e2m1_half(rk_v a, const rk_v *r, rk_m *past) {
+    if (!r) {
+        /* nearest even: |y| + M - M with M = 2^22, 2^23, 2^24 for steps of
+         * 0.5, 1, 2 (below 2, 4, 8) rounds onto the step's multiples, ties to
+         * the even multiple, which is the even E2M1 code (fp32 addition, the
+         * default rounding; |y| < 2^-126 is 0 either way, so DAZ changes
+         * nothing); beyond 8, inf included, the clamp below decides */
+        const rk_v M = rk_sel((rk_m)(a < 0x40000000u), rk_splat(0x4a800000u),
+                              rk_sel((rk_m)(a < 0x40800000u), rk_splat(0x4b000000u), rk_splat(0x4b800000u)));
+        const rk_fv q = ((rk_fv)a + (rk_fv)M) - (rk_fv)M;
+        const rk_v h = (rk_v)__builtin_convertvector(q * 2.0f, rk_m);
+        *past = (rk_m)(a >= 0x41000000u) | (rk_m)(h > 12u);
+        return rk_sel(*past, rk_splat(12), h);
+    }
     const rk_v e = a >> 23;
     const rk_m nz = (rk_m)(e != 0u);
     const rk_v m = rk_sel(nz, (a & 0x7fffffu) | 0x800000u, a);
@@ -316,12 +379,7 @@ RK_AI rk_v rk_e2m1_half(rk_v a, const rk_v *r, rk_m *past) {
     const rk_v sh = rk_sel(shr < 31, (rk_v)shr, rk_splat(31)); /* beyond 31: 0 in both modes (masked below) */
     rk_v n = m >> sh;
     const rk_v rem = m & ((rk_splat(1) << sh) - 1u);
-    if (!r) {
-        const rk_v half = rk_splat(1) << (sh - 1u);
-        n -= (rk_v)((rk_m)(rem > half) | ((rk_m)(rem == half) & (rk_m)((n & 1u) != 0u)));
-    } else {
-        n += ((rem >> (sh - 8u)) + *r) >> 8;
-    }
+    n += ((rem >> (sh - 8u)) + *r) >> 8;
     n = rk_sel(shr > 31, rk_splat(0), n);
     const rk_v h = n << kk;
     *past = (rk_m)(a >= 0x41000000u) | (rk_m)(h > 12u);
@@ -382,7 +440,7 @@ static void rk_nv_rows(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
                                   rk_isplat(gone[b])};
             for (size_t r = 0; r < nr; r++) {
                 if (op->rng) {
-                    mp_sr_bytes(op->rng->seed, op->rng->counter + (uint64_t)((i + r) * cp + c0), n, rnd);
+                    rk_sr_bytes(op->rng->seed, op->rng->counter + (uint64_t)((i + r) * cp + c0), n, rnd);
                     for (size_t c = 0; c < n; c++) rb[c] = rnd[c];
                 }
                 for (size_t b = 0; b < nb; b++)
@@ -442,7 +500,7 @@ static void rk_nv_cols(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
             const size_t n = op->cols - c0 < W ? op->cols - c0 : W, nw = rk_whole(n);
             rk_nv_block_row(op, i0, c0, n, x);
             if (op->rng)
-                mp_sr_bytes(op->rng->seed, op->rng->counter + (uint64_t)(i0 * op->cols + 16 * c0), 16 * n, rnd);
+                rk_sr_bytes(op->rng->seed, op->rng->counter + (uint64_t)(i0 * op->cols + 16 * c0), 16 * n, rnd);
             for (size_t c = 0; c < nw; c += RK_LANES) {
                 rk_v am = rk_splat(0);
                 for (int r = 0; r < 16; r++) am = rk_max(rk_ld(x[r] + c) & RK_ABS, am);
