@@ -37,6 +37,7 @@ def main():
     torch.set_num_threads(threads)
     cfg = gpt_torch.parse_spec(spec)
     out, errors = {}, {}
+    params = gpt_torch.GPT(cfg).num_params()  # also when every variant is skipped
     for name, dtype, sdpa, compiled in variants():
         if name in skip:
             continue
@@ -80,7 +81,7 @@ def main():
             errors[name] = repr(e)
             continue
         out[name] = ts
-    print(json.dumps({"torch": torch.__version__, "threads": threads, "params": model.num_params(),
+    print(json.dumps({"torch": torch.__version__, "threads": threads, "params": params,
                       "steps": out, "errors": errors}))
 
 
