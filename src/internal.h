@@ -436,6 +436,20 @@ mp_status mp_qoperand_with(const mp_recipe_kernels *k, uint16_t *dst, size_t ldd
 
 /* Bytes j0 .. j0 + n - 1 of the stochastic-rounding stream of seed (nvfp4.c:
  * Philox4x32-10, byte j = byte j mod 16 of the block j / 16). */
+/* Philox4x32-10's ten rounds on the words c0..c3 with the key k0, k1 (all
+ * lvalues of type T, scalar or vector: the same steps lane by lane);
+ * MULHILO(a, K, &lo) returns the high half of a * K and stores the low. */
+#define MP_PHILOX4X32_10(T, MULHILO, c0, c1, c2, c3, k0, k1)                                   \
+    for (int round_ = 0; round_ < 10; round_++) {                                              \
+        T lo0_, lo1_;                                                                          \
+        const T hi0_ = MULHILO(c0, 0xD2511F53u, &lo0_), hi1_ = MULHILO(c2, 0xCD9E8D57u, &lo1_); \
+        c0 = hi1_ ^ c1 ^ k0;                                                                   \
+        c1 = lo1_;                                                                             \
+        c2 = hi0_ ^ c3 ^ k1;                                                                   \
+        c3 = lo0_;                                                                             \
+        k0 += 0x9E3779B9u;                                                                     \
+        k1 += 0xBB67AE85u;                                                                     \
+    }
 void mp_sr_bytes(uint64_t seed, uint64_t j0, size_t n, uint8_t *r);
 
 /* ---- the kernel context: every module's kernels for one CPU path ----

@@ -136,20 +136,16 @@
 
 /* ---- the stochastic-rounding stream: Philox4x32-10 ---- */
 
+static inline uint32_t mulhilo32(uint32_t a, uint32_t k, uint32_t *lo) {
+    const uint64_t p = (uint64_t)a * k;
+    *lo = (uint32_t)p;
+    return (uint32_t)(p >> 32);
+}
+
 static void philox4x32_10(const uint32_t ctr_in[4], const uint32_t key_in[2], uint32_t out[4]) {
     uint32_t c0 = ctr_in[0], c1 = ctr_in[1], c2 = ctr_in[2], c3 = ctr_in[3];
     uint32_t k0 = key_in[0], k1 = key_in[1];
-    for (int round = 0; round < 10; round++) {
-        const uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        const uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        const uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
+    MP_PHILOX4X32_10(uint32_t, mulhilo32, c0, c1, c2, c3, k0, k1)
     out[0] = c0;
     out[1] = c1;
     out[2] = c2;

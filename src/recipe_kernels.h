@@ -306,16 +306,7 @@ static void rk_sr_bytes(uint64_t seed, uint64_t j0, size_t n, uint8_t *restrict 
             c0[l] = (uint32_t)c, c1[l] = (uint32_t)(c >> 32);
         }
         uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-        for (int round = 0; round < 10; round++) {
-            rk_v lo0, lo1;
-            const rk_v hi0 = rk_mulhilo(c0, 0xD2511F53u, &lo0), hi1 = rk_mulhilo(c2, 0xCD9E8D57u, &lo1);
-            c0 = hi1 ^ c1 ^ k0;
-            c1 = lo1;
-            c2 = hi0 ^ c3 ^ k1;
-            c3 = lo0;
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
+        MP_PHILOX4X32_10(rk_v, rk_mulhilo, c0, c1, c2, c3, k0, k1)
         for (int l = 0; l < RK_LANES; l++) {
             const uint32_t w[4] = {c0[l], c1[l], c2[l], c3[l]};
             for (int q = 0; q < 4; q++)
