@@ -434,8 +434,6 @@ mp_status mp_qoperand_with(const mp_recipe_kernels *k, uint16_t *dst, size_t ldd
                            mp_dtype src_type, size_t lds, size_t rows, size_t cols, int k_along_rows,
                            const mp_recipe *r, mp_qtensor *q);
 
-/* Bytes j0 .. j0 + n - 1 of the stochastic-rounding stream of seed (nvfp4.c:
- * Philox4x32-10, byte j = byte j mod 16 of the block j / 16). */
 /* Philox4x32-10's ten rounds on the words c0..c3 with the key k0, k1 (all
  * lvalues of type T, scalar or vector: the same steps lane by lane);
  * MULHILO(a, K, &lo) returns the high half of a * K and stores the low. */
@@ -450,6 +448,9 @@ mp_status mp_qoperand_with(const mp_recipe_kernels *k, uint16_t *dst, size_t ldd
         k0 += 0x9E3779B9u;                                                                     \
         k1 += 0xBB67AE85u;                                                                     \
     }
+
+/* Bytes j0 .. j0 + n - 1 of the stochastic-rounding stream of seed (nvfp4.c:
+ * Philox4x32-10, byte j = byte j mod 16 of the block j / 16). */
 void mp_sr_bytes(uint64_t seed, uint64_t j0, size_t n, uint8_t *r);
 
 /* ---- the kernel context: every module's kernels for one CPU path ----

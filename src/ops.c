@@ -655,7 +655,7 @@ static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
     const size_t C = J->C;
     const float *w = J->w, *mean = J->mean, *rstd = J->rstd;
     float stack[ROW_STACK], *r = row_scratch(stack, 2 * C);
-    uint16_t hstack[ROW_STACK], *h = J->res && C > ROW_STACK ? malloc(C * sizeof *h) : hstack; /* dx's codes */
+    uint16_t hstack[ROW_STACK], *h = J->res && J->yt != MP_F32 && C > ROW_STACK ? malloc(C * sizeof *h) : hstack; /* dx's codes */
     if (!r || !h) {
         J->oom = 1;
         row_scratch_free(r, stack);

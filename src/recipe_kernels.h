@@ -19,11 +19,11 @@
  *    exactly), and for nvfp4 block_amax * mult, 1 / (s * gd), fminf with
  *    FLT_MAX, x * inv, e2m1 * s and the Hadamard transform's sums,
  *    differences and halvings, so that the same MXCSR gives the same bits;
- *  - E2M1 rounds on the bits as nvfp4.c's e2m1_round, nearest even or
- *    stochastic with the stream's bytes (mp_sr_bytes).
+ *  - E2M1 gives nvfp4.c's e2m1_round codes: stochastic on the bits, with the
+ *    stream's bytes (mp_sr_bytes), nearest even by an fp32 addition.
  * A row is worked on in chunks of columns (RK_CHUNK, 256 for nvfp4) held as
- * fp32 bit patterns, zero padded to whole vectors: the padding's zeros count nothing and are not
- * stored. Lanes of a mask are all ones (true) or zero. */
+ * fp32 bit patterns, zero padded to whole vectors: the padding's zeros count
+ * nothing and are not stored. Lanes of a mask are all ones (true) or zero. */
 #ifndef MP_RECIPE_KERNELS_H
 #define MP_RECIPE_KERNELS_H
 
@@ -344,7 +344,7 @@ RK_AI rk_nvpar rk_nv_params(rk_v am, float mult, float gd) {
 }
 
 /* |y| (bits a, not NaN) in E2M1 as half units 0 .. 12 (0, 0.5, .., 6):
- * nearest even (no r) or stochastic with the random bytes r (nvfp4.c's
+ * nearest even (no r) or stochastic with the random bytes r (as nvfp4.c's
  * e2m1_round: the top 8 bits of the fraction below the kept bits, plus r,
  * carry into them); *past for the lanes that rounded beyond 6 (|y| >= 8
  * included) and were clamped to 6. */

@@ -402,8 +402,9 @@ static void check_ftz_daz(void) {
 /* fp32 -> E8M0 and E2M1 through mp_convert, each code against the scalar
  * function, on 1 and 2 threads: on every path the --quick sample, each block's
  * statistics against those convert.h defines (want_stats); then, unless
- * --quick, on the detected path make test's slice (check.h) the same way; with --long instead all 2^32 inputs, the
- * statistics' totals against the counts worked out by hand below. E8M0 and
+ * --quick, on the detected path make test's slice (check.h) the same way;
+ * with --long instead all 2^32 inputs, the statistics' totals against the
+ * counts worked out by hand below. E8M0 and
  * E2M1 take the scalar functions on every path, which test_format checks on
  * every input; this is about mp_convert's loops, threads and counts. */
 static void check_mx_narrow(int quick, int all_inputs) {

@@ -326,8 +326,8 @@ static void check_constructed(void) {
 }
 
 /* format.h's conversion of x * 1 on fp32 inputs: all 2^32 (--long, make
- * test-long), make test's slice (check.h, the default), or the quick sample: the quantizer's narrowing,
- * stats included */
+ * test-long), make test's slice (check.h, the default), or the quick sample:
+ * the quantizer's narrowing, stats included */
 #define BLOCK (1u << 16)
 static void check_all_inputs(int mode) {
     const long mark = check_failures;
