@@ -2,9 +2,9 @@
  * up to the first NUL are one value, given to each parser of a single value:
  * cli_parse_float and cli_parse_long (tools/cli.c), mp_precision_parse,
  * mp_mlp_parse, mp_gpt_parse and mp_dtype_parse; all the NUL-separated pieces
- * are then the arguments of `mixprec train` (run_parse, tools/run.c). What a
- * parser accepts is in range, and what it returns prints back to a string
- * that parses to the same value. */
+ * are then the arguments of `mixprec train` (run_parse, tools/run.c, over
+ * mp_run_option and mp_run_check). What a parser accepts is in range, and
+ * what it returns prints back to a string that parses to the same value. */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <math.h>
@@ -70,19 +70,22 @@ static void single(const char *v) {
         FUZZ_CHECK(mp_format(t) && mp_dtype_parse(mp_format(t)->name, &t2) == MP_OK && t == t2);
 }
 
-/* What run_parse promises of the options it accepts (run.c's ranges). */
-static void check_opts(const run_opts *o) {
-    FUZZ_CHECK(o->model && o->prec.name && memchr(o->prec_name, 0, sizeof o->prec_name));
-    FUZZ_CHECK(o->lr >= 0 && o->lr <= 1e6 && o->min_lr >= 0 && o->wd >= 0 && o->momentum >= 0);
+/* What run_parse promises of the options it accepts (run_spec.c's ranges;
+ * -1 and 0 where the run resolves a default). */
+static void check_spec(const mp_run_spec *o) {
+    mp_precision p;
+    FUZZ_CHECK(o->model && o->precision && mp_run_check(o, &p) == MP_OK && p.name && memchr(p.label, 0, sizeof p.label));
+    FUZZ_CHECK(o->lr >= 0 && o->lr <= 1e6 && (o->min_lr >= 0 || o->min_lr == -1) && o->momentum >= 0);
+    FUZZ_CHECK(o->weight_decay >= 0 || o->weight_decay == -1);
     FUZZ_CHECK(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1);
     FUZZ_CHECK(o->clip == 0 || (o->clip >= 1e-30 && o->clip <= 1e30));
-    FUZZ_CHECK(o->batch >= 1 && o->batch <= 60000 && o->accum >= 1 && o->accum <= 60000);
+    FUZZ_CHECK(o->batch >= 0 && o->batch <= 60000 && o->accum >= 1 && o->accum <= 60000);
     FUZZ_CHECK(o->epochs >= 0 && o->steps >= 0 && !(o->epochs && o->steps) && o->warmup >= 0 && o->seed >= 0);
     FUZZ_CHECK(!(o->init && o->resume));
     mp_scaler s;
     mp_scaler_config sc = o->scaler;
-    sc.dynamic = o->prec.scaling == MP_SCALING_DYNAMIC;
-    FUZZ_CHECK(o->prec.scaling == MP_SCALING_NONE || mp_scaler_init(&s, &sc) == MP_OK);
+    sc.dynamic = p.scaling == MP_SCALING_DYNAMIC;
+    FUZZ_CHECK(p.scaling == MP_SCALING_NONE || strchr(p.label, ':') || mp_scaler_init(&s, &sc) == MP_OK);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -96,10 +99,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int argc = 1;
     for (char *p = buf; p < buf + size && argc < MAXARGS; p += strlen(p) + 1) argv[argc++] = p;
     argv[argc] = NULL;
-    run_opts o;
+    mp_run_spec o;
     const int rc = run_parse("train", argc, argv, &o);
-    FUZZ_CHECK(rc == 0 || rc == -1 || rc == CLI_USAGE);
-    if (rc == 0) check_opts(&o);
+    FUZZ_CHECK(rc == 0 || rc == CLI_USAGE);
+    if (rc == 0) check_spec(&o);
     free(buf);
     return 0;
 }

@@ -141,6 +141,12 @@ mp_status mp_print_file_atomic(const char *path, void (*print)(FILE *f, const vo
  * attributes (report.c); NULL writes nothing. */
 void mp_html_escape(FILE *f, const char *s);
 
+/* run_spec.c: the spec's mode with its switches into *p and its loss
+ * scaler (fp16-static:S's scale applied) into *sc (either may be NULL); what
+ * mp_run_check checks. */
+struct mp_run_spec;
+mp_status mp_run_resolve(const struct mp_run_spec *s, mp_precision *p, mp_scaler_config *sc);
+
 /* Fused unscale + inf/NaN check kernels of one CPU path: x[i] *= inv for
  * i in [0, n); returns nonzero if any x[i] (before scaling) is inf or NaN.
  * check32 and check16 only read (inv_scale 1): nonzero if any of the n codes

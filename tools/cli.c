@@ -56,28 +56,31 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
+static const char scaler_section[] = "\nloss scaling\n"; /* the heading, a line of its own */
+
 int cli_scaler_option(const char *cmd, int argc, char **argv, int *i, mp_scaler_config *c) {
-    static const char *const floats[] = {"--init-scale", "--growth-factor", "--backoff-factor", "--min-scale",
-                                         "--max-scale"};
-    float *const fdst[] = {&c->init_scale, &c->growth_factor, &c->backoff_factor, &c->min_scale, &c->max_scale};
-    for (int k = 0; k < 5; k++)
-        if (strcmp(argv[*i], floats[k]) == 0) {
-            const char *v = cli_value(cmd, argc, argv, i);
-            if (!v) return CLI_USAGE;
-            if (cli_parse_float(v, fdst[k]) != 0) return cli_usage_error(cmd, "%s wants a number, not '%s'", floats[k], v);
-            return 1;
-        }
-    static const char *const ints[] = {"--growth-interval", "--hysteresis"};
-    int *const idst[] = {&c->growth_interval, &c->hysteresis};
-    for (int k = 0; k < 2; k++)
-        if (strcmp(argv[*i], ints[k]) == 0) {
-            const char *v = cli_value(cmd, argc, argv, i);
-            long x;
-            if (!v) return CLI_USAGE;
-            if (cli_parse_long(v, 1, 1L << 30, &x) != 0)
-                return cli_usage_error(cmd, "%s wants a whole number >= 1, not '%s'", ints[k], v);
-            *idst[k] = (int)x;
-            return 1;
-        }
-    return 0;
+    const char *h = strstr(mp_run_options_help(), scaler_section), *name = argv[*i] + 2;
+    char line[64];
+    snprintf(line, sizeof line, "\n  %.40s ", argv[*i]);
+    const char *at = h && strncmp(argv[*i], "--", 2) == 0 ? strstr(h, line) : NULL;
+    const char *end = h ? strchr(h + sizeof scaler_section - 1, '\n') : NULL;
+    while (end && end[1] == ' ') end = strchr(end + 1, '\n'); /* the section's last line */
+    if (!at || at > end) return 0;
+    const char *v = cli_value(cmd, argc, argv, i);
+    if (!v) return CLI_USAGE;
+    mp_run_spec s;
+    mp_run_defaults(&s);
+    s.scaler = *c;
+    if (mp_run_option(&s, name, v) != MP_OK) return cli_usage_error(cmd, "%s", mp_last_error());
+    *c = s.scaler;
+    return 1;
+}
+
+void cli_scaler_help(FILE *f) {
+    const char *h = strstr(mp_run_options_help(), scaler_section);
+    if (!h) return;
+    h += sizeof scaler_section - 1;
+    size_t n = 0;
+    while (h[n] == ' ') n += strcspn(h + n, "\n") + 1; /* the indented lines that follow the heading */
+    fwrite(h, 1, n, f);
 }

@@ -41,18 +41,13 @@ int cli_parse_long(const char *s, long lo, long hi, long *out);
 /* The value that follows option argv[*i], or NULL (after an error message) if none. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
-/* The loss-scaler options shared by commands that run a scaler:
+/* The loss-scaler options of the library's run options (mixprec/run.h):
  * --init-scale --growth-interval --growth-factor --backoff-factor --hysteresis
  * --min-scale --max-scale. Returns 1 if argv[*i] was one (value consumed),
  * 0 if it is not, CLI_USAGE (after a message) on a bad value. */
 int cli_scaler_option(const char *cmd, int argc, char **argv, int *i, mp_scaler_config *c);
-#define CLI_SCALER_HELP                                                                      \
-    "  --init-scale S         initial loss scale (65536)\n"                                   \
-    "  --growth-interval N    clean steps before the scale grows (2000)\n"                    \
-    "  --growth-factor F      growth multiplier, > 1 (2)\n"                                   \
-    "  --backoff-factor F     multiplier on overflow, in (0, 1) (0.5)\n"                      \
-    "  --hysteresis N         overflows tolerated before backing off (1 = PyTorch)\n"         \
-    "  --min-scale S          floor for the scale (0 = none)\n"                               \
-    "  --max-scale S          ceiling for the scale (0 = none)\n"
+
+/* Their help, as mixprec train --help prints it (the "loss scaling" part). */
+void cli_scaler_help(FILE *f);
 
 #endif

@@ -1,6 +1,6 @@
 /* cmd_compare.c - `mixprec compare` and `mixprec demo`: the same network trained
  * in several precision modes, one after the other in this process through the
- * library's trainer (tools/run.c), a summary table and DIR/report.html. */
+ * library's run (mp_run, mixprec/run.h), a summary table and DIR/report.html. */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -48,26 +48,26 @@ static const char demo_usage[] =
 
 typedef struct {
     char name[64];
-    run_result r;
+    mp_run_result r;
 } run_data;
 
 /* A GPT run's sample for the report: bytes its final model writes after "\n". */
 #define COMPARE_SAMPLE_BYTES 300
 
-static const run_result *find(const run_data *runs, int n, const char *name) {
+static const mp_run_result *find(const run_data *runs, int n, const char *name) {
     for (int i = 0; i < n; i++)
         if (strcmp(runs[i].name, name) == 0) return &runs[i].r;
     return NULL;
 }
 
-static double mean_tensor(const run_result *r, int l) {
+static double mean_tensor(const mp_run_result *r, int l) {
     double m = 0;
     for (long s = 0; s < r->nsteps; s++) m += r->tensor_underflow[(size_t)s * (size_t)r->ntensors + (size_t)l];
     return r->nsteps ? m / (double)r->nsteps : 0;
 }
 
 /* The evaluation figure in words: "87.91% test accuracy" or "validation loss 1.6234". */
-static const char *eval_text(char *buf, size_t cap, const run_result *r) {
+static const char *eval_text(char *buf, size_t cap, const mp_run_result *r) {
     if (strcmp(r->model_kind, "gpt") == 0 && !isfinite(r->eval_loss)) snprintf(buf, cap, "a validation loss of NaN/inf");
     else if (strcmp(r->model_kind, "gpt") == 0) snprintf(buf, cap, "validation loss %.4f", r->eval_loss);
     else snprintf(buf, cap, "%.2f%% test accuracy", 100 * r->eval_accuracy);
@@ -75,7 +75,7 @@ static const char *eval_text(char *buf, size_t cap, const run_result *r) {
 }
 
 /* How far r is from the baseline b: "0.25 points below" or "0.8% above". */
-static const char *eval_diff(char *buf, size_t cap, const run_result *r, const run_result *b) {
+static const char *eval_diff(char *buf, size_t cap, const mp_run_result *r, const mp_run_result *b) {
     if (strcmp(r->model_kind, "gpt") == 0) {
         const double rel = 100 * (r->eval_loss - b->eval_loss) / b->eval_loss;
         snprintf(buf, cap, "%.2f%% %s", fabs(rel), rel > 0 ? "above (worse than)" : "below (better than)");
@@ -164,8 +164,8 @@ static void print_ablation(const mp_report *rep, const mp_report_ablation *ab, i
 /* The plain-language reading, from the numbers. */
 static void reading(char *out, size_t cap, const run_data *runs, int n, const char *model, const mp_report *rep,
                     const mp_report_ablation *ab, int nab, int ref) {
-    const run_result *f32 = find(runs, n, "fp32"), *f16 = find(runs, n, "fp16"), *dyn = find(runs, n, "fp16-dynamic");
-    const run_result *bf = find(runs, n, "bf16"), *naive = find(runs, n, "fp16-naive");
+    const mp_run_result *f32 = find(runs, n, "fp32"), *f16 = find(runs, n, "fp16"), *dyn = find(runs, n, "fp16-dynamic");
+    const mp_run_result *bf = find(runs, n, "bf16"), *naive = find(runs, n, "fp16-naive");
     char e1[64], e2[64], e3[64];
     size_t k = 0;
 #define ADD(...) k += (size_t)snprintf(out + k, k < cap ? cap - k : 0, __VA_ARGS__)
@@ -230,7 +230,7 @@ static void reading(char *out, size_t cap, const run_data *runs, int n, const ch
         ADD(".\n\n");
     }
     for (int i = 0; i < n; i++) { /* the recipes, against bf16 (their compute format) and fp32 */
-        const run_result *u = &runs[i].r;
+        const mp_run_result *u = &runs[i].r;
         if (!u->nquant) continue;
         ADD("%s runs the Linear layers' GEMMs on quantized operands (%s): %.4f%% of the values it quantized saturated "
             "and %.4f%% were flushed to zero; %s",
@@ -282,29 +282,22 @@ static int write_summary(const char *out, const char *cmdline, const run_data *r
     }
     int bad = 0;
     for (int r = 0; r < n; r++) { /* the per-mode summaries, side by side */
-        char path[4200];
-        snprintf(path, sizeof path, "%.4000s/%.63s.json", out, runs[r].name);
-        FILE *f = fopen(path, "r");
-        char *text = NULL;
-        long sz = -1;
-        if (f && fseek(f, 0, SEEK_END) == 0 && (sz = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-            (text = malloc((size_t)sz + 1)))
-            text[fread(text, 1, (size_t)sz, f)] = 0;
-        if (f) fclose(f);
-        cJSON *j = text ? cJSON_Parse(text) : NULL;
-        free(text);
+        cJSON *j = runs[r].r.summary ? cJSON_Parse(runs[r].r.summary) : NULL;
         if (j) cJSON_AddItemToArray(arr, j);
         else bad = 1;
     }
     char path[4200];
     snprintf(path, sizeof path, "%.4000s/summary.json", out);
-    const char *why = run_write_json(path, all);
+    char *text = cJSON_Print(all);
     cJSON_Delete(all);
-    if (why) return fprintf(stderr, "mixprec compare: %s\n", why), 1;
-    return bad ? fprintf(stderr, "mixprec compare: %s: a run's summary could not be read back\n", path), 1 : 0;
+    if (!text) return fprintf(stderr, "mixprec compare: %s: out of memory\n", path), 1;
+    const mp_status st = mp_write_file_atomic(path, &(mp_chunk){text, strlen(text)}, 1);
+    free(text);
+    if (st != MP_OK) return fprintf(stderr, "mixprec compare: %s\n", mp_last_error()), 1;
+    return bad ? fprintf(stderr, "mixprec compare: %s: a run's summary was missing or could not be parsed\n", path), 1 : 0;
 }
 
-static int compare(run_opts *base, const char *precisions, const char *out, int checkpoints, const char *cmdline) {
+static int compare(const mp_run_spec *base, const char *precisions, const char *out, int checkpoints, const char *cmdline) {
     /* with ranks (dist.h) the modes train one after the other on every rank; rank 0 alone writes DIR */
     const int writer = dist_rank() == 0;
     const int bad = writer && mkdir(out, 0755) != 0 && errno != EEXIST, err = errno;
@@ -312,7 +305,7 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
     if (dist_agree(bad, &first)) return fprintf(stderr, "mixprec compare: %s: cannot create (%s)\n", out, strerror(err)), 1;
     if (strlen(out) > 4000) return cli_usage_error("compare", "--out is too long");
     run_data runs[8];
-    run_opts opts[8];
+    mp_run_spec opts[8];
     int n = 0;
     char list[512];
     snprintf(list, sizeof list, "%s", precisions);
@@ -320,13 +313,11 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
         if (n == 8) return cli_usage_error("compare", "at most 8 precisions");
         memset(&runs[n], 0, sizeof runs[n]);
         opts[n] = *base;
-        float scale = 0;
-        if (mp_precision_parse(tok, &opts[n].prec, &scale) != MP_OK) return cli_usage_error("compare", "%s", mp_last_error());
-        if (run_switches(&opts[n], &opts[n].prec) != MP_OK)
-            return cli_usage_error("compare", "%s: %s", tok, mp_last_error());
-        if (scale > 0) opts[n].scaler.init_scale = scale;
-        snprintf(runs[n].name, sizeof runs[n].name, "%s", opts[n].prec.label); /* tok with the switches applied */
-        memcpy(opts[n].prec_name, opts[n].prec.label, sizeof opts[n].prec_name);
+        opts[n].precision = tok;
+        mp_precision p;
+        if (mp_precision_parse(tok, &p, NULL) != MP_OK) return cli_usage_error("compare", "%s", mp_last_error());
+        if (mp_run_check(&opts[n], &p) != MP_OK) return cli_usage_error("compare", "%s: %s", tok, mp_last_error());
+        snprintf(runs[n].name, sizeof runs[n].name, "%s", p.label); /* tok with the switches applied */
         n++;
     }
     if (n == 0) return cli_usage_error("compare", "--precisions is empty");
@@ -349,17 +340,18 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
             return writer ? fprintf(stderr, "\nmixprec compare: %s: cannot create\n", txt), 1 : 1;
         }
         const double t0 = seconds();
-        const int st = run_training(&opts[r], f, &runs[r].r);
+        const mp_run_io io = run_io("compare", f);
+        const int st = run_exit(mp_run(&opts[r], &io, &runs[r].r), &runs[r].r);
         const int wbad = fclose(f) != 0;
         printf(" %s in %.1f s (log: %s)\n", st == 0 ? "done" : st == 1 ? "stopped early" : "failed", seconds() - t0, txt);
         if (wbad) fprintf(stderr, "mixprec compare: %s: cannot write\n", txt), rc = 1;
         if (st == CLI_USAGE) {
-            for (int q = 0; q <= r; q++) run_result_free(&runs[q].r);
+            for (int q = 0; q <= r; q++) mp_run_result_free(&runs[q].r);
             return CLI_USAGE;
         }
         if (st != 0 && runs[r].r.nsteps == 0) { /* nothing to show */
             fprintf(stderr, "mixprec compare: %s: training failed (see %s)\n", runs[r].name, txt);
-            run_result_free(&runs[r].r);
+            mp_run_result_free(&runs[r].r);
             rc = 1;
             break;
         }
@@ -368,13 +360,13 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
     n = done;
     if (n == 0) return 1;
     if (!writer) { /* the table, the report and the summary are rank 0's */
-        for (int r = 0; r < n; r++) run_result_free(&runs[r].r);
+        for (int r = 0; r < n; r++) mp_run_result_free(&runs[r].r);
         return rc;
     }
-    const run_result *f32 = find(runs, n, "fp32");
+    const mp_run_result *f32 = find(runs, n, "fp32");
     const int gpt = strcmp(runs[0].r.model_kind, "gpt") == 0;
     for (int r = 0; f32 && r < n; r++) {
-        run_result *u = &runs[r].r;
+        mp_run_result *u = &runs[r].r;
         if (u == f32 || u->nwarnings >= 6) continue;
         if (gpt && u->eval_loss > f32->eval_loss * 1.02)
             snprintf(u->warnings[u->nwarnings++], sizeof u->warnings[0],
@@ -389,7 +381,7 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
            gpt ? "val loss" : "test acc", "skipped", "final scale", "underflow", "grads lost", "dead grads",
            "upd. lost", "ms/step", "memory", "speed-up");
     for (int r = 0; r < n; r++) {
-        const run_result *u = &runs[r].r;
+        const mp_run_result *u = &runs[r].r;
         char sp[16] = "-", ev[16], tl[16];
         if (f32 && u->ms_per_step > 0) snprintf(sp, sizeof sp, "%.2fx", f32->ms_per_step / u->ms_per_step);
         if (gpt) snprintf(ev, sizeof ev, isfinite(u->eval_loss) ? "%.4f" : "NaN/inf", u->eval_loss);
@@ -407,8 +399,8 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
     const char *warn_ptr[8][6];
     int baseline = -1;
     for (int r = 0; r < n; r++) {
-        const run_result *u = &runs[r].r;
-        const mp_precision *p = &opts[r].prec;
+        const mp_run_result *u = &runs[r].r;
+        const mp_precision *p = &u->precision;
         for (int k = 0; k < u->nwarnings; k++) warn_ptr[r][k] = u->warnings[k];
         if (p->compute == MP_F32 && baseline < 0) baseline = r;
         rr[r] = (mp_report_run){.name = runs[r].name, .format = u->format, .color = p->color,
@@ -420,7 +412,7 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
                                 .lost_updates = u->lost_updates,
                                 .ms_per_step = u->ms_per_step, .memory_mib = u->memory_mib,
                                 .final_scale = u->final_scale, .skipped_total = u->skipped_total,
-                                .has_hist = u->has_hist, .hist_lo = RUN_HIST_LO, .hist_zeros = u->hist_zeros,
+                                .has_hist = u->has_hist, .hist_lo = MP_RUN_HIST_LO, .hist_zeros = u->hist_zeros,
                                 .hist_scale = u->hist_scale, .warnings = warn_ptr[r], .nwarnings = u->nwarnings,
                                 .tensors = u->tensor_totals, .headroom_format = u->headroom_format,
                                 .skips = u->skips, .nskips = u->nskips};
@@ -454,7 +446,7 @@ static int compare(run_opts *base, const char *precisions, const char *out, int 
         printf("\nreport: %s\n", html);
     }
     if (write_summary(out, cmdline, runs, n, ab, nab)) rc = 1;
-    for (int r = 0; r < n; r++) run_result_free(&runs[r].r);
+    for (int r = 0; r < n; r++) mp_run_result_free(&runs[r].r);
     return rc;
 }
 
@@ -474,7 +466,7 @@ static int run_compare(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_head, stdout);
-            fputs(run_options_help, stdout);
+            fputs(mp_run_options_help(), stdout);
             return free(rest), 0;
         }
         if (!strcmp(argv[i], "--precisions") || !strcmp(argv[i], "--out")) {
@@ -498,7 +490,7 @@ static int run_compare(int argc, char **argv) {
         cl += (size_t)snprintf(cmdline + cl, cl < sizeof cmdline ? sizeof cmdline - cl : 0, " %s", argv[i]);
     }
     if (!has_hist) rest[nr++] = (char *)"--hist-every", rest[nr++] = (char *)"10";
-    run_opts o;
+    mp_run_spec o;
     int rc = run_parse("compare", nr, rest, &o);
     o.sample_bytes = COMPARE_SAMPLE_BYTES;
     if (rc == 0) rc = compare(&o, precisions, out, checkpoints, cmdline);

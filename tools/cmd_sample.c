@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "sample.h"
 
 static const char usage[] =
     "usage: mixprec sample --from CKPT [options]\n\n"
@@ -28,7 +27,7 @@ static const char usage[] =
 
 static void put_byte(int b) {
     char e[5];
-    sample_escape_byte(b, e);
+    mp_sample_escape_byte(b, e);
     fputs(e, stdout);
 }
 
@@ -81,7 +80,7 @@ static int run(int argc, char **argv) {
     mp_gpt_config c;
     mp_optim *opt = NULL;
     mp_gpt *g = NULL;
-    sampler smp = {0};
+    mp_sampler smp = {0};
     if (!model) {
         fprintf(stderr, "mixprec sample: %s does not say which model it holds: give --model gpt:L-H-C-T\n", from);
         goto done;
@@ -97,15 +96,14 @@ static int run(int argc, char **argv) {
         goto done;
     }
     const size_t np = strlen(prompt);
-    const char *why = sampler_init(&smp, g, (const uint8_t *)prompt, np, (size_t)tokens, temperature, (int)topk,
-                                   (uint64_t)seed);
-    if (why) {
-        fprintf(stderr, "mixprec sample: %s\n", np ? why : "--prompt is empty");
+    if (mp_sampler_init(&smp, g, (const uint8_t *)prompt, np, (size_t)tokens, temperature, (int)topk,
+                        (uint64_t)seed) != MP_OK) {
+        fprintf(stderr, "mixprec sample: %s\n", np ? mp_last_error() : "--prompt is empty");
         goto done;
     }
     for (size_t i = 0; i < np; i++) put_byte((uint8_t)prompt[i]);
     for (long n = 0; n < tokens; n++) {
-        const int b = sampler_next(&smp);
+        const int b = mp_sampler_next(&smp);
         if (b < 0) {
             fprintf(stderr, "\nmixprec sample: %s\n", mp_last_error());
             goto done;
@@ -124,7 +122,7 @@ static int run(int argc, char **argv) {
     }
 done:
     mp_text_free(&corpus);
-    sampler_free(&smp);
+    mp_sampler_free(&smp);
     mp_gpt_free(g);
     mp_optim_free(opt);
     mp_safetensors_free(&st);

@@ -28,11 +28,10 @@ static const char usage[] =
     "  --seed S            random seed (1)\n"
     "  --every K           table row every K steps (T/25); skipped steps always shown\n"
     "  --static            a static scale (--init-scale), never changes\n"
-    CLI_SCALER_HELP
     "  --json              one JSON object with every step\n"
     "  --csv               one CSV row per step\n"
     "\nDefaults differ from PyTorch's only in --growth-interval (200 here, 2000 there),\n"
-    "so that growth shows within a short run.\n";
+    "so that growth shows within a short run.\n\n";
 
 typedef struct {
     long steps, n, every;
@@ -94,7 +93,7 @@ static int run(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         long seed;
-        if (cli_is_help(&cmd_scaler_sim, a)) return 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return fputs(usage, stdout), fputs("loss scaling\n", stdout), cli_scaler_help(stdout), 0;
         if ((rc = cli_scaler_option(cmd, argc, argv, &i, &cfg)) != 0) {
             if (rc != 1) return rc;
         } else if (!strcmp(a, "--json")) json = 1;

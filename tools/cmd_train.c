@@ -1,5 +1,5 @@
 /* cmd_train.c - `mixprec train`: an MLP on Fashion-MNIST or a GPT on text, in
- * any precision mode (the run itself is tools/run.c over the library's trainer). */
+ * any precision mode (the run itself is mp_run: mixprec/run.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -22,11 +22,15 @@ static int run(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_head, stdout);
-            fputs(run_options_help, stdout);
+            fputs(mp_run_options_help(), stdout);
             return 0;
         }
-    run_opts o;
-    const int rc = run_parse("train", argc, argv, &o);
-    if (rc) return rc < 0 ? 0 : rc;
-    return run_training(&o, stdout, NULL);
+    mp_run_spec spec;
+    const int rc = run_parse("train", argc, argv, &spec);
+    if (rc) return rc;
+    const mp_run_io io = run_io("train", stdout);
+    mp_run_result r;
+    const int ret = run_exit(mp_run(&spec, &io, &r), &r);
+    mp_run_result_free(&r);
+    return ret;
 }

@@ -53,6 +53,21 @@ void dist_fault_step(long step, mp_optim *opt) {
     }
 }
 
+static int ranks_agree(void *ctx, int code, int *first) { return (void)ctx, dist_agree(code, first); }
+static int ranks_any(void *ctx, int flag) { return (void)ctx, dist_any(flag); }
+static void ranks_abort(void *ctx, int code) { (void)ctx, dist_abort(code); }
+static void ranks_set_allreduce(void *ctx, mp_dtype wire) { (void)ctx, dist_set_allreduce(wire); }
+static const mp_allreduce_stats *ranks_stats(void *ctx) { return (void)ctx, dist_get_stats(); }
+static void ranks_after_step(void *ctx, long step, mp_optim *opt) { (void)ctx, dist_fault_step(step, opt); }
+
+const mp_run_ranks *dist_ranks(void) {
+    static mp_run_ranks r;
+    r = (mp_run_ranks){.rank = dist_rank(), .size = dist_size(), .dist = dist_hook(), .agree = ranks_agree,
+                       .any = ranks_any, .abort = ranks_abort, .set_allreduce = ranks_set_allreduce,
+                       .stats = ranks_stats, .after_step = ranks_after_step};
+    return &r;
+}
+
 int dist_fault_read(void) {
     const char *v = getenv("MIXPREC_FAULT_DIST_READ");
     char *end;

@@ -36,6 +36,10 @@ const char *dist_describe(char *buf, size_t cap);
 /* The reductions for the trainer (train.h), or NULL with one rank. */
 const mp_train_dist *dist_hook(void);
 
+/* This process's ranks for mp_run (run.h): the functions below, and
+ * dist_fault_step after each step. */
+const mp_run_ranks *dist_ranks(void);
+
 /* The gradients' format on the wire (--allreduce; MP_F32 until set): MP_F32
  * travels as MPI_FLOAT with MPI_SUM; MP_BF16 and MP_F16 as 16-bit codes
  * (wire.h) with a user-defined MPI_Op that widens both operands, adds in
@@ -43,18 +47,8 @@ const mp_train_dist *dist_hook(void);
 void dist_set_allreduce(mp_dtype wire);
 
 /* What the trainer's reductions did since dist_set_allreduce, on this rank
- * (all zero with one rank). The counts of sums are the job's (every rank
- * sees the same sums); the time and the conversion counts are this rank's. */
-typedef struct dist_stats {
-    mp_dtype wire;
-    double mpi_seconds;      /* in MPI calls of the reductions (the combines included) */
-    uint64_t allreduces;     /* gradient all-reduces: one per step */
-    uint64_t values;         /* gradient values in one all-reduce */
-    uint64_t wire_bytes;     /* the buffer one all-reduce sums: 4 bytes a value, or 2 a value and a 2-byte flag */
-    mp_convert_stats packed; /* this rank's gradients rounded into the wire format, summed over the all-reduces */
-    long lost_sums;          /* all-reduces whose sum held an inf or NaN where every rank's fp32 gradients
-                                were finite: the steps the 16-bit format cost (0 with fp32) */
-} dist_stats;
+ * (all zero with one rank): run.h's mp_allreduce_stats. */
+typedef mp_allreduce_stats dist_stats;
 const dist_stats *dist_get_stats(void);
 
 /* Collective: 1 on every rank when flag is nonzero on any (with one rank:

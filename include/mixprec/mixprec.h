@@ -26,6 +26,8 @@
 #include "underflow.h"
 #include "mx.h"
 #include "recipe.h"
+#include "sample.h"
+#include "run.h"
 
 #ifdef __cplusplus
 extern "C" {

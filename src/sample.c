@@ -1,10 +1,11 @@
-/* sample.c - text from a GPT, one byte at a time (sample.h). */
+/* sample.c - text from a GPT, one byte at a time (mixprec/sample.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "sample.h"
+#include "internal.h"
+#include "mixprec/sample.h"
 
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -39,22 +40,22 @@ static int draw(const float *logits, int V, double temperature, int k, uint64_t 
     return 0;
 }
 
-const char *sampler_init(sampler *s, mp_gpt *g, const uint8_t *prompt, size_t np, size_t tokens, double temperature,
+mp_status mp_sampler_init(mp_sampler *s, mp_gpt *g, const uint8_t *prompt, size_t np, size_t tokens, double temperature,
                          int topk, uint64_t seed) {
     const mp_gpt_config *c = mp_gpt_get_config(g);
     memset(s, 0, sizeof *s);
-    if (np == 0) return "the prompt is empty";
-    if (c->vocab_size > 1024) return "the vocabulary is over 1024 bytes";
-    *s = (sampler){.g = g, .n = np, .cap = np + tokens, .T = (size_t)c->block_size, .V = c->vocab_size, .topk = topk,
+    if (np == 0) return mp_error(MP_EINVAL, "the prompt is empty");
+    if (c->vocab_size > 1024) return mp_error(MP_EINVAL, "the vocabulary is over 1024 bytes");
+    *s = (mp_sampler){.g = g, .n = np, .cap = np + tokens, .T = (size_t)c->block_size, .V = c->vocab_size, .topk = topk,
                    .temperature = temperature, .rng = seed};
     s->ctx = malloc(s->cap * sizeof *s->ctx);
     s->logits = malloc((size_t)s->V * sizeof *s->logits);
-    if (!s->ctx || !s->logits) return "out of memory";
+    if (!s->ctx || !s->logits) return mp_error(MP_ENOMEM, "sampling: out of memory");
     for (size_t i = 0; i < np; i++) s->ctx[i] = prompt[i];
-    return NULL;
+    return MP_OK;
 }
 
-int sampler_next(sampler *s) {
+int mp_sampler_next(mp_sampler *s) {
     if (s->n >= s->cap) return -1;
     const size_t len = s->n < s->T ? s->n : s->T;
     if (mp_gpt_next_logits(s->g, s->ctx + s->n - len, len, s->logits) != MP_OK) return -1;
@@ -63,12 +64,13 @@ int sampler_next(sampler *s) {
     return b;
 }
 
-void sampler_free(sampler *s) {
+void mp_sampler_free(mp_sampler *s) {
+    if (!s) return;
     free(s->ctx), free(s->logits);
     memset(s, 0, sizeof *s);
 }
 
-int sample_escape_byte(int b, char out[5]) {
+int mp_sample_escape_byte(int b, char out[5]) {
     if ((b >= 0x20 && b < 0x7f) || b == '\n' || b == '\t') return out[0] = (char)b, out[1] = 0, 1;
     return snprintf(out, 5, "\\x%02x", (unsigned)b & 0xffu);
 }

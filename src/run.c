@@ -1,0 +1,998 @@
+/* run.c - one training run from a spec (mixprec/run.h): the model, the data
+ * and the mode from the spec, the trainer, the run's totals, the CSV log, the
+ * checkpoint, the summary and the results. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "internal.h"
+#include "mixprec/run.h"
+#include "mixprec/sample.h"
+
+void mp_run_result_free(mp_run_result *r) {
+    if (!r) return;
+    free(r->loss), free(r->scale), free(r->skipped), free(r->tensor_names), free(r->tensor_underflow);
+    free(r->tensor_totals), free(r->skips), free(r->skip_text);
+    free(r->eval_steps), free(r->eval_losses), free(r->sample), free(r->summary);
+    free(r->quant_names), free(r->quant_totals), free(r->quant_scale), free(r->quant_saturated), free(r->quant_flushed);
+    memset(r, 0, sizeof *r);
+}
+
+/* Prints to the run's output stream, when it has one. */
+#define OUT(...) (out ? fprintf(out, __VA_ARGS__) : 0)
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Peak resident memory of this run: the kernel's high-water mark, reset at
+ * the start of each run (so compare measures each mode on its own). */
+static void peak_reset(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) fputs("5", f), fclose(f);
+}
+
+static double peak_mib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    if (kb < 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kb = ru.ru_maxrss;
+    }
+    return (double)kb / 1024.0;
+}
+
+typedef struct {
+    long step;
+    float scale;
+    uint64_t zeros, bins[MP_RUN_HIST_N];
+} hist_snap;
+
+/* ---- the run ---- */
+
+/* Everything a run allocates, freed in one place. */
+typedef struct {
+    mp_dataset train, test;
+    mp_text text;
+    mp_optim *opt;
+    mp_model model;
+    mp_mlp *mlp;
+    mp_gpt *gpt;
+    mp_loader loader;
+    mp_trainer *tr;
+    int log_fd;          /* the CSV log; -1: none */
+    off_t log_size;      /* its complete rows, in bytes */
+    long log_rows;
+    char *row;           /* the row being written */
+    size_t row_len;
+    double *ms;
+    double *mpi_ms;      /* with ranks: each step's time in MPI */
+    cJSON *skips; /* the skipped steps, for the summary: {step, scale, tensors, first_activation} */
+    hist_snap *hs;
+    mp_named_qtensor *qt; /* with a recipe: the quantized tensors (nq) */
+    size_t nq;
+    mp_run_result res;
+    /* the spec resolved, and where the run prints */
+    mp_run_spec o;       /* the caller's, its defaults resolved (weight decay, min_lr, batch; the mode's scale) */
+    mp_precision prec;   /* the mode with its switches */
+    const mp_run_ranks *ranks;
+    mp_run_io io;
+    /* failures: the first one's status and message (what mp_run returns) */
+    mp_status status;
+    char msg[960];
+    int deferring;       /* with ranks, before training: messages are held until the ranks agree */
+    char deferred[1024];
+} run_state;
+
+static void state_free(run_state *s) {
+    mp_trainer_free(s->tr);
+    mp_loader_free(&s->loader);
+    mp_model_free(&s->model);
+    mp_optim_free(s->opt);
+    mp_dataset_free(&s->train), mp_dataset_free(&s->test);
+    mp_text_free(&s->text);
+    free(s->ms), free(s->mpi_ms), free(s->hs), free(s->qt);
+    cJSON_Delete(s->skips);
+}
+
+/* A step that was skipped, or whose loss or gradient norm is not finite: one
+ * console line naming where the inf/NaN was, e.g. "step 412 skipped, scale
+ * 65536 -> 32768: inf in transformer.h.3.mlp.c_fc.weight (grad) and 2 more;
+ * first overflowing activation h.3.mlp.c_fc", and, if it was skipped, an
+ * entry of the summary's "skipped" array. Returns nonzero when out of memory. */
+static int report_nonfinite(FILE *out, FILE *bar, cJSON *skips, const mp_step_info *si, const mp_trainer *tr,
+                            mp_run_result *res) {
+    char where[512];
+    size_t k = 0;
+#define ADD(...) k += (size_t)snprintf(where + k, k < sizeof where ? sizeof where - k : 0, __VA_ARGS__)
+    if (si->nbad) {
+        ADD("%s in %s (grad)", si->bad_grad_inf ? "inf" : "NaN", si->bad_grads[0]);
+        if (si->nbad > 1) ADD(" and %zu more", si->nbad - 1);
+    } else {
+        ADD("no gradient held inf or NaN");
+    }
+    if (si->first_activation) ADD("; first overflowing activation %s", si->first_activation);
+#undef ADD
+    if (bar) fputc('\n', bar);
+    const mp_scaler *sc = mp_trainer_scaler(tr);
+    if (si->skipped)
+        OUT("  step %ld skipped, scale %g -> %g: %s\n", si->step, (double)si->scale,
+                sc ? (double)mp_scaler_get_scale(sc) : 1.0, where);
+    else
+        OUT("  step %ld: loss %g, gradient norm %g: %s\n", si->step, (double)si->loss, si->grad_norm, where);
+    if (!si->skipped) return 0;
+    if (res->nskips < MP_RUN_SKIPS_KEPT && res->skips && res->skip_text) { /* for the report */
+        snprintf(res->skip_text[res->nskips], sizeof res->skip_text[0], "%s", where);
+        res->skips[res->nskips] = (mp_report_skip){si->step, (double)si->scale, res->skip_text[res->nskips]};
+        res->nskips++;
+    }
+    cJSON *e = cJSON_CreateObject(), *names = cJSON_CreateArray();
+    if (!e || !names || !cJSON_AddItemToArray(skips, e)) return cJSON_Delete(e), cJSON_Delete(names), 1;
+    cJSON_AddNumberToObject(e, "step", (double)si->step);
+    cJSON_AddNumberToObject(e, "scale", (double)si->scale);
+    cJSON_AddItemToObject(e, "tensors", names);
+    for (size_t i = 0; i < si->nbad && i < MP_STEP_NAMES; i++) cJSON_AddItemToArray(names, cJSON_CreateString(si->bad_grads[i]));
+    if (si->nbad > MP_STEP_NAMES) cJSON_AddNumberToObject(e, "tensors_total", (double)si->nbad);
+    if (si->first_activation) cJSON_AddStringToObject(e, "first_activation", si->first_activation);
+    else cJSON_AddNullToObject(e, "first_activation");
+    return 0;
+}
+
+/* Internal codes of a run's steps (mp_run turns them into a status): */
+enum { RUN_OK = 0, RUN_FAILED = 1, RUN_INVALID = 2 };
+
+/* One process: the ranks of a run that is not data-parallel. */
+static int one_agree(void *ctx, int code, int *first) { (void)ctx; return *first = code ? 0 : -1, code; }
+static int one_any(void *ctx, int flag) { (void)ctx; return flag != 0; }
+static void one_abort(void *ctx, int code) { (void)ctx, (void)code; }
+static void one_set_allreduce(void *ctx, mp_dtype wire) { *(mp_allreduce_stats *)ctx = (mp_allreduce_stats){.wire = wire}; }
+static const mp_allreduce_stats *one_stats(void *ctx) { return ctx; }
+
+static int rank_of(const run_state *s) { return s->ranks->rank; }
+static int size_of(const run_state *s) { return s->ranks->size; }
+
+/* A failure: its message into the status, kept if it is the run's first, and
+ * printed as "PREFIX: [rank R: ]message" (with ranks, before training, held
+ * back until the ranks agree: agree_ready). Returns RUN_FAILED. */
+static int fail(run_state *s, mp_status st, const char *fmt, ...) MP_PRINTF(3, 4);
+static int fail(run_state *s, mp_status st, const char *fmt, ...) {
+    char msg[960];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!s->status) s->status = st ? st : MP_EIO, snprintf(s->msg, sizeof s->msg, "%s", msg);
+    char rank[32] = "";
+    if (size_of(s) > 1 && rank_of(s) > 0) snprintf(rank, sizeof rank, "rank %d: ", rank_of(s));
+    if (s->deferring) {
+        if (!s->deferred[0]) snprintf(s->deferred, sizeof s->deferred, "%s: %s%s\n", s->io.prefix, rank, msg);
+    } else if (s->io.err) {
+        fprintf(s->io.err, "%s: %s%s\n", s->io.prefix, rank, msg);
+    }
+    return RUN_FAILED;
+}
+
+/* The spec cannot work: printed on rank 0 only (the others have the same
+ * spec), with a pointer to the help. Returns RUN_INVALID. */
+static int invalid(run_state *s, const char *msg) {
+    if (!s->status) s->status = MP_EINVAL, snprintf(s->msg, sizeof s->msg, "%s", msg);
+    if (rank_of(s) == 0 && s->io.err) fprintf(s->io.err, "%s: %s (see '%s --help')\n", s->io.prefix, msg, s->io.prefix);
+    return RUN_INVALID;
+}
+
+/* Every rank's code before training: the lowest rank that failed prints its
+ * message and every rank returns its code. */
+static int agree_ready(run_state *s, int code) {
+    if (size_of(s) == 1) return s->deferring = 0, code;
+    int first;
+    const int agreed = s->ranks->agree(s->ranks->ctx, code, &first);
+    if (agreed && first == rank_of(s) && s->io.err) {
+        if (s->deferred[0]) fputs(s->deferred, s->io.err);
+        else if (first != 0) /* a spec that cannot work, which only rank 0 prints */
+            fprintf(s->io.err, "%s: rank %d: its options could not be used (exit status %d)\n", s->io.prefix, first,
+                    code);
+    }
+    if (agreed && !s->status) s->status = agreed == RUN_INVALID ? MP_EINVAL : MP_EIO,
+                                 snprintf(s->msg, sizeof s->msg, "rank %d failed before training", first);
+    s->deferring = 0, s->deferred[0] = '\0';
+    return agreed;
+}
+
+/* A failure of this rank alone during training: the others wait for it in a
+ * reduction, so the job ends (one process: returns RUN_FAILED). */
+static int fail_alone(run_state *s) {
+    s->ranks->abort(s->ranks->ctx, 1);
+    return RUN_FAILED;
+}
+
+static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
+
+/* A library call failed with st: its message (mp_last_error) as the run's. */
+static int failed(run_state *s, mp_status st) { return fail(s, st, "%s", mp_last_error()); }
+
+/* Model, data, optimizer, loader and trainer from the spec. */
+static int setup(run_state *s, size_t *T, long *steps_per_epoch) {
+    const mp_run_spec *o = &s->o;
+    const mp_precision *prec = &s->prec;
+    const int gpt = is_gpt(o->model);
+    mp_mlp_config mc;
+    mp_gpt_config gc;
+    mp_status st;
+    if ((gpt ? mp_gpt_parse(o->model, &gc) : mp_mlp_parse(o->model, &mc)) != MP_OK) return invalid(s, mp_last_error());
+    const size_t B = (size_t)o->batch;
+    if (gpt) {
+        gc.gelu = o->gelu;
+        *T = (size_t)gc.block_size;
+        if ((st = mp_text_load(&s->text, o->data ? o->data + 5 : MP_TEXT_DEFAULT_CORPUS)) != MP_OK ||
+            (st = mp_text_check(&s->text, *T)) != MP_OK)
+            return failed(s, st);
+        const double per = (double)B * (double)*T * (double)o->accum;
+        *steps_per_epoch = (long)((double)s->text.n_train / per) > 0 ? (long)((double)s->text.n_train / per) : 1;
+    } else {
+        mc.act = o->act, mc.layernorm = o->layernorm;
+        *T = 1;
+        if ((st = mp_fashion_mnist_load(&s->train, &s->test, o->data)) != MP_OK) return failed(s, st);
+        const size_t D = s->train.rows * s->train.cols;
+        if ((size_t)mc.widths[0] != D || mc.widths[mc.nlayers] < s->test.num_classes)
+            return fail(s, MP_EINVAL, "model %s: the input width must be %zu and the output at least %d", o->model, D,
+                        s->train.num_classes);
+        if (B * (size_t)o->accum > s->train.n) return fail(s, MP_EINVAL, "batch x accum is larger than the training set");
+        *steps_per_epoch = (long)(s->train.n / B) / o->accum;
+    }
+    if (o->optimizer == MP_RUN_ADAMW) {
+        mp_adamw_config ac = mp_adamw_defaults();
+        ac.lr = o->lr, ac.weight_decay = o->weight_decay, ac.beta1 = o->beta1, ac.beta2 = o->beta2;
+        st = mp_optim_adamw(&s->opt, &ac);
+    } else {
+        mp_sgd_config sc = mp_sgd_defaults();
+        sc.lr = o->lr, sc.momentum = o->momentum, sc.weight_decay = o->weight_decay;
+        st = mp_optim_sgd(&s->opt, &sc);
+    }
+    if (st != MP_OK) return invalid(s, mp_last_error());
+    if (prec->rounding == MP_ROUND_STOCHASTIC) mp_optim_set_rounding(s->opt, MP_ROUND_STOCHASTIC, (uint64_t)o->seed);
+    const mp_dtype ct = prec->compute;
+    const mp_master_weights master = prec->master_weights;
+    mp_recipe r;
+    if (gpt) {
+        if ((st = mp_gpt_create(&s->gpt, &gc, ct, master, B, s->opt, (uint64_t)o->seed)) != MP_OK) return failed(s, st);
+        s->model = mp_gpt_model(s->gpt);
+        if ((st = mp_precision_recipe(prec, &r)) != MP_OK || (st = mp_gpt_set_recipe(s->gpt, &r, (uint64_t)o->seed)) != MP_OK)
+            return failed(s, st);
+        st = mp_text_loader(&s->loader, &s->text, B, *T, o->shuffle, (uint64_t)o->seed, (size_t)o->eval_windows);
+    } else {
+        const size_t eval_b = 1000;
+        if ((st = mp_mlp_create(&s->mlp, &mc, ct, master, B > eval_b ? B : eval_b, s->opt, (uint64_t)o->seed)) != MP_OK)
+            return failed(s, st);
+        s->model = mp_mlp_model(s->mlp);
+        if ((st = mp_precision_recipe(prec, &r)) != MP_OK || (st = mp_mlp_set_recipe(s->mlp, &r, (uint64_t)o->seed)) != MP_OK)
+            return failed(s, st);
+        st = mp_image_loader(&s->loader, &s->train, &s->test, B, o->shuffle, (uint64_t)o->seed, eval_b);
+    }
+    return st != MP_OK ? failed(s, st) : RUN_OK;
+}
+
+/* The metadata a checkpoint keeps about the model, checked on resume. */
+static void model_meta(const mp_run_spec *o, const char **kv) {
+    int k = 0;
+    kv[k++] = "model", kv[k++] = o->model;
+    if (is_gpt(o->model)) {
+        kv[k++] = "gelu", kv[k++] = o->gelu == MP_GELU_ERF ? "erf" : "tanh";
+    } else {
+        kv[k++] = "act", kv[k++] = o->act ? "gelu" : "relu";
+        kv[k++] = "layernorm", kv[k++] = o->layernorm ? "1" : "0";
+    }
+    kv[k++] = "optimizer", kv[k++] = o->optimizer == MP_RUN_ADAMW ? "adamw" : "sgd";
+    kv[k] = NULL;
+}
+
+static double frac(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
+
+/* The formats in words: "bf16", or with a recipe its element formats as "bf16 + fp8 e4m3/e5m2" (inputs and
+ * weights / gradients), "bf16 + mxfp8 e4m3", "bf16 + nvfp4 e2m1". */
+static void format_label(char *out, size_t cap, mp_dtype compute, const mp_recipe *r) {
+    const char *c = mp_format(compute)->name;
+    if (!r) {
+        snprintf(out, cap, "%s", c);
+        return;
+    }
+    const mp_dtype a = mp_qrole_format(r, MP_QROLE_INPUT), g = mp_qrole_format(r, MP_QROLE_GRAD);
+    const int fp8 = r->kind == MP_RECIPE_FP8_DELAYED || r->kind == MP_RECIPE_FP8_CURRENT;
+    snprintf(out, cap, "%s + %s %s%s%s", c, fp8 ? "fp8" : mp_recipe_name(r->kind), mp_format(a)->name, a == g ? "" : "/",
+             a == g ? "" : mp_format(g)->name);
+}
+
+/* The per-tensor count columns of the CSV, in order: NAME_TENSOR, then the value. */
+enum { TCOLS = 7 };
+static const char *const tcol_names[TCOLS] = {"underflow",     "subnormal", "act_overflow", "act_underflow",
+                                              "act_subnormal", "overflow",  "nan"};
+static void tcol_value(FILE *log, const mp_tensor_stats *t, int c) {
+    switch (c) {
+    case 0: fprintf(log, ",%.6g", frac(t->bwd.underflow, t->bwd_elements)); break;
+    case 1: fprintf(log, ",%.6g", frac(t->bwd.subnormal, t->bwd_elements)); break;
+    case 2: fprintf(log, ",%llu", (unsigned long long)t->fwd.overflow); break;
+    case 3: fprintf(log, ",%.6g", frac(t->fwd.underflow, t->fwd_elements)); break;
+    case 4: fprintf(log, ",%.6g", frac(t->fwd.subnormal, t->fwd_elements)); break;
+    case 5: fprintf(log, ",%llu", (unsigned long long)t->bwd.overflow); break;
+    default: fprintf(log, ",%llu", (unsigned long long)(t->fwd.nan + t->bwd.nan)); break;
+    }
+}
+
+/* The saturated and flushed shares of all qt's values quantized in the step. */
+static void quant_step(const mp_named_qtensor *qt, size_t nq, double *sat, double *flush) {
+    uint64_t n = 0, ns = 0, nf = 0;
+    for (size_t i = 0; i < nq; i++) n += qt[i].q->stats.n, ns += qt[i].q->stats.saturated, nf += qt[i].q->stats.flushed;
+    *sat = frac(ns, n), *flush = frac(nf, n);
+}
+
+/* The quantized tensors' columns (a run with a recipe): the step's shares, then per tensor amax, scale, shares. */
+static const char *const qcol_names[4] = {"qamax", "qscale", "qsat", "qflush"};
+
+static void csv_quant_header(FILE *log, const mp_named_qtensor *qt, size_t nq) {
+    if (nq) fprintf(log, ",quant_saturated,quant_flushed");
+    for (int c = 0; c < 4; c++)
+        for (size_t i = 0; i < nq; i++) fprintf(log, ",%s_%s", qcol_names[c], qt[i].name);
+}
+
+static void csv_quant_row(FILE *log, const mp_named_qtensor *qt, size_t nq) {
+    if (!nq) return;
+    double sat, flush;
+    quant_step(qt, nq, &sat, &flush);
+    fprintf(log, ",%.6g,%.6g", sat, flush);
+    for (size_t i = 0; i < nq; i++) fprintf(log, ",%.9g", (double)qt[i].q->stats.amax);
+    for (size_t i = 0; i < nq; i++) fprintf(log, ",%.9g", (double)qt[i].q->scale);
+    for (size_t i = 0; i < nq; i++) fprintf(log, ",%.6g", frac(qt[i].q->stats.saturated, qt[i].q->stats.n));
+    for (size_t i = 0; i < nq; i++) fprintf(log, ",%.6g", frac(qt[i].q->stats.flushed, qt[i].q->stats.n));
+}
+
+static void csv_header(FILE *log, const mp_model *m, const mp_named_qtensor *qt, size_t nq) {
+    fprintf(log, "step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,lost_gradients,dead_gradients,"
+                 "lost_updates,ms,eval_loss");
+    const size_t n = m->ops->nstats(m->impl);
+    for (int c = 0; c < TCOLS; c++)
+        for (size_t i = 0; i < n; i++) fprintf(log, ",%s_%s", tcol_names[c], m->ops->stats(m->impl, i)->name);
+    for (size_t i = 0; i < n; i++) fprintf(log, ",headroom_%s", m->ops->stats(m->impl, i)->name);
+    for (size_t i = 0; i < n; i++) fprintf(log, ",grad_headroom_%s", m->ops->stats(m->impl, i)->name);
+    for (int dead = 0; dead < 2; dead++)
+        for (size_t i = 0; i < n; i++)
+            if (m->ops->stats(m->impl, i)->has_wgrad)
+                fprintf(log, ",%s_%s", dead ? "dead" : "lost", m->ops->stats(m->impl, i)->name);
+    csv_quant_header(log, qt, nq);
+    fprintf(log, "\n");
+}
+
+/* log2(limit / amax): how many doublings an activation can still take before
+ * it overflows; NAN when nothing was stored (no figure). */
+static double headroom(double limit, float amax) { return amax > 0 ? log2(limit / (double)amax) : NAN; }
+
+static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double ms, double eval_loss, double limit,
+                    const mp_named_qtensor *qt, size_t nq) {
+    fprintf(log, "%ld,%.9g,%.9g,%d,%.6g,%.6g,%.6g,%llu,%llu,%.6g,%.6g,%.6g,%.3f,", r->step, (double)r->loss,
+            (double)r->scale, r->skipped, r->grad_norm, r->lr, frac(r->bwd.underflow, r->bwd_elements),
+            (unsigned long long)r->bwd.overflow, (unsigned long long)r->fwd.overflow,
+            frac(r->lost_gradients, r->wgrad_elements), frac(r->dead_gradients, r->wgrad_elements),
+            frac(r->lost_updates, r->params_updated), ms);
+    if (!isnan(eval_loss)) fprintf(log, "%.6g", eval_loss);
+    const size_t n = m->ops->nstats(m->impl);
+    for (int c = 0; c < TCOLS; c++)
+        for (size_t i = 0; i < n; i++) tcol_value(log, m->ops->stats(m->impl, i), c);
+    for (int bwd = 0; bwd < 2; bwd++)
+        for (size_t i = 0; i < n; i++) {
+            const mp_tensor_stats *t = m->ops->stats(m->impl, i);
+            const double hr = headroom(limit, bwd ? t->bwd.amax : t->fwd.amax);
+            if (isnan(hr)) fprintf(log, ",");
+            else fprintf(log, ",%.4g", hr);
+        }
+    for (int dead = 0; dead < 2; dead++)
+        for (size_t i = 0; i < n; i++) {
+            const mp_tensor_stats *t = m->ops->stats(m->impl, i);
+            if (t->has_wgrad) fprintf(log, ",%.6g", frac(dead ? t->wgrad_dead : t->wgrad_lost, t->wgrad_elements));
+        }
+    csv_quant_row(log, qt, nq);
+    fprintf(log, "\n");
+}
+
+/* The CSV log is appended a row at a time, each formatted in memory (into
+ * log_row()'s stream) and written with write(2) by log_commit(): a crash keeps
+ * every row written before it, and a row the disk cannot take whole is cut off
+ * again, so the log holds complete rows only. 0, or 1 after a message. */
+static FILE *log_row(run_state *s) { return open_memstream(&s->row, &s->row_len); }
+
+static int log_commit(run_state *s, const char *path, FILE *m) {
+    int err = !m || ferror(m) ? ENOMEM : 0;
+    if (m && fclose(m) != 0) err = ENOMEM;
+    const char *p = s->row;
+    for (size_t left = err ? 0 : s->row_len; left;) {
+        const ssize_t w = write(s->log_fd, p, left);
+        if (w > 0) p += w, left -= (size_t)w;
+        else if (w == 0 || errno != EINTR) {
+            err = w == 0 ? EIO : errno;
+            break;
+        }
+    }
+    free(s->row), s->row = NULL;
+    if (!err) {
+        s->log_size += (off_t)s->row_len, s->log_rows++;
+        return 0;
+    }
+    const int cut = ftruncate(s->log_fd, s->log_size) == 0;
+    return fail(s, MP_EIO, "%s: cannot append to the log (%s); it keeps the %ld complete lines before%s", path, strerror(err),
+                s->log_rows, cut ? "" : " and part of the next");
+}
+
+/* n bytes from the GPT after "\n" (temperature 1, seed 1) into r->sample,
+ * escaped, and their judgement against the corpus. RUN_OK, or RUN_FAILED
+ * after a message. */
+static int take_sample(run_state *s, long n, mp_run_result *r) {
+    mp_sampler smp = {0};
+    uint8_t *bytes = malloc((size_t)n);
+    r->sample = malloc(4 * (size_t)n + 1);
+    mp_status st = bytes && r->sample ? mp_sampler_init(&smp, s->gpt, (const uint8_t *)"\n", 1, (size_t)n, 1.0, 0, 1)
+                                      : mp_error(MP_ENOMEM, "out of memory");
+    size_t k = 0;
+    for (long i = 0; st == MP_OK && i < n; i++) {
+        const int b = mp_sampler_next(&smp);
+        if (b < 0) st = MP_EIO;
+        else bytes[i] = (uint8_t)b, k += (size_t)mp_sample_escape_byte(b, r->sample + k);
+    }
+    if (st == MP_OK) {
+        const mp_text_quality q = mp_text_judge(&s->text, bytes, (size_t)n);
+        r->sample_printable = q.bytes ? (double)q.printable / (double)q.bytes : 0.0;
+        r->sample_words = q.words ? (double)q.found / (double)q.words : NAN;
+    } else {
+        free(r->sample), r->sample = NULL;
+        fail(s, st, "sampling: %s", mp_last_error());
+    }
+    mp_sampler_free(&smp);
+    free(bytes);
+    return st == MP_OK ? RUN_OK : RUN_FAILED;
+}
+
+mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *res) {
+    if (!spec || !res) return mp_error(MP_EINVAL, "mp_run: NULL argument");
+    memset(res, 0, sizeof *res);
+    run_state s;
+    memset(&s, 0, sizeof s);
+    s.log_fd = -1;
+    mp_allreduce_stats one_stats_ = {.wire = MP_F32};
+    const mp_run_ranks one = {0, 1, NULL, &one_stats_, one_agree, one_any, one_abort, one_set_allreduce, one_stats, NULL};
+    s.ranks = spec->ranks ? spec->ranks : &one;
+    if (io) s.io = *io;
+    if (!s.io.prefix) s.io.prefix = "mixprec";
+    s.o = *spec;
+    const mp_run_spec *o = &s.o;
+    const mp_precision *prec = &s.prec;
+    FILE *const out = s.io.out;
+    void *const rctx = s.ranks->ctx;
+    s.deferring = size_of(&s) > 1; /* until every rank is ready: agree_ready */
+    int agreed = 0, ret = mp_run_resolve(spec, &s.prec, &s.o.scaler) == MP_OK ? RUN_OK : invalid(&s, mp_last_error());
+    if (ret) goto done;
+    if (s.o.weight_decay < 0) s.o.weight_decay = o->optimizer == MP_RUN_ADAMW ? 0.01 : 0.0;
+    if (s.o.min_lr < 0) s.o.min_lr = o->lr / 10;
+    if (!s.o.batch) s.o.batch = is_gpt(o->model) ? 16 : 256;
+    if (o->threads) mp_set_threads(o->threads);
+    peak_reset();
+    const int gpt = is_gpt(o->model);
+    const int writer = rank_of(&s) == 0; /* with ranks, rank 0 alone writes files and the console */
+    size_t T = 1;
+    long steps_per_epoch = 1;
+    if ((ret = setup(&s, &T, &steps_per_epoch)) != RUN_OK) goto done;
+    ret = RUN_FAILED;
+    const mp_train_config tc = {prec, o->scaler, {o->lr, o->schedule, o->warmup, 0, o->min_lr}, o->accum, o->clip,
+                                s.ranks->dist};
+    const long total = o->steps ? o->steps : (o->epochs ? o->epochs : 1) * steps_per_epoch;
+    mp_train_config tcl = tc;
+    tcl.lr.decay_steps = total; /* the cosine reaches min_lr at the last step, as nanoGPT's lr_decay_iters = max_iters */
+    if (tcl.lr.decay_steps < tcl.lr.warmup) tcl.lr.decay_steps = tcl.lr.warmup;
+    if (mp_trainer_create(&s.tr, &tcl, s.model, s.opt, s.loader) != MP_OK) {
+        ret = invalid(&s, mp_last_error());
+        goto done;
+    }
+    const char *meta[16];
+    model_meta(o, meta);
+    if (o->init) {
+        mp_safetensors st;
+        mp_status e = mp_safetensors_read(o->init, &st);
+        if (e == MP_OK) e = s.model.ops->load(s.model.impl, &st), mp_safetensors_free(&st);
+        if (e != MP_OK) {
+            fail(&s, e, "%s%s%s", strstr(mp_last_error(), o->init) ? "" : o->init, strstr(mp_last_error(), o->init) ? "" : ": ",
+                 mp_last_error());
+            goto done;
+        }
+    }
+    mp_status e = o->resume ? mp_trainer_resume(s.tr, o->resume, meta) : MP_OK;
+    if (e != MP_OK) {
+        failed(&s, e);
+        goto done;
+    }
+    long step = mp_trainer_step_count(s.tr);
+    if (step >= total) {
+        fail(&s, MP_EINVAL, "%s is at step %ld already; ask for more steps than that (this run: %ld)", o->resume, step, total);
+        goto done;
+    }
+    /* results and diagnostics */
+    const int nt = (int)s.model.ops->nstats(s.model.impl);
+    const mp_recipe *recipe = mp_model_recipe(&s.model);
+    s.nq = mp_model_qtensors(&s.model, NULL, 0); /* the recipe's quantized tensors: 0 without one */
+    mp_run_result *r = &s.res;
+    format_label(r->format, sizeof r->format, prec->compute, recipe);
+    snprintf(r->model_kind, sizeof r->model_kind, "%s", s.model.ops->kind);
+    r->compute_format = mp_format(prec->compute)->name;
+    r->ntensors = nt;
+    const size_t cap = (size_t)(total - step);
+    r->loss = malloc(cap * sizeof *r->loss), r->scale = malloc(cap * sizeof *r->scale), r->skipped = calloc(cap, 1);
+    r->tensor_names = calloc((size_t)nt + 1, sizeof *r->tensor_names);
+    r->tensor_underflow = calloc(cap * (size_t)(nt ? nt : 1), sizeof *r->tensor_underflow);
+    s.ms = malloc(cap * sizeof *s.ms), s.mpi_ms = malloc(cap * sizeof *s.mpi_ms);
+    s.skips = cJSON_CreateArray();
+    r->skips = calloc(MP_RUN_SKIPS_KEPT, sizeof *r->skips), r->skip_text = calloc(MP_RUN_SKIPS_KEPT, sizeof *r->skip_text);
+    r->tensor_totals = calloc((size_t)nt + 1, sizeof *r->tensor_totals);
+    const size_t neval_max = (o->eval_every ? cap / (size_t)o->eval_every : 0) + 2; /* the last one: the end's */
+    r->eval_steps = malloc(neval_max * sizeof *r->eval_steps), r->eval_losses = malloc(neval_max * sizeof *r->eval_losses);
+    r->nquant = (int)s.nq;
+    s.qt = calloc(s.nq + 1, sizeof *s.qt), r->quant_names = calloc(s.nq + 1, sizeof *r->quant_names);
+    r->quant_totals = calloc(s.nq + 1, sizeof *r->quant_totals), r->quant_scale = calloc(s.nq + 1, sizeof *r->quant_scale);
+    r->quant_saturated = calloc(cap, sizeof *r->quant_saturated), r->quant_flushed = calloc(cap, sizeof *r->quant_flushed);
+    const int hist_on = !gpt && o->hist_every > 0;
+    const long nh_max = hist_on ? (long)cap / o->hist_every + 2 : 0;
+    s.hs = calloc((size_t)nh_max + 1, sizeof *s.hs);
+    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.mpi_ms || !s.skips || !r->skips || !r->skip_text || !r->tensor_totals ||
+        !r->eval_steps || !r->eval_losses || !s.hs || !s.qt || !r->quant_names || !r->quant_totals || !r->quant_scale ||
+        !r->quant_saturated || !r->quant_flushed) {
+        fail(&s, MP_ENOMEM, "out of memory");
+        goto done;
+    }
+    mp_model_qtensors(&s.model, s.qt, s.nq);
+    for (size_t i = 0; i < s.nq; i++) snprintf(r->quant_names[i], sizeof r->quant_names[i], "%s", s.qt[i].name);
+    for (int i = 0; i < nt; i++)
+        snprintf(r->tensor_names[i], sizeof r->tensor_names[i], "%s", s.model.ops->stats(s.model.impl, (size_t)i)->name);
+    if (o->log && writer && (s.log_fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
+        fail(&s, MP_EIO, "%s: cannot create the log (%s)", o->log, strerror(errno));
+        goto done;
+    }
+    if (s.log_fd >= 0) {
+        FILE *row = log_row(&s);
+        if (row) csv_header(row, &s.model, s.qt, s.nq);
+        if (log_commit(&s, o->log, row)) goto done;
+    }
+    agreed = 1; /* every rank is ready, or the job stops here: a rank that failed before says why at done */
+    if ((ret = agree_ready(&s, RUN_OK)) != 0) goto done;
+    ret = 1;
+    long nh = 0;
+    FILE *const bar = writer ? s.io.bar : NULL;
+    /* activation headroom is measured against the compute format's largest value, fp16's in an fp32 run */
+    const mp_format_info *hfmt = mp_format(prec->compute == MP_F32 ? MP_F16 : prec->compute);
+    const double limit = hfmt->max;
+    char ranks[64] = "";
+    if (size_of(&s) > 1) snprintf(ranks, sizeof ranks, " on %d ranks (%ld each)", size_of(&s), o->batch / size_of(&s));
+    OUT("train: %s%s, %s, %s lr %g%s, batch %ld x %ld%s%s, %ld steps (%ld per epoch), seed %ld%s\n", o->model,
+            gpt ? (o->gelu ? " gelu-erf" : "") : o->act ? " gelu" : " relu", prec->label,
+            o->optimizer == MP_RUN_ADAMW ? "adamw" : "sgd", o->lr, o->schedule == MP_LR_COSINE ? " cosine" : "", o->batch, o->accum,
+            gpt ? " sequences" : "", ranks, total, steps_per_epoch, o->seed, o->resume ? " (resumed)" : "");
+    mp_tensor_stats *const run_stats = r->tensor_totals;
+    r->headroom_format = hfmt;
+    for (int i = 0; i < nt; i++) run_stats[i].has_wgrad = s.model.ops->stats(s.model.impl, (size_t)i)->has_wgrad;
+    long done_steps = 0, nan_step = -1;
+    uint64_t lost_updates = 0, params_updated = 0; /* over the run */
+    const char *stopped = NULL;
+    int out_failed = 0; /* an output (the log, the checkpoint, the summary) could not be written */
+    char stop_msg[512];
+    s.ranks->set_allreduce(rctx, o->allreduce);
+    const double t_start = now();
+    for (; step < total; step++, done_steps++) {
+        const double t0 = now(), mpi0 = s.ranks->stats(rctx)->mpi_seconds;
+        mp_step_info si;
+        const int take_hist = hist_on && step % o->hist_every == 0 && nh < nh_max;
+        if (take_hist) {
+            s.hs[nh].step = step + 1;
+            s.hs[nh].scale = mp_trainer_scaler(s.tr) ? mp_scaler_get_scale(mp_trainer_scaler(s.tr)) : 1.0f;
+            mp_mlp_histogram(s.mlp, s.hs[nh].bins, MP_RUN_HIST_LO, MP_RUN_HIST_N, &s.hs[nh].zeros);
+        }
+        const mp_status st = mp_trainer_step(s.tr, &si);
+        if (take_hist) mp_mlp_histogram(s.mlp, NULL, 0, 0, NULL), nh++;
+        if (st != MP_OK && st != MP_EOVERFLOW) { /* an error: the run ends here, nothing is saved */
+            fail(&s, st, "step %ld: %s", step + 1, mp_last_error());
+            ret = fail_alone(&s);
+            goto done;
+        }
+        if (s.ranks->after_step) s.ranks->after_step(rctx, si.step, s.opt);
+        if (st == MP_EOVERFLOW) {
+            snprintf(stop_msg, sizeof stop_msg, "%s", mp_last_error()), stopped = stop_msg;
+            if (!s.status) s.status = st, snprintf(s.msg, sizeof s.msg, "%s", stop_msg);
+        }
+        const double ms = (now() - t0) * 1e3;
+        s.ms[done_steps] = ms, s.mpi_ms[done_steps] = (s.ranks->stats(rctx)->mpi_seconds - mpi0) * 1e3;
+        r->loss[done_steps] = si.loss, r->scale[done_steps] = si.scale, r->skipped[done_steps] = (uint8_t)si.skipped;
+        if (!isfinite(si.loss) && nan_step < 0) nan_step = si.step;
+        if (si.skipped) r->skipped_total++;
+        if ((si.nbad || si.first_activation || si.skipped) && report_nonfinite(out, bar, s.skips, &si, s.tr, r)) {
+            fail(&s, MP_ENOMEM, "out of memory");
+            ret = fail_alone(&s);
+            goto done;
+        }
+        for (int i = 0; i < nt; i++) {
+            const mp_tensor_stats *ts = s.model.ops->stats(s.model.impl, (size_t)i);
+            r->tensor_underflow[(size_t)done_steps * (size_t)nt + (size_t)i] = (float)frac(ts->bwd.underflow, ts->bwd_elements);
+            mp_convert_stats_add(&run_stats[i].fwd, &ts->fwd), mp_convert_stats_add(&run_stats[i].bwd, &ts->bwd);
+            run_stats[i].fwd_elements += ts->fwd_elements, run_stats[i].bwd_elements += ts->bwd_elements;
+            run_stats[i].wgrad_elements += ts->wgrad_elements, run_stats[i].wgrad_lost += ts->wgrad_lost;
+            run_stats[i].wgrad_dead += ts->wgrad_dead;
+        }
+        lost_updates += si.lost_updates, params_updated += si.params_updated;
+        if (s.nq) {
+            double sat, flush;
+            quant_step(s.qt, s.nq, &sat, &flush);
+            r->quant_saturated[done_steps] = (float)sat, r->quant_flushed[done_steps] = (float)flush;
+        }
+        for (size_t i = 0; i < s.nq; i++) {
+            const mp_quant_stats *q = &s.qt[i].q->stats;
+            mp_quant_stats *a = &r->quant_totals[i];
+            a->n += q->n, a->saturated += q->saturated, a->flushed += q->flushed, a->nonfinite += q->nonfinite;
+            a->amax = fmaxf(a->amax, q->amax);
+            r->quant_scale[i] = s.qt[i].q->scale;
+        }
+        double eval_loss = NAN, eval_acc = 0;
+        const int eval_now = o->eval_every && si.step % o->eval_every == 0 && si.step < total && !stopped;
+        const mp_status es = eval_now ? mp_trainer_evaluate(s.tr, &eval_loss, &eval_acc) : MP_OK;
+        if (es != MP_OK) {
+            failed(&s, es);
+            ret = fail_alone(&s);
+            goto done;
+        }
+        if (eval_now) r->eval_steps[r->neval] = done_steps + 1, r->eval_losses[r->neval++] = eval_loss;
+        if (s.log_fd >= 0) {
+            FILE *row = log_row(&s);
+            if (row) csv_row(row, &s.model, &si, ms, eval_loss, limit, s.qt, s.nq);
+            if (log_commit(&s, o->log, row)) { /* the run stops; the checkpoint and the summary are still written */
+                close(s.log_fd), s.log_fd = -1;
+                snprintf(stop_msg, sizeof stop_msg, "%s: the log could not be written", o->log), stopped = stop_msg;
+                out_failed = 1;
+            }
+        }
+        r->last_loss = si.loss;
+        const long every = total / 20 > 0 ? total / 20 : 1;
+        if (bar) {
+            const int w = 30, fill = (int)((double)si.step / (double)total * w);
+            fprintf(bar, "\r  [%-*.*s] %ld/%ld loss %.4f scale %g %.1f steps/s ", w, fill,
+                    "==============================", si.step, total, (double)si.loss, (double)si.scale,
+                    (double)(done_steps + 1) / (now() - t_start));
+            fflush(bar);
+        } else if (si.step % every == 0 || si.step == total) {
+            OUT("  step %ld/%ld loss %.4f scale %g%s\n", si.step, total, (double)si.loss, (double)si.scale,
+                    si.skipped ? " (skipped)" : "");
+        }
+        if (eval_now) {
+            if (bar) fputc('\n', bar);
+            if (gpt)
+                OUT("  eval at step %ld: validation loss %.4f (%.4f bits per byte)\n", si.step, eval_loss,
+                        eval_loss / log(2.0));
+            else
+                OUT("  eval at step %ld: test accuracy %.2f%%, loss %.4f\n", si.step, 100 * eval_acc, eval_loss);
+        }
+        if (s.ranks->any(rctx, stopped != NULL) && !stopped) /* rank 0's log failed: every rank stops with it */
+            snprintf(stop_msg, sizeof stop_msg, "rank 0 stopped"), stopped = stop_msg, s.status = s.status ? s.status : MP_EIO;
+        if (!stopped && o->check_every && si.step % o->check_every == 0 && si.step < total) {
+            const mp_status cs = mp_trainer_check_ranks(s.tr);
+            if (cs != MP_OK) { /* every rank has the same message: rank 0 says it */
+                if (writer || cs != MP_ECORRUPT) failed(&s, cs);
+                else if (!s.status) s.status = cs, snprintf(s.msg, sizeof s.msg, "%s", mp_last_error());
+                if (cs != MP_ECORRUPT) ret = fail_alone(&s);
+                goto done;
+            }
+        }
+        if (stopped) {
+            done_steps++;
+            break;
+        }
+    }
+    if (bar) fputc('\n', bar);
+    const double elapsed = now() - t_start;
+    r->nsteps = done_steps;
+    if ((e = mp_trainer_evaluate(s.tr, &r->eval_loss, &r->eval_accuracy)) != MP_OK) {
+        failed(&s, e);
+        ret = fail_alone(&s);
+        goto done;
+    }
+    const mp_status cs = mp_trainer_check_ranks(s.tr); /* at the end, before the checkpoint and the results */
+    if (cs != MP_OK) {
+        if (writer || cs != MP_ECORRUPT) failed(&s, cs);
+        else if (!s.status) s.status = cs, snprintf(s.msg, sizeof s.msg, "%s", mp_last_error());
+        if (cs != MP_ECORRUPT) ret = fail_alone(&s);
+        goto done;
+    }
+    r->eval_steps[r->neval] = done_steps, r->eval_losses[r->neval++] = r->eval_loss;
+    if (gpt && o->sample_bytes > 0 && writer && take_sample(&s, o->sample_bytes, r) != 0) goto done;
+    double *sorted = s.ms;
+    qsort(sorted, (size_t)done_steps, sizeof *sorted, cmp_d);
+    r->ms_per_step = done_steps ? sorted[done_steps / 2] : 0.0;
+    qsort(s.mpi_ms, (size_t)done_steps, sizeof *s.mpi_ms, cmp_d);
+    const double mpi_ms = done_steps ? s.mpi_ms[done_steps / 2] : 0.0;
+    const mp_allreduce_stats *ds = s.ranks->stats(rctx);
+    const uint64_t wire_n = ds->allreduces * ds->values; /* gradient values rounded into the wire format */
+    /* what each rank sends in a ring all-reduce of the buffer: 2 (N-1)/N of it (with 2 ranks every algorithm
+     * sends the buffer once) */
+    const double ring_bytes = 2.0 * (size_of(&s) - 1) / size_of(&s) * (double)ds->wire_bytes;
+    r->tokens_per_s = gpt && r->ms_per_step > 0 ? (double)o->batch * (double)T * (double)o->accum / (r->ms_per_step / 1e3) : 0;
+    r->memory_mib = peak_mib();
+    const mp_scaler *sc = mp_trainer_scaler(s.tr);
+    r->final_scale = sc ? (double)mp_scaler_get_scale(sc) : 1.0;
+    uint64_t tot_under = 0, tot_elems = 0, act_over = 0, grad_over = 0, w_elems = 0, w_lost = 0, w_dead = 0;
+    for (int i = 0; i < nt; i++) {
+        tot_under += run_stats[i].bwd.underflow, tot_elems += run_stats[i].bwd_elements;
+        act_over += run_stats[i].fwd.overflow, grad_over += run_stats[i].bwd.overflow;
+        w_elems += run_stats[i].wgrad_elements, w_lost += run_stats[i].wgrad_lost, w_dead += run_stats[i].wgrad_dead;
+    }
+    r->underflow = frac(tot_under, tot_elems);
+    r->lost_gradients = frac(w_lost, w_elems), r->dead_gradients = frac(w_dead, w_elems);
+    r->lost_updates = frac(lost_updates, params_updated);
+    if (nh) {
+        const hist_snap *h = &s.hs[nh - 1];
+        r->has_hist = 1, r->hist_zeros = (double)h->zeros, r->hist_scale = h->scale;
+        for (int b = 0; b < MP_RUN_HIST_N; b++) r->hist[b] = (double)h->bins[b];
+    }
+    if (gpt)
+        OUT("result: validation loss %.4f (%.4f bits per byte), last train loss %.4f\n", r->eval_loss,
+                r->eval_loss / log(2.0), r->last_loss);
+    else
+        OUT("result: test accuracy %.2f%%, test loss %.4f, last train loss %.4f\n", 100 * r->eval_accuracy,
+                r->eval_loss, r->last_loss);
+    OUT("        %ld steps, %ld skipped, final scale %g, %.2f ms/step (median)", done_steps, r->skipped_total,
+            r->final_scale, r->ms_per_step);
+    if (gpt) OUT(", %.0f tokens/s", r->tokens_per_s);
+    OUT(", %.1f s, peak memory %.0f MiB\n", elapsed, r->memory_mib);
+    if (size_of(&s) > 1) {
+        OUT("        all-reduce %s: %llu gradient values, %.1f MB summed per step (each rank sends %.1f MB in a "
+                     "ring), %.2f ms/step in MPI (median)", mp_format(ds->wire)->name, (unsigned long long)ds->values,
+                (double)ds->wire_bytes / 1e6, ring_bytes / 1e6, mpi_ms);
+        if (ds->wire != MP_F32)
+            OUT("; rank 0's values on the wire: %.4f%% underflowed to 0, %llu overflowed", 100 * frac(ds->packed.underflow, wire_n),
+                    (unsigned long long)ds->packed.overflow);
+        if (ds->wire != MP_F32 && sc)
+            OUT("; %ld of %ld skipped steps lost to it", ds->lost_sums, r->skipped_total);
+        else if (ds->wire != MP_F32) /* no loss scaling: nothing skips, an inf reaches the update */
+            OUT("; %ld steps' sums not finite because of it", ds->lost_sums);
+        if (out) fputc('\n', out);
+    }
+    if (!gpt) {
+        OUT("        gradient stores per layer (underflow to 0 / subnormal / overflow):");
+        for (int i = 0; i < nt; i++) {
+            const mp_tensor_stats *ls = &run_stats[i];
+            const double ne = ls->bwd_elements ? (double)ls->bwd_elements : 1.0;
+            OUT("%s %s %.3g%% / %.3g%% / %llu", i ? "," : "", r->tensor_names[i],
+                    100 * (double)ls->bwd.underflow / ne, 100 * (double)ls->bwd.subnormal / ne,
+                    (unsigned long long)ls->bwd.overflow);
+        }
+        OUT("\n");
+    } else {
+        int worst = -1;
+        for (int i = 0; i < nt; i++)
+            if (run_stats[i].bwd_elements &&
+                (worst < 0 || frac(run_stats[i].bwd.underflow, run_stats[i].bwd_elements) >
+                                  frac(run_stats[worst].bwd.underflow, run_stats[worst].bwd_elements)))
+                worst = i;
+        OUT("        gradient stores: %.4f%% underflowed to 0 (most in %s: %.4f%%), %llu overflowed; "
+                     "activation stores: %llu overflowed\n",
+                100 * r->underflow, worst >= 0 ? r->tensor_names[worst] : "-",
+                worst >= 0 ? 100 * frac(run_stats[worst].bwd.underflow, run_stats[worst].bwd_elements) : 0.0,
+                (unsigned long long)grad_over, (unsigned long long)act_over);
+    }
+    OUT("        weight gradients: %.4f%% lost (nonzero in fp32, 0 when stored), %.4f%% dead (0 in fp32); "
+                 "updates: %.4f%% lost (the weight did not change)\n",
+            100 * r->lost_gradients, 100 * r->dead_gradients, 100 * r->lost_updates);
+    if (s.nq) {
+        const mp_quant_stats *qs = r->quant_totals;
+        uint64_t qn = 0, qsat = 0, qfl = 0;
+        size_t ws = 0, wf = 0; /* the tensors with the largest shares */
+        for (size_t i = 0; i < s.nq; i++) {
+            qn += qs[i].n, qsat += qs[i].saturated, qfl += qs[i].flushed;
+            if (frac(qs[i].saturated, qs[i].n) > frac(qs[ws].saturated, qs[ws].n)) ws = i;
+            if (frac(qs[i].flushed, qs[i].n) > frac(qs[wf].flushed, qs[wf].n)) wf = i;
+        }
+        r->quant_saturated_total = frac(qsat, qn), r->quant_flushed_total = frac(qfl, qn);
+        OUT("        %s: %.4f%% of the quantized values saturated", r->format, 100 * r->quant_saturated_total);
+        if (qsat) OUT(" (most in %s: %.4f%%)", r->quant_names[ws], 100 * frac(qs[ws].saturated, qs[ws].n));
+        OUT(", %.4f%% flushed to zero", 100 * r->quant_flushed_total);
+        if (qfl) OUT(" (most in %s: %.4f%%)", r->quant_names[wf], 100 * frac(qs[wf].flushed, qs[wf].n));
+        if (out) fputc('\n', out);
+    }
+    /* warnings the literature describes */
+#define WARN(...) if (r->nwarnings < MP_RUN_WARNINGS) snprintf(r->warnings[r->nwarnings++], sizeof r->warnings[0], __VA_ARGS__)
+    if (nan_step >= 0) WARN("the loss became NaN/inf at step %ld", nan_step);
+    if (sc && prec->scaling == MP_SCALING_DYNAMIC && mp_scaler_get_scale(sc) < o->scaler.init_scale / 1024.0f)
+        WARN("the loss scale collapsed from %g to %g (%ld skipped steps)", (double)o->scaler.init_scale,
+             (double)mp_scaler_get_scale(sc), r->skipped_total);
+    if (stopped) WARN("stopped: %.230s", stopped);
+    if (prec->compute == MP_F16 && r->underflow > 0.01)
+        WARN("%.2f%% of the gradient values stored in fp16 underflowed to zero%s", 100.0 * r->underflow,
+             sc ? "" : ": use loss scaling (fp16-dynamic)");
+    if (ds->lost_sums)
+        WARN("%ld steps %s because the gradients overflowed in the %s all-reduce (cast or sum) where every rank's "
+             "fp32 gradients were finite (--allreduce fp32 keeps them)", ds->lost_sums,
+             sc ? "were skipped" : "took an inf update", mp_format(ds->wire)->name);
+    if (act_over) WARN("%llu activation values overflowed to inf when stored in %s", (unsigned long long)act_over,
+                       r->compute_format);
+#undef WARN
+    for (int k = 0; k < r->nwarnings; k++) OUT("warning: %s\n", r->warnings[k]);
+    /* the outputs: the checkpoint first (the training is in it), then the
+     * summary and the gradients; one that cannot be written (one line) does
+     * not keep the others from being written; the run then exits 1 */
+    if (o->save && writer) {
+        if ((e = mp_trainer_save(s.tr, o->save, meta, o->save_dtype)) != MP_OK) out_failed = 1, failed(&s, e);
+        else OUT("saved %s (step %ld)\n", o->save, mp_trainer_step_count(s.tr));
+    }
+    if (writer) { /* the summary: kept in the result, written where the spec names it */
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "precision", prec->label);
+        cJSON_AddStringToObject(j, "master_weights", mp_master_weights_name(prec->master_weights));
+        cJSON_AddStringToObject(j, "reductions", mp_reductions_name(prec->reductions));
+        cJSON_AddStringToObject(j, "model", o->model);
+        cJSON_AddStringToObject(j, "compute_format", r->compute_format);
+        cJSON_AddStringToObject(j, "format", r->format);
+        cJSON_AddNumberToObject(j, "steps", (double)done_steps);
+        if (gpt) {
+            cJSON_AddNumberToObject(j, "val_loss", r->eval_loss);
+            cJSON_AddNumberToObject(j, "val_bits_per_byte", r->eval_loss / log(2.0));
+            cJSON_AddNumberToObject(j, "val_accuracy", r->eval_accuracy);
+            cJSON_AddNumberToObject(j, "tokens_per_s", r->tokens_per_s);
+            if (r->sample) {
+                cJSON_AddStringToObject(j, "sample", r->sample);
+                cJSON_AddNumberToObject(j, "sample_printable", r->sample_printable);
+                if (isnan(r->sample_words)) cJSON_AddNullToObject(j, "sample_words");
+                else cJSON_AddNumberToObject(j, "sample_words", r->sample_words);
+            }
+        } else {
+            cJSON_AddNumberToObject(j, "test_accuracy", r->eval_accuracy);
+            cJSON_AddNumberToObject(j, "test_loss", r->eval_loss);
+        }
+        cJSON_AddNumberToObject(j, "last_train_loss", r->last_loss);
+        cJSON_AddItemToObject(j, "skipped", s.skips);
+        s.skips = NULL; /* j owns it now */
+        cJSON_AddNumberToObject(j, "final_scale", r->final_scale);
+        cJSON_AddNumberToObject(j, "ms_per_step", r->ms_per_step);
+        if (size_of(&s) > 1) {
+            cJSON *a = cJSON_AddObjectToObject(j, "allreduce");
+            cJSON_AddNumberToObject(a, "ranks", size_of(&s));
+            cJSON_AddStringToObject(a, "format", mp_format(ds->wire)->name);
+            cJSON_AddNumberToObject(a, "values", (double)ds->values);
+            cJSON_AddNumberToObject(a, "buffer_bytes", (double)ds->wire_bytes);
+            cJSON_AddNumberToObject(a, "ring_bytes_sent", ring_bytes);
+            cJSON_AddNumberToObject(a, "mpi_ms_per_step", mpi_ms);
+            cJSON_AddNumberToObject(a, "wire_underflow", frac(ds->packed.underflow, wire_n));
+            cJSON_AddNumberToObject(a, "wire_overflow", (double)ds->packed.overflow);
+            cJSON_AddNumberToObject(a, "lost_steps", (double)ds->lost_sums);
+        }
+        cJSON_AddNumberToObject(j, "peak_memory_mib", r->memory_mib);
+        cJSON_AddNumberToObject(j, "underflow_fraction", r->underflow);
+        cJSON_AddNumberToObject(j, "gradient_overflow", (double)grad_over);
+        cJSON_AddNumberToObject(j, "activation_overflow", (double)act_over);
+        cJSON_AddNumberToObject(j, "lost_gradients", r->lost_gradients);
+        cJSON_AddNumberToObject(j, "dead_gradients", r->dead_gradients);
+        cJSON_AddNumberToObject(j, "lost_updates", r->lost_updates);
+        cJSON_AddStringToObject(j, "headroom_against", hfmt->name);
+        cJSON *ly = cJSON_AddArrayToObject(j, "tensors");
+        for (int i = 0; i < nt; i++) {
+            const mp_tensor_stats *ls = &run_stats[i];
+            cJSON *o1 = cJSON_CreateObject();
+            cJSON_AddStringToObject(o1, "name", r->tensor_names[i]);
+            cJSON_AddNumberToObject(o1, "underflow_fraction", frac(ls->bwd.underflow, ls->bwd_elements));
+            cJSON_AddNumberToObject(o1, "subnormal_fraction", frac(ls->bwd.subnormal, ls->bwd_elements));
+            cJSON_AddNumberToObject(o1, "overflow", (double)ls->bwd.overflow);
+            cJSON_AddNumberToObject(o1, "act_underflow_fraction", frac(ls->fwd.underflow, ls->fwd_elements));
+            cJSON_AddNumberToObject(o1, "act_subnormal_fraction", frac(ls->fwd.subnormal, ls->fwd_elements));
+            cJSON_AddNumberToObject(o1, "act_overflow", (double)ls->fwd.overflow);
+            cJSON_AddNumberToObject(o1, "nan", (double)ls->bwd.nan);
+            cJSON_AddNumberToObject(o1, "act_nan", (double)ls->fwd.nan);
+            cJSON_AddNumberToObject(o1, "grad_values", (double)ls->bwd_elements);
+            cJSON_AddNumberToObject(o1, "act_values", (double)ls->fwd_elements);
+            for (int bwd = 0; bwd < 2; bwd++) {
+                const float amax = bwd ? ls->bwd.amax : ls->fwd.amax;
+                const double hr = headroom(limit, amax);
+                const char *ka = bwd ? "grad_amax" : "act_amax", *kh = bwd ? "grad_headroom_log2" : "act_headroom_log2";
+                if (isnan(hr)) cJSON_AddNullToObject(o1, ka), cJSON_AddNullToObject(o1, kh);
+                else cJSON_AddNumberToObject(o1, ka, amax), cJSON_AddNumberToObject(o1, kh, hr);
+            }
+            if (ls->has_wgrad) {
+                cJSON_AddNumberToObject(o1, "wgrad_values", (double)ls->wgrad_elements);
+                cJSON_AddNumberToObject(o1, "wgrad_lost", (double)ls->wgrad_lost);
+                cJSON_AddNumberToObject(o1, "wgrad_dead", (double)ls->wgrad_dead);
+            }
+            cJSON_AddItemToArray(ly, o1);
+        }
+        if (s.nq && recipe) { /* the recipe's quantized tensors over the run */
+            cJSON_AddStringToObject(j, "recipe", mp_recipe_name(recipe->kind));
+            cJSON_AddNumberToObject(j, "quant_saturated_fraction", r->quant_saturated_total);
+            cJSON_AddNumberToObject(j, "quant_flushed_fraction", r->quant_flushed_total);
+            cJSON *qa = cJSON_AddArrayToObject(j, "quantized");
+            for (size_t i = 0; i < s.nq; i++) {
+                const mp_quant_stats *q = &r->quant_totals[i];
+                cJSON *o1 = cJSON_CreateObject();
+                cJSON_AddStringToObject(o1, "name", r->quant_names[i]);
+                cJSON_AddStringToObject(o1, "format", mp_format(mp_qrole_format(recipe, s.qt[i].q->role))->name);
+                cJSON_AddNumberToObject(o1, "amax", q->amax);
+                cJSON_AddNumberToObject(o1, "scale", r->quant_scale[i]);
+                cJSON_AddNumberToObject(o1, "values", (double)q->n);
+                cJSON_AddNumberToObject(o1, "saturated", (double)q->saturated);
+                cJSON_AddNumberToObject(o1, "flushed", (double)q->flushed);
+                cJSON_AddNumberToObject(o1, "nonfinite", (double)q->nonfinite);
+                cJSON_AddNumberToObject(o1, "saturated_fraction", frac(q->saturated, q->n));
+                cJSON_AddNumberToObject(o1, "flushed_fraction", frac(q->flushed, q->n));
+                cJSON_AddItemToArray(qa, o1);
+            }
+        }
+        if (!gpt) {
+            const mp_format_info *fi = mp_format(prec->compute == MP_F32 ? MP_F16 : prec->compute);
+            cJSON *hj = cJSON_AddObjectToObject(j, "histograms");
+            cJSON_AddNumberToObject(hj, "log2_lo", MP_RUN_HIST_LO);
+            cJSON_AddStringToObject(hj, "limits_of", fi->name);
+            cJSON_AddNumberToObject(hj, "min_subnormal", fi->min_subnormal);
+            cJSON_AddNumberToObject(hj, "min_normal", fi->min_normal);
+            cJSON_AddNumberToObject(hj, "max", fi->max);
+            cJSON *snaps = cJSON_AddArrayToObject(hj, "snapshots");
+            for (long k = 0; k < nh; k++) {
+                cJSON *o1 = cJSON_CreateObject();
+                cJSON_AddNumberToObject(o1, "step", (double)s.hs[k].step);
+                cJSON_AddNumberToObject(o1, "scale", (double)s.hs[k].scale);
+                cJSON_AddNumberToObject(o1, "zeros", (double)s.hs[k].zeros);
+                cJSON *c = cJSON_AddArrayToObject(o1, "counts");
+                for (int b = 0; b < MP_RUN_HIST_N; b++) cJSON_AddItemToArray(c, cJSON_CreateNumber((double)s.hs[k].bins[b]));
+                cJSON_AddItemToArray(snaps, o1);
+            }
+        }
+        cJSON *wa = cJSON_AddArrayToObject(j, "warnings");
+        for (int k = 0; k < r->nwarnings; k++) cJSON_AddItemToArray(wa, cJSON_CreateString(r->warnings[k]));
+        r->summary = cJSON_Print(j);
+        cJSON_Delete(j);
+        e = !r->summary ? mp_error(MP_ENOMEM, "%s: out of memory", o->summary ? o->summary : "the summary")
+            : o->summary ? mp_write_file_atomic(o->summary, &(mp_chunk){r->summary, strlen(r->summary)}, 1)
+                         : MP_OK;
+        if (e != MP_OK && (o->summary || !s.status)) out_failed = 1, failed(&s, e);
+    }
+    if (o->dump_grads && writer) { /* the weight gradients of the last step, as the optimizer saw them */
+        const size_t np = mp_optim_count(s.opt);
+        mp_tensor *gt = calloc(np + 1, sizeof *gt);
+        size_t ng = 0;
+        for (size_t i = 0; gt && i < np; i++) {
+            const mp_param *p = mp_optim_param(s.opt, i);
+            if (!strstr(p->name, ".weight") || strstr(p->name, "ln")) continue;
+            mp_tensor *t = &gt[ng++];
+            snprintf(t->name, sizeof t->name, "%s.grad", p->name);
+            t->dtype = MP_F32, t->ndim = 1, t->shape[0] = p->n, t->nbytes = p->n * 4, t->data = p->grad;
+        }
+        e = gt ? mp_safetensors_write(o->dump_grads, gt, ng, NULL) : MP_ENOMEM;
+        free(gt);
+        if (e != MP_OK) out_failed = 1, fail(&s, e, "%s", gt ? mp_last_error() : "out of memory");
+        else OUT("gradients of step %ld written to %s\n", mp_trainer_step_count(s.tr), o->dump_grads);
+    }
+    ret = stopped || out_failed ? RUN_FAILED : RUN_OK;
+done:
+    if (!agreed) ret = agree_ready(&s, ret); /* this rank failed before training: the others learn it there */
+    if (s.log_fd >= 0 && close(s.log_fd) != 0 && ret == RUN_OK)
+        ret = fail(&s, MP_EIO, "%s: the log could not be written (%s)", o->log, strerror(errno));
+    *res = s.res, memset(&s.res, 0, sizeof s.res);
+    res->precision = s.prec, res->invalid = ret == RUN_INVALID;
+    state_free(&s);
+    if (ret == RUN_OK) return MP_OK;
+    const mp_status st = ret == RUN_INVALID ? MP_EINVAL : s.status ? s.status : MP_EIO;
+    return mp_error(st, "%s", s.msg[0] ? s.msg : "the run failed");
+}

@@ -1,0 +1,346 @@
+/* run_spec.c - a run's spec: its defaults, its options by their CLI names
+ * (one table: the parser and the help), and the check of the whole (run.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "mixprec/mx.h"
+#include "mixprec/run.h"
+#include "mixprec/text.h"
+
+void mp_run_defaults(mp_run_spec *s) {
+    if (!s) return;
+    memset(s, 0, sizeof *s);
+    s->model = "mlp:784-1024-1024-10", s->precision = "fp32";
+    s->master_weights = s->reductions = s->mx_rule = -1;
+    s->scaler = mp_scaler_defaults();
+    s->optimizer = MP_RUN_ADAMW, s->lr = 1e-3, s->min_lr = -1, s->weight_decay = -1;
+    s->beta1 = 0.9, s->beta2 = 0.999;
+    s->accum = 1, s->seed = 1, s->shuffle = 1, s->check_every = 100;
+    s->save_dtype = MP_F32, s->allreduce = MP_F32;
+}
+
+/* ---- the options ---- */
+
+typedef enum {
+    K_STR,    /* const char *: the value itself */
+    K_FLAG,   /* int: set to lo, takes no value */
+    K_REAL,   /* double: a number in [lo, hi], read as a float (as the CLI always has) */
+    K_LONG,   /* long in [lo, hi] */
+    K_INT,    /* int in [lo, hi] */
+    K_F32,    /* float: any number */
+    K_COUNT,  /* int: a whole number in [1, 2^30] */
+    K_CHOICE, /* int: the value of one of the choices */
+    K_BETAS,  /* beta1, beta2: "B1,B2" */
+    K_GONE    /* an option that no longer exists: the error says what replaced it */
+} kind;
+
+typedef struct {
+    const char *name;
+    int value;
+} choice;
+
+typedef struct {
+    const char *name;    /* without the dashes */
+    const char *metavar; /* NULL: none (a flag), or the value's name in the help */
+    kind k;
+    size_t off;          /* of the field in mp_run_spec (K_BETAS: beta1; K_GONE: unused) */
+    double lo, hi;
+    const choice *choices; /* K_CHOICE: NULL-terminated */
+    const char *section; /* the help's heading, when it starts one */
+    const char *help;    /* lines after the first indented by the help's column */
+} option;
+
+#define F(field) offsetof(mp_run_spec, field)
+#define SCALER(field) (offsetof(mp_run_spec, scaler) + offsetof(mp_scaler_config, field))
+
+static const choice acts[] = {{"relu", MP_ACT_RELU}, {"gelu", MP_ACT_GELU}, {NULL, 0}};
+static const choice gelus[] = {{"tanh", MP_GELU_TANH}, {"erf", MP_GELU_ERF}, {NULL, 0}};
+static const choice optimizers[] = {{"sgd", MP_RUN_SGD}, {"adamw", MP_RUN_ADAMW}, {NULL, 0}};
+static const choice schedules[] = {{"constant", MP_LR_CONSTANT}, {"cosine", MP_LR_COSINE}, {NULL, 0}};
+static const choice masters[] = {{"fp32", MP_MASTER_FP32}, {"none", MP_MASTER_NONE}, {NULL, 0}};
+static const choice reductions[] = {{"fp32", MP_REDUCE_FP32}, {"half", MP_REDUCE_HALF}, {NULL, 0}};
+static const choice mx_rules[] = {{"floor", MP_MX_FLOOR}, {"rceil", MP_MX_RCEIL}, {NULL, 0}};
+static const choice save_dtypes[] = {{"fp32", MP_F32}, {"fp16", MP_F16}, {"bf16", MP_BF16}, {NULL, 0}};
+static const choice wires[] = {{"fp32", MP_F32}, {"bf16", MP_BF16}, {"fp16", MP_F16}, {NULL, 0}};
+
+static const option options[] = {
+    {"model", "SPEC", K_STR, F(model), 0, 0, NULL, "model and data",
+     "mlp:784-1024-1024-10 (widths; input 784, output >= 10) or\n"
+     "gpt:L-H-C-T (layers, heads, width, context), e.g. gpt:4-4-128-128"},
+    {"act", "relu|gelu", K_CHOICE, F(act), 0, 0, acts, NULL, "MLP activation (relu)"},
+    {"layernorm", NULL, K_FLAG, F(layernorm), 1, 0, NULL, NULL, "MLP: layer norm after each hidden layer"},
+    {"gelu", "tanh|erf", K_CHOICE, F(gelu), 0, 0, gelus, NULL,
+     "GPT: GELU's tanh approximation (GPT-2, llm.c; default) or erf (nanoGPT)"},
+    {"data", "DIR", K_STR, F(data), 0, 0, NULL, NULL, "MLP: the four Fashion-MNIST files (.gz or plain)\n"
+     "text:PATH[,PATH...]: GPT: text files or directories (default: the\n"
+     "fortunes corpus, " MP_TEXT_DEFAULT_CORPUS ")"},
+    {"precision", "MODE", K_STR, F(precision), 0, 0, NULL, "precision",
+     "one of the modes below (fp32), with optional switches as suffixes:\n"
+     "MODE+master-weights=none+reductions=half+mx-rule=floor (docs/TRAINING.md)"},
+    {"master-weights", "fp32|none", K_CHOICE, F(master_weights), 0, 0, masters, NULL,
+     "fp32: fp32 master weights and optimizer state; none:\n"
+     "weights and both moments only in the compute format (fp16/bf16), each\n"
+     "update computed in fp32 and rounded to nearest (updates under half an\n"
+     "ulp are lost), as torch.optim on model.half() (the mode's own setting)"},
+    {"reductions", "fp32|half", K_CHOICE, F(reductions), 0, 0, reductions, NULL,
+     "fp32: softmax, layer-norm statistics and their backward sums, the\n"
+     "loss's log-sum-exp, bias-gradient column sums and (with --clip) the\n"
+     "gradient norm use fp32 accumulators; half: a naive loop in the compute\n"
+     "format, every partial result rounded (the mode's own setting). Matrix\n"
+     "multiplies accumulate in fp32 in every mode (as tensor cores do)"},
+    {"mx-rule", "floor|rceil", K_CHOICE, F(mx_rule), 0, 0, mx_rules, NULL,
+     "mxfp8's block-scale rule: rceil (default, as Transformer\n"
+     "Engine and cuBLAS) or floor (OCP MX v1.0, torchao's default)"},
+    {"init-scale", "S", K_F32, SCALER(init_scale), 0, 0, NULL, "loss scaling", "initial loss scale (65536)"},
+    {"growth-interval", "N", K_COUNT, SCALER(growth_interval), 0, 0, NULL, NULL, "clean steps before the scale grows (2000)"},
+    {"growth-factor", "F", K_F32, SCALER(growth_factor), 0, 0, NULL, NULL, "growth multiplier, > 1 (2)"},
+    {"backoff-factor", "F", K_F32, SCALER(backoff_factor), 0, 0, NULL, NULL, "multiplier on overflow, in (0, 1) (0.5)"},
+    {"hysteresis", "N", K_COUNT, SCALER(hysteresis), 0, 0, NULL, NULL, "overflows tolerated before backing off (1 = PyTorch)"},
+    {"min-scale", "S", K_F32, SCALER(min_scale), 0, 0, NULL, NULL, "floor for the scale (0 = none)"},
+    {"max-scale", "S", K_F32, SCALER(max_scale), 0, 0, NULL, NULL, "ceiling for the scale (0 = none)"},
+    {"optimizer", "sgd|adamw", K_CHOICE, F(optimizer), 0, 0, optimizers, "optimization", "(adamw)"},
+    {"lr", "LR", K_REAL, F(lr), 0, 1e6, NULL, NULL, "(peak) learning rate (1e-3)"},
+    {"lr-schedule", "constant|cosine", K_CHOICE, F(schedule), 0, 0, schedules, NULL,
+     "(constant); cosine decays to --min-lr at the last step"},
+    {"warmup", "N", K_LONG, F(warmup), 0, 100000000, NULL, NULL, "linear warmup steps (0), as nanoGPT: lr (step+1) / (N+1)"},
+    {"min-lr", "LR", K_REAL, F(min_lr), 0, 1e6, NULL, NULL, "the end of the cosine schedule (lr / 10)"},
+    {"betas", "B1,B2", K_BETAS, F(beta1), 0, 0, NULL, NULL, "AdamW betas (0.9,0.999)"},
+    {"momentum", "M", K_REAL, F(momentum), 0, 1e6, NULL, NULL, "SGD momentum (0)"},
+    {"weight-decay", "WD", K_REAL, F(weight_decay), 0, 1e6, NULL, NULL,
+     "(0.01 for adamw, 0 for sgd); the GPT decays only its\n"
+     "2-D weights (not biases or layer norms), as nanoGPT"},
+    {"batch", "B", K_LONG, F(batch), 1, 60000, NULL, NULL, "micro-batch: examples (256) or sequences (16)"},
+    {"accum", "N", K_LONG, F(accum), 1, 60000, NULL, NULL, "micro-batches per step (1)"},
+    {"epochs", "E", K_LONG, F(epochs), 1, 100000, NULL, NULL,
+     "length (1 epoch): an epoch is 60000 / (B N) steps for the\n"
+     "MLP, training bytes / (B T N) for the GPT"},
+    {"steps", "N", K_LONG, F(steps), 1, 100000000, NULL, NULL, "length in steps (excludes --epochs)"},
+    {"clip", "NORM", K_REAL, F(clip), 1e-30, 1e30, NULL, NULL, "clip the global gradient norm (unscaled gradients)"},
+    {"seed", "S", K_LONG, F(seed), 0, 2147483647L, NULL, NULL, "initialisation and shuffling (1)"},
+    {"no-shuffle", NULL, K_FLAG, F(shuffle), 0, 0, NULL, NULL,
+     "MLP: batch k is examples kB .. kB+B-1 in file order; GPT: row b\n"
+     "of micro-batch s is the window at ((sB + b) T) mod (N_train - T)"},
+    {"threads", "N", K_INT, F(threads), 1, 256, NULL, NULL, "threads for the kernels"},
+    {"init", "FILE", K_STR, F(init), 0, 0, NULL, "files", "initial weights (safetensors, PyTorch's names)"},
+    {"save", "FILE", K_STR, F(save), 0, 0, NULL, NULL, "checkpoint at the end: weights, optimizer state, scaler, step"},
+    {"save-dtype", "fp32|fp16|bf16", K_CHOICE, F(save_dtype), 0, 0, save_dtypes, NULL,
+     "the weights' dtype in --save (fp32; a half file\n"
+     "is smaller but does not resume bit-identically)"},
+    {"resume", "FILE", K_STR, F(resume), 0, 0, NULL, NULL, "continue a checkpoint (bit-identical to not stopping)"},
+    {"log", "FILE", K_STR, F(log), 0, 0, NULL, NULL, "CSV, one row per step (docs/LOGS.md)"},
+    {"eval-every", "N", K_LONG, F(eval_every), 0, 100000000, NULL, NULL, "evaluation every N steps (0: only at the end)"},
+    {"eval-windows", "K", K_LONG, F(eval_windows), 0, 100000000, NULL, NULL,
+     "GPT: evaluate on the first K validation windows (0: all)"},
+    {"summary", "FILE", K_STR, F(summary), 0, 0, NULL, "diagnostics",
+     "JSON: results, per-tensor underflow, skipped steps, lost and\n"
+     "dead weight gradients, lost updates, gradient histograms,\n"
+     "warnings (docs/LOGS.md)"},
+    {"hist-every", "N", K_LONG, F(hist_every), 0, 100000000, NULL, NULL,
+     "MLP: log2 histogram of the weight gradients every N steps (0: off)"},
+    {"dump-grads", "FILE", K_STR, F(dump_grads), 0, 0, NULL, NULL,
+     "the last step's fp32 weight gradients (unscaled) as safetensors\n"
+     "(NAME.grad), for mixprec underflow --from FILE"},
+    {"check-every", "K", K_LONG, F(check_every), 0, 100000000, NULL,
+     "data parallelism (mpirun -np N mixprec train ...: N ranks, each on its contiguous share\n"
+     "B / N of every micro-batch, the gradients summed before the unscale; rank 0 writes)",
+     "compare the ranks' weights, optimizer and scaler state (a CRC-32)\n"
+     "every K steps (100; 0: only at the end); a difference stops the run"},
+    {"allreduce", "fp32|bf16|fp16", K_CHOICE, F(allreduce), 0, 0, wires, NULL,
+     "the gradients' format in the all-reduce (fp32); bf16 and fp16\n"
+     "send half the bytes: each combine widens, adds in fp32 and rounds\n"
+     "once; an overflow on the wire is an overflow (with loss scaling:\n"
+     "the step is skipped) and is reported (docs/DISTRIBUTED.md)"},
+    {"frozen-every", "N", K_GONE, 0, 0, 0, NULL, NULL,
+     "is gone (it counted dead units): --log and --summary have lost_updates and dead_gradients (and "
+     "lost_gradients) instead"},
+};
+
+#define NOPTIONS (sizeof options / sizeof options[0])
+
+static const option *find(const char *name) {
+    for (size_t i = 0; name && i < NOPTIONS; i++)
+        if (strcmp(options[i].name, name) == 0) return &options[i];
+    return NULL;
+}
+
+int mp_run_option_takes_value(const char *name) {
+    const option *o = find(name);
+    return !o ? -1 : o->k != K_FLAG && o->k != K_GONE;
+}
+
+/* "relu or gelu", "fp32, fp16 or bf16" */
+static void choice_list(char *out, size_t cap, const choice *c) {
+    size_t n = 0, k = 0;
+    while (c[n].name) n++;
+    for (size_t i = 0; i < n && k < cap; i++)
+        k += (size_t)snprintf(out + k, cap - k, "%s%s", i == 0 ? "" : i + 1 == n ? " or " : ", ", c[i].name);
+}
+
+mp_status mp_run_option(mp_run_spec *s, const char *name, const char *v) {
+    if (!s || !name) return mp_error(MP_EINVAL, "mp_run_option: NULL argument");
+    const option *o = find(name);
+    if (!o) return mp_error(MP_EINVAL, "unknown option '--%s'", name);
+    if (o->k == K_GONE) return mp_error(MP_EINVAL, "--%s %s", name, o->help);
+    if (o->k == K_FLAG) {
+        if (v) return mp_error(MP_EINVAL, "--%s takes no value", name);
+        *(int *)((char *)s + o->off) = (int)o->lo;
+        return MP_OK;
+    }
+    if (!v) return mp_error(MP_EINVAL, "option --%s needs a value", name);
+    void *dst = (char *)s + o->off;
+    char *end;
+    switch (o->k) {
+    case K_STR: *(const char **)dst = v; return MP_OK;
+    case K_REAL: {
+        errno = 0;
+        const float f = strtof(v, &end); /* read as a float, as the CLI always has */
+        if (end == v || *end || (errno == ERANGE && isinf(f)) || !(f >= o->lo && f <= o->hi))
+            return mp_error(MP_EINVAL, "--%s wants a number in [%g, %g], not '%s'", name, o->lo, o->hi, v);
+        *(double *)dst = f;
+        return MP_OK;
+    }
+    case K_F32: {
+        errno = 0;
+        const float f = strtof(v, &end);
+        if (end == v || *end || (errno == ERANGE && isinf(f))) return mp_error(MP_EINVAL, "--%s wants a number, not '%s'", name, v);
+        *(float *)dst = f;
+        return MP_OK;
+    }
+    case K_LONG:
+    case K_INT:
+    case K_COUNT: {
+        errno = 0;
+        const long x = strtol(v, &end, 10);
+        const double lo = o->k == K_COUNT ? 1 : o->lo, hi = o->k == K_COUNT ? (double)(1L << 30) : o->hi;
+        if (end == v || *end || errno == ERANGE || x < lo || x > hi)
+            return o->k == K_COUNT ? mp_error(MP_EINVAL, "--%s wants a whole number >= 1, not '%s'", name, v)
+                                   : mp_error(MP_EINVAL, "--%s wants %ld .. %ld, not '%s'", name, (long)lo, (long)hi, v);
+        if (o->k == K_LONG) *(long *)dst = x;
+        else *(int *)dst = (int)x;
+        return MP_OK;
+    }
+    case K_CHOICE:
+        for (const choice *c = o->choices; c->name; c++)
+            if (strcmp(c->name, v) == 0) {
+                *(int *)dst = c->value;
+                return MP_OK;
+            }
+        char list[96];
+        choice_list(list, sizeof list, o->choices);
+        return mp_error(MP_EINVAL, "--%s is %s, not '%s'", name, list, v);
+    case K_BETAS: {
+        char *end2 = NULL;
+        const double b1 = strtod(v, &end), b2 = *end == ',' ? strtod(end + 1, &end2) : -1;
+        if (*end != ',' || end2 == end + 1 || *end2 || !(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
+            return mp_error(MP_EINVAL, "--betas wants B1,B2 in [0, 1), not '%s'", v);
+        s->beta1 = b1, s->beta2 = b2;
+        return MP_OK;
+    }
+    default: return mp_error(MP_EINVAL, "--%s: not settable", name);
+    }
+}
+
+/* ---- the help ---- */
+
+static char help[16384];
+static pthread_once_t help_once = PTHREAD_ONCE_INIT;
+
+#define COL 25 /* where the explanations start */
+
+static size_t put(size_t k, const char *fmt, ...) MP_PRINTF(2, 3);
+static size_t put(size_t k, const char *fmt, ...) {
+    if (k >= sizeof help) return k;
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(help + k, sizeof help - k, fmt, ap);
+    va_end(ap);
+    return n > 0 ? k + (size_t)n : k;
+}
+
+/* "  --name META            first line\n" and the other lines at COL. */
+static size_t put_option(size_t k, const option *o) {
+    char left[64];
+    snprintf(left, sizeof left, "--%s%s%s", o->name, o->metavar ? " " : "", o->metavar ? o->metavar : "");
+    k = put(k, "  %-*s", COL - 3, left);
+    if (strlen(left) > COL - 3) k = put(k, "\n%*s", COL, "");
+    else k = put(k, " ");
+    for (const char *line = o->help; *line;) {
+        const size_t len = strcspn(line, "\n");
+        k = put(k, "%.*s\n", (int)len, line);
+        line += len;
+        if (*line == '\n') line++, k = put(k, "%*s", COL, "");
+    }
+    return k;
+}
+
+static void build_help(void) {
+    size_t k = 0;
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const option *o = &options[i];
+        if (o->k == K_GONE) continue;
+        if (o->section) k = put(k, "%s\n", o->section);
+        k = put_option(k, o);
+        if (strcmp(o->name, "precision") == 0) { /* the modes, from their table */
+            size_t n;
+            const mp_precision *m = mp_precisions(&n);
+            for (size_t j = 0; j < n; j++)
+                k = put(k, "%*s%-13s %s\n", COL + 2, "", m[j].scaling == MP_SCALING_STATIC ? "fp16-static:S" : m[j].name,
+                        m[j].help);
+        }
+    }
+}
+
+const char *mp_run_options_help(void) {
+    pthread_once(&help_once, build_help);
+    return help;
+}
+
+/* ---- the whole ---- */
+
+static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
+
+mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out, mp_scaler_config *scaler_out) {
+    if (!s || !s->model || !s->precision) return mp_error(MP_EINVAL, "mp_run_check: NULL argument");
+    mp_precision p;
+    float static_scale = 0;
+    mp_status st = mp_precision_parse(s->precision, &p, &static_scale);
+    if (st == MP_OK && s->master_weights >= 0) st = mp_precision_set_master_weights(&p, (mp_master_weights)s->master_weights);
+    if (st == MP_OK && s->reductions >= 0) st = mp_precision_set_reductions(&p, (mp_reductions)s->reductions);
+    if (st == MP_OK && s->mx_rule >= 0) st = mp_precision_set_mx_rule(&p, (mp_mx_rule)s->mx_rule);
+    if (st != MP_OK) return st;
+    mp_mlp_config mc;
+    mp_gpt_config gc;
+    if ((st = is_gpt(s->model) ? mp_gpt_parse(s->model, &gc) : mp_mlp_parse(s->model, &mc)) != MP_OK) return st;
+    if (s->epochs && s->steps) return mp_error(MP_EINVAL, "--epochs and --steps exclude each other");
+    if (s->init && s->resume) return mp_error(MP_EINVAL, "--init and --resume exclude each other");
+    if (s->batch < 0 || s->accum < 1 || s->epochs < 0 || s->steps < 0 || s->eval_every < 0 || s->eval_windows < 0 ||
+        s->hist_every < 0 || s->sample_bytes < 0 || s->check_every < 0 || s->threads < 0 || s->warmup < 0)
+        return mp_error(MP_EINVAL, "a count of the run is negative (or --accum below 1)");
+    const int size = s->ranks ? s->ranks->size : 1;
+    const long batch = s->batch ? s->batch : is_gpt(s->model) ? 16 : 256;
+    if (batch % size != 0)
+        return mp_error(MP_EINVAL, "--batch %ld does not split into %d equal shares: with mpirun -np %d each rank "
+                                   "takes its contiguous share of every micro-batch, so N must divide --batch",
+                        batch, size, size);
+    if (s->data && is_gpt(s->model) != (strncmp(s->data, "text:", 5) == 0))
+        return mp_error(MP_EINVAL, is_gpt(s->model) ? "a GPT trains on text: --data text:PATH[,PATH...]"
+                                                     : "an MLP trains on Fashion-MNIST: --data DIR");
+    mp_scaler_config sc = s->scaler;
+    if (static_scale > 0) sc.init_scale = static_scale;
+    sc.dynamic = p.scaling == MP_SCALING_DYNAMIC;
+    mp_scaler scaler;
+    if (p.scaling != MP_SCALING_NONE && (st = mp_scaler_init(&scaler, &sc)) != MP_OK) return st;
+    if (out) *out = p;
+    if (scaler_out) *scaler_out = sc;
+    return MP_OK;
+}
+
+mp_status mp_run_check(const mp_run_spec *s, mp_precision *p) { return mp_run_resolve(s, p, NULL); }
