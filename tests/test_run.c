@@ -228,11 +228,48 @@ static void runs(void) {
     CHECK_SAY(mark, "mp_run: results = log = summary, same bits twice, resumed = straight, failures, invalid specs\n");
 }
 
+static void compares(void) {
+    const long mark = check_failures;
+    char corpus[700];
+    snprintf(corpus, sizeof corpus, "text:%s", p(0, "c.txt"));
+    mp_compare_spec c = {.precisions = "fp32,fp16-dynamic+master-weights=none", .out = p(1, "cmp")};
+    gpt_spec(&c.run, corpus);
+    c.run.precision = NULL, c.run.steps = 3;
+    mp_compare_result r;
+    mp_status st = mp_compare(&c, NULL, &r);
+    CHECK(st == MP_OK && r.n == 2 && !r.invalid && !strcmp(r.modes[1].name, "fp16-dynamic+master-weights=none") &&
+              r.modes[0].result.nsteps == 3 && r.modes[1].result.precision.master_weights == MP_MASTER_NONE,
+          "compare: %s", mp_last_error());
+    static const char *const files[] = {"fp32.csv", "fp32.json", "fp32.txt", "fp16-dynamic+master-weights=none.json",
+                                        "summary.json", "report.html"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[800];
+        snprintf(path, sizeof path, "%s/%s", c.out, files[i]);
+        CHECK(access(path, R_OK) == 0, "%s", path);
+    }
+    cJSON *j = r.summary ? cJSON_Parse(r.summary) : NULL;
+    const cJSON *runs = cJSON_GetObjectItem(j, "runs");
+    CHECK(cJSON_GetArraySize(runs) == 2 && r.reading && strstr(r.reading, "Every mode trained the same network"),
+          "summary and reading");
+    const cJSON *first = cJSON_GetArrayItem(runs, 0), *loss = cJSON_GetObjectItem(first, "last_train_loss");
+    CHECK(cJSON_IsNumber(loss) && loss->valuedouble == r.modes[0].result.last_loss, "the summary holds the runs'");
+    cJSON_Delete(j);
+    mp_compare_result_free(&r);
+    c.precisions = "fp32,bogus";
+    CHECK(mp_compare(&c, NULL, &r) == MP_EINVAL && r.invalid && r.n == 0, "a bad mode");
+    mp_compare_result_free(&r);
+    c.precisions = "fp32", c.run.log = "x.csv";
+    CHECK(mp_compare(&c, NULL, &r) == MP_EINVAL && r.invalid, "a field compare sets");
+    mp_compare_result_free(&r);
+    CHECK_SAY(mark, "mp_compare: modes side by side, their files, summary.json, the reading, bad specs\n");
+}
+
 int main(void) {
     if (!mkdtemp(root)) return perror("mkdtemp"), 1;
     options();
     checks();
     runs();
+    compares();
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);

@@ -28,6 +28,7 @@
 #include "recipe.h"
 #include "sample.h"
 #include "run.h"
+#include "compare.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,68 @@
+/* mixprec/compare.h - the same network trained in several precision modes
+ * side by side, as `mixprec compare` and `mixprec demo` do and as the Python
+ * package's mixprec.compare() does: one mp_run per mode, one after the other
+ * in this process, each from the same spec but its mode; a summary table, the
+ * ablation ("what each protection buys"), a reading of the numbers in words,
+ * and a directory of files (docs/LOGS.md):
+ *
+ *   DIR/MODE.csv    each mode's log (per step)
+ *   DIR/MODE.json   each mode's summary
+ *   DIR/MODE.txt    each mode's output, as mixprec train prints it
+ *   DIR/MODE.ckpt   each mode's checkpoint (with checkpoints)
+ *   DIR/summary.json  the command, the ablation and every mode's summary
+ *   DIR/report.html   the report (report.h)
+ */
+#ifndef MIXPREC_COMPARE_H
+#define MIXPREC_COMPARE_H
+
+#include "run.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MP_COMPARE_MAX 8 /* modes in one comparison */
+
+typedef struct mp_compare_spec {
+    mp_run_spec run;          /* every mode's run; compare sets precision, log, summary and save per mode, so
+                                 those must be NULL */
+    const char *precisions;   /* comma-separated modes with their switches: "fp32,fp16,fp16-dynamic,bf16" */
+    const char *out;          /* the directory (created when missing) */
+    int checkpoints;          /* also write DIR/MODE.ckpt */
+    const char *command;      /* the command line the report and summary.json name (NULL: "mixprec compare") */
+} mp_compare_spec;
+
+typedef struct mp_compare_mode {
+    char name[64];            /* the mode's label: "fp16-dynamic+master-weights=none" */
+    mp_run_result result;
+} mp_compare_mode;
+
+typedef struct mp_compare_result {
+    int n;                    /* modes that ran (a mode that failed before its first step ends the comparison) */
+    int invalid;              /* the spec, or a mode's, could not work (MP_EINVAL from mp_compare or mp_run) */
+    mp_compare_mode modes[MP_COMPARE_MAX];
+    char *summary;            /* DIR/summary.json's text; NULL on rank > 0 or when it could not be made */
+    char *reading;            /* the reading of the numbers in words, as printed */
+} mp_compare_result;
+
+/* Runs the comparison c describes, printing its progress, table and reading
+ * to io->out (NULL: silent; each mode's own output goes to DIR/MODE.txt).
+ * r (not NULL) is filled whatever the outcome; free it with
+ * mp_compare_result_free in every case.
+ *   MP_OK       every mode ran (a mode that stopped early, its loss scale at
+ *               the floor, is a result: its warnings say so) and every file
+ *               was written;
+ *   MP_EINVAL   the spec cannot work (a mode, an option, a set field that
+ *               compare sets): nothing was run;
+ *   another     a mode failed before its first step, or a file could not be
+ *               written; the others were still run and written as far as
+ *               they could be (the message in mp_last_error()). */
+mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_result *r);
+
+/* Frees what r holds and zeroes it; NULL is a no-op. */
+void mp_compare_result_free(mp_compare_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,520 @@
+/* compare.c - the same network in several precision modes (mixprec/compare.h):
+ * one mp_run per mode, the table, the ablation, the reading in words, the
+ * report and summary.json. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "internal.h"
+#include "mixprec/compare.h"
+
+
+
+static const mp_run_result *find(const mp_compare_mode *runs, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(runs[i].name, name) == 0) return &runs[i].result;
+    return NULL;
+}
+
+static double mean_tensor(const mp_run_result *r, int l) {
+    double m = 0;
+    for (long s = 0; s < r->nsteps; s++) m += r->tensor_underflow[(size_t)s * (size_t)r->ntensors + (size_t)l];
+    return r->nsteps ? m / (double)r->nsteps : 0;
+}
+
+/* The evaluation figure in words: "87.91% test accuracy" or "validation loss 1.6234". */
+static const char *eval_text(char *buf, size_t cap, const mp_run_result *r) {
+    if (strcmp(r->model_kind, "gpt") == 0 && !isfinite(r->eval_loss)) snprintf(buf, cap, "a validation loss of NaN/inf");
+    else if (strcmp(r->model_kind, "gpt") == 0) snprintf(buf, cap, "validation loss %.4f", r->eval_loss);
+    else snprintf(buf, cap, "%.2f%% test accuracy", 100 * r->eval_accuracy);
+    return buf;
+}
+
+/* How far r is from the baseline b: "0.25 points below" or "0.8% above". */
+static const char *eval_diff(char *buf, size_t cap, const mp_run_result *r, const mp_run_result *b) {
+    if (strcmp(r->model_kind, "gpt") == 0) {
+        const double rel = 100 * (r->eval_loss - b->eval_loss) / b->eval_loss;
+        snprintf(buf, cap, "%.2f%% %s", fabs(rel), rel > 0 ? "above (worse than)" : "below (better than)");
+    } else {
+        const double d = 100 * (r->eval_accuracy - b->eval_accuracy);
+        snprintf(buf, cap, "%.2f points %s", fabs(d), d >= 0 ? "above" : "below");
+    }
+    return buf;
+}
+
+static int color_taken(const mp_report_run *rr, int n, const char *c) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(rr[i].color, c) == 0) return 1;
+    return 0;
+}
+
+/* want, unless one of the first n runs has it already (a mode with switches has its mode's colour): then the first
+ * colour of a spare palette that none of them has. */
+static const char *distinct_color(const mp_report_run *rr, int n, const char *want) {
+    static const char *const spare[] = {"#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#9467bd", "#8c564b", "#ff7f0e",
+                                        "#2ca02c"};
+    if (!color_taken(rr, n, want)) return want;
+    for (size_t k = 0; k < sizeof spare / sizeof spare[0]; k++)
+        if (!color_taken(rr, n, spare[k])) return spare[k];
+    return want; /* compare runs at most 8 modes, so n < 8 and a spare is free */
+}
+
+/* An eval figure as the tables show it: "87.91%", "1.6234" or "not finite". */
+static const char *eval_figure(char *buf, size_t cap, const mp_report *rep, double v) {
+    if (!isfinite(v)) snprintf(buf, cap, "not finite");
+    else if (rep->eval_percent) snprintf(buf, cap, "%.2f%%", 100 * v);
+    else snprintf(buf, cap, "%.4f", v);
+    return buf;
+}
+
+/* The rows of "what each protection buys" in words, each with only its measured difference: under 0.5% of the
+ * reference's figure it says there is no measurable difference. Returns the length it needed (as snprintf). */
+static size_t reading_ablation(char *out, size_t cap, const mp_report *rep, const mp_report_ablation *ab, int nab,
+                               int ref) {
+    const mp_report_run *b = &rep->runs[ref];
+    const int higher_is_worse = !rep->eval_percent; /* a loss; else an accuracy */
+    char e1[32], e2[32];
+    size_t k = 0;
+#define ADD(...) k += (size_t)snprintf(out + (k < cap ? k : cap), k < cap ? cap - k : 0, __VA_ARGS__)
+    ADD("What each protection buys, measured against fp16-dynamic (every protection on: %s %s, %ld skipped step%s):",
+        rep->eval_name, eval_figure(e1, sizeof e1, rep, b->eval), b->skipped_total, b->skipped_total == 1 ? "" : "s");
+    for (int i = 0; i < nab; i++) {
+        const mp_report_run *u = &rep->runs[ab[i].run];
+        const double rel = b->eval != 0 ? fabs(ab[i].delta / b->eval) : INFINITY;
+        ADD("%s without %s (%s), %s %s", i ? ";" : "", ab[i].protection, u->name, rep->eval_name,
+            eval_figure(e1, sizeof e1, rep, ab[i].eval));
+        if (!isfinite(ab[i].delta))
+            ADD(" (inf or NaN)");
+        else if (rel < 0.005)
+            ADD(", no measurable difference in this run (%.2f%% of the reference's figure, under 0.5%%)", 100 * rel);
+        else if (rep->eval_percent)
+            ADD(", %.2f points %s", 100 * fabs(ab[i].delta), ab[i].delta < 0 ? "lower (worse)" : "higher (better)");
+        else
+            ADD(", %s (%.2f%%) %s", eval_figure(e2, sizeof e2, rep, fabs(ab[i].delta)), 100 * rel,
+                (ab[i].delta > 0) == higher_is_worse ? "higher (worse)" : "lower (better)");
+        ADD(", %ld skipped step%s", u->skipped_total, u->skipped_total == 1 ? "" : "s");
+    }
+    ADD(".\n\n");
+#undef ADD
+    return k;
+}
+
+/* "What each protection buys" as a console table. */
+static void print_ablation(FILE *out, const mp_report *rep, const mp_report_ablation *ab, int nab, int ref) {
+    char e[32];
+    fprintf(out, "\nwhat each protection buys, against fp16-dynamic (%s %s, %ld skipped):\n", rep->eval_name,
+           eval_figure(e, sizeof e, rep, rep->runs[ref].eval), rep->runs[ref].skipped_total);
+    fprintf(out, "%-20s %-36s %10s %18s %8s\n", "protection removed", "run", rep->eval_percent ? "test acc" : "val loss",
+           "difference", "skipped");
+    for (int i = 0; i < nab; i++) {
+        const mp_report_run *u = &rep->runs[ab[i].run];
+        char d[32];
+        if (!isfinite(ab[i].delta)) snprintf(d, sizeof d, "-");
+        else if (rep->eval_percent) snprintf(d, sizeof d, "%+.2f points", 100 * ab[i].delta);
+        else snprintf(d, sizeof d, "%+.4f (%+.2f%%)", ab[i].delta, 100 * ab[i].delta / rep->runs[ref].eval);
+        fprintf(out, "%-20s %-36s %10s %18s %8ld\n", ab[i].protection, u->name, eval_figure(e, sizeof e, rep, ab[i].eval), d,
+               u->skipped_total);
+    }
+}
+
+/* The plain-language reading, from the numbers. */
+static void reading(char *out, size_t cap, const mp_compare_mode *runs, int n, const char *model, const mp_report *rep,
+                    const mp_report_ablation *ab, int nab, int ref) {
+    const mp_run_result *f32 = find(runs, n, "fp32"), *f16 = find(runs, n, "fp16"), *dyn = find(runs, n, "fp16-dynamic");
+    const mp_run_result *bf = find(runs, n, "bf16"), *naive = find(runs, n, "fp16-naive");
+    char e1[64], e2[64], e3[64];
+    size_t k = 0;
+#define ADD(...) k += (size_t)snprintf(out + k, k < cap ? cap - k : 0, __VA_ARGS__)
+    ADD("Every mode trained the same network (%s) from the same initial weights on the same batches. Gradients are "
+        "computed in the mode's format; fp16 can only hold magnitudes between 6.0e-8 (its smallest subnormal) and "
+        "65504, and anything smaller than half of 6.0e-8 is stored as exactly zero: that gradient is lost.\n\n",
+        model);
+    if (f16) {
+        int worst = 0;
+        for (int l = 1; l < f16->ntensors; l++) worst = mean_tensor(f16, l) > mean_tensor(f16, worst) ? l : worst;
+        ADD("fp16 without loss scaling: %.2f%% of the gradient values it stored became zero (%.2f%% in %s). ",
+            100 * f16->underflow, f16->ntensors ? 100 * mean_tensor(f16, worst) : 0.0,
+            f16->ntensors ? f16->tensor_names[worst] : "-");
+        if (f32) {
+            const int worse = strcmp(f16->model_kind, "gpt") == 0 ? f16->eval_loss > f32->eval_loss * 1.005
+                                                                  : f16->eval_accuracy < f32->eval_accuracy - 0.005;
+            if (worse)
+                ADD("It ended at %s, %s fp32 (%s).\n\n", eval_text(e1, sizeof e1, f16),
+                    eval_diff(e2, sizeof e2, f16, f32), eval_text(e3, sizeof e3, f32));
+            else
+                ADD("It still ended at %s against fp32's %s: in this run the values lost were too few, or too small, "
+                    "to change the result, but they are lost all the same and the share grows as gradients shrink "
+                    "(deeper networks, larger batches, later in training).\n\n",
+                    eval_text(e1, sizeof e1, f16), eval_text(e2, sizeof e2, f32));
+        }
+    }
+    if (dyn) {
+        ADD("fp16-dynamic multiplies the loss by a scale S before the backward pass, so every gradient is S times larger "
+            "and lands inside fp16's range, then divides by S in fp32 before the update (for a power of two this is "
+            "exact). It ended with S = %g after %ld skipped step%s (a step is skipped and S halved when the scaled "
+            "gradients overflow to inf; S doubles again after a run of clean steps). Only %.4f%% of the gradient values "
+            "became zero",
+            dyn->final_scale, dyn->skipped_total, dyn->skipped_total == 1 ? "" : "s", 100 * dyn->underflow);
+        if (f16 && dyn->underflow > 0) ADD(", %.0f times fewer than without scaling", f16->underflow / dyn->underflow);
+        else if (f16) ADD(" (none at all, against %.2f%% without scaling)", 100 * f16->underflow);
+        if (f32) ADD("; %s, %s fp32's", eval_text(e1, sizeof e1, dyn), eval_diff(e2, sizeof e2, dyn, f32));
+        ADD(".\n\n");
+    }
+    if (bf) {
+        ADD("bf16 keeps fp32's 8-bit exponent, so its range reaches down to 1e-38 like fp32: %.4f%% of its gradient "
+            "values became zero without any loss scaling. It has only 8 significant bits, which rounding to nearest "
+            "and fp32 master weights absorb: %s",
+            100 * bf->underflow, eval_text(e1, sizeof e1, bf));
+        if (f32) ADD(", %s fp32's", eval_diff(e2, sizeof e2, bf, f32));
+        ADD(".\n\n");
+    }
+    if (naive) {
+        long bad = 0; /* the first step whose loss was not finite */
+        while (bad < naive->nsteps && isfinite(naive->loss[bad])) bad++;
+        ADD("fp16-naive casts everything to fp16, as model.half() does: no master weights, fp16 reductions, no loss "
+            "scaling. ");
+        if (bad < naive->nsteps)
+            ADD("Its loss became NaN/inf at step %ld (its log names the first tensor that held it) and it ended at %s",
+                bad + 1, eval_text(e1, sizeof e1, naive));
+        else
+            ADD("It ended at %s", eval_text(e1, sizeof e1, naive));
+        if (f32 && isfinite(naive->eval_loss)) ADD(", %s fp32's", eval_diff(e2, sizeof e2, naive, f32));
+        ADD("; %.4f%% of its gradient values became zero, and %.4f%% of its weight updates were lost (finite and "
+            "nonzero in fp32, no change to the stored fp16 weight)",
+            100 * naive->underflow, 100 * naive->lost_updates);
+        if (dyn) ADD(", against %.4f%% in fp16-dynamic", 100 * dyn->lost_updates);
+        ADD(".\n\n");
+    }
+    for (int i = 0; i < n; i++) { /* the recipes, against bf16 (their compute format) and fp32 */
+        const mp_run_result *u = &runs[i].result;
+        if (!u->nquant) continue;
+        ADD("%s runs the Linear layers' GEMMs on quantized operands (%s): %.4f%% of the values it quantized saturated "
+            "and %.4f%% were flushed to zero; %s",
+            runs[i].name, u->format, 100 * u->quant_saturated_total, 100 * u->quant_flushed_total,
+            eval_text(e1, sizeof e1, u));
+        if (bf) ADD(", %s bf16's", eval_diff(e2, sizeof e2, u, bf));
+        if (f32) ADD(", %s fp32's", eval_diff(e2, sizeof e2, u, f32));
+        ADD(".\n\n");
+    }
+    if (nab) k += reading_ablation(out + (k < cap ? k : cap), k < cap ? cap - k : 0, rep, ab, nab, ref);
+    if (f32 && n > 1) {
+        const int gpt = strcmp(f32->model_kind, "gpt") == 0;
+        double spread = 0;
+        for (int i = 0; i < n; i++)
+            spread = fmax(spread, gpt ? fabs(runs[i].result.eval_loss - f32->eval_loss) / f32->eval_loss
+                                      : fabs(runs[i].result.eval_accuracy - f32->eval_accuracy));
+        if (spread > 0.005)
+            ADD("The modes round differently, so after the first step each follows its own path through training. "
+                "Their results differ by up to %.2f %s from fp32's; this comparison trains each mode once, with one "
+                "seed, so it does not measure how much of that the path alone would move.\n\n",
+                100 * spread, gpt ? "percent" : "points");
+    }
+    if (f32 && bf && bf->ms_per_step > 0)
+        ADD("Speed: a bf16 step took %.1f ms against %.1f ms in fp32 (%.2fx, medians); its matrix multiplies read bf16%s.",
+            bf->ms_per_step, f32->ms_per_step, f32->ms_per_step / bf->ms_per_step,
+            mp_cpu_isa() >= MP_ISA_AVX512_BF16 ? " and use the CPU's bf16 dot-product instruction"
+                                                : ", widened to fp32 (this CPU has no bf16 dot-product instruction)");
+#undef ADD
+}
+
+/* DIR/summary.json: the command, the ablation and every mode's summary, kept
+ * in res->summary too. */
+static mp_status write_summary(const char *out, const char *cmdline, mp_compare_result *res,
+                               const mp_report_ablation *ab, int nab) {
+    const mp_compare_mode *runs = res->modes;
+    const int n = res->n;
+    cJSON *all = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(all, "runs");
+    cJSON_AddStringToObject(all, "command", cmdline);
+    cJSON *abl = cJSON_AddArrayToObject(all, "ablation");
+    for (int i = 0; i < nab; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "protection", ab[i].protection);
+        cJSON_AddStringToObject(o, "run", runs[ab[i].run].name);
+        cJSON_AddNumberToObject(o, "eval", ab[i].eval);
+        cJSON_AddNumberToObject(o, "delta", ab[i].delta);
+        cJSON_AddItemToArray(abl, o);
+    }
+    int bad = 0;
+    for (int r = 0; r < n; r++) { /* the per-mode summaries, side by side */
+        cJSON *j = runs[r].result.summary ? cJSON_Parse(runs[r].result.summary) : NULL;
+        if (j) cJSON_AddItemToArray(arr, j);
+        else bad = 1;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%.4000s/summary.json", out);
+    char *text = cJSON_Print(all);
+    cJSON_Delete(all);
+    if (!text) return mp_error(MP_ENOMEM, "%s: out of memory", path);
+    res->summary = text;
+    const mp_status st = mp_write_file_atomic(path, &(mp_chunk){text, strlen(text)}, 1);
+    if (st != MP_OK) return st;
+    return bad ? mp_error(MP_ECORRUPT, "%s: a run's summary was missing or could not be parsed", path) : MP_OK;
+}
+
+static double seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A comparison under way: where it prints, and its first failure. */
+typedef struct {
+    mp_run_io io;
+    FILE *out;       /* io.out, or NULL */
+    int writer;      /* rank 0: writes DIR and prints the table */
+    mp_status status;
+    char msg[960];
+} cmp;
+
+/* A failure: kept if it is the first, printed as "PREFIX: message" on rank 0. */
+static mp_status fail(cmp *c, mp_status st, const char *fmt, ...) MP_PRINTF(3, 4);
+static mp_status fail(cmp *c, mp_status st, const char *fmt, ...) {
+    char msg[960];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!c->status) c->status = st, snprintf(c->msg, sizeof c->msg, "%s", msg);
+    if (c->writer && c->io.err) fprintf(c->io.err, "%s: %s\n", c->io.prefix, msg);
+    return st;
+}
+
+/* The spec cannot work: printed with a pointer to the help. */
+static mp_status invalid(cmp *c, const char *fmt, ...) MP_PRINTF(2, 3);
+static mp_status invalid(cmp *c, const char *fmt, ...) {
+    char msg[960];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!c->status) c->status = MP_EINVAL, snprintf(c->msg, sizeof c->msg, "%s", msg);
+    if (c->writer && c->io.err) fprintf(c->io.err, "%s: %s (see '%s --help')\n", c->io.prefix, msg, c->io.prefix);
+    return MP_EINVAL;
+}
+
+/* The modes of c->precisions into each spec's precision and each mode's name. */
+static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_spec *opts, mp_compare_result *res) {
+    const mp_run_spec *base = &c->run;
+    if (base->precision != NULL && strcmp(base->precision, "fp32") != 0)
+        return invalid(x, "the precision is set by compare itself, one run per mode of the list");
+    if (base->log || base->summary || base->save)
+        return invalid(x, "%s is set by compare itself", base->log ? "--log" : base->summary ? "--summary" : "--save");
+    if (!c->out || strlen(c->out) > 4000) return invalid(x, "--out is %s", c->out ? "too long" : "missing");
+    snprintf(list, 512, "%s", c->precisions ? c->precisions : "fp32,fp16,fp16-dynamic,bf16");
+    int n = 0;
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == MP_COMPARE_MAX) return invalid(x, "at most %d precisions", MP_COMPARE_MAX);
+        opts[n] = *base;
+        opts[n].precision = tok;
+        mp_precision p;
+        if (mp_precision_parse(tok, &p, NULL) != MP_OK) return invalid(x, "%s", mp_last_error());
+        if (mp_run_check(&opts[n], &p) != MP_OK) return invalid(x, "%s: %s", tok, mp_last_error());
+        snprintf(res->modes[n].name, sizeof res->modes[n].name, "%s", p.label); /* tok with the switches applied */
+        n++;
+    }
+    if (n == 0) return invalid(x, "--precisions is empty");
+    res->n = n;
+    return MP_OK;
+}
+
+/* Each mode's run, its output into DIR/MODE.txt and its files beside it; a
+ * line on out per mode. res->n becomes the number that ran. */
+static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, mp_compare_result *res) {
+    mp_compare_mode *runs = res->modes;
+    const mp_run_ranks *ranks = c->run.ranks;
+    FILE *out = x->out;
+    int namew = 14, done = 0; /* the mode column fits the longest label */
+    for (int r = 0; r < res->n; r++) namew = (int)strlen(runs[r].name) > namew ? (int)strlen(runs[r].name) : namew;
+    for (int r = 0; r < res->n; r++) {
+        char csv[4200], js[4200], ckpt[4200], txt[4200];
+        snprintf(csv, sizeof csv, "%.4000s/%.63s.csv", c->out, runs[r].name);
+        snprintf(js, sizeof js, "%.4000s/%.63s.json", c->out, runs[r].name);
+        snprintf(ckpt, sizeof ckpt, "%.4000s/%.63s.ckpt", c->out, runs[r].name);
+        snprintf(txt, sizeof txt, "%.4000s/%.63s.txt", c->out, runs[r].name);
+        opts[r].log = csv, opts[r].summary = js;
+        if (c->checkpoints) opts[r].save = ckpt;
+        if (out) fprintf(out, "  %-*s ...", namew, runs[r].name), fflush(out);
+        FILE *f = fopen(x->writer ? txt : "/dev/null", "w");
+        int first;
+        if (ranks && ranks->size > 1 ? ranks->agree(ranks->ctx, !f, &first) : !f) {
+            if (f) fclose(f);
+            if (out) fputc('\n', out);
+            fail(x, MP_EIO, "%s: cannot create", txt);
+            break;
+        }
+        const double t0 = seconds();
+        const mp_run_io io = {.out = f, .err = x->io.err, .prefix = x->io.prefix};
+        const mp_status st = mp_run(&opts[r], &io, &runs[r].result);
+        const int wbad = fclose(f) != 0;
+        if (out)
+            fprintf(out, " %s in %.1f s (log: %s)\n", st == MP_OK ? "done" : runs[r].result.invalid ? "failed" : "stopped early",
+                    seconds() - t0, txt);
+        res->invalid |= runs[r].result.invalid;
+        if (wbad) fail(x, MP_EIO, "%s: cannot write", txt);
+        if (st != MP_OK && runs[r].result.nsteps == 0) { /* nothing to show */
+            fail(x, st, "%s: training failed (see %s)", runs[r].name, txt);
+            mp_run_result_free(&runs[r].result);
+            break;
+        }
+        done++;
+    }
+    res->n = done;
+}
+
+/* The warnings a comparison adds: a mode whose evaluation is off fp32's. */
+static void warn_against_fp32(mp_compare_result *res) {
+    const mp_run_result *f32 = find(res->modes, res->n, "fp32");
+    for (int r = 0; f32 && r < res->n; r++) {
+        mp_run_result *u = &res->modes[r].result;
+        const int gpt = strcmp(u->model_kind, "gpt") == 0;
+        if (u == f32 || u->nwarnings >= MP_RUN_WARNINGS) continue;
+        if (gpt && u->eval_loss > f32->eval_loss * 1.02)
+            snprintf(u->warnings[u->nwarnings++], sizeof u->warnings[0],
+                     "validation loss %.4f is %.2f%% above the fp32 run's %.4f", u->eval_loss,
+                     100 * (u->eval_loss / f32->eval_loss - 1), f32->eval_loss);
+        else if (!gpt && u->eval_accuracy < f32->eval_accuracy - 0.005)
+            snprintf(u->warnings[u->nwarnings++], sizeof u->warnings[0],
+                     "test accuracy %.2f%% is %.2f points below the fp32 run's %.2f%%", 100 * u->eval_accuracy,
+                     100 * (f32->eval_accuracy - u->eval_accuracy), 100 * f32->eval_accuracy);
+    }
+}
+
+/* The summary table and the warnings. */
+static void print_table(FILE *out, const mp_compare_result *res) {
+    const mp_compare_mode *runs = res->modes;
+    const int n = res->n, gpt = strcmp(runs[0].result.model_kind, "gpt") == 0;
+    const mp_run_result *f32 = find(runs, n, "fp32");
+    int namew = 14;
+    for (int r = 0; r < n; r++) namew = (int)strlen(runs[r].name) > namew ? (int)strlen(runs[r].name) : namew;
+    fprintf(out, "\n%-*s %10s %9s %8s %10s %11s %11s %11s %11s %9s %8s %9s\n", namew, "mode", "train loss",
+            gpt ? "val loss" : "test acc", "skipped", "final scale", "underflow", "grads lost", "dead grads",
+            "upd. lost", "ms/step", "memory", "speed-up");
+    for (int r = 0; r < n; r++) {
+        const mp_run_result *u = &runs[r].result;
+        char sp[16] = "-", ev[16], tl[16];
+        if (f32 && u->ms_per_step > 0) snprintf(sp, sizeof sp, "%.2fx", f32->ms_per_step / u->ms_per_step);
+        if (gpt) snprintf(ev, sizeof ev, isfinite(u->eval_loss) ? "%.4f" : "NaN/inf", u->eval_loss);
+        else snprintf(ev, sizeof ev, "%.2f%%", 100 * u->eval_accuracy);
+        snprintf(tl, sizeof tl, isfinite(u->last_loss) ? "%.4f" : "NaN/inf", u->last_loss);
+        fprintf(out, "%-*s %10s %9s %8ld %10g %10.4f%% %10.4f%% %10.2f%% %10.4f%% %9.1f %5.0f MiB %9s\n", namew,
+                runs[r].name, tl, ev, u->skipped_total, u->final_scale, 100 * u->underflow, 100 * u->lost_gradients,
+                100 * u->dead_gradients, 100 * u->lost_updates, u->ms_per_step, u->memory_mib, sp);
+    }
+    for (int r = 0; r < n; r++)
+        for (int k = 0; k < runs[r].result.nwarnings; k++)
+            fprintf(out, "warning: %s: %s\n", runs[r].name, runs[r].result.warnings[k]);
+}
+
+/* The report's view of the runs (pointing into res): rr, rq and warn_ptr are the caller's. */
+typedef struct {
+    mp_report_run rr[MP_COMPARE_MAX];
+    mp_report_quant rq[MP_COMPARE_MAX];
+    const char *warn_ptr[MP_COMPARE_MAX][MP_RUN_WARNINGS];
+} report_runs;
+
+static mp_report report_of(report_runs *v, const mp_compare_result *res, const char *command, const char *reading_text) {
+    const mp_compare_mode *runs = res->modes;
+    const int n = res->n, gpt = strcmp(runs[0].result.model_kind, "gpt") == 0;
+    int baseline = -1;
+    for (int r = 0; r < n; r++) {
+        const mp_run_result *u = &runs[r].result;
+        const mp_precision *p = &u->precision;
+        for (int k = 0; k < u->nwarnings; k++) v->warn_ptr[r][k] = u->warnings[k];
+        if (p->compute == MP_F32 && baseline < 0) baseline = r;
+        mp_report_run *rr = &v->rr[r];
+        *rr = (mp_report_run){.name = runs[r].name, .format = u->format, .color = p->color,
+                              .nsteps = u->nsteps, .loss = u->loss, .scale = u->scale, .skipped = u->skipped,
+                              .nlayers = u->ntensors, .layer_names = (const char (*)[64])u->tensor_names,
+                              .layer_underflow = u->tensor_underflow, .eval = gpt ? u->eval_loss : u->eval_accuracy,
+                              .last_loss = u->last_loss, .underflow = u->underflow,
+                              .lost_gradients = u->lost_gradients, .dead_gradients = u->dead_gradients,
+                              .lost_updates = u->lost_updates,
+                              .ms_per_step = u->ms_per_step, .memory_mib = u->memory_mib,
+                              .final_scale = u->final_scale, .skipped_total = u->skipped_total,
+                              .has_hist = u->has_hist, .hist_lo = MP_RUN_HIST_LO, .hist_zeros = u->hist_zeros,
+                              .hist_scale = u->hist_scale, .warnings = v->warn_ptr[r], .nwarnings = u->nwarnings,
+                              .tensors = u->tensor_totals, .headroom_format = u->headroom_format,
+                              .skips = u->skips, .nskips = u->nskips};
+        memcpy(rr->hist, u->hist, sizeof rr->hist);
+        rr->neval = u->neval, rr->eval_steps = u->eval_steps, rr->eval_losses = u->eval_losses;
+        rr->sample = u->sample, rr->sample_printable = u->sample_printable, rr->sample_words = u->sample_words;
+        rr->precision = p;
+        rr->color = distinct_color(v->rr, r, p->color);
+        v->rq[r] = (mp_report_quant){u->nquant, (const char (*)[64])u->quant_names, u->quant_totals, u->quant_scale,
+                                     u->quant_saturated, u->quant_flushed};
+        rr->quant = u->nquant ? &v->rq[r] : NULL;
+    }
+    const mp_format_info *h = mp_format(MP_F16);
+    return (mp_report){.title = "mixprec: the same network in several precisions", .command = command,
+                       .reading = reading_text, .fp16_min_subnormal = h->min_subnormal, .fp16_min_normal = h->min_normal,
+                       .fp16_max = h->max, .eval_name = gpt ? "validation loss" : "test accuracy",
+                       .eval_percent = !gpt, .eval_loss_name = gpt ? "validation loss" : "test loss",
+                       .baseline = baseline, .runs = v->rr, .nruns = n};
+}
+
+mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_result *res) {
+    if (!c || !res) return mp_error(MP_EINVAL, "mp_compare: NULL argument");
+    memset(res, 0, sizeof *res);
+    cmp x = {.writer = !c->run.ranks || c->run.ranks->rank == 0};
+    if (io) x.io = *io;
+    if (!x.io.prefix) x.io.prefix = "mixprec";
+    FILE *const out = x.writer ? x.io.out : NULL;
+    x.out = out;
+    const char *command = c->command ? c->command : "mixprec compare";
+    char list[512];
+    mp_run_spec opts[MP_COMPARE_MAX];
+    if (modes(&x, c, list, opts, res) != MP_OK) return res->n = 0, res->invalid = 1, mp_error(MP_EINVAL, "%s", x.msg);
+    /* with ranks the modes train one after the other on every rank; rank 0 alone writes DIR */
+    const int bad = x.writer && mkdir(c->out, 0755) != 0 && errno != EEXIST, err = errno;
+    int first;
+    const mp_run_ranks *ranks = c->run.ranks;
+    if (ranks && ranks->size > 1 ? ranks->agree(ranks->ctx, bad, &first) : bad) {
+        res->n = 0;
+        fail(&x, MP_EIO, "%s: cannot create (%s)", c->out, strerror(err));
+        return mp_error(x.status, "%s", x.msg);
+    }
+    run_modes(&x, c, opts, res);
+    if (res->n > 0 && x.writer) { /* the table, the report and the summary are rank 0's */
+        warn_against_fp32(res);
+        if (out) print_table(out, res);
+        report_runs *view = calloc(1, sizeof *view);
+        char *text = calloc(1, 8192);
+        if (!view || !text) {
+            free(view), free(text);
+            fail(&x, MP_ENOMEM, "out of memory");
+            return mp_error(x.status, "%s", x.msg);
+        }
+        const mp_report rep = report_of(view, res, command, text);
+        mp_report_ablation ab[MP_COMPARE_MAX];
+        int ref;
+        const int nab = mp_report_ablation_rows(&rep, ab, MP_COMPARE_MAX, &ref);
+        if (nab && out) print_ablation(out, &rep, ab, nab, ref);
+        reading(text, 8192, res->modes, res->n, c->run.model, &rep, ab, nab, ref);
+        res->reading = text;
+        if (out) fprintf(out, "\n%s\n", text);
+        char html[4200];
+        snprintf(html, sizeof html, "%.4000s/report.html", c->out);
+        mp_status st = mp_report_write(html, &rep);
+        if (st != MP_OK) fail(&x, st, "%s", mp_last_error());
+        else if (out) fprintf(out, "\nreport: %s\n", html);
+        if ((st = write_summary(c->out, command, res, ab, nab)) != MP_OK) fail(&x, st, "%s", mp_last_error());
+        free(view);
+    }
+    if (res->n == 0 && !x.status) x.status = MP_EIO, snprintf(x.msg, sizeof x.msg, "no mode ran");
+    return x.status ? mp_error(x.status, "%s", x.msg) : MP_OK;
+}
+
+void mp_compare_result_free(mp_compare_result *r) {
+    if (!r) return;
+    for (int i = 0; i < MP_COMPARE_MAX; i++) mp_run_result_free(&r->modes[i].result);
+    free(r->summary), free(r->reading);
+    memset(r, 0, sizeof *r);
+}
