@@ -518,3 +518,33 @@ void mp_compare_result_free(mp_compare_result *r) {
     free(r->summary), free(r->reading);
     memset(r, 0, sizeof *r);
 }
+
+void mp_compare_defaults(mp_compare_spec *c) {
+    if (!c) return;
+    memset(c, 0, sizeof *c);
+    mp_run_defaults(&c->run);
+    c->run.precision = NULL, c->run.hist_every = 10, c->run.sample_bytes = 300;
+    c->precisions = "fp32,fp16,fp16-dynamic,bf16", c->out = "mixprec-compare";
+}
+
+mp_status mp_compare_option(mp_compare_spec *c, const char *name, const char *value) {
+    if (!c || !name) return mp_error(MP_EINVAL, "mp_compare_option: NULL argument");
+    if (!strcmp(name, "precisions") || !strcmp(name, "out")) {
+        if (!value) return mp_error(MP_EINVAL, "option --%s needs a value", name);
+        *(!strcmp(name, "out") ? &c->out : &c->precisions) = value;
+        return MP_OK;
+    }
+    if (!strcmp(name, "checkpoints")) {
+        if (value) return mp_error(MP_EINVAL, "--checkpoints takes no value");
+        c->checkpoints = 1;
+        return MP_OK;
+    }
+    if (!strcmp(name, "precision") || !strcmp(name, "log") || !strcmp(name, "summary") || !strcmp(name, "save"))
+        return mp_error(MP_EINVAL, "--%s is set by compare itself", name);
+    return mp_run_option(&c->run, name, value);
+}
+
+size_t mp_compare_spec_size(void) { return sizeof(mp_compare_spec); }
+size_t mp_compare_result_size(void) { return sizeof(mp_compare_result); }
+const char *mp_compare_result_summary(const mp_compare_result *r) { return r ? r->summary : NULL; }
+const char *mp_compare_result_reading(const mp_compare_result *r) { return r ? r->reading : NULL; }

@@ -31,6 +31,17 @@ void mp_run_result_free(mp_run_result *r) {
 /* Prints to the run's output stream, when it has one. */
 #define OUT(...) (out ? fprintf(out, __VA_ARGS__) : 0)
 
+size_t mp_run_spec_size(void) { return sizeof(mp_run_spec); }
+size_t mp_run_result_size(void) { return sizeof(mp_run_result); }
+const char *mp_run_result_summary(const mp_run_result *r) { return r ? r->summary : NULL; }
+
+long mp_run_result_steps(const mp_run_result *r, const float **loss, const float **scale, const uint8_t **skipped) {
+    if (loss) *loss = r ? r->loss : NULL;
+    if (scale) *scale = r ? r->scale : NULL;
+    if (skipped) *skipped = r ? r->skipped : NULL;
+    return r ? r->nsteps : 0;
+}
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

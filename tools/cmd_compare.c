@@ -2,7 +2,6 @@
  * in several precision modes: the options into mp_compare (mixprec/compare.h). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "run.h"
@@ -39,58 +38,36 @@ static const char demo_usage[] =
     "instead: a deep MLP on Fashion-MNIST where fp16's gradient underflow costs\n"
     "accuracy. It prints the `mixprec compare` command that reproduces it.\n";
 
-/* A GPT run's sample for the report: bytes its final model writes after "\n". */
-#define COMPARE_SAMPLE_BYTES 300
-
 static int run_compare(int argc, char **argv);
 
 const cli_command cmd_compare = {"compare", "train in several precisions side by side; summary and HTML report", NULL,
                                  run_compare};
 
 static int run_compare(int argc, char **argv) {
-    mp_compare_spec c = {.precisions = "fp32,fp16,fp16-dynamic,bf16", .out = "mixprec-compare"};
-    char **rest = calloc((size_t)argc + 3, sizeof *rest);
-    if (!rest) return fprintf(stderr, "mixprec compare: out of memory\n"), 1;
-    int nr = 0, has_hist = 0;
-    rest[nr++] = argv[0];
+    mp_compare_spec c;
+    mp_compare_defaults(&c);
     char cmdline[4096] = "mixprec compare";
     size_t cl = strlen(cmdline);
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_head, stdout);
-            fputs(mp_run_options_help(), stdout);
-            return free(rest), 0;
-        }
-        if (!strcmp(argv[i], "--precisions") || !strcmp(argv[i], "--out")) {
-            const char *v = cli_value("compare", argc, argv, &i);
-            if (!v) return free(rest), CLI_USAGE;
-            if (!strcmp(argv[i - 1], "--out")) c.out = v;
-            else c.precisions = v;
-            cl += (size_t)snprintf(cmdline + cl, cl < sizeof cmdline ? sizeof cmdline - cl : 0, " %s %s", argv[i - 1], v);
-            continue;
-        }
-        if (!strcmp(argv[i], "--checkpoints")) {
-            c.checkpoints = 1;
-            cl += (size_t)snprintf(cmdline + cl, cl < sizeof cmdline ? sizeof cmdline - cl : 0, " %s", argv[i]);
-            continue;
-        }
-        if (!strcmp(argv[i], "--precision") || !strcmp(argv[i], "--log") || !strcmp(argv[i], "--summary") ||
-            !strcmp(argv[i], "--save"))
-            return free(rest), cli_usage_error("compare", "%s is set by compare itself", argv[i]);
-        has_hist |= !strcmp(argv[i], "--hist-every");
-        rest[nr++] = argv[i];
-        cl += (size_t)snprintf(cmdline + cl, cl < sizeof cmdline ? sizeof cmdline - cl : 0, " %s", argv[i]);
+        const char *a = argv[i], *name = strncmp(a, "--", 2) == 0 ? a + 2 : "";
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            return fputs(usage_head, stdout), fputs(mp_run_options_help(), stdout), 0;
+        const int takes = !strcmp(name, "precisions") || !strcmp(name, "out") ? 1
+                          : !strcmp(name, "checkpoints")                      ? 0
+                                                                               : mp_run_option_takes_value(name);
+        if (takes < 0) return cli_usage_error("compare", "unknown option '%s'", a);
+        const char *v = takes ? cli_value("compare", argc, argv, &i) : NULL;
+        if (takes && !v) return CLI_USAGE;
+        if (mp_compare_option(&c, name, v) != MP_OK) return cli_usage_error("compare", "%s", mp_last_error());
+        cl += (size_t)snprintf(cmdline + cl, cl < sizeof cmdline ? sizeof cmdline - cl : 0, " %s%s%s", a, v ? " " : "",
+                               v ? v : "");
     }
-    if (!has_hist) rest[nr++] = (char *)"--hist-every", rest[nr++] = (char *)"10";
-    int rc = run_parse("compare", nr, rest, &c.run);
-    free(rest);
-    if (rc) return rc;
-    c.run.sample_bytes = COMPARE_SAMPLE_BYTES;
+    run_ranks(&c.run);
     c.command = cmdline;
     const mp_run_io io = run_io("compare", stdout);
     mp_compare_result r;
     const mp_status st = mp_compare(&c, &io, &r);
-    rc = st == MP_OK ? 0 : r.invalid ? CLI_USAGE : 1;
+    const int rc = st == MP_OK ? 0 : r.invalid ? CLI_USAGE : 1;
     mp_compare_result_free(&r);
     return rc;
 }

@@ -16,12 +16,16 @@ int run_parse(const char *cmd, int argc, char **argv, mp_run_spec *s) {
         if (takes && !v) return CLI_USAGE;
         if (mp_run_option(s, name, v) != MP_OK) return cli_usage_error(cmd, "%s", mp_last_error());
     }
+    run_ranks(s);
+    if (mp_run_check(s, NULL) != MP_OK) return cli_usage_error(cmd, "%s", mp_last_error());
+    return 0;
+}
+
+void run_ranks(mp_run_spec *s) {
     s->ranks = dist_ranks();
     if (dist_fault_read()) /* this rank's data cannot be read */
         s->data = strncmp(s->model, "gpt:", 4) == 0 ? "text:/nonexistent/mixprec-fault-injected"
                                                     : "/nonexistent/mixprec-fault-injected";
-    if (strcmp(cmd, "compare") != 0 && mp_run_check(s, NULL) != MP_OK) return cli_usage_error(cmd, "%s", mp_last_error());
-    return 0;
 }
 
 mp_run_io run_io(const char *cmd, FILE *out) {

@@ -9,11 +9,13 @@
 #include "cli.h"
 
 /* The run's defaults, then the options of argv[1..argc) (argv[0] is the
- * command name), the ranks of this process (dist.h) and the data fault of
- * the tests (MIXPREC_FAULT_DIST_READ). Returns 0, or CLI_USAGE after a
- * message. train: the spec is checked whole (mp_run_check); compare checks
- * it with each of its modes. */
+ * command name), then run_ranks; the spec checked whole (mp_run_check).
+ * Returns 0, or CLI_USAGE after a message. */
 int run_parse(const char *cmd, int argc, char **argv, mp_run_spec *s);
+
+/* This process's ranks (dist.h) into s, and the data fault of the tests
+ * (MIXPREC_FAULT_DIST_READ: this rank's data cannot be read). */
+void run_ranks(mp_run_spec *s);
 
 /* Where a run of cmd prints: out, failures on stderr as "mixprec CMD: ...",
  * and on a terminal (rank 0) a progress bar on stderr instead of step lines

@@ -62,6 +62,23 @@ mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_r
 /* Frees what r holds and zeroes it; NULL is a no-op. */
 void mp_compare_result_free(mp_compare_result *r);
 
+/* The defaults of `mixprec compare` into *c: mp_run_defaults, the modes
+ * fp32,fp16,fp16-dynamic,bf16, DIR mixprec-compare, a gradient histogram
+ * every 10 steps and a 300-byte sample of each final GPT, as the CLI does. */
+void mp_compare_defaults(mp_compare_spec *c);
+
+/* Sets an option of `mixprec compare` by its CLI name ("precisions", "out",
+ * "checkpoints", or a run option: mp_run_option). MP_EINVAL + message as
+ * mp_run_option does, and for the options compare sets itself ("precision",
+ * "log", "summary", "save"). */
+mp_status mp_compare_option(mp_compare_spec *c, const char *name, const char *value);
+
+/* For callers that cannot embed these structs (Python's ctypes). */
+size_t mp_compare_spec_size(void);
+size_t mp_compare_result_size(void);
+const char *mp_compare_result_summary(const mp_compare_result *r); /* r->summary (NULL: none) */
+const char *mp_compare_result_reading(const mp_compare_result *r); /* r->reading (NULL: none) */
+
 #ifdef __cplusplus
 }
 #endif

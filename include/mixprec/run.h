@@ -227,6 +227,14 @@ mp_status mp_run(const mp_run_spec *s, const mp_run_io *io, mp_run_result *r);
 /* Frees what r holds and zeroes it; NULL is a no-op. */
 void mp_run_result_free(mp_run_result *r);
 
+/* For callers that cannot embed these structs (Python's ctypes): their sizes
+ * (allocate, then mp_run_defaults), and the result's summary and steps. */
+size_t mp_run_spec_size(void);
+size_t mp_run_result_size(void);
+const char *mp_run_result_summary(const mp_run_result *r); /* r->summary (NULL: none) */
+/* r->nsteps, with r->loss, r->scale and r->skipped in the pointers given (each may be NULL). */
+long mp_run_result_steps(const mp_run_result *r, const float **loss, const float **scale, const uint8_t **skipped);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,8 @@ memory of numpy arrays and CPU tensors in place.
     convert(x, "fp16")             -> (codes, stats): x stored in a format, with what it lost
     underflow(g, "fp16", scales)   the figures of `mixprec underflow --json`
     explore(g, "page.html")        the interactive page of `mixprec explore`
+    train(model=..., precision=...)    a run of `mixprec train`, its summary as a dict
+    compare(precisions=[...], ...)     the modes side by side, as `mixprec compare`
 
 mixprec.torch.Monitor watches a PyTorch training loop (imports torch)."""
 import ctypes
@@ -13,8 +15,9 @@ import ctypes
 import numpy as np
 
 from ._lib import DTYPES, ConvertStats, MixprecError, Underflow, check, dtype_code, lib
+from ._train import compare, train
 
-__all__ = ["MixprecError", "version", "formats", "convert", "underflow", "explore"]
+__all__ = ["MixprecError", "version", "formats", "convert", "underflow", "explore", "train", "compare"]
 
 DEFAULT_SCALES = (1, 256, 4096, 65536, 1048576)  # as `mixprec underflow`
 

@@ -1,0 +1,118 @@
+"""Training runs through the library: mixprec.train and mixprec.compare call
+mp_run and mp_compare (include/mixprec/run.h, compare.h), as `mixprec train`
+and `mixprec compare` do, in this process."""
+import ctypes
+import json
+
+from ._lib import MixprecError, lib
+
+_P = ctypes.c_void_p
+for _name, _res, _args in [
+        ("mp_run_spec_size", ctypes.c_size_t, []),
+        ("mp_run_result_size", ctypes.c_size_t, []),
+        ("mp_run_defaults", None, [_P]),
+        ("mp_run_option", ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_char_p]),
+        ("mp_run", ctypes.c_int, [_P, _P, _P]),
+        ("mp_run_result_free", None, [_P]),
+        ("mp_run_result_summary", ctypes.c_char_p, [_P]),
+        ("mp_run_result_steps", ctypes.c_long, [_P, ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),
+                                                ctypes.POINTER(ctypes.POINTER(ctypes.c_float)),
+                                                ctypes.POINTER(ctypes.POINTER(ctypes.c_uint8))]),
+        ("mp_compare_spec_size", ctypes.c_size_t, []),
+        ("mp_compare_result_size", ctypes.c_size_t, []),
+        ("mp_compare_defaults", None, [_P]),
+        ("mp_compare_option", ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_char_p]),
+        ("mp_compare", ctypes.c_int, [_P, _P, _P]),
+        ("mp_compare_result_free", None, [_P]),
+        ("mp_compare_result_summary", ctypes.c_char_p, [_P]),
+        ("mp_compare_result_reading", ctypes.c_char_p, [_P])]:
+    _f = getattr(lib, _name)
+    _f.restype, _f.argtypes = _res, _args
+
+MP_EINVAL, MP_EOVERFLOW = 1, 7  # include/mixprec/status.h
+
+
+def _options(set_option, spec, options):
+    """Each keyword argument as the CLI option of the same name (underscores
+    for dashes): True is a flag, False and None leave the default, a list or
+    tuple is joined with commas, anything else is its str(). Returns the
+    encoded values, which must outlive the run (the spec points into them)."""
+    keep = []
+    for key, value in options.items():
+        if value is None or value is False:
+            continue
+        name = key.replace("_", "-").encode()
+        if value is True:
+            arg = None
+        elif isinstance(value, (list, tuple)):
+            arg = ",".join(str(v) for v in value).encode()
+        else:
+            arg = str(value).encode()
+        keep.append((name, arg))
+        if set_option(spec, name, arg) != 0:
+            raise MixprecError(lib.mp_last_error().decode(errors="replace"))
+    return keep
+
+
+def _raise(status):
+    raise MixprecError(lib.mp_last_error().decode(errors="replace") or lib.mp_status_str(status).decode())
+
+
+def train(**options):
+    """Trains as `mixprec train` does, with its options as keyword arguments
+    (mixprec train --help): train(model="gpt:2-2-64-64", precision="bf16",
+    steps=100, lr=3e-3, log="run.csv"). Silent; files only where asked
+    (log, summary, save, dump_grads).
+
+    Returns the run's summary (docs/LOGS.md: losses, evaluation, skipped steps,
+    per-tensor underflow, warnings, ...) as a dict, with "loss" and "scale"
+    per step added (the skipped steps are the summary's "skipped"). A run that stopped early (its loss scale at the
+    floor) returns its results; its warnings say so. Raises MixprecError with
+    the library's message for options that cannot work or a run that failed."""
+    spec = ctypes.create_string_buffer(lib.mp_run_spec_size())
+    result = ctypes.create_string_buffer(lib.mp_run_result_size())
+    lib.mp_run_defaults(spec)
+    keep = _options(lib.mp_run_option, spec, options)
+    status = lib.mp_run(spec, None, result)
+    try:
+        if status not in (0, MP_EOVERFLOW):
+            _raise(status)
+        out = json.loads(lib.mp_run_result_summary(result).decode())
+        loss, scale = ctypes.POINTER(ctypes.c_float)(), ctypes.POINTER(ctypes.c_float)()
+        n = lib.mp_run_result_steps(result, ctypes.byref(loss), ctypes.byref(scale), None)
+        out["loss"] = [loss[i] for i in range(n)]
+        out["scale"] = [scale[i] for i in range(n)]
+        return out
+    finally:
+        lib.mp_run_result_free(result)
+        del keep
+
+
+def compare(precisions=("fp32", "fp16", "fp16-dynamic", "bf16"), out="mixprec-compare", **options):
+    """Trains the same network once per precision mode, as `mixprec compare`
+    does: compare(precisions=["fp32", "fp16-dynamic"], model="mlp:784-32-10",
+    steps=20, batch=32, out="cmp"). The other keyword arguments are the
+    training options (mixprec train --help; not precision, log, summary or
+    save, which compare sets per mode); checkpoints=True also writes each
+    mode's checkpoint. Writes out/ (report.html, summary.json, each mode's
+    .csv, .json and .txt).
+
+    Returns summary.json's content as a dict ("command", "ablation", "runs":
+    each mode's summary), with "reading" (the text the report opens with) and
+    "report" (the report's path) added. Raises MixprecError with the library's
+    message for options that cannot work or a comparison that failed."""
+    spec = ctypes.create_string_buffer(lib.mp_compare_spec_size())
+    result = ctypes.create_string_buffer(lib.mp_compare_result_size())
+    lib.mp_compare_defaults(spec)
+    keep = _options(lib.mp_compare_option, spec, dict(options, precisions=precisions, out=out))
+    status = lib.mp_compare(spec, None, result)
+    try:
+        if status != 0:
+            _raise(status)
+        summary = json.loads(lib.mp_compare_result_summary(result).decode())
+        summary["reading"] = lib.mp_compare_result_reading(result).decode()
+        summary["report"] = str(out) + "/report.html"
+        return summary
+    finally:
+        lib.mp_compare_result_free(result)
+        del keep

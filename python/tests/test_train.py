@@ -1,0 +1,71 @@
+"""mixprec.train and mixprec.compare (the library's mp_run and mp_compare)
+against the mixprec command on the same options."""
+import json
+import math
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import mixprec
+from mixprec import MixprecError
+
+GPT = dict(model="gpt:1-2-16-16", batch=4, lr=3e-3, threads=1, eval_windows=4)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_text("".join("The cat sat on the mat, and the dog sat on the log number %d.\n" % i
+                            for i in range(1, 41)))
+    return "text:%s" % path
+
+
+def test_train_matches_the_command(cli, corpus, tmp_path):
+    s = mixprec.train(data=corpus, precision="fp16-dynamic", steps=5, log=tmp_path / "py.csv", **GPT)
+    assert s["precision"] == "fp16-dynamic" and s["steps"] == 5 and len(s["loss"]) == 5
+    assert all(math.isfinite(x) for x in s["loss"]) and s["scale"] == [65536.0] * 5 and s["skipped"] == []
+    assert np.float32(s["loss"][-1]) == np.float32(s["last_train_loss"])  # the JSON's 15 digits hold a float
+    args = [cli, "train", "--data", corpus, "--precision", "fp16-dynamic", "--steps", "5",
+            "--summary", str(tmp_path / "cli.json"), "--log", str(tmp_path / "cli.csv")]
+    for k, v in GPT.items():
+        args += ["--" + k.replace("_", "-"), str(v)]
+    subprocess.run(args, check=True, capture_output=True)
+    c = json.loads((tmp_path / "cli.json").read_text())
+    timing = {"ms_per_step", "tokens_per_s", "peak_memory_mib"}
+    assert {k: v for k, v in c.items() if k not in timing} == \
+        {k: v for k, v in s.items() if k not in timing | {"loss", "scale"}}
+    strip = lambda t: [",".join(r.split(",")[:12] + r.split(",")[13:]) for r in t.splitlines()]  # no "ms"
+    assert strip((tmp_path / "py.csv").read_text()) == strip((tmp_path / "cli.csv").read_text())
+
+
+def test_train_flags_lists_and_errors(corpus):
+    s = mixprec.train(data=corpus, precision="bf16", steps=2, no_shuffle=True, betas=(0.9, 0.95), **GPT)
+    assert s["precision"] == "bf16" and s["compute_format"] == "bf16" and s["steps"] == 2
+    with pytest.raises(MixprecError, match=r"--lr wants a number in \[0, 1e\+06\], not 'x'"):
+        mixprec.train(lr="x")
+    with pytest.raises(MixprecError, match="unknown option '--nonsense'"):
+        mixprec.train(nonsense=1)
+    with pytest.raises(MixprecError, match="--epochs and --steps exclude each other"):
+        mixprec.train(epochs=1, steps=2)
+    with pytest.raises(MixprecError, match="/nonexistent"):
+        mixprec.train(data="text:/nonexistent/corpus", steps=1, **GPT)
+
+
+def test_compare_is_the_ablation(corpus, tmp_path):
+    out = tmp_path / "cmp"
+    r = mixprec.compare(precisions=["fp32", "fp16-dynamic", "fp16-dynamic+master-weights=none"], data=corpus,
+                        steps=4, out=out, **GPT)
+    names = [run["precision"] for run in r["runs"]]
+    assert names == ["fp32", "fp16-dynamic", "fp16-dynamic+master-weights=none"]
+    assert [a["protection"] for a in r["ablation"]] == ["fp32 master weights"]
+    assert r["reading"].startswith("Every mode trained the same network (gpt:1-2-16-16)")
+    assert os.path.exists(r["report"]) and json.loads((out / "summary.json").read_text())["runs"][0] == r["runs"][0]
+    for name in names:
+        assert (out / (name + ".csv")).exists() and (out / (name + ".txt")).exists()
+    with pytest.raises(MixprecError, match="--log is set by compare itself"):
+        mixprec.compare(log="x.csv")
+    with pytest.raises(MixprecError, match="bogus"):
+        mixprec.compare(precisions=["fp32", "bogus"], out=tmp_path / "never")
+    assert not (tmp_path / "never").exists()
