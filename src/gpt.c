@@ -51,7 +51,7 @@ struct mp_gpt {
     mp_gpt_config cfg;
     mp_dtype ct;
     mp_dtype acc;           /* where reductions round: MP_F32 or ct (mp_gpt_set_reductions) */
-    mp_master_weights pure; /* where the parameters live */
+    mp_master_weights master; /* where the parameters live */
     size_t max_batch, es;
     size_t last_rows;       /* B T of the last mp_gpt_train_batch (mp_gpt_activation) */
     mp_param *wte, *wpe, *lnfw, *lnfb;
@@ -190,13 +190,6 @@ bad:
 
 /* ---- creation ---- */
 
-/* splitmix64: the uniform draws of the initialisation */
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* n values of N(0, std^2): Box-Muller on pairs of splitmix64 uniforms
  * u1, u2 in [0, 1) (53 bits): r = sqrt(-2 ln(1 - u1)), v[2i] = std r cos(2 pi u2),
@@ -204,7 +197,7 @@ static uint64_t splitmix64(uint64_t *s) {
  * the last sine. */
 static void normal_fill(float *v, size_t n, double std, uint64_t *rng) {
     for (size_t i = 0; i < n; i += 2) {
-        const double u1 = (double)(splitmix64(rng) >> 11) * 0x1p-53, u2 = (double)(splitmix64(rng) >> 11) * 0x1p-53;
+        const double u1 = (double)(mp_splitmix64(rng) >> 11) * 0x1p-53, u2 = (double)(mp_splitmix64(rng) >> 11) * 0x1p-53;
         const double r = sqrt(-2.0 * log(1.0 - u1)), th = 6.283185307179586 * u2;
         v[i] = (float)(std * r * cos(th));
         if (i + 1 < n) v[i + 1] = (float)(std * r * sin(th));
@@ -260,9 +253,7 @@ static mp_status add_param(mp_gpt *g, mp_optim *opt, const char *fmt, int l, siz
     else
         for (size_t i = 0; i < n; i++) init[i] = c;
     const int weight = d1 != 0;
-    mp_status st = g->pure == MP_MASTER_PURE_BF16 ? mp_optim_add_pure_bf16(opt, name, init, n, out)
-                   : g->pure == MP_MASTER_NONE    ? mp_optim_add_half(opt, name, init, n, g->ct, out)
-                                                  : mp_optim_add(opt, name, init, n, weight ? g->ct : MP_F32, out);
+    mp_status st = mp_optim_add_as(opt, name, init, n, g->ct, g->master, weight ? g->ct : MP_F32, out);
     if (st != MP_OK) return st;
     (*out)->no_decay = !weight;
     g->params[g->nparams] = *out;
@@ -295,15 +286,14 @@ static void reset_stats(mp_gpt *g) {
     name_stats(g);
 }
 
-mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_master_weights pure, size_t max_batch, mp_optim *opt,
+mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_master_weights master, size_t max_batch, mp_optim *opt,
                         uint64_t seed) {
     if (!out || !c || !opt || max_batch == 0) return mp_error(MP_EINVAL, "mp_gpt_create: bad argument");
     *out = NULL;
     if (ct != MP_F32 && ct != MP_F16 && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_gpt_create: compute format");
-    if (pure == MP_MASTER_PURE_BF16 && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_gpt_create: pure weights are bf16 only");
-    if (pure == MP_MASTER_NONE && ct == MP_F32) return mp_error(MP_EINVAL, "mp_gpt_create: no master weights needs fp16 or bf16");
-    if ((unsigned)pure > MP_MASTER_NONE) return mp_error(MP_EINVAL, "mp_gpt_create: master weights %d", (int)pure);
-    mp_status st = check_config(c, "mp_gpt_create");
+    mp_status st = mp_master_weights_check("mp_gpt_create", ct, master);
+    if (st != MP_OK) return st;
+    st = check_config(c, "mp_gpt_create");
     if (st != MP_OK) return st;
     const size_t L = (size_t)c->n_layer, H = (size_t)c->n_head, C = (size_t)c->n_embd, T = (size_t)c->block_size,
                  V = (size_t)c->vocab_size, B = max_batch, es = mp_format(ct)->size;
@@ -314,7 +304,7 @@ mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_ma
     const size_t N = B * T;
     mp_gpt *g = calloc(1, sizeof *g);
     if (!g) return mp_error(MP_ENOMEM, "mp_gpt_create: out of memory");
-    g->cfg = *c, g->ct = ct, g->acc = MP_F32, g->pure = pure, g->max_batch = B, g->es = es;
+    g->cfg = *c, g->ct = ct, g->acc = MP_F32, g->master = master, g->max_batch = B, g->es = es;
     g->capmem = 16 + 13 * L;
     g->nstats = 5 + (A_PER_LAYER + W_PER_LAYER) * L;
     const size_t np = 4 + 12 * L;
@@ -397,7 +387,7 @@ mp_status mp_gpt_set_recipe(mp_gpt *g, const mp_recipe *recipe, uint64_t seed) {
     const mp_recipe none = {.kind = MP_RECIPE_NONE}, copy = recipe ? *recipe : none, *r = &copy; /* may be g's own */
     free_recipe(g);
     if (r->kind == MP_RECIPE_NONE) return MP_OK;
-    if (g->ct != MP_BF16 || g->pure != MP_MASTER_FP32)
+    if (g->ct != MP_BF16 || g->master != MP_MASTER_FP32)
         return mp_error(MP_EINVAL, "gpt: the %s recipe runs with bf16 compute and fp32 master weights",
                         mp_recipe_name(r->kind));
     const size_t C = (size_t)g->cfg.n_embd, N = g->max_batch * (size_t)g->cfg.block_size;

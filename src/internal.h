@@ -17,6 +17,16 @@
 /* Records a formatted message for mp_last_error() and returns `s`. */
 mp_status mp_error(mp_status s, const char *fmt, ...) MP_PRINTF(2, 3);
 
+/* splitmix64's finalizer (Stafford's Mix13): a bijection of 64-bit words. */
+static inline uint64_t mp_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* splitmix64: the next word of the stream whose state is *s. */
+static inline uint64_t mp_splitmix64(uint64_t *s) { return mp_mix64(*s += 0x9e3779b97f4a7c15ull); }
+
 /* Splits [0, n) into up to mp_get_threads() shares of whole `align`-element
  * blocks (one share when n < min_parallel) and runs fn(ctx, i0, i1, t) for
  * share t on its own thread. Returns the number of shares, at most

@@ -11,7 +11,7 @@ struct mp_mlp {
     mp_mlp_config cfg;
     mp_dtype ct;
     mp_dtype acc;           /* where reductions round: MP_F32 or ct (mp_mlp_set_reductions) */
-    mp_master_weights pure; /* where the parameters live */
+    mp_master_weights master; /* where the parameters live */
     size_t max_batch;
     mp_param *w[L_MAX], *b[L_MAX], *lnw[L_MAX], *lnb[L_MAX];
     void *act[L_MAX + 1];  /* act[l]: input of Linear l (B, widths[l]), compute format */
@@ -55,12 +55,7 @@ mp_status mp_mlp_parse(const char *spec, mp_mlp_config *c) {
     return MP_OK;
 }
 
-static double uniform01(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
-}
+static double uniform01(uint64_t *s) { return (double)(mp_splitmix64(s) >> 11) * 0x1p-53; }
 
 static void free_recipe(mp_mlp *m) {
     for (int i = 0; m->q && i < 3 * m->cfg.nlayers; i++) mp_qtensor_free(&m->q[i]);
@@ -88,21 +83,19 @@ static mp_status add(mp_mlp *m, mp_optim *opt, const char *fmt, int l, const flo
                      mp_param **out) {
     char name[64];
     snprintf(name, sizeof name, fmt, l);
-    if (m->pure == MP_MASTER_NONE) return mp_optim_add_half(opt, name, init, n, m->ct, out);
-    return m->pure ? mp_optim_add_pure_bf16(opt, name, init, n, out) : mp_optim_add(opt, name, init, n, half, out);
+    return mp_optim_add_as(opt, name, init, n, m->ct, m->master, half, out);
 }
 
-mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, mp_master_weights pure, size_t max_batch, mp_optim *opt,
+mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, mp_master_weights master, size_t max_batch, mp_optim *opt,
                         uint64_t seed) {
     if (!out || !c || !opt || max_batch == 0) return mp_error(MP_EINVAL, "mp_mlp_create: bad argument");
     if (ct != MP_F32 && ct != MP_F16 && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_mlp_create: compute format");
-    if (pure == MP_MASTER_PURE_BF16 && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_mlp_create: pure weights are bf16 only");
-    if (pure == MP_MASTER_NONE && ct == MP_F32) return mp_error(MP_EINVAL, "mp_mlp_create: no master weights needs fp16 or bf16");
-    if ((unsigned)pure > MP_MASTER_NONE) return mp_error(MP_EINVAL, "mp_mlp_create: master weights %d", (int)pure);
+    mp_status st = mp_master_weights_check("mp_mlp_create", ct, master);
+    if (st != MP_OK) return st;
     if (c->nlayers < 1 || c->nlayers > L_MAX) return mp_error(MP_EINVAL, "mp_mlp_create: %d layers", c->nlayers);
     mp_mlp *m = calloc(1, sizeof *m);
     if (!m) return mp_error(MP_ENOMEM, "mp_mlp_create: out of memory");
-    m->cfg = *c, m->ct = ct, m->acc = MP_F32, m->pure = pure, m->max_batch = max_batch;
+    m->cfg = *c, m->ct = ct, m->acc = MP_F32, m->master = master, m->max_batch = max_batch;
     const size_t es = mp_format(ct)->size, B = max_batch;
     size_t maxw = 0, maxwn = 0;
     for (int l = 0; l <= c->nlayers; l++) maxw = (size_t)c->widths[l] > maxw ? (size_t)c->widths[l] : maxw;
@@ -127,7 +120,7 @@ mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, mp_ma
         return mp_error(MP_ENOMEM, "mp_mlp_create: out of memory for a batch of %zu", B);
     }
     uint64_t rng = seed;
-    mp_status st = MP_OK;
+    st = MP_OK;
     const mp_dtype half = ct == MP_F32 ? MP_F32 : ct;
     for (int l = 0; l < c->nlayers && st == MP_OK; l++) {
         const size_t in = (size_t)c->widths[l], outw = (size_t)c->widths[l + 1];
@@ -160,7 +153,7 @@ mp_status mp_mlp_set_recipe(mp_mlp *m, const mp_recipe *recipe, uint64_t seed) {
     const mp_recipe none = {.kind = MP_RECIPE_NONE}, copy = recipe ? *recipe : none, *r = &copy; /* may be m's own */
     free_recipe(m);
     if (r->kind == MP_RECIPE_NONE) return MP_OK;
-    if (m->ct != MP_BF16 || m->pure != MP_MASTER_FP32)
+    if (m->ct != MP_BF16 || m->master != MP_MASTER_FP32)
         return mp_error(MP_EINVAL, "mlp: the %s recipe runs with bf16 compute and fp32 master weights",
                         mp_recipe_name(r->kind));
     size_t maxw = 0, maxwn = 0;

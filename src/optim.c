@@ -315,6 +315,23 @@ mp_status mp_optim_add_half(mp_optim *o, const char *name, const float *init, si
     return add_param(o, name, init, n, half_type, MP_MASTER_NONE, out);
 }
 
+mp_status mp_master_weights_check(const char *who, mp_dtype compute, mp_master_weights m) {
+    if (m == MP_MASTER_PURE_BF16 && compute != MP_BF16) return mp_error(MP_EINVAL, "%s: pure weights are bf16 only", who);
+    if (m == MP_MASTER_NONE && compute == MP_F32)
+        return mp_error(MP_EINVAL, "%s: no master weights needs fp16 or bf16", who);
+    if ((unsigned)m > MP_MASTER_NONE) return mp_error(MP_EINVAL, "%s: master weights %d", who, (int)m);
+    return MP_OK;
+}
+
+mp_status mp_optim_add_as(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype compute,
+                          mp_master_weights m, mp_dtype copy_type, mp_param **out) {
+    const mp_status st = mp_master_weights_check("mp_optim_add_as", compute, m);
+    if (st != MP_OK) return st;
+    if (m == MP_MASTER_PURE_BF16) return mp_optim_add_pure_bf16(o, name, init, n, out);
+    if (m == MP_MASTER_NONE) return mp_optim_add_half(o, name, init, n, compute, out);
+    return mp_optim_add(o, name, init, n, copy_type, out);
+}
+
 mp_status mp_optim_set_flush_denormal(mp_optim *o, int flush) {
     if (!o) return mp_error(MP_EINVAL, "mp_optim_set_flush_denormal: NULL optimizer");
     o->keep_denormal = !flush;

@@ -15,10 +15,7 @@
 /* The element-wise helpers stochastic rounding needs: a counter-based hash, so
  * the random bits depend only on (key, i), not on threads or vector width. */
 static inline uint32_t mp_sr_bits(uint64_t key, uint64_t i) {
-    uint64_t z = key + i * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return (uint32_t)((z ^ (z >> 31)) >> 48);
+    return (uint32_t)(mp_mix64(key + i * 0x9e3779b97f4a7c15ull) >> 48);
 }
 
 /* fp32 -> bf16 with stochastic rounding: rounds away from zero with

@@ -243,16 +243,46 @@ static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
 /* A library call failed with st: its message (mp_last_error) as the run's. */
 static int failed(run_state *s, mp_status st) { return fail(s, st, "%s", mp_last_error()); }
 
+/* The optimizer of the spec (MP_EINVAL: its settings cannot work). */
+static mp_status make_optim(const mp_run_spec *o, mp_optim **out) {
+    if (o->optimizer == MP_RUN_ADAMW) {
+        mp_adamw_config ac = mp_adamw_defaults();
+        ac.lr = o->lr, ac.weight_decay = o->weight_decay, ac.beta1 = o->beta1, ac.beta2 = o->beta2;
+        return mp_optim_adamw(out, &ac);
+    }
+    mp_sgd_config sc = mp_sgd_defaults();
+    sc.lr = o->lr, sc.momentum = o->momentum, sc.weight_decay = o->weight_decay;
+    return mp_optim_sgd(out, &sc);
+}
+
+/* The caller's own model and data (spec->custom). */
+static int setup_custom(run_state *s, long *steps_per_epoch) {
+    const mp_run_spec *o = &s->o;
+    mp_status st;
+    if (make_optim(o, &s->opt) != MP_OK) return invalid(s, mp_last_error());
+    if (s->prec.rounding == MP_ROUND_STOCHASTIC) mp_optim_set_rounding(s->opt, MP_ROUND_STOCHASTIC, (uint64_t)o->seed);
+    long per = 0;
+    if ((st = o->custom->create(o->custom->ctx, &s->prec, s->opt, (size_t)o->batch, (uint64_t)o->seed, &s->model)) !=
+            MP_OK ||
+        (st = o->custom->loader(o->custom->ctx, (size_t)o->batch, o->shuffle, (uint64_t)o->seed, &s->loader, &per)) !=
+            MP_OK)
+        return failed(s, st);
+    if (!s->model.ops || !s->loader.train_batch) return fail(s, MP_EINVAL, "model %s: no model or loader made", o->model);
+    *steps_per_epoch = per / o->accum > 0 ? per / o->accum : 1;
+    return RUN_OK;
+}
+
 /* Model, data, optimizer, loader and trainer from the spec. */
 static int setup(run_state *s, size_t *T, long *steps_per_epoch) {
     const mp_run_spec *o = &s->o;
     const mp_precision *prec = &s->prec;
-    const int gpt = is_gpt(o->model);
+    const int gpt = !o->custom && is_gpt(o->model);
     mp_mlp_config mc;
     mp_gpt_config gc;
     mp_status st;
-    if ((gpt ? mp_gpt_parse(o->model, &gc) : mp_mlp_parse(o->model, &mc)) != MP_OK) return invalid(s, mp_last_error());
     const size_t B = (size_t)o->batch;
+    if (o->custom) return setup_custom(s, steps_per_epoch);
+    if ((gpt ? mp_gpt_parse(o->model, &gc) : mp_mlp_parse(o->model, &mc)) != MP_OK) return invalid(s, mp_last_error());
     if (gpt) {
         gc.gelu = o->gelu;
         *T = (size_t)gc.block_size;
@@ -272,16 +302,7 @@ static int setup(run_state *s, size_t *T, long *steps_per_epoch) {
         if (B * (size_t)o->accum > s->train.n) return fail(s, MP_EINVAL, "batch x accum is larger than the training set");
         *steps_per_epoch = (long)(s->train.n / B) / o->accum;
     }
-    if (o->optimizer == MP_RUN_ADAMW) {
-        mp_adamw_config ac = mp_adamw_defaults();
-        ac.lr = o->lr, ac.weight_decay = o->weight_decay, ac.beta1 = o->beta1, ac.beta2 = o->beta2;
-        st = mp_optim_adamw(&s->opt, &ac);
-    } else {
-        mp_sgd_config sc = mp_sgd_defaults();
-        sc.lr = o->lr, sc.momentum = o->momentum, sc.weight_decay = o->weight_decay;
-        st = mp_optim_sgd(&s->opt, &sc);
-    }
-    if (st != MP_OK) return invalid(s, mp_last_error());
+    if (make_optim(o, &s->opt) != MP_OK) return invalid(s, mp_last_error());
     if (prec->rounding == MP_ROUND_STOCHASTIC) mp_optim_set_rounding(s->opt, MP_ROUND_STOCHASTIC, (uint64_t)o->seed);
     const mp_dtype ct = prec->compute;
     const mp_master_weights master = prec->master_weights;
@@ -308,7 +329,8 @@ static int setup(run_state *s, size_t *T, long *steps_per_epoch) {
 static void model_meta(const mp_run_spec *o, const char **kv) {
     int k = 0;
     kv[k++] = "model", kv[k++] = o->model;
-    if (is_gpt(o->model)) {
+    if (o->custom) {
+    } else if (is_gpt(o->model)) {
         kv[k++] = "gelu", kv[k++] = o->gelu == MP_GELU_ERF ? "erf" : "tanh";
     } else {
         kv[k++] = "act", kv[k++] = o->act ? "gelu" : "relu";
@@ -319,20 +341,6 @@ static void model_meta(const mp_run_spec *o, const char **kv) {
 }
 
 static double frac(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
-
-/* The formats in words: "bf16", or with a recipe its element formats as "bf16 + fp8 e4m3/e5m2" (inputs and
- * weights / gradients), "bf16 + mxfp8 e4m3", "bf16 + nvfp4 e2m1". */
-static void format_label(char *out, size_t cap, mp_dtype compute, const mp_recipe *r) {
-    const char *c = mp_format(compute)->name;
-    if (!r) {
-        snprintf(out, cap, "%s", c);
-        return;
-    }
-    const mp_dtype a = mp_qrole_format(r, MP_QROLE_INPUT), g = mp_qrole_format(r, MP_QROLE_GRAD);
-    const int fp8 = r->kind == MP_RECIPE_FP8_DELAYED || r->kind == MP_RECIPE_FP8_CURRENT;
-    snprintf(out, cap, "%s + %s %s%s%s", c, fp8 ? "fp8" : mp_recipe_name(r->kind), mp_format(a)->name, a == g ? "" : "/",
-             a == g ? "" : mp_format(g)->name);
-}
 
 /* The per-tensor count columns of the CSV, in order: NAME_TENSOR, then the value. */
 enum { TCOLS = 7 };
@@ -501,10 +509,10 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
     if (ret) goto done;
     if (s.o.weight_decay < 0) s.o.weight_decay = o->optimizer == MP_RUN_ADAMW ? 0.01 : 0.0;
     if (s.o.min_lr < 0) s.o.min_lr = o->lr / 10;
-    if (!s.o.batch) s.o.batch = is_gpt(o->model) ? 16 : 256;
+    if (!s.o.batch) s.o.batch = !o->custom && is_gpt(o->model) ? 16 : 256;
     if (o->threads) mp_set_threads(o->threads);
     peak_reset();
-    const int gpt = is_gpt(o->model);
+    const int gpt = !o->custom && is_gpt(o->model);
     const int writer = rank_of(&s) == 0; /* with ranks, rank 0 alone writes files and the console */
     size_t T = 1;
     long steps_per_epoch = 1;
@@ -547,7 +555,7 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
     const mp_recipe *recipe = mp_model_recipe(&s.model);
     s.nq = mp_model_qtensors(&s.model, NULL, 0); /* the recipe's quantized tensors: 0 without one */
     mp_run_result *r = &s.res;
-    format_label(r->format, sizeof r->format, prec->compute, recipe);
+    mp_precision_formats(prec, r->format, sizeof r->format);
     snprintf(r->model_kind, sizeof r->model_kind, "%s", s.model.ops->kind);
     r->compute_format = mp_format(prec->compute)->name;
     r->ntensors = nt;
@@ -565,7 +573,7 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
     s.qt = calloc(s.nq + 1, sizeof *s.qt), r->quant_names = calloc(s.nq + 1, sizeof *r->quant_names);
     r->quant_totals = calloc(s.nq + 1, sizeof *r->quant_totals), r->quant_scale = calloc(s.nq + 1, sizeof *r->quant_scale);
     r->quant_saturated = calloc(cap, sizeof *r->quant_saturated), r->quant_flushed = calloc(cap, sizeof *r->quant_flushed);
-    const int hist_on = !gpt && o->hist_every > 0;
+    const int hist_on = s.mlp && o->hist_every > 0;
     const long nh_max = hist_on ? (long)cap / o->hist_every + 2 : 0;
     s.hs = calloc((size_t)nh_max + 1, sizeof *s.hs);
     if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.mpi_ms || !s.skips || !r->skips || !r->skip_text || !r->tensor_totals ||
@@ -598,7 +606,7 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
     char ranks[64] = "";
     if (size_of(&s) > 1) snprintf(ranks, sizeof ranks, " on %d ranks (%ld each)", size_of(&s), o->batch / size_of(&s));
     OUT("train: %s%s, %s, %s lr %g%s, batch %ld x %ld%s%s, %ld steps (%ld per epoch), seed %ld%s\n", o->model,
-            gpt ? (o->gelu ? " gelu-erf" : "") : o->act ? " gelu" : " relu", prec->label,
+            gpt || o->custom ? (gpt && o->gelu ? " gelu-erf" : "") : o->act ? " gelu" : " relu", prec->label,
             o->optimizer == MP_RUN_ADAMW ? "adamw" : "sgd", o->lr, o->schedule == MP_LR_COSINE ? " cosine" : "", o->batch, o->accum,
             gpt ? " sequences" : "", ranks, total, steps_per_epoch, o->seed, o->resume ? " (resumed)" : "");
     mp_tensor_stats *const run_stats = r->tensor_totals;

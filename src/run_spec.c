@@ -292,7 +292,7 @@ static void build_help(void) {
             size_t n;
             const mp_precision *m = mp_precisions(&n);
             for (size_t j = 0; j < n; j++)
-                k = put(k, "%*s%-13s %s\n", COL + 2, "", m[j].scaling == MP_SCALING_STATIC ? "fp16-static:S" : m[j].name,
+                k = put(k, "%*s%-15s %s\n", COL + 2, "", m[j].scaling == MP_SCALING_STATIC ? "fp16-static[:S]" : m[j].name,
                         m[j].help);
         }
     }
@@ -318,7 +318,9 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out, mp_scaler_conf
     if (st != MP_OK) return st;
     mp_mlp_config mc;
     mp_gpt_config gc;
-    if ((st = is_gpt(s->model) ? mp_gpt_parse(s->model, &gc) : mp_mlp_parse(s->model, &mc)) != MP_OK) return st;
+    if (s->custom ? !s->custom->create || !s->custom->loader
+                  : (st = is_gpt(s->model) ? mp_gpt_parse(s->model, &gc) : mp_mlp_parse(s->model, &mc)) != MP_OK)
+        return s->custom ? mp_error(MP_EINVAL, "model %s: create and loader are both needed", s->model) : st;
     if (s->epochs && s->steps) return mp_error(MP_EINVAL, "--epochs and --steps exclude each other");
     if (s->init && s->resume) return mp_error(MP_EINVAL, "--init and --resume exclude each other");
     if (s->batch < 0 || s->accum < 1 || s->epochs < 0 || s->steps < 0 || s->eval_every < 0 || s->eval_windows < 0 ||
@@ -330,7 +332,7 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out, mp_scaler_conf
         return mp_error(MP_EINVAL, "--batch %ld does not split into %d equal shares: with mpirun -np %d each rank "
                                    "takes its contiguous share of every micro-batch, so N must divide --batch",
                         batch, size, size);
-    if (s->data && is_gpt(s->model) != (strncmp(s->data, "text:", 5) == 0))
+    if (s->data && !s->custom && is_gpt(s->model) != (strncmp(s->data, "text:", 5) == 0))
         return mp_error(MP_EINVAL, is_gpt(s->model) ? "a GPT trains on text: --data text:PATH[,PATH...]"
                                                      : "an MLP trains on Fashion-MNIST: --data DIR");
     mp_scaler_config sc = s->scaler;

@@ -7,13 +7,6 @@
 #include "internal.h"
 #include "mixprec/sample.h"
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* One byte drawn from softmax(logits / temperature) over the top k. */
 static int draw(const float *logits, int V, double temperature, int k, uint64_t *rng) {
     double p[1024];
@@ -32,7 +25,7 @@ static int draw(const float *logits, int V, double temperature, int k, uint64_t 
     double mx = -INFINITY, sum = 0;
     for (int i = 0; i < V; i++) mx = logits[i] >= kth && logits[i] > mx ? logits[i] : mx;
     for (int i = 0; i < V; i++) sum += p[i] = logits[i] >= kth ? exp(((double)logits[i] - mx) / temperature) : 0.0;
-    double u = (double)(splitmix(rng) >> 11) * 0x1p-53 * sum;
+    double u = (double)(mp_splitmix64(rng) >> 11) * 0x1p-53 * sum;
     for (int i = 0; i < V; i++)
         if ((u -= p[i]) < 0) return i;
     for (int i = V - 1; i >= 0; i--)

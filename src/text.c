@@ -208,12 +208,6 @@ mp_status mp_text_check(const mp_text *t, size_t T) {
 
 /* ---- windows ---- */
 
-/* splitmix64's finalizer (Stafford's Mix13): a bijection of 64-bit words. */
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* The 128-bit product a * b as hi:lo, in portable C. */
 static void mul64(uint64_t a, uint64_t b, uint64_t *hi, uint64_t *lo) {
@@ -242,12 +236,12 @@ static uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m) {
  * below 2^64 mod m, which makes every offset exactly equally likely (a
  * redraw happens with probability below m / 2^64). */
 static uint64_t shuffled_offset(uint64_t seed, uint64_t s, uint64_t b, uint64_t m) {
-    const uint64_t key = mix64(mix64(mix64(seed ^ 0x243f6a8885a308d3ull) ^ s) ^ b);
+    const uint64_t key = mp_mix64(mp_mix64(mp_mix64(seed ^ 0x243f6a8885a308d3ull) ^ s) ^ b);
     uint64_t ctr = key, hi, lo;
-    mul64(mix64(ctr += 0x9e3779b97f4a7c15ull), m, &hi, &lo);
+    mul64(mp_splitmix64(&ctr), m, &hi, &lo);
     if (lo < m) {
         const uint64_t thresh = (0 - m) % m; /* 2^64 mod m */
-        while (lo < thresh) mul64(mix64(ctr += 0x9e3779b97f4a7c15ull), m, &hi, &lo);
+        while (lo < thresh) mul64(mp_splitmix64(&ctr), m, &hi, &lo);
     }
     return hi;
 }

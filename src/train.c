@@ -9,37 +9,37 @@
 /* ---- the precision modes: one table ---- */
 
 static const mp_precision modes[] = {
-    {.name = "fp32", .label = "fp32", .compute = MP_F32, .master_weights = MP_MASTER_FP32,
+    {.name = "fp32", .compute = MP_F32, .master_weights = MP_MASTER_FP32,
      .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#3b3b3b",
      .help = "fp32 everywhere (the baseline)"},
-    {.name = "fp16-naive", .label = "fp16-naive", .compute = MP_F16, .master_weights = MP_MASTER_NONE,
+    {.name = "fp16-naive", .compute = MP_F16, .master_weights = MP_MASTER_NONE,
      .reductions = MP_REDUCE_HALF, .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#8c564b",
      .help = "everything cast to fp16: no master weights, fp16 reductions, no loss scaling"},
-    {.name = "fp16", .label = "fp16", .compute = MP_F16, .master_weights = MP_MASTER_FP32,
+    {.name = "fp16", .compute = MP_F16, .master_weights = MP_MASTER_FP32,
      .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#d62728",
      .help = "fp16 compute, fp32 master weights, NO loss scaling"},
-    {.name = "fp16-static", .label = "fp16-static", .compute = MP_F16, .master_weights = MP_MASTER_FP32,
+    {.name = "fp16-static", .compute = MP_F16, .master_weights = MP_MASTER_FP32,
      .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_STATIC, .color = "#ff7f0e",
-     .help = "fp16-static[:S]: a fixed loss scale S (65536)"},
-    {.name = "fp16-dynamic", .label = "fp16-dynamic", .compute = MP_F16, .master_weights = MP_MASTER_FP32,
+     .help = "fp16 with a fixed loss scale S (65536 without :S)"},
+    {.name = "fp16-dynamic", .compute = MP_F16, .master_weights = MP_MASTER_FP32,
      .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_DYNAMIC, .color = "#1f77b4",
      .help = "fp16 with dynamic loss scaling: the AMP recipe"},
-    {.name = "bf16", .label = "bf16", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
+    {.name = "bf16", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
      .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#2ca02c",
      .help = "bf16 compute, fp32 master weights"},
-    {.name = "bf16-pure", .label = "bf16-pure", .compute = MP_BF16, .master_weights = MP_MASTER_PURE_BF16,
+    {.name = "bf16-pure", .compute = MP_BF16, .master_weights = MP_MASTER_PURE_BF16,
      .rounding = MP_ROUND_STOCHASTIC, .scaling = MP_SCALING_NONE, .color = "#9467bd",
      .help = "bf16 weights only, updates rounded stochastically"},
-    {.name = "fp8-delayed", .label = "fp8-delayed", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
+    {.name = "fp8-delayed", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
      .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .recipe = MP_RECIPE_FP8_DELAYED, .color = "#e377c2",
      .help = "bf16 with fp8 Linear GEMMs, per-tensor scales from a 1024-step amax history (TE DelayedScaling)"},
-    {.name = "fp8-current", .label = "fp8-current", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
+    {.name = "fp8-current", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
      .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .recipe = MP_RECIPE_FP8_CURRENT, .color = "#bcbd22",
      .help = "bf16 with fp8 Linear GEMMs, per-tensor scales from each tensor's amax (TE Float8CurrentScaling)"},
-    {.name = "mxfp8", .label = "mxfp8", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
+    {.name = "mxfp8", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
      .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .recipe = MP_RECIPE_MXFP8, .mx_rule = MP_MX_RCEIL,
      .color = "#17becf", .help = "bf16 with MXFP8 Linear GEMMs: E4M3 in blocks of 32 with E8M0 scales"},
-    {.name = "nvfp4", .label = "nvfp4", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
+    {.name = "nvfp4", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
      .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .recipe = MP_RECIPE_NVFP4, .color = "#7f7f7f",
      .help = "bf16 with NVFP4 Linear GEMMs: E2M1 in blocks of 16, E4M3 and fp32 scales (TE's NVFP4 recipe)"},
 };
@@ -199,6 +199,21 @@ mp_status mp_precision_parse(const char *spec, mp_precision *out, float *static_
     }
     *out = p;
     return MP_OK;
+}
+
+const char *mp_precision_formats(const mp_precision *p, char *out, size_t cap) {
+    mp_recipe r;
+    if (!out || !cap) return out;
+    const char *c = p ? mp_format(p->compute)->name : "?";
+    if (!p || p->recipe == MP_RECIPE_NONE || mp_precision_recipe(p, &r) != MP_OK) {
+        snprintf(out, cap, "%s", c);
+        return out;
+    }
+    const mp_dtype a = mp_qrole_format(&r, MP_QROLE_INPUT), g = mp_qrole_format(&r, MP_QROLE_GRAD);
+    const int fp8 = r.kind == MP_RECIPE_FP8_DELAYED || r.kind == MP_RECIPE_FP8_CURRENT;
+    snprintf(out, cap, "%s + %s %s%s%s", c, fp8 ? "fp8" : mp_recipe_name(r.kind), mp_format(a)->name, a == g ? "" : "/",
+             a == g ? "" : mp_format(g)->name);
+    return out;
 }
 
 /* ---- learning rate ---- */

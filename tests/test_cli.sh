@@ -19,6 +19,16 @@ expect 2 "$M" && has "$out" 'usage'
 expect 2 "$M" frobnicate && one_line && has "$err" "unknown command 'frobnicate'"
 expect 0 "$M" cast --help && has "$out" 'usage: mixprec cast'
 
+# modes: the table, its help lines in train --help, and docs/TRAINING.md's copy of it
+expect 0 "$M" modes && has "$out" '^fp16-dynamic +fp16 +fp32 masters, fp16 copies +fp32 +dynamic ' &&
+    has "$out" '^nvfp4 +bf16 \+ nvfp4 e2m1 '
+expect 0 "$M" train --help && has "$out" '^ +bf16-pure +bf16 weights only, updates rounded stochastically$'
+expect 2 "$M" modes --json && one_line
+expect 0 "$M" modes --markdown
+docs=$(dirname "$0")/../docs/TRAINING.md
+if [ "$(grep -A40 '^<!-- the table of `mixprec modes --markdown`' "$docs" | sed -n '2,/^$/p' | sed '/^$/d')" = "$out" ]; then ok
+else fail "docs/TRAINING.md's table of modes is not mixprec modes --markdown's"; fi
+
 # cast: bits, values and status words
 expect 0 "$M" cast 1e-8 65520 65504 1e-5 -0 nan
 has "$out" '^1e-8 .* 0x0000 +0 .*underflow$'

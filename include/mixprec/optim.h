@@ -119,6 +119,21 @@ mp_status mp_optim_add_pure_bf16(mp_optim *o, const char *name, const float *ini
 mp_status mp_optim_add_half(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
                             mp_param **out);
 
+/* Whether a model computing in `compute` can keep its weights as m asks:
+ * MP_EINVAL + message (naming who) for pure bf16 weights outside bf16
+ * compute, no master weights in fp32 compute (there is no copy to keep
+ * alone), or a value that is no setting. */
+mp_status mp_master_weights_check(const char *who, mp_dtype compute, mp_master_weights m);
+
+/* Adds a parameter as a model computing in `compute` with master-weights
+ * setting m registers it: MP_MASTER_FP32, mp_optim_add with a copy in
+ * copy_type (the compute format, or MP_F32 for a parameter the kernels read
+ * in fp32: biases, layer norms); MP_MASTER_PURE_BF16, mp_optim_add_pure_bf16;
+ * MP_MASTER_NONE, mp_optim_add_half in the compute format. Their statuses,
+ * and mp_master_weights_check's. */
+mp_status mp_optim_add_as(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype compute,
+                          mp_master_weights m, mp_dtype copy_type, mp_param **out);
+
 /* Subnormal moments (|x| < 2^-126, reached by exp_avg_sq when gradients
  * fall below ~1e-19) make the update two to three times slower on x86: its
  * arithmetic then needs microcode assists. By default (flush = 1) the update

@@ -81,10 +81,26 @@ typedef struct mp_run_ranks {
     void (*after_step)(void *ctx, long step, mp_optim *opt);
 } mp_run_ranks;
 
+/* A model of the caller's own (model.h) for mp_run to train in place of the
+ * MLP or the GPT, with its data. Its evaluation is reported as a
+ * classifier's (test loss and accuracy), as the MLP's. */
+typedef struct mp_run_model {
+    void *ctx;                /* passed to each function */
+    /* Creates the model for a run: its parameters registered with opt as the
+     * mode asks (mp_optim_add_as with p->compute and p->master_weights),
+     * rows: the micro-batch's rows (the evaluation's may differ: at most
+     * max(rows, 1000)). A recipe (p->recipe) may be refused with MP_EINVAL. */
+    mp_status (*create)(void *ctx, const mp_precision *p, mp_optim *opt, size_t rows, uint64_t seed, mp_model *out);
+    /* Its data: a loader of micro-batches of `rows` rows (train.h), shuffled
+     * from seed or in order, and how many micro-batches make an epoch. */
+    mp_status (*loader)(void *ctx, size_t rows, int shuffle, uint64_t seed, mp_loader *out, long *batches_per_epoch);
+} mp_run_model;
+
 /* A run. Strings are the caller's and must outlive mp_run. */
 typedef struct mp_run_spec {
     /* model and data */
-    const char *model;        /* "mlp:784-1024-1024-10" (widths) or "gpt:L-H-C-T" */
+    const char *model;        /* "mlp:784-1024-1024-10" (widths) or "gpt:L-H-C-T"; with custom, its name */
+    const mp_run_model *custom; /* the caller's own model and data, or NULL */
     mp_act act;               /* MLP activation */
     int layernorm;            /* MLP: layer norm after each hidden layer */
     mp_gelu_form gelu;        /* GPT: tanh (GPT-2) or erf (nanoGPT) */

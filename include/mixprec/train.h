@@ -67,7 +67,8 @@ typedef struct mp_precision {
 } mp_precision;
 
 /* The modes, in the order help and reports list them (fp32 first: the
- * baseline). *count gets their number. */
+ * baseline). *count gets their number. A row's label is empty:
+ * mp_precision_parse fills it. */
 const mp_precision *mp_precisions(size_t *count);
 
 /* Parses a mode with optional switches into *out (caller-provided):
@@ -98,6 +99,13 @@ mp_status mp_precision_recipe(const mp_precision *p, mp_recipe *out);
 /* Applies --mx-rule to an mxfp8 mode; MP_EINVAL + message for another mode
  * or rule. Updates p->label. */
 mp_status mp_precision_set_mx_rule(mp_precision *p, mp_mx_rule r);
+
+/* The formats of a mode in words, as runs, tables and reports name them:
+ * the compute format ("bf16"), and with a recipe the element formats of its
+ * GEMM operands: "bf16 + fp8 e4m3/e5m2" (inputs and weights / gradients),
+ * "bf16 + mxfp8 e4m3", "bf16 + nvfp4 e2m1". Into out (cap bytes); returns
+ * out. */
+const char *mp_precision_formats(const mp_precision *p, char *out, size_t cap);
 
 /* "fp32", "bf16-pure" or "none": the value checkpoints and logs record. */
 const char *mp_master_weights_name(mp_master_weights m);
