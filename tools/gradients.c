@@ -72,30 +72,77 @@ static int npy_shape(const char *hdr, size_t *count) {
     return 0;
 }
 
+/* A safetensors file's F32, F16 and BF16 tensors, back to back. */
+static int read_safetensors(grad_set *s, const char *path, char *err, size_t errlen) {
+    mp_safetensors st;
+    if (mp_safetensors_read(path, &st) != MP_OK) return snprintf(err, errlen, "%s", mp_last_error()), -1;
+    size_t total = 0;
+    for (size_t i = 0; i < st.count; i++)
+        if (st.tensors[i].dtype == MP_F32 || st.tensors[i].dtype == MP_F16 || st.tensors[i].dtype == MP_BF16)
+            total += mp_tensor_numel(&st.tensors[i]);
+    float *v = malloc((total ? total : 1) * sizeof *v);
+    size_t off = 0;
+    for (size_t i = 0; v && i < st.count; i++) {
+        const mp_tensor *t = &st.tensors[i];
+        if (t->dtype != MP_F32 && t->dtype != MP_F16 && t->dtype != MP_BF16) continue;
+        mp_convert(v + off, MP_F32, t->data, t->dtype, mp_tensor_numel(t), NULL);
+        off += mp_tensor_numel(t);
+    }
+    mp_safetensors_free(&st);
+    const int rc = v ? keep(s, v, total) : -1;
+    free(v);
+    if (rc) return snprintf(err, errlen, "%s: no finite F32/F16/BF16 values", path), -1;
+    return 0;
+}
+
+/* An .npy file's values (b: its size bytes): float32, float16 or float64, C order. */
+static int read_npy(grad_set *s, const char *path, const uint8_t *b, size_t size, char *err, size_t errlen) {
+    if (size >= 7 && (b[6] < 1 || b[6] > 3)) return snprintf(err, errlen, "%s: .npy version %d (1 to 3 are read)", path, b[6]), -1;
+    const size_t ho = size >= 7 && b[6] == 1 ? 10 : 12;
+    if (size < ho) return snprintf(err, errlen, "%s: truncated .npy header", path), -1;
+    const size_t hl = ho == 10 ? (size_t)(b[8] | b[9] << 8) : (size_t)(b[8] | b[9] << 8 | b[10] << 16 | (size_t)b[11] << 24);
+    if (hl > size - ho) return snprintf(err, errlen, "%s: truncated .npy header", path), -1;
+    char *hdr = malloc(hl + 1);
+    if (!hdr) return snprintf(err, errlen, "%s: out of memory", path), -1;
+    memcpy(hdr, b + ho, hl);
+    hdr[hl] = 0;
+    const char *dp = strstr(hdr, "'descr': '");
+    char d[4] = "";
+    for (int k = 0; dp && k < 3 && dp[10 + k]; k++) d[k] = dp[10 + k];
+    const int fortran = strstr(hdr, "'fortran_order': True") != NULL;
+    size_t count;
+    const int shaped = npy_shape(hdr, &count) == 0;
+    free(hdr);
+    if (!dp || fortran || !shaped) return snprintf(err, errlen, "%s: unsupported .npy header", path), -1;
+    const size_t body = size - ho - hl;
+    const uint8_t *p = b + ho + hl;
+    const size_t es = !strncmp(d, "<f4", 3) ? 4 : !strncmp(d, "<f2", 3) ? 2 : !strncmp(d, "<f8", 3) ? 8 : 0;
+    if (!es) return snprintf(err, errlen, "%s: .npy dtype %.3s (float32, float16 or float64 are read)", path, d), -1;
+    if (count > body / es) /* short: numpy refuses it too; bytes after the data it ignores, as here */
+        return snprintf(err, errlen, "%s: %zu bytes of .npy data for a shape of %zu %.3s values", path, body, count, d), -1;
+    int rc;
+    if (es == 4) rc = keep(s, p, count);
+    else {
+        float *v = malloc((count ? count : 1) * sizeof *v);
+        for (size_t i = 0; v && i < count; i++) {
+            if (es == 2) v[i] = mp_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+            else {
+                double x;
+                memcpy(&x, p + 8 * i, 8);
+                v[i] = (float)x;
+            }
+        }
+        rc = v ? keep(s, v, count) : -1;
+        free(v);
+    }
+    if (rc) return snprintf(err, errlen, "%s: no finite values", path), -1;
+    return 0;
+}
+
 int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     const size_t pl = strlen(path);
-    if (pl > 12 && strcmp(path + pl - 12, ".safetensors") == 0) {
-        mp_safetensors st;
-        if (mp_safetensors_read(path, &st) != MP_OK) return snprintf(err, errlen, "%s", mp_last_error()), -1;
-        size_t total = 0;
-        for (size_t i = 0; i < st.count; i++)
-            if (st.tensors[i].dtype == MP_F32 || st.tensors[i].dtype == MP_F16 || st.tensors[i].dtype == MP_BF16)
-                total += mp_tensor_numel(&st.tensors[i]);
-        float *v = malloc((total ? total : 1) * sizeof *v);
-        size_t off = 0;
-        for (size_t i = 0; v && i < st.count; i++) {
-            const mp_tensor *t = &st.tensors[i];
-            if (t->dtype != MP_F32 && t->dtype != MP_F16 && t->dtype != MP_BF16) continue;
-            mp_convert(v + off, MP_F32, t->data, t->dtype, mp_tensor_numel(t), NULL);
-            off += mp_tensor_numel(t);
-        }
-        mp_safetensors_free(&st);
-        const int rc = v ? keep(s, v, total) : -1;
-        free(v);
-        if (rc) return snprintf(err, errlen, "%s: no finite F32/F16/BF16 values", path), -1;
-        return 0;
-    }
+    if (pl > 12 && strcmp(path + pl - 12, ".safetensors") == 0) return read_safetensors(s, path, err, errlen);
     FILE *f = fopen(path, "rb");
     if (!f) return snprintf(err, errlen, "%s: cannot open", path), -1;
     fseek(f, 0, SEEK_END);
@@ -107,75 +154,10 @@ int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
         return snprintf(err, errlen, "%s: cannot read (or empty)", path), -1;
     }
     fclose(f);
-    int rc = 0;
-    if (size >= 6 && memcmp(b, "\x93NUMPY", 6) == 0) {
-        if (size >= 7 && (b[6] < 1 || b[6] > 3)) {
-            const int version = b[6];
-            free(b);
-            return snprintf(err, errlen, "%s: .npy version %d (1 to 3 are read)", path, version), -1;
-        }
-        const size_t ho = size >= 7 && b[6] == 1 ? 10 : 12;
-        if ((size_t)size < ho) {
-            free(b);
-            return snprintf(err, errlen, "%s: truncated .npy header", path), -1;
-        }
-        const size_t hl = ho == 10 ? (size_t)(b[8] | b[9] << 8) : (size_t)(b[8] | b[9] << 8 | b[10] << 16 | (size_t)b[11] << 24);
-        if (hl > (size_t)size - ho) {
-            free(b);
-            return snprintf(err, errlen, "%s: truncated .npy header", path), -1;
-        }
-        char *hdr = malloc(hl + 1);
-        if (!hdr) {
-            free(b);
-            return snprintf(err, errlen, "%s: out of memory", path), -1;
-        }
-        memcpy(hdr, b + ho, hl);
-        hdr[hl] = 0;
-        const char *dp = strstr(hdr, "'descr': '");
-        char d[4] = "";
-        for (int k = 0; dp && k < 3 && dp[10 + k]; k++) d[k] = dp[10 + k];
-        const int fortran = strstr(hdr, "'fortran_order': True") != NULL;
-        size_t count;
-        const int shaped = npy_shape(hdr, &count) == 0;
-        free(hdr);
-        if (!dp || fortran || !shaped) {
-            free(b);
-            return snprintf(err, errlen, "%s: unsupported .npy header", path), -1;
-        }
-        const size_t body = (size_t)size - ho - hl;
-        const uint8_t *p = b + ho + hl;
-        const size_t es = !strncmp(d, "<f4", 3) ? 4 : !strncmp(d, "<f2", 3) ? 2 : !strncmp(d, "<f8", 3) ? 8 : 0;
-        if (!es) {
-            free(b);
-            return snprintf(err, errlen, "%s: .npy dtype %.3s (float32, float16 or float64 are read)", path, d), -1;
-        }
-        if (count > body / es) { /* short: numpy refuses it too; bytes after the data it ignores, as here */
-            free(b);
-            return snprintf(err, errlen, "%s: %zu bytes of .npy data for a shape of %zu %.3s values", path, body, count,
-                            d), -1;
-        }
-        if (es == 4) rc = keep(s, p, count);
-        else {
-            float *v = malloc((count ? count : 1) * sizeof *v);
-            for (size_t i = 0; v && i < count; i++) {
-                if (es == 2) v[i] = mp_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
-                else {
-                    double x;
-                    memcpy(&x, p + 8 * i, 8);
-                    v[i] = (float)x;
-                }
-            }
-            rc = v ? keep(s, v, count) : -1;
-            free(v);
-        }
-    } else {
-        if (size % 4) {
-            free(b);
-            return snprintf(err, errlen, "%s: %ld bytes is not a whole number of float32 values", path, size), -1;
-        }
-        rc = keep(s, b, (size_t)size / 4);
-    }
+    int rc;
+    if (size >= 6 && memcmp(b, "\x93NUMPY", 6) == 0) rc = read_npy(s, path, b, (size_t)size, err, errlen);
+    else if (size % 4) rc = (snprintf(err, errlen, "%s: %ld bytes is not a whole number of float32 values", path, size), -1);
+    else if ((rc = keep(s, b, (size_t)size / 4)) != 0) rc = (snprintf(err, errlen, "%s: no finite values", path), -1);
     free(b);
-    if (rc) return snprintf(err, errlen, "%s: no finite values", path), -1;
-    return 0;
+    return rc;
 }
