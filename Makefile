@@ -6,12 +6,17 @@ PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
 M          := $(BUILD)/mixprec
 
-.PHONY: all deps build build-asan test test-long crosscheck-fp8 check check-gpt check-fp8 check-package check-clang fuzz demo bench bench-dist install clean
+.PHONY: all deps deps-test build build-asan test test-long crosscheck-fp8 check check-gpt check-fp8 check-package check-clang fuzz demo bench bench-dist install clean
 
 all: build
 
+# What compiling needs; the tests' packages (Python, torch, Chromium, OpenMPI,
+# the datasets) come with `make test` (scripts/deps.sh says which).
 deps:
 	@scripts/deps.sh build
+
+deps-test:
+	@scripts/deps.sh test
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DMP_WERROR=ON $(CMAKE_ARGS) >/dev/null
@@ -25,7 +30,7 @@ build-asan: deps
 
 # Two tests at a time: most of the time in the shell tests is spent waiting on
 # processes they start.
-test: build build-asan
+test: deps-test build build-asan
 	scripts/test_example.sh $(BUILD)
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
@@ -34,7 +39,7 @@ test: build build-asan
 # fp32 inputs (make test takes a 2^26 + 2^20 slice), the data-parallel test's longer
 # comparisons (SGD, the benchmark GPT over 50 steps, 3 and 4 ranks), and the
 # data-parallel test under ASan + UBSan. .ci/run runs it; about 8 minutes on 2 cores.
-test-long: build build-asan
+test-long: deps-test build build-asan
 	$(BUILD)/tests/test_format --long
 	$(BUILD)/tests/test_convert --long
 	$(BUILD)/tests/test_fp8_scale --long
@@ -48,20 +53,20 @@ test-long: build build-asan
 # The GPT at the accuracy budget: fp32, fp16-dynamic, bf16 and bf16-pure trained
 # side by side, issue 11's accuracy and sample targets asserted (docs/TRAINING.md);
 # about 15 minutes on 2 Zen 3 cores. .ci/run runs it after `make test`.
-check-gpt: build
+check-gpt: deps-test build
 	scripts/check_gpt.sh $(M) $(BUILD)/check-gpt
 
 # The fp8/fp4 recipes on the GPT at the same budget: bf16, fp8-delayed,
 # fp8-current, mxfp8 and nvfp4 side by side, issue 15's accuracy targets
 # asserted (docs/TRAINING.md); about 5 minutes on 2 Zen 5 cores.
-check-fp8: build
+check-fp8: deps-test build
 	scripts/check_fp8.sh $(M) $(BUILD)/check-fp8
 
 # The Python package as a user installs it: pip install of the checkout and of
 # its sdist into fresh virtual environments, the package's tests against each,
 # and examples/torch_monitor.py (about 2 minutes; pip fetches scikit-build-core
 # from PyPI).
-check-package: deps
+check-package: deps-test
 	scripts/check_package.sh
 
 # clang builds (-Werror) and their tests, plain and with ASan + UBSan; the
@@ -84,6 +89,7 @@ check: check-package check-gpt check-fp8 check-clang
 # The main job: fp32, fp16, fp16 + dynamic loss scaling and bf16 side by side on
 # Fashion-MNIST (about 2 minutes on 2 cores); the report is mixprec-demo/report.html.
 demo: build
+	@scripts/deps.sh demo
 	@$(M) demo --out mixprec-demo
 
 # Peers come from Debian (numpy, PyTorch); /usr/bin/python3 is Debian's Python.
@@ -104,7 +110,7 @@ bench-dist: build
 
 # The fp8/fp4 formats and quantizers against their peers (ml_dtypes, torchao),
 # in bench/.venv (scripts/bench_venv.sh makes it): a few minutes.
-crosscheck-fp8: build
+crosscheck-fp8: deps-test build
 	@scripts/bench_venv.sh
 	bench/.venv/bin/python bench/crosscheck_formats.py --lib $(BUILD)/libmixprec.so
 	bench/.venv/bin/python bench/crosscheck_mx.py --lib $(BUILD)/libmixprec.so

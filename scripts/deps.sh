@@ -1,32 +1,38 @@
 #!/usr/bin/env bash
 # deps.sh - install the Debian packages mixprec needs, only those missing.
-#   scripts/deps.sh build   compiler, CMake, make, zlib and cJSON headers, python3
-#                           (the CLI test reads JSON), and Fashion-MNIST
-#                           (dataset-fashion-mnist: /usr/share/datasets/fashion-mnist),
-#                           chromium (the report test renders the page headless),
-#                           fortunes (and fortunes-min, which it depends on): the
-#                           default text corpus, /usr/share/games/fortunes;
-#                           python3-numpy, python3-torch, python3-pytest and
-#                           python3-venv: the Python package's tests (make test)
-#                           and its pip install (make check-package); OpenMPI
-#                           (openmpi-bin, libopenmpi-dev): data-parallel training,
-#                           `mpirun -np N mixprec train`, built in when CMake finds it
-#   scripts/deps.sh bench   the above + the peers make bench measures:
-#                           OpenBLAS (pthread build); numpy and PyTorch as above
-#   scripts/deps.sh clang   the above + clang, its sanitizer runtimes
-#                           (libclang-rt-dev, only recommended by clang), LLVM's
-#                           libomp with its Archer tool (ThreadSanitizer), and
-#                           llvm (llvm-symbolizer: file and line in reports)
+#   scripts/deps.sh build   what compiling needs: compiler, CMake, make, pkg-config,
+#                           zlib and cJSON headers (OpenMP comes with gcc; OpenMPI
+#                           is optional: CMake builds data parallelism in when it
+#                           finds it)
+#   scripts/deps.sh demo    build + fortunes (and fortunes-min, which it depends
+#                           on): the GPT's default corpus, /usr/share/games/fortunes
+#   scripts/deps.sh test    demo + what the tests read and run: python3 (the CLI
+#                           test reads JSON), Fashion-MNIST (dataset-fashion-mnist:
+#                           /usr/share/datasets/fashion-mnist), chromium (the report
+#                           test renders the page headless), python3-numpy,
+#                           python3-torch, python3-pytest and python3-venv (the Python
+#                           package's tests, its pip install in make check-package),
+#                           OpenMPI (openmpi-bin, libopenmpi-dev: the data-parallel
+#                           test under mpirun)
+#   scripts/deps.sh bench   test + the peers make bench measures: OpenBLAS (pthread
+#                           build); numpy and PyTorch as above
+#   scripts/deps.sh clang   test + clang, its sanitizer runtimes (libclang-rt-dev,
+#                           only recommended by clang), LLVM's libomp with its Archer
+#                           tool (ThreadSanitizer), and llvm (llvm-symbolizer)
 # Says what it installs; installs nothing when everything is there.
 set -eu
 what=${1:-build}
-pkgs=(gcc g++ make cmake pkg-config libc6-dev zlib1g-dev libcjson-dev python3 dataset-fashion-mnist chromium fortunes
-      python3-numpy python3-torch python3-pytest python3-venv openmpi-bin libopenmpi-dev)
+build=(gcc g++ make cmake pkg-config libc6-dev zlib1g-dev libcjson-dev)
+demo=("${build[@]}" fortunes)
+test=("${demo[@]}" python3 dataset-fashion-mnist chromium python3-numpy python3-torch python3-pytest python3-venv
+      openmpi-bin libopenmpi-dev)
 case "$what" in
-    build) ;;
-    bench) pkgs+=(libopenblas0-pthread) ;;
-    clang) pkgs+=(clang libclang-rt-dev libomp-dev llvm) ;;
-    *) echo "deps.sh: unknown set '$what' (build, bench or clang)" >&2; exit 2 ;;
+    build) pkgs=("${build[@]}") ;;
+    demo) pkgs=("${demo[@]}") ;;
+    test) pkgs=("${test[@]}") ;;
+    bench) pkgs=("${test[@]}" libopenblas0-pthread) ;;
+    clang) pkgs=("${test[@]}" clang libclang-rt-dev libomp-dev llvm) ;;
+    *) echo "deps.sh: unknown set '$what' (build, demo, test, bench or clang)" >&2; exit 2 ;;
 esac
 
 missing=()
