@@ -115,6 +115,19 @@ typedef struct {
     char msg[960];
     int deferring;       /* with ranks, before training: messages are held until the ranks agree */
     char deferred[1024];
+    /* the run under way */
+    int is_gpt, writer, hist_on; /* a GPT (not an MLP or a model of the caller's); rank 0; histograms */
+    size_t T;                   /* positions per row (the GPT's context; 1 for the MLP) */
+    long steps_per_epoch, total; /* steps: per epoch, and to the end of the run (counted from 0) */
+    long step, done_steps;      /* the next step's number, and the steps this run took */
+    long nan_step;              /* the first step whose loss was not finite, or -1 */
+    long nh, nh_max;            /* gradient histograms taken, and room for them */
+    const char *meta[16];       /* what checkpoints keep about the model */
+    uint64_t lost_updates, params_updated, act_over, grad_over; /* over the run */
+    const char *stopped;        /* why the run stopped early (in stop_msg), or NULL */
+    char stop_msg[512];
+    int out_failed;             /* an output (the log, the checkpoint, the summary) could not be written */
+    double t_start, elapsed, mpi_median;
 } run_state;
 
 static void state_free(run_state *s) {
@@ -488,305 +501,322 @@ static int take_sample(run_state *s, long n, mp_run_result *r) {
     return st == MP_OK ? RUN_OK : RUN_FAILED;
 }
 
-mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *res) {
-    if (!spec || !res) return mp_error(MP_EINVAL, "mp_run: NULL argument");
-    memset(res, 0, sizeof *res);
-    run_state s;
-    memset(&s, 0, sizeof s);
-    s.log_fd = -1;
-    mp_allreduce_stats one_stats_ = {.wire = MP_F32};
-    const mp_run_ranks one = {0, 1, NULL, &one_stats_, one_agree, one_any, one_abort, one_set_allreduce, one_stats, NULL};
-    s.ranks = spec->ranks ? spec->ranks : &one;
-    if (io) s.io = *io;
-    if (!s.io.prefix) s.io.prefix = "mixprec";
-    s.o = *spec;
-    const mp_run_spec *o = &s.o;
-    const mp_precision *prec = &s.prec;
-    FILE *const out = s.io.out;
-    void *const rctx = s.ranks->ctx;
-    s.deferring = size_of(&s) > 1; /* until every rank is ready: agree_ready */
-    int agreed = 0, ret = mp_run_resolve(spec, &s.prec, &s.o.scaler) == MP_OK ? RUN_OK : invalid(&s, mp_last_error());
-    if (ret) goto done;
-    if (s.o.weight_decay < 0) s.o.weight_decay = o->optimizer == MP_RUN_ADAMW ? 0.01 : 0.0;
-    if (s.o.min_lr < 0) s.o.min_lr = o->lr / 10;
-    if (!s.o.batch) s.o.batch = !o->custom && is_gpt(o->model) ? 16 : 256;
+/* ---- the run, in its phases; each returns RUN_OK or the code it failed with ---- */
+
+/* The spec resolved, the model, data and trainer made, the initial weights or
+ * the checkpoint read. */
+static int begin(run_state *s) {
+    mp_run_spec *o = &s->o;
+    if (o->weight_decay < 0) o->weight_decay = o->optimizer == MP_RUN_ADAMW ? 0.01 : 0.0;
+    if (o->min_lr < 0) o->min_lr = o->lr / 10;
+    if (!o->batch) o->batch = !o->custom && is_gpt(o->model) ? 16 : 256;
     if (o->threads) mp_set_threads(o->threads);
     peak_reset();
-    const int gpt = !o->custom && is_gpt(o->model);
-    const int writer = rank_of(&s) == 0; /* with ranks, rank 0 alone writes files and the console */
-    size_t T = 1;
-    long steps_per_epoch = 1;
-    if ((ret = setup(&s, &T, &steps_per_epoch)) != RUN_OK) goto done;
-    ret = RUN_FAILED;
-    const mp_train_config tc = {prec, o->scaler, {o->lr, o->schedule, o->warmup, 0, o->min_lr}, o->accum, o->clip,
-                                s.ranks->dist};
-    const long total = o->steps ? o->steps : (o->epochs ? o->epochs : 1) * steps_per_epoch;
-    mp_train_config tcl = tc;
-    tcl.lr.decay_steps = total; /* the cosine reaches min_lr at the last step, as nanoGPT's lr_decay_iters = max_iters */
-    if (tcl.lr.decay_steps < tcl.lr.warmup) tcl.lr.decay_steps = tcl.lr.warmup;
-    if (mp_trainer_create(&s.tr, &tcl, s.model, s.opt, s.loader) != MP_OK) {
-        ret = invalid(&s, mp_last_error());
-        goto done;
-    }
-    const char *meta[16];
-    model_meta(o, meta);
+    s->is_gpt = !o->custom && is_gpt(o->model);
+    s->writer = rank_of(s) == 0; /* with ranks, rank 0 alone writes files and the console */
+    s->T = 1, s->steps_per_epoch = 1;
+    int ret = setup(s, &s->T, &s->steps_per_epoch);
+    if (ret != RUN_OK) return ret;
+    mp_train_config tc = {&s->prec, o->scaler, {o->lr, o->schedule, o->warmup, 0, o->min_lr}, o->accum, o->clip,
+                          s->ranks->dist};
+    s->total = o->steps ? o->steps : (o->epochs ? o->epochs : 1) * s->steps_per_epoch;
+    tc.lr.decay_steps = s->total; /* the cosine reaches min_lr at the last step, as nanoGPT's lr_decay_iters = max_iters */
+    if (tc.lr.decay_steps < tc.lr.warmup) tc.lr.decay_steps = tc.lr.warmup;
+    if (mp_trainer_create(&s->tr, &tc, s->model, s->opt, s->loader) != MP_OK) return invalid(s, mp_last_error());
+    model_meta(o, s->meta);
     if (o->init) {
         mp_safetensors st;
         mp_status e = mp_safetensors_read(o->init, &st);
-        if (e == MP_OK) e = s.model.ops->load(s.model.impl, &st), mp_safetensors_free(&st);
-        if (e != MP_OK) {
-            fail(&s, e, "%s%s%s", strstr(mp_last_error(), o->init) ? "" : o->init, strstr(mp_last_error(), o->init) ? "" : ": ",
-                 mp_last_error());
-            goto done;
-        }
+        if (e == MP_OK) e = s->model.ops->load(s->model.impl, &st), mp_safetensors_free(&st);
+        if (e != MP_OK)
+            return fail(s, e, "%s%s%s", strstr(mp_last_error(), o->init) ? "" : o->init,
+                        strstr(mp_last_error(), o->init) ? "" : ": ", mp_last_error());
     }
-    mp_status e = o->resume ? mp_trainer_resume(s.tr, o->resume, meta) : MP_OK;
-    if (e != MP_OK) {
-        failed(&s, e);
-        goto done;
-    }
-    long step = mp_trainer_step_count(s.tr);
-    if (step >= total) {
-        fail(&s, MP_EINVAL, "%s is at step %ld already; ask for more steps than that (this run: %ld)", o->resume, step, total);
-        goto done;
-    }
-    /* results and diagnostics */
-    const int nt = (int)s.model.ops->nstats(s.model.impl);
-    const mp_recipe *recipe = mp_model_recipe(&s.model);
-    s.nq = mp_model_qtensors(&s.model, NULL, 0); /* the recipe's quantized tensors: 0 without one */
-    mp_run_result *r = &s.res;
-    mp_precision_formats(prec, r->format, sizeof r->format);
-    snprintf(r->model_kind, sizeof r->model_kind, "%s", s.model.ops->kind);
-    r->compute_format = mp_format(prec->compute)->name;
+    const mp_status e = o->resume ? mp_trainer_resume(s->tr, o->resume, s->meta) : MP_OK;
+    if (e != MP_OK) return failed(s, e);
+    s->step = mp_trainer_step_count(s->tr);
+    if (s->step >= s->total)
+        return fail(s, MP_EINVAL, "%s is at step %ld already; ask for more steps than that (this run: %ld)", o->resume,
+                    s->step, s->total);
+    return RUN_OK;
+}
+
+/* The result's arrays for the steps to come, the tensors' names, the log and its header. */
+static int prepare(run_state *s) {
+    const mp_run_spec *o = &s->o;
+    mp_run_result *r = &s->res;
+    const int nt = (int)s->model.ops->nstats(s->model.impl);
+    s->nq = mp_model_qtensors(&s->model, NULL, 0); /* the recipe's quantized tensors: 0 without one */
+    mp_precision_formats(&s->prec, r->format, sizeof r->format);
+    snprintf(r->model_kind, sizeof r->model_kind, "%s", s->model.ops->kind);
+    r->compute_format = mp_format(s->prec.compute)->name;
     r->ntensors = nt;
-    const size_t cap = (size_t)(total - step);
+    const size_t cap = (size_t)(s->total - s->step);
     r->loss = malloc(cap * sizeof *r->loss), r->scale = malloc(cap * sizeof *r->scale), r->skipped = calloc(cap, 1);
     r->tensor_names = calloc((size_t)nt + 1, sizeof *r->tensor_names);
     r->tensor_underflow = calloc(cap * (size_t)(nt ? nt : 1), sizeof *r->tensor_underflow);
-    s.ms = malloc(cap * sizeof *s.ms), s.mpi_ms = malloc(cap * sizeof *s.mpi_ms);
-    s.skips = cJSON_CreateArray();
+    s->ms = malloc(cap * sizeof *s->ms), s->mpi_ms = malloc(cap * sizeof *s->mpi_ms);
+    s->skips = cJSON_CreateArray();
     r->skips = calloc(MP_RUN_SKIPS_KEPT, sizeof *r->skips), r->skip_text = calloc(MP_RUN_SKIPS_KEPT, sizeof *r->skip_text);
     r->tensor_totals = calloc((size_t)nt + 1, sizeof *r->tensor_totals);
     const size_t neval_max = (o->eval_every ? cap / (size_t)o->eval_every : 0) + 2; /* the last one: the end's */
     r->eval_steps = malloc(neval_max * sizeof *r->eval_steps), r->eval_losses = malloc(neval_max * sizeof *r->eval_losses);
-    r->nquant = (int)s.nq;
-    s.qt = calloc(s.nq + 1, sizeof *s.qt), r->quant_names = calloc(s.nq + 1, sizeof *r->quant_names);
-    r->quant_totals = calloc(s.nq + 1, sizeof *r->quant_totals), r->quant_scale = calloc(s.nq + 1, sizeof *r->quant_scale);
+    r->nquant = (int)s->nq;
+    s->qt = calloc(s->nq + 1, sizeof *s->qt), r->quant_names = calloc(s->nq + 1, sizeof *r->quant_names);
+    r->quant_totals = calloc(s->nq + 1, sizeof *r->quant_totals), r->quant_scale = calloc(s->nq + 1, sizeof *r->quant_scale);
     r->quant_saturated = calloc(cap, sizeof *r->quant_saturated), r->quant_flushed = calloc(cap, sizeof *r->quant_flushed);
-    const int hist_on = s.mlp && o->hist_every > 0;
-    const long nh_max = hist_on ? (long)cap / o->hist_every + 2 : 0;
-    s.hs = calloc((size_t)nh_max + 1, sizeof *s.hs);
-    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s.ms || !s.mpi_ms || !s.skips || !r->skips || !r->skip_text || !r->tensor_totals ||
-        !r->eval_steps || !r->eval_losses || !s.hs || !s.qt || !r->quant_names || !r->quant_totals || !r->quant_scale ||
-        !r->quant_saturated || !r->quant_flushed) {
-        fail(&s, MP_ENOMEM, "out of memory");
-        goto done;
+    s->hist_on = s->mlp && o->hist_every > 0;
+    s->nh_max = s->hist_on ? (long)cap / o->hist_every + 2 : 0;
+    s->hs = calloc((size_t)s->nh_max + 1, sizeof *s->hs);
+    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s->ms || !s->mpi_ms || !s->skips || !r->skips || !r->skip_text || !r->tensor_totals ||
+        !r->eval_steps || !r->eval_losses || !s->hs || !s->qt || !r->quant_names || !r->quant_totals || !r->quant_scale ||
+        !r->quant_saturated || !r->quant_flushed)
+        return fail(s, MP_ENOMEM, "out of memory");
+    mp_model_qtensors(&s->model, s->qt, s->nq);
+    for (size_t i = 0; i < s->nq; i++) snprintf(r->quant_names[i], sizeof r->quant_names[i], "%s", s->qt[i].name);
+    for (int i = 0; i < nt; i++) {
+        const mp_tensor_stats *ts = s->model.ops->stats(s->model.impl, (size_t)i);
+        snprintf(r->tensor_names[i], sizeof r->tensor_names[i], "%s", ts->name);
+        r->tensor_totals[i].has_wgrad = ts->has_wgrad;
     }
-    mp_model_qtensors(&s.model, s.qt, s.nq);
-    for (size_t i = 0; i < s.nq; i++) snprintf(r->quant_names[i], sizeof r->quant_names[i], "%s", s.qt[i].name);
-    for (int i = 0; i < nt; i++)
-        snprintf(r->tensor_names[i], sizeof r->tensor_names[i], "%s", s.model.ops->stats(s.model.impl, (size_t)i)->name);
-    if (o->log && writer && (s.log_fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
-        fail(&s, MP_EIO, "%s: cannot create the log (%s)", o->log, strerror(errno));
-        goto done;
-    }
-    if (s.log_fd >= 0) {
-        FILE *row = log_row(&s);
-        if (row) csv_header(row, &s.model, s.qt, s.nq);
-        if (log_commit(&s, o->log, row)) goto done;
-    }
-    agreed = 1; /* every rank is ready, or the job stops here: a rank that failed before says why at done */
-    if ((ret = agree_ready(&s, RUN_OK)) != 0) goto done;
-    ret = 1;
-    long nh = 0;
-    FILE *const bar = writer ? s.io.bar : NULL;
     /* activation headroom is measured against the compute format's largest value, fp16's in an fp32 run */
-    const mp_format_info *hfmt = mp_format(prec->compute == MP_F32 ? MP_F16 : prec->compute);
-    const double limit = hfmt->max;
+    r->headroom_format = mp_format(s->prec.compute == MP_F32 ? MP_F16 : s->prec.compute);
+    if (o->log && s->writer && (s->log_fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0)
+        return fail(s, MP_EIO, "%s: cannot create the log (%s)", o->log, strerror(errno));
+    if (s->log_fd >= 0) {
+        FILE *row = log_row(s);
+        if (row) csv_header(row, &s->model, s->qt, s->nq);
+        if (log_commit(s, o->log, row)) return RUN_FAILED;
+    }
+    return RUN_OK;
+}
+
+/* The run's first line. */
+static void print_start(const run_state *s) {
+    const mp_run_spec *o = &s->o;
+    FILE *out = s->io.out;
     char ranks[64] = "";
-    if (size_of(&s) > 1) snprintf(ranks, sizeof ranks, " on %d ranks (%ld each)", size_of(&s), o->batch / size_of(&s));
+    if (size_of(s) > 1) snprintf(ranks, sizeof ranks, " on %d ranks (%ld each)", size_of(s), o->batch / size_of(s));
     OUT("train: %s%s, %s, %s lr %g%s, batch %ld x %ld%s%s, %ld steps (%ld per epoch), seed %ld%s\n", o->model,
-            gpt || o->custom ? (gpt && o->gelu ? " gelu-erf" : "") : o->act ? " gelu" : " relu", prec->label,
-            o->optimizer == MP_RUN_ADAMW ? "adamw" : "sgd", o->lr, o->schedule == MP_LR_COSINE ? " cosine" : "", o->batch, o->accum,
-            gpt ? " sequences" : "", ranks, total, steps_per_epoch, o->seed, o->resume ? " (resumed)" : "");
+        s->is_gpt || o->custom ? (s->is_gpt && o->gelu ? " gelu-erf" : "") : o->act ? " gelu" : " relu", s->prec.label,
+        o->optimizer == MP_RUN_ADAMW ? "adamw" : "sgd", o->lr, o->schedule == MP_LR_COSINE ? " cosine" : "", o->batch,
+        o->accum, s->is_gpt ? " sequences" : "", ranks, s->total, s->steps_per_epoch, o->seed, o->resume ? " (resumed)" : "");
+}
+
+/* The step's counts into the run's totals (k: the step's index in this run). */
+static void add_step(run_state *s, const mp_step_info *si, long k) {
+    mp_run_result *r = &s->res;
+    const int nt = r->ntensors;
     mp_tensor_stats *const run_stats = r->tensor_totals;
-    r->headroom_format = hfmt;
-    for (int i = 0; i < nt; i++) run_stats[i].has_wgrad = s.model.ops->stats(s.model.impl, (size_t)i)->has_wgrad;
-    long done_steps = 0, nan_step = -1;
-    uint64_t lost_updates = 0, params_updated = 0; /* over the run */
-    const char *stopped = NULL;
-    int out_failed = 0; /* an output (the log, the checkpoint, the summary) could not be written */
-    char stop_msg[512];
-    s.ranks->set_allreduce(rctx, o->allreduce);
-    const double t_start = now();
-    for (; step < total; step++, done_steps++) {
-        const double t0 = now(), mpi0 = s.ranks->stats(rctx)->mpi_seconds;
+    for (int i = 0; i < nt; i++) {
+        const mp_tensor_stats *ts = s->model.ops->stats(s->model.impl, (size_t)i);
+        r->tensor_underflow[(size_t)k * (size_t)nt + (size_t)i] = (float)frac(ts->bwd.underflow, ts->bwd_elements);
+        mp_convert_stats_add(&run_stats[i].fwd, &ts->fwd), mp_convert_stats_add(&run_stats[i].bwd, &ts->bwd);
+        run_stats[i].fwd_elements += ts->fwd_elements, run_stats[i].bwd_elements += ts->bwd_elements;
+        run_stats[i].wgrad_elements += ts->wgrad_elements, run_stats[i].wgrad_lost += ts->wgrad_lost;
+        run_stats[i].wgrad_dead += ts->wgrad_dead;
+    }
+    s->lost_updates += si->lost_updates, s->params_updated += si->params_updated;
+    if (s->nq) {
+        double sat, flush;
+        quant_step(s->qt, s->nq, &sat, &flush);
+        r->quant_saturated[k] = (float)sat, r->quant_flushed[k] = (float)flush;
+    }
+    for (size_t i = 0; i < s->nq; i++) {
+        const mp_quant_stats *q = &s->qt[i].q->stats;
+        mp_quant_stats *a = &r->quant_totals[i];
+        a->n += q->n, a->saturated += q->saturated, a->flushed += q->flushed, a->nonfinite += q->nonfinite;
+        a->amax = fmaxf(a->amax, q->amax);
+        r->quant_scale[i] = s->qt[i].q->scale;
+    }
+}
+
+/* The step's progress: a bar on a terminal, else a line every 5% of the run; an evaluation's line. */
+static void print_step(const run_state *s, const mp_step_info *si, int eval_now, double eval_loss, double eval_acc) {
+    FILE *out = s->io.out, *bar = s->writer ? s->io.bar : NULL;
+    const long total = s->total, every = total / 20 > 0 ? total / 20 : 1;
+    if (bar) {
+        const int w = 30, fill = (int)((double)si->step / (double)total * w);
+        fprintf(bar, "\r  [%-*.*s] %ld/%ld loss %.4f scale %g %.1f steps/s ", w, fill, "==============================",
+                si->step, total, (double)si->loss, (double)si->scale, (double)(s->done_steps + 1) / (now() - s->t_start));
+        fflush(bar);
+    } else if (si->step % every == 0 || si->step == total) {
+        OUT("  step %ld/%ld loss %.4f scale %g%s\n", si->step, total, (double)si->loss, (double)si->scale,
+            si->skipped ? " (skipped)" : "");
+    }
+    if (!eval_now) return;
+    if (bar) fputc('\n', bar);
+    if (s->is_gpt)
+        OUT("  eval at step %ld: validation loss %.4f (%.4f bits per byte)\n", si->step, eval_loss, eval_loss / log(2.0));
+    else
+        OUT("  eval at step %ld: test accuracy %.2f%%, loss %.4f\n", si->step, 100 * eval_acc, eval_loss);
+}
+
+/* The ranks' states compared (a CRC-32 of each); a difference ends the run. */
+static int check_ranks(run_state *s) {
+    const mp_status cs = mp_trainer_check_ranks(s->tr);
+    if (cs == MP_OK) return RUN_OK;
+    if (s->writer || cs != MP_ECORRUPT) failed(s, cs); /* every rank has the same message: rank 0 says it */
+    else if (!s->status) s->status = cs, snprintf(s->msg, sizeof s->msg, "%s", mp_last_error());
+    if (cs != MP_ECORRUPT) return fail_alone(s);
+    return RUN_FAILED;
+}
+
+/* The steps, each with its counts, log row, evaluation and progress; stops
+ * early (s->stopped) when the scale is at its floor or the log fails. */
+static int train_steps(run_state *s) {
+    const mp_run_spec *o = &s->o;
+    mp_run_result *r = &s->res;
+    FILE *out = s->io.out, *bar = s->writer ? s->io.bar : NULL;
+    void *const rctx = s->ranks->ctx;
+    const double limit = r->headroom_format->max;
+    s->ranks->set_allreduce(rctx, o->allreduce);
+    s->t_start = now();
+    for (; s->step < s->total; s->step++, s->done_steps++) {
+        const long k = s->done_steps;
+        const double t0 = now(), mpi0 = s->ranks->stats(rctx)->mpi_seconds;
         mp_step_info si;
-        const int take_hist = hist_on && step % o->hist_every == 0 && nh < nh_max;
+        const int take_hist = s->hist_on && s->step % o->hist_every == 0 && s->nh < s->nh_max;
         if (take_hist) {
-            s.hs[nh].step = step + 1;
-            s.hs[nh].scale = mp_trainer_scaler(s.tr) ? mp_scaler_get_scale(mp_trainer_scaler(s.tr)) : 1.0f;
-            mp_mlp_histogram(s.mlp, s.hs[nh].bins, MP_RUN_HIST_LO, MP_RUN_HIST_N, &s.hs[nh].zeros);
+            hist_snap *h = &s->hs[s->nh];
+            h->step = s->step + 1;
+            h->scale = mp_trainer_scaler(s->tr) ? mp_scaler_get_scale(mp_trainer_scaler(s->tr)) : 1.0f;
+            mp_mlp_histogram(s->mlp, h->bins, MP_RUN_HIST_LO, MP_RUN_HIST_N, &h->zeros);
         }
-        const mp_status st = mp_trainer_step(s.tr, &si);
-        if (take_hist) mp_mlp_histogram(s.mlp, NULL, 0, 0, NULL), nh++;
+        const mp_status st = mp_trainer_step(s->tr, &si);
+        if (take_hist) mp_mlp_histogram(s->mlp, NULL, 0, 0, NULL), s->nh++;
         if (st != MP_OK && st != MP_EOVERFLOW) { /* an error: the run ends here, nothing is saved */
-            fail(&s, st, "step %ld: %s", step + 1, mp_last_error());
-            ret = fail_alone(&s);
-            goto done;
+            fail(s, st, "step %ld: %s", s->step + 1, mp_last_error());
+            return fail_alone(s);
         }
-        if (s.ranks->after_step) s.ranks->after_step(rctx, si.step, s.opt);
+        if (s->ranks->after_step) s->ranks->after_step(rctx, si.step, s->opt);
         if (st == MP_EOVERFLOW) {
-            snprintf(stop_msg, sizeof stop_msg, "%s", mp_last_error()), stopped = stop_msg;
-            if (!s.status) s.status = st, snprintf(s.msg, sizeof s.msg, "%s", stop_msg);
+            snprintf(s->stop_msg, sizeof s->stop_msg, "%s", mp_last_error()), s->stopped = s->stop_msg;
+            if (!s->status) s->status = st, snprintf(s->msg, sizeof s->msg, "%s", s->stop_msg);
         }
         const double ms = (now() - t0) * 1e3;
-        s.ms[done_steps] = ms, s.mpi_ms[done_steps] = (s.ranks->stats(rctx)->mpi_seconds - mpi0) * 1e3;
-        r->loss[done_steps] = si.loss, r->scale[done_steps] = si.scale, r->skipped[done_steps] = (uint8_t)si.skipped;
-        if (!isfinite(si.loss) && nan_step < 0) nan_step = si.step;
+        s->ms[k] = ms, s->mpi_ms[k] = (s->ranks->stats(rctx)->mpi_seconds - mpi0) * 1e3;
+        r->loss[k] = si.loss, r->scale[k] = si.scale, r->skipped[k] = (uint8_t)si.skipped;
+        if (!isfinite(si.loss) && s->nan_step < 0) s->nan_step = si.step;
         if (si.skipped) r->skipped_total++;
-        if ((si.nbad || si.first_activation || si.skipped) && report_nonfinite(out, bar, s.skips, &si, s.tr, r)) {
-            fail(&s, MP_ENOMEM, "out of memory");
-            ret = fail_alone(&s);
-            goto done;
+        if ((si.nbad || si.first_activation || si.skipped) && report_nonfinite(out, bar, s->skips, &si, s->tr, r)) {
+            fail(s, MP_ENOMEM, "out of memory");
+            return fail_alone(s);
         }
-        for (int i = 0; i < nt; i++) {
-            const mp_tensor_stats *ts = s.model.ops->stats(s.model.impl, (size_t)i);
-            r->tensor_underflow[(size_t)done_steps * (size_t)nt + (size_t)i] = (float)frac(ts->bwd.underflow, ts->bwd_elements);
-            mp_convert_stats_add(&run_stats[i].fwd, &ts->fwd), mp_convert_stats_add(&run_stats[i].bwd, &ts->bwd);
-            run_stats[i].fwd_elements += ts->fwd_elements, run_stats[i].bwd_elements += ts->bwd_elements;
-            run_stats[i].wgrad_elements += ts->wgrad_elements, run_stats[i].wgrad_lost += ts->wgrad_lost;
-            run_stats[i].wgrad_dead += ts->wgrad_dead;
-        }
-        lost_updates += si.lost_updates, params_updated += si.params_updated;
-        if (s.nq) {
-            double sat, flush;
-            quant_step(s.qt, s.nq, &sat, &flush);
-            r->quant_saturated[done_steps] = (float)sat, r->quant_flushed[done_steps] = (float)flush;
-        }
-        for (size_t i = 0; i < s.nq; i++) {
-            const mp_quant_stats *q = &s.qt[i].q->stats;
-            mp_quant_stats *a = &r->quant_totals[i];
-            a->n += q->n, a->saturated += q->saturated, a->flushed += q->flushed, a->nonfinite += q->nonfinite;
-            a->amax = fmaxf(a->amax, q->amax);
-            r->quant_scale[i] = s.qt[i].q->scale;
-        }
+        add_step(s, &si, k);
         double eval_loss = NAN, eval_acc = 0;
-        const int eval_now = o->eval_every && si.step % o->eval_every == 0 && si.step < total && !stopped;
-        const mp_status es = eval_now ? mp_trainer_evaluate(s.tr, &eval_loss, &eval_acc) : MP_OK;
+        const int eval_now = o->eval_every && si.step % o->eval_every == 0 && si.step < s->total && !s->stopped;
+        const mp_status es = eval_now ? mp_trainer_evaluate(s->tr, &eval_loss, &eval_acc) : MP_OK;
         if (es != MP_OK) {
-            failed(&s, es);
-            ret = fail_alone(&s);
-            goto done;
+            failed(s, es);
+            return fail_alone(s);
         }
-        if (eval_now) r->eval_steps[r->neval] = done_steps + 1, r->eval_losses[r->neval++] = eval_loss;
-        if (s.log_fd >= 0) {
-            FILE *row = log_row(&s);
-            if (row) csv_row(row, &s.model, &si, ms, eval_loss, limit, s.qt, s.nq);
-            if (log_commit(&s, o->log, row)) { /* the run stops; the checkpoint and the summary are still written */
-                close(s.log_fd), s.log_fd = -1;
-                snprintf(stop_msg, sizeof stop_msg, "%s: the log could not be written", o->log), stopped = stop_msg;
-                out_failed = 1;
+        if (eval_now) r->eval_steps[r->neval] = k + 1, r->eval_losses[r->neval++] = eval_loss;
+        if (s->log_fd >= 0) {
+            FILE *row = log_row(s);
+            if (row) csv_row(row, &s->model, &si, ms, eval_loss, limit, s->qt, s->nq);
+            if (log_commit(s, o->log, row)) { /* the run stops; the checkpoint and the summary are still written */
+                close(s->log_fd), s->log_fd = -1;
+                snprintf(s->stop_msg, sizeof s->stop_msg, "%s: the log could not be written", o->log);
+                s->stopped = s->stop_msg, s->out_failed = 1;
             }
         }
         r->last_loss = si.loss;
-        const long every = total / 20 > 0 ? total / 20 : 1;
-        if (bar) {
-            const int w = 30, fill = (int)((double)si.step / (double)total * w);
-            fprintf(bar, "\r  [%-*.*s] %ld/%ld loss %.4f scale %g %.1f steps/s ", w, fill,
-                    "==============================", si.step, total, (double)si.loss, (double)si.scale,
-                    (double)(done_steps + 1) / (now() - t_start));
-            fflush(bar);
-        } else if (si.step % every == 0 || si.step == total) {
-            OUT("  step %ld/%ld loss %.4f scale %g%s\n", si.step, total, (double)si.loss, (double)si.scale,
-                    si.skipped ? " (skipped)" : "");
+        print_step(s, &si, eval_now, eval_loss, eval_acc);
+        if (s->ranks->any(rctx, s->stopped != NULL) && !s->stopped) { /* rank 0's log failed: every rank stops with it */
+            snprintf(s->stop_msg, sizeof s->stop_msg, "rank 0 stopped"), s->stopped = s->stop_msg;
+            s->status = s->status ? s->status : MP_EIO;
         }
-        if (eval_now) {
-            if (bar) fputc('\n', bar);
-            if (gpt)
-                OUT("  eval at step %ld: validation loss %.4f (%.4f bits per byte)\n", si.step, eval_loss,
-                        eval_loss / log(2.0));
-            else
-                OUT("  eval at step %ld: test accuracy %.2f%%, loss %.4f\n", si.step, 100 * eval_acc, eval_loss);
-        }
-        if (s.ranks->any(rctx, stopped != NULL) && !stopped) /* rank 0's log failed: every rank stops with it */
-            snprintf(stop_msg, sizeof stop_msg, "rank 0 stopped"), stopped = stop_msg, s.status = s.status ? s.status : MP_EIO;
-        if (!stopped && o->check_every && si.step % o->check_every == 0 && si.step < total) {
-            const mp_status cs = mp_trainer_check_ranks(s.tr);
-            if (cs != MP_OK) { /* every rank has the same message: rank 0 says it */
-                if (writer || cs != MP_ECORRUPT) failed(&s, cs);
-                else if (!s.status) s.status = cs, snprintf(s.msg, sizeof s.msg, "%s", mp_last_error());
-                if (cs != MP_ECORRUPT) ret = fail_alone(&s);
-                goto done;
-            }
-        }
-        if (stopped) {
-            done_steps++;
+        if (!s->stopped && o->check_every && si.step % o->check_every == 0 && si.step < s->total && check_ranks(s))
+            return RUN_FAILED;
+        if (s->stopped) {
+            s->done_steps++;
             break;
         }
     }
     if (bar) fputc('\n', bar);
-    const double elapsed = now() - t_start;
-    r->nsteps = done_steps;
-    if ((e = mp_trainer_evaluate(s.tr, &r->eval_loss, &r->eval_accuracy)) != MP_OK) {
-        failed(&s, e);
-        ret = fail_alone(&s);
-        goto done;
+    s->elapsed = now() - s->t_start;
+    return RUN_OK;
+}
+
+/* The end: the evaluation, the ranks compared, the sample, the medians and the totals. */
+static int finish(run_state *s) {
+    const mp_run_spec *o = &s->o;
+    mp_run_result *r = &s->res;
+    const long n = s->done_steps;
+    r->nsteps = n;
+    const mp_status e = mp_trainer_evaluate(s->tr, &r->eval_loss, &r->eval_accuracy);
+    if (e != MP_OK) {
+        failed(s, e);
+        return fail_alone(s);
     }
-    const mp_status cs = mp_trainer_check_ranks(s.tr); /* at the end, before the checkpoint and the results */
-    if (cs != MP_OK) {
-        if (writer || cs != MP_ECORRUPT) failed(&s, cs);
-        else if (!s.status) s.status = cs, snprintf(s.msg, sizeof s.msg, "%s", mp_last_error());
-        if (cs != MP_ECORRUPT) ret = fail_alone(&s);
-        goto done;
-    }
-    r->eval_steps[r->neval] = done_steps, r->eval_losses[r->neval++] = r->eval_loss;
-    if (gpt && o->sample_bytes > 0 && writer && take_sample(&s, o->sample_bytes, r) != 0) goto done;
-    double *sorted = s.ms;
-    qsort(sorted, (size_t)done_steps, sizeof *sorted, cmp_d);
-    r->ms_per_step = done_steps ? sorted[done_steps / 2] : 0.0;
-    qsort(s.mpi_ms, (size_t)done_steps, sizeof *s.mpi_ms, cmp_d);
-    const double mpi_ms = done_steps ? s.mpi_ms[done_steps / 2] : 0.0;
-    const mp_allreduce_stats *ds = s.ranks->stats(rctx);
-    const uint64_t wire_n = ds->allreduces * ds->values; /* gradient values rounded into the wire format */
-    /* what each rank sends in a ring all-reduce of the buffer: 2 (N-1)/N of it (with 2 ranks every algorithm
-     * sends the buffer once) */
-    const double ring_bytes = 2.0 * (size_of(&s) - 1) / size_of(&s) * (double)ds->wire_bytes;
-    r->tokens_per_s = gpt && r->ms_per_step > 0 ? (double)o->batch * (double)T * (double)o->accum / (r->ms_per_step / 1e3) : 0;
+    if (check_ranks(s)) return RUN_FAILED; /* at the end, before the checkpoint and the results */
+    r->eval_steps[r->neval] = n, r->eval_losses[r->neval++] = r->eval_loss;
+    if (s->is_gpt && o->sample_bytes > 0 && s->writer && take_sample(s, o->sample_bytes, r) != 0) return RUN_FAILED;
+    qsort(s->ms, (size_t)n, sizeof *s->ms, cmp_d);
+    r->ms_per_step = n ? s->ms[n / 2] : 0.0;
+    qsort(s->mpi_ms, (size_t)n, sizeof *s->mpi_ms, cmp_d);
+    s->mpi_median = n ? s->mpi_ms[n / 2] : 0.0;
+    r->tokens_per_s = s->is_gpt && r->ms_per_step > 0
+                          ? (double)o->batch * (double)s->T * (double)o->accum / (r->ms_per_step / 1e3) : 0;
     r->memory_mib = peak_mib();
-    const mp_scaler *sc = mp_trainer_scaler(s.tr);
+    const mp_scaler *sc = mp_trainer_scaler(s->tr);
     r->final_scale = sc ? (double)mp_scaler_get_scale(sc) : 1.0;
-    uint64_t tot_under = 0, tot_elems = 0, act_over = 0, grad_over = 0, w_elems = 0, w_lost = 0, w_dead = 0;
-    for (int i = 0; i < nt; i++) {
+    const mp_tensor_stats *run_stats = r->tensor_totals;
+    uint64_t tot_under = 0, tot_elems = 0, w_elems = 0, w_lost = 0, w_dead = 0;
+    for (int i = 0; i < r->ntensors; i++) {
         tot_under += run_stats[i].bwd.underflow, tot_elems += run_stats[i].bwd_elements;
-        act_over += run_stats[i].fwd.overflow, grad_over += run_stats[i].bwd.overflow;
+        s->act_over += run_stats[i].fwd.overflow, s->grad_over += run_stats[i].bwd.overflow;
         w_elems += run_stats[i].wgrad_elements, w_lost += run_stats[i].wgrad_lost, w_dead += run_stats[i].wgrad_dead;
     }
     r->underflow = frac(tot_under, tot_elems);
     r->lost_gradients = frac(w_lost, w_elems), r->dead_gradients = frac(w_dead, w_elems);
-    r->lost_updates = frac(lost_updates, params_updated);
-    if (nh) {
-        const hist_snap *h = &s.hs[nh - 1];
+    r->lost_updates = frac(s->lost_updates, s->params_updated);
+    if (s->nh) {
+        const hist_snap *h = &s->hs[s->nh - 1];
         r->has_hist = 1, r->hist_zeros = (double)h->zeros, r->hist_scale = h->scale;
         for (int b = 0; b < MP_RUN_HIST_N; b++) r->hist[b] = (double)h->bins[b];
     }
+    const mp_quant_stats *qs = r->quant_totals;
+    uint64_t qn = 0, qsat = 0, qfl = 0;
+    for (size_t i = 0; i < s->nq; i++) qn += qs[i].n, qsat += qs[i].saturated, qfl += qs[i].flushed;
+    r->quant_saturated_total = frac(qsat, qn), r->quant_flushed_total = frac(qfl, qn);
+    return RUN_OK;
+}
+
+/* The all-reduce's figures: rank 0's values on the wire, and what each rank
+ * sends in a ring all-reduce of the buffer, 2 (N-1)/N of it (with 2 ranks
+ * every algorithm sends the buffer once). */
+static uint64_t wire_values(const mp_allreduce_stats *ds) { return ds->allreduces * ds->values; }
+static double ring_bytes(const run_state *s, const mp_allreduce_stats *ds) {
+    return 2.0 * (size_of(s) - 1) / size_of(s) * (double)ds->wire_bytes;
+}
+
+/* The results, as `mixprec train` prints them. */
+static void print_results(const run_state *s) {
+    const mp_run_result *r = &s->res;
+    const mp_tensor_stats *run_stats = r->tensor_totals;
+    const mp_allreduce_stats *ds = s->ranks->stats(s->ranks->ctx);
+    const mp_scaler *sc = mp_trainer_scaler(s->tr);
+    FILE *out = s->io.out;
+    const int gpt = s->is_gpt, nt = r->ntensors;
     if (gpt)
         OUT("result: validation loss %.4f (%.4f bits per byte), last train loss %.4f\n", r->eval_loss,
-                r->eval_loss / log(2.0), r->last_loss);
+            r->eval_loss / log(2.0), r->last_loss);
     else
         OUT("result: test accuracy %.2f%%, test loss %.4f, last train loss %.4f\n", 100 * r->eval_accuracy,
-                r->eval_loss, r->last_loss);
-    OUT("        %ld steps, %ld skipped, final scale %g, %.2f ms/step (median)", done_steps, r->skipped_total,
-            r->final_scale, r->ms_per_step);
+            r->eval_loss, r->last_loss);
+    OUT("        %ld steps, %ld skipped, final scale %g, %.2f ms/step (median)", s->done_steps, r->skipped_total,
+        r->final_scale, r->ms_per_step);
     if (gpt) OUT(", %.0f tokens/s", r->tokens_per_s);
-    OUT(", %.1f s, peak memory %.0f MiB\n", elapsed, r->memory_mib);
-    if (size_of(&s) > 1) {
+    OUT(", %.1f s, peak memory %.0f MiB\n", s->elapsed, r->memory_mib);
+    if (size_of(s) > 1) {
         OUT("        all-reduce %s: %llu gradient values, %.1f MB summed per step (each rank sends %.1f MB in a "
-                     "ring), %.2f ms/step in MPI (median)", mp_format(ds->wire)->name, (unsigned long long)ds->values,
-                (double)ds->wire_bytes / 1e6, ring_bytes / 1e6, mpi_ms);
+            "ring), %.2f ms/step in MPI (median)", mp_format(ds->wire)->name, (unsigned long long)ds->values,
+            (double)ds->wire_bytes / 1e6, ring_bytes(s, ds) / 1e6, s->mpi_median);
         if (ds->wire != MP_F32)
-            OUT("; rank 0's values on the wire: %.4f%% underflowed to 0, %llu overflowed", 100 * frac(ds->packed.underflow, wire_n),
-                    (unsigned long long)ds->packed.overflow);
+            OUT("; rank 0's values on the wire: %.4f%% underflowed to 0, %llu overflowed",
+                100 * frac(ds->packed.underflow, wire_values(ds)), (unsigned long long)ds->packed.overflow);
         if (ds->wire != MP_F32 && sc)
             OUT("; %ld of %ld skipped steps lost to it", ds->lost_sums, r->skipped_total);
         else if (ds->wire != MP_F32) /* no loss scaling: nothing skips, an inf reaches the update */
@@ -798,9 +828,8 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
         for (int i = 0; i < nt; i++) {
             const mp_tensor_stats *ls = &run_stats[i];
             const double ne = ls->bwd_elements ? (double)ls->bwd_elements : 1.0;
-            OUT("%s %s %.3g%% / %.3g%% / %llu", i ? "," : "", r->tensor_names[i],
-                    100 * (double)ls->bwd.underflow / ne, 100 * (double)ls->bwd.subnormal / ne,
-                    (unsigned long long)ls->bwd.overflow);
+            OUT("%s %s %.3g%% / %.3g%% / %llu", i ? "," : "", r->tensor_names[i], 100 * (double)ls->bwd.underflow / ne,
+                100 * (double)ls->bwd.subnormal / ne, (unsigned long long)ls->bwd.overflow);
         }
         OUT("\n");
     } else {
@@ -811,188 +840,219 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
                                   frac(run_stats[worst].bwd.underflow, run_stats[worst].bwd_elements)))
                 worst = i;
         OUT("        gradient stores: %.4f%% underflowed to 0 (most in %s: %.4f%%), %llu overflowed; "
-                     "activation stores: %llu overflowed\n",
-                100 * r->underflow, worst >= 0 ? r->tensor_names[worst] : "-",
-                worst >= 0 ? 100 * frac(run_stats[worst].bwd.underflow, run_stats[worst].bwd_elements) : 0.0,
-                (unsigned long long)grad_over, (unsigned long long)act_over);
+            "activation stores: %llu overflowed\n",
+            100 * r->underflow, worst >= 0 ? r->tensor_names[worst] : "-",
+            worst >= 0 ? 100 * frac(run_stats[worst].bwd.underflow, run_stats[worst].bwd_elements) : 0.0,
+            (unsigned long long)s->grad_over, (unsigned long long)s->act_over);
     }
     OUT("        weight gradients: %.4f%% lost (nonzero in fp32, 0 when stored), %.4f%% dead (0 in fp32); "
-                 "updates: %.4f%% lost (the weight did not change)\n",
-            100 * r->lost_gradients, 100 * r->dead_gradients, 100 * r->lost_updates);
-    if (s.nq) {
+        "updates: %.4f%% lost (the weight did not change)\n",
+        100 * r->lost_gradients, 100 * r->dead_gradients, 100 * r->lost_updates);
+    if (s->nq) {
         const mp_quant_stats *qs = r->quant_totals;
-        uint64_t qn = 0, qsat = 0, qfl = 0;
         size_t ws = 0, wf = 0; /* the tensors with the largest shares */
-        for (size_t i = 0; i < s.nq; i++) {
-            qn += qs[i].n, qsat += qs[i].saturated, qfl += qs[i].flushed;
+        for (size_t i = 0; i < s->nq; i++) {
             if (frac(qs[i].saturated, qs[i].n) > frac(qs[ws].saturated, qs[ws].n)) ws = i;
             if (frac(qs[i].flushed, qs[i].n) > frac(qs[wf].flushed, qs[wf].n)) wf = i;
         }
-        r->quant_saturated_total = frac(qsat, qn), r->quant_flushed_total = frac(qfl, qn);
         OUT("        %s: %.4f%% of the quantized values saturated", r->format, 100 * r->quant_saturated_total);
-        if (qsat) OUT(" (most in %s: %.4f%%)", r->quant_names[ws], 100 * frac(qs[ws].saturated, qs[ws].n));
+        if (r->quant_saturated_total > 0)
+            OUT(" (most in %s: %.4f%%)", r->quant_names[ws], 100 * frac(qs[ws].saturated, qs[ws].n));
         OUT(", %.4f%% flushed to zero", 100 * r->quant_flushed_total);
-        if (qfl) OUT(" (most in %s: %.4f%%)", r->quant_names[wf], 100 * frac(qs[wf].flushed, qs[wf].n));
+        if (r->quant_flushed_total > 0) OUT(" (most in %s: %.4f%%)", r->quant_names[wf], 100 * frac(qs[wf].flushed, qs[wf].n));
         if (out) fputc('\n', out);
     }
-    /* warnings the literature describes */
+}
+
+/* The warnings the literature describes, into the result and printed. */
+static void add_warnings(run_state *s) {
+    const mp_run_spec *o = &s->o;
+    mp_run_result *r = &s->res;
+    const mp_allreduce_stats *ds = s->ranks->stats(s->ranks->ctx);
+    const mp_scaler *sc = mp_trainer_scaler(s->tr);
+    FILE *out = s->io.out;
 #define WARN(...) if (r->nwarnings < MP_RUN_WARNINGS) snprintf(r->warnings[r->nwarnings++], sizeof r->warnings[0], __VA_ARGS__)
-    if (nan_step >= 0) WARN("the loss became NaN/inf at step %ld", nan_step);
-    if (sc && prec->scaling == MP_SCALING_DYNAMIC && mp_scaler_get_scale(sc) < o->scaler.init_scale / 1024.0f)
+    if (s->nan_step >= 0) WARN("the loss became NaN/inf at step %ld", s->nan_step);
+    if (sc && s->prec.scaling == MP_SCALING_DYNAMIC && mp_scaler_get_scale(sc) < o->scaler.init_scale / 1024.0f)
         WARN("the loss scale collapsed from %g to %g (%ld skipped steps)", (double)o->scaler.init_scale,
              (double)mp_scaler_get_scale(sc), r->skipped_total);
-    if (stopped) WARN("stopped: %.230s", stopped);
-    if (prec->compute == MP_F16 && r->underflow > 0.01)
+    if (s->stopped) WARN("stopped: %.230s", s->stopped);
+    if (s->prec.compute == MP_F16 && r->underflow > 0.01)
         WARN("%.2f%% of the gradient values stored in fp16 underflowed to zero%s", 100.0 * r->underflow,
              sc ? "" : ": use loss scaling (fp16-dynamic)");
     if (ds->lost_sums)
         WARN("%ld steps %s because the gradients overflowed in the %s all-reduce (cast or sum) where every rank's "
              "fp32 gradients were finite (--allreduce fp32 keeps them)", ds->lost_sums,
              sc ? "were skipped" : "took an inf update", mp_format(ds->wire)->name);
-    if (act_over) WARN("%llu activation values overflowed to inf when stored in %s", (unsigned long long)act_over,
-                       r->compute_format);
+    if (s->act_over) WARN("%llu activation values overflowed to inf when stored in %s", (unsigned long long)s->act_over,
+                          r->compute_format);
 #undef WARN
     for (int k = 0; k < r->nwarnings; k++) OUT("warning: %s\n", r->warnings[k]);
-    /* the outputs: the checkpoint first (the training is in it), then the
-     * summary and the gradients; one that cannot be written (one line) does
-     * not keep the others from being written; the run then exits 1 */
+}
+
+/* The summary document (docs/LOGS.md), or NULL when out of memory. */
+static cJSON *summary_json(run_state *s) {
+    const mp_run_spec *o = &s->o;
+    const mp_precision *prec = &s->prec;
+    mp_run_result *r = &s->res;
+    const mp_tensor_stats *run_stats = r->tensor_totals;
+    const mp_allreduce_stats *ds = s->ranks->stats(s->ranks->ctx);
+    const mp_recipe *recipe = mp_model_recipe(&s->model);
+    const int gpt = s->is_gpt, nt = r->ntensors;
+    const long done_steps = s->done_steps, nh = s->nh;
+    const uint64_t act_over = s->act_over, grad_over = s->grad_over, wire_n = wire_values(ds);
+    const double limit = r->headroom_format->max, ring = ring_bytes(s, ds), mpi_ms = s->mpi_median;
+    const mp_format_info *hfmt = r->headroom_format;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "precision", prec->label);
+    cJSON_AddStringToObject(j, "master_weights", mp_master_weights_name(prec->master_weights));
+    cJSON_AddStringToObject(j, "reductions", mp_reductions_name(prec->reductions));
+    cJSON_AddStringToObject(j, "model", o->model);
+    cJSON_AddStringToObject(j, "compute_format", r->compute_format);
+    cJSON_AddStringToObject(j, "format", r->format);
+    cJSON_AddNumberToObject(j, "steps", (double)done_steps);
+    if (gpt) {
+        cJSON_AddNumberToObject(j, "val_loss", r->eval_loss);
+        cJSON_AddNumberToObject(j, "val_bits_per_byte", r->eval_loss / log(2.0));
+        cJSON_AddNumberToObject(j, "val_accuracy", r->eval_accuracy);
+        cJSON_AddNumberToObject(j, "tokens_per_s", r->tokens_per_s);
+        if (r->sample) {
+        cJSON_AddStringToObject(j, "sample", r->sample);
+        cJSON_AddNumberToObject(j, "sample_printable", r->sample_printable);
+        if (isnan(r->sample_words)) cJSON_AddNullToObject(j, "sample_words");
+        else cJSON_AddNumberToObject(j, "sample_words", r->sample_words);
+        }
+    } else {
+        cJSON_AddNumberToObject(j, "test_accuracy", r->eval_accuracy);
+        cJSON_AddNumberToObject(j, "test_loss", r->eval_loss);
+    }
+    cJSON_AddNumberToObject(j, "last_train_loss", r->last_loss);
+    cJSON_AddItemToObject(j, "skipped", s->skips);
+    s->skips = NULL; /* j owns it now */
+    cJSON_AddNumberToObject(j, "final_scale", r->final_scale);
+    cJSON_AddNumberToObject(j, "ms_per_step", r->ms_per_step);
+    if (size_of(s) > 1) {
+        cJSON *a = cJSON_AddObjectToObject(j, "allreduce");
+        cJSON_AddNumberToObject(a, "ranks", size_of(s));
+        cJSON_AddStringToObject(a, "format", mp_format(ds->wire)->name);
+        cJSON_AddNumberToObject(a, "values", (double)ds->values);
+        cJSON_AddNumberToObject(a, "buffer_bytes", (double)ds->wire_bytes);
+        cJSON_AddNumberToObject(a, "ring_bytes_sent", ring);
+        cJSON_AddNumberToObject(a, "mpi_ms_per_step", mpi_ms);
+        cJSON_AddNumberToObject(a, "wire_underflow", frac(ds->packed.underflow, wire_n));
+        cJSON_AddNumberToObject(a, "wire_overflow", (double)ds->packed.overflow);
+        cJSON_AddNumberToObject(a, "lost_steps", (double)ds->lost_sums);
+    }
+    cJSON_AddNumberToObject(j, "peak_memory_mib", r->memory_mib);
+    cJSON_AddNumberToObject(j, "underflow_fraction", r->underflow);
+    cJSON_AddNumberToObject(j, "gradient_overflow", (double)grad_over);
+    cJSON_AddNumberToObject(j, "activation_overflow", (double)act_over);
+    cJSON_AddNumberToObject(j, "lost_gradients", r->lost_gradients);
+    cJSON_AddNumberToObject(j, "dead_gradients", r->dead_gradients);
+    cJSON_AddNumberToObject(j, "lost_updates", r->lost_updates);
+    cJSON_AddStringToObject(j, "headroom_against", hfmt->name);
+    cJSON *ly = cJSON_AddArrayToObject(j, "tensors");
+    for (int i = 0; i < nt; i++) {
+        const mp_tensor_stats *ls = &run_stats[i];
+        cJSON *o1 = cJSON_CreateObject();
+        cJSON_AddStringToObject(o1, "name", r->tensor_names[i]);
+        cJSON_AddNumberToObject(o1, "underflow_fraction", frac(ls->bwd.underflow, ls->bwd_elements));
+        cJSON_AddNumberToObject(o1, "subnormal_fraction", frac(ls->bwd.subnormal, ls->bwd_elements));
+        cJSON_AddNumberToObject(o1, "overflow", (double)ls->bwd.overflow);
+        cJSON_AddNumberToObject(o1, "act_underflow_fraction", frac(ls->fwd.underflow, ls->fwd_elements));
+        cJSON_AddNumberToObject(o1, "act_subnormal_fraction", frac(ls->fwd.subnormal, ls->fwd_elements));
+        cJSON_AddNumberToObject(o1, "act_overflow", (double)ls->fwd.overflow);
+        cJSON_AddNumberToObject(o1, "nan", (double)ls->bwd.nan);
+        cJSON_AddNumberToObject(o1, "act_nan", (double)ls->fwd.nan);
+        cJSON_AddNumberToObject(o1, "grad_values", (double)ls->bwd_elements);
+        cJSON_AddNumberToObject(o1, "act_values", (double)ls->fwd_elements);
+        for (int bwd = 0; bwd < 2; bwd++) {
+        const float amax = bwd ? ls->bwd.amax : ls->fwd.amax;
+        const double hr = headroom(limit, amax);
+        const char *ka = bwd ? "grad_amax" : "act_amax", *kh = bwd ? "grad_headroom_log2" : "act_headroom_log2";
+        if (isnan(hr)) cJSON_AddNullToObject(o1, ka), cJSON_AddNullToObject(o1, kh);
+        else cJSON_AddNumberToObject(o1, ka, amax), cJSON_AddNumberToObject(o1, kh, hr);
+        }
+        if (ls->has_wgrad) {
+        cJSON_AddNumberToObject(o1, "wgrad_values", (double)ls->wgrad_elements);
+        cJSON_AddNumberToObject(o1, "wgrad_lost", (double)ls->wgrad_lost);
+        cJSON_AddNumberToObject(o1, "wgrad_dead", (double)ls->wgrad_dead);
+        }
+        cJSON_AddItemToArray(ly, o1);
+    }
+    if (s->nq && recipe) { /* the recipe's quantized tensors over the run */
+        cJSON_AddStringToObject(j, "recipe", mp_recipe_name(recipe->kind));
+        cJSON_AddNumberToObject(j, "quant_saturated_fraction", r->quant_saturated_total);
+        cJSON_AddNumberToObject(j, "quant_flushed_fraction", r->quant_flushed_total);
+        cJSON *qa = cJSON_AddArrayToObject(j, "quantized");
+        for (size_t i = 0; i < s->nq; i++) {
+        const mp_quant_stats *q = &r->quant_totals[i];
+        cJSON *o1 = cJSON_CreateObject();
+        cJSON_AddStringToObject(o1, "name", r->quant_names[i]);
+        cJSON_AddStringToObject(o1, "format", mp_format(mp_qrole_format(recipe, s->qt[i].q->role))->name);
+        cJSON_AddNumberToObject(o1, "amax", q->amax);
+        cJSON_AddNumberToObject(o1, "scale", r->quant_scale[i]);
+        cJSON_AddNumberToObject(o1, "values", (double)q->n);
+        cJSON_AddNumberToObject(o1, "saturated", (double)q->saturated);
+        cJSON_AddNumberToObject(o1, "flushed", (double)q->flushed);
+        cJSON_AddNumberToObject(o1, "nonfinite", (double)q->nonfinite);
+        cJSON_AddNumberToObject(o1, "saturated_fraction", frac(q->saturated, q->n));
+        cJSON_AddNumberToObject(o1, "flushed_fraction", frac(q->flushed, q->n));
+        cJSON_AddItemToArray(qa, o1);
+        }
+    }
+    if (!gpt) {
+        const mp_format_info *fi = mp_format(prec->compute == MP_F32 ? MP_F16 : prec->compute);
+        cJSON *hj = cJSON_AddObjectToObject(j, "histograms");
+        cJSON_AddNumberToObject(hj, "log2_lo", MP_RUN_HIST_LO);
+        cJSON_AddStringToObject(hj, "limits_of", fi->name);
+        cJSON_AddNumberToObject(hj, "min_subnormal", fi->min_subnormal);
+        cJSON_AddNumberToObject(hj, "min_normal", fi->min_normal);
+        cJSON_AddNumberToObject(hj, "max", fi->max);
+        cJSON *snaps = cJSON_AddArrayToObject(hj, "snapshots");
+        for (long k = 0; k < nh; k++) {
+        cJSON *o1 = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o1, "step", (double)s->hs[k].step);
+        cJSON_AddNumberToObject(o1, "scale", (double)s->hs[k].scale);
+        cJSON_AddNumberToObject(o1, "zeros", (double)s->hs[k].zeros);
+        cJSON *c = cJSON_AddArrayToObject(o1, "counts");
+        for (int b = 0; b < MP_RUN_HIST_N; b++) cJSON_AddItemToArray(c, cJSON_CreateNumber((double)s->hs[k].bins[b]));
+        cJSON_AddItemToArray(snaps, o1);
+        }
+    }
+    cJSON *wa = cJSON_AddArrayToObject(j, "warnings");
+    for (int k = 0; k < r->nwarnings; k++) cJSON_AddItemToArray(wa, cJSON_CreateString(r->warnings[k]));
+    return j;
+}
+
+/* The outputs: the checkpoint first (the training is in it), then the summary
+ * and the gradients; one that cannot be written (one line) does not keep the
+ * others from being written (s->out_failed). */
+static void write_outputs(run_state *s) {
+    const mp_run_spec *o = &s->o;
+    mp_run_result *r = &s->res;
+    FILE *out = s->io.out;
+    const int writer = s->writer;
+    mp_status e;
     if (o->save && writer) {
-        if ((e = mp_trainer_save(s.tr, o->save, meta, o->save_dtype)) != MP_OK) out_failed = 1, failed(&s, e);
-        else OUT("saved %s (step %ld)\n", o->save, mp_trainer_step_count(s.tr));
+        if ((e = mp_trainer_save(s->tr, o->save, s->meta, o->save_dtype)) != MP_OK) s->out_failed = 1, failed(s, e);
+        else OUT("saved %s (step %ld)\n", o->save, mp_trainer_step_count(s->tr));
     }
     if (writer) { /* the summary: kept in the result, written where the spec names it */
-        cJSON *j = cJSON_CreateObject();
-        cJSON_AddStringToObject(j, "precision", prec->label);
-        cJSON_AddStringToObject(j, "master_weights", mp_master_weights_name(prec->master_weights));
-        cJSON_AddStringToObject(j, "reductions", mp_reductions_name(prec->reductions));
-        cJSON_AddStringToObject(j, "model", o->model);
-        cJSON_AddStringToObject(j, "compute_format", r->compute_format);
-        cJSON_AddStringToObject(j, "format", r->format);
-        cJSON_AddNumberToObject(j, "steps", (double)done_steps);
-        if (gpt) {
-            cJSON_AddNumberToObject(j, "val_loss", r->eval_loss);
-            cJSON_AddNumberToObject(j, "val_bits_per_byte", r->eval_loss / log(2.0));
-            cJSON_AddNumberToObject(j, "val_accuracy", r->eval_accuracy);
-            cJSON_AddNumberToObject(j, "tokens_per_s", r->tokens_per_s);
-            if (r->sample) {
-                cJSON_AddStringToObject(j, "sample", r->sample);
-                cJSON_AddNumberToObject(j, "sample_printable", r->sample_printable);
-                if (isnan(r->sample_words)) cJSON_AddNullToObject(j, "sample_words");
-                else cJSON_AddNumberToObject(j, "sample_words", r->sample_words);
-            }
-        } else {
-            cJSON_AddNumberToObject(j, "test_accuracy", r->eval_accuracy);
-            cJSON_AddNumberToObject(j, "test_loss", r->eval_loss);
-        }
-        cJSON_AddNumberToObject(j, "last_train_loss", r->last_loss);
-        cJSON_AddItemToObject(j, "skipped", s.skips);
-        s.skips = NULL; /* j owns it now */
-        cJSON_AddNumberToObject(j, "final_scale", r->final_scale);
-        cJSON_AddNumberToObject(j, "ms_per_step", r->ms_per_step);
-        if (size_of(&s) > 1) {
-            cJSON *a = cJSON_AddObjectToObject(j, "allreduce");
-            cJSON_AddNumberToObject(a, "ranks", size_of(&s));
-            cJSON_AddStringToObject(a, "format", mp_format(ds->wire)->name);
-            cJSON_AddNumberToObject(a, "values", (double)ds->values);
-            cJSON_AddNumberToObject(a, "buffer_bytes", (double)ds->wire_bytes);
-            cJSON_AddNumberToObject(a, "ring_bytes_sent", ring_bytes);
-            cJSON_AddNumberToObject(a, "mpi_ms_per_step", mpi_ms);
-            cJSON_AddNumberToObject(a, "wire_underflow", frac(ds->packed.underflow, wire_n));
-            cJSON_AddNumberToObject(a, "wire_overflow", (double)ds->packed.overflow);
-            cJSON_AddNumberToObject(a, "lost_steps", (double)ds->lost_sums);
-        }
-        cJSON_AddNumberToObject(j, "peak_memory_mib", r->memory_mib);
-        cJSON_AddNumberToObject(j, "underflow_fraction", r->underflow);
-        cJSON_AddNumberToObject(j, "gradient_overflow", (double)grad_over);
-        cJSON_AddNumberToObject(j, "activation_overflow", (double)act_over);
-        cJSON_AddNumberToObject(j, "lost_gradients", r->lost_gradients);
-        cJSON_AddNumberToObject(j, "dead_gradients", r->dead_gradients);
-        cJSON_AddNumberToObject(j, "lost_updates", r->lost_updates);
-        cJSON_AddStringToObject(j, "headroom_against", hfmt->name);
-        cJSON *ly = cJSON_AddArrayToObject(j, "tensors");
-        for (int i = 0; i < nt; i++) {
-            const mp_tensor_stats *ls = &run_stats[i];
-            cJSON *o1 = cJSON_CreateObject();
-            cJSON_AddStringToObject(o1, "name", r->tensor_names[i]);
-            cJSON_AddNumberToObject(o1, "underflow_fraction", frac(ls->bwd.underflow, ls->bwd_elements));
-            cJSON_AddNumberToObject(o1, "subnormal_fraction", frac(ls->bwd.subnormal, ls->bwd_elements));
-            cJSON_AddNumberToObject(o1, "overflow", (double)ls->bwd.overflow);
-            cJSON_AddNumberToObject(o1, "act_underflow_fraction", frac(ls->fwd.underflow, ls->fwd_elements));
-            cJSON_AddNumberToObject(o1, "act_subnormal_fraction", frac(ls->fwd.subnormal, ls->fwd_elements));
-            cJSON_AddNumberToObject(o1, "act_overflow", (double)ls->fwd.overflow);
-            cJSON_AddNumberToObject(o1, "nan", (double)ls->bwd.nan);
-            cJSON_AddNumberToObject(o1, "act_nan", (double)ls->fwd.nan);
-            cJSON_AddNumberToObject(o1, "grad_values", (double)ls->bwd_elements);
-            cJSON_AddNumberToObject(o1, "act_values", (double)ls->fwd_elements);
-            for (int bwd = 0; bwd < 2; bwd++) {
-                const float amax = bwd ? ls->bwd.amax : ls->fwd.amax;
-                const double hr = headroom(limit, amax);
-                const char *ka = bwd ? "grad_amax" : "act_amax", *kh = bwd ? "grad_headroom_log2" : "act_headroom_log2";
-                if (isnan(hr)) cJSON_AddNullToObject(o1, ka), cJSON_AddNullToObject(o1, kh);
-                else cJSON_AddNumberToObject(o1, ka, amax), cJSON_AddNumberToObject(o1, kh, hr);
-            }
-            if (ls->has_wgrad) {
-                cJSON_AddNumberToObject(o1, "wgrad_values", (double)ls->wgrad_elements);
-                cJSON_AddNumberToObject(o1, "wgrad_lost", (double)ls->wgrad_lost);
-                cJSON_AddNumberToObject(o1, "wgrad_dead", (double)ls->wgrad_dead);
-            }
-            cJSON_AddItemToArray(ly, o1);
-        }
-        if (s.nq && recipe) { /* the recipe's quantized tensors over the run */
-            cJSON_AddStringToObject(j, "recipe", mp_recipe_name(recipe->kind));
-            cJSON_AddNumberToObject(j, "quant_saturated_fraction", r->quant_saturated_total);
-            cJSON_AddNumberToObject(j, "quant_flushed_fraction", r->quant_flushed_total);
-            cJSON *qa = cJSON_AddArrayToObject(j, "quantized");
-            for (size_t i = 0; i < s.nq; i++) {
-                const mp_quant_stats *q = &r->quant_totals[i];
-                cJSON *o1 = cJSON_CreateObject();
-                cJSON_AddStringToObject(o1, "name", r->quant_names[i]);
-                cJSON_AddStringToObject(o1, "format", mp_format(mp_qrole_format(recipe, s.qt[i].q->role))->name);
-                cJSON_AddNumberToObject(o1, "amax", q->amax);
-                cJSON_AddNumberToObject(o1, "scale", r->quant_scale[i]);
-                cJSON_AddNumberToObject(o1, "values", (double)q->n);
-                cJSON_AddNumberToObject(o1, "saturated", (double)q->saturated);
-                cJSON_AddNumberToObject(o1, "flushed", (double)q->flushed);
-                cJSON_AddNumberToObject(o1, "nonfinite", (double)q->nonfinite);
-                cJSON_AddNumberToObject(o1, "saturated_fraction", frac(q->saturated, q->n));
-                cJSON_AddNumberToObject(o1, "flushed_fraction", frac(q->flushed, q->n));
-                cJSON_AddItemToArray(qa, o1);
-            }
-        }
-        if (!gpt) {
-            const mp_format_info *fi = mp_format(prec->compute == MP_F32 ? MP_F16 : prec->compute);
-            cJSON *hj = cJSON_AddObjectToObject(j, "histograms");
-            cJSON_AddNumberToObject(hj, "log2_lo", MP_RUN_HIST_LO);
-            cJSON_AddStringToObject(hj, "limits_of", fi->name);
-            cJSON_AddNumberToObject(hj, "min_subnormal", fi->min_subnormal);
-            cJSON_AddNumberToObject(hj, "min_normal", fi->min_normal);
-            cJSON_AddNumberToObject(hj, "max", fi->max);
-            cJSON *snaps = cJSON_AddArrayToObject(hj, "snapshots");
-            for (long k = 0; k < nh; k++) {
-                cJSON *o1 = cJSON_CreateObject();
-                cJSON_AddNumberToObject(o1, "step", (double)s.hs[k].step);
-                cJSON_AddNumberToObject(o1, "scale", (double)s.hs[k].scale);
-                cJSON_AddNumberToObject(o1, "zeros", (double)s.hs[k].zeros);
-                cJSON *c = cJSON_AddArrayToObject(o1, "counts");
-                for (int b = 0; b < MP_RUN_HIST_N; b++) cJSON_AddItemToArray(c, cJSON_CreateNumber((double)s.hs[k].bins[b]));
-                cJSON_AddItemToArray(snaps, o1);
-            }
-        }
-        cJSON *wa = cJSON_AddArrayToObject(j, "warnings");
-        for (int k = 0; k < r->nwarnings; k++) cJSON_AddItemToArray(wa, cJSON_CreateString(r->warnings[k]));
-        r->summary = cJSON_Print(j);
+        cJSON *j = summary_json(s);
+        r->summary = j ? cJSON_Print(j) : NULL;
         cJSON_Delete(j);
         e = !r->summary ? mp_error(MP_ENOMEM, "%s: out of memory", o->summary ? o->summary : "the summary")
             : o->summary ? mp_write_file_atomic(o->summary, &(mp_chunk){r->summary, strlen(r->summary)}, 1)
                          : MP_OK;
-        if (e != MP_OK && (o->summary || !s.status)) out_failed = 1, failed(&s, e);
+        if (e != MP_OK && (o->summary || !s->status)) s->out_failed = 1, failed(s, e);
     }
     if (o->dump_grads && writer) { /* the weight gradients of the last step, as the optimizer saw them */
-        const size_t np = mp_optim_count(s.opt);
+        const size_t np = mp_optim_count(s->opt);
         mp_tensor *gt = calloc(np + 1, sizeof *gt);
         size_t ng = 0;
         for (size_t i = 0; gt && i < np; i++) {
-            const mp_param *p = mp_optim_param(s.opt, i);
+            const mp_param *p = mp_optim_param(s->opt, i);
             if (!strstr(p->name, ".weight") || strstr(p->name, "ln")) continue;
             mp_tensor *t = &gt[ng++];
             snprintf(t->name, sizeof t->name, "%s.grad", p->name);
@@ -1000,14 +1060,39 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
         }
         e = gt ? mp_safetensors_write(o->dump_grads, gt, ng, NULL) : MP_ENOMEM;
         free(gt);
-        if (e != MP_OK) out_failed = 1, fail(&s, e, "%s", gt ? mp_last_error() : "out of memory");
-        else OUT("gradients of step %ld written to %s\n", mp_trainer_step_count(s.tr), o->dump_grads);
+        if (e != MP_OK) s->out_failed = 1, fail(s, e, "%s", gt ? mp_last_error() : "out of memory");
+        else OUT("gradients of step %ld written to %s\n", mp_trainer_step_count(s->tr), o->dump_grads);
     }
-    ret = stopped || out_failed ? RUN_FAILED : RUN_OK;
-done:
-    if (!agreed) ret = agree_ready(&s, ret); /* this rank failed before training: the others learn it there */
+}
+
+mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *res) {
+    if (!spec || !res) return mp_error(MP_EINVAL, "mp_run: NULL argument");
+    memset(res, 0, sizeof *res);
+    run_state s;
+    memset(&s, 0, sizeof s);
+    s.log_fd = -1, s.nan_step = -1;
+    mp_allreduce_stats one_stats_ = {.wire = MP_F32};
+    const mp_run_ranks one = {0, 1, NULL, &one_stats_, one_agree, one_any, one_abort, one_set_allreduce, one_stats, NULL};
+    s.ranks = spec->ranks ? spec->ranks : &one;
+    if (io) s.io = *io;
+    if (!s.io.prefix) s.io.prefix = "mixprec";
+    s.o = *spec;
+    s.deferring = size_of(&s) > 1; /* until every rank is ready: agree_ready */
+    int ret = mp_run_resolve(spec, &s.prec, &s.o.scaler) == MP_OK ? begin(&s) : invalid(&s, mp_last_error());
+    if (ret == RUN_OK) ret = prepare(&s);
+    /* every rank is ready, or the job stops here: the lowest rank that failed says why */
+    ret = agree_ready(&s, ret);
+    if (ret == RUN_OK && s.writer) print_start(&s);
+    if (ret == RUN_OK) ret = train_steps(&s);
+    if (ret == RUN_OK) ret = finish(&s);
+    if (ret == RUN_OK) {
+        print_results(&s);
+        add_warnings(&s);
+        write_outputs(&s);
+        ret = s.stopped || s.out_failed ? RUN_FAILED : RUN_OK;
+    }
     if (s.log_fd >= 0 && close(s.log_fd) != 0 && ret == RUN_OK)
-        ret = fail(&s, MP_EIO, "%s: the log could not be written (%s)", o->log, strerror(errno));
+        ret = fail(&s, MP_EIO, "%s: the log could not be written (%s)", s.o.log, strerror(errno));
     *res = s.res, memset(&s.res, 0, sizeof s.res);
     res->precision = s.prec, res->invalid = ret == RUN_INVALID;
     state_free(&s);
