@@ -49,7 +49,9 @@ typedef struct mp_convert_stats {
 /* Converts n elements of src (src_type) into dst (dst_type). src and dst must
  * not overlap unless they are the same pointer and the types have the same size.
  * stats may be NULL. Returns MP_EINVAL for an unknown dtype or a NULL buffer
- * with n > 0. E4M3 destinations use the non-saturating rule (overflow -> NaN).
+ * with n > 0 (or dst == src with formats of different sizes); nothing is
+ * written then, and nothing else fails.
+ * E4M3 destinations use the non-saturating rule (overflow -> NaN).
  * Every dtype is accepted, E8M0 and E2M1 included (one code per byte; E2M1
  * sources are read from the low 4 bits, E2M1 results have the high 4 bits 0):
  * those two always take the scalar functions of format.h, on every CPU path. */
@@ -72,7 +74,8 @@ float mp_amax(const void *x, mp_dtype t, size_t n);
  * counts infinite inputs too (a value already lost). fmt: fp32, fp16, bf16,
  * e4m3 (non-saturating), e5m2 or e2m1 (the counts above); not e8m0, which
  * holds scales, not scaled values. x: any dtype. MP_EINVAL for a bad dtype,
- * fmt e8m0, or a scale that is not finite and > 0. */
+ * fmt e8m0, or a scale that is not finite and > 0 (also for a NULL stats, or
+ * a NULL x with n > 0); nothing counted then. */
 mp_status mp_convert_count(mp_dtype fmt, const void *x, mp_dtype t, size_t n, float scale, mp_convert_stats *stats);
 
 /* The values of n elements as they are in their own format. */

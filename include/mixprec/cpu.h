@@ -52,7 +52,8 @@ mp_isa mp_cpu_detected(void);
 /* The path in use (detected, capped by MIXPREC_ISA or mp_cpu_set_isa). */
 mp_isa mp_cpu_isa(void);
 
-/* Selects a path; MP_EUNSUPPORTED if the CPU lacks it. */
+/* Selects a path; MP_EUNSUPPORTED if the CPU lacks it, MP_EINVAL for a value
+ * that is no mp_isa (the path in use unchanged either way). */
 mp_status mp_cpu_set_isa(mp_isa isa);
 
 /* "scalar", "avx2", "avx512", "avx512bf16", "amx". */

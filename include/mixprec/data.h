@@ -26,14 +26,24 @@ typedef struct mp_dataset {
  * *ndim dimensions into dims (at most 4), *data the values (malloc'd, caller
  * frees). MP_EIO if it cannot be opened or read, MP_ECORRUPT (message naming
  * the file and the problem) for a bad magic, type, dimension, a truncated
- * file or trailing bytes. */
+ * file or trailing bytes. Also MP_EINVAL for a NULL argument, MP_ENOMEM
+ * naming the file; on any failure *data is NULL (nothing to free). */
 mp_status mp_idx_read(const char *path, uint8_t **data, uint32_t dims[4], int *ndim);
 
-/* Loads an images file (n x rows x cols) and a labels file (n) that must agree. */
+/* Loads an images file (n x rows x cols) and a labels file (n) that must agree.
+ * mp_idx_read's statuses for either file, and MP_ECORRUPT naming the file
+ * for images that are not 3-d or labels that are not 1-d or not one per
+ * image. On failure *d is left zeroed; on MP_OK d owns the pixels and labels:
+ * free them with mp_dataset_free. */
 mp_status mp_dataset_load(mp_dataset *d, const char *images_path, const char *labels_path);
 
 /* Loads Fashion-MNIST's train (60000) and test (10000) sets from dir (NULL:
- * MP_FASHION_MNIST_DIR); each file may be named with or without ".gz". */
+ * MP_FASHION_MNIST_DIR); each file may be named with or without ".gz".
+ * mp_dataset_load's statuses (MP_EIO naming a missing file, MP_ECORRUPT,
+ * MP_ENOMEM), and MP_ECORRUPT when the test images' size differs from the
+ * training images'. On failure train is zeroed, and so is test unless the
+ * training set already failed (test is then not touched). On MP_OK free
+ * both with mp_dataset_free. */
 mp_status mp_fashion_mnist_load(mp_dataset *train, mp_dataset *test, const char *dir);
 
 void mp_dataset_free(mp_dataset *d); /* NULL-safe; leaves d zeroed */

@@ -117,7 +117,9 @@ typedef struct mp_gpt mp_gpt;
  * parameter, biases and layer norms too, only in the compute format (fp16
  * or bf16), optimizer state too (mp_optim_add_half).
  * Activations take about (16 C + H T) values of the compute format per
- * token and layer. MP_EINVAL for a bad configuration, MP_ENOMEM. */
+ * token and layer. MP_EINVAL for a bad configuration, MP_ENOMEM. *out is
+ * NULL on failure; on MP_OK the caller owns *out (mp_gpt_free). A failure
+ * while registering leaves the parameters added so far in opt. */
 mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype compute, mp_master_weights master, size_t max_batch,
                         mp_optim *opt, uint64_t seed);
 void mp_gpt_free(mp_gpt *g); /* NULL is a no-op */
@@ -143,7 +145,8 @@ mp_status mp_gpt_set_reductions(mp_gpt *g, mp_dtype acc);
  * MP_RECIPE_NONE turns it off. A training batch is one step of the recipe
  * (delayed scaling updates its histories after it); evaluation and sampling
  * quantize with the same scales and change no state. MP_EINVAL unless the
- * model computes in bf16 with fp32 master weights; MP_ENOMEM. */
+ * model computes in bf16 with fp32 master weights; MP_ENOMEM. The recipe in
+ * use is dropped first: after a failure the model has none. */
 mp_status mp_gpt_set_recipe(mp_gpt *g, const mp_recipe *r, uint64_t seed);
 
 /* The quantization state of Linear layer w (0 c_attn, 1 attention c_proj,
@@ -159,7 +162,9 @@ size_t mp_gpt_num_params(const mp_gpt *g, int non_embedding);
  * tokens (B, T) and targets (B, T) in [0, vocab). The gradients of
  * grad_scale * mean loss are written (accumulate = 0) or added. *loss gets
  * the mean loss (unscaled). MP_EINVAL, with a message, for a token or target
- * out of range, B = 0 or B > max_batch, T = 0 or T > block_size. */
+ * out of range, B = 0 or B > max_batch, T = 0 or T > block_size (or a NULL
+ * argument); MP_ENOMEM (scratch buffers), after which the gradients may be
+ * partly written. */
 mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *targets, size_t B, size_t T,
                              float grad_scale, int accumulate, float *loss);
 
@@ -176,14 +181,18 @@ mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *ta
 mp_status mp_gpt_activation(const mp_gpt *g, const char *name, const void **data, size_t *n);
 
 /* Forward and loss only: *loss_sum += the sum of the B*T per-token losses,
- * *correct += tokens whose largest logit is the target (may be NULL). */
+ * *correct += tokens whose largest logit is the target (may be NULL).
+ * MP_EINVAL + message as mp_gpt_train_batch (a NULL g, tokens, targets or
+ * loss_sum too); MP_ENOMEM. Neither sum changes on failure. */
 mp_status mp_gpt_eval_batch(mp_gpt *g, const int32_t *tokens, const int32_t *targets, size_t B, size_t T,
                             double *loss_sum, double *correct);
 
 /* The logits (fp32, vocab_size values) that follow the last of T tokens
  * (1 <= T <= block_size), for sampling: the last row of the forward's
  * logits (stored in the compute format, then widened). Uses the model's
- * buffers (not thread-safe with the other calls on g); counts nothing. */
+ * buffers (not thread-safe with the other calls on g); counts nothing.
+ * MP_EINVAL + message for a NULL g, tokens or logits, T out of range or a
+ * token outside [0, vocab); MP_ENOMEM. */
 mp_status mp_gpt_next_logits(mp_gpt *g, const int32_t *tokens, size_t T, float *logits);
 
 /* Loads the parameters by nanoGPT's names (F32, F16 or BF16; shapes must
@@ -191,7 +200,8 @@ mp_status mp_gpt_next_logits(mp_gpt *g, const int32_t *tokens, size_t T, float *
  * transformer.wte.weight, refused (MP_ECORRUPT) otherwise, and used as the
  * embedding when transformer.wte.weight is absent. Half copies are
  * refreshed. MP_ECORRUPT names a missing tensor, a wrong shape or dtype, or
- * a non-finite value; a refused file changes nothing. */
+ * a non-finite value; a refused file changes nothing. MP_EINVAL for a NULL
+ * argument, MP_ENOMEM (nothing changed either). */
 mp_status mp_gpt_load(mp_gpt *g, const mp_safetensors *st);
 
 /* The parameters as tensors with their shapes (lm_head is not written):

@@ -38,7 +38,10 @@ typedef struct mp_safetensors {
 
 /* Writes tensors and metadata (meta: key, value, ..., NULL; may be NULL)
  * atomically with mp_write_file_atomic (below): an existing file at path stays
- * whole until the rename. MP_EINVAL for a bad tensor, MP_EIO as there. */
+ * whole until the rename. MP_EINVAL for a bad tensor, MP_EIO as there.
+ * Also MP_ENOMEM naming the file. Names and keys are not checked for
+ * repeats: a file with one given twice is written, and mp_safetensors_read
+ * refuses it. */
 mp_status mp_safetensors_write(const char *path, const mp_tensor *tensors, size_t count, const char *const *meta);
 
 /* One piece of a file for mp_write_file_atomic. */
@@ -62,7 +65,9 @@ mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t 
  * name and the problem, for a bad header length, malformed JSON (or bytes
  * other than spaces after it), an unknown dtype, a shape that does not match
  * its byte range, offsets out of range, fractional or overlapping, bytes not
- * covered by any tensor, or a tensor or metadata name given twice. */
+ * covered by any tensor, or a tensor or metadata name given twice. Also
+ * MP_ENOMEM naming the file. On failure *out is zeroed; on MP_OK it owns the
+ * whole file (tensor data points into out->buffer): mp_safetensors_free. */
 mp_status mp_safetensors_read(const char *path, mp_safetensors *out);
 void      mp_safetensors_free(mp_safetensors *s); /* NULL-safe */
 

@@ -61,6 +61,8 @@ typedef enum mp_mx_rule { MP_MX_FLOOR = 0, MP_MX_RCEIL } mp_mx_rule;
 
 #define MP_MX_BLOCK 32
 
+/* Quantize and dequantize: MP_EINVAL + message for the cases above (and, quantizing, a rule other than
+ * MP_MX_FLOOR or MP_MX_RCEIL), nothing written or counted then; nothing else fails. */
 mp_status mp_mx_quantize(uint8_t *codes, uint8_t *scales, const float *src, size_t n,
                          mp_dtype elem, mp_mx_rule rule, mp_quant_stats *st);
 mp_status mp_mx_dequantize(float *dst, const uint8_t *codes, const uint8_t *scales, size_t n, mp_dtype elem);
@@ -110,6 +112,8 @@ typedef struct mp_rng {
     uint64_t counter;
 } mp_rng;
 
+/* Quantize (sr NULL: round to nearest even) and dequantize as above: MP_EINVAL + message for the cases above or
+ * rows * cols overflowing size_t, nothing written, counted or advanced then; nothing else fails. */
 mp_status mp_nvfp4_quantize(uint8_t *codes, uint8_t *scales, const float *src, size_t rows, size_t cols,
                             mp_nvfp4_block block, float amax, mp_rng *sr, mp_quant_stats *st);
 mp_status mp_nvfp4_dequantize(float *dst, const uint8_t *codes, const uint8_t *scales, size_t rows, size_t cols,
@@ -120,7 +124,9 @@ mp_status mp_nvfp4_dequantize(float *dst, const uint8_t *codes, const uint8_t *s
  * by H16 diag(signs) / 4, H16 the 16x16 Sylvester Hadamard matrix and bit j
  * of sign_mask the sign of column j (1: negative; TE's mask is 0xD7E8).
  * Orthogonal, so applying it to both operands along the reduction dimension
- * leaves the product unchanged (up to rounding); in place, fp32. */
+ * leaves the product unchanged (up to rounding); in place, fp32. MP_EINVAL
+ * + message for cols % 16 != 0 or a NULL x with rows * cols > 0 (x not
+ * touched); nothing else fails. */
 mp_status mp_rht16(float *x, size_t rows, size_t cols, uint16_t sign_mask);
 
 /* ---- per-tensor fp8 scaling (Transformer Engine's DelayedScaling and
@@ -154,7 +160,8 @@ mp_status mp_rht16(float *x, size_t rows, size_t cols, uint16_t sign_mask);
  * MP_EINVAL (nothing written, nothing counted) for fmt not MP_E4M3 or
  * MP_E5M2, a scale that is not finite and > 0 (0, negative, inf, NaN; an
  * fp32 subnormal scale is valid), a NULL buffer with n > 0, or codes that
- * overlap the fp32 buffer. n == 0 does nothing. */
+ * overlap the fp32 buffer. n == 0 does nothing. Both functions below
+ * return MP_OK or that MP_EINVAL + message; nothing else fails. */
 mp_status mp_fp8_quantize(uint8_t *codes, const float *src, size_t n, mp_dtype fmt, float scale, mp_quant_stats *st);
 mp_status mp_fp8_dequantize(float *dst, const uint8_t *codes, size_t n, mp_dtype fmt, float scale);
 

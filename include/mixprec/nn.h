@@ -33,7 +33,9 @@ typedef struct mp_mlp_config {
     int    layernorm;                      /* layer norm after each hidden Linear, before the activation */
 } mp_mlp_config;
 
-/* Parses "mlp:784-1024-1024-10" (2 to 17 widths, each 1 to 65536). */
+/* Parses "mlp:784-1024-1024-10" (2 to 17 widths, each 1 to 65536). MP_EINVAL
+ * + message naming the problem (no "mlp:" prefix, a width that is not a whole
+ * number in range, too many or too few widths, a trailing '-'). */
 mp_status mp_mlp_parse(const char *spec, mp_mlp_config *c);
 
 typedef struct mp_mlp mp_mlp;
@@ -45,7 +47,11 @@ typedef struct mp_mlp mp_mlp;
  * MP_MASTER_FP32 (0): fp32 masters, half copies of the weight matrices;
  * MP_MASTER_PURE_BF16 (1): every parameter only in bf16 (compute must be
  * MP_BF16); MP_MASTER_NONE: every parameter and its optimizer state only in
- * the compute format, fp16 or bf16 (mp_optim_add_half). */
+ * the compute format, fp16 or bf16 (mp_optim_add_half). MP_EINVAL + message
+ * for a NULL argument, max_batch 0, a bad compute format, master setting or
+ * layer count (widths are not checked: mp_mlp_parse does), or mp_optim_add's
+ * refusal; MP_ENOMEM. On MP_OK the caller owns *out (mp_mlp_free); on failure
+ * *out is not written and the parameters registered so far stay in opt. */
 mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype compute, mp_master_weights master, size_t max_batch,
                         mp_optim *opt, uint64_t seed);
 void      mp_mlp_free(mp_mlp *m);
@@ -55,12 +61,17 @@ void      mp_mlp_free(mp_mlp *m);
  * added to them (accumulate = 1, later micro-batches of a step) or replacing
  * them (accumulate = 0: no mp_optim_zero_grad needed, as PyTorch's
  * zero_grad(set_to_none=True) before a backward). *loss gets the mean loss
- * (unscaled). */
+ * (unscaled). MP_EINVAL + message for B = 0 or B > max_batch, a non-finite
+ * input value, or a label outside [0, outputs) (found after the forward, whose
+ * stores are then counted); MP_ENOMEM, after which the gradients may be
+ * partly written. m, x, labels and loss must not be NULL. */
 mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, float grad_scale,
                              int accumulate, float *loss);
 
 /* Forward and loss only: *loss_sum += sum of per-row losses, *correct += rows
- * whose largest logit is the label. */
+ * whose largest logit is the label. MP_EINVAL + message as
+ * mp_mlp_train_batch; MP_ENOMEM. Neither sum changes on failure; no argument
+ * may be NULL. */
 mp_status mp_mlp_eval_batch(mp_mlp *m, const float *x, const int32_t *labels, size_t B, double *loss_sum,
                             size_t *correct);
 
@@ -80,7 +91,8 @@ const mp_mlp_config *mp_mlp_get_config(const mp_mlp *m);
  * number of blocks (784 pixels, 10 classes) is padded with zeros. Everything
  * else stays in bf16. NULL or MP_RECIPE_NONE turns it off. A training batch
  * is one step of the recipe; evaluation changes no state. MP_EINVAL unless
- * the model computes in bf16 with fp32 master weights; MP_ENOMEM. */
+ * the model computes in bf16 with fp32 master weights; MP_ENOMEM. The recipe
+ * in use is dropped first: after a failure the model has none. */
 mp_status mp_mlp_set_recipe(mp_mlp *m, const mp_recipe *r, uint64_t seed);
 
 /* Where the reductions round (ops.h's acc: layer norms, the loss's
@@ -99,7 +111,9 @@ void                   mp_mlp_reset_stats(mp_mlp *m);
 
 /* Copies fc/ln tensors (F32, F16 or BF16; shapes must match) into the
  * parameters and refreshes the half copies. MP_ECORRUPT names a missing
- * tensor or a wrong shape. */
+ * tensor or a wrong shape (or dtype, or a non-finite value). Parameters are
+ * loaded one by one: a refused file leaves the ones before it loaded, and a
+ * non-finite tensor already copied into its fp32 master. */
 mp_status mp_mlp_load(mp_mlp *m, const mp_safetensors *st);
 
 /* The model's parameter tensors for writing (fp32 masters, or bf16 weights in

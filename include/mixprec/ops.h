@@ -32,19 +32,25 @@
 extern "C" {
 #endif
 
-/* y = x + bias (bias broadcast over rows). */
+/* y = x + bias (bias broadcast over rows). MP_EINVAL + message for a format
+ * other than fp32/fp16/bf16 or a NULL buffer (B, C > 0); MP_ENOMEM (y may then
+ * be partly written). */
 mp_status mp_bias_add(void *y, mp_dtype yt,        // (B, C)
                       const void *x, mp_dtype xt,  // (B, C)
                       const float *bias,           // (C,)
                       size_t B, size_t C, mp_convert_stats *st);
 
 /* out[j] (+)= sum over rows of x[b][j], summed in acc (above); accumulate
- * != 0 adds to out (bias gradients over several micro-batches). */
+ * != 0 adds to out (bias gradients over several micro-batches). MP_EINVAL +
+ * message for a format (xt, acc) other than fp32/fp16/bf16 or a NULL out or x
+ * (C > 0, even with B = 0); MP_ENOMEM (out may then be partly summed). */
 mp_status mp_colsum(float *out,                    // (C,)
                     const void *x, mp_dtype xt,    // (B, C)
                     size_t B, size_t C, int accumulate, mp_dtype acc);
 
-/* ReLU: y = max(x, 0); backward dx = dy where x > 0, else 0. */
+/* ReLU: y = max(x, 0); backward dx = dy where x > 0, else 0. MP_EINVAL +
+ * message for a format other than fp32/fp16/bf16 or a NULL buffer with n > 0;
+ * nothing else fails (the same for every element-wise op below). */
 mp_status mp_relu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st);
 mp_status mp_relu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt, size_t n,
                            mp_convert_stats *st);
@@ -63,7 +69,8 @@ mp_status mp_relu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt,
  * Limits: y(+inf) = +inf, y(-inf) = -0, derivative 1 and -0; NaN gives NaN;
  * y(+-0) = +-0. The results are the same bits on every CPU path (scalar,
  * AVX2, AVX-512: one plain C source compiled for each, no fused multiply-add)
- * and every thread count. */
+ * and every thread count. Statuses as ReLU's: MP_EINVAL + message for a
+ * format other than fp32/fp16/bf16 or a NULL buffer with n > 0. */
 mp_status mp_gelu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st);
 mp_status mp_gelu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt, size_t n,
                            mp_convert_stats *st);
@@ -73,15 +80,17 @@ mp_status mp_gelu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt,
  * Computed in fp64 as the tanh form is (same accuracy, limits, and bits on
  * every CPU path and thread count): Phi(-|x|) = 0.5 e^(-x^2/2) erfcx(|x| / sqrt 2),
  * erfcx by a degree-19 polynomial in (z - 3) / (z + 3) (~1e-15 relative),
- * which avoids the cancellation of 1 + erf for negative x; stores and counts
- * as mp_gelu_forward/backward. */
+ * which avoids the cancellation of 1 + erf for negative x; stores, counts
+ * and statuses (MP_EINVAL for a bad format or a NULL buffer) as
+ * mp_gelu_forward/backward. */
 mp_status mp_gelu_erf_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st);
 mp_status mp_gelu_erf_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt,
                                size_t n, mp_convert_stats *st);
 
 /* Element-wise sum y = a + b, added in fp32 and rounded once into y's format
  * (a residual connection, or the two gradients of a residual stream). y may
- * alias a or b (same format). */
+ * alias a or b (same format). MP_EINVAL + message for a format other than
+ * fp32/fp16/bf16 or a NULL buffer with n > 0; nothing else fails. */
 mp_status mp_add(void *y, mp_dtype yt,              // (n,)
                  const void *a, mp_dtype at,        // (n,)
                  const void *b, mp_dtype bt,        // (n,)
@@ -89,11 +98,16 @@ mp_status mp_add(void *y, mp_dtype yt,              // (n,)
 
 /* Row-wise softmax (log_softmax when log != 0), max-subtracted, sums in acc.
  * Rows run in parallel (mp_set_threads), each computed as on one thread: the
- * results do not depend on the thread count. */
+ * results do not depend on the thread count. MP_EINVAL + message for a
+ * format (acc too) other than fp32/fp16/bf16 or a NULL y or x (B, C > 0);
+ * MP_ENOMEM for a row's scratch (rows over ~4000 values; y may then be partly
+ * written). */
 mp_status mp_softmax_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t B, size_t C, int log,
                              mp_dtype acc, mp_convert_stats *st);
 /* Backward from the forward's output y: softmax dx = y (dy - sum(dy y));
- * log_softmax dx = dy - exp(y) sum(dy); the sums in acc. */
+ * log_softmax dx = dy - exp(y) sum(dy); the sums in acc. Statuses as
+ * mp_softmax_forward's (a NULL dx, y or dy; rows over ~2000 values for
+ * MP_ENOMEM). */
 mp_status mp_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt, const void *dy, mp_dtype dyt,
                               size_t B, size_t C, int log, mp_dtype acc, mp_convert_stats *st);
 
@@ -104,7 +118,9 @@ mp_status mp_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt
  * Each row's log-sum-exp, its term lse - logit[label], and its softmax are
  * computed in acc; the mean over rows is fp32 (the loss a log reports).
  * Rows run in parallel; the per-row terms are summed in row order, so *loss
- * does not depend on the thread count. MP_EINVAL if a label is outside [0, C). */
+ * does not depend on the thread count. MP_EINVAL if a label is outside [0, C).
+ * Also MP_EINVAL + message for a bad format (acc too), a NULL loss, logits or
+ * labels, or B or C = 0; MP_ENOMEM. *loss is written only on MP_OK. */
 mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt,   // dlogits (B, C) or NULL
                            const void *logits, mp_dtype lt,          // (B, C)
                            const int32_t *labels,                    // (B,)
@@ -114,7 +130,9 @@ mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt,   // dlogits
  * rstd = 1 / sqrt(var + eps) (biased variance, two passes); mean and rstd
  * (per row, computed in acc) are kept for the backward. w, b may be NULL
  * (1 and 0). Rows run in parallel, each computed as on one thread
- * (thread-count independent). */
+ * (thread-count independent). MP_EINVAL + message for a format (acc too)
+ * other than fp32/fp16/bf16, a NULL y, x, mean or rstd, or C = 0 with B > 0;
+ * MP_ENOMEM (outputs may then be partly written). */
 mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd,  // y (B, C); mean, rstd (B,)
                                const void *x, mp_dtype xt,                      // (B, C)
                                const float *w, const float *b,                  // (C,) or NULL
@@ -124,7 +142,9 @@ mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd,  
  * sum_rows dy (column sums in acc), added to them (accumulate = 1) or
  * replacing them (accumulate = 0), as mp_colsum; either may be NULL. dx runs
  * in parallel over rows; dw and db over columns, each column summed row
- * after row (the same bits on any thread count). */
+ * after row (the same bits on any thread count). MP_EINVAL + message for a
+ * format (acc too) other than fp32/fp16/bf16 or a NULL dx, dy, x, mean or rstd
+ * (B, C > 0); MP_ENOMEM (dx, dw and db may then be partly written). */
 mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db,   // dx (B, C); dw, db (C,)
                                 const void *dy, mp_dtype dyt, const void *x, mp_dtype xt,
                                 const float *mean, const float *rstd, const float *w,

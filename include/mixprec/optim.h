@@ -92,7 +92,9 @@ typedef struct mp_param {
 
 typedef struct mp_optim mp_optim;
 
-/* Creates an optimizer; MP_EINVAL + message on bad hyperparameters. */
+/* Creates an optimizer; MP_EINVAL + message on bad hyperparameters. Also
+ * MP_EINVAL for a NULL out, MP_ENOMEM. On MP_OK the caller owns *out: free it
+ * (and every parameter in it) with mp_optim_free. cfg NULL: the defaults. */
 mp_status mp_optim_sgd(mp_optim **out, const mp_sgd_config *cfg);
 mp_status mp_optim_adamw(mp_optim **out, const mp_adamw_config *cfg);
 void      mp_optim_free(mp_optim *o); /* NULL is a no-op */
@@ -100,12 +102,16 @@ void      mp_optim_free(mp_optim *o); /* NULL is a no-op */
 /* Adds a parameter of n elements, master weights copied from init (fp32),
  * gradient zeroed, half copy (half_type MP_F16 or MP_BF16; MP_F32 for none)
  * rounded from the master. *out (may be NULL) points into the optimizer and
- * stays valid until it is freed. */
+ * stays valid until it is freed. MP_EINVAL + message for a NULL o or name, a
+ * NULL init with n > 0, another half_type, a name of 64 bytes or more, or a
+ * non-finite init value; MP_ENOMEM. Nothing is added on failure. Names are not
+ * checked for uniqueness. */
 mp_status mp_optim_add(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
                        mp_param **out);
 
 /* Adds a pure-bf16 parameter: weights only in bf16 (param->half), no master;
- * each update is rounded stochastically to bf16. */
+ * each update is rounded stochastically to bf16. Statuses and *out as
+ * mp_optim_add. */
 mp_status mp_optim_add_pure_bf16(mp_optim *o, const char *name, const float *init, size_t n, mp_param **out);
 
 /* Adds a half-only parameter (`--master-weights none`): weights rounded to
@@ -114,8 +120,8 @@ mp_status mp_optim_add_pure_bf16(mp_optim *o, const char *name, const float *ini
  * in half_type too (state_type, hstate1, hstate2). Each update widens the
  * stored weight and state to fp32, applies the same fp32 element arithmetic
  * as a master-weight parameter and rounds each result (weight, momentum
- * buffer, exp_avg, exp_avg_sq) to nearest even into half_type. *out as
- * mp_optim_add. */
+ * buffer, exp_avg, exp_avg_sq) to nearest even into half_type. *out and the
+ * other statuses as mp_optim_add. */
 mp_status mp_optim_add_half(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
                             mp_param **out);
 
@@ -140,11 +146,12 @@ mp_status mp_optim_add_as(mp_optim *o, const char *name, const float *init, size
  * runs with FTZ/DAZ, flushing such values to zero, as
  * torch.set_flush_denormal(True) does; flush = 0 keeps exact IEEE subnormals
  * (PyTorch's default) at that cost. Values in the normal range are identical
- * either way. */
+ * either way. MP_EINVAL for a NULL o; nothing else fails. */
 mp_status mp_optim_set_flush_denormal(mp_optim *o, int flush);
 
 /* How bf16 half copies are refreshed after a step (fp16 copies always round
- * to nearest even): nearest even (default) or stochastic with this seed. */
+ * to nearest even): nearest even (default) or stochastic with this seed.
+ * MP_EINVAL + message for another r (o must not be NULL). */
 mp_status mp_optim_set_rounding(mp_optim *o, mp_rounding r, uint64_t seed);
 
 size_t    mp_optim_count(const mp_optim *o);
@@ -163,13 +170,15 @@ uint64_t  mp_optim_steps(const mp_optim *o);  /* steps taken (skipped ones not c
  * its rounding (nearest even; stochastic for pure bf16). Both 0 before the
  * first step and after a skipped one. Counting does not change any result. */
 uint64_t  mp_optim_lost_updates(const mp_optim *o, uint64_t *updated);
+/* MP_EINVAL + message (lr unchanged) unless lr is finite and >= 0; o must not be NULL. */
 mp_status mp_optim_set_lr(mp_optim *o, double lr);
 double    mp_optim_lr(const mp_optim *o);
 
 /* For checkpoints: sets the number of steps taken and allocates (zeroed) the
  * optimizer state of every parameter so that the caller can fill state1 and
  * state2 (hstate1 and hstate2 for half-only parameters); has_state becomes
- * steps > 0. */
+ * steps > 0. MP_ENOMEM + message naming the parameter whose state could not
+ * be allocated (the step count is then unchanged); o must not be NULL. */
 mp_status mp_optim_restore(mp_optim *o, uint64_t steps);
 
 /* Sets every gradient to zero. */
@@ -177,7 +186,8 @@ void mp_optim_zero_grad(mp_optim *o);
 
 /* One optimizer step on the gradients as they are (no loss scaling), then the
  * half copies are refreshed. Refuses (MP_ESTATE) an optimizer that is being
- * driven by a scaler: use mp_scaler_step then. */
+ * driven by a scaler: use mp_scaler_step then. MP_ENOMEM when the optimizer
+ * state cannot be allocated (before any weight changes). */
 mp_status mp_optim_step(mp_optim *o);
 
 /* Clips the gradients by their global L2 norm, accumulated in fp64 (acc =
@@ -191,19 +201,23 @@ mp_status mp_optim_step(mp_optim *o);
  * gradients and leaves them as they are (the scaler skips that step). A naive
  * half norm can overflow to inf on finite gradients (its sum passes 65504 in
  * fp16 at a norm of about 256): the coefficient max_norm / inf is then 0 and
- * every gradient becomes 0, as the naive loop's clip does. */
+ * every gradient becomes 0, as the naive loop's clip does. MP_EINVAL + message
+ * for a NULL o, another acc, or a max_norm that is not finite and > 0. */
 mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, mp_dtype acc, double *total_norm);
 
 /* Unscales o's gradients in place (fused multiply by 1/S and inf/NaN check).
  * READY -> UNSCALED; MP_ESTATE if already unscaled or stepped since the last
- * mp_scaler_update. *found_inf (may be NULL) is set to whether inf/NaN was seen. */
+ * mp_scaler_update. *found_inf (may be NULL) is set to whether inf/NaN was seen.
+ * MP_EINVAL + message for a NULL s or o, or when 1/S is not finite (nothing
+ * unscaled). */
 mp_status mp_scaler_unscale(mp_scaler *s, mp_optim *o, int *found_inf);
 
 /* Unscales if not done yet, then steps o unless inf/NaN was found (a skipped
  * step changes nothing: weights, moments and the step count stay as they
  * were). -> STEPPED; MP_ESTATE if o already stepped since the last update.
  * *found_inf (may be NULL) tells whether the step was skipped: pass it to
- * mp_scaler_update. */
+ * mp_scaler_update. Also mp_scaler_unscale's statuses, and MP_ENOMEM as
+ * mp_optim_step (o is then STEPPED: the update was not applied). */
 mp_status mp_scaler_step(mp_scaler *s, mp_optim *o, int *found_inf);
 
 /* o's stage relative to s. */

@@ -84,7 +84,9 @@ typedef struct mp_qtensor {
     mp_quant_stats stats;  /* this step's counts, every quantization of the tensor summed */
 } mp_qtensor;
 
-/* seed starts the stochastic-rounding stream. MP_ENOMEM. */
+/* seed starts the stochastic-rounding stream. MP_ENOMEM (fp8-delayed's amax
+ * history; this one sets no message), MP_EINVAL + message for fp8-delayed
+ * with amax_history_len 0. q owns the history: mp_qtensor_free. */
 mp_status mp_qtensor_init(mp_qtensor *q, const mp_recipe *r, mp_qrole role, uint64_t seed);
 void mp_qtensor_free(mp_qtensor *q);
 
@@ -137,7 +139,8 @@ mp_status mp_qoperand(uint16_t *dst, size_t ldd, float *factor, const void *src,
  * into wa, and B, quantized as qb's into wb (bf16, as many elements as A and
  * B, stored densely), each along the GEMM's reduction (A's rows when
  * trans_a, B's rows unless trans_b), A first; the GEMM reads them with alpha
- * the product of their factors. MP_EINVAL as mp_qoperand and mp_gemm_ex. */
+ * the product of their factors. MP_EINVAL as mp_qoperand and mp_gemm_ex;
+ * MP_ENOMEM as mp_gemm_ex. */
 mp_status mp_qgemm(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_t n, size_t k,
                    const void *a, mp_dtype a_type, size_t lda, mp_qtensor *qa, uint16_t *wa,
                    const void *b, mp_dtype b_type, size_t ldb, mp_qtensor *qb, uint16_t *wb,

@@ -87,11 +87,13 @@ mp_status mp_scaler_update(mp_scaler *s, int found_inf);
 /* A small versioned, checksummed blob of the whole state (config, scale,
  * trackers, counters): MP_SCALER_BLOB_SIZE bytes, little-endian. */
 #define MP_SCALER_BLOB_SIZE 104
+/* Writes the blob; MP_EINVAL for a NULL s or blob, nothing else fails. */
 mp_status mp_scaler_save(const mp_scaler *s, uint8_t blob[MP_SCALER_BLOB_SIZE]);
 /* MP_ECORRUPT (state untouched) on a wrong magic, version, size or checksum,
  * or for a state that mp_scaler_update cannot reach from mp_scaler_init (an
  * invalid config; a scale outside [min_scale, max_scale], or not init_scale
- * when static; trackers out of range; counters that do not add up). */
+ * when static; trackers out of range; counters that do not add up).
+ * MP_EINVAL for a NULL s or blob. */
 mp_status mp_scaler_load(mp_scaler *s, const uint8_t *blob, size_t len);
 
 /* Fused unscale + check, one pass over memory: grad[i] *= inv_scale (in fp32,
@@ -99,10 +101,15 @@ mp_status mp_scaler_load(mp_scaler *s, const uint8_t *blob, size_t len);
  * e5m2), and *found_inf = 1 if any element (before scaling, as in PyTorch) is
  * inf or NaN. *found_inf is never cleared. Two threads for large buffers.
  * MP_EINVAL for e8m0 and e2m1 buffers (scales and block-scaled fp4 elements,
- * not gradients under a loss scale). */
+ * not gradients under a loss scale). Also MP_EINVAL + message (grad not
+ * touched) for an unknown dtype, a NULL found_inf, a NULL grad with n > 0 or
+ * an inv_scale that is not finite. */
 mp_status mp_unscale_check(void *grad, mp_dtype type, size_t n, float inv_scale, int *found_inf);
 
-/* The same over several buffers (e.g. all gradients of a model). */
+/* The same over several buffers (e.g. all gradients of a model). MP_EINVAL +
+ * message, before any buffer is touched, for NULL arrays (count > 0), a NULL
+ * found_inf, or a buffer whose dtype mp_unscale_check refuses or that is NULL
+ * with elements, or an inv_scale that is not finite. */
 mp_status mp_unscale_check_list(void *const *grads, const mp_dtype *types, const size_t *ns, size_t count,
                                 float inv_scale, int *found_inf);
 

@@ -83,7 +83,8 @@ mp_status mp_precision_parse(const char *spec, mp_precision *out, float *static_
 /* Applies --master-weights to a mode: MP_MASTER_FP32 or MP_MASTER_NONE.
  * MP_EINVAL + message for none on an fp32 mode (there is no compute copy to
  * keep alone) or on bf16-pure (a mode of its own: stochastic rounding, fp32
- * moments), for fp32 on bf16-pure (that is bf16), and for any other value.
+ * moments), for fp32 on bf16-pure (that is bf16), and for any other value;
+ * also for none on a mode with a recipe (it quantizes the fp32 masters).
  * Updates p->label. */
 mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m);
 
@@ -93,7 +94,8 @@ mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m);
 mp_status mp_precision_set_reductions(mp_precision *p, mp_reductions r);
 
 /* The recipe of a mode (TE's defaults, recipe.h, with the mode's MX rule)
- * into *out: kind MP_RECIPE_NONE for a mode without one. */
+ * into *out: kind MP_RECIPE_NONE for a mode without one. MP_EINVAL for a NULL
+ * p or out; nothing else fails. */
 mp_status mp_precision_recipe(const mp_precision *p, mp_recipe *out);
 
 /* Applies --mx-rule to an mxfp8 mode; MP_EINVAL + message for another mode
@@ -153,14 +155,19 @@ void mp_loader_free(mp_loader *l); /* a loader with impl NULL is a no-op */
  * (x = pixel / 255), B <= train->n. An epoch is floor(n / B) micro-batches;
  * shuffle: each epoch's order is a permutation drawn from (seed, epoch),
  * else file order. Evaluation: all of eval (may be NULL) in batches of
- * eval_b. The datasets must outlive the loader. */
+ * eval_b. The datasets must outlive the loader. MP_EINVAL + message for a
+ * NULL out or train, an empty train, B or eval_b 0, B > train->n, or eval
+ * images of another size; MP_ENOMEM. On MP_OK *out owns its buffers (not the
+ * datasets): mp_loader_free. Its batches never fail. */
 mp_status mp_image_loader(mp_loader *out, const mp_dataset *train, const mp_dataset *eval, size_t B, int shuffle,
                           uint64_t seed, size_t eval_b);
 
 /* Text (a language model's data): micro-batches of B windows of T tokens as
  * mp_text_train_batch gives them; evaluation: the first eval_windows
  * validation windows (0: all), B at a time. The corpus must outlive the
- * loader; MP_EINVAL if it is too short for T (mp_text_check). */
+ * loader; MP_EINVAL if it is too short for T (mp_text_check). Also MP_EINVAL
+ * for a NULL out or text, B or T 0; MP_ENOMEM. On MP_OK *out owns its
+ * buffers (not the corpus): mp_loader_free. */
 mp_status mp_text_loader(mp_loader *out, const mp_text *text, size_t B, size_t T, int shuffle, uint64_t seed,
                          size_t eval_windows);
 
@@ -273,19 +280,31 @@ typedef struct mp_trainer mp_trainer;
  * not own them. MP_EINVAL for a bad config (accum < 1, bad scaler config,
  * clip < 0, a dist with size < 1, rank outside [0, size) or, with size > 1,
  * a NULL function). With a dist, every rank creates its trainer from the
- * same model, seed and data. */
+ * same model, seed and data. Also MP_EINVAL + message for a NULL argument, a
+ * bad learning-rate schedule, or half reductions on a model without
+ * set_reductions (or its refusal); MP_ENOMEM. On MP_OK the caller owns *out
+ * (mp_trainer_free, which frees none of model, opt and loader). */
 mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model model, mp_optim *opt,
                             mp_loader loader);
 void mp_trainer_free(mp_trainer *t); /* NULL is a no-op */
 
-/* One training step (above); *info (may be NULL) says what it did. */
+/* One training step (above); *info (may be NULL) says what it did. MP_OK, or
+ * MP_EOVERFLOW (the step is counted and *info written), or the first failing
+ * call's status with its message: the loader's, the model's (MP_EINVAL for a
+ * bad batch, MP_ENOMEM), MP_EINVAL for a micro-batch that does not split
+ * over the ranks, a reduction's, the optimizer's (MP_ENOMEM); the step is
+ * then not counted and *info not written, though gradients, and the scaler's
+ * stage, may have changed. */
 mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info);
 
 /* Evaluates the model over the loader's evaluation batches: *loss the mean
  * loss per prediction, *accuracy the fraction of predictions whose largest
  * logit is the target (either may be NULL). Statistics are not disturbed.
  * With ranks: collective; each evaluates its batches and the sums are
- * added (the same figures up to the order of those additions). */
+ * added (the same figures up to the order of those additions). MP_EINVAL +
+ * message when there is no evaluation data (no eval_batch, or no
+ * predictions); or the loader's, the model's (MP_EINVAL, MP_ENOMEM) or the
+ * reduction's status. *loss and *accuracy are written only on MP_OK. */
 mp_status mp_trainer_evaluate(mp_trainer *t, double *loss, double *accuracy);
 
 /* *crc gets the CRC-32 of everything a step depends on and changes: the
@@ -318,7 +337,11 @@ const mp_scaler *mp_trainer_scaler(const mp_trainer *t); /* NULL in modes withou
  * tensor's state: "quant.NAME" in the metadata (hex: the stochastic-rounding
  * stream's seed and counter, the delayed history's position and scale) and,
  * for fp8-delayed, its amax history as the F32 tensor
- * "quant.NAME.amax_history". Written atomically (io.h). */
+ * "quant.NAME.amax_history". Written atomically (io.h). MP_EINVAL + message
+ * for weights_dtype other than fp32/fp16/bf16 (or a tensor
+ * mp_safetensors_write refuses); MP_ENOMEM; MP_EIO naming the file (a file
+ * already at path is left whole). The caller's meta keys must not repeat
+ * the keys listed here: the file would not read back. */
 mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *meta, mp_dtype weights_dtype);
 
 /* Continues from a checkpoint written by mp_trainer_save: refuses
@@ -329,7 +352,10 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
  * (without: "none"); restores weights, optimizer state, scaler, quantization
  * state (all of it checked before any is changed) and step count
  * (MP_ECORRUPT for missing or damaged parts). A resumed run continues
- * bit-identically. */
+ * bit-identically. Reading the file: mp_safetensors_read's MP_EIO,
+ * MP_ECORRUPT and MP_ENOMEM (nothing changed). After an MP_ECORRUPT found
+ * while restoring, weights and optimizer state may be partly restored (the
+ * step count is not): do not train on. */
 mp_status mp_trainer_resume(mp_trainer *t, const char *path, const char *const *expect);
 
 #ifdef __cplusplus
