@@ -34,12 +34,12 @@ static void single(const char *v) {
     }
 
     mp_precision p, q;
-    float scale = -1, scale2 = -1;
-    if (mp_precision_parse(v, &p, &scale) == MP_OK) {
+    if (mp_precision_parse(v, &p) == MP_OK) {
+        const float scale = p.static_scale;
         FUZZ_CHECK(p.name && memchr(p.label, 0, sizeof p.label) && p.label[0]);
         FUZZ_CHECK((scale == 0) != (p.scaling == MP_SCALING_STATIC && strchr(p.label, ':')));
         FUZZ_CHECK(scale == 0 || (isfinite(scale) && scale > 0));
-        FUZZ_CHECK(mp_precision_parse(p.label, &q, &scale2) == MP_OK && scale2 == scale);
+        FUZZ_CHECK(mp_precision_parse(p.label, &q) == MP_OK && q.static_scale == scale);
         FUZZ_CHECK(!strcmp(p.name, q.name) && !strcmp(p.label, q.label) && p.compute == q.compute &&
                    p.master_weights == q.master_weights && p.reductions == q.reductions &&
                    p.rounding == q.rounding && p.scaling == q.scaling);

@@ -315,7 +315,7 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_
         opts[n] = *base;
         opts[n].precision = tok;
         mp_precision p;
-        if (mp_precision_parse(tok, &p, NULL) != MP_OK) return invalid(x, "%s", mp_last_error());
+        if (mp_precision_parse(tok, &p) != MP_OK) return invalid(x, "%s", mp_last_error());
         if (mp_run_check(&opts[n], &p) != MP_OK) return invalid(x, "%s: %s", tok, mp_last_error());
         snprintf(res->modes[n].name, sizeof res->modes[n].name, "%s", p.label); /* tok with the switches applied */
         n++;

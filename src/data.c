@@ -154,6 +154,7 @@ mp_status mp_fashion_mnist_load(mp_dataset *train, mp_dataset *test, const char 
     find_file(tl, sizeof tl, dir, "train-labels-idx1-ubyte");
     find_file(si, sizeof si, dir, "t10k-images-idx3-ubyte");
     find_file(sl, sizeof sl, dir, "t10k-labels-idx1-ubyte");
+    if (test) memset(test, 0, sizeof *test); /* freeable whatever happens below */
     mp_status st = mp_dataset_load(train, ti, tl);
     if (st != MP_OK) return st;
     if ((st = mp_dataset_load(test, si, sl)) != MP_OK) {

@@ -89,10 +89,14 @@ static mp_status add(mp_mlp *m, mp_optim *opt, const char *fmt, int l, const flo
 mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, mp_master_weights master, size_t max_batch, mp_optim *opt,
                         uint64_t seed) {
     if (!out || !c || !opt || max_batch == 0) return mp_error(MP_EINVAL, "mp_mlp_create: bad argument");
+    *out = NULL;
     if (ct != MP_F32 && ct != MP_F16 && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_mlp_create: compute format");
     mp_status st = mp_master_weights_check("mp_mlp_create", ct, master);
     if (st != MP_OK) return st;
     if (c->nlayers < 1 || c->nlayers > L_MAX) return mp_error(MP_EINVAL, "mp_mlp_create: %d layers", c->nlayers);
+    for (int l = 0; l <= c->nlayers; l++)
+        if (c->widths[l] < 1 || c->widths[l] > 65536)
+            return mp_error(MP_EINVAL, "mp_mlp_create: width %d of layer %d (1 .. 65536)", c->widths[l], l);
     mp_mlp *m = calloc(1, sizeof *m);
     if (!m) return mp_error(MP_ENOMEM, "mp_mlp_create: out of memory");
     m->cfg = *c, m->ct = ct, m->acc = MP_F32, m->master = master, m->max_batch = max_batch;
@@ -431,7 +435,7 @@ static mp_status model_train(void *impl, const mp_batch *b, float grad_scale, in
 static mp_status model_eval(void *impl, const mp_batch *b, double *loss_sum, double *count, double *correct) {
     size_t right = 0;
     const mp_status st = mp_mlp_eval_batch(impl, b->x, b->targets, b->n, loss_sum, &right);
-    *count += (double)b->n, *correct += (double)right;
+    if (st == MP_OK) *count += (double)b->n, *correct += (double)right;
     return st;
 }
 

@@ -339,6 +339,7 @@ mp_status mp_optim_set_flush_denormal(mp_optim *o, int flush) {
 }
 
 mp_status mp_optim_set_rounding(mp_optim *o, mp_rounding r, uint64_t seed) {
+    if (!o) return mp_error(MP_EINVAL, "mp_optim_set_rounding: NULL optimizer");
     if (r != MP_ROUND_NEAREST && r != MP_ROUND_STOCHASTIC) return mp_error(MP_EINVAL, "unknown rounding %d", (int)r);
     o->rounding = r;
     o->seed = seed;
@@ -356,6 +357,7 @@ uint64_t mp_optim_lost_updates(const mp_optim *o, uint64_t *updated) {
 double mp_optim_lr(const mp_optim *o) { return o->kind == KIND_SGD ? o->sgd.lr : o->adamw.lr; }
 
 mp_status mp_optim_set_lr(mp_optim *o, double lr) {
+    if (!o) return mp_error(MP_EINVAL, "mp_optim_set_lr: NULL optimizer");
     const mp_status st = check_lr(lr);
     if (st != MP_OK) return st;
     if (o->kind == KIND_SGD) o->sgd.lr = lr;
@@ -383,6 +385,7 @@ oom:
 }
 
 mp_status mp_optim_restore(mp_optim *o, uint64_t steps) {
+    if (!o) return mp_error(MP_EINVAL, "mp_optim_restore: NULL optimizer");
     for (size_t i = 0; i < o->count; i++) {
         const mp_status st = ensure_state(o, o->params[i]);
         if (st != MP_OK) return st;

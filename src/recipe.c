@@ -79,7 +79,7 @@ mp_status mp_qtensor_init(mp_qtensor *q, const mp_recipe *r, mp_qrole role, uint
         if (r->amax_history_len == 0) return mp_error(MP_EINVAL, "fp8-delayed: the amax history needs at least 1 entry");
         q->hist = (mp_fp8_history){.amax = calloc(r->amax_history_len, sizeof(float)), .len = r->amax_history_len,
                                    .most_recent = r->amax_most_recent, .margin = r->margin, .scale = 1.0f};
-        if (!q->hist.amax) return MP_ENOMEM;
+        if (!q->hist.amax) return mp_error(MP_ENOMEM, "fp8-delayed: out of memory for the amax history");
     }
     return MP_OK;
 }

@@ -310,8 +310,7 @@ static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
 mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out, mp_scaler_config *scaler_out) {
     if (!s || !s->model || !s->precision) return mp_error(MP_EINVAL, "mp_run_check: NULL argument");
     mp_precision p;
-    float static_scale = 0;
-    mp_status st = mp_precision_parse(s->precision, &p, &static_scale);
+    mp_status st = mp_precision_parse(s->precision, &p);
     if (st == MP_OK && s->master_weights >= 0) st = mp_precision_set_master_weights(&p, (mp_master_weights)s->master_weights);
     if (st == MP_OK && s->reductions >= 0) st = mp_precision_set_reductions(&p, (mp_reductions)s->reductions);
     if (st == MP_OK && s->mx_rule >= 0) st = mp_precision_set_mx_rule(&p, (mp_mx_rule)s->mx_rule);
@@ -335,13 +334,13 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out, mp_scaler_conf
     if (s->data && !s->custom && is_gpt(s->model) != (strncmp(s->data, "text:", 5) == 0))
         return mp_error(MP_EINVAL, is_gpt(s->model) ? "a GPT trains on text: --data text:PATH[,PATH...]"
                                                      : "an MLP trains on Fashion-MNIST: --data DIR");
-    mp_scaler_config sc = s->scaler;
-    if (static_scale > 0) sc.init_scale = static_scale;
+    mp_scaler_config sc = s->scaler; /* as the trainer will make it */
     sc.dynamic = p.scaling == MP_SCALING_DYNAMIC;
+    if (!sc.dynamic && p.static_scale > 0) sc.init_scale = p.static_scale;
     mp_scaler scaler;
     if (p.scaling != MP_SCALING_NONE && (st = mp_scaler_init(&scaler, &sc)) != MP_OK) return st;
     if (out) *out = p;
-    if (scaler_out) *scaler_out = sc;
+    if (scaler_out) *scaler_out = s->scaler;
     return MP_OK;
 }
 

@@ -161,8 +161,7 @@ static const mp_precision *find_mode(const char *base, float *static_scale, mp_s
     return NULL;
 }
 
-mp_status mp_precision_parse(const char *spec, mp_precision *out, float *static_scale) {
-    if (static_scale) *static_scale = 0.0f;
+mp_status mp_precision_parse(const char *spec, mp_precision *out) {
     if (!spec || !out) return mp_error(MP_EINVAL, "mp_precision_parse: NULL argument");
     const char *plus = strchr(spec, '+');
     const size_t bl = plus ? (size_t)(plus - spec) : strlen(spec);
@@ -172,9 +171,11 @@ mp_status mp_precision_parse(const char *spec, mp_precision *out, float *static_
     memcpy(base, spec, bl);
     base[bl] = '\0';
     mp_status st;
-    const mp_precision *mode = find_mode(base, static_scale, &st);
+    float static_scale = 0.0f;
+    const mp_precision *mode = find_mode(base, &static_scale, &st);
     if (!mode) return st;
     p = *mode;
+    p.static_scale = static_scale;
     memcpy(p.label, base, bl + 1);
     for (const char *sw = plus; sw; sw = strchr(sw + 1, '+')) {
         const char *v = sw + 1, *next = strchr(v, '+');
@@ -284,6 +285,7 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
     if (t->scaled) {
         mp_scaler_config sc = c->scaler;
         sc.dynamic = c->precision->scaling == MP_SCALING_DYNAMIC;
+        if (!sc.dynamic && c->precision->static_scale > 0) sc.init_scale = c->precision->static_scale; /* fp16-static:S */
         const mp_status st = mp_scaler_init(&t->scaler, &sc);
         if (st != MP_OK) {
             free(t);

@@ -109,7 +109,8 @@ static void checks(void) {
     CHECK(mp_run_check(&s, NULL) == MP_OK, "no scaler, no check of it");
     mp_run_defaults(&s);
     s.precision = "fp16-static:512", s.scaler.init_scale = 8;
-    CHECK(mp_run_check(&s, &p) == MP_OK && p.scaling == MP_SCALING_STATIC && !strcmp(p.label, "fp16-static:512"),
+    CHECK(mp_run_check(&s, &p) == MP_OK && p.scaling == MP_SCALING_STATIC && p.static_scale == 512 &&
+              !strcmp(p.label, "fp16-static:512"),
           "static");
     CHECK_SAY(mark, "check: modes with switches, options that exclude each other, models, data, scalers\n");
 }

@@ -134,8 +134,7 @@ typedef struct {
 static mp_status rig_make_dist(rig *r, const char *prec, float boost, double clip, const mp_train_dist *dist) {
     memset(r, 0, sizeof *r);
     const mp_precision *p = &r->prec;
-    float scale;
-    mp_status st = mp_precision_parse(prec, &r->prec, &scale);
+    mp_status st = mp_precision_parse(prec, &r->prec);
     if (st != MP_OK) return st;
     mp_adamw_config ac = mp_adamw_defaults();
     ac.lr = 0.05;
@@ -147,7 +146,6 @@ static mp_status rig_make_dist(rig *r, const char *prec, float boost, double cli
     r->d.fail_at = -1;
     mp_train_config c = {.precision = p, .scaler = mp_scaler_defaults(), .lr = {.lr = 0.05}, .accum = 2, .clip = clip,
                          .dist = dist};
-    if (scale > 0) c.scaler.init_scale = scale;
     const mp_model model = {&lin_ops, &r->m};
     const mp_loader loader = {&r->d, data_batch, data_eval, NULL};
     return mp_trainer_create(&r->t, &c, model, r->opt, loader);
@@ -168,64 +166,64 @@ static void check_table(void) {
     CHECK(n == 11 && strcmp(t[0].name, "fp32") == 0 && t[0].compute == MP_F32, "table starts with fp32");
     mp_precision pv;
     const mp_precision *p = &pv;
-    float s;
-    CHECK(mp_precision_parse("fp16-dynamic", &pv, &s) == MP_OK && p->scaling == MP_SCALING_DYNAMIC &&
-              p->compute == MP_F16 && p->master_weights == MP_MASTER_FP32 && s == 0,
+    CHECK(mp_precision_parse("fp16-dynamic", &pv) == MP_OK && p->scaling == MP_SCALING_DYNAMIC &&
+              p->compute == MP_F16 && p->master_weights == MP_MASTER_FP32 && p->static_scale == 0,
           "fp16-dynamic");
-    CHECK(mp_precision_parse("bf16-pure", &pv, NULL) == MP_OK && p->master_weights == MP_MASTER_PURE_BF16 &&
+    CHECK(mp_precision_parse("bf16-pure", &pv) == MP_OK && p->master_weights == MP_MASTER_PURE_BF16 &&
               p->rounding == MP_ROUND_STOCHASTIC,
           "bf16-pure");
-    CHECK(mp_precision_parse("fp16-static:1024", &pv, &s) == MP_OK && p->scaling == MP_SCALING_STATIC && s == 1024,
+    CHECK(mp_precision_parse("fp16-static:1024", &pv) == MP_OK && p->scaling == MP_SCALING_STATIC &&
+              p->static_scale == 1024,
           "static scale");
-    CHECK(mp_precision_parse("fp16-static:-1", &pv, &s) == MP_EINVAL, "negative scale");
-    CHECK(mp_precision_parse("fp8", &pv, &s) == MP_EINVAL && strstr(mp_last_error(), "bf16-pure"), "unknown: %s",
+    CHECK(mp_precision_parse("fp16-static:-1", &pv) == MP_EINVAL, "negative scale");
+    CHECK(mp_precision_parse("fp8", &pv) == MP_EINVAL && strstr(mp_last_error(), "bf16-pure"), "unknown: %s",
           mp_last_error());
     /* the recipes: bf16 compute, fp32 masters, no loss scaling; mxfp8's rule switch */
-    CHECK(mp_precision_parse("mxfp8", &pv, NULL) == MP_OK && p->recipe == MP_RECIPE_MXFP8 && p->compute == MP_BF16 &&
+    CHECK(mp_precision_parse("mxfp8", &pv) == MP_OK && p->recipe == MP_RECIPE_MXFP8 && p->compute == MP_BF16 &&
               p->master_weights == MP_MASTER_FP32 && p->scaling == MP_SCALING_NONE && p->mx_rule == MP_MX_RCEIL,
           "mxfp8");
-    CHECK(mp_precision_parse("mxfp8+mx-rule=floor", &pv, NULL) == MP_OK && p->mx_rule == MP_MX_FLOOR &&
+    CHECK(mp_precision_parse("mxfp8+mx-rule=floor", &pv) == MP_OK && p->mx_rule == MP_MX_FLOOR &&
               strcmp(p->label, "mxfp8+mx-rule=floor") == 0,
           "mxfp8+mx-rule=floor: %s", p->label);
-    CHECK(mp_precision_parse("mxfp8+mx-rule=ceil", &pv, NULL) == MP_EINVAL, "mx-rule=ceil");
-    CHECK(mp_precision_parse("fp8-delayed+mx-rule=floor", &pv, NULL) == MP_EINVAL && strstr(mp_last_error(), "mxfp8"),
+    CHECK(mp_precision_parse("mxfp8+mx-rule=ceil", &pv) == MP_EINVAL, "mx-rule=ceil");
+    CHECK(mp_precision_parse("fp8-delayed+mx-rule=floor", &pv) == MP_EINVAL && strstr(mp_last_error(), "mxfp8"),
           "mx-rule on fp8-delayed: %s", mp_last_error());
-    CHECK(mp_precision_parse("nvfp4+master-weights=none", &pv, NULL) == MP_EINVAL, "nvfp4 without masters");
-    CHECK(mp_precision_parse("fp8-current", &pv, NULL) == MP_OK && p->recipe == MP_RECIPE_FP8_CURRENT, "fp8-current");
-    CHECK(mp_precision_parse("fp16-dynamic", &pv, NULL) == MP_OK && p->recipe == MP_RECIPE_NONE, "no recipe");
-    CHECK(mp_precision_parse("fp16-dynamic+master-weights=none", &pv, NULL) == MP_OK &&
+    CHECK(mp_precision_parse("nvfp4+master-weights=none", &pv) == MP_EINVAL, "nvfp4 without masters");
+    CHECK(mp_precision_parse("fp8-current", &pv) == MP_OK && p->recipe == MP_RECIPE_FP8_CURRENT, "fp8-current");
+    CHECK(mp_precision_parse("fp16-dynamic", &pv) == MP_OK && p->recipe == MP_RECIPE_NONE, "no recipe");
+    CHECK(mp_precision_parse("fp16-dynamic+master-weights=none", &pv) == MP_OK &&
               p->master_weights == MP_MASTER_NONE && p->scaling == MP_SCALING_DYNAMIC &&
               strcmp(p->label, "fp16-dynamic+master-weights=none") == 0 && strcmp(p->name, "fp16-dynamic") == 0,
           "fp16-dynamic+master-weights=none: %s", p->label);
     CHECK(mp_precision_set_master_weights(&pv, MP_MASTER_FP32) == MP_OK && strcmp(p->label, "fp16-dynamic") == 0,
           "back to fp32 masters");
-    CHECK(mp_precision_parse("fp32+master-weights=none", &pv, NULL) == MP_EINVAL && !strchr(mp_last_error(), '\n'),
+    CHECK(mp_precision_parse("fp32+master-weights=none", &pv) == MP_EINVAL && !strchr(mp_last_error(), '\n'),
           "none on fp32");
-    CHECK(mp_precision_parse("bf16-pure+master-weights=none", &pv, NULL) == MP_EINVAL, "none on bf16-pure");
-    CHECK(mp_precision_parse("fp16+master-weights=half", &pv, NULL) == MP_EINVAL, "unknown value");
-    CHECK(mp_precision_parse("bf16+master-weights=none", &pv, NULL) == MP_OK && p->compute == MP_BF16 &&
+    CHECK(mp_precision_parse("bf16-pure+master-weights=none", &pv) == MP_EINVAL, "none on bf16-pure");
+    CHECK(mp_precision_parse("fp16+master-weights=half", &pv) == MP_EINVAL, "unknown value");
+    CHECK(mp_precision_parse("bf16+master-weights=none", &pv) == MP_OK && p->compute == MP_BF16 &&
               p->master_weights == MP_MASTER_NONE,
           "bf16 none");
     /* reductions, and the modes as presets of the switches */
-    CHECK(mp_precision_parse("fp16-naive", &pv, NULL) == MP_OK && p->compute == MP_F16 &&
+    CHECK(mp_precision_parse("fp16-naive", &pv) == MP_OK && p->compute == MP_F16 &&
               p->master_weights == MP_MASTER_NONE && p->reductions == MP_REDUCE_HALF && p->scaling == MP_SCALING_NONE &&
               strcmp(p->label, "fp16-naive") == 0,
           "fp16-naive: %s", p->label);
-    CHECK(mp_precision_parse("fp16-naive+master-weights=fp32+reductions=fp32", &pv, NULL) == MP_OK &&
+    CHECK(mp_precision_parse("fp16-naive+master-weights=fp32+reductions=fp32", &pv) == MP_OK &&
               p->master_weights == MP_MASTER_FP32 && p->reductions == MP_REDUCE_FP32 &&
               strcmp(p->label, "fp16-naive+master-weights=fp32+reductions=fp32") == 0,
           "fp16-naive with protections: %s", p->label);
-    CHECK(mp_precision_parse("fp16-dynamic+reductions=half+master-weights=none", &pv, NULL) == MP_OK &&
+    CHECK(mp_precision_parse("fp16-dynamic+reductions=half+master-weights=none", &pv) == MP_OK &&
               p->reductions == MP_REDUCE_HALF && p->master_weights == MP_MASTER_NONE &&
               strcmp(p->label, "fp16-dynamic+master-weights=none+reductions=half") == 0,
           "both switches, labelled in order: %s", p->label);
     CHECK(mp_precision_set_reductions(&pv, MP_REDUCE_FP32) == MP_OK &&
               strcmp(p->label, "fp16-dynamic+master-weights=none") == 0, "reductions back to fp32: %s", p->label);
-    CHECK(mp_precision_parse("fp16-static:1024+reductions=half", &pv, &s) == MP_OK && s == 1024 &&
+    CHECK(mp_precision_parse("fp16-static:1024+reductions=half", &pv) == MP_OK && p->static_scale == 1024 &&
               strcmp(p->label, "fp16-static:1024+reductions=half") == 0, "static with a switch: %s", p->label);
-    CHECK(mp_precision_parse("fp32+reductions=half", &pv, NULL) == MP_EINVAL && strstr(mp_last_error(), "fp32"),
+    CHECK(mp_precision_parse("fp32+reductions=half", &pv) == MP_EINVAL && strstr(mp_last_error(), "fp32"),
           "half reductions on fp32");
-    CHECK(mp_precision_parse("bf16+reductions=fp16", &pv, NULL) == MP_EINVAL && strstr(mp_last_error(), "reductions"),
+    CHECK(mp_precision_parse("bf16+reductions=fp16", &pv) == MP_EINVAL && strstr(mp_last_error(), "reductions"),
           "unknown reductions value");
     CHECK(strcmp(mp_reductions_name(MP_REDUCE_HALF), "half") == 0 && strcmp(mp_reductions_name(MP_REDUCE_FP32), "fp32") == 0,
           "reductions names");
@@ -384,7 +382,7 @@ static void check_precision_losses(void) {
     mp_optim *o;
     mp_mlp *m;
     mp_trainer *t;
-    CHECK(mp_precision_parse("fp16+master-weights=none", &p, NULL) == MP_OK && mp_optim_sgd(&o, &sc) == MP_OK &&
+    CHECK(mp_precision_parse("fp16+master-weights=none", &p) == MP_OK && mp_optim_sgd(&o, &sc) == MP_OK &&
               mp_mlp_parse("mlp:8-16-4", &c) == MP_OK && mp_mlp_create(&m, &c, MP_F16, MP_MASTER_NONE, 16, o, 1) == MP_OK,
           "mlp");
     mlp_data d;

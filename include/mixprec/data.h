@@ -41,9 +41,8 @@ mp_status mp_dataset_load(mp_dataset *d, const char *images_path, const char *la
  * MP_FASHION_MNIST_DIR); each file may be named with or without ".gz".
  * mp_dataset_load's statuses (MP_EIO naming a missing file, MP_ECORRUPT,
  * MP_ENOMEM), and MP_ECORRUPT when the test images' size differs from the
- * training images'. On failure train is zeroed, and so is test unless the
- * training set already failed (test is then not touched). On MP_OK free
- * both with mp_dataset_free. */
+ * training images'. On failure both are zeroed (mp_dataset_free on them is a
+ * no-op). On MP_OK free both with mp_dataset_free. */
 mp_status mp_fashion_mnist_load(mp_dataset *train, mp_dataset *test, const char *dir);
 
 void mp_dataset_free(mp_dataset *d); /* NULL-safe; leaves d zeroed */

@@ -48,10 +48,10 @@ typedef struct mp_mlp mp_mlp;
  * MP_MASTER_PURE_BF16 (1): every parameter only in bf16 (compute must be
  * MP_BF16); MP_MASTER_NONE: every parameter and its optimizer state only in
  * the compute format, fp16 or bf16 (mp_optim_add_half). MP_EINVAL + message
- * for a NULL argument, max_batch 0, a bad compute format, master setting or
- * layer count (widths are not checked: mp_mlp_parse does), or mp_optim_add's
- * refusal; MP_ENOMEM. On MP_OK the caller owns *out (mp_mlp_free); on failure
- * *out is not written and the parameters registered so far stay in opt. */
+ * for a NULL argument, max_batch 0, a bad compute format, master setting,
+ * layer count or width (1 .. 65536), or mp_optim_add's refusal; MP_ENOMEM. On
+ * MP_OK the caller owns *out (mp_mlp_free); on failure *out is NULL and the
+ * parameters registered so far stay in opt. */
 mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype compute, mp_master_weights master, size_t max_batch,
                         mp_optim *opt, uint64_t seed);
 void      mp_mlp_free(mp_mlp *m);

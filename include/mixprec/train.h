@@ -58,6 +58,7 @@ typedef struct mp_precision {
     mp_reductions reductions; /* fp32 accumulators, or the compute format */
     mp_rounding rounding;   /* how the fp32 masters are rounded into the compute copies */
     mp_scaling scaling;     /* loss scaling */
+    float static_scale;     /* fp16-static:S: the scale S; 0 when not given (the scaler config's init_scale) */
     mp_recipe_kind recipe;  /* fp8/fp4 Linear GEMMs (recipe.h; bf16 compute, fp32 masters), or MP_RECIPE_NONE */
     mp_mx_rule mx_rule;     /* mxfp8's scale rule (MP_MX_RCEIL by default) */
     const char *color;      /* the report's colour for this mode */
@@ -73,12 +74,13 @@ const mp_precision *mp_precisions(size_t *count);
 
 /* Parses a mode with optional switches into *out (caller-provided):
  * NAME[:S][+master-weights=fp32|none][+reductions=fp32|half][+mx-rule=floor|rceil].
- * "fp16-static:S" is fp16-static with the scale S (*static_scale, may be
- * NULL; 0 when not given). out->label gets the mode as given followed by
+ * "fp16-static:S" is fp16-static with the scale S (out->static_scale; 0
+ * when not given: the trainer then starts from its scaler config's
+ * init_scale). out->label gets the mode as given followed by
  * the switches that differ from the mode's own setting, in the order above.
  * MP_EINVAL + message (one line) for an unknown name or switch, a bad scale,
  * or a switch the mode cannot take (the setters below). */
-mp_status mp_precision_parse(const char *spec, mp_precision *out, float *static_scale);
+mp_status mp_precision_parse(const char *spec, mp_precision *out);
 
 /* Applies --master-weights to a mode: MP_MASTER_FP32 or MP_MASTER_NONE.
  * MP_EINVAL + message for none on an fp32 mode (there is no compute copy to
@@ -230,7 +232,8 @@ typedef struct mp_train_dist {
 
 typedef struct mp_train_config {
     const mp_precision *precision; /* must outlive the trainer (a table row or the caller's value) */
-    mp_scaler_config scaler; /* scaled modes: static uses init_scale and never changes it */
+    mp_scaler_config scaler; /* scaled modes: static uses init_scale (or the mode's static_scale when it has one)
+                                and never changes it */
     mp_lr_config lr;
     long accum;              /* micro-batches per step (>= 1) */
     double clip;             /* clip the unscaled gradients' global norm to this; 0: off */
