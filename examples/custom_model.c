@@ -65,7 +65,7 @@ static void blobs_free(void *impl) { (void)impl; } /* the data outlive the runs 
 
 static mp_status data_loader(void *ctx, size_t rows, int shuffle, uint64_t seed, mp_loader *out, long *per_epoch) {
     blobs *d = ctx;
-    if (rows == 0 || rows > NTRAIN) return MP_EINVAL;
+    if (rows == 0 || rows > NTRAIN) return mp_set_error(MP_EINVAL, "blobs: %zu rows a batch (1 .. %d)", rows, NTRAIN);
     d->rows = rows, d->shuffle = shuffle, d->seed = seed;
     *out = (mp_loader){d, blobs_train, blobs_eval, blobs_free};
     *per_epoch = (long)(NTRAIN / rows);
@@ -80,41 +80,47 @@ typedef struct {
     void *x, *logits, *dlogits; /* (rows, D), (rows, K), (rows, K) in ct */
     float *wide;         /* (rows, K) fp32: logits for the evaluation's argmax */
     size_t cap;          /* rows the buffers hold */
-    mp_tensor_stats st;  /* the stores of the logits (forward) and of their gradient (backward) */
+    mp_tensor_stats st;  /* the stores of the logits (forward), of their gradient and of the weight's (backward) */
 } softmax;
 
 static const void *weights(const softmax *m) { return m->ct == MP_F32 ? m->w->master : m->w->half; }
 
-/* x into the compute format, logits = x W^T (fp32 accumulation, stored in ct: counted). */
-static mp_status forward(softmax *m, const mp_batch *b) {
-    if (b->n > m->cap) return MP_EINVAL;
+/* x into the compute format, logits = x W^T (fp32 accumulation, stored in ct;
+ * counted when training: the counts describe the training steps). */
+static mp_status forward(softmax *m, const mp_batch *b, int count) {
+    if (b->n > m->cap) return mp_set_error(MP_EINVAL, "softmax: a batch of %zu rows (at most %zu)", b->n, m->cap);
     mp_status st = mp_convert(m->x, m->ct, b->x, MP_F32, b->n * D, NULL);
     if (st == MP_OK)
-        st = mp_gemm(0, 1, b->n, K, D, 1.0f, m->x, m->ct, D, weights(m), m->ct, D, 0.0f, m->logits, m->ct, K, &m->st.fwd);
-    m->st.fwd_elements += b->n * K;
+        st = mp_gemm(0, 1, b->n, K, D, 1.0f, m->x, m->ct, D, weights(m), m->ct, D, 0.0f, m->logits, m->ct, K,
+                     count ? &m->st.fwd : NULL);
+    if (count) m->st.fwd_elements += b->n * K;
     return st;
 }
 
 static mp_status train_batch(void *impl, const mp_batch *b, float grad_scale, int accumulate, float *loss) {
     softmax *m = impl;
-    mp_status st = forward(m, b);
+    mp_status st = forward(m, b, 1);
     /* the loss in fp32, its gradient (scaled by the loss scale) stored in ct: counted */
     if (st == MP_OK)
         st = mp_cross_entropy(loss, m->dlogits, m->ct, m->logits, m->ct, b->targets, b->n, K, grad_scale, MP_F32,
                               &m->st.bwd);
     m->st.bwd_elements += b->n * K;
-    /* dW = dlogits^T x in fp32, rounded to ct as a half-precision weight gradient is, into the fp32 gradient */
-    const mp_gemm_epilogue ep = {.round_to = m->ct == MP_F32 ? MP_F32 : m->ct};
+    /* dW = dlogits^T x in fp32, rounded to ct as a half-precision weight gradient is, into the fp32 gradient;
+     * its stores counted (lost: nonzero in fp32, 0 in ct) and its exact zeros (dead) */
+    mp_convert_stats ws = {0, 0, 0, 0, 0.0f};
+    const mp_gemm_epilogue ep = {.round_to = m->ct, .stats = m->ct == MP_F32 ? NULL : &ws, .zeros = &m->st.wgrad_dead};
     if (st == MP_OK)
         st = mp_gemm_ex(1, 0, K, D, b->n, 1.0f, m->dlogits, m->ct, K, m->x, m->ct, D, accumulate ? 1.0f : 0.0f,
                         m->w->grad, MP_F32, D, &ep);
+    mp_convert_stats_add(&m->st.bwd, &ws);
+    m->st.wgrad_lost += ws.underflow, m->st.wgrad_elements += K * D, m->st.bwd_elements += K * D;
     return st;
 }
 
 static mp_status eval_batch(void *impl, const mp_batch *b, double *loss_sum, double *count, double *correct) {
     softmax *m = impl;
     float loss;
-    mp_status st = forward(m, b);
+    mp_status st = forward(m, b, 0);
     if (st == MP_OK) st = mp_cross_entropy(&loss, NULL, m->ct, m->logits, m->ct, b->targets, b->n, K, 1.0f, MP_F32, NULL);
     if (st == MP_OK) st = mp_convert(m->wide, MP_F32, m->logits, m->ct, b->n * K, NULL);
     if (st != MP_OK) return st;
@@ -133,10 +139,12 @@ static const mp_tensor_stats *stats(const void *impl, size_t i) { return (void)i
 static void reset_stats(void *impl) {
     softmax *m = impl;
     memset(&m->st.fwd, 0, sizeof m->st.fwd), memset(&m->st.bwd, 0, sizeof m->st.bwd);
-    m->st.fwd_elements = m->st.bwd_elements = 0;
+    m->st.fwd_elements = m->st.bwd_elements = m->st.wgrad_elements = m->st.wgrad_lost = m->st.wgrad_dead = 0;
 }
 
-static mp_status load(void *impl, const mp_safetensors *st) { return (void)impl, (void)st, MP_EUNSUPPORTED; }
+static mp_status load(void *impl, const mp_safetensors *st) {
+    return (void)impl, (void)st, mp_set_error(MP_EUNSUPPORTED, "softmax: no --init (its weights start from the seed)");
+}
 
 /* The parameters for a checkpoint: the fp32 master (or, without one, the weights as held). */
 static size_t tensors(const void *impl, mp_tensor *out, size_t cap) {
@@ -162,18 +170,19 @@ static const mp_model_ops softmax_ops = {.kind = "softmax", .train_batch = train
 static mp_status model_create(void *ctx, const mp_precision *p, mp_optim *opt, size_t rows, uint64_t seed,
                               mp_model *out) {
     (void)ctx;
-    if (p->recipe != MP_RECIPE_NONE) return MP_EINVAL; /* no fp8/fp4 GEMMs here */
+    if (p->recipe != MP_RECIPE_NONE) return mp_set_error(MP_EINVAL, "softmax: no fp8/fp4 recipes (%s)", p->label);
     softmax *m = calloc(1, sizeof *m);
-    if (!m) return MP_ENOMEM;
+    if (!m) return mp_set_error(MP_ENOMEM, "softmax: out of memory");
     m->ct = p->compute, m->cap = rows > N - NTRAIN ? rows : N - NTRAIN;
     snprintf(m->st.name, sizeof m->st.name, "fc");
+    m->st.has_wgrad = 1;
     const size_t es = mp_format(m->ct)->size;
     m->x = malloc(m->cap * D * es), m->logits = malloc(m->cap * K * es), m->dlogits = malloc(m->cap * K * es);
     m->wide = malloc(m->cap * K * sizeof *m->wide);
     float w0[K * D];
     for (int i = 0; i < K * D; i++) w0[i] = 0.1f * (uniform(&seed) - 0.5f);
     const mp_status st = !m->x || !m->logits || !m->dlogits || !m->wide
-                             ? MP_ENOMEM
+                             ? mp_set_error(MP_ENOMEM, "softmax: out of memory")
                              : mp_optim_add_as(opt, "fc.weight", w0, K * D, m->ct, p->master_weights, m->ct, &m->w);
     if (st != MP_OK) return model_free(m), st;
     *out = (mp_model){&softmax_ops, m};

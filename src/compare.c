@@ -301,7 +301,13 @@ static mp_status invalid(cmp *c, const char *fmt, ...) {
 }
 
 /* The modes of c->precisions into each spec's precision and each mode's name. */
-static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_spec *opts, mp_compare_result *res) {
+/* Each mode's files in DIR. */
+typedef struct {
+    char csv[4200], json[4200], ckpt[4200], txt[4200];
+} mode_files;
+
+static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_spec *opts, mode_files *files,
+                       mp_compare_result *res) {
     const mp_run_spec *base = &c->run;
     if (base->precision != NULL && strcmp(base->precision, "fp32") != 0)
         return invalid(x, "the precision is set by compare itself, one run per mode of the list");
@@ -310,14 +316,24 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_
     if (!c->out || strlen(c->out) > 4000) return invalid(x, "--out is %s", c->out ? "too long" : "missing");
     snprintf(list, 512, "%s", c->precisions ? c->precisions : "fp32,fp16,fp16-dynamic,bf16");
     int n = 0;
-    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+    char *save = NULL;
+    for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (n == MP_COMPARE_MAX) return invalid(x, "at most %d precisions", MP_COMPARE_MAX);
         opts[n] = *base;
         opts[n].precision = tok;
         mp_precision p;
         if (mp_precision_parse(tok, &p) != MP_OK) return invalid(x, "%s", mp_last_error());
+        const char *name = p.label; /* tok with the switches applied */
+        mode_files *f = &files[n];
+        snprintf(f->csv, sizeof f->csv, "%.4000s/%.63s.csv", c->out, name);
+        snprintf(f->json, sizeof f->json, "%.4000s/%.63s.json", c->out, name);
+        snprintf(f->ckpt, sizeof f->ckpt, "%.4000s/%.63s.ckpt", c->out, name);
+        snprintf(f->txt, sizeof f->txt, "%.4000s/%.63s.txt", c->out, name);
+        opts[n].log = f->csv, opts[n].summary = f->json, opts[n].save = c->checkpoints ? f->ckpt : NULL;
         if (mp_run_check(&opts[n], &p) != MP_OK) return invalid(x, "%s: %s", tok, mp_last_error());
-        snprintf(res->modes[n].name, sizeof res->modes[n].name, "%s", p.label); /* tok with the switches applied */
+        for (int k = 0; k < n; k++)
+            if (!strcmp(res->modes[k].name, name)) return invalid(x, "%s is in --precisions twice", name);
+        snprintf(res->modes[n].name, sizeof res->modes[n].name, "%s", name);
         n++;
     }
     if (n == 0) return invalid(x, "--precisions is empty");
@@ -327,20 +343,15 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_
 
 /* Each mode's run, its output into DIR/MODE.txt and its files beside it; a
  * line on out per mode. res->n becomes the number that ran. */
-static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, mp_compare_result *res) {
+static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, const mode_files *files,
+                      mp_compare_result *res) {
     mp_compare_mode *runs = res->modes;
     const mp_run_ranks *ranks = c->run.ranks;
     FILE *out = x->out;
     int namew = 14, done = 0; /* the mode column fits the longest label */
     for (int r = 0; r < res->n; r++) namew = (int)strlen(runs[r].name) > namew ? (int)strlen(runs[r].name) : namew;
     for (int r = 0; r < res->n; r++) {
-        char csv[4200], js[4200], ckpt[4200], txt[4200];
-        snprintf(csv, sizeof csv, "%.4000s/%.63s.csv", c->out, runs[r].name);
-        snprintf(js, sizeof js, "%.4000s/%.63s.json", c->out, runs[r].name);
-        snprintf(ckpt, sizeof ckpt, "%.4000s/%.63s.ckpt", c->out, runs[r].name);
-        snprintf(txt, sizeof txt, "%.4000s/%.63s.txt", c->out, runs[r].name);
-        opts[r].log = csv, opts[r].summary = js;
-        if (c->checkpoints) opts[r].save = ckpt;
+        const char *txt = files[r].txt;
         if (out) fprintf(out, "  %-*s ...", namew, runs[r].name), fflush(out);
         FILE *f = fopen(x->writer ? txt : "/dev/null", "w");
         int first;
@@ -358,6 +369,8 @@ static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, mp_co
             fprintf(out, " %s in %.1f s (log: %s)\n", st == MP_OK ? "done" : runs[r].result.invalid ? "failed" : "stopped early",
                     seconds() - t0, txt);
         res->invalid |= runs[r].result.invalid;
+        if (st != MP_OK && st != MP_EOVERFLOW && runs[r].result.nsteps > 0 && !x->status) /* said by mp_run */
+            x->status = st, snprintf(x->msg, sizeof x->msg, "%s: %s", runs[r].name, mp_last_error());
         if (wbad) fail(x, MP_EIO, "%s: cannot write", txt);
         if (st != MP_OK && runs[r].result.nsteps == 0) { /* nothing to show */
             fail(x, st, "%s: training failed (see %s)", runs[r].name, txt);
@@ -461,8 +474,8 @@ static mp_report report_of(report_runs *v, const mp_compare_result *res, const c
 }
 
 mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_result *res) {
+    if (res) memset(res, 0, sizeof *res);
     if (!c || !res) return mp_error(MP_EINVAL, "mp_compare: NULL argument");
-    memset(res, 0, sizeof *res);
     cmp x = {.writer = !c->run.ranks || c->run.ranks->rank == 0};
     if (io) x.io = *io;
     if (!x.io.prefix) x.io.prefix = "mixprec";
@@ -471,7 +484,10 @@ mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_r
     const char *command = c->command ? c->command : "mixprec compare";
     char list[512];
     mp_run_spec opts[MP_COMPARE_MAX];
-    if (modes(&x, c, list, opts, res) != MP_OK) return res->n = 0, res->invalid = 1, mp_error(MP_EINVAL, "%s", x.msg);
+    mode_files *files = calloc(MP_COMPARE_MAX, sizeof *files);
+    if (!files) return mp_error(MP_ENOMEM, "mp_compare: out of memory");
+    if (modes(&x, c, list, opts, files, res) != MP_OK)
+        return free(files), res->n = 0, res->invalid = 1, mp_error(MP_EINVAL, "%s", x.msg);
     /* with ranks the modes train one after the other on every rank; rank 0 alone writes DIR */
     const int bad = x.writer && mkdir(c->out, 0755) != 0 && errno != EEXIST, err = errno;
     int first;
@@ -479,9 +495,10 @@ mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_r
     if (ranks && ranks->size > 1 ? ranks->agree(ranks->ctx, bad, &first) : bad) {
         res->n = 0;
         fail(&x, MP_EIO, "%s: cannot create (%s)", c->out, strerror(err));
-        return mp_error(x.status, "%s", x.msg);
+        return free(files), mp_error(x.status, "%s", x.msg);
     }
-    run_modes(&x, c, opts, res);
+    run_modes(&x, c, opts, files, res);
+    free(files);
     if (res->n > 0 && x.writer) { /* the table, the report and the summary are rank 0's */
         warn_against_fp32(res);
         if (out) print_table(out, res);

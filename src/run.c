@@ -207,7 +207,8 @@ static int fail(run_state *s, mp_status st, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (!s->status) s->status = st ? st : MP_EIO, snprintf(s->msg, sizeof s->msg, "%s", msg);
+    if (!s->status || s->status == MP_EOVERFLOW) /* a failure outranks an early stop */
+        s->status = st ? st : MP_EIO, snprintf(s->msg, sizeof s->msg, "%s", msg);
     char rank[32] = "";
     if (size_of(s) > 1 && rank_of(s) > 0) snprintf(rank, sizeof rank, "rank %d: ", rank_of(s));
     if (s->deferring) {
@@ -280,7 +281,7 @@ static int setup_custom(run_state *s, long *steps_per_epoch) {
         (st = o->custom->loader(o->custom->ctx, (size_t)o->batch, o->shuffle, (uint64_t)o->seed, &s->loader, &per)) !=
             MP_OK)
         return failed(s, st);
-    if (!s->model.ops || !s->loader.train_batch) return fail(s, MP_EINVAL, "model %s: no model or loader made", o->model);
+    if (!s->model.ops || !s->loader.train_batch) return fail(s, MP_ESTATE, "model %s: no model or loader made", o->model);
     *steps_per_epoch = per / o->accum > 0 ? per / o->accum : 1;
     return RUN_OK;
 }
@@ -309,10 +310,13 @@ static int setup(run_state *s, size_t *T, long *steps_per_epoch) {
         *T = 1;
         if ((st = mp_fashion_mnist_load(&s->train, &s->test, o->data)) != MP_OK) return failed(s, st);
         const size_t D = s->train.rows * s->train.cols;
-        if ((size_t)mc.widths[0] != D || mc.widths[mc.nlayers] < s->test.num_classes)
-            return fail(s, MP_EINVAL, "model %s: the input width must be %zu and the output at least %d", o->model, D,
-                        s->train.num_classes);
-        if (B * (size_t)o->accum > s->train.n) return fail(s, MP_EINVAL, "batch x accum is larger than the training set");
+        if ((size_t)mc.widths[0] != D || mc.widths[mc.nlayers] < s->test.num_classes) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "model %s: the input width must be %zu and the output at least %d", o->model, D,
+                     s->train.num_classes);
+            return invalid(s, msg);
+        }
+        if (B * (size_t)o->accum > s->train.n) return invalid(s, "batch x accum is larger than the training set");
         *steps_per_epoch = (long)(s->train.n / B) / o->accum;
     }
     if (make_optim(o, &s->opt) != MP_OK) return invalid(s, mp_last_error());
@@ -536,7 +540,7 @@ static int begin(run_state *s) {
     if (e != MP_OK) return failed(s, e);
     s->step = mp_trainer_step_count(s->tr);
     if (s->step >= s->total)
-        return fail(s, MP_EINVAL, "%s is at step %ld already; ask for more steps than that (this run: %ld)", o->resume,
+        return fail(s, MP_ESTATE, "%s is at step %ld already; ask for more steps than that (this run: %ld)", o->resume,
                     s->step, s->total);
     return RUN_OK;
 }
@@ -696,7 +700,7 @@ static int train_steps(run_state *s) {
         }
         const double ms = (now() - t0) * 1e3;
         s->ms[k] = ms, s->mpi_ms[k] = (s->ranks->stats(rctx)->mpi_seconds - mpi0) * 1e3;
-        r->loss[k] = si.loss, r->scale[k] = si.scale, r->skipped[k] = (uint8_t)si.skipped;
+        r->loss[k] = si.loss, r->scale[k] = si.scale, r->skipped[k] = (uint8_t)si.skipped, r->nsteps = k + 1;
         if (!isfinite(si.loss) && s->nan_step < 0) s->nan_step = si.step;
         if (si.skipped) r->skipped_total++;
         if ((si.nbad || si.first_activation || si.skipped) && report_nonfinite(out, bar, s->skips, &si, s->tr, r)) {
@@ -1066,8 +1070,8 @@ static void write_outputs(run_state *s) {
 }
 
 mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *res) {
+    if (res) memset(res, 0, sizeof *res);
     if (!spec || !res) return mp_error(MP_EINVAL, "mp_run: NULL argument");
-    memset(res, 0, sizeof *res);
     run_state s;
     memset(&s, 0, sizeof s);
     s.log_fd = -1, s.nan_step = -1;
@@ -1078,7 +1082,9 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
     if (!s.io.prefix) s.io.prefix = "mixprec";
     s.o = *spec;
     s.deferring = size_of(&s) > 1; /* until every rank is ready: agree_ready */
-    int ret = mp_run_resolve(spec, &s.prec, &s.o.scaler) == MP_OK ? begin(&s) : invalid(&s, mp_last_error());
+    int ret = mp_run_resolve(spec, &s.prec, &s.o.scaler) == MP_OK && mp_run_check_files(spec) == MP_OK
+                  ? begin(&s)
+                  : invalid(&s, mp_last_error());
     if (ret == RUN_OK) ret = prepare(&s);
     /* every rank is ready, or the job stops here: the lowest rank that failed says why */
     ret = agree_ready(&s, ret);

@@ -1,6 +1,6 @@
 /* run_spec.c - a run's spec: its defaults, its options by their CLI names
  * (one table: the parser and the help), and the check of the whole (run.h). */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "internal.h"
 #include "mixprec/mx.h"
@@ -344,4 +345,118 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out, mp_scaler_conf
     return MP_OK;
 }
 
-mp_status mp_run_check(const mp_run_spec *s, mp_precision *p) { return mp_run_resolve(s, p, NULL); }
+/* ---- outputs against inputs ---- */
+
+/* A file a run reads or writes: where it is, by identity. An existing file is
+ * its device and inode (links, hard links and "./" spellings are the same
+ * file); a new one is its directory's real path and its name. */
+typedef struct {
+    const char *option; /* "--log" */
+    const char *path;
+    int exists, is_dir;
+    dev_t dev;
+    ino_t ino;
+    char where[4096]; /* a new file's directory, as realpath gives it, then '/' and its name */
+} file_id;
+
+static void identify(file_id *f, const char *opt_name, const char *path) {
+    memset(f, 0, sizeof *f);
+    f->option = opt_name, f->path = path;
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        f->exists = 1, f->is_dir = S_ISDIR(st.st_mode), f->dev = st.st_dev, f->ino = st.st_ino;
+        return;
+    }
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    char *real = realpath(dir, NULL);
+    snprintf(f->where, sizeof f->where, "%.3000s/%.1000s", real ? real : dir, slash ? slash + 1 : path);
+    free(real);
+}
+
+static int same_file(const file_id *a, const file_id *b) {
+    if (a->exists != b->exists) return 0;
+    return a->exists ? a->dev == b->dev && a->ino == b->ino : strcmp(a->where, b->where) == 0;
+}
+
+/* An output inside directory d (identified): its directory is d. */
+static int inside(const file_id *out, const file_id *d) {
+    if (!d->exists || !d->is_dir) return 0;
+    const char *slash = strrchr(out->path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - out->path) + (slash == out->path) : 1,
+             slash ? out->path : ".");
+    struct stat st;
+    return stat(dir, &st) == 0 && st.st_dev == d->dev && st.st_ino == d->ino;
+}
+
+enum { MAX_INPUTS = 40 };
+
+/* The files the spec reads: --init, --resume, and the data (the MLP's four
+ * files, or each path of a text corpus). */
+static size_t inputs_of(const mp_run_spec *s, file_id *in, char (*paths)[4096]) {
+    size_t n = 0;
+    if (s->init) identify(&in[n++], "--init", s->init);
+    if (s->resume) identify(&in[n++], "--resume", s->resume);
+    if (s->custom) return n;
+    if (s->data && strncmp(s->data, "text:", 5) == 0) {
+        for (const char *p = s->data + 5; *p && n < MAX_INPUTS;) {
+            const size_t len = strcspn(p, ",");
+            snprintf(paths[n], sizeof paths[n], "%.*s", (int)len, p);
+            identify(&in[n], "--data", paths[n]), n++;
+            p += len + (p[len] == ',');
+        }
+    } else if (!is_gpt(s->model)) {
+        static const char *const names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                            "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+        const char *dir = s->data ? s->data : MP_FASHION_MNIST_DIR;
+        for (int k = 0; k < 8 && n < MAX_INPUTS; k++) {
+            snprintf(paths[n], sizeof paths[n], "%s/%s%s", dir, names[k / 2], k % 2 ? ".gz" : "");
+            struct stat st;
+            if (stat(paths[n], &st) == 0) identify(&in[n], "--data", paths[n]), n++;
+        }
+    }
+    return n;
+}
+
+mp_status mp_run_check_files(const mp_run_spec *s) {
+    if (!s) return mp_error(MP_EINVAL, "mp_run_check_files: NULL argument");
+    const char *const opt[4] = {"--log", "--summary", "--save", "--dump-grads"};
+    const char *const path[4] = {s->log, s->summary, s->save, s->dump_grads};
+    file_id out[4], *in = malloc(MAX_INPUTS * sizeof *in);
+    char(*paths)[4096] = malloc(MAX_INPUTS * sizeof *paths);
+    if (!in || !paths) return free(in), free(paths), mp_error(MP_ENOMEM, "out of memory");
+    const size_t nin = inputs_of(s, in, paths);
+    mp_status st = MP_OK;
+    int nout = 0;
+    for (int k = 0; k < 4 && st == MP_OK; k++) {
+        if (!path[k]) continue;
+        if (!*path[k]) {
+            st = mp_error(MP_EINVAL, "%s is empty: give a file name", opt[k]);
+            break;
+        }
+        file_id *o = &out[nout++];
+        identify(o, opt[k], path[k]);
+        for (size_t i = 0; i < nin && st == MP_OK; i++)
+            if (same_file(o, &in[i]) && !(k == 2 && !strcmp(in[i].option, "--resume"))) /* a checkpoint advanced in place */
+                st = mp_error(MP_EINVAL, "%s %s is the file %s reads: an output never replaces an input", opt[k],
+                              path[k], in[i].option);
+            else if (in[i].is_dir && inside(o, &in[i]))
+                st = mp_error(MP_EINVAL, "%s %s is inside the corpus directory %s that --data reads", opt[k], path[k],
+                              in[i].path);
+        for (int j = 0; j < nout - 1 && st == MP_OK; j++)
+            if (same_file(o, &out[j]))
+                st = mp_error(MP_EINVAL, "%s and %s name the same file (%s): each output needs its own", out[j].option,
+                              opt[k], path[k]);
+    }
+    free(in), free(paths);
+    return st;
+}
+
+mp_status mp_run_check(const mp_run_spec *s, mp_precision *p) {
+    const mp_status st = mp_run_resolve(s, p, NULL);
+    return st != MP_OK ? st : mp_run_check_files(s);
+}

@@ -30,4 +30,12 @@ mp_status mp_error(mp_status s, const char *fmt, ...) {
     return s;
 }
 
+mp_status mp_set_error(mp_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
 const char *mp_version(void) { return MP_VERSION_STRING; }

@@ -228,7 +228,7 @@ expect 1 "$M" "${TR[@]}" --steps 2 --resume "$T/bad.st" && one_line && has "$err
 head -c 1000 "$T/a.st" > "$T/trunc.st"
 expect 1 "$M" "${TR[@]}" --precision fp16-dynamic --steps 2 --resume "$T/trunc.st" && one_line
 expect 1 "$M" "${TR[@]}" --precision bf16 --steps 2 --resume "$T/a.st" && one_line && has "$err" "precision 'fp16-dynamic'"
-expect 1 "$M" train --model mlp:100-10 --steps 1 && one_line && has "$err" 'input width must be 784'
+expect 2 "$M" train --model mlp:100-10 --steps 1 && one_line && has "$err" 'input width must be 784'
 expect 1 "$M" train --data "$T" --steps 1 && one_line && has "$err" 'train-images'
 expect 2 "$M" train --precision fp12 && one_line
 expect 2 "$M" train --epochs 1 --steps 2 && one_line
@@ -353,6 +353,28 @@ named = [t + ".grad" for t in sk[0]["tensors"] if t + ".grad" in h]  # the dump 
 assert bad and sorted(named) == sorted(bad), (named, bad)
 PY
 then ok; else fail "the overflowing tensor is named"; fi
+
+# an output never replaces an input, nor another output: usage errors naming both options, every file unchanged
+mkdir -p "$T/careless/corpus" && cp "$T/c.txt" "$T/careless/corpus/c.txt" && cp "$T/g.st" "$T/careless/g.st"
+ln "$T/careless/g.st" "$T/careless/hard.st"
+echo "an old log" > "$T/careless/old.csv"
+( cd "$T/careless" && sha256sum * corpus/* > "$T/careless.sums" )
+careless() { # careless MESSAGE ARGS...: exit 2, one line with MESSAGE
+    local want=$1; shift
+    expect 2 "$M" "$@" && one_line && has "$err" "$want"
+}
+careless "--log .*g.st is the file --resume reads" "${GT[@]}" --steps 14 --resume "$T/careless/g.st" --log "$T/careless/g.st"
+careless "--summary .*hard.st is the file --resume reads" "${GT[@]}" --steps 14 --resume "$T/careless/g.st" --summary "$T/careless/hard.st"
+careless "--save .* is the file --init reads" "${GT[@]}" --steps 1 --init "$T/careless/g.st" --save "$T/careless/./g.st"
+careless "--dump-grads .* is the file --data reads" "${GT[@]}" --steps 1 --dump-grads "$T/c.txt"
+careless "--log and --save name the same file" "${GT[@]}" --steps 1 --save "$T/careless/old.csv" --log "$T/careless/../careless/old.csv"
+careless "--summary and --dump-grads name the same file" "${GT[@]}" --steps 1 --summary "$T/careless/new.json" --dump-grads "$T/careless/new.json"
+careless "--log .* is inside the corpus directory" train --model gpt:1-2-16-16 --data "text:$T/careless/corpus" --batch 4 --steps 1 --log "$T/careless/corpus/log.csv"
+careless "--save is empty" "${GT[@]}" --steps 1 --save ""
+careless "fp32 is in --precisions twice" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 1 --precisions fp32,fp32 --out "$T/careless/cmp"
+careless "--log .*fp32.csv is the file --init reads" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 1 --precisions fp32 --init "$T/careless/cmp/fp32.csv" --out "$T/careless/cmp"
+if ( cd "$T/careless" && sha256sum -c --quiet "$T/careless.sums" ) && [ ! -e "$T/careless/new.json" ] && [ ! -e "$T/careless/cmp" ] &&
+   [ ! -e "$T/careless/corpus/log.csv" ]; then ok; else fail "a refused run changed or created a file"; fi
 
 # --master-weights none: weights and both moments only in fp16; trains, resumes
 # bit-identically, a checkpoint of the other setting is refused, bad combinations are usage errors

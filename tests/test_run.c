@@ -112,7 +112,19 @@ static void checks(void) {
     CHECK(mp_run_check(&s, &p) == MP_OK && p.scaling == MP_SCALING_STATIC && p.static_scale == 512 &&
               !strcmp(p.label, "fp16-static:512"),
           "static");
-    CHECK_SAY(mark, "check: modes with switches, options that exclude each other, models, data, scalers\n");
+    /* files: an output is never an input, nor another output */
+    mp_run_defaults(&s);
+    s.model = "gpt:1-2-16-16", s.data = "text:/etc/hostname", s.log = "/etc/hostname";
+    CHECK(mp_run_check(&s, NULL) == MP_EINVAL && strstr(mp_last_error(), "--log /etc/hostname is the file --data reads"),
+          "%s", mp_last_error());
+    s.log = "/tmp/../tmp/mixprec_x.csv", s.save = "/tmp/mixprec_x.csv";
+    CHECK(mp_run_check_files(&s) == MP_EINVAL && strstr(mp_last_error(), "--log and --save name the same file"), "%s",
+          mp_last_error());
+    s.save = "/tmp/mixprec_y.ckpt", s.summary = "";
+    CHECK(mp_run_check_files(&s) == MP_EINVAL && strstr(mp_last_error(), "--summary is empty"), "%s", mp_last_error());
+    s.summary = NULL;
+    CHECK(mp_run_check_files(&s) == MP_OK && mp_run_check_files(NULL) == MP_EINVAL, "distinct files");
+    CHECK_SAY(mark, "check: modes with switches, options that exclude each other, models, data, scalers, files\n");
 }
 
 /* The lines of a file (0 when it cannot be read). */

@@ -53,8 +53,10 @@ typedef struct mp_compare_result {
  *               the floor, is a result: its warnings say so) and every file
  *               was written;
  *   MP_EINVAL   the spec cannot work (a mode, an option, a set field that
- *               compare sets): nothing was run;
- *   another     a mode failed before its first step, or a file could not be
+ *               compare sets; r->invalid set): nothing was run when it was
+ *               found before the first mode, else the modes before it ran;
+ *   another     a mode failed (one that failed before its first step ends
+ *               the comparison), or a file could not be
  *               written; the others were still run and written as far as
  *               they could be (the message in mp_last_error()). */
 mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_result *r);

@@ -218,16 +218,29 @@ int mp_run_option_takes_value(const char *name);
 const char *mp_run_options_help(void);
 
 /* Checks that the spec can work before anything is read or trained: its
- * options together, the mode with its switches and the loss scaler; the
- * mode, resolved, into *p (may be NULL). MP_EINVAL + message when not. */
+ * options together, the mode with its switches and the loss scaler, and its
+ * files (mp_run_check_files); the mode, resolved, into *p (may be NULL).
+ * MP_EINVAL + message when not. */
 mp_status mp_run_check(const mp_run_spec *s, mp_precision *p);
+
+/* Checks the spec's outputs (log, summary, save, dump_grads) against its
+ * inputs (init, resume, the data) and against each other, before anything
+ * is read: an existing file by device and inode (links, hard links and "./"
+ * spellings are the same file), a new one by its directory's real path and
+ * its name. MP_EINVAL + message naming both options for an output that is an
+ * input, two outputs that are one file, an output inside a text corpus's
+ * directory, or an empty path; MP_ENOMEM. One output may be its input: save
+ * may be the checkpoint resume reads (the checkpoint advanced in place,
+ * replaced whole or not at all). */
+mp_status mp_run_check_files(const mp_run_spec *s);
 
 /* Runs the training s describes, printing to io (NULL: nothing). r (not
  * NULL) is filled whatever the outcome (mp_run_result_free it in every case):
  * after a failure it holds what was trained before it.
  *   MP_OK        every step ran and every output was written;
- *   MP_EINVAL    the spec cannot work (r->invalid set; nothing run), or an
- *                argument is NULL;
+ *   MP_EINVAL    the spec cannot work (r->invalid set; nothing was run), or
+ *                an argument is NULL, or the data do not fit the model (a
+ *                corpus shorter than the context; r->invalid not set);
  *   MP_EOVERFLOW the run stopped early: the gradients overflowed with the
  *                loss scale at its floor; results and outputs as at the end;
  *   another      the data, a file or memory failed, or an output could not be

@@ -28,6 +28,16 @@ const char *mp_status_str(mp_status s);
 /* The message of the last error set on this thread ("" if none). */
 const char *mp_last_error(void);
 
+/* Sets this thread's message (printf format) and returns s: for code of
+ * the caller's that the library calls (a model behind model.h, a loader),
+ * so that its failures read as the library's: return mp_set_error(MP_EIO,
+ * "%s: cannot open", path). */
+mp_status mp_set_error(mp_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 #ifdef __cplusplus
 }
 #endif

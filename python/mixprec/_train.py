@@ -75,9 +75,10 @@ def train(**options):
     keep = _options(lib.mp_run_option, spec, options)
     status = lib.mp_run(spec, None, result)
     try:
-        if status not in (0, MP_EOVERFLOW):
+        summary = lib.mp_run_result_summary(result)
+        if status not in (0, MP_EOVERFLOW) or not summary:
             _raise(status)
-        out = json.loads(lib.mp_run_result_summary(result).decode())
+        out = json.loads(summary.decode())
         loss, scale = ctypes.POINTER(ctypes.c_float)(), ctypes.POINTER(ctypes.c_float)()
         n = lib.mp_run_result_steps(result, ctypes.byref(loss), ctypes.byref(scale), None)
         out["loss"] = [loss[i] for i in range(n)]
