@@ -274,31 +274,23 @@ typedef struct {
     char msg[960];
 } cmp;
 
-/* A failure: kept if it is the first, printed as "PREFIX: message" on rank 0. */
-static mp_status fail(cmp *c, mp_status st, const char *fmt, ...) MP_PRINTF(3, 4);
-static mp_status fail(cmp *c, mp_status st, const char *fmt, ...) {
+/* A failure: kept if it is the first, printed as "PREFIX: message" on rank
+ * 0, with a pointer to the help when the spec cannot work (hint). */
+static mp_status say(cmp *c, mp_status st, int hint, const char *fmt, ...) MP_PRINTF(4, 5);
+static mp_status say(cmp *c, mp_status st, int hint, const char *fmt, ...) {
     char msg[960];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (!c->status) c->status = st, snprintf(c->msg, sizeof c->msg, "%s", msg);
-    if (c->writer && c->io.err) fprintf(c->io.err, "%s: %s\n", c->io.prefix, msg);
+    if (c->writer && c->io.err)
+        fprintf(c->io.err, "%s: %s%s%s%s\n", c->io.prefix, msg, hint ? " (see '" : "", hint ? c->io.prefix : "",
+                hint ? " --help')" : "");
     return st;
 }
-
-/* The spec cannot work: printed with a pointer to the help. */
-static mp_status invalid(cmp *c, const char *fmt, ...) MP_PRINTF(2, 3);
-static mp_status invalid(cmp *c, const char *fmt, ...) {
-    char msg[960];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (!c->status) c->status = MP_EINVAL, snprintf(c->msg, sizeof c->msg, "%s", msg);
-    if (c->writer && c->io.err) fprintf(c->io.err, "%s: %s (see '%s --help')\n", c->io.prefix, msg, c->io.prefix);
-    return MP_EINVAL;
-}
+#define fail(c, st, ...) say(c, st, 0, __VA_ARGS__)
+#define invalid(c, ...) say(c, MP_EINVAL, 1, __VA_ARGS__)
 
 /* The modes of c->precisions into each spec's precision and each mode's name. */
 /* Each mode's files in DIR. */

@@ -22,18 +22,24 @@ const char *mp_status_str(mp_status s) {
 
 const char *mp_last_error(void) { return last_error; }
 
+static mp_status verror(mp_status s, const char *fmt, va_list ap) {
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    return s;
+}
+
 mp_status mp_error(mp_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    verror(s, fmt, ap);
     va_end(ap);
     return s;
 }
 
+/* The public name of mp_error (internal.h), for callers' own models and loaders. */
 mp_status mp_set_error(mp_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    verror(s, fmt, ap);
     va_end(ap);
     return s;
 }
