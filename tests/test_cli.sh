@@ -15,7 +15,16 @@ one_line() { if [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && [ -n "$err" ]; th
 
 expect 0 "$M" --version && has "$out" '^mixprec 0\.1\.0'
 expect 0 "$M" --help && has "$out" 'formats' && has "$out" 'cast' && has "$out" 'scaler-sim'
-expect 2 "$M" && has "$out" 'usage'
+expect 2 "$M" && has "$err" 'usage' && [ -z "$out" ] && ok
+# every write to standard output is checked: a closed or full one is exit 1 with a message, a reader gone is quiet
+for c in formats tour "modes --markdown"; do
+    $M $c >&- 2>"$T/e"; rc=$?
+    if [ "$rc" -eq 1 ] && grep -q "standard output: Bad file descriptor" "$T/e"; then ok; else fail "$c >&-: exit $rc, $(cat "$T/e")"; fi
+    $M $c >/dev/full 2>"$T/e"; rc=$?
+    if [ "$rc" -eq 1 ] && grep -q "standard output: No space left on device" "$T/e"; then ok; else fail "$c >/dev/full: exit $rc, $(cat "$T/e")"; fi
+done
+"$M" formats --json 2>"$T/e" | head -c 10 >/dev/null
+if [ ! -s "$T/e" ]; then ok; else fail "a reader that went away is not quiet: $(cat "$T/e")"; fi
 expect 2 "$M" frobnicate && one_line && has "$err" "unknown command 'frobnicate'"
 expect 0 "$M" cast --help && has "$out" 'usage: mixprec cast'
 

@@ -1,6 +1,9 @@
 /* main.c - the mixprec command: dispatch to subcommands. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "dist.h"
@@ -9,24 +12,24 @@ static const cli_command *const commands[] = {&cmd_demo, &cmd_compare, &cmd_trai
                                                   &cmd_tour, &cmd_explore, &cmd_scaler_sim, &cmd_bench};
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
-static void help(void) {
-    printf("mixprec %s - mixed-precision training: formats, loss scaling, fp32 master weights\n\n"
+static void help(FILE *f) {
+    fprintf(f, "mixprec %s - mixed-precision training: formats, loss scaling, fp32 master weights\n\n"
            "usage: mixprec COMMAND [options]\n       mixprec COMMAND --help\n       mixprec --version\n\n"
            "commands:\n",
            mp_version());
-    for (size_t i = 0; i < NCOMMANDS; i++) printf("  %-11s %s\n", commands[i]->name, commands[i]->summary);
-    printf("\nenvironment: MIXPREC_ISA=scalar|avx2|avx512|avx512bf16|amx caps the CPU path (now: %s),\n"
+    for (size_t i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-11s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(f, "\nenvironment: MIXPREC_ISA=scalar|avx2|avx512|avx512bf16|amx caps the CPU path (now: %s),\n"
            "             MIXPREC_THREADS=N sets the number of threads (now: %d)\n",
            mp_isa_name(mp_cpu_isa()), mp_get_threads());
 }
 
 static int dispatch(int argc, char **argv) {
-    if (argc < 2) {
-        help();
+    if (argc < 2) { /* a usage error: the usage on standard error */
+        help(stderr);
         return CLI_USAGE;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
-        help();
+        help(stdout);
         return 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
@@ -40,7 +43,30 @@ static int dispatch(int argc, char **argv) {
     return cli_usage_error(NULL, "unknown command '%s'", argv[1]);
 }
 
+/* What the command wrote to standard output, flushed and checked: a write
+ * that failed (a closed descriptor, a full disk, an I/O error) ends the
+ * command with status 1 and one line on standard error; a reader that went
+ * away (EPIPE) ends it quietly, with status 1. */
+static int stdout_checked(const char *cmd, int rc) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    int err = errno;
+    if (!err && fcntl(STDOUT_FILENO, F_GETFL) < 0) err = errno; /* a write failed earlier: a closed descriptor? */
+    if (err != EPIPE)
+        fprintf(stderr, "mixprec%s%s: standard output: %s\n", cmd ? " " : "", cmd ? cmd : "",
+                err ? strerror(err) : "a write failed");
+    return rc ? rc : 1;
+}
+
 int main(int argc, char **argv) {
+    /* off a terminal, the short commands' standard output in one buffer large enough for their whole output, so
+     * that the write that fails is the checked one at the end and says why (the training commands keep stdio's
+     * buffer: their progress reaches a file or a pipe as it goes) */
+    static char outbuf[1 << 16];
+    const int progress = argc > 1 && (!strcmp(argv[1], "train") || !strcmp(argv[1], "compare") ||
+                                      !strcmp(argv[1], "demo") || !strcmp(argv[1], "sample"));
+    if (!progress && !isatty(STDOUT_FILENO)) setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
     const int rc = dist_init(argc, argv); /* under mpirun: MPI (dist.h); else nothing */
-    return dist_finalize(rc ? rc : dispatch(argc, argv));
+    const int ret = rc ? rc : dispatch(argc, argv);
+    return dist_finalize(stdout_checked(argc > 1 ? argv[1] : NULL, ret));
 }
