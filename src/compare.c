@@ -307,12 +307,17 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_
         return invalid(x, "%s is set by compare itself", base->log ? "--log" : base->summary ? "--summary" : "--save");
     if (!c->out || strlen(c->out) > 4000) return invalid(x, "--out is %s", c->out ? "too long" : "missing");
     snprintf(list, 512, "%s", c->precisions ? c->precisions : "fp32,fp16,fp16-dynamic,bf16");
+    const size_t ll = strlen(list);
+    if (ll == 0 || list[0] == ',' || list[ll - 1] == ',' || strstr(list, ",,"))
+        return invalid(x, "--precisions %s has an empty entry", list);
     int n = 0;
     char *save = NULL;
     for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (n == MP_COMPARE_MAX) return invalid(x, "at most %d precisions", MP_COMPARE_MAX);
         opts[n] = *base;
         opts[n].precision = tok;
+        if (opts[n].hist_every < 0) /* the default: the MLP's histograms every 10 steps */
+            opts[n].hist_every = !base->custom && strncmp(base->model, "gpt:", 4) != 0 ? 10 : 0;
         mp_precision p;
         if (mp_precision_parse(tok, &p) != MP_OK) return invalid(x, "%s", mp_last_error());
         const char *name = p.label; /* tok with the switches applied */
@@ -532,7 +537,7 @@ void mp_compare_defaults(mp_compare_spec *c) {
     if (!c) return;
     memset(c, 0, sizeof *c);
     mp_run_defaults(&c->run);
-    c->run.precision = NULL, c->run.hist_every = 10, c->run.sample_bytes = 300;
+    c->run.precision = NULL, c->run.hist_every = -1, c->run.sample_bytes = 300;
     c->precisions = "fp32,fp16,fp16-dynamic,bf16", c->out = "mixprec-compare";
 }
 

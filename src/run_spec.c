@@ -308,6 +308,35 @@ const char *mp_run_options_help(void) {
 
 static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
 
+/* Options set to something other than their default that do nothing for the
+ * chosen model, optimizer, schedule or launch: MP_EINVAL + message saying so
+ * (a user who set them meant something the run would not do). */
+static mp_status unused_options(const mp_run_spec *s) {
+    const char *what = s->custom ? "this model" : is_gpt(s->model) ? "the GPT" : "the MLP";
+    const int mlp = !s->custom && !is_gpt(s->model), gpt = !s->custom && is_gpt(s->model);
+    const char *bad = !mlp && s->act != MP_ACT_RELU     ? "--act (the MLP's activation)"
+                      : !mlp && s->layernorm            ? "--layernorm (the MLP's)"
+                      : !mlp && s->hist_every > 0       ? "--hist-every (the MLP's gradient histograms)"
+                      : !gpt && s->gelu != MP_GELU_TANH ? "--gelu (the GPT's)"
+                      : !gpt && s->eval_windows > 0     ? "--eval-windows (the GPT's validation windows)"
+                                                        : NULL;
+    if (bad) return mp_error(MP_EINVAL, "%s does nothing for %s", bad, what);
+    if (s->optimizer == MP_RUN_ADAMW && s->momentum != 0)
+        return mp_error(MP_EINVAL, "--momentum is SGD's: AdamW has --betas");
+    if (s->optimizer == MP_RUN_SGD && (s->beta1 != 0.9 || s->beta2 != 0.999))
+        return mp_error(MP_EINVAL, "--betas are AdamW's: SGD has --momentum");
+    if (s->schedule == MP_LR_CONSTANT && s->min_lr >= 0)
+        return mp_error(MP_EINVAL, "--min-lr is where the cosine schedule ends: it does nothing with a constant rate "
+                                   "(--lr-schedule cosine)");
+    if (!s->save && s->save_dtype != MP_F32) return mp_error(MP_EINVAL, "--save-dtype does nothing without --save");
+    const int ranks = s->ranks ? s->ranks->size : 1;
+    if (ranks == 1 && s->allreduce != MP_F32)
+        return mp_error(MP_EINVAL, "--allreduce does nothing in one process (mpirun -np N mixprec train ...)");
+    if (ranks == 1 && s->check_every != 100)
+        return mp_error(MP_EINVAL, "--check-every does nothing in one process (mpirun -np N mixprec train ...)");
+    return MP_OK;
+}
+
 mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out, mp_scaler_config *scaler_out) {
     if (!s || !s->model || !s->precision) return mp_error(MP_EINVAL, "mp_run_check: NULL argument");
     mp_precision p;
@@ -335,6 +364,7 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out, mp_scaler_conf
     if (s->data && !s->custom && is_gpt(s->model) != (strncmp(s->data, "text:", 5) == 0))
         return mp_error(MP_EINVAL, is_gpt(s->model) ? "a GPT trains on text: --data text:PATH[,PATH...]"
                                                      : "an MLP trains on Fashion-MNIST: --data DIR");
+    if ((st = unused_options(s)) != MP_OK) return st;
     mp_scaler_config sc = s->scaler; /* as the trainer will make it */
     sc.dynamic = p.scaling == MP_SCALING_DYNAMIC;
     if (!sc.dynamic && p.static_scale > 0) sc.init_scale = p.static_scale;

@@ -330,11 +330,26 @@ if [ -s "$T/cmp/fp32.ckpt" ] && [ -s "$T/cmp/bf16.ckpt" ] && [ -s "$T/cmp/summar
 expect 2 "$M" compare --save "$T/x.st" && one_line && has "$err" 'set by compare itself'
 : > "$T/empty.txt"
 head -c 20 "$T/c.txt" > "$T/short.txt"
-expect 1 "$M" "${GT[@]}" --steps 1 --data "text:$T/nope" && one_line && has "$err" 'nope: cannot open'
-expect 1 "$M" "${GT[@]}" --steps 1 --data "text:$T/empty.txt" && one_line && has "$err" 'is empty'
-expect 1 "$M" "${GT[@]}" --steps 1 --data "text:$T/short.txt" && one_line && has "$err" 'needs at least 18'
-expect 2 "$M" "${GT[@]}" --steps 1 --model gpt:1-3-16-16 && one_line && has "$err" 'do not divide the width'
-expect 2 "$M" "${GT[@]}" --steps 1 --model gpt:x && one_line
+GNODATA=(train --model gpt:1-2-16-16 --batch 4 --threads 2 --lr 3e-3) # GT without --data
+expect 1 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/nope" && one_line && has "$err" 'nope: cannot open'
+expect 1 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/empty.txt" && one_line && has "$err" 'is empty'
+expect 1 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/short.txt" && one_line && has "$err" 'needs at least 18'
+expect 2 "$M" train --model gpt:1-3-16-16 --data "text:$T/c.txt" --steps 1 && one_line && has "$err" 'do not divide the width'
+expect 2 "$M" train --model gpt:x --data "text:$T/c.txt" --steps 1 && one_line
+# an option given twice, or one that does nothing for the model, optimizer, schedule or launch, is a usage error
+expect 2 "$M" "${GT[@]}" --steps 1 --lr 1e-3 && one_line && has "$err" -- '--lr is given twice'
+expect 2 "$M" "${GT[@]}" --steps 1 --act gelu && one_line && has "$err" -- '--act .* does nothing for the GPT'
+expect 2 "$M" "${GT[@]}" --steps 1 --hist-every 2 && one_line && has "$err" -- '--hist-every .* does nothing for the GPT'
+expect 2 "$M" "${TR[@]}" --steps 1 --gelu erf && one_line && has "$err" -- '--gelu .* does nothing for the MLP'
+expect 2 "$M" "${TR[@]}" --steps 1 --momentum 0.9 && one_line && has "$err" -- "--momentum is SGD's"
+expect 2 "$M" "${TR[@]}" --steps 1 --optimizer sgd --betas 0.9,0.95 && one_line && has "$err" -- "--betas are AdamW's"
+expect 2 "$M" "${TR[@]}" --steps 1 --min-lr 1e-5 && one_line && has "$err" -- '--min-lr .* constant rate'
+expect 2 "$M" "${TR[@]}" --steps 1 --save-dtype bf16 && one_line && has "$err" -- '--save-dtype does nothing without --save'
+expect 2 "$M" "${TR[@]}" --steps 1 --allreduce bf16 && one_line && has "$err" -- '--allreduce does nothing in one process'
+expect 2 "$M" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --precisions fp32, --out "$T/never" && one_line &&
+    has "$err" 'has an empty entry'
+expect 2 "$M" compare --out "$T/never" --out "$T/never2" && one_line && has "$err" -- '--out is given twice'
+if [ ! -e "$T/never" ] && [ ! -e "$T/never2" ]; then ok; else fail "a refused compare made its directory"; fi
 # which tensor overflowed: block 1's c_fc weight times 1e6 makes its activation the
 # first to overflow in fp16; the skipped step names it, and names exactly the
 # gradients that hold inf or NaN (recounted from --dump-grads)

@@ -38,6 +38,10 @@ int cli_is_help(const cli_command *c, const char *arg);
 int cli_parse_float(const char *s, float *out);
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 
+/* 1 if option argv[i] ("--name") is among argv[1..i) as an option (not as
+ * the value of one that takes a value): a duplicated option. */
+int cli_given_before(int argc, char **argv, int i);
+
 /* The value that follows option argv[*i], or NULL (after an error message) if none. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 

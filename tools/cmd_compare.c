@@ -56,6 +56,7 @@ static int run_compare(int argc, char **argv) {
                           : !strcmp(name, "checkpoints")                      ? 0
                                                                                : mp_run_option_takes_value(name);
         if (takes < 0) return cli_usage_error("compare", "unknown option '%s'", a);
+        if (cli_given_before(argc, argv, i)) return cli_usage_error("compare", "%s is given twice", a);
         const char *v = takes ? cli_value("compare", argc, argv, &i) : NULL;
         if (takes && !v) return CLI_USAGE;
         if (mp_compare_option(&c, name, v) != MP_OK) return cli_usage_error("compare", "%s", mp_last_error());

@@ -12,6 +12,7 @@ int run_parse(const char *cmd, int argc, char **argv, mp_run_spec *s) {
         const char *a = argv[i], *name = strncmp(a, "--", 2) == 0 ? a + 2 : "";
         const int takes = mp_run_option_takes_value(name);
         if (takes < 0) return cli_usage_error(cmd, "unknown option '%s'", a);
+        if (cli_given_before(argc, argv, i)) return cli_usage_error(cmd, "%s is given twice", a);
         const char *v = takes ? cli_value(cmd, argc, argv, &i) : NULL;
         if (takes && !v) return CLI_USAGE;
         if (mp_run_option(s, name, v) != MP_OK) return cli_usage_error(cmd, "%s", mp_last_error());

@@ -65,8 +65,9 @@ mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_r
 void mp_compare_result_free(mp_compare_result *r);
 
 /* The defaults of `mixprec compare` into *c: mp_run_defaults, the modes
- * fp32,fp16,fp16-dynamic,bf16, DIR mixprec-compare, a gradient histogram
- * every 10 steps and a 300-byte sample of each final GPT, as the CLI does. */
+ * fp32,fp16,fp16-dynamic,bf16, DIR mixprec-compare, an MLP's gradient
+ * histogram every 10 steps (run.hist_every -1: 10 for the MLP, 0 else) and a
+ * 300-byte sample of each final GPT, as the CLI does. */
 void mp_compare_defaults(mp_compare_spec *c);
 
 /* Sets an option of `mixprec compare` by its CLI name ("precisions", "out",
