@@ -306,6 +306,8 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_
     if (base->log || base->summary || base->save)
         return invalid(x, "%s is set by compare itself", base->log ? "--log" : base->summary ? "--summary" : "--save");
     if (!c->out || strlen(c->out) > 4000) return invalid(x, "--out is %s", c->out ? "too long" : "missing");
+    struct stat dst;
+    const char *out_pending = stat(c->out, &dst) != 0 ? c->out : NULL; /* DIR made before the first run */
     snprintf(list, 512, "%s", c->precisions ? c->precisions : "fp32,fp16,fp16-dynamic,bf16");
     const size_t ll = strlen(list);
     if (ll == 0 || list[0] == ',' || list[ll - 1] == ',' || strstr(list, ",,"))
@@ -327,7 +329,10 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_
         snprintf(f->ckpt, sizeof f->ckpt, "%.4000s/%.63s.ckpt", c->out, name);
         snprintf(f->txt, sizeof f->txt, "%.4000s/%.63s.txt", c->out, name);
         opts[n].log = f->csv, opts[n].summary = f->json, opts[n].save = c->checkpoints ? f->ckpt : NULL;
-        if (mp_run_check(&opts[n], &p) != MP_OK) return invalid(x, "%s: %s", tok, mp_last_error());
+        mp_status st = mp_run_resolve(&opts[n], &p, NULL);
+        if (st == MP_OK) st = mp_run_check_files_in(&opts[n], out_pending);
+        if (st == MP_EINVAL) return invalid(x, "%s: %s", tok, mp_last_error());
+        if (st != MP_OK) return fail(x, st, "%s", mp_last_error());
         for (int k = 0; k < n; k++)
             if (!strcmp(res->modes[k].name, name)) return invalid(x, "%s is in --precisions twice", name);
         snprintf(res->modes[n].name, sizeof res->modes[n].name, "%s", name);
@@ -483,8 +488,8 @@ mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_r
     mp_run_spec opts[MP_COMPARE_MAX];
     mode_files *files = calloc(MP_COMPARE_MAX, sizeof *files);
     if (!files) return mp_error(MP_ENOMEM, "mp_compare: out of memory");
-    if (modes(&x, c, list, opts, files, res) != MP_OK)
-        return free(files), res->n = 0, res->invalid = 1, mp_error(MP_EINVAL, "%s", x.msg);
+    const mp_status ms = modes(&x, c, list, opts, files, res);
+    if (ms != MP_OK) return free(files), res->n = 0, res->invalid = ms == MP_EINVAL, mp_error(ms, "%s", x.msg);
     /* with ranks the modes train one after the other on every rank; rank 0 alone writes DIR */
     const int bad = x.writer && mkdir(c->out, 0755) != 0 && errno != EEXIST, err = errno;
     int first;

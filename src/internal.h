@@ -157,6 +157,11 @@ void mp_html_escape(FILE *f, const char *s);
 struct mp_run_spec;
 mp_status mp_run_resolve(const struct mp_run_spec *s, mp_precision *p, mp_scaler_config *sc);
 
+/* mp_run_check_files, where outputs inside the directory pending (exactly as
+ * the paths spell it; NULL: none) are not asked to have an existing
+ * directory: the caller makes it before the run (compare's DIR). */
+mp_status mp_run_check_files_in(const struct mp_run_spec *s, const char *pending);
+
 /* Fused unscale + inf/NaN check kernels of one CPU path: x[i] *= inv for
  * i in [0, n); returns nonzero if any x[i] (before scaling) is inf or NaN.
  * check32 and check16 only read (inv_scale 1): nonzero if any of the n codes

@@ -1082,9 +1082,9 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
     if (!s.io.prefix) s.io.prefix = "mixprec";
     s.o = *spec;
     s.deferring = size_of(&s) > 1; /* until every rank is ready: agree_ready */
-    int ret = mp_run_resolve(spec, &s.prec, &s.o.scaler) == MP_OK && mp_run_check_files(spec) == MP_OK
-                  ? begin(&s)
-                  : invalid(&s, mp_last_error());
+    mp_status cst = mp_run_resolve(spec, &s.prec, &s.o.scaler);
+    if (cst == MP_OK) cst = mp_run_check_files(spec);
+    int ret = cst == MP_OK ? begin(&s) : cst == MP_EINVAL ? invalid(&s, mp_last_error()) : failed(&s, cst);
     if (ret == RUN_OK) ret = prepare(&s);
     /* every rank is ready, or the job stops here: the lowest rank that failed says why */
     ret = agree_ready(&s, ret);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "mixprec/mx.h"
@@ -452,7 +453,32 @@ static size_t inputs_of(const mp_run_spec *s, file_id *in, char (*paths)[4096]) 
     return n;
 }
 
-mp_status mp_run_check_files(const mp_run_spec *s) {
+/* Where output f can be written: an existing file must be a regular one (not
+ * a directory, a device or a FIFO); its directory must exist and be writable
+ * (pending: a directory the caller makes before writing, so not yet there).
+ * MP_EIO + message naming the option and the path when not. */
+static mp_status writable(const file_id *f, const char *pending) {
+    struct stat st;
+    if (f->exists) {
+        if (stat(f->path, &st) == 0 && !S_ISREG(st.st_mode))
+            return mp_error(MP_EIO, "%s %s is %s, not a regular file: it would be replaced", f->option, f->path,
+                            S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device");
+    }
+    const char *slash = strrchr(f->path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - f->path) + (slash == f->path) : 1, slash ? f->path : ".");
+    if (pending && strcmp(dir, pending) == 0) return MP_OK;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return mp_error(MP_EIO, "%s %s: the directory %s does not exist", f->option, f->path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return mp_error(MP_EIO, "%s %s: the directory %s is not writable (%s)", f->option, f->path, dir,
+                        strerror(errno));
+    return MP_OK;
+}
+
+mp_status mp_run_check_files(const mp_run_spec *s) { return mp_run_check_files_in(s, NULL); }
+
+mp_status mp_run_check_files_in(const mp_run_spec *s, const char *pending) {
     if (!s) return mp_error(MP_EINVAL, "mp_run_check_files: NULL argument");
     const char *const opt[4] = {"--log", "--summary", "--save", "--dump-grads"};
     const char *const path[4] = {s->log, s->summary, s->save, s->dump_grads};
@@ -481,6 +507,7 @@ mp_status mp_run_check_files(const mp_run_spec *s) {
             if (same_file(o, &out[j]))
                 st = mp_error(MP_EINVAL, "%s and %s name the same file (%s): each output needs its own", out[j].option,
                               opt[k], path[k]);
+        if (st == MP_OK && (!s->ranks || s->ranks->rank == 0)) st = writable(o, pending); /* rank 0 writes */
     }
     free(in), free(paths);
     return st;

@@ -397,6 +397,13 @@ careless "--log .* is inside the corpus directory" train --model gpt:1-2-16-16 -
 careless "--save is empty" "${GT[@]}" --steps 1 --save ""
 careless "fp32 is in --precisions twice" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 1 --precisions fp32,fp32 --out "$T/careless/cmp"
 careless "--log .*fp32.csv is the file --init reads" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 1 --precisions fp32 --init "$T/careless/cmp/fp32.csv" --out "$T/careless/cmp"
+# outputs that cannot be written are found before anything is read or trained: exit 1, one line naming them
+mkfifo "$T/careless/fifo"
+expect 1 "$M" "${GT[@]}" --steps 1 --save "$T/careless/nodir/x.st" && one_line && has "$err" -- '--save .*nodir/x.st: the directory .*nodir does not exist'
+expect 1 "$M" "${GT[@]}" --steps 1 --log /dev/null && one_line && has "$err" -- '--log /dev/null is a device, not a regular file'
+expect 1 "$M" "${GT[@]}" --steps 1 --summary "$T/careless/fifo" && one_line && has "$err" -- 'is a FIFO, not a regular file'
+expect 1 "$M" "${GT[@]}" --steps 1 --dump-grads "$T/careless/corpus" && one_line && has "$err" -- 'is a directory, not a regular file'
+rm "$T/careless/fifo"
 if ( cd "$T/careless" && sha256sum -c --quiet "$T/careless.sums" ) && [ ! -e "$T/careless/new.json" ] && [ ! -e "$T/careless/cmp" ] &&
    [ ! -e "$T/careless/corpus/log.csv" ]; then ok; else fail "a refused run changed or created a file"; fi
 

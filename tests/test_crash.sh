@@ -119,10 +119,11 @@ MIXPREC_FAULT_WRITE_ENOSPC=100 run 1 "${G[@]}" --steps 6 --resume old.st --summa
 same ck.json old.json "summary after ENOSPC"
 complete_rows ck.csv
 [ "$(wc -l < ck.csv)" -eq 4 ] && ok || fail "the log after ENOSPC in the summary: $(wc -l < ck.csv) lines, expected 4"
-# a summary that cannot be written does not cost the training: the checkpoint, written first, is the new one
+# an output that cannot be written is found before anything is trained: the checkpoint stays the old one
 cp old.st ck.st
-run 1 "${G[@]}" --steps 6 --resume ck.st --save ck.st --summary nodir/ck.json && one_line 'nodir/ck.json'
-same ck.st new.st "the checkpoint before a summary that could not be written"
+run 1 "${G[@]}" --steps 6 --resume ck.st --save ck.st --summary nodir/ck.json &&
+    one_line 'summary nodir/ck.json: the directory nodir does not exist'
+same ck.st old.st "the checkpoint when the summary's directory is missing"
 # ... in compare's report: the old report stays (the per-run files and the
 # summary, all smaller than the report, are written whole)
 CMP=(compare --precisions fp32,bf16 --out cmp --model gpt:1-2-16-16 --data text:c.txt --batch 4 --threads 1)

@@ -18,7 +18,12 @@ int run_parse(const char *cmd, int argc, char **argv, mp_run_spec *s) {
         if (mp_run_option(s, name, v) != MP_OK) return cli_usage_error(cmd, "%s", mp_last_error());
     }
     run_ranks(s);
-    if (mp_run_check(s, NULL) != MP_OK) return cli_usage_error(cmd, "%s", mp_last_error());
+    const mp_status st = mp_run_check(s, NULL);
+    if (st == MP_EINVAL) return cli_usage_error(cmd, "%s", mp_last_error());
+    if (st != MP_OK) { /* an output that cannot be written: a file error, before anything is read */
+        if (!cli_quiet) fprintf(stderr, "mixprec %s: %s\n", cmd, mp_last_error());
+        return 1;
+    }
     return 0;
 }
 

@@ -10,7 +10,8 @@
 
 /* The run's defaults, then the options of argv[1..argc) (argv[0] is the
  * command name), then run_ranks; the spec checked whole (mp_run_check).
- * Returns 0, or CLI_USAGE after a message. */
+ * Returns 0, CLI_USAGE after a message, or 1 after one for an output that
+ * cannot be written. */
 int run_parse(const char *cmd, int argc, char **argv, mp_run_spec *s);
 
 /* This process's ranks (dist.h) into s, and the data fault of the tests
