@@ -93,7 +93,8 @@ typedef struct {
     mp_gpt *gpt;
     mp_loader loader;
     mp_trainer *tr;
-    int log_fd;          /* the CSV log; -1: none */
+    int log_fd;          /* the CSV log, written as log_partial; -1: none */
+    char log_partial[4200]; /* PATH.partial: the rows as they come, renamed to PATH when the log is whole */
     off_t log_size;      /* its complete rows, in bytes */
     long log_rows;
     char *row;           /* the row being written */
@@ -127,6 +128,7 @@ typedef struct {
     const char *stopped;        /* why the run stopped early (in stop_msg), or NULL */
     char stop_msg[512];
     int out_failed;             /* an output (the log, the checkpoint, the summary) could not be written */
+    int finished;               /* the training ended (every step taken, or stopped early): outputs follow */
     double t_start, elapsed, mpi_median;
 } run_state;
 
@@ -449,10 +451,12 @@ static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double 
     fprintf(log, "\n");
 }
 
-/* The CSV log is appended a row at a time, each formatted in memory (into
- * log_row()'s stream) and written with write(2) by log_commit(): a crash keeps
- * every row written before it, and a row the disk cannot take whole is cut off
- * again, so the log holds complete rows only. 0, or 1 after a message. */
+/* The CSV log streams into PATH.partial (tail -f can follow it), a row at a
+ * time, each formatted in memory (into log_row()'s stream) and written with
+ * write(2) by log_commit(): a crash keeps every row written before it there
+ * (and PATH as it was), and a row the disk cannot take whole is cut off
+ * again, so the file holds complete rows only. At the end log_finish renames
+ * it over PATH. 0, or 1 after a message. */
 static FILE *log_row(run_state *s) { return open_memstream(&s->row, &s->row_len); }
 
 static int log_commit(run_state *s, const char *path, FILE *m) {
@@ -473,8 +477,29 @@ static int log_commit(run_state *s, const char *path, FILE *m) {
         return 0;
     }
     const int cut = ftruncate(s->log_fd, s->log_size) == 0;
-    return fail(s, MP_EIO, "%s: cannot append to the log (%s); it keeps the %ld complete lines before%s", path, strerror(err),
-                s->log_rows, cut ? "" : " and part of the next");
+    return fail(s, MP_EIO, "%s: cannot append to the log (%s); %s keeps the %ld complete lines before%s, %s is as it was",
+                path, strerror(err), s->log_partial, s->log_rows, cut ? "" : " and part of the next", path);
+}
+
+/* The log whole: synced, closed and renamed over its path. RUN_OK, or
+ * RUN_FAILED after a message (PATH as it was, the rows in PATH.partial). */
+static int log_finish(run_state *s) {
+    const char *path = s->o.log;
+    const int fd = s->log_fd;
+    s->log_fd = -1;
+    if (fsync(fd) != 0 && errno != EINVAL) {
+        const int e = errno;
+        close(fd);
+        return fail(s, MP_EIO, "%s: the log could not be written (%s); its rows are in %s", path, strerror(e),
+                    s->log_partial);
+    }
+    if (close(fd) != 0)
+        return fail(s, MP_EIO, "%s: the log could not be written (%s); its rows are in %s", path, strerror(errno),
+                    s->log_partial);
+    if (rename(s->log_partial, path) != 0)
+        return fail(s, MP_EIO, "%s: the log could not replace it (%s); its rows are in %s", path, strerror(errno),
+                    s->log_partial);
+    return RUN_OK;
 }
 
 /* n bytes from the GPT after "\n" (temperature 1, seed 1) into r->sample,
@@ -585,8 +610,9 @@ static int prepare(run_state *s) {
     }
     /* activation headroom is measured against the compute format's largest value, fp16's in an fp32 run */
     r->headroom_format = mp_format(s->prec.compute == MP_F32 ? MP_F16 : s->prec.compute);
-    if (o->log && s->writer && (s->log_fd = open(o->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0)
-        return fail(s, MP_EIO, "%s: cannot create the log (%s)", o->log, strerror(errno));
+    snprintf(s->log_partial, sizeof s->log_partial, "%.4000s.partial", o->log ? o->log : "");
+    if (o->log && s->writer && (s->log_fd = open(s->log_partial, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0)
+        return fail(s, MP_EIO, "%s: cannot create the log (%s)", s->log_partial, strerror(errno));
     if (s->log_fd >= 0) {
         FILE *row = log_row(s);
         if (row) csv_header(row, &s->model, s->qt, s->nq);
@@ -1092,13 +1118,19 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
     if (ret == RUN_OK) ret = train_steps(&s);
     if (ret == RUN_OK) ret = finish(&s);
     if (ret == RUN_OK) {
+        s.finished = 1;
         print_results(&s);
         add_warnings(&s);
         write_outputs(&s);
         ret = s.stopped || s.out_failed ? RUN_FAILED : RUN_OK;
     }
-    if (s.log_fd >= 0 && close(s.log_fd) != 0 && ret == RUN_OK)
-        ret = fail(&s, MP_EIO, "%s: the log could not be written (%s)", s.o.log, strerror(errno));
+    /* the log replaces its path when it holds every row of the run: also after an early stop or a failed
+     * output, not after a failure of the run itself (its rows stay in PATH.partial) */
+    if (s.log_fd >= 0 && (ret == RUN_OK || (s.status && s.finished))) {
+        if (log_finish(&s) != RUN_OK) ret = RUN_FAILED;
+    } else if (s.log_fd >= 0) {
+        close(s.log_fd);
+    }
     *res = s.res, memset(&s.res, 0, sizeof s.res);
     res->precision = s.prec, res->invalid = ret == RUN_INVALID;
     state_free(&s);

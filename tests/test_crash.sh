@@ -94,15 +94,29 @@ for i in $(seq 1 12); do
     if cmp -s ck.st old.st; then kept_old=$((kept_old + 1)); ok
     elif cmp -s ck.st new40.st; then kept_new=$((kept_new + 1)); ok
     else fail "SIGKILL $i: the checkpoint is neither the old nor the new one"; fi
-    if [ -s ck.csv ]; then
-        cols=$(head -1 ck.csv | awk -F, '{print NF}')
-        if head -n "$(wc -l < ck.csv)" ck.csv | awk -F, -v n="$cols" 'NF != n { exit 1 }'; then ok
-        else fail "SIGKILL $i: a broken row in the log"; fi
-    fi
+    # the log streams into ck.csv.partial, renamed to ck.csv at the very end: whichever is there holds whole rows
+    for f in ck.csv ck.csv.partial; do
+        [ -s "$f" ] || continue
+        cols=$(head -1 "$f" | awk -F, '{print NF}')
+        if head -n "$(wc -l < "$f")" "$f" | awk -F, -v n="$cols" 'NF != n { exit 1 }'; then ok
+        else fail "SIGKILL $i: a broken row in $f"; fi
+    done
+    if [ -e ck.csv ] && [ -e ck.csv.partial ]; then fail "SIGKILL $i: both ck.csv and ck.csv.partial"; fi
+    rm -f ck.csv.partial
     run 0 "${G[@]}" --steps 41 --resume ck.st --save ck.st && same ck.st new41.st "resumed after SIGKILL $i"
     if [ -z "$(temps)" ]; then ok; else fail "stale temporary files after the next save: $(temps)"; fi
 done
 echo "SIGKILL at random times: $kept_old kept the old checkpoint ($mid_write of them while writing it), $kept_new the new"
+# a run killed while it trains leaves its log's path as it was and every row so far in PATH.partial
+echo "an old log" > ck.csv
+"${G[@]}" --steps 400 --resume old.st --log ck.csv >/dev/null 2>&1 &
+pid=$!
+while [ "$(cat ck.csv.partial 2>/dev/null | wc -l)" -lt 4 ] && kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
+kill -9 "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+if [ "$(cat ck.csv)" = "an old log" ]; then ok; else fail "a killed run changed its log's path"; fi
+complete_rows ck.csv.partial
+rm -f ck.csv ck.csv.partial
 
 # 3. a full disk (injected ENOSPC) at any point of the checkpoint: one line,
 #    status 1, the old checkpoint, no temporary file
@@ -140,16 +154,17 @@ if [ -z "$(ls cmp/*.tmp.* 2>/dev/null)" ]; then ok; else fail "ENOSPC left $(ls 
 #    outputs: the checkpoint (97 KB) fails, the old one stays, the summary is new
 #    and whole; then the checkpoint alone outgrows 64 KiB: the same
 limited() { local kb=$1; shift; (ulimit -f "$kb" && trap '' XFSZ && exec "$@"); }
-cp old.st ck.st && cp old.json ck.json
+cp old.st ck.st && cp old.json ck.json && cp ck.csv old.csv
 run 1 limited 40 "${G[@]}" --steps 200 --resume ck.st --save ck.st --summary ck.json --log ck.csv
 if [ "$(printf '%s\n' "$err" | wc -l)" -eq 2 ] &&
-   printf '%s\n' "$err" | head -1 | grep -q 'ck.csv: cannot append to the log (File too large); it keeps the [0-9]* complete lines before' &&
+   printf '%s\n' "$err" | head -1 | grep -q 'ck.csv: cannot append to the log (File too large); ck.csv.partial keeps the [0-9]* complete lines before, ck.csv is as it was' &&
    printf '%s\n' "$err" | tail -1 | grep -q 'ck.st: write failed (File too large)'; then ok
 else fail "log then checkpoint under ulimit -f: $err"; fi
-complete_rows ck.csv
-lines=$(printf '%s' "$err" | sed -n 's/.*it keeps the \([0-9]*\) complete lines.*/\1/p')
-if [ "$(wc -l < ck.csv)" = "$lines" ] && [ "$(size ck.csv)" -le 40960 ] && [ "$lines" -gt 10 ]; then ok
-else fail "log under ulimit -f: $(wc -l < ck.csv) lines, $(size ck.csv) bytes, message: $err"; fi
+complete_rows ck.csv.partial
+same ck.csv old.csv "the log's path when its rows could not all be written"
+lines=$(printf '%s' "$err" | sed -n 's/.*keeps the \([0-9]*\) complete lines.*/\1/p')
+if [ "$(wc -l < ck.csv.partial)" = "$lines" ] && [ "$(size ck.csv.partial)" -le 40960 ] && [ "$lines" -gt 10 ]; then ok
+else fail "log under ulimit -f: $(wc -l < ck.csv.partial) lines, $(size ck.csv.partial) bytes, message: $err"; fi
 same ck.st old.st "checkpoint after the log failed"
 if [ "$(tail -c 1 ck.json)" = '}' ] && ! cmp -s ck.json old.json &&
    grep -q "stopped: ck.csv: the log could not be written" ck.json; then ok
