@@ -655,11 +655,11 @@ has "$out" '^one scale per tensor \(e2m1, 6/amax\) +1 +5.88% '
 has "$out" '^block scaling keeps 1 more value nonzero \(5.88% of the nonzero values\)'
 # underflow from a file: 32 x -256 then 32 x 2^-30 (signs dropped); block scales fit both, 448/256 = 1.75 flushes 2^-30
 python3 -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack("<64f", *([-256.0] * 32 + [2.0**-30] * 32)))' "$T/two.f32"
-expect 0 "$M" underflow --from "$T/two.f32" --format mxfp8-e4m3 --json
+expect 0 "$M" underflow --from "$T/two.f32" --raw --format mxfp8-e4m3 --json
 has "$out" '^\{"format": "mxfp8-e4m3", "rule": "rceil", "element": "e4m3", "block": 32, "n": 64, "nonzero": 64, "amax": 256, "tensor_scale": 1.75, '
 has "$out" '"block_scaling": \{"flushed": 0, "saturated": 0, "nonzero": 64, "mean_rel_error": 0\}'
 has "$out" '"per_tensor": \{"flushed": 32, "saturated": 0, "nonzero": 32, "mean_rel_error": 0.5[0-9]*\}, "nonzero_gain": 32\}$'
-expect 0 "$M" underflow --from "$T/two.f32" --format mxfp8-e5m2 --mx-rule floor
+expect 0 "$M" underflow --from "$T/two.f32" --raw --format mxfp8-e5m2 --mx-rule floor
 has "$out" '^64 gradient magnitudes from .*two.f32, in mxfp8-e5m2, rule floor: one tensor, blocks of 32 '
 has "$out" '^block scaling keeps 32 more values nonzero \(50.00% of the nonzero values\); mean relative error 0 vs 0.5$'
 if ! printf '%s\n' "$out" | grep -q 'loss scale'; then ok; else fail "block formats print no loss-scale table"; fi

@@ -18,7 +18,7 @@ vals += [r.lognormvariate(-17.5, 1.6) for _ in range(5000)] + [r.lognormvariate(
 vals = [struct.unpack("<f", struct.pack("<f", v))[0] for v in vals]  # as float32
 open(sys.argv[1], "wb").write(struct.pack("<%df" % len(vals), *vals))
 PY
-out=$("$M" underflow --from "$T/g.f32" --scales 1,256,65536,1048576 --json) && ok || fail "underflow --from"
+out=$("$M" underflow --from "$T/g.f32" --raw --scales 1,256,65536,1048576 --json) && ok || fail "underflow --from"
 if printf '%s' "$out" | python3 -c '
 import json, struct, sys
 d = json.load(sys.stdin)
@@ -38,7 +38,7 @@ assert d["zero_count"] == sum(x <= 2.0**-25 for x in xs)
 med = sorted(xs)[n // 2]
 assert abs(d["median"] - med) / med < 1e-3, (d["median"], med)
 ' "$T/g.f32"; then ok; else fail "underflow counts differ from the thresholds"; fi
-"$M" underflow --from "$T/g.f32" --format e4m3 --scales 1 > "$T/u.txt" && grep -q 'e4m3 smallest subnormal' "$T/u.txt" && ok || fail "e4m3 histogram marks"
+"$M" underflow --from "$T/g.f32" --raw --format e4m3 --scales 1 > "$T/u.txt" && grep -q 'e4m3 smallest subnormal' "$T/u.txt" && ok || fail "e4m3 histogram marks"
 "$M" underflow > "$T/u2.txt" && grep -q '^  5[0-9]\.[0-9][0-9]% become exactly zero in fp16' "$T/u2.txt" && ok || fail "default distribution: about 54% lost"
 grep -qE 'best power-of-two scale: [0-9.e+]+ \(2\^2[0-3]\): 100.00% survive' "$T/u2.txt" && ok || fail "best scale"
 "$M" underflow --dist gauss:1,2 > /dev/null 2>&1; [ $? -eq 2 ] && ok || fail "bad --dist"
@@ -66,15 +66,25 @@ printf '\x93NUMPY\x02\x00\x00\x00' > "$T/short.npy"
 "$M" underflow --from "$T/missing.npy" > /dev/null 2>"$T/e"; [ $? -eq 1 ] && grep -q 'missing.npy' "$T/e" && ok || fail "missing file"
 # a file name is user input: the page shows it escaped, never as markup
 cp "$T/g.f32" "$T/<script>x'\"&.f32"
-"$M" explore --from "$T/<script>x'\"&.f32" --out "$T/esc.html" > /dev/null && ok || fail "explore --from <script>..."
+"$M" explore --from "$T/<script>x'\"&.f32" --raw --out "$T/esc.html" > /dev/null && ok || fail "explore --from <script>..."
 grep -qF "&lt;script&gt;x&#39;&quot;&amp;.f32" "$T/esc.html" && ! grep -qF "<script>x" "$T/esc.html" && ok ||
     fail "the file name is not escaped in the page"
 printf 'abc' > "$T/odd.f32"
-"$M" underflow --from "$T/odd.f32" > /dev/null 2>&1; [ $? -eq 1 ] && ok || fail "3-byte file"
+"$M" underflow --from "$T/odd.f32" --raw > /dev/null 2>&1; [ $? -eq 1 ] && ok || fail "3-byte file"
+# a file's format is what its bytes say: raw float32 only with --raw; a damaged .npy or safetensors is an error
+"$M" underflow --from "$T/g.f32" > /dev/null 2>"$T/e"; [ $? -eq 1 ] && grep -q 'g.f32: neither .npy nor safetensors' "$T/e" && ok ||
+    fail "raw float32 without --raw"
+cp "$T/f2.npy" "$T/bad.npy" && printf 'X' | dd of="$T/bad.npy" bs=1 seek=1 conv=notrunc 2>/dev/null
+"$M" underflow --from "$T/bad.npy" > /dev/null 2>"$T/e"; [ $? -eq 1 ] && grep -q 'bad.npy: neither' "$T/e" && ok || fail "damaged .npy magic"
+"$M" underflow --raw > /dev/null 2>&1; [ $? -eq 2 ] && ok || fail "--raw without --from"
+"$M" underflow --from "$T" > /dev/null 2>"$T/e"; [ $? -eq 1 ] && grep -q 'not a regular file' "$T/e" && ok || fail "a directory as --from"
 
 # real gradients: dumped by mixprec train, read back by underflow
 "$M" train --model mlp:784-32-10 --steps 3 --batch 64 --dump-grads "$T/grads.safetensors" > /dev/null && ok || fail "--dump-grads"
 out=$("$M" underflow --from "$T/grads.safetensors" --json) && ok || fail "underflow --from safetensors"
+cp "$T/grads.safetensors" "$T/grads.bin" # the format by the bytes, whatever the name
+n2=$("$M" underflow --from "$T/grads.bin" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["n"])') &&
+    [ "$n2" = $((784 * 32 + 32 * 10)) ] && ok || fail "safetensors named .bin: $n2"
 printf '%s' "$out" | python3 -c 'import json,sys; d = json.load(sys.stdin); assert d["n"] == 784 * 32 + 32 * 10, d["n"]' && ok || fail "gradient count"
 
 # 2. the tour's numbers, computed live

@@ -32,7 +32,9 @@ static const char usage[] =
     "relative error of the nonzero values, a flushed one counting 1) and what\n"
     "block scaling saves; no loss-scale table (block scales replace it).\n\n"
     "  --dist lognormal:MU,SIGMA   ln|g| ~ N(MU, SIGMA)\n"
-    "  --from FILE                 gradients from a file instead\n"
+    "  --from FILE                 gradients from a file instead: .npy or safetensors\n"
+    "                              (known by their bytes)\n"
+    "  --raw                       --from FILE is raw little-endian float32\n"
     "  --n N                       values to draw (200000)\n"
     "  --format F                  fp16 (default), bf16, e4m3, e5m2, or a block\n"
     "                              format: mxfp8-e4m3, mxfp8-e5m2, nvfp4\n"
@@ -66,6 +68,7 @@ static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, cons
     double mu = -17.5, sigma = 1.6;
     long n = 200000, seed = 0;
     const char *from = NULL, *rule = NULL;
+    int raw = 0;
     o->fmt = MP_F16, o->nscales = 0, o->json = 0, o->block = 0, o->rule = MP_MX_RCEIL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -84,6 +87,8 @@ static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, cons
         } else if (!strcmp(a, "--from")) {
             if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
             from = v;
+        } else if (!strcmp(a, "--raw")) {
+            raw = 1;
         } else if (!strcmp(a, "--n")) {
             if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
             if (cli_parse_long(v, 1, 100000000, &n)) return cli_usage_error(cmd, "--n wants 1 .. 1e8, not '%s'", v);
@@ -132,9 +137,10 @@ static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, cons
         const double d[5] = {1, 256, 4096, 65536, 1048576};
         for (int k = 0; k < 5; k++) o->scales[o->nscales++] = d[k];
     }
+    if (raw && !from) return cli_usage_error(cmd, "--raw says how --from FILE is read: give --from");
     if (from) {
         char err[600];
-        if (grads_read(&o->g, from, err, sizeof err) != 0) {
+        if (grads_read(&o->g, from, raw, err, sizeof err) != 0) {
             fprintf(stderr, "mixprec %s: %s\n", cmd, err);
             return 1;
         }

@@ -1,8 +1,10 @@
 /* gradients.c - gradient magnitude sets: drawn or read from a file. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "gradients.h"
 
@@ -139,15 +141,24 @@ static int read_npy(grad_set *s, const char *path, const uint8_t *b, size_t size
     return 0;
 }
 
-int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
+/* A safetensors file's first bytes: a little-endian 64-bit header length that fits the file, then '{'. */
+static int looks_safetensors(const uint8_t *b, size_t size) {
+    if (size < 9) return 0;
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; k--) n = n << 8 | b[k];
+    return n >= 2 && n <= size - 8 && b[8] == '{';
+}
+
+int grads_read(grad_set *s, const char *path, int raw, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
-    const size_t pl = strlen(path);
-    if (pl > 12 && strcmp(path + pl - 12, ".safetensors") == 0) return read_safetensors(s, path, err, errlen);
     FILE *f = fopen(path, "rb");
-    if (!f) return snprintf(err, errlen, "%s: cannot open", path), -1;
-    fseek(f, 0, SEEK_END);
-    const long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
+    if (!f) return snprintf(err, errlen, "%s: cannot open (%s)", path, strerror(errno)), -1;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return snprintf(err, errlen, "%s: not a regular file", path), -1;
+    }
+    const long size = (long)st.st_size;
     uint8_t *b = size > 0 ? malloc((size_t)size) : NULL;
     if (!b || fread(b, 1, (size_t)size, f) != (size_t)size) {
         fclose(f), free(b);
@@ -156,6 +167,10 @@ int grads_read(grad_set *s, const char *path, char *err, size_t errlen) {
     fclose(f);
     int rc;
     if (size >= 6 && memcmp(b, "\x93NUMPY", 6) == 0) rc = read_npy(s, path, b, (size_t)size, err, errlen);
+    else if (looks_safetensors(b, (size_t)size)) rc = read_safetensors(s, path, err, errlen);
+    else if (!raw)
+        rc = (snprintf(err, errlen, "%s: neither .npy nor safetensors by its bytes (raw little-endian float32 is read "
+                                    "with --raw)", path), -1);
     else if (size % 4) rc = (snprintf(err, errlen, "%s: %ld bytes is not a whole number of float32 values", path, size), -1);
     else if ((rc = keep(s, b, (size_t)size / 4)) != 0) rc = (snprintf(err, errlen, "%s: no finite values", path), -1);
     free(b);

@@ -17,10 +17,14 @@ typedef struct {
 /* |x| for x = exp(N(mu, sigma)) (numpy's lognormal), n values from seed. */
 int grads_lognormal(grad_set *s, double mu, double sigma, size_t n, uint64_t seed);
 
-/* Reads float values from FILE: .npy (<f4, <f2 or <f8, any shape), .safetensors
- * (every F32/F16/BF16 tensor, concatenated) or raw little-endian fp32; takes
- * |x| and drops non-finite values. 0, or -1 with a message in err. */
-int grads_read(grad_set *s, const char *path, char *err, size_t errlen);
+/* Reads float values from FILE, its format known by its bytes whatever its
+ * name: .npy (the magic "\x93NUMPY"; <f4, <f2 or <f8, any shape),
+ * safetensors (an 8-byte header length that fits the file, then '{'; every
+ * F32/F16/BF16 tensor, concatenated), or, only when raw is set, raw
+ * little-endian fp32; takes |x| and drops non-finite values. A file that is
+ * none of these (or not a regular file) is an error naming it. 0, or -1 with
+ * a message in err. */
+int grads_read(grad_set *s, const char *path, int raw, char *err, size_t errlen);
 
 void grads_free(grad_set *s);
 
