@@ -143,7 +143,7 @@ def test_underflow_equals_cli(tmp_path, cli):
     f = tmp_path / "g.f32"
     write_values(f, x)
     for fmt in ("fp16", "bf16", "e4m3", "e5m2"):
-        out = subprocess.run([cli, "underflow", "--from", str(f), "--format", fmt, "--scales", "1,0.5,1024,65536",
+        out = subprocess.run([cli, "underflow", "--from", str(f), "--raw", "--format", fmt, "--scales", "1,0.5,1024,65536",
                               "--json"], capture_output=True, text=True, check=True).stdout
         want = json.loads(out)
         got = mixprec.underflow(x, fmt, scales=(1, 0.5, 1024, 65536))
@@ -160,7 +160,7 @@ def test_explore_equals_cli(tmp_path, cli):
     x = sample(4)
     f = tmp_path / "g.f32"
     write_values(f, x)
-    subprocess.run([cli, "explore", "--from", str(f), "--out", str(tmp_path / "cli.html")], check=True,
+    subprocess.run([cli, "explore", "--from", str(f), "--raw", "--out", str(tmp_path / "cli.html")], check=True,
                    capture_output=True)
     n = int(np.sum(np.isfinite(x)))
     mixprec.explore(x, tmp_path / "py.html", description="%d gradient magnitudes from %s" % (n, f))
