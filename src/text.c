@@ -29,24 +29,26 @@ static mp_status buf_reserve(text_buf *b, size_t more, const char *path) {
     return MP_OK;
 }
 
-/* Appends the whole of one file (any kind that reads: regular file, pipe...). */
+/* Appends the whole of one regular file, its size checked against what the
+ * corpus may still take before anything is allocated; no more bytes than its
+ * size are read (a file that grows meanwhile is cut there). */
 static mp_status append_file(text_buf *b, const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return mp_error(MP_EIO, "%s: cannot open (%s)", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) /* a FIFO would block, a device read without end */
+        return mp_error(MP_EIO, "%s: not a regular file (a corpus is files and directories)", path);
+    if ((uint64_t)sb.st_size > MP_TEXT_MAX_BYTES - b->n)
+        return mp_error(MP_EINVAL, "%s: %lld bytes would make the corpus larger than %llu bytes", path,
+                        (long long)sb.st_size, (unsigned long long)MP_TEXT_MAX_BYTES);
     FILE *f = fopen(path, "rb");
     if (!f) return mp_error(MP_EIO, "%s: cannot open (%s)", path, strerror(errno));
-    struct stat sb;
-    mp_status st = MP_OK;
-    /* the size is only a hint: the loop reads to the end whatever it is */
-    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0 &&
-        (st = buf_reserve(b, (size_t)sb.st_size + 1, path)) != MP_OK)
-        goto out;
-    for (;;) {
-        if (b->n == b->cap && (st = buf_reserve(b, 65536, path)) != MP_OK) goto out;
-        const size_t got = fread(b->data + b->n, 1, b->cap - b->n, f);
-        b->n += got;
+    mp_status st = buf_reserve(b, (size_t)sb.st_size + 1, path);
+    for (size_t left = (size_t)sb.st_size; st == MP_OK && left;) {
+        const size_t got = fread(b->data + b->n, 1, left, f);
+        b->n += got, left -= got;
         if (got == 0) break;
     }
     if (ferror(f)) st = mp_error(MP_EIO, "%s: read error (%s)", path, strerror(errno));
-out:
     fclose(f);
     return st;
 }
@@ -133,6 +135,8 @@ static mp_status append_entry(text_buf *b, const char *path, size_t *nfiles) {
     struct stat sb;
     if (stat(path, &sb) != 0) return mp_error(MP_EIO, "%s: cannot open (%s)", path, strerror(errno));
     if (S_ISDIR(sb.st_mode)) return append_dir(b, path, nfiles);
+    if (!S_ISREG(sb.st_mode))
+        return mp_error(MP_EIO, "%s: not a regular file or a directory (a device or a FIFO)", path);
     const mp_status st = append_file(b, path);
     if (st == MP_OK) (*nfiles)++;
     return st;

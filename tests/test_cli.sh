@@ -334,6 +334,11 @@ GNODATA=(train --model gpt:1-2-16-16 --batch 4 --threads 2 --lr 3e-3) # GT witho
 expect 1 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/nope" && one_line && has "$err" 'nope: cannot open'
 expect 1 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/empty.txt" && one_line && has "$err" 'is empty'
 expect 1 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/short.txt" && one_line && has "$err" 'needs at least 18'
+# a corpus is regular files: a device is not read without end, a FIFO without a writer does not block
+expect 1 timeout 20 "$M" "${GNODATA[@]}" --steps 1 --data "text:/dev/zero" && one_line && has "$err" '/dev/zero: not a regular file'
+mkfifo "$T/fifo.txt"
+expect 1 timeout 20 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/fifo.txt" && one_line && has "$err" 'fifo.txt: not a regular file'
+rm -f "$T/fifo.txt"
 expect 2 "$M" train --model gpt:1-3-16-16 --data "text:$T/c.txt" --steps 1 && one_line && has "$err" 'do not divide the width'
 expect 2 "$M" train --model gpt:x --data "text:$T/c.txt" --steps 1 && one_line
 # an option given twice, or one that does nothing for the model, optimizer, schedule or launch, is a usage error

@@ -35,10 +35,17 @@ typedef struct mp_text {
     size_t nfiles;  /* files read */
 } mp_text;
 
+/* The largest corpus mp_text_load reads, in bytes (1 GiB). */
+#define MP_TEXT_MAX_BYTES ((uint64_t)1 << 30)
+
 /* Reads the corpus into t (which the caller provides; its previous contents
  * are not freed): paths is a comma-separated list of files and directories
  * (a path cannot itself contain a comma). Named paths are followed if they
  * are symlinks; entries inside a directory are not.
+ * Only regular files are read (named, or in a named directory): a device or
+ * a FIFO named in the list is MP_EIO naming it, before anything is opened;
+ * each file's size is checked against MP_TEXT_MAX_BYTES before it is read
+ * (MP_EINVAL naming the file) and no more than its size is read.
  * Returns MP_EINVAL when t or paths is NULL or the list has an empty entry
  * ("", "a,,b", "a,"), MP_EIO "PATH: cannot open (reason)" naming the path
  * when one is missing or unreadable, MP_ECORRUPT when the corpus is empty
