@@ -256,6 +256,66 @@ static int fail_alone(run_state *s) {
 
 static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
 
+/* ---- memory before it is taken ---- */
+
+/* The bytes the machine can still give this process: /proc/meminfo's
+ * MemAvailable, or less where a cgroup (v2) limit leaves less; 0 when
+ * neither can be read (no check then). */
+static uint64_t memory_available(void) {
+    uint64_t avail = 0;
+    char line[256];
+    FILE *f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = (uint64_t)kb * 1024;
+    }
+    if (f) fclose(f);
+    unsigned long long max = 0, cur = 0;
+    f = fopen("/sys/fs/cgroup/memory.max", "r");
+    const int limited = f && fscanf(f, "%llu", &max) == 1; /* "max": no limit */
+    if (f) fclose(f);
+    f = fopen("/sys/fs/cgroup/memory.current", "r");
+    if (f && fscanf(f, "%llu", &cur) != 1) cur = 0;
+    if (f) fclose(f);
+    if (limited && max > cur && (avail == 0 || max - cur < avail)) avail = max - cur;
+    return avail;
+}
+
+/* About what a model takes: its parameters with their gradients, optimizer
+ * state and half copies, and its largest activations (forward and backward),
+ * from its configuration alone. An estimate, on the large side of the
+ * allocations made (nn.c, gpt.c, optim.c). */
+static uint64_t model_bytes(const run_state *s, const mp_mlp_config *mc, const mp_gpt_config *gc) {
+    const mp_run_spec *o = &s->o;
+    const double es = (double)mp_format(s->prec.compute)->size;
+    double params = 0, act = 0;
+    if (gc) {
+        const double L = gc->n_layer, C = gc->n_embd, T = gc->block_size, V = gc->vocab_size, B = (double)o->batch;
+        params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+        act = B * T * (L * (20 * C * es + 4 * 4) + 2 * V * 4 + 4 * C * 4); /* the layers' stores, logits, residuals */
+    } else {
+        const double B = (double)(o->batch > 1000 ? o->batch : 1000); /* the evaluation's batch */
+        double widths = 0;
+        for (int l = 0; l <= mc->nlayers; l++) {
+            widths += mc->widths[l];
+            if (l) params += (double)mc->widths[l - 1] * mc->widths[l] + mc->widths[l];
+        }
+        act = B * widths * (4 + 3 * es);
+    }
+    const double state = o->optimizer == MP_RUN_ADAMW ? 8 : o->momentum != 0 ? 4 : 0;
+    const double per = s->prec.master_weights == MP_MASTER_NONE ? 2 + 4 + state / 2 : 4 + 4 + state + (es < 4 ? es : 0);
+    return (uint64_t)(params * per + act);
+}
+
+/* Refuses a model that would not fit before anything is allocated for it. */
+static int fits(run_state *s, const mp_mlp_config *mc, const mp_gpt_config *gc) {
+    const uint64_t need = model_bytes(s, mc, gc), avail = memory_available();
+    if (!avail || need <= avail) return RUN_OK;
+    return fail(s, MP_ENOMEM, "model %s with batch %ld needs about %.1f GiB (parameters, gradients, optimizer state "
+                              "and activations), and %.1f GiB are available", s->o.model, s->o.batch,
+                (double)need / 1073741824.0, (double)avail / 1073741824.0);
+}
+
 /* A library call failed with st: its message (mp_last_error) as the run's. */
 static int failed(run_state *s, mp_status st) { return fail(s, st, "%s", mp_last_error()); }
 
@@ -299,6 +359,7 @@ static int setup(run_state *s, size_t *T, long *steps_per_epoch) {
     const size_t B = (size_t)o->batch;
     if (o->custom) return setup_custom(s, steps_per_epoch);
     if ((gpt ? mp_gpt_parse(o->model, &gc) : mp_mlp_parse(o->model, &mc)) != MP_OK) return invalid(s, mp_last_error());
+    if (fits(s, gpt ? NULL : &mc, gpt ? &gc : NULL) != RUN_OK) return RUN_FAILED;
     if (gpt) {
         gc.gelu = o->gelu;
         *T = (size_t)gc.block_size;

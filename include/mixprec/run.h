@@ -248,7 +248,10 @@ mp_status mp_run_check_files(const mp_run_spec *s);
  *   another      the data, a file or memory failed, or an output could not be
  *                written (the others still are), or ranks disagreed: the
  *                message in mp_last_error() (and on io->err).
- * Each output is written whole or not at all (mp_write_file_atomic); the CSV
+ * A model whose parameters, gradients, optimizer state and activations would
+ * not fit in the memory available (/proc/meminfo's MemAvailable, or a cgroup's
+ * limit) is refused before anything is allocated for it: MP_ENOMEM + message
+ * with both figures. Each output is written whole or not at all (mp_write_file_atomic); the CSV
  * log is appended a complete row at a time. r->memory_mib is the process's
  * peak resident memory during the run: mp_run resets the kernel's high-water
  * mark (/proc/self/clear_refs) when it starts. spec->threads, when set,
