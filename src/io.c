@@ -364,7 +364,8 @@ mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t 
     remove_stale(dir, slash ? slash + 1 : path);
     sink s = {open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666), 0,
               fault_at("MIXPREC_FAULT_WRITE_KILL_AFTER"), fault_at("MIXPREC_FAULT_WRITE_ENOSPC")};
-    if (s.fd < 0) return mp_error(MP_EIO, "%s: cannot create (%s)", tmp, strerror(errno));
+    if (s.fd < 0) /* the path asked for, and why: the temporary file beside it is ours */
+        return mp_error(MP_EIO, "%s: cannot create (%s); the previous file is untouched", path, strerror(errno));
     const char *failed = NULL;
     for (size_t i = 0; !failed && i < n; i++)
         if (sink_write(&s, chunks[i].data, chunks[i].size) != 0) failed = "write failed";

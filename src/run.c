@@ -319,6 +319,12 @@ static int fits(run_state *s, const mp_mlp_config *mc, const mp_gpt_config *gc) 
 /* A library call failed with st: its message (mp_last_error) as the run's. */
 static int failed(run_state *s, mp_status st) { return fail(s, st, "%s", mp_last_error()); }
 
+/* The same for a call that read file path: the message names it. */
+static int failed_file(run_state *s, mp_status st, const char *path) {
+    const int named = strstr(mp_last_error(), path) != NULL;
+    return fail(s, st, "%s%s%s", named ? "" : path, named ? "" : ": ", mp_last_error());
+}
+
 /* The optimizer of the spec (MP_EINVAL: its settings cannot work). */
 static mp_status make_optim(const mp_run_spec *o, mp_optim **out) {
     if (o->optimizer == MP_RUN_ADAMW) {
@@ -618,12 +624,10 @@ static int begin(run_state *s) {
         mp_safetensors st;
         mp_status e = mp_safetensors_read(o->init, &st);
         if (e == MP_OK) e = s->model.ops->load(s->model.impl, &st), mp_safetensors_free(&st);
-        if (e != MP_OK)
-            return fail(s, e, "%s%s%s", strstr(mp_last_error(), o->init) ? "" : o->init,
-                        strstr(mp_last_error(), o->init) ? "" : ": ", mp_last_error());
+        if (e != MP_OK) return failed_file(s, e, o->init);
     }
     const mp_status e = o->resume ? mp_trainer_resume(s->tr, o->resume, s->meta) : MP_OK;
-    if (e != MP_OK) return failed(s, e);
+    if (e != MP_OK) return failed_file(s, e, o->resume);
     s->step = mp_trainer_step_count(s->tr);
     if (s->step >= s->total)
         return fail(s, MP_ESTATE, "%s is at step %ld already; ask for more steps than that (this run: %ld)", o->resume,

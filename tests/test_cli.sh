@@ -405,6 +405,15 @@ careless "--log .* is inside the corpus directory" train --model gpt:1-2-16-16 -
 careless "--save is empty" "${GT[@]}" --steps 1 --save ""
 careless "fp32 is in --precisions twice" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 1 --precisions fp32,fp32 --out "$T/careless/cmp"
 careless "--log .*fp32.csv is the file --init reads" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 1 --precisions fp32 --init "$T/careless/cmp/fp32.csv" --out "$T/careless/cmp"
+# a checkpoint whose weights hold a NaN is refused naming it, as --init names its file
+python3 - "$T/careless/g.st" "$T/nan.st" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read()); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+name = [k for k in h if k != "__metadata__" and h[k]["dtype"] == "F32"][0]
+off = 8 + n + h[name]["data_offsets"][0]
+b[off:off + 4] = struct.pack("<f", float("nan")); open(sys.argv[2], "wb").write(b)
+PY
+expect 1 "$M" "${GT[@]}" --precision bf16 --steps 14 --resume "$T/nan.st" && one_line && has "$err" 'nan.st: .*non-finite'
 # outputs that cannot be written are found before anything is read or trained: exit 1, one line naming them
 mkfifo "$T/careless/fifo"
 expect 1 "$M" "${GT[@]}" --steps 1 --save "$T/careless/nodir/x.st" && one_line && has "$err" -- '--save .*nodir/x.st: the directory .*nodir does not exist'

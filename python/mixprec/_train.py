@@ -32,15 +32,23 @@ for _name, _res, _args in [
 MP_EINVAL, MP_EOVERFLOW = 1, 7  # include/mixprec/status.h
 
 
+_PATHS = {"data", "init", "save", "resume", "log", "summary", "dump_grads", "out"}
+
+
 def _options(set_option, spec, options):
     """Each keyword argument as the CLI option of the same name (underscores
-    for dashes): True is a flag, False and None leave the default, a list or
-    tuple is joined with commas, anything else is its str(). Returns the
-    encoded values, which must outlive the run (the spec points into them)."""
+    for dashes): True is a flag, False and None leave the default (a path
+    given as None, or a value holding a NUL, is a ValueError), a list or tuple
+    is joined with commas, anything else is its str(). Returns the encoded
+    values, which must outlive the run (the spec points into them)."""
     keep = []
     for key, value in options.items():
+        if value is None and key in _PATHS:
+            raise ValueError("mixprec: %s=None: give a path, or leave the argument out" % key)
         if value is None or value is False:
             continue
+        if "\0" in str(value):
+            raise ValueError("mixprec: %s holds a NUL character" % key)
         name = key.replace("_", "-").encode()
         if value is True:
             arg = None

@@ -51,6 +51,10 @@ def test_train_flags_lists_and_errors(corpus):
         mixprec.train(epochs=1, steps=2)
     with pytest.raises(MixprecError, match="/nonexistent"):
         mixprec.train(data="text:/nonexistent/corpus", steps=1, **GPT)
+    with pytest.raises(ValueError, match="log=None"):
+        mixprec.train(log=None)
+    with pytest.raises(ValueError, match="NUL"):
+        mixprec.train(data=corpus, log="a\0b", steps=1, **GPT)
 
 
 def test_compare_is_the_ablation(corpus, tmp_path):
