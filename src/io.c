@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -214,6 +215,9 @@ out:
 
 mp_status mp_safetensors_read(const char *path, mp_safetensors *s) {
     memset(s, 0, sizeof *s);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) /* a directory, a device, a FIFO (which would block) */
+        return mp_error(MP_EIO, "%s: not a regular file", path);
     FILE *f = fopen(path, "rb");
     if (!f) return mp_error(MP_EIO, "%s: cannot open (%s)", path, strerror(errno));
     mp_status st = MP_OK;

@@ -414,6 +414,10 @@ off = 8 + n + h[name]["data_offsets"][0]
 b[off:off + 4] = struct.pack("<f", float("nan")); open(sys.argv[2], "wb").write(b)
 PY
 expect 1 "$M" "${GT[@]}" --precision bf16 --steps 14 --resume "$T/nan.st" && one_line && has "$err" 'nan.st: .*non-finite'
+# a directory where a file is expected is said to be one; an MLP's checkpoint is no GPT for sample (a data error)
+expect 1 "$M" "${GT[@]}" --steps 1 --init "$T/careless" && one_line && has "$err" 'careless: not a regular file'
+expect 0 "$M" train --model mlp:784-16-10 --data "$T/fmnist" --steps 1 --save "$T/mlp.st"
+expect 1 "$M" sample --from "$T/mlp.st" && one_line && has "$err" 'mlp.st holds mlp:784-16-10, not a GPT'
 # outputs that cannot be written are found before anything is read or trained: exit 1, one line naming them
 mkfifo "$T/careless/fifo"
 expect 1 "$M" "${GT[@]}" --steps 1 --save "$T/careless/nodir/x.st" && one_line && has "$err" -- '--save .*nodir/x.st: the directory .*nodir does not exist'

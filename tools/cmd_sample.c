@@ -85,8 +85,9 @@ static int run(int argc, char **argv) {
         fprintf(stderr, "mixprec sample: %s does not say which model it holds: give --model gpt:L-H-C-T\n", from);
         goto done;
     }
-    if (mp_gpt_parse(model, &c) != MP_OK) {
-        ret = cli_usage_error(cmd, "%s", mp_last_error());
+    if (mp_gpt_parse(model, &c) != MP_OK) { /* the file's model is data; a --model given is usage */
+        if (model == mm) fprintf(stderr, "mixprec sample: %s holds %s, not a GPT: sample needs one\n", from, mm);
+        else ret = cli_usage_error(cmd, "%s", mp_last_error());
         goto done;
     }
     c.gelu = gelu;
