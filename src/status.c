@@ -22,8 +22,16 @@ const char *mp_status_str(mp_status s) {
 
 const char *mp_last_error(void) { return last_error; }
 
+/* The message, one line: control characters (a value a user gave may hold a
+ * newline or an escape sequence) written as \xNN. */
 static mp_status verror(mp_status s, const char *fmt, va_list ap) {
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    char raw[sizeof last_error];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)raw; *p && k + 5 < sizeof last_error; p++)
+        if (*p < 0x20 || *p == 0x7f) k += (size_t)snprintf(last_error + k, sizeof last_error - k, "\\x%02x", *p);
+        else last_error[k++] = (char)*p;
+    last_error[k] = '\0';
     return s;
 }
 

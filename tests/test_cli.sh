@@ -26,6 +26,9 @@ done
 "$M" formats --json 2>"$T/e" | head -c 10 >/dev/null
 if [ ! -s "$T/e" ]; then ok; else fail "a reader that went away is not quiet: $(cat "$T/e")"; fi
 expect 2 "$M" frobnicate && one_line && has "$err" "unknown command 'frobnicate'"
+# a value a user gave is echoed on one line, its control characters escaped
+expect 2 "$M" train --lr $'1\n2' && one_line && has "$err" "not '1\\\\x0a2'"
+expect 2 "$M" train --model $'gpt:\e[31m' && one_line && has "$err" "gpt:\\\\x1b\\[31m"
 expect 0 "$M" cast --help && has "$out" 'usage: mixprec cast'
 
 # modes: the table, its help lines in train --help, and docs/TRAINING.md's copy of it

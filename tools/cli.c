@@ -12,11 +12,15 @@ int cli_quiet = 0;
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     if (cli_quiet) return CLI_USAGE;
+    char msg[1024];
     va_list ap;
-    fprintf(stderr, "mixprec%s%s: ", cmd ? " " : "", cmd ? cmd : "");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "mixprec%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) /* one line: control characters as \xNN */
+        if (*p < 0x20 || *p == 0x7f) fprintf(stderr, "\\x%02x", *p);
+        else fputc(*p, stderr);
     fprintf(stderr, " (see 'mixprec %s%s--help')\n", cmd ? cmd : "", cmd ? " " : "");
     return CLI_USAGE;
 }
