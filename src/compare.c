@@ -16,6 +16,19 @@
 #include "internal.h"
 #include "mixprec/compare.h"
 
+typedef struct cmp cmp;
+
+/* A comparison under way: where it prints, and its first failure. */
+struct cmp {
+    mp_run_io io;
+    FILE *out;       /* io.out, or NULL */
+    int writer;      /* rank 0: writes DIR and prints the table */
+    mp_status status;
+    char msg[960];
+    int nfailed;                           /* modes whose run failed (an early stop is no failure) */
+    char failed[MP_COMPARE_MAX][64], failed_why[MP_COMPARE_MAX][512];
+};
+
 
 
 static const mp_run_result *find(const mp_compare_mode *runs, int n, const char *name) {
@@ -227,12 +240,21 @@ static void reading(char *out, size_t cap, const mp_compare_mode *runs, int n, c
 
 /* DIR/summary.json: the command, the ablation and every mode's summary, kept
  * in res->summary too. */
-static mp_status write_summary(const char *out, const char *cmdline, mp_compare_result *res,
+static mp_status write_summary(const cmp *x, const char *out, const char *cmdline, mp_compare_result *res,
                                const mp_report_ablation *ab, int nab) {
     const mp_compare_mode *runs = res->modes;
     const int n = res->n;
     cJSON *all = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(all, "runs");
     cJSON_AddStringToObject(all, "command", cmdline);
+    if (x->nfailed) { /* the modes whose run failed, and why (only when some did) */
+        cJSON *fa = cJSON_AddArrayToObject(all, "failed");
+        for (int i = 0; i < x->nfailed; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "mode", x->failed[i]);
+            cJSON_AddStringToObject(o, "error", x->failed_why[i]);
+            cJSON_AddItemToArray(fa, o);
+        }
+    }
     cJSON *abl = cJSON_AddArrayToObject(all, "ablation");
     for (int i = 0; i < nab; i++) {
         cJSON *o = cJSON_CreateObject();
@@ -265,14 +287,6 @@ static double seconds(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* A comparison under way: where it prints, and its first failure. */
-typedef struct {
-    mp_run_io io;
-    FILE *out;       /* io.out, or NULL */
-    int writer;      /* rank 0: writes DIR and prints the table */
-    mp_status status;
-    char msg[960];
-} cmp;
 
 /* A failure: kept if it is the first, printed as "PREFIX: message" on rank
  * 0, with a pointer to the help when the spec cannot work (hint). */
@@ -366,6 +380,10 @@ static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, const
         const double t0 = seconds();
         const mp_run_io io = {.out = f, .err = x->io.err, .prefix = x->io.prefix};
         const mp_status st = mp_run(&opts[r], &io, &runs[r].result);
+        if (st != MP_OK && st != MP_EOVERFLOW && x->nfailed < MP_COMPARE_MAX) { /* for summary.json */
+            snprintf(x->failed[x->nfailed], sizeof x->failed[0], "%s", runs[r].name);
+            snprintf(x->failed_why[x->nfailed++], sizeof x->failed_why[0], "%s", mp_last_error());
+        }
         const int wbad = fclose(f) != 0;
         if (out)
             fprintf(out, " %s in %.1f s (log: %s)\n", st == MP_OK ? "done" : runs[r].result.invalid ? "failed" : "stopped early",
@@ -524,7 +542,7 @@ mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_r
         mp_status st = mp_report_write(html, &rep);
         if (st != MP_OK) fail(&x, st, "%s", mp_last_error());
         else if (out) fprintf(out, "\nreport: %s\n", html);
-        if ((st = write_summary(c->out, command, res, ab, nab)) != MP_OK) fail(&x, st, "%s", mp_last_error());
+        if ((st = write_summary(&x, c->out, command, res, ab, nab)) != MP_OK) fail(&x, st, "%s", mp_last_error());
         free(view);
     }
     if (res->n == 0 && !x.status) x.status = MP_EIO, snprintf(x.msg, sizeof x.msg, "no mode ran");

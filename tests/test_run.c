@@ -241,6 +241,65 @@ static void runs(void) {
     CHECK_SAY(mark, "mp_run: results = log = summary, same bits twice, resumed = straight, failures, invalid specs\n");
 }
 
+/* A model of its own that fails at its second training batch, with a loader of one fixed batch. */
+typedef struct {
+    mp_param *w;
+    int calls;
+    mp_tensor_stats st;
+} failing;
+
+static mp_status f_train(void *impl, const mp_batch *b, float scale, int acc, float *loss) {
+    failing *m = impl;
+    (void)b, (void)scale, (void)acc;
+    if (++m->calls == 2) return mp_set_error(MP_EIO, "the model's disk is gone");
+    memset(m->w->grad, 0, 4 * sizeof *m->w->grad);
+    *loss = 1.0f;
+    return MP_OK;
+}
+static mp_status f_eval(void *impl, const mp_batch *b, double *sum, double *count, double *correct) {
+    (void)impl, (void)correct;
+    *sum += 1.0 * (double)b->n, *count += (double)b->n;
+    return MP_OK;
+}
+static size_t f_nstats(const void *impl) { return (void)impl, 1; }
+static const mp_tensor_stats *f_stats(const void *impl, size_t i) { return (void)i, &((const failing *)impl)->st; }
+static void f_reset(void *impl) { (void)impl; }
+static mp_status f_load(void *impl, const mp_safetensors *st) { return (void)impl, (void)st, MP_EUNSUPPORTED; }
+static size_t f_tensors(const void *impl, mp_tensor *out, size_t cap) { return (void)impl, (void)out, (void)cap, 0; }
+static void f_free(void *impl) { free(impl); }
+static const mp_model_ops failing_ops = {.kind = "failing", .train_batch = f_train, .eval_batch = f_eval,
+                                         .nstats = f_nstats, .stats = f_stats, .reset_stats = f_reset, .load = f_load,
+                                         .tensors = f_tensors, .free = f_free};
+static mp_status f_create(void *ctx, const mp_precision *p, mp_optim *opt, size_t rows, uint64_t seed, mp_model *out) {
+    (void)ctx, (void)rows, (void)seed;
+    failing *m = calloc(1, sizeof *m);
+    const float w0[4] = {0};
+    mp_status st = m ? mp_optim_add_as(opt, "w", w0, 4, p->compute, p->master_weights, p->compute, &m->w) : MP_ENOMEM;
+    if (st != MP_OK) return free(m), st;
+    snprintf(m->st.name, sizeof m->st.name, "w");
+    *out = (mp_model){&failing_ops, m};
+    return MP_OK;
+}
+static const float fx[4] = {0};
+static const int32_t fy[1] = {0};
+static mp_status f_batch(void *impl, uint64_t s, mp_batch *b) {
+    (void)impl, (void)s;
+    *b = (mp_batch){.n = 1, .t = 1, .x = fx, .targets = fy, .features = 4};
+    return MP_OK;
+}
+static mp_status f_eval_batch(void *impl, size_t i, mp_batch *b) {
+    (void)impl;
+    *b = (mp_batch){.n = i == 0, .t = 1, .x = fx, .targets = fy, .features = 4};
+    return MP_OK;
+}
+static void f_loader_free(void *impl) { (void)impl; }
+static mp_status f_loader(void *ctx, size_t rows, int shuffle, uint64_t seed, mp_loader *out, long *per) {
+    (void)ctx, (void)rows, (void)shuffle, (void)seed;
+    *out = (mp_loader){NULL, f_batch, f_eval_batch, f_loader_free};
+    *per = 100;
+    return MP_OK;
+}
+
 static void compares(void) {
     const long mark = check_failures;
     char corpus[700];
@@ -274,7 +333,16 @@ static void compares(void) {
     c.precisions = "fp32", c.run.log = "x.csv";
     CHECK(mp_compare(&c, NULL, &r) == MP_EINVAL && r.invalid, "a field compare sets");
     mp_compare_result_free(&r);
-    CHECK_SAY(mark, "mp_compare: modes side by side, their files, summary.json, the reading, bad specs\n");
+    /* a mode whose run fails after a step: the comparison goes on, fails, and summary.json names it */
+    const mp_run_model fm = {.create = f_create, .loader = f_loader};
+    mp_compare_defaults(&c);
+    c.run.model = "failing", c.run.custom = &fm, c.run.steps = 3, c.run.batch = 1, c.precisions = "fp32,bf16";
+    c.out = p(2, "cmpfail");
+    CHECK(mp_compare(&c, NULL, &r) == MP_EIO && r.n == 2 && r.modes[0].result.nsteps == 1 && r.summary &&
+              strstr(r.summary, "\"failed\"") && strstr(r.summary, "the model's disk is gone"),
+          "a failed mode in summary.json: %s", mp_last_error());
+    mp_compare_result_free(&r);
+    CHECK_SAY(mark, "mp_compare: modes side by side, their files, summary.json, the reading, bad specs, failed modes\n");
 }
 
 int main(void) {
