@@ -421,6 +421,15 @@ expect 1 "$M" "${GT[@]}" --precision bf16 --steps 14 --resume "$T/nan.st" && one
 expect 1 "$M" "${GT[@]}" --steps 1 --init "$T/careless" && one_line && has "$err" 'careless: not a regular file'
 expect 0 "$M" train --model mlp:784-16-10 --data "$T/fmnist" --steps 1 --save "$T/mlp.st"
 expect 1 "$M" sample --from "$T/mlp.st" && one_line && has "$err" 'mlp.st holds mlp:784-16-10, not a GPT'
+# a checkpoint whose metadata names a model its tensors are not is refused before that model's memory is taken
+python3 - "$T/careless/g.st" "$T/big.st" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+h["__metadata__"]["model"] = "gpt:64-64-8192-8192"
+hb = json.dumps(h).encode(); hb += b" " * ((8 - len(hb) % 8) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + b[8 + n:])
+PY
+expect 1 "$M" sample --from "$T/big.st" --tokens 5 && one_line && has "$err" 'big.st: its tensors are not those of gpt:64-64-8192-8192'
 # outputs that cannot be written are found before anything is read or trained: exit 1, one line naming them
 mkfifo "$T/careless/fifo"
 expect 1 "$M" "${GT[@]}" --steps 1 --save "$T/careless/nodir/x.st" && one_line && has "$err" -- '--save .*nodir/x.st: the directory .*nodir does not exist'
