@@ -1,4 +1,5 @@
 /* gradients.c - gradient magnitude sets: drawn or read from a file. */
+#define _POSIX_C_SOURCE 200809L /* fileno */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
