@@ -136,9 +136,9 @@ EOF
 # tests/test_wire.c checks the combine itself); the loss follows the fp32 all-reduce's within 1e-2 over 50 steps,
 # and 3 ranks (more than one combine per value) keep the same state, compared after every step
 status 2 "$M" train --allreduce fp8 --steps 1 && has "$err" "--allreduce is fp32, bf16 or fp16, not 'fp8'"
-WIRE=(train --model gpt:2-2-64-64 --steps 50 --threads 1 --batch 8 --eval-windows 8 --check-every 1)
+WIRE=(train --model gpt:2-2-64-64 --threads 1 --eval-windows 8 --check-every 1) # with --steps and --batch
 for w in fp32 bf16 fp16; do
-    status 0 "${MPI[@]}" -np 2 "$M" "${WIRE[@]}" --allreduce $w --log w_$w.csv --summary w_$w.json
+    status 0 "${MPI[@]}" -np 2 "$M" "${WIRE[@]}" --steps 50 --batch 8 --allreduce $w --log w_$w.csv --summary w_$w.json
     has "$out" "all-reduce $w: 120576 gradient values, 0\.[25] MB summed per step \(each rank sends 0\.[25] MB in a ring\), [0-9.]+ ms/step in MPI"
 done
 check "bf16 all-reduce against fp32" curves w_fp32.csv w_bf16.csv 1e-2
