@@ -696,6 +696,10 @@ static void print_start(const run_state *s) {
         s->is_gpt || o->custom ? (s->is_gpt && o->gelu ? " gelu-erf" : "") : o->act ? " gelu" : " relu", s->prec.label,
         o->optimizer == MP_RUN_ADAMW ? "adamw" : "sgd", o->lr, o->schedule == MP_LR_COSINE ? " cosine" : "", o->batch,
         o->accum, s->is_gpt ? " sequences" : "", ranks, s->total, s->steps_per_epoch, o->seed, o->resume ? " (resumed)" : "");
+    const size_t windows = s->is_gpt ? mp_text_val_windows(&s->text, s->T) : 0; /* a value capped: as given, and as used */
+    if (s->is_gpt && o->eval_windows > 0 && (size_t)o->eval_windows > windows)
+        OUT("  --eval-windows %ld: the corpus has %zu validation windows, all of them are used\n", o->eval_windows,
+            windows);
 }
 
 /* The step's counts into the run's totals (k: the step's index in this run). */

@@ -337,6 +337,8 @@ GNODATA=(train --model gpt:1-2-16-16 --batch 4 --threads 2 --lr 3e-3) # GT witho
 expect 1 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/nope" && one_line && has "$err" 'nope: cannot open'
 expect 1 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/empty.txt" && one_line && has "$err" 'is empty'
 expect 1 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/short.txt" && one_line && has "$err" 'needs at least 18'
+# a value capped is reported as given and as used
+expect 0 "$M" "${GT[@]}" --steps 1 --eval-windows 100000 && has "$out" '^  --eval-windows 100000: the corpus has [0-9]+ validation windows, all of them are used$'
 # a model that cannot fit is refused before its memory is taken, saying how much it needs and how much there is
 expect 1 "$M" train --model mlp:784-65536-65536-65536-65536-10 --steps 1 && one_line &&
     has "$err" 'needs about [0-9.]+ GiB .*, and [0-9.]+ GiB are available'

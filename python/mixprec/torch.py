@@ -185,6 +185,8 @@ class Monitor:
     arguments, shadow=True wraps model.forward until close()."""
 
     def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False):
+        if not hasattr(model, "named_parameters") or not hasattr(model, "named_modules"):
+            raise MixprecError("mixprec: Monitor watches a torch.nn.Module, not %s" % type(model).__name__)
         if isinstance(formats, str):
             formats = (formats,)
         if not formats:

@@ -360,6 +360,8 @@ def test_shadow_refuses_gradient_accumulation():
 
 
 def test_bad_use_is_a_clear_error():
+    with pytest.raises(MixprecError, match="watches a torch.nn.Module, not NoneType"):
+        Monitor(None)
     with pytest.raises(MixprecError, match="fp7"):
         Monitor(mlp(), formats=("fp7",))
     with pytest.raises(MixprecError, match="every"):
