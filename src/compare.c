@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -367,14 +368,18 @@ static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, const
     int namew = 14, done = 0; /* the mode column fits the longest label */
     for (int r = 0; r < res->n; r++) namew = (int)strlen(runs[r].name) > namew ? (int)strlen(runs[r].name) : namew;
     for (int r = 0; r < res->n; r++) {
-        const char *txt = files[r].txt;
+        const char *txt = files[r].txt; /* the run's output, as the console names it */
         if (out) fprintf(out, "  %-*s ...", namew, runs[r].name), fflush(out);
-        FILE *f = fopen(x->writer ? txt : "/dev/null", "w");
+        /* the run's output into MODE.txt.partial, which replaces MODE.txt once the run has trained: a mode that
+         * fails before its first step (its message on err) leaves the old MODE.txt as it was */
+        char partial[4300];
+        snprintf(partial, sizeof partial, "%s.partial", txt);
+        FILE *f = fopen(x->writer ? partial : "/dev/null", "w");
         int first;
         if (ranks && ranks->size > 1 ? ranks->agree(ranks->ctx, !f, &first) : !f) {
             if (f) fclose(f);
             if (out) fputc('\n', out);
-            fail(x, MP_EIO, "%s: cannot create", txt);
+            fail(x, MP_EIO, "%s: cannot create (%s)", partial, strerror(errno));
             break;
         }
         const double t0 = seconds();
@@ -384,16 +389,19 @@ static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, const
             snprintf(x->failed[x->nfailed], sizeof x->failed[0], "%s", runs[r].name);
             snprintf(x->failed_why[x->nfailed++], sizeof x->failed_why[0], "%s", mp_last_error());
         }
-        const int wbad = fclose(f) != 0;
+        int wbad = fclose(f) != 0;
+        const int trained = runs[r].result.nsteps > 0;
+        if (x->writer && !wbad && trained && rename(partial, txt) != 0) wbad = 1;
+        if (x->writer && !trained) unlink(partial);
         if (out)
-            fprintf(out, " %s in %.1f s (log: %s)\n", st == MP_OK ? "done" : runs[r].result.invalid ? "failed" : "stopped early",
-                    seconds() - t0, txt);
+            fprintf(out, " %s in %.1f s (log: %s)\n",
+                    st == MP_OK ? "done" : runs[r].result.invalid || !trained ? "failed" : "stopped early", seconds() - t0, txt);
         res->invalid |= runs[r].result.invalid;
         if (st != MP_OK && st != MP_EOVERFLOW && runs[r].result.nsteps > 0 && !x->status) /* said by mp_run */
             x->status = st, snprintf(x->msg, sizeof x->msg, "%s: %s", runs[r].name, mp_last_error());
         if (wbad) fail(x, MP_EIO, "%s: cannot write", txt);
         if (st != MP_OK && runs[r].result.nsteps == 0) { /* nothing to show */
-            fail(x, st, "%s: training failed (see %s)", runs[r].name, txt);
+            fail(x, st, "%s: training failed before its first step", runs[r].name);
             mp_run_result_free(&runs[r].result);
             break;
         }

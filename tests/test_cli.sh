@@ -330,6 +330,12 @@ expect 1 "$M" sample --from "$T/bad.st" && one_line
 expect 2 "$M" sample && one_line
 expect 0 "$M" compare --precisions fp32,bf16 --checkpoints --out "$T/cmp" --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 3
 if [ -s "$T/cmp/fp32.ckpt" ] && [ -s "$T/cmp/bf16.ckpt" ] && [ -s "$T/cmp/summary.json" ]; then ok; else fail "compare --checkpoints"; fi
+# a mode that fails before its first step leaves the directory's files as they were
+( cd "$T/cmp" && sha256sum * > "$T/cmp.sums" )
+expect 1 "$M" compare --precisions fp32 --out "$T/cmp" --model gpt:1-2-16-16 --data "text:$T/nope.txt" --batch 4 --steps 3 &&
+    has "$err" 'fp32: training failed before its first step'
+if ( cd "$T/cmp" && sha256sum -c --quiet "$T/cmp.sums" ) && [ -z "$(ls "$T/cmp" | grep partial)" ]; then ok
+else fail "a compare that failed before its first step changed its directory"; fi
 expect 2 "$M" compare --save "$T/x.st" && one_line && has "$err" 'set by compare itself'
 : > "$T/empty.txt"
 head -c 20 "$T/c.txt" > "$T/short.txt"
