@@ -328,6 +328,14 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_
     if (ll == 0 || list[0] == ',' || list[ll - 1] == ',' || strstr(list, ",,"))
         return invalid(x, "--precisions %s has an empty entry", list);
     int n = 0;
+    /* the loss-scaling options serve the scaled modes of the list: the others run without them */
+    int any_scaled = 0;
+    char scan[512], *sv = NULL;
+    snprintf(scan, sizeof scan, "%s", list);
+    for (char *tok = strtok_r(scan, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv)) {
+        mp_precision q;
+        any_scaled |= mp_precision_parse(tok, &q) == MP_OK && q.scaling != MP_SCALING_NONE;
+    }
     char *save = NULL;
     for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         if (n == MP_COMPARE_MAX) return invalid(x, "at most %d precisions", MP_COMPARE_MAX);
@@ -337,6 +345,7 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_
             opts[n].hist_every = !base->custom && strncmp(base->model, "gpt:", 4) != 0 ? 10 : 0;
         mp_precision p;
         if (mp_precision_parse(tok, &p) != MP_OK) return invalid(x, "%s", mp_last_error());
+        if (any_scaled && p.scaling == MP_SCALING_NONE) opts[n].scaler = mp_scaler_defaults();
         const char *name = p.label; /* tok with the switches applied */
         mode_files *f = &files[n];
         snprintf(f->csv, sizeof f->csv, "%.4000s/%.63s.csv", c->out, name);

@@ -366,6 +366,22 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out, mp_scaler_conf
         return mp_error(MP_EINVAL, is_gpt(s->model) ? "a GPT trains on text: --data text:PATH[,PATH...]"
                                                      : "an MLP trains on Fashion-MNIST: --data DIR");
     if ((st = unused_options(s)) != MP_OK) return st;
+    const mp_scaler_config d = mp_scaler_defaults();
+    const mp_scaler_config *g = &s->scaler;
+    const int scaler_set = g->init_scale != d.init_scale || g->growth_factor != d.growth_factor ||
+                           g->backoff_factor != d.backoff_factor || g->growth_interval != d.growth_interval ||
+                           g->hysteresis != d.hysteresis || g->min_scale != d.min_scale || g->max_scale != d.max_scale;
+    if (p.scaling == MP_SCALING_NONE && scaler_set)
+        return mp_error(MP_EINVAL, "the loss-scaling options (--init-scale, --growth-interval, ...) do nothing for %s: "
+                                   "it has no loss scaling (fp16-static, fp16-dynamic)", p.label);
+    if (p.scaling == MP_SCALING_STATIC && p.static_scale > 0 && g->init_scale != d.init_scale)
+        return mp_error(MP_EINVAL, "--init-scale does nothing for %s: the mode's S is its scale", p.label);
+    if (p.scaling == MP_SCALING_STATIC &&
+        (g->growth_factor != d.growth_factor || g->backoff_factor != d.backoff_factor ||
+         g->growth_interval != d.growth_interval || g->hysteresis != d.hysteresis || g->min_scale != d.min_scale ||
+         g->max_scale != d.max_scale))
+        return mp_error(MP_EINVAL, "a static scale never changes: --growth-*, --backoff-factor, --hysteresis, "
+                                   "--min-scale and --max-scale do nothing for %s", p.label);
     mp_scaler_config sc = s->scaler; /* as the trainer will make it */
     sc.dynamic = p.scaling == MP_SCALING_DYNAMIC;
     if (!sc.dynamic && p.static_scale > 0) sc.init_scale = p.static_scale;

@@ -365,6 +365,9 @@ expect 2 "$M" "${TR[@]}" --steps 1 --optimizer sgd --betas 0.9,0.95 && one_line 
 expect 2 "$M" "${TR[@]}" --steps 1 --min-lr 1e-5 && one_line && has "$err" -- '--min-lr .* constant rate'
 expect 2 "$M" "${TR[@]}" --steps 1 --save-dtype bf16 && one_line && has "$err" -- '--save-dtype does nothing without --save'
 expect 2 "$M" "${TR[@]}" --steps 1 --allreduce bf16 && one_line && has "$err" -- '--allreduce does nothing in one process'
+expect 2 "$M" "${TR[@]}" --steps 1 --precision bf16 --init-scale 1024 && one_line && has "$err" 'do nothing for bf16: it has no loss scaling'
+expect 0 "$M" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 1 --precisions fp32,fp16-dynamic \
+    --init-scale 1024 --out "$T/cmps" # the scaled modes take them
 expect 2 "$M" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --precisions fp32, --out "$T/never" && one_line &&
     has "$err" 'has an empty entry'
 expect 2 "$M" compare --out "$T/never" --out "$T/never2" && one_line && has "$err" -- '--out is given twice'

@@ -106,9 +106,15 @@ static void checks(void) {
     s.precision = "fp16-dynamic", s.scaler.growth_factor = 0.5f;
     CHECK(mp_run_check(&s, NULL) == MP_EINVAL, "a scaler that cannot work");
     s.precision = "fp16";
-    CHECK(mp_run_check(&s, NULL) == MP_OK, "no scaler, no check of it");
+    CHECK(mp_run_check(&s, NULL) == MP_EINVAL && strstr(mp_last_error(), "do nothing for fp16"),
+          "loss-scaling options on a mode without loss scaling: %s", mp_last_error());
+    s.scaler = mp_scaler_defaults();
+    CHECK(mp_run_check(&s, NULL) == MP_OK, "no loss scaling, the scaler's defaults");
     mp_run_defaults(&s);
     s.precision = "fp16-static:512", s.scaler.init_scale = 8;
+    CHECK(mp_run_check(&s, &p) == MP_EINVAL && strstr(mp_last_error(), "--init-scale does nothing"), "%s",
+          mp_last_error());
+    s.scaler = mp_scaler_defaults();
     CHECK(mp_run_check(&s, &p) == MP_OK && p.scaling == MP_SCALING_STATIC && p.static_scale == 512 &&
               !strcmp(p.label, "fp16-static:512"),
           "static");
