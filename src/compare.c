@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -282,13 +281,6 @@ static mp_status write_summary(const cmp *x, const char *out, const char *cmdlin
     return bad ? mp_error(MP_ECORRUPT, "%s: a run's summary was missing or could not be parsed", path) : MP_OK;
 }
 
-static double seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-
 /* A failure: kept if it is the first, printed as "PREFIX: message" on rank
  * 0, with a pointer to the help when the spec cannot work (hint). */
 static mp_status say(cmp *c, mp_status st, int hint, const char *fmt, ...) MP_PRINTF(4, 5);
@@ -353,7 +345,7 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_
         snprintf(f->ckpt, sizeof f->ckpt, "%.4000s/%.63s.ckpt", c->out, name);
         snprintf(f->txt, sizeof f->txt, "%.4000s/%.63s.txt", c->out, name);
         opts[n].log = f->csv, opts[n].summary = f->json, opts[n].save = c->checkpoints ? f->ckpt : NULL;
-        mp_status st = mp_run_resolve(&opts[n], &p, NULL);
+        mp_status st = mp_run_resolve(&opts[n], &p);
         if (st == MP_OK) st = mp_run_check_files_in(&opts[n], out_pending);
         if (st == MP_EINVAL) return invalid(x, "%s: %s", tok, mp_last_error());
         if (st != MP_OK) return fail(x, st, "%s", mp_last_error());
@@ -391,7 +383,7 @@ static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, const
             fail(x, MP_EIO, "%s: cannot create (%s)", partial, strerror(errno));
             break;
         }
-        const double t0 = seconds();
+        const double t0 = mp_now();
         const mp_run_io io = {.out = f, .err = x->io.err, .prefix = x->io.prefix};
         const mp_status st = mp_run(&opts[r], &io, &runs[r].result);
         if (st != MP_OK && st != MP_EOVERFLOW && x->nfailed < MP_COMPARE_MAX) { /* for summary.json */
@@ -404,7 +396,7 @@ static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, const
         if (x->writer && !trained) unlink(partial);
         if (out)
             fprintf(out, " %s in %.1f s (log: %s)\n",
-                    st == MP_OK ? "done" : runs[r].result.invalid || !trained ? "failed" : "stopped early", seconds() - t0, txt);
+                    st == MP_OK ? "done" : runs[r].result.invalid || !trained ? "failed" : "stopped early", mp_now() - t0, txt);
         res->invalid |= runs[r].result.invalid;
         if (st != MP_OK && st != MP_EOVERFLOW && runs[r].result.nsteps > 0 && !x->status) /* said by mp_run */
             x->status = st, snprintf(x->msg, sizeof x->msg, "%s: %s", runs[r].name, mp_last_error());

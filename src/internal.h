@@ -151,11 +151,14 @@ mp_status mp_print_file_atomic(const char *path, void (*print)(FILE *f, const vo
  * attributes (report.c); NULL writes nothing. */
 void mp_html_escape(FILE *f, const char *s);
 
-/* run_spec.c: the spec's mode with its switches into *p and its loss
- * scaler (fp16-static:S's scale applied) into *sc (either may be NULL); what
- * mp_run_check checks. */
+/* run_spec.c: the spec's mode with its switches into *p (may be NULL),
+ * after its options, models, data and loss scaler are checked as they will
+ * be used; what mp_run_check checks besides the files. */
 struct mp_run_spec;
-mp_status mp_run_resolve(const struct mp_run_spec *s, mp_precision *p, mp_scaler_config *sc);
+mp_status mp_run_resolve(const struct mp_run_spec *s, mp_precision *p);
+
+/* run.c: a monotonic clock, in seconds (runs and comparisons time themselves). */
+double mp_now(void);
 
 /* mp_run_check_files, where outputs inside the directory pending (exactly as
  * the paths spell it; NULL: none) are not asked to have an existing

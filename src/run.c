@@ -42,7 +42,7 @@ long mp_run_result_steps(const mp_run_result *r, const float **loss, const float
     return r ? r->nsteps : 0;
 }
 
-static double now(void) {
+double mp_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -737,7 +737,7 @@ static void print_step(const run_state *s, const mp_step_info *si, int eval_now,
     if (bar) {
         const int w = 30, fill = (int)((double)si->step / (double)total * w);
         fprintf(bar, "\r  [%-*.*s] %ld/%ld loss %.4f scale %g %.1f steps/s ", w, fill, "==============================",
-                si->step, total, (double)si->loss, (double)si->scale, (double)(s->done_steps + 1) / (now() - s->t_start));
+                si->step, total, (double)si->loss, (double)si->scale, (double)(s->done_steps + 1) / (mp_now() - s->t_start));
         fflush(bar);
     } else if (si->step % every == 0 || si->step == total) {
         OUT("  step %ld/%ld loss %.4f scale %g%s\n", si->step, total, (double)si->loss, (double)si->scale,
@@ -770,10 +770,10 @@ static int train_steps(run_state *s) {
     void *const rctx = s->ranks->ctx;
     const double limit = r->headroom_format->max;
     s->ranks->set_allreduce(rctx, o->allreduce);
-    s->t_start = now();
+    s->t_start = mp_now();
     for (; s->step < s->total; s->step++, s->done_steps++) {
         const long k = s->done_steps;
-        const double t0 = now(), mpi0 = s->ranks->stats(rctx)->mpi_seconds;
+        const double t0 = mp_now(), mpi0 = s->ranks->stats(rctx)->mpi_seconds;
         mp_step_info si;
         const int take_hist = s->hist_on && s->step % o->hist_every == 0 && s->nh < s->nh_max;
         if (take_hist) {
@@ -793,7 +793,7 @@ static int train_steps(run_state *s) {
             snprintf(s->stop_msg, sizeof s->stop_msg, "%s", mp_last_error()), s->stopped = s->stop_msg;
             if (!s->status) s->status = st, snprintf(s->msg, sizeof s->msg, "%s", s->stop_msg);
         }
-        const double ms = (now() - t0) * 1e3;
+        const double ms = (mp_now() - t0) * 1e3;
         s->ms[k] = ms, s->mpi_ms[k] = (s->ranks->stats(rctx)->mpi_seconds - mpi0) * 1e3;
         r->loss[k] = si.loss, r->scale[k] = si.scale, r->skipped[k] = (uint8_t)si.skipped, r->nsteps = k + 1;
         if (!isfinite(si.loss) && s->nan_step < 0) s->nan_step = si.step;
@@ -834,7 +834,7 @@ static int train_steps(run_state *s) {
         }
     }
     if (bar) fputc('\n', bar);
-    s->elapsed = now() - s->t_start;
+    s->elapsed = mp_now() - s->t_start;
     return RUN_OK;
 }
 
@@ -1177,7 +1177,7 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
     if (!s.io.prefix) s.io.prefix = "mixprec";
     s.o = *spec;
     s.deferring = size_of(&s) > 1; /* until every rank is ready: agree_ready */
-    mp_status cst = mp_run_resolve(spec, &s.prec, &s.o.scaler);
+    mp_status cst = mp_run_resolve(spec, &s.prec);
     if (cst == MP_OK) cst = mp_run_check_files(spec);
     int ret = cst == MP_OK ? begin(&s) : cst == MP_EINVAL ? invalid(&s, mp_last_error()) : failed(&s, cst);
     if (ret == RUN_OK) ret = prepare(&s);

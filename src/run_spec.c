@@ -338,7 +338,7 @@ static mp_status unused_options(const mp_run_spec *s) {
     return MP_OK;
 }
 
-mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out, mp_scaler_config *scaler_out) {
+mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
     if (!s || !s->model || !s->precision) return mp_error(MP_EINVAL, "mp_run_check: NULL argument");
     mp_precision p;
     mp_status st = mp_precision_parse(s->precision, &p);
@@ -388,7 +388,6 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out, mp_scaler_conf
     mp_scaler scaler;
     if (p.scaling != MP_SCALING_NONE && (st = mp_scaler_init(&scaler, &sc)) != MP_OK) return st;
     if (out) *out = p;
-    if (scaler_out) *scaler_out = s->scaler;
     return MP_OK;
 }
 
@@ -530,6 +529,6 @@ mp_status mp_run_check_files_in(const mp_run_spec *s, const char *pending) {
 }
 
 mp_status mp_run_check(const mp_run_spec *s, mp_precision *p) {
-    const mp_status st = mp_run_resolve(s, p, NULL);
+    const mp_status st = mp_run_resolve(s, p);
     return st != MP_OK ? st : mp_run_check_files(s);
 }

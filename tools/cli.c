@@ -73,16 +73,25 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
-static const char scaler_section[] = "\nloss scaling\n"; /* the heading, a line of its own */
+/* The "loss scaling" part of the run options' help: its option lines, the
+ * indented lines after the heading (*n bytes; NULL when there is none). */
+static const char *scaler_lines(size_t *n) {
+    static const char heading[] = "\nloss scaling\n"; /* a line of its own */
+    const char *h = strstr(mp_run_options_help(), heading);
+    *n = 0;
+    if (!h) return NULL;
+    h += sizeof heading - 1;
+    while (h[*n] == ' ') *n += strcspn(h + *n, "\n") + 1;
+    return h;
+}
 
 int cli_scaler_option(const char *cmd, int argc, char **argv, int *i, mp_scaler_config *c) {
-    const char *h = strstr(mp_run_options_help(), scaler_section), *name = argv[*i] + 2;
-    char line[64];
-    snprintf(line, sizeof line, "\n  %.40s ", argv[*i]);
-    const char *at = h && strncmp(argv[*i], "--", 2) == 0 ? strstr(h, line) : NULL;
-    const char *end = h ? strchr(h + sizeof scaler_section - 1, '\n') : NULL;
-    while (end && end[1] == ' ') end = strchr(end + 1, '\n'); /* the section's last line */
-    if (!at || at > end) return 0;
+    size_t n;
+    const char *lines = scaler_lines(&n), *name = argv[*i] + 2;
+    char opt[64];
+    snprintf(opt, sizeof opt, "  %.40s ", argv[*i]); /* an option line of the section starts so */
+    const char *at = lines && strncmp(argv[*i], "--", 2) == 0 ? strstr(lines, opt) : NULL;
+    if (!at || at >= lines + n) return 0;
     const char *v = cli_value(cmd, argc, argv, i);
     if (!v) return CLI_USAGE;
     mp_run_spec s;
@@ -94,10 +103,7 @@ int cli_scaler_option(const char *cmd, int argc, char **argv, int *i, mp_scaler_
 }
 
 void cli_scaler_help(FILE *f) {
-    const char *h = strstr(mp_run_options_help(), scaler_section);
-    if (!h) return;
-    h += sizeof scaler_section - 1;
-    size_t n = 0;
-    while (h[n] == ' ') n += strcspn(h + n, "\n") + 1; /* the indented lines that follow the heading */
-    fwrite(h, 1, n, f);
+    size_t n;
+    const char *lines = scaler_lines(&n);
+    if (lines) fwrite(lines, 1, n, f);
 }
