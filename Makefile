@@ -77,7 +77,7 @@ check-clang:
 	scripts/check_clang.sh
 
 # Each parser's libFuzzer harness (fuzz/, docs/FUZZING.md) for FUZZ_SECONDS
-# (60) each, built with clang under ASan + UBSan in build-fuzz (about 8
+# (60) each, built with clang under ASan + UBSan in build-fuzz (about 9
 # minutes). make test replays their corpora.
 fuzz:
 	@scripts/deps.sh clang

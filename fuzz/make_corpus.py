@@ -214,6 +214,31 @@ def corpus_checkpoint(mixprec):
             rewrite(gpt, lambda h: h.__setitem__("lm_head.weight", h.pop("transformer.wte.weight"))))
 
 
+def tensors_of(b):
+    """A safetensors file's tensors as [(name, dtype, shape, bytes)] in data order, and its metadata."""
+    h, body = header_of(b)
+    meta = h.pop("__metadata__", None)
+    ts = sorted(h.items(), key=lambda kv: kv[1]["data_offsets"][0])
+    return [(k, v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in ts], meta
+
+
+def corpus_gpt_file():
+    """A GPT's weights against the model its metadata names (the checkpoint of corpus_checkpoint)."""
+    gpt = open(os.path.join(HERE, "corpus", "checkpoint", "gpt"), "rb").read()
+    put("gpt_file", "gpt", gpt)
+    put("gpt_file", "gpt-lm-head", open(os.path.join(HERE, "corpus", "checkpoint", "gpt-lm-head"), "rb").read())
+    put("gpt_file", "gpt-claims-huge", rewrite(gpt, lambda h: h["__metadata__"].update(model="gpt:64-64-8192-8192")))
+    put("gpt_file", "gpt-claims-two-layers", rewrite(gpt, lambda h: h["__metadata__"].update(model="gpt:2-1-8-4")))
+    put("gpt_file", "gpt-claims-wider", rewrite(gpt, lambda h: h["__metadata__"].update(model="gpt:1-2-16-4")))
+    put("gpt_file", "gpt-int-dtype", rewrite(gpt, lambda h: h["transformer.ln_f.bias"].update(dtype="I32")))
+    ts, meta = tensors_of(gpt)
+    deeper = ts + [(n.replace("transformer.h.0.", "transformer.h.1."), d, s, b) for n, d, s, b in ts
+                   if n.startswith("transformer.h.0.")]
+    put("gpt_file", "gpt-layer-beyond", safetensors(deeper, meta))
+    nan = [(n, d, s, (f32(float("nan")) + b[4:]) if n == "transformer.ln_f.bias" else b) for n, d, s, b in ts]
+    put("gpt_file", "gpt-nan", safetensors(nan, meta))
+
+
 # ---- option values and command lines ----
 
 def corpus_options():
@@ -247,6 +272,7 @@ def main():
     corpus_text()
     corpus_scaler()
     corpus_checkpoint(sys.argv[1])
+    corpus_gpt_file()
     corpus_options()
 
 

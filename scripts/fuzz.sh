@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${FUZZ_SECONDS:-60}
 build=${FUZZ_BUILD:-build-fuzz}
-read -r -a names <<< "${FUZZ_ONLY:-safetensors npy idx text checkpoint scaler options}"
+read -r -a names <<< "${FUZZ_ONLY:-safetensors npy idx text checkpoint gpt_file scaler options}"
 
 cmake -S . -B "$build" -DCMAKE_C_COMPILER="${FUZZ_CC:-clang}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DMP_SANITIZE=ON -DMP_FUZZ=ON > /dev/null

@@ -20,6 +20,7 @@
  * mlp.c_proj's input gradient.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #ifdef _OPENMP
@@ -46,6 +47,26 @@ typedef struct block {
     float *sm; /* (B, H, T, 2): each attention row's softmax max and normalizer (mp_softmax_row_keep) */
     float *mean1, *rstd1, *mean2, *rstd2;
 } block;
+
+/* A block's parameters in nanoGPT's state_dict order: the name after
+ * "transformer.h.L.", the shape in units of C (d1 0: a vector), the initial
+ * values (init 0: the constant c; 1: N(0, 0.02); 2: N(0, 0.02 / sqrt(2 L)),
+ * the residual projections) and the block's field. */
+typedef struct {
+    const char *name;
+    int d0, d1, init;
+    float c;
+    size_t field;
+} block_param;
+enum { P_PER_LAYER = 12 };
+static const block_param block_params[P_PER_LAYER] = {
+    {"ln_1.weight", 1, 0, 0, 1, offsetof(block, ln1w)},        {"ln_1.bias", 1, 0, 0, 0, offsetof(block, ln1b)},
+    {"attn.c_attn.weight", 3, 1, 1, 0, offsetof(block, attw)}, {"attn.c_attn.bias", 3, 0, 0, 0, offsetof(block, attb)},
+    {"attn.c_proj.weight", 1, 1, 2, 0, offsetof(block, aprw)}, {"attn.c_proj.bias", 1, 0, 0, 0, offsetof(block, aprb)},
+    {"ln_2.weight", 1, 0, 0, 1, offsetof(block, ln2w)},        {"ln_2.bias", 1, 0, 0, 0, offsetof(block, ln2b)},
+    {"mlp.c_fc.weight", 4, 1, 1, 0, offsetof(block, fcw)},     {"mlp.c_fc.bias", 4, 0, 0, 0, offsetof(block, fcb)},
+    {"mlp.c_proj.weight", 1, 4, 2, 0, offsetof(block, mprw)},  {"mlp.c_proj.bias", 1, 0, 0, 0, offsetof(block, mprb)},
+};
 
 struct mp_gpt {
     mp_gpt_config cfg;
@@ -244,10 +265,8 @@ static int att_thread_count(void) {
  * [d0, d1] (d1 == 0: a vector); init N(0, std) (std > 0) or the constant c.
  * Matrices have a half copy in ct and decay; vectors (biases, layer norms)
  * are fp32 only and do not decay. */
-static mp_status add_param(mp_gpt *g, mp_optim *opt, const char *fmt, int l, size_t d0, size_t d1, double std,
-                           float c, float *init, uint64_t *rng, mp_param **out) {
-    char name[64];
-    snprintf(name, sizeof name, fmt, l);
+static mp_status add_param(mp_gpt *g, mp_optim *opt, const char *name, size_t d0, size_t d1, double std, float c,
+                           float *init, uint64_t *rng, mp_param **out) {
     const size_t n = d0 * (d1 ? d1 : 1);
     if (std > 0) normal_fill(init, n, std, rng);
     else
@@ -307,7 +326,7 @@ mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_ma
     g->cfg = *c, g->ct = ct, g->acc = MP_F32, g->master = master, g->max_batch = B, g->es = es;
     g->capmem = 16 + 13 * L;
     g->nstats = 5 + (A_PER_LAYER + W_PER_LAYER) * L;
-    const size_t np = 4 + 12 * L;
+    const size_t np = 4 + P_PER_LAYER * L;
     g->mem = calloc(g->capmem, sizeof *g->mem);
     g->h = calloc(L, sizeof *g->h);
     g->params = calloc(np, sizeof *g->params);
@@ -343,33 +362,18 @@ mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_ma
     /* parameters in nanoGPT's state_dict order; the draws follow that order */
     uint64_t rng = seed;
     const double sd = 0.02, sd_proj = 0.02 / sqrt(2.0 * (double)L);
-    st = add_param(g, opt, "transformer.wte.weight", 0, V, C, sd, 0, init, &rng, &g->wte);
-    if (st == MP_OK) st = add_param(g, opt, "transformer.wpe.weight", 0, T, C, sd, 0, init, &rng, &g->wpe);
-    for (int l = 0; l < (int)L && st == MP_OK; l++) {
-        block *h = &g->h[l];
-        st = add_param(g, opt, "transformer.h.%d.ln_1.weight", l, C, 0, 0, 1, init, &rng, &h->ln1w);
-        if (st == MP_OK) st = add_param(g, opt, "transformer.h.%d.ln_1.bias", l, C, 0, 0, 0, init, &rng, &h->ln1b);
-        if (st == MP_OK)
-            st = add_param(g, opt, "transformer.h.%d.attn.c_attn.weight", l, 3 * C, C, sd, 0, init, &rng, &h->attw);
-        if (st == MP_OK)
-            st = add_param(g, opt, "transformer.h.%d.attn.c_attn.bias", l, 3 * C, 0, 0, 0, init, &rng, &h->attb);
-        if (st == MP_OK)
-            st = add_param(g, opt, "transformer.h.%d.attn.c_proj.weight", l, C, C, sd_proj, 0, init, &rng, &h->aprw);
-        if (st == MP_OK)
-            st = add_param(g, opt, "transformer.h.%d.attn.c_proj.bias", l, C, 0, 0, 0, init, &rng, &h->aprb);
-        if (st == MP_OK) st = add_param(g, opt, "transformer.h.%d.ln_2.weight", l, C, 0, 0, 1, init, &rng, &h->ln2w);
-        if (st == MP_OK) st = add_param(g, opt, "transformer.h.%d.ln_2.bias", l, C, 0, 0, 0, init, &rng, &h->ln2b);
-        if (st == MP_OK)
-            st = add_param(g, opt, "transformer.h.%d.mlp.c_fc.weight", l, 4 * C, C, sd, 0, init, &rng, &h->fcw);
-        if (st == MP_OK)
-            st = add_param(g, opt, "transformer.h.%d.mlp.c_fc.bias", l, 4 * C, 0, 0, 0, init, &rng, &h->fcb);
-        if (st == MP_OK)
-            st = add_param(g, opt, "transformer.h.%d.mlp.c_proj.weight", l, C, 4 * C, sd_proj, 0, init, &rng, &h->mprw);
-        if (st == MP_OK)
-            st = add_param(g, opt, "transformer.h.%d.mlp.c_proj.bias", l, C, 0, 0, 0, init, &rng, &h->mprb);
-    }
-    if (st == MP_OK) st = add_param(g, opt, "transformer.ln_f.weight", 0, C, 0, 0, 1, init, &rng, &g->lnfw);
-    if (st == MP_OK) st = add_param(g, opt, "transformer.ln_f.bias", 0, C, 0, 0, 0, init, &rng, &g->lnfb);
+    st = add_param(g, opt, "transformer.wte.weight", V, C, sd, 0, init, &rng, &g->wte);
+    if (st == MP_OK) st = add_param(g, opt, "transformer.wpe.weight", T, C, sd, 0, init, &rng, &g->wpe);
+    for (int l = 0; l < (int)L && st == MP_OK; l++)
+        for (int k = 0; k < P_PER_LAYER && st == MP_OK; k++) {
+            const block_param *b = &block_params[k];
+            char name[64];
+            snprintf(name, sizeof name, "transformer.h.%d.%s", l, b->name);
+            st = add_param(g, opt, name, (size_t)b->d0 * C, (size_t)b->d1 * C, b->init == 1 ? sd : b->init ? sd_proj : 0,
+                           b->c, init, &rng, (mp_param **)((char *)&g->h[l] + b->field));
+        }
+    if (st == MP_OK) st = add_param(g, opt, "transformer.ln_f.weight", C, 0, 0, 1, init, &rng, &g->lnfw);
+    if (st == MP_OK) st = add_param(g, opt, "transformer.ln_f.bias", C, 0, 0, 0, init, &rng, &g->lnfb);
     free(init);
     if (st != MP_OK) {
         mp_gpt_free(g);
@@ -896,13 +900,21 @@ mp_status mp_gpt_next_logits(mp_gpt *g, const int32_t *tokens, size_t T, float *
 
 /* ---- weights in and out ---- */
 
-static mp_status tensor_values(const mp_tensor *t, const char *name, size_t d0, size_t d1, int ndim, float *tmp) {
+/* t has shape (d0) (d1 0) or (d0, d1) and a float dtype the model reads. */
+static mp_status tensor_fits(const mp_tensor *t, const char *name, size_t d0, size_t d1) {
+    const int ndim = d1 ? 2 : 1;
     if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1))
         return mp_error(MP_ECORRUPT, "weights: '%s' has shape [%zu%s%zu], the model needs [%zu%s%zu]", name,
                         t->ndim >= 1 ? t->shape[0] : (size_t)0, t->ndim == 2 ? ", " : "",
                         t->ndim == 2 ? t->shape[1] : (size_t)0, d0, ndim == 2 ? ", " : "", ndim == 2 ? d1 : (size_t)0);
     if (t->dtype != MP_F32 && t->dtype != MP_F16 && t->dtype != MP_BF16)
         return mp_error(MP_ECORRUPT, "weights: '%s' is not F32, F16 or BF16", name);
+    return MP_OK;
+}
+
+static mp_status tensor_values(const mp_tensor *t, const char *name, size_t d0, size_t d1, int ndim, float *tmp) {
+    const mp_status st = tensor_fits(t, name, d0, ndim == 2 ? d1 : 0);
+    if (st != MP_OK) return st;
     const size_t n = d0 * (ndim == 2 ? d1 : 1);
     mp_convert(tmp, MP_F32, t->data, t->dtype, n, NULL);
     for (size_t i = 0; i < n; i++)
@@ -952,6 +964,40 @@ mp_status mp_gpt_load(mp_gpt *g, const mp_safetensors *st) {
         }
     }
     free(src), free(a);
+    return s;
+}
+
+/* The tensor name of st with shape (d0, d1) (d1 0: a vector). */
+static mp_status expect_tensor(const mp_safetensors *st, const char *name, size_t d0, size_t d1) {
+    const mp_tensor *t = mp_safetensors_find(st, name);
+    return t ? tensor_fits(t, name, d0, d1) : mp_error(MP_ECORRUPT, "weights: no tensor '%s'", name);
+}
+
+mp_status mp_gpt_check_file(const mp_gpt_config *c, const mp_safetensors *st) {
+    if (!c || !st) return mp_error(MP_EINVAL, "mp_gpt_check_file: NULL argument");
+    mp_status s = check_config(c, "mp_gpt_check_file");
+    if (s != MP_OK) return s;
+    const size_t L = (size_t)c->n_layer, C = (size_t)c->n_embd, T = (size_t)c->block_size, V = (size_t)c->vocab_size;
+    const mp_tensor *wte = mp_safetensors_find(st, "transformer.wte.weight"), *lm = mp_safetensors_find(st, "lm_head.weight");
+    if (!wte && !lm) return mp_error(MP_ECORRUPT, "weights: no tensor 'transformer.wte.weight' (nor lm_head.weight)");
+    if (wte) s = tensor_fits(wte, "transformer.wte.weight", V, C);
+    if (s == MP_OK && lm) s = tensor_fits(lm, "lm_head.weight", V, C);
+    if (s == MP_OK) s = expect_tensor(st, "transformer.wpe.weight", T, C);
+    for (size_t l = 0; l < L && s == MP_OK; l++)
+        for (int k = 0; k < P_PER_LAYER && s == MP_OK; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "transformer.h.%zu.%s", l, block_params[k].name);
+            s = expect_tensor(st, name, (size_t)block_params[k].d0 * C, (size_t)block_params[k].d1 * C);
+        }
+    if (s == MP_OK) s = expect_tensor(st, "transformer.ln_f.weight", C, 0);
+    if (s == MP_OK) s = expect_tensor(st, "transformer.ln_f.bias", C, 0);
+    for (size_t i = 0; i < st->count && s == MP_OK; i++) { /* a deeper model's file is not this one's */
+        unsigned long l;
+        int end = 0;
+        if (sscanf(st->tensors[i].name, "transformer.h.%lu.%n", &l, &end) == 1 && end > 0 && l >= L)
+            s = mp_error(MP_ECORRUPT, "weights: '%s' is beyond the model's %zu layer%s", st->tensors[i].name, L,
+                         L == 1 ? "" : "s");
+    }
     return s;
 }
 

@@ -31,19 +31,6 @@ static void put_byte(int b) {
     fputs(e, stdout);
 }
 
-/* Whether the file's tensors are those of a GPT of config c: wte (V, C), wpe
- * (T, C), and layers 0 .. L-1 with no layer L. */
-static int shapes_fit(const mp_safetensors *st, const mp_gpt_config *c) {
-    const mp_tensor *wte = mp_safetensors_find(st, "transformer.wte.weight");
-    const mp_tensor *wpe = mp_safetensors_find(st, "transformer.wpe.weight");
-    char last[96], beyond[96];
-    snprintf(last, sizeof last, "transformer.h.%d.ln_1.weight", c->n_layer - 1);
-    snprintf(beyond, sizeof beyond, "transformer.h.%d.ln_1.weight", c->n_layer);
-    return wte && wpe && wte->ndim == 2 && wpe->ndim == 2 && wte->shape[0] == (size_t)c->vocab_size &&
-           wte->shape[1] == (size_t)c->n_embd && wpe->shape[0] == (size_t)c->block_size &&
-           wpe->shape[1] == (size_t)c->n_embd && mp_safetensors_find(st, last) && !mp_safetensors_find(st, beyond);
-}
-
 static int run(int argc, char **argv) {
     const char *cmd = "sample", *from = NULL, *model = NULL, *prompt = "\n", *data = NULL;
     long tokens = 200, topk = 0, seed = 1;
@@ -104,9 +91,8 @@ static int run(int argc, char **argv) {
         goto done;
     }
     c.gelu = gelu;
-    if (!shapes_fit(&st, &c)) { /* before the model's memory is taken from what the file says */
-        fprintf(stderr, "mixprec sample: %s: its tensors are not those of %s (wte, wpe or the layers' count)\n", from,
-                model);
+    if (mp_gpt_check_file(&c, &st) != MP_OK) { /* before the model's memory is taken from what the file says */
+        fprintf(stderr, "mixprec sample: %s: its tensors are not those of %s: %s\n", from, model, mp_last_error());
         goto done;
     }
     if (mp_optim_sgd(&opt, NULL) != MP_OK || mp_gpt_create(&g, &c, MP_F32, 0, 1, opt, 0) != MP_OK ||

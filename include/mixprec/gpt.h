@@ -204,6 +204,14 @@ mp_status mp_gpt_next_logits(mp_gpt *g, const int32_t *tokens, size_t T, float *
  * argument, MP_ENOMEM (nothing changed either). */
 mp_status mp_gpt_load(mp_gpt *g, const mp_safetensors *st);
 
+/* Whether st holds the weights of a GPT of config c, checked before any of
+ * the model's memory is taken: every parameter by name, shape and dtype (F32,
+ * F16 or BF16), the embedding as transformer.wte.weight or lm_head.weight
+ * (both with its shape where present), and no tensor of a layer beyond c's.
+ * The values are not read (mp_gpt_load checks them). MP_ECORRUPT names the
+ * first tensor that differs; MP_EINVAL for a NULL argument or an invalid c. */
+mp_status mp_gpt_check_file(const mp_gpt_config *c, const mp_safetensors *st);
+
 /* The parameters as tensors with their shapes (lm_head is not written):
  * at most cap into out; returns the number of tensors (2 + 12 L + 2). */
 size_t mp_gpt_tensors(const mp_gpt *g, mp_tensor *out, size_t cap);
