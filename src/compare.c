@@ -3,6 +3,7 @@
  * report and summary.json. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,7 +28,32 @@ struct cmp {
     char msg[960];
     int nfailed;                           /* modes whose run failed (an early stop is no failure) */
     char failed[MP_COMPARE_MAX][64], failed_why[MP_COMPARE_MAX][512];
+    const char *dir;  /* DIR */
+    char stage[4200]; /* DIR/.partial, where the files are written before they replace DIR's */
+    int made_dir;     /* DIR did not exist before */
 };
+
+/* A comparison writes its files into DIR/.partial and moves them into DIR
+ * together once its report and summary are whole (commit): DIR never holds
+ * files of two runs. What a mode writes, as suffixes of its label: */
+#define STAGE ".partial"
+#define DUMP_GRADS_REFUSED "--dump-grads names one file, which each mode would write over the last's: give it to train"
+static const char *const mode_ext[] = {".csv", ".csv.partial", ".json", ".ckpt", ".txt"};
+enum { MODE_EXT = 5, MAX_FILES = MP_COMPARE_MAX * MODE_EXT + 1 };
+typedef char file_name[80]; /* a file of DIR, by name */
+
+static void path_of(char out[4200], const char *dir, const char *name, const char *ext) {
+    snprintf(out, 4200, "%.4000s/%.63s%s", dir, name, ext);
+}
+
+/* The mode failed (for summary.json), unless it is there already. */
+static void add_failed(cmp *x, const char *mode, const char *why) {
+    for (int i = 0; i < x->nfailed; i++)
+        if (!strcmp(x->failed[i], mode)) return;
+    if (x->nfailed == MP_COMPARE_MAX) return;
+    snprintf(x->failed[x->nfailed], sizeof x->failed[0], "%s", mode);
+    snprintf(x->failed_why[x->nfailed++], sizeof x->failed_why[0], "%s", why);
+}
 
 
 
@@ -241,11 +267,13 @@ static void reading(char *out, size_t cap, const mp_compare_mode *runs, int n, c
 /* DIR/summary.json: the command, the ablation and every mode's summary, kept
  * in res->summary too. */
 static mp_status write_summary(const cmp *x, const char *out, const char *cmdline, mp_compare_result *res,
-                               const mp_report_ablation *ab, int nab) {
+                               const mp_report_ablation *ab, int nab, const file_name *files, int nfiles) {
     const mp_compare_mode *runs = res->modes;
     const int n = res->n;
     cJSON *all = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(all, "runs");
     cJSON_AddStringToObject(all, "command", cmdline);
+    cJSON *fl = cJSON_AddArrayToObject(all, "files"); /* DIR's files from this run, besides summary.json */
+    for (int i = 0; i < nfiles; i++) cJSON_AddItemToArray(fl, cJSON_CreateString(files[i]));
     if (x->nfailed) { /* the modes whose run failed, and why (only when some did) */
         cJSON *fa = cJSON_AddArrayToObject(all, "failed");
         for (int i = 0; i < x->nfailed; i++) {
@@ -299,11 +327,35 @@ static mp_status say(cmp *c, mp_status st, int hint, const char *fmt, ...) {
 #define fail(c, st, ...) say(c, st, 0, __VA_ARGS__)
 #define invalid(c, ...) say(c, MP_EINVAL, 1, __VA_ARGS__)
 
-/* The modes of c->precisions into each spec's precision and each mode's name. */
-/* Each mode's files in DIR. */
+/* Each mode's files, as it writes them: in DIR/.partial. */
 typedef struct {
     char csv[4200], json[4200], ckpt[4200], txt[4200];
 } mode_files;
+
+/* Whether DIR/NAMEEXT or DIR/.partial/NAMEEXT, which the comparison writes
+ * (DIR/MODE.ckpt with checkpoints; the stage's it empties first), is a file
+ * that a run option reads: then said, as a usage error. */
+static int read_by(cmp *x, const mp_compare_spec *c, const char *name, const char *ext) {
+    const mp_run_spec *base = &c->run;
+    for (int in_stage = !c->checkpoints && !strcmp(ext, ".ckpt"); in_stage < 2; in_stage++) {
+        char path[4200];
+        path_of(path, in_stage ? x->stage : x->dir, name, ext);
+        const char *reader = mp_run_reader(base, path);
+        if (reader) return invalid(x, "%s is the file %s reads: an output never replaces an input", path, reader), 1;
+    }
+    return 0;
+}
+
+/* The files a mode's run writes in dir into opts. */
+static void point_at(mp_run_spec *opts, mode_files *f, const char *dir, const char *name, int checkpoints) {
+    path_of(f->csv, dir, name, ".csv"), path_of(f->json, dir, name, ".json");
+    path_of(f->ckpt, dir, name, ".ckpt"), path_of(f->txt, dir, name, ".txt");
+    opts->log = f->csv, opts->summary = f->json, opts->save = checkpoints ? f->ckpt : NULL;
+}
+
+/* The modes of c->precisions into each spec's precision and each mode's
+ * name, and their files checked: where they end up (DIR) and where they are
+ * written first (DIR/.partial). */
 
 static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_spec *opts, mode_files *files,
                        mp_compare_result *res) {
@@ -312,9 +364,19 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_
         return invalid(x, "the precision is set by compare itself, one run per mode of the list");
     if (base->log || base->summary || base->save)
         return invalid(x, "%s is set by compare itself", base->log ? "--log" : base->summary ? "--summary" : "--save");
+    if (base->dump_grads) return invalid(x, DUMP_GRADS_REFUSED);
     if (!c->out || strlen(c->out) > 4000) return invalid(x, "--out is %s", c->out ? "too long" : "missing");
     struct stat dst;
     const char *out_pending = stat(c->out, &dst) != 0 ? c->out : NULL; /* DIR made before the first run */
+    if (!out_pending && !S_ISDIR(dst.st_mode)) return fail(x, MP_EIO, "--out %s is not a directory", c->out);
+    x->dir = c->out;
+    snprintf(x->stage, sizeof x->stage, "%s/" STAGE, c->out);
+    const int staged = lstat(x->stage, &dst) == 0;
+    if (staged && !S_ISDIR(dst.st_mode))
+        return fail(x, MP_EIO, "%s is not a directory: compare writes its files there before they replace DIR's",
+                    x->stage);
+    const char *stage_pending = staged ? NULL : x->stage;
+    if (read_by(x, c, "report", ".html") || read_by(x, c, "summary", ".json")) return x->status;
     snprintf(list, 512, "%s", c->precisions ? c->precisions : "fp32,fp16,fp16-dynamic,bf16");
     const size_t ll = strlen(list);
     if (ll == 0 || list[0] == ',' || list[ll - 1] == ',' || strstr(list, ",,"))
@@ -339,14 +401,13 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_
         if (mp_precision_parse(tok, &p) != MP_OK) return invalid(x, "%s", mp_last_error());
         if (any_scaled && p.scaling == MP_SCALING_NONE) opts[n].scaler = mp_scaler_defaults();
         const char *name = p.label; /* tok with the switches applied */
-        mode_files *f = &files[n];
-        snprintf(f->csv, sizeof f->csv, "%.4000s/%.63s.csv", c->out, name);
-        snprintf(f->json, sizeof f->json, "%.4000s/%.63s.json", c->out, name);
-        snprintf(f->ckpt, sizeof f->ckpt, "%.4000s/%.63s.ckpt", c->out, name);
-        snprintf(f->txt, sizeof f->txt, "%.4000s/%.63s.txt", c->out, name);
-        opts[n].log = f->csv, opts[n].summary = f->json, opts[n].save = c->checkpoints ? f->ckpt : NULL;
+        for (int e = 0; e < MODE_EXT; e++)
+            if (read_by(x, c, name, mode_ext[e])) return x->status;
+        point_at(&opts[n], &files[n], c->out, name, c->checkpoints);
         mp_status st = mp_run_resolve(&opts[n], &p);
         if (st == MP_OK) st = mp_run_check_files_in(&opts[n], out_pending);
+        point_at(&opts[n], &files[n], x->stage, name, c->checkpoints);
+        if (st == MP_OK) st = mp_run_check_files_in(&opts[n], stage_pending);
         if (st == MP_EINVAL) return invalid(x, "%s: %s", tok, mp_last_error());
         if (st != MP_OK) return fail(x, st, "%s", mp_last_error());
         for (int k = 0; k < n; k++)
@@ -369,38 +430,37 @@ static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, const
     int namew = 14, done = 0; /* the mode column fits the longest label */
     for (int r = 0; r < res->n; r++) namew = (int)strlen(runs[r].name) > namew ? (int)strlen(runs[r].name) : namew;
     for (int r = 0; r < res->n; r++) {
-        const char *txt = files[r].txt; /* the run's output, as the console names it */
+        const char *txt = files[r].txt;
+        char shown[4200]; /* where the console says the output is: where it ends up */
+        path_of(shown, c->out, runs[r].name, ".txt");
         if (out) fprintf(out, "  %-*s ...", namew, runs[r].name), fflush(out);
-        /* the run's output into MODE.txt.partial, which replaces MODE.txt once the run has trained: a mode that
-         * fails before its first step (its message on err) leaves the old MODE.txt as it was */
-        char partial[4300];
-        snprintf(partial, sizeof partial, "%s.partial", txt);
-        FILE *f = fopen(x->writer ? partial : "/dev/null", "w");
+        FILE *f = fopen(x->writer ? txt : "/dev/null", "w");
         int first;
         if (ranks && ranks->size > 1 ? ranks->agree(ranks->ctx, !f, &first) : !f) {
             if (f) fclose(f);
             if (out) fputc('\n', out);
-            fail(x, MP_EIO, "%s: cannot create (%s)", partial, strerror(errno));
+            fail(x, MP_EIO, "%s: cannot create (%s)", txt, strerror(errno));
             break;
         }
         const double t0 = mp_now();
         const mp_run_io io = {.out = f, .err = x->io.err, .prefix = x->io.prefix};
         const mp_status st = mp_run(&opts[r], &io, &runs[r].result);
-        if (st != MP_OK && st != MP_EOVERFLOW && x->nfailed < MP_COMPARE_MAX) { /* for summary.json */
-            snprintf(x->failed[x->nfailed], sizeof x->failed[0], "%s", runs[r].name);
-            snprintf(x->failed_why[x->nfailed++], sizeof x->failed_why[0], "%s", mp_last_error());
-        }
-        int wbad = fclose(f) != 0;
-        const int trained = runs[r].result.nsteps > 0;
-        if (x->writer && !wbad && trained && rename(partial, txt) != 0) wbad = 1;
-        if (x->writer && !trained) unlink(partial);
+        if (st != MP_OK && st != MP_EOVERFLOW) add_failed(x, runs[r].name, mp_last_error()); /* for summary.json */
+        const int wbad = fclose(f) != 0, trained = runs[r].result.nsteps > 0;
+        if (x->writer && (wbad || !trained)) unlink(txt); /* nothing to show, or not whole */
         if (out)
             fprintf(out, " %s in %.1f s (log: %s)\n",
-                    st == MP_OK ? "done" : runs[r].result.invalid || !trained ? "failed" : "stopped early", mp_now() - t0, txt);
+                    st == MP_OK ? "done" : runs[r].result.invalid || !trained ? "failed" : "stopped early", mp_now() - t0,
+                    shown);
         res->invalid |= runs[r].result.invalid;
         if (st != MP_OK && st != MP_EOVERFLOW && runs[r].result.nsteps > 0 && !x->status) /* said by mp_run */
             x->status = st, snprintf(x->msg, sizeof x->msg, "%s: %s", runs[r].name, mp_last_error());
-        if (wbad) fail(x, MP_EIO, "%s: cannot write", txt);
+        if (wbad && x->writer) {
+            char why[4300];
+            snprintf(why, sizeof why, "%s: cannot write", shown);
+            fail(x, MP_EIO, "%s", why);
+            add_failed(x, runs[r].name, why);
+        }
         if (st != MP_OK && runs[r].result.nsteps == 0) { /* nothing to show */
             fail(x, st, "%s: training failed before its first step", runs[r].name);
             mp_run_result_free(&runs[r].result);
@@ -502,58 +562,186 @@ static mp_report report_of(report_runs *v, const mp_compare_result *res, const c
                        .baseline = baseline, .runs = v->rr, .nruns = n};
 }
 
+/* A name that compare could have written in DIR (summary.json's "files"): no
+ * directory, no dot file, report.html or a mode's file by its suffix. */
+static int plain_name(const char *name) {
+    const size_t len = strlen(name);
+    if (!len || name[0] == '.' || strchr(name, '/') || len >= sizeof(file_name)) return 0;
+    if (!strcmp(name, "report.html")) return 1;
+    for (int e = 0; e < MODE_EXT; e++) {
+        const size_t k = strlen(mode_ext[e]);
+        if (len > k && !strcmp(name + len - k, mode_ext[e])) return 1;
+    }
+    return 0;
+}
+
+/* The files the summary.json now in DIR names (a regular file, as this
+ * version writes it; else none). */
+static int old_files(const char *dir, file_name *names, int cap) {
+    char path[4200];
+    path_of(path, dir, "summary", ".json");
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (1L << 28)) return 0;
+    FILE *f = fopen(path, "rb");
+    char *text = f ? malloc((size_t)st.st_size + 1) : NULL;
+    int n = 0;
+    if (text) {
+        text[fread(text, 1, (size_t)st.st_size, f)] = 0;
+        cJSON *j = cJSON_Parse(text);
+        const cJSON *e, *fl = cJSON_GetObjectItemCaseSensitive(j, "files");
+        cJSON_ArrayForEach(e, fl) if (n < cap && cJSON_IsString(e) && plain_name(e->valuestring))
+            snprintf(names[n++], sizeof names[0], "%s", e->valuestring);
+        cJSON_Delete(j);
+    }
+    free(text);
+    if (f) fclose(f);
+    return n;
+}
+
+/* The files this comparison left in DIR/.partial, by name: each mode's that
+ * ran, then report.html when it was written. */
+static int staged_files(const cmp *x, const mp_compare_result *res, int report, file_name *names) {
+    int n = 0;
+    for (int r = 0; r < res->n; r++)
+        for (int e = 0; e < MODE_EXT; e++) {
+            char path[4200];
+            struct stat st;
+            path_of(path, x->stage, res->modes[r].name, mode_ext[e]);
+            if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+                snprintf(names[n++], sizeof names[0], "%.63s%s", res->modes[r].name, mode_ext[e]);
+        }
+    if (report) snprintf(names[n++], sizeof names[0], "report.html");
+    return n;
+}
+
+/* Removes the comparison's files from DIR/.partial (each mode of the list's,
+ * report.html, summary.json), and DIR/.partial when it is empty then; DIR
+ * too when this comparison made it and it is empty. */
+static void discard(const cmp *x, const mp_compare_result *res, int nmodes, int dir_too) {
+    char path[4200];
+    for (int r = 0; r < nmodes; r++)
+        for (int e = 0; e < MODE_EXT; e++) path_of(path, x->stage, res->modes[r].name, mode_ext[e]), unlink(path);
+    path_of(path, x->stage, "report", ".html"), unlink(path);
+    path_of(path, x->stage, "summary", ".json"), unlink(path);
+    if (dir_too) rmdir(x->stage), x->made_dir ? rmdir(x->dir) : 0;
+}
+
+/* Moves the files from DIR/.partial into DIR, summary.json last (the files it
+ * names are in place before it is), then removes the files of the run before
+ * that DIR's old summary.json named and this run did not write (never one a
+ * run option reads), then DIR/.partial if it is empty. */
+static mp_status commit(cmp *x, const mp_run_spec *base, const file_name *names, int n) {
+    file_name old[64];
+    const int nold = old_files(x->dir, old, 64);
+    char from[4200], to[4200];
+    for (int i = 0; i <= n; i++) {
+        const char *name = i < n ? names[i] : "summary.json";
+        snprintf(from, sizeof from, "%.4000s/%.79s", x->stage, name);
+        snprintf(to, sizeof to, "%.4000s/%.79s", x->dir, name);
+        if (rename(from, to) != 0)
+            return fail(x, MP_EIO, "%s: cannot move it from %s (%s): %s holds %d file%s of this run, the rest are in %s",
+                        to, x->stage, strerror(errno), x->dir, i, i == 1 ? "" : "s", x->stage);
+    }
+    for (int k = 0; k < nold; k++) {
+        int kept = 0;
+        for (int i = 0; i < n && !kept; i++) kept = !strcmp(old[k], names[i]);
+        struct stat st;
+        snprintf(to, sizeof to, "%.4000s/%.79s", x->dir, old[k]);
+        if (!kept && lstat(to, &st) == 0 && S_ISREG(st.st_mode) && !mp_run_reader(base, to)) unlink(to);
+    }
+    rmdir(x->stage);
+    const int dfd = open(x->dir, O_RDONLY | O_CLOEXEC); /* the renames, durable */
+    if (dfd >= 0) fsync(dfd), close(dfd);
+    return MP_OK;
+}
+
+/* DIR and DIR/.partial made where missing (rank 0), and the files this
+ * comparison will write removed from DIR/.partial (a comparison that was
+ * killed left them). */
+static mp_status make_dirs(cmp *x, const mp_compare_spec *c, const mp_compare_result *res) {
+    int bad = 0, err = 0;
+    const char *what = c->out;
+    if (x->writer) {
+        struct stat st;
+        x->made_dir = stat(c->out, &st) != 0;
+        if (mkdir(c->out, 0755) != 0 && errno != EEXIST) bad = 1, err = errno;
+        else if (mkdir(x->stage, 0755) != 0 && errno != EEXIST) bad = 1, err = errno, what = x->stage;
+        else discard(x, res, res->n, 0);
+    }
+    int first;
+    const mp_run_ranks *ranks = c->run.ranks;
+    if (ranks && ranks->size > 1 ? ranks->agree(ranks->ctx, bad, &first) : bad)
+        return fail(x, MP_EIO, "%s: cannot create (%s)", what, strerror(err ? err : EIO));
+    return MP_OK;
+}
+
+/* The table, the ablation, the reading, the report and summary.json (rank
+ * 0), written into DIR/.partial and moved into DIR when both are whole. */
+static void conclude(cmp *x, const mp_compare_spec *c, mp_compare_result *res) {
+    FILE *const out = x->out;
+    warn_against_fp32(res);
+    if (out) print_table(out, res);
+    report_runs *view = calloc(1, sizeof *view);
+    char *text = calloc(1, 8192);
+    file_name *names = calloc(MAX_FILES, sizeof *names);
+    if (!view || !text || !names) {
+        free(view), free(text), free(names);
+        fail(x, MP_ENOMEM, "out of memory");
+        return;
+    }
+    const char *command = c->command ? c->command : "mixprec compare";
+    const mp_report rep = report_of(view, res, command, text);
+    mp_report_ablation ab[MP_COMPARE_MAX];
+    int ref;
+    const int nab = mp_report_ablation_rows(&rep, ab, MP_COMPARE_MAX, &ref);
+    if (nab && out) print_ablation(out, &rep, ab, nab, ref);
+    reading(text, 8192, res->modes, res->n, c->run.model, &rep, ab, nab, ref);
+    res->reading = text;
+    if (out) fprintf(out, "\n%s\n", text);
+    char html[4200];
+    path_of(html, x->stage, "report", ".html");
+    char why[1024] = "";
+    const int report_ok = mp_report_write(html, &rep) == MP_OK;
+    if (!report_ok) snprintf(why, sizeof why, "%s", mp_last_error());
+    const int n = staged_files(x, res, report_ok, names);
+    const mp_status st = write_summary(x, x->stage, command, res, ab, nab, names, n);
+    if (st != MP_OK && report_ok) snprintf(why, sizeof why, "%s", mp_last_error());
+    if (report_ok && st == MP_OK) {
+        if (commit(x, &c->run, names, n) == MP_OK && out) fprintf(out, "\nreport: %.4000s/report.html\n", c->out);
+    } else { /* the write's own "the previous file is untouched" is about DIR/.partial: DIR is the point */
+        char *tail = strstr(why, "; the previous file is untouched");
+        if (tail) *tail = 0;
+        fail(x, MP_EIO, "%s: %s is as it was, this comparison's files are in %s", why, c->out, x->stage);
+    }
+    free(view), free(names);
+}
+
 mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_result *res) {
     if (res) memset(res, 0, sizeof *res);
     if (!c || !res) return mp_error(MP_EINVAL, "mp_compare: NULL argument");
     cmp x = {.writer = !c->run.ranks || c->run.ranks->rank == 0};
     if (io) x.io = *io;
     if (!x.io.prefix) x.io.prefix = "mixprec";
-    FILE *const out = x.writer ? x.io.out : NULL;
-    x.out = out;
-    const char *command = c->command ? c->command : "mixprec compare";
+    x.out = x.writer ? x.io.out : NULL;
     char list[512];
     mp_run_spec opts[MP_COMPARE_MAX];
     mode_files *files = calloc(MP_COMPARE_MAX, sizeof *files);
     if (!files) return mp_error(MP_ENOMEM, "mp_compare: out of memory");
-    const mp_status ms = modes(&x, c, list, opts, files, res);
-    if (ms != MP_OK) return free(files), res->n = 0, res->invalid = ms == MP_EINVAL, mp_error(ms, "%s", x.msg);
-    /* with ranks the modes train one after the other on every rank; rank 0 alone writes DIR */
-    const int bad = x.writer && mkdir(c->out, 0755) != 0 && errno != EEXIST, err = errno;
-    int first;
+    mp_status st = modes(&x, c, list, opts, files, res);
     const mp_run_ranks *ranks = c->run.ranks;
-    if (ranks && ranks->size > 1 ? ranks->agree(ranks->ctx, bad, &first) : bad) {
-        res->n = 0;
-        fail(&x, MP_EIO, "%s: cannot create (%s)", c->out, strerror(err));
-        return free(files), mp_error(x.status, "%s", x.msg);
+    int first;
+    if (ranks && ranks->size > 1) { /* rank 0 alone checks DIR: every rank stops with it, with its status */
+        const mp_status agreed = (mp_status)ranks->agree(ranks->ctx, (int)st, &first);
+        if (st == MP_OK && agreed != MP_OK) st = agreed, snprintf(x.msg, sizeof x.msg, "rank %d refused the comparison", first);
     }
+    if (st == MP_OK) st = make_dirs(&x, c, res);
+    if (st != MP_OK) return free(files), res->n = 0, res->invalid = st == MP_EINVAL, mp_error(st, "%s", x.msg);
+    /* with ranks the modes train one after the other on every rank; rank 0 alone writes DIR */
+    const int nmodes = res->n;
     run_modes(&x, c, opts, files, res);
     free(files);
-    if (res->n > 0 && x.writer) { /* the table, the report and the summary are rank 0's */
-        warn_against_fp32(res);
-        if (out) print_table(out, res);
-        report_runs *view = calloc(1, sizeof *view);
-        char *text = calloc(1, 8192);
-        if (!view || !text) {
-            free(view), free(text);
-            fail(&x, MP_ENOMEM, "out of memory");
-            return mp_error(x.status, "%s", x.msg);
-        }
-        const mp_report rep = report_of(view, res, command, text);
-        mp_report_ablation ab[MP_COMPARE_MAX];
-        int ref;
-        const int nab = mp_report_ablation_rows(&rep, ab, MP_COMPARE_MAX, &ref);
-        if (nab && out) print_ablation(out, &rep, ab, nab, ref);
-        reading(text, 8192, res->modes, res->n, c->run.model, &rep, ab, nab, ref);
-        res->reading = text;
-        if (out) fprintf(out, "\n%s\n", text);
-        char html[4200];
-        snprintf(html, sizeof html, "%.4000s/report.html", c->out);
-        mp_status st = mp_report_write(html, &rep);
-        if (st != MP_OK) fail(&x, st, "%s", mp_last_error());
-        else if (out) fprintf(out, "\nreport: %s\n", html);
-        if ((st = write_summary(&x, c->out, command, res, ab, nab)) != MP_OK) fail(&x, st, "%s", mp_last_error());
-        free(view);
-    }
+    if (res->n > 0 && x.writer) conclude(&x, c, res);
+    else if (x.writer) discard(&x, res, nmodes, 1); /* no mode trained: DIR as it was */
     if (res->n == 0 && !x.status) x.status = MP_EIO, snprintf(x.msg, sizeof x.msg, "no mode ran");
     return x.status ? mp_error(x.status, "%s", x.msg) : MP_OK;
 }
@@ -587,6 +775,7 @@ mp_status mp_compare_option(mp_compare_spec *c, const char *name, const char *va
     }
     if (!strcmp(name, "precision") || !strcmp(name, "log") || !strcmp(name, "summary") || !strcmp(name, "save"))
         return mp_error(MP_EINVAL, "--%s is set by compare itself", name);
+    if (!strcmp(name, "dump-grads")) return mp_error(MP_EINVAL, DUMP_GRADS_REFUSED);
     return mp_run_option(&c->run, name, value);
 }
 

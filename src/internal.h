@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "mixprec/mixprec.h"
 
@@ -13,6 +14,27 @@
 #else
 #define MP_PRINTF(a, b)
 #endif
+
+/* paths.c: a file a command reads or writes, by identity. An existing file
+ * is its device and inode (links, hard links and "./" spellings are the same
+ * file); a new one is its directory's real path and its name. */
+typedef struct {
+    const char *option; /* "--log" */
+    const char *path;
+    int exists, is_dir;
+    dev_t dev;
+    ino_t ino;
+    char where[4096]; /* a new file's directory, as realpath gives it, then '/' and its name */
+} mp_file_id;
+void mp_file_identify(mp_file_id *f, const char *option, const char *path);
+int mp_file_same(const mp_file_id *a, const mp_file_id *b);
+/* Whether out's directory is d (an existing directory). */
+int mp_file_inside(const mp_file_id *out, const mp_file_id *d);
+/* Where output f can be written: an existing file must be a regular one (not
+ * a directory, a device or a FIFO); its directory must exist and be writable
+ * (pending: a directory the caller makes before writing, so not yet there).
+ * MP_EIO + message naming the option and the path when not. */
+mp_status mp_file_writable(const mp_file_id *f, const char *pending);
 
 /* Records a formatted message for mp_last_error() and returns `s`. */
 mp_status mp_error(mp_status s, const char *fmt, ...) MP_PRINTF(2, 3);
@@ -164,6 +186,11 @@ double mp_now(void);
  * the paths spell it; NULL: none) are not asked to have an existing
  * directory: the caller makes it before the run (compare's DIR). */
 mp_status mp_run_check_files_in(const struct mp_run_spec *s, const char *pending);
+
+/* The option of s that reads path ("--init", "--resume", "--data": the file
+ * by identity, or a file inside a corpus directory), or NULL: none does, or
+ * out of memory. */
+const char *mp_run_reader(const struct mp_run_spec *s, const char *path);
 
 /* Fused unscale + inf/NaN check kernels of one CPU path: x[i] *= inv for
  * i in [0, n); returns nonzero if any x[i] (before scaling) is inf or NaN.

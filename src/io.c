@@ -364,6 +364,10 @@ mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t 
     const char *slash = strrchr(path, '/');
     if (slash) snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
     else strcpy(dir, ".");
+    struct stat st; /* a device, a FIFO or a directory is never replaced by a regular file */
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return mp_error(MP_EIO, "%s is %s, not a regular file: it is not replaced", path,
+                        S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device");
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     remove_stale(dir, slash ? slash + 1 : path);
     sink s = {open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666), 0,

@@ -617,7 +617,12 @@ static int begin(run_state *s) {
                           s->ranks->dist};
     s->total = o->steps ? o->steps : (o->epochs ? o->epochs : 1) * s->steps_per_epoch;
     tc.lr.decay_steps = s->total; /* the cosine reaches min_lr at the last step, as nanoGPT's lr_decay_iters = max_iters */
-    if (tc.lr.decay_steps < tc.lr.warmup) tc.lr.decay_steps = tc.lr.warmup;
+    if (o->warmup >= s->total) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "--warmup %ld is not shorter than the run's %ld steps: the rate would never reach --lr",
+                 o->warmup, s->total);
+        return invalid(s, msg);
+    }
     if (mp_trainer_create(&s->tr, &tc, s->model, s->opt, s->loader) != MP_OK) return invalid(s, mp_last_error());
     model_meta(o, s->meta);
     if (o->init) {

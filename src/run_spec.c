@@ -393,66 +393,20 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
 
 /* ---- outputs against inputs ---- */
 
-/* A file a run reads or writes: where it is, by identity. An existing file is
- * its device and inode (links, hard links and "./" spellings are the same
- * file); a new one is its directory's real path and its name. */
-typedef struct {
-    const char *option; /* "--log" */
-    const char *path;
-    int exists, is_dir;
-    dev_t dev;
-    ino_t ino;
-    char where[4096]; /* a new file's directory, as realpath gives it, then '/' and its name */
-} file_id;
-
-static void identify(file_id *f, const char *opt_name, const char *path) {
-    memset(f, 0, sizeof *f);
-    f->option = opt_name, f->path = path;
-    struct stat st;
-    if (stat(path, &st) == 0) {
-        f->exists = 1, f->is_dir = S_ISDIR(st.st_mode), f->dev = st.st_dev, f->ino = st.st_ino;
-        return;
-    }
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    char *real = realpath(dir, NULL);
-    snprintf(f->where, sizeof f->where, "%.3000s/%.1000s", real ? real : dir, slash ? slash + 1 : path);
-    free(real);
-}
-
-static int same_file(const file_id *a, const file_id *b) {
-    if (a->exists != b->exists) return 0;
-    return a->exists ? a->dev == b->dev && a->ino == b->ino : strcmp(a->where, b->where) == 0;
-}
-
-/* An output inside directory d (identified): its directory is d. */
-static int inside(const file_id *out, const file_id *d) {
-    if (!d->exists || !d->is_dir) return 0;
-    const char *slash = strrchr(out->path, '/');
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - out->path) + (slash == out->path) : 1,
-             slash ? out->path : ".");
-    struct stat st;
-    return stat(dir, &st) == 0 && st.st_dev == d->dev && st.st_ino == d->ino;
-}
-
 enum { MAX_INPUTS = 40 };
 
 /* The files the spec reads: --init, --resume, and the data (the MLP's four
  * files, or each path of a text corpus). */
-static size_t inputs_of(const mp_run_spec *s, file_id *in, char (*paths)[4096]) {
+static size_t inputs_of(const mp_run_spec *s, mp_file_id *in, char (*paths)[4096]) {
     size_t n = 0;
-    if (s->init) identify(&in[n++], "--init", s->init);
-    if (s->resume) identify(&in[n++], "--resume", s->resume);
+    if (s->init) mp_file_identify(&in[n++], "--init", s->init);
+    if (s->resume) mp_file_identify(&in[n++], "--resume", s->resume);
     if (s->custom) return n;
     if (s->data && strncmp(s->data, "text:", 5) == 0) {
         for (const char *p = s->data + 5; *p && n < MAX_INPUTS;) {
             const size_t len = strcspn(p, ",");
             snprintf(paths[n], sizeof paths[n], "%.*s", (int)len, p);
-            identify(&in[n], "--data", paths[n]), n++;
+            mp_file_identify(&in[n], "--data", paths[n]), n++;
             p += len + (p[len] == ',');
         }
     } else if (!is_gpt(s->model)) {
@@ -462,33 +416,24 @@ static size_t inputs_of(const mp_run_spec *s, file_id *in, char (*paths)[4096]) 
         for (int k = 0; k < 8 && n < MAX_INPUTS; k++) {
             snprintf(paths[n], sizeof paths[n], "%s/%s%s", dir, names[k / 2], k % 2 ? ".gz" : "");
             struct stat st;
-            if (stat(paths[n], &st) == 0) identify(&in[n], "--data", paths[n]), n++;
+            if (stat(paths[n], &st) == 0) mp_file_identify(&in[n], "--data", paths[n]), n++;
         }
     }
     return n;
 }
 
-/* Where output f can be written: an existing file must be a regular one (not
- * a directory, a device or a FIFO); its directory must exist and be writable
- * (pending: a directory the caller makes before writing, so not yet there).
- * MP_EIO + message naming the option and the path when not. */
-static mp_status writable(const file_id *f, const char *pending) {
-    struct stat st;
-    if (f->exists) {
-        if (stat(f->path, &st) == 0 && !S_ISREG(st.st_mode))
-            return mp_error(MP_EIO, "%s %s is %s, not a regular file: it would be replaced", f->option, f->path,
-                            S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device");
+const char *mp_run_reader(const mp_run_spec *s, const char *path) {
+    mp_file_id *in = malloc(MAX_INPUTS * sizeof *in), o;
+    char(*paths)[4096] = malloc(MAX_INPUTS * sizeof *paths);
+    const char *reader = NULL;
+    if (in && paths && s && path) {
+        const size_t nin = inputs_of(s, in, paths);
+        mp_file_identify(&o, "", path);
+        for (size_t i = 0; i < nin && !reader; i++)
+            if (mp_file_same(&o, &in[i]) || (in[i].is_dir && mp_file_inside(&o, &in[i]))) reader = in[i].option;
     }
-    const char *slash = strrchr(f->path, '/');
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - f->path) + (slash == f->path) : 1, slash ? f->path : ".");
-    if (pending && strcmp(dir, pending) == 0) return MP_OK;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return mp_error(MP_EIO, "%s %s: the directory %s does not exist", f->option, f->path, dir);
-    if (access(dir, W_OK | X_OK) != 0)
-        return mp_error(MP_EIO, "%s %s: the directory %s is not writable (%s)", f->option, f->path, dir,
-                        strerror(errno));
-    return MP_OK;
+    free(in), free(paths);
+    return reader;
 }
 
 mp_status mp_run_check_files(const mp_run_spec *s) { return mp_run_check_files_in(s, NULL); }
@@ -497,7 +442,7 @@ mp_status mp_run_check_files_in(const mp_run_spec *s, const char *pending) {
     if (!s) return mp_error(MP_EINVAL, "mp_run_check_files: NULL argument");
     const char *const opt[4] = {"--log", "--summary", "--save", "--dump-grads"};
     const char *const path[4] = {s->log, s->summary, s->save, s->dump_grads};
-    file_id out[4], *in = malloc(MAX_INPUTS * sizeof *in);
+    mp_file_id out[4], *in = malloc(MAX_INPUTS * sizeof *in);
     char(*paths)[4096] = malloc(MAX_INPUTS * sizeof *paths);
     if (!in || !paths) return free(in), free(paths), mp_error(MP_ENOMEM, "out of memory");
     const size_t nin = inputs_of(s, in, paths);
@@ -509,20 +454,20 @@ mp_status mp_run_check_files_in(const mp_run_spec *s, const char *pending) {
             st = mp_error(MP_EINVAL, "%s is empty: give a file name", opt[k]);
             break;
         }
-        file_id *o = &out[nout++];
-        identify(o, opt[k], path[k]);
+        mp_file_id *o = &out[nout++];
+        mp_file_identify(o, opt[k], path[k]);
         for (size_t i = 0; i < nin && st == MP_OK; i++)
-            if (same_file(o, &in[i]) && !(k == 2 && !strcmp(in[i].option, "--resume"))) /* a checkpoint advanced in place */
+            if (mp_file_same(o, &in[i]) && !(k == 2 && !strcmp(in[i].option, "--resume"))) /* a checkpoint advanced in place */
                 st = mp_error(MP_EINVAL, "%s %s is the file %s reads: an output never replaces an input", opt[k],
                               path[k], in[i].option);
-            else if (in[i].is_dir && inside(o, &in[i]))
+            else if (in[i].is_dir && mp_file_inside(o, &in[i]))
                 st = mp_error(MP_EINVAL, "%s %s is inside the corpus directory %s that --data reads", opt[k], path[k],
                               in[i].path);
         for (int j = 0; j < nout - 1 && st == MP_OK; j++)
-            if (same_file(o, &out[j]))
+            if (mp_file_same(o, &out[j]))
                 st = mp_error(MP_EINVAL, "%s and %s name the same file (%s): each output needs its own", out[j].option,
                               opt[k], path[k]);
-        if (st == MP_OK && (!s->ranks || s->ranks->rank == 0)) st = writable(o, pending); /* rank 0 writes */
+        if (st == MP_OK && (!s->ranks || s->ranks->rank == 0)) st = mp_file_writable(o, pending); /* rank 0 writes */
     }
     free(in), free(paths);
     return st;

@@ -334,9 +334,37 @@ if [ -s "$T/cmp/fp32.ckpt" ] && [ -s "$T/cmp/bf16.ckpt" ] && [ -s "$T/cmp/summar
 ( cd "$T/cmp" && sha256sum * > "$T/cmp.sums" )
 expect 1 "$M" compare --precisions fp32 --out "$T/cmp" --model gpt:1-2-16-16 --data "text:$T/nope.txt" --batch 4 --steps 3 &&
     has "$err" 'fp32: training failed before its first step'
-if ( cd "$T/cmp" && sha256sum -c --quiet "$T/cmp.sums" ) && [ -z "$(ls "$T/cmp" | grep partial)" ]; then ok
+if ( cd "$T/cmp" && sha256sum -c --quiet "$T/cmp.sums" ) && [ -z "$(ls -A "$T/cmp" | grep partial)" ]; then ok
 else fail "a compare that failed before its first step changed its directory"; fi
 expect 2 "$M" compare --save "$T/x.st" && one_line && has "$err" 'set by compare itself'
+expect 2 "$M" compare --dump-grads "$T/x.st" && one_line && has "$err" 'each mode would write over the last'
+[ ! -e "$T/x.st" ] && ok || fail "a refused compare wrote --dump-grads"
+# DIR holds the files of one run: a later mode that fails before its first step (its checkpoint's mode differs)
+# leaves the new run's files, summary.json naming the mode; the old run's other files go, a user's file and an
+# input the old run wrote stay
+echo mine > "$T/cmp/notes.txt"
+CMPR=(compare --model gpt:1-2-16-16 --batch 4 --steps 4) # then --data, --out
+expect 1 "$M" "${CMPR[@]}" --data "text:$T/c.txt" --out "$T/cmp" --precisions bf16,fp32 --resume "$T/cmp/bf16.ckpt" && has "$err" "fp32: training failed before its first step"
+if [ "$(cd "$T/cmp" && ls -A | tr '\n' ' ')" = "bf16.ckpt bf16.csv bf16.json bf16.txt notes.txt report.html summary.json " ] &&
+   [ "$(wc -l < "$T/cmp/bf16.csv")" -eq 2 ]; then ok
+else fail "compare with a failed later mode left: $(ls -A "$T/cmp")"; fi
+python3 - "$T/cmp/summary.json" <<'PY' && ok || fail "summary.json of a compare with a failed mode"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["files"] == ["bf16.csv", "bf16.json", "bf16.txt", "report.html"], s["files"]
+assert [f["mode"] for f in s["failed"]] == ["fp32"] and "checkpoint has precision 'bf16'" in s["failed"][0]["error"], s["failed"]
+assert [r["precision"] for r in s["runs"]] == ["bf16"]
+PY
+expect 0 "$M" "${CMPR[@]}" --data "text:$T/c.txt" --out "$T/cmp" --precisions fp32
+if [ "$(cd "$T/cmp" && ls -A | tr '\n' ' ')" = "bf16.ckpt fp32.csv fp32.json fp32.txt notes.txt report.html summary.json " ]; then ok
+else fail "compare after the failed one left: $(ls -A "$T/cmp")"; fi
+mkdir -p "$T/cmpf" && : > "$T/cmpf/.partial"
+expect 1 "$M" "${CMPR[@]}" --data "text:$T/c.txt" --precisions fp32 --out "$T/cmpf" && one_line && has "$err" 'cmpf/.partial is not a directory'
+mkdir "$T/cmp/.partial" && cp "$T/c.txt" "$T/cmp/.partial/fp32.txt" # what a failed comparison left, taken as a corpus
+expect 2 "$M" "${CMPR[@]}" --precisions fp32 --data "text:$T/cmp/.partial/fp32.txt" --out "$T/cmp" && one_line &&
+    has "$err" 'cmp/.partial/fp32.txt is the file --data reads: an output never replaces an input'
+cmp -s "$T/c.txt" "$T/cmp/.partial/fp32.txt" && ok || fail "a refused compare changed its input in DIR/.partial"
+rm -r "$T/cmp/.partial"
 : > "$T/empty.txt"
 head -c 20 "$T/c.txt" > "$T/short.txt"
 GNODATA=(train --model gpt:1-2-16-16 --batch 4 --threads 2 --lr 3e-3) # GT without --data
@@ -365,6 +393,7 @@ expect 2 "$M" "${TR[@]}" --steps 1 --optimizer sgd --betas 0.9,0.95 && one_line 
 expect 2 "$M" "${TR[@]}" --steps 1 --min-lr 1e-5 && one_line && has "$err" -- '--min-lr .* constant rate'
 expect 2 "$M" "${TR[@]}" --steps 1 --save-dtype bf16 && one_line && has "$err" -- '--save-dtype does nothing without --save'
 expect 2 "$M" "${TR[@]}" --steps 1 --allreduce bf16 && one_line && has "$err" -- '--allreduce does nothing in one process'
+expect 2 "$M" "${TR[@]}" --steps 3 --warmup 3 && one_line && has "$err" -- "--warmup 3 is not shorter than the run's 3 steps"
 expect 2 "$M" "${TR[@]}" --steps 1 --precision bf16 --init-scale 1024 && one_line && has "$err" 'do nothing for bf16: it has no loss scaling'
 expect 0 "$M" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 1 --precisions fp32,fp16-dynamic \
     --init-scale 1024 --out "$T/cmps" # the scaled modes take them
@@ -418,7 +447,7 @@ careless "--summary and --dump-grads name the same file" "${GT[@]}" --steps 1 --
 careless "--log .* is inside the corpus directory" train --model gpt:1-2-16-16 --data "text:$T/careless/corpus" --batch 4 --steps 1 --log "$T/careless/corpus/log.csv"
 careless "--save is empty" "${GT[@]}" --steps 1 --save ""
 careless "fp32 is in --precisions twice" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 1 --precisions fp32,fp32 --out "$T/careless/cmp"
-careless "--log .*fp32.csv is the file --init reads" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 1 --precisions fp32 --init "$T/careless/cmp/fp32.csv" --out "$T/careless/cmp"
+careless "cmp/fp32.csv is the file --init reads" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 1 --precisions fp32 --init "$T/careless/cmp/fp32.csv" --out "$T/careless/cmp"
 # a checkpoint whose weights hold a NaN is refused naming it, as --init names its file
 python3 - "$T/careless/g.st" "$T/nan.st" <<'PY'
 import json, struct, sys

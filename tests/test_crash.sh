@@ -138,16 +138,32 @@ cp old.st ck.st
 run 1 "${G[@]}" --steps 6 --resume ck.st --save ck.st --summary nodir/ck.json &&
     one_line 'summary nodir/ck.json: the directory nodir does not exist'
 same ck.st old.st "the checkpoint when the summary's directory is missing"
-# ... in compare's report: the old report stays (the per-run files and the
-# summary, all smaller than the report, are written whole)
+# ... in compare: its files are written into DIR/.partial and replace DIR's
+# together once the report and summary.json are whole. A full disk at the
+# report (the largest file): every file of DIR as it was and no other, the new
+# run's files in DIR/.partial; killed while writing the report: the same; the
+# next comparison that completes moves its files in and removes DIR/.partial
 CMP=(compare --precisions fp32,bf16 --out cmp --model gpt:1-2-16-16 --data text:c.txt --batch 4 --threads 1)
-run 0 "$M" "${CMP[@]}" --steps 2 && cp cmp/report.html old.html
-R=$(size old.html)
+run 0 "$M" "${CMP[@]}" --steps 2 && (cd cmp && sha256sum ./* > ../cmp.sums)
+unchanged() {
+    if (cd cmp && sha256sum --quiet -c ../cmp.sums) && [ "$(find cmp -maxdepth 1 -type f | wc -l)" -eq "$(wc -l < cmp.sums)" ]
+    then ok; else fail "$1: the files of cmp changed: $(ls -A cmp)"; fi
+}
+R=$(size cmp/report.html)
 N=$(((R + $(size cmp/summary.json)) / 2))
 if [ "$(size cmp/summary.json)" -lt "$N" ] && [ "$(size cmp/fp32.json)" -lt "$N" ]; then ok; else fail "report sizes"; fi
-MIXPREC_FAULT_WRITE_ENOSPC=$N run 1 "$M" "${CMP[@]}" --steps 3 && one_line 'report.html: write failed (No space left on device)'
-same cmp/report.html old.html "report after ENOSPC"
-if [ -z "$(ls cmp/*.tmp.* 2>/dev/null)" ]; then ok; else fail "ENOSPC left $(ls cmp/*.tmp.*)"; fi
+MIXPREC_FAULT_WRITE_ENOSPC=$N run 1 "$M" "${CMP[@]}" --steps 3 &&
+    one_line "cmp/.partial/report.html: write failed (No space left on device): cmp is as it was, this comparison's files are in cmp/.partial$"
+unchanged "a full disk at the report"
+if [ "$(wc -l < cmp/.partial/fp32.csv)" -eq 4 ] && [ -s cmp/.partial/bf16.txt ] && [ -s cmp/.partial/summary.json ] &&
+   [ ! -e cmp/.partial/report.html ]; then ok; else fail "the new files after ENOSPC: $(ls -A cmp/.partial)"; fi
+if [ -z "$(ls cmp/*.tmp.* cmp/.partial/*.tmp.* 2>/dev/null)" ]; then ok; else fail "ENOSPC left $(ls cmp/*.tmp.* cmp/.partial/*.tmp.*)"; fi
+MIXPREC_FAULT_WRITE_KILL_AFTER=$N run 137 "$M" "${CMP[@]}" --steps 4
+unchanged "killed while writing the report"
+run 0 "$M" "${CMP[@]}" --steps 3
+if [ "$(wc -l < cmp/fp32.csv)" -eq 4 ] && [ "$(wc -l < cmp/bf16.csv)" -eq 4 ] && [ ! -e cmp/.partial ] &&
+   ! (cd cmp && sha256sum --quiet -c ../cmp.sums 2>/dev/null); then ok
+else fail "the comparison after the failed ones: $(ls -A cmp)"; fi
 
 # 4. a real limit (ulimit -f: write(2) fails with EFBIG): the log outgrows 40 KiB
 #    first: its complete rows stay, the run stops there and still writes its

@@ -70,8 +70,14 @@ static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, cons
     const char *from = NULL, *rule = NULL;
     int raw = 0;
     o->fmt = MP_F16, o->nscales = 0, o->json = 0, o->block = 0, o->rule = MP_MX_RCEIL;
+    const char *seen[32];
+    int nseen = 0, n_given = 0, seed_given = 0, dist_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        for (int k = 0; k < nseen; k++)
+            if (!strcmp(seen[k], a)) return cli_usage_error(cmd, "%s is given twice", a);
+        if (nseen < 32) seen[nseen++] = a;
+        n_given |= !strcmp(a, "--n"), seed_given |= !strcmp(a, "--seed"), dist_given |= !strcmp(a, "--dist");
         if (!strcmp(a, "--json") && !out) o->json = 1;
         else if (!strcmp(a, "--dist")) {
             if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
@@ -138,6 +144,12 @@ static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, cons
         for (int k = 0; k < 5; k++) o->scales[o->nscales++] = d[k];
     }
     if (raw && !from) return cli_usage_error(cmd, "--raw says how --from FILE is read: give --from");
+    if (from && (dist_given || n_given || seed_given))
+        return cli_usage_error(cmd, "%s draws values, which --from FILE replaces: give one or the other",
+                               dist_given ? "--dist" : n_given ? "--n" : "--seed");
+    const mp_status ost = out && *out ? mp_output_check("--out", *out, from ? "--from" : NULL, from) : MP_OK;
+    if (ost == MP_EINVAL) return cli_usage_error(cmd, "%s", mp_last_error());
+    if (ost != MP_OK) return fprintf(stderr, "mixprec %s: %s\n", cmd, mp_last_error()), 1;
     if (from) {
         char err[600];
         if (grads_read(&o->g, from, raw, err, sizeof err) != 0) {

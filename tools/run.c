@@ -19,12 +19,13 @@ int run_parse(const char *cmd, int argc, char **argv, mp_run_spec *s) {
     }
     run_ranks(s);
     const mp_status st = mp_run_check(s, NULL);
+    /* rank 0 alone checks where the outputs go: every rank stops with it (the ranks' first failure's code) */
+    int first, rc = st == MP_OK ? 0 : st == MP_EINVAL ? CLI_USAGE : 1;
+    if (s->ranks && s->ranks->size > 1) rc = s->ranks->agree(s->ranks->ctx, rc, &first);
     if (st == MP_EINVAL) return cli_usage_error(cmd, "%s", mp_last_error());
-    if (st != MP_OK) { /* an output that cannot be written: a file error, before anything is read */
-        if (!cli_quiet) fprintf(stderr, "mixprec %s: %s\n", cmd, mp_last_error());
-        return 1;
-    }
-    return 0;
+    if (st != MP_OK && !cli_quiet) /* an output that cannot be written: a file error, before anything is read */
+        fprintf(stderr, "mixprec %s: %s\n", cmd, mp_last_error());
+    return rc;
 }
 
 void run_ranks(mp_run_spec *s) {

@@ -9,8 +9,17 @@
  *   DIR/MODE.json   each mode's summary
  *   DIR/MODE.txt    each mode's output, as mixprec train prints it
  *   DIR/MODE.ckpt   each mode's checkpoint (with checkpoints)
- *   DIR/summary.json  the command, the ablation and every mode's summary
+ *   DIR/summary.json  the command, the files above, the ablation, the modes
+ *                     that failed and every mode's summary
  *   DIR/report.html   the report (report.h)
+ *
+ * The files are written into DIR/.partial and moved into DIR together once
+ * the report and summary.json are whole, summary.json last; then the files
+ * the replaced summary.json named and this run did not write are removed
+ * (never one a run option reads). DIR so holds the files of one run: the new
+ * one when a mode trained and both were written, else the old one (a
+ * comparison killed, or failing at those two files, leaves its files in
+ * DIR/.partial; the next one replaces those it writes).
  */
 #ifndef MIXPREC_COMPARE_H
 #define MIXPREC_COMPARE_H
@@ -25,7 +34,7 @@ extern "C" {
 
 typedef struct mp_compare_spec {
     mp_run_spec run;          /* every mode's run; compare sets precision, log, summary and save per mode, so
-                                 those must be NULL */
+                                 those must be NULL, and dump_grads too (each mode would write over the last's) */
     const char *precisions;   /* comma-separated modes with their switches: "fp32,fp16,fp16-dynamic,bf16" */
     const char *out;          /* the directory (created when missing) */
     int checkpoints;          /* also write DIR/MODE.ckpt */
@@ -56,9 +65,9 @@ typedef struct mp_compare_result {
  *               compare sets; r->invalid set): nothing was run when it was
  *               found before the first mode, else the modes before it ran;
  *   another     a mode failed (one that failed before its first step ends
- *               the comparison), or a file could not be
- *               written; the others were still run and written as far as
- *               they could be (the message in mp_last_error()). */
+ *               the comparison; summary.json's "failed" names it), or a file
+ *               could not be written; the others were still run and written
+ *               as far as they could be (the message in mp_last_error()). */
 mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_result *r);
 
 /* Frees what r holds and zeroes it; NULL is a no-op. */
@@ -73,7 +82,7 @@ void mp_compare_defaults(mp_compare_spec *c);
 /* Sets an option of `mixprec compare` by its CLI name ("precisions", "out",
  * "checkpoints", or a run option: mp_run_option). MP_EINVAL + message as
  * mp_run_option does, and for the options compare sets itself ("precision",
- * "log", "summary", "save"). */
+ * "log", "summary", "save") or cannot use ("dump-grads"). */
 mp_status mp_compare_option(mp_compare_spec *c, const char *name, const char *value);
 
 /* For callers that cannot embed these structs (Python's ctypes). */

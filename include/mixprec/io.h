@@ -56,9 +56,10 @@ typedef struct mp_chunk {
  * failed and why: "No space left on device") the temporary file is removed
  * and an existing file at path is untouched; a process killed during the write
  * leaves the old file whole and its PATH.tmp.PID behind, which the next write
- * of the same path removes once that process is gone. Every file mixprec
- * writes in one piece (checkpoints, summaries, reports, pages) goes through
- * here; MP_EINVAL for a NULL or empty path. */
+ * of the same path removes once that process is gone. A path that is a
+ * directory, a device or a FIFO is never replaced (MP_EIO before anything is
+ * written). Every file mixprec writes in one piece (checkpoints, summaries,
+ * reports, pages) goes through here; MP_EINVAL for a NULL or empty path. */
 mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t n);
 
 /* Reads and validates a file: MP_EIO if unreadable; MP_ECORRUPT, with the file
@@ -76,6 +77,15 @@ const char      *mp_safetensors_meta(const mp_safetensors *s, const char *key);
 
 /* Number of elements of a tensor (product of its shape). */
 size_t mp_tensor_numel(const mp_tensor *t);
+
+/* The check a command makes on an output path before it works: MP_EINVAL (a
+ * usage error) when out is empty or names the file that in reads (the same
+ * device and inode when both exist, else the same directory, by its real
+ * path, and name: links and "./" spellings count), the message naming both
+ * options; MP_EIO when out exists and is not a regular file (a directory, a
+ * device, a FIFO) or its directory does not exist or is not writable. in may
+ * be NULL (no input to compare with). Nothing is created. */
+mp_status mp_output_check(const char *out_option, const char *out, const char *in_option, const char *in);
 
 #ifdef __cplusplus
 }

@@ -73,3 +73,17 @@ def test_compare_is_the_ablation(corpus, tmp_path):
     with pytest.raises(MixprecError, match="bogus"):
         mixprec.compare(precisions=["fp32", "bogus"], out=tmp_path / "never")
     assert not (tmp_path / "never").exists()
+
+
+def test_outputs_never_replace_inputs(corpus, tmp_path):
+    ck = tmp_path / "g.st"
+    mixprec.train(data=corpus, steps=1, save=str(ck), **GPT)
+    before = ck.read_bytes()
+    with pytest.raises(MixprecError, match="--log .*g.st is the file --resume reads"):
+        mixprec.train(data=corpus, steps=2, resume=str(ck), log=str(tmp_path / "." / "g.st"), **GPT)
+    with pytest.raises(MixprecError, match="cmp/report.html is the file --init reads"):
+        mixprec.compare(precisions=["fp32"], data=corpus, steps=1, init=str(tmp_path / "cmp" / "report.html"),
+                        out=tmp_path / "cmp", **GPT)
+    with pytest.raises(MixprecError, match="--summary /dev/null is a device"):
+        mixprec.train(data=corpus, steps=1, summary="/dev/null", **GPT)
+    assert ck.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["c.txt", "g.st"]

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# test_careless.sh - a careless user: every command that reads and writes
+# files, run with each output option pointed at each of its inputs and at each
+# other output, spelled four ways (the path, "./" through its directory, a hard
+# link, a symbolic link); and each output pointed at a directory, a device and
+# a missing directory. Each run must be refused before it works (exit 2 for an
+# output that is an input or another output, 1 for a place that cannot be
+# written), with one line naming the option, and leave every file as it was:
+# the same names, the same bytes (sha256), nothing created.
+#   train (GPT and MLP): --log --summary --save --dump-grads against --init,
+#     --resume and --data (a text file, a corpus directory, the MLP's IDX files)
+#   compare: DIR's files (MODE.csv/.json/.txt/.ckpt, report.html, summary.json,
+#     DIR/.partial's) against --init and --data
+#   explore: --out against --from
+#   train under mpirun -np 2, where this mixprec has MPI
+. "$(dirname "$0")/lib.sh"
+W=$T/w # the user's files; $T holds the test's own
+mkdir -p "$W/corpus" "$W/fm"
+for i in $(seq 1 60); do echo "The cat sat on the mat, and the dog sat on the log number $i."; done > "$W/c.txt"
+cp "$W/c.txt" "$W/corpus/a.txt"
+for f in /usr/share/datasets/fashion-mnist/*-ubyte.gz; do cp "$f" "$W/fm/"; done
+GPT=(train --model gpt:1-2-16-16 --batch 4 --threads 1)
+MLP=(train --model mlp:784-16-10 --batch 8 --threads 1)
+"$M" "${GPT[@]}" --data "text:$W/c.txt" --steps 2 --save "$W/g.st" > /dev/null || fail "the GPT checkpoint"
+"$M" "${MLP[@]}" --data "$W/fm" --steps 2 --save "$W/m.st" --dump-grads "$W/m.grads" > /dev/null || fail "the MLP checkpoint"
+"$M" compare --model gpt:1-2-16-16 --batch 4 --threads 1 --steps 1 --data "text:$W/c.txt" --precisions fp32,bf16 \
+    --checkpoints --out "$W/cmp" > /dev/null || fail "the comparison"
+echo "a log" > "$W/old.csv"
+# every name (links with their targets), size, inode and modification time; the bytes of the files under 1 MB
+# (the dataset's are only read: its time says a write)
+snapshot() {
+    (cd "$W" && find . \( -type f -o -type l \) -printf '%p %l %s %i %T@\n' | sort &&
+        find . -type f -size -1M -print0 | sort -z | xargs -0 sha256sum)
+}
+snapshot > "$T/before"
+
+# The path p spelled the k-th way (0 .. 3), made where needed: p itself, p
+# through its directory and "./" and "../", a hard link to p, a symbolic link
+# to p. A spelling of a file that does not exist yet (a new output) is the
+# path or the "./" one.
+spell() {
+    local p=$1 k=$2 d b
+    d=$(dirname "$p") b=$(basename "$p")
+    case $((k % 4)) in
+        0) echo "$p" ;;
+        1) echo "$d/./../$(basename "$d")/$b" ;;
+        2) if [ -f "$p" ]; then ln -f "$p" "$T/hard.$b" 2>/dev/null && echo "$T/hard.$b" || echo "$p"; else echo "$p"; fi ;;
+        3) if [ -e "$p" ]; then ln -sf "$p" "$T/sym.$b" && echo "$T/sym.$b"; else echo "$d/./$b"; fi ;;
+    esac
+}
+runs=0
+# refused STATUS PATTERN ARGS...: exit STATUS, one line matching PATTERN, every file of $W as it was
+refused() {
+    local want=$1 pat=$2; shift 2
+    runs=$((runs + 1))
+    "$@" > "$T/out" 2> "$T/err"; local got=$?
+    local err
+    err=$(cat "$T/err")
+    if [ "$got" -ne "$want" ]; then fail "'$*' exited $got, expected $want: $err"; return; fi
+    [ -n "${MPI_LINES:-}" ] && grep '^mixprec' "$T/err" > "$T/err1" && mv "$T/err1" "$T/err" # mpirun adds its own
+    if [ "$(wc -l < "$T/err")" -ne 1 ] || ! grep -qE -- "$pat" "$T/err"; then fail "'$*': expected one line /$pat/, got: $err"; return; fi
+    snapshot > "$T/after"
+    if cmp -s "$T/before" "$T/after"; then ok; else fail "'$*' changed the files: $(diff "$T/before" "$T/after" | head -5)"; fi
+    rm -f "$T"/hard.* "$T"/sym.*
+}
+
+# 1. train: each output against each input, and against each other output
+outs=(--log --summary --save --dump-grads)
+k=0
+for o in "${outs[@]}"; do
+    for in in "--init $W/g.st" "--resume $W/g.st" "--data $W/c.txt"; do
+        set -- $in
+        [ "$o $1" = "--save --resume" ] && continue # a checkpoint advanced in place (tests/test_cli.sh)
+        data=(--data "text:$W/c.txt")
+        [ "$1" = --data ] && data=()
+        arg=$2
+        [ "$1" = --data ] && arg="text:$2"
+        p=$(spell "$2" $k)
+        k=$((k + 1))
+        refused 2 "$o .* is the file $1 reads" "$M" "${GPT[@]}" "${data[@]}" --steps 3 "$1" "$arg" "$o" "$p"
+    done
+    refused 2 "$o .* is inside the corpus directory" "$M" "${GPT[@]}" --data "text:$W/corpus" --steps 1 "$o" "$(spell "$W/corpus/x" $k)"
+    refused 2 "$o .* is the file --data reads" "$M" "${MLP[@]}" --data "$W/fm" --steps 1 "$o" "$(spell "$W/fm/t10k-labels-idx1-ubyte.gz" $k)"
+    refused 2 "$o .* is the file --init reads" "$M" "${MLP[@]}" --data "$W/fm" --steps 1 --init "$W/m.st" "$o" "$(spell "$W/m.st" $k)"
+    for o2 in "${outs[@]}"; do
+        [ "$o" = "$o2" ] && continue
+        refused 2 "name the same file" "$M" "${GPT[@]}" --data "text:$W/c.txt" --steps 1 "$o" "$W/old.csv" "$o2" "$(spell "$W/old.csv" $k)"
+        refused 2 "name the same file" "$M" "${GPT[@]}" --data "text:$W/c.txt" --steps 1 "$o" "$W/new.csv" "$o2" "$(spell "$W/new.csv" $k)"
+        k=$((k + 1))
+    done
+    # places that cannot be written: found before training, nothing created
+    refused 1 "$o $W/cmp is a directory, not a regular file" "$M" "${GPT[@]}" --data "text:$W/c.txt" --steps 1 "$o" "$W/cmp"
+    refused 1 "$o /dev/null is a device" "$M" "${GPT[@]}" --data "text:$W/c.txt" --steps 1 "$o" /dev/null
+    refused 1 "$o $W/nodir/x: the directory $W/nodir does not exist" "$M" "${GPT[@]}" --data "text:$W/c.txt" --steps 1 "$o" "$W/nodir/x"
+    refused 2 "$o is empty" "$M" "${GPT[@]}" --data "text:$W/c.txt" --steps 1 "$o" ""
+done
+
+# 2. compare: each file of DIR (and of DIR/.partial, which it empties of its own names first) against --init and --data
+CMP=(compare --model gpt:1-2-16-16 --batch 4 --threads 1 --steps 1 --precisions fp32,bf16 --checkpoints --out "$W/cmp")
+for f in fp32.csv bf16.json fp32.txt bf16.ckpt report.html summary.json; do
+    refused 2 "cmp/$f is the file --init reads" "$M" "${CMP[@]}" --data "text:$W/c.txt" --init "$(spell "$W/cmp/$f" $k)"
+    refused 2 "cmp/$f is the file --data reads" "$M" "${CMP[@]}" --data "text:$(spell "$W/cmp/$f" $k)"
+    k=$((k + 1))
+done
+refused 2 "cmp/.partial/fp32.json is the file --init reads" "$M" "${CMP[@]}" --data "text:$W/c.txt" --init "$W/cmp/.partial/fp32.json"
+refused 1 "--out $W/c.txt is not a directory" "$M" "${CMP[@]/$W\/cmp/$W/c.txt}" --data "text:$W/corpus/a.txt"
+refused 2 "--dump-grads names one file" "$M" "${CMP[@]}" --data "text:$W/c.txt" --dump-grads "$W/g.st"
+refused 2 "--log is set by compare itself" "$M" "${CMP[@]}" --data "text:$W/c.txt" --log "$W/g.st"
+
+# 3. explore: --out against --from, and places that cannot be written
+for k in 0 1 2 3; do
+    refused 2 "--out .* is the file --from reads" "$M" explore --from "$W/m.grads" --out "$(spell "$W/m.grads" $k)"
+done
+refused 1 "--out /dev/null is a device" "$M" explore --from "$W/m.grads" --out /dev/null
+refused 1 "--out $W/cmp is a directory" "$M" explore --from "$W/m.grads" --out "$W/cmp"
+refused 1 "the directory $W/nodir does not exist" "$M" explore --out "$W/nodir/x.html"
+
+# 4. the data-parallel path: the same checks on rank 0, one message, every rank stops
+if command -v mpirun > /dev/null && "$M" --version | grep -q 'MPI: '; then
+    # under ASan: Open MPI's own allocations at exit suppressed, as tests/test_mpi.sh does
+    export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_mpi.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+    MPI=(timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$M")
+    MPI_LINES=1
+    refused 2 "--log .* is the file --resume reads" "${MPI[@]}" "${GPT[@]}" --data "text:$W/c.txt" --steps 3 --resume "$W/g.st" --log "$(spell "$W/g.st" 2)"
+    refused 1 "--save /dev/null is a device" "${MPI[@]}" "${GPT[@]}" --data "text:$W/c.txt" --steps 1 --save /dev/null
+    refused 1 "--out /dev/null is not a directory" "${MPI[@]}" compare --model gpt:1-2-16-16 --batch 4 --steps 1 --data "text:$W/c.txt" --out /dev/null
+else
+    echo "test_careless.sh: no mpirun or no MPI in this mixprec: the data-parallel path is left to tests/test_mpi.sh"
+fi
+echo "$runs careless runs"
+done_
