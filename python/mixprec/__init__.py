@@ -14,7 +14,7 @@ import ctypes
 
 import numpy as np
 
-from ._lib import DTYPES, ConvertStats, MixprecError, Underflow, check, dtype_code, lib
+from ._lib import DTYPES, ConvertStats, MixprecError, Underflow, check, dtype_code, lib, path_arg
 from ._train import compare, train
 
 __all__ = ["MixprecError", "version", "formats", "convert", "underflow", "explore", "train", "compare"]
@@ -145,5 +145,5 @@ def explore(values, path, description=None):
     ptr, src, n, owner = _memory(values)
     if description is None:
         description = "%d values (%s)" % (n, getattr(values, "dtype", type(values).__name__))
-    check(lib.mp_explore_write(str(path).encode(), ptr, src, n, str(description).encode()))
+    check(lib.mp_explore_write(path_arg(path, "path"), ptr, src, n, str(description).encode()))
     return path

@@ -144,3 +144,14 @@ def check(status):
     if status != 0:
         msg = lib.mp_last_error().decode(errors="replace") or lib.mp_status_str(status).decode()
         raise MixprecError(msg)
+
+
+def path_arg(path, what):
+    """path (a str or os.PathLike) as the bytes the library takes; None, or a
+    path holding a NUL, is a ValueError naming what it is for."""
+    if path is None:
+        raise ValueError("mixprec: %s is None: give a file name" % what)
+    p = os.fsencode(path)
+    if b"\0" in p:
+        raise ValueError("mixprec: %s holds a NUL character" % what)
+    return p

@@ -48,7 +48,7 @@ import torch
 
 from . import _memory
 from ._lib import (DTYPES, HIST_BINS, ConvertStats, MixprecError, Report, ReportRun, ReportSkip, TensorStats,
-                   ValueCounts, check, dtype_code, lib)
+                   ValueCounts, check, dtype_code, lib, path_arg)
 
 __all__ = ["Monitor"]
 
@@ -466,10 +466,11 @@ class Monitor:
         loss and loss scale per step with the skipped steps, per-layer
         gradient underflow over time (heat map), activation headroom, the
         per-tensor table and the gradient histogram of the last recorded step."""
+        p = path_arg(path, "path")
         if not self._history:
             raise MixprecError("mixprec: report: no step recorded yet")
         build = _ReportBuilder(self, title)
-        check(lib.mp_report_write(str(path).encode(), ctypes.byref(build.report)))
+        check(lib.mp_report_write(p, ctypes.byref(build.report)))
         return path
 
 

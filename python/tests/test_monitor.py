@@ -450,6 +450,10 @@ def test_report_files_are_never_half_written(tmp_path):
     train(model, mon, 2)
     with pytest.raises(MixprecError, match="cannot create"):
         mon.report(tmp_path / "missing" / "r.html")
+    with pytest.raises(ValueError, match="path is None"):
+        mon.report(None)
+    with pytest.raises(MixprecError, match="is a directory, not a regular file"):
+        mon.report(tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 

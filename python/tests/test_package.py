@@ -180,6 +180,13 @@ def test_errors_carry_the_library_message(tmp_path):
     with pytest.raises(MixprecError, match="no_such_dir"):
         mixprec.explore(np.ones(4, np.float32), tmp_path / "no_such_dir" / "x.html")
     assert not os.path.exists(tmp_path / "no_such_dir")
+    with pytest.raises(ValueError, match="path is None"):
+        mixprec.explore(np.ones(4, np.float32), None)
+    with pytest.raises(ValueError, match="NUL"):
+        mixprec.explore(np.ones(4, np.float32), str(tmp_path / "a\0b.html"))
+    with pytest.raises(MixprecError, match="/dev/null is a device, not a regular file"):
+        mixprec.explore(np.ones(4, np.float32), "/dev/null")
+    assert not os.path.exists("None")
     with pytest.raises(MixprecError, match="dtype"):
         mixprec.convert(np.array(["a"]), "fp16")
     assert math.isfinite(mixprec.underflow(np.array([1e-8, 1.0]))["median"])  # float64 input: converted
