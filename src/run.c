@@ -128,6 +128,8 @@ typedef struct {
     const char *stopped;        /* why the run stopped early (in stop_msg), or NULL */
     char stop_msg[512];
     int out_failed;             /* an output (the log, the checkpoint, the summary) could not be written */
+    signed char wrote[4];       /* --log, --summary, --save, --dump-grads: 1 written, -1 not (as it was), 0 not asked */
+    char out_why[2048];         /* why the outputs written at the end were not, said in one line (say_outputs) */
     int finished;               /* the training ended (every step taken, or stopped early): outputs follow */
     double t_start, elapsed, mpi_median;
 } run_state;
@@ -318,6 +320,15 @@ static int fits(run_state *s, const mp_mlp_config *mc, const mp_gpt_config *gc) 
 
 /* A library call failed with st: its message (mp_last_error) as the run's. */
 static int failed(run_state *s, mp_status st) { return fail(s, st, "%s", mp_last_error()); }
+
+/* An output written at the end that could not be: the run's status as fail()
+ * keeps it, the message kept for say_outputs' one line. */
+static void output_failed(run_state *s, mp_status st, const char *msg) {
+    if (!s->status || s->status == MP_EOVERFLOW) s->status = st ? st : MP_EIO, snprintf(s->msg, sizeof s->msg, "%s", msg);
+    const size_t n = strlen(s->out_why);
+    snprintf(s->out_why + n, sizeof s->out_why - n, "%s%s", n ? "; " : "", msg);
+    s->out_failed = 1;
+}
 
 /* The same for a call that read file path: the message names it. */
 static int failed_file(run_state *s, mp_status st, const char *path) {
@@ -1139,8 +1150,9 @@ static void write_outputs(run_state *s) {
     const int writer = s->writer;
     mp_status e;
     if (o->save && writer) {
-        if ((e = mp_trainer_save(s->tr, o->save, s->meta, o->save_dtype)) != MP_OK) s->out_failed = 1, failed(s, e);
+        if ((e = mp_trainer_save(s->tr, o->save, s->meta, o->save_dtype)) != MP_OK) output_failed(s, e, mp_last_error());
         else OUT("saved %s (step %ld)\n", o->save, mp_trainer_step_count(s->tr));
+        s->wrote[2] = e == MP_OK ? 1 : -1;
     }
     if (writer) { /* the summary: kept in the result, written where the spec names it */
         cJSON *j = summary_json(s);
@@ -1149,7 +1161,8 @@ static void write_outputs(run_state *s) {
         e = !r->summary ? mp_error(MP_ENOMEM, "%s: out of memory", o->summary ? o->summary : "the summary")
             : o->summary ? mp_write_file_atomic(o->summary, &(mp_chunk){r->summary, strlen(r->summary)}, 1)
                          : MP_OK;
-        if (e != MP_OK && (o->summary || !s->status)) s->out_failed = 1, failed(s, e);
+        if (e != MP_OK && (o->summary || !s->status)) output_failed(s, e, mp_last_error());
+        if (o->summary) s->wrote[1] = e == MP_OK ? 1 : -1;
     }
     if (o->dump_grads && writer) { /* the weight gradients of the last step, as the optimizer saw them */
         const size_t np = mp_optim_count(s->opt);
@@ -1164,9 +1177,27 @@ static void write_outputs(run_state *s) {
         }
         e = gt ? mp_safetensors_write(o->dump_grads, gt, ng, NULL) : MP_ENOMEM;
         free(gt);
-        if (e != MP_OK) s->out_failed = 1, fail(s, e, "%s", gt ? mp_last_error() : "out of memory");
+        if (e != MP_OK) output_failed(s, e, gt ? mp_last_error() : "out of memory");
         else OUT("gradients of step %ld written to %s\n", mp_trainer_step_count(s->tr), o->dump_grads);
+        s->wrote[3] = e == MP_OK ? 1 : -1;
     }
+}
+
+/* After a run that trained to its end and could not write every output at
+ * its end: one line, why each of those was not written (each as it was), and
+ * the outputs that were. */
+static void say_outputs(const run_state *s) {
+    if (!s->out_why[0] || !s->writer || !s->io.err) return;
+    const char *const opt[4] = {"--log", "--summary", "--save", "--dump-grads"};
+    const char *const path[4] = {s->o.log, s->o.summary, s->o.save, s->o.dump_grads};
+    char written[1200] = "";
+    size_t n = 0;
+    for (int k = 0; k < 4; k++)
+        if (s->wrote[k] > 0 && n < sizeof written)
+            n += (size_t)snprintf(written + n, sizeof written - n, "%s%s %.500s", n ? ", " : "; written: ", opt[k], path[k]);
+    char rank[32] = "";
+    if (size_of(s) > 1 && rank_of(s) > 0) snprintf(rank, sizeof rank, "rank %d: ", rank_of(s));
+    fprintf(s->io.err, "%s: %s%s%s\n", s->io.prefix, rank, s->out_why, written);
 }
 
 mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *res) {
@@ -1202,9 +1233,11 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
      * output, not after a failure of the run itself (its rows stay in PATH.partial) */
     if (s.log_fd >= 0 && (ret == RUN_OK || (s.status && s.finished))) {
         if (log_finish(&s) != RUN_OK) ret = RUN_FAILED;
+        else s.wrote[0] = 1;
     } else if (s.log_fd >= 0) {
         close(s.log_fd);
     }
+    if (s.finished) say_outputs(&s);
     *res = s.res, memset(&s.res, 0, sizeof s.res);
     res->precision = s.prec, res->invalid = ret == RUN_INVALID;
     state_free(&s);

@@ -129,7 +129,7 @@ done
 # ... in the summary: the old one stays, the log (not written through the hook) is complete
 cp old.json ck.json
 MIXPREC_FAULT_WRITE_ENOSPC=100 run 1 "${G[@]}" --steps 6 --resume old.st --summary ck.json --log ck.csv &&
-    one_line 'ck.json: write failed (No space left on device)'
+    one_line 'ck.json: write failed (No space left on device); the previous file is untouched; written: --log ck.csv$'
 same ck.json old.json "summary after ENOSPC"
 complete_rows ck.csv
 [ "$(wc -l < ck.csv)" -eq 4 ] && ok || fail "the log after ENOSPC in the summary: $(wc -l < ck.csv) lines, expected 4"
@@ -162,7 +162,7 @@ MIXPREC_FAULT_WRITE_KILL_AFTER=$N run 137 "$M" "${CMP[@]}" --steps 4
 unchanged "killed while writing the report"
 run 0 "$M" "${CMP[@]}" --steps 3
 if [ "$(wc -l < cmp/fp32.csv)" -eq 4 ] && [ "$(wc -l < cmp/bf16.csv)" -eq 4 ] && [ ! -e cmp/.partial ] &&
-   ! (cd cmp && sha256sum --quiet -c ../cmp.sums 2>/dev/null); then ok
+   ! (cd cmp && sha256sum --quiet -c ../cmp.sums > /dev/null 2>&1); then ok
 else fail "the comparison after the failed ones: $(ls -A cmp)"; fi
 
 # 4. a real limit (ulimit -f: write(2) fails with EFBIG): the log outgrows 40 KiB
