@@ -53,8 +53,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (size_t i = 0; i < s.count; i++) {
         const mp_tensor *t = &s.tensors[i];
         const mp_format_info *f = mp_format(t->dtype);
-        FUZZ_CHECK(f && t->ndim >= 0 && t->ndim <= 4 && strlen(t->name) < sizeof t->name);
-        FUZZ_CHECK(t->nbytes == mp_tensor_numel(t) * f->size);
+        FUZZ_CHECK((f || t->dtype == MP_U8) && t->ndim >= 0 && t->ndim <= 4 && strlen(t->name) < sizeof t->name);
+        FUZZ_CHECK(t->nbytes == mp_tensor_numel(t) * (f ? f->size : 1));
         const uint8_t *p = t->data;
         FUZZ_CHECK(p >= base && (size_t)(p - base) <= datalen && t->nbytes <= datalen - (size_t)(p - base));
         FUZZ_CHECK(memcmp(p, data + (p - (const uint8_t *)s.buffer), t->nbytes) == 0);

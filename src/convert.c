@@ -66,6 +66,7 @@ void mp_to_f32(const mp_convert_kernels *k, float *dst, const void *src, mp_dtyp
     case MP_E2M1:
         for (size_t i = 0; i < n; i++) dst[i] = mp_e2m1_to_f32(((const uint8_t *)src)[i]);
         break;
+    case MP_U8: break; /* raw bytes, no number: mp_convert refuses them */
     }
 }
 
@@ -128,6 +129,7 @@ void mp_from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float
             if (st) stats_e2m1(st, mp_f32_bits(src[i]), d8[i]);
         }
         break;
+    case MP_U8: break;
     }
 }
 

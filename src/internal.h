@@ -236,13 +236,31 @@ typedef struct mp_optim_kernels {
     void (*sumsq)(double acc[8], const float *g, size_t n); /* adds into 8 partial sums (optim_kernels.h) */
     void (*scale)(float *g, size_t n, float c);
     void (*round_sr)(uint16_t *dst, const float *src, size_t n, uint64_t key, uint64_t base);
-    /* half-only parameters: weights and state in fp16 (bf = 0) or bf16 (bf = 1), rounded to nearest even */
-    uint64_t (*sgd_half)(uint16_t *w, const float *g, uint16_t *buf, size_t n, const mp_sgd_coef *c, int bf);
-    uint64_t (*adamw_half)(uint16_t *w, const float *g, uint16_t *m, uint16_t *v, size_t n,
-                           const mp_adamw_coef *c, int bf);
+    /* weights only in fp16 (bf = 0) or bf16 (bf = 1), rounded to nearest even (--master-weights none) */
+    uint64_t (*sgd_half)(uint16_t *w, const float *g, float *buf, size_t n, const mp_sgd_coef *c, int bf);
+    uint64_t (*adamw_half)(uint16_t *w, const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c, int bf);
+    /* ... with a compensation buffer in the same format (--master-weights kahan) */
+    uint64_t (*sgd_kahan)(uint16_t *w, uint16_t *comp, const float *g, float *buf, size_t n, const mp_sgd_coef *c,
+                          int bf);
+    uint64_t (*adamw_kahan)(uint16_t *w, uint16_t *comp, const float *g, float *m, float *v, size_t n,
+                            const mp_adamw_coef *c, int bf);
+    /* the optimizer state's formats (optim.c): widened into fp32 for an update and stored back */
+    void (*widen)(float *out, const uint16_t *h, size_t n, int bf);
+    void (*narrow)(uint16_t *h, const float *x, size_t n, int bf);
+    /* blocks of `block` values: codes into a map of 2^bits sorted values (bits 8: a byte each; 4: two to a byte,
+     * the first in the high nibble), or e4m3 (bits 0); one fp32 scale per block */
+    void (*dequant)(float *out, const uint8_t *codes, const float *scale, const float *map, int bits, size_t n,
+                    size_t block);
+    void (*quant)(uint8_t *codes, float *scale, const float *x, const float *map, int bits, size_t n, size_t block);
 } mp_optim_kernels;
 
 extern const mp_optim_kernels mp_optim_scalar;
+
+/* The sorted map of a block format's codes: MP_STATE_8BIT (256 entries) or
+ * MP_STATE_4BIT (16), for state 1 (exp_avg, the momentum buffer: signed
+ * dynamic) or 2 (exp_avg_sq: unsigned dynamic for 8-bit, k/16 for 4-bit),
+ * built once as torchao 0.18 builds them (optim.c); NULL for another format. */
+const float *mp_optim_state_map(mp_state_format f, int state);
 
 /* The eight partial sums of mp_optim_kernels.sumsq, added in a fixed order. */
 static inline double mp_sumsq_total(const double acc[8]) {

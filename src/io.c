@@ -17,8 +17,11 @@
  * the other and both are refused by name. */
 static const struct { const char *name; mp_dtype t; } st_dtypes[] = {
     {"F32", MP_F32}, {"F16", MP_F16}, {"BF16", MP_BF16}, {"F8_E4M3", MP_E4M3}, {"F8_E5M2", MP_E5M2},
-    {"F8_E8M0", MP_E8M0},
+    {"F8_E8M0", MP_E8M0}, {"U8", MP_U8},
 };
+
+/* Bytes per element of a dtype a file may hold. */
+static size_t elem_size(mp_dtype t) { return t == MP_U8 ? 1 : mp_format(t)->size; }
 
 static const char *dtype_name(mp_dtype t) {
     for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
@@ -187,7 +190,7 @@ static mp_status parse_header(const char *path, const char *json, size_t jsonlen
         }
         const size_t begin = (size_t)b0->valuedouble, end = (size_t)b1->valuedouble;
         t->nbytes = end - begin;
-        if (t->nbytes != numel * mp_format(t->dtype)->size) {
+        if (t->nbytes != numel * elem_size(t->dtype)) {
             st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has %zu bytes for a shape of %zu %s values", path, t->name,
                           t->nbytes, numel, dt->valuestring);
             goto out;
@@ -273,7 +276,7 @@ mp_status mp_safetensors_write(const char *path, const mp_tensor *ts, size_t cou
             return mp_error(MP_EINVAL, "%s: tensor '%s' is e2m1, one code a byte; safetensors' F4 packs two a byte "
                                        "(not written: widen it with mp_convert first)", path, ts[i].name);
         }
-        if (!dn || ts[i].ndim < 0 || ts[i].ndim > 4 || ts[i].nbytes != mp_tensor_numel(&ts[i]) * mp_format(ts[i].dtype)->size) {
+        if (!dn || ts[i].ndim < 0 || ts[i].ndim > 4 || ts[i].nbytes != mp_tensor_numel(&ts[i]) * elem_size(ts[i].dtype)) {
             cJSON_Delete(root);
             return mp_error(MP_EINVAL, "%s: tensor '%s' has a bad dtype, shape or size", path, ts[i].name);
         }

@@ -1,9 +1,11 @@
 /* optim.c - parameters with fp32 master weights, SGD / AdamW, clipping, and the
  * loss-scaled step protocol (stages READY -> UNSCALED -> STEPPED). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "mixprec/io.h"
 #include "optim_kernels.h"
 
 #ifdef MP_X86
@@ -30,7 +32,64 @@ struct mp_optim {
     int found_inf;         /* from the unscale of this epoch */
     float clip_coef;       /* a clip coefficient below 1 the next update applies (mp_optim_unscale_clip), else 1 */
     uint64_t lost_updates, updated; /* the last step's (mp_optim_lost_updates) */
+    mp_state_format state_format;   /* as asked (mp_optim_set_state_format); each parameter's in its state_format */
 };
+
+/* ---- the block formats' maps (torchao 0.18, torchao/optim/quant_utils.py and subclass_{8,4}bit.py) ---- */
+
+static float map8_signed[256], map8_unsigned[256], map4_signed[16], map4_linear[16];
+static pthread_once_t maps_once = PTHREAD_ONCE_INIT;
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* create_dynamic_map(signed, max_exponent_bits E, total_bits): for each
+ * exponent i < E the midpoints of torch.linspace(0.1, 1, n) (in fp32, as
+ * ATen's vectorized CPU kernel computes it: fused multiply-adds, the second
+ * half from the end) scaled by 10^(i - E + 1), with their negatives when
+ * signed; then 0 and 1; sorted. */
+static void dynamic_map(float *out, int is_signed, int E, int total_bits) {
+    const int N = total_bits - 1;
+    int k = 0;
+    for (int i = 0; i < E; i++) {
+        const int n = is_signed ? (1 << (i + N - E)) + 1 : (1 << (i + N - E + 1)) + 1;
+        float b[130];
+        const float start = 0.1f, end = 1.0f, step = (end - start) / (float)(n - 1);
+        for (int j = 0; j < n; j++)
+            b[j] = j < n / 2 ? fmaf(step, (float)j, start) : fmaf(-step, (float)(n - 1 - j), end);
+        const float scale = (float)pow(10.0, (double)(i - (E - 1)));
+        for (int j = 0; j + 1 < n; j++) {
+            const float v = scale * ((b[j] + b[j + 1]) / 2.0f);
+            out[k++] = v;
+            if (is_signed) out[k++] = -v;
+        }
+    }
+    out[k++] = 0.0f, out[k++] = 1.0f;
+    qsort(out, (size_t)k, sizeof *out, cmp_float);
+}
+
+static void build_maps(void) {
+    dynamic_map(map8_signed, 1, 7, 8), dynamic_map(map8_unsigned, 0, 7, 8), dynamic_map(map4_signed, 1, 3, 4);
+    for (int k = 0; k < 16; k++) map4_linear[k] = (float)(k + 1) / 16.0f; /* torch.linspace(0, 1, 17)[1:] */
+}
+
+const float *mp_optim_state_map(mp_state_format f, int state) {
+    pthread_once(&maps_once, build_maps);
+    if (f == MP_STATE_8BIT) return state == 1 ? map8_signed : map8_unsigned;
+    if (f == MP_STATE_4BIT) return state == 1 ? map4_signed : map4_linear;
+    return NULL;
+}
+
+static int block_format(mp_state_format f) { return f == MP_STATE_FP8 || f == MP_STATE_8BIT || f == MP_STATE_4BIT; }
+static size_t block_of(mp_state_format f) { return f == MP_STATE_4BIT ? 128 : 256; }
+static int bits_of(mp_state_format f) { return f == MP_STATE_8BIT ? 8 : f == MP_STATE_4BIT ? 4 : 0; }
+
+const char *mp_state_format_name(mp_state_format f) {
+    static const char *const names[] = {"auto", "fp32", "bf16", "fp16", "fp8", "8bit", "4bit"};
+    return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "?";
+}
 
 mp_sgd_config mp_sgd_defaults(void) {
     mp_sgd_config c = {1e-3, 0.0, 0.0, 0.0, 0};
@@ -93,10 +152,9 @@ static void free_param(mp_param *p) {
     free(p->master);
     free(p->grad);
     free(p->half);
-    free(p->state1);
-    free(p->state2);
-    free(p->hstate1);
-    free(p->hstate2);
+    free(p->comp);
+    free(p->state1), free(p->state2), free(p->hstate1), free(p->hstate2);
+    free(p->qstate1), free(p->qstate2), free(p->qscale1), free(p->qscale2);
 }
 
 void mp_optim_free(mp_optim *o) {
@@ -179,27 +237,76 @@ static void param_share(void *ctx, size_t i0, size_t i1, int t) {
     j->part[t] = lost;
 }
 
+/* The weights' kernel over elements [i0, i1) of j->p with its state in fp32
+ * at m and v (NULL: none). Returns the updates lost. */
+static uint64_t update_weights(const param_job *j, size_t i0, size_t i1, float *m, float *v) {
+    const mp_param *p = j->p;
+    const mp_optim_kernels *k = j->k;
+    const size_t n = i1 - i0;
+    const float *g = p->grad + i0;
+    uint16_t *h = p->half ? (uint16_t *)p->half + i0 : NULL;
+    const int bf = p->half_type == MP_BF16, sgd = j->kind == JOB_SGD;
+    switch (p->weights) {
+    case MP_MASTER_FP32: return sgd ? k->sgd(p->master + i0, g, m, n, j->sc) : k->adamw(p->master + i0, g, m, v, n, j->ac);
+    case MP_MASTER_PURE_BF16:
+        return sgd ? k->sgd_bf16(h, g, m, n, j->sc, j->key, i0) : k->adamw_bf16(h, g, m, v, n, j->ac, j->key, i0);
+    case MP_MASTER_NONE: return sgd ? k->sgd_half(h, g, m, n, j->sc, bf) : k->adamw_half(h, g, m, v, n, j->ac, bf);
+    case MP_MASTER_KAHAN:
+        return sgd ? k->sgd_kahan(h, p->comp + i0, g, m, n, j->sc, bf)
+                   : k->adamw_kahan(h, p->comp + i0, g, m, v, n, j->ac, bf);
+    }
+    return 0;
+}
+
+/* State k (1 or 2) of p, elements [c, c + n), widened or dequantized into x
+ * (store 0), or x stored into it (store 1). c and n are whole blocks. */
+static void state_io(const param_job *j, int k, float *x, size_t c, size_t n, int store) {
+    const mp_param *p = j->p;
+    const mp_state_format f = p->state_format;
+    if (f == MP_STATE_FP16 || f == MP_STATE_BF16) {
+        uint16_t *h = (k == 1 ? p->hstate1 : p->hstate2) + c;
+        if (store) j->k->narrow(h, x, n, f == MP_STATE_BF16);
+        else j->k->widen(x, h, n, f == MP_STATE_BF16);
+        return;
+    }
+    const size_t block = block_of(f);
+    const int bits = bits_of(f);
+    uint8_t *codes = (k == 1 ? p->qstate1 : p->qstate2) + (bits == 4 ? c / 2 : c);
+    float *scale = (k == 1 ? p->qscale1 : p->qscale2) + c / block;
+    const float *map = mp_optim_state_map(f, k);
+    if (store) j->k->quant(codes, scale, x, map, bits, n, block);
+    else j->k->dequant(x, codes, scale, map, bits, n, block);
+}
+
+/* The update of elements [i0, i1) of j->p: a state kept in fp32 is updated
+ * where it is; another is widened (or dequantized) piece by piece into fp32,
+ * updated with the weights and stored back while the piece is in cache.
+ * Returns the updates lost. */
+static uint64_t update(const param_job *j, size_t i0, size_t i1) {
+    const mp_param *p = j->p;
+    const int has1 = p->state1 || p->hstate1 || p->qstate1, has2 = p->state2 || p->hstate2 || p->qstate2;
+    if (p->state_format == MP_STATE_FP32 || !has1)
+        return update_weights(j, i0, i1, p->state1 ? p->state1 + i0 : NULL, p->state2 ? p->state2 + i0 : NULL);
+    float m[PIECE], v[PIECE];
+    uint64_t lost = 0;
+    for (size_t c = i0; c < i1; c += PIECE) {
+        const size_t n = i1 - c < PIECE ? i1 - c : PIECE;
+        state_io(j, 1, m, c, n, 0);
+        if (has2) state_io(j, 2, v, c, n, 0);
+        lost += update_weights(j, c, c + n, m, has2 ? v : NULL);
+        state_io(j, 1, m, c, n, 1);
+        if (has2) state_io(j, 2, v, c, n, 1);
+    }
+    return lost;
+}
+
 static void param_share_body(const param_job *j, job_kind kind, size_t i0, size_t i1, int t) {
     mp_param *p = j->p;
     const size_t n = i1 - i0;
-    float *s1 = p->state1 ? p->state1 + i0 : NULL, *s2 = p->state2 ? p->state2 + i0 : NULL;
     uint16_t *h = p->half ? (uint16_t *)p->half + i0 : NULL;
-    uint16_t *hs1 = p->hstate1 ? p->hstate1 + i0 : NULL, *hs2 = p->hstate2 ? p->hstate2 + i0 : NULL;
-    const int half_only = p->state_type != MP_F32, bf = p->half_type == MP_BF16;
-    uint64_t lost;
     switch (kind) {
     case JOB_SGD:
-        if (p->master) lost = j->k->sgd(p->master + i0, p->grad + i0, s1, n, j->sc);
-        else if (half_only) lost = j->k->sgd_half(h, p->grad + i0, hs1, n, j->sc, bf);
-        else lost = j->k->sgd_bf16(h, p->grad + i0, s1, n, j->sc, j->key, i0);
-        ((param_job *)j)->part[t] = (double)lost;
-        break;
-    case JOB_ADAMW:
-        if (p->master) lost = j->k->adamw(p->master + i0, p->grad + i0, s1, s2, n, j->ac);
-        else if (half_only) lost = j->k->adamw_half(h, p->grad + i0, hs1, hs2, n, j->ac, bf);
-        else lost = j->k->adamw_bf16(h, p->grad + i0, s1, s2, n, j->ac, j->key, i0);
-        ((param_job *)j)->part[t] = (double)lost;
-        break;
+    case JOB_ADAMW: ((param_job *)j)->part[t] = (double)update(j, i0, i1); break;
     case JOB_REFRESH: /* the half copy, round to nearest even, while the share is in cache */
         mp_convert(h, p->half_type, p->master + i0, MP_F32, n, NULL);
         break;
@@ -234,7 +341,10 @@ static double run_param_found(param_job *j, mp_param *p, int *found) {
     j->p = p;
     memset(j->part, 0, sizeof j->part);
     memset(j->found, 0, sizeof j->found);
-    const int shares = mp_parallel_for(p->n, PARAM_PARALLEL_MIN, 64, param_share, j);
+    /* an update of block-formatted state splits at whole blocks */
+    const int upd = j->kind == JOB_SGD || j->kind == JOB_ADAMW;
+    const size_t align = upd && block_format(p->state_format) ? 256 : 64;
+    const int shares = mp_parallel_for(p->n, PARAM_PARALLEL_MIN, align, param_share, j);
     double s = 0;
     for (int t = 0; t < shares; t++) s += j->part[t];
     for (int t = 0; found && t < shares; t++) *found |= j->found[t];
@@ -261,8 +371,9 @@ static mp_status add_param(mp_optim *o, const char *name, const float *init, siz
                            mp_master_weights master, mp_param **out) {
     const int pure = master != MP_MASTER_FP32; /* no fp32 master: the weights live in the half copy */
     if (!o || !name || (!init && n)) return mp_error(MP_EINVAL, "mp_optim_add: NULL argument");
-    if (master == MP_MASTER_NONE && half_type != MP_F16 && half_type != MP_BF16)
-        return mp_error(MP_EINVAL, "mp_optim_add_half: a half-only parameter is fp16 or bf16");
+    if ((master == MP_MASTER_NONE || master == MP_MASTER_KAHAN) && half_type != MP_F16 && half_type != MP_BF16)
+        return mp_error(MP_EINVAL, "mp_optim_add_%s: a parameter without fp32 weights is fp16 or bf16",
+                        master == MP_MASTER_KAHAN ? "kahan" : "half");
     if (half_type != MP_F32 && half_type != MP_F16 && half_type != MP_BF16)
         return mp_error(MP_EINVAL, "mp_optim_add: half copies are fp16 or bf16 (or MP_F32 for none)");
     if (strlen(name) >= sizeof ((mp_param *)0)->name)
@@ -281,11 +392,13 @@ static mp_status add_param(mp_optim *o, const char *name, const float *init, siz
     snprintf(p->name, sizeof p->name, "%s", name);
     p->n = n;
     p->half_type = half_type;
-    p->state_type = master == MP_MASTER_NONE ? half_type : MP_F32;
+    p->weights = master;
     p->grad = alloc_zero(n, 4);
     if (!pure) p->master = alloc_zero(n, 4);
     if (half_type != MP_F32) p->half = alloc_zero(n, 2);
-    if (!p->grad || (!pure && !p->master) || (half_type != MP_F32 && !p->half)) {
+    if (master == MP_MASTER_KAHAN) p->comp = alloc_zero(n, 2);
+    if (!p->grad || (!pure && !p->master) || (half_type != MP_F32 && !p->half) ||
+        (master == MP_MASTER_KAHAN && !p->comp)) {
         free_param(p);
         free(p);
         return mp_error(MP_ENOMEM, "mp_optim_add: out of memory for '%s' (%zu elements)", name, n);
@@ -315,11 +428,16 @@ mp_status mp_optim_add_half(mp_optim *o, const char *name, const float *init, si
     return add_param(o, name, init, n, half_type, MP_MASTER_NONE, out);
 }
 
+mp_status mp_optim_add_kahan(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
+                             mp_param **out) {
+    return add_param(o, name, init, n, half_type, MP_MASTER_KAHAN, out);
+}
+
 mp_status mp_master_weights_check(const char *who, mp_dtype compute, mp_master_weights m) {
     if (m == MP_MASTER_PURE_BF16 && compute != MP_BF16) return mp_error(MP_EINVAL, "%s: pure weights are bf16 only", who);
-    if (m == MP_MASTER_NONE && compute == MP_F32)
-        return mp_error(MP_EINVAL, "%s: no master weights needs fp16 or bf16", who);
-    if ((unsigned)m > MP_MASTER_NONE) return mp_error(MP_EINVAL, "%s: master weights %d", who, (int)m);
+    if ((m == MP_MASTER_NONE || m == MP_MASTER_KAHAN) && compute == MP_F32)
+        return mp_error(MP_EINVAL, "%s: weights without an fp32 master need fp16 or bf16", who);
+    if ((unsigned)m > MP_MASTER_KAHAN) return mp_error(MP_EINVAL, "%s: master weights %d", who, (int)m);
     return MP_OK;
 }
 
@@ -329,6 +447,7 @@ mp_status mp_optim_add_as(mp_optim *o, const char *name, const float *init, size
     if (st != MP_OK) return st;
     if (m == MP_MASTER_PURE_BF16) return mp_optim_add_pure_bf16(o, name, init, n, out);
     if (m == MP_MASTER_NONE) return mp_optim_add_half(o, name, init, n, compute, out);
+    if (m == MP_MASTER_KAHAN) return mp_optim_add_kahan(o, name, init, n, compute, out);
     return mp_optim_add(o, name, init, n, copy_type, out);
 }
 
@@ -369,19 +488,87 @@ void mp_optim_zero_grad(mp_optim *o) {
     for (size_t i = 0; i < o->count; i++) memset(o->params[i]->grad, 0, o->params[i]->n * 4);
 }
 
-/* Allocates the optimizer state of p on first use. */
+/* The format p's state takes: the optimizer's, but for a block format a
+ * parameter under 4096 elements or not a whole number of blocks keeps its own
+ * (fp32, or without fp32 weights its compute format), as torchao does. */
+static mp_state_format format_of(const mp_optim *o, const mp_param *p) {
+    const mp_state_format own = p->master ? MP_STATE_FP32 : p->half_type == MP_BF16 ? MP_STATE_BF16 : MP_STATE_FP16;
+    const mp_state_format f = o->state_format;
+    if (f == MP_STATE_AUTO) return p->weights == MP_MASTER_NONE ? own : MP_STATE_FP32;
+    if (block_format(f) && (p->n < 4096 || p->n % block_of(f) != 0)) return own;
+    return f;
+}
+
+/* Allocates the optimizer state of p (zeros: zero codes and scales, as
+ * torchao's zeros) on first use. */
 static mp_status ensure_state(mp_optim *o, mp_param *p) {
-    const int need1 = o->kind == KIND_ADAMW || o->sgd.momentum != 0, need2 = o->kind == KIND_ADAMW;
-    if (p->state_type != MP_F32) { /* half-only: the state in half_type (zero bits are +0) */
-        if (need1 && !p->hstate1 && !(p->hstate1 = alloc_zero(p->n, 2))) goto oom;
-        if (need2 && !p->hstate2 && !(p->hstate2 = alloc_zero(p->n, 2))) goto oom;
-        return MP_OK;
+    const int need[2] = {o->kind == KIND_ADAMW || o->sgd.momentum != 0, o->kind == KIND_ADAMW};
+    if (p->state1 || p->hstate1 || p->qstate1 || !need[0]) return MP_OK;
+    const mp_state_format f = p->state_format = format_of(o, p);
+    for (int k = 0; k < 2; k++) {
+        if (!need[k]) continue;
+        int ok;
+        if (f == MP_STATE_FP32) ok = (*(k ? &p->state2 : &p->state1) = alloc_zero(p->n, 4)) != NULL;
+        else if (!block_format(f)) ok = (*(k ? &p->hstate2 : &p->hstate1) = alloc_zero(p->n, 2)) != NULL;
+        else
+            ok = (*(k ? &p->qstate2 : &p->qstate1) = alloc_zero(bits_of(f) == 4 ? p->n / 2 : p->n, 1)) &&
+                 (*(k ? &p->qscale2 : &p->qscale1) = alloc_zero(p->n / block_of(f), 4));
+        if (!ok) return mp_error(MP_ENOMEM, "optimizer: out of memory for the state of '%s'", p->name);
     }
-    if (need1 && !p->state1 && !(p->state1 = alloc_zero(p->n, 4))) goto oom;
-    if (need2 && !p->state2 && !(p->state2 = alloc_zero(p->n, 4))) goto oom;
     return MP_OK;
-oom:
-    return mp_error(MP_ENOMEM, "optimizer: out of memory for the state of '%s'", p->name);
+}
+
+mp_status mp_optim_set_state_format(mp_optim *o, mp_state_format f) {
+    if (!o) return mp_error(MP_EINVAL, "mp_optim_set_state_format: NULL optimizer");
+    if ((unsigned)f > MP_STATE_4BIT) return mp_error(MP_EINVAL, "optimizer state format %d", (int)f);
+    if (o->kind == KIND_SGD && o->sgd.momentum == 0 && f != MP_STATE_AUTO && f != MP_STATE_FP32)
+        return mp_error(MP_EINVAL, "SGD without momentum keeps no optimizer state: no %s state",
+                        mp_state_format_name(f));
+    for (size_t i = 0; i < o->count; i++)
+        if (o->params[i]->state1 || o->params[i]->hstate1 || o->params[i]->qstate1)
+            return mp_error(MP_ESTATE, "mp_optim_set_state_format: the state exists already");
+    o->state_format = f;
+    return MP_OK;
+}
+
+size_t mp_optim_state_tensors(const mp_param *p, mp_tensor *out) {
+    size_t n = 0;
+    const mp_state_format f = p->state_format;
+    const size_t block = block_of(f);
+    for (int k = 1; k <= 2; k++) {
+        const void *data = k == 1 ? (f == MP_STATE_FP32 ? (const void *)p->state1 : block_format(f) ? (const void *)p->qstate1 : p->hstate1)
+                                  : (f == MP_STATE_FP32 ? (const void *)p->state2 : block_format(f) ? (const void *)p->qstate2 : p->hstate2);
+        if (!data) continue;
+        if (out) {
+            mp_tensor *t = &out[n];
+            memset(t, 0, sizeof *t);
+            snprintf(t->name, sizeof t->name, "optim.%s.state%d", p->name, k);
+            t->dtype = f == MP_STATE_FP32 ? MP_F32 : f == MP_STATE_BF16 ? MP_BF16 : f == MP_STATE_FP16 ? MP_F16
+                       : f == MP_STATE_FP8 ? MP_E4M3 : MP_U8;
+            t->ndim = 1, t->shape[0] = f == MP_STATE_4BIT ? p->n / 2 : p->n;
+            t->nbytes = t->shape[0] * (f == MP_STATE_FP32 ? 4 : block_format(f) ? 1 : 2), t->data = data;
+        }
+        n++;
+        if (!block_format(f)) continue;
+        if (out) {
+            mp_tensor *t = &out[n];
+            memset(t, 0, sizeof *t);
+            snprintf(t->name, sizeof t->name, "optim.%s.state%d.scale", p->name, k);
+            t->dtype = MP_F32, t->ndim = 1, t->shape[0] = p->n / block, t->nbytes = p->n / block * 4;
+            t->data = k == 1 ? p->qscale1 : p->qscale2;
+        }
+        n++;
+    }
+    if (p->comp) {
+        if (out) {
+            mp_tensor *t = &out[n];
+            memset(t, 0, sizeof *t);
+            snprintf(t->name, sizeof t->name, "optim.%s.comp", p->name);
+            t->dtype = p->half_type, t->ndim = 1, t->shape[0] = p->n, t->nbytes = p->n * 2, t->data = p->comp;
+        }
+        n++;
+    }
+    return n;
 }
 
 mp_status mp_optim_restore(mp_optim *o, uint64_t steps) {

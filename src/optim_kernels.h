@@ -42,8 +42,8 @@ static inline float sgd_elem(float w, float g, float *buf, const mp_sgd_coef *c,
     return fmaf(d, c->neg_lr, w); /* param.add_(d_p, alpha=-lr) */
 }
 
-static inline float adamw_elem(float w, float g, float *m, float *v, const mp_adamw_coef *c, float *u) {
-    const float wd = w * c->decay;                 /* param.mul_(1 - lr * wd) */
+/* AdamW's moments updated and its step (-step_size m / denom) returned. */
+static inline float adamw_step(float g, float *m, float *v, const mp_adamw_coef *c) {
     const float mm = fmaf(c->w1, g - *m, *m);      /* exp_avg.lerp_(grad, 1 - beta1) */
     /* exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1-beta2): PyTorch's kernel computes
      * self + value * t1 * t2, which its GCC build fuses into fma(value * t1, t2, self) */
@@ -51,7 +51,12 @@ static inline float adamw_elem(float w, float g, float *m, float *v, const mp_ad
     *m = mm;
     *v = vv;
     const float denom = sqrtf(vv) / c->bc2_sqrt + c->eps;
-    const float step = c->neg_step_size * mm / denom;
+    return c->neg_step_size * mm / denom;
+}
+
+static inline float adamw_elem(float w, float g, float *m, float *v, const mp_adamw_coef *c, float *u) {
+    const float wd = w * c->decay; /* param.mul_(1 - lr * wd) */
+    const float step = adamw_step(g, m, v, c);
     *u = (wd - w) + step;
     return wd + step; /* param.addcdiv_(exp_avg, denom, value=-step_size) */
 }
@@ -122,26 +127,23 @@ static uint64_t k_adamw_bf16(uint16_t *w, // (n,) bf16 weights (no master)
     return lost;
 }
 
-/* Half-only parameters (--master-weights none): weights and state stored in
- * fp16 (bf == 0) or bf16 (bf == 1). Each element is widened to fp32, updated
- * by sgd_elem / adamw_elem (the master path's arithmetic) and every result
- * stored is rounded to nearest even (mp_f32_to_f16 / mp_f32_to_bf16: integer
- * bit arithmetic, the same under FTZ/DAZ). */
+/* Weights only in fp16 (bf == 0) or bf16 (bf == 1), the state in fp32 (the
+ * caller widens a state kept in a smaller format and stores it back): each
+ * weight is widened to fp32, updated by sgd_elem / adamw_elem (the master
+ * path's arithmetic) and rounded to nearest even (mp_f32_to_f16 /
+ * mp_f32_to_bf16: integer bit arithmetic, the same under FTZ/DAZ). */
 static inline float mp_half_widen(uint16_t h, int bf) { return bf ? mp_bf16_to_f32(h) : mp_f16_to_f32(h); }
 static inline uint16_t mp_half_round(float x, int bf) { return bf ? mp_f32_to_bf16(x) : mp_f32_to_f16(x); }
 
 static uint64_t k_sgd_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
                            const float *g, // (n,) fp32 gradients
-                           uint16_t *buf, // (n,) fp16/bf16 momentum buffer, or NULL without momentum
+                           float *buf, // (n,) momentum buffer, or NULL without momentum
                            size_t n, const mp_sgd_coef *c, int bf) {
-    float u;
+    float dummy = 0.0f, u;
     uint64_t lost = 0;
     for (size_t i = 0; i < n; i++) {
         const uint16_t old = w[i];
-        float b = buf ? mp_half_widen(buf[i], bf) : 0.0f;
-        const float r = sgd_elem(mp_half_widen(old, bf), g[i], &b, c, &u);
-        if (buf) buf[i] = mp_half_round(b, bf);
-        w[i] = mp_half_round(r, bf);
+        w[i] = mp_half_round(sgd_elem(mp_half_widen(old, bf), g[i], buf ? &buf[i] : &dummy, c, &u), bf);
         lost += mp_lost16(u, old, w[i]);
     }
     return lost;
@@ -149,20 +151,126 @@ static uint64_t k_sgd_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
 
 static uint64_t k_adamw_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
                              const float *g, // (n,) fp32 gradients
-                             uint16_t *m, uint16_t *v, // (n,) fp16/bf16 exp_avg, exp_avg_sq
+                             float *m, float *v, // (n,) exp_avg, exp_avg_sq
                              size_t n, const mp_adamw_coef *c, int bf) {
     float u;
     uint64_t lost = 0;
     for (size_t i = 0; i < n; i++) {
         const uint16_t old = w[i];
-        float mm = mp_half_widen(m[i], bf), vv = mp_half_widen(v[i], bf);
-        const float r = adamw_elem(mp_half_widen(old, bf), g[i], &mm, &vv, c, &u);
-        m[i] = mp_half_round(mm, bf);
-        v[i] = mp_half_round(vv, bf);
-        w[i] = mp_half_round(r, bf);
+        w[i] = mp_half_round(adamw_elem(mp_half_widen(old, bf), g[i], &m[i], &v[i], c, &u), bf);
         lost += mp_lost16(u, old, w[i]);
     }
     return lost;
+}
+
+/* Kahan-compensated weights, as torch-optimi's AdamW(kahan_sum=True) stores
+ * them: the weight w and its compensation k both in fp16/bf16, every result
+ * rounded to nearest even. The update u (fp32, the master path's) goes into
+ * k; w takes k; what w could not take goes back into k:
+ *   k = rnd(k + u); w' = rnd(w + k); k = rnd(k + rnd(w - w'))
+ * AdamW's decoupled decay rounds into w first (w = rnd(w (1 - lr wd))), as
+ * optimi's param.mul_. An update is lost when neither w nor k changed. */
+static inline void kahan_store(uint16_t *w, uint16_t *k, float wd, float u, int bf) {
+    const float kk = mp_half_widen(mp_half_round(mp_half_widen(*k, bf) + u, bf), bf);
+    const uint16_t now = mp_half_round(wd + kk, bf);
+    *k = mp_half_round(kk + mp_half_widen(mp_half_round(wd - mp_half_widen(now, bf), bf), bf), bf);
+    *w = now;
+}
+
+static uint64_t k_sgd_kahan(uint16_t *w, uint16_t *k, // (n,) fp16/bf16 weights and their compensation
+                            const float *g, float *buf, size_t n, const mp_sgd_coef *c, int bf) {
+    float dummy = 0.0f, u;
+    uint64_t lost = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t old = w[i], oldk = k[i];
+        const float x = mp_half_widen(old, bf);
+        (void)sgd_elem(x, g[i], buf ? &buf[i] : &dummy, c, &u);
+        kahan_store(&w[i], &k[i], x, u, bf);
+        lost += mp_lost16(u, old, w[i]) && oldk == k[i];
+    }
+    return lost;
+}
+
+static uint64_t k_adamw_kahan(uint16_t *w, uint16_t *k, // (n,) fp16/bf16 weights and their compensation
+                              const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c, int bf) {
+    float u;
+    uint64_t lost = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t old = w[i], oldk = k[i];
+        const float x = mp_half_widen(old, bf), wd = mp_half_widen(mp_half_round(x * c->decay, bf), bf);
+        const float step = adamw_step(g[i], &m[i], &v[i], c);
+        u = (wd - x) + step;
+        kahan_store(&w[i], &k[i], wd, step, bf);
+        lost += mp_lost16(u, old, w[i]) && oldk == k[i];
+    }
+    return lost;
+}
+
+static void k_widen(float *out, const uint16_t *h, size_t n, int bf) {
+    for (size_t i = 0; i < n; i++) out[i] = mp_half_widen(h[i], bf);
+}
+
+static void k_narrow(uint16_t *h, const float *x, size_t n, int bf) {
+    for (size_t i = 0; i < n; i++) h[i] = mp_half_round(x[i], bf);
+}
+
+/* Blockwise quantized state, as torchao 0.18's OptimState8bit / 4bit / Fp8
+ * store it (docs/TRAINING.md): per block of `block` values the scale is the
+ * largest magnitude, at least 1e-12 (NaN carried), or for e4m3 that over 448;
+ * each value is divided by it (IEEE division) and coded: e4m3 rounds to
+ * nearest even (saturating); a map's code is found by a binary search for
+ * the last entry <= y and moved up when y - q[c] >= (q[c+1] - q[c]) / 2 (in
+ * fp32: ties go up). Dequantized: entry (or e4m3 value) times the scale. */
+static inline int map_code(float y, const float *q, int entries) {
+    int c = 0;
+    for (int k = entries / 2; k >= 1; k /= 2)
+        if (y >= q[c + k]) c += k;
+    const int up = c + 1 < entries ? c + 1 : entries - 1;
+    return y - q[c] >= (q[up] - q[c]) * 0.5f ? up : c;
+}
+
+static void k_dequant(float *out, const uint8_t *codes, const float *scale, const float *map, int bits, size_t n,
+                      size_t block) {
+    for (size_t b = 0; b < n / block; b++) {
+        const float s = scale[b];
+        float *o = out + b * block;
+        if (bits == 8) {
+            const uint8_t *c = codes + b * block;
+            for (size_t i = 0; i < block; i++) o[i] = map[c[i]] * s;
+        } else if (bits == 4) {
+            const uint8_t *c = codes + b * block / 2;
+            for (size_t i = 0; i < block / 2; i++) o[2 * i] = map[c[i] >> 4] * s, o[2 * i + 1] = map[c[i] & 15] * s;
+        } else {
+            const uint8_t *c = codes + b * block;
+            for (size_t i = 0; i < block; i++) o[i] = mp_e4m3_to_f32(c[i]) * s;
+        }
+    }
+}
+
+static void k_quant(uint8_t *codes, float *scale, const float *x, const float *map, int bits, size_t n, size_t block) {
+    for (size_t b = 0; b < n / block; b++) {
+        const float *xb = x + b * block;
+        float amax = 0.0f;
+        for (size_t i = 0; i < block; i++) { /* torch's amax: a NaN stays */
+            const float a = fabsf(xb[i]);
+            amax = a > amax || a != a ? a : amax;
+            if (amax != amax) break;
+        }
+        float s = amax < 1e-12f ? 1e-12f : amax;
+        if (!bits) s /= 448.0f;
+        scale[b] = s;
+        if (bits == 8) {
+            uint8_t *c = codes + b * block;
+            for (size_t i = 0; i < block; i++) c[i] = (uint8_t)map_code(xb[i] / s, map, 256);
+        } else if (bits == 4) {
+            uint8_t *c = codes + b * block / 2;
+            for (size_t i = 0; i < block / 2; i++)
+                c[i] = (uint8_t)(map_code(xb[2 * i] / s, map, 16) << 4 | map_code(xb[2 * i + 1] / s, map, 16));
+        } else {
+            uint8_t *c = codes + b * block;
+            for (size_t i = 0; i < block; i++) c[i] = mp_f32_to_e4m3_sat(xb[i] / s);
+        }
+    }
 }
 
 /* Sum of squares in fp64 into eight partial sums in a fixed order (element i
@@ -186,6 +294,8 @@ static void k_round_sr(uint16_t *dst, // (n,) bf16
     for (size_t i = 0; i < n; i++) dst[i] = mp_sr_bf16(src[i], key, base + i);
 }
 
-#define MP_OPTIM_KERNELS {k_sgd, k_adamw, k_sgd_bf16, k_adamw_bf16, k_sumsq, k_scale, k_round_sr, k_sgd_half, k_adamw_half}
+#define MP_OPTIM_KERNELS                                                                                        \
+    {k_sgd,        k_adamw,       k_sgd_bf16, k_adamw_bf16, k_sumsq, k_scale, k_round_sr, k_sgd_half, k_adamw_half, \
+     k_sgd_kahan,  k_adamw_kahan, k_widen,    k_narrow,     k_dequant, k_quant}
 
 #endif

@@ -304,8 +304,14 @@ static uint64_t model_bytes(const run_state *s, const mp_mlp_config *mc, const m
         }
         act = B * widths * (4 + 3 * es);
     }
-    const double state = o->optimizer == MP_RUN_ADAMW ? 8 : o->momentum != 0 ? 4 : 0;
-    const double per = s->prec.master_weights == MP_MASTER_NONE ? 2 + 4 + state / 2 : 4 + 4 + state + (es < 4 ? es : 0);
+    /* per parameter: the weights as kept, the fp32 gradient, the optimizer state as kept */
+    const mp_state_format sf = mp_precision_state_format(&s->prec);
+    const double nstates = o->optimizer == MP_RUN_ADAMW ? 2 : o->momentum != 0 ? 1 : 0;
+    const double sb = sf == MP_STATE_FP32 ? 4 : sf == MP_STATE_BF16 || sf == MP_STATE_FP16 ? 2
+                      : sf == MP_STATE_4BIT ? 0.5 + 4.0 / 128 : 1 + 4.0 / 256;
+    const mp_master_weights mw = s->prec.master_weights;
+    const double w = mw == MP_MASTER_FP32 ? 4 + (es < 4 ? es : 0) : mw == MP_MASTER_KAHAN ? 4 : 2;
+    const double per = w + 4 + nstates * sb;
     return (uint64_t)(params * per + act);
 }
 
@@ -1021,6 +1027,7 @@ static cJSON *summary_json(run_state *s) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "precision", prec->label);
     cJSON_AddStringToObject(j, "master_weights", mp_master_weights_name(prec->master_weights));
+    cJSON_AddStringToObject(j, "optim_state", mp_state_format_name(mp_precision_state_format(prec)));
     cJSON_AddStringToObject(j, "reductions", mp_reductions_name(prec->reductions));
     cJSON_AddStringToObject(j, "model", o->model);
     cJSON_AddStringToObject(j, "compute_format", r->compute_format);

@@ -21,7 +21,7 @@ void mp_run_defaults(mp_run_spec *s) {
     if (!s) return;
     memset(s, 0, sizeof *s);
     s->model = "mlp:784-1024-1024-10", s->precision = "fp32";
-    s->master_weights = s->reductions = s->mx_rule = -1;
+    s->master_weights = s->optim_state = s->reductions = s->mx_rule = -1;
     s->scaler = mp_scaler_defaults();
     s->optimizer = MP_RUN_ADAMW, s->lr = 1e-3, s->min_lr = -1, s->weight_decay = -1;
     s->beta1 = 0.9, s->beta2 = 0.999;
@@ -67,7 +67,10 @@ static const choice acts[] = {{"relu", MP_ACT_RELU}, {"gelu", MP_ACT_GELU}, {NUL
 static const choice gelus[] = {{"tanh", MP_GELU_TANH}, {"erf", MP_GELU_ERF}, {NULL, 0}};
 static const choice optimizers[] = {{"sgd", MP_RUN_SGD}, {"adamw", MP_RUN_ADAMW}, {NULL, 0}};
 static const choice schedules[] = {{"constant", MP_LR_CONSTANT}, {"cosine", MP_LR_COSINE}, {NULL, 0}};
-static const choice masters[] = {{"fp32", MP_MASTER_FP32}, {"none", MP_MASTER_NONE}, {NULL, 0}};
+static const choice masters[] = {{"fp32", MP_MASTER_FP32}, {"none", MP_MASTER_NONE}, {"kahan", MP_MASTER_KAHAN},
+                                 {"sr", MP_MASTER_PURE_BF16}, {NULL, 0}};
+static const choice states[] = {{"fp32", MP_STATE_FP32}, {"bf16", MP_STATE_BF16}, {"fp8", MP_STATE_FP8},
+                                {"8bit", MP_STATE_8BIT}, {"4bit", MP_STATE_4BIT}, {NULL, 0}};
 static const choice reductions[] = {{"fp32", MP_REDUCE_FP32}, {"half", MP_REDUCE_HALF}, {NULL, 0}};
 static const choice mx_rules[] = {{"floor", MP_MX_FLOOR}, {"rceil", MP_MX_RCEIL}, {NULL, 0}};
 static const choice save_dtypes[] = {{"fp32", MP_F32}, {"fp16", MP_F16}, {"bf16", MP_BF16}, {NULL, 0}};
@@ -87,11 +90,20 @@ static const option options[] = {
     {"precision", "MODE", K_STR, F(precision), 0, 0, NULL, "precision",
      "one of the modes below (fp32), with optional switches as suffixes:\n"
      "MODE+master-weights=none+reductions=half+mx-rule=floor (docs/TRAINING.md)"},
-    {"master-weights", "fp32|none", K_CHOICE, F(master_weights), 0, 0, masters, NULL,
-     "fp32: fp32 master weights and optimizer state; none:\n"
-     "weights and both moments only in the compute format (fp16/bf16), each\n"
-     "update computed in fp32 and rounded to nearest (updates under half an\n"
-     "ulp are lost), as torch.optim on model.half() (the mode's own setting)"},
+    {"master-weights", "fp32|none|kahan|sr", K_CHOICE, F(master_weights), 0, 0, masters, NULL,
+     "fp32: fp32 master weights (the mode's own setting); none:\n"
+     "weights (and by default the optimizer state) only in the compute format\n"
+     "(fp16/bf16), each update computed in fp32 and rounded to nearest (updates\n"
+     "under half an ulp are lost), as torch.optim on model.half(); kahan: the\n"
+     "weights in the compute format with a compensation buffer in the same\n"
+     "format (torch-optimi's Kahan summation); sr: bf16 weights, each update\n"
+     "rounded stochastically (bf16+master-weights=sr is bf16-pure)"},
+    {"optim-state", "fp32|bf16|fp8|8bit|4bit", K_CHOICE, F(optim_state), 0, 0, states, NULL,
+     "how the optimizer state (AdamW's moments, SGD's momentum\n"
+     "buffer) is kept: fp32 (the default; the compute format under\n"
+     "master-weights none), bf16, or blockwise as torchao's AdamWFp8 (e4m3,\n"
+     "blocks of 256), AdamW8bit (dynamic map, 256) and AdamW4bit (128); tensors\n"
+     "under 4096 values or not whole blocks keep fp32 (or the compute format)"},
     {"reductions", "fp32|half", K_CHOICE, F(reductions), 0, 0, reductions, NULL,
      "fp32: softmax, layer-norm statistics and their backward sums, the\n"
      "loss's log-sum-exp, bias-gradient column sums and (with --clip) the\n"
@@ -343,6 +355,10 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
     mp_precision p;
     mp_status st = mp_precision_parse(s->precision, &p);
     if (st == MP_OK && s->master_weights >= 0) st = mp_precision_set_master_weights(&p, (mp_master_weights)s->master_weights);
+    if (st == MP_OK && s->optim_state >= 0) st = mp_precision_set_optim_state(&p, (mp_state_format)s->optim_state);
+    if (st == MP_OK && p.optim_state != MP_STATE_AUTO && s->optimizer == MP_RUN_SGD && s->momentum == 0)
+        return mp_error(MP_EINVAL, "SGD without --momentum keeps no optimizer state: %s does nothing",
+                        s->optim_state >= 0 ? "--optim-state" : "+optim-state");
     if (st == MP_OK && s->reductions >= 0) st = mp_precision_set_reductions(&p, (mp_reductions)s->reductions);
     if (st == MP_OK && s->mx_rule >= 0) st = mp_precision_set_mx_rule(&p, (mp_mx_rule)s->mx_rule);
     if (st != MP_OK) return st;

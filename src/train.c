@@ -50,7 +50,13 @@ const mp_precision *mp_precisions(size_t *count) {
 }
 
 const char *mp_master_weights_name(mp_master_weights m) {
-    return m == MP_MASTER_NONE ? "none" : m == MP_MASTER_PURE_BF16 ? "bf16-pure" : "fp32";
+    return m == MP_MASTER_NONE ? "none" : m == MP_MASTER_PURE_BF16 ? "sr" : m == MP_MASTER_KAHAN ? "kahan" : "fp32";
+}
+
+mp_state_format mp_precision_state_format(const mp_precision *p) {
+    if (p->optim_state != MP_STATE_AUTO) return p->optim_state;
+    if (p->master_weights != MP_MASTER_NONE) return MP_STATE_FP32;
+    return p->compute == MP_BF16 ? MP_STATE_BF16 : MP_STATE_FP16;
 }
 
 const char *mp_reductions_name(mp_reductions r) { return r == MP_REDUCE_HALF ? "half" : "fp32"; }
@@ -71,6 +77,8 @@ static mp_status relabel(mp_precision *p) {
     lab[k] = '\0';
     if (p->master_weights != row->master_weights)
         k += (size_t)snprintf(lab + k, sizeof lab - k, "+master-weights=%s", mp_master_weights_name(p->master_weights));
+    if (p->optim_state != MP_STATE_AUTO && k < sizeof lab)
+        k += (size_t)snprintf(lab + k, sizeof lab - k, "+optim-state=%s", mp_state_format_name(p->optim_state));
     if (p->reductions != row->reductions && k < sizeof lab)
         k += (size_t)snprintf(lab + k, sizeof lab - k, "+reductions=%s", mp_reductions_name(p->reductions));
     if (p->mx_rule != row->mx_rule && k < sizeof lab)
@@ -82,22 +90,45 @@ static mp_status relabel(mp_precision *p) {
 
 mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m) {
     if (!p) return mp_error(MP_EINVAL, "mp_precision_set_master_weights: NULL argument");
-    if (m != MP_MASTER_FP32 && m != MP_MASTER_NONE)
-        return mp_error(MP_EINVAL, "--master-weights is fp32 or none");
-    if (p->master_weights == MP_MASTER_PURE_BF16)
-        return mp_error(MP_EINVAL, "--master-weights %s does not apply to bf16-pure, a mode of its own (bf16 weights, "
-                                   "fp32 moments, stochastic rounding): use bf16%s", mp_master_weights_name(m),
-                        m == MP_MASTER_NONE ? "+master-weights=none" : "");
-    if (m == MP_MASTER_NONE && p->recipe != MP_RECIPE_NONE)
-        return mp_error(MP_EINVAL, "--master-weights none does not apply to %s: its recipe quantizes the fp32 master "
-                                   "weights", p->name);
-    if (m == MP_MASTER_NONE && p->compute == MP_F32)
-        return mp_error(MP_EINVAL, "--master-weights none needs fp16 or bf16 compute; %s has no half copy to keep alone",
-                        p->name);
-    const mp_master_weights old = p->master_weights;
+    if ((unsigned)m > MP_MASTER_KAHAN) return mp_error(MP_EINVAL, "--master-weights is fp32, none, kahan or sr");
+    const char *name = mp_master_weights_name(m);
+    if (!strcmp(p->name, "bf16-pure"))
+        return mp_error(MP_EINVAL, "--master-weights %s does not apply to bf16-pure, which is bf16+master-weights=sr: "
+                                   "use bf16+master-weights=%s", name, name);
+    if (m != MP_MASTER_FP32 && p->recipe != MP_RECIPE_NONE)
+        return mp_error(MP_EINVAL, "--master-weights %s does not apply to %s: its recipe quantizes the fp32 master "
+                                   "weights", name, p->name);
+    if ((m == MP_MASTER_NONE || m == MP_MASTER_KAHAN) && p->compute == MP_F32)
+        return mp_error(MP_EINVAL, "--master-weights %s needs fp16 or bf16 compute; %s has no half copy to keep alone",
+                        name, p->name);
+    if (m == MP_MASTER_PURE_BF16 && p->compute != MP_BF16)
+        return mp_error(MP_EINVAL, "--master-weights sr rounds updates stochastically into bf16 weights: it needs bf16 "
+                                   "compute, not %s", p->name);
+    const mp_precision old = *p;
     p->master_weights = m;
+    if (m == MP_MASTER_PURE_BF16 && !strcmp(p->name, "bf16")) { /* the mode bf16-pure */
+        const mp_precision *row = row_of("bf16-pure");
+        p->name = row->name, p->rounding = row->rounding, p->color = row->color, p->help = row->help;
+        memmove(p->label + strlen("bf16-pure"), p->label + strlen("bf16"), sizeof p->label - strlen("bf16-pure"));
+        memcpy(p->label, "bf16-pure", strlen("bf16-pure"));
+        p->label[sizeof p->label - 1] = '\0';
+    }
+    if (p->optim_state == mp_precision_state_format(&(mp_precision){.master_weights = m, .compute = p->compute}))
+        p->optim_state = MP_STATE_AUTO; /* the setting's default */
     const mp_status st = relabel(p);
-    if (st != MP_OK) p->master_weights = old;
+    if (st != MP_OK) *p = old;
+    return st;
+}
+
+mp_status mp_precision_set_optim_state(mp_precision *p, mp_state_format f) {
+    if (!p) return mp_error(MP_EINVAL, "mp_precision_set_optim_state: NULL argument");
+    if (f != MP_STATE_FP32 && f != MP_STATE_BF16 && f != MP_STATE_FP8 && f != MP_STATE_8BIT && f != MP_STATE_4BIT)
+        return mp_error(MP_EINVAL, "--optim-state is fp32, bf16, fp8, 8bit or 4bit");
+    const mp_precision old = *p;
+    p->optim_state = MP_STATE_AUTO;
+    if (mp_precision_state_format(p) != f) p->optim_state = f; /* the default stays out of the label */
+    const mp_status st = relabel(p);
+    if (st != MP_OK) *p = old;
     return st;
 }
 
@@ -156,7 +187,7 @@ static const mp_precision *find_mode(const char *base, float *static_scale, mp_s
     for (size_t i = 0; i < n; i++)
         k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? (i + 1 == n ? " or " : ", ") : "",
                               modes[i].scaling == MP_SCALING_STATIC ? "fp16-static[:S]" : modes[i].name);
-    *st = mp_error(MP_EINVAL, "the precision is %s (with +master-weights=fp32|none, +reductions=fp32|half), not '%s'",
+    *st = mp_error(MP_EINVAL, "the precision is %s (with +master-weights=..., +optim-state=..., +reductions=...), not '%s'",
                    names, base);
     return NULL;
 }
@@ -180,22 +211,28 @@ mp_status mp_precision_parse(const char *spec, mp_precision *out) {
     for (const char *sw = plus; sw; sw = strchr(sw + 1, '+')) {
         const char *v = sw + 1, *next = strchr(v, '+');
         const size_t len = next ? (size_t)(next - v) : strlen(v);
-        const char mw[] = "master-weights=", rd[] = "reductions=", mx[] = "mx-rule=";
-        const size_t ml = sizeof mw - 1, rl = sizeof rd - 1, xl = sizeof mx - 1;
-        const int is_mw = len == ml + 4 && strncmp(v, mw, ml) == 0, is_rd = len == rl + 4 && strncmp(v, rd, rl) == 0;
-        const int is_mx = len > xl && strncmp(v, mx, xl) == 0;
-        char rule[8] = "";
-        if (is_mx && len - xl < sizeof rule) memcpy(rule, v + xl, len - xl);
+        char key[32] = "", val[16] = "";
+        const char *eq = memchr(v, '=', len);
+        if (eq && (size_t)(eq - v) < sizeof key && len - (size_t)(eq - v) - 1 < sizeof val)
+            memcpy(key, v, (size_t)(eq - v)), memcpy(val, eq + 1, len - (size_t)(eq - v) - 1);
         mp_mx_rule r;
-        if (is_mx && mp_mx_rule_parse(rule, &r) == MP_OK) st = mp_precision_set_mx_rule(&p, r);
-        else if (is_mw && strncmp(v + ml, "none", 4) == 0) st = mp_precision_set_master_weights(&p, MP_MASTER_NONE);
-        else if (is_mw && strncmp(v + ml, "fp32", 4) == 0) st = mp_precision_set_master_weights(&p, MP_MASTER_FP32);
-        else if (is_rd && strncmp(v + rl, "half", 4) == 0) st = mp_precision_set_reductions(&p, MP_REDUCE_HALF);
-        else if (is_rd && strncmp(v + rl, "fp32", 4) == 0) st = mp_precision_set_reductions(&p, MP_REDUCE_FP32);
+        const int mw = !strcmp(key, "master-weights"), os = !strcmp(key, "optim-state"), rd = !strcmp(key, "reductions");
+        mp_state_format f = MP_STATE_AUTO;
+        for (int k = MP_STATE_FP32; os && k <= MP_STATE_4BIT; k++)
+            if (k != MP_STATE_FP16 && !strcmp(val, mp_state_format_name((mp_state_format)k))) f = (mp_state_format)k;
+        if (!strcmp(key, "mx-rule") && mp_mx_rule_parse(val, &r) == MP_OK) st = mp_precision_set_mx_rule(&p, r);
+        else if (mw && !strcmp(val, "none")) st = mp_precision_set_master_weights(&p, MP_MASTER_NONE);
+        else if (mw && !strcmp(val, "fp32")) st = mp_precision_set_master_weights(&p, MP_MASTER_FP32);
+        else if (mw && !strcmp(val, "kahan")) st = mp_precision_set_master_weights(&p, MP_MASTER_KAHAN);
+        else if (mw && !strcmp(val, "sr")) st = mp_precision_set_master_weights(&p, MP_MASTER_PURE_BF16);
+        else if (os && f != MP_STATE_AUTO) st = mp_precision_set_optim_state(&p, f);
+        else if (rd && !strcmp(val, "half")) st = mp_precision_set_reductions(&p, MP_REDUCE_HALF);
+        else if (rd && !strcmp(val, "fp32")) st = mp_precision_set_reductions(&p, MP_REDUCE_FP32);
         else
             st = mp_error(MP_EINVAL,
-                          "unknown switch '+%.*s' in precision '%s' (the switches are master-weights=fp32|none, "
-                          "reductions=fp32|half and mx-rule=floor|rceil)", (int)len, v, spec);
+                          "unknown switch '+%.*s' in precision '%s' (the switches are master-weights=fp32|none|kahan|sr, "
+                          "optim-state=fp32|bf16|fp8|8bit|4bit, reductions=fp32|half and mx-rule=floor|rceil)",
+                          (int)len, v, spec);
         if (st != MP_OK) return st;
     }
     *out = p;
@@ -275,6 +312,10 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
               (d->size > 1 && (!d->sum_grads || !d->sum_f64 || !d->max_f32))))
         return mp_error(MP_EINVAL, "mp_trainer_create: a dist needs size >= 1, 0 <= rank < size and, with size > 1, "
                                    "its three functions (size %d, rank %d)", d->size, d->rank);
+    if (c->precision->optim_state != MP_STATE_AUTO) { /* the optimizer keeps its state as the mode says */
+        const mp_status st = mp_optim_set_state_format(opt, c->precision->optim_state);
+        if (st != MP_OK) return st;
+    }
     mp_trainer *t = calloc(1, sizeof *t);
     if (!t) return mp_error(MP_ENOMEM, "mp_trainer_create: out of memory");
     t->cfg = *c, t->model = model, t->opt = opt, t->loader = loader;
@@ -633,9 +674,9 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
     const size_t nq = mp_model_qtensors(&t->model, NULL, 0);
     size_t nmeta = 0;
     while (meta && meta[nmeta]) nmeta++;
-    mp_tensor *ts = calloc(nmodel + 2 * np + nq + 1, sizeof *ts);
+    mp_tensor *ts = calloc(nmodel + 5 * np + nq + 1, sizeof *ts);
     void **conv = calloc(nmodel + 1, sizeof *conv);
-    const char **kv = calloc(nmeta + 18 + 2 * nq, sizeof *kv);
+    const char **kv = calloc(nmeta + 20 + 2 * nq, sizeof *kv);
     mp_named_qtensor *qt = calloc(nq + 1, sizeof *qt);
     char (*qkv)[2][80] = calloc(nq + 1, sizeof *qkv); /* "quant.NAME" and its state in hex */
     mp_status st = ts && conv && kv && qt && qkv ? MP_OK : mp_error(MP_ENOMEM, "checkpoint: out of memory");
@@ -650,18 +691,8 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
         mp_convert(conv[i], wt, ts[i].data, ts[i].dtype, numel, NULL);
         ts[i].data = conv[i], ts[i].dtype = wt, ts[i].nbytes = numel * es;
     }
-    for (size_t i = 0; i < np && st == MP_OK; i++) {
-        const mp_param *p = mp_optim_param(t->opt, i);
-        const int half = p->state_type != MP_F32; /* half-only parameters: the state in its own dtype */
-        const void *states[2] = {half ? (const void *)p->hstate1 : p->state1, half ? (const void *)p->hstate2 : p->state2};
-        const size_t es = half ? 2 : 4;
-        for (int k = 0; k < 2; k++) {
-            if (!states[k]) continue;
-            mp_tensor *s = &ts[n++];
-            snprintf(s->name, sizeof s->name, "optim.%s.state%d", p->name, k + 1);
-            s->dtype = p->state_type, s->ndim = 1, s->shape[0] = p->n, s->nbytes = p->n * es, s->data = states[k];
-        }
-    }
+    for (size_t i = 0; i < np && st == MP_OK; i++) /* the optimizer state as it is held */
+        n += mp_optim_state_tensors(mp_optim_param(t->opt, i), &ts[n]);
     if (st == MP_OK) mp_model_qtensors(&t->model, qt, nq);
     for (size_t i = 0; i < nq && st == MP_OK; i++) { /* quantization state: small parts in hex, amax histories */
         const mp_qtensor *q = qt[i].q;
@@ -690,6 +721,7 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
         for (size_t i = 0; i < nmeta; i++) kv[k++] = meta[i];
         kv[k++] = "precision", kv[k++] = t->cfg.precision->name;
         kv[k++] = "master_weights", kv[k++] = mp_master_weights_name(t->cfg.precision->master_weights);
+        kv[k++] = "optim_state", kv[k++] = mp_state_format_name(mp_precision_state_format(t->cfg.precision));
         kv[k++] = "reductions", kv[k++] = mp_reductions_name(t->cfg.precision->reductions);
         kv[k++] = "step", kv[k++] = step;
         kv[k++] = "optim_steps", kv[k++] = osteps, kv[k++] = "scaler", kv[k++] = blob;
@@ -709,9 +741,12 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
         return mp_error(MP_ECORRUPT, "%s: not a mixprec checkpoint (no format metadata)", path);
     char recipe[160];
     recipe_desc(mp_model_recipe(&t->model), recipe, sizeof recipe);
+    const mp_state_format own = mp_precision_state_format(&(mp_precision){
+        .master_weights = t->cfg.precision->master_weights, .compute = t->cfg.precision->compute});
     const char *prec[] = {"precision", t->cfg.precision->name, "master_weights",
                           mp_master_weights_name(t->cfg.precision->master_weights), "reductions",
-                          mp_reductions_name(t->cfg.precision->reductions), "recipe", recipe, NULL};
+                          mp_reductions_name(t->cfg.precision->reductions), "recipe", recipe, "optim_state",
+                          mp_state_format_name(mp_precision_state_format(t->cfg.precision)), NULL};
     const char *const *lists[2] = {expect, prec};
     for (int l = 0; l < 2; l++)
         for (size_t i = 0; lists[l] && lists[l][i]; i += 2) {
@@ -720,6 +755,8 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
                 v = strcmp(mp_safetensors_meta(s, "precision"), "bf16-pure") == 0 ? "bf16-pure" : "fp32";
             if (!v && l == 1 && i == 4) v = "fp32"; /* written before --reductions */
             if (!v && l == 1 && i == 6) v = "none"; /* no recipe (or written before recipes) */
+            if (!v && l == 1 && i == 8) v = mp_state_format_name(own); /* written before --optim-state */
+            if (v && l == 1 && i == 2 && !strcmp(v, "bf16-pure")) v = "sr"; /* its name before the switch */
             if (!v || strcmp(v, lists[l][i + 1]) != 0)
                 return mp_error(MP_EINVAL, "%s: checkpoint has %s '%s', this run asks for '%s'", path, lists[l][i],
                                 v ? v : "(none)", lists[l][i + 1]);
@@ -728,19 +765,15 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
     const long step = decimal(mp_safetensors_meta(s, "step")), osteps = decimal(mp_safetensors_meta(s, "optim_steps"));
     if (step < 0 || osteps < 0 || osteps > step) return mp_error(MP_ECORRUPT, "%s: bad step metadata", path);
     TRY(mp_optim_restore(t->opt, osteps));
-    for (size_t i = 0; i < mp_optim_count(t->opt); i++) {
-        mp_param *p = mp_optim_param(t->opt, i);
-        const int half = p->state_type != MP_F32;
-        void *states[2] = {half ? (void *)p->hstate1 : p->state1, half ? (void *)p->hstate2 : p->state2};
-        for (int k = 0; k < 2; k++) {
-            if (!states[k]) continue;
-            char name[160];
-            snprintf(name, sizeof name, "optim.%s.state%d", p->name, k + 1);
-            const mp_tensor *ts = mp_safetensors_find(s, name);
-            if (!ts || ts->dtype != p->state_type || mp_tensor_numel(ts) != p->n)
+    for (size_t i = 0; i < mp_optim_count(t->opt); i++) { /* each state as this run holds it */
+        mp_tensor want[5];
+        const size_t nw = mp_optim_state_tensors(mp_optim_param(t->opt, i), want);
+        for (size_t k = 0; k < nw; k++) {
+            const mp_tensor *ts = mp_safetensors_find(s, want[k].name);
+            if (!ts || ts->dtype != want[k].dtype || ts->nbytes != want[k].nbytes)
                 return mp_error(MP_ECORRUPT, "%s: optimizer state '%s' missing or of the wrong size or dtype", path,
-                                name);
-            memcpy(states[k], ts->data, p->n * (half ? 2 : 4));
+                                want[k].name);
+            memcpy((void *)want[k].data, ts->data, ts->nbytes);
         }
     }
     if (t->scaled) {
@@ -773,11 +806,9 @@ mp_status mp_trainer_state_crc(mp_trainer *t, uint32_t *out) {
     m->tensors(t->model.impl, ts, nt);
     for (size_t i = 0; i < nt; i++) crc = mp_crc32(crc, ts[i].data, ts[i].nbytes);
     for (size_t i = 0; i < mp_optim_count(t->opt); i++) {
-        const mp_param *p = mp_optim_param(t->opt, i);
-        const int half = p->state_type != MP_F32;
-        const void *st[2] = {half ? (const void *)p->hstate1 : p->state1, half ? (const void *)p->hstate2 : p->state2};
-        for (int k = 0; k < 2; k++)
-            if (st[k]) crc = mp_crc32(crc, st[k], p->n * (half ? 2 : 4));
+        mp_tensor st[5];
+        const size_t ns = mp_optim_state_tensors(mp_optim_param(t->opt, i), st);
+        for (size_t k = 0; k < ns; k++) crc = mp_crc32(crc, st[k].data, st[k].nbytes);
     }
     uint8_t b[MP_SCALER_BLOB_SIZE > QBLOB ? MP_SCALER_BLOB_SIZE : QBLOB];
     mp_put_u64(b, (uint64_t)t->step), mp_put_u64(b + 8, mp_optim_steps(t->opt));

@@ -66,6 +66,7 @@ static inline float elem_f32(const void *p, mp_dtype t, size_t i) {
     case MP_E5M2: return mp_e5m2_to_f32(((const uint8_t *)p)[i]);
     case MP_E8M0: return mp_e8m0_to_f32(((const uint8_t *)p)[i]);
     case MP_E2M1: return mp_e2m1_to_f32(((const uint8_t *)p)[i]);
+    case MP_U8: break; /* no number */
     }
     return 0.0f / 0.0f;
 }

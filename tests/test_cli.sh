@@ -32,7 +32,7 @@ expect 2 "$M" train --model $'gpt:\e[31m' && one_line && has "$err" "gpt:\\\\x1b
 expect 0 "$M" cast --help && has "$out" 'usage: mixprec cast'
 
 # modes: the table, its help lines in train --help, and docs/TRAINING.md's copy of it
-expect 0 "$M" modes && has "$out" '^fp16-dynamic +fp16 +fp32 masters, fp16 copies +fp32 +dynamic ' &&
+expect 0 "$M" modes && has "$out" '^fp16-dynamic +fp16 +fp32 masters, fp16 copies +fp32 +fp32 +dynamic ' &&
     has "$out" '^nvfp4 +bf16 \+ nvfp4 e2m1 '
 expect 0 "$M" train --help && has "$out" '^ +bf16-pure +bf16 weights only, updates rounded stochastically$'
 expect 2 "$M" modes --json && one_line
@@ -522,6 +522,37 @@ if cmp -s "$T/gmw.st" "$T/gmw8.st"; then ok; else fail "gpt master-weights none 
 expect 0 "$M" compare --precisions fp16-dynamic,fp16-dynamic+master-weights=none --out "$T/cmw" --model mlp:784-48-10 --batch 64 --steps 3
 has "$out" 'fp16-dynamic\+master-weights=none'
 if [ -s "$T/cmw/fp16-dynamic+master-weights=none.json" ] && [ -s "$T/cmw/fp16-dynamic.json" ]; then ok; else fail "compare with a switch"; fi
+
+# --optim-state and --master-weights kahan|sr: each setting trains, and resumes bit-identically (the state as it is
+# held: codes and scales, the Kahan compensation); resuming under another setting is refused; the label is canonical
+for pm in bf16+optim-state=8bit bf16+optim-state=4bit bf16+optim-state=fp8 bf16+optim-state=bf16 \
+          bf16+master-weights=kahan fp16-dynamic+master-weights=kahan+optim-state=8bit bf16+master-weights=sr+optim-state=4bit; do
+    for mdl in G T; do
+        if [ $mdl = G ]; then R=("${GT[@]}"); else R=("${TR[@]}"); fi
+        expect 0 "$M" "${R[@]}" --precision "$pm" --steps 6 --save "$T/os6.st" --summary "$T/os.json"
+        expect 0 "$M" "${R[@]}" --precision "$pm" --steps 3 --save "$T/os3.st"
+        expect 0 "$M" "${R[@]}" --precision "$pm" --steps 6 --resume "$T/os3.st" --save "$T/os6r.st"
+        cmp -s "$T/os6.st" "$T/os6r.st" && ok || fail "$pm ($mdl): resume differs from an uninterrupted run"
+    done
+done
+python3 - "$T/os.json" "$T/os6.st" <<'PY' && ok || fail "the 4-bit state in the summary and the checkpoint"
+import json, struct, sys
+j = json.load(open(sys.argv[1]))
+assert j["precision"] == "bf16-pure+optim-state=4bit" and j["optim_state"] == "4bit" and j["master_weights"] == "sr", j
+b = open(sys.argv[2], "rb").read(); h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+assert h["__metadata__"]["optim_state"] == "4bit"
+assert h["optim.fc0.weight.state1"]["dtype"] == "U8" and h["optim.fc0.weight.state1"]["shape"] == [784 * 48 // 2]
+assert h["optim.fc0.weight.state2.scale"]["shape"] == [784 * 48 // 128]
+assert h["optim.fc1.weight.state1"]["dtype"] == "BF16"  # 480 values: under 4096, kept in the compute format
+PY
+expect 1 "$M" "${TR[@]}" --precision bf16-pure --steps 6 --resume "$T/os3.st" && one_line && has "$err" "optim_state '4bit', this run asks for 'fp32'"
+expect 0 "$M" "${TR[@]}" --precision bf16+master-weights=sr+optim-state=fp32 --steps 1 && has "$out" '^train: .*, bf16-pure, '
+expect 0 "$M" "${TR[@]}" --precision bf16 --optim-state bf16 --master-weights none --steps 1 && has "$out" '^train: .*, bf16\+master-weights=none, '
+expect 2 "$M" "${TR[@]}" --precision fp32+master-weights=kahan --steps 1 && one_line && has "$err" 'kahan needs fp16 or bf16 compute'
+expect 2 "$M" "${TR[@]}" --precision fp16-dynamic --master-weights sr --steps 1 && one_line && has "$err" 'sr rounds updates stochastically into bf16'
+expect 2 "$M" "${TR[@]}" --precision fp8-delayed+master-weights=kahan --steps 1 && one_line && has "$err" 'its recipe quantizes'
+expect 2 "$M" "${TR[@]}" --optimizer sgd --optim-state 8bit --steps 1 && one_line && has "$err" 'SGD without --momentum keeps no optimizer state'
+expect 2 "$M" "${TR[@]}" --precision bf16+optim-state=2bit --steps 1 && one_line && has "$err" "unknown switch '\+optim-state=2bit'"
 
 # --reductions half (and fp16-naive, its preset): recorded, differs from fp32 reductions, refused where it cannot apply
 expect 0 "$M" "${GT[@]}" --precision fp16-dynamic --reductions half --steps 4 --summary "$T/rh.json" --log "$T/rh.csv"

@@ -181,6 +181,7 @@ static uint32_t narrow_code(float v, mp_dtype t) {
     case MP_E5M2: return mp_f32_to_e5m2(v);
     case MP_E8M0: return mp_f32_to_e8m0(v);
     case MP_E2M1: return mp_f32_to_e2m1(v);
+    case MP_U8: break; /* no number */
     }
     return 0;
 }

@@ -585,7 +585,7 @@ static void check_half_only_once(mp_dtype t, int adamw) {
     CHECK((adamw ? mp_optim_adamw(&o, &ac) : mp_optim_sgd(&o, &sc)) == MP_OK, "optim");
     mp_optim_set_flush_denormal(o, 0);
     mp_param *p;
-    CHECK(mp_optim_add_half(o, "w", init, K, t, &p) == MP_OK && !p->master && p->state_type == t, "add half");
+    CHECK(mp_optim_add_half(o, "w", init, K, t, &p) == MP_OK && !p->master && p->weights == MP_MASTER_NONE, "add half");
     int same = 1;
     for (int s = 1; s <= STEPS; s++) {
         fill(g, K, 0.1f);
@@ -596,7 +596,8 @@ static void check_half_only_once(mp_dtype t, int adamw) {
         else ref_sgd(w, g, a, K, s == 1, sc.lr, sc.momentum, sc.dampening, sc.weight_decay, 0);
         for (int i = 0; i < K; i++) rw[i] = hr(w[i], t), ra[i] = hr(a[i], t), rb[i] = hr(b[i], t);
         same &= memcmp(rw, p->half, sizeof rw) == 0 && memcmp(ra, p->hstate1, sizeof ra) == 0 &&
-                (!adamw || memcmp(rb, p->hstate2, sizeof rb) == 0);
+                (!adamw || memcmp(rb, p->hstate2, sizeof rb) == 0) &&
+                p->state_format == (t == MP_BF16 ? MP_STATE_BF16 : MP_STATE_FP16);
     }
     CHECK(same, "%s %s half-only differs from widen / fp32 update / round (isa %d)", t == MP_BF16 ? "bf16" : "fp16",
           adamw ? "adamw" : "sgd", (int)mp_cpu_isa());
@@ -728,6 +729,292 @@ static void check_lost_updates(void) {
     }
 }
 
+/* ---- optimizer state formats ---- */
+
+/* torchao 0.18's maps as its CPU build (ATen's AVX2/AVX-512 linspace, fused
+ * multiply-adds) makes them: create_dynamic_map(True) and (False), and the
+ * 4-bit create_dynamic_map(True, 3, 4), as fp32 bits. */
+static const uint32_t torchao_q8_signed[256] = {
+    0xbf7e3333, 0xbf7a999a, 0xbf770000, 0xbf736666, 0xbf6fcccd, 0xbf6c3333, 0xbf68999a, 0xbf650000,
+    0xbf616666, 0xbf5dcccd, 0xbf5a3333, 0xbf56999a, 0xbf530000, 0xbf4f6666, 0xbf4bcccd, 0xbf483333,
+    0xbf44999a, 0xbf410000, 0xbf3d6666, 0xbf39cccd, 0xbf363334, 0xbf32999a, 0xbf2f0000, 0xbf2b6666,
+    0xbf27cccd, 0xbf243334, 0xbf20999a, 0xbf1d0000, 0xbf196666, 0xbf15cccd, 0xbf123334, 0xbf0e999a,
+    0xbf0b0000, 0xbf076666, 0xbf03cccc, 0xbf003333, 0xbef93332, 0xbef20000, 0xbeeacccc, 0xbee3999a,
+    0xbedc6666, 0xbed53333, 0xbece0000, 0xbec6cccc, 0xbebf999a, 0xbeb86666, 0xbeb13333, 0xbeaa0000,
+    0xbea2cccc, 0xbe9b999a, 0xbe946666, 0xbe8d3334, 0xbe860000, 0xbe7d9999, 0xbe6f3333, 0xbe60cccd,
+    0xbe526666, 0xbe440000, 0xbe35999a, 0xbe273333, 0xbe18cccd, 0xbe0a6666, 0xbdf80000, 0xbddb3334,
+    0xbdc9eb85, 0xbdc428f7, 0xbdbe6667, 0xbdb8a3d7, 0xbdb2e148, 0xbdad1eb8, 0xbda75c2a, 0xbda1999a,
+    0xbd9bd70a, 0xbd96147b, 0xbd9051eb, 0xbd8a8f5d, 0xbd84cccd, 0xbd7e147b, 0xbd728f5d, 0xbd670a3d,
+    0xbd5b851f, 0xbd500000, 0xbd447ae1, 0xbd38f5c3, 0xbd2d70a3, 0xbd21eb85, 0xbd166667, 0xbd0ae148,
+    0xbcfeb852, 0xbce7ae15, 0xbcd0a3d7, 0xbcb9999a, 0xbca28f5d, 0xbc8b851f, 0xbc68f5c3, 0xbc3ae148,
+    0xbc1f3b64, 0xbc160418, 0xbc0ccccd, 0xbc039581, 0xbbf4bc6a, 0xbbe24dd3, 0xbbcfdf3b, 0xbbbd70a4,
+    0xbbab020d, 0xbb989374, 0xbb8624dd, 0xbb676c8a, 0xbb428f5c, 0xbb1db22d, 0xbaf1a9fc, 0xbaa7ef9d,
+    0xba7765ff, 0xba59e83e, 0xba3c6a80, 0xba1eecc1, 0xba016f01, 0xb9c7e283, 0xb98ce705, 0xb923d70b,
+    0xb8ba1f4b, 0xb88aefb3, 0xb8378034, 0xb7b24206, 0xb70205ff, 0xb65a1a94, 0xb513a3b7, 0x00000000,
+    0x3513a3b7, 0x365a1a94, 0x370205ff, 0x37b24206, 0x38378034, 0x388aefb3, 0x38ba1f4b, 0x3923d70b,
+    0x398ce705, 0x39c7e283, 0x3a016f01, 0x3a1eecc1, 0x3a3c6a80, 0x3a59e83e, 0x3a7765ff, 0x3aa7ef9d,
+    0x3af1a9fc, 0x3b1db22d, 0x3b428f5c, 0x3b676c8a, 0x3b8624dd, 0x3b989374, 0x3bab020d, 0x3bbd70a4,
+    0x3bcfdf3b, 0x3be24dd3, 0x3bf4bc6a, 0x3c039581, 0x3c0ccccd, 0x3c160418, 0x3c1f3b64, 0x3c3ae148,
+    0x3c68f5c3, 0x3c8b851f, 0x3ca28f5d, 0x3cb9999a, 0x3cd0a3d7, 0x3ce7ae15, 0x3cfeb852, 0x3d0ae148,
+    0x3d166667, 0x3d21eb85, 0x3d2d70a3, 0x3d38f5c3, 0x3d447ae1, 0x3d500000, 0x3d5b851f, 0x3d670a3d,
+    0x3d728f5d, 0x3d7e147b, 0x3d84cccd, 0x3d8a8f5d, 0x3d9051eb, 0x3d96147b, 0x3d9bd70a, 0x3da1999a,
+    0x3da75c2a, 0x3dad1eb8, 0x3db2e148, 0x3db8a3d7, 0x3dbe6667, 0x3dc428f7, 0x3dc9eb85, 0x3ddb3334,
+    0x3df80000, 0x3e0a6666, 0x3e18cccd, 0x3e273333, 0x3e35999a, 0x3e440000, 0x3e526666, 0x3e60cccd,
+    0x3e6f3333, 0x3e7d9999, 0x3e860000, 0x3e8d3334, 0x3e946666, 0x3e9b999a, 0x3ea2cccc, 0x3eaa0000,
+    0x3eb13333, 0x3eb86666, 0x3ebf999a, 0x3ec6cccc, 0x3ece0000, 0x3ed53333, 0x3edc6666, 0x3ee3999a,
+    0x3eeacccc, 0x3ef20000, 0x3ef93332, 0x3f003333, 0x3f03cccc, 0x3f076666, 0x3f0b0000, 0x3f0e999a,
+    0x3f123334, 0x3f15cccd, 0x3f196666, 0x3f1d0000, 0x3f20999a, 0x3f243334, 0x3f27cccd, 0x3f2b6666,
+    0x3f2f0000, 0x3f32999a, 0x3f363334, 0x3f39cccd, 0x3f3d6666, 0x3f410000, 0x3f44999a, 0x3f483333,
+    0x3f4bcccd, 0x3f4f6666, 0x3f530000, 0x3f56999a, 0x3f5a3333, 0x3f5dcccd, 0x3f616666, 0x3f650000,
+    0x3f68999a, 0x3f6c3333, 0x3f6fcccd, 0x3f736666, 0x3f770000, 0x3f7a999a, 0x3f7e3333, 0x3f800000,
+};
+static const uint32_t torchao_q8_unsigned[256] = {
+    0x00000000, 0x34ae7baa, 0x35500998, 0x360e9b38, 0x3692ccf6, 0x36de4c51, 0x3714e5d5, 0x3783126e,
+    0x37e171a0, 0x381fe868, 0x384f1800, 0x387e479a, 0x3896bb99, 0x38ae5364, 0x38c5eb31, 0x3906594b,
+    0x394154ca, 0x397c5049, 0x399ba5e4, 0x39b923a2, 0x39d6a163, 0x39f41f22, 0x3a08ce71, 0x3a178d50,
+    0x3a264c30, 0x3a350b10, 0x3a43c9ef, 0x3a5288d0, 0x3a6147af, 0x3a70068e, 0x3a7ec56e, 0x3a958106,
+    0x3aba5e35, 0x3adf3b64, 0x3b020c4a, 0x3b147ae1, 0x3b26e978, 0x3b395810, 0x3b4bc6a7, 0x3b5e3540,
+    0x3b70a3d7, 0x3b818937, 0x3b8ac082, 0x3b93f7cf, 0x3b9d2f1a, 0x3ba66666, 0x3baf9db2, 0x3bb8d4fd,
+    0x3bc20c4a, 0x3bcb4395, 0x3bd47ae1, 0x3bddb22e, 0x3be6e978, 0x3bf020c5, 0x3bf9580f, 0x3c0147ae,
+    0x3c05e354, 0x3c0a7ef9, 0x3c0f1aa0, 0x3c13b645, 0x3c1851eb, 0x3c1ced92, 0x3c218937, 0x3c2f5c2a,
+    0x3c466667, 0x3c5d70a3, 0x3c747ae2, 0x3c85c28f, 0x3c9147af, 0x3c9ccccd, 0x3ca851eb, 0x3cb3d70b,
+    0x3cbf5c29, 0x3ccae147, 0x3cd66667, 0x3ce1eb87, 0x3ced70a3, 0x3cf8f5c3, 0x3d023d70, 0x3d080000,
+    0x3d0dc28f, 0x3d13851f, 0x3d1947af, 0x3d1f0a3d, 0x3d24cccd, 0x3d2a8f5c, 0x3d3051eb, 0x3d36147b,
+    0x3d3bd70a, 0x3d41999a, 0x3d475c28, 0x3d4d1eb8, 0x3d52e147, 0x3d58a3d7, 0x3d5e6667, 0x3d6428f7,
+    0x3d69eb87, 0x3d6fae15, 0x3d7570a3, 0x3d7b3333, 0x3d807ae2, 0x3d835c2a, 0x3d863d71, 0x3d891eb8,
+    0x3d8c0000, 0x3d8ee148, 0x3d91c290, 0x3d94a3d7, 0x3d97851f, 0x3d9a6667, 0x3d9d47af, 0x3da028f6,
+    0x3da30a3e, 0x3da5eb85, 0x3da8cccd, 0x3dabae15, 0x3dae8f5c, 0x3db170a4, 0x3db451eb, 0x3db73333,
+    0x3dba147b, 0x3dbcf5c3, 0x3dbfd70b, 0x3dc2b852, 0x3dc5999a, 0x3dc87ae2, 0x3dcb5c29, 0x3dd40000,
+    0x3de26666, 0x3df0cccd, 0x3dff3333, 0x3e06cccc, 0x3e0e0000, 0x3e153334, 0x3e1c6666, 0x3e23999a,
+    0x3e2acccc, 0x3e320000, 0x3e393334, 0x3e406666, 0x3e47999a, 0x3e4ecccc, 0x3e560000, 0x3e5d3334,
+    0x3e646666, 0x3e6b999a, 0x3e72cccc, 0x3e7a0000, 0x3e809999, 0x3e843333, 0x3e87cccd, 0x3e8b6666,
+    0x3e8f0000, 0x3e92999a, 0x3e963333, 0x3e99cccc, 0x3e9d6666, 0x3ea10000, 0x3ea4999a, 0x3ea83333,
+    0x3eabcccc, 0x3eaf6666, 0x3eb30000, 0x3eb6999a, 0x3eba3333, 0x3ebdcccc, 0x3ec16666, 0x3ec50000,
+    0x3ec8999a, 0x3ecc3333, 0x3ecfcccc, 0x3ed36666, 0x3ed70000, 0x3eda999a, 0x3ede3333, 0x3ee1cccc,
+    0x3ee56666, 0x3ee90000, 0x3eec999a, 0x3ef03333, 0x3ef3cccc, 0x3ef76666, 0x3efb0000, 0x3efe9999,
+    0x3f01199a, 0x3f02e666, 0x3f04b333, 0x3f068000, 0x3f084ccc, 0x3f0a199a, 0x3f0be666, 0x3f0db334,
+    0x3f0f8000, 0x3f114ccd, 0x3f13199a, 0x3f14e666, 0x3f16b334, 0x3f188000, 0x3f1a4ccd, 0x3f1c199a,
+    0x3f1de666, 0x3f1fb334, 0x3f218000, 0x3f234ccd, 0x3f25199a, 0x3f26e666, 0x3f28b334, 0x3f2a8000,
+    0x3f2c4ccd, 0x3f2e199a, 0x3f2fe666, 0x3f31b334, 0x3f338000, 0x3f354ccd, 0x3f37199a, 0x3f38e666,
+    0x3f3ab334, 0x3f3c8000, 0x3f3e4ccd, 0x3f40199a, 0x3f41e666, 0x3f43b334, 0x3f458000, 0x3f474ccc,
+    0x3f49199a, 0x3f4ae666, 0x3f4cb334, 0x3f4e8000, 0x3f504ccc, 0x3f52199a, 0x3f53e666, 0x3f55b334,
+    0x3f578000, 0x3f594ccc, 0x3f5b199a, 0x3f5ce666, 0x3f5eb334, 0x3f608000, 0x3f624ccc, 0x3f64199a,
+    0x3f65e666, 0x3f67b334, 0x3f698000, 0x3f6b4ccc, 0x3f6d199a, 0x3f6ee666, 0x3f70b334, 0x3f728000,
+    0x3f744ccc, 0x3f76199a, 0x3f77e666, 0x3f79b334, 0x3f7b8000, 0x3f7d4ccc, 0x3f7f199a, 0x3f800000,
+};
+static const uint32_t torchao_q4_signed[16] = {
+    0xbf633333, 0xbf29999a, 0xbee00000, 0xbe599999, 0xbd9eb852, 0xbd051eb9, 0xbbb43958, 0x00000000,
+    0x3bb43958, 0x3d051eb9, 0x3d9eb852, 0x3e599999, 0x3ee00000, 0x3f29999a, 0x3f633333, 0x3f800000,
+};
+
+static void check_state_maps(void) {
+    const float *s8 = mp_optim_state_map(MP_STATE_8BIT, 1), *u8 = mp_optim_state_map(MP_STATE_8BIT, 2);
+    const float *s4 = mp_optim_state_map(MP_STATE_4BIT, 1), *l4 = mp_optim_state_map(MP_STATE_4BIT, 2);
+    int bad = 0;
+    for (int i = 0; i < 256; i++) bad += f2u(s8[i]) != torchao_q8_signed[i] || f2u(u8[i]) != torchao_q8_unsigned[i];
+    for (int i = 0; i < 16; i++) bad += f2u(s4[i]) != torchao_q4_signed[i] || l4[i] != (float)(i + 1) / 16;
+    CHECK(bad == 0, "%d map entries differ from torchao's", bad);
+    CHECK(!mp_optim_state_map(MP_STATE_FP8, 1) && !mp_optim_state_map(MP_STATE_FP32, 1), "maps of other formats");
+}
+
+/* The reference code of y in a sorted map: the nearest entry by a linear
+ * scan (the last entry <= y, 0 below the first), moved up when y lies at or
+ * past the midpoint of its gap (fp32 arithmetic: ties go up). */
+static int ref_code(float y, const float *q, int entries) {
+    int c = 0;
+    for (int i = 0; i < entries; i++)
+        if (q[i] <= y) c = i;
+    if (c + 1 < entries && y - q[c] >= (q[c + 1] - q[c]) * 0.5f) c++;
+    return c;
+}
+
+/* Blocks of `block` values quantized as torchao does, by the reference:
+ * codes one a byte (4-bit: one a byte too, unpacked), scales. */
+static void ref_quant(int *codes, float *scale, const float *x, const float *map, int bits, size_t n, size_t block) {
+    for (size_t b = 0; b < n / block; b++) {
+        float amax = 0;
+        for (size_t i = 0; i < block; i++) amax = fmaxf(amax, fabsf(x[b * block + i]));
+        scale[b] = bits ? fmaxf(amax, 1e-12f) : fmaxf(amax, 1e-12f) / 448.0f;
+        for (size_t i = 0; i < block; i++) {
+            const float y = x[b * block + i] / scale[b];
+            codes[b * block + i] = bits ? ref_code(y, map, 1 << bits) : mp_f32_to_e4m3_sat(y);
+        }
+    }
+}
+
+/* Each quantizer of each kernel path against the reference, on blocks of
+ * every kind: ordinary values, an outlier, all zeros, subnormals, exact ties
+ * between two codes; then dequantized as entry (or e4m3 value) times scale. */
+static void check_quantizers_of(const mp_optim_kernels *k, const char *path) {
+    enum { M = 256 * 12 };
+    static float x[M], scale[M / 128], want_scale[M / 128], back[M];
+    static uint8_t codes[M];
+    static int want[M];
+    const mp_state_format fmts[3] = {MP_STATE_8BIT, MP_STATE_4BIT, MP_STATE_FP8};
+    for (int f = 0; f < 3; f++)
+        for (int st = 1; st <= 2; st++) {
+            const size_t block = fmts[f] == MP_STATE_4BIT ? 128 : 256;
+            const int bits = fmts[f] == MP_STATE_8BIT ? 8 : fmts[f] == MP_STATE_4BIT ? 4 : 0;
+            const float *map = mp_optim_state_map(fmts[f], st);
+            for (size_t i = 0; i < M; i++) {
+                const size_t b = i / block;
+                float v = frand() * powf(10.0f, (float)(b % 5) - 4.0f);
+                if (st == 2) v = fabsf(v) * fabsf(v); /* exp_avg_sq: squares */
+                if (b == 2) v = i % block == 7 ? 1e3f : v * 1e-3f; /* one outlier */
+                if (b == 3) v = 0.0f;
+                if (b == 4) v = (float)(i % 11) * 0x1p-140f; /* subnormals */
+                if (b == 5 && bits) { /* exact midpoints between neighbours (scale 1: the block holds a 1) */
+                    const int c = (int)(i % ((1u << bits) - 1));
+                    v = i % block == 0 ? 1.0f : (map[c] + map[c + 1]) * 0.5f;
+                }
+                x[i] = v;
+            }
+            ref_quant(want, want_scale, x, map, bits, M, block);
+            k->quant(codes, scale, x, map, bits, M, block);
+            int bad = memcmp(scale, want_scale, M / block * sizeof(float)) != 0;
+            for (size_t i = 0; i < M; i++) {
+                const int c = bits == 4 ? (i % 2 ? codes[i / 2] & 15 : codes[i / 2] >> 4) : codes[i];
+                bad += c != want[i];
+            }
+            k->dequant(back, codes, scale, map, bits, M, block);
+            for (size_t i = 0; i < M; i++)
+                bad += f2u(back[i]) != f2u((bits ? map[want[i]] : mp_e4m3_to_f32((uint8_t)want[i])) * want_scale[i / block]);
+            CHECK(bad == 0, "%s: %s state %d: %d codes, scales or values differ from the reference", path,
+                  mp_state_format_name(fmts[f]), st, bad);
+        }
+}
+
+static void check_quantizers(void) {
+    check_quantizers_of(&mp_optim_scalar, "portable");
+#ifdef MP_X86
+    if (mp_cpu_detected() >= MP_ISA_AVX512) check_quantizers_of(&mp_optim_avx512, "avx512");
+#endif
+}
+
+/* AdamW through the optimizer with each state format against the reference:
+ * the state dequantized, ref_adamw's fp32 arithmetic, requantized by
+ * ref_quant; weights, codes and scales the same bits after every step (the
+ * state of a parameter too small for the blocks stays fp32). */
+static void check_state_format_steps(mp_state_format f) {
+    enum { K = 8192, SMALL = 1000, STEPS = 5 };
+    static float init[K], g[K], w[K], m[K], v[K], ms[K / 128], vs[K / 128];
+    static int mc[K], vc[K];
+    const size_t block = f == MP_STATE_4BIT ? 128 : 256;
+    const int bits = f == MP_STATE_8BIT ? 8 : f == MP_STATE_4BIT ? 4 : 0;
+    const float *map1 = mp_optim_state_map(f, 1), *map2 = mp_optim_state_map(f, 2);
+    fill(init, K, 1);
+    mp_optim *o;
+    mp_adamw_config ac = {1e-2, 0.9, 0.999, 1e-8, 0.1};
+    CHECK(mp_optim_adamw(&o, &ac) == MP_OK && mp_optim_set_state_format(o, f) == MP_OK, "optim %d", (int)f);
+    mp_optim_set_flush_denormal(o, 0);
+    mp_param *p, *small;
+    CHECK(mp_optim_add(o, "w", init, K, MP_F32, &p) == MP_OK && mp_optim_add(o, "b", init, SMALL, MP_F32, &small) == MP_OK,
+          "add");
+    memcpy(w, init, sizeof w), memset(mc, 0, sizeof mc), memset(vc, 0, sizeof vc), memset(ms, 0, sizeof ms),
+        memset(vs, 0, sizeof vs);
+    int same = 1;
+    for (int s = 1; s <= STEPS; s++) {
+        fill(g, K, 0.1f);
+        memcpy(p->grad, g, sizeof g), memcpy(small->grad, g, SMALL * 4);
+        CHECK(mp_optim_step(o) == MP_OK, "step");
+        for (int i = 0; i < K; i++) { /* the reference's dequantized state */
+            m[i] = (bits ? map1[mc[i]] : mp_e4m3_to_f32((uint8_t)mc[i])) * ms[i / block];
+            v[i] = (bits ? map2[vc[i]] : mp_e4m3_to_f32((uint8_t)vc[i])) * vs[i / block];
+        }
+        ref_adamw(w, g, m, v, K, s, ac.lr, ac.beta1, ac.beta2, ac.eps, ac.weight_decay);
+        ref_quant(mc, ms, m, map1, bits, K, block), ref_quant(vc, vs, v, map2, bits, K, block);
+        same &= memcmp(w, p->master, sizeof w) == 0 && memcmp(ms, p->qscale1, K / block * 4) == 0 &&
+                memcmp(vs, p->qscale2, K / block * 4) == 0;
+        for (int i = 0; i < K; i++) {
+            const uint8_t *c1 = p->qstate1, *c2 = p->qstate2;
+            const int a = bits == 4 ? (i % 2 ? c1[i / 2] & 15 : c1[i / 2] >> 4) : c1[i];
+            const int b = bits == 4 ? (i % 2 ? c2[i / 2] & 15 : c2[i / 2] >> 4) : c2[i];
+            same &= a == mc[i] && b == vc[i];
+        }
+    }
+    CHECK(same && p->state_format == f && small->state_format == MP_STATE_FP32 && small->state1 && !small->qstate1,
+          "%s state: the optimizer's steps differ from the reference", mp_state_format_name(f));
+    mp_tensor ts[5];
+    CHECK(mp_optim_state_tensors(p, ts) == 4 && ts[0].dtype == (bits ? MP_U8 : MP_E4M3) &&
+              ts[0].nbytes == (bits == 4 ? K / 2 : K) && !strcmp(ts[1].name, "optim.w.state1.scale") &&
+              ts[1].nbytes == K / block * 4 && mp_optim_state_tensors(small, NULL) == 2,
+          "%s state tensors", mp_state_format_name(f));
+    mp_optim_free(o);
+}
+
+/* Kahan-compensated bf16 and fp16 weights against torch-optimi's sequence
+ * (the master path's fp32 update u, then k = r(k + u), w' = r(w + k),
+ * k = r(k + r(w - w')), every r to nearest even), with bf16 state (AdamW)
+ * and SGD momentum kept in fp32; and what the compensation buys: over many
+ * updates far under half an ulp, Kahan weights move where round-to-nearest
+ * weights lose every update. */
+static void check_kahan(mp_dtype t) {
+    enum { K = 3001, STEPS = 6 };
+    static float init[K], g[K], m[K], v[K], wf[K];
+    static uint16_t w[K], k[K];
+    fill(init, K, 1);
+    mp_optim *o;
+    mp_adamw_config ac = {1e-2, 0.9, 0.999, 1e-8, 0.1};
+    CHECK(mp_optim_adamw(&o, &ac) == MP_OK && mp_optim_set_state_format(o, MP_STATE_BF16) == MP_OK, "optim");
+    mp_optim_set_flush_denormal(o, 0);
+    mp_param *p;
+    CHECK(mp_optim_add_kahan(o, "w", init, K, t, &p) == MP_OK && !p->master && p->comp, "add kahan");
+    for (int i = 0; i < K; i++) w[i] = hr(init[i], t), k[i] = 0, m[i] = v[i] = 0;
+    int same = 1;
+    for (int s = 1; s <= STEPS; s++) {
+        fill(g, K, 0.1f);
+        memcpy(p->grad, g, sizeof g);
+        mp_optim_step(o);
+        const double bc1 = 1 - pow(ac.beta1, s), bc2 = 1 - pow(ac.beta2, s);
+        for (int i = 0; i < K; i++) {
+            const float wd = hw(hr(hw(w[i], t) * (float)(1 - ac.lr * ac.weight_decay), t), t);
+            m[i] = fmaf((float)(1 - ac.beta1), g[i] - m[i], m[i]);
+            v[i] = fmaf((float)(1 - ac.beta2) * g[i], g[i], v[i] * (float)ac.beta2);
+            const float denom = sqrtf(v[i]) / (float)sqrt(bc2) + (float)ac.eps;
+            const float u = (float)(-(ac.lr / bc1)) * m[i] / denom;
+            const float kk = hw(hr(hw(k[i], t) + u, t), t);
+            const uint16_t now = hr(wd + kk, t);
+            k[i] = hr(kk + hw(hr(wd - hw(now, t), t), t), t), w[i] = now;
+            m[i] = mp_bf16_to_f32(mp_f32_to_bf16(m[i])), v[i] = mp_bf16_to_f32(mp_f32_to_bf16(v[i])); /* bf16 state */
+        }
+        same &= memcmp(w, p->half, sizeof w) == 0 && memcmp(k, p->comp, sizeof k) == 0;
+    }
+    CHECK(same, "kahan %s adamw differs from the reference", mp_format(t)->name);
+    mp_optim_free(o);
+    /* SGD, lr 1e-4 on weights near 1 with gradient 1: each update (1e-4) is under half a bf16 ulp (2^-8) */
+    mp_optim *a, *b;
+    mp_sgd_config sc = {1e-4, 0.0, 0.0, 0.0, 0};
+    CHECK(mp_optim_sgd(&a, &sc) == MP_OK && mp_optim_sgd(&b, &sc) == MP_OK, "sgd");
+    mp_param *pk, *pn;
+    for (int i = 0; i < K; i++) wf[i] = 1.0f;
+    CHECK(mp_optim_add_kahan(a, "w", wf, K, MP_BF16, &pk) == MP_OK && mp_optim_add_half(b, "w", wf, K, MP_BF16, &pn) == MP_OK,
+          "add");
+    for (int s = 0; s < 1000; s++) {
+        for (int i = 0; i < K; i++) pk->grad[i] = pn->grad[i] = 1.0f;
+        mp_optim_step(a), mp_optim_step(b);
+    }
+    const float wk = mp_bf16_to_f32(((uint16_t *)pk->half)[0]), wn = mp_bf16_to_f32(((uint16_t *)pn->half)[0]);
+    CHECK(wn == 1.0f && fabsf(wk - 0.9f) < 0.004f, "1000 updates of -1e-4 from 1: kahan %g (want 0.9), nearest %g (want 1)",
+          (double)wk, (double)wn);
+    mp_optim_free(a), mp_optim_free(b);
+}
+
+static void check_state_formats(void) {
+    check_state_maps();
+    check_quantizers();
+    check_state_format_steps(MP_STATE_8BIT);
+    check_state_format_steps(MP_STATE_4BIT);
+    check_state_format_steps(MP_STATE_FP8);
+    check_kahan(MP_BF16);
+    check_kahan(MP_F16);
+    mp_optim *o;
+    mp_sgd_config sc = {1e-2, 0.0, 0.0, 0.0, 0};
+    CHECK(mp_optim_sgd(&o, &sc) == MP_OK && mp_optim_set_state_format(o, MP_STATE_8BIT) == MP_EINVAL &&
+              mp_optim_set_state_format(o, MP_STATE_FP32) == MP_OK && mp_optim_set_state_format(o, (mp_state_format)99) == MP_EINVAL,
+          "sgd without momentum keeps no state");
+    mp_optim_free(o);
+}
+
 int main(void) {
     check_sgd_variants();
     check_adamw();
@@ -742,5 +1029,6 @@ int main(void) {
     check_bad_input();
     check_half_only();
     check_lost_updates();
+    check_state_formats();
     return check_report("test_optim");
 }

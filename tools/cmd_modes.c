@@ -9,8 +9,9 @@ static const char usage[] =
     "usage: mixprec modes [--markdown]\n\n"
     "The precision modes of --precision (train) and --precisions (compare): for each,\n"
     "its formats (compute, and a recipe's GEMM operands), where the weights live,\n"
-    "where the reductions run, the loss scale and a line on what it is. The\n"
-    "switches +master-weights=fp32|none, +reductions=fp32|half and (mxfp8)\n"
+    "how the optimizer state is kept, where the reductions run, the loss scale and\n"
+    "a line on what it is. The switches +master-weights=fp32|none|kahan|sr,\n"
+    "+optim-state=fp32|bf16|fp8|8bit|4bit, +reductions=fp32|half and (mxfp8)\n"
     "+mx-rule=floor|rceil apply to any of them that can take them.\n"
     "  --markdown   as a Markdown table (docs/TRAINING.md's)\n";
 
@@ -18,6 +19,7 @@ static const char *weights(const mp_precision *p) {
     switch (p->master_weights) {
     case MP_MASTER_NONE: return p->compute == MP_F16 ? "fp16 only" : "bf16 only";
     case MP_MASTER_PURE_BF16: return "bf16 only, stochastic rounding";
+    case MP_MASTER_KAHAN: return p->compute == MP_F16 ? "fp16 + fp16 compensation" : "bf16 + bf16 compensation";
     default: return p->compute == MP_F32 ? "fp32" : p->compute == MP_F16 ? "fp32 masters, fp16 copies"
                                                                           : "fp32 masters, bf16 copies";
     }
@@ -36,17 +38,20 @@ static int run(int argc, char **argv) {
     }
     size_t n;
     const mp_precision *m = mp_precisions(&n);
-    if (md) printf("| mode | formats | weights | reductions | loss scale | what it is |\n|---|---|---|---|---|---|\n");
-    else printf("%-16s %-21s %-31s %-10s %-17s %s\n", "mode", "formats", "weights", "reductions", "loss scale",
-                "what it is");
+    if (md)
+        printf("| mode | formats | weights | optimizer state | reductions | loss scale | what it is |\n"
+               "|---|---|---|---|---|---|---|\n");
+    else printf("%-16s %-21s %-31s %-6s %-10s %-17s %s\n", "mode", "formats", "weights", "state", "reductions",
+                "loss scale", "what it is");
     for (size_t i = 0; i < n; i++) {
         const mp_precision *p = &m[i];
         const char *name = p->scaling == MP_SCALING_STATIC ? "fp16-static[:S]" : p->name;
         char formats[48];
         mp_precision_formats(p, formats, sizeof formats);
         const char *red = p->reductions == MP_REDUCE_HALF ? mp_format(p->compute)->name : "fp32";
-        if (md) printf("| %s | %s | %s | %s | %s | %s |\n", name, formats, weights(p), red, scaling(p), p->help);
-        else printf("%-16s %-21s %-31s %-10s %-17s %s\n", name, formats, weights(p), red, scaling(p), p->help);
+        const char *state = mp_state_format_name(mp_precision_state_format(p));
+        if (md) printf("| %s | %s | %s | %s | %s | %s | %s |\n", name, formats, weights(p), state, red, scaling(p), p->help);
+        else printf("%-16s %-21s %-31s %-6s %-10s %-17s %s\n", name, formats, weights(p), state, red, scaling(p), p->help);
     }
     return 0; /* main checks what reached standard output */
 }

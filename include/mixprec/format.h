@@ -69,10 +69,12 @@ typedef enum mp_dtype {
     MP_E4M3,
     MP_E5M2,
     MP_E8M0, /* OCP MX scale: unsigned powers of two 2^-127 .. 2^127, 0xFF = NaN */
-    MP_E2M1  /* OCP MX fp4: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}; one code per byte (low 4 bits) */
+    MP_E2M1, /* OCP MX fp4: +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}; one code per byte (low 4 bits) */
+    MP_U8    /* raw bytes, no number format (mp_format: NULL): quantized optimizer states' codes in
+                checkpoints (safetensors "U8") */
 } mp_dtype;
 
-#define MP_NUM_DTYPES 7
+#define MP_NUM_DTYPES 7 /* the number formats: MP_F32 .. MP_E2M1 */
 
 uint16_t mp_f32_to_f16(float x);
 float    mp_f16_to_f32(uint16_t h);

@@ -20,7 +20,7 @@ extern "C" {
 
 typedef struct mp_tensor {
     char        name[128];
-    mp_dtype    dtype;    /* F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0; not MP_E2M1 (safetensors'
+    mp_dtype    dtype;    /* F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0, U8 (raw bytes); not MP_E2M1 (safetensors'
                              F4 packs two codes a byte, mixprec's buffers hold one) */
     int         ndim;     /* 0 to 4 */
     size_t      shape[4];

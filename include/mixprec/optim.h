@@ -65,7 +65,28 @@ typedef enum mp_master_weights {
                             (fp16 or bf16), every parameter (biases and layer norms too); each update
                             computed in fp32 from the widened values, every result rounded to nearest
                             even (mp_optim_add_half), as torch.optim on a model.half() */
+    MP_MASTER_KAHAN,     /* --master-weights kahan: weights only in the compute format (fp16 or bf16) with a
+                            compensation buffer in the same format that keeps what each rounding lost, as
+                            torch-optimi's kahan_sum (mp_optim_add_kahan) */
 } mp_master_weights;
+
+/* How the optimizer state (SGD's momentum buffer, AdamW's two moments) is
+ * stored between steps (the --optim-state switch); every update widens it to
+ * fp32, runs the fp32 arithmetic and stores it back. */
+typedef enum mp_state_format {
+    MP_STATE_AUTO = 0, /* fp32, or for a parameter without fp32 weights its compute format (what
+                          --master-weights none stores, as torch.optim on a model.half()) */
+    MP_STATE_FP32,
+    MP_STATE_BF16,     /* rounded to nearest even */
+    MP_STATE_FP16,     /* the same (a half-only fp16 parameter's AUTO) */
+    MP_STATE_FP8,      /* e4m3, one fp32 scale per block of 256 (torchao's AdamWFp8) */
+    MP_STATE_8BIT,     /* 8-bit codes into torchao's dynamic maps, one fp32 scale per block of 256 (AdamW8bit) */
+    MP_STATE_4BIT,     /* 4-bit codes, blocks of 128: exp_avg into a signed dynamic map, exp_avg_sq into the
+                          linear map k/16, k = 1..16 (AdamW4bit) */
+} mp_state_format;
+
+/* "fp32", "bf16", "fp16", "fp8", "8bit", "4bit" ("auto" for MP_STATE_AUTO). */
+const char *mp_state_format_name(mp_state_format f);
 
 /* Where a step stands for one optimizer between two mp_scaler_update calls. */
 typedef enum mp_stage { MP_STAGE_READY = 0, MP_STAGE_UNSCALED, MP_STAGE_STEPPED } mp_stage;
@@ -77,20 +98,28 @@ typedef struct mp_param {
     float   *grad;      /* (n,) fp32 gradient: backward adds into it */
     void    *half;      /* (n,) the compute copy in half_type; NULL when half_type is MP_F32 */
     mp_dtype half_type; /* MP_F32 (no copy), MP_F16 or MP_BF16 */
-    float   *state1;    /* (n,) SGD momentum buffer or AdamW exp_avg; NULL until first used, and
-                           always NULL when state_type is not MP_F32 */
-    float   *state2;    /* (n,) AdamW exp_avg_sq (NULL as state1) */
-    mp_dtype state_type; /* the optimizer state's format: MP_F32 (state1, state2) or, for a half-only
-                            parameter (mp_optim_add_half), its half_type (hstate1, hstate2) */
-    uint16_t *hstate1;  /* (n,) state1 in state_type (fp16 or bf16 bits); NULL until first used, and
-                           always NULL when state_type is MP_F32 */
-    uint16_t *hstate2;  /* (n,) state2 in state_type (NULL as hstate1) */
+    uint16_t *comp;     /* (n,) the Kahan compensation in half_type (MP_MASTER_KAHAN), else NULL */
+    mp_master_weights weights; /* how the weights are kept */
+    /* The optimizer state (state1: SGD's momentum buffer or AdamW's exp_avg; state2: exp_avg_sq), all NULL
+     * until the first step (or mp_optim_restore) allocates it in state_format: */
+    mp_state_format state_format; /* MP_STATE_FP32, BF16, FP16, FP8, 8BIT or 4BIT (the optimizer's format, or
+                                     the fallback of a parameter too small for its blocks: mp_optim_add) */
+    float   *state1;    /* (n,) fp32 (MP_STATE_FP32) */
+    float   *state2;
+    uint16_t *hstate1;  /* (n,) fp16 or bf16 bits (MP_STATE_FP16, MP_STATE_BF16) */
+    uint16_t *hstate2;
+    uint8_t *qstate1;   /* block formats: (n,) e4m3 or 8-bit codes, (n/2,) 4-bit codes (two a byte, the
+                           first in the high nibble) */
+    uint8_t *qstate2;
+    float   *qscale1;   /* (n/block,) their fp32 scales */
+    float   *qscale2;
     int      has_state; /* state holds values (SGD's buffer starts as the first gradient) */
     int      no_decay;  /* weight decay is not applied to this parameter (0 when added; a model
                            sets it for biases and layer norms, as nanoGPT's configure_optimizers) */
 } mp_param;
 
 typedef struct mp_optim mp_optim;
+struct mp_tensor; /* io.h */
 
 /* Creates an optimizer; MP_EINVAL + message on bad hyperparameters. Also
  * MP_EINVAL for a NULL out, MP_ENOMEM. On MP_OK the caller owns *out: free it
@@ -140,6 +169,35 @@ mp_status mp_master_weights_check(const char *who, mp_dtype compute, mp_master_w
 mp_status mp_optim_add_as(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype compute,
                           mp_master_weights m, mp_dtype copy_type, mp_param **out);
 
+/* Adds a Kahan-compensated parameter (`--master-weights kahan`): weights
+ * rounded to nearest even from init into param->half (half_type MP_F16 or
+ * MP_BF16; else MP_EINVAL), no master, a compensation buffer param->comp of
+ * zeros in half_type. Each update computes the master path's fp32 update u
+ * from the widened weight and state, then (every result rounded to nearest
+ * even into half_type) comp += u, w += comp, comp += (w_before - w_after):
+ * AdamW's decoupled decay first rounds into w. *out and the other statuses as
+ * mp_optim_add. */
+mp_status mp_optim_add_kahan(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
+                             mp_param **out);
+
+/* How the optimizer keeps its state (before its first step; MP_ESTATE
+ * after). A block format (fp8, 8bit, 4bit) applies to the parameters of at
+ * least 4096 elements that are a whole number of blocks (256; 128 for
+ * 4bit), as torchao's; the others keep theirs in fp32, or without fp32
+ * weights in their compute format (as torchao keeps them in the
+ * parameter's dtype). MP_EINVAL for a NULL o or another f; SGD without
+ * momentum has no state (MP_EINVAL for a format other than AUTO/FP32). */
+mp_status mp_optim_set_state_format(mp_optim *o, mp_state_format f);
+
+/* The optimizer state of p (and its Kahan compensation) as tensors named
+ * "optim.NAME.state1", "...state1.scale" (a block format's scales),
+ * "...state2", "...state2.scale", "...comp", in that order, at most 5 into
+ * out (may be NULL: the count only); their data points at p's buffers, which
+ * a checkpoint's restore fills (after mp_optim_restore allocated them). Codes
+ * are MP_U8 (8-bit, and 4-bit two a byte) or MP_E4M3. Returns the count: 0
+ * before the state exists and without compensation. */
+size_t mp_optim_state_tensors(const mp_param *p, struct mp_tensor *out);
+
 /* Subnormal moments (|x| < 2^-126, reached by exp_avg_sq when gradients
  * fall below ~1e-19) make the update two to three times slower on x86: its
  * arithmetic then needs microcode assists. By default (flush = 1) the update
@@ -175,8 +233,8 @@ mp_status mp_optim_set_lr(mp_optim *o, double lr);
 double    mp_optim_lr(const mp_optim *o);
 
 /* For checkpoints: sets the number of steps taken and allocates (zeroed) the
- * optimizer state of every parameter so that the caller can fill state1 and
- * state2 (hstate1 and hstate2 for half-only parameters); has_state becomes
+ * optimizer state of every parameter so that the caller can fill it
+ * (mp_optim_state_tensors); has_state becomes
  * steps > 0. MP_ENOMEM + message naming the parameter whose state could not
  * be allocated (the step count is then unchanged); o must not be NULL. */
 mp_status mp_optim_restore(mp_optim *o, uint64_t steps);

@@ -108,7 +108,8 @@ typedef struct mp_run_spec {
                                  (NULL: MP_TEXT_DEFAULT_CORPUS) */
     /* precision */
     const char *precision;    /* MODE[:S][+switch=...] (mp_precision_parse) */
-    int master_weights;       /* switches applied to the mode: an mp_master_weights (MP_MASTER_FP32 or NONE), */
+    int master_weights;       /* switches applied to the mode: an mp_master_weights, an mp_state_format, */
+    int optim_state;
     int reductions;           /* an mp_reductions, an mp_mx_rule; -1: the mode's own setting */
     int mx_rule;
     mp_scaler_config scaler;  /* the loss scaler (scaled modes; fp16-static:S sets init_scale to S) */

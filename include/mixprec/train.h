@@ -54,7 +54,9 @@ typedef enum mp_reductions { MP_REDUCE_FP32 = 0, MP_REDUCE_HALF } mp_reductions;
 typedef struct mp_precision {
     const char *name;       /* the table row: "fp16-dynamic" */
     mp_dtype compute;       /* activations, gradients and the weight copies the kernels read */
-    mp_master_weights master_weights; /* where weights and optimizer state live */
+    mp_master_weights master_weights; /* how the weights are kept */
+    mp_state_format optim_state; /* how the optimizer state is kept (MP_STATE_AUTO: fp32, or the compute
+                                    format under master-weights none; mp_precision_state_format) */
     mp_reductions reductions; /* fp32 accumulators, or the compute format */
     mp_rounding rounding;   /* how the fp32 masters are rounded into the compute copies */
     mp_scaling scaling;     /* loss scaling */
@@ -73,7 +75,9 @@ typedef struct mp_precision {
 const mp_precision *mp_precisions(size_t *count);
 
 /* Parses a mode with optional switches into *out (caller-provided):
- * NAME[:S][+master-weights=fp32|none][+reductions=fp32|half][+mx-rule=floor|rceil].
+ * NAME[:S][+master-weights=fp32|none|kahan|sr][+optim-state=fp32|bf16|fp8|8bit|4bit]
+ * [+reductions=fp32|half][+mx-rule=floor|rceil]. bf16+master-weights=sr is
+ * the mode bf16-pure.
  * "fp16-static:S" is fp16-static with the scale S (out->static_scale; 0
  * when not given: the trainer then starts from its scaler config's
  * init_scale). out->label gets the mode as given followed by
@@ -82,11 +86,22 @@ const mp_precision *mp_precisions(size_t *count);
  * or a switch the mode cannot take (the setters below). */
 mp_status mp_precision_parse(const char *spec, mp_precision *out);
 
-/* Applies --master-weights to a mode: MP_MASTER_FP32 or MP_MASTER_NONE.
- * MP_EINVAL + message for none on an fp32 mode (there is no compute copy to
- * keep alone) or on bf16-pure (a mode of its own: stochastic rounding, fp32
- * moments), for fp32 on bf16-pure (that is bf16), and for any other value;
- * also for none on a mode with a recipe (it quantizes the fp32 masters).
+/* Sets how the optimizer state is kept (relabels p): MP_STATE_FP32, BF16,
+ * FP8, 8BIT or 4BIT; a setting equal to the mode's default (fp32, or the
+ * compute format under master-weights none) is the default (no switch in
+ * the label). MP_EINVAL + message for another f (p unchanged). */
+mp_status mp_precision_set_optim_state(mp_precision *p, mp_state_format f);
+
+/* The optimizer state's format p resolves to (never MP_STATE_AUTO). */
+mp_state_format mp_precision_state_format(const mp_precision *p);
+
+/* Applies --master-weights to a mode: MP_MASTER_FP32, MP_MASTER_NONE,
+ * MP_MASTER_KAHAN or MP_MASTER_PURE_BF16 ("sr": bf16 weights, each update
+ * rounded stochastically; bf16 with it is bf16-pure). MP_EINVAL + message
+ * for none or kahan on an fp32 mode (there is no compute copy to keep
+ * alone), sr outside bf16 compute, a switch on bf16-pure (write
+ * bf16+master-weights=...), and any other value; also for a setting other
+ * than fp32 on a mode with a recipe (it quantizes the fp32 masters).
  * Updates p->label. */
 mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m);
 
