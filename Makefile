@@ -28,12 +28,14 @@ build-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMP_WERROR=ON -DMP_SANITIZE=ON $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
-# Two tests at a time: most of the time in the shell tests is spent waiting on
-# processes they start.
+# Twice JOBS tests at a time: much of the time in the shell tests is spent
+# waiting on the processes they start (on 2 Zen 3 cores the plain tests take
+# 104 s at -j 4 against 133 s at -j 2).
+TEST_JOBS ?= $(shell echo $$(( $(JOBS) * 2 )))
 test: deps-test build build-asan
 	scripts/test_example.sh $(BUILD)
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
+	ctest --test-dir $(BUILD) --output-on-failure -j $(TEST_JOBS)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(TEST_JOBS)
 
 # What make test samples, whole: every format and every SIMD path on all 2^32
 # fp32 inputs (make test takes a 2^26 + 2^20 slice), the data-parallel test's longer
