@@ -496,9 +496,9 @@ static void print_table(FILE *out, const mp_compare_result *res) {
     const mp_run_result *f32 = find(runs, n, "fp32");
     int namew = 14;
     for (int r = 0; r < n; r++) namew = (int)strlen(runs[r].name) > namew ? (int)strlen(runs[r].name) : namew;
-    fprintf(out, "\n%-*s %10s %9s %8s %10s %11s %11s %11s %11s %9s %8s %9s\n", namew, "mode", "train loss",
+    fprintf(out, "\n%-*s %10s %9s %8s %10s %11s %11s %11s %11s %9s %8s %7s %9s\n", namew, "mode", "train loss",
             gpt ? "val loss" : "test acc", "skipped", "final scale", "underflow", "grads lost", "dead grads",
-            "upd. lost", "ms/step", "memory", "speed-up");
+            "upd. lost", "ms/step", "memory", "B/param", "speed-up");
     for (int r = 0; r < n; r++) {
         const mp_run_result *u = &runs[r].result;
         char sp[16] = "-", ev[16], tl[16];
@@ -506,9 +506,10 @@ static void print_table(FILE *out, const mp_compare_result *res) {
         if (gpt) snprintf(ev, sizeof ev, isfinite(u->eval_loss) ? "%.4f" : "NaN/inf", u->eval_loss);
         else snprintf(ev, sizeof ev, "%.2f%%", 100 * u->eval_accuracy);
         snprintf(tl, sizeof tl, isfinite(u->last_loss) ? "%.4f" : "NaN/inf", u->last_loss);
-        fprintf(out, "%-*s %10s %9s %8ld %10g %10.4f%% %10.4f%% %10.2f%% %10.4f%% %9.1f %5.0f MiB %9s\n", namew,
+        fprintf(out, "%-*s %10s %9s %8ld %10g %10.4f%% %10.4f%% %10.2f%% %10.4f%% %9.1f %5.0f MiB %7.2f %9s\n", namew,
                 runs[r].name, tl, ev, u->skipped_total, u->final_scale, 100 * u->underflow, 100 * u->lost_gradients,
-                100 * u->dead_gradients, 100 * u->lost_updates, u->ms_per_step, u->memory_mib, sp);
+                100 * u->dead_gradients, 100 * u->lost_updates, u->ms_per_step, u->memory_mib,
+                mp_bytes_per_param(&u->bytes), sp);
     }
     for (int r = 0; r < n; r++)
         for (int k = 0; k < runs[r].result.nwarnings; k++)

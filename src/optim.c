@@ -531,6 +531,23 @@ mp_status mp_optim_set_state_format(mp_optim *o, mp_state_format f) {
     return MP_OK;
 }
 
+mp_optim_bytes mp_optim_bytes_held(const mp_optim *o) {
+    mp_optim_bytes b = {0};
+    for (size_t i = 0; o && i < o->count; i++) {
+        const mp_param *p = o->params[i];
+        const double n = (double)p->n;
+        b.params += n, b.grad += 4 * n;
+        b.weights += p->master ? 4 * n : 2 * n;
+        if (p->master && p->half) b.copy += 2 * n;
+        if (p->comp) b.comp += 2 * n;
+        mp_tensor ts[5];
+        const size_t k = mp_optim_state_tensors(p, ts);
+        for (size_t j = 0; j < k; j++)
+            if (strcmp(ts[j].name + strlen(ts[j].name) - 5, ".comp") != 0) b.state += (double)ts[j].nbytes;
+    }
+    return b;
+}
+
 size_t mp_optim_state_tensors(const mp_param *p, mp_tensor *out) {
     size_t n = 0;
     const mp_state_format f = p->state_format;

@@ -881,6 +881,7 @@ static int finish(run_state *s) {
     r->tokens_per_s = s->is_gpt && r->ms_per_step > 0
                           ? (double)o->batch * (double)s->T * (double)o->accum / (r->ms_per_step / 1e3) : 0;
     r->memory_mib = peak_mib();
+    r->bytes = mp_optim_bytes_held(s->opt);
     const mp_scaler *sc = mp_trainer_scaler(s->tr);
     r->final_scale = sc ? (double)mp_scaler_get_scale(sc) : 1.0;
     const mp_tensor_stats *run_stats = r->tensor_totals;
@@ -931,6 +932,11 @@ static void print_results(const run_state *s) {
         r->final_scale, r->ms_per_step);
     if (gpt) OUT(", %.0f tokens/s", r->tokens_per_s);
     OUT(", %.1f s, peak memory %.0f MiB\n", s->elapsed, r->memory_mib);
+    const mp_optim_bytes *b = &r->bytes;
+    if (b->params > 0)
+        OUT("        bytes per parameter %.2f: weights %.2f, copies %.2f, gradients %.2f, compensation %.2f, "
+            "optimizer state %.2f\n", mp_bytes_per_param(b), b->weights / b->params, b->copy / b->params,
+            b->grad / b->params, b->comp / b->params, b->state / b->params);
     if (size_of(s) > 1) {
         OUT("        all-reduce %s: %llu gradient values, %.1f MB summed per step (each rank sends %.1f MB in a "
             "ring), %.2f ms/step in MPI (median)", mp_format(ds->wire)->name, (unsigned long long)ds->values,
@@ -1066,6 +1072,13 @@ static cJSON *summary_json(run_state *s) {
         cJSON_AddNumberToObject(a, "lost_steps", (double)ds->lost_sums);
     }
     cJSON_AddNumberToObject(j, "peak_memory_mib", r->memory_mib);
+    const mp_optim_bytes *by = &r->bytes;
+    cJSON_AddNumberToObject(j, "bytes_per_param", mp_bytes_per_param(by));
+    cJSON *bp = cJSON_AddObjectToObject(j, "bytes_per_param_parts");
+    const double np = by->params > 0 ? by->params : 1;
+    cJSON_AddNumberToObject(bp, "weights", by->weights / np), cJSON_AddNumberToObject(bp, "copies", by->copy / np);
+    cJSON_AddNumberToObject(bp, "gradients", by->grad / np), cJSON_AddNumberToObject(bp, "compensation", by->comp / np);
+    cJSON_AddNumberToObject(bp, "optimizer_state", by->state / np);
     cJSON_AddNumberToObject(j, "underflow_fraction", r->underflow);
     cJSON_AddNumberToObject(j, "gradient_overflow", (double)grad_over);
     cJSON_AddNumberToObject(j, "activation_overflow", (double)act_over);

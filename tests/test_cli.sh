@@ -525,20 +525,27 @@ if [ -s "$T/cmw/fp16-dynamic+master-weights=none.json" ] && [ -s "$T/cmw/fp16-dy
 
 # --optim-state and --master-weights kahan|sr: each setting trains, and resumes bit-identically (the state as it is
 # held: codes and scales, the Kahan compensation); resuming under another setting is refused; the label is canonical
-for pm in bf16+optim-state=8bit bf16+optim-state=4bit bf16+optim-state=fp8 bf16+optim-state=bf16 \
-          bf16+master-weights=kahan fp16-dynamic+master-weights=kahan+optim-state=8bit bf16+master-weights=sr+optim-state=4bit; do
-    for mdl in G T; do
+for pm in G:bf16+optim-state=8bit T:bf16+optim-state=8bit G:bf16+optim-state=4bit T:bf16+optim-state=fp8 \
+          G:bf16+optim-state=bf16 G:bf16+master-weights=kahan T:fp16-dynamic+master-weights=kahan+optim-state=8bit \
+          T:bf16+master-weights=sr+optim-state=4bit; do
+    mdl=${pm%%:*} pm=${pm#*:}
+    {
         if [ $mdl = G ]; then R=("${GT[@]}"); else R=("${TR[@]}"); fi
         expect 0 "$M" "${R[@]}" --precision "$pm" --steps 6 --save "$T/os6.st" --summary "$T/os.json"
         expect 0 "$M" "${R[@]}" --precision "$pm" --steps 3 --save "$T/os3.st"
         expect 0 "$M" "${R[@]}" --precision "$pm" --steps 6 --resume "$T/os3.st" --save "$T/os6r.st"
         cmp -s "$T/os6.st" "$T/os6r.st" && ok || fail "$pm ($mdl): resume differs from an uninterrupted run"
-    done
+    }
 done
 python3 - "$T/os.json" "$T/os6.st" <<'PY' && ok || fail "the 4-bit state in the summary and the checkpoint"
 import json, struct, sys
 j = json.load(open(sys.argv[1]))
 assert j["precision"] == "bf16-pure+optim-state=4bit" and j["optim_state"] == "4bit" and j["master_weights"] == "sr", j
+b = j["bytes_per_param_parts"]  # mlp:784-48-10: fc0's state in 4 bits (2 x (0.5 + 4/128)), the rest's in bf16
+n0, n = 784 * 48, 784 * 48 + 48 + 48 * 10 + 10
+assert b["weights"] == 2 and b["copies"] == 0 and b["gradients"] == 4 and b["compensation"] == 0, b
+assert abs(b["optimizer_state"] - (n0 * 2 * (0.5 + 4 / 128) + (n - n0) * 4) / n) < 1e-9, b
+assert abs(j["bytes_per_param"] - sum(b.values())) < 1e-9, j["bytes_per_param"]
 b = open(sys.argv[2], "rb").read(); h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
 assert h["__metadata__"]["optim_state"] == "4bit"
 assert h["optim.fc0.weight.state1"]["dtype"] == "U8" and h["optim.fc0.weight.state1"]["shape"] == [784 * 48 // 2]

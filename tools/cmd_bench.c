@@ -19,6 +19,7 @@ static const char usage[] =
     "usage: mixprec bench convert|unscale [--n N] [--reps R] [--json]\n"
     "       mixprec bench gemm [--reps R] [--max N] [--json]\n"
     "       mixprec bench peak [--json]\n"
+    "       mixprec bench optim [--n N] [--reps R] [--json]\n"
     "       mpirun -np N mixprec bench allreduce [--n N] [--reps R] [--json]\n\n"
     "gemm     mp_gemm for m = n = k in {256, 512, 1024, 2048} and MLP training\n"
     "         shapes (batch 256, widths 784-1024), fp32 / fp16 / bf16 inputs with\n"
@@ -33,7 +34,12 @@ static const char usage[] =
     "convert  times bulk conversions on N elements (default 16777216: a 64 MiB\n"
     "         fp32 array)\n"
     "unscale  times the fused unscale + inf/NaN check (mp_unscale_check) in place\n"
-    "         on 64 MiB buffers: N fp32 and 2N fp16 / bf16 elements\n\n"
+    "         on 64 MiB buffers: N fp32 and 2N fp16 / bf16 elements\n"
+    "optim    times one AdamW step (mp_optim_step) of N parameters in one tensor\n"
+    "         with bf16 compute copies, for each way of keeping the weights and\n"
+    "         the state (fp32 masters with fp32, bf16, fp8, 8-bit and 4-bit state;\n"
+    "         Kahan bf16 weights with 8-bit state); bytes are those the step\n"
+    "         reads and writes\n\n"
     "Each is run R times (default 15) after a warm-up, next to a plain memory copy\n"
     "on the same threads; the median is reported, with bandwidth counted as bytes\n"
     "read plus bytes written, and 'vs copy' = time / time of a copy moving as many\n"
@@ -235,6 +241,74 @@ static int bench_unscale(int argc, char **argv) {
     }
     if (o.json) printf("\n]}\n");
     free(buf); free(tmp); free(t);
+    return 0;
+}
+
+/* One AdamW step's median time for a setting of weights and state. */
+typedef struct {
+    const char *name;
+    mp_master_weights weights;
+    mp_state_format state;
+} optim_case;
+
+static int bench_optim(int argc, char **argv) {
+    bench_opts o;
+    int rc = parse_opts(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    static const optim_case settings[] = {{"fp32 state", MP_MASTER_FP32, MP_STATE_FP32},
+                                       {"bf16 state", MP_MASTER_FP32, MP_STATE_BF16},
+                                       {"fp8 state", MP_MASTER_FP32, MP_STATE_FP8},
+                                       {"8bit state", MP_MASTER_FP32, MP_STATE_8BIT},
+                                       {"4bit state", MP_MASTER_FP32, MP_STATE_4BIT},
+                                       {"kahan+8bit", MP_MASTER_KAHAN, MP_STATE_8BIT}};
+    const size_t n = ((size_t)o.n + 255) / 256 * 256;
+    float *init = malloc(n * sizeof *init);
+    double *t = malloc((size_t)o.reps * sizeof *t);
+    if (!init || !t) {
+        free(init), free(t);
+        fprintf(stderr, "mixprec bench: out of memory for %zu parameters\n", n);
+        return 1;
+    }
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        init[i] = (float)((double)(int32_t)(s >> 32) * 0x1p-31 * 0.02);
+    }
+    if (o.json)
+        printf("{\"bench\": \"optim\", \"n\": %zu, \"threads\": %d, \"isa\": \"%s\", \"reps\": %ld, \"results\": [",
+               n, mp_get_threads(), mp_isa_name(mp_cpu_isa()), o.reps);
+    else
+        printf("bench optim: AdamW step of %zu parameters, bf16 compute, %d thread(s), path %s, median of %ld\n\n"
+               "%-14s %10s %12s %9s\n", n, mp_get_threads(), mp_isa_name(mp_cpu_isa()), o.reps, "setting", "ms",
+               "bytes/param", "vs fp32");
+    double base = 0;
+    for (size_t c = 0; c < sizeof settings / sizeof settings[0]; c++) {
+        mp_optim *opt = NULL;
+        mp_param *p = NULL;
+        if (mp_optim_adamw(&opt, NULL) != MP_OK || mp_optim_set_state_format(opt, settings[c].state) != MP_OK ||
+            mp_optim_add_as(opt, "w", init, n, MP_BF16, settings[c].weights, MP_BF16, &p) != MP_OK) {
+            fprintf(stderr, "mixprec bench: %s\n", mp_last_error());
+            mp_optim_free(opt), free(init), free(t);
+            return 1;
+        }
+        for (size_t i = 0; i < n; i++) p->grad[i] = init[i] * 0.5f;
+        mp_optim_step(opt); /* the state made and warm */
+        for (long r = 0; r < o.reps; r++) {
+            const double t0 = now();
+            mp_optim_step(opt);
+            t[r] = now() - t0;
+        }
+        const double med = median_seconds((int)o.reps, t);
+        const mp_optim_bytes b = mp_optim_bytes_held(opt);
+        if (!c) base = med;
+        if (o.json)
+            printf("%s\n  {\"setting\": \"%s\", \"median_s\": %.6e, \"bytes_per_param\": %.4f, \"vs_fp32\": %.3f}",
+                   c ? "," : "", settings[c].name, med, mp_bytes_per_param(&b), med / base);
+        else printf("%-14s %10.3f %12.2f %9.2f\n", settings[c].name, med * 1e3, mp_bytes_per_param(&b), med / base);
+        mp_optim_free(opt);
+    }
+    if (o.json) printf("\n]}\n");
+    free(init), free(t);
     return 0;
 }
 
@@ -489,14 +563,15 @@ static int bench_allreduce(int argc, char **argv) {
 }
 
 static int run(int argc, char **argv) {
-    if (argc < 2) return cli_usage_error("bench", "which benchmark? (convert, unscale, gemm, peak, allreduce)");
+    if (argc < 2) return cli_usage_error("bench", "which benchmark? (convert, unscale, optim, gemm, peak, allreduce)");
     if (strcmp(argv[1], "allreduce") == 0) return bench_allreduce(argc, argv);
     if (strcmp(argv[1], "gemm") == 0) return bench_gemm(argc, argv);
     if (strcmp(argv[1], "peak") == 0) return bench_peak(argc, argv);
     if (cli_is_help(&cmd_bench, argv[1])) return 0;
     if (strcmp(argv[1], "convert") == 0) return bench_convert(argc, argv);
     if (strcmp(argv[1], "unscale") == 0) return bench_unscale(argc, argv);
-    return cli_usage_error("bench", "unknown benchmark '%s' (convert, unscale, gemm, peak, allreduce)", argv[1]);
+    if (strcmp(argv[1], "optim") == 0) return bench_optim(argc, argv);
+    return cli_usage_error("bench", "unknown benchmark '%s' (convert, unscale, optim, gemm, peak, allreduce)", argv[1]);
 }
 
 const cli_command cmd_bench = {"bench", "time mixprec's kernels (make bench compares them with peers)", usage, run};

@@ -189,6 +189,22 @@ mp_status mp_optim_add_kahan(mp_optim *o, const char *name, const float *init, s
  * momentum has no state (MP_EINVAL for a format other than AUTO/FP32). */
 mp_status mp_optim_set_state_format(mp_optim *o, mp_state_format f);
 
+/* The bytes the optimizer's parameters hold, by part, as allocated (the
+ * state once the first step or mp_optim_restore made it). */
+typedef struct mp_optim_bytes {
+    double params;   /* parameter values */
+    double weights;  /* the weights as kept: fp32 masters, or the compute-format weights without them */
+    double copy;     /* the compute copies beside fp32 masters */
+    double grad;     /* the fp32 gradients */
+    double comp;     /* Kahan compensation buffers */
+    double state;    /* the optimizer state, block scales included */
+} mp_optim_bytes;
+mp_optim_bytes mp_optim_bytes_held(const mp_optim *o);
+/* (weights + copy + grad + comp + state) / params; 0 without parameters. */
+static inline double mp_bytes_per_param(const mp_optim_bytes *b) {
+    return b->params > 0 ? (b->weights + b->copy + b->grad + b->comp + b->state) / b->params : 0;
+}
+
 /* The optimizer state of p (and its Kahan compensation) as tensors named
  * "optim.NAME.state1", "...state1.scale" (a block format's scales),
  * "...state2", "...state2.scale", "...comp", in that order, at most 5 into

@@ -167,6 +167,7 @@ typedef struct mp_run_result {
     char (*tensor_names)[64];    /* (ntensors,) */
     float *tensor_underflow;     /* (nsteps, ntensors): fraction of gradient stores that became 0 */
     double eval_loss, eval_accuracy, last_loss, underflow, ms_per_step, memory_mib, final_scale;
+    mp_optim_bytes bytes;        /* what the parameters hold, by part (bytes_per_param: their sum / params) */
     double lost_gradients, dead_gradients; /* fractions of the run's weight-gradient values (model.h) */
     double lost_updates;         /* fraction of the run's parameter updates (mp_optim_lost_updates) */
     double tokens_per_s;         /* gpt */
