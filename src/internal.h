@@ -385,6 +385,7 @@ extern const mp_unscale_kernels mp_unscale_avx512;
  * subnormal and NaN counts of out. */
 void mp_relu16_avx512(uint16_t *out, const uint16_t *a, const uint16_t *x, size_t n, const mp_relu16_codes *k,
                       uint64_t *sub, uint64_t *nan);
+extern const mp_optim_kernels mp_optim_avx2;
 extern const mp_optim_kernels mp_optim_avx512;
 extern const mp_gemm_kernel mp_gemm_avx2;
 extern const mp_gemm_kernel mp_gemm_avx512;

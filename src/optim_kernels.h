@@ -223,10 +223,9 @@ static void k_narrow(uint16_t *h, const float *x, size_t n, int bf) {
  * fp32: ties go up). Dequantized: entry (or e4m3 value) times the scale. */
 static inline int map_code(float y, const float *q, int entries) {
     int c = 0;
-    for (int k = entries / 2; k >= 1; k /= 2)
-        if (y >= q[c + k]) c += k;
+    for (int k = entries / 2; k >= 1; k /= 2) c += k & -(int)(y >= q[c + k]); /* no branch to mispredict */
     const int up = c + 1 < entries ? c + 1 : entries - 1;
-    return y - q[c] >= (q[up] - q[c]) * 0.5f ? up : c;
+    return c + (int)(up != c && y - q[c] >= (q[up] - q[c]) * 0.5f);
 }
 
 static void k_dequant(float *out, const uint8_t *codes, const float *scale, const float *map, int bits, size_t n,
@@ -247,6 +246,10 @@ static void k_dequant(float *out, const uint8_t *codes, const float *scale, cons
     }
 }
 
+/* (GCC vectorizes the code search with gathers, which is slower than scalar searches on the CPUs measured) */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-vectorize")))
+#endif
 static void k_quant(uint8_t *codes, float *scale, const float *x, const float *map, int bits, size_t n, size_t block) {
     for (size_t b = 0; b < n / block; b++) {
         const float *xb = x + b * block;

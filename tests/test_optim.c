@@ -145,9 +145,18 @@ static void check_adamw(void) {
 }
 
 /* scalar and AVX-512 builds of the kernels give the same bits */
+static void check_kernel_paths_of(const mp_optim_kernels *k, const char *path);
+
+/* Each vectorized build of the optimizer loops gives the portable build's bits. */
 static void check_kernel_paths(void) {
 #ifdef MP_X86
-    if (mp_cpu_detected() < MP_ISA_AVX512) return;
+    if (mp_cpu_detected() >= MP_ISA_AVX2) check_kernel_paths_of(&mp_optim_avx2, "avx2");
+    if (mp_cpu_detected() >= MP_ISA_AVX512) check_kernel_paths_of(&mp_optim_avx512, "avx512");
+#endif
+}
+
+static void check_kernel_paths_of(const mp_optim_kernels *k, const char *path) {
+#ifdef MP_X86
     enum { M = 4099 };
     static float w1[M], w2[M], g[M], b1[M], b2[M], m1[M], m2[M], v1[M], v2[M];
     static uint16_t h1[M], h2[M];
@@ -156,25 +165,39 @@ static void check_kernel_paths(void) {
     memcpy(w2, w1, sizeof w1), memcpy(b2, b1, sizeof b1), memcpy(m2, m1, sizeof m1), memcpy(v2, v1, sizeof v1);
     mp_sgd_coef sc = {-0.01f, 0.9f, 0.9f, 1e-4f, 1, 1, 0};
     mp_optim_scalar.sgd(w1, g, b1, M, &sc);
-    mp_optim_avx512.sgd(w2, g, b2, M, &sc);
-    CHECK(memcmp(w1, w2, sizeof w1) == 0 && memcmp(b1, b2, sizeof b1) == 0, "sgd kernels differ");
+    k->sgd(w2, g, b2, M, &sc);
+    CHECK(memcmp(w1, w2, sizeof w1) == 0 && memcmp(b1, b2, sizeof b1) == 0, "%s: sgd kernels differ", path);
     mp_adamw_coef ac = {0.99999f, 0.1f, 0.999f, 0.001f, 0.03f, 1e-8f, -0.01f};
     mp_optim_scalar.adamw(w1, g, m1, v1, M, &ac);
-    mp_optim_avx512.adamw(w2, g, m2, v2, M, &ac);
+    k->adamw(w2, g, m2, v2, M, &ac);
     CHECK(memcmp(w1, w2, sizeof w1) == 0 && memcmp(m1, m2, sizeof m1) == 0 && memcmp(v1, v2, sizeof v1) == 0,
-          "adamw kernels differ");
+          "%s: adamw kernels differ", path);
     double a1[8] = {0}, a2[8] = {0}, a3[8] = {0};
     mp_optim_scalar.sumsq(a1, g, M);
-    mp_optim_avx512.sumsq(a2, g, M);
-    mp_optim_avx512.sumsq(a3, g, 4096), mp_optim_avx512.sumsq(a3, g + 4096, M - 4096); /* in pieces */
-    CHECK(mp_sumsq_total(a1) == mp_sumsq_total(a2) && mp_sumsq_total(a1) == mp_sumsq_total(a3), "sumsq differs");
+    k->sumsq(a2, g, M);
+    k->sumsq(a3, g, 4096), k->sumsq(a3, g + 4096, M - 4096); /* in pieces */
+    CHECK(mp_sumsq_total(a1) == mp_sumsq_total(a2) && mp_sumsq_total(a1) == mp_sumsq_total(a3), "%s: sumsq differs", path);
     mp_optim_scalar.round_sr(h1, w1, M, 42, 0);
-    mp_optim_avx512.round_sr(h2, w1, M, 42, 0);
-    CHECK(memcmp(h1, h2, sizeof h1) == 0, "stochastic rounding differs");
+    k->round_sr(h2, w1, M, 42, 0);
+    CHECK(memcmp(h1, h2, sizeof h1) == 0, "%s: stochastic rounding differs", path);
     const uint64_t l1 = mp_optim_scalar.adamw_bf16(h1, g, m1, v1, M, &ac, 7, 0);
-    const uint64_t l2 = mp_optim_avx512.adamw_bf16(h2, g, m2, v2, M, &ac, 7, 0);
-    CHECK(memcmp(h1, h2, sizeof h1) == 0 && l1 == l2 && l1 > 0, "pure bf16 adamw differs (lost %llu, %llu)",
+    const uint64_t l2 = k->adamw_bf16(h2, g, m2, v2, M, &ac, 7, 0);
+    CHECK(memcmp(h1, h2, sizeof h1) == 0 && l1 == l2 && l1 > 0, "%s: pure bf16 adamw differs (lost %llu, %llu)", path,
           (unsigned long long)l1, (unsigned long long)l2);
+    static uint16_t k1[M], k2[M];
+    memset(k1, 0, sizeof k1), memset(k2, 0, sizeof k2);
+    for (int s = 0; s < 3; s++) {
+        mp_optim_scalar.adamw_kahan(h1, k1, g, m1, v1, M, &ac, 1);
+        k->adamw_kahan(h2, k2, g, m2, v2, M, &ac, 1);
+        mp_optim_scalar.sgd_kahan(h1, k1, g, b1, M, &sc, 0);
+        k->sgd_kahan(h2, k2, g, b2, M, &sc, 0);
+        mp_optim_scalar.adamw_half(h1, g, m1, v1, M, &ac, 0);
+        k->adamw_half(h2, g, m2, v2, M, &ac, 0);
+    }
+    CHECK(memcmp(h1, h2, sizeof h1) == 0 && memcmp(k1, k2, sizeof k1) == 0 && memcmp(m1, m2, sizeof m1) == 0,
+          "%s: kahan or half kernels differ", path);
+#else
+    (void)k, (void)path;
 #endif
 }
 
@@ -887,6 +910,7 @@ static void check_quantizers_of(const mp_optim_kernels *k, const char *path) {
 static void check_quantizers(void) {
     check_quantizers_of(&mp_optim_scalar, "portable");
 #ifdef MP_X86
+    if (mp_cpu_detected() >= MP_ISA_AVX2) check_quantizers_of(&mp_optim_avx2, "avx2");
     if (mp_cpu_detected() >= MP_ISA_AVX512) check_quantizers_of(&mp_optim_avx512, "avx512");
 #endif
 }

@@ -1,0 +1,5 @@
+/* optim_avx2.c - the optimizer loops of optim_kernels.h, built with AVX2 + FMA
+ * flags so the compiler vectorizes them; same bits as the portable build. */
+#include "../optim_kernels.h"
+
+const mp_optim_kernels mp_optim_avx2 = MP_OPTIM_KERNELS;
