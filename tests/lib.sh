@@ -14,6 +14,17 @@ plain_fashion_mnist() {
     mkdir -p "$T/fmnist"
     for f in /usr/share/datasets/fashion-mnist/*-ubyte.gz; do gzip -dc "$f" > "$T/fmnist/$(basename "$f" .gz)"; done
 }
+# The command-line tests' checks (a script may define its own instead).
+# expect STATUS CMD... : exit status is STATUS; stdout in $out, stderr in $err
+expect() {
+    local want=$1; shift
+    out=$("$@" 2>"$T/stderr"); local got=$?
+    err=$(cat "$T/stderr")
+    if [ "$got" -ne "$want" ]; then fail "'$*' exited $got, expected $want (stderr: $err)"; return 1; fi
+    ok
+}
+has() { if printf '%s\n' "$1" | grep -qE -- "$2"; then ok; else fail "expected /$2/ in: $1"; fi; }
+one_line() { if [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && [ -n "$err" ]; then ok; else fail "expected a one-line error, got: $err"; fi; }
 done_() {
     echo "$pass passed, $fails failed"
     [ "$fails" -eq 0 ]

@@ -26,7 +26,6 @@ LONG=${MIXPREC_LONG:-0}
 root=()
 [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root) # CI runs as root; OpenMPI refuses it unless told
 MPI=("$MPIRUN" "${root[@]}" --oversubscribe --bind-to none)
-has() { if printf '%s\n' "$1" | grep -qE -- "$2"; then ok; else fail "expected /$2/ in: $1"; fi; }
 hasnt() { if printf '%s\n' "$1" | grep -qE -- "$2"; then fail "unexpected /$2/ in: $1"; else ok; fi; }
 # status WANT CMD...: exit status WANT; stdout in $out, stderr in $err
 status() {
