@@ -541,6 +541,7 @@ static mp_report report_of(report_runs *v, const mp_compare_result *res, const c
                               .lost_gradients = u->lost_gradients, .dead_gradients = u->dead_gradients,
                               .lost_updates = u->lost_updates,
                               .ms_per_step = u->ms_per_step, .memory_mib = u->memory_mib,
+                              .bytes_per_param = mp_bytes_per_param(&u->bytes),
                               .final_scale = u->final_scale, .skipped_total = u->skipped_total,
                               .has_hist = u->has_hist, .hist_lo = MP_RUN_HIST_LO, .hist_zeros = u->hist_zeros,
                               .hist_scale = u->hist_scale, .warnings = v->warn_ptr[r], .nwarnings = u->nwarnings,

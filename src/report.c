@@ -427,6 +427,41 @@ static void chart_val_loss(FILE *f, const mp_report *r) {
     }
 }
 
+/* Each run's evaluation figure against the bytes per parameter it held, a
+ * point per run with its name; omitted unless two runs have both. */
+static void chart_bytes(FILE *f, const mp_report *r) {
+    double x0 = INFINITY, x1 = 0, y0 = INFINITY, y1 = -INFINITY;
+    int n = 0;
+    for (int i = 0; i < r->nruns; i++) {
+        const mp_report_run *u = &r->runs[i];
+        if (!(u->bytes_per_param > 0) || !isfinite(u->eval)) continue;
+        x0 = fmin(x0, u->bytes_per_param), x1 = fmax(x1, u->bytes_per_param), y0 = fmin(y0, u->eval), y1 = fmax(y1, u->eval);
+        n++;
+    }
+    if (n < 2) return;
+    const double xp = x1 > x0 ? 0.08 * (x1 - x0) : 1, yp = y1 > y0 ? 0.12 * (y1 - y0) : 0.05 * fabs(y1) + 1e-3;
+    const char *what = r->eval_name ? r->eval_name : "evaluation";
+    char title[160];
+    snprintf(title, sizeof title, "%s against the bytes each parameter holds (weights, copies, gradient, compensation, "
+                                  "optimizer state)", what);
+    title[0] = (char)toupper((unsigned char)title[0]);
+    const axes a = plot_axes(fmax(0, x0 - xp), x1 + xp, y0 - yp, y1 + yp, 260);
+    frame(f, &a, "bytes", title, "bytes per parameter", what, tick_step(y1 - y0 + 2 * yp, 5),
+          r->eval_percent ? "%.3f" : "%g", 0, 1);
+    for (int i = 0; i < r->nruns; i++) {
+        const mp_report_run *u = &r->runs[i];
+        if (!(u->bytes_per_param > 0) || !isfinite(u->eval)) continue;
+        hprintf(f, "<circle class=\"series\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\"><title>", px(&a, u->bytes_per_param),
+                py(&a, u->eval), u->color);
+        mp_html_escape(f, u->name);
+        hprintf(f, ": %.2f bytes per parameter, %.4g</title></circle><text x=\"%.1f\" y=\"%.1f\" class=\"legend\">",
+                u->bytes_per_param, u->eval, px(&a, u->bytes_per_param) + 8, py(&a, u->eval) - 6);
+        mp_html_escape(f, u->name);
+        fputs("</text>\n", f);
+    }
+    chart_end(f);
+}
+
 /* A circle on the scale curve at each skipped step of u. */
 static void skip_marks(FILE *f, const axes *a, const mp_report_run *u) {
     for (long s = 0; s < u->nsteps; s++)
@@ -1021,6 +1056,7 @@ static void write_body(FILE *f, const mp_report *r) {
     section_ablation(f, r);
     chart_loss(f, r);
     chart_val_loss(f, r);
+    chart_bytes(f, r);
     chart_scale(f, r);
     charts_quant(f, r);
     chart_layers(f, r);

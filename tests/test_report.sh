@@ -255,9 +255,10 @@ class P(HTMLParser):
         if self.intd: self.cell += data
 
 p = P(); p.feed(html)
-assert set(p.charts) == {"loss", "val_loss", "scale", "layers", "underflow", "heatmap-fp16", "histogram",
+assert set(p.charts) == {"loss", "val_loss", "bytes", "scale", "layers", "underflow", "heatmap-fp16", "histogram",
                          "headroom"}, p.charts
 assert all(v > 0 for v in p.charts.values()), p.charts
+assert p.charts["bytes"] == 4 and "<title>fp32: 16.00 bytes per parameter" in html, p.charts  # weights, gradient, 2 moments
 assert [r["mode"] for r in p.rows] == ["fp32", "fp16", "fp16-dynamic", "bf16"]
 for r in p.rows:
     s = json.load(open(f"{d}/{r['mode']}.json"))

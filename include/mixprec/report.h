@@ -46,6 +46,7 @@ typedef struct mp_report_run {
     const float *layer_underflow;/* (nsteps, nlayers): fraction of the layer's gradient stores that became 0 */
     double eval;                 /* the evaluation figure the table shows (see mp_report.eval_name) */
     double last_loss, underflow, ms_per_step, memory_mib, final_scale;
+    double bytes_per_param;   /* what the parameters hold per value (mp_optim_bytes); 0: not known (no chart) */
     double lost_gradients, dead_gradients; /* fractions of the weight-gradient values: nonzero in fp32 and 0
                                               when stored; 0 in fp32 already (train.h's mp_step_info) */
     double lost_updates;         /* fraction of the parameter updates that left the weight unchanged */

@@ -96,7 +96,7 @@ class ReportRun(ctypes.Structure):
                 ("nlayers", ctypes.c_int), ("layer_names", ctypes.POINTER(ctypes.c_char * 64)),
                 ("layer_underflow", ctypes.POINTER(ctypes.c_float)), ("eval", ctypes.c_double),
                 ("last_loss", ctypes.c_double), ("underflow", ctypes.c_double), ("ms_per_step", ctypes.c_double),
-                ("memory_mib", ctypes.c_double), ("final_scale", ctypes.c_double),
+                ("memory_mib", ctypes.c_double), ("final_scale", ctypes.c_double), ("bytes_per_param", ctypes.c_double),
                 ("lost_gradients", ctypes.c_double), ("dead_gradients", ctypes.c_double),
                 ("lost_updates", ctypes.c_double), ("skipped_total", ctypes.c_long),
                 ("has_hist", ctypes.c_int), ("hist_lo", ctypes.c_int), ("hist", ctypes.c_double * HIST_BINS),
