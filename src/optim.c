@@ -542,49 +542,45 @@ mp_optim_bytes mp_optim_bytes_held(const mp_optim *o) {
         if (p->comp) b.comp += 2 * n;
         mp_tensor ts[5];
         const size_t k = mp_optim_state_tensors(p, ts);
-        for (size_t j = 0; j < k; j++)
-            if (strcmp(ts[j].name + strlen(ts[j].name) - 5, ".comp") != 0) b.state += (double)ts[j].nbytes;
+        for (size_t j = 0; j < k; j++) b.state += (double)ts[j].nbytes;
+        b.state -= p->comp ? 2 * n : 0; /* the compensation, the last of them, is counted apart */
     }
     return b;
+}
+
+/* out[n] (when out is not NULL) as the 1-D tensor "optim.NAME.SUFFIX" of count values of esize bytes at data;
+ * returns n + 1. */
+static size_t put_tensor(mp_tensor *out, size_t n, const mp_param *p, const char *suffix, mp_dtype t, size_t count,
+                         size_t esize, const void *data) {
+    if (out) {
+        mp_tensor *x = &out[n];
+        memset(x, 0, sizeof *x);
+        snprintf(x->name, sizeof x->name, "optim.%s.%s", p->name, suffix);
+        x->dtype = t, x->ndim = 1, x->shape[0] = count, x->nbytes = count * esize, x->data = data;
+    }
+    return n + 1;
 }
 
 size_t mp_optim_state_tensors(const mp_param *p, mp_tensor *out) {
     size_t n = 0;
     const mp_state_format f = p->state_format;
-    const size_t block = block_of(f);
-    for (int k = 1; k <= 2; k++) {
-        const void *data = k == 1 ? (f == MP_STATE_FP32 ? (const void *)p->state1 : block_format(f) ? (const void *)p->qstate1 : p->hstate1)
-                                  : (f == MP_STATE_FP32 ? (const void *)p->state2 : block_format(f) ? (const void *)p->qstate2 : p->hstate2);
-        if (!data) continue;
-        if (out) {
-            mp_tensor *t = &out[n];
-            memset(t, 0, sizeof *t);
-            snprintf(t->name, sizeof t->name, "optim.%s.state%d", p->name, k);
-            t->dtype = f == MP_STATE_FP32 ? MP_F32 : f == MP_STATE_BF16 ? MP_BF16 : f == MP_STATE_FP16 ? MP_F16
+    const int blocks = block_format(f);
+    const void *const fp32[2] = {p->state1, p->state2}, *const half[2] = {p->hstate1, p->hstate2};
+    const void *const codes[2] = {p->qstate1, p->qstate2}, *const scales[2] = {p->qscale1, p->qscale2};
+    const mp_dtype t = f == MP_STATE_FP32 ? MP_F32 : f == MP_STATE_BF16 ? MP_BF16 : f == MP_STATE_FP16 ? MP_F16
                        : f == MP_STATE_FP8 ? MP_E4M3 : MP_U8;
-            t->ndim = 1, t->shape[0] = f == MP_STATE_4BIT ? p->n / 2 : p->n;
-            t->nbytes = t->shape[0] * (f == MP_STATE_FP32 ? 4 : block_format(f) ? 1 : 2), t->data = data;
-        }
-        n++;
-        if (!block_format(f)) continue;
-        if (out) {
-            mp_tensor *t = &out[n];
-            memset(t, 0, sizeof *t);
-            snprintf(t->name, sizeof t->name, "optim.%s.state%d.scale", p->name, k);
-            t->dtype = MP_F32, t->ndim = 1, t->shape[0] = p->n / block, t->nbytes = p->n / block * 4;
-            t->data = k == 1 ? p->qscale1 : p->qscale2;
-        }
-        n++;
+    const size_t count = f == MP_STATE_4BIT ? p->n / 2 : p->n, esize = f == MP_STATE_FP32 ? 4 : blocks ? 1 : 2;
+    for (int k = 0; k < 2; k++) {
+        const void *data = f == MP_STATE_FP32 ? fp32[k] : blocks ? codes[k] : half[k];
+        if (!data) continue;
+        char suffix[16];
+        snprintf(suffix, sizeof suffix, "state%d", k + 1);
+        n = put_tensor(out, n, p, suffix, t, count, esize, data);
+        if (!blocks) continue;
+        snprintf(suffix, sizeof suffix, "state%d.scale", k + 1);
+        n = put_tensor(out, n, p, suffix, MP_F32, p->n / block_of(f), 4, scales[k]);
     }
-    if (p->comp) {
-        if (out) {
-            mp_tensor *t = &out[n];
-            memset(t, 0, sizeof *t);
-            snprintf(t->name, sizeof t->name, "optim.%s.comp", p->name);
-            t->dtype = p->half_type, t->ndim = 1, t->shape[0] = p->n, t->nbytes = p->n * 2, t->data = p->comp;
-        }
-        n++;
-    }
+    if (p->comp) n = put_tensor(out, n, p, "comp", p->half_type, p->n, 2, p->comp);
     return n;
 }
 
