@@ -570,15 +570,13 @@ size_t mp_optim_state_tensors(const mp_param *p, mp_tensor *out) {
     const mp_dtype t = f == MP_STATE_FP32 ? MP_F32 : f == MP_STATE_BF16 ? MP_BF16 : f == MP_STATE_FP16 ? MP_F16
                        : f == MP_STATE_FP8 ? MP_E4M3 : MP_U8;
     const size_t count = f == MP_STATE_4BIT ? p->n / 2 : p->n, esize = f == MP_STATE_FP32 ? 4 : blocks ? 1 : 2;
+    static const char *const name[2] = {"state1", "state2"}, *const scale_name[2] = {"state1.scale", "state2.scale"};
     for (int k = 0; k < 2; k++) {
         const void *data = f == MP_STATE_FP32 ? fp32[k] : blocks ? codes[k] : half[k];
         if (!data) continue;
-        char suffix[16];
-        snprintf(suffix, sizeof suffix, "state%d", k + 1);
-        n = put_tensor(out, n, p, suffix, t, count, esize, data);
+        n = put_tensor(out, n, p, name[k], t, count, esize, data);
         if (!blocks) continue;
-        snprintf(suffix, sizeof suffix, "state%d.scale", k + 1);
-        n = put_tensor(out, n, p, suffix, MP_F32, p->n / block_of(f), 4, scales[k]);
+        n = put_tensor(out, n, p, scale_name[k], MP_F32, p->n / block_of(f), 4, scales[k]);
     }
     if (p->comp) n = put_tensor(out, n, p, "comp", p->half_type, p->n, 2, p->comp);
     return n;
