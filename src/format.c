@@ -122,16 +122,8 @@ float mp_e8m0_to_f32(uint8_t v) {
 
 /* bf16 has fp32's exponent: rounding the low 16 bits away is the whole job,
  * subnormals and overflow to inf included. */
-uint16_t mp_f32_to_bf16(float x) {
-    const uint32_t u = mp_f32_bits(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-float mp_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x400000u;
-    return mp_bits_f32(u);
-}
+uint16_t mp_f32_to_bf16(float x) { return mp_bf16_round(x); }
+float mp_bf16_to_f32(uint16_t h) { return mp_bf16_widen(h); }
 
 static const mp_format_info formats[MP_NUM_DTYPES] = {
     {MP_F32, "fp32", 4, 8, 23, 127, 1, 0x1.fffffep127, 0x1p-126, 0x1p-149, 0x1p-23},

@@ -133,6 +133,19 @@ static inline uint64_t mp_get_u64(const uint8_t *p) {
 static inline uint32_t mp_f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float mp_bits_f32(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
+/* mp_f32_to_bf16 and mp_bf16_to_f32 (format.h), inline for loops the
+ * compiler vectorizes: integer bit arithmetic, the same under FTZ/DAZ. */
+static inline uint16_t mp_bf16_round(float x) {
+    const uint32_t u = mp_f32_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float mp_bf16_widen(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x400000u;
+    return mp_bits_f32(u);
+}
+
 /* st->amax = max(st->amax, a) for the bits a of a finite magnitude, compared
  * on the bits (a magnitude's pattern is ordered as its value; no FPU compare,
  * which DAZ could change). */
@@ -226,6 +239,27 @@ typedef struct mp_adamw_coef {
 /* The updates (sgd, adamw and their bf16 and half variants) return how many
  * elements' nonzero fp32 update left the stored weight's bits unchanged
  * (optim_kernels.h). */
+/* A block format's codes (optim.c builds one per format and state): the
+ * value of each code, and what finds the code of a value y (its quotient by
+ * the block's scale) without a search. Codes in value order; thresh[c] is
+ * the least y whose code is c or above, so the code of y is the number of
+ * thresholds at or below it. lut[] holds the code of the least y of each
+ * bucket of |y| (8 mantissa bits), positive y then negative; no bucket holds
+ * more than one threshold, so one comparison finishes the code:
+ *   b = clamp((bits(|y|) >> 15) - lo, 0, top),  c = lut[b (+ MP_MAP_BUCKETS if y < 0)],
+ *   code = c + (y >= thresh[c + 1])
+ * e4m3 (sign_magnitude) codes |y| so and puts y's sign in bit 7. NaN codes
+ * nan_code (with its sign for e4m3). */
+#define MP_MAP_BUCKETS 9985
+typedef struct mp_state_map {
+    float value[256];  /* each code's value (e4m3: the format's values, sign included) */
+    float thresh[257]; /* thresh[entries] is NaN: no y reaches it */
+    uint32_t lo;       /* (bits(|y|) >> 15) at bucket 0's top */
+    int32_t top;       /* the last bucket */
+    int entries, sign_magnitude, nan_code;
+    uint8_t lut[2 * MP_MAP_BUCKETS + 3]; /* + 3: read 4 bytes at a time */
+} mp_state_map;
+
 typedef struct mp_optim_kernels {
     uint64_t (*sgd)(float *w, const float *g, float *buf, size_t n, const mp_sgd_coef *c);
     uint64_t (*adamw)(float *w, const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c);
@@ -247,20 +281,34 @@ typedef struct mp_optim_kernels {
     /* the optimizer state's formats (optim.c): widened into fp32 for an update and stored back */
     void (*widen)(float *out, const uint16_t *h, size_t n, int bf);
     void (*narrow)(uint16_t *h, const float *x, size_t n, int bf);
-    /* blocks of `block` values: codes into a map of 2^bits sorted values (bits 8: a byte each; 4: two to a byte,
-     * the first in the high nibble), or e4m3 (bits 0); one fp32 scale per block */
-    void (*dequant)(float *out, const uint8_t *codes, const float *scale, const float *map, int bits, size_t n,
+    /* blocks of `block` values: codes of map (bits 8: a byte each; 4: two to a byte, the first in the high
+     * nibble; 0: e4m3, a byte each); one fp32 scale per block */
+    void (*dequant)(float *out, const uint8_t *codes, const float *scale, const mp_state_map *map, int bits, size_t n,
                     size_t block);
-    void (*quant)(uint8_t *codes, float *scale, const float *x, const float *map, int bits, size_t n, size_t block);
+    void (*quant)(uint8_t *codes, float *scale, const float *x, const mp_state_map *map, int bits, size_t n,
+                  size_t block);
 } mp_optim_kernels;
 
 extern const mp_optim_kernels mp_optim_scalar;
 
-/* The sorted map of a block format's codes: MP_STATE_8BIT (256 entries) or
+/* The codes of a block format: MP_STATE_8BIT (256 sorted values) or
  * MP_STATE_4BIT (16), for state 1 (exp_avg, the momentum buffer: signed
  * dynamic) or 2 (exp_avg_sq: unsigned dynamic for 8-bit, k/16 for 4-bit),
- * built once as torchao 0.18 builds them (optim.c); NULL for another format. */
-const float *mp_optim_state_map(mp_state_format f, int state);
+ * built once as torchao 0.18 builds them (optim.c); MP_STATE_FP8: e4m3,
+ * saturating; NULL for another format. */
+const mp_state_map *mp_optim_state_map(mp_state_format f, int state);
+/* The code of y by its definition (a search of the sorted values, or e4m3's
+ * rounding): what the map's tables must reproduce. */
+int mp_state_map_code_ref(const mp_state_map *m, float y);
+/* 1 when every bucket of every map holds at most one threshold. */
+int mp_state_maps_exact(void);
+
+/* The block formats' loops vectorized for AVX2 (cpu/quant_avx2.c), used by
+ * the avx2 and avx512 paths. */
+void mp_dequant_avx2(float *out, const uint8_t *codes, const float *scale, const mp_state_map *map, int bits, size_t n,
+                     size_t block);
+void mp_quant_avx2(uint8_t *codes, float *scale, const float *x, const mp_state_map *map, int bits, size_t n,
+                   size_t block);
 
 /* The eight partial sums of mp_optim_kernels.sumsq, added in a fixed order. */
 static inline double mp_sumsq_total(const double acc[8]) {

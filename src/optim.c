@@ -12,7 +12,7 @@
 #include <xmmintrin.h>
 #endif
 
-const mp_optim_kernels mp_optim_scalar = MP_OPTIM_KERNELS;
+const mp_optim_kernels mp_optim_scalar = MP_OPTIM_KERNELS(k_dequant, k_quant);
 
 typedef enum { KIND_SGD, KIND_ADAMW } optim_kind;
 
@@ -37,7 +37,8 @@ struct mp_optim {
 
 /* ---- the block formats' maps (torchao 0.18, torchao/optim/quant_utils.py and subclass_{8,4}bit.py) ---- */
 
-static float map8_signed[256], map8_unsigned[256], map4_signed[16], map4_linear[16];
+static mp_state_map map8_signed, map8_unsigned, map4_signed, map4_linear, map_e4m3;
+static int maps_exact;
 static pthread_once_t maps_once = PTHREAD_ONCE_INIT;
 
 static int cmp_float(const void *a, const void *b) {
@@ -70,16 +71,77 @@ static void dynamic_map(float *out, int is_signed, int E, int total_bits) {
     qsort(out, (size_t)k, sizeof *out, cmp_float);
 }
 
-static void build_maps(void) {
-    dynamic_map(map8_signed, 1, 7, 8), dynamic_map(map8_unsigned, 0, 7, 8), dynamic_map(map4_signed, 1, 3, 4);
-    for (int k = 0; k < 16; k++) map4_linear[k] = (float)(k + 1) / 16.0f; /* torch.linspace(0, 1, 17)[1:] */
+/* torchao's code of y: a binary search for the last entry <= y, moved up
+ * one when y - q[c] >= (q[c+1] - q[c]) / 2 (in fp32: ties go up); NaN 0.
+ * e4m3: the code of |y| (0 .. 0x7e) without the sign. */
+int mp_state_map_code_ref(const mp_state_map *m, float y) {
+    if (m->sign_magnitude) return mp_f32_to_e4m3_sat(fabsf(y)) & 0x7f;
+    const float *q = m->value;
+    int c = 0;
+    for (int k = m->entries / 2; k >= 1; k /= 2)
+        if (y >= q[c + k]) c += k;
+    if (c + 1 < m->entries && y - q[c] >= (q[c + 1] - q[c]) * 0.5f) c++;
+    return c;
 }
 
-const float *mp_optim_state_map(mp_state_format f, int state) {
+/* Floats in value order as unsigned keys (-0 just below +0), and back. */
+static uint32_t order_key(float y) {
+    const uint32_t u = mp_f32_bits(y);
+    return u >> 31 ? ~u : u | 0x80000000u;
+}
+static float key_float(uint32_t k) { return mp_bits_f32(k >> 31 ? k & 0x7fffffffu : ~k); }
+
+/* The thresholds (the least y of each code: codes rise with y) and the
+ * buckets' codes; 0 when a bucket holds more than one threshold. */
+static int build_tables(mp_state_map *m, uint32_t lo, int32_t top) {
+    m->lo = lo, m->top = top;
+    const float from = m->sign_magnitude ? 0.0f : -INFINITY;
+    for (int c = 1; c < m->entries; c++) {
+        uint32_t a = order_key(from), b = order_key(INFINITY); /* code(a) < c <= code(b) */
+        while (b - a > 1) {
+            const uint32_t mid = a + (b - a) / 2;
+            *(mp_state_map_code_ref(m, key_float(mid)) >= c ? &b : &a) = mid;
+        }
+        m->thresh[c] = key_float(b);
+    }
+    m->thresh[0] = -INFINITY, m->thresh[m->entries] = NAN;
+    int exact = 1;
+    for (int sign = 0; sign < (m->sign_magnitude ? 1 : 2); sign++)
+        for (int32_t k = 0; k <= top; k++) { /* bucket k's magnitudes: [least, most] */
+            const float least = k == 0 ? 0.0f : mp_bits_f32((lo + (uint32_t)k) << 15);
+            const float most = k == top ? INFINITY : mp_bits_f32(((lo + (uint32_t)k + 1) << 15) - 1);
+            const float y0 = sign ? -most : least, y1 = sign ? -least : most;
+            const int c = mp_state_map_code_ref(m, y0);
+            m->lut[k + sign * MP_MAP_BUCKETS] = (uint8_t)c;
+            exact &= mp_state_map_code_ref(m, y1) <= c + 1;
+        }
+    return exact;
+}
+
+static void build_maps(void) {
+    const uint32_t lo = (127 - 30) << 8; /* bucket 0: |y| < 2^-30 (1 + 1/256), far under every map's least entry */
+    dynamic_map(map8_signed.value, 1, 7, 8), dynamic_map(map8_unsigned.value, 0, 7, 8);
+    dynamic_map(map4_signed.value, 1, 3, 4);
+    for (int k = 0; k < 16; k++) map4_linear.value[k] = (float)(k + 1) / 16.0f; /* torch.linspace(0, 1, 17)[1:] */
+    map8_signed.entries = map8_unsigned.entries = 256, map4_signed.entries = map4_linear.entries = 16;
+    for (int k = 0; k < 256; k++) map_e4m3.value[k] = mp_e4m3_to_f32((uint8_t)k);
+    map_e4m3.entries = 0x7f, map_e4m3.sign_magnitude = 1, map_e4m3.nan_code = mp_f32_to_e4m3_sat(NAN) & 0x7f;
+    maps_exact = build_tables(&map8_signed, lo, 30 * 256) & build_tables(&map8_unsigned, lo, 30 * 256) &
+                 build_tables(&map4_signed, lo, 30 * 256) & build_tables(&map4_linear, lo, 30 * 256) &
+                 build_tables(&map_e4m3, lo, 39 * 256); /* |y| up to 2^9: e4m3 saturates at 448 */
+}
+
+const mp_state_map *mp_optim_state_map(mp_state_format f, int state) {
     pthread_once(&maps_once, build_maps);
-    if (f == MP_STATE_8BIT) return state == 1 ? map8_signed : map8_unsigned;
-    if (f == MP_STATE_4BIT) return state == 1 ? map4_signed : map4_linear;
+    if (f == MP_STATE_8BIT) return state == 1 ? &map8_signed : &map8_unsigned;
+    if (f == MP_STATE_4BIT) return state == 1 ? &map4_signed : &map4_linear;
+    if (f == MP_STATE_FP8) return &map_e4m3;
     return NULL;
+}
+
+int mp_state_maps_exact(void) {
+    pthread_once(&maps_once, build_maps);
+    return maps_exact;
 }
 
 static int block_format(mp_state_format f) { return f == MP_STATE_FP8 || f == MP_STATE_8BIT || f == MP_STATE_4BIT; }
@@ -273,7 +335,7 @@ static void state_io(const param_job *j, int k, float *x, size_t c, size_t n, in
     const int bits = bits_of(f);
     uint8_t *codes = (k == 1 ? p->qstate1 : p->qstate2) + (bits == 4 ? c / 2 : c);
     float *scale = (k == 1 ? p->qscale1 : p->qscale2) + c / block;
-    const float *map = mp_optim_state_map(f, k);
+    const mp_state_map *map = mp_optim_state_map(f, k);
     if (store) j->k->quant(codes, scale, x, map, bits, n, block);
     else j->k->dequant(x, codes, scale, map, bits, n, block);
 }

@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "internal.h"
+#include "quant_kernels.h"
 
 /* The element-wise helpers stochastic rounding needs: a counter-based hash, so
  * the random bits depend only on (key, i), not on threads or vector width. */
@@ -108,7 +109,7 @@ static uint64_t k_sgd_bf16(uint16_t *w, // (n,) bf16 weights (no master)
     uint64_t lost = 0;
     for (size_t i = 0; i < n; i++) {
         const uint16_t old = w[i];
-        w[i] = mp_sr_bf16(sgd_elem(mp_bf16_to_f32(old), g[i], buf ? &buf[i] : &dummy, c, &u), key, base + i);
+        w[i] = mp_sr_bf16(sgd_elem(mp_bf16_widen(old), g[i], buf ? &buf[i] : &dummy, c, &u), key, base + i);
         lost += mp_lost16(u, old, w[i]);
     }
     return lost;
@@ -121,7 +122,7 @@ static uint64_t k_adamw_bf16(uint16_t *w, // (n,) bf16 weights (no master)
     uint64_t lost = 0;
     for (size_t i = 0; i < n; i++) {
         const uint16_t old = w[i];
-        w[i] = mp_sr_bf16(adamw_elem(mp_bf16_to_f32(old), g[i], &m[i], &v[i], c, &u), key, base + i);
+        w[i] = mp_sr_bf16(adamw_elem(mp_bf16_widen(old), g[i], &m[i], &v[i], c, &u), key, base + i);
         lost += mp_lost16(u, old, w[i]);
     }
     return lost;
@@ -132,8 +133,8 @@ static uint64_t k_adamw_bf16(uint16_t *w, // (n,) bf16 weights (no master)
  * weight is widened to fp32, updated by sgd_elem / adamw_elem (the master
  * path's arithmetic) and rounded to nearest even (mp_f32_to_f16 /
  * mp_f32_to_bf16: integer bit arithmetic, the same under FTZ/DAZ). */
-static inline float mp_half_widen(uint16_t h, int bf) { return bf ? mp_bf16_to_f32(h) : mp_f16_to_f32(h); }
-static inline uint16_t mp_half_round(float x, int bf) { return bf ? mp_f32_to_bf16(x) : mp_f32_to_f16(x); }
+static inline float mp_half_widen(uint16_t h, int bf) { return bf ? mp_bf16_widen(h) : mp_f16_to_f32(h); }
+static inline uint16_t mp_half_round(float x, int bf) { return bf ? mp_bf16_round(x) : mp_f32_to_f16(x); }
 
 static uint64_t k_sgd_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
                            const float *g, // (n,) fp32 gradients
@@ -149,10 +150,8 @@ static uint64_t k_sgd_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
     return lost;
 }
 
-static uint64_t k_adamw_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
-                             const float *g, // (n,) fp32 gradients
-                             float *m, float *v, // (n,) exp_avg, exp_avg_sq
-                             size_t n, const mp_adamw_coef *c, int bf) {
+static inline uint64_t adamw_half_loop(uint16_t *w, const float *g, float *m, float *v, size_t n,
+                                       const mp_adamw_coef *c, const int bf) {
     float u;
     uint64_t lost = 0;
     for (size_t i = 0; i < n; i++) {
@@ -161,6 +160,14 @@ static uint64_t k_adamw_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
         lost += mp_lost16(u, old, w[i]);
     }
     return lost;
+}
+
+/* (a loop for each format: the bf16 one vectorizes) */
+static uint64_t k_adamw_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
+                             const float *g, // (n,) fp32 gradients
+                             float *m, float *v, // (n,) exp_avg, exp_avg_sq
+                             size_t n, const mp_adamw_coef *c, int bf) {
+    return bf ? adamw_half_loop(w, g, m, v, n, c, 1) : adamw_half_loop(w, g, m, v, n, c, 0);
 }
 
 /* Kahan-compensated weights, as torch-optimi's AdamW(kahan_sum=True) stores
@@ -191,89 +198,37 @@ static uint64_t k_sgd_kahan(uint16_t *w, uint16_t *k, // (n,) fp16/bf16 weights 
     return lost;
 }
 
-static uint64_t k_adamw_kahan(uint16_t *w, uint16_t *k, // (n,) fp16/bf16 weights and their compensation
-                              const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c, int bf) {
-    float u;
+static inline uint64_t adamw_kahan_loop(uint16_t *w, uint16_t *k, const float *g, float *m, float *v, size_t n,
+                                        const mp_adamw_coef *c, const int bf) {
     uint64_t lost = 0;
     for (size_t i = 0; i < n; i++) {
         const uint16_t old = w[i], oldk = k[i];
         const float x = mp_half_widen(old, bf), wd = mp_half_widen(mp_half_round(x * c->decay, bf), bf);
         const float step = adamw_step(g[i], &m[i], &v[i], c);
-        u = (wd - x) + step;
+        const float u = (wd - x) + step;
         kahan_store(&w[i], &k[i], wd, step, bf);
-        lost += mp_lost16(u, old, w[i]) && oldk == k[i];
+        lost += mp_lost16(u, old, w[i]) & (oldk == k[i]);
     }
     return lost;
 }
 
+static uint64_t k_adamw_kahan(uint16_t *w, uint16_t *k, // (n,) fp16/bf16 weights and their compensation
+                              const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c, int bf) {
+    return bf ? adamw_kahan_loop(w, k, g, m, v, n, c, 1) : adamw_kahan_loop(w, k, g, m, v, n, c, 0);
+}
+
 static void k_widen(float *out, const uint16_t *h, size_t n, int bf) {
-    for (size_t i = 0; i < n; i++) out[i] = mp_half_widen(h[i], bf);
+    if (bf)
+        for (size_t i = 0; i < n; i++) out[i] = mp_bf16_widen(h[i]);
+    else
+        for (size_t i = 0; i < n; i++) out[i] = mp_f16_to_f32(h[i]);
 }
 
 static void k_narrow(uint16_t *h, const float *x, size_t n, int bf) {
-    for (size_t i = 0; i < n; i++) h[i] = mp_half_round(x[i], bf);
-}
-
-/* Blockwise quantized state, as torchao 0.18's OptimState8bit / 4bit / Fp8
- * store it (docs/TRAINING.md): per block of `block` values the scale is the
- * largest magnitude, at least 1e-12 (NaN carried), or for e4m3 that over 448;
- * each value is divided by it (IEEE division) and coded: e4m3 rounds to
- * nearest even (saturating); a map's code is found by a binary search for
- * the last entry <= y and moved up when y - q[c] >= (q[c+1] - q[c]) / 2 (in
- * fp32: ties go up). Dequantized: entry (or e4m3 value) times the scale. */
-static inline int map_code(float y, const float *q, int entries) {
-    int c = 0;
-    for (int k = entries / 2; k >= 1; k /= 2) c += k & -(int)(y >= q[c + k]); /* no branch to mispredict */
-    const int up = c + 1 < entries ? c + 1 : entries - 1;
-    return c + (int)(up != c && y - q[c] >= (q[up] - q[c]) * 0.5f);
-}
-
-static void k_dequant(float *out, const uint8_t *codes, const float *scale, const float *map, int bits, size_t n,
-                      size_t block) {
-    for (size_t b = 0; b < n / block; b++) {
-        const float s = scale[b];
-        float *o = out + b * block;
-        if (bits == 8) {
-            const uint8_t *c = codes + b * block;
-            for (size_t i = 0; i < block; i++) o[i] = map[c[i]] * s;
-        } else if (bits == 4) {
-            const uint8_t *c = codes + b * block / 2;
-            for (size_t i = 0; i < block / 2; i++) o[2 * i] = map[c[i] >> 4] * s, o[2 * i + 1] = map[c[i] & 15] * s;
-        } else {
-            const uint8_t *c = codes + b * block;
-            for (size_t i = 0; i < block; i++) o[i] = mp_e4m3_to_f32(c[i]) * s;
-        }
-    }
-}
-
-/* (GCC vectorizes the code search with gathers, which is slower than scalar searches on the CPUs measured) */
-#if defined(__GNUC__) && !defined(__clang__)
-__attribute__((optimize("no-tree-vectorize")))
-#endif
-static void k_quant(uint8_t *codes, float *scale, const float *x, const float *map, int bits, size_t n, size_t block) {
-    for (size_t b = 0; b < n / block; b++) {
-        const float *xb = x + b * block;
-        float amax = 0.0f;
-        for (size_t i = 0; i < block; i++) { /* torch's amax: a NaN stays */
-            const float a = fabsf(xb[i]);
-            amax = a > amax || a != a ? a : amax;
-            if (amax != amax) break;
-        }
-        float s = amax < 1e-12f ? 1e-12f : amax;
-        if (!bits) s /= 448.0f;
-        scale[b] = s;
-        if (bits == 8) {
-            uint8_t *c = codes + b * block;
-            for (size_t i = 0; i < block; i++) c[i] = (uint8_t)map_code(xb[i] / s, map, 256);
-        } else if (bits == 4) {
-            uint8_t *c = codes + b * block / 2;
-            for (size_t i = 0; i < block / 2; i++)
-                c[i] = (uint8_t)(map_code(xb[2 * i] / s, map, 16) << 4 | map_code(xb[2 * i + 1] / s, map, 16));
-        } else {
-            uint8_t *c = codes + b * block;
-            for (size_t i = 0; i < block; i++) c[i] = mp_f32_to_e4m3_sat(xb[i] / s);
-        }
-    }
+    if (bf)
+        for (size_t i = 0; i < n; i++) h[i] = mp_bf16_round(x[i]);
+    else
+        for (size_t i = 0; i < n; i++) h[i] = mp_f32_to_f16(x[i]);
 }
 
 /* Sum of squares in fp64 into eight partial sums in a fixed order (element i
@@ -297,8 +252,10 @@ static void k_round_sr(uint16_t *dst, // (n,) bf16
     for (size_t i = 0; i < n; i++) dst[i] = mp_sr_bf16(src[i], key, base + i);
 }
 
-#define MP_OPTIM_KERNELS                                                                                        \
+/* The table of a build; dequant and quant as given (k_dequant, k_quant, or
+ * the AVX2 intrinsics of cpu/quant_avx2.c) */
+#define MP_OPTIM_KERNELS(dequant, quant)                                                                        \
     {k_sgd,        k_adamw,       k_sgd_bf16, k_adamw_bf16, k_sumsq, k_scale, k_round_sr, k_sgd_half, k_adamw_half, \
-     k_sgd_kahan,  k_adamw_kahan, k_widen,    k_narrow,     k_dequant, k_quant}
+     k_sgd_kahan,  k_adamw_kahan, k_widen,    k_narrow,     dequant, quant}
 
 #endif

@@ -831,13 +831,70 @@ static const uint32_t torchao_q4_signed[16] = {
 };
 
 static void check_state_maps(void) {
-    const float *s8 = mp_optim_state_map(MP_STATE_8BIT, 1), *u8 = mp_optim_state_map(MP_STATE_8BIT, 2);
-    const float *s4 = mp_optim_state_map(MP_STATE_4BIT, 1), *l4 = mp_optim_state_map(MP_STATE_4BIT, 2);
+    const float *s8 = mp_optim_state_map(MP_STATE_8BIT, 1)->value, *u8 = mp_optim_state_map(MP_STATE_8BIT, 2)->value;
+    const float *s4 = mp_optim_state_map(MP_STATE_4BIT, 1)->value, *l4 = mp_optim_state_map(MP_STATE_4BIT, 2)->value;
+    const float *e4 = mp_optim_state_map(MP_STATE_FP8, 1)->value;
     int bad = 0;
     for (int i = 0; i < 256; i++) bad += f2u(s8[i]) != torchao_q8_signed[i] || f2u(u8[i]) != torchao_q8_unsigned[i];
     for (int i = 0; i < 16; i++) bad += f2u(s4[i]) != torchao_q4_signed[i] || l4[i] != (float)(i + 1) / 16;
+    for (int i = 0; i < 256; i++) bad += f2u(e4[i]) != f2u(mp_e4m3_to_f32((uint8_t)i));
     CHECK(bad == 0, "%d map entries differ from torchao's", bad);
-    CHECK(!mp_optim_state_map(MP_STATE_FP8, 1) && !mp_optim_state_map(MP_STATE_FP32, 1), "maps of other formats");
+    CHECK(mp_optim_state_map(MP_STATE_FP8, 2) == mp_optim_state_map(MP_STATE_FP8, 1) &&
+              !mp_optim_state_map(MP_STATE_FP32, 1) && !mp_optim_state_map(MP_STATE_BF16, 1),
+          "maps of other formats");
+    CHECK(mp_state_maps_exact(), "a bucket of a map's table holds two thresholds");
+}
+
+/* Appends v to y (under the block's largest magnitude, top, when starting a block) if |v| <= top. */
+static void put(float *y, size_t *n, size_t block, float top, float v) {
+    if (*n % block == 0) y[(*n)++] = top;
+    if (fabsf(v) <= top) y[(*n)++] = v;
+}
+
+/* The tables' codes (quant with scale 1: each block holds its largest
+ * magnitude, 1 or e4m3's 448, first) against the map's defining code, at
+ * every threshold and 3 floats either side, at every bucket's edges, at
+ * signed zeros, and at 200000 random quotients of every magnitude. */
+static void check_map_codes_of(const mp_optim_kernels *k, const char *path) {
+    static float y[2 * MP_MAP_BUCKETS * 2 + 257 * 7 + 200000 + 16384];
+    static uint8_t codes[sizeof y / sizeof y[0]];
+    static float scale[sizeof y / sizeof y[0] / 128 + 1];
+    const mp_state_format fmts[5] = {MP_STATE_8BIT, MP_STATE_8BIT, MP_STATE_4BIT, MP_STATE_4BIT, MP_STATE_FP8};
+    for (int f = 0; f < 5; f++) {
+        const mp_state_map *m = mp_optim_state_map(fmts[f], 1 + f % 2);
+        const int bits = fmts[f] == MP_STATE_8BIT ? 8 : fmts[f] == MP_STATE_4BIT ? 4 : 0;
+        const size_t block = bits == 4 ? 128 : 256;
+        const float top = bits ? 1.0f : 448.0f;
+        size_t n = 0;
+        for (int c = 1; c < m->entries; c++)
+            for (int d = -3; d <= 3; d++) put(y, &n, block, top, u2f(f2u(m->thresh[c]) + (uint32_t)d));
+        for (int32_t b = 1; b <= m->top; b++)
+            for (int sg = 0; sg < 2; sg++) {
+                const uint32_t edge = (m->lo + (uint32_t)b) << 15 | (uint32_t)sg << 31;
+                put(y, &n, block, top, u2f(edge));
+                put(y, &n, block, top, u2f(edge - 1));
+            }
+        const float special[4] = {0.0f, -0.0f, 0x1p-149f, -0x1p-149f};
+        for (int i = 0; i < 4; i++) put(y, &n, block, top, special[i]);
+        for (int i = 0; i < 200000; i++) put(y, &n, block, top, ldexpf(frand(), -(int)((rng >> 20) % 40)));
+        while (n % block) put(y, &n, block, top, 0.0f);
+        k->quant(codes, scale, y, m, bits, n, block);
+        int bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            const int c = bits == 4 ? (i % 2 ? codes[i / 2] & 15 : codes[i / 2] >> 4) : codes[i];
+            const int want = mp_state_map_code_ref(m, y[i]) | (bits ? 0 : (int)(f2u(y[i]) >> 31) << 7);
+            bad += c != want || scale[i / block] != 1.0f;
+        }
+        CHECK(bad == 0, "%s: map %d: %d of %zu codes differ from the map's definition", path, f, bad, n);
+    }
+}
+
+static void check_map_codes(void) {
+    check_map_codes_of(&mp_optim_scalar, "portable");
+#ifdef MP_X86
+    if (mp_cpu_detected() >= MP_ISA_AVX2) check_map_codes_of(&mp_optim_avx2, "avx2");
+    if (mp_cpu_detected() >= MP_ISA_AVX512) check_map_codes_of(&mp_optim_avx512, "avx512");
+#endif
 }
 
 /* The reference code of y in a sorted map: the nearest entry by a linear
@@ -878,7 +935,8 @@ static void check_quantizers_of(const mp_optim_kernels *k, const char *path) {
         for (int st = 1; st <= 2; st++) {
             const size_t block = fmts[f] == MP_STATE_4BIT ? 128 : 256;
             const int bits = fmts[f] == MP_STATE_8BIT ? 8 : fmts[f] == MP_STATE_4BIT ? 4 : 0;
-            const float *map = mp_optim_state_map(fmts[f], st);
+            const mp_state_map *sm = mp_optim_state_map(fmts[f], st);
+            const float *map = sm->value;
             for (size_t i = 0; i < M; i++) {
                 const size_t b = i / block;
                 float v = frand() * powf(10.0f, (float)(b % 5) - 4.0f);
@@ -893,13 +951,13 @@ static void check_quantizers_of(const mp_optim_kernels *k, const char *path) {
                 x[i] = v;
             }
             ref_quant(want, want_scale, x, map, bits, M, block);
-            k->quant(codes, scale, x, map, bits, M, block);
+            k->quant(codes, scale, x, sm, bits, M, block);
             int bad = memcmp(scale, want_scale, M / block * sizeof(float)) != 0;
             for (size_t i = 0; i < M; i++) {
                 const int c = bits == 4 ? (i % 2 ? codes[i / 2] & 15 : codes[i / 2] >> 4) : codes[i];
                 bad += c != want[i];
             }
-            k->dequant(back, codes, scale, map, bits, M, block);
+            k->dequant(back, codes, scale, sm, bits, M, block);
             for (size_t i = 0; i < M; i++)
                 bad += f2u(back[i]) != f2u((bits ? map[want[i]] : mp_e4m3_to_f32((uint8_t)want[i])) * want_scale[i / block]);
             CHECK(bad == 0, "%s: %s state %d: %d codes, scales or values differ from the reference", path,
@@ -925,7 +983,7 @@ static void check_state_format_steps(mp_state_format f) {
     static int mc[K], vc[K];
     const size_t block = f == MP_STATE_4BIT ? 128 : 256;
     const int bits = f == MP_STATE_8BIT ? 8 : f == MP_STATE_4BIT ? 4 : 0;
-    const float *map1 = mp_optim_state_map(f, 1), *map2 = mp_optim_state_map(f, 2);
+    const float *map1 = mp_optim_state_map(f, 1)->value, *map2 = mp_optim_state_map(f, 2)->value;
     fill(init, K, 1);
     mp_optim *o;
     mp_adamw_config ac = {1e-2, 0.9, 0.999, 1e-8, 0.1};
@@ -1025,6 +1083,7 @@ static void check_kahan(mp_dtype t) {
 
 static void check_state_formats(void) {
     check_state_maps();
+    check_map_codes();
     check_quantizers();
     check_state_format_steps(MP_STATE_8BIT);
     check_state_format_steps(MP_STATE_4BIT);
