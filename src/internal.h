@@ -243,21 +243,25 @@ typedef struct mp_adamw_coef {
  * value of each code, and what finds the code of a value y (its quotient by
  * the block's scale) without a search. Codes in value order; thresh[c] is
  * the least y whose code is c or above, so the code of y is the number of
- * thresholds at or below it. lut[] holds the code of the least y of each
- * bucket of |y| (8 mantissa bits), positive y then negative; no bucket holds
- * more than one threshold, so one comparison finishes the code:
- *   b = clamp((bits(|y|) >> 15) - lo, 0, top),  c = lut[b (+ MP_MAP_BUCKETS if y < 0)],
- *   code = c + (y >= thresh[c + 1])
+ * thresholds at or below it. The buckets of |y| by its bits above `shift`
+ * hold at most one threshold each; lut[] holds each bucket's code at its
+ * least y (code, bits 0-7) and where in the bucket the next code begins
+ * (cut, bits 8-24: the low `shift` bits of that threshold's |t|, counted
+ * down from the bucket's top for negative y; 2^shift when none does):
+ *   b = clamp((bits(|y|) >> shift) - lo, 0, top) (+ MP_MAP_BUCKETS if y < 0)
+ *   l = bits(|y|) mod 2^shift (negative y: 2^shift - 1 - that)
+ *   code = lut[b] & 255 + (l >= lut[b] >> 8)
+ * The first and last buckets (everything under and over) hold no threshold.
  * e4m3 (sign_magnitude) codes |y| so and puts y's sign in bit 7. NaN codes
  * nan_code (with its sign for e4m3). */
-#define MP_MAP_BUCKETS 9985
+#define MP_MAP_BUCKETS 8192
 typedef struct mp_state_map {
     float value[256];  /* each code's value (e4m3: the format's values, sign included) */
-    float thresh[257]; /* thresh[entries] is NaN: no y reaches it */
-    uint32_t lo;       /* (bits(|y|) >> 15) at bucket 0's top */
+    uint32_t lut[2 * MP_MAP_BUCKETS];
+    uint32_t lo, shift;
     int32_t top;       /* the last bucket */
     int entries, sign_magnitude, nan_code;
-    uint8_t lut[2 * MP_MAP_BUCKETS + 3]; /* + 3: read 4 bytes at a time */
+    float thresh[257]; /* thresh[entries] is NaN: no y reaches it */
 } mp_state_map;
 
 typedef struct mp_optim_kernels {

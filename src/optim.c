@@ -91,10 +91,8 @@ static uint32_t order_key(float y) {
 }
 static float key_float(uint32_t k) { return mp_bits_f32(k >> 31 ? k & 0x7fffffffu : ~k); }
 
-/* The thresholds (the least y of each code: codes rise with y) and the
- * buckets' codes; 0 when a bucket holds more than one threshold. */
-static int build_tables(mp_state_map *m, uint32_t lo, int32_t top) {
-    m->lo = lo, m->top = top;
+/* The thresholds (the least y of each code: codes rise with y). */
+static void build_thresholds(mp_state_map *m) {
     const float from = m->sign_magnitude ? 0.0f : -INFINITY;
     for (int c = 1; c < m->entries; c++) {
         uint32_t a = order_key(from), b = order_key(INFINITY); /* code(a) < c <= code(b) */
@@ -105,30 +103,58 @@ static int build_tables(mp_state_map *m, uint32_t lo, int32_t top) {
         m->thresh[c] = key_float(b);
     }
     m->thresh[0] = -INFINITY, m->thresh[m->entries] = NAN;
-    int exact = 1;
+}
+
+/* The buckets of |y| by its bits above `shift`, from the one under the least
+ * threshold's to the one over the greatest's; 0 when a bucket holds more than
+ * one threshold (or the table would not fit). */
+static int build_buckets(mp_state_map *m, uint32_t shift) {
+    float tmin = INFINITY, tmax = 0.0f;
+    for (int c = 1; c < m->entries; c++) {
+        const float t = fabsf(m->thresh[c]);
+        if (t > 0.0f) tmin = fminf(tmin, t), tmax = fmaxf(tmax, t);
+    }
+    m->shift = shift, m->lo = (mp_f32_bits(tmin) >> shift) - 1;
+    m->top = (int32_t)((mp_f32_bits(tmax) >> shift) + 1 - m->lo);
+    if (m->top >= MP_MAP_BUCKETS) return 0;
+    const uint32_t span = 1u << shift; /* cut: a bucket of `span` magnitudes has none past span - 1 */
     for (int sign = 0; sign < (m->sign_magnitude ? 1 : 2); sign++)
-        for (int32_t k = 0; k <= top; k++) { /* bucket k's magnitudes: [least, most] */
-            const float least = k == 0 ? 0.0f : mp_bits_f32((lo + (uint32_t)k) << 15);
-            const float most = k == top ? INFINITY : mp_bits_f32(((lo + (uint32_t)k + 1) << 15) - 1);
-            const float y0 = sign ? -most : least, y1 = sign ? -least : most;
-            const int c = mp_state_map_code_ref(m, y0);
-            m->lut[k + sign * MP_MAP_BUCKETS] = (uint8_t)c;
-            exact &= mp_state_map_code_ref(m, y1) <= c + 1;
+        for (int32_t k = 0; k <= m->top; k++) { /* bucket k's magnitudes: bits [least, most] */
+            const uint32_t least = k == 0 ? 0 : (m->lo + (uint32_t)k) << shift;
+            const uint32_t most = k == m->top ? 0x7f800000u : ((m->lo + (uint32_t)k + 1) << shift) - 1;
+            const float y0 = mp_bits_f32(sign ? most | 0x80000000u : least);
+            const float y1 = mp_bits_f32(sign ? least | 0x80000000u : most);
+            const int c = mp_state_map_code_ref(m, y0), c1 = mp_state_map_code_ref(m, y1);
+            uint32_t cut = span; /* no threshold in the bucket */
+            if (c1 == c + 1) {
+                if (k == 0 || k == m->top) return 0;
+                const uint32_t t = mp_f32_bits(m->thresh[c1]) & 0x7fffffffu;
+                cut = sign ? most - t : t - least; /* y >= -t: |y| <= t */
+            } else if (c1 != c) {
+                return 0;
+            }
+            m->lut[k + sign * MP_MAP_BUCKETS] = (uint32_t)c | cut << 8;
         }
-    return exact;
+    return 1;
+}
+
+/* The coarsest buckets that hold at most one threshold each. */
+static int build_tables(mp_state_map *m) {
+    build_thresholds(m);
+    for (uint32_t mbits = 1; mbits <= 10; mbits++)
+        if (build_buckets(m, 23 - mbits)) return 1;
+    return 0;
 }
 
 static void build_maps(void) {
-    const uint32_t lo = (127 - 30) << 8; /* bucket 0: |y| < 2^-30 (1 + 1/256), far under every map's least entry */
     dynamic_map(map8_signed.value, 1, 7, 8), dynamic_map(map8_unsigned.value, 0, 7, 8);
     dynamic_map(map4_signed.value, 1, 3, 4);
     for (int k = 0; k < 16; k++) map4_linear.value[k] = (float)(k + 1) / 16.0f; /* torch.linspace(0, 1, 17)[1:] */
     map8_signed.entries = map8_unsigned.entries = 256, map4_signed.entries = map4_linear.entries = 16;
     for (int k = 0; k < 256; k++) map_e4m3.value[k] = mp_e4m3_to_f32((uint8_t)k);
     map_e4m3.entries = 0x7f, map_e4m3.sign_magnitude = 1, map_e4m3.nan_code = mp_f32_to_e4m3_sat(NAN) & 0x7f;
-    maps_exact = build_tables(&map8_signed, lo, 30 * 256) & build_tables(&map8_unsigned, lo, 30 * 256) &
-                 build_tables(&map4_signed, lo, 30 * 256) & build_tables(&map4_linear, lo, 30 * 256) &
-                 build_tables(&map_e4m3, lo, 39 * 256); /* |y| up to 2^9: e4m3 saturates at 448 */
+    maps_exact = build_tables(&map8_signed) & build_tables(&map8_unsigned) & build_tables(&map4_signed) &
+                 build_tables(&map4_linear) & build_tables(&map_e4m3);
 }
 
 const mp_state_map *mp_optim_state_map(mp_state_format f, int state) {

@@ -16,16 +16,13 @@
  * (mp_state_map_code_ref). Both through the map's tables (internal.h).
  * Dequantized: the code's value times the scale. */
 static inline int map_code(float y, const mp_state_map *m) {
-    const uint32_t u = mp_f32_bits(y), neg = u >> 31;
-    int32_t b = (int32_t)((u & 0x7fffffffu) >> 15) - (int32_t)m->lo;
+    const uint32_t u = mp_f32_bits(y), mag = u & 0x7fffffffu, neg = m->sign_magnitude ? 0 : u >> 31;
+    const uint32_t mask = (1u << m->shift) - 1;
+    int32_t b = (int32_t)(mag >> m->shift) - (int32_t)m->lo;
     b = b < 0 ? 0 : b > m->top ? m->top : b;
-    if (m->sign_magnitude) {
-        const float a = fabsf(y);
-        const int c = m->lut[b];
-        return (int)(neg << 7) | (a != a ? m->nan_code : c + (a >= m->thresh[c + 1]));
-    }
-    const int c = m->lut[b + (int32_t)neg * MP_MAP_BUCKETS];
-    return y != y ? m->nan_code : c + (y >= m->thresh[c + 1]);
+    const uint32_t e = m->lut[b + (int32_t)neg * MP_MAP_BUCKETS], l = (mag & mask) ^ (neg ? mask : 0);
+    const int c = y != y ? m->nan_code : (int)(e & 255) + (l >= e >> 8);
+    return m->sign_magnitude ? (int)(u >> 31 << 7) | c : c;
 }
 
 static inline void k_dequant(float *out, const uint8_t *codes, const float *scale, const mp_state_map *map, int bits, size_t n,

@@ -870,7 +870,7 @@ static void check_map_codes_of(const mp_optim_kernels *k, const char *path) {
             for (int d = -3; d <= 3; d++) put(y, &n, block, top, u2f(f2u(m->thresh[c]) + (uint32_t)d));
         for (int32_t b = 1; b <= m->top; b++)
             for (int sg = 0; sg < 2; sg++) {
-                const uint32_t edge = (m->lo + (uint32_t)b) << 15 | (uint32_t)sg << 31;
+                const uint32_t edge = (m->lo + (uint32_t)b) << m->shift | (uint32_t)sg << 31;
                 put(y, &n, block, top, u2f(edge));
                 put(y, &n, block, top, u2f(edge - 1));
             }

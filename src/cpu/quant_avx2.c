@@ -8,18 +8,20 @@
 
 /* The codes of 8 quotients y, as map_code. */
 static inline __m256i codes8(__m256 y, const mp_state_map *m) {
-    const __m256i u = _mm256_castps_si256(y), neg = _mm256_srai_epi32(u, 31);
-    const __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-    __m256i b = _mm256_sub_epi32(_mm256_srli_epi32(mag, 15), _mm256_set1_epi32((int)m->lo));
+    const __m256i u = _mm256_castps_si256(y), mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    const __m256i neg = m->sign_magnitude ? _mm256_setzero_si256() : _mm256_srai_epi32(u, 31);
+    const __m128i shift = _mm_cvtsi32_si128((int)m->shift);
+    const __m256i mask = _mm256_set1_epi32((int)((1u << m->shift) - 1));
+    __m256i b = _mm256_sub_epi32(_mm256_srl_epi32(mag, shift), _mm256_set1_epi32((int)m->lo));
     b = _mm256_min_epi32(_mm256_max_epi32(b, _mm256_setzero_si256()), _mm256_set1_epi32(m->top));
-    __m256 a = y;
-    if (m->sign_magnitude) a = _mm256_castsi256_ps(mag);
-    else b = _mm256_add_epi32(b, _mm256_and_si256(neg, _mm256_set1_epi32(MP_MAP_BUCKETS)));
-    __m256i c = _mm256_and_si256(_mm256_i32gather_epi32((const int *)(const void *)m->lut, b, 1), _mm256_set1_epi32(0xff));
-    const __m256 t = _mm256_i32gather_ps(m->thresh + 1, c, 4);
-    c = _mm256_sub_epi32(c, _mm256_castps_si256(_mm256_cmp_ps(a, t, _CMP_GE_OQ))); /* true is -1 */
-    c = _mm256_blendv_epi8(c, _mm256_set1_epi32(m->nan_code), _mm256_castps_si256(_mm256_cmp_ps(a, a, _CMP_UNORD_Q)));
-    if (m->sign_magnitude) c = _mm256_or_si256(c, _mm256_and_si256(neg, _mm256_set1_epi32(0x80)));
+    b = _mm256_add_epi32(b, _mm256_and_si256(neg, _mm256_set1_epi32(MP_MAP_BUCKETS)));
+    const __m256i e = _mm256_i32gather_epi32((const int *)(const void *)m->lut, b, 4);
+    const __m256i l = _mm256_xor_si256(_mm256_and_si256(mag, mask), _mm256_and_si256(neg, mask));
+    /* code + (l >= cut) = code + 1 + (cut > l ? -1 : 0) */
+    __m256i c = _mm256_add_epi32(_mm256_and_si256(e, _mm256_set1_epi32(255)), _mm256_set1_epi32(1));
+    c = _mm256_add_epi32(c, _mm256_cmpgt_epi32(_mm256_srli_epi32(e, 8), l));
+    c = _mm256_blendv_epi8(c, _mm256_set1_epi32(m->nan_code), _mm256_castps_si256(_mm256_cmp_ps(y, y, _CMP_UNORD_Q)));
+    if (m->sign_magnitude) c = _mm256_or_si256(c, _mm256_and_si256(_mm256_srai_epi32(u, 31), _mm256_set1_epi32(0x80)));
     return c;
 }
 
