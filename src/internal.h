@@ -291,6 +291,9 @@ typedef struct mp_optim_kernels {
                     size_t block);
     void (*quant)(uint8_t *codes, float *scale, const float *x, const mp_state_map *map, int bits, size_t n,
                   size_t block);
+    /* fp32 master weights, the moments in fp16 (bf = 0) or bf16 (bf = 1): widen, adamw, narrow in one pass */
+    uint64_t (*adamw_hstate)(float *w, const float *g, uint16_t *m, uint16_t *v, size_t n, const mp_adamw_coef *c,
+                             int bf);
 } mp_optim_kernels;
 
 extern const mp_optim_kernels mp_optim_scalar;

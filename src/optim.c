@@ -307,17 +307,16 @@ static void share_flushed(param_job *j, job_kind kind, size_t i0, size_t i1, int
 static void param_share(void *ctx, size_t i0, size_t i1, int t) {
     param_job *j = ctx; /* shared by the threads: read only here, but for this share's slots of part[], found[] */
     const int update = j->kind == JOB_SGD || j->kind == JOB_ADAMW;
-    if (!update || j->coef == 1.0f) {
+    if (!update) {
         share_flushed(j, j->kind, i0, i1, t);
-        if (j->refresh) param_share_body(j, JOB_REFRESH, i0, i1, t); /* the half copy, in the same pass */
         return;
     }
-    /* a clipped update: piece by piece, the gradient scaled (without FTZ/DAZ, as mp_clip_grad_norm
-     * scales it), updated and the half copy refreshed while the piece is in cache */
+    /* an update piece by piece: the gradient scaled by a clip coefficient (without FTZ/DAZ, as
+     * mp_clip_grad_norm scales it), updated, and the half copy refreshed while the piece is in cache */
     double lost = 0;
     for (size_t c = i0; c < i1; c += PIECE) {
         const size_t c1 = i1 - c < PIECE ? i1 : c + PIECE;
-        param_share_body(j, JOB_SCALE, c, c1, t);
+        if (j->coef != 1.0f) param_share_body(j, JOB_SCALE, c, c1, t);
         share_flushed(j, j->kind, c, c1, t);
         lost += j->part[t];
         if (j->refresh) param_share_body(j, JOB_REFRESH, c, c1, t);
@@ -375,6 +374,9 @@ static uint64_t update(const param_job *j, size_t i0, size_t i1) {
     const int has1 = p->state1 || p->hstate1 || p->qstate1, has2 = p->state2 || p->hstate2 || p->qstate2;
     if (p->state_format == MP_STATE_FP32 || !has1)
         return update_weights(j, i0, i1, p->state1 ? p->state1 + i0 : NULL, p->state2 ? p->state2 + i0 : NULL);
+    if (p->hstate2 && p->weights == MP_MASTER_FP32 && j->kind == JOB_ADAMW) /* the common case, fused */
+        return j->k->adamw_hstate(p->master + i0, p->grad + i0, p->hstate1 + i0, p->hstate2 + i0, i1 - i0, j->ac,
+                                  p->state_format == MP_STATE_BF16);
     float m[PIECE], v[PIECE];
     uint64_t lost = 0;
     for (size_t c = i0; c < i1; c += PIECE) {

@@ -170,6 +170,28 @@ static uint64_t k_adamw_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
     return bf ? adamw_half_loop(w, g, m, v, n, c, 1) : adamw_half_loop(w, g, m, v, n, c, 0);
 }
 
+/* fp32 master weights with the moments kept in fp16 (bf = 0) or bf16 (bf = 1):
+ * each widened, updated as k_adamw and rounded back to nearest even, in the
+ * one pass (the same bits as widening, k_adamw and narrowing in turn). */
+static inline uint64_t adamw_hstate_loop(float *w, const float *g, uint16_t *hm, uint16_t *hv, size_t n,
+                                         const mp_adamw_coef *c, const int bf) {
+    float u;
+    uint64_t lost = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float old = w[i];
+        float m = mp_half_widen(hm[i], bf), v = mp_half_widen(hv[i], bf);
+        w[i] = adamw_elem(old, g[i], &m, &v, c, &u);
+        hm[i] = mp_half_round(m, bf), hv[i] = mp_half_round(v, bf);
+        lost += mp_lost32(u, old, w[i]);
+    }
+    return lost;
+}
+
+static uint64_t k_adamw_hstate(float *w, const float *g, uint16_t *hm, uint16_t *hv, size_t n, const mp_adamw_coef *c,
+                               int bf) {
+    return bf ? adamw_hstate_loop(w, g, hm, hv, n, c, 1) : adamw_hstate_loop(w, g, hm, hv, n, c, 0);
+}
+
 /* Kahan-compensated weights, as torch-optimi's AdamW(kahan_sum=True) stores
  * them: the weight w and its compensation k both in fp16/bf16, every result
  * rounded to nearest even. The update u (fp32, the master path's) goes into
@@ -256,6 +278,6 @@ static void k_round_sr(uint16_t *dst, // (n,) bf16
  * the AVX2 intrinsics of cpu/quant_avx2.c) */
 #define MP_OPTIM_KERNELS(dequant, quant)                                                                        \
     {k_sgd,        k_adamw,       k_sgd_bf16, k_adamw_bf16, k_sumsq, k_scale, k_round_sr, k_sgd_half, k_adamw_half, \
-     k_sgd_kahan,  k_adamw_kahan, k_widen,    k_narrow,     dequant, quant}
+     k_sgd_kahan,  k_adamw_kahan, k_widen,    k_narrow,     dequant, quant, k_adamw_hstate}
 
 #endif

@@ -196,6 +196,28 @@ static void check_kernel_paths_of(const mp_optim_kernels *k, const char *path) {
     }
     CHECK(memcmp(h1, h2, sizeof h1) == 0 && memcmp(k1, k2, sizeof k1) == 0 && memcmp(m1, m2, sizeof m1) == 0,
           "%s: kahan or half kernels differ", path);
+    /* moments in fp16 / bf16 with fp32 weights, fused: as widening, the fp32 kernel and narrowing in turn */
+    static uint16_t hm[3][M], hv[3][M];
+    static float ww[3][M];
+    for (int bf = 0; bf < 2; bf++) {
+        for (int c = 0; c < 3; c++) {
+            mp_optim_scalar.narrow(hm[c], m1, M, bf), mp_optim_scalar.narrow(hv[c], v1, M, bf);
+            memcpy(ww[c], w1, sizeof w1);
+        }
+        for (int s = 0; s < 3; s++) {
+            mp_optim_scalar.widen(m2, hm[0], M, bf), mp_optim_scalar.widen(v2, hv[0], M, bf);
+            mp_optim_scalar.adamw(ww[0], g, m2, v2, M, &ac);
+            mp_optim_scalar.narrow(hm[0], m2, M, bf), mp_optim_scalar.narrow(hv[0], v2, M, bf);
+            mp_optim_scalar.adamw_hstate(ww[1], g, hm[1], hv[1], M, &ac, bf);
+            k->adamw_hstate(ww[2], g, hm[2], hv[2], M, &ac, bf);
+        }
+        int same = 1;
+        for (int c = 1; c < 3; c++)
+            same &= !memcmp(ww[0], ww[c], sizeof w1) && !memcmp(hm[0], hm[c], sizeof hm[0]) &&
+                    !memcmp(hv[0], hv[c], sizeof hv[0]);
+        CHECK(same && memcmp(ww[0], w1, sizeof w1) != 0, "%s: fused %s-state adamw differs", path,
+              bf ? "bf16" : "fp16");
+    }
 #else
     (void)k, (void)path;
 #endif

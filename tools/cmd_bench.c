@@ -262,10 +262,11 @@ static int bench_optim(int argc, char **argv) {
                                        {"4bit state", MP_MASTER_FP32, MP_STATE_4BIT},
                                        {"kahan+8bit", MP_MASTER_KAHAN, MP_STATE_8BIT}};
     const size_t n = ((size_t)o.n + 255) / 256 * 256;
+    enum { NSET = sizeof settings / sizeof settings[0] };
     float *init = malloc(n * sizeof *init);
-    double *t = malloc((size_t)o.reps * sizeof *t);
-    if (!init || !t) {
-        free(init), free(t);
+    double *ts = malloc((size_t)o.reps * NSET * sizeof *ts);
+    if (!init || !ts) {
+        free(init), free(ts);
         fprintf(stderr, "mixprec bench: out of memory for %zu parameters\n", n);
         return 1;
     }
@@ -281,34 +282,40 @@ static int bench_optim(int argc, char **argv) {
         printf("bench optim: AdamW step of %zu parameters, bf16 compute, %d thread(s), path %s, median of %ld\n\n"
                "%-14s %10s %12s %9s\n", n, mp_get_threads(), mp_isa_name(mp_cpu_isa()), o.reps, "setting", "ms",
                "bytes/param", "vs fp32");
-    double base = 0;
-    for (size_t c = 0; c < sizeof settings / sizeof settings[0]; c++) {
-        mp_optim *opt = NULL;
+    /* every setting held at once and stepped in turn, round after round: each median comes from the same
+     * moments of the machine as the others */
+    mp_optim *opt[NSET] = {NULL};
+    for (size_t c = 0; c < NSET; c++) {
         mp_param *p = NULL;
-        if (mp_optim_adamw(&opt, NULL) != MP_OK || mp_optim_set_state_format(opt, settings[c].state) != MP_OK ||
-            mp_optim_add_as(opt, "w", init, n, MP_BF16, settings[c].weights, MP_BF16, &p) != MP_OK) {
+        if (mp_optim_adamw(&opt[c], NULL) != MP_OK || mp_optim_set_state_format(opt[c], settings[c].state) != MP_OK ||
+            mp_optim_add_as(opt[c], "w", init, n, MP_BF16, settings[c].weights, MP_BF16, &p) != MP_OK) {
             fprintf(stderr, "mixprec bench: %s\n", mp_last_error());
-            mp_optim_free(opt), free(init), free(t);
+            for (size_t k = 0; k < NSET; k++) mp_optim_free(opt[k]);
+            free(init), free(ts);
             return 1;
         }
         for (size_t i = 0; i < n; i++) p->grad[i] = init[i] * 0.5f;
-        mp_optim_step(opt); /* the state made and warm */
-        for (long r = 0; r < o.reps; r++) {
+        mp_optim_step(opt[c]); /* the state made and warm */
+    }
+    for (long r = 0; r < o.reps; r++)
+        for (size_t c = 0; c < NSET; c++) {
             const double t0 = now();
-            mp_optim_step(opt);
-            t[r] = now() - t0;
+            mp_optim_step(opt[c]);
+            ts[c * (size_t)o.reps + (size_t)r] = now() - t0;
         }
-        const double med = median_seconds((int)o.reps, t);
-        const mp_optim_bytes b = mp_optim_bytes_held(opt);
+    double base = 0;
+    for (size_t c = 0; c < NSET; c++) {
+        const double med = median_seconds((int)o.reps, ts + c * (size_t)o.reps);
+        const mp_optim_bytes b = mp_optim_bytes_held(opt[c]);
         if (!c) base = med;
         if (o.json)
             printf("%s\n  {\"setting\": \"%s\", \"median_s\": %.6e, \"bytes_per_param\": %.4f, \"vs_fp32\": %.3f}",
                    c ? "," : "", settings[c].name, med, mp_bytes_per_param(&b), med / base);
         else printf("%-14s %10.3f %12.2f %9.2f\n", settings[c].name, med * 1e3, mp_bytes_per_param(&b), med / base);
-        mp_optim_free(opt);
+        mp_optim_free(opt[c]);
     }
     if (o.json) printf("\n]}\n");
-    free(init), free(t);
+    free(init), free(ts);
     return 0;
 }
 
