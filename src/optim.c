@@ -33,7 +33,14 @@ struct mp_optim {
     float clip_coef;       /* a clip coefficient below 1 the next update applies (mp_optim_unscale_clip), else 1 */
     uint64_t lost_updates, updated; /* the last step's (mp_optim_lost_updates) */
     mp_state_format state_format;   /* as asked (mp_optim_set_state_format); each parameter's in its state_format */
+    /* a shard (mp_optim_set_shard): this rank updates parameters [own0, own1); ranks_sum joins the ranks' values */
+    int sharded;
+    size_t own0, own1;
+    mp_status (*ranks_sum)(void *ctx, double *x, size_t n);
+    void *ranks_ctx;
 };
+
+static int owns(const mp_optim *o, size_t i) { return !o->sharded || (i >= o->own0 && i < o->own1); }
 
 /* ---- the block formats' maps (torchao 0.18, torchao/optim/quant_utils.py and subclass_{8,4}bit.py) ---- */
 
@@ -593,6 +600,8 @@ static mp_state_format format_of(const mp_optim *o, const mp_param *p) {
  * torchao's zeros) on first use. */
 static mp_status ensure_state(mp_optim *o, mp_param *p) {
     const int need[2] = {o->kind == KIND_ADAMW || o->sgd.momentum != 0, o->kind == KIND_ADAMW};
+    if (p->weights == MP_MASTER_KAHAN && !p->comp && !(p->comp = alloc_zero(p->n, 2)))
+        return mp_error(MP_ENOMEM, "optimizer: out of memory for the compensation of '%s'", p->name);
     if (p->state1 || p->hstate1 || p->qstate1 || !need[0]) return MP_OK;
     const mp_state_format f = p->state_format = format_of(o, p);
     for (int k = 0; k < 2; k++) {
@@ -672,9 +681,42 @@ size_t mp_optim_state_tensors(const mp_param *p, mp_tensor *out) {
     return n;
 }
 
+/* p's state (and compensation) freed */
+static void drop_state(mp_param *p) {
+    free(p->comp), free(p->state1), free(p->state2), free(p->hstate1), free(p->hstate2);
+    free(p->qstate1), free(p->qstate2), free(p->qscale1), free(p->qscale2);
+    p->comp = NULL, p->state1 = p->state2 = NULL, p->hstate1 = p->hstate2 = NULL;
+    p->qstate1 = p->qstate2 = NULL, p->qscale1 = p->qscale2 = NULL;
+}
+
+mp_status mp_optim_set_shard(mp_optim *o, size_t first, size_t end, mp_status (*sum)(void *ctx, double *x, size_t n),
+                             void *ctx) {
+    if (!o || !sum || first > end || end > o->count)
+        return mp_error(MP_EINVAL, "mp_optim_set_shard: parameters [%zu, %zu) of %zu, or no sum", first, end,
+                        o ? o->count : 0);
+    o->sharded = 1, o->own0 = first, o->own1 = end, o->ranks_sum = sum, o->ranks_ctx = ctx;
+    for (size_t i = 0; i < o->count; i++)
+        if (!owns(o, i)) drop_state(o->params[i]);
+    return MP_OK;
+}
+
+int mp_optim_owns(const mp_optim *o, size_t i) { return o && i < o->count && owns(o, i); }
+
+mp_status mp_optim_hold_state(mp_optim *o, size_t i, int hold) {
+    if (!o || i >= o->count) return mp_error(MP_EINVAL, "mp_optim_hold_state: no parameter %zu", i);
+    if (hold) return ensure_state(o, o->params[i]);
+    drop_state(o->params[i]);
+    return MP_OK;
+}
+
+void mp_optim_refresh_half(mp_optim *o, size_t i) {
+    if (o && i < o->count) refresh_half(o, i);
+}
+
 mp_status mp_optim_restore(mp_optim *o, uint64_t steps) {
     if (!o) return mp_error(MP_EINVAL, "mp_optim_restore: NULL optimizer");
     for (size_t i = 0; i < o->count; i++) {
+        if (!owns(o, i)) continue;
         const mp_status st = ensure_state(o, o->params[i]);
         if (st != MP_OK) return st;
         o->params[i]->has_state = steps > 0;
@@ -690,7 +732,7 @@ static mp_status apply_step(mp_optim *o) {
     o->clip_coef = 1.0f;
     o->lost_updates = o->updated = 0;
     for (size_t i = 0; i < o->count; i++) {
-        const mp_status st = ensure_state(o, o->params[i]);
+        const mp_status st = owns(o, i) ? ensure_state(o, o->params[i]) : MP_OK;
         if (st != MP_OK) return st;
     }
     const mp_optim_kernels *k = kernels();
@@ -718,6 +760,10 @@ static mp_status apply_step(mp_optim *o) {
     }
     for (size_t i = 0; i < o->count; i++) {
         mp_param *p = o->params[i];
+        if (!owns(o, i)) { /* another rank's: its first step is the same step everywhere */
+            p->has_state = 1;
+            continue;
+        }
         sc.first = !p->has_state;
         sc.wd = p->no_decay ? 0.0f : (float)o->sgd.weight_decay;
         ac.decay = p->no_decay ? 1.0f : (float)(1.0 - o->adamw.lr * o->adamw.weight_decay);
@@ -731,7 +777,13 @@ static mp_status apply_step(mp_optim *o) {
     }
     o->steps = t;
     for (size_t i = 0; i < o->count; i++) /* the stochastic ones (the others were refreshed in the update) */
-        if (o->params[i]->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC) refresh_half(o, i);
+        if (owns(o, i) && o->params[i]->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC) refresh_half(o, i);
+    if (o->sharded) { /* the job's counts */
+        double c[2] = {(double)o->lost_updates, (double)o->updated};
+        const mp_status st = o->ranks_sum(o->ranks_ctx, c, 2);
+        if (st != MP_OK) return mp_error(st, "the ranks' sum of the lost updates failed (%s)", mp_status_str(st));
+        o->lost_updates = (uint64_t)c[0], o->updated = (uint64_t)c[1];
+    }
     return MP_OK;
 }
 
@@ -762,8 +814,14 @@ mp_status mp_scaler_unscale(mp_scaler *s, mp_optim *o, int *found_inf) {
     int found = 0;
     o->clip_coef = 1.0f; /* the separate calls clip in memory (mp_clip_grad_norm) */
     for (size_t i = 0; i < o->count; i++) {
-        const mp_status st = mp_unscale_check(o->params[i]->grad, MP_F32, o->params[i]->n, inv, &found);
+        const mp_status st = owns(o, i) ? mp_unscale_check(o->params[i]->grad, MP_F32, o->params[i]->n, inv, &found) : MP_OK;
         if (st != MP_OK) return st;
+    }
+    if (o->sharded) { /* an inf or NaN on any rank's parameters skips the step everywhere */
+        double f = found;
+        const mp_status st = o->ranks_sum(o->ranks_ctx, &f, 1);
+        if (st != MP_OK) return mp_error(st, "the ranks' sum of the inf/NaN check failed (%s)", mp_status_str(st));
+        found = f > 0;
     }
     o->found_inf = found;
     set_stage(o, s, MP_STAGE_UNSCALED);
@@ -806,6 +864,9 @@ mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, mp
     if (s ? mp_optim_stage(o, s) != MP_STAGE_UNSCALED : o->scaled)
         return mp_error(MP_ESTATE, "clip_grad_norm: gradients are still multiplied by the loss scale; call "
                                    "mp_scaler_unscale first (and pass the scaler)");
+    if (o->sharded)
+        return mp_error(MP_EINVAL, "mp_clip_grad_norm: a sharded optimizer measures the norm in fp32 only "
+                                   "(mp_optim_unscale_clip)");
     o->clip_coef = 1.0f; /* this call clips in memory */
     param_job j = {JOB_SUMSQ, kernels(), NULL, NULL, NULL, 0, 0.0f, 0, 0, {0}, {0}};
     double norm;
@@ -854,7 +915,19 @@ mp_status mp_optim_unscale_clip(mp_optim *o, mp_scaler *s, double max_norm, mp_d
     }
     param_job j = {JOB_UNSCALE_SUMSQ, kernels(), NULL, NULL, NULL, 0, inv, 0, 0, {0}, {0}};
     double sum = 0;
-    for (size_t i = 0; i < o->count; i++) sum += run_param_found(&j, o->params[i], &found);
+    if (!o->sharded) {
+        for (size_t i = 0; i < o->count; i++) sum += run_param_found(&j, o->params[i], &found);
+    } else { /* each parameter's sum from its owner (the others add 0: exact), then added in the same order */
+        double *x = calloc(o->count + 1, sizeof *x);
+        if (!x) return mp_error(MP_ENOMEM, "optimizer: out of memory");
+        for (size_t i = o->own0; i < o->own1; i++) x[i] = run_param_found(&j, o->params[i], &found);
+        x[o->count] = found;
+        const mp_status st = o->ranks_sum(o->ranks_ctx, x, o->count + 1);
+        for (size_t i = 0; i < o->count; i++) sum += x[i];
+        found = x[o->count] > 0;
+        free(x);
+        if (st != MP_OK) return mp_error(st, "the ranks' sum of the gradient norm failed (%s)", mp_status_str(st));
+    }
     const double norm = sqrt(sum);
     if (s) {
         o->found_inf = found;

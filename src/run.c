@@ -631,7 +631,7 @@ static int begin(run_state *s) {
     int ret = setup(s, &s->T, &s->steps_per_epoch);
     if (ret != RUN_OK) return ret;
     mp_train_config tc = {&s->prec, o->scaler, {o->lr, o->schedule, o->warmup, 0, o->min_lr}, o->accum, o->clip,
-                          s->ranks->dist};
+                          s->ranks->dist, o->shard_optimizer};
     s->total = o->steps ? o->steps : (o->epochs ? o->epochs : 1) * s->steps_per_epoch;
     tc.lr.decay_steps = s->total; /* the cosine reaches min_lr at the last step, as nanoGPT's lr_decay_iters = max_iters */
     if (o->warmup >= s->total) {
@@ -935,8 +935,9 @@ static void print_results(const run_state *s) {
     const mp_optim_bytes *b = &r->bytes;
     if (b->params > 0)
         OUT("        bytes per parameter %.2f: weights %.2f, copies %.2f, gradients %.2f, compensation %.2f, "
-            "optimizer state %.2f\n", mp_bytes_per_param(b), b->weights / b->params, b->copy / b->params,
-            b->grad / b->params, b->comp / b->params, b->state / b->params);
+            "optimizer state %.2f%s\n", mp_bytes_per_param(b), b->weights / b->params, b->copy / b->params,
+            b->grad / b->params, b->comp / b->params, b->state / b->params,
+            s->o.shard_optimizer ? " (rank 0's share: --shard-optimizer)" : "");
     if (size_of(s) > 1) {
         OUT("        all-reduce %s: %llu gradient values, %.1f MB summed per step (each rank sends %.1f MB in a "
             "ring), %.2f ms/step in MPI (median)", mp_format(ds->wire)->name, (unsigned long long)ds->values,
@@ -1062,6 +1063,7 @@ static cJSON *summary_json(run_state *s) {
     if (size_of(s) > 1) {
         cJSON *a = cJSON_AddObjectToObject(j, "allreduce");
         cJSON_AddNumberToObject(a, "ranks", size_of(s));
+        cJSON_AddBoolToObject(a, "shard_optimizer", o->shard_optimizer);
         cJSON_AddStringToObject(a, "format", mp_format(ds->wire)->name);
         cJSON_AddNumberToObject(a, "values", (double)ds->values);
         cJSON_AddNumberToObject(a, "buffer_bytes", (double)ds->wire_bytes);
@@ -1169,11 +1171,15 @@ static void write_outputs(run_state *s) {
     FILE *out = s->io.out;
     const int writer = s->writer;
     mp_status e;
+    /* a sharded optimizer's state comes to rank 0 for the checkpoint (every rank takes part) */
+    const mp_status gathered = o->save ? mp_trainer_gather_state(s->tr, 1) : MP_OK;
     if (o->save && writer) {
-        if ((e = mp_trainer_save(s->tr, o->save, s->meta, o->save_dtype)) != MP_OK) output_failed(s, e, mp_last_error());
+        if ((e = gathered) != MP_OK || (e = mp_trainer_save(s->tr, o->save, s->meta, o->save_dtype)) != MP_OK)
+            output_failed(s, e, mp_last_error());
         else OUT("saved %s (step %ld)\n", o->save, mp_trainer_step_count(s->tr));
         s->wrote[2] = e == MP_OK ? 1 : -1;
     }
+    if (o->save) mp_trainer_gather_state(s->tr, 0); /* rank 0 lets go of the others' state */
     if (writer) { /* the summary: kept in the result, written where the spec names it */
         cJSON *j = summary_json(s);
         r->summary = j ? cJSON_Print(j) : NULL;

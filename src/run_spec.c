@@ -172,6 +172,11 @@ static const option options[] = {
      "send half the bytes: each combine widens, adds in fp32 and rounds\n"
      "once; an overflow on the wire is an overflow (with loss scaling:\n"
      "the step is skipped) and is reported (docs/DISTRIBUTED.md)"},
+    {"shard-optimizer", NULL, K_FLAG, F(shard_optimizer), 1, 0, NULL, NULL,
+     "each rank updates and holds the optimizer state of 1/N of the\n"
+     "parameters (ZeRO stage 1): the gradients reduce-scattered, the\n"
+     "weights broadcast from their owners; the same results (bit for\n"
+     "bit with 2 ranks) and checkpoints (docs/DISTRIBUTED.md)"},
     {"frozen-every", "N", K_GONE, 0, 0, 0, NULL, NULL,
      "is gone (it counted dead units): --log and --summary have lost_updates and dead_gradients (and "
      "lost_gradients) instead"},
@@ -345,6 +350,12 @@ static mp_status unused_options(const mp_run_spec *s) {
     const int ranks = s->ranks ? s->ranks->size : 1;
     if (ranks == 1 && s->allreduce != MP_F32)
         return mp_error(MP_EINVAL, "--allreduce does nothing in one process (mpirun -np N mixprec train ...)");
+    if (ranks == 1 && s->shard_optimizer)
+        return mp_error(MP_EINVAL, "--shard-optimizer shares the optimizer state between ranks: it needs mpirun -np N "
+                                   "with N >= 2");
+    if (s->shard_optimizer && s->allreduce != MP_F32)
+        return mp_error(MP_EINVAL, "--shard-optimizer reduce-scatters the gradients in fp32: no --allreduce %s",
+                        mp_format(s->allreduce)->name);
     if (ranks == 1 && s->check_every != 100)
         return mp_error(MP_EINVAL, "--check-every does nothing in one process (mpirun -np N mixprec train ...)");
     return MP_OK;

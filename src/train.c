@@ -291,7 +291,97 @@ struct mp_trainer {
     mp_fp8_history *hsave; /* (nq,) each tensor's history before a micro-batch */
     float *hslot, *amax;   /* (nq,) the history slot it may overwrite; the amaxes reduced */
     size_t nq;
+    size_t *first;         /* shard_optimizer: rank r owns parameters [first[r], first[r + 1]); else NULL */
 };
+
+/* The parameters split over the ranks on their boundaries, about 1/size of
+ * the elements each (a parameter goes to the rank its middle falls in), and
+ * the optimizer told which are this rank's. */
+static mp_status shard(mp_trainer *t) {
+    const mp_train_dist *d = t->dist;
+    const size_t np = mp_optim_count(t->opt);
+    if (!(t->first = calloc((size_t)d->size + 1, sizeof *t->first))) return mp_error(MP_ENOMEM, "trainer: out of memory");
+    double total = 0, before = 0;
+    for (size_t i = 0; i < np; i++) total += (double)mp_optim_param(t->opt, i)->n;
+    size_t i = 0;
+    for (int r = 1; r < d->size; r++) {
+        const double target = total * r / d->size;
+        while (i < np && before + (double)mp_optim_param(t->opt, i)->n / 2 < target)
+            before += (double)mp_optim_param(t->opt, i++)->n;
+        t->first[r] = i;
+    }
+    t->first[d->size] = np;
+    const mp_status st = mp_optim_set_shard(t->opt, t->first[d->rank], t->first[d->rank + 1], d->sum_f64, d->ctx);
+    if (st != MP_OK) free(t->first), t->first = NULL;
+    return st;
+}
+
+/* The rank that owns parameter i. */
+static int owner(const mp_trainer *t, size_t i) {
+    int r = 0;
+    while (i >= t->first[r + 1]) r++;
+    return r;
+}
+
+/* After a sharded update: every parameter's weights from its owner (fp32
+ * masters, or the half weights without them), the half copies of the
+ * others' rounded here as the owner rounded its own. */
+static mp_status share_weights(mp_trainer *t) {
+    const mp_train_dist *d = t->dist;
+    const size_t np = mp_optim_count(t->opt);
+    void **x = malloc((np + 1) * sizeof *x);
+    size_t *bytes = malloc((np + 1) * sizeof *bytes);
+    if (!x || !bytes) return free(x), free(bytes), mp_error(MP_ENOMEM, "trainer: out of memory");
+    for (size_t i = 0; i < np; i++) {
+        mp_param *p = mp_optim_param(t->opt, i);
+        x[i] = p->master ? (void *)p->master : p->half, bytes[i] = p->n * (p->master ? 4 : 2);
+    }
+    const mp_status st = d->all_gather(d->ctx, x, bytes, np, t->first);
+    free(x), free(bytes);
+    if (st != MP_OK) return mp_error(st, "the ranks' all-gather of the weights failed (%s)", mp_status_str(st));
+    for (size_t i = 0; i < np; i++)
+        if (!mp_optim_owns(t->opt, i)) mp_optim_refresh_half(t->opt, i);
+    return MP_OK;
+}
+
+mp_status mp_trainer_gather_state(mp_trainer *t, int hold) {
+    if (!t) return mp_error(MP_EINVAL, "mp_trainer_gather_state: NULL trainer");
+    if (!t->first) return MP_OK;
+    const mp_train_dist *d = t->dist;
+    const size_t np = mp_optim_count(t->opt);
+    /* rank 0 makes room for the others' states first, and every rank learns whether it could, before any transfer */
+    mp_status made = MP_OK;
+    for (size_t i = t->first[1]; d->rank == 0 && i < np && made == MP_OK; i++) made = mp_optim_hold_state(t->opt, i, hold);
+    if (!hold) return made;
+    double failed = made != MP_OK;
+    const mp_status agreed = d->sum_f64(d->ctx, &failed, 1);
+    if (agreed != MP_OK || failed > 0) {
+        for (size_t i = t->first[1]; d->rank == 0 && i < np; i++) mp_optim_hold_state(t->opt, i, 0);
+        if (agreed != MP_OK) return mp_error(agreed, "the ranks could not agree to gather the optimizer state (%s)",
+                                             mp_status_str(agreed));
+        return made != MP_OK ? made : mp_error(MP_ENOMEM, "rank 0 has no room for the other ranks' optimizer state");
+    }
+    for (size_t i = t->first[1]; i < np; i++) {
+        const int from = owner(t, i);
+        mp_param *p = mp_optim_param(t->opt, i);
+        mp_tensor ts[5];
+        const size_t k = mp_optim_state_tensors(p, ts); /* on rank 0 (made above) and on the owner: the same list */
+        const int mine = d->rank == 0 || d->rank == from;
+        double hdr[6] = {(double)k, 0, 0, 0, 0, 0}; /* the owner's count and sizes, for every rank's calls */
+        for (size_t j = 0; j < k; j++) hdr[j + 1] = (double)ts[j].nbytes;
+        double own[6];
+        memcpy(own, hdr, sizeof own);
+        mp_status st = d->broadcast(d->ctx, hdr, sizeof hdr, from);
+        if (st == MP_OK && mine && memcmp(own, hdr, sizeof own) != 0)
+            st = mp_error(MP_ECORRUPT, "the optimizer state of '%s' differs in layout between rank 0 and rank %d",
+                          p->name, from);
+        for (size_t j = 0; st == MP_OK && j < (size_t)hdr[0]; j++)
+            st = d->broadcast(d->ctx, mine ? (void *)ts[j].data : NULL, (size_t)hdr[j + 1], from);
+        if (st != MP_OK) return mp_error(st, "the ranks' transfer of the optimizer state of '%s' failed (%s)", p->name,
+                                         mp_status_str(st));
+    }
+    return MP_OK;
+}
 
 mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model model, mp_optim *opt,
                             mp_loader loader) {
@@ -312,6 +402,12 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
               (d->size > 1 && (!d->sum_grads || !d->sum_f64 || !d->max_f32))))
         return mp_error(MP_EINVAL, "mp_trainer_create: a dist needs size >= 1, 0 <= rank < size and, with size > 1, "
                                    "its three functions (size %d, rank %d)", d->size, d->rank);
+    if (c->shard_optimizer && (!d || d->size < 2 || !d->reduce_scatter || !d->all_gather || !d->broadcast))
+        return mp_error(MP_EINVAL, "mp_trainer_create: shard_optimizer needs a dist of 2 or more ranks with its "
+                                   "reduce_scatter, all_gather and broadcast");
+    if (c->shard_optimizer && half && c->clip > 0)
+        return mp_error(MP_EINVAL, "a sharded optimizer sums the gradient norm in fp32: no +reductions=half with "
+                                   "clipping");
     if (c->precision->optim_state != MP_STATE_AUTO) { /* the optimizer keeps its state as the mode says */
         const mp_status st = mp_optim_set_state_format(opt, c->precision->optim_state);
         if (st != MP_OK) return st;
@@ -320,6 +416,13 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
     if (!t) return mp_error(MP_ENOMEM, "mp_trainer_create: out of memory");
     t->cfg = *c, t->model = model, t->opt = opt, t->loader = loader;
     t->dist = d && d->size > 1 ? d : NULL;
+    if (c->shard_optimizer) {
+        const mp_status st = shard(t);
+        if (st != MP_OK) {
+            free(t);
+            return st;
+        }
+    }
     /* the norm is naive only when --clip uses it (it is measured either way) */
     t->norm_acc = half && c->clip > 0 ? c->precision->compute : MP_F32;
     t->scaled = c->precision->scaling != MP_SCALING_NONE;
@@ -346,7 +449,7 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
 
 void mp_trainer_free(mp_trainer *t) {
     if (!t) return;
-    free(t->gx), free(t->gn), free(t->qt), free(t->hsave), free(t->hslot), free(t->amax);
+    free(t->gx), free(t->gn), free(t->qt), free(t->hsave), free(t->hslot), free(t->amax), free(t->first);
     free(t);
 }
 
@@ -513,7 +616,9 @@ mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
     t->model.ops->reset_stats(t->model.impl);
     if (t->dist) TRY(dist_prepare(t));
     TRY(backward_step(t, r.scale, &r.loss));
-    if (t->dist) /* before the unscale, as DDP */
+    if (t->first) /* each rank's parameters' sums on that rank */
+        TRY(reduced(t->dist->reduce_scatter(t->dist->ctx, t->gx, t->gn, t->ngrads, t->first), "the gradients"));
+    else if (t->dist) /* before the unscale, as DDP */
         TRY(reduced(t->dist->sum_grads(t->dist->ctx, t->gx, t->gn, t->ngrads), "the gradients"));
     mp_status st = MP_OK;
     if (t->scaled) {
@@ -531,6 +636,7 @@ mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
         if (!isfinite(r.grad_norm) || !isfinite(r.loss)) locate_nonfinite(t, &r);
         TRY(mp_optim_step(t->opt));
     }
+    if (t->first && !r.skipped) TRY(share_weights(t));
     t->step++;
     r.step = t->step;
     sum_stats(&t->model, &r);
@@ -805,9 +911,9 @@ mp_status mp_trainer_state_crc(mp_trainer *t, uint32_t *out) {
     uint32_t crc = 0;
     m->tensors(t->model.impl, ts, nt);
     for (size_t i = 0; i < nt; i++) crc = mp_crc32(crc, ts[i].data, ts[i].nbytes);
-    for (size_t i = 0; i < mp_optim_count(t->opt); i++) {
+    for (size_t i = 0; i < mp_optim_count(t->opt); i++) { /* (sharded: each rank holds its own: not compared) */
         mp_tensor st[5];
-        const size_t ns = mp_optim_state_tensors(mp_optim_param(t->opt, i), st);
+        const size_t ns = t->first ? 0 : mp_optim_state_tensors(mp_optim_param(t->opt, i), st);
         for (size_t k = 0; k < ns; k++) crc = mp_crc32(crc, st[k].data, st[k].nbytes);
     }
     uint8_t b[MP_SCALER_BLOB_SIZE > QBLOB ? MP_SCALER_BLOB_SIZE : QBLOB];

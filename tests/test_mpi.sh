@@ -226,6 +226,48 @@ done
 if cmp -s ranks2.ckpt acc2.ckpt; then ok; else fail "one process then 2 ranks differ from one process then --accum 2"; fi
 [ "$LONG" != 1 ] || check "one process, then 4 ranks against --accum 4" curves acc4.csv ranks4.csv 1e-6
 
+# --shard-optimizer: each rank updates and holds the state of its own parameters, the gradients
+# reduce-scattered (with 2 ranks the all-reduce's own additions) and the weights broadcast from their owners:
+# the same log and checkpoint as the unsharded ranks, bit for bit, for the MLP and the GPT, SGD with momentum
+# and AdamW, fp32, bf16, fp16-dynamic (skipped steps) and an 8-bit state; rank 0 holds its share of the state
+SH=(--threads 1 --check-every 1)
+for run in "mlp:784-64-32-10 adamw fp16-dynamic" "gpt:2-2-64-64 adamw bf16" "gpt:2-2-64-64 sgd bf16+optim-state=8bit" \
+           "mlp:784-64-32-10 sgd fp32 long" "gpt:2-2-64-64 adamw fp32+optim-state=8bit long"; do
+    set -- $run
+    [ "$LONG" = 1 ] || [ "${4:-}" != long ] || continue
+    if [ "${1%%:*}" = mlp ]; then data=(--data "$T/fmnist" --batch 16); else data=(--batch 8 --eval-windows 8 --no-shuffle); fi
+    if [ "$2" = sgd ]; then opt=(--optimizer sgd --momentum 0.9 --lr 0.05); else opt=(--optimizer adamw --lr 0.001); fi
+    scale=(); [ "$3" = fp16-dynamic ] && scale=(--init-scale 16777216)
+    R=(train --model "$1" --steps 15 --precision "$3" "${opt[@]}" "${data[@]}" "${scale[@]}" "${SH[@]}")
+    status 0 "${MPI[@]}" -np 2 "$M" "${R[@]}" --log u.csv --save u.ckpt --summary u.json
+    status 0 "${MPI[@]}" -np 2 "$M" "${R[@]}" --shard-optimizer --log s.csv --save s.ckpt --summary s.json &&
+        has "$out" "rank 0's share: --shard-optimizer"
+    check "$run: sharded against unsharded" curves u.csv s.csv 0
+    if cmp -s u.ckpt s.ckpt; then ok; else fail "$run: the sharded checkpoint differs from the unsharded one"; fi
+    check "$run: the state each rank holds" python3 - u.json s.json "$3" <<'EOF'
+import json, sys
+u, s = (json.load(open(f))["bytes_per_param_parts"] for f in sys.argv[1:3])
+skips = [k["step"] for k in json.load(open(sys.argv[2]))["skipped"]]
+# on parameter boundaries: the GPT's split near half; the MLP's first layer is 95% of its parameters
+lo, hi = (0.25, 0.75) if json.load(open(sys.argv[2]))["model"].startswith("gpt") else (0.5, 0.99)
+assert lo * u["optimizer_state"] < s["optimizer_state"] < hi * u["optimizer_state"], (u, s)
+assert sys.argv[3] != "fp16-dynamic" or 3 <= len(skips) <= 12, skips
+print("optimizer state %.2f bytes per parameter on rank 0, %.2f unsharded; %d skipped steps" % (s["optimizer_state"], u["optimizer_state"], len(skips)))
+EOF
+done
+# a sharded checkpoint goes on sharded as the run that did not stop, and in one process (the same file as unsharded)
+R=(train --model gpt:2-2-64-64 --batch 8 --eval-windows 8 --no-shuffle --precision bf16 "${SH[@]}")
+status 0 "${MPI[@]}" -np 2 "$M" "${R[@]}" --steps 10 --shard-optimizer --save sh10.ckpt
+status 0 "${MPI[@]}" -np 2 "$M" "${R[@]}" --steps 20 --shard-optimizer --resume sh10.ckpt --save shr.ckpt
+status 0 "${MPI[@]}" -np 2 "$M" "${R[@]}" --steps 20 --shard-optimizer --save sh20.ckpt
+if cmp -s shr.ckpt sh20.ckpt; then ok; else fail "sharded: 10 steps then 10 more differ from 20 steps"; fi
+R1=(train --model gpt:2-2-64-64 --batch 4 --accum 2 --eval-windows 8 --no-shuffle --precision bf16 --threads 1)
+status 0 "$M" "${R1[@]}" --steps 20 --resume sh10.ckpt --save one20.ckpt
+if cmp -s one20.ckpt sh20.ckpt; then ok; else fail "a sharded checkpoint resumed in one process (--accum 2) differs"; fi
+status 2 "$M" train --steps 1 --shard-optimizer && has "$err" '--shard-optimizer .* needs mpirun -np N with N >= 2'
+status 2 "${MPI[@]}" -np 2 "$M" train --steps 1 --batch 8 --shard-optimizer --allreduce bf16 &&
+    one_message '--shard-optimizer reduce-scatters the gradients in fp32: no --allreduce bf16'
+
 # no start: the ranks cannot share a micro-batch of 7, were given different options, or one cannot read its data
 status 2 "${MPI[@]}" -np 2 "$M" train --batch 7 --steps 1 && one_message '--batch 7 does not split into 2 equal shares'
 status 2 "${MPI[@]}" -np 1 "$M" train --batch 8 --steps 1 : -np 1 "$M" train --batch 16 --steps 1 &&

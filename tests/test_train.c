@@ -131,7 +131,8 @@ typedef struct {
     mp_precision prec; /* the trainer's mode: outlives it */
 } rig;
 
-static mp_status rig_make_dist(rig *r, const char *prec, float boost, double clip, const mp_train_dist *dist) {
+static mp_status rig_make_dist(rig *r, const char *prec, float boost, double clip, const mp_train_dist *dist,
+                               int shard) {
     memset(r, 0, sizeof *r);
     const mp_precision *p = &r->prec;
     mp_status st = mp_precision_parse(prec, &r->prec);
@@ -145,14 +146,14 @@ static mp_status rig_make_dist(rig *r, const char *prec, float boost, double cli
     lin_reset(&r->m);
     r->d.fail_at = -1;
     mp_train_config c = {.precision = p, .scaler = mp_scaler_defaults(), .lr = {.lr = 0.05}, .accum = 2, .clip = clip,
-                         .dist = dist};
+                         .dist = dist, .shard_optimizer = shard};
     const mp_model model = {&lin_ops, &r->m};
     const mp_loader loader = {&r->d, data_batch, data_eval, NULL};
     return mp_trainer_create(&r->t, &c, model, r->opt, loader);
 }
 
 static mp_status rig_make(rig *r, const char *prec, float boost, double clip) {
-    return rig_make_dist(r, prec, boost, clip, NULL);
+    return rig_make_dist(r, prec, boost, clip, NULL, 0);
 }
 
 static void rig_free(rig *r) {
@@ -439,10 +440,14 @@ typedef struct {
     const char *prec;
     float boost;
     int diverge_at; /* rank 1 changes its weight after this step (0: never) */
+    int shard;      /* the optimizer state sharded */
     int steps;
     float loss[40];
     int skipped[40];
     mp_status check;  /* mp_trainer_check_ranks after the last step */
+    float w[8];       /* the weights after the last step */
+    uint8_t state[64];/* rank 0's optimizer state after the last step (gathered when sharded) */
+    size_t state_bytes, held_bytes; /* its size; the state this rank held before the gather */
     char msg[256];
     uint32_t crc;
     mp_status st;
@@ -483,17 +488,60 @@ static mp_status t_sum_grads(void *ctx, float *const *x, const size_t *n, size_t
 static mp_status t_sum_f64(void *ctx, double *x, size_t n) { return exchange(ctx, x, n, sizeof *x, add_f64), MP_OK; }
 static mp_status t_max_f32(void *ctx, float *x, size_t n) { return exchange(ctx, x, n, sizeof *x, max_f32v), MP_OK; }
 
+/* the sums, as t_sum_grads; rank r keeps those of its arrays only */
+static mp_status t_reduce_scatter(void *ctx, float *const *x, const size_t *n, size_t count, const size_t *first) {
+    const rank_run *r = ctx;
+    float **keep = malloc((count + 1) * sizeof *keep);
+    for (size_t i = 0; i < count; i++) {
+        keep[i] = malloc(n[i] * sizeof(float) + 1);
+        memcpy(keep[i], x[i], n[i] * sizeof(float));
+    }
+    t_sum_grads(ctx, x, n, count);
+    for (size_t i = 0; i < count; i++) {
+        if (i < first[r->rank] || i >= first[r->rank + 1]) memcpy(x[i], keep[i], n[i] * sizeof(float));
+        free(keep[i]);
+    }
+    free(keep);
+    return MP_OK;
+}
+
+static mp_status t_broadcast(void *ctx, void *x, size_t bytes, int root) {
+    rank_run *r = ctx;
+    r->c->buf[r->rank] = x;
+    pthread_barrier_wait(&r->c->bar);
+    if (r->rank != root && x) memcpy(x, r->c->buf[root], bytes);
+    pthread_barrier_wait(&r->c->bar); /* the root's buffer read before it changes */
+    return MP_OK;
+}
+
+static mp_status t_all_gather(void *ctx, void *const *x, const size_t *bytes, size_t count, const size_t *first) {
+    rank_run *r = ctx;
+    for (int root = 0; root < 2; root++)
+        for (size_t i = first[root]; i < first[root + 1] && i < count; i++) t_broadcast(r, x[i], bytes[i], root);
+    return MP_OK;
+}
+
 static void *rank_main(void *arg) {
     rank_run *r = arg;
-    const mp_train_dist d = {r->rank, 2, r, t_sum_grads, t_sum_f64, t_max_f32};
+    const mp_train_dist d = {r->rank, 2, r, t_sum_grads, t_sum_f64, t_max_f32, t_reduce_scatter, t_all_gather, t_broadcast};
     rig g;
-    if ((r->st = rig_make_dist(&g, r->prec, r->boost, 0, &d)) != MP_OK) return NULL; /* both fail alike */
+    if ((r->st = rig_make_dist(&g, r->prec, r->boost, 0, &d, r->shard)) != MP_OK) return NULL; /* both fail alike */
     for (int s = 0; s < r->steps && r->st == MP_OK; s++) {
         mp_step_info si;
         r->st = mp_trainer_step(g.t, &si);
         r->loss[s] = si.loss, r->skipped[s] = si.skipped;
         if (r->rank == 1 && s + 1 == r->diverge_at) g.m.w->master[0] += 1e-3f;
     }
+    const mp_optim_bytes held = mp_optim_bytes_held(g.opt);
+    r->held_bytes = (size_t)held.state;
+    if (r->st == MP_OK) r->st = mp_trainer_gather_state(g.t, 1);
+    mp_tensor ts[5];
+    const size_t nt = mp_optim_state_tensors(g.m.w, ts);
+    r->state_bytes = 0;
+    for (size_t k = 0; r->rank == 0 && k < nt && r->state_bytes + ts[k].nbytes <= sizeof r->state; k++)
+        memcpy(r->state + r->state_bytes, ts[k].data, ts[k].nbytes), r->state_bytes += ts[k].nbytes;
+    if (r->st == MP_OK) r->st = mp_trainer_gather_state(g.t, 0);
+    memcpy(r->w, g.m.w->master ? g.m.w->master : NULL, sizeof(float) * 4);
     r->check = mp_trainer_check_ranks(g.t);
     snprintf(r->msg, sizeof r->msg, "%s", mp_last_error());
     mp_trainer_state_crc(g.t, &r->crc);
@@ -502,12 +550,13 @@ static void *rank_main(void *arg) {
 }
 
 /* the two ranks (micro-batches of 8 rows: 4 each) of prec, and one process at the same batch */
-static void run_ranks(rank_run rr[2], const char *prec, float boost, int steps, int diverge_at) {
+static void run_ranks(rank_run rr[2], const char *prec, float boost, int steps, int diverge_at, int shard) {
     comm c;
     pthread_barrier_init(&c.bar, NULL, 2);
     pthread_t th[2];
     for (int k = 0; k < 2; k++) {
-        rr[k] = (rank_run){.c = &c, .rank = k, .prec = prec, .boost = boost, .steps = steps, .diverge_at = diverge_at};
+        rr[k] = (rank_run){.c = &c, .rank = k, .prec = prec, .boost = boost, .steps = steps, .diverge_at = diverge_at,
+                           .shard = shard};
         pthread_create(&th[k], NULL, rank_main, &rr[k]);
     }
     for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
@@ -522,7 +571,7 @@ static void check_dist(void) {
     for (int k = 0; k < 2; k++) {
         /* fp16-dynamic with gradients x 1e6: the first steps overflow and are skipped, on both ranks together */
         const float boost = k ? 1e6f : 1.0f;
-        run_ranks(rr, modes[k], boost, 30, 0);
+        run_ranks(rr, modes[k], boost, 30, 0, 0);
         rig one;
         CHECK(rig_make(&one, modes[k], boost, 0) == MP_OK, "one process");
         double worst = 0;
@@ -548,24 +597,59 @@ static void check_dist(void) {
         rig_free(&one);
     }
     /* rank 1's weight changed after step 3: both ranks learn it at the comparison after step 5 */
-    run_ranks(rr, "fp32", 1.0f, 5, 3);
+    run_ranks(rr, "fp32", 1.0f, 5, 3, 0);
     CHECK(rr[0].check == MP_ECORRUPT && rr[1].check == MP_ECORRUPT && strstr(rr[0].msg, "step 5: the ranks'") &&
               strstr(rr[0].msg, "on rank 1") && rr[0].crc != rr[1].crc,
           "a difference found: %s", rr[0].msg);
     /* a micro-batch of 8 rows does not split into 3 shares; a rank outside the ranks */
     rig r;
-    const mp_train_dist three = {0, 3, NULL, t_sum_grads, t_sum_f64, t_max_f32}, bad = {2, 2, NULL, t_sum_grads,
-                                                                                       t_sum_f64, t_max_f32};
-    CHECK(rig_make_dist(&r, "fp32", 1.0f, 0, &three) == MP_OK, "3 ranks");
+    const mp_train_dist three = {0, 3, NULL, t_sum_grads, t_sum_f64, t_max_f32, NULL, NULL, NULL},
+                        bad = {2, 2, NULL, t_sum_grads, t_sum_f64, t_max_f32, NULL, NULL, NULL};
+    CHECK(rig_make_dist(&r, "fp32", 1.0f, 0, &three, 0) == MP_OK, "3 ranks");
     mp_step_info si;
     CHECK(mp_trainer_step(r.t, &si) == MP_EINVAL && strstr(mp_last_error(), "8 rows does not split into 3"),
           "8 rows on 3 ranks: %s", mp_last_error());
     rig_free(&r);
-    CHECK(rig_make_dist(&r, "fp32", 1.0f, 0, &bad) == MP_EINVAL, "rank 2 of 2");
+    CHECK(rig_make_dist(&r, "fp32", 1.0f, 0, &bad, 0) == MP_EINVAL, "rank 2 of 2");
     rig_free(&r);
     mp_set_threads(0);
     CHECK_SAY(mark, "data parallelism: 2 ranks (threads) train as one process (fp32 loss within 1e-6; fp16-dynamic "
                     "skips together and backs off as one process), a changed weight is found at the next comparison\n");
+}
+
+/* The optimizer state sharded over 2 ranks (threads) against the same 2
+ * ranks unsharded: the same losses, skips, weights and (gathered to rank 0)
+ * state, bit for bit; the rank that owns no parameter holds no state. */
+static void check_shard(void) {
+    const int mark = (int)check_failures;
+    mp_set_threads(1);
+    const char *modes[] = {"fp32", "fp16-dynamic", "bf16"};
+    for (int k = 0; k < 3; k++) {
+        rank_run a[2], b[2];
+        const float boost = k == 1 ? 1e6f : 1.0f; /* fp16-dynamic: skipped steps while the scale backs off */
+        run_ranks(a, modes[k], boost, 20, 0, 0);
+        run_ranks(b, modes[k], boost, 20, 0, 1);
+        int same = 1, skips = 0;
+        for (int r = 0; r < 2; r++)
+            same &= a[r].st == MP_OK && b[r].st == MP_OK && !memcmp(a[r].loss, b[r].loss, sizeof a[r].loss) &&
+                    !memcmp(a[r].skipped, b[r].skipped, sizeof a[r].skipped) && !memcmp(a[r].w, b[r].w, sizeof a[r].w) &&
+                    a[r].check == MP_OK && b[r].check == MP_OK;
+        for (int s = 0; s < 20; s++) skips += b[0].skipped[s];
+        same &= a[0].state_bytes > 0 && a[0].state_bytes == b[0].state_bytes &&
+                !memcmp(a[0].state, b[0].state, a[0].state_bytes);
+        /* one parameter: rank 1 owns it (its middle is past half the elements), rank 0 holds no state */
+        CHECK(same && b[0].held_bytes == 0 && b[1].held_bytes == a[1].held_bytes && (k != 1 || skips >= 5),
+              "%s: sharded 2 ranks differ from unsharded (%s %s; held %zu, %zu; %d skips)", modes[k],
+              mp_status_str(b[0].st), mp_last_error(), b[0].held_bytes, b[1].held_bytes, skips);
+    }
+    rig r;
+    const mp_train_dist one = {0, 1, NULL, t_sum_grads, t_sum_f64, t_max_f32, t_reduce_scatter, t_all_gather, t_broadcast};
+    CHECK(rig_make_dist(&r, "fp32", 1.0f, 0, &one, 1) == MP_EINVAL && strstr(mp_last_error(), "2 or more ranks"),
+          "shard with one rank: %s", mp_last_error());
+    rig_free(&r);
+    mp_set_threads(0);
+    CHECK_SAY(mark, "sharded optimizer state: 2 ranks (threads) train bit for bit as unsharded (fp32, fp16-dynamic "
+                    "with skips, bf16), the state gathered to rank 0 is the same, a rank holds only its own\n");
 }
 
 int main(void) {
@@ -576,5 +660,6 @@ int main(void) {
     check_no_decay();
     check_precision_losses();
     check_dist();
+    check_shard();
     return check_report("test_train");
 }

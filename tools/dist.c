@@ -138,6 +138,104 @@ static mp_status sum_grads(void *ctx, float *const *x, const size_t *n, size_t c
     return st;
 }
 
+/* --shard-optimizer: the sums of rank r's parameters (arrays [first[r],
+ * first[r + 1])) on rank r only, by one MPI_Reduce_scatter of the packed
+ * buffer (with 2 ranks each sum is the all-reduce's one addition). */
+static mp_status reduce_scatter(void *ctx, float *const *x, const size_t *n, size_t count, const size_t *first) {
+    grad_buffer *g = ctx;
+    size_t total = 0, own = 0;
+    for (size_t i = 0; i < count; i++) total += n[i];
+    for (size_t i = first[g_rank]; i < first[g_rank + 1]; i++) own += n[i];
+    int *counts = malloc((size_t)g_size * sizeof *counts);
+    if (!counts) return MP_ENOMEM;
+    for (int r = 0; r < g_size; r++) {
+        size_t c = 0;
+        for (size_t i = first[r]; i < first[r + 1]; i++) c += n[i];
+        if (c > (size_t)1 << 30) return free(counts), MP_EINVAL; /* every rank sees the same: none waits */
+        counts[r] = (int)c;
+    }
+    if ((total + own) * sizeof(float) > g->cap) {
+        void *b = realloc(g->buf, (total + own) * sizeof(float));
+        if (!b) return free(counts), MP_ENOMEM;
+        g->buf = b, g->cap = (total + own) * sizeof(float);
+    }
+    g_stats.allreduces++, g_stats.values = total, g_stats.wire_bytes = total * sizeof(float);
+    float *b = g->buf, *mine = b + total;
+    for (size_t i = 0, k = 0; i < count; k += n[i], i++) memcpy(b + k, x[i], n[i] * sizeof(float));
+    const double t0 = MPI_Wtime();
+    const int rc = MPI_Reduce_scatter(b, mine, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    g_stats.mpi_seconds += MPI_Wtime() - t0;
+    free(counts);
+    if (rc != MPI_SUCCESS) return MP_EIO;
+    for (size_t i = first[g_rank], k = 0; i < first[g_rank + 1]; k += n[i], i++) memcpy(x[i], mine + k, n[i] * sizeof(float));
+    return MP_OK;
+}
+
+static grad_buffer g_scratch; /* what a broadcast brings to a rank that keeps none of it */
+
+/* Rank root's bytes to every rank, in pieces of 2^30. */
+static mp_status broadcast(void *ctx, void *x, size_t bytes, int root) {
+    (void)ctx;
+    if (!x) {
+        if (bytes > g_scratch.cap) {
+            void *b = realloc(g_scratch.buf, bytes);
+            if (!b) return MP_ENOMEM;
+            g_scratch.buf = b, g_scratch.cap = bytes;
+        }
+        x = g_scratch.buf;
+    }
+    const double t0 = MPI_Wtime();
+    mp_status st = MP_OK;
+    for (char *p = x; bytes > 0 && st == MP_OK;) {
+        const int k = bytes > (size_t)1 << 30 ? 1 << 30 : (int)bytes;
+        if (MPI_Bcast(p, k, MPI_BYTE, root, MPI_COMM_WORLD) != MPI_SUCCESS) st = MP_EIO;
+        p += k, bytes -= (size_t)k;
+    }
+    g_stats.mpi_seconds += MPI_Wtime() - t0;
+    return st;
+}
+
+/* Each rank's items [first[r], first[r + 1]) to every rank: one MPI_Allgatherv
+ * of the packed bytes (ranks of more than 2^30 bytes: a broadcast per item). */
+static mp_status all_gather(void *ctx, void *const *x, const size_t *bytes, size_t count, const size_t *first) {
+    (void)count;
+    grad_buffer *g = ctx;
+    size_t total = 0;
+    int *counts = malloc(2 * (size_t)g_size * sizeof *counts), big = 0;
+    if (!counts) return MP_ENOMEM;
+    int *displs = counts + g_size;
+    for (int r = 0; r < g_size; r++) {
+        size_t c = 0;
+        for (size_t i = first[r]; i < first[r + 1]; i++) c += bytes[i];
+        big |= c > (size_t)1 << 30 || total > (size_t)1 << 30;
+        counts[r] = big ? 0 : (int)c, displs[r] = big ? 0 : (int)total, total += c;
+    }
+    mp_status st = MP_OK;
+    if (big) { /* every rank sees the same sizes: the same calls */
+        free(counts);
+        for (int r = 0; r < g_size && st == MP_OK; r++)
+            for (size_t i = first[r]; i < first[r + 1] && st == MP_OK; i++) st = broadcast(ctx, x[i], bytes[i], r);
+        return st;
+    }
+    if (total > g->cap) {
+        void *b = realloc(g->buf, total);
+        if (!b) return free(counts), MP_ENOMEM;
+        g->buf = b, g->cap = total;
+    }
+    char *b = g->buf;
+    for (size_t i = first[g_rank], k = (size_t)displs[g_rank]; i < first[g_rank + 1]; k += bytes[i], i++)
+        memcpy(b + k, x[i], bytes[i]);
+    const double t0 = MPI_Wtime();
+    if (MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, b, counts, displs, MPI_BYTE, MPI_COMM_WORLD) != MPI_SUCCESS) st = MP_EIO;
+    g_stats.mpi_seconds += MPI_Wtime() - t0;
+    for (int r = 0; r < g_size && st == MP_OK; r++) {
+        if (r == g_rank) continue;
+        for (size_t i = first[r], k = (size_t)displs[r]; i < first[r + 1]; k += bytes[i], i++) memcpy(x[i], b + k, bytes[i]);
+    }
+    free(counts);
+    return st;
+}
+
 static mp_status sum_f64(void *ctx, double *x, size_t n) {
     (void)ctx;
     return allreduce(x, n, MPI_DOUBLE, sizeof(double), MPI_SUM);
@@ -189,7 +287,7 @@ int dist_init(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     if (g_size == 1) return 0;
-    g_hook = (mp_train_dist){g_rank, g_size, &g_grads, sum_grads, sum_f64, max_f32};
+    g_hook = (mp_train_dist){g_rank, g_size, &g_grads, sum_grads, sum_f64, max_f32, reduce_scatter, all_gather, broadcast};
     MPI_Op_create(wire_sum, 1, &g_wire_sum); /* commutative: fp32 addition is, and each combine rounds once */
     if (g_rank != 0) {
         if (!freopen("/dev/null", "w", stdout)) fclose(stdout);
@@ -220,6 +318,7 @@ int dist_finalize(int rc) {
         MPI_Finalize();
     }
     free(g_grads.buf), g_grads = (grad_buffer){0};
+    free(g_scratch.buf), g_scratch = (grad_buffer){0};
     return rc;
 }
 

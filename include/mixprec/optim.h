@@ -249,11 +249,41 @@ mp_status mp_optim_set_lr(mp_optim *o, double lr);
 double    mp_optim_lr(const mp_optim *o);
 
 /* For checkpoints: sets the number of steps taken and allocates (zeroed) the
- * optimizer state of every parameter so that the caller can fill it
+ * optimizer state of every parameter (with a shard: of this rank's) so that the caller can fill it
  * (mp_optim_state_tensors); has_state becomes
  * steps > 0. MP_ENOMEM + message naming the parameter whose state could not
  * be allocated (the step count is then unchanged); o must not be NULL. */
 mp_status mp_optim_restore(mp_optim *o, uint64_t steps);
+
+/* The optimizer state sharded over data-parallel ranks (ZeRO stage 1, as
+ * PyTorch's ZeroRedundancyOptimizer): this rank updates parameters
+ * [first, end) only and holds only their state (the others' is freed now and
+ * never made); the weights of every parameter stay on every rank, and the
+ * caller brings the other ranks' updated weights after each step (the
+ * trainer: an all-gather, then mp_optim_refresh_half). Every rank must call
+ * the steps together: sum (collective: the ranks' sums of n doubles, in place)
+ * joins what the ranks find, so that every rank sees the job's values:
+ *   - mp_optim_unscale_clip: each parameter's sum of squares comes from its
+ *     owner and the sums are added in registration order (the unsharded norm
+ *     to the bit); an inf or NaN anywhere is found everywhere;
+ *   - mp_scaler_unscale: the inf/NaN check;
+ *   - the lost and updated counts of mp_optim_lost_updates.
+ * The gradients of [first, end) must hold the ranks' sums before the unscale
+ * (a reduce-scatter); the others are not read. mp_clip_grad_norm (a naive
+ * half-precision norm) is refused (MP_EINVAL). MP_EINVAL for a NULL o or sum
+ * or a range outside the parameters. */
+mp_status mp_optim_set_shard(mp_optim *o, size_t first, size_t end, mp_status (*sum)(void *ctx, double *x, size_t n),
+                             void *ctx);
+/* 1 when this rank updates parameter i (always without a shard). */
+int mp_optim_owns(const mp_optim *o, size_t i);
+/* Makes (zeroed, hold 1) or frees (hold 0) parameter i's state and
+ * compensation: a sharded checkpoint brings the other ranks' states into
+ * rank 0 for the file. MP_EINVAL for no such parameter; MP_ENOMEM. */
+mp_status mp_optim_hold_state(mp_optim *o, size_t i, int hold);
+/* Rounds parameter i's fp32 master into its half copy as a step does
+ * (nearest even, or stochastic with the step's bits): after an all-gather of
+ * another rank's masters, the same copy as that rank's. */
+void mp_optim_refresh_half(mp_optim *o, size_t i);
 
 /* Sets every gradient to zero. */
 void mp_optim_zero_grad(mp_optim *o);

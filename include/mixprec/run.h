@@ -137,6 +137,7 @@ typedef struct mp_run_spec {
     const mp_run_ranks *ranks;/* NULL: one process */
     mp_dtype allreduce;       /* the gradients' format on the wire: fp32, bf16 or fp16 */
     long check_every;         /* compare the ranks' state every this many steps (0: at the end only) */
+    int shard_optimizer;      /* the optimizer state sharded over the ranks (train.h's mp_train_config) */
 } mp_run_spec;
 
 /* Where a run prints. Every stream may be NULL (nothing printed there). */

@@ -241,6 +241,17 @@ typedef struct mp_train_dist {
     mp_status (*sum_f64)(void *ctx, double *x, size_t n);
     /* The largest of each of n floats over the ranks, in place (amaxes: >= 0, or +inf). */
     mp_status (*max_f32)(void *ctx, float *x, size_t n);
+    /* Only with mp_train_config.shard_optimizer (else may be NULL):
+     * sum_grads' sums, of which rank r keeps those of arrays [first[r],
+     * first[r + 1]) (first: size + 1 indexes, first[size] = count); the
+     * other arrays are left as they were (a reduce-scatter). In fp32. */
+    mp_status (*reduce_scatter)(void *ctx, float *const *x, const size_t *n, size_t count, const size_t *first);
+    /* Every rank's x[i] (bytes[i] bytes) for i in [first[r], first[r + 1]) to every other rank's x[i] (an
+     * all-gather). */
+    mp_status (*all_gather)(void *ctx, void *const *x, const size_t *bytes, size_t count, const size_t *first);
+    /* Rank root's bytes at x to every rank's x; x may be NULL on a rank
+     * that does not keep them (the implementation receives them elsewhere). */
+    mp_status (*broadcast)(void *ctx, void *x, size_t bytes, int root);
 } mp_train_dist;
 
 /* ---- the trainer ---- */
@@ -253,6 +264,15 @@ typedef struct mp_train_config {
     long accum;              /* micro-batches per step (>= 1) */
     double clip;             /* clip the unscaled gradients' global norm to this; 0: off */
     const mp_train_dist *dist; /* the data-parallel ranks (must outlive the trainer), or NULL: one process */
+    /* With dist (size > 1): the optimizer state sharded over the ranks (ZeRO stage 1, mp_optim_set_shard). Each
+     * rank owns a contiguous run of parameters in registration order, about 1/size of the elements, on parameter
+     * boundaries; the gradients are reduce-scattered instead of summed everywhere, each rank updates and holds
+     * the state of its own parameters, and the weights (fp32 masters, or the half weights without them) are
+     * all-gathered from their owners after the update (the half copies rounded again on the other ranks, the
+     * same bits). The same results as without: with 2 ranks the sums are the same additions, so the weights,
+     * state and log are bit-identical (with more ranks the reduction's order is MPI's). The norm must be fp32
+     * (no +reductions=half with clip). A checkpoint needs mp_trainer_gather_state first. */
+    int shard_optimizer;
 } mp_train_config;
 
 /* What one step did. */
@@ -329,7 +349,8 @@ mp_status mp_trainer_evaluate(mp_trainer *t, double *loss, double *accuracy);
  * weights as checkpoints write them (fp32 masters, or the weights themselves
  * without), the optimizer's state and step count, the trainer's step count,
  * the scaler's state and the quantization state (amax histories, scales,
- * random streams). MP_ENOMEM. */
+ * random streams); with shard_optimizer, without the optimizer state (each
+ * rank holds its own parameters'). MP_ENOMEM. */
 mp_status mp_trainer_state_crc(mp_trainer *t, uint32_t *crc);
 
 /* Collective (every rank at the same step): compares mp_trainer_state_crc
@@ -339,6 +360,14 @@ mp_status mp_trainer_state_crc(mp_trainer *t, uint32_t *crc);
  * 0x... on rank 0, 0x... on rank R" (the first rank that differs), after
  * which the run should stop; or the transport's status. */
 mp_status mp_trainer_check_ranks(mp_trainer *t);
+
+/* Collective, with shard_optimizer (else nothing to do: MP_OK): hold 1
+ * brings every parameter's optimizer state to rank 0 from its owner, so that
+ * rank 0's mp_trainer_save writes the same file as an unsharded run; hold 0
+ * frees on rank 0 what it brought. MP_ENOMEM on every rank when rank 0 has
+ * no room for it (agreed before any transfer; nothing is left held), or the
+ * transport's status. */
+mp_status mp_trainer_gather_state(mp_trainer *t, int hold);
 
 long mp_trainer_step_count(const mp_trainer *t);        /* steps taken, skipped ones included */
 const mp_scaler *mp_trainer_scaler(const mp_trainer *t); /* NULL in modes without loss scaling */
