@@ -7,7 +7,11 @@ Measured here, in interleaved rounds (medians of the rounds' medians):
     summary's allreduce.mpi_ms_per_step) and the bytes per step;
   - one process x 1 thread on half the batch: the compute of one of 2 ranks;
   - `mpirun -np 2 mixprec bench allreduce`: the trainer's all-reduce alone on
-    256 .. 16M values, which gives the model's constants on this machine.
+    256 .. 16M values, which gives the model's constants on this machine;
+  - the optimizer state sharded (--shard-optimizer): the MLP in fp32 with AdamW,
+    200 steps, 1 process x 1 thread against 2 ranks x 1 thread without and
+    with sharding, and the optimizer state rank 0 holds (`--only shard` runs
+    this part alone).
 
 Modelled: a ring all-reduce of M bytes (V values) over N ranks takes
     T_ar(N) = 2 (N-1) alpha + 2 (N-1)/N M / beta + (N-1)/N V gamma
@@ -49,6 +53,37 @@ def train(exe, d, model, ranks, threads, batch, prec, wire):
     a = s.get("allreduce", {})
     return {"ms": s["ms_per_step"], "mpi_ms": a.get("mpi_ms_per_step", 0.0), "bytes": a.get("buffer_bytes", 0),
             "values": a.get("values", 0)}
+
+
+SHARD = ["train", "--model", "mlp:784-1024-1024-10", "--batch", "256", "--precision", "fp32", "--optimizer", "adamw",
+         "--steps", "200", "--threads", "1"]
+
+
+def bench_shard(exe, rounds):
+    """1 process x 1 thread, 2 ranks x 1 thread, 2 ranks sharded: interleaved rounds, the medians of the runs'
+    median step times; rank 0's optimizer state in bytes per parameter."""
+    runs = {"one": [], "two": [], "shard": []}
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "s.json")
+        for rnd in range(rounds):
+            for name, cmd in (("one", [exe, *SHARD]), ("two", mpirun(2) + [exe, *SHARD]),
+                              ("shard", mpirun(2) + [exe, *SHARD, "--shard-optimizer"])):
+                subprocess.run(cmd + ["--summary", out], check=True, stdout=subprocess.DEVNULL)
+                s = json.load(open(out))
+                runs[name].append({"ms": s["ms_per_step"], "state": s["bytes_per_param_parts"]["optimizer_state"],
+                                   "mpi_ms": s.get("allreduce", {}).get("mpi_ms_per_step", 0.0)})
+                print("round %d %-6s %8.2f ms/step" % (rnd + 1, name, s["ms_per_step"]), flush=True)
+    med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]} for k, v in runs.items()}
+    print("\n## The optimizer state sharded: %s, 1 thread a process (medians of %d rounds)\n" %
+          (" ".join(SHARD[1:9]), rounds))
+    print("| run | ms/step | vs one process | in MPI | optimizer state on rank 0 |")
+    print("|---|---|---|---|---|")
+    for name, label in (("one", "1 process x 1 thread"), ("two", "2 ranks x 1 thread"),
+                        ("shard", "2 ranks x 1 thread, `--shard-optimizer`")):
+        m = med[name]
+        print("| %s | %.2f | %.2f | %.2f ms | %.2f B/param |" % (label, m["ms"], m["ms"] / med["one"]["ms"],
+                                                                m["mpi_ms"], m["state"]))
+    return med
 
 
 def configs(model):
@@ -110,7 +145,12 @@ def main():
     ap.add_argument("--gbits", default="10,25,100", help="network bandwidths for the model, Gbit/s")
     ap.add_argument("--alpha-us", type=float, default=10.0, help="network latency per message for the model")
     ap.add_argument("--json", help="write the measurements here")
+    ap.add_argument("--only", choices=("shard",), help="run only this part")
+    ap.add_argument("--shard-rounds", type=int, default=5)
     a = ap.parse_args()
+    if a.only == "shard":
+        bench_shard(a.mixprec, a.shard_rounds)
+        return
     res = {}
     with tempfile.TemporaryDirectory() as d:
         for rnd in range(a.rounds):
@@ -178,11 +218,13 @@ def main():
                           else "" if runnable else "; the batch of %d allows at most %d" % (bmax, bmax))
                 print("| %s | %s | %g Gb/s | %.1f ms | %s | %s |" % (kind, w, g, C * 1e3, ", ".join(steps), where))
                 out_model.append({"model": kind, "wire": w, "gbits": g, "C": C, "nstar": nstar})
+    shard = bench_shard(a.mixprec, a.shard_rounds)
     if a.json:
         os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
         json.dump({"measured": {"%s/%s" % k: v for k, v in med.items()},
                    "constants": {w: {k: v for k, v in c.items() if k != "rows"} for w, c in consts.items()},
-                   "bench_allreduce": {w: c["rows"] for w, c in consts.items()}, "model": out_model},
+                   "bench_allreduce": {w: c["rows"] for w, c in consts.items()}, "model": out_model,
+                   "shard": shard},
                   open(a.json, "w"), indent=1)
 
 

@@ -227,7 +227,7 @@ if cmp -s ranks2.ckpt acc2.ckpt; then ok; else fail "one process then 2 ranks di
 [ "$LONG" != 1 ] || check "one process, then 4 ranks against --accum 4" curves acc4.csv ranks4.csv 1e-6
 
 # --shard-optimizer: each rank updates and holds the state of its own parameters, the gradients
-# reduce-scattered (with 2 ranks the all-reduce's own additions) and the weights broadcast from their owners:
+# reduce-scattered (with 2 ranks the all-reduce's own additions) and the weights all-gathered from their owners:
 # the same log and checkpoint as the unsharded ranks, bit for bit, for the MLP and the GPT, SGD with momentum
 # and AdamW, fp32, bf16, fp16-dynamic (skipped steps) and an 8-bit state; rank 0 holds its share of the state
 SH=(--threads 1 --check-every 1)
@@ -264,6 +264,12 @@ if cmp -s shr.ckpt sh20.ckpt; then ok; else fail "sharded: 10 steps then 10 more
 R1=(train --model gpt:2-2-64-64 --batch 4 --accum 2 --eval-windows 8 --no-shuffle --precision bf16 --threads 1)
 status 0 "$M" "${R1[@]}" --steps 20 --resume sh10.ckpt --save one20.ckpt
 if cmp -s one20.ckpt sh20.ckpt; then ok; else fail "a sharded checkpoint resumed in one process (--accum 2) differs"; fi
+# 3 ranks add each sum in rank order, as one process accumulates 3 micro-batches
+R3=(train --model gpt:2-2-64-64 --eval-windows 8 --no-shuffle --precision bf16 --steps 6 --threads 1)
+status 0 "${MPI[@]}" -np 3 "$M" "${R3[@]}" --batch 12 --check-every 1 --shard-optimizer --save sh3.ckpt --log sh3.csv
+status 0 "$M" "${R3[@]}" --batch 4 --accum 3 --save one3.ckpt --log one3.csv
+check "3 sharded ranks against one process with --accum 3" curves one3.csv sh3.csv 0
+if cmp -s one3.ckpt sh3.ckpt; then ok; else fail "3 sharded ranks differ from one process with --accum 3"; fi
 status 2 "$M" train --steps 1 --shard-optimizer && has "$err" '--shard-optimizer .* needs mpirun -np N with N >= 2'
 status 2 "${MPI[@]}" -np 2 "$M" train --steps 1 --batch 8 --shard-optimizer --allreduce bf16 &&
     one_message '--shard-optimizer reduce-scatters the gradients in fp32: no --allreduce bf16'

@@ -138,36 +138,81 @@ static mp_status sum_grads(void *ctx, float *const *x, const size_t *n, size_t c
     return st;
 }
 
-/* --shard-optimizer: the sums of rank r's parameters (arrays [first[r],
- * first[r + 1])) on rank r only, by one MPI_Reduce_scatter of the packed
- * buffer (with 2 ranks each sum is the all-reduce's one addition). */
+/* --shard-optimizer's transfers are point to point, straight from and into
+ * the arrays (no packing): each rank sends every other rank that rank's
+ * arrays and receives its own, in pieces of 2^30 bytes (MPI counts are ints),
+ * all posted at once and then awaited. Between two ranks messages arrive in
+ * the order they were sent, so one tag serves. */
+typedef struct {
+    MPI_Request *req;
+    size_t n, cap;
+} requests;
+
+static mp_status post(requests *q, int recv, void *p, size_t bytes, int peer) {
+    for (char *c = p; bytes > 0;) {
+        if (q->n == q->cap) {
+            const size_t cap = q->cap ? 2 * q->cap : 64;
+            MPI_Request *r = realloc(q->req, cap * sizeof *r);
+            if (!r) return MP_ENOMEM;
+            q->req = r, q->cap = cap;
+        }
+        const int k = bytes > (size_t)1 << 30 ? 1 << 30 : (int)bytes;
+        const int rc = recv ? MPI_Irecv(c, k, MPI_BYTE, peer, 0, MPI_COMM_WORLD, &q->req[q->n])
+                            : MPI_Isend(c, k, MPI_BYTE, peer, 0, MPI_COMM_WORLD, &q->req[q->n]);
+        if (rc != MPI_SUCCESS) return MP_EIO;
+        q->n++, c += k, bytes -= (size_t)k;
+    }
+    return MP_OK;
+}
+
+/* Waits for what was posted (all of it, even after a failure: the arrays
+ * must not change under a transfer). */
+static mp_status await(requests *q, mp_status st) {
+    const double t0 = MPI_Wtime();
+    if (q->n && MPI_Waitall((int)q->n, q->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS && st == MP_OK) st = MP_EIO;
+    g_stats.mpi_seconds += MPI_Wtime() - t0;
+    free(q->req);
+    return st;
+}
+
+/* --shard-optimizer: the sums of rank r's arrays ([first[r], first[r + 1]))
+ * on rank r only. Each rank receives the others' copies of its own arrays
+ * and adds them in rank order (x_0 + x_1 + ...), whichever rank it is: with
+ * 2 ranks the all-reduce's one addition, the same bits. */
 static mp_status reduce_scatter(void *ctx, float *const *x, const size_t *n, size_t count, const size_t *first) {
+    (void)count;
     grad_buffer *g = ctx;
     size_t total = 0, own = 0;
     for (size_t i = 0; i < count; i++) total += n[i];
     for (size_t i = first[g_rank]; i < first[g_rank + 1]; i++) own += n[i];
-    int *counts = malloc((size_t)g_size * sizeof *counts);
-    if (!counts) return MP_ENOMEM;
-    for (int r = 0; r < g_size; r++) {
-        size_t c = 0;
-        for (size_t i = first[r]; i < first[r + 1]; i++) c += n[i];
-        if (c > (size_t)1 << 30) return free(counts), MP_EINVAL; /* every rank sees the same: none waits */
-        counts[r] = (int)c;
-    }
-    if ((total + own) * sizeof(float) > g->cap) {
-        void *b = realloc(g->buf, (total + own) * sizeof(float));
-        if (!b) return free(counts), MP_ENOMEM;
-        g->buf = b, g->cap = (total + own) * sizeof(float);
+    const size_t need = (size_t)(g_size - 1) * own * sizeof(float); /* a slot of the own arrays per other rank */
+    if (need > g->cap) {
+        void *b = realloc(g->buf, need);
+        if (!b) return MP_ENOMEM;
+        g->buf = b, g->cap = need;
     }
     g_stats.allreduces++, g_stats.values = total, g_stats.wire_bytes = total * sizeof(float);
-    float *b = g->buf, *mine = b + total;
-    for (size_t i = 0, k = 0; i < count; k += n[i], i++) memcpy(b + k, x[i], n[i] * sizeof(float));
-    const double t0 = MPI_Wtime();
-    const int rc = MPI_Reduce_scatter(b, mine, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    g_stats.mpi_seconds += MPI_Wtime() - t0;
-    free(counts);
-    if (rc != MPI_SUCCESS) return MP_EIO;
-    for (size_t i = first[g_rank], k = 0; i < first[g_rank + 1]; k += n[i], i++) memcpy(x[i], mine + k, n[i] * sizeof(float));
+    float *slots = g->buf;
+    requests q = {0};
+    mp_status st = MP_OK;
+    for (int s = 0; s < g_size && st == MP_OK; s++) {
+        if (s == g_rank) continue;
+        float *slot = slots + (size_t)(s < g_rank ? s : s - 1) * own;
+        for (size_t i = first[g_rank], k = 0; i < first[g_rank + 1] && st == MP_OK; k += n[i], i++)
+            st = post(&q, 1, slot + k, n[i] * sizeof(float), s);
+        for (size_t i = first[s]; i < first[s + 1] && st == MP_OK; i++) st = post(&q, 0, x[i], n[i] * sizeof(float), s);
+    }
+    if ((st = await(&q, st)) != MP_OK) return st;
+    for (size_t i = first[g_rank], k = 0; i < first[g_rank + 1]; k += n[i], i++) {
+        /* x_0 + x_1 in x itself on ranks 0 and 1 (the addition is commutative), else in rank 0's slot */
+        float *acc = g_rank <= 1 ? x[i] : slots + k;
+        for (int s = 0; s < g_size; s++) {
+            const float *v = s == g_rank ? x[i] : slots + (size_t)(s < g_rank ? s : s - 1) * own + k;
+            if (v != acc)
+                for (size_t j = 0; j < n[i]; j++) acc[j] += v[j];
+        }
+        if (acc != x[i]) memcpy(x[i], acc, n[i] * sizeof(float));
+    }
     return MP_OK;
 }
 
@@ -195,45 +240,18 @@ static mp_status broadcast(void *ctx, void *x, size_t bytes, int root) {
     return st;
 }
 
-/* Each rank's items [first[r], first[r + 1]) to every rank: one MPI_Allgatherv
- * of the packed bytes (ranks of more than 2^30 bytes: a broadcast per item). */
+/* Each rank's items [first[r], first[r + 1]) to every rank, straight into
+ * their arrays. */
 static mp_status all_gather(void *ctx, void *const *x, const size_t *bytes, size_t count, const size_t *first) {
-    (void)count;
-    grad_buffer *g = ctx;
-    size_t total = 0;
-    int *counts = malloc(2 * (size_t)g_size * sizeof *counts), big = 0;
-    if (!counts) return MP_ENOMEM;
-    int *displs = counts + g_size;
-    for (int r = 0; r < g_size; r++) {
-        size_t c = 0;
-        for (size_t i = first[r]; i < first[r + 1]; i++) c += bytes[i];
-        big |= c > (size_t)1 << 30 || total > (size_t)1 << 30;
-        counts[r] = big ? 0 : (int)c, displs[r] = big ? 0 : (int)total, total += c;
-    }
+    (void)ctx, (void)count;
+    requests q = {0};
     mp_status st = MP_OK;
-    if (big) { /* every rank sees the same sizes: the same calls */
-        free(counts);
-        for (int r = 0; r < g_size && st == MP_OK; r++)
-            for (size_t i = first[r]; i < first[r + 1] && st == MP_OK; i++) st = broadcast(ctx, x[i], bytes[i], r);
-        return st;
+    for (int s = 0; s < g_size && st == MP_OK; s++) {
+        if (s == g_rank) continue;
+        for (size_t i = first[s]; i < first[s + 1] && st == MP_OK; i++) st = post(&q, 1, x[i], bytes[i], s);
+        for (size_t i = first[g_rank]; i < first[g_rank + 1] && st == MP_OK; i++) st = post(&q, 0, x[i], bytes[i], s);
     }
-    if (total > g->cap) {
-        void *b = realloc(g->buf, total);
-        if (!b) return free(counts), MP_ENOMEM;
-        g->buf = b, g->cap = total;
-    }
-    char *b = g->buf;
-    for (size_t i = first[g_rank], k = (size_t)displs[g_rank]; i < first[g_rank + 1]; k += bytes[i], i++)
-        memcpy(b + k, x[i], bytes[i]);
-    const double t0 = MPI_Wtime();
-    if (MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, b, counts, displs, MPI_BYTE, MPI_COMM_WORLD) != MPI_SUCCESS) st = MP_EIO;
-    g_stats.mpi_seconds += MPI_Wtime() - t0;
-    for (int r = 0; r < g_size && st == MP_OK; r++) {
-        if (r == g_rank) continue;
-        for (size_t i = first[r], k = (size_t)displs[r]; i < first[r + 1]; k += bytes[i], i++) memcpy(x[i], b + k, bytes[i]);
-    }
-    free(counts);
-    return st;
+    return await(&q, st);
 }
 
 static mp_status sum_f64(void *ctx, double *x, size_t n) {

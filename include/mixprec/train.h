@@ -244,7 +244,8 @@ typedef struct mp_train_dist {
     /* Only with mp_train_config.shard_optimizer (else may be NULL):
      * sum_grads' sums, of which rank r keeps those of arrays [first[r],
      * first[r + 1]) (first: size + 1 indexes, first[size] = count); the
-     * other arrays are left as they were (a reduce-scatter). In fp32. */
+     * other arrays are left as they were (a reduce-scatter). In fp32;
+     * tools/dist.c adds in rank order, as --accum adds micro-batches. */
     mp_status (*reduce_scatter)(void *ctx, float *const *x, const size_t *n, size_t count, const size_t *first);
     /* Every rank's x[i] (bytes[i] bytes) for i in [first[r], first[r + 1]) to every other rank's x[i] (an
      * all-gather). */
@@ -270,7 +271,7 @@ typedef struct mp_train_config {
      * the state of its own parameters, and the weights (fp32 masters, or the half weights without them) are
      * all-gathered from their owners after the update (the half copies rounded again on the other ranks, the
      * same bits). The same results as without: with 2 ranks the sums are the same additions, so the weights,
-     * state and log are bit-identical (with more ranks the reduction's order is MPI's). The norm must be fp32
+     * state and log are bit-identical (with more ranks, as the reduce_scatter adds). The norm must be fp32
      * (no +reductions=half with clip). A checkpoint needs mp_trainer_gather_state first. */
     int shard_optimizer;
 } mp_train_config;
