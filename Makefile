@@ -6,7 +6,7 @@ PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
 M          := $(BUILD)/mixprec
 
-.PHONY: all deps deps-test build build-asan test test-long crosscheck-fp8 check check-gpt check-fp8 check-package check-clang fuzz demo bench bench-dist install clean
+.PHONY: all deps deps-test build build-asan test test-long crosscheck-fp8 check check-gpt check-fp8 check-package check-clang fuzz demo bench bench-dist crosscheck-optim install clean
 
 all: build
 
@@ -117,6 +117,14 @@ crosscheck-fp8: deps-test build
 	bench/.venv/bin/python bench/crosscheck_formats.py --lib $(BUILD)/libmixprec.so
 	bench/.venv/bin/python bench/crosscheck_mx.py --lib $(BUILD)/libmixprec.so
 	bench/.venv/bin/python bench/crosscheck_fp8.py --lib $(BUILD)/libmixprec.so
+
+# The optimizer's state formats and weights without a master copy against
+# torchao (AdamW8bit, AdamW4bit, AdamWFp8; _AdamW's bf16 stochastic rounding)
+# and torch-optimi (Kahan summation), in bench/.venv: a few minutes.
+crosscheck-optim: build
+	@scripts/bench_venv.sh
+	bench/.venv/bin/python bench/crosscheck_states.py --lib $(BUILD)/libmixprec.so
+	bench/.venv/bin/python bench/crosscheck_weights.py --lib $(BUILD)/libmixprec.so
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # check_gpt.sh [MIXPREC] [OUT] - the GPT at the accuracy budget (docs/TRAINING.md,
 # "The GPT at the accuracy budget"): the precision modes side by side in one
-# `mixprec compare` (fp32, fp16-dynamic, bf16 and bf16-pure; PRECISIONS=LIST
-# for others, e.g. with fp16 for the whole table), then issue 11's targets,
-# asserted on what the run wrote:
+# `mixprec compare` (fp32, fp16-dynamic, bf16, bf16-pure, and bf16 with 8-bit
+# optimizer state, with Kahan-compensated or stochastically rounded weights
+# and no master copy, and with both Kahan weights and 8-bit state;
+# PRECISIONS=LIST for others, e.g. with fp16), then the targets, asserted on
+# what the run wrote:
 #   - fp16-dynamic and bf16 end within 2% of fp32's validation loss, bf16-pure
 #     within 4%; fp16 without loss scaling, if run, is reported as it comes out;
+#   - the ways of holding fewer bytes end within 1% of bf16's (fp32 masters,
+#     fp32 state), and bf16 with Kahan weights and 8-bit state holds at most
+#     10.2 bytes per parameter;
 #   - text sampled from each of those four models (4000 bytes, temperature 1,
 #     no top-k: `mixprec sample`'s defaults) is at least 95% printable ASCII or
 #     newline, and at least half of its words occur in the corpus.
@@ -15,7 +20,8 @@ M=${1:-build/mixprec}
 out=${2:-mixprec-gpt}
 budget=(--model gpt:4-4-128-128 --batch 16 --steps 1000 --lr 6e-3 --lr-schedule cosine --warmup 50
         --weight-decay 0.1 --betas 0.9,0.95 --clip 1 --seed 1)
-modes=${PRECISIONS:-fp32,fp16-dynamic,bf16,bf16-pure}
+LEAN=(bf16+optim-state=8bit bf16+master-weights=kahan bf16+master-weights=sr bf16+master-weights=kahan+optim-state=8bit)
+modes=${PRECISIONS:-fp32,fp16-dynamic,bf16,bf16-pure$(printf ',%s' "${LEAN[@]}")}
 "$M" compare --precisions "$modes" --checkpoints --out "$out" "${budget[@]}"
 echo
 fails=0
@@ -50,6 +56,18 @@ for mode, limit in (("fp32", None), ("fp16", None), ("fp16-dynamic", 2.0), ("bf1
     if limit is not None and abs(rel) > limit:
         print(f"FAIL: {mode}: validation loss {v:.4f} differs by {rel:+.2f}% from fp32's {base:.4f} (at most {limit}%)")
         bad = 1
+if "bf16" in runs:
+    ref = runs["bf16"]["val_loss"]
+    for mode in (m for m in runs if "=" in m):
+        v, b = runs[mode]["val_loss"], runs[mode]["bytes_per_param"]
+        rel = 100 * (v - ref) / ref
+        print(f"{mode:42s} {v:8.4f}  {rel:+6.2f}% vs bf16  {b:6.2f} bytes/param")
+        if rel > 1.0:
+            print(f"FAIL: {mode}: validation loss {v:.4f} is {rel:+.2f}% from bf16's {ref:.4f} (at most 1%)")
+            bad = 1
+        if mode == "bf16+master-weights=kahan+optim-state=8bit" and b > 10.2:
+            print(f"FAIL: {mode} holds {b:.2f} bytes per parameter (at most 10.2)")
+            bad = 1
 sys.exit(bad)
 PY
 if [ "$fails" -ne 0 ]; then echo "check-gpt: FAILED"; exit 1; fi
