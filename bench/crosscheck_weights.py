@@ -25,7 +25,8 @@ values:
    mixprec from a counter-based stream (seed, step, parameter, element): equal bits are not expected.
    Both are checked in distribution: REPS repetitions of one AdamW step from the same bf16 weights and
    gradients, each with another seed; every result must be one of the two bf16 neighbours of the exact
-   fp32 update x (torch.optim.AdamW's on the widened weights), and the share rounded away from zero must
+   fp32 update x (each implementation's own: the same step on fp32 weights, since torchao's bias
+   corrections are computed in fp32 and differ in the last bits), and the share rounded away from zero must
    be |x|'s fraction between them (the fp32 bits below bf16's, / 65536: the chance that 16 random bits
    added to them carry). Per value the count is binomial: the script reports the largest |z| over the
    values (about 4.5 expected for 4096 values), the mean of (share - fraction) over all values against
@@ -76,6 +77,7 @@ def load(path):
             ("mp_optim_set_rounding", ctypes.c_int, [P, ctypes.c_int, ctypes.c_uint64]),
             ("mp_optim_add_kahan", ctypes.c_int, [P, ctypes.c_char_p, PF, ctypes.c_size_t, ctypes.c_int,
                                                   ctypes.POINTER(P)]),
+            ("mp_optim_add", ctypes.c_int, [P, ctypes.c_char_p, PF, ctypes.c_size_t, ctypes.c_int, ctypes.POINTER(P)]),
             ("mp_optim_add_pure_bf16", ctypes.c_int, [P, ctypes.c_char_p, PF, ctypes.c_size_t, ctypes.POINTER(P)]),
             ("mp_optim_restore", ctypes.c_int, [P, ctypes.c_uint64]),
             ("mp_optim_step", ctypes.c_int, [P]), ("mp_optim_free", None, [P]),
@@ -112,7 +114,9 @@ class Mixprec:
             ok(lib, lib.mp_optim_set_rounding(self.o, MP_ROUND_STOCHASTIC, seed))
         pp, n = ctypes.c_void_p(), len(init)
         x = np.ascontiguousarray(init, np.float32)
-        if kind == "kahan":
+        if kind == "fp32":
+            ok(lib, lib.mp_optim_add(self.o, b"w", x.ctypes.data_as(PF), n, 0, ctypes.byref(pp)))
+        elif kind == "kahan":
             ok(lib, lib.mp_optim_add_kahan(self.o, b"w", x.ctypes.data_as(PF), n, MP_BF16, ctypes.byref(pp)))
         else:
             ok(lib, lib.mp_optim_add_pure_bf16(self.o, b"w", x.ctypes.data_as(PF), n, ctypes.byref(pp)))
@@ -145,13 +149,12 @@ def rnd(x):  # fp32 values -> bf16 bits, nearest even
     return bits(torch.from_numpy(np.asarray(x, np.float32)).bfloat16())
 
 
-def kahan_sgd(lib, n, steps, rng):
+def kahan_sgd(lib, n, steps, rng, lr, mix_lr):
     import optimi
-    lr = 1e-2
     init = (rng.standard_normal(n) * 0.05).astype(np.float32)
     p = bf16_param(init)
     ref = optimi.SGD([p], lr=lr, kahan_sum=True, foreach=False)
-    m = Mixprec(lib, Sgd(lr, 0, 0, 0, 0), "kahan", f32_of(bits(p.data)))
+    m = Mixprec(lib, Sgd(mix_lr, 0, 0, 0, 0), "kahan", f32_of(bits(p.data)))
     equal_w = equal_k = total = 0
     for _ in range(steps):
         g = torch.from_numpy((rng.standard_normal(n) * 10.0 ** rng.uniform(-5, -1, n)).astype(np.float32)).bfloat16()
@@ -178,15 +181,17 @@ def kahan_adamw(lib, n, steps, rng):
         g = torch.from_numpy((rng.standard_normal(n) * 10.0 ** rng.uniform(-5, -1, n)).astype(np.float32)).bfloat16()
         st = ref.state.get(p)
         w0 = bits(p.data)
-        if t > 1:  # mixprec starts the step from optimi's state
+        m0, v0 = np.zeros(n, np.uint16), np.zeros(n, np.uint16)
+        if t > 1:  # mixprec starts the step from optimi's state, its debiased moments made raw again
+            m0 = rnd(f32_of(bits(st["exp_avg"])) * np.float32(1 - b1 ** (t - 1)))
+            v0 = rnd(f32_of(bits(st["exp_avg_sq"])) * np.float32(1 - b2 ** (t - 1)))
             m.w()[:] = w0
             m.comp()[:] = bits(st["kahan_comp"])
             ok(lib, lib.mp_optim_restore(m.o, t - 1))
-            arr(m.p.hstate1, n)[:] = bits(st["exp_avg"])
-            arr(m.p.hstate2, n)[:] = bits(st["exp_avg_sq"])
+            arr(m.p.hstate1, n)[:] = m0
+            arr(m.p.hstate2, n)[:] = v0
         k0 = bits(st["kahan_comp"]) if st else np.zeros(n, np.uint16)
-        m0 = f32_of(bits(st["exp_avg"])).astype(np.float64) if st else np.zeros(n)
-        v0 = f32_of(bits(st["exp_avg_sq"])).astype(np.float64) if st else np.zeros(n)
+        m0, v0 = f32_of(m0).astype(np.float64), f32_of(v0).astype(np.float64)
         p.grad = g.clone()
         ref.step()
         st = ref.state[p]
@@ -227,16 +232,23 @@ def sr(lib, n, reps, rng):
     init = f32_of(rnd((rng.standard_normal(n) * 0.05).astype(np.float32)))
     # bf16 values: torchao's step reads the gradient in the parameter's dtype
     g = f32_of(rnd((rng.standard_normal(n) * 10.0 ** rng.uniform(-4, -1, n)).astype(np.float32)))
-    # the exact update, in fp32, from the widened weights
-    q = torch.nn.Parameter(torch.from_numpy(init.copy()))
-    q.grad = torch.from_numpy(g.copy())
-    torch.optim.AdamW([q], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd).step()
-    x = q.detach().numpy().astype(np.float32)
-    lo = f32_of((x.view(np.uint32) >> 16).astype(np.uint16))  # toward zero
-    hi = f32_of(((x.view(np.uint32) >> 16) + 1).astype(np.uint16))  # away from zero
-    frac = (x.view(np.uint32) & 0xFFFF).astype(np.float64) / 65536
     res = {}
     for who in ("mixprec", "torchao"):
+        # the exact update, each its own: the same step on fp32 weights (torchao computes its bias corrections
+        # in fp32, mixprec in double as torch.optim.AdamW: the two differ in the last bits)
+        if who == "mixprec":
+            m = Mixprec(lib, Adamw(lr, b1, b2, eps, wd), "fp32", init)
+            m.step(g)
+            x = arr(m.p.master, n).copy()
+            m.free()
+        else:
+            q = torch.nn.Parameter(torch.from_numpy(init.copy()))
+            q.grad = torch.from_numpy(g.copy())
+            O._AdamW([q], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd).step()
+            x = q.detach().numpy().astype(np.float32)
+        lo = f32_of((x.view(np.uint32) >> 16).astype(np.uint16))  # toward zero
+        hi = f32_of(((x.view(np.uint32) >> 16) + 1).astype(np.uint16))  # away from zero
+        frac = (x.view(np.uint32) & 0xFFFF).astype(np.float64) / 65536
         up = np.zeros(n)
         mean = np.zeros(n)
         outside = 0
@@ -255,8 +267,8 @@ def sr(lib, n, reps, rng):
             up += w == hi
             outside += int(((w != hi) & (w != lo)).sum())
             mean += w
-        res[who] = (up / reps, mean / reps, outside)
-    return x, lo, hi, frac, res
+        res[who] = (up / reps, mean / reps, outside, x, frac)
+    return res
 
 
 def main():
@@ -272,9 +284,13 @@ def main():
     print("torch %s, torch-optimi %s, torchao %s; %d values" % (torch.__version__, optimi.__version__,
                                                                 torchao.__version__, a.n))
     bad = 0
-    ew, ek, tot = kahan_sgd(lib, a.n, a.steps, np.random.default_rng(1))
-    print("\nkahan, SGD lr 1e-2, %d steps: weights equal to optimi's %d of %d, compensation %d of %d" %
-          (a.steps, ew, tot, ek, tot))
+    # PyTorch's add_(grad, alpha=-lr) on bf16 tensors multiplies by alpha rounded to bf16: optimi's SGD
+    # with lr 1e-2 steps with 0.010009765625; mixprec given that lr follows it bit for bit
+    lr16 = float(torch.tensor(1e-2).bfloat16())
+    for mix_lr in (1e-2, lr16):
+        ew, ek, tot = kahan_sgd(lib, a.n, a.steps, np.random.default_rng(1), 1e-2, mix_lr)
+        print("kahan, SGD: optimi lr 1e-2, mixprec lr %.12g, %d steps: weights equal %d of %d, compensation %d of %d"
+              % (mix_lr, a.steps, ew, tot, ek, tot))
     bad |= ew != tot or ek != tot
     r = kahan_adamw(lib, a.n, a.steps, np.random.default_rng(2))
     print("kahan, AdamW, %d steps, each from optimi's state:" % a.steps)
@@ -287,12 +303,12 @@ def main():
               "1" if u.max() <= 1 else "1 to %.0f" % u.max(), u.max(), np.median(r["urel"]),
               np.percentile(r["urel"], 99)))
     bad |= r["model_w"] != r["total"] or r["model_k"] != r["total"]
-    x, lo, hi, frac, res = sr(lib, a.n, a.reps, np.random.default_rng(3))
+    res = sr(lib, a.n, a.reps, np.random.default_rng(3))
     print("\nsr, one AdamW step, %d repetitions with other seeds, %d values:" % (a.reps, a.n))
     print("%-8s %9s %10s %22s %30s" % ("", "outside", "largest z", "mean(share - fraction)",
                                        "|mean - x| / |nearest - x|"))
-    nearest = f32_of(rnd(x))
-    for who, (share, mean, outside) in res.items():
+    for who, (share, mean, outside, x, frac) in res.items():
+        nearest = f32_of(rnd(x))
         var = frac * (1 - frac) / a.reps
         live = var > 0
         z = np.abs(share - frac)[live] / np.sqrt(var[live])
