@@ -2,8 +2,8 @@
 # check_gpt.sh [MIXPREC] [OUT] - the GPT at the accuracy budget (docs/TRAINING.md,
 # "The GPT at the accuracy budget"): the precision modes side by side in one
 # `mixprec compare` (fp32, fp16-dynamic, bf16, bf16-pure, and bf16 with 8-bit
-# optimizer state, with Kahan-compensated or stochastically rounded weights
-# and no master copy, and with both Kahan weights and 8-bit state;
+# optimizer state, with Kahan-compensated weights and no master copy, and
+# with 8-bit state beside Kahan or stochastically rounded weights;
 # PRECISIONS=LIST for others, e.g. with fp16), then the targets, asserted on
 # what the run wrote:
 #   - fp16-dynamic and bf16 end within 2% of fp32's validation loss, bf16-pure
@@ -21,7 +21,9 @@ M=${1:-build/mixprec}
 out=${2:-mixprec-gpt}
 budget=(--model gpt:4-4-128-128 --batch 16 --steps 1000 --lr 6e-3 --lr-schedule cosine --warmup 50
         --weight-decay 0.1 --betas 0.9,0.95 --clip 1 --seed 1)
-LEAN=(bf16+optim-state=8bit bf16+master-weights=kahan bf16+master-weights=sr bf16+master-weights=kahan+optim-state=8bit)
+# (bf16-pure is bf16+master-weights=sr: stochastically rounded bf16 weights, fp32 state)
+LEAN=(bf16+optim-state=8bit bf16+master-weights=kahan bf16+master-weights=kahan+optim-state=8bit
+      bf16+master-weights=sr+optim-state=8bit)
 modes=${PRECISIONS:-fp32,fp16-dynamic,bf16,bf16-pure$(printf ',%s' "${LEAN[@]}")}
 "$M" compare --precisions "$modes" --checkpoints --out "$out" "${budget[@]}"
 echo
@@ -59,7 +61,7 @@ for mode, limit in (("fp32", None), ("fp16", None), ("fp16-dynamic", 2.0), ("bf1
         bad = 1
 if "bf16" in runs:
     ref = runs["bf16"]["val_loss"]
-    for mode in (m for m in runs if "=" in m):
+    for mode in (m for m in runs if "=" in m or m == "bf16-pure"):
         v, b = runs[mode]["val_loss"], runs[mode]["bytes_per_param"]
         rel = 100 * (v - ref) / ref
         print(f"{mode:42s} {v:8.4f}  {rel:+6.2f}% vs bf16  {b:6.2f} bytes/param")
