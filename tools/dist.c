@@ -180,7 +180,6 @@ static mp_status await(requests *q, mp_status st) {
  * and adds them in rank order (x_0 + x_1 + ...), whichever rank it is: with
  * 2 ranks the all-reduce's one addition, the same bits. */
 static mp_status reduce_scatter(void *ctx, float *const *x, const size_t *n, size_t count, const size_t *first) {
-    (void)count;
     grad_buffer *g = ctx;
     size_t total = 0, own = 0;
     for (size_t i = 0; i < count; i++) total += n[i];
