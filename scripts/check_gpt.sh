@@ -60,6 +60,9 @@ for mode, limit in (("fp32", None), ("fp16", None), ("fp16-dynamic", 2.0), ("bf1
     if limit is not None and abs(rel) > limit:
         print(f"FAIL: {mode}: validation loss {v:.4f} differs by {rel:+.2f}% from fp32's {base:.4f} (at most {limit}%)")
         bad = 1
+for f in json.load(open(out + "/summary.json")).get("failed", []):
+    print(f"FAIL: {f['mode']} did not finish: {f['error']}")
+    bad = 1
 if "bf16" in runs:
     ref = runs["bf16"]["val_loss"]
     for mode in (m for m in runs if "=" in m or m == "bf16-pure"):

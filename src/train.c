@@ -361,26 +361,34 @@ mp_status mp_trainer_gather_state(mp_trainer *t, int hold) {
                                              mp_status_str(agreed));
         return made != MP_OK ? made : mp_error(MP_ENOMEM, "rank 0 has no room for the other ranks' optimizer state");
     }
+    /* Every rank makes the calls the owner's header (its tensors' count and sizes) asks for, whatever it
+     * keeps: rank 0 takes them where its own layout agrees, else they pass through scratch and it fails
+     * after the last transfer. An owner that has taken no step yet holds no state: neither does rank 0. */
+    mp_status bad = MP_OK;
     for (size_t i = t->first[1]; i < np; i++) {
         const int from = owner(t, i);
         mp_param *p = mp_optim_param(t->opt, i);
         mp_tensor ts[5];
-        const size_t k = mp_optim_state_tensors(p, ts); /* on rank 0 (made above) and on the owner: the same list */
-        const int mine = d->rank == 0 || d->rank == from;
-        double hdr[6] = {(double)k, 0, 0, 0, 0, 0}; /* the owner's count and sizes, for every rank's calls */
+        const size_t k = mp_optim_state_tensors(p, ts); /* on rank 0 (made above) and on the owner */
+        double hdr[6] = {(double)k, 0, 0, 0, 0, 0};
         for (size_t j = 0; j < k; j++) hdr[j + 1] = (double)ts[j].nbytes;
         double own[6];
         memcpy(own, hdr, sizeof own);
-        mp_status st = d->broadcast(d->ctx, hdr, sizeof hdr, from);
-        if (st == MP_OK && mine && memcmp(own, hdr, sizeof own) != 0)
-            st = mp_error(MP_ECORRUPT, "the optimizer state of '%s' differs in layout between rank 0 and rank %d",
-                          p->name, from);
-        for (size_t j = 0; st == MP_OK && j < (size_t)hdr[0]; j++)
-            st = d->broadcast(d->ctx, mine ? (void *)ts[j].data : NULL, (size_t)hdr[j + 1], from);
+        const mp_status st = d->broadcast(d->ctx, hdr, sizeof hdr, from);
         if (st != MP_OK) return mp_error(st, "the ranks' transfer of the optimizer state of '%s' failed (%s)", p->name,
                                          mp_status_str(st));
+        const int same = memcmp(own, hdr, sizeof own) == 0, mine = d->rank == from || (d->rank == 0 && same);
+        if (d->rank == 0 && !same && hdr[0] == 0) mp_optim_hold_state(t->opt, i, 0);
+        else if (d->rank == 0 && !same && bad == MP_OK)
+            bad = mp_error(MP_ECORRUPT, "the optimizer state of '%s' differs in layout between rank 0 and rank %d",
+                           p->name, from);
+        for (size_t j = 0; j < (size_t)hdr[0]; j++) {
+            const mp_status tr = d->broadcast(d->ctx, mine ? (void *)ts[j].data : NULL, (size_t)hdr[j + 1], from);
+            if (tr != MP_OK) return mp_error(tr, "the ranks' transfer of the optimizer state of '%s' failed (%s)",
+                                             p->name, mp_status_str(tr));
+        }
     }
-    return MP_OK;
+    return bad;
 }
 
 mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model model, mp_optim *opt,

@@ -264,6 +264,11 @@ if cmp -s shr.ckpt sh20.ckpt; then ok; else fail "sharded: 10 steps then 10 more
 R1=(train --model gpt:2-2-64-64 --batch 4 --accum 2 --eval-windows 8 --no-shuffle --precision bf16 --threads 1)
 status 0 "$M" "${R1[@]}" --steps 20 --resume sh10.ckpt --save one20.ckpt
 if cmp -s one20.ckpt sh20.ckpt; then ok; else fail "a sharded checkpoint resumed in one process (--accum 2) differs"; fi
+# a checkpoint before any step was taken (both skipped): no rank holds state, nor does the file
+R0=(train --model gpt:2-2-64-64 --batch 8 --eval-windows 8 --precision fp16-dynamic --init-scale 1e38 --steps 2 "${SH[@]}")
+status 0 "${MPI[@]}" -np 2 "$M" "${R0[@]}" --shard-optimizer --save sk.ckpt
+status 0 "${MPI[@]}" -np 2 "$M" "${R0[@]}" --save uk.ckpt
+if cmp -s sk.ckpt uk.ckpt; then ok; else fail "sharded, every step skipped: the checkpoint differs from the unsharded one"; fi
 # 3 ranks add each sum in rank order, as one process accumulates 3 micro-batches
 R3=(train --model gpt:2-2-64-64 --eval-windows 8 --no-shuffle --precision bf16 --steps 6 --threads 1)
 status 0 "${MPI[@]}" -np 3 "$M" "${R3[@]}" --batch 12 --check-every 1 --shard-optimizer --save sh3.ckpt --log sh3.csv

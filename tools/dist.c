@@ -215,25 +215,19 @@ static mp_status reduce_scatter(void *ctx, float *const *x, const size_t *n, siz
     return MP_OK;
 }
 
-static grad_buffer g_scratch; /* what a broadcast brings to a rank that keeps none of it */
-
-/* Rank root's bytes to every rank, in pieces of 2^30. */
+/* Rank root's bytes to every rank, in pieces of 1 MiB; a rank that keeps none
+ * of them (x NULL) receives each piece into one static buffer, so that no
+ * rank can fail for memory once the transfer has begun. */
 static mp_status broadcast(void *ctx, void *x, size_t bytes, int root) {
+    static char scratch[1 << 20];
     (void)ctx;
-    if (!x) {
-        if (bytes > g_scratch.cap) {
-            void *b = realloc(g_scratch.buf, bytes);
-            if (!b) return MP_ENOMEM;
-            g_scratch.buf = b, g_scratch.cap = bytes;
-        }
-        x = g_scratch.buf;
-    }
     const double t0 = MPI_Wtime();
     mp_status st = MP_OK;
     for (char *p = x; bytes > 0 && st == MP_OK;) {
-        const int k = bytes > (size_t)1 << 30 ? 1 << 30 : (int)bytes;
-        if (MPI_Bcast(p, k, MPI_BYTE, root, MPI_COMM_WORLD) != MPI_SUCCESS) st = MP_EIO;
-        p += k, bytes -= (size_t)k;
+        const int k = bytes > sizeof scratch ? (int)sizeof scratch : (int)bytes;
+        if (MPI_Bcast(x ? p : scratch, k, MPI_BYTE, root, MPI_COMM_WORLD) != MPI_SUCCESS) st = MP_EIO;
+        if (x) p += k;
+        bytes -= (size_t)k;
     }
     g_stats.mpi_seconds += MPI_Wtime() - t0;
     return st;
@@ -335,7 +329,6 @@ int dist_finalize(int rc) {
         MPI_Finalize();
     }
     free(g_grads.buf), g_grads = (grad_buffer){0};
-    free(g_scratch.buf), g_scratch = (grad_buffer){0};
     return rc;
 }
 
