@@ -366,8 +366,11 @@ mp_status mp_trainer_check_ranks(mp_trainer *t);
  * brings every parameter's optimizer state to rank 0 from its owner, so that
  * rank 0's mp_trainer_save writes the same file as an unsharded run; hold 0
  * frees on rank 0 what it brought. MP_ENOMEM on every rank when rank 0 has
- * no room for it (agreed before any transfer; nothing is left held), or the
- * transport's status. */
+ * no room for it (agreed before any transfer; nothing is left held);
+ * MP_ECORRUPT on rank 0 when an owner's state differs from rank 0's in
+ * layout (after every rank has made every transfer); or the transport's
+ * status. A parameter whose owner holds no state yet (no step taken) has
+ * none on rank 0 either. */
 mp_status mp_trainer_gather_state(mp_trainer *t, int hold);
 
 long mp_trainer_step_count(const mp_trainer *t);        /* steps taken, skipped ones included */
