@@ -175,7 +175,7 @@ static const option options[] = {
     {"shard-optimizer", NULL, K_FLAG, F(shard_optimizer), 1, 0, NULL, NULL,
      "each rank updates and holds the optimizer state of 1/N of the\n"
      "parameters (ZeRO stage 1): the gradients reduce-scattered, the\n"
-     "weights broadcast from their owners; the same results (bit for\n"
+     "weights sent from their owners; the same results (bit for\n"
      "bit with 2 ranks) and checkpoints (docs/DISTRIBUTED.md)"},
     {"frozen-every", "N", K_GONE, 0, 0, 0, NULL, NULL,
      "is gone (it counted dead units): --log and --summary have lost_updates and dead_gradients (and "

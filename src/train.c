@@ -292,6 +292,8 @@ struct mp_trainer {
     float *hslot, *amax;   /* (nq,) the history slot it may overwrite; the amaxes reduced */
     size_t nq;
     size_t *first;         /* shard_optimizer: rank r owns parameters [first[r], first[r + 1]); else NULL */
+    void **wx;             /* shard_optimizer: each parameter's weights as the ranks share them (fp32 masters, or */
+    size_t *wbytes;        /* the half weights without them) and their size */
 };
 
 /* The parameters split over the ranks on their boundaries, about 1/size of
@@ -300,7 +302,13 @@ struct mp_trainer {
 static mp_status shard(mp_trainer *t) {
     const mp_train_dist *d = t->dist;
     const size_t np = mp_optim_count(t->opt);
-    if (!(t->first = calloc((size_t)d->size + 1, sizeof *t->first))) return mp_error(MP_ENOMEM, "trainer: out of memory");
+    t->first = calloc((size_t)d->size + 1, sizeof *t->first);
+    t->wx = malloc((np + 1) * sizeof *t->wx), t->wbytes = malloc((np + 1) * sizeof *t->wbytes);
+    if (!t->first || !t->wx || !t->wbytes) return mp_error(MP_ENOMEM, "trainer: out of memory");
+    for (size_t i = 0; i < np; i++) {
+        mp_param *p = mp_optim_param(t->opt, i);
+        t->wx[i] = p->master ? (void *)p->master : p->half, t->wbytes[i] = p->n * (p->master ? 4 : 2);
+    }
     double total = 0, before = 0;
     for (size_t i = 0; i < np; i++) total += (double)mp_optim_param(t->opt, i)->n;
     size_t i = 0;
@@ -311,9 +319,7 @@ static mp_status shard(mp_trainer *t) {
         t->first[r] = i;
     }
     t->first[d->size] = np;
-    const mp_status st = mp_optim_set_shard(t->opt, t->first[d->rank], t->first[d->rank + 1], d->sum_f64, d->ctx);
-    if (st != MP_OK) free(t->first), t->first = NULL;
-    return st;
+    return mp_optim_set_shard(t->opt, t->first[d->rank], t->first[d->rank + 1], d->sum_f64, d->ctx);
 }
 
 /* The rank that owns parameter i. */
@@ -329,15 +335,7 @@ static int owner(const mp_trainer *t, size_t i) {
 static mp_status share_weights(mp_trainer *t) {
     const mp_train_dist *d = t->dist;
     const size_t np = mp_optim_count(t->opt);
-    void **x = malloc((np + 1) * sizeof *x);
-    size_t *bytes = malloc((np + 1) * sizeof *bytes);
-    if (!x || !bytes) return free(x), free(bytes), mp_error(MP_ENOMEM, "trainer: out of memory");
-    for (size_t i = 0; i < np; i++) {
-        mp_param *p = mp_optim_param(t->opt, i);
-        x[i] = p->master ? (void *)p->master : p->half, bytes[i] = p->n * (p->master ? 4 : 2);
-    }
-    const mp_status st = d->all_gather(d->ctx, x, bytes, np, t->first);
-    free(x), free(bytes);
+    const mp_status st = d->all_gather(d->ctx, t->wx, t->wbytes, np, t->first);
     if (st != MP_OK) return mp_error(st, "the ranks' all-gather of the weights failed (%s)", mp_status_str(st));
     for (size_t i = 0; i < np; i++)
         if (!mp_optim_owns(t->opt, i)) mp_optim_refresh_half(t->opt, i);
@@ -427,7 +425,7 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
     if (c->shard_optimizer) {
         const mp_status st = shard(t);
         if (st != MP_OK) {
-            free(t);
+            mp_trainer_free(t);
             return st;
         }
     }
@@ -458,6 +456,7 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
 void mp_trainer_free(mp_trainer *t) {
     if (!t) return;
     free(t->gx), free(t->gn), free(t->qt), free(t->hsave), free(t->hslot), free(t->amax), free(t->first);
+    free(t->wx), free(t->wbytes);
     free(t);
 }
 

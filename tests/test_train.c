@@ -541,7 +541,7 @@ static void *rank_main(void *arg) {
     for (size_t k = 0; r->rank == 0 && k < nt && r->state_bytes + ts[k].nbytes <= sizeof r->state; k++)
         memcpy(r->state + r->state_bytes, ts[k].data, ts[k].nbytes), r->state_bytes += ts[k].nbytes;
     if (r->st == MP_OK) r->st = mp_trainer_gather_state(g.t, 0);
-    memcpy(r->w, g.m.w->master ? g.m.w->master : NULL, sizeof(float) * 4);
+    memcpy(r->w, g.m.w->master, sizeof(float) * 4);
     r->check = mp_trainer_check_ranks(g.t);
     snprintf(r->msg, sizeof r->msg, "%s", mp_last_error());
     mp_trainer_state_crc(g.t, &r->crc);
