@@ -3,9 +3,10 @@
 # "The GPT at the accuracy budget"): the precision modes side by side in one
 # `mixprec compare` (fp32, fp16-dynamic, bf16, bf16-pure, and bf16 with 8-bit
 # optimizer state, with Kahan-compensated weights and no master copy, and
-# with 8-bit state beside Kahan or stochastically rounded weights;
-# PRECISIONS=LIST for others, e.g. with fp16), then the targets, asserted on
-# what the run wrote:
+# with both; PRECISIONS=LIST for others, e.g. with fp16; ALSO=LIST adds modes
+# to the comparison, as `make check` adds check_fp8.sh's recipes so that bf16
+# is trained once for both), then the targets, asserted on what the run
+# wrote:
 #   - fp16-dynamic and bf16 end within 2% of fp32's validation loss, bf16-pure
 #     within 4%; fp16 without loss scaling, if run, is reported as it comes out;
 #   - the ways of holding fewer bytes end within 3% of bf16's (fp32 masters,
@@ -23,9 +24,8 @@ out=${2:-mixprec-gpt}
 budget=(--model gpt:4-4-128-128 --batch 16 --steps 1000 --lr 6e-3 --lr-schedule cosine --warmup 50
         --weight-decay 0.1 --betas 0.9,0.95 --clip 1 --seed 1)
 # (bf16-pure is bf16+master-weights=sr: stochastically rounded bf16 weights, fp32 state)
-LEAN=(bf16+optim-state=8bit bf16+master-weights=kahan bf16+master-weights=kahan+optim-state=8bit
-      bf16+master-weights=sr+optim-state=8bit)
-modes=${PRECISIONS:-fp32,fp16-dynamic,bf16,bf16-pure$(printf ',%s' "${LEAN[@]}")}
+LEAN=(bf16+optim-state=8bit bf16+master-weights=kahan bf16+master-weights=kahan+optim-state=8bit)
+modes=${PRECISIONS:-fp32,fp16-dynamic,bf16,bf16-pure$(printf ',%s' "${LEAN[@]}")}${ALSO:+,$ALSO}
 "$M" compare --precisions "$modes" --checkpoints --out "$out" "${budget[@]}"
 echo
 fails=0
