@@ -99,11 +99,12 @@ static int color_taken(const mp_report_run *rr, int n, const char *c) {
  * colour of a spare palette that none of them has. */
 static const char *distinct_color(const mp_report_run *rr, int n, const char *want) {
     static const char *const spare[] = {"#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#9467bd", "#8c564b", "#ff7f0e",
-                                        "#2ca02c"};
+                                        "#2ca02c", "#393b79", "#8c6d31", "#843c39", "#637939"};
+    _Static_assert(sizeof spare / sizeof spare[0] >= MP_COMPARE_MAX, "a spare colour for every mode");
     if (!color_taken(rr, n, want)) return want;
     for (size_t k = 0; k < sizeof spare / sizeof spare[0]; k++)
         if (!color_taken(rr, n, spare[k])) return spare[k];
-    return want; /* compare runs at most 8 modes, so n < 8 and a spare is free */
+    return want; /* n < MP_COMPARE_MAX, and the spares are as many: one is free */
 }
 
 /* An eval figure as the tables show it: "87.91%", "1.6234" or "not finite". */

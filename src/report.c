@@ -124,18 +124,42 @@ static void frame(FILE *f, const axes *a, const char *id, const char *title, con
 
 static void chart_end(FILE *f) { fputs("</svg></figure>\n", f); }
 
+/* The legend: the shown runs' colours and names left to right, wrapping at
+ * the chart's width onto rows above the plot (with_legend makes the room). */
+#define LEGEND_ROW 14
+static double legend_width(const char *name) { return 34 + 6.6 * (double)strlen(name); } /* 12px text, a gap */
+
+static int legend_rows(const axes *a, const mp_report *r, const int *show) {
+    int rows = 1;
+    for (int i = 0, x = 0; i < r->nruns; i++) {
+        if (show && !show[i]) continue;
+        const double w = legend_width(r->runs[i].name);
+        if (x > 0 && a->ml + 10 + x + w - 16 > a->w - a->mr) rows++, x = 0;
+        x += (int)ceil(w);
+    }
+    return rows;
+}
+
+/* a with its top margin and height grown by the legend's extra rows. */
+static axes with_legend(axes a, const mp_report *r, const int *show) {
+    const int extra = LEGEND_ROW * (legend_rows(&a, r, show) - 1);
+    a.mt += extra, a.h += extra;
+    return a;
+}
+
 static void legend(FILE *f, const axes *a, const mp_report *r, const int *show) {
-    double x = a->ml + 10;
+    int y = a->mt - 12 - LEGEND_ROW * (legend_rows(a, r, show) - 1), x = 0;
     for (int i = 0; i < r->nruns; i++) {
         if (show && !show[i]) continue;
-        hprintf(f, "<rect x=\"%.0f\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%.0f\" y=\"%d\" "
+        const double w = legend_width(r->runs[i].name);
+        if (x > 0 && a->ml + 10 + x + w - 16 > a->w - a->mr) y += LEGEND_ROW, x = 0;
+        hprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
                    "class=\"legend\">%s</text>\n",
-                x, a->mt - 12, r->runs[i].color, x + 18, a->mt - 7, r->runs[i].name);
-        x += 34 + 6.6 * (double)strlen(r->runs[i].name); /* the label's width at 12px, and a gap */
+                a->ml + 10 + x, y, r->runs[i].color, a->ml + 28 + x, y + 5, r->runs[i].name);
+        x += (int)ceil(w);
     }
 }
 
-/* Opens a data polyline; its points follow, then polyline_end. */
 static void polyline_begin(FILE *f, const char *color, int dash) {
     hprintf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"", color);
     fputs(dash ? " stroke-dasharray=\"5 3\" points=\"" : " points=\"", f);
@@ -348,7 +372,7 @@ static void chart_loss(FILE *f, const mp_report *r) {
     for (int i = 0; i < r->nruns; i++)
         for (long s = 0; s < r->runs[i].nsteps && s < 3; s++)
             if (isfinite(r->runs[i].loss[s]) && r->runs[i].loss[s] > lmax) lmax = r->runs[i].loss[s];
-    const axes a = plot_axes(0, (double)max_steps(r), 0, lmax * 1.05, 300);
+    const axes a = with_legend(plot_axes(0, (double)max_steps(r), 0, lmax * 1.05, 300), r, NULL);
     frame(f, &a, "loss", "Training loss per step (all modes)", "step", "loss", tick_step(lmax, 5), "%g", 0, 1);
     legend(f, &a, r, NULL);
     for (int i = 0; i < r->nruns; i++)
@@ -409,7 +433,7 @@ static void chart_val_loss(FILE *f, const mp_report *r) {
     char title[160];
     snprintf(title, sizeof title, "%s at each evaluation (the last one at the end of the run)", what);
     title[0] = (char)toupper((unsigned char)title[0]);
-    const axes a = plot_axes(0, (double)max_steps(r), lo - pad, hi + pad, 260);
+    const axes a = with_legend(plot_axes(0, (double)max_steps(r), lo - pad, hi + pad, 260), r, show);
     frame(f, &a, "val_loss", title, "step", what, tick_step(hi - lo + 2 * pad, 5), "%g", 0, 1);
     legend(f, &a, r, show);
     long above[64] = {0};
@@ -495,7 +519,7 @@ static void chart_scale(FILE *f, const mp_report *r) {
         fputs("<p class=\"note\">No mode in this comparison used a loss scale.</p>\n", f);
         return;
     }
-    const axes b = plot_axes(0, (double)max_steps(r), floor(smin) - 1, ceil(smax) + 1, 240);
+    const axes b = with_legend(plot_axes(0, (double)max_steps(r), floor(smin) - 1, ceil(smax) + 1, 240), r, show);
     const double ystep = tick_step(b.y1 - b.y0, 5);
     frame(f, &b, "scale", "Loss scale (log2 axis); red marks: skipped steps (inf/NaN in the gradients)", "step",
           "loss scale", ystep < 1 ? 1 : ystep, "%g", 1, 1);
@@ -534,7 +558,7 @@ static void chart_layers(FILE *f, const mp_report *r) {
         }
     }
     umax *= 100 * 1.1;
-    const axes c = plot_axes(0, (double)(nl > 0 ? nl : 1), 0, umax, 260);
+    const axes c = with_legend(plot_axes(0, (double)(nl > 0 ? nl : 1), 0, umax, 260), r, NULL);
     frame(f, &c, "layers", "Gradient values that became exactly zero when stored, by layer (mean over steps)",
           "tensor (first layer on the left)", "% of values", tick_step(umax, 5), "%g%%", 0, 0);
     legend(f, &c, r, NULL);
@@ -574,7 +598,7 @@ static void chart_headroom(FILE *f, const mp_report *r) {
         if (any) col[ncol++] = l;
     }
     if (ncol == 0) return;
-    const axes c = plot_axes(0, (double)ncol, floor(hmin), hmax * 1.1, 260);
+    const axes c = with_legend(plot_axes(0, (double)ncol, floor(hmin), hmax * 1.1, 260), r, NULL);
     frame(f, &c, "headroom",
           "Activation headroom: doublings left before the largest activation stored reaches fp16's 65504 "
           "(log2 of the ratio; at or below 0 it would overflow in fp16)",
@@ -736,7 +760,7 @@ static void chart_quant_share(FILE *f, const mp_report *r, const int *show, int 
             vmax = v > vmax ? v : vmax;
         }
     }
-    const axes a = plot_axes(0, (double)maxn, 0, vmax * 1.1, 240);
+    const axes a = with_legend(plot_axes(0, (double)maxn, 0, vmax * 1.1, 240), r, show);
     frame(f, &a, flushed ? "quant_flushed" : "quant_saturated",
           flushed ? "Quantized values flushed to zero (nonzero, stored as 0), per step: all quantized tensors together"
                   : "Quantized values saturated (clamped to the format's largest value), per step: all quantized tensors "
@@ -835,7 +859,7 @@ static void chart_underflow(FILE *f, const mp_report *r) {
             tmax = v > tmax ? v : tmax;
         }
     }
-    const axes d = plot_axes(0, (double)maxn, 0, tmax * 1.1, 240);
+    const axes d = with_legend(plot_axes(0, (double)maxn, 0, tmax * 1.1, 240), r, NULL);
     frame(f, &d, "underflow", "Gradient values that became zero, over time (mean over layers)", "step", "% of values",
           tick_step(tmax * 1.1, 5), "%g%%", 0, 1);
     legend(f, &d, r, NULL);
@@ -883,7 +907,7 @@ static void chart_histogram(FILE *f, const mp_report *r) {
     }
     if (!nh) return;
     const int lo = r->runs[0].hist_lo;
-    const axes e = plot_axes(lo, lo + MP_REPORT_HIST_BINS, 0, hmax * 1.1, 300);
+    const axes e = with_legend(plot_axes(lo, lo + MP_REPORT_HIST_BINS, 0, hmax * 1.1, 300), r, NULL);
     frame(f, &e, "histogram", "Where the weight gradients are: log2 |g| as computed, before the store (loss scale included)",
           "log2 of the magnitude", "% of values", tick_step(hmax * 1.1, 5), "%g%%", 0, 1);
     legend(f, &e, r, NULL);

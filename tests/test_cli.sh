@@ -389,6 +389,20 @@ expect 0 "$M" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --s
 expect 2 "$M" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --precisions fp32, --out "$T/never" && one_line &&
     has "$err" 'has an empty entry'
 expect 2 "$M" compare --out "$T/never" --out "$T/never2" && one_line && has "$err" -- '--out is given twice'
+# twelve modes side by side (the accuracy budget's CI comparison has eleven), each with its own colour; not thirteen
+M12=fp32,fp16,fp16-dynamic,bf16,bf16-pure,fp8-delayed,fp8-current,mxfp8,nvfp4,bf16+optim-state=8bit,bf16+master-weights=kahan,fp16-naive
+expect 0 "$M" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 1 --precisions "$M12" --out "$T/cmp12"
+python3 - "$T/cmp12/summary.json" "$T/cmp12/report.html" <<'PY' && ok || fail "a comparison of twelve modes"
+import json, re, sys
+runs = json.load(open(sys.argv[1]))["runs"]
+html = open(sys.argv[2]).read()
+legend = re.findall(r'fill="(#[0-9a-f]{6})"[^>]*/><text[^>]*>([^<]+)</text>', html)
+colours = {name: c for c, name in legend}
+assert len(runs) == 12, len(runs)
+assert len(set(colours[r["precision"]] for r in runs)) == 12, colours
+PY
+expect 2 "$M" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --precisions "$M12,fp16-static:1024" --out "$T/never" &&
+    one_line && has "$err" 'at most 12 precisions'
 if [ ! -e "$T/never" ] && [ ! -e "$T/never2" ]; then ok; else fail "a refused compare made its directory"; fi
 # which tensor overflowed: block 1's c_fc weight times 1e6 makes its activation the
 # first to overflow in fp16; the skipped step names it, and names exactly the

@@ -30,7 +30,7 @@
 extern "C" {
 #endif
 
-#define MP_COMPARE_MAX 8 /* modes in one comparison */
+#define MP_COMPARE_MAX 12 /* modes in one comparison */
 
 typedef struct mp_compare_spec {
     mp_run_spec run;          /* every mode's run; compare sets precision, log, summary and save per mode, so
