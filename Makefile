@@ -57,13 +57,13 @@ test-long: deps-test build build-asan
 # by side; the accuracy, sample and bytes-per-parameter targets asserted
 # (docs/TRAINING.md); about 24 minutes on 2 Zen 3 cores.
 check-gpt: deps-test build
-	scripts/check_gpt.sh $(M) $(BUILD)/check-gpt
+	CHECK_ALSO= scripts/check_gpt.sh $(M) $(BUILD)/check-gpt
 
 # The fp8/fp4 recipes on the GPT at the same budget: bf16, fp8-delayed,
 # fp8-current, mxfp8 and nvfp4 side by side, their accuracy targets asserted
 # (docs/TRAINING.md); about 5 minutes on 2 Zen 5 cores, 20 on Zen 3.
 check-fp8: deps-test build
-	scripts/check_fp8.sh $(M) $(BUILD)/check-fp8
+	CHECK_FROM= scripts/check_fp8.sh $(M) $(BUILD)/check-fp8
 
 # The Python package as a user installs it: pip install of the checkout and of
 # its sdist into fresh virtual environments, the package's tests against each,
@@ -91,8 +91,8 @@ check: check-package check-budget check-clang
 
 # check-gpt and check-fp8 in one comparison, so that bf16 trains once for both.
 check-budget: deps-test build
-	ALSO=fp8-delayed,fp8-current,mxfp8,nvfp4 scripts/check_gpt.sh $(M) $(BUILD)/check-budget
-	FROM=$(BUILD)/check-budget scripts/check_fp8.sh $(M)
+	CHECK_ALSO=fp8-delayed,fp8-current,mxfp8,nvfp4 scripts/check_gpt.sh $(M) $(BUILD)/check-budget
+	CHECK_FROM=$(BUILD)/check-budget scripts/check_fp8.sh $(M)
 
 # The main job: fp32, fp16, fp16 + dynamic loss scaling and bf16 side by side on
 # Fashion-MNIST (about 2 minutes on 2 cores); the report is mixprec-demo/report.html.

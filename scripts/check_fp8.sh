@@ -5,24 +5,39 @@
 # targets, asserted on what the run wrote: fp8-delayed, fp8-current and
 # mxfp8 end within 3% of bf16's validation loss; nvfp4 is reported as it comes
 # out, with the share of its quantized values saturated and flushed.
-# FROM=DIR asserts them on a comparison already made (`make check` trains
-# these modes in check_gpt.sh's comparison, bf16 once for both), after
-# checking that it was made with this budget.
-# `make check-fp8` runs it; `.ci/run` runs it (through `make check`) after `make test`.
+# CHECK_FROM=DIR asserts them on a comparison already made (`make
+# check-budget` trains these modes in check_gpt.sh's comparison, bf16 once
+# for both), after checking that it was made with this budget and nothing
+# else that changes training.
+# `make check-fp8` runs it; `.ci/run` runs it through `make check` (`make
+# check-budget`) after `make test`.
 set -euo pipefail
 M=${1:-build/mixprec}
-out=${FROM:-${2:-mixprec-fp8}}
+out=${CHECK_FROM:-${2:-mixprec-fp8}}
 budget=(--model gpt:4-4-128-128 --batch 16 --steps 1000 --lr 6e-3 --lr-schedule cosine --warmup 50
         --weight-decay 0.1 --betas 0.9,0.95 --clip 1 --seed 1)
-[ -n "${FROM:-}" ] || "$M" compare --precisions bf16,fp8-delayed,fp8-current,mxfp8,nvfp4 --out "$out" "${budget[@]}"
+[ -n "${CHECK_FROM:-}" ] || "$M" compare --precisions bf16,fp8-delayed,fp8-current,mxfp8,nvfp4 --out "$out" "${budget[@]}"
 echo
 python3 - "$out" "${budget[*]}" <<'PY'
 import json, sys
 out, budget = sys.argv[1], sys.argv[2]
 summary = json.load(open(out + "/summary.json"))
-words, want = summary["command"].split(), budget.split()
-if not any(words[i:i + len(want)] == want for i in range(len(words))):
-    print(f"FAIL: {out}/summary.json was not made with the budget's options ({budget}): {summary['command']}")
+def same_budget(words, want):
+    """compare, the budget's options in order, and only options that do not change training"""
+    at = next((i for i in range(len(words)) if words[i:i + len(want)] == want), None)
+    if at is None or words[1:2] != ["compare"]:
+        return False
+    rest, i = words[2:at] + words[at + len(want):], 0
+    while i < len(rest):
+        if rest[i] in ("--precisions", "--out") and i + 1 < len(rest):
+            i += 2
+        elif rest[i] == "--checkpoints":
+            i += 1
+        else:
+            return False
+    return True
+if not same_budget(summary["command"].split(), budget.split()):
+    print(f"FAIL: {out}/summary.json was not made with the budget's options alone ({budget}): {summary['command']}")
     sys.exit(1)
 runs = {r["precision"]: r for r in summary["runs"]}
 base = runs["bf16"]["val_loss"]

@@ -3,10 +3,10 @@
 # "The GPT at the accuracy budget"): the precision modes side by side in one
 # `mixprec compare` (fp32, fp16-dynamic, bf16, bf16-pure, and bf16 with 8-bit
 # optimizer state, with Kahan-compensated weights and no master copy, and
-# with both; PRECISIONS=LIST for others, e.g. with fp16; ALSO=LIST adds modes
-# to the comparison, as `make check` adds check_fp8.sh's recipes so that bf16
-# is trained once for both), then the targets, asserted on what the run
-# wrote:
+# with both; PRECISIONS=LIST for others, e.g. with fp16; CHECK_ALSO=LIST adds
+# modes to the comparison, as `make check-budget` adds check_fp8.sh's recipes
+# so that bf16 is trained once for both), then the targets, asserted on what
+# the run wrote:
 #   - fp16-dynamic and bf16 end within 2% of fp32's validation loss, bf16-pure
 #     within 4%; fp16 without loss scaling, if run, is reported as it comes out;
 #   - the ways of holding fewer bytes end within 3% of bf16's (fp32 masters,
@@ -17,7 +17,8 @@
 #   - text sampled from each of those four models (4000 bytes, temperature 1,
 #     no top-k: `mixprec sample`'s defaults) is at least 95% printable ASCII or
 #     newline, and at least half of its words occur in the corpus.
-# `make check-gpt` runs it; `.ci/run` runs that after `make test`.
+# `make check-gpt` runs it; `.ci/run` runs it with the recipes (`make check`,
+# which runs `make check-budget`) after `make test`.
 set -euo pipefail
 M=${1:-build/mixprec}
 out=${2:-mixprec-gpt}
@@ -25,7 +26,7 @@ budget=(--model gpt:4-4-128-128 --batch 16 --steps 1000 --lr 6e-3 --lr-schedule 
         --weight-decay 0.1 --betas 0.9,0.95 --clip 1 --seed 1)
 # (bf16-pure is bf16+master-weights=sr: stochastically rounded bf16 weights, fp32 state)
 LEAN=(bf16+optim-state=8bit bf16+master-weights=kahan bf16+master-weights=kahan+optim-state=8bit)
-modes=${PRECISIONS:-fp32,fp16-dynamic,bf16,bf16-pure$(printf ',%s' "${LEAN[@]}")}${ALSO:+,$ALSO}
+modes=${PRECISIONS:-fp32,fp16-dynamic,bf16,bf16-pure$(printf ',%s' "${LEAN[@]}")}${CHECK_ALSO:+,$CHECK_ALSO}
 "$M" compare --precisions "$modes" --checkpoints --out "$out" "${budget[@]}"
 echo
 fails=0

@@ -40,6 +40,7 @@ struct cmp {
 #define DUMP_GRADS_REFUSED "--dump-grads names one file, which each mode would write over the last's: give it to train"
 static const char *const mode_ext[] = {".csv", ".csv.partial", ".json", ".ckpt", ".txt"};
 enum { MODE_EXT = 5, MAX_FILES = MP_COMPARE_MAX * MODE_EXT + 1 };
+enum { LIST_MAX = MP_COMPARE_MAX * 64 + 1 }; /* --precisions: as many labels of up to 63 bytes, each with its comma */
 typedef char file_name[80]; /* a file of DIR, by name */
 
 static void path_of(char out[4200], const char *dir, const char *name, const char *ext) {
@@ -358,7 +359,7 @@ static void point_at(mp_run_spec *opts, mode_files *f, const char *dir, const ch
  * name, and their files checked: where they end up (DIR) and where they are
  * written first (DIR/.partial). */
 
-static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_spec *opts, mode_files *files,
+static mp_status modes(cmp *x, const mp_compare_spec *c, char list[LIST_MAX], mp_run_spec *opts, mode_files *files,
                        mp_compare_result *res) {
     const mp_run_spec *base = &c->run;
     if (base->precision != NULL && strcmp(base->precision, "fp32") != 0)
@@ -378,14 +379,17 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[512], mp_run_
                     x->stage);
     const char *stage_pending = staged ? NULL : x->stage;
     if (read_by(x, c, "report", ".html") || read_by(x, c, "summary", ".json")) return x->status;
-    snprintf(list, 512, "%s", c->precisions ? c->precisions : "fp32,fp16,fp16-dynamic,bf16");
+    if (c->precisions && strlen(c->precisions) >= LIST_MAX)
+        return invalid(x, "--precisions is %zu bytes long: at most %d modes of up to 63 bytes each", strlen(c->precisions),
+                       MP_COMPARE_MAX);
+    snprintf(list, LIST_MAX, "%s", c->precisions ? c->precisions : "fp32,fp16,fp16-dynamic,bf16");
     const size_t ll = strlen(list);
     if (ll == 0 || list[0] == ',' || list[ll - 1] == ',' || strstr(list, ",,"))
         return invalid(x, "--precisions %s has an empty entry", list);
     int n = 0;
     /* the loss-scaling options serve the scaled modes of the list: the others run without them */
     int any_scaled = 0;
-    char scan[512], *sv = NULL;
+    char scan[LIST_MAX], *sv = NULL;
     snprintf(scan, sizeof scan, "%s", list);
     for (char *tok = strtok_r(scan, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv)) {
         mp_precision q;
@@ -634,8 +638,8 @@ static void discard(const cmp *x, const mp_compare_result *res, int nmodes, int 
  * that DIR's old summary.json named and this run did not write (never one a
  * run option reads), then DIR/.partial if it is empty. */
 static mp_status commit(cmp *x, const mp_run_spec *base, const file_name *names, int n) {
-    file_name old[64];
-    const int nold = old_files(x->dir, old, 64);
+    file_name old[MAX_FILES];
+    const int nold = old_files(x->dir, old, MAX_FILES);
     char from[4200], to[4200];
     for (int i = 0; i <= n; i++) {
         const char *name = i < n ? names[i] : "summary.json";
@@ -726,7 +730,7 @@ mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_r
     if (io) x.io = *io;
     if (!x.io.prefix) x.io.prefix = "mixprec";
     x.out = x.writer ? x.io.out : NULL;
-    char list[512];
+    char list[LIST_MAX];
     mp_run_spec opts[MP_COMPARE_MAX];
     mode_files *files = calloc(MP_COMPARE_MAX, sizeof *files);
     if (!files) return mp_error(MP_ENOMEM, "mp_compare: out of memory");

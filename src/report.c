@@ -160,6 +160,7 @@ static void legend(FILE *f, const axes *a, const mp_report *r, const int *show) 
     }
 }
 
+/* Opens a data polyline; its points follow, then polyline_end. */
 static void polyline_begin(FILE *f, const char *color, int dash) {
     hprintf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"", color);
     fputs(dash ? " stroke-dasharray=\"5 3\" points=\"" : " points=\"", f);

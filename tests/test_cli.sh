@@ -396,13 +396,19 @@ python3 - "$T/cmp12/summary.json" "$T/cmp12/report.html" <<'PY' && ok || fail "a
 import json, re, sys
 runs = json.load(open(sys.argv[1]))["runs"]
 html = open(sys.argv[2]).read()
-legend = re.findall(r'fill="(#[0-9a-f]{6})"[^>]*/><text[^>]*>([^<]+)</text>', html)
-colours = {name: c for c, name in legend}
+legend = re.findall(r'fill="(#[0-9a-f]{6})"/><text x="(\d+)" y="(\d+)" class="legend">([^<]+)</text>', html)
+colours = {name: c for c, x, y, name in legend}
 assert len(runs) == 12, len(runs)
 assert len(set(colours[r["precision"]] for r in runs)) == 12, colours
+# the labels wrap onto rows inside the 960-wide charts (a label is about 6.6 px a byte at 12 px)
+assert len({y for c, x, y, name in legend}) >= 2, legend
+assert all(int(x) + 6.6 * len(name) <= 960 for c, x, y, name in legend), legend
 PY
 expect 2 "$M" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --precisions "$M12,fp16-static:1024" --out "$T/never" &&
     one_line && has "$err" 'at most 12 precisions'
+LONG=$(printf 'bf16+master-weights=kahan+optim-state=8bit+reductions=half,%.0s' $(seq 14))
+expect 2 "$M" compare --model gpt:1-2-16-16 --data "text:$T/c.txt" --precisions "${LONG%,}" --out "$T/never" &&
+    one_line && has "$err" 'at most 12 modes of up to 63 bytes'
 if [ ! -e "$T/never" ] && [ ! -e "$T/never2" ]; then ok; else fail "a refused compare made its directory"; fi
 # which tensor overflowed: block 1's c_fc weight times 1e6 makes its activation the
 # first to overflow in fp16; the skipped step names it, and names exactly the

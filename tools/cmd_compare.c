@@ -6,6 +6,9 @@
 
 #include "run.h"
 
+#define DIGITS_(n) #n
+#define DIGITS(n) DIGITS_(n) /* a number macro as its digits */
+
 static const char usage_head[] =
     "usage: mixprec compare [--precisions LIST] [--out DIR] [train options]\n\n"
     "Trains the same network with the same seed, data and initial weights once per\n"
@@ -22,7 +25,7 @@ static const char usage_head[] =
     "DIR/summary.json (docs/LOGS.md).\n"
     "The modes run one after the other in this process; peak memory is measured\n"
     "per mode (the kernel's high-water mark, reset before each).\n\n"
-    "  --precisions LIST   comma-separated modes, at most 12 (see below)\n"
+    "  --precisions LIST   comma-separated modes, at most " DIGITS(MP_COMPARE_MAX) " (see below)\n"
     "  --out DIR           output directory (mixprec-compare)\n"
     "  --checkpoints       also write each mode's checkpoint, DIR/MODE.ckpt (as --save)\n\n"
     "The training options (all but --precision, --log, --summary and --save, which\n"
