@@ -39,8 +39,11 @@ struct cmp {
 #define STAGE ".partial"
 #define DUMP_GRADS_REFUSED "--dump-grads names one file, which each mode would write over the last's: give it to train"
 static const char *const mode_ext[] = {".csv", ".csv.partial", ".json", ".ckpt", ".txt"};
-enum { MODE_EXT = 5, MAX_FILES = MP_COMPARE_MAX * MODE_EXT + 1 };
-enum { LIST_MAX = MP_COMPARE_MAX * 64 + 1 }; /* --precisions: as many labels of up to 63 bytes, each with its comma */
+enum {
+    MODE_EXT = 5,
+    MAX_FILES = MP_COMPARE_MAX * MODE_EXT + 1,
+    LIST_MAX = MP_COMPARE_MAX * 64 + 1 /* --precisions: as many labels of up to 63 bytes, each with its comma */
+};
 typedef char file_name[80]; /* a file of DIR, by name */
 
 static void path_of(char out[4200], const char *dir, const char *name, const char *ext) {

@@ -127,14 +127,20 @@ static void chart_end(FILE *f) { fputs("</svg></figure>\n", f); }
 /* The legend: the shown runs' colours and names left to right, wrapping at
  * the chart's width onto rows above the plot (with_legend makes the room). */
 #define LEGEND_ROW 14
-static double legend_width(const char *name) { return 34 + 6.6 * (double)strlen(name); } /* 12px text, a gap */
 
-static int legend_rows(const axes *a, const mp_report *r, const int *show) {
+/* Lays the labels out from row y down, written to f unless f is NULL;
+ * returns the rows they take. A label is its swatch, 6.6 px a byte of 12 px
+ * text and a gap: it wraps when its text would pass the plot's right edge. */
+static int legend_flow(FILE *f, const axes *a, const mp_report *r, const int *show, int y) {
     int rows = 1;
     for (int i = 0, x = 0; i < r->nruns; i++) {
         if (show && !show[i]) continue;
-        const double w = legend_width(r->runs[i].name);
-        if (x > 0 && a->ml + 10 + x + w - 16 > a->w - a->mr) rows++, x = 0;
+        const double w = 34 + 6.6 * (double)strlen(r->runs[i].name);
+        if (x > 0 && a->ml + 10 + x + w - 16 > a->w - a->mr) rows++, y += LEGEND_ROW, x = 0;
+        if (f)
+            hprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
+                       "class=\"legend\">%s</text>\n",
+                    a->ml + 10 + x, y, r->runs[i].color, a->ml + 28 + x, y + 5, r->runs[i].name);
         x += (int)ceil(w);
     }
     return rows;
@@ -142,22 +148,13 @@ static int legend_rows(const axes *a, const mp_report *r, const int *show) {
 
 /* a with its top margin and height grown by the legend's extra rows. */
 static axes with_legend(axes a, const mp_report *r, const int *show) {
-    const int extra = LEGEND_ROW * (legend_rows(&a, r, show) - 1);
+    const int extra = LEGEND_ROW * (legend_flow(NULL, &a, r, show, 0) - 1);
     a.mt += extra, a.h += extra;
     return a;
 }
 
 static void legend(FILE *f, const axes *a, const mp_report *r, const int *show) {
-    int y = a->mt - 12 - LEGEND_ROW * (legend_rows(a, r, show) - 1), x = 0;
-    for (int i = 0; i < r->nruns; i++) {
-        if (show && !show[i]) continue;
-        const double w = legend_width(r->runs[i].name);
-        if (x > 0 && a->ml + 10 + x + w - 16 > a->w - a->mr) y += LEGEND_ROW, x = 0;
-        hprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
-                   "class=\"legend\">%s</text>\n",
-                a->ml + 10 + x, y, r->runs[i].color, a->ml + 28 + x, y + 5, r->runs[i].name);
-        x += (int)ceil(w);
-    }
+    legend_flow(f, a, r, show, a->mt - 12 - LEGEND_ROW * (legend_flow(NULL, a, r, show, 0) - 1));
 }
 
 /* Opens a data polyline; its points follow, then polyline_end. */
