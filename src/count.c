@@ -12,20 +12,14 @@
 enum { CHUNK = 1024 }; /* fp32 elements of the stack buffer: stays in L1 */
 
 /* fp32 to fp32 (convert.c's mp_from_f32): only subnormals and NaNs to count,
- * and the largest finite magnitude, in blocks short enough for 32-bit lane
- * counters (the loop vectorizes). */
+ * and the largest finite magnitude, through the CPU path's kernel in blocks
+ * short enough for its 32-bit lane counters. */
 #define VBLOCK ((size_t)1 << 20)
 void mp_stats_f32(mp_convert_stats *st, const float *x, size_t n) {
-    const uint32_t *u = (const uint32_t *)x;
+    const mp_amax_kernels *k = mp_kernels_current()->amax;
     for (size_t i0 = 0; i0 < n; i0 += VBLOCK) {
-        const size_t i1 = n - i0 < VBLOCK ? n : i0 + VBLOCK;
-        uint32_t sub = 0, nan = 0, am = 0;
-        for (size_t i = i0; i < i1; i++) {
-            const uint32_t a = u[i] & 0x7fffffffu, fin = a < 0x7f800000u ? a : 0;
-            sub += (a - 1u) < 0x7fffffu;
-            nan += a > 0x7f800000u;
-            am = fin > am ? fin : am;
-        }
+        uint32_t sub = 0, nan = 0;
+        const uint32_t am = k->stats32((const uint32_t *)x + i0, n - i0 < VBLOCK ? n - i0 : VBLOCK, &sub, &nan);
         st->subnormal += sub, st->nan += nan;
         mp_stats_amax(st, am);
     }

@@ -465,6 +465,8 @@ double mp_peak_tdpbf16_amx(uint64_t iters);
 typedef struct mp_amax_kernels {
     uint16_t (*amax16)(const uint16_t *h, size_t n, uint16_t inf); /* fp16/bf16 codes */
     uint32_t (*amax32)(const uint32_t *x, size_t n);               /* fp32 bit patterns */
+    /* the subnormals and NaNs of n < 2^32 fp32 bit patterns, added; their amax returned */
+    uint32_t (*stats32)(const uint32_t *x, size_t n, uint32_t *subnormal, uint32_t *nan);
 } mp_amax_kernels;
 #ifdef MP_X86
 extern const mp_amax_kernels mp_amax_avx2;
