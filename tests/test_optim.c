@@ -946,11 +946,15 @@ static void ref_quant(int *codes, float *scale, const float *x, const float *map
 
 /* Each quantizer of each kernel path against the reference, on blocks of
  * every kind: ordinary values, an outlier, all zeros, subnormals, exact ties
- * between two codes; then dequantized as entry (or e4m3 value) times scale. */
+ * between two codes; then dequantized as entry (or e4m3 value) times scale.
+ * Then blocks holding a NaN (of either sign) or an infinity, which the
+ * reference does not model (its amax skips NaN): a vector path's codes and
+ * scales are the portable loops' bits (the scale carries the first NaN, or
+ * is inf, so the block's quotients are NaN or 0). */
 static void check_quantizers_of(const mp_optim_kernels *k, const char *path) {
     enum { M = 256 * 12 };
     static float x[M], scale[M / 128], want_scale[M / 128], back[M];
-    static uint8_t codes[M];
+    static uint8_t codes[M], port[M];
     static int want[M];
     const mp_state_format fmts[3] = {MP_STATE_8BIT, MP_STATE_4BIT, MP_STATE_FP8};
     for (int f = 0; f < 3; f++)
@@ -984,42 +988,22 @@ static void check_quantizers_of(const mp_optim_kernels *k, const char *path) {
                 bad += f2u(back[i]) != f2u((bits ? map[want[i]] : mp_e4m3_to_f32((uint8_t)want[i])) * want_scale[i / block]);
             CHECK(bad == 0, "%s: %s state %d: %d codes, scales or values differ from the reference", path,
                   mp_state_format_name(fmts[f]), st, bad);
-        }
-}
-
-#ifdef MP_X86
-/* Blocks holding a NaN (of either sign) or an infinity: a vector path's codes
- * and scales the portable loops' bits (the scale carries the first NaN, or
- * is inf, so the block's quotients are NaN or 0). */
-static void check_quant_nonfinite_of(const mp_optim_kernels *k, const char *path) {
-    enum { M = 256 * 4 };
-    static float x[M], scale[M / 128], want_scale[M / 128];
-    static uint8_t codes[M], want[M];
-    const mp_state_format fmts[3] = {MP_STATE_8BIT, MP_STATE_4BIT, MP_STATE_FP8};
-    for (int f = 0; f < 3; f++)
-        for (int st = 1; st <= 2; st++) {
-            const size_t block = fmts[f] == MP_STATE_4BIT ? 128 : 256;
-            const int bits = fmts[f] == MP_STATE_8BIT ? 8 : fmts[f] == MP_STATE_4BIT ? 4 : 0;
-            const mp_state_map *sm = mp_optim_state_map(fmts[f], st);
-            for (size_t i = 0; i < M; i++) x[i] = frand();
+            if (k == &mp_optim_scalar) continue;
             const float odd[4] = {NAN, -NAN, INFINITY, -INFINITY};
             for (size_t b = 0; b < M / block; b++) x[b * block + 3 + b] = odd[b % 4];
-            mp_optim_scalar.quant(want, want_scale, x, sm, bits, M, block);
+            mp_optim_scalar.quant(port, want_scale, x, sm, bits, M, block);
             k->quant(codes, scale, x, sm, bits, M, block);
-            const size_t bytes = bits == 4 ? M / 2 : M;
-            CHECK(memcmp(codes, want, bytes) == 0 && memcmp(scale, want_scale, M / block * sizeof(float)) == 0,
+            CHECK(memcmp(codes, port, bits == 4 ? M / 2 : M) == 0 && memcmp(scale, want_scale, M / block * sizeof(float)) == 0,
                   "%s: %s state %d: blocks with NaN or inf differ from the portable loops", path,
                   mp_state_format_name(fmts[f]), st);
         }
 }
-#endif
 
 static void check_quantizers(void) {
     check_quantizers_of(&mp_optim_scalar, "portable");
 #ifdef MP_X86
-    if (mp_cpu_detected() >= MP_ISA_AVX2) check_quantizers_of(&mp_optim_avx2, "avx2"), check_quant_nonfinite_of(&mp_optim_avx2, "avx2");
-    if (mp_cpu_detected() >= MP_ISA_AVX512)
-        check_quantizers_of(&mp_optim_avx512, "avx512"), check_quant_nonfinite_of(&mp_optim_avx512, "avx512");
+    if (mp_cpu_detected() >= MP_ISA_AVX2) check_quantizers_of(&mp_optim_avx2, "avx2");
+    if (mp_cpu_detected() >= MP_ISA_AVX512) check_quantizers_of(&mp_optim_avx512, "avx512");
 #endif
 }
 
