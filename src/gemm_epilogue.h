@@ -26,7 +26,6 @@
  * counted into st[1]. st: NULL, or C's counts and the post step's. */
 #include <math.h>
 
-#include "amax_kernels.h"
 #include "internal.h"
 
 /* The tile's rows (cols values, row stride ts) to 16-bit codes of format t in h
@@ -55,17 +54,12 @@ static inline uint64_t tile_zeros(const float *tile, size_t ts, size_t rows, siz
 }
 
 /* Adds the counts of fp32 stores of the tile's rows x cols values (row stride
- * ts) to st, as mp_stats_f32 would, through this build's inlined kernel: one
- * call per tile, not per row. */
+ * ts) to st: one mp_stats_f32 call (the CPU path's vectorized kernel) for the
+ * whole tile when its rows are contiguous. */
 static inline void tile_stats32(mp_convert_stats *st, const float *tile, size_t ts, size_t rows, size_t cols) {
-    const size_t nr = cols == ts ? 1 : rows, len = cols == ts ? rows * ts : cols;
-    uint32_t sub = 0, nan = 0, am = 0;
-    for (size_t r = 0; r < nr; r++) {
-        const uint32_t a = k_stats32((const uint32_t *)(const void *)(tile + r * ts), len, &sub, &nan);
-        am = a > am ? a : am;
-    }
-    st->subnormal += sub, st->nan += nan;
-    mp_stats_amax(st, am);
+    if (cols == ts) mp_stats_f32(st, tile, rows * ts);
+    else
+        for (size_t r = 0; r < rows; r++) mp_stats_f32(st, tile + r * ts, cols);
 }
 
 /* Rows of a tile (row stride ts) into p (format t, at ldc, rows from i0 and
@@ -136,6 +130,16 @@ static inline void post_step(const mp_gemm_ep *e, float *tile, uint16_t *h, size
     }
 }
 
+/* The bits of the largest finite magnitude among n fp32 values. */
+static inline uint32_t tile_amax32(const float *x, size_t n) {
+    uint32_t m = 0;
+    for (size_t j = 0; j < n; j++) {
+        const uint32_t a = mp_f32_bits(x[j]) & 0x7fffffffu, fin = a < 0x7f800000u ? a : 0;
+        m = fin > m ? fin : m;
+    }
+    return m;
+}
+
 static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0,
                                          size_t rows, size_t cols, mp_convert_stats *st, uint64_t *zeros) {
     const float alpha = e->alpha, beta = e->beta;
@@ -185,7 +189,7 @@ static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_
         }
         if (st) { /* the rounding's counts; the amax of C as it now stands */
             rs.amax = 0.0f;
-            for (size_t r = 0; r < rows; r++) mp_stats_amax(&rs, k_amax32((const uint32_t *)e->c + (i0 + r) * e->ldc + j0, cols));
+            for (size_t r = 0; r < rows; r++) mp_stats_amax(&rs, tile_amax32((float *)e->c + (i0 + r) * e->ldc + j0, cols));
             mp_convert_stats_add(st, &rs);
         }
     } else {
