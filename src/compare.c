@@ -169,6 +169,41 @@ static void print_ablation(FILE *out, const mp_report *rep, const mp_report_abla
     }
 }
 
+/* What half precision bought in time on this CPU, and why: bf16 GEMMs run on
+ * the CPU's bf16 units where it has them (vdpbf16ps, AMX tiles), widened to
+ * fp32 for the FMA units where not; fp16 is widened on every CPU (mixprec
+ * has no AVX512_FP16 or AMX-FP16 kernels), so it saves memory, not time. */
+static void speed(char *out, size_t cap, size_t *at, const mp_run_result *f32, const mp_run_result *bf,
+                  const mp_run_result *h, const char *hname) {
+    size_t k = *at;
+    const mp_isa isa = mp_cpu_isa();
+#define ADD(...) k += (size_t)snprintf(out + k, k < cap ? cap - k : 0, __VA_ARGS__)
+    if (bf && bf->ms_per_step > 0) {
+        ADD("Speed on this CPU (path %s): a bf16 step took %.1f ms against %.1f ms in fp32 (%.2fx as fast, medians) "
+            "and held %.0f MiB against %.0f. ",
+            mp_isa_name(isa), bf->ms_per_step, f32->ms_per_step, f32->ms_per_step / bf->ms_per_step, bf->memory_mib,
+            f32->memory_mib);
+        if (isa >= MP_ISA_AMX) ADD("Its matrix multiplies read bf16 into the CPU's AMX tiles (TDPBF16PS).");
+        else if (isa >= MP_ISA_AVX512_BF16)
+            ADD("Its matrix multiplies read bf16 and use the CPU's bf16 dot-product instruction (vdpbf16ps, twice "
+                "the values of an fp32 FMA per instruction); what is left of the step (softmax, layer norm, GELU, "
+                "the optimizer) computes in fp32 in both modes.");
+        else
+            ADD("This CPU has no bf16 arithmetic units: bf16 values are widened to fp32 for its FMA units, so bf16 "
+                "saves memory and memory traffic, not arithmetic.");
+    }
+    if (h && h->ms_per_step > 0) {
+        const mp_cpu_feature_set *f = mp_cpu_features();
+        ADD("%s%s: %.1f ms a step against fp32's %.1f (%.2fx as fast). mixprec widens fp16 to fp32 for the FMA units "
+            "on every CPU%s, so fp16 saves memory, not time.",
+            k > *at ? "\n\n" : "", hname, h->ms_per_step, f32->ms_per_step, f32->ms_per_step / h->ms_per_step,
+            f->avx512_fp16 || f->amx_fp16 ? " (it has no AVX512_FP16 or AMX-FP16 kernels, which this CPU would run)"
+                                          : " (this one has no fp16 arithmetic units)");
+    }
+#undef ADD
+    *at = k;
+}
+
 /* The plain-language reading, from the numbers. */
 static void reading(char *out, size_t cap, const mp_compare_mode *runs, int n, const char *model, const mp_report *rep,
                     const mp_report_ablation *ab, int nab, int ref) {
@@ -261,11 +296,7 @@ static void reading(char *out, size_t cap, const mp_compare_mode *runs, int n, c
                 "seed, so it does not measure how much of that the path alone would move.\n\n",
                 100 * spread, gpt ? "percent" : "points");
     }
-    if (f32 && bf && bf->ms_per_step > 0)
-        ADD("Speed: a bf16 step took %.1f ms against %.1f ms in fp32 (%.2fx, medians); its matrix multiplies read bf16%s.",
-            bf->ms_per_step, f32->ms_per_step, f32->ms_per_step / bf->ms_per_step,
-            mp_cpu_isa() >= MP_ISA_AVX512_BF16 ? " and use the CPU's bf16 dot-product instruction"
-                                                : ", widened to fp32 (this CPU has no bf16 dot-product instruction)");
+    if (f32 && f32->ms_per_step > 0) speed(out, cap, &k, f32, bf, dyn ? dyn : f16, dyn ? "fp16-dynamic" : "fp16");
 #undef ADD
 }
 

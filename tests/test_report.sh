@@ -10,6 +10,7 @@
 cat > "$T/check.py" <<'PY'
 # The report of a comparison against its logs: every chart element against the CSV/JSON figures it draws.
 import csv, json, math, re, sys
+from html import unescape as html_unescape
 from html.parser import HTMLParser
 d, console = sys.argv[1], open(sys.argv[2]).read()
 corpus = open(sys.argv[3], "rb").read() if len(sys.argv) > 3 else None
@@ -180,6 +181,20 @@ assert [(r[0], r[1]) for r in p.abl] == want, p.abl
 assert ('id="ablation"' in html) == bool(want) and ("what each protection buys" in console) == bool(want)
 fmt = (lambda v: "not finite" if not math.isfinite(v) else f"{v:.4f}") if gpt else (lambda v: f"{100 * v:.2f}%")
 reading = html[html.index('<div class="reading">'):html.index("</div>")]
+# the speed: what bf16 and fp16 bought in time on this CPU, from the runs' medians, and why
+ms = lambda m: runs[m]["ms_per_step"]
+said = html_unescape(reading)
+if "fp32" in runs and ms("fp32") > 0:
+    if "bf16" in runs:
+        assert f"a bf16 step took {ms('bf16'):.1f} ms against {ms('fp32'):.1f} ms in fp32 " \
+               f"({ms('fp32') / ms('bf16'):.2f}x as fast, medians)" in said, said
+        assert ("AMX tiles" in said) or ("vdpbf16ps" in said) or ("no bf16 arithmetic units" in said), said
+    h = "fp16-dynamic" if "fp16-dynamic" in runs else "fp16" if "fp16" in runs else None
+    if h:
+        assert f"{h}: {ms(h):.1f} ms a step against fp32's {ms('fp32'):.1f} ({ms('fp32') / ms(h):.2f}x as fast). " \
+               "mixprec widens fp16 to fp32 for the FMA units on every CPU" in said, said
+    else:
+        assert "widens fp16" not in said, said
 for a, r in zip(summ["ablation"], p.abl):
     ref, fig = figure("fp16-dynamic"), figure(a["run"])
     assert r[2] == fmt(fig) and r[4] == str(len(runs[a["run"]]["skipped"])), r
