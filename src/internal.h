@@ -262,6 +262,14 @@ typedef struct mp_state_map {
     int32_t top;       /* the last bucket */
     int entries, sign_magnitude, nan_code;
     float thresh[257]; /* thresh[entries] is NaN: no y reaches it */
+    /* The thresholds as a search tree in heap order, for a branch-free binary
+     * search in registers (cpu/quant_avx512.c): levels = log2 of entries
+     * rounded up; node h (1 <= h < 2^levels) at depth d holds thresh[(2 (h -
+     * 2^d) + 1) 2^(levels - 1 - d)] (NaN past thresh[entries - 1]); from
+     * h = 1, h = 2 h + (y >= heap[h]) levels times, and the code is
+     * h - 2^levels (e4m3: of |y|). */
+    float heap[256];
+    int levels;
 } mp_state_map;
 
 typedef struct mp_optim_kernels {
@@ -310,12 +318,16 @@ int mp_state_map_code_ref(const mp_state_map *m, float y);
 /* 1 when every bucket of every map holds at most one threshold. */
 int mp_state_maps_exact(void);
 
-/* The block formats' loops vectorized for AVX2 (cpu/quant_avx2.c), used by
- * the avx2 and avx512 paths. */
+/* The block formats' loops vectorized for AVX2 (cpu/quant_avx2.c, the avx2
+ * path) and for AVX-512 (cpu/quant_avx512.c, the avx512 paths). */
 void mp_dequant_avx2(float *out, const uint8_t *codes, const float *scale, const mp_state_map *map, int bits, size_t n,
                      size_t block);
 void mp_quant_avx2(uint8_t *codes, float *scale, const float *x, const mp_state_map *map, int bits, size_t n,
                    size_t block);
+void mp_dequant_avx512(float *out, const uint8_t *codes, const float *scale, const mp_state_map *map, int bits,
+                       size_t n, size_t block);
+void mp_quant_avx512(uint8_t *codes, float *scale, const float *x, const mp_state_map *map, int bits, size_t n,
+                     size_t block);
 
 /* The eight partial sums of mp_optim_kernels.sumsq, added in a fixed order. */
 static inline double mp_sumsq_total(const double acc[8]) {

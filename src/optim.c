@@ -145,9 +145,22 @@ static int build_buckets(mp_state_map *m, uint32_t shift) {
     return 1;
 }
 
+/* The thresholds in heap order (internal.h). */
+static void build_heap(mp_state_map *m) {
+    m->levels = 0;
+    while (1 << m->levels < m->entries) m->levels++;
+    for (int d = 0; d < m->levels; d++)
+        for (int h = 1 << d; h < 2 << d; h++) {
+            const int c = (2 * (h - (1 << d)) + 1) << (m->levels - 1 - d);
+            m->heap[h] = c < m->entries ? m->thresh[c] : NAN;
+        }
+    m->heap[0] = NAN;
+}
+
 /* The coarsest buckets that hold at most one threshold each. */
 static int build_tables(mp_state_map *m) {
     build_thresholds(m);
+    build_heap(m);
     for (uint32_t mbits = 1; mbits <= 10; mbits++)
         if (build_buckets(m, 23 - mbits)) return 1;
     return 0;

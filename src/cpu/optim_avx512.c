@@ -2,4 +2,4 @@
  * flags so the compiler vectorizes them; same bits as the portable build. */
 #include "../optim_kernels.h"
 
-const mp_optim_kernels mp_optim_avx512 = MP_OPTIM_KERNELS(mp_dequant_avx2, mp_quant_avx2);
+const mp_optim_kernels mp_optim_avx512 = MP_OPTIM_KERNELS(mp_dequant_avx512, mp_quant_avx512);

@@ -1,7 +1,7 @@
 /* quant_avx2.c - the optimizer state's block formats (optim_kernels.h's
  * k_dequant, k_quant) with AVX2 intrinsics: 8 codes at a time through the
  * map's tables (two gathers: the bucket's code, then its next threshold).
- * The same bits as the portable loops; used by the avx2 and avx512 paths. */
+ * The same bits as the portable loops; used by the avx2 path. */
 #include <immintrin.h>
 
 #include "../quant_kernels.h"
