@@ -1,5 +1,6 @@
 /* cpu.c - which kernels to run on this CPU, and how many threads. */
 #define _DEFAULT_SOURCE /* syscall */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -152,6 +153,31 @@ mp_status mp_cpu_set_isa(mp_isa isa) {
 
 static atomic_int thread_override = 0, thread_default = 0;
 
+/* MIXPREC_THREADS as a whole decimal number from 1 to MP_MAX_THREADS; 0 when
+ * unset or empty, -1 when it is something else. */
+static int env_threads(void) {
+    const char *env = getenv("MIXPREC_THREADS");
+    if (!env || !*env) return 0;
+    char *end;
+    errno = 0;
+    const long v = strtol(env, &end, 10);
+    return *end || errno || v < 1 || v > MP_MAX_THREADS || env[0] < '0' || env[0] > '9' ? -1 : (int)v;
+}
+
+mp_status mp_cpu_env_check(void) {
+    const char *isa = getenv("MIXPREC_ISA");
+    mp_isa cap;
+    if (isa && *isa && mp_isa_parse(isa, &cap) != MP_OK)
+        return mp_error(MP_EINVAL, "MIXPREC_ISA=%.40s%s: not a CPU path (scalar, avx2, avx512, avx512bf16 or amx)", isa,
+                        strlen(isa) > 40 ? "..." : "");
+    if (env_threads() < 0) {
+        const char *t = getenv("MIXPREC_THREADS");
+        return mp_error(MP_EINVAL, "MIXPREC_THREADS=%.40s%s: not a number of threads from 1 to %d", t,
+                        strlen(t) > 40 ? "..." : "", MP_MAX_THREADS);
+    }
+    return MP_OK;
+}
+
 void mp_set_threads(int n) { atomic_store_explicit(&thread_override, n > 0 ? n : 0, memory_order_relaxed); }
 
 int mp_get_threads(void) {
@@ -160,9 +186,7 @@ int mp_get_threads(void) {
     n = atomic_load_explicit(&thread_default, memory_order_relaxed);
     if (n > 0) return n;
     /* first call: MIXPREC_THREADS, else OpenMP's default; kept (getenv is slow) */
-    const char *env = getenv("MIXPREC_THREADS");
-    if (env && atoi(env) > 0) n = atoi(env);
-    else {
+    if ((n = env_threads()) <= 0) {
 #ifdef _OPENMP
         n = omp_get_max_threads();
 #else

@@ -638,6 +638,17 @@ MIXPREC_ISA=scalar expect 0 "$M" --version && has "$out" 'cpu path: scalar' && h
 # MIXPREC_ISA only steps down: amx on a CPU without it keeps the detected path
 best=$("$M" --version | sed -n 's/.*cpu path: \([a-z0-9]*\).*/\1/p')
 MIXPREC_ISA=amx expect 0 "$M" --version && has "$out" "cpu path: $best"
+# the environment's values are checked whole: a name in another case, a stray space, a number with a tail, out of
+# range, signed or spaced, refused by every command (usage error, one line naming the variable and its value)
+for v in SCALAR 'avx2 ' avx-512 ''x; do
+    [ -z "$v" ] && continue
+    MIXPREC_ISA="$v" expect 2 "$M" --version && one_line && has "$err" "^mixprec: MIXPREC_ISA=$v: not a CPU path"
+done
+MIXPREC_ISA='avx2 ' expect 2 "$M" formats && one_line && has "$err" 'MIXPREC_ISA=avx2 : not a CPU path'
+for v in 1x 10000 0 -1 ' 2' +2 2.0 65; do
+    MIXPREC_THREADS="$v" expect 2 "$M" formats && one_line && has "$err" "MIXPREC_THREADS=${v//+/\\+}: not a number of threads from 1 to 64"
+done
+MIXPREC_THREADS=64 expect 0 "$M" formats && MIXPREC_THREADS=1 expect 0 "$M" formats && MIXPREC_ISA= expect 0 "$M" formats
 expect 0 "$M" bench peak --json && has "$out" '"fma_gflops"' && has "$out" '"dpbf16_gflops"' &&
     { [ "$best" != amx ] || has "$out" '"tdpbf16_gflops"'; }
 

@@ -24,6 +24,7 @@ static void help(FILE *f) {
 }
 
 static int dispatch(int argc, char **argv) {
+    if (mp_cpu_env_check() != MP_OK) return cli_usage_error(NULL, "%s", mp_last_error());
     if (argc < 2) { /* a usage error: the usage on standard error */
         help(stderr);
         return CLI_USAGE;

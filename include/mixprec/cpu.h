@@ -68,6 +68,15 @@ mp_status mp_isa_parse(const char *name, mp_isa *out);
 void mp_set_threads(int n);
 int  mp_get_threads(void);
 
+/* The environment's settings checked: MIXPREC_ISA, when set and not empty,
+ * must be a name mp_isa_parse takes (exactly: "SCALAR" and "avx2 " are not),
+ * and MIXPREC_THREADS a whole decimal number from 1 to 64. MP_OK, or
+ * MP_EINVAL with one line naming the variable, its value and what it takes.
+ * The library itself never fails on them: a value this refuses is ignored
+ * (the detected path; OpenMP's default threads). The mixprec command refuses
+ * to run with one (usage error); the Python package warns on import. */
+mp_status mp_cpu_env_check(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -124,6 +124,7 @@ for name, res, args in [
         ("mp_version", ctypes.c_char_p, []),
         ("mp_last_error", ctypes.c_char_p, []),
         ("mp_status_str", ctypes.c_char_p, [_I]),
+        ("mp_cpu_env_check", _I, []),
         ("mp_format", ctypes.POINTER(FormatInfo), [_I]),
         ("mp_dtype_parse", _I, [ctypes.c_char_p, ctypes.POINTER(_I)]),
         ("mp_convert", _I, [_P, _I, _P, _I, _SZ, ctypes.POINTER(ConvertStats)]),
@@ -137,6 +138,11 @@ for name, res, args in [
         ("mp_report_write", _I, [ctypes.c_char_p, ctypes.POINTER(Report)])]:
     f = getattr(lib, name)
     f.restype, f.argtypes = res, args
+
+
+if lib.mp_cpu_env_check() != 0:  # the library ignores such a value; say so once
+    import warnings
+    warnings.warn("mixprec: %s (ignored)" % lib.mp_last_error().decode(errors="replace"), RuntimeWarning, stacklevel=2)
 
 
 def check(status):

@@ -3,6 +3,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -168,6 +169,17 @@ def test_explore_equals_cli(tmp_path, cli):
     mixprec.explore(x, tmp_path / "esc.html", description="<script>alert(1)</script>")
     page = (tmp_path / "esc.html").read_text()
     assert "&lt;script&gt;alert(1)" in page and "<script>alert" not in page
+
+
+@pytest.mark.parametrize("var,value", [("MIXPREC_THREADS", "1x"), ("MIXPREC_THREADS", "10000"), ("MIXPREC_ISA", "SCALAR")])
+def test_bad_environment_values_are_named_on_import(var, value):
+    """The library ignores a value it cannot take; importing the package says so once."""
+    env = dict(os.environ, **{var: value})
+    code = "import warnings; warnings.simplefilter('error'); import mixprec"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and f"{var}={value}: not a" in r.stderr, r.stderr
+    env[var] = "1" if var == "MIXPREC_THREADS" else "scalar"
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
 
 
 def test_errors_carry_the_library_message(tmp_path):
