@@ -361,8 +361,25 @@ static mp_status unused_options(const mp_run_spec *s) {
     return MP_OK;
 }
 
+/* Whether the mode string sets switch `key` itself ("...+key=value..."). */
+static int mode_sets(const char *mode, const char *key) {
+    const size_t kl = strlen(key);
+    for (const char *q = strchr(mode, '+'); q; q = strchr(q + 1, '+'))
+        if (strncmp(q + 1, key, kl) == 0 && q[1 + kl] == '=') return 1;
+    return 0;
+}
+
 mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
     if (!s || !s->model || !s->precision) return mp_error(MP_EINVAL, "mp_run_check: NULL argument");
+    const struct {
+        int set;
+        const char *key;
+    } sw[] = {{s->master_weights >= 0, "master-weights"}, {s->optim_state >= 0, "optim-state"},
+              {s->reductions >= 0, "reductions"}, {s->mx_rule >= 0, "mx-rule"}};
+    for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++)
+        if (sw[i].set && mode_sets(s->precision, sw[i].key))
+            return mp_error(MP_EINVAL, "+%s in the mode %s and --%s both given: say it once", sw[i].key,
+                            s->precision, sw[i].key);
     mp_precision p;
     mp_status st = mp_precision_parse(s->precision, &p);
     if (st == MP_OK && s->master_weights >= 0) st = mp_precision_set_master_weights(&p, (mp_master_weights)s->master_weights);

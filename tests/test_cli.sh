@@ -508,6 +508,16 @@ expect 2 "$M" "${TR[@]}" --precision fp32 --reductions half --steps 1 && one_lin
 expect 2 "$M" "${TR[@]}" --precision fp16 --reductions fp16 --steps 1 && one_line && has "$err" 'fp32 or half'
 expect 2 "$M" "${TR[@]}" --precision fp16+reductions=halfish --steps 1 && one_line && has "$err" 'reductions=fp32\|half'
 expect 2 "$M" compare --precisions fp32+master-weights=none --out "$T/cmw2" --steps 1 && one_line
+# a switch said twice, in the mode and as an option, is a usage error whichever value would win
+for sw in 'fp16-dynamic master-weights=none --master-weights fp32' 'fp16-dynamic optim-state=8bit --optim-state fp32' \
+          'fp16-dynamic reductions=half --reductions fp32' 'mxfp8 mx-rule=floor --mx-rule rceil'; do
+    set -- $sw
+    expect 2 "$M" "${TR[@]}" --precision "$1+$2" "$3" "$4" --steps 1 --log "$T/twice.csv" && one_line &&
+        has "$err" "\+${2%%=*} in the mode $1\+$2 and --${2%%=*} both given: say it once"
+    expect 2 "$M" compare --model mlp:784-48-10 --precisions "$1,$1+$2" "$3" "$4" --out "$T/twice" --steps 1 &&
+        one_line && has "$err" "$1\+$2: \+${2%%=*} in the mode"
+done
+[ ! -e "$T/twice.csv" ] && [ ! -e "$T/twice" ] && ok || fail "a refused switch wrote something"
 
 # fp8/fp4 recipes: the quantized tensors' columns (only in a recipe run), their run figures in the summary
 expect 0 "$M" "${GT[@]}" --precision fp8-current --steps 4 --log "$T/q.csv" --summary "$T/q.json"
