@@ -174,8 +174,10 @@ static const mp_precision *find_mode(const char *base, float *static_scale, mp_s
     if (strncmp(base, "fp16-static:", 12) == 0) {
         char *end;
         const double s = strtod(base + 12, &end);
-        if (end == base + 12 || *end || !((float)s > 0) || !isfinite((float)s)) { /* 1e-50 > 0 is 0 in fp32 */
-            *st = mp_error(MP_EINVAL, "fp16-static:S wants a positive finite scale, not '%s'", base + 12);
+        if (end == base + 12 || *end || !((float)s > 0) || !isfinite((float)s) || /* 1e-50 > 0 is 0 in fp32 */
+            !isfinite((float)(1.0 / (double)(float)s))) {
+            *st = mp_error(MP_EINVAL, "fp16-static:S wants a positive finite scale whose inverse is finite in fp32 "
+                           "(S above 2^-128), not '%s'", base + 12);
             return NULL;
         }
         if (static_scale) *static_scale = (float)s;

@@ -508,6 +508,11 @@ expect 2 "$M" "${TR[@]}" --precision fp32 --reductions half --steps 1 && one_lin
 expect 2 "$M" "${TR[@]}" --precision fp16 --reductions fp16 --steps 1 && one_line && has "$err" 'fp32 or half'
 expect 2 "$M" "${TR[@]}" --precision fp16+reductions=halfish --steps 1 && one_line && has "$err" 'reductions=fp32\|half'
 expect 2 "$M" compare --precisions fp32+master-weights=none --out "$T/cmw2" --steps 1 && one_line
+# a loss scale whose inverse is not finite in fp32 (1/S would make every unscaled gradient inf) refused up front, named
+expect 2 "$M" "${TR[@]}" --precision fp16-dynamic --init-scale 1e-40 --steps 1 && one_line &&
+    has "$err" '--init-scale 1e-40: 1/S is not finite in fp32'
+expect 2 "$M" "${TR[@]}" --precision fp16-static:1e-40 --steps 1 && one_line && has "$err" "fp16-static:S .* not '1e-40'"
+expect 2 "$M" "${TR[@]}" --precision fp16-static:2.9e-39 --steps 1 && one_line && has "$err" 'inverse is finite'
 # a switch said twice, in the mode and as an option, is a usage error whichever value would win
 for sw in 'fp16-dynamic master-weights=none --master-weights fp32' 'fp16-dynamic optim-state=8bit --optim-state fp32' \
           'fp16-dynamic reductions=half --reductions fp32' 'mxfp8 mx-rule=floor --mx-rule rceil'; do
