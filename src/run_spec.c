@@ -202,6 +202,11 @@ static void choice_list(char *out, size_t cap, const choice *c) {
     for (size_t i = 0; i < n && k < cap; i++)
         k += (size_t)snprintf(out + k, cap - k, "%s%s", i == 0 ? "" : i + 1 == n ? " or " : ", ", c[i].name);
 }
+/* A nonzero number that is 0 in fp32 (below its least subnormal, 1.4e-45). */
+static mp_status underflowed(const char *name, const char *v) {
+    return mp_error(MP_EINVAL, "--%s %s is below fp32's least subnormal (1.4e-45): it would be 0", name, v);
+}
+
 
 mp_status mp_run_option(mp_run_spec *s, const char *name, const char *v) {
     if (!s || !name) return mp_error(MP_EINVAL, "mp_run_option: NULL argument");
@@ -223,6 +228,7 @@ mp_status mp_run_option(mp_run_spec *s, const char *name, const char *v) {
         const float f = strtof(v, &end); /* read as a float, as the CLI always has */
         if (end == v || *end || (errno == ERANGE && isinf(f)) || !(f >= o->lo && f <= o->hi))
             return mp_error(MP_EINVAL, "--%s wants a number in [%g, %g], not '%s'", name, o->lo, o->hi, v);
+        if (f == 0 && strtod(v, NULL) != 0) return underflowed(name, v);
         *(double *)dst = f;
         return MP_OK;
     }
@@ -230,6 +236,7 @@ mp_status mp_run_option(mp_run_spec *s, const char *name, const char *v) {
         errno = 0;
         const float f = strtof(v, &end);
         if (end == v || *end || (errno == ERANGE && isinf(f))) return mp_error(MP_EINVAL, "--%s wants a number, not '%s'", name, v);
+        if (f == 0 && strtod(v, NULL) != 0) return underflowed(name, v);
         *(float *)dst = f;
         return MP_OK;
     }

@@ -513,6 +513,11 @@ expect 2 "$M" "${TR[@]}" --precision fp16-dynamic --init-scale 1e-40 --steps 1 &
     has "$err" '--init-scale 1e-40: 1/S is not finite in fp32'
 expect 2 "$M" "${TR[@]}" --precision fp16-static:1e-40 --steps 1 && one_line && has "$err" "fp16-static:S .* not '1e-40'"
 expect 2 "$M" "${TR[@]}" --precision fp16-static:2.9e-39 --steps 1 && one_line && has "$err" 'inverse is finite'
+# a number that is 0 in fp32 though it is not: an option refused, a cast input reported as what happened to it
+expect 2 "$M" "${TR[@]}" --lr 1e-50 --steps 1 && one_line && has "$err" "--lr 1e-50 is below fp32's least subnormal"
+expect 2 "$M" "${TR[@]}" --precision fp16-dynamic --min-scale 1e-46 --steps 1 && one_line && has "$err" '--min-scale 1e-46'
+expect 0 "$M" cast --to bf16 1e-46 0 && has "$out" '^1e-46 .* underflow \(0 in fp32 already' && has "$out" '^0 .* exact$'
+expect 0 "$M" cast --to mxfp8-e4m3 1e-46 1 && has "$out" '^1e-46 .* underflow \(0 in fp32 already'
 # a switch said twice, in the mode and as an option, is a usage error whichever value would win
 for sw in 'fp16-dynamic master-weights=none --master-weights fp32' 'fp16-dynamic optim-state=8bit --optim-state fp32' \
           'fp16-dynamic reductions=half --reductions fp32' 'mxfp8 mx-rule=floor --mx-rule rceil'; do

@@ -5,6 +5,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "classify.h"
@@ -45,6 +46,10 @@ static const char usage[] =
  * the quantizer multiplied it by before rounding to elem (mx.h: 2^(127 - s)
  * for MX, min(1 / (s * (1 / g)), FLT_MAX) for NVFP4). "saturated" is
  * mp_convert_count's overflow, as the quantizers' statistics count it. */
+/* An input whose fp32 value is 0 though it is not: it underflowed on reading, before any cast. */
+#define ZERO_IN_FP32 "underflow (0 in fp32 already: below 1.4e-45)"
+static int zero_in_fp32(const char *text, float x) { return x == 0 && strtod(text, NULL) != 0; }
+
 static const char *block_status(float x, float q, mp_dtype elem, float mult) {
     if (x == q) return "exact";
     if (q == 0) return "flushed";
@@ -109,7 +114,7 @@ static int cast_block(mp_block_format bf, mp_mx_rule rule, const float *values, 
             char hex[8];
             snprintf(hex, sizeof hex, "0x%02x", code);
             printf("%-16s %-16.9g %-6s %-16.9g %-10s %s\n", texts[i], (double)x[i], hex, (double)q[i], err,
-                   block_status(x[i], q[i], c.elem, mult));
+                   zero_in_fp32(texts[i], x[i]) ? ZERO_IN_FP32 : block_status(x[i], q[i], c.elem, mult));
         }
     }
     printf("\n");
@@ -167,7 +172,7 @@ static int run(int argc, char **argv) {
         char bits[16];
         snprintf(bits, sizeof bits, "0x%0*x", hexw, r.bits);
         printf("%-16s %-16.9g %-*s %-16.9g %-10s %s\n", texts[i], (double)x, hexw + 2 > 6 ? hexw + 2 : 6, bits,
-               (double)r.value, err, r.status);
+               (double)r.value, err, zero_in_fp32(texts[i], x) ? ZERO_IN_FP32 : r.status);
     }
     return 0;
 }
