@@ -336,7 +336,7 @@ static mp_status write_summary(const cmp *x, const char *out, const char *cmdlin
     }
     char path[4200];
     snprintf(path, sizeof path, "%.4000s/summary.json", out);
-    char *text = cJSON_Print(all);
+    char *text = mp_json_print(all, 1);
     cJSON_Delete(all);
     if (!text) return mp_error(MP_ENOMEM, "%s: out of memory", path);
     res->summary = text;

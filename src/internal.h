@@ -205,6 +205,16 @@ mp_status mp_run_check_files_in(const struct mp_run_spec *s, const char *pending
  * out of memory. */
 const char *mp_run_reader(const struct mp_run_spec *s, const char *path);
 
+/* text with each byte that starts no UTF-8 sequence (RFC 3629: no overlong
+ * forms, surrogates or code points past U+10FFFF) replaced by replacement,
+ * in a new string the caller frees; NULL when out of memory (json.c). */
+char *mp_utf8_repair(const char *text, const char *replacement);
+/* A cJSON tree as text (indented when formatted), valid UTF-8: a string's
+ * bytes that are not become \ufffd. The caller frees it with free(); NULL
+ * when out of memory. Every JSON file the library writes is printed so. */
+struct cJSON;
+char *mp_json_print(const struct cJSON *j, int formatted);
+
 /* Fused unscale + inf/NaN check kernels of one CPU path: x[i] *= inv for
  * i in [0, n); returns nonzero if any x[i] (before scaling) is inf or NaN.
  * check32 and check16 only read (inv_scale 1): nonzero if any of the n codes

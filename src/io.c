@@ -289,7 +289,7 @@ mp_status mp_safetensors_write(const char *path, const mp_tensor *ts, size_t cou
         cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(off + ts[i].nbytes)));
         off += ts[i].nbytes;
     }
-    char *json = cJSON_PrintUnformatted(root);
+    char *json = mp_json_print(root, 0);
     cJSON_Delete(root);
     if (!json) return mp_error(MP_ENOMEM, "%s: out of memory", path);
     size_t hlen = strlen(json);

@@ -1182,7 +1182,7 @@ static void write_outputs(run_state *s) {
     if (o->save) mp_trainer_gather_state(s->tr, 0); /* rank 0 lets go of the others' state */
     if (writer) { /* the summary: kept in the result, written where the spec names it */
         cJSON *j = summary_json(s);
-        r->summary = j ? cJSON_Print(j) : NULL;
+        r->summary = j ? mp_json_print(j, 1) : NULL;
         cJSON_Delete(j);
         e = !r->summary ? mp_error(MP_ENOMEM, "%s: out of memory", o->summary ? o->summary : "the summary")
             : o->summary ? mp_write_file_atomic(o->summary, &(mp_chunk){r->summary, strlen(r->summary)}, 1)
