@@ -261,8 +261,9 @@ static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
 /* ---- memory before it is taken ---- */
 
 /* The bytes the machine can still give this process: /proc/meminfo's
- * MemAvailable, or less where a cgroup (v2) limit leaves less; 0 when
- * neither can be read (no check then). */
+ * MemAvailable, or less where a cgroup (v2) limit or the address-space limit
+ * (RLIMIT_AS, ulimit -v, less what is mapped already) leaves less; 0 when
+ * none can be read (no check then). */
 static uint64_t memory_available(void) {
     uint64_t avail = 0;
     char line[256];
@@ -280,7 +281,26 @@ static uint64_t memory_available(void) {
     if (f && fscanf(f, "%llu", &cur) != 1) cur = 0;
     if (f) fclose(f);
     if (limited && max > cur && (avail == 0 || max - cur < avail)) avail = max - cur;
+    struct rlimit rl; /* ulimit -v: the address space this process may still map */
+    unsigned long long pages = 0;
+    f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%llu", &pages) != 1) pages = 0;
+    if (f) fclose(f);
+    const uint64_t mapped = (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        const uint64_t left = rl.rlim_cur > mapped ? (uint64_t)rl.rlim_cur - mapped : 1;
+        if (avail == 0 || left < avail) avail = left;
+    }
     return avail;
+}
+
+/* The optimizer state's bytes per parameter, as it will be kept. */
+static double state_bytes(const run_state *s) {
+    const mp_state_format sf = mp_precision_state_format(&s->prec);
+    const double nstates = s->o.optimizer == MP_RUN_ADAMW ? 2 : s->o.momentum != 0 ? 1 : 0;
+    const double sb = sf == MP_STATE_FP32 ? 4 : sf == MP_STATE_BF16 || sf == MP_STATE_FP16 ? 2
+                      : sf == MP_STATE_4BIT ? 0.5 + 4.0 / 128 : 1 + 4.0 / 256;
+    return nstates * sb;
 }
 
 /* About what a model takes: its parameters with their gradients, optimizer
@@ -305,13 +325,9 @@ static uint64_t model_bytes(const run_state *s, const mp_mlp_config *mc, const m
         act = B * widths * (4 + 3 * es);
     }
     /* per parameter: the weights as kept, the fp32 gradient, the optimizer state as kept */
-    const mp_state_format sf = mp_precision_state_format(&s->prec);
-    const double nstates = o->optimizer == MP_RUN_ADAMW ? 2 : o->momentum != 0 ? 1 : 0;
-    const double sb = sf == MP_STATE_FP32 ? 4 : sf == MP_STATE_BF16 || sf == MP_STATE_FP16 ? 2
-                      : sf == MP_STATE_4BIT ? 0.5 + 4.0 / 128 : 1 + 4.0 / 256;
     const mp_master_weights mw = s->prec.master_weights;
     const double w = mw == MP_MASTER_FP32 ? 4 + (es < 4 ? es : 0) : mw == MP_MASTER_KAHAN ? 4 : 2;
-    const double per = w + 4 + nstates * sb;
+    const double per = w + 4 + state_bytes(s);
     return (uint64_t)(params * per + act);
 }
 
@@ -419,7 +435,9 @@ static int setup(run_state *s, size_t *T, long *steps_per_epoch) {
     } else {
         const size_t eval_b = 1000;
         if ((st = mp_mlp_create(&s->mlp, &mc, ct, master, B > eval_b ? B : eval_b, s->opt, (uint64_t)o->seed)) != MP_OK)
-            return failed(s, st);
+            return st == MP_ENOMEM && B < eval_b ? fail(s, st, "%s (the evaluation's batch of %zu rows; --batch is %zu)",
+                                                        mp_last_error(), eval_b, B)
+                                                 : failed(s, st);
         s->model = mp_mlp_model(s->mlp);
         if ((st = mp_precision_recipe(prec, &r)) != MP_OK || (st = mp_mlp_set_recipe(s->mlp, &r, (uint64_t)o->seed)) != MP_OK)
             return failed(s, st);
@@ -627,6 +645,8 @@ static int begin(run_state *s) {
     peak_reset();
     s->is_gpt = !o->custom && is_gpt(o->model);
     s->writer = rank_of(s) == 0; /* with ranks, rank 0 alone writes files and the console */
+    mp_status ts = mp_threads_check(); /* before OpenMP's runtime would end the process for it */
+    if (ts != MP_OK) return failed(s, ts);
     s->T = 1, s->steps_per_epoch = 1;
     int ret = setup(s, &s->T, &s->steps_per_epoch);
     if (ret != RUN_OK) return ret;
@@ -641,6 +661,13 @@ static int begin(run_state *s) {
         return invalid(s, msg);
     }
     if (mp_trainer_create(&s->tr, &tc, s->model, s->opt, s->loader) != MP_OK) return invalid(s, mp_last_error());
+    struct rlimit fl; /* ulimit -f: a checkpoint that cannot be written whole is refused now, not after training */
+    const mp_optim_bytes held = mp_optim_bytes_held(s->opt);
+    const double ckpt = held.weights + held.comp + held.params * state_bytes(s);
+    if (o->save && getrlimit(RLIMIT_FSIZE, &fl) == 0 && fl.rlim_cur != RLIM_INFINITY && (double)fl.rlim_cur < ckpt)
+        return fail(s, MP_EIO, "--save %s: the checkpoint holds at least %.0f bytes (weights and optimizer state), "
+                    "and this process may write files of at most %llu bytes (ulimit -f)", o->save, ckpt,
+                    (unsigned long long)fl.rlim_cur);
     model_meta(o, s->meta);
     if (o->init) {
         mp_safetensors st;

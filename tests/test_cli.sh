@@ -532,6 +532,14 @@ h = open(t + b"/" + bad + b".st", "rb").read()
 json.loads(h[8:8 + struct.unpack("<Q", h[:8])[0]].decode("utf-8"))
 PY
 then ok; else fail "a JSON output holds bytes that are not UTF-8"; fi
+# threads that cannot be started (each one's stack is the 4 GB ulimit -s against a 3 GB address space): one mixprec
+# line before training, not OpenMP's runtime ending the process (the sanitizers need more address space: skipped)
+if ! grep -qa __asan_init "$M"; then
+    (ulimit -s 4000000 && ulimit -v 3000000 && exec "$M" "${TR[@]}" --steps 1) > /dev/null 2> "$T/thr.err"
+    rc=$?; err=$(cat "$T/thr.err")
+    if [ "$rc" -eq 1 ]; then ok; else fail "threads that cannot start: exit $rc"; fi
+    one_line && has "$err" '^mixprec train: cannot start 2 threads \(the thread 2: .*\): fewer with --threads'
+fi
 # a switch said twice, in the mode and as an option, is a usage error whichever value would win
 for sw in 'fp16-dynamic master-weights=none --master-weights fp32' 'fp16-dynamic optim-state=8bit --optim-state fp32' \
           'fp16-dynamic reductions=half --reductions fp32' 'mxfp8 mx-rule=floor --mx-rule rceil'; do

@@ -1,6 +1,7 @@
 /* main.c - the mixprec command: dispatch to subcommands. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -67,6 +68,8 @@ int main(int argc, char **argv) {
     const int progress = argc > 1 && (!strcmp(argv[1], "train") || !strcmp(argv[1], "compare") ||
                                       !strcmp(argv[1], "demo") || !strcmp(argv[1], "sample"));
     if (!progress && !isatty(STDOUT_FILENO)) setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
+    /* a file past ulimit -f: the write fails with EFBIG and the command says so, rather than a silent signal */
+    signal(SIGXFSZ, SIG_IGN);
     const int rc = dist_init(argc, argv); /* under mpirun: MPI (dist.h); else nothing */
     const int ret = rc ? rc : dispatch(argc, argv);
     return dist_finalize(stdout_checked(argc > 1 ? argv[1] : NULL, ret));

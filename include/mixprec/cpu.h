@@ -68,6 +68,14 @@ mp_status mp_isa_parse(const char *name, mp_isa *out);
 void mp_set_threads(int n);
 int  mp_get_threads(void);
 
+/* Whether the threads the library's kernels will use (mp_get_threads) can be
+ * started: that many threads, the stack OpenMP gives them (OMP_STACKSIZE or
+ * the default) each, alive at once, then joined. MP_OK, or MP_ENOMEM with one
+ * line saying how many could not be started and why. Called before a run's
+ * first step, since OpenMP's runtime ends the process when it cannot start
+ * its threads. */
+mp_status mp_threads_check(void);
+
 /* The environment's settings checked: MIXPREC_ISA, when set and not empty,
  * must be a name mp_isa_parse takes (exactly: "SCALAR" and "avx2 " are not),
  * and MIXPREC_THREADS a whole decimal number from 1 to 64. MP_OK, or
