@@ -19,6 +19,14 @@ expect 2 "$M" frobnicate && one_line && has "$err" "unknown command 'frobnicate'
 expect 2 "$M" train --lr $'1\n2' && one_line && has "$err" "not '1\\\\x0a2'"
 expect 2 "$M" train --model $'gpt:\e[31m' && one_line && has "$err" "gpt:\\\\x1b\\[31m"
 expect 0 "$M" cast --help && has "$out" 'usage: mixprec cast'
+# a long value is cut in its middle, never the reason: a 1,000-layer MLP, a 3,000-byte number, a 3,000-byte path
+long=$(printf -- '-8%.0s' $(seq 1000))
+expect 2 "$M" train --model "mlp:784$long-10" && one_line &&
+    has "$err" "^mixprec train: model 'mlp:784-8-8-[-8]*\[\.\.\. [0-9]+ bytes \.\.\.\][-8]*-8-10': at most 16 layers \(see"
+expect 2 "$M" cast "$(printf '1%.0s' $(seq 3000))x" && one_line &&
+    has "$err" "^mixprec cast: '1+\[\.\.\. 2939 bytes \.\.\.\]1+x' is not a number"
+expect 1 "$M" train --model mlp:784-10 --data "$T/$(printf 'p%.0s' $(seq 3000))" --steps 1 && one_line &&
+    has "$err" "p\[\.\.\. [0-9]+ bytes \.\.\.\]p+: cannot open"
 
 # modes: the table, its help lines in train --help, and docs/TRAINING.md's copy of it
 expect 0 "$M" modes && has "$out" '^fp16-dynamic +fp16 +fp32 masters, fp16 copies +fp32 +fp32 +dynamic ' &&
@@ -143,6 +151,10 @@ expect 2 "$M" scaler-sim --json --csv && one_line
 # train: a short run learns, logs every step, and its checkpoint resumes bit-identically
 plain_fashion_mnist
 TR=(train --model mlp:784-48-10 --batch 64 --threads 2 --data "$T/fmnist")
+# a write that fails mid-run names its error as the short commands do
+"$M" "${TR[@]}" --steps 2 >/dev/full 2>"$T/e"; rc=$?
+if [ "$rc" -eq 1 ] && grep -q "^mixprec train: standard output: No space left on device$" "$T/e"; then ok
+else fail "train >/dev/full: exit $rc, $(cat "$T/e")"; fi
 expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 30 --log "$T/log.csv" --save "$T/a.st"
 has "$out" '^result: test accuracy [0-9.]+%'
 if [ "$(wc -l < "$T/log.csv")" -eq 31 ] && head -1 "$T/log.csv" | grep -q '^step,loss,scale,skipped,grad_norm,lr,underflow,overflow,act_overflow,lost_gradients,dead_gradients,lost_updates,ms,eval_loss,underflow_fc0,underflow_fc1,subnormal_fc0,subnormal_fc1,act_overflow_fc0,act_overflow_fc1,act_underflow_fc0,act_underflow_fc1,act_subnormal_fc0,act_subnormal_fc1,overflow_fc0,overflow_fc1,nan_fc0,nan_fc1,headroom_fc0,headroom_fc1,grad_headroom_fc0,grad_headroom_fc1,lost_fc0,lost_fc1,dead_fc0,dead_fc1$'; then ok; else fail "log rows"; fi

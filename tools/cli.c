@@ -12,16 +12,19 @@ int cli_quiet = 0;
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     if (cli_quiet) return CLI_USAGE;
-    char msg[1024];
-    va_list ap;
+    va_list ap, aq;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_copy(aq, ap);
+    const int n = vsnprintf(NULL, 0, fmt, aq);
+    va_end(aq);
+    char *msg = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (msg) vsnprintf(msg, (size_t)n + 1, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "mixprec%s%s: ", cmd ? " " : "", cmd ? cmd : "");
-    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) /* one line: control characters as \xNN */
-        if (*p < 0x20 || *p == 0x7f) fprintf(stderr, "\\x%02x", *p);
-        else fputc(*p, stderr);
-    fprintf(stderr, " (see 'mixprec %s%s--help')\n", cmd ? cmd : "", cmd ? " " : "");
+    /* as the library's messages: one line (control characters as \xNN), a long value cut in its middle */
+    mp_set_error(MP_EINVAL, "%s", msg ? msg : "out of memory for the message");
+    free(msg);
+    fprintf(stderr, "mixprec%s%s: %s (see 'mixprec %s%s--help')\n", cmd ? " " : "", cmd ? cmd : "", mp_last_error(),
+            cmd ? cmd : "", cmd ? " " : "");
     return CLI_USAGE;
 }
 

@@ -1,4 +1,5 @@
 /* main.c - the mixprec command: dispatch to subcommands. */
+#define _GNU_SOURCE /* fopencookie */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -45,18 +46,36 @@ static int dispatch(int argc, char **argv) {
     return cli_usage_error(NULL, "unknown command '%s'", argv[1]);
 }
 
+/* Standard output as a stream of the command's own over descriptor 1, which
+ * keeps the error of the first write that failed: stdio forgets it, and by
+ * the time the stream is checked errno says nothing (a progress line that hit
+ * a full disk mid-run, say). */
+static int out_errno;
+
+static ssize_t out_write(void *cookie, const char *buf, size_t n) {
+    (void)cookie;
+    for (size_t done = 0; done < n;) {
+        const ssize_t w = write(STDOUT_FILENO, buf + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (!out_errno) out_errno = w < 0 ? errno : EIO;
+            return -1;
+        }
+        done += (size_t)w;
+    }
+    return (ssize_t)n;
+}
+
 /* What the command wrote to standard output, flushed and checked: a write
  * that failed (a closed descriptor, a full disk, an I/O error) ends the
- * command with status 1 and one line on standard error; a reader that went
- * away (EPIPE) ends it quietly, with status 1. */
+ * command with status 1 and one line on standard error naming the error, as
+ * strerror says it; a reader that went away (EPIPE) ends it quietly, with
+ * status 1. */
 static int stdout_checked(const char *cmd, int rc) {
-    errno = 0;
-    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
-    int err = errno;
-    if (!err && fcntl(STDOUT_FILENO, F_GETFL) < 0) err = errno; /* a write failed earlier: a closed descriptor? */
+    if (fflush(stdout) == 0 && !ferror(stdout) && !out_errno) return rc;
+    const int err = out_errno ? out_errno : errno ? errno : EIO;
     if (err != EPIPE)
-        fprintf(stderr, "mixprec%s%s: standard output: %s\n", cmd ? " " : "", cmd ? cmd : "",
-                err ? strerror(err) : "a write failed");
+        fprintf(stderr, "mixprec%s%s: standard output: %s\n", cmd ? " " : "", cmd ? cmd : "", strerror(err));
     return rc ? rc : 1;
 }
 
@@ -67,7 +86,11 @@ int main(int argc, char **argv) {
     static char outbuf[1 << 16];
     const int progress = argc > 1 && (!strcmp(argv[1], "train") || !strcmp(argv[1], "compare") ||
                                       !strcmp(argv[1], "demo") || !strcmp(argv[1], "sample"));
-    if (!progress && !isatty(STDOUT_FILENO)) setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
+    FILE *out = fopencookie(NULL, "w", (cookie_io_functions_t){.write = out_write});
+    if (out) stdout = out; /* else stdio's own, whose errors say less */
+    const int tty = isatty(STDOUT_FILENO);
+    if (!progress && !tty) setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
+    else if (tty) setvbuf(stdout, NULL, _IOLBF, 0);
     /* a file past ulimit -f: the write fails with EFBIG and the command says so, rather than a silent signal */
     signal(SIGXFSZ, SIG_IGN);
     const int rc = dist_init(argc, argv); /* under mpirun: MPI (dist.h); else nothing */
