@@ -11,6 +11,7 @@ memory of numpy arrays and CPU tensors in place.
 
 mixprec.torch.Monitor watches a PyTorch training loop (imports torch)."""
 import ctypes
+import numbers
 
 import numpy as np
 
@@ -52,6 +53,18 @@ def _is_torch(x):
     return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "data_ptr")
 
 
+def _torch_strided():
+    import torch
+    return torch.strided
+
+
+def _name(value, what):
+    """A format's name as a str; anything else is a TypeError naming what."""
+    if not isinstance(value, str):
+        raise TypeError("mixprec: %s is a name such as 'fp16', not %s" % (what, type(value).__name__))
+    return value
+
+
 def _memory(x):
     """(address, mp_dtype, number of elements, owner) of x's values as the C
     functions read them: a torch tensor (float32, float16 or bfloat16, on the
@@ -65,6 +78,10 @@ def _memory(x):
     copied into it."""
     if _is_torch(x):
         t = x.detach()
+        if t.is_meta:
+            raise ValueError("mixprec: a tensor on the meta device holds no values")
+        if t.layout != _torch_strided():
+            raise ValueError("mixprec: a %s tensor: give a dense one (x.to_dense())" % str(t.layout).replace("torch.", ""))
         if str(t.dtype) not in _TORCH_DTYPES:
             if not t.is_floating_point():
                 raise MixprecError("mixprec: a %s tensor holds no floating-point values" % t.dtype)
@@ -102,7 +119,7 @@ def convert(x, fmt):
     fmt), overflow (finite values that became inf or NaN; e2m1: |x| >= 7,
     saturated; e8m0: too large, became NaN), nan (NaN inputs; e8m0: also
     finite values <= 0, which it cannot hold)."""
-    code = dtype_code(fmt)
+    code = dtype_code(_name(fmt, "fmt"))
     ptr, src, n, owner = _memory(x)
     shape = tuple(owner.shape)
     out = np.empty(shape, dtype={4: np.float32, 2: np.uint16, 1: np.uint8}[lib.mp_format(code).contents.size])
@@ -131,11 +148,20 @@ def underflow(values, formats="fp16", scales=DEFAULT_SCALES):
     zero_count, scales: survive/subnormal/overflow/zero fractions per scale,
     best_scale). formats: one name (returns that dict) or a sequence of names
     (returns {name: dict})."""
-    ptr, src, n, owner = _memory(values)
+    if isinstance(scales, (str, bytes)) or not hasattr(scales, "__iter__"):
+        raise TypeError("mixprec: scales is a sequence of numbers, not %s" % type(scales).__name__)
+    scales = list(scales)
+    for s in scales:
+        if isinstance(s, (str, bytes)) or not isinstance(s, numbers.Real):
+            raise TypeError("mixprec: each scale is a number, not %s" % type(s).__name__)
     scales = [float(s) for s in scales]
+    if not isinstance(formats, str) and (isinstance(formats, bytes) or not hasattr(formats, "__iter__")):
+        raise TypeError("mixprec: formats is a name or a sequence of names, not %s" % type(formats).__name__)
+    names = [_name(f, "each format") for f in ([formats] if isinstance(formats, str) else formats)]
+    ptr, src, n, owner = _memory(values)
     if isinstance(formats, str):
         return _underflow_one(ptr, src, n, formats, scales)
-    return {f: _underflow_one(ptr, src, n, f, scales) for f in formats}
+    return {f: _underflow_one(ptr, src, n, f, scales) for f in names}
 
 
 def explore(values, path, description=None):

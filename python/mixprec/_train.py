@@ -3,8 +3,10 @@ mp_run and mp_compare (include/mixprec/run.h, compare.h), as `mixprec train`
 and `mixprec compare` do, in this process."""
 import ctypes
 import json
+import numbers
+import os
 
-from ._lib import MixprecError, lib
+from ._lib import MixprecError, lib, path_arg
 
 _P = ctypes.c_void_p
 for _name, _res, _args in [
@@ -35,27 +37,39 @@ MP_EINVAL, MP_EOVERFLOW = 1, 7  # include/mixprec/status.h
 _PATHS = {"data", "init", "save", "resume", "log", "summary", "dump_grads", "out"}
 
 
+def _value(key, value):
+    """One keyword argument's value as the bytes the library parses: a path as
+    os.fsencode makes it (str, bytes or os.PathLike), a number or a name as
+    its str(), a list or tuple of them joined with commas."""
+    if key in _PATHS and isinstance(value, (str, bytes, os.PathLike)):
+        return path_arg(value, key)
+    if isinstance(value, (list, tuple)):
+        return b",".join(_value(key, v) for v in value)
+    if isinstance(value, (bytes, bytearray, dict, set)) or not isinstance(value, (str, numbers.Number)):
+        raise TypeError("mixprec: %s takes a number or a name, not %s" % (key, type(value).__name__))
+    text = str(value)
+    if "\0" in text:
+        raise ValueError("mixprec: %s holds a NUL character" % key)
+    try:
+        return text.encode()
+    except UnicodeEncodeError as e:
+        raise ValueError("mixprec: %s is not valid text (%s)" % (key, e.reason)) from None
+
+
 def _options(set_option, spec, options):
     """Each keyword argument as the CLI option of the same name (underscores
     for dashes): True is a flag, False and None leave the default (a path
-    given as None, or a value holding a NUL, is a ValueError), a list or tuple
-    is joined with commas, anything else is its str(). Returns the encoded
-    values, which must outlive the run (the spec points into them)."""
+    given as None is a ValueError), anything else as _value encodes it.
+    Returns the encoded values, which must outlive the run (the spec points
+    into them)."""
     keep = []
     for key, value in options.items():
         if value is None and key in _PATHS:
             raise ValueError("mixprec: %s=None: give a path, or leave the argument out" % key)
         if value is None or value is False:
             continue
-        if "\0" in str(value):
-            raise ValueError("mixprec: %s holds a NUL character" % key)
         name = key.replace("_", "-").encode()
-        if value is True:
-            arg = None
-        elif isinstance(value, (list, tuple)):
-            arg = ",".join(str(v) for v in value).encode()
-        else:
-            arg = str(value).encode()
+        arg = None if value is True else _value(key, value)
         keep.append((name, arg))
         if set_option(spec, name, arg) != 0:
             raise MixprecError(lib.mp_last_error().decode(errors="replace"))
@@ -120,7 +134,7 @@ def compare(precisions=("fp32", "fp16", "fp16-dynamic", "bf16"), out="mixprec-co
             _raise(status)
         summary = json.loads(lib.mp_compare_result_summary(result).decode())
         summary["reading"] = lib.mp_compare_result_reading(result).decode()
-        summary["report"] = str(out) + "/report.html"
+        summary["report"] = os.path.join(os.fsdecode(out), "report.html")
         return summary
     finally:
         lib.mp_compare_result_free(result)

@@ -202,3 +202,30 @@ def test_errors_carry_the_library_message(tmp_path):
     with pytest.raises(MixprecError, match="dtype"):
         mixprec.convert(np.array(["a"]), "fp16")
     assert math.isfinite(mixprec.underflow(np.array([1e-8, 1.0]))["median"])  # float64 input: converted
+
+
+def test_argument_types_are_checked():
+    g = np.ones(8, np.float32)
+    for bad in ("12", b"12", 12):
+        with pytest.raises(TypeError, match="scales is a sequence of numbers"):
+            mixprec.underflow(g, scales=bad)
+    with pytest.raises(TypeError, match="each scale is a number, not str"):
+        mixprec.underflow(g, scales=[1, "2"])
+    with pytest.raises(TypeError, match="formats is a name or a sequence"):
+        mixprec.underflow(g, formats=b"fp16")
+    with pytest.raises(TypeError, match="each format is a name"):
+        mixprec.underflow(g, formats=["fp16", 2])
+    with pytest.raises(TypeError, match="fmt is a name"):
+        mixprec.convert(g, 16)
+    assert mixprec.underflow(g, scales=[np.int64(2), np.float32(4)])["scales"][1]["scale"] == 4
+
+
+def test_tensors_without_values_are_refused_by_name():
+    torch = pytest.importorskip("torch")
+    sparse = torch.ones(4).to_sparse()
+    with pytest.raises(ValueError, match="a sparse_coo tensor: give a dense one"):
+        mixprec.convert(sparse, "fp16")
+    with pytest.raises(ValueError, match="meta device holds no values"):
+        mixprec.underflow(torch.ones(4, device="meta"))
+    codes, _ = mixprec.convert(sparse.to_dense(), "fp16")
+    assert codes.tolist() == [0x3c00] * 4

@@ -87,3 +87,27 @@ def test_outputs_never_replace_inputs(corpus, tmp_path):
     with pytest.raises(MixprecError, match="--summary /dev/null is a device"):
         mixprec.train(data=corpus, steps=1, summary="/dev/null", **GPT)
     assert ck.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["c.txt", "g.st"]
+
+
+def test_paths_are_str_bytes_or_pathlike(corpus, tmp_path):
+    """A path as os.fsencode takes it: bytes name the file they spell (not "b'x.csv'"), a str holding a
+    surrogate (a file name that is not UTF-8, as os.fsdecode gives it) names those bytes."""
+    raw = os.fsencode(tmp_path) + b"/\xff.csv"
+    mixprec.train(data=corpus, steps=1, log=os.fsencode(tmp_path / "b.csv"), summary=tmp_path / "p.json", **GPT)
+    mixprec.train(data=corpus.encode(), steps=1, log=os.fsdecode(raw), **GPT)
+    names = sorted(os.listdir(os.fsencode(tmp_path)))
+    assert b"b.csv" in names and b"p.json" in names and b"\xff.csv" in names, names
+    assert not any(n.startswith(b"b'") for n in names), names
+    s = mixprec.compare(precisions=["fp32"], out=os.fsencode(tmp_path / "d"), data=corpus, steps=1, **GPT)
+    assert os.path.exists(s["report"]) and s["report"] == str(tmp_path / "d" / "report.html")
+
+
+def test_argument_types_are_checked(corpus, tmp_path):
+    s = mixprec.train(data=corpus, **dict(GPT, steps=np.int64(2), lr=np.float32(3e-3)))
+    assert s["steps"] == 2
+    for bad in ({"steps": {}}, {"steps": b"2"}, {"model": b"gpt:1-2-16-16"}, {"lr": [object()]}):
+        with pytest.raises(TypeError, match="mixprec: %s takes" % next(iter(bad))):
+            mixprec.train(data=corpus, **dict(dict(GPT, steps=1), **bad))
+    with pytest.raises(ValueError, match="seed is not valid text"):
+        mixprec.train(data=corpus, steps=1, seed="1\udcff", **GPT)
+    assert os.listdir(tmp_path) == ["c.txt"]
