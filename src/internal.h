@@ -509,6 +509,23 @@ extern const mp_gelu_kernels mp_gelu_avx2;
 extern const mp_gelu_kernels mp_gelu_avx512;
 #endif
 
+/* ---- softmax kernels (ops.c; src/cpu/softmax_kernels.h built per ISA) ----
+ * e^x on fp32 (<= 0.874 ulp, no libm) and the fp32 softmax rows' loops on it,
+ * lanes combined in a fixed order. Every ISA's table gives the same bits. */
+typedef struct mp_softmax_kernels {
+    void (*exp)(float *y, const float *x, size_t n);           /* y[i] = e^x[i]; y may be x */
+    float (*max)(const float *r, size_t n);                    /* NaNs skipped; -inf when none */
+    float (*exp_sum)(float *r, size_t n, float mx);            /* sum of e^(r[j] - mx), r unchanged */
+    float (*exp_sum_store)(float *r, size_t n, float mx);      /* the same, r[j] = e^(r[j] - mx) */
+    void (*exp_scale)(float *r, size_t n, float mx, float k);  /* r[j] = e^(r[j] - mx) k */
+    void (*exp_sub_mul)(float *g, const float *y, size_t n, float d); /* g[j] -= e^y[j] d */
+} mp_softmax_kernels;
+extern const mp_softmax_kernels mp_softmax_scalar;
+#ifdef MP_X86
+extern const mp_softmax_kernels mp_softmax_avx2;
+extern const mp_softmax_kernels mp_softmax_avx512;
+#endif
+
 /* ---- MX block quantization (mx.c; src/cpu/mx_avx512.c) ----
  * nb blocks of MP_MX_BLOCK fp32 values to element codes and E8M0 scales, and
  * back; elem (MP_E4M3 or MP_E5M2) and rule are checked by the caller. The
@@ -620,6 +637,7 @@ typedef struct mp_kernels {
     const mp_unscale_kernels *unscale;
     const mp_optim_kernels *optim;
     const mp_gelu_kernels *gelu;
+    const mp_softmax_kernels *softmax;
     mp_relu16_fn relu16;
     const mp_mx_kernels *mx;
     const mp_recipe_kernels *recipe;

@@ -1,5 +1,5 @@
 /* kernels.c - the kernel context of each CPU path (internal.h): which
- * conversion, amax, unscale, optimizer, GELU, ReLU, MX, recipe and GEMM
+ * conversion, amax, unscale, optimizer, GELU, softmax, ReLU, MX, recipe and GEMM
  * kernels run. Each path takes the best kernel its instructions allow; a path
  * without its own kernel for a job names the next one down. */
 #include "internal.h"
@@ -11,6 +11,7 @@ static const mp_kernels ctx_scalar = {
     .unscale = &mp_unscale_scalar,
     .optim = &mp_optim_scalar,
     .gelu = &mp_gelu_scalar,
+    .softmax = &mp_softmax_scalar,
     .relu16 = mp_relu16_scalar,
     .mx = &mp_mx_scalar,
     .recipe = &mp_recipe_portable,
@@ -26,6 +27,7 @@ static const mp_kernels ctx_avx2 = {
     .unscale = &mp_unscale_scalar,
     .optim = &mp_optim_avx2,
     .gelu = &mp_gelu_avx2,
+    .softmax = &mp_softmax_avx2,
     .relu16 = mp_relu16_scalar,
     .mx = &mp_mx_scalar,
     .recipe = &mp_recipe_avx2,
@@ -34,9 +36,10 @@ static const mp_kernels ctx_avx2 = {
 };
 
 /* what the AVX-512 paths share */
-#define AVX512_KERNELS                                                                                        \
-    .amax = &mp_amax_avx2, .unscale = &mp_unscale_avx512, .optim = &mp_optim_avx512, .gelu = &mp_gelu_avx512, \
-    .relu16 = mp_relu16_avx512, .mx = &mp_mx_avx512, .recipe = &mp_recipe_avx512, .gemm = &mp_gemm_avx512
+#define AVX512_KERNELS                                                                                           \
+    .amax = &mp_amax_avx2, .unscale = &mp_unscale_avx512, .optim = &mp_optim_avx512, .gelu = &mp_gelu_avx512,    \
+    .softmax = &mp_softmax_avx512, .relu16 = mp_relu16_avx512, .mx = &mp_mx_avx512, .recipe = &mp_recipe_avx512, \
+    .gemm = &mp_gemm_avx512
 
 static const mp_kernels ctx_avx512 = {
     .isa = MP_ISA_AVX512,

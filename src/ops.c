@@ -311,19 +311,20 @@ mp_status mp_colsum(float *out, const void *x, mp_dtype xt, size_t B, size_t C, 
     return j.oom ? mp_error(MP_ENOMEM, "mp_colsum: out of memory") : MP_OK;
 }
 
+/* e^x and the rows' loops: src/cpu/softmax_kernels.h (<= 0.874 ulp, lanes
+ * summed in a fixed order), the same bits on every CPU path */
+static const mp_softmax_kernels *softmax_kernels(void) { return mp_kernels_current()->softmax; }
+
 /* In place over one fp32 row: softmax (or log_softmax), max-subtracted.
  * Returns log(sum(exp(x - max))) + max, the log-sum-exp; with log = 0, keep
  * (may be NULL) gets the max and 1 / sum, from which mp_softmax_row_again
  * redoes the row. */
 static float softmax_row(float *r, size_t C, int log, float *keep) {
-    float mx = -INFINITY;
-    for (size_t j = 0; j < C; j++) mx = r[j] > mx ? r[j] : mx;
+    const mp_softmax_kernels *k = softmax_kernels();
+    float mx = k->max(r, C);
     if (mx == -INFINITY) mx = 0.0f; /* a row of -inf: all terms exp(-inf) = 0 */
-    float sum = 0.0f;
-    if (log)
-        for (size_t j = 0; j < C; j++) sum += expf(r[j] - mx);
-    else /* keep the terms: one expf per value */
-        for (size_t j = 0; j < C; j++) sum += (r[j] = expf(r[j] - mx));
+    /* log keeps the inputs; softmax keeps the terms */
+    const float sum = log ? k->exp_sum(r, C, mx) : k->exp_sum_store(r, C, mx);
     const float lse = logf(sum) + mx;
     if (log)
         for (size_t j = 0; j < C; j++) r[j] -= lse;
@@ -335,22 +336,29 @@ static float softmax_row(float *r, size_t C, int log, float *keep) {
     return lse;
 }
 
+#define EXP_CHUNK 256 /* the naive loops take e^x from the kernel this many at a time */
+
 /* softmax_row as a naive loop in acc does it (ops.h): every partial result
  * rounded; keep gets the max and the sum. */
 static float softmax_row_naive(float *r, size_t C, int log, mp_dtype acc, float *keep) {
-    float mx = -INFINITY;
-    for (size_t j = 0; j < C; j++) mx = r[j] > mx ? r[j] : mx;
+    const mp_softmax_kernels *k = softmax_kernels();
+    float mx = k->max(r, C);
     if (mx == -INFINITY) mx = 0.0f;
-    float sum = 0.0f;
-    for (size_t j = 0; j < C; j++) {
-        const float e = mp_round_to(acc, expf(mp_round_to(acc, r[j] - mx)));
-        sum = mp_round_to(acc, sum + e);
-        if (!log) r[j] = e;
+    for (size_t j = 0; j < C; j++) r[j] = mp_round_to(acc, r[j] - mx);
+    float sum = 0.0f, e[EXP_CHUNK];
+    for (size_t j0 = 0; j0 < C; j0 += EXP_CHUNK) {
+        const size_t m = C - j0 < EXP_CHUNK ? C - j0 : EXP_CHUNK;
+        k->exp(e, r + j0, m);
+        for (size_t j = 0; j < m; j++) {
+            const float ej = mp_round_to(acc, e[j]);
+            sum = mp_round_to(acc, sum + ej);
+            if (!log) r[j0 + j] = ej;
+        }
     }
     if (keep) keep[0] = mx, keep[1] = sum;
     const float ls = mp_round_to(acc, logf(sum));
     if (log)
-        for (size_t j = 0; j < C; j++) r[j] = mp_round_to(acc, mp_round_to(acc, r[j] - mx) - ls);
+        for (size_t j = 0; j < C; j++) r[j] = mp_round_to(acc, r[j] - ls);
     else
         for (size_t j = 0; j < C; j++) r[j] = mp_round_to(acc, r[j] / sum);
     return mp_round_to(acc, ls + mx);
@@ -368,27 +376,34 @@ void mp_softmax_row_keep(float *r, size_t C, mp_dtype acc, float keep[2]) {
 /* The operations of softmax_row and softmax_row_naive on each value, from
  * the kept max and 1 / sum (or sum): the same bits. */
 void mp_softmax_row_again(float *r, size_t C, mp_dtype acc, const float keep[2]) {
+    const mp_softmax_kernels *sk = softmax_kernels();
     const float mx = keep[0], k = keep[1];
-    if (acc == MP_F32)
-        for (size_t j = 0; j < C; j++) {
-            const float e = expf(r[j] - mx);
-            r[j] = e * k;
-        }
-    else
-        for (size_t j = 0; j < C; j++) r[j] = mp_round_to(acc, mp_round_to(acc, expf(mp_round_to(acc, r[j] - mx))) / k);
+    if (acc == MP_F32) {
+        sk->exp_scale(r, C, mx, k);
+        return;
+    }
+    for (size_t j = 0; j < C; j++) r[j] = mp_round_to(acc, r[j] - mx);
+    sk->exp(r, r, C);
+    for (size_t j = 0; j < C; j++) r[j] = mp_round_to(acc, mp_round_to(acc, r[j]) / k);
 }
 
 void mp_softmax_backward_row(float *g, const float *y, size_t C, int log, mp_dtype acc) {
+    const mp_softmax_kernels *sk = softmax_kernels();
     float dot = 0.0f;
     if (acc != MP_F32 && log) {
         for (size_t k = 0; k < C; k++) dot = mp_round_to(acc, dot + mp_round_to(acc, g[k]));
-        for (size_t k = 0; k < C; k++) g[k] -= mp_round_to(acc, mp_round_to(acc, expf(y[k])) * dot);
+        float e[EXP_CHUNK];
+        for (size_t k0 = 0; k0 < C; k0 += EXP_CHUNK) {
+            const size_t m = C - k0 < EXP_CHUNK ? C - k0 : EXP_CHUNK;
+            sk->exp(e, y + k0, m);
+            for (size_t k = 0; k < m; k++) g[k0 + k] -= mp_round_to(acc, mp_round_to(acc, e[k]) * dot);
+        }
     } else if (acc != MP_F32) {
         for (size_t k = 0; k < C; k++) dot = mp_round_to(acc, dot + mp_round_to(acc, g[k] * y[k]));
         for (size_t k = 0; k < C; k++) g[k] = y[k] * mp_round_to(acc, g[k] - dot);
     } else if (log) {
         for (size_t k = 0; k < C; k++) dot += g[k];
-        for (size_t k = 0; k < C; k++) g[k] -= expf(y[k]) * dot;
+        sk->exp_sub_mul(g, y, C, dot);
     } else {
         for (size_t k = 0; k < C; k++) dot += g[k] * y[k];
         for (size_t k = 0; k < C; k++) g[k] = y[k] * (g[k] - dot);

@@ -18,6 +18,15 @@ static double drand(void) { /* [-1, 1) */
 static const mp_dtype types[3] = {MP_F32, MP_F16, MP_BF16};
 static const double u = 0x1p-24;
 static int quick; /* --quick: sanitizer builds sample fewer inputs */
+static int mode; /* check.h's test_mode: --long checks e^x on every fp32 input */
+
+/* e^x as the softmax computes it: the portable build of src/cpu/softmax_kernels.h
+ * (checked against libm in check_exp) */
+static float ref_exp(float x) {
+    float y;
+    mp_softmax_scalar.exp(&y, &x, 1);
+    return y;
+}
 
 /* half the spacing of a format relative to a value, plus its smallest subnormal */
 static double store_err(mp_dtype t, double v) {
@@ -294,8 +303,8 @@ static float rt(mp_dtype t, float x) {
 static void naive_softmax_ref(const float *x, float *y, int C, mp_dtype t, float *lse) {
     float mx = -INFINITY, sum = 0;
     for (int j = 0; j < C; j++) mx = x[j] > mx ? x[j] : mx;
-    for (int j = 0; j < C; j++) sum = rt(t, sum + rt(t, expf(rt(t, x[j] - mx))));
-    for (int j = 0; j < C; j++) y[j] = rt(t, rt(t, expf(rt(t, x[j] - mx))) / sum);
+    for (int j = 0; j < C; j++) sum = rt(t, sum + rt(t, ref_exp(rt(t, x[j] - mx))));
+    for (int j = 0; j < C; j++) y[j] = rt(t, rt(t, ref_exp(rt(t, x[j] - mx))) / sum);
     *lse = rt(t, rt(t, logf(sum)) + mx);
 }
 
@@ -638,6 +647,150 @@ static void check_gelu_paths(void) {
     free(xf), free(gf), free(yf), free(x16), free(g16), free(y16), free(r16), free(c16);
 }
 
+/* ---- e^x (src/cpu/softmax_kernels.h): against libm's fp64 exp rounded to
+ * fp32, special values, and the same bits on every CPU path; the softmax rows
+ * built on it, the same bits on every path ---- */
+
+/* |got - exp(x)| in fp32 ulps of exp(x) (subnormal spacing below 2^-126) */
+static double exp_ulp_err(float got, double ref) {
+    if (isnan(got)) return 1e30;
+    if (ref > 0x1.fffffep127) return got == INFINITY ? 0 : 1e30;
+    int ex;
+    frexp(ref, &ex);
+    if (ex < -125) ex = -125;
+    return fabs((double)got - ref) / ldexp(1, ex - 24);
+}
+
+typedef struct {
+    double worst;      /* largest error in ulps of the exact value */
+    float worst_x;
+    uint64_t n, off1;  /* inputs; results 1 ulp from the correctly rounded one */
+    long bad, differ;  /* beyond the bound; paths differing from the portable one */
+} exp_tally;
+
+/* Every input b0, b0 + stride, ... <= b1 (bit patterns of one sign): each
+ * path's e^x against the portable one, which is checked against libm. */
+static void exp_sweep(exp_tally *t, uint32_t b0, uint32_t b1, uint32_t stride) {
+    enum { N = 1 << 16 };
+    static float x[N], y0[N], y[N];
+    uint64_t b = b0;
+    while (b <= b1) {
+        size_t n = 0;
+        for (; n < N && b <= b1; b += stride) x[n++] = u2f((uint32_t)b);
+        mp_softmax_scalar.exp(y0, x, n);
+        for (int isa = MP_ISA_SCALAR + 1; isa <= (int)mp_cpu_detected(); isa++) {
+            mp_kernels_of((mp_isa)isa)->softmax->exp(y, x, n);
+            t->differ += memcmp(y, y0, n * sizeof *y) != 0;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (isnan(x[i])) { /* NaN in, NaN out */
+                t->bad += !isnan(y0[i]);
+                continue;
+            }
+            const double ref = exp((double)x[i]);
+            const double e = exp_ulp_err(y0[i], ref);
+            const float cr = (float)ref; /* correctly rounded unless exp(x) is within ~2^-29 ulp of a tie */
+            const uint32_t d = f2u(y0[i]) > f2u(cr) ? f2u(y0[i]) - f2u(cr) : f2u(cr) - f2u(y0[i]);
+            t->bad += e > 0.875 || d > 1;
+            t->off1 += d == 1;
+            if (e > t->worst) t->worst = e, t->worst_x = x[i];
+        }
+        t->n += n;
+    }
+}
+
+/* The softmax's range, x in [-104, 0]: every input with --long (make
+ * test-long), every 127th otherwise (every 4099th in quick mode), and 2^14
+ * around the ends of the result's range; the rest of fp32 (x > 0, x < -104,
+ * infinities and NaNs): every 127th with --long, every 1021st otherwise
+ * (65521st). Within 0.875 ulp of exact (softmax_kernels.h says 0.874) and so
+ * within 1 ulp of correctly rounded. */
+static void check_exp(void) {
+    const uint32_t stride = mode == ALL ? 1u : quick ? 4099u : 127u, other = mode == ALL ? 127u : quick ? 65521u : 1021u;
+    exp_tally in = {0}, out = {0};
+    exp_sweep(&in, 0x80000000u, 0xc2d00000u, stride); /* -0 .. -104 */
+    const uint32_t ends[] = {f2u(-103.972076f), f2u(88.7228394f), f2u(-87.3365479f), 0x80000000u, 0};
+    for (size_t e = 0; e < sizeof ends / sizeof ends[0]; e++) {
+        const uint32_t c = ends[e] & 0x7fffffffu, sign = ends[e] & 0x80000000u;
+        exp_sweep(ends[e] < 0xc2d00000u && (sign || c == 0) ? &in : &out, sign | (c < 8192 ? 0 : c - 8192), sign | (c + 8192),
+                  1);
+    }
+    exp_sweep(&out, 0, 0x7fffffffu, other);          /* x >= +0, +inf, NaNs */
+    exp_sweep(&out, 0xc2d00001u, 0xffffffffu, other); /* x < -104, -inf, NaNs */
+    CHECK(in.bad == 0 && out.bad == 0, "e^x: %ld of %" PRIu64 " in [-104, 0] and %ld of %" PRIu64
+          " elsewhere beyond 0.875 ulp or 1 ulp from correctly rounded", in.bad, in.n, out.bad, out.n);
+    CHECK(in.differ == 0 && out.differ == 0, "e^x: %ld blocks differ between the paths and the portable one",
+          in.differ + out.differ);
+    printf("  e^x: max error %.4f ulp (at x = %.9g) over %" PRIu64 " fp32 values in [-104, 0]%s, %.3f%% 1 ulp from "
+           "correctly rounded; %.4f ulp (at x = %.9g) over %" PRIu64 " others\n", in.worst, (double)in.worst_x, in.n,
+           mode == ALL ? " (all)" : "", 100.0 * (double)in.off1 / (double)in.n, out.worst, (double)out.worst_x, out.n);
+    /* special values and limits, on every path */
+    static const struct {
+        float x, want; /* to the bit */
+    } sv[] = {{0.0f, 1.0f}, {-0.0f, 1.0f}, {0x1p-149f, 1.0f}, {-0x1p-149f, 1.0f}, {-INFINITY, 0.0f},
+              {INFINITY, INFINITY}, {-0x1.fffffep127f, 0.0f}, {0x1.fffffep127f, INFINITY}, {-104.0f, 0.0f},
+              {-200.0f, 0.0f}, {89.0f, INFINITY}, {100.0f, INFINITY},
+              /* either side of e^x = 2^-150: 0, then the smallest subnormal */
+              {-0x1.9fe36ap+6f, 0.0f}, {-0x1.9fe368p+6f, 0x1p-149f},
+              /* either side of the overflow */
+              {0x1.62e42ep+6f, 0x1.ffff08p+127f}, {0x1.62e43p+6f, INFINITY},
+              {1.0f, 0x1.5bf0a8p+1f}, {-1.0f, 0x1.78b564p-2f}};
+    enum { NS = sizeof sv / sizeof sv[0] };
+    for (int isa = MP_ISA_SCALAR; isa <= (int)mp_cpu_detected(); isa++) {
+        const mp_softmax_kernels *k = mp_kernels_of((mp_isa)isa)->softmax;
+        float x[NS + 2], y[NS + 2];
+        for (int i = 0; i < NS; i++) x[i] = sv[i].x;
+        x[NS] = NAN, x[NS + 1] = -NAN;
+        k->exp(y, x, NS + 2);
+        for (int i = 0; i < NS; i++)
+            CHECK(f2u(y[i]) == f2u(sv[i].want), "e^%a (%s) = %a, want %a", (double)sv[i].x, mp_isa_name((mp_isa)isa),
+                  (double)y[i], (double)sv[i].want);
+        CHECK(isnan(y[NS]) && isnan(y[NS + 1]) && signbit(y[NS + 1]), "e^NaN (%s): %a, %a", mp_isa_name((mp_isa)isa),
+              (double)y[NS], (double)y[NS + 1]);
+    }
+}
+
+/* The rows on every path the same bits as the portable one: forward and
+ * backward of softmax and log_softmax, fp32 and naive sums, rows of every
+ * length to 40 and some longer (each tail of the lanes), with infinities, NaN
+ * and a row of -inf among them; and the attention's recomputed rows
+ * (mp_softmax_row_again) equal to the forward's. */
+static void check_softmax_paths(void) {
+    enum { MAXC = 1100 };
+    static const size_t lens[] = {1, 2, 3, 7, 15, 16, 17, 31, 32, 33, 40, 127, 256, 257, 1100};
+    static float x[MAXC], g[MAXC], y0[MAXC], d0[MAXC], y[MAXC], d[MAXC], z[MAXC];
+    long bad = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (int kind = 0; kind < 4; kind++) {
+            const size_t C = lens[li];
+            for (size_t j = 0; j < C; j++) x[j] = (float)(30 * drand()), g[j] = (float)drand();
+            if (kind == 1) x[C / 2] = -INFINITY, x[C - 1] = C > 1 ? -INFINITY : x[C - 1];
+            if (kind == 2) x[C / 3] = INFINITY;
+            if (kind == 3)
+                for (size_t j = 0; j < C; j++) x[j] = -INFINITY;
+            for (int ai = 0; ai < 3; ai++)
+                for (int lg = 0; lg < 2; lg++)
+                    for (int isa = MP_ISA_SCALAR; isa <= (int)mp_cpu_detected(); isa++) {
+                        const mp_dtype acc = types[ai];
+                        mp_cpu_set_isa((mp_isa)isa);
+                        float keep[2];
+                        memcpy(y, x, C * 4), memcpy(d, g, C * 4);
+                        const float lse = mp_softmax_row(y, C, lg, acc);
+                        mp_softmax_backward_row(d, y, C, lg, acc);
+                        if (isa == MP_ISA_SCALAR) memcpy(y0, y, C * 4), memcpy(d0, d, C * 4), z[0] = lse;
+                        bad += memcmp(y, y0, C * 4) || memcmp(d, d0, C * 4) || f2u(lse) != f2u(z[0]);
+                        if (lg) continue;
+                        memcpy(y, x, C * 4);
+                        mp_softmax_row_keep(y, C, acc, keep);
+                        memcpy(d, x, C * 4);
+                        mp_softmax_row_again(d, C, acc, keep);
+                        bad += memcmp(y, y0, C * 4) || memcmp(d, y0, C * 4);
+                    }
+        }
+    mp_cpu_set_isa(mp_cpu_detected());
+    CHECK(bad == 0, "softmax rows: %ld differ between the paths, or recomputed from the kept statistics", bad);
+}
+
 /* ---- row-wise ops on several threads: the same bits as before they were
  * parallel. Below, the sequential implementations they replaced (ops.c as of
  * the GPT commit), loads and stores through mp_convert as there ---- */
@@ -648,18 +801,23 @@ static void old_load(float *out, const void *p, mp_dtype t, size_t i, size_t n) 
 static void old_store(void *p, mp_dtype t, size_t i, const float *v, size_t n, mp_convert_stats *st) {
     mp_convert((uint8_t *)p + i * mp_format(t)->size, t, v, MP_F32, n, st);
 }
+/* (since then: e^x by softmax_kernels.h, and the sum in 16 lanes, element j
+ * into lane j % 16, the lanes added by halves: 8, 4, 2, 1) */
 static float old_softmax_row(float *r, size_t C, int log) {
     float mx = -INFINITY;
     for (size_t j = 0; j < C; j++) mx = r[j] > mx ? r[j] : mx;
     if (mx == -INFINITY) mx = 0.0f;
-    float sum = 0.0f;
-    for (size_t j = 0; j < C; j++) sum += expf(r[j] - mx);
+    float lane[16] = {0};
+    for (size_t j = 0; j < C; j++) lane[j % 16] += ref_exp(r[j] - mx);
+    for (int w = 8; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+    const float sum = lane[0];
     const float lse = logf(sum) + mx;
     if (log)
         for (size_t j = 0; j < C; j++) r[j] -= lse;
     else {
         const float inv = 1.0f / sum;
-        for (size_t j = 0; j < C; j++) r[j] = expf(r[j] - mx) * inv;
+        for (size_t j = 0; j < C; j++) r[j] = ref_exp(r[j] - mx) * inv;
     }
     return lse;
 }
@@ -682,7 +840,7 @@ static void old_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype
         float dot = 0.0f;
         if (log) {
             for (size_t j = 0; j < C; j++) dot += g[j];
-            for (size_t j = 0; j < C; j++) g[j] -= expf(yr[j]) * dot;
+            for (size_t j = 0; j < C; j++) g[j] -= ref_exp(yr[j]) * dot;
         } else {
             for (size_t j = 0; j < C; j++) dot += g[j] * yr[j];
             for (size_t j = 0; j < C; j++) g[j] = yr[j] * (g[j] - dot);
@@ -862,11 +1020,13 @@ static void check_bad_args(void) {
 }
 
 int main(int argc, char **argv) {
-    quick = test_quick(argc, argv);
+    mode = test_mode(argc, argv), quick = mode == QUICK;
     check_elementwise();
     check_gelu_accuracy();
     check_gelu_special();
     check_gelu_paths();
+    check_exp();
+    check_softmax_paths();
     check_rows_parallel();
     check_softmax();
     check_cross_entropy();
