@@ -59,6 +59,36 @@ ALWAYS_INLINE void codes16(__m512i c[V], const __m512 y[V], const heap_regs *H, 
     }
 }
 
+/* The e4m3 codes of 16 quotients y, as map_code of the fp8 map
+ * (mp_f32_to_e4m3_sat(|y|) & 0x7f, y's sign in bit 7), by integer
+ * arithmetic on y's bits (the MXCSR's rounding and DAZ never matter):
+ * |y| >= 2^-6 rounds its mantissa to 3 bits, nearest even (the carry may
+ * raise the exponent), and rebiases; below, the code is |y| 2^9 rounded to
+ * nearest even; every code past 0x7e (448) saturates to it, +inf too; NaN
+ * codes nan_code. */
+ALWAYS_INLINE __m512i e4m3_codes16(__m512 y, int nan_code) {
+    const __m512i one = _mm512_set1_epi32(1);
+    const __m512i u = _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(0x7fffffff));
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 20), one);
+    const __m512i normal = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb,
+                                                                   _mm512_set1_epi32(0x7ffff))), 20),
+                                            _mm512_set1_epi32(120 << 3));
+    /* below 2^-6: m 2^(e - 23) 2^9 = m >> (14 - e), rounded to nearest even (shifts past 25 leave 0) */
+    const __m512i m = _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffff)), _mm512_set1_epi32(0x800000));
+    __m512i sh = _mm512_sub_epi32(_mm512_set1_epi32(14 + 127), _mm512_srli_epi32(u, 23));
+    sh = _mm512_min_epi32(sh, _mm512_set1_epi32(25));
+    const __m512i q = _mm512_srlv_epi32(m, sh);
+    const __m512i rem = _mm512_and_si512(m, _mm512_sub_epi32(_mm512_sllv_epi32(one, sh), one));
+    const __m512i half = _mm512_sllv_epi32(one, _mm512_sub_epi32(sh, one));
+    const __mmask16 up = _mm512_cmpgt_epu32_mask(rem, half) |
+                         (_mm512_cmpeq_epi32_mask(rem, half) & _mm512_test_epi32_mask(q, one));
+    const __m512i sub = _mm512_mask_add_epi32(q, up, q, one);
+    const __mmask16 small = _mm512_cmplt_epu32_mask(u, _mm512_set1_epi32(0x3c800000)); /* 2^-6 */
+    __m512i c = _mm512_min_epi32(_mm512_mask_mov_epi32(normal, small, sub), _mm512_set1_epi32(0x7e));
+    c = _mm512_mask_mov_epi32(c, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), _mm512_set1_epi32(nan_code));
+    return _mm512_or_si512(c, _mm512_and_si512(_mm512_srai_epi32(_mm512_castps_si512(y), 31), _mm512_set1_epi32(0x80)));
+}
+
 /* The largest magnitude of a block (a multiple of 16 values), as block_amax. */
 static float amax_of(const float *x, size_t n) {
     __m512 mx = _mm512_setzero_ps();
@@ -86,7 +116,10 @@ ALWAYS_INLINE void quant_blocks(uint8_t *codes, float *scale, const float *x, co
             __m512 y[V];
             __m512i c[V];
             for (int v = 0; v < V; v++) y[v] = _mm512_div_ps(_mm512_loadu_ps(xb + i + 16 * v), sv);
-            codes16(c, y, &H, levels, sm, map->nan_code);
+            if (sm)
+                for (int v = 0; v < V; v++) c[v] = e4m3_codes16(y[v], map->nan_code);
+            else
+                codes16(c, y, &H, levels, sm, map->nan_code);
             for (int v = 0; v < V; v++) {
                 const size_t at = b * block + i + 16 * (size_t)v;
                 if (bits == 4) { /* two a byte, the first in the high nibble: each 64-bit lane's low byte */
