@@ -999,7 +999,31 @@ static void check_quantizers_of(const mp_optim_kernels *k, const char *path) {
         }
 }
 
+/* Every code of each 256-value map dequantized by each path: its value times
+ * the block's scale, bit for bit (e4m3's NaN codes and subnormals included). */
+static void check_dequant_codes_of(const mp_optim_kernels *k, const char *path) {
+    static uint8_t codes[512];
+    static float out[512];
+    const float scale[2] = {1.0f, 0x1.8p-5f};
+    const mp_state_format fmts[2] = {MP_STATE_8BIT, MP_STATE_FP8};
+    for (int i = 0; i < 512; i++) codes[i] = (uint8_t)(i * 37 % 256 ^ (i < 256 ? 0 : 0x5a)); /* each code twice */
+    for (int f = 0; f < 2; f++)
+        for (int st = 1; st <= 2; st++) {
+            const mp_state_map *m = mp_optim_state_map(fmts[f], st);
+            k->dequant(out, codes, scale, m, fmts[f] == MP_STATE_8BIT ? 8 : 0, 512, 256);
+            int bad = 0;
+            for (int i = 0; i < 512; i++) bad += f2u(out[i]) != f2u(m->value[codes[i]] * scale[i / 256]);
+            CHECK(bad == 0, "%s: %s state %d: %d of 512 dequantized codes differ", path, mp_state_format_name(fmts[f]),
+                  st, bad);
+        }
+}
+
 static void check_quantizers(void) {
+    check_dequant_codes_of(&mp_optim_scalar, "portable");
+#ifdef MP_X86
+    if (mp_cpu_detected() >= MP_ISA_AVX2) check_dequant_codes_of(&mp_optim_avx2, "avx2");
+    if (mp_cpu_detected() >= MP_ISA_AVX512) check_dequant_codes_of(&mp_optim_avx512, "avx512");
+#endif
     check_quantizers_of(&mp_optim_scalar, "portable");
 #ifdef MP_X86
     if (mp_cpu_detected() >= MP_ISA_AVX2) check_quantizers_of(&mp_optim_avx2, "avx2");

@@ -1,61 +1,37 @@
 /* quant_avx512.c - the optimizer state's block formats (quant_kernels.h's
- * k_dequant, k_quant) with AVX-512F/BW intrinsics, 16 values a vector: a
- * code's value from the map's 256 values held in sixteen registers (eight
- * two-register permutes, the index's top three bits choosing among them; a
- * 16-value map in one register); a value's code by a binary search of the
- * map's thresholds held in registers too (optim.c's heap): no gathers, which
- * are slow on Zen 4 (a 16-lane gather of the bucket table took half of the
- * quantizer's time there). The same bits as the
- * portable loops; used by the avx512 paths. */
+ * k_dequant, k_quant) with AVX-512F/BW/DQ intrinsics, 16 values a vector:
+ * 4-bit codes by a binary search of the map's 15 thresholds held in one
+ * register (optim.c's heap), their values by one permute; e4m3 (fp8) codes
+ * and values by integer arithmetic on the bits. The 8-bit maps' 256 entries
+ * take the AVX2 kernels' table lookups (cpu/quant_avx2.c): on Zen 4 an
+ * eight-level search in registers and permutes of a 16-register table
+ * measured no faster than its gathers. The same bits as the portable loops;
+ * used by the avx512 paths. */
 #include <immintrin.h>
 
 #include "../quant_kernels.h"
 
-/* The map's heap (internal.h) in sixteen registers: node h in t[h / 16]. */
-typedef struct {
-    __m512 t[16];
-} heap_regs;
-
-/* The entries at 16 indices i of a table of 16 n floats in t[0 .. n) (n = 1,
- * 2, 4, 8; i < 16 n): two-register permutes, bits 5 and 6 of i choosing. */
-static inline __m512 lookup(const __m512 *t, int n, __m512i i) {
-    if (n == 1) return _mm512_permutexvar_ps(i, t[0]);
-    if (n == 2) return _mm512_permutex2var_ps(t[0], i, t[1]);
-    const __mmask16 b5 = _mm512_test_epi32_mask(i, _mm512_set1_epi32(32));
-    const __m512 r0 = _mm512_mask_mov_ps(_mm512_permutex2var_ps(t[0], i, t[1]), b5, _mm512_permutex2var_ps(t[2], i, t[3]));
-    if (n == 4) return r0;
-    const __m512 r1 = _mm512_mask_mov_ps(_mm512_permutex2var_ps(t[4], i, t[5]), b5, _mm512_permutex2var_ps(t[6], i, t[7]));
-    return _mm512_mask_mov_ps(r0, _mm512_test_epi32_mask(i, _mm512_set1_epi32(64)), r1);
-}
-
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* The codes of V x 16 quotients y, as map_code: the number of thresholds at
- * or below y (of |y| for e4m3: sm), by a binary search down the heap of a
- * map with `levels` levels (the callers' constants: the loops unroll). The V
- * searches go level by level together: each level waits on the last (a
- * permute, a compare), so one search alone would be bound by latency. */
+/* The codes of V x 16 quotients y of a 16-entry map, as map_code: the number
+ * of thresholds at or below y, by a binary search down the heap in t (nodes
+ * 1-15): h = 2 h + (y >= t[h]) four times, the code h - 16. The V searches go
+ * level by level together, each level waiting on the last (a permute, a
+ * compare). */
 #define V 2
-ALWAYS_INLINE void codes16(__m512i c[V], const __m512 y[V], const heap_regs *H, const int levels, const int sm,
-                           int nan_code) {
+ALWAYS_INLINE void codes16(__m512i c[V], const __m512 y[V], __m512 t, int nan_code) {
     const __m512i one = _mm512_set1_epi32(1);
-    __m512 a[V];
     __m512i h[V];
-    for (int v = 0; v < V; v++) a[v] = sm ? _mm512_abs_ps(y[v]) : y[v], h[v] = one;
-#pragma GCC unroll 8
-    for (int d = 0; d < levels; d++)
+    for (int v = 0; v < V; v++) h[v] = one;
+    for (int d = 0; d < 4; d++)
         for (int v = 0; v < V; v++) {
-            const __m512 t =
-                d < 4 ? _mm512_permutexvar_ps(h[v], H->t[0]) : lookup(H->t + (1 << (d - 4)), 1 << (d - 4), h[v]);
             const __m512i h2 = _mm512_add_epi32(h[v], h[v]);
-            h[v] = _mm512_mask_add_epi32(h2, _mm512_cmp_ps_mask(a[v], t, _CMP_GE_OQ), h2, one);
+            h[v] = _mm512_mask_add_epi32(h2, _mm512_cmp_ps_mask(y[v], _mm512_permutexvar_ps(h[v], t), _CMP_GE_OQ), h2,
+                                         one);
         }
     for (int v = 0; v < V; v++) {
-        c[v] = _mm512_sub_epi32(h[v], _mm512_set1_epi32(1 << levels));
+        c[v] = _mm512_sub_epi32(h[v], _mm512_set1_epi32(16));
         c[v] = _mm512_mask_mov_epi32(c[v], _mm512_cmp_ps_mask(y[v], y[v], _CMP_UNORD_Q), _mm512_set1_epi32(nan_code));
-        if (sm)
-            c[v] = _mm512_or_si512(c[v], _mm512_and_si512(_mm512_srai_epi32(_mm512_castps_si512(y[v]), 31),
-                                                          _mm512_set1_epi32(0x80)));
     }
 }
 
@@ -89,6 +65,21 @@ ALWAYS_INLINE __m512i e4m3_codes16(__m512 y, int nan_code) {
     return _mm512_or_si512(c, _mm512_and_si512(_mm512_srai_epi32(_mm512_castps_si512(y), 31), _mm512_set1_epi32(0x80)));
 }
 
+/* The values of 16 e4m3 codes, as mp_e4m3_to_f32: exponent and mantissa
+ * moved into fp32's fields and rebiased; a subnormal code's mantissa times
+ * 2^-9 (exact); 0x7f (either sign) a quiet NaN. */
+ALWAYS_INLINE __m512 e4m3_values16(__m512i c) {
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(c, 3), _mm512_set1_epi32(15));
+    const __m512i m = _mm512_and_si512(c, _mm512_set1_epi32(7));
+    __m512i v = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23), _mm512_slli_epi32(m, 20));
+    const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f));
+    v = _mm512_mask_mov_epi32(v, _mm512_testn_epi32_mask(e, e), _mm512_castps_si512(sub));
+    const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(c, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7f));
+    v = _mm512_mask_mov_epi32(v, nan, _mm512_set1_epi32(0x7fc00000));
+    return _mm512_castsi512_ps(_mm512_or_si512(v, sign));
+}
+
 /* The largest magnitude of a block (a multiple of 16 values), as block_amax. */
 static float amax_of(const float *x, size_t n) {
     __m512 mx = _mm512_setzero_ps();
@@ -102,11 +93,10 @@ static float amax_of(const float *x, size_t n) {
     return _mm512_reduce_max_ps(mx);
 }
 
-/* Blocks of a map with `levels` levels, `bits` and sm as constants. */
+/* Blocks of a 16-entry map (bits 4) or of e4m3 (bits 0), bits a constant. */
 ALWAYS_INLINE void quant_blocks(uint8_t *codes, float *scale, const float *x, const mp_state_map *map, size_t n,
-                                size_t block, const int bits, const int levels, const int sm) {
-    heap_regs H;
-    for (int k = 0; k < 16; k++) H.t[k] = _mm512_loadu_ps(map->heap + 16 * k);
+                                size_t block, const int bits) {
+    const __m512 t = _mm512_loadu_ps(map->heap);
     for (size_t b = 0; b < n / block; b++) {
         const float *xb = x + b * block;
         const float s = block_scale(amax_of(xb, block), bits);
@@ -116,10 +106,9 @@ ALWAYS_INLINE void quant_blocks(uint8_t *codes, float *scale, const float *x, co
             __m512 y[V];
             __m512i c[V];
             for (int v = 0; v < V; v++) y[v] = _mm512_div_ps(_mm512_loadu_ps(xb + i + 16 * v), sv);
-            if (sm)
-                for (int v = 0; v < V; v++) c[v] = e4m3_codes16(y[v], map->nan_code);
+            if (bits == 4) codes16(c, y, t, map->nan_code);
             else
-                codes16(c, y, &H, levels, sm, map->nan_code);
+                for (int v = 0; v < V; v++) c[v] = e4m3_codes16(y[v], map->nan_code);
             for (int v = 0; v < V; v++) {
                 const size_t at = b * block + i + 16 * (size_t)v;
                 if (bits == 4) { /* two a byte, the first in the high nibble: each 64-bit lane's low byte */
@@ -135,27 +124,10 @@ ALWAYS_INLINE void quant_blocks(uint8_t *codes, float *scale, const float *x, co
 
 void mp_quant_avx512(uint8_t *codes, float *scale, const float *x, const mp_state_map *map, int bits, size_t n,
                      size_t block) {
-    if (block % 64 == 0 && bits == 8 && map->levels == 8 && !map->sign_magnitude)
-        quant_blocks(codes, scale, x, map, n, block, 8, 8, 0);
-    else if (block % 64 == 0 && bits == 4 && map->levels == 4 && !map->sign_magnitude)
-        quant_blocks(codes, scale, x, map, n, block, 4, 4, 0);
-    else if (block % 64 == 0 && bits == 0 && map->levels == 7 && map->sign_magnitude)
-        quant_blocks(codes, scale, x, map, n, block, 0, 7, 1);
-    else
-        k_quant(codes, scale, x, map, bits, n, block);
-}
-
-/* The values of 16 codes (0..255) from a 256-value map in t[16]. */
-static inline __m512 value256(const __m512 t[16], __m512i idx) {
-    __m512 r[8];
-    for (int k = 0; k < 8; k++) r[k] = _mm512_permutex2var_ps(t[2 * k], idx, t[2 * k + 1]);
-    const __mmask16 b5 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(32));
-    const __mmask16 b6 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(64));
-    const __mmask16 b7 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(128));
-    for (int k = 0; k < 4; k++) r[k] = _mm512_mask_mov_ps(r[2 * k], b5, r[2 * k + 1]);
-    r[0] = _mm512_mask_mov_ps(r[0], b6, r[1]);
-    r[1] = _mm512_mask_mov_ps(r[2], b6, r[3]);
-    return _mm512_mask_mov_ps(r[0], b7, r[1]);
+    if (block % 32) k_quant(codes, scale, x, map, bits, n, block);
+    else if (bits == 4 && map->levels == 4 && !map->sign_magnitude) quant_blocks(codes, scale, x, map, n, block, 4);
+    else if (bits == 0 && map->sign_magnitude) quant_blocks(codes, scale, x, map, n, block, 0);
+    else mp_quant_avx2(codes, scale, x, map, bits, n, block);
 }
 
 void mp_dequant_avx512(float *out, const uint8_t *codes, const float *scale, const mp_state_map *map, int bits, size_t n,
@@ -181,15 +153,15 @@ void mp_dequant_avx512(float *out, const uint8_t *codes, const float *scale, con
         }
         return;
     }
-    __m512 t[16];
-    for (int k = 0; k < 16; k++) t[k] = _mm512_loadu_ps(q + 16 * k);
-    for (size_t b = 0; b < n / block; b++) {
-        const __m512 sv = _mm512_set1_ps(scale[b]);
-        const uint8_t *c = codes + b * block;
-        float *o = out + b * block;
-        for (size_t i = 0; i < block; i += 16) {
-            const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(c + i)));
-            _mm512_storeu_ps(o + i, _mm512_mul_ps(value256(t, idx), sv));
+    if (map->sign_magnitude) { /* e4m3: each code's value from its bits */
+        for (size_t b = 0; b < n / block; b++) {
+            const __m512 sv = _mm512_set1_ps(scale[b]);
+            for (size_t i = 0; i < block; i += 16) {
+                const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(codes + b * block + i)));
+                _mm512_storeu_ps(out + b * block + i, _mm512_mul_ps(e4m3_values16(c), sv));
+            }
         }
+        return;
     }
+    mp_dequant_avx2(out, codes, scale, map, bits, n, block);
 }
