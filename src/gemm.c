@@ -264,6 +264,8 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                 const size_t kcur = k - pc < kc_max ? k - pc : kc_max;
                 const size_t kpad = (kcur + KP - 1) / KP * KP;
                 const int final = !trivial && pc + kcur == k;
+                /* op(A)'s rows along k are the packed layout already: the kernel reads them in place */
+                const int direct = kr->micro_rows && !ta && kcur % KP == 0;
                 const int zeros_in_c = trivial && zpart && pc + kcur == k; /* C's final values, counted as written */
                 /* into W: alpha and beta at the first block when W is C, the plain sum otherwise */
                 const float wa = in_c ? ep->alpha : 1.0f;
@@ -287,8 +289,9 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                     const size_t iend = (ib + 1) * panels / nblocks * MR, mcur = (iend < m ? iend : m) - ic;
                     for (size_t ip = 0; ip * MR < mcur; ip++) {
                         const size_t rows = mcur - ip * MR < MR ? mcur - ip * MR : MR;
-                        kr->pack_a((uint8_t *)apack + ip * MR * kpad * kr->esize, a, at, lda, ta, ic + ip * MR, rows,
-                                   pc, kcur);
+                        if (!(direct && rows == MR)) /* whole rows read in place need no copy */
+                            kr->pack_a((uint8_t *)apack + ip * MR * kpad * kr->esize, a, at, lda, ta, ic + ip * MR,
+                                       rows, pc, kcur);
                     }
                     for (size_t jp = 0; jp < npanels; jp++) {
                         const size_t j0 = jc + jp * NR, cols = n - j0 < NR ? n - j0 : NR;
@@ -296,6 +299,10 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                         for (size_t ip = 0; ip * MR < mcur; ip++) {
                             const size_t i0 = ic + ip * MR, rows = mcur - ip * MR < MR ? mcur - ip * MR : MR;
                             const void *ap = (const uint8_t *)apack + ip * MR * kpad * kr->esize;
+                            const uint8_t *ar = (const uint8_t *)a + (i0 * lda + pc) * kr->esize;
+#define MICRO(c_, ldc_, al_, be_)                                                                    \
+    (direct && rows == MR ? kr->micro_rows(kpad, ar, lda, bp, c_, ldc_, al_, be_)                   \
+                          : kr->micro(kpad, ap, bp, c_, ldc_, al_, be_))
                             if (final) { /* C's lines arrive while the micro-kernel runs */
                                 const uint8_t *c0 = (const uint8_t *)ep->c + (i0 * ep->ldc + j0) * cs;
                                 for (size_t i = 0; i < rows; i++) {
@@ -305,7 +312,7 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                                 }
                                 /* the tiles of consecutive row panels stack into one strip of
                                  * the column panel; the epilogue runs once per strip */
-                                kr->micro(kpad, ap, bp, tile + srows * NR, NR, 1.0f, 0.0f);
+                                MICRO(tile + srows * NR, NR, 1.0f, 0.0f);
                                 if (!srows) s0 = i0;
                                 srows += rows;
                                 if (rows < MR || (ip + 1) * MR >= mcur || srows + MR > strip_rows) {
@@ -317,9 +324,9 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                             }
                             float *cp = w + i0 * ldw + j0;
                             if (rows == MR && cols == NR) {
-                                kr->micro(kpad, ap, bp, cp, ldw, wa, wb);
+                                MICRO(cp, ldw, wa, wb);
                             } else { /* edge: full tile into scratch, then the same arithmetic */
-                                kr->micro(kpad, ap, bp, tile, NR, 1.0f, 0.0f);
+                                MICRO(tile, NR, 1.0f, 0.0f);
                                 for (size_t i = 0; i < rows; i++)
                                     for (size_t j = 0; j < cols; j++)
                                         cp[i * ldw + j] =
@@ -331,6 +338,7 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                 }
             }
         }
+#undef MICRO
         if (kr->end) kr->end();
     }
     return oom ? mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed A block") : MP_OK;

@@ -401,6 +401,11 @@ typedef struct mp_gemm_kernel {
                    size_t cols);
     /* C[0..mr)[0..nr) = alpha * A.B + beta * C (beta == 0: C not read), kc k values */
     void (*micro)(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta);
+    /* micro reading mr whole rows of op(A) where they are, lda elements apart
+     * from the block's first k (op(A) not transposed, kc a multiple of kpack:
+     * the packed panel's layout along k); NULL: A is always packed */
+    void (*micro_rows)(size_t kc, const void *a, size_t lda, const void *bp, float *c, size_t ldc, float alpha,
+                       float beta);
     /* C[i0.., j0..] from a rows x cols tile of fp32 sums (row stride ts; the
      * tile is overwritten; rows x ts <= MP_GEMM_STRIP); counts into st[0]
      * (C's store) and st[1] (the post step's) and adds the +-0 results to
