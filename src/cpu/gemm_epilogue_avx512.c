@@ -33,10 +33,20 @@ static inline __m512 widen_half(mp_dtype t, __m512i r) {
 
 void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
                              size_t cols, mp_convert_stats *st, uint64_t *zeros) {
-    if (e->post != MP_POST_NONE) { /* with a post step: the plain-C epilogue, vectorized for AVX-512 */
+    if (e->post != MP_POST_NONE && (e->ct == MP_F32 || e->round_to != MP_F32 || cols > 64)) { /* plain C */
         mp_gemm_epilogue_body(e, tile, ts, i0, j0, rows, cols, st, zeros);
         return;
     }
+    /* a post step on a half C (gemm.h): C's values rounded and counted into st[0], stored unless the post
+     * step's results replace them, widened back; then the post step on them and its results rounded, counted
+     * into st[1] and stored; the residual's addition in the same pass, GELU on the row in the tile (the GELU
+     * kernels take arrays) and a second pass. The operations of gemm_epilogue.h's, in registers. */
+    const int post = e->post != MP_POST_NONE, gelu = post && e->post != MP_POST_ADD;
+    const int gelu_x = e->post == MP_POST_GELU_GRAD || e->post == MP_POST_GELU_ERF_GRAD;
+    const int keep = !post || e->post_out;
+    uint8_t *out = post ? (uint8_t *)(e->post_out ? e->post_out : e->c) : NULL;
+    mp_counts512 c2 = MP_COUNTS512_0;
+    float xb[64]; /* a row of the GELU's input x, widened */
     const __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta);
     const int read_c = !e->c_holds_part && e->beta != 0.0f && e->round_to == MP_F32;
     const int stats = st != NULL;
@@ -79,13 +89,47 @@ void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t
                 }
             } else {
                 const __m512i h = round_half(e->ct, t, k, &c, stats);
-                _mm256_mask_storeu_epi16((uint16_t *)crow + j, k, _mm512_cvtepi32_epi16(h));
+                if (keep) _mm256_mask_storeu_epi16((uint16_t *)crow + j, k, _mm512_cvtepi32_epi16(h));
+                if (post) {
+                    __m512 y = widen_half(e->ct, h); /* C's value as stored */
+                    if (gelu) {
+                        _mm512_mask_storeu_ps(tile + r * ts + j, k, y);
+                        continue;
+                    }
+                    const uint8_t *xr = (const uint8_t *)e->post_x + (i0 + r) * e->ldc * es + j0 * es;
+                    y = _mm512_add_ps(load_c(e->ct, xr, j, k), y); /* x + c */
+                    _mm256_mask_storeu_epi16((uint16_t *)(out + ((i0 + r) * e->ldc + j0) * es) + j, k,
+                                             _mm512_cvtepi32_epi16(round_half(e->ct, y, k, &c2, stats)));
+                }
+            }
+        }
+        if (gelu) { /* the row's values through the GELU kernel, then rounded, counted and stored */
+            float *tr = tile + r * ts;
+            if (gelu_x) {
+                const uint8_t *xr = (const uint8_t *)e->post_x + (i0 + r) * e->ldc * es + j0 * es;
+                for (size_t j = 0; j < cols; j += 16) {
+                    const __mmask16 k = mp_tail16(cols - j);
+                    _mm512_mask_storeu_ps(xb + j, k, load_c(e->ct, xr, j, k));
+                }
+            }
+            switch (e->post) {
+            case MP_POST_GELU: e->gelu->tanh_fwd(tr, cols); break;
+            case MP_POST_GELU_ERF: e->gelu->erf_fwd(tr, cols); break;
+            case MP_POST_GELU_GRAD: e->gelu->tanh_bwd(tr, xb, cols); break;
+            default: e->gelu->erf_bwd(tr, xb, cols); break;
+            }
+            uint16_t *orow = (uint16_t *)(out + ((i0 + r) * e->ldc + j0) * es);
+            for (size_t j = 0; j < cols; j += 16) {
+                const __mmask16 k = mp_tail16(cols - j);
+                const __m512i h = round_half(e->ct, _mm512_maskz_loadu_ps(k, tr + j), k, &c2, stats);
+                _mm256_mask_storeu_epi16(orow + j, k, _mm512_cvtepi32_epi16(h));
             }
         }
     }
     if (stats) { /* amax: of the half codes stored, or of an fp32 C's values */
         const int half = e->round_to == MP_F32 && e->ct != MP_F32, f16 = e->ct == MP_F16;
         mp_counts512_add(st, &c, !half ? 0 : f16 ? 5 : 8, f16 ? 10 : 7);
+        if (post) mp_counts512_add(st + 1, &c2, f16 ? 5 : 8, f16 ? 10 : 7);
         st->subnormal += sub32, st->nan += nan32;
         mp_stats_amax(st, _mm512_reduce_max_epu32(am32));
     }
