@@ -33,7 +33,7 @@ static inline __m512 widen_half(mp_dtype t, __m512i r) {
 
 void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
                              size_t cols, mp_convert_stats *st, uint64_t *zeros) {
-    if (e->post != MP_POST_NONE && (e->ct == MP_F32 || e->round_to != MP_F32 || cols > 64)) { /* plain C */
+    if (e->post != MP_POST_NONE && (e->ct == MP_F32 || e->round_to != MP_F32)) { /* plain C */
         mp_gemm_epilogue_body(e, tile, ts, i0, j0, rows, cols, st, zeros);
         return;
     }
@@ -46,7 +46,7 @@ void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t
     const int keep = !post || e->post_out;
     uint8_t *out = post ? (uint8_t *)(e->post_out ? e->post_out : e->c) : NULL;
     mp_counts512 c2 = MP_COUNTS512_0;
-    float xb[64]; /* a row of the GELU's input x, widened */
+    float xb[MP_GEMM_STRIP]; /* the GELU's input x, widened, laid out as the tile */
     const __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta);
     const int read_c = !e->c_holds_part && e->beta != 0.0f && e->round_to == MP_F32;
     const int stats = st != NULL;
@@ -103,25 +103,33 @@ void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t
                 }
             }
         }
-        if (gelu) { /* the row's values through the GELU kernel, then rounded, counted and stored */
-            float *tr = tile + r * ts;
-            if (gelu_x) {
+    }
+    if (gelu) { /* the strip's values through the GELU kernel (whole when its rows are contiguous), then rounded,
+                 * counted and stored */
+        if (gelu_x)
+            for (size_t r = 0; r < rows; r++) {
                 const uint8_t *xr = (const uint8_t *)e->post_x + (i0 + r) * e->ldc * es + j0 * es;
                 for (size_t j = 0; j < cols; j += 16) {
                     const __mmask16 k = mp_tail16(cols - j);
-                    _mm512_mask_storeu_ps(xb + j, k, load_c(e->ct, xr, j, k));
+                    _mm512_mask_storeu_ps(xb + r * ts + j, k, load_c(e->ct, xr, j, k));
                 }
             }
+        const size_t nr = cols == ts ? 1 : rows, len = cols == ts ? rows * ts : cols;
+        for (size_t r = 0; r < nr; r++) {
+            float *tr = tile + r * ts;
+            const float *xr = xb + r * ts;
             switch (e->post) {
-            case MP_POST_GELU: e->gelu->tanh_fwd(tr, cols); break;
-            case MP_POST_GELU_ERF: e->gelu->erf_fwd(tr, cols); break;
-            case MP_POST_GELU_GRAD: e->gelu->tanh_bwd(tr, xb, cols); break;
-            default: e->gelu->erf_bwd(tr, xb, cols); break;
+            case MP_POST_GELU: e->gelu->tanh_fwd(tr, len); break;
+            case MP_POST_GELU_ERF: e->gelu->erf_fwd(tr, len); break;
+            case MP_POST_GELU_GRAD: e->gelu->tanh_bwd(tr, xr, len); break;
+            default: e->gelu->erf_bwd(tr, xr, len); break;
             }
+        }
+        for (size_t r = 0; r < rows; r++) {
             uint16_t *orow = (uint16_t *)(out + ((i0 + r) * e->ldc + j0) * es);
             for (size_t j = 0; j < cols; j += 16) {
                 const __mmask16 k = mp_tail16(cols - j);
-                const __m512i h = round_half(e->ct, _mm512_maskz_loadu_ps(k, tr + j), k, &c2, stats);
+                const __m512i h = round_half(e->ct, _mm512_maskz_loadu_ps(k, tile + r * ts + j), k, &c2, stats);
                 _mm256_mask_storeu_epi16(orow + j, k, _mm512_cvtepi32_epi16(h));
             }
         }
