@@ -263,7 +263,12 @@ typedef struct mp_adamw_coef {
  *   code = lut[b] & 255 + (l >= lut[b] >> 8)
  * The first and last buckets (everything under and over) hold no threshold.
  * e4m3 (sign_magnitude) codes |y| so and puts y's sign in bit 7. NaN codes
- * nan_code (with its sign for e4m3). */
+ * nan_code (with its sign for e4m3). The thresholds and buckets are
+ * torchao's code; then a y > 0 whose code is under least_positive takes
+ * least_positive: the second moment's maps that hold a 0 (8-bit unsigned,
+ * e4m3) set it to their least positive entry, so that a positive
+ * exp_avg_sq is never stored as 0 (exp_avg / (sqrt(0) + eps) would be an
+ * update 1e8 times the moment: docs/TRAINING.md); 0 for the others. */
 #define MP_MAP_BUCKETS 8192
 typedef struct mp_state_map {
     float value[256];  /* each code's value (e4m3: the format's values, sign included) */
@@ -271,6 +276,7 @@ typedef struct mp_state_map {
     uint32_t lo, shift;
     int32_t top;       /* the last bucket */
     int entries, sign_magnitude, nan_code;
+    int least_positive; /* the least code of a y > 0 (0: torchao's code as it is) */
     float thresh[257]; /* thresh[entries] is NaN: no y reaches it */
     /* The thresholds as a search tree in heap order, for a branch-free binary
      * search in registers (cpu/quant_avx512.c): levels = log2 of entries
@@ -320,10 +326,12 @@ extern const mp_optim_kernels mp_optim_scalar;
  * MP_STATE_4BIT (16), for state 1 (exp_avg, the momentum buffer: signed
  * dynamic) or 2 (exp_avg_sq: unsigned dynamic for 8-bit, k/16 for 4-bit),
  * built once as torchao 0.18 builds them (optim.c); MP_STATE_FP8: e4m3,
- * saturating; NULL for another format. */
+ * saturating; NULL for another format. State 2's maps code a positive y
+ * at least as their least positive entry (least_positive). */
 const mp_state_map *mp_optim_state_map(mp_state_format f, int state);
 /* The code of y by its definition (a search of the sorted values, or e4m3's
- * rounding): what the map's tables must reproduce. */
+ * rounding, then least_positive for y > 0): what the map's tables and
+ * least_positive must reproduce. */
 int mp_state_map_code_ref(const mp_state_map *m, float y);
 /* 1 when every bucket of every map holds at most one threshold. */
 int mp_state_maps_exact(void);

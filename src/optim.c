@@ -44,7 +44,7 @@ static int owns(const mp_optim *o, size_t i) { return !o->sharded || (i >= o->ow
 
 /* ---- the block formats' maps (torchao 0.18, torchao/optim/quant_utils.py and subclass_{8,4}bit.py) ---- */
 
-static mp_state_map map8_signed, map8_unsigned, map4_signed, map4_linear, map_e4m3;
+static mp_state_map map8_signed, map8_unsigned, map4_signed, map4_linear, map_e4m3, map_e4m3_sq;
 static int maps_exact;
 static pthread_once_t maps_once = PTHREAD_ONCE_INIT;
 
@@ -80,8 +80,9 @@ static void dynamic_map(float *out, int is_signed, int E, int total_bits) {
 
 /* torchao's code of y: a binary search for the last entry <= y, moved up
  * one when y - q[c] >= (q[c+1] - q[c]) / 2 (in fp32: ties go up); NaN 0.
- * e4m3: the code of |y| (0 .. 0x7e) without the sign. */
-int mp_state_map_code_ref(const mp_state_map *m, float y) {
+ * e4m3: the code of |y| (0 .. 0x7e) without the sign. The tables are
+ * built from it. */
+static int torchao_code(const mp_state_map *m, float y) {
     if (m->sign_magnitude) return mp_f32_to_e4m3_sat(fabsf(y)) & 0x7f;
     const float *q = m->value;
     int c = 0;
@@ -89,6 +90,12 @@ int mp_state_map_code_ref(const mp_state_map *m, float y) {
         if (y >= q[c + k]) c += k;
     if (c + 1 < m->entries && y - q[c] >= (q[c + 1] - q[c]) * 0.5f) c++;
     return c;
+}
+
+/* ... and the floor of a second moment's map: a y > 0 codes at least least_positive. */
+int mp_state_map_code_ref(const mp_state_map *m, float y) {
+    const int c = torchao_code(m, y);
+    return y > 0.0f && c < m->least_positive ? m->least_positive : c;
 }
 
 /* Floats in value order as unsigned keys (-0 just below +0), and back. */
@@ -105,7 +112,7 @@ static void build_thresholds(mp_state_map *m) {
         uint32_t a = order_key(from), b = order_key(INFINITY); /* code(a) < c <= code(b) */
         while (b - a > 1) {
             const uint32_t mid = a + (b - a) / 2;
-            *(mp_state_map_code_ref(m, key_float(mid)) >= c ? &b : &a) = mid;
+            *(torchao_code(m, key_float(mid)) >= c ? &b : &a) = mid;
         }
         m->thresh[c] = key_float(b);
     }
@@ -131,7 +138,7 @@ static int build_buckets(mp_state_map *m, uint32_t shift) {
             const uint32_t most = k == m->top ? 0x7f800000u : ((m->lo + (uint32_t)k + 1) << shift) - 1;
             const float y0 = mp_bits_f32(sign ? most | 0x80000000u : least);
             const float y1 = mp_bits_f32(sign ? least | 0x80000000u : most);
-            const int c = mp_state_map_code_ref(m, y0), c1 = mp_state_map_code_ref(m, y1);
+            const int c = torchao_code(m, y0), c1 = torchao_code(m, y1);
             uint32_t cut = span; /* no threshold in the bucket */
             if (c1 == c + 1) {
                 if (k == 0 || k == m->top) return 0;
@@ -175,13 +182,17 @@ static void build_maps(void) {
     map_e4m3.entries = 0x7f, map_e4m3.sign_magnitude = 1, map_e4m3.nan_code = mp_f32_to_e4m3_sat(NAN) & 0x7f;
     maps_exact = build_tables(&map8_signed) & build_tables(&map8_unsigned) & build_tables(&map4_signed) &
                  build_tables(&map4_linear) & build_tables(&map_e4m3);
+    /* exp_avg_sq: a positive value never coded as 0 (map8_unsigned's 0 is code 0 and its least positive entry
+     * code 1, 3.25e-7; e4m3's +0 is code 0 and 2^-9 code 1; map4_linear holds no 0) */
+    map_e4m3_sq = map_e4m3;
+    map8_unsigned.least_positive = map_e4m3_sq.least_positive = 1;
 }
 
 const mp_state_map *mp_optim_state_map(mp_state_format f, int state) {
     pthread_once(&maps_once, build_maps);
     if (f == MP_STATE_8BIT) return state == 1 ? &map8_signed : &map8_unsigned;
     if (f == MP_STATE_4BIT) return state == 1 ? &map4_signed : &map4_linear;
-    if (f == MP_STATE_FP8) return &map_e4m3;
+    if (f == MP_STATE_FP8) return state == 1 ? &map_e4m3 : &map_e4m3_sq;
     return NULL;
 }
 

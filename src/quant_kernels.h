@@ -13,15 +13,18 @@
  * largest magnitude, at least 1e-12 (NaN carried), or for e4m3 that over 448;
  * each value is divided by it (IEEE division) and coded: e4m3 rounds to
  * nearest even (saturating); a map's code is the nearest entry, ties going up
- * (mp_state_map_code_ref). Both through the map's tables (internal.h).
- * Dequantized: the code's value times the scale. */
+ * (mp_state_map_code_ref). Both through the map's tables (internal.h);
+ * then the second moment's floor: a positive quotient never takes the code
+ * of 0 (least_positive; where torchao's code is 0 for a y > 0, the map's
+ * least positive entry). Dequantized: the code's value times the scale. */
 static inline int map_code(float y, const mp_state_map *m) {
     const uint32_t u = mp_f32_bits(y), mag = u & 0x7fffffffu, neg = m->sign_magnitude ? 0 : u >> 31;
     const uint32_t mask = (1u << m->shift) - 1;
     int32_t b = (int32_t)(mag >> m->shift) - (int32_t)m->lo;
     b = b < 0 ? 0 : b > m->top ? m->top : b;
     const uint32_t e = m->lut[b + (int32_t)neg * MP_MAP_BUCKETS], l = (mag & mask) ^ (neg ? mask : 0);
-    const int c = y != y ? m->nan_code : (int)(e & 255) + (l >= e >> 8);
+    int c = y != y ? m->nan_code : (int)(e & 255) + (l >= e >> 8);
+    c = y > 0.0f && c < m->least_positive ? m->least_positive : c;
     return m->sign_magnitude ? (int)(u >> 31 << 7) | c : c;
 }
 

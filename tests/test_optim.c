@@ -861,9 +861,14 @@ static void check_state_maps(void) {
     for (int i = 0; i < 16; i++) bad += f2u(s4[i]) != torchao_q4_signed[i] || l4[i] != (float)(i + 1) / 16;
     for (int i = 0; i < 256; i++) bad += f2u(e4[i]) != f2u(mp_e4m3_to_f32((uint8_t)i));
     CHECK(bad == 0, "%d map entries differ from torchao's", bad);
-    CHECK(mp_optim_state_map(MP_STATE_FP8, 2) == mp_optim_state_map(MP_STATE_FP8, 1) &&
+    const mp_state_map *e4sq = mp_optim_state_map(MP_STATE_FP8, 2);
+    CHECK(!memcmp(e4sq->value, e4, sizeof e4sq->value) && e4sq->least_positive == 1 &&
+              mp_optim_state_map(MP_STATE_FP8, 1)->least_positive == 0 &&
+              mp_optim_state_map(MP_STATE_8BIT, 2)->least_positive == 1 && u8[0] == 0.0f && u8[1] > 0.0f &&
+              mp_optim_state_map(MP_STATE_8BIT, 1)->least_positive == 0 &&
+              mp_optim_state_map(MP_STATE_4BIT, 2)->least_positive == 0 && l4[0] > 0.0f &&
               !mp_optim_state_map(MP_STATE_FP32, 1) && !mp_optim_state_map(MP_STATE_BF16, 1),
-          "maps of other formats");
+          "maps of other formats, the second moment's floors");
     CHECK(mp_state_maps_exact(), "a bucket of a map's table holds two thresholds");
 }
 
@@ -881,8 +886,8 @@ static void check_map_codes_of(const mp_optim_kernels *k, const char *path) {
     static float y[2 * MP_MAP_BUCKETS * 2 + 257 * 7 + 200000 + 16384];
     static uint8_t codes[sizeof y / sizeof y[0]];
     static float scale[sizeof y / sizeof y[0] / 128 + 1];
-    const mp_state_format fmts[5] = {MP_STATE_8BIT, MP_STATE_8BIT, MP_STATE_4BIT, MP_STATE_4BIT, MP_STATE_FP8};
-    for (int f = 0; f < 5; f++) {
+    const mp_state_format fmts[6] = {MP_STATE_8BIT, MP_STATE_8BIT, MP_STATE_4BIT, MP_STATE_4BIT, MP_STATE_FP8, MP_STATE_FP8};
+    for (int f = 0; f < 6; f++) {
         const mp_state_map *m = mp_optim_state_map(fmts[f], 1 + f % 2);
         const int bits = fmts[f] == MP_STATE_8BIT ? 8 : fmts[f] == MP_STATE_4BIT ? 4 : 0;
         const size_t block = bits == 4 ? 128 : 256;
@@ -896,8 +901,8 @@ static void check_map_codes_of(const mp_optim_kernels *k, const char *path) {
                 put(y, &n, block, top, u2f(edge));
                 put(y, &n, block, top, u2f(edge - 1));
             }
-        const float special[4] = {0.0f, -0.0f, 0x1p-149f, -0x1p-149f};
-        for (int i = 0; i < 4; i++) put(y, &n, block, top, special[i]);
+        const float special[6] = {0.0f, -0.0f, 0x1p-149f, -0x1p-149f, 0x1p-126f, 1e-30f};
+        for (int i = 0; i < 6; i++) put(y, &n, block, top, special[i]);
         for (int i = 0; i < 200000; i++) put(y, &n, block, top, ldexpf(frand(), -(int)((rng >> 20) % 40)));
         while (n % block) put(y, &n, block, top, 0.0f);
         k->quant(codes, scale, y, m, bits, n, block);
@@ -931,18 +936,25 @@ static int ref_code(float y, const float *q, int entries) {
 }
 
 /* Blocks of `block` values quantized as torchao does, by the reference:
- * codes one a byte (4-bit: one a byte too, unpacked), scales. */
-static void ref_quant(int *codes, float *scale, const float *x, const float *map, int bits, size_t n, size_t block) {
+ * codes one a byte (4-bit: one a byte too, unpacked), scales; then a
+ * positive quotient whose code is under `floor` takes `floor` (the second
+ * moment's maps that hold a 0: a positive exp_avg_sq is never stored as 0). */
+static void ref_quant_floor(int *codes, float *scale, const float *x, const float *map, int bits, size_t n, size_t block,
+                            int floor) {
     for (size_t b = 0; b < n / block; b++) {
         float amax = 0;
         for (size_t i = 0; i < block; i++) amax = fmaxf(amax, fabsf(x[b * block + i]));
         scale[b] = bits ? fmaxf(amax, 1e-12f) : fmaxf(amax, 1e-12f) / 448.0f;
         for (size_t i = 0; i < block; i++) {
             const float y = x[b * block + i] / scale[b];
-            codes[b * block + i] = bits ? ref_code(y, map, 1 << bits) : mp_f32_to_e4m3_sat(y);
+            const int c = bits ? ref_code(y, map, 1 << bits) : mp_f32_to_e4m3_sat(y);
+            codes[b * block + i] = y > 0.0f && c < floor ? floor : c;
         }
     }
 }
+
+/* The floor of state st's map of format f (1 for the second moment's maps with a 0: 8-bit, fp8). */
+static int sq_floor(mp_state_format f, int st) { return st == 2 && f != MP_STATE_4BIT; }
 
 /* Each quantizer of each kernel path against the reference, on blocks of
  * every kind: ordinary values, an outlier, all zeros, subnormals, exact ties
@@ -976,7 +988,7 @@ static void check_quantizers_of(const mp_optim_kernels *k, const char *path) {
                 }
                 x[i] = v;
             }
-            ref_quant(want, want_scale, x, map, bits, M, block);
+            ref_quant_floor(want, want_scale, x, map, bits, M, block, sq_floor(fmts[f], st));
             k->quant(codes, scale, x, sm, bits, M, block);
             int bad = memcmp(scale, want_scale, M / block * sizeof(float)) != 0;
             for (size_t i = 0; i < M; i++) {
@@ -1062,7 +1074,7 @@ static void check_state_format_steps(mp_state_format f) {
             v[i] = (bits ? map2[vc[i]] : mp_e4m3_to_f32((uint8_t)vc[i])) * vs[i / block];
         }
         ref_adamw(w, g, m, v, K, s, ac.lr, ac.beta1, ac.beta2, ac.eps, ac.weight_decay);
-        ref_quant(mc, ms, m, map1, bits, K, block), ref_quant(vc, vs, v, map2, bits, K, block);
+        ref_quant_floor(mc, ms, m, map1, bits, K, block, 0), ref_quant_floor(vc, vs, v, map2, bits, K, block, sq_floor(f, 2));
         same &= memcmp(w, p->master, sizeof w) == 0 && memcmp(ms, p->qscale1, K / block * 4) == 0 &&
                 memcmp(vs, p->qscale2, K / block * 4) == 0;
         for (int i = 0; i < K; i++) {
@@ -1139,7 +1151,57 @@ static void check_kahan(mp_dtype t) {
     mp_optim_free(a), mp_optim_free(b);
 }
 
+/* The second moment's floor, in the situation that made Kahan-compensated
+ * bf16 weights with 8-bit state diverge (docs/TRAINING.md): in one block of
+ * exp_avg_sq, a value under half the map's least positive entry times the
+ * block's scale beside a large one, its exp_avg not 0. torchao's code for it
+ * is 0, so a step whose gradient there is 0 (an embedding row absent from
+ * the batch) divided exp_avg by eps alone: an update thousands of times lr.
+ * Two steps with every state format and both weight kinds, on every
+ * optimizer path this CPU runs, the second with that gradient 0; the second
+ * step's change of that weight against the fp32-state run's: at most 4
+ * times it (the floor gives less than it). */
+static void check_second_moment_floor(void) {
+    enum { NF = 4096 }; /* the least a block-format state is used for (torchao's rule) */
+    float init[NF], g[NF];
+    for (int i = 0; i < NF; i++) init[i] = 0.02f * (float)((i * 37) % 19 - 9) / 9.0f, g[i] = 0.5f;
+    g[0] = 1.0f, g[1] = 1e-4f; /* v[1] / v[0] = 1e-8: under the 8-bit map's 3.25e-7 / 2 */
+    const mp_adamw_config cfg = {1e-3, 0.9, 0.999, 1e-8, 0.0};
+    const mp_state_format fmts[4] = {MP_STATE_FP32, MP_STATE_8BIT, MP_STATE_FP8, MP_STATE_4BIT};
+    const mp_master_weights ws[2] = {MP_MASTER_FP32, MP_MASTER_KAHAN};
+    const mp_isa saved = mp_cpu_isa();
+    for (int isa = MP_ISA_SCALAR; isa <= (int)mp_cpu_detected(); isa++) {
+        if (mp_cpu_set_isa((mp_isa)isa) != MP_OK) continue;
+        for (int w = 0; w < 2; w++) {
+            double step2[4];
+            for (int f = 0; f < 4; f++) {
+                mp_optim *o;
+                mp_param *p;
+                CHECK(mp_optim_adamw(&o, &cfg) == MP_OK && mp_optim_set_state_format(o, fmts[f]) == MP_OK &&
+                          mp_optim_add_as(o, "w", init, NF, MP_BF16, ws[w], MP_BF16, &p) == MP_OK,
+                      "create: %s", mp_last_error());
+                float before = 0;
+                for (int s = 0; s < 2; s++) {
+                    memcpy(p->grad, g, sizeof g);
+                    if (s) p->grad[1] = 0.0f; /* as an embedding row absent from a batch: v holds only its past */
+                    before = ws[w] == MP_MASTER_FP32 ? p->master[1] : mp_bf16_widen(((uint16_t *)p->half)[1]);
+                    mp_optim_step(o);
+                }
+                const float after = ws[w] == MP_MASTER_FP32 ? p->master[1] : mp_bf16_widen(((uint16_t *)p->half)[1]);
+                step2[f] = fabs((double)after - (double)before);
+                mp_optim_free(o);
+            }
+            for (int f = 1; f < 4; f++)
+                CHECK(step2[f] <= 4 * step2[0] + 1e-6, "isa %d, %s weights, %s state: the second step moved the "
+                      "weight by %.3g against %.3g with fp32 moments", isa, w ? "kahan" : "fp32",
+                      mp_state_format_name(fmts[f]), step2[f], step2[0]);
+        }
+    }
+    mp_cpu_set_isa(saved);
+}
+
 static void check_state_formats(void) {
+    check_second_moment_floor();
     check_state_maps();
     check_map_codes();
     check_quantizers();

@@ -21,6 +21,8 @@ static inline __m256i codes8(__m256 y, const mp_state_map *m) {
     __m256i c = _mm256_add_epi32(_mm256_and_si256(e, _mm256_set1_epi32(255)), _mm256_set1_epi32(1));
     c = _mm256_add_epi32(c, _mm256_cmpgt_epi32(_mm256_srli_epi32(e, 8), l));
     c = _mm256_blendv_epi8(c, _mm256_set1_epi32(m->nan_code), _mm256_castps_si256(_mm256_cmp_ps(y, y, _CMP_UNORD_Q)));
+    const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ)); /* y > 0 */
+    c = _mm256_blendv_epi8(c, _mm256_max_epi32(c, _mm256_set1_epi32(m->least_positive)), pos);
     if (m->sign_magnitude) c = _mm256_or_si256(c, _mm256_and_si256(_mm256_srai_epi32(u, 31), _mm256_set1_epi32(0x80)));
     return c;
 }

@@ -19,7 +19,7 @@
  * level by level together, each level waiting on the last (a permute, a
  * compare). */
 #define V 2
-ALWAYS_INLINE void codes16(__m512i c[V], const __m512 y[V], __m512 t, int nan_code) {
+ALWAYS_INLINE void codes16(__m512i c[V], const __m512 y[V], __m512 t, int nan_code, int least_positive) {
     const __m512i one = _mm512_set1_epi32(1);
     __m512i h[V];
     for (int v = 0; v < V; v++) h[v] = one;
@@ -32,6 +32,8 @@ ALWAYS_INLINE void codes16(__m512i c[V], const __m512 y[V], __m512 t, int nan_co
     for (int v = 0; v < V; v++) {
         c[v] = _mm512_sub_epi32(h[v], _mm512_set1_epi32(16));
         c[v] = _mm512_mask_mov_epi32(c[v], _mm512_cmp_ps_mask(y[v], y[v], _CMP_UNORD_Q), _mm512_set1_epi32(nan_code));
+        c[v] = _mm512_mask_max_epi32(c[v], _mm512_cmp_ps_mask(y[v], _mm512_setzero_ps(), _CMP_GT_OQ), c[v],
+                                     _mm512_set1_epi32(least_positive)); /* the map's floor for y > 0 */
     }
 }
 
@@ -42,7 +44,7 @@ ALWAYS_INLINE void codes16(__m512i c[V], const __m512 y[V], __m512 t, int nan_co
  * raise the exponent), and rebiases; below, the code is |y| 2^9 rounded to
  * nearest even; every code past 0x7e (448) saturates to it, +inf too; NaN
  * codes nan_code. */
-ALWAYS_INLINE __m512i e4m3_codes16(__m512 y, int nan_code) {
+ALWAYS_INLINE __m512i e4m3_codes16(__m512 y, int nan_code, int least_positive) {
     const __m512i one = _mm512_set1_epi32(1);
     const __m512i u = _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(0x7fffffff));
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 20), one);
@@ -62,6 +64,8 @@ ALWAYS_INLINE __m512i e4m3_codes16(__m512 y, int nan_code) {
     const __mmask16 small = _mm512_cmplt_epu32_mask(u, _mm512_set1_epi32(0x3c800000)); /* 2^-6 */
     __m512i c = _mm512_min_epi32(_mm512_mask_mov_epi32(normal, small, sub), _mm512_set1_epi32(0x7e));
     c = _mm512_mask_mov_epi32(c, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), _mm512_set1_epi32(nan_code));
+    const __mmask16 pos = _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ); /* the map's floor for y > 0 */
+    c = _mm512_mask_max_epi32(c, pos, c, _mm512_set1_epi32(least_positive));
     return _mm512_or_si512(c, _mm512_and_si512(_mm512_srai_epi32(_mm512_castps_si512(y), 31), _mm512_set1_epi32(0x80)));
 }
 
@@ -106,9 +110,9 @@ ALWAYS_INLINE void quant_blocks(uint8_t *codes, float *scale, const float *x, co
             __m512 y[V];
             __m512i c[V];
             for (int v = 0; v < V; v++) y[v] = _mm512_div_ps(_mm512_loadu_ps(xb + i + 16 * v), sv);
-            if (bits == 4) codes16(c, y, t, map->nan_code);
+            if (bits == 4) codes16(c, y, t, map->nan_code, map->least_positive);
             else
-                for (int v = 0; v < V; v++) c[v] = e4m3_codes16(y[v], map->nan_code);
+                for (int v = 0; v < V; v++) c[v] = e4m3_codes16(y[v], map->nan_code, map->least_positive);
             for (int v = 0; v < V; v++) {
                 const size_t at = b * block + i + 16 * (size_t)v;
                 if (bits == 4) { /* two a byte, the first in the high nibble: each 64-bit lane's low byte */
