@@ -2,6 +2,7 @@
  * reductions as MPI_Allreduce, the ranks' agreement before training, and the
  * quiet output of ranks other than 0. */
 #define _GNU_SOURCE /* sched_getaffinity */
+#include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,7 +302,12 @@ int dist_init(int argc, char **argv) {
     g_hook = (mp_train_dist){g_rank, g_size, &g_grads, sum_grads, sum_f64, max_f32, reduce_scatter, all_gather, broadcast};
     MPI_Op_create(wire_sum, 1, &g_wire_sum); /* commutative: fp32 addition is, and each combine rounds once */
     if (g_rank != 0) {
-        if (!freopen("/dev/null", "w", stdout)) fclose(stdout);
+        /* the other ranks' standard output goes to /dev/null: the descriptor under the command's own stream
+         * (main.c's), which freopen cannot reopen */
+        fflush(stdout);
+        const int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (devnull < 0 || dup2(devnull, STDOUT_FILENO) < 0) close(STDOUT_FILENO);
+        if (devnull > STDOUT_FILENO) close(devnull);
         cli_quiet = 1; /* usage errors come from the options, the same on every rank: rank 0 says them */
     }
     if (!getenv("MIXPREC_THREADS")) mp_set_threads(threads_per_rank());
