@@ -219,6 +219,8 @@ static void check_epilogue_case(mp_dtype in, size_t m, size_t n, size_t k, float
     uint64_t want_z = 0, got_z = 0;
     mp_gemm(0, 1, m, n, k, alpha, a, in, k, b, in, k, 0.0f, plain, MP_F32, n, NULL);
     uint16_t hw;
+    const mp_isa path = mp_cpu_isa();
+    mp_cpu_set_isa(MP_ISA_SCALAR); /* the conversions of the steps one at a time: the portable ones */
     for (size_t i = 0; i < mn; i++) {
         float v = plain[i];
         if (beta != 0.0f && round_to == MP_F32) { /* C read: v = fma(1, sum, beta C) with alpha 1 */
@@ -237,6 +239,7 @@ static void check_epilogue_case(mp_dtype in, size_t m, size_t n, size_t k, float
         mp_convert(&want[i], MP_F32, &hw, half, 1, NULL);
         if (round_to != MP_F32 && beta != 0.0f) want[i] = beta * ((float *)c0)[i] + want[i];
     }
+    mp_cpu_set_isa(path);
     if (round_to != MP_F32) { /* the counts' amax: of C's new fp32 values, not of the rounded terms */
         want_st.amax = 0.0f;
         for (size_t i = 0; i < mn; i++)
@@ -272,6 +275,9 @@ static void check_epilogue(void) {
             check_epilogue_case(in, 37, 45, 70, 0.75f, 0.0f, MP_F32, MP_F32, 1, 1, "fp32 C + bias");
             check_epilogue_case(in, 37, 45, 70, tiny, 0.0f, MP_F16, MP_F32, 1, 1, "fp16 C + bias");
             check_epilogue_case(in, 37, 45, 70, 1.0f, 0.5f, h, MP_F32, 1, 1, "half C, beta 0.5");
+            /* sums at fp32's subnormals (vcvtneps2bf16 reads them as 0): bf16 subnormals and underflows */
+            check_epilogue_case(in, 37, 45, 70, 0x1p-130f, 0.0f, h, MP_F32, 0, 1, "half C, fp32 subnormal sums");
+            check_epilogue_case(in, 37, 45, 70, 0x1p-130f, 0.0f, MP_F32, h, 0, 1, "round_to, fp32 subnormal sums");
             check_epilogue_case(in, 37, 45, 70, tiny, 0.0f, MP_F32, MP_F16, 0, 1, "round_to fp16, beta 0");
             check_epilogue_case(in, 37, 45, 70, 0.75f, 1.0f, MP_F32, h, 0, 1, "round_to, beta 1");
             check_epilogue_case(in, 37, 45, 70, -0.75f, 0.0f, MP_F32, h, 0, 1, "round_to, alpha < 0: -0 sums");

@@ -1,23 +1,16 @@
-/* convert_avx512bf16.c - fp32 -> bf16 with AVX512_BF16's vcvtneps2bf16.
- *
- * vcvtneps2bf16 rounds to nearest even and quiets NaN like mp_f32_to_bf16, but
- * it treats fp32 subnormal inputs as zero whatever MXCSR says. Those lanes (rare
- * in practice; one compare finds them) are redone with the integer rounding, so
- * the result equals the scalar function for every input. */
+/* convert_avx512bf16.c - fp32 -> bf16 with AVX512_BF16's vcvtneps2bf16
+ * (mp_bf16_round16_cvt: equal to the scalar function for every input). */
 #include "convert_avx512.h"
 
 static inline void f32_to_bf16_body(uint16_t *dst, // (n,) bf16
                                     const float *src, // (n,) fp32
                                     size_t n, mp_convert_stats *st, const int stats) {
     mp_counts512 c = MP_COUNTS512_0;
-    const __m512i expmask = _mm512_set1_epi32(0x7f800000), mantmask = _mm512_set1_epi32(0x007fffff);
     const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
     for (size_t i = 0, m; i < n; i += m) {
         const __mmask16 k = mp_lanes16(dst, 2, 32, i, n, stream, &m);
         const __m512i x = mp_load16x32(src + i, k);
-        __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(x));
-        const __mmask16 denormal = _mm512_testn_epi32_mask(x, expmask) & _mm512_test_epi32_mask(x, mantmask);
-        if (denormal) h = _mm256_mask_mov_epi16(h, denormal, _mm512_cvtepi32_epi16(mp_bf16_round16(x)));
+        const __m256i h = mp_bf16_round16_cvt(x);
         mp_store16x16(dst + i, k, h, stream);
         if (stats) {
             const __m512i ay = _mm512_and_si512(_mm512_cvtepu16_epi32(h), _mm512_set1_epi32(0x7fff));

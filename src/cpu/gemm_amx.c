@@ -115,6 +115,6 @@ const mp_gemm_kernel mp_gemm_amx = {
     .mr = MR, .nr = NR, .kpack = KB,
     .kc = MP_AMX_KC, .mc = MP_AMX_MC, .nc = MP_AMX_NC, .esize = 2,
     .pack_a = pack_a, .pack_b = pack_b, .micro = micro,
-    .epilogue = mp_gemm_epilogue_avx512, .zeros = mp_gemm_zeros_avx512,
+    .epilogue = mp_gemm_epilogue_avx512bf16, .zeros = mp_gemm_zeros_avx512,
     .begin = begin, .end = end,
 };

@@ -77,5 +77,5 @@ static void micro_rows(size_t kc, const void *a, size_t lda, const void *bp, flo
 const mp_gemm_kernel mp_gemm_avx512bf16 = {
     .name = "avx512bf16-dpbf16", .mr = MR, .nr = NR, .kpack = 2, .kc = 4096, .mc = 192, .nc = 3072, .esize = 2,
     .pack_a = pack_a, .pack_b = pack_b, .micro = micro, .micro_rows = micro_rows,
-    .epilogue = mp_gemm_epilogue_avx512, .zeros = mp_gemm_zeros_avx512,
+    .epilogue = mp_gemm_epilogue_avx512bf16, .zeros = mp_gemm_zeros_avx512,
 };

@@ -2,9 +2,17 @@
  * AVX-512, 16 lanes at a time in one pass over the tile, for the AVX-512 and
  * AMX kernels. The same fp32 operations in the same order and the same exact
  * conversions and counts (convert_avx512.h), so the same bits (tested). A
- * post step (gemm.h) runs gemm_epilogue.h's plain C, built here for AVX-512. */
+ * post step (gemm.h) runs gemm_epilogue.h's plain C, built here for AVX-512.
+ * Built twice: as mp_gemm_epilogue_avx512, and with AVX512_BF16 as
+ * mp_gemm_epilogue_avx512bf16 (gemm_epilogue_avx512bf16.c), where bf16 codes
+ * come from vcvtneps2bf16 (mp_bf16_round16_cvt: the same codes). */
 #include "convert_avx512.h"
 #include "../gemm_epilogue.h"
+
+#ifndef MP_EPILOGUE_AVX512_FN
+#define MP_EPILOGUE_AVX512_FN mp_gemm_epilogue_avx512
+#define MP_EPILOGUE_AVX512_ZEROS
+#endif
 
 /* 16 values of C's row at column j, exact in fp32 (NaN quieted, as mp_convert) */
 static inline __m512 load_c(mp_dtype ct, const void *row, size_t j, __mmask16 k) {
@@ -13,25 +21,29 @@ static inline __m512 load_c(mp_dtype ct, const void *row, size_t j, __mmask16 k)
     return ct == MP_F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(mp_bf16_widen16(h));
 }
 
-/* v rounded to fp16 or bf16 (16-bit codes in the low half of each lane), counted */
-static inline __m512i round_half(mp_dtype t, __m512 v, __mmask16 k, mp_counts512 *c, int stats) {
+/* v rounded to fp16 or bf16 (16-bit codes), counted */
+static inline __m256i round_half(mp_dtype t, __m512 v, __mmask16 k, mp_counts512 *c, int stats) {
     const __m512i x = _mm512_castps_si512(v);
-    __m512i r;
-    if (t == MP_F16) r = _mm512_cvtepu16_epi32(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    else r = mp_bf16_round16(x);
+    __m256i r;
+    if (t == MP_F16) r = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#ifdef __AVX512BF16__
+    else r = mp_bf16_round16_cvt(x);
+#else
+    else r = _mm512_cvtepi32_epi16(mp_bf16_round16(x));
+#endif
     if (stats)
-        mp_count16(c, k, x, _mm512_and_si512(r, _mm512_set1_epi32(0x7fff)), t == MP_F16 ? 0x400 : 0x80,
-                   t == MP_F16 ? 0x7c00 : 0x7f80);
+        mp_count16(c, k, x, _mm512_and_si512(_mm512_cvtepu16_epi32(r), _mm512_set1_epi32(0x7fff)),
+                   t == MP_F16 ? 0x400 : 0x80, t == MP_F16 ? 0x7c00 : 0x7f80);
     return r;
 }
 
 /* the fp32 value of 16-bit codes from round_half */
-static inline __m512 widen_half(mp_dtype t, __m512i r) {
-    if (t == MP_F16) return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(r));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(r, 16)); /* NaN codes are already quiet */
+static inline __m512 widen_half(mp_dtype t, __m256i r) {
+    if (t == MP_F16) return _mm512_cvtph_ps(r);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(r), 16)); /* NaN codes are already quiet */
 }
 
-void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
+void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
                              size_t cols, mp_convert_stats *st, uint64_t *zeros) {
     if (e->post != MP_POST_NONE && (e->ct == MP_F32 || e->round_to != MP_F32)) { /* plain C */
         mp_gemm_epilogue_body(e, tile, ts, i0, j0, rows, cols, st, zeros);
@@ -88,8 +100,8 @@ void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t
                     am32 = _mm512_mask_max_epu32(am32, _mm512_mask_cmplt_epu32_mask(k, a, inf32), am32, a);
                 }
             } else {
-                const __m512i h = round_half(e->ct, t, k, &c, stats);
-                if (keep) _mm256_mask_storeu_epi16((uint16_t *)crow + j, k, _mm512_cvtepi32_epi16(h));
+                const __m256i h = round_half(e->ct, t, k, &c, stats);
+                if (keep) _mm256_mask_storeu_epi16((uint16_t *)crow + j, k, h);
                 if (post) {
                     __m512 y = widen_half(e->ct, h); /* C's value as stored */
                     if (gelu) {
@@ -99,7 +111,7 @@ void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t
                     const uint8_t *xr = (const uint8_t *)e->post_x + (i0 + r) * e->ldc * es + j0 * es;
                     y = _mm512_add_ps(load_c(e->ct, xr, j, k), y); /* x + c */
                     _mm256_mask_storeu_epi16((uint16_t *)(out + ((i0 + r) * e->ldc + j0) * es) + j, k,
-                                             _mm512_cvtepi32_epi16(round_half(e->ct, y, k, &c2, stats)));
+                                             round_half(e->ct, y, k, &c2, stats));
                 }
             }
         }
@@ -129,8 +141,8 @@ void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t
             uint16_t *orow = (uint16_t *)(out + ((i0 + r) * e->ldc + j0) * es);
             for (size_t j = 0; j < cols; j += 16) {
                 const __mmask16 k = mp_tail16(cols - j);
-                const __m512i h = round_half(e->ct, _mm512_maskz_loadu_ps(k, tile + r * ts + j), k, &c2, stats);
-                _mm256_mask_storeu_epi16(orow + j, k, _mm512_cvtepi32_epi16(h));
+                const __m256i h = round_half(e->ct, _mm512_maskz_loadu_ps(k, tile + r * ts + j), k, &c2, stats);
+                _mm256_mask_storeu_epi16(orow + j, k, h);
             }
         }
     }
@@ -144,6 +156,7 @@ void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t
     if (zeros) *zeros += z;
 }
 
+#ifdef MP_EPILOGUE_AVX512_ZEROS
 uint64_t mp_gemm_zeros_avx512(const float *c, size_t ldc, size_t rows, size_t cols) {
     uint64_t z = 0;
     for (size_t r = 0; r < rows; r++)
@@ -154,3 +167,4 @@ uint64_t mp_gemm_zeros_avx512(const float *c, size_t ldc, size_t rows, size_t co
         }
     return z;
 }
+#endif
