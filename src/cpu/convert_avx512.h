@@ -91,18 +91,17 @@ static inline __m512i mp_bf16_round16(__m512i x) {
     return _mm512_mask_or_epi32(r, is_nan, hi, _mm512_set1_epi32(0x40));
 }
 
-#ifdef __AVX512BF16__
-/* mp_bf16_round16's codes, 16 bits each, by AVX512_BF16's vcvtneps2bf16: it
- * rounds to nearest even and quiets NaN alike, but reads fp32 subnormal inputs
- * as zero whatever MXCSR says; those lanes (rare; one test finds them) are
- * redone with the integer rounding, so every input gives the same code. */
+/* mp_bf16_round16's codes, 16 bits each, by AVX512_BF16's vcvtneps2bf16 (for
+ * the files built with it): it rounds to nearest even and quiets NaN alike,
+ * but reads fp32 subnormal inputs as zero whatever MXCSR says; those lanes
+ * (rare; one test finds them) are redone with the integer rounding, so every
+ * input gives the same code. */
 static inline __m256i mp_bf16_round16_cvt(__m512i x) {
     const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(x));
     const __mmask16 denormal = _mm512_testn_epi32_mask(x, _mm512_set1_epi32(0x7f800000)) &
                                _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x007fffff));
     return denormal ? _mm256_mask_mov_epi16(h, denormal, _mm512_cvtepi32_epi16(mp_bf16_round16(x))) : h;
 }
-#endif
 
 /* Destinations at least this large (bytes, per call) are written with
  * non-temporal stores: they would not stay in cache anyway, and streaming

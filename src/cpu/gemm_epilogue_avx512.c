@@ -26,7 +26,7 @@ static inline __m256i round_half(mp_dtype t, __m512 v, __mmask16 k, mp_counts512
     const __m512i x = _mm512_castps_si512(v);
     __m256i r;
     if (t == MP_F16) r = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-#ifdef __AVX512BF16__
+#ifdef MP_EPILOGUE_CVT_BF16
     else r = mp_bf16_round16_cvt(x);
 #else
     else r = _mm512_cvtepi32_epi16(mp_bf16_round16(x));
