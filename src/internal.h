@@ -486,7 +486,7 @@ void mp_gemm_epilogue_avx2(const mp_gemm_ep *e, float *tile, size_t ts, size_t i
 void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
                              size_t cols, mp_convert_stats *st, uint64_t *zeros);
 void mp_gemm_epilogue_avx512bf16(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
-                             size_t cols, mp_convert_stats *st, uint64_t *zeros);
+                                 size_t cols, mp_convert_stats *st, uint64_t *zeros);
 uint64_t mp_gemm_zeros_avx2(const float *c, size_t ldc, size_t rows, size_t cols);
 uint64_t mp_gemm_zeros_avx512(const float *c, size_t ldc, size_t rows, size_t cols);
 /* Peak loops: iters x 20 independent 16-lane FMAs (vdpbf16ps: 32 multiply-adds;
