@@ -198,6 +198,33 @@ static void *pack_buffer(int which, size_t bytes) {
     return p;
 }
 
+/* A strip of the last block's sums whose epilogue is pending: run in pieces
+ * of `step` rows by the next strip's micro-kernels between their slices of
+ * k (micro_work), the rest when the next strip is complete or the row block
+ * ends. Rows are independent in the epilogue and the counts add, so the
+ * pieces give the bits and counts of one call. */
+typedef struct {
+    const mp_gemm_kernel *kr;
+    const mp_gemm_ep *e;
+    float *tile; /* rows x NR sums */
+    size_t i0, j0, rows, cols, done, step;
+    mp_convert_stats *st;
+    uint64_t *zeros;
+} strip_work;
+
+static void strip_piece(void *v) {
+    strip_work *w = v;
+    if (w->done >= w->rows) return;
+    const size_t n = w->rows - w->done < w->step ? w->rows - w->done : w->step, nr = (size_t)w->kr->nr;
+    w->kr->epilogue(w->e, w->tile + w->done * nr, nr, w->i0 + w->done, w->j0, n, w->cols, w->st, w->zeros);
+    w->done += n;
+}
+
+static void strip_finish(strip_work *w) {
+    w->step = w->rows;
+    strip_piece(w);
+}
+
 /* C = alpha op(A) op(B) + beta C through the kernel, with the epilogue e at
  * the last block of k. Blocks before it go into W: C itself for an fp32 C
  * without round_to (holding alpha (sum) + beta C), else an fp32 workspace
@@ -252,9 +279,13 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
 #endif
             oom = 1;
         }
-        float tile[MP_GEMM_STRIP]; /* an edge tile, or a strip of the last block's tiles */
+        /* an edge tile, or a strip of the last block's tiles; with micro_work, two: one filled while the
+         * other's epilogue is pending */
+        float tiles[2][MP_GEMM_STRIP];
+        float *tile = tiles[0];
         const size_t strip_rows = MP_GEMM_STRIP / NR;
         size_t srows = 0, s0 = 0;
+        strip_work pend = {.kr = kr}; /* nothing pending: done == rows == 0 */
         mp_gemm_ep last = *ep;
         if (kr->begin) kr->begin();
         for (size_t jc = 0; jc < n; jc += nc) {
@@ -311,13 +342,27 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                                     __builtin_prefetch(c0 + i * ep->ldc * cs + cols * cs - 1, 1);
                                 }
                                 /* the tiles of consecutive row panels stack into one strip of
-                                 * the column panel; the epilogue runs once per strip */
-                                MICRO(tile + srows * NR, NR, 1.0f, 0.0f);
+                                 * the column panel; the epilogue runs once per strip, or in
+                                 * pieces during the next strip's micro-kernels */
+                                if (kr->micro_work && !(direct && rows == MR))
+                                    kr->micro_work(kpad, ap, bp, tile + srows * NR, NR, strip_piece, &pend);
+                                else
+                                    MICRO(tile + srows * NR, NR, 1.0f, 0.0f);
                                 if (!srows) s0 = i0;
                                 srows += rows;
                                 if (rows < MR || (ip + 1) * MR >= mcur || srows + MR > strip_rows) {
-                                    kr->epilogue(&last, tile, NR, s0, j0, srows, cols, part ? part[t] : NULL,
-                                                 zpart ? &zpart[t] : NULL);
+                                    mp_convert_stats *st = part ? part[t] : NULL;
+                                    uint64_t *z = zpart ? &zpart[t] : NULL;
+                                    if (!kr->micro_work) {
+                                        kr->epilogue(&last, tile, NR, s0, j0, srows, cols, st, z);
+                                    } else { /* over the first half of the next strip's slices (as
+                                              * many rows): 6-row pieces at k = 384 */
+                                        strip_finish(&pend);
+                                        const size_t half = ((srows + MR - 1) / MR * (kpad / KP) + 1) / 2;
+                                        pend = (strip_work){kr, &last, tile, s0, j0, srows, cols, 0,
+                                                            (srows + half - 1) / half, st, z};
+                                        tile = tile == tiles[0] ? tiles[1] : tiles[0];
+                                    }
                                     srows = 0;
                                 }
                                 continue;
@@ -335,6 +380,7 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                             if (zeros_in_c) zpart[t] += kr->zeros(cp, ldw, rows, cols);
                         }
                     }
+                    strip_finish(&pend);
                 }
             }
         }

@@ -69,16 +69,20 @@ static void pack_b(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, 
             }
 }
 
-/* The micro-kernel as cpu/gemm_amx.c's, on arrays: tiles 4-7 zeroed, then
- * per slice of k the four products of A tiles 0-1 and B tiles 2-3 in the same
- * order, then C = alpha acc + beta C. */
+/* The four products of one 32-deep slice, in cpu/gemm_amx.c's order, into
+ * acc (rows 0-15: tiles 4 and 5; rows 16-31: 6 and 7). */
+static void slice(float *acc, const uint16_t *A, const uint16_t *B) {
+    for (int ti = 0; ti < 2; ti++)
+        for (int tj = 0; tj < 2; tj++)
+            mp_tdpbf16ps_model(acc + ti * 16 * NR + tj * 16, NR, A + ti * 16 * KB, KB, B + tj * 32, NR * 2);
+}
+
+/* The micro-kernel as cpu/gemm_amx.c's, on arrays: the accumulators zeroed,
+ * the slices, then C = alpha acc + beta C. */
 static void micro(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta) {
     const uint16_t *A = ap, *B = bp;
-    float acc[MR * NR] = {0}; /* rows 0-15: tiles 4 and 5; rows 16-31: 6 and 7 */
-    for (size_t s = 0; s < kc; s += KB, A += MR * KB, B += KB / 2 * NR * 2)
-        for (int ti = 0; ti < 2; ti++)
-            for (int tj = 0; tj < 2; tj++)
-                mp_tdpbf16ps_model(acc + ti * 16 * NR + tj * 16, NR, A + ti * 16 * KB, KB, B + tj * 32, NR * 2);
+    float acc[MR * NR] = {0};
+    for (size_t s = 0; s < kc; s += KB, A += MR * KB, B += KB / 2 * NR * 2) slice(acc, A, B);
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) {
             float *o = c + (size_t)i * ldc + j;
@@ -86,10 +90,22 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, size_t ld
         }
 }
 
+static void micro_work(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, void (*work)(void *),
+                       void *ctx) {
+    const uint16_t *A = ap, *B = bp;
+    float acc[MR * NR] = {0};
+    for (size_t s = 0; s < kc; s += KB, A += MR * KB, B += KB / 2 * NR * 2) {
+        slice(acc, A, B);
+        work(ctx);
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) c[(size_t)i * ldc + j] = acc[i * NR + j];
+}
+
 const mp_gemm_kernel mp_gemm_amx_model = {
     .name = "amx-model",
     .mr = MR, .nr = NR, .kpack = KB,
     .kc = MP_AMX_KC, .mc = MP_AMX_MC, .nc = MP_AMX_NC, .esize = 2,
-    .pack_a = pack_a, .pack_b = pack_b, .micro = micro,
+    .pack_a = pack_a, .pack_b = pack_b, .micro = micro, .micro_work = micro_work,
     .epilogue = mp_gemm_epilogue_scalar, .zeros = mp_gemm_zeros_scalar,
 };

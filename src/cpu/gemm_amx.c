@@ -73,48 +73,68 @@ static void pack_b(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, 
     memset((uint32_t *)dst + have * NR, 0, (kpad / 2 - have) * NR * 4);
 }
 
-static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, ldc) fp32
-                  size_t ldc, float alpha, float beta) {
-    const uint8_t *A = ap, *B = bp;
+/* The four products of one 32-deep slice: A tiles 0-1 by B tiles 2-3 into 4-7. */
+static inline void slice(const uint8_t *A, const uint8_t *B) {
+    MP_TILE_BARRIER();
+    _tile_loadd(0, A, KB * 2);
+    _tile_loadd(2, B, NR * 4);
+    _tile_loadd(3, B + 64, NR * 4);
+    _tile_dpbf16ps(4, 0, 2);
+    _tile_loadd(1, A + 16 * KB * 2, KB * 2);
+    _tile_dpbf16ps(5, 0, 3);
+    _tile_dpbf16ps(6, 1, 2);
+    _tile_dpbf16ps(7, 1, 3);
+}
+
+static inline void zero_sums(void) {
     _tile_zero(4);
     _tile_zero(5);
     _tile_zero(6);
     _tile_zero(7);
-    for (size_t s = 0; s < kc; s += KB, A += MR * KB * 2, B += KB / 2 * NR * 4) {
-        MP_TILE_BARRIER();
-        _tile_loadd(0, A, KB * 2);
-        _tile_loadd(2, B, NR * 4);
-        _tile_loadd(3, B + 64, NR * 4);
-        _tile_dpbf16ps(4, 0, 2);
-        _tile_loadd(1, A + 16 * KB * 2, KB * 2);
-        _tile_dpbf16ps(5, 0, 3);
-        _tile_dpbf16ps(6, 1, 2);
-        _tile_dpbf16ps(7, 1, 3);
-    }
+}
+
+static inline void store_sums(float *c, size_t ldc) {
+    const long st = (long)(ldc * 4);
+    _tile_stored(4, c, st);
+    _tile_stored(5, c + 16, st);
+    _tile_stored(6, c + 16 * ldc, st);
+    _tile_stored(7, c + 16 * ldc + 16, st);
+}
+
+static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, ldc) fp32
+                  size_t ldc, float alpha, float beta) {
+    const uint8_t *A = ap, *B = bp;
+    zero_sums();
+    for (size_t s = 0; s < kc; s += KB, A += MR * KB * 2, B += KB / 2 * NR * 4) slice(A, B);
     if (alpha == 1.0f && beta == 0.0f) {
-        const long st = (long)(ldc * 4);
-        _tile_stored(4, c, st);
-        _tile_stored(5, c + 16, st);
-        _tile_stored(6, c + 16 * ldc, st);
-        _tile_stored(7, c + 16 * ldc + 16, st);
+        store_sums(c, ldc);
         return;
     }
     float acc[MR * NR] __attribute__((aligned(64)));
-    _tile_stored(4, acc, NR * 4);
-    _tile_stored(5, acc + 16, NR * 4);
-    _tile_stored(6, acc + 16 * NR, NR * 4);
-    _tile_stored(7, acc + 16 * NR + 16, NR * 4);
+    store_sums(acc, NR);
     const __m512 va = _mm512_set1_ps(alpha);
     for (size_t i = 0; i < MR; i++)
         for (size_t j = 0; j < NR; j += 16)
             _mm512_storeu_ps(c + i * ldc + j, mp_tile_finish(_mm512_load_ps(acc + i * NR + j), va, beta, c + i * ldc + j));
 }
 
+/* The vector work between the slices overlaps the tile unit's products. */
+static void micro_work(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, void (*work)(void *),
+                       void *ctx) {
+    const uint8_t *A = ap, *B = bp;
+    zero_sums();
+    for (size_t s = 0; s < kc; s += KB, A += MR * KB * 2, B += KB / 2 * NR * 4) {
+        slice(A, B);
+        work(ctx);
+    }
+    store_sums(c, ldc);
+}
+
 const mp_gemm_kernel mp_gemm_amx = {
     .name = "amx-tdpbf16",
     .mr = MR, .nr = NR, .kpack = KB,
     .kc = MP_AMX_KC, .mc = MP_AMX_MC, .nc = MP_AMX_NC, .esize = 2,
-    .pack_a = pack_a, .pack_b = pack_b, .micro = micro,
+    .pack_a = pack_a, .pack_b = pack_b, .micro = micro, .micro_work = micro_work,
     .epilogue = mp_gemm_epilogue_avx512bf16, .zeros = mp_gemm_zeros_avx512,
     .begin = begin, .end = end,
 };
