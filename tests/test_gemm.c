@@ -275,6 +275,8 @@ static void check_epilogue(void) {
             check_epilogue_case(in, 37, 45, 70, 0.75f, 0.0f, MP_F32, MP_F32, 1, 1, "fp32 C + bias");
             check_epilogue_case(in, 37, 45, 70, tiny, 0.0f, MP_F16, MP_F32, 1, 1, "fp16 C + bias");
             check_epilogue_case(in, 37, 45, 70, 1.0f, 0.5f, h, MP_F32, 1, 1, "half C, beta 0.5");
+            check_epilogue_case(in, 37, 45, 70, 1.0f, 0.0f, h, MP_F32, 0, 1, "half C, zero rows");
+            check_epilogue_case(in, 37, 45, 70, 1.0f, 0.0f, h, MP_F32, 0, 0, "half C, zero rows, no counts");
             /* sums at fp32's subnormals (vcvtneps2bf16 reads them as 0): bf16 subnormals and underflows */
             check_epilogue_case(in, 37, 45, 70, 0x1p-130f, 0.0f, h, MP_F32, 0, 1, "half C, fp32 subnormal sums");
             check_epilogue_case(in, 37, 45, 70, 0x1p-130f, 0.0f, MP_F32, h, 0, 1, "round_to, fp32 subnormal sums");

@@ -1,0 +1,146 @@
+/* amx_probe.c - what bounds the AMX GEMM's micro-kernel: the kernel's own
+ * tile loads and TDPBF16PS on one core, with the operands where the driver
+ * keeps them and elsewhere, and the layout of the B panel.
+ *
+ * Each variant runs the micro-kernel of src/cpu/gemm_amx.c (a 32 x 32 block
+ * of C in tiles 4-7, per 32-deep slice of k two A tiles and two B tiles
+ * loaded, four TDPBF16PS) over a row block of A (MB panels of 32 rows) and a
+ * column block of B (NB panels of 32 columns), kc deep, and stores each
+ * block's sums into an L1 buffer as the driver's strip. It prints GFLOP/s
+ * and the share of the TDPBF16PS peak (16 x 16 x 32 x 2 flops per 16
+ * cycles at the frequency measured by a dependent TDPBF16PS chain).
+ *
+ *   make build && taskset -c 1 build/amx_probe [kc]     (kc: 384 by default)
+ *
+ * Needs a CPU with AMX-BF16 and Linux 5.16+ (arch_prctl permission). */
+#define _GNU_SOURCE
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+static const tile_config cfg __attribute__((aligned(64))) = {
+    .palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
+
+#define BARRIER() __asm__ volatile("" ::: "memory")
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static float sums[32 * 32] __attribute__((aligned(64)));
+
+/* One 32 x 32 block: A panel (per slice 32 rows x 64 bytes), B panel with its
+ * two 16-column halves interleaved (row stride 128 bytes, the driver's
+ * layout) or one after the other (compact: row stride 64). */
+static __attribute__((noinline)) void block(size_t kc, const uint8_t *A, const uint8_t *B, int compact) {
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    const long bs = compact ? 64 : 128, b1 = compact ? 1024 : 64;
+    for (size_t s = 0; s < kc; s += 32, A += 2048, B += 2048) {
+        BARRIER();
+        _tile_loadd(0, A, 64);
+        _tile_loadd(2, B, bs);
+        _tile_loadd(3, B + b1, bs);
+        _tile_dpbf16ps(4, 0, 2);
+        _tile_loadd(1, A + 1024, 64);
+        _tile_dpbf16ps(5, 0, 3);
+        _tile_dpbf16ps(6, 1, 2);
+        _tile_dpbf16ps(7, 1, 3);
+    }
+    BARRIER();
+    _tile_stored(4, sums, 128);
+    _tile_stored(5, sums + 16, 128);
+    _tile_stored(6, sums + 512, 128);
+    _tile_stored(7, sums + 528, 128);
+    BARRIER();
+}
+
+/* Dependent TDPBF16PS: one every 16 cycles at the core's clock. */
+static double tdp_per_second(void) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(4);
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        const double t = now();
+        for (int i = 0; i < 200000; i++) _tile_dpbf16ps(4, 0, 1);
+        const double rate = 200000 / (now() - t);
+        if (rate > best) best = rate;
+    }
+    return best;
+}
+
+typedef struct {
+    const char *name;
+    size_t mb, nb; /* panels of A and B in the blocks */
+    int a_outer;   /* loop order: 0 = B panel outer (held in L1 over the row panels), 1 = A panel outer */
+    int compact;   /* B halves one after the other */
+} variant;
+
+int main(int argc, char **argv) {
+    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) != 0) {
+        fprintf(stderr, "amx_probe: no AMX tile permission on this CPU/kernel\n");
+        return 1;
+    }
+    _tile_loadconfig(&cfg);
+    const size_t kc = argc > 1 ? (size_t)atoi(argv[1]) : 384;
+    if (kc < 32 || kc % 32) {
+        fprintf(stderr, "amx_probe: kc must be a multiple of 32\n");
+        return 1;
+    }
+    const double peak = tdp_per_second() * 16 * 16 * 32 * 2; /* flops per TDPBF16PS */
+    const variant vs[] = {
+        {"driver: B panel in L1, A block (5 panels) from L2", 5, 36, 0, 0},
+        {"same, B halves compact", 5, 36, 0, 1},
+        {"A panel in L1, B block (36 panels) from L2", 5, 36, 1, 0},
+        {"same, B halves compact", 5, 36, 1, 1},
+        {"A and B in L1 (1 x 1 panels)", 1, 1, 0, 0},
+        {"same, B halves compact", 1, 1, 0, 1},
+        {"A and B from L2 (a new pair of panels each block)", 36, 36, 2, 0},
+        {"same, B halves compact", 36, 36, 2, 1},
+    };
+    const size_t maxp = 36, pbytes = 32 * kc * 2;
+    uint8_t *A = aligned_alloc(4096, maxp * pbytes), *B = aligned_alloc(4096, maxp * pbytes);
+    for (size_t i = 0; i < maxp * pbytes; i += 2) A[i] = 0, A[i + 1] = 0x3f, B[i] = 0x10, B[i + 1] = 0x3f;
+    printf("kc %zu; TDPBF16PS peak %.0f GFLOP/s on this core\n", kc, peak / 1e9);
+    for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
+        const variant *x = &vs[v];
+        const size_t blocks = x->a_outer == 2 ? x->mb : x->mb * x->nb, reps = (size_t)(2e9 / (2.0 * 1024 * kc * blocks)) + 1;
+        double best = 1e9;
+        for (int r = 0; r < 7; r++) {
+            const double t = now();
+            for (size_t rep = 0; rep < reps; rep++) {
+                if (x->a_outer == 2)
+                    for (size_t p = 0; p < x->mb; p++) block(kc, A + p * pbytes, B + ((p * 7) % x->nb) * pbytes, x->compact);
+                else if (x->a_outer)
+                    for (size_t ip = 0; ip < x->mb; ip++)
+                        for (size_t jp = 0; jp < x->nb; jp++) block(kc, A + ip * pbytes, B + jp * pbytes, x->compact);
+                else
+                    for (size_t jp = 0; jp < x->nb; jp++)
+                        for (size_t ip = 0; ip < x->mb; ip++) block(kc, A + ip * pbytes, B + jp * pbytes, x->compact);
+            }
+            const double dt = now() - t;
+            if (dt < best) best = dt;
+        }
+        const double gf = 2.0 * 1024 * (double)kc * (double)blocks * (double)reps / best;
+        printf("%-52s %7.0f GFLOP/s  %3.0f%% of peak\n", x->name, gf / 1e9, 100 * gf / peak);
+    }
+    _tile_release();
+    free(A), free(B);
+    return 0;
+}
