@@ -49,11 +49,11 @@ const mp_convert_kernels mp_convert_scalar = {
 
 /* Widening to fp32 is exact and never under- or overflows, so only the final
  * narrowing step counts: stats are taken there, with x the exact input. */
-void mp_to_f32(const mp_convert_kernels *k, float *dst, const void *src, mp_dtype t, size_t n) {
+void mp_to_f32(const mp_kernels *k, float *dst, const void *src, mp_dtype t, size_t n) {
     switch (t) {
     case MP_F32: memcpy(dst, src, n * sizeof(float)); break;
-    case MP_F16: k->f16_to_f32(dst, src, n, NULL); break;
-    case MP_BF16: k->bf16_to_f32(dst, src, n, NULL); break;
+    case MP_F16: k->convert->f16_to_f32(dst, src, n, NULL); break;
+    case MP_BF16: k->convert->bf16_to_f32(dst, src, n, NULL); break;
     case MP_E4M3:
         for (size_t i = 0; i < n; i++) dst[i] = mp_e4m3_to_f32(((const uint8_t *)src)[i]);
         break;
@@ -95,16 +95,29 @@ static inline void stats_e2m1(mp_convert_stats *st, uint32_t x, uint8_t y) {
     mp_stats_amax(st, mp_code_f32_bits(y & 7u, 2, 1));
 }
 
-void mp_from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float *src, size_t n,
-                 mp_convert_stats *st) {
+/* fp32 to fp32 (mp_from_f32): only subnormals and NaNs to count,
+ * and the largest finite magnitude, through the CPU path's kernel in blocks
+ * short enough for its 32-bit lane counters. */
+#define STATS_BLOCK ((size_t)1 << 20)
+void mp_stats_f32(const mp_kernels *k, mp_convert_stats *st, const float *x, size_t n) {
+    for (size_t i0 = 0; i0 < n; i0 += STATS_BLOCK) {
+        uint32_t sub = 0, nan = 0;
+        const size_t m = n - i0 < STATS_BLOCK ? n - i0 : STATS_BLOCK;
+        const uint32_t am = k->amax->stats32((const uint32_t *)x + i0, m, &sub, &nan);
+        st->subnormal += sub, st->nan += nan;
+        mp_stats_amax(st, am);
+    }
+}
+
+void mp_from_f32(const mp_kernels *k, void *dst, mp_dtype t, const float *src, size_t n, mp_convert_stats *st) {
     uint8_t *d8 = dst;
     switch (t) {
     case MP_F32:
         if (dst != src) memmove(dst, src, n * sizeof(float));
-        if (st) mp_stats_f32(st, dst, n);
+        if (st) mp_stats_f32(k, st, dst, n);
         break;
-    case MP_F16: k->f32_to_f16(dst, src, n, st); break;
-    case MP_BF16: k->f32_to_bf16(dst, src, n, st); break;
+    case MP_F16: k->convert->f32_to_f16(dst, src, n, st); break;
+    case MP_BF16: k->convert->f32_to_bf16(dst, src, n, st); break;
     case MP_E4M3:
         for (size_t i = 0; i < n; i++) {
             d8[i] = mp_f32_to_e4m3(src[i]);
@@ -134,11 +147,11 @@ void mp_from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float
 }
 
 /* Converts elements [0, n) of one thread's share. */
-static void convert_range(const mp_convert_kernels *k, void *dst, mp_dtype dt, const void *src,
-                          mp_dtype st_, size_t n, mp_convert_stats *st) {
+static void convert_range(const mp_kernels *k, void *dst, mp_dtype dt, const void *src, mp_dtype st_, size_t n,
+                          mp_convert_stats *st) {
     if (st_ == MP_F32) { mp_from_f32(k, dst, dt, src, n, st); return; }
-    if (dt == MP_F32 && st_ == MP_F16) { k->f16_to_f32(dst, src, n, st); return; }
-    if (dt == MP_F32 && st_ == MP_BF16) { k->bf16_to_f32(dst, src, n, st); return; }
+    if (dt == MP_F32 && st_ == MP_F16) { k->convert->f16_to_f32(dst, src, n, st); return; }
+    if (dt == MP_F32 && st_ == MP_BF16) { k->convert->bf16_to_f32(dst, src, n, st); return; }
     /* Everything else goes through an fp32 block that stays in L1. */
     enum { BLOCK = 1024 };
     float tmp[BLOCK];
@@ -195,7 +208,7 @@ void mp_convert_stats_add(mp_convert_stats *a, const mp_convert_stats *b) {
 #define PARALLEL_MIN ((size_t)1 << 18)
 
 typedef struct {
-    const mp_convert_kernels *k;
+    const mp_kernels *k;
     void *dst;
     const void *src;
     mp_dtype dt, st;
@@ -211,6 +224,11 @@ static void convert_share(void *ctx, size_t i0, size_t i1, int t) {
 
 mp_status mp_convert(void *dst, mp_dtype dst_type, const void *src, mp_dtype src_type, size_t n,
                      mp_convert_stats *stats) {
+    return mp_convert_in(mp_kernels_current(), dst, dst_type, src, src_type, n, stats);
+}
+
+mp_status mp_convert_in(const mp_kernels *k, void *dst, mp_dtype dst_type, const void *src, mp_dtype src_type,
+                        size_t n, mp_convert_stats *stats) {
     const mp_format_info *df = mp_format(dst_type), *sf = mp_format(src_type);
     if (!df || !sf)
         return mp_error(MP_EINVAL, "mp_convert: unknown dtype %d", !df ? (int)dst_type : (int)src_type);
@@ -221,7 +239,7 @@ mp_status mp_convert(void *dst, mp_dtype dst_type, const void *src, mp_dtype src
                         df->name);
     mp_convert_stats part[MP_MAX_THREADS];
     memset(part, 0, sizeof part);
-    convert_job job = {mp_kernels_current()->convert, dst, src, dst_type, src_type, df->size, sf->size, stats ? part : NULL};
+    convert_job job = {k, dst, src, dst_type, src_type, df->size, sf->size, stats ? part : NULL};
     /* shares are whole cache lines of the wider side: 64 elements */
     const int shares = mp_parallel_for(n, PARALLEL_MIN, 64, convert_share, &job);
     if (stats)

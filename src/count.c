@@ -11,24 +11,12 @@
 #define PARALLEL_MIN ((size_t)1 << 18)
 enum { CHUNK = 1024 }; /* fp32 elements of the stack buffer: stays in L1 */
 
-/* fp32 to fp32 (convert.c's mp_from_f32): only subnormals and NaNs to count,
- * and the largest finite magnitude, through the CPU path's kernel in blocks
- * short enough for its 32-bit lane counters. */
-#define VBLOCK ((size_t)1 << 20)
-void mp_stats_f32(mp_convert_stats *st, const float *x, size_t n) {
-    const mp_amax_kernels *k = mp_kernels_current()->amax;
-    for (size_t i0 = 0; i0 < n; i0 += VBLOCK) {
-        uint32_t sub = 0, nan = 0;
-        const uint32_t am = k->stats32((const uint32_t *)x + i0, n - i0 < VBLOCK ? n - i0 : VBLOCK, &sub, &nan);
-        st->subnormal += sub, st->nan += nan;
-        mp_stats_amax(st, am);
-    }
-}
+#define VBLOCK ((size_t)1 << 20) /* short enough for 32-bit lane counters */
 
 /* ---- mp_convert_count ---- */
 
 typedef struct {
-    const mp_convert_kernels *k;
+    const mp_kernels *k;
     mp_dtype fmt, t;
     const void *x;
     float scale;
@@ -93,7 +81,7 @@ mp_status mp_convert_count(mp_dtype fmt, const void *x, mp_dtype t, size_t n, fl
     if (!x) return mp_error(MP_EINVAL, "mp_convert_count: NULL buffer for %zu elements", n);
     count_job j;
     memset(&j, 0, sizeof j);
-    j.k = mp_kernels_current()->convert, j.fmt = fmt, j.t = t, j.x = x, j.scale = scale;
+    j.k = mp_kernels_current(), j.fmt = fmt, j.t = t, j.x = x, j.scale = scale;
     const int shares = mp_parallel_for(n, PARALLEL_MIN, CHUNK, count_share, &j);
     for (int s = 0; s < shares; s++) mp_convert_stats_add(stats, &j.part[s]);
     return MP_OK;

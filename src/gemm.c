@@ -50,8 +50,9 @@ static mp_status check_args(const char *fn, int trans_a, int trans_b, size_t m, 
 }
 
 /* Stores one row of fp32 results into C (any format) with statistics. */
-static void store_row(void *c, mp_dtype ct, size_t ldc, size_t i, const float *row, size_t n, mp_convert_stats *st) {
-    mp_convert((uint8_t *)c + i * ldc * mp_format(ct)->size, ct, row, MP_F32, n, st);
+static void store_row(const mp_kernels *k, void *c, mp_dtype ct, size_t ldc, size_t i, const float *row, size_t n,
+                      mp_convert_stats *st) {
+    mp_from_f32(k, (uint8_t *)c + i * ldc * mp_format(ct)->size, ct, row, n, st);
 }
 
 mp_status mp_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a, mp_dtype at,
@@ -61,6 +62,7 @@ mp_status mp_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k, fl
     if (s != MP_OK || m == 0 || n == 0) return s;
     float *row = malloc(n * sizeof *row);
     if (!row) return mp_error(MP_ENOMEM, "mp_gemm_ref: out of memory");
+    const mp_kernels *k_ref = mp_kernels_current();
     for (size_t i = 0; i < m; i++) {
         for (size_t j = 0; j < n; j++) {
             float acc = 0.0f;
@@ -70,7 +72,7 @@ mp_status mp_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k, fl
                                load_f32(b, bt, trans_b ? j * ldb + p : p * ldb + j), acc);
             row[j] = apply_ab(acc, alpha, beta, beta == 0.0f ? 0.0f : load_f32(c, ct, i * ldc + j));
         }
-        store_row(c, ct, ldc, i, row, n, st);
+        store_row(k_ref, c, ct, ldc, i, row, n, st);
     }
     free(row);
     return MP_OK;
@@ -78,9 +80,13 @@ mp_status mp_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k, fl
 
 /* ---- packing to fp32 (any input format), shared by the fp32 kernels ---- */
 
-/* Converts `len` values at stride 1 starting at element `off` of p into out. */
+/* Converts `len` values at stride 1 starting at element `off` of p into out,
+ * exactly, by the portable conversions (the kernel of the portable path). */
 static void run_f32(float *out, const void *p, mp_dtype t, size_t off, size_t len) {
-    mp_convert(out, MP_F32, (const uint8_t *)p + off * mp_format(t)->size, t, len, NULL);
+    const uint8_t *s = (const uint8_t *)p + off * mp_format(t)->size;
+    if (t == MP_F16) mp_convert_scalar.f16_to_f32(out, (const uint16_t *)s, len, NULL);
+    else if (t == MP_BF16) mp_convert_scalar.bf16_to_f32(out, (const uint16_t *)s, len, NULL);
+    else memcpy(out, s, len * sizeof *out);
 }
 
 /* One micro-panel in fp32, (kc, width): for each k, `width` values of the
@@ -151,11 +157,6 @@ const mp_gemm_kernel mp_gemm_scalar = {
 };
 
 /* ---- the blocked driver ---- */
-
-static const mp_gemm_kernel *pick_kernel(mp_dtype at, mp_dtype bt) {
-    const mp_kernels *k = mp_kernels_current();
-    return at == MP_BF16 && bt == MP_BF16 ? k->gemm_bf16 : k->gemm;
-}
 
 /* Packing buffers live as long as the thread that uses them and only grow:
  * allocating megabytes per call would cost page faults every call. Aligned to
@@ -404,20 +405,28 @@ static void epilogue_zero(const mp_gemm_ep *ep, size_t m, size_t n, mp_convert_s
 mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a, mp_dtype at,
                   size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c, mp_dtype ct, size_t ldc,
                   mp_convert_stats *st) {
+    return mp_gemm_in(mp_kernels_current(), trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc,
+                      st);
+}
+
+mp_status mp_gemm_in(const mp_kernels *kc, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
+                     const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
+                     void *c, mp_dtype ct, size_t ldc, mp_convert_stats *st) {
     const mp_gemm_epilogue ep = {.round_to = MP_F32, .stats = st};
-    return mp_gemm_ex(trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, &ep);
+    return mp_gemm_run(kc, trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, &ep);
 }
 
 mp_status mp_gemm_ex(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a,
                      mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c,
                      mp_dtype ct, size_t ldc, const mp_gemm_epilogue *epi) {
-    return mp_gemm_run(pick_kernel(at, bt), trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc,
-                       epi);
+    return mp_gemm_run(mp_kernels_current(), trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct,
+                       ldc, epi);
 }
 
-mp_status mp_gemm_run(const mp_gemm_kernel *kr, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
+mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
                       const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
                       void *c, mp_dtype ct, size_t ldc, const mp_gemm_epilogue *epi) {
+    const mp_gemm_kernel *kr = at == MP_BF16 && bt == MP_BF16 ? kc->gemm_bf16 : kc->gemm;
     mp_status s = check_args("mp_gemm", trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, c, ct, ldc);
     if (s != MP_OK) return s;
     if (kr->esize == 2 && (at != MP_BF16 || bt != MP_BF16))
@@ -433,7 +442,7 @@ mp_status mp_gemm_run(const mp_gemm_kernel *kr, int trans_a, int trans_b, size_t
     if (m && n && reads_x && !epi->post_x) return mp_error(MP_EINVAL, "mp_gemm: the post step reads x: NULL");
     if (m == 0 || n == 0) return MP_OK;
     const mp_gemm_ep ep = {alpha, beta, c, ct, ldc, epi->bias, epi->round_to, NULL, 0, 0, epi->post, epi->post_x,
-                           epi->post_out, mp_kernels_current()->convert, mp_kernels_current()->gelu};
+                           epi->post_out, kc};
     mp_convert_stats part[MP_MAX_THREADS][2];
     uint64_t zpart[MP_MAX_THREADS];
     memset(part, 0, sizeof part);

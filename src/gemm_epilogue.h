@@ -32,7 +32,8 @@
  * (same stride): one call when the rows are contiguous. */
 static inline void tile_to_half(const mp_gemm_ep *e, mp_dtype t, uint16_t *h, const float *tile, size_t ts,
                                 size_t rows, size_t cols, mp_convert_stats *st) {
-    void (*f)(uint16_t *, const float *, size_t, mp_convert_stats *) = t == MP_F16 ? e->conv->f32_to_f16 : e->conv->f32_to_bf16;
+    void (*f)(uint16_t *, const float *, size_t, mp_convert_stats *) =
+        t == MP_F16 ? e->k->convert->f32_to_f16 : e->k->convert->f32_to_bf16;
     if (cols == ts) {
         f(h, tile, rows * ts, st);
         return;
@@ -56,17 +57,20 @@ static inline uint64_t tile_zeros(const float *tile, size_t ts, size_t rows, siz
 /* Adds the counts of fp32 stores of the tile's rows x cols values (row stride
  * ts) to st: one mp_stats_f32 call (the CPU path's vectorized kernel) for the
  * whole tile when its rows are contiguous. */
-static inline void tile_stats32(mp_convert_stats *st, const float *tile, size_t ts, size_t rows, size_t cols) {
-    if (cols == ts) mp_stats_f32(st, tile, rows * ts);
+static inline void tile_stats32(const mp_gemm_ep *e, mp_convert_stats *st, const float *tile, size_t ts, size_t rows,
+                                size_t cols) {
+    if (cols == ts) mp_stats_f32(e->k, st, tile, rows * ts);
     else
-        for (size_t r = 0; r < rows; r++) mp_stats_f32(st, tile + r * ts, cols);
+        for (size_t r = 0; r < rows; r++) mp_stats_f32(e->k, st, tile + r * ts, cols);
 }
 
 /* Rows of a tile (row stride ts) into p (format t, at ldc, rows from i0 and
  * columns from j0): fp32 values from tile, or 16-bit codes from h; fp32
- * stores counted into st (may be NULL; half codes were counted when rounded). */
-static inline void tile_store(void *p, mp_dtype t, size_t ldc, const float *tile, const uint16_t *h, size_t ts,
-                              size_t i0, size_t j0, size_t rows, size_t cols, mp_convert_stats *st) {
+ * stores counted into st by e's kernels (may be NULL; half codes were counted
+ * when rounded). */
+static inline void tile_store(const mp_gemm_ep *e, void *p, mp_dtype t, size_t ldc, const float *tile,
+                              const uint16_t *h, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
+                              mp_convert_stats *st) {
     for (size_t r = 0; r < rows; r++) {
         if (t == MP_F32) {
             float *restrict c = (float *)p + (i0 + r) * ldc + j0;
@@ -78,14 +82,14 @@ static inline void tile_store(void *p, mp_dtype t, size_t ldc, const float *tile
             for (size_t j = 0; j < cols; j++) c[j] = s[j];
         }
     }
-    if (t == MP_F32 && st) tile_stats32(st, tile, ts, rows, cols);
+    if (t == MP_F32 && st) tile_stats32(e, st, tile, ts, rows, cols);
 }
 
 /* 16-bit codes of format t (row stride ts) widened into the tile. */
 static inline void tile_widen(const mp_gemm_ep *e, mp_dtype t, float *tile, const uint16_t *h, size_t ts,
                               size_t rows, size_t cols) {
     void (*back)(float *, const uint16_t *, size_t, mp_convert_stats *) =
-        t == MP_F16 ? e->conv->f16_to_f32 : e->conv->bf16_to_f32;
+        t == MP_F16 ? e->k->convert->f16_to_f32 : e->k->convert->bf16_to_f32;
     if (cols == ts) back(tile, h, rows * ts, NULL);
     else
         for (size_t r = 0; r < rows; r++) back(tile + r * ts, h + r * ts, cols, NULL);
@@ -102,8 +106,8 @@ static inline void post_step(const mp_gemm_ep *e, float *tile, uint16_t *h, size
         for (size_t r = 0; r < rows; r++) {
             const uint8_t *xr = (const uint8_t *)e->post_x + ((i0 + r) * e->ldc + j0) * es;
             if (e->ct == MP_F32) memcpy(xb + r * ts, xr, cols * sizeof(float));
-            else if (e->ct == MP_F16) e->conv->f16_to_f32(xb + r * ts, (const uint16_t *)xr, cols, NULL);
-            else e->conv->bf16_to_f32(xb + r * ts, (const uint16_t *)xr, cols, NULL);
+            else if (e->ct == MP_F16) e->k->convert->f16_to_f32(xb + r * ts, (const uint16_t *)xr, cols, NULL);
+            else e->k->convert->bf16_to_f32(xb + r * ts, (const uint16_t *)xr, cols, NULL);
         }
     /* whole rows at once when the tile's rows are contiguous */
     const size_t nr = cols == ts ? 1 : rows, len = cols == ts ? rows * ts : cols;
@@ -111,10 +115,10 @@ static inline void post_step(const mp_gemm_ep *e, float *tile, uint16_t *h, size
         float *restrict t = tile + r * ts;
         const float *restrict x = xb + r * ts;
         switch (e->post) {
-        case MP_POST_GELU: e->gelu->tanh_fwd(t, len); break;
-        case MP_POST_GELU_ERF: e->gelu->erf_fwd(t, len); break;
-        case MP_POST_GELU_GRAD: e->gelu->tanh_bwd(t, x, len); break;
-        case MP_POST_GELU_ERF_GRAD: e->gelu->erf_bwd(t, x, len); break;
+        case MP_POST_GELU: e->k->gelu->tanh_fwd(t, len); break;
+        case MP_POST_GELU_ERF: e->k->gelu->erf_fwd(t, len); break;
+        case MP_POST_GELU_GRAD: e->k->gelu->tanh_bwd(t, x, len); break;
+        case MP_POST_GELU_ERF_GRAD: e->k->gelu->erf_bwd(t, x, len); break;
         case MP_POST_ADD:
             for (size_t j = 0; j < len; j++) t[j] = x[j] + t[j];
             break;
@@ -123,10 +127,10 @@ static inline void post_step(const mp_gemm_ep *e, float *tile, uint16_t *h, size
     }
     void *out = e->post_out ? e->post_out : e->c;
     if (e->ct == MP_F32) {
-        tile_store(out, MP_F32, e->ldc, tile, NULL, ts, i0, j0, rows, cols, st);
+        tile_store(e, out, MP_F32, e->ldc, tile, NULL, ts, i0, j0, rows, cols, st);
     } else {
         tile_to_half(e, e->ct, h, tile, ts, rows, cols, st);
-        tile_store(out, e->ct, e->ldc, NULL, h, ts, i0, j0, rows, cols, NULL);
+        tile_store(e, out, e->ct, e->ldc, NULL, h, ts, i0, j0, rows, cols, NULL);
     }
 }
 
@@ -158,8 +162,8 @@ static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_
         } else if (read_c) {
             float cold[64];
             const float *restrict c = (const float *)crow;
-            if (e->ct == MP_F16) e->conv->f16_to_f32(cold, (const uint16_t *)crow, cols, NULL), c = cold;
-            if (e->ct == MP_BF16) e->conv->bf16_to_f32(cold, (const uint16_t *)crow, cols, NULL), c = cold;
+            if (e->ct == MP_F16) e->k->convert->f16_to_f32(cold, (const uint16_t *)crow, cols, NULL), c = cold;
+            if (e->ct == MP_BF16) e->k->convert->bf16_to_f32(cold, (const uint16_t *)crow, cols, NULL), c = cold;
             for (size_t j = 0; j < cols; j++) t[j] = fmaf(alpha, t[j], beta * c[j]);
         } else if (alpha != 1.0f) {
             for (size_t j = 0; j < cols; j++) t[j] = alpha * t[j];
@@ -175,7 +179,7 @@ static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_
         mp_convert_stats rs = {0, 0, 0, 0, 0.0f};
         tile_to_half(e, e->round_to, h, tile, ts, rows, cols, st ? &rs : NULL);
         void (*back)(float *, const uint16_t *, size_t, mp_convert_stats *) =
-            e->round_to == MP_F16 ? e->conv->f16_to_f32 : e->conv->bf16_to_f32;
+            e->round_to == MP_F16 ? e->k->convert->f16_to_f32 : e->k->convert->bf16_to_f32;
         if (cols == ts) back(tile, h, rows * ts, NULL);
         else
             for (size_t r = 0; r < rows; r++) back(tile + r * ts, h + r * ts, cols, NULL);
@@ -196,12 +200,12 @@ static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_
         /* C's values, counted; kept in C unless the post step's results replace them */
         const int keep = e->post == MP_POST_NONE || e->post_out;
         if (e->ct == MP_F32) {
-            if (keep) tile_store(e->c, MP_F32, e->ldc, tile, NULL, ts, i0, j0, rows, cols, st);
+            if (keep) tile_store(e, e->c, MP_F32, e->ldc, tile, NULL, ts, i0, j0, rows, cols, st);
             else if (st)
-                tile_stats32(st, tile, ts, rows, cols);
+                tile_stats32(e, st, tile, ts, rows, cols);
         } else {
             tile_to_half(e, e->ct, h, tile, ts, rows, cols, st);
-            if (keep) tile_store(e->c, e->ct, e->ldc, NULL, h, ts, i0, j0, rows, cols, NULL);
+            if (keep) tile_store(e, e->c, e->ct, e->ldc, NULL, h, ts, i0, j0, rows, cols, NULL);
             if (e->post != MP_POST_NONE) tile_widen(e, e->ct, tile, h, ts, rows, cols); /* the values as stored */
         }
         if (e->post != MP_POST_NONE) post_step(e, tile, h, ts, i0, j0, rows, cols, st ? st + 1 : NULL);

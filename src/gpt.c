@@ -432,6 +432,7 @@ typedef struct attn_job {
     float scale;
     const void *dy; /* backward: (N, C) */
     void *dqkv;     /* backward: (N, 3C) */
+    const mp_kernels *kc; /* the step's kernels, read once where the job is made */
 } attn_job;
 
 /* The attention of one (sequence, head) as one fused kernel per block of RB
@@ -458,15 +459,16 @@ static attn_scratch scratch_of(const mp_gpt *g, int t) {
 /* Rows [0, rows) of a block's probabilities in ct (row stride i1): row r is
  * query i0 + r, its causal part (n = i0 + r + 1 values) from the fp32 values
  * in S (row stride i1), zeros after it; counted into st (NULL: not counted). */
-static void store_rows(const mp_gpt *g, uint8_t *P, const float *S, size_t i0, size_t rows, size_t i1,
+static void store_rows(const attn_job *j, uint8_t *P, const float *S, size_t i0, size_t rows, size_t i1,
                        mp_convert_stats *st) {
-    const mp_convert_kernels *k = mp_kernels_current()->convert;
+    const mp_gpt *g = j->g;
+    const mp_convert_kernels *k = j->kc->convert;
     for (size_t r = 0; r < rows; r++) {
         const size_t n = i0 + r + 1;
         uint8_t *pr = P + r * i1 * g->es;
         if (g->ct == MP_F32) {
             memcpy(pr, S + r * i1, n * 4);
-            if (st) mp_stats_f32(st, S + r * i1, n);
+            if (st) mp_stats_f32(j->kc, st, S + r * i1, n);
         } else {
             (g->ct == MP_F16 ? k->f32_to_f16 : k->f32_to_bf16)((uint16_t *)pr, S + r * i1, n, st);
         }
@@ -480,7 +482,8 @@ static mp_status scores(const attn_job *j, const uint8_t *q, const uint8_t *k, s
     const mp_gpt *g = j->g;
     const size_t C3 = 3 * (size_t)g->cfg.n_embd, hs = (size_t)(g->cfg.n_embd / g->cfg.n_head), rows = i1 - i0;
     const mp_status s =
-        mp_gemm(0, 1, rows, i1, hs, j->scale, q + i0 * C3 * g->es, g->ct, C3, k, g->ct, C3, 0.0f, S, MP_F32, i1, NULL);
+        mp_gemm_in(j->kc, 0, 1, rows, i1, hs, j->scale, q + i0 * C3 * g->es, g->ct, C3, k, g->ct, C3, 0.0f, S, MP_F32,
+                   i1, NULL);
     for (size_t r = 0; g->acc != MP_F32 && r < rows; r++)
         for (size_t c = 0; c <= i0 + r; c++) S[r * i1 + c] = mp_round_to(g->acc, S[r * i1 + c]);
     return s;
@@ -501,9 +504,10 @@ static mp_status attn_forward_one(const attn_job *j, size_t b, size_t hh, const 
         const size_t i1 = T - i0 < RB ? T : i0 + RB, rows = i1 - i0;
         mp_status s = scores(j, q, k, i0, i1, a->S);
         if (s != MP_OK) return s;
-        for (size_t r = 0; r < rows; r++) mp_softmax_row_keep(a->S + r * i1, i0 + r + 1, g->acc, sm + 2 * (i0 + r));
-        store_rows(g, a->P, a->S, i0, rows, i1, st ? &st[0] : NULL);
-        s = mp_gemm(0, 0, rows, hs, i1, 1.0f, a->P, ct, i1, v, ct, C3, 0.0f, y + i0 * C * g->es, ct, C,
+        for (size_t r = 0; r < rows; r++)
+            mp_softmax_row_keep(j->kc, a->S + r * i1, i0 + r + 1, g->acc, sm + 2 * (i0 + r));
+        store_rows(j, a->P, a->S, i0, rows, i1, st ? &st[0] : NULL);
+        s = mp_gemm_in(j->kc, 0, 0, rows, hs, i1, 1.0f, a->P, ct, i1, v, ct, C3, 0.0f, y + i0 * C * g->es, ct, C,
                     st ? &st[1] : NULL);
         if (s != MP_OK) return s;
     }
@@ -525,32 +529,36 @@ static mp_status attn_backward_one(const attn_job *j, size_t b, size_t hh, const
     const uint8_t *dy = at(g, j->dy, b * T * C + hh * hs);
     uint8_t *dq = at(g, j->dqkv, b * T * C3 + hh * hs), *dk = dq + C * es, *dv = dq + 2 * C * es;
     const float *sm = j->h->sm + (b * H + hh) * (size_t)g->cfg.block_size * 2;
-    const mp_convert_kernels *kc = mp_kernels_current()->convert;
+    const mp_kernels *kc = j->kc;
     memset(a->dk, 0, T * hs * sizeof(float)), memset(a->dv, 0, T * hs * sizeof(float));
     mp_status s = MP_OK;
     for (size_t i0 = 0; i0 < T && s == MP_OK; i0 += RB) {
         const size_t i1 = T - i0 < RB ? T : i0 + RB, rows = i1 - i0;
         if ((s = scores(j, q, k, i0, i1, a->S)) != MP_OK) break;
-        for (size_t r = 0; r < rows; r++) mp_softmax_row_again(a->S + r * i1, i0 + r + 1, g->acc, sm + 2 * (i0 + r));
-        store_rows(g, a->P, a->S, i0, rows, i1, NULL);
+        for (size_t r = 0; r < rows; r++)
+            mp_softmax_row_again(j->kc, a->S + r * i1, i0 + r + 1, g->acc, sm + 2 * (i0 + r));
+        store_rows(j, a->P, a->S, i0, rows, i1, NULL);
         /* dv[0, i1) += p^T dy */
-        s = mp_gemm(1, 0, i1, hs, rows, 1.0f, a->P, ct, i1, dy + i0 * C * es, ct, C, 1.0f, a->dv, MP_F32, hs, NULL);
+        s = mp_gemm_in(j->kc, 1, 0, i1, hs, rows, 1.0f, a->P, ct, i1, dy + i0 * C * es, ct, C, 1.0f, a->dv, MP_F32, hs,
+                       NULL);
         if (s == MP_OK)
-            s = mp_gemm(0, 1, rows, i1, hs, 1.0f, dy + i0 * C * es, ct, C, v, ct, C3, 0.0f, a->S, MP_F32, i1, NULL);
+            s = mp_gemm_in(j->kc, 0, 1, rows, i1, hs, 1.0f, dy + i0 * C * es, ct, C, v, ct, C3, 0.0f, a->S, MP_F32, i1,
+                           NULL);
         if (s != MP_OK) break;
         for (size_t r = 0; r < rows; r++) {
             const size_t n = i0 + r + 1;
             float *d = a->S + r * i1;
             mp_to_f32(kc, a->prow, a->P + r * i1 * es, ct, n);
             for (size_t c = 0; g->acc != MP_F32 && c < n; c++) d[c] = mp_round_to(g->acc, d[c]); /* dp as stored */
-            mp_softmax_backward_row(d, a->prow, n, 0, g->acc);
+            mp_softmax_backward_row(j->kc, d, a->prow, n, 0, g->acc);
         }
-        store_rows(g, a->dS, a->S, i0, rows, i1, &st[0]);
-        s = mp_gemm(0, 0, rows, hs, i1, j->scale, a->dS, ct, i1, k, ct, C3, 0.0f, dq + i0 * C3 * es, ct, C3, &st[1]);
+        store_rows(j, a->dS, a->S, i0, rows, i1, &st[0]);
+        s = mp_gemm_in(j->kc, 0, 0, rows, hs, i1, j->scale, a->dS, ct, i1, k, ct, C3, 0.0f, dq + i0 * C3 * es, ct, C3,
+                       &st[1]);
         /* dk[0, i1) += scale ds^T q */
         if (s == MP_OK)
-            s = mp_gemm(1, 0, i1, hs, rows, j->scale, a->dS, ct, i1, q + i0 * C3 * es, ct, C3, 1.0f, a->dk, MP_F32, hs,
-                        NULL);
+            s = mp_gemm_in(j->kc, 1, 0, i1, hs, rows, j->scale, a->dS, ct, i1, q + i0 * C3 * es, ct, C3, 1.0f, a->dk,
+                           MP_F32, hs, NULL);
     }
     for (size_t i = 0; i < T && s == MP_OK; i++) {
         mp_from_f32(kc, dk + i * C3 * es, ct, a->dk + i * hs, hs, &st[1]);
@@ -686,7 +694,8 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
                                  N, C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN1), N * C)));
         mp_gemm_epilogue ep = {.bias = fparam(g, h->attb, 0), .stats = fst(g, s_act(g, l, A_QKV), N * 3 * C)};
         TRY(lin_fwd(g, l, W_ATT, N, 3 * C, C, h->ln1, h->attw, h->qkv, &ep));
-        attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), NULL, NULL};
+        attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), NULL, NULL,
+                      mp_kernels_current()};
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
         TRY(attention(&j, 0, fst(g, s_act(g, l, A_ATT), natt), fst(g, s_act(g, l, A_Y), N * C)));
         /* the branch's output (tmp, counted) and the residual sum res1 = x + tmp, in c_proj's epilogue */
@@ -769,7 +778,8 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         TRY(lin_wgrad(g, l, W_APR, N, C, C, g->g_res, h->y, beta, h->aprw->grad, &ep));
         TRY(mp_colsum(h->aprb->grad, g->g_res, ct, N, C, accumulate, g->acc));
         TRY(lin_dgrad_st(g, l, W_APR, N, C, C, g->g_res, h->aprw, g->g_a, bst(g, s_act(g, l, A_Y), N * C)));
-        attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), g->g_a, g->g_big};
+        attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), g->g_a, g->g_big,
+                      mp_kernels_current()};
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
         TRY(attention(&j, 1, bst(g, s_act(g, l, A_ATT), natt), bst(g, s_act(g, l, A_QKV), N * 3 * C)));
         ep = wgrad(g, s_w(g, l, W_ATT), 3 * C * C);

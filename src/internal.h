@@ -9,6 +9,10 @@
 
 #include "mixprec/mixprec.h"
 
+/* The kernel context (mp_kernels, at the end): a public entry point reads it
+ * once (mp_kernels_current) and passes it to everything under it. */
+struct mp_kernels;
+
 #if defined(__GNUC__)
 #define MP_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
@@ -94,12 +98,12 @@ static inline mp_status mp_check_reductions(const char *kind, mp_dtype ct, mp_dt
 /* One row of ops.h's softmax in place (log_softmax when log != 0) with
  * reductions in acc; returns the row's log-sum-exp. The attention's rows use
  * it too. */
-float mp_softmax_row(float *r, size_t C, int log, mp_dtype acc);
+float mp_softmax_row(const struct mp_kernels *kc, float *r, size_t C, int log, mp_dtype acc);
 /* mp_softmax_row (log = 0) keeping what mp_softmax_row_again needs to redo
  * it from the same scores: the row's max, and 1 / sum (acc fp32) or the sum
  * (a naive acc). mp_softmax_row_again gives the same bits (the attention's
  * backward recomputes its probabilities so). */
-void mp_softmax_row_keep(float *r, size_t C, mp_dtype acc, float keep[2]);
+void mp_softmax_row_keep(const struct mp_kernels *kc, float *r, size_t C, mp_dtype acc, float keep[2]);
 /* mp_layernorm_backward into a residual stream: out = res + dx, where dx is
  * rounded to t and counted into st_dx as mp_layernorm_backward stores it, but
  * not stored, and the sum is as mp_add's (counted into st_sum); every tensor
@@ -108,10 +112,11 @@ mp_status mp_layernorm_backward_add(void *out, mp_dtype t, float *dw, float *db,
                                     const float *mean, const float *rstd, const float *w, size_t B, size_t C,
                                     int accumulate, mp_dtype acc, const void *res, mp_convert_stats *st_dx,
                                     mp_convert_stats *st_sum);
-void mp_softmax_row_again(float *r, size_t C, mp_dtype acc, const float keep[2]);
+void mp_softmax_row_again(const struct mp_kernels *kc, float *r, size_t C, mp_dtype acc, const float keep[2]);
 /* One row of ops.h's softmax backward in place: g (dy in, dx out) from the
  * forward's output y, sums in acc. */
-void mp_softmax_backward_row(float *g, const float *y, size_t C, int log, mp_dtype acc);
+void mp_softmax_backward_row(const struct mp_kernels *kc, float *g, const float *y, size_t C, int log,
+                             mp_dtype acc);
 
 /* CRC-32 of data, continuing from crc (start with 0); zlib's crc32. */
 uint32_t mp_crc32(uint32_t crc, const void *data, size_t len);
@@ -164,18 +169,21 @@ typedef struct mp_convert_kernels {
 
 extern const mp_convert_kernels mp_convert_scalar;
 
-/* The kernels of the CPU path in use: mp_kernels_current()->convert. */
+/* Adds the counts of an fp32 -> fp32 store of x (subnormals and NaNs; convert.c),
+ * through k's amax kernels. */
+void mp_stats_f32(const struct mp_kernels *k, mp_convert_stats *st, const float *x, size_t n);
 
-/* Adds the counts of an fp32 -> fp32 store of x (subnormals and NaNs; count.c). */
-void mp_stats_f32(mp_convert_stats *st, const float *x, size_t n);
-
-/* One thread's conversions through fp32 (convert.c): n elements of src (type
- * t) widened exactly into dst (no statistics), and n fp32 elements narrowed
- * into dst (type t) with statistics added to st (may be NULL); for t = MP_F32,
- * dst may be src. */
-void mp_to_f32(const mp_convert_kernels *k, float *dst, const void *src, mp_dtype t, size_t n);
-void mp_from_f32(const mp_convert_kernels *k, void *dst, mp_dtype t, const float *src, size_t n,
+/* One thread's conversions through fp32 with k's kernels (convert.c): n
+ * elements of src (type t) widened exactly into dst (no statistics), and n
+ * fp32 elements narrowed into dst (type t) with statistics added to st (may
+ * be NULL); for t = MP_F32, dst may be src. */
+void mp_to_f32(const struct mp_kernels *k, float *dst, const void *src, mp_dtype t, size_t n);
+void mp_from_f32(const struct mp_kernels *k, void *dst, mp_dtype t, const float *src, size_t n,
                  mp_convert_stats *st);
+
+/* mp_convert (convert.h) with k's kernels: what the library's own work calls. */
+mp_status mp_convert_in(const struct mp_kernels *k, void *dst, mp_dtype dst_type, const void *src,
+                        mp_dtype src_type, size_t n, mp_convert_stats *stats);
 
 /* Writes what print(f, ctx) prints to path atomically: into memory first,
  * then mp_write_file_atomic (io.h). MP_ENOMEM, or mp_write_file_atomic's
@@ -367,6 +375,9 @@ static inline double mp_sumsq_total(const double acc[8]) {
 mp_status mp_optim_unscale_clip(mp_optim *o, mp_scaler *s, double max_norm, mp_dtype acc, double *total_norm,
                                 int *found_inf);
 
+/* mp_optim_step (optim.h) with the kernels of k. */
+mp_status mp_optim_step_in(const struct mp_kernels *k, mp_optim *o);
+
 /* One GEMM call's epilogue (mp_gemm_epilogue) as the driver hands it to the
  * kernels, for the last block of k: the tile's fp32 sums become C. */
 typedef struct mp_gemm_ep {
@@ -382,8 +393,7 @@ typedef struct mp_gemm_ep {
     mp_gemm_post post;      /* gemm.h's post step: MP_POST_NONE, or post_x (ldc) and post_out (ldc, or NULL: C) */
     const void *post_x;
     void *post_out;
-    const mp_convert_kernels *conv;
-    const struct mp_gelu_kernels *gelu;
+    const struct mp_kernels *k; /* the conversions, counts and GELU of the call's context */
 } mp_gemm_ep;
 
 /* The most fp32 values the driver hands the epilogue at once: the tiles of
@@ -436,13 +446,18 @@ typedef struct mp_gemm_kernel {
 
 extern const mp_gemm_kernel mp_gemm_scalar;
 
-/* mp_gemm_ex on the given kernel, with mp_gemm_ex's checks and results
- * (MP_EINVAL too for a bf16-only kernel given other inputs); mp_gemm_ex
- * passes the kernel of the CPU path in use. Tests run a kernel the path would
- * not pick (the AMX model). */
-mp_status mp_gemm_run(const mp_gemm_kernel *kr, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
-                      const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
-                      void *c, mp_dtype ct, size_t ldc, const mp_gemm_epilogue *ep);
+/* mp_gemm_ex in the context kc: its GEMM kernel for the inputs (gemm_bf16
+ * for bf16 x bf16, else gemm), its conversions, counts and GELU, with
+ * mp_gemm_ex's checks and results (MP_EINVAL too for a bf16-only kernel given
+ * other inputs); mp_gemm_ex passes the context of the CPU path in use. Tests
+ * run contexts no path has (the AMX model's). */
+mp_status mp_gemm_run(const struct mp_kernels *kc, int trans_a, int trans_b, size_t m, size_t n, size_t k,
+                      float alpha, const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb,
+                      float beta, void *c, mp_dtype ct, size_t ldc, const mp_gemm_epilogue *ep);
+/* mp_gemm (gemm.h) in the context kc. */
+mp_status mp_gemm_in(const struct mp_kernels *kc, int trans_a, int trans_b, size_t m, size_t n, size_t k,
+                     float alpha, const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb,
+                     float beta, void *c, mp_dtype ct, size_t ldc, mp_convert_stats *st);
 
 /* ---- AMX (gemm_amx_model.c, cpu/gemm_amx.c) ----
  * The bf16 x bf16 kernel on AMX tiles: a 32 x 32 block of C in four 16 x 16
@@ -651,6 +666,23 @@ void mp_relu16_scalar(uint16_t *out, const uint16_t *a, const uint16_t *x, size_
                       uint64_t *sub, uint64_t *nan);
 extern const mp_amax_kernels mp_amax_scalar;
 
+/* The path's peak loops, for `mixprec bench peak` (src/cpu/peak_*.c): one
+ * thread's `iters` turns of nothing but fp32 FMAs, vdpbf16ps or TDPBF16PS
+ * (NULL where the path has no such instruction), each turn `*_flops`
+ * floating-point operations. */
+typedef struct mp_peak_kernels {
+    double (*fma)(uint64_t iters);
+    double (*dpbf16)(uint64_t iters);
+    double (*tdpbf16)(uint64_t iters);
+    double fma_flops, dpbf16_flops, tdpbf16_flops;
+} mp_peak_kernels;
+#ifdef MP_X86
+double mp_peak_fma_avx2(uint64_t iters);
+double mp_peak_fma_avx512(uint64_t iters);
+double mp_peak_dpbf16_avx512(uint64_t iters);
+double mp_peak_tdpbf16_amx(uint64_t iters);
+#endif
+
 typedef struct mp_kernels {
     mp_isa isa;
     const mp_convert_kernels *convert;
@@ -664,6 +696,7 @@ typedef struct mp_kernels {
     const mp_recipe_kernels *recipe;
     const mp_gemm_kernel *gemm;      /* any pair of input formats */
     const mp_gemm_kernel *gemm_bf16; /* bf16 x bf16 */
+    const mp_peak_kernels *peak;     /* NULL: no vector peak loop (the portable path) */
 } mp_kernels;
 
 /* The context of a path (NULL for a value that is not an mp_isa), and of

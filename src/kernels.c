@@ -20,6 +20,16 @@ static const mp_kernels ctx_scalar = {
 };
 
 #ifdef MP_X86
+/* 20 chains a turn (src/cpu/peak.h): FMAs of 8 or 16 lanes (2 flops each), vdpbf16ps of 16 lanes (2 products
+ * of 2 flops each); 4 TDPBF16PS of 16 x 16 x 32 products a turn */
+static const mp_peak_kernels peak_avx2 = {.fma = mp_peak_fma_avx2, .fma_flops = 20.0 * 8 * 2};
+static const mp_peak_kernels peak_avx512 = {.fma = mp_peak_fma_avx512, .fma_flops = 20.0 * 16 * 2};
+static const mp_peak_kernels peak_avx512bf16 = {.fma = mp_peak_fma_avx512, .dpbf16 = mp_peak_dpbf16_avx512,
+                                                .fma_flops = 20.0 * 16 * 2, .dpbf16_flops = 20.0 * 16 * 4};
+static const mp_peak_kernels peak_amx = {.fma = mp_peak_fma_avx512, .dpbf16 = mp_peak_dpbf16_avx512,
+                                         .tdpbf16 = mp_peak_tdpbf16_amx, .fma_flops = 20.0 * 16 * 2,
+                                         .dpbf16_flops = 20.0 * 16 * 4, .tdpbf16_flops = 4.0 * 16 * 16 * 32 * 2};
+
 static const mp_kernels ctx_avx2 = {
     .isa = MP_ISA_AVX2,
     .convert = &mp_convert_avx2,
@@ -33,6 +43,7 @@ static const mp_kernels ctx_avx2 = {
     .recipe = &mp_recipe_avx2,
     .gemm = &mp_gemm_avx2,
     .gemm_bf16 = &mp_gemm_avx2,
+    .peak = &peak_avx2,
 };
 
 /* what the AVX-512 paths share */
@@ -45,6 +56,7 @@ static const mp_kernels ctx_avx512 = {
     .isa = MP_ISA_AVX512,
     .convert = &mp_convert_avx512,
     .gemm_bf16 = &mp_gemm_avx512,
+    .peak = &peak_avx512,
     AVX512_KERNELS,
 };
 
@@ -52,6 +64,7 @@ static const mp_kernels ctx_avx512bf16 = {
     .isa = MP_ISA_AVX512_BF16,
     .convert = &mp_convert_avx512bf16,
     .gemm_bf16 = &mp_gemm_avx512bf16,
+    .peak = &peak_avx512bf16,
     AVX512_KERNELS,
 };
 
@@ -59,6 +72,7 @@ static const mp_kernels ctx_amx = {
     .isa = MP_ISA_AMX,
     .convert = &mp_convert_avx512bf16,
     .gemm_bf16 = &mp_gemm_amx,
+    .peak = &peak_amx,
     AVX512_KERNELS,
 };
 #endif

@@ -172,9 +172,8 @@ const mp_mx_kernels mp_mx_scalar = {
     .scales = scales_scalar,
 };
 
-static const mp_mx_kernels *kernels(void) { return mp_kernels_current()->mx; }
-
-/* ---- the public calls: checks, then shares of whole blocks on threads ---- */
+/* ---- the public calls: checks, then shares of whole blocks on threads, with
+ * the kernels of the path in use read once at the entry ---- */
 
 /* Below this many elements one thread is faster than waking a second. */
 #define PARALLEL_MIN ((size_t)1 << 18)
@@ -223,8 +222,8 @@ mp_status mp_mx_quantize(uint8_t *codes, uint8_t *scales, const float *src, size
     if (n == 0) return MP_OK;
     mp_quant_stats part[MP_MAX_THREADS];
     memset(part, 0, sizeof part);
-    mx_job job = {.k = kernels(), .codes = codes, .scales = scales, .src = src, .elem = elem, .rule = rule,
-                  .part = st ? part : NULL};
+    mx_job job = {.k = mp_kernels_current()->mx, .codes = codes, .scales = scales, .src = src, .elem = elem,
+                  .rule = rule, .part = st ? part : NULL};
     const int shares = mp_parallel_for(n, PARALLEL_MIN, MP_MX_BLOCK, quantize_share, &job);
     if (st)
         for (int t = 0; t < shares; t++) {
@@ -240,7 +239,7 @@ mp_status mp_mx_quantize(uint8_t *codes, uint8_t *scales, const float *src, size
 mp_status mp_mx_dequantize(float *dst, const uint8_t *codes, const uint8_t *scales, size_t n, mp_dtype elem) {
     const mp_status s = check("mp_mx_dequantize", dst, codes, scales, n, elem);
     if (s || n == 0) return s;
-    mx_job job = {.k = kernels(), .dst = dst, .ccodes = codes, .cscales = scales, .elem = elem};
+    mx_job job = {.k = mp_kernels_current()->mx, .dst = dst, .ccodes = codes, .cscales = scales, .elem = elem};
     mp_parallel_for(n, PARALLEL_MIN, MP_MX_BLOCK, dequantize_share, &job);
     return MP_OK;
 }

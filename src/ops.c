@@ -16,32 +16,17 @@ static mp_status check_types(const char *fn, mp_dtype a, mp_dtype b, mp_dtype c)
 static const uint8_t *at(const void *p, mp_dtype t, size_t i) { return (const uint8_t *)p + i * mp_format(t)->size; }
 
 /* Loads n values from element i of p into out (fp32, exact). Rows and chunks
- * are converted by the current CPU path's kernels directly: the bits and
- * counts of mp_convert, without its per-call setup (the ops are already split
- * over threads). */
-static void load(float *out, const void *p, mp_dtype t, size_t i, size_t n) {
-    const mp_convert_kernels *k = mp_kernels_current()->convert;
-    switch (t) {
-    case MP_F32: memcpy(out, at(p, t, i), n * sizeof(float)); break;
-    case MP_F16: k->f16_to_f32(out, (const uint16_t *)at(p, t, i), n, NULL); break;
-    case MP_BF16: k->bf16_to_f32(out, (const uint16_t *)at(p, t, i), n, NULL); break;
-    default: mp_convert(out, MP_F32, at(p, t, i), t, n, NULL); break;
-    }
+ * are converted by the call's kernels (k, read once at the op's entry)
+ * directly: the bits and counts of mp_convert, without its per-call setup
+ * (the ops are already split over threads). */
+static void load(const mp_kernels *k, float *out, const void *p, mp_dtype t, size_t i, size_t n) {
+    mp_to_f32(k, out, at(p, t, i), t, n);
 }
 
 /* Stores n fp32 values into element i of p, counting into st (may be NULL). */
-static void store(void *p, mp_dtype t, size_t i, const float *v, size_t n, mp_convert_stats *st) {
-    const mp_convert_kernels *k = mp_kernels_current()->convert;
-    void *d = (uint8_t *)p + i * mp_format(t)->size;
-    switch (t) {
-    case MP_F32:
-        if (d != (const void *)v) memmove(d, v, n * sizeof(float));
-        if (st) mp_stats_f32(st, d, n);
-        break;
-    case MP_F16: k->f32_to_f16(d, v, n, st); break;
-    case MP_BF16: k->f32_to_bf16(d, v, n, st); break;
-    default: mp_convert(d, t, v, MP_F32, n, st); break;
-    }
+static void store(const mp_kernels *k, void *p, mp_dtype t, size_t i, const float *v, size_t n,
+                  mp_convert_stats *st) {
+    mp_from_f32(k, (uint8_t *)p + i * mp_format(t)->size, t, v, n, st);
 }
 
 /* Scratch rows: `count` rows of n floats. */
@@ -71,6 +56,7 @@ typedef struct {
     unary_chunk k1;
     binary_chunk k2;
     mp_convert_stats part[MP_MAX_THREADS];
+    const mp_kernels *k; /* the op's kernels, read once at its entry */
 } elem_job;
 
 static float relu(float x);
@@ -82,9 +68,9 @@ static void elem_share(void *ctx, size_t i0, size_t i1, int t) {
     float g[CHUNK], v[CHUNK];
     for (size_t i = i0; i < i1; i += CHUNK) {
         const size_t m = i1 - i < CHUNK ? i1 - i : CHUNK;
-        load(g, j->a, j->at, i, m);
+        load(j->k, g, j->a, j->at, i, m);
         if (j->b) {
-            load(v, j->b, j->bt, i, m);
+            load(j->k, v, j->b, j->bt, i, m);
             if (j->k2)
                 j->k2(g, v, m);
             else if (j->f2 == relu_grad) /* the common case, inlined so that it vectorizes */
@@ -100,7 +86,7 @@ static void elem_share(void *ctx, size_t i0, size_t i1, int t) {
         } else {
             for (size_t k = 0; k < m; k++) g[k] = j->f1(g[k]);
         }
-        store(j->out, j->ot, i, g, m, &j->part[t]);
+        store(j->k, j->out, j->ot, i, g, m, &j->part[t]);
     }
 }
 
@@ -122,6 +108,7 @@ typedef struct {
     const uint16_t *a, *b; /* forward: a = x; backward: a = dy, b = x */
     mp_relu16_codes codes;
     mp_convert_stats part[MP_MAX_THREADS];
+    const mp_kernels *k; /* the op's kernels, read once at its entry */
 } relu16_job;
 
 /* The portable kernel, without branches on the data (signs are random). */
@@ -144,7 +131,7 @@ void mp_relu16_scalar(uint16_t *out, const uint16_t *a, const uint16_t *x, size_
 /* In chunks that stay in L1, each one's amax taken while it is there. */
 static void relu16_share(void *ctx, size_t i0, size_t i1, int t) {
     relu16_job *j = ctx;
-    const mp_kernels *k = mp_kernels_current();
+    const mp_kernels *k = j->k;
     uint16_t am = 0;
     for (size_t i = i0; i < i1; i += CHUNK) {
         const size_t m = i1 - i < CHUNK ? i1 - i : CHUNK;
@@ -155,34 +142,34 @@ static void relu16_share(void *ctx, size_t i0, size_t i1, int t) {
     mp_stats_amax(&j->part[t], mp_f32_bits(j->codes.inf == 0x7c00 ? mp_f16_to_f32(am) : mp_bf16_to_f32(am)));
 }
 
-static int relu16(void *out, mp_dtype ot, const void *a, mp_dtype at, const void *b, mp_dtype bt, size_t n,
-                  mp_convert_stats *st) {
+static int relu16(const mp_kernels *k, void *out, mp_dtype ot, const void *a, mp_dtype at, const void *b, mp_dtype bt,
+                  size_t n, mp_convert_stats *st) {
     if (ot != at || (b && bt != at) || (ot != MP_F16 && ot != MP_BF16)) return 0;
     relu16_job j = {out, a, b, {ot == MP_F16 ? 0x7c00 : 0x7f80, ot == MP_F16 ? 0x0200 : 0x0040, ot == MP_F16 ? 0x03ff : 0x007f},
-                    {{0}}};
+                    {{0}}, k};
     const int shares = mp_parallel_for(n, ELEM_PARALLEL_MIN, 64, relu16_share, &j);
     add_parts(st, j.part, shares);
     return 1;
 }
 
-/* f per element, or k per chunk when f is NULL */
-static mp_status unary(const char *fn, void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, unary_fn f,
-                       unary_chunk k, mp_convert_stats *st) {
+/* f per element, or c per chunk when f is NULL, with the kernels k */
+static mp_status unary(const mp_kernels *k, const char *fn, void *y, mp_dtype yt, const void *x, mp_dtype xt,
+                       size_t n, unary_fn f, unary_chunk c, mp_convert_stats *st) {
     mp_status s = check_types(fn, yt, xt, MP_F32);
     if (s != MP_OK) return s;
     if (n && (!y || !x)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
-    if (f == relu && relu16(y, yt, x, xt, NULL, xt, n, st)) return MP_OK;
-    elem_job j = {y, yt, xt, MP_F32, x, NULL, f, NULL, k, NULL, {{0}}};
+    if (f == relu && relu16(k, y, yt, x, xt, NULL, xt, n, st)) return MP_OK;
+    elem_job j = {y, yt, xt, MP_F32, x, NULL, f, NULL, c, NULL, {{0}}, k};
     return run_elem(&j, n, st);
 }
 
-static mp_status binary(const char *fn, void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x,
-                        mp_dtype xt, size_t n, binary_fn f, binary_chunk k, mp_convert_stats *st) {
+static mp_status binary(const mp_kernels *k, const char *fn, void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt,
+                        const void *x, mp_dtype xt, size_t n, binary_fn f, binary_chunk c, mp_convert_stats *st) {
     mp_status s = check_types(fn, dxt, dyt, xt);
     if (s != MP_OK) return s;
     if (n && (!dx || !dy || !x)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
-    if (f == relu_grad && relu16(dx, dxt, dy, dyt, x, xt, n, st)) return MP_OK;
-    elem_job j = {dx, dxt, dyt, xt, dy, x, NULL, f, NULL, k, {{0}}};
+    if (f == relu_grad && relu16(k, dx, dxt, dy, dyt, x, xt, n, st)) return MP_OK;
+    elem_job j = {dx, dxt, dyt, xt, dy, x, NULL, f, NULL, c, {{0}}, k};
     return run_elem(&j, n, st);
 }
 
@@ -190,36 +177,40 @@ static float relu(float x) { return x > 0.0f ? x : 0.0f; }
 static float relu_grad(float dy, float x) { return x > 0.0f ? dy : 0.0f; }
 
 /* GELU, both forms: src/cpu/gelu_kernels.h (fp64 inside, vectorized), one
- * build per CPU path, all giving the same bits. */
-static const mp_gelu_kernels *gelu_kernels(void) { return mp_kernels_current()->gelu; }
+ * build per CPU path, all giving the same bits. Each op reads the kernel
+ * context once, here at its entry. */
 
 static float add2(float a, float b) { return a + b; }
 
 mp_status mp_relu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st) {
-    return unary("mp_relu_forward", y, yt, x, xt, n, relu, NULL, st);
+    return unary(mp_kernels_current(), "mp_relu_forward", y, yt, x, xt, n, relu, NULL, st);
 }
 mp_status mp_relu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt, size_t n,
                            mp_convert_stats *st) {
-    return binary("mp_relu_backward", dx, dxt, dy, dyt, x, xt, n, relu_grad, NULL, st);
+    return binary(mp_kernels_current(), "mp_relu_backward", dx, dxt, dy, dyt, x, xt, n, relu_grad, NULL, st);
 }
 mp_status mp_gelu_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st) {
-    return unary("mp_gelu_forward", y, yt, x, xt, n, NULL, gelu_kernels()->tanh_fwd, st);
+    const mp_kernels *k = mp_kernels_current();
+    return unary(k, "mp_gelu_forward", y, yt, x, xt, n, NULL, k->gelu->tanh_fwd, st);
 }
 mp_status mp_gelu_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt, size_t n,
                            mp_convert_stats *st) {
-    return binary("mp_gelu_backward", dx, dxt, dy, dyt, x, xt, n, NULL, gelu_kernels()->tanh_bwd, st);
+    const mp_kernels *k = mp_kernels_current();
+    return binary(k, "mp_gelu_backward", dx, dxt, dy, dyt, x, xt, n, NULL, k->gelu->tanh_bwd, st);
 }
 
 mp_status mp_gelu_erf_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n, mp_convert_stats *st) {
-    return unary("mp_gelu_erf_forward", y, yt, x, xt, n, NULL, gelu_kernels()->erf_fwd, st);
+    const mp_kernels *k = mp_kernels_current();
+    return unary(k, "mp_gelu_erf_forward", y, yt, x, xt, n, NULL, k->gelu->erf_fwd, st);
 }
 mp_status mp_gelu_erf_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype dyt, const void *x, mp_dtype xt,
                                size_t n, mp_convert_stats *st) {
-    return binary("mp_gelu_erf_backward", dx, dxt, dy, dyt, x, xt, n, NULL, gelu_kernels()->erf_bwd, st);
+    const mp_kernels *k = mp_kernels_current();
+    return binary(k, "mp_gelu_erf_backward", dx, dxt, dy, dyt, x, xt, n, NULL, k->gelu->erf_bwd, st);
 }
 mp_status mp_add(void *y, mp_dtype yt, const void *a, mp_dtype at, const void *b, mp_dtype bt, size_t n,
                  mp_convert_stats *st) {
-    return binary("mp_add", y, yt, a, at, b, bt, n, add2, NULL, st);
+    return binary(mp_kernels_current(), "mp_add", y, yt, a, at, b, bt, n, add2, NULL, st);
 }
 
 /* ---- row-wise operations ---- */
@@ -237,6 +228,7 @@ typedef struct {
     size_t C;
     int oom;
     mp_convert_stats part[MP_MAX_THREADS];
+    const mp_kernels *k; /* the op's kernels, read once at its entry */
 } bias_job;
 
 static void bias_share(void *ctx, size_t r0, size_t r1, int t) {
@@ -247,9 +239,9 @@ static void bias_share(void *ctx, size_t r0, size_t r1, int t) {
         return;
     }
     for (size_t b = r0; b < r1; b++) {
-        load(row, j->x, j->xt, b * j->C, j->C);
+        load(j->k, row, j->x, j->xt, b * j->C, j->C);
         for (size_t k = 0; k < j->C; k++) row[k] += j->bias[k];
-        store(j->y, j->yt, b * j->C, row, j->C, &j->part[t]);
+        store(j->k, j->y, j->yt, b * j->C, row, j->C, &j->part[t]);
     }
     free(row);
 }
@@ -259,7 +251,7 @@ mp_status mp_bias_add(void *y, mp_dtype yt, const void *x, mp_dtype xt, const fl
     mp_status s = check_types("mp_bias_add", yt, xt, MP_F32);
     if (s != MP_OK || (s = rows_args("mp_bias_add", y, x, B, C)) != MP_OK) return s;
     if (B && C && !bias) return mp_error(MP_EINVAL, "mp_bias_add: NULL bias");
-    bias_job j = {y, yt, xt, x, bias, C, 0, {{0}}};
+    bias_job j = {y, yt, xt, x, bias, C, 0, {{0}}, mp_kernels_current()};
     const int shares = mp_parallel_for(B, C ? ELEM_PARALLEL_MIN / C + 1 : B + 1, 1, bias_share, &j);
     if (j.oom) return mp_error(MP_ENOMEM, "mp_bias_add: out of memory");
     add_parts(st, j.part, shares);
@@ -274,6 +266,7 @@ typedef struct {
     mp_dtype xt, acc;
     size_t B, C;
     int oom;
+    const mp_kernels *k; /* the op's kernels, read once at its entry */
 } colsum_job;
 
 static void colsum_share(void *ctx, size_t j0, size_t j1, int t) {
@@ -292,7 +285,7 @@ static void colsum_share(void *ctx, size_t j0, size_t j1, int t) {
     const mp_dtype acc = j->acc;
     memset(sum, 0, m * sizeof *sum);
     for (size_t b = 0; b < j->B; b++) {
-        load(row, j->x, j->xt, b * j->C + j0, m);
+        load(j->k, row, j->x, j->xt, b * j->C + j0, m);
         if (acc == MP_F32)
             for (size_t k = 0; k < m; k++) sum[k] += row[k];
         else /* naive */
@@ -306,21 +299,19 @@ mp_status mp_colsum(float *out, const void *x, mp_dtype xt, size_t B, size_t C, 
     mp_status s = check_types("mp_colsum", xt, acc, MP_F32);
     if (s != MP_OK || (s = rows_args("mp_colsum", out, x, B ? B : 1, C)) != MP_OK) return s;
     if (!accumulate) memset(out, 0, C * sizeof *out);
-    colsum_job j = {out, x, xt, acc, B, C, 0};
+    colsum_job j = {out, x, xt, acc, B, C, 0, mp_kernels_current()};
     mp_parallel_for(C, B * C >= ELEM_PARALLEL_MIN ? 64 : C + 1, 16, colsum_share, &j);
     return j.oom ? mp_error(MP_ENOMEM, "mp_colsum: out of memory") : MP_OK;
 }
 
 /* e^x and the rows' loops: src/cpu/softmax_kernels.h (<= 0.874 ulp, lanes
  * summed in a fixed order), the same bits on every CPU path */
-static const mp_softmax_kernels *softmax_kernels(void) { return mp_kernels_current()->softmax; }
 
 /* In place over one fp32 row: softmax (or log_softmax), max-subtracted.
  * Returns log(sum(exp(x - max))) + max, the log-sum-exp; with log = 0, keep
  * (may be NULL) gets the max and 1 / sum, from which mp_softmax_row_again
  * redoes the row. */
-static float softmax_row(float *r, size_t C, int log, float *keep) {
-    const mp_softmax_kernels *k = softmax_kernels();
+static float softmax_row(const mp_softmax_kernels *k, float *r, size_t C, int log, float *keep) {
     float mx = k->max(r, C);
     if (mx == -INFINITY) mx = 0.0f; /* a row of -inf: all terms exp(-inf) = 0 */
     /* log keeps the inputs; softmax keeps the terms */
@@ -340,8 +331,7 @@ static float softmax_row(float *r, size_t C, int log, float *keep) {
 
 /* softmax_row as a naive loop in acc does it (ops.h): every partial result
  * rounded; keep gets the max and the sum. */
-static float softmax_row_naive(float *r, size_t C, int log, mp_dtype acc, float *keep) {
-    const mp_softmax_kernels *k = softmax_kernels();
+static float softmax_row_naive(const mp_softmax_kernels *k, float *r, size_t C, int log, mp_dtype acc, float *keep) {
     float mx = k->max(r, C);
     if (mx == -INFINITY) mx = 0.0f;
     for (size_t j = 0; j < C; j++) r[j] = mp_round_to(acc, r[j] - mx);
@@ -364,19 +354,20 @@ static float softmax_row_naive(float *r, size_t C, int log, mp_dtype acc, float 
     return mp_round_to(acc, ls + mx);
 }
 
-float mp_softmax_row(float *r, size_t C, int log, mp_dtype acc) {
-    return acc == MP_F32 ? softmax_row(r, C, log, NULL) : softmax_row_naive(r, C, log, acc, NULL);
+float mp_softmax_row(const mp_kernels *kc, float *r, size_t C, int log, mp_dtype acc) {
+    return acc == MP_F32 ? softmax_row(kc->softmax, r, C, log, NULL)
+                         : softmax_row_naive(kc->softmax, r, C, log, acc, NULL);
 }
 
-void mp_softmax_row_keep(float *r, size_t C, mp_dtype acc, float keep[2]) {
-    if (acc == MP_F32) softmax_row(r, C, 0, keep);
-    else softmax_row_naive(r, C, 0, acc, keep);
+void mp_softmax_row_keep(const mp_kernels *kc, float *r, size_t C, mp_dtype acc, float keep[2]) {
+    if (acc == MP_F32) softmax_row(kc->softmax, r, C, 0, keep);
+    else softmax_row_naive(kc->softmax, r, C, 0, acc, keep);
 }
 
 /* The operations of softmax_row and softmax_row_naive on each value, from
  * the kept max and 1 / sum (or sum): the same bits. */
-void mp_softmax_row_again(float *r, size_t C, mp_dtype acc, const float keep[2]) {
-    const mp_softmax_kernels *sk = softmax_kernels();
+void mp_softmax_row_again(const mp_kernels *kc, float *r, size_t C, mp_dtype acc, const float keep[2]) {
+    const mp_softmax_kernels *sk = kc->softmax;
     const float mx = keep[0], k = keep[1];
     if (acc == MP_F32) {
         sk->exp_scale(r, C, mx, k);
@@ -387,8 +378,8 @@ void mp_softmax_row_again(float *r, size_t C, mp_dtype acc, const float keep[2])
     for (size_t j = 0; j < C; j++) r[j] = mp_round_to(acc, mp_round_to(acc, r[j]) / k);
 }
 
-void mp_softmax_backward_row(float *g, const float *y, size_t C, int log, mp_dtype acc) {
-    const mp_softmax_kernels *sk = softmax_kernels();
+void mp_softmax_backward_row(const mp_kernels *kc, float *g, const float *y, size_t C, int log, mp_dtype acc) {
+    const mp_softmax_kernels *sk = kc->softmax;
     float dot = 0.0f;
     if (acc != MP_F32 && log) {
         for (size_t k = 0; k < C; k++) dot = mp_round_to(acc, dot + mp_round_to(acc, g[k]));
@@ -433,6 +424,7 @@ typedef struct {
     size_t C;
     int log, oom;
     mp_convert_stats part[MP_MAX_THREADS];
+    const mp_kernels *k; /* the op's kernels, read once at its entry */
 } softmax_job;
 
 static void softmax_fwd_share(void *ctx, size_t r0, size_t r1, int t) {
@@ -443,9 +435,9 @@ static void softmax_fwd_share(void *ctx, size_t r0, size_t r1, int t) {
         return;
     }
     for (size_t b = r0; b < r1; b++) {
-        load(row, j->a, j->at, b * j->C, j->C);
-        mp_softmax_row(row, j->C, j->log, j->acc);
-        store(j->out, j->ot, b * j->C, row, j->C, &j->part[t]);
+        load(j->k, row, j->a, j->at, b * j->C, j->C);
+        mp_softmax_row(j->k, row, j->C, j->log, j->acc);
+        store(j->k, j->out, j->ot, b * j->C, row, j->C, &j->part[t]);
     }
     row_scratch_free(row, stack);
 }
@@ -454,7 +446,7 @@ mp_status mp_softmax_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, s
                              mp_dtype acc, mp_convert_stats *st) {
     mp_status s = check_types("mp_softmax_forward", yt, xt, acc);
     if (s != MP_OK || (s = rows_args("mp_softmax_forward", y, x, B, C)) != MP_OK) return s;
-    softmax_job j = {y, yt, xt, MP_F32, acc, x, NULL, C, log, 0, {{0}}};
+    softmax_job j = {y, yt, xt, MP_F32, acc, x, NULL, C, log, 0, {{0}}, mp_kernels_current()};
     const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, softmax_fwd_share, &j);
     if (j.oom) return mp_error(MP_ENOMEM, "mp_softmax_forward: out of memory");
     add_parts(st, j.part, shares);
@@ -472,10 +464,10 @@ static void softmax_bwd_share(void *ctx, size_t r0, size_t r1, int t) {
     }
     float *yr = r, *g = r + C;
     for (size_t b = r0; b < r1; b++) {
-        load(yr, j->a, j->at, b * C, C);
-        load(g, j->b, j->bt, b * C, C);
-        mp_softmax_backward_row(g, yr, C, j->log, j->acc);
-        store(j->out, j->ot, b * C, g, C, &j->part[t]);
+        load(j->k, yr, j->a, j->at, b * C, C);
+        load(j->k, g, j->b, j->bt, b * C, C);
+        mp_softmax_backward_row(j->k, g, yr, C, j->log, j->acc);
+        store(j->k, j->out, j->ot, b * C, g, C, &j->part[t]);
     }
     row_scratch_free(r, stack);
 }
@@ -486,7 +478,7 @@ mp_status mp_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt
     if (s == MP_OK) s = check_types("mp_softmax_backward", acc, acc, acc);
     if (s != MP_OK || (s = rows_args("mp_softmax_backward", dx, y, B, C)) != MP_OK) return s;
     if (B && C && !dy) return mp_error(MP_EINVAL, "mp_softmax_backward: NULL dy");
-    softmax_job j = {dx, dxt, yt, dyt, acc, y, dy, C, log, 0, {{0}}};
+    softmax_job j = {dx, dxt, yt, dyt, acc, y, dy, C, log, 0, {{0}}, mp_kernels_current()};
     const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, softmax_bwd_share, &j);
     if (j.oom) return mp_error(MP_ENOMEM, "mp_softmax_backward: out of memory");
     add_parts(st, j.part, shares);
@@ -503,6 +495,7 @@ typedef struct {
     float g;
     int oom;
     mp_convert_stats part[MP_MAX_THREADS];
+    const mp_kernels *k; /* the op's kernels, read once at its entry */
 } ce_job;
 
 static void ce_share(void *ctx, size_t r0, size_t r1, int t) {
@@ -514,14 +507,14 @@ static void ce_share(void *ctx, size_t r0, size_t r1, int t) {
         return;
     }
     for (size_t b = r0; b < r1; b++) {
-        load(row, j->logits, j->lt, b * C, C);
+        load(j->k, row, j->logits, j->lt, b * C, C);
         const float target = row[j->labels[b]];
-        const float lse = mp_softmax_row(row, C, 0, j->acc); /* row now holds the probabilities */
+        const float lse = mp_softmax_row(j->k, row, C, 0, j->acc); /* row now holds the probabilities */
         j->terms[b] = mp_round_to(j->acc, lse - target);
         if (j->dlogits) {
             row[j->labels[b]] = mp_round_to(j->acc, row[j->labels[b]] - 1.0f);
             for (size_t k = 0; k < C; k++) row[k] *= j->g;
-            store(j->dlogits, j->dt, b * C, row, C, &j->part[t]);
+            store(j->k, j->dlogits, j->dt, b * C, row, C, &j->part[t]);
         }
     }
     row_scratch_free(row, stack);
@@ -539,7 +532,7 @@ mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt, const void *
             return mp_error(MP_EINVAL, "mp_cross_entropy: label %d of row %zu is outside [0, %zu)", (int)labels[b], b, C);
     float stack[ROW_STACK], *terms = row_scratch(stack, B);
     if (!terms) return mp_error(MP_ENOMEM, "mp_cross_entropy: out of memory");
-    ce_job j = {terms, dlogits, dt, lt, acc, logits, labels, C, scale / (float)B, 0, {{0}}};
+    ce_job j = {terms, dlogits, dt, lt, acc, logits, labels, C, scale / (float)B, 0, {{0}}, mp_kernels_current()};
     const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, ce_share, &j);
     float total = 0.0f;
     for (size_t b = 0; b < B; b++) total += terms[b];
@@ -564,6 +557,7 @@ typedef struct {
     mp_convert_stats part[MP_MAX_THREADS];
     const void *res;                        /* backward: the residual stream's gradient (yt), or NULL */
     mp_convert_stats part2[MP_MAX_THREADS]; /* backward with res: the sums' stores */
+    const mp_kernels *k; /* the op's kernels, read once at its entry */
 } ln_job;
 
 /* A row's mean and rstd as a naive loop in acc computes them (ops.h). */
@@ -590,7 +584,7 @@ static void ln_fwd_share(void *ctx, size_t r0, size_t r1, int t) {
         return;
     }
     for (size_t r = r0; r < r1; r++) {
-        load(row, J->x, J->xt, r * C, C);
+        load(J->k, row, J->x, J->xt, r * C, C);
         float m, rs;
         if (J->acc == MP_F32) {
             m = 0.0f;
@@ -608,7 +602,7 @@ static void ln_fwd_share(void *ctx, size_t r0, size_t r1, int t) {
             row[j] = n * (w ? w[j] : 1.0f) + (b ? b[j] : 0.0f);
         }
         J->mean_out[r] = m, J->rstd_out[r] = rs;
-        store(J->y, J->yt, r * C, row, C, &J->part[t]);
+        store(J->k, J->y, J->yt, r * C, row, C, &J->part[t]);
     }
     row_scratch_free(row, stack);
 }
@@ -620,7 +614,8 @@ mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, c
     if (s != MP_OK || (s = rows_args("mp_layernorm_forward", y, x, B, C)) != MP_OK) return s;
     if (B && (!mean || !rstd)) return mp_error(MP_EINVAL, "mp_layernorm_forward: NULL mean or rstd");
     if (C == 0 && B) return mp_error(MP_EINVAL, "mp_layernorm_forward: rows of 0 values");
-    ln_job J = {y, yt, xt, MP_F32, acc, x, NULL, mean, rstd, NULL, NULL, w, b, NULL, NULL, B, C, eps, 0, {{0}}, NULL, {{0}}};
+    ln_job J = {y, yt, xt, MP_F32, acc, x, NULL, mean, rstd, NULL, NULL, w, b, NULL, NULL, B, C, eps, 0, {{0}},
+                NULL, {{0}}, mp_kernels_current()};
     const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, ln_fwd_share, &J);
     if (J.oom) return mp_error(MP_ENOMEM, "mp_layernorm_forward: out of memory");
     add_parts(st, J.part, shares);
@@ -644,9 +639,9 @@ static void ln_dwdb_share(void *ctx, size_t j0, size_t j1, int t) {
     memset(r + 2 * m, 0, 2 * m * sizeof *r);
     float *dw = J->dw ? r + 2 * m : NULL, *db = J->db ? r + 3 * m : NULL;
     for (size_t i = 0; i < J->B; i++) {
-        load(g, J->g, J->gt, i * J->C + j0, m);
+        load(J->k, g, J->g, J->gt, i * J->C + j0, m);
         if (dw) {
-            load(n, J->x, J->xt, i * J->C + j0, m);
+            load(J->k, n, J->x, J->xt, i * J->C + j0, m);
             const float mi = J->mean[i], ri = J->rstd[i];
             if (acc == MP_F32)
                 for (size_t k = 0; k < m; k++) dw[k] += g[k] * ((n[k] - mi) * ri);
@@ -679,8 +674,8 @@ static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
     }
     float *g = r, *n = r + C;
     for (size_t i = r0; i < r1; i++) {
-        load(g, J->g, J->gt, i * C, C);
-        load(n, J->x, J->xt, i * C, C);
+        load(J->k, g, J->g, J->gt, i * C, C);
+        load(J->k, n, J->x, J->xt, i * C, C);
         const float mi = mean[i], ri = rstd[i];
         const mp_dtype acc = J->acc;
         float sum_dn = 0.0f, sum_dn_n = 0.0f;
@@ -698,19 +693,19 @@ static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
         const float a = mp_round_to(acc, sum_dn / (float)C), c = mp_round_to(acc, sum_dn_n / (float)C);
         for (size_t j = 0; j < C; j++) g[j] = ri * (g[j] * (w ? w[j] : 1.0f) - a - n[j] * c);
         if (!J->res) {
-            store(J->y, J->yt, i * C, g, C, &J->part[t]);
+            store(J->k, J->y, J->yt, i * C, g, C, &J->part[t]);
             continue;
         }
         /* dx as it would be stored (counted, as 16-bit codes in h), then res + dx (mp_add) stored */
         if (J->yt != MP_F32) {
-            store(h, J->yt, 0, g, C, &J->part[t]);
-            load(g, h, J->yt, 0, C);
+            store(J->k, h, J->yt, 0, g, C, &J->part[t]);
+            load(J->k, g, h, J->yt, 0, C);
         } else {
-            mp_stats_f32(&J->part[t], g, C);
+            mp_stats_f32(J->k, &J->part[t], g, C);
         }
-        load(n, J->res, J->yt, i * C, C);
+        load(J->k, n, J->res, J->yt, i * C, C);
         for (size_t j = 0; j < C; j++) n[j] += g[j];
-        store(J->y, J->yt, i * C, n, C, &J->part2[t]);
+        store(J->k, J->y, J->yt, i * C, n, C, &J->part2[t]);
     }
     row_scratch_free(r, stack);
     if (h != hstack) free(h);
@@ -726,7 +721,8 @@ static mp_status ln_backward(void *dx, mp_dtype dxt, float *dw, float *db, const
     if (B && (!x || !mean || !rstd)) return mp_error(MP_EINVAL, "mp_layernorm_backward: NULL x, mean or rstd");
     if (!accumulate && dw) memset(dw, 0, C * sizeof *dw);
     if (!accumulate && db) memset(db, 0, C * sizeof *db);
-    ln_job J = {dx, dxt, xt, dyt, acc, x, dy, NULL, NULL, mean, rstd, w, NULL, dw, db, B, C, 0.0f, 0, {{0}}, res, {{0}}};
+    ln_job J = {dx, dxt, xt, dyt, acc, x, dy, NULL, NULL, mean, rstd, w, NULL, dw, db, B, C, 0.0f, 0, {{0}}, res, {{0}},
+                mp_kernels_current()};
     /* dw and db first: dx may alias dy or x */
     if (dw || db) mp_parallel_for(C, B * C >= ELEM_PARALLEL_MIN ? 64 : C + 1, 16, ln_dwdb_share, &J);
     const int shares = J.oom ? 0 : mp_parallel_for(B, rows_min_parallel(B, C), 1, ln_dx_share, &J);

@@ -220,8 +220,6 @@ mp_adamw_config mp_adamw_defaults(void) {
     return c;
 }
 
-static const mp_optim_kernels *kernels(void) { return mp_kernels_current()->optim; }
-
 static mp_status check_lr(double lr) {
     if (!(isfinite(lr) && lr >= 0)) return mp_error(MP_EINVAL, "optimizer: lr must be finite and >= 0 (got %g)", lr);
     return MP_OK;
@@ -303,7 +301,7 @@ typedef enum { JOB_SGD, JOB_ADAMW, JOB_REFRESH, JOB_ROUND_SR, JOB_SUMSQ, JOB_SCA
 
 typedef struct {
     job_kind kind;
-    const mp_optim_kernels *k;
+    const mp_kernels *k; /* the call's kernels, read once at its entry */
     mp_param *p;
     const mp_sgd_coef *sc;
     const mp_adamw_coef *ac;
@@ -359,7 +357,7 @@ static void param_share(void *ctx, size_t i0, size_t i1, int t) {
  * at m and v (NULL: none). Returns the updates lost. */
 static uint64_t update_weights(const param_job *j, size_t i0, size_t i1, float *m, float *v) {
     const mp_param *p = j->p;
-    const mp_optim_kernels *k = j->k;
+    const mp_optim_kernels *k = j->k->optim;
     const size_t n = i1 - i0;
     const float *g = p->grad + i0;
     uint16_t *h = p->half ? (uint16_t *)p->half + i0 : NULL;
@@ -383,8 +381,8 @@ static void state_io(const param_job *j, int k, float *x, size_t c, size_t n, in
     const mp_state_format f = p->state_format;
     if (f == MP_STATE_FP16 || f == MP_STATE_BF16) {
         uint16_t *h = (k == 1 ? p->hstate1 : p->hstate2) + c;
-        if (store) j->k->narrow(h, x, n, f == MP_STATE_BF16);
-        else j->k->widen(x, h, n, f == MP_STATE_BF16);
+        if (store) j->k->optim->narrow(h, x, n, f == MP_STATE_BF16);
+        else j->k->optim->widen(x, h, n, f == MP_STATE_BF16);
         return;
     }
     const size_t block = block_of(f);
@@ -392,8 +390,8 @@ static void state_io(const param_job *j, int k, float *x, size_t c, size_t n, in
     uint8_t *codes = (k == 1 ? p->qstate1 : p->qstate2) + (bits == 4 ? c / 2 : c);
     float *scale = (k == 1 ? p->qscale1 : p->qscale2) + c / block;
     const mp_state_map *map = mp_optim_state_map(f, k);
-    if (store) j->k->quant(codes, scale, x, map, bits, n, block);
-    else j->k->dequant(x, codes, scale, map, bits, n, block);
+    if (store) j->k->optim->quant(codes, scale, x, map, bits, n, block);
+    else j->k->optim->dequant(x, codes, scale, map, bits, n, block);
 }
 
 /* The update of elements [i0, i1) of j->p: a state kept in fp32 is updated
@@ -406,7 +404,7 @@ static uint64_t update(const param_job *j, size_t i0, size_t i1) {
     if (p->state_format == MP_STATE_FP32 || !has1)
         return update_weights(j, i0, i1, p->state1 ? p->state1 + i0 : NULL, p->state2 ? p->state2 + i0 : NULL);
     if (p->hstate2 && p->weights == MP_MASTER_FP32 && j->kind == JOB_ADAMW) /* the common case, fused */
-        return j->k->adamw_hstate(p->master + i0, p->grad + i0, p->hstate1 + i0, p->hstate2 + i0, i1 - i0, j->ac,
+        return j->k->optim->adamw_hstate(p->master + i0, p->grad + i0, p->hstate1 + i0, p->hstate2 + i0, i1 - i0, j->ac,
                                   p->state_format == MP_STATE_BF16);
     float m[PIECE], v[PIECE];
     uint64_t lost = 0;
@@ -429,24 +427,24 @@ static void param_share_body(const param_job *j, job_kind kind, size_t i0, size_
     case JOB_SGD:
     case JOB_ADAMW: ((param_job *)j)->part[t] = (double)update(j, i0, i1); break;
     case JOB_REFRESH: /* the half copy, round to nearest even, while the share is in cache */
-        mp_convert(h, p->half_type, p->master + i0, MP_F32, n, NULL);
+        mp_from_f32(j->k, h, p->half_type, p->master + i0, n, NULL);
         break;
-    case JOB_ROUND_SR: j->k->round_sr(h, p->master + i0, n, j->key, i0); break;
+    case JOB_ROUND_SR: j->k->optim->round_sr(h, p->master + i0, n, j->key, i0); break;
     case JOB_SUMSQ: {
         double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        j->k->sumsq(acc, p->grad + i0, n);
+        j->k->optim->sumsq(acc, p->grad + i0, n);
         ((param_job *)j)->part[t] = mp_sumsq_total(acc);
         break;
     }
-    case JOB_SCALE: j->k->scale(p->grad + i0, n, j->coef); break;
+    case JOB_SCALE: j->k->optim->scale(p->grad + i0, n, j->coef); break;
     case JOB_UNSCALE_SUMSQ: { /* piece by piece: unscaled and checked as mp_unscale_check, then summed */
-        const mp_unscale_kernels *u = mp_kernels_current()->unscale;
+        const mp_unscale_kernels *u = j->k->unscale;
         double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         int found = 0;
         for (size_t c = i0; c < i1; c += PIECE) {
             const size_t m = i1 - c < PIECE ? i1 - c : PIECE;
             found |= j->coef == 1.0f ? u->check32((const uint32_t *)(p->grad + c), m) : u->f32(p->grad + c, m, j->coef);
-            j->k->sumsq(acc, p->grad + c, m);
+            j->k->optim->sumsq(acc, p->grad + c, m);
         }
         ((param_job *)j)->part[t] = mp_sumsq_total(acc), ((param_job *)j)->found[t] = found;
         break;
@@ -475,14 +473,14 @@ static double run_param_found(param_job *j, mp_param *p, int *found) {
 static double run_param(param_job *j, mp_param *p) { return run_param_found(j, p, NULL); }
 
 /* Rounds the master into the half copy: nearest even, or stochastic for bf16. */
-static void refresh_half(mp_optim *o, size_t i) {
+static void refresh_half(const mp_kernels *k, mp_optim *o, size_t i) {
     mp_param *p = o->params[i];
     if (!p->half || !p->master) return;
     if (p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC) {
-        param_job j = {JOB_ROUND_SR, kernels(), NULL, NULL, NULL, sr_key(o, i), 0.0f, 0, 0, {0}, {0}};
+        param_job j = {JOB_ROUND_SR, k, NULL, NULL, NULL, sr_key(o, i), 0.0f, 0, 0, {0}, {0}};
         run_param(&j, p);
     } else {
-        mp_convert(p->half, p->half_type, p->master, MP_F32, p->n, NULL);
+        mp_convert_in(k, p->half, p->half_type, p->master, MP_F32, p->n, NULL);
     }
 }
 
@@ -524,13 +522,14 @@ static mp_status add_param(mp_optim *o, const char *name, const float *init, siz
         free(p);
         return mp_error(MP_ENOMEM, "mp_optim_add: out of memory for '%s' (%zu elements)", name, n);
     }
+    const mp_kernels *k = mp_kernels_current();
     if (pure) {
-        mp_convert(p->half, half_type, init, MP_F32, n, NULL);
+        mp_convert_in(k, p->half, half_type, init, MP_F32, n, NULL);
     } else {
         memcpy(p->master, init, n * 4);
     }
     o->params[o->count++] = p;
-    refresh_half(o, o->count - 1);
+    refresh_half(k, o, o->count - 1);
     if (out) *out = p;
     return MP_OK;
 }
@@ -734,7 +733,7 @@ mp_status mp_optim_hold_state(mp_optim *o, size_t i, int hold) {
 }
 
 void mp_optim_refresh_half(mp_optim *o, size_t i) {
-    if (o && i < o->count) refresh_half(o, i);
+    if (o && i < o->count) refresh_half(mp_kernels_current(), o, i);
 }
 
 mp_status mp_optim_restore(mp_optim *o, uint64_t steps) {
@@ -751,7 +750,7 @@ mp_status mp_optim_restore(mp_optim *o, uint64_t steps) {
 
 /* The real update of every parameter; the caller has checked the gradients.
  * A clip coefficient left by mp_optim_unscale_clip is this step's alone. */
-static mp_status apply_step(mp_optim *o) {
+static mp_status apply_step(const mp_kernels *k, mp_optim *o) {
     const float clip_coef = o->clip_coef;
     o->clip_coef = 1.0f;
     o->lost_updates = o->updated = 0;
@@ -759,7 +758,6 @@ static mp_status apply_step(mp_optim *o) {
         const mp_status st = owns(o, i) ? ensure_state(o, o->params[i]) : MP_OK;
         if (st != MP_OK) return st;
     }
-    const mp_optim_kernels *k = kernels();
     const uint64_t t = o->steps + 1;
     mp_sgd_coef sc;
     mp_adamw_coef ac;
@@ -801,7 +799,8 @@ static mp_status apply_step(mp_optim *o) {
     }
     o->steps = t;
     for (size_t i = 0; i < o->count; i++) /* the stochastic ones (the others were refreshed in the update) */
-        if (owns(o, i) && o->params[i]->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC) refresh_half(o, i);
+        if (owns(o, i) && o->params[i]->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC)
+            refresh_half(k, o, i);
     if (o->sharded) { /* the job's counts */
         double c[2] = {(double)o->lost_updates, (double)o->updated};
         const mp_status st = o->ranks_sum(o->ranks_ctx, c, 2);
@@ -811,11 +810,13 @@ static mp_status apply_step(mp_optim *o) {
     return MP_OK;
 }
 
-mp_status mp_optim_step(mp_optim *o) {
+mp_status mp_optim_step(mp_optim *o) { return mp_optim_step_in(mp_kernels_current(), o); }
+
+mp_status mp_optim_step_in(const mp_kernels *k, mp_optim *o) {
     if (o->scaled)
         return mp_error(MP_ESTATE, "mp_optim_step: this optimizer is driven by a loss scaler; its gradients are "
                                    "scaled: use mp_scaler_step");
-    return apply_step(o);
+    return apply_step(k, o);
 }
 
 mp_stage mp_optim_stage(const mp_optim *o, const mp_scaler *s) {
@@ -865,7 +866,7 @@ mp_status mp_scaler_step(mp_scaler *s, mp_optim *o, int *found_inf) {
     set_stage(o, s, MP_STAGE_STEPPED);
     if (found_inf) *found_inf = found;
     if (found) o->lost_updates = o->updated = 0, o->clip_coef = 1.0f; /* a skipped step updates nothing */
-    return found ? MP_OK : apply_step(o);
+    return found ? MP_OK : apply_step(mp_kernels_current(), o);
 }
 
 /* The gradients' L2 norm as a naive loop in acc computes it: parameters in
@@ -892,7 +893,7 @@ mp_status mp_clip_grad_norm(mp_optim *o, const mp_scaler *s, double max_norm, mp
         return mp_error(MP_EINVAL, "mp_clip_grad_norm: a sharded optimizer measures the norm in fp32 only "
                                    "(mp_optim_unscale_clip)");
     o->clip_coef = 1.0f; /* this call clips in memory */
-    param_job j = {JOB_SUMSQ, kernels(), NULL, NULL, NULL, 0, 0.0f, 0, 0, {0}, {0}};
+    param_job j = {JOB_SUMSQ, mp_kernels_current(), NULL, NULL, NULL, 0, 0.0f, 0, 0, {0}, {0}};
     double norm;
     if (acc == MP_F32) {
         double sum = 0;
@@ -937,7 +938,7 @@ mp_status mp_optim_unscale_clip(mp_optim *o, mp_scaler *s, double max_norm, mp_d
         return mp_error(MP_ESTATE, "clip_grad_norm: gradients are still multiplied by the loss scale; call "
                                    "mp_scaler_unscale first (and pass the scaler)");
     }
-    param_job j = {JOB_UNSCALE_SUMSQ, kernels(), NULL, NULL, NULL, 0, inv, 0, 0, {0}, {0}};
+    param_job j = {JOB_UNSCALE_SUMSQ, mp_kernels_current(), NULL, NULL, NULL, 0, inv, 0, 0, {0}, {0}};
     double sum = 0;
     if (!o->sharded) {
         for (size_t i = 0; i < o->count; i++) sum += run_param_found(&j, o->params[i], &found);

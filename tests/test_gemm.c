@@ -86,14 +86,22 @@ static void reference(const shape *s, bufs *b, int dpbf16) {
 }
 
 /* The kernel run() uses instead of mp_gemm's choice (NULL: mp_gemm's). */
+/* The context of the CPU path in use with its GEMM kernels replaced by kr. */
+static const mp_kernels *with_gemm(mp_kernels *ctx, const mp_gemm_kernel *kr) {
+    *ctx = *mp_kernels_current();
+    ctx->gemm = ctx->gemm_bf16 = kr;
+    return ctx;
+}
+#define WITH(kr) with_gemm(&(mp_kernels){0}, (kr))
+
 static const mp_gemm_kernel *forced;
 
 static int run(const shape *s, bufs *b, int ref, mp_convert_stats *st) {
     memcpy(b->c, b->c0, s->m * s->ldc * mp_format(s->ct)->size);
     if (forced && !ref) {
         const mp_gemm_epilogue ep = {.round_to = MP_F32, .stats = st};
-        return mp_gemm_run(forced, s->ta, s->tb, s->m, s->n, s->k, s->alpha, b->a, s->at, s->lda, b->b, s->bt, s->ldb,
-                           s->beta, b->c, s->ct, s->ldc, &ep);
+        return mp_gemm_run(WITH(forced), s->ta, s->tb, s->m, s->n, s->k, s->alpha, b->a, s->at, s->lda, b->b, s->bt,
+                           s->ldb, s->beta, b->c, s->ct, s->ldc, &ep);
     }
     return (ref ? mp_gemm_ref : mp_gemm)(s->ta, s->tb, s->m, s->n, s->k, s->alpha, b->a, s->at, s->lda, b->b, s->bt,
                                          s->ldb, s->beta, b->c, s->ct, s->ldc, st);
@@ -325,7 +333,7 @@ static void check_post_case(const mp_gemm_kernel *kr, mp_dtype ct, mp_gemm_post 
     /* the steps one at a time */
     mp_convert_stats w0 = {0}, w1 = {0}, g0 = {0}, g1 = {0};
     const mp_gemm_epilogue plain = {.bias = bias, .stats = &w0};
-    mp_gemm_run(kr, 0, 1, m, n, k, 1.0f, a, in, k, b, in, k, 0.0f, cref, ct, n, &plain);
+    mp_gemm_run(WITH(kr), 0, 1, m, n, k, 1.0f, a, in, k, b, in, k, 0.0f, cref, ct, n, &plain);
     switch (post) {
     case MP_POST_GELU: mp_gelu_forward(oref, ct, cref, ct, mn, &w1); break;
     case MP_POST_GELU_ERF: mp_gelu_erf_forward(oref, ct, cref, ct, mn, &w1); break;
@@ -336,7 +344,7 @@ static void check_post_case(const mp_gemm_kernel *kr, mp_dtype ct, mp_gemm_post 
     memset(c, 0x55, mn * es), memset(o, 0x55, mn * es);
     const mp_gemm_epilogue ep = {.bias = bias, .stats = &g0, .post = post, .post_x = x,
                                  .post_out = in_place ? NULL : o, .post_stats = &g1};
-    const mp_status rc = mp_gemm_run(kr, 0, 1, m, n, k, 1.0f, a, in, k, b, in, k, 0.0f, c, ct, n, &ep);
+    const mp_status rc = mp_gemm_run(WITH(kr), 0, 1, m, n, k, 1.0f, a, in, k, b, in, k, 0.0f, c, ct, n, &ep);
     const int same = in_place ? !memcmp(c, oref, mn * es) : !memcmp(c, cref, mn * es) && !memcmp(o, oref, mn * es);
     const int counts = convert_stats_eq(&g0, &w0) && convert_stats_eq(&g1, &w1);
     CHECK(rc == MP_OK && same && counts && w1.amax > 0, "post %d %s (%s, %s C, %zux%zux%zu): values %s, counts %s",
@@ -526,8 +534,8 @@ static float one_tile(const mp_gemm_kernel *kr, const float *a_row, const float 
         mp_convert(&a[p], MP_BF16, &a_row[p], MP_F32, 1, NULL);
         mp_convert(&b[p * 16], MP_BF16, &b_col[p], MP_F32, 1, NULL);
     }
-    const mp_status s = kr ? mp_gemm_run(kr, 0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 0.0f, c, MP_F32,
-                                         16, NULL)
+    const mp_status s = kr ? mp_gemm_run(WITH(kr), 0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 0.0f, c,
+                                         MP_F32, 16, NULL)
                            : mp_gemm(0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 0.0f, c, MP_F32, 16, NULL);
     CHECK(s == MP_OK, "one tile: %s", mp_last_error());
     return c[0];
@@ -554,7 +562,7 @@ static void check_amx(int quick) {
             mp_convert(&b[p * 16], MP_BF16, &b1[p], MP_F32, 1, NULL);
         }
         for (int i = 0; i < 256; i++) c[i] = 1.0f;
-        const mp_status s = kr ? mp_gemm_run(kr, 0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 1.0f, c,
+        const mp_status s = kr ? mp_gemm_run(WITH(kr), 0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 1.0f, c,
                                              MP_F32, 16, NULL)
                                : mp_gemm(0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 1.0f, c, MP_F32, 16,
                                          NULL);
@@ -681,8 +689,8 @@ static void check_pieces(void) {
                                                  .zeros = &z[w], .post = post, .post_x = post ? x : NULL,
                                                  .post_out = post ? o[w] : NULL, .post_stats = &st[w][1]};
                     mp_set_threads(1 + (int)(d & 1));
-                    const mp_status rc = mp_gemm_run(w ? &whole : kr, 0, 1, m, n, k, 1.0f, a, MP_BF16, k, b, MP_BF16,
-                                                     k, e == 1 ? 0.5f : 0.0f, c[w], ct, n, &ep);
+                    const mp_status rc = mp_gemm_run(WITH(w ? &whole : kr), 0, 1, m, n, k, 1.0f, a, MP_BF16, k, b,
+                                                     MP_BF16, k, e == 1 ? 0.5f : 0.0f, c[w], ct, n, &ep);
                     CHECK(rc == MP_OK, "pieces: %s", mp_last_error());
                 }
                 mp_set_threads(0);

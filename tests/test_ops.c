@@ -775,15 +775,15 @@ static void check_softmax_paths(void) {
                         mp_cpu_set_isa((mp_isa)isa);
                         float keep[2];
                         memcpy(y, x, C * 4), memcpy(d, g, C * 4);
-                        const float lse = mp_softmax_row(y, C, lg, acc);
-                        mp_softmax_backward_row(d, y, C, lg, acc);
+                        const float lse = mp_softmax_row(mp_kernels_current(), y, C, lg, acc);
+                        mp_softmax_backward_row(mp_kernels_current(), d, y, C, lg, acc);
                         if (isa == MP_ISA_SCALAR) memcpy(y0, y, C * 4), memcpy(d0, d, C * 4), z[0] = lse;
                         bad += memcmp(y, y0, C * 4) || memcmp(d, d0, C * 4) || f2u(lse) != f2u(z[0]);
                         if (lg) continue;
                         memcpy(y, x, C * 4);
-                        mp_softmax_row_keep(y, C, acc, keep);
+                        mp_softmax_row_keep(mp_kernels_current(), y, C, acc, keep);
                         memcpy(d, x, C * 4);
-                        mp_softmax_row_again(d, C, acc, keep);
+                        mp_softmax_row_again(mp_kernels_current(), d, C, acc, keep);
                         bad += memcmp(y, y0, C * 4) || memcmp(d, y0, C * 4);
                     }
         }

@@ -319,44 +319,31 @@ static int bench_optim(int argc, char **argv) {
     return 0;
 }
 
-#ifdef MP_X86
-double mp_peak_fma_avx2(uint64_t iters);
-double mp_peak_fma_avx512(uint64_t iters);
-double mp_peak_dpbf16_avx512(uint64_t iters);
-double mp_peak_tdpbf16_amx(uint64_t iters);
-#endif
-
 enum { PEAK_FMA, PEAK_DPBF16, PEAK_TDPBF16 };
 
-/* GFLOP/s of nothing but FMAs (16 lanes with AVX-512, else 8 with AVX2),
- * vdpbf16ps or TDPBF16PS on all threads; 0 if the CPU path in use has no
- * such instruction. */
+/* GFLOP/s of nothing but FMAs, vdpbf16ps or TDPBF16PS on all threads, by the
+ * peak loops of the CPU path in use (its kernel context); 0 if the path has
+ * no such instruction. */
 static double measure_peak(int which) {
-#ifdef MP_X86
-    const mp_isa isa = mp_cpu_isa();
-    const mp_isa need = which == PEAK_TDPBF16 ? MP_ISA_AMX : which == PEAK_DPBF16 ? MP_ISA_AVX512_BF16 : MP_ISA_AVX2;
-    if (isa < need) return 0.0;
-    const int lanes = which || isa >= MP_ISA_AVX512 ? 16 : 8;
+    const mp_peak_kernels *p = mp_kernels_current()->peak;
+    double (*loop)(uint64_t) = !p                     ? NULL
+                               : which == PEAK_TDPBF16 ? p->tdpbf16
+                               : which == PEAK_DPBF16  ? p->dpbf16
+                                                       : p->fma;
+    if (!loop) return 0.0;
+    const double per_iter = which == PEAK_TDPBF16 ? p->tdpbf16_flops : which == PEAK_DPBF16 ? p->dpbf16_flops
+                                                                                             : p->fma_flops;
     const int nt = mp_get_threads();
     const uint64_t iters = which == PEAK_TDPBF16 ? 400000 : 20000000;
-    /* FLOPs per iteration of each loop: 20 vectors of FMAs, of vdpbf16ps (2 products a lane), 4 TDPBF16PS */
-    const double per_iter = which == PEAK_TDPBF16 ? 4.0 * 16 * 16 * 32 * 2 : 20.0 * lanes * (which ? 4 : 2);
     double best = 0, sink = 0;
     for (int r = 0; r < 3; r++) {
         const double t0 = now();
 #pragma omp parallel num_threads(nt) reduction(+ : sink)
-        sink += which == PEAK_TDPBF16 ? mp_peak_tdpbf16_amx(iters)
-                : which == PEAK_DPBF16 ? mp_peak_dpbf16_avx512(iters)
-                : lanes == 16          ? mp_peak_fma_avx512(iters)
-                                       : mp_peak_fma_avx2(iters);
+        sink += loop(iters);
         const double gf = (double)nt * (double)iters * per_iter / (now() - t0) * 1e-9;
         if (gf > best) best = gf;
     }
     return sink == 12345.0 ? 0 : best; /* keep the loops */
-#else
-    (void)which;
-    return 0.0;
-#endif
 }
 
 static int bench_peak(int argc, char **argv) {

@@ -172,10 +172,10 @@ void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i
             float *tr = tile + r * ts;
             const float *xr = xb + r * ts;
             switch (e->post) {
-            case MP_POST_GELU: e->gelu->tanh_fwd(tr, len); break;
-            case MP_POST_GELU_ERF: e->gelu->erf_fwd(tr, len); break;
-            case MP_POST_GELU_GRAD: e->gelu->tanh_bwd(tr, xr, len); break;
-            default: e->gelu->erf_bwd(tr, xr, len); break;
+            case MP_POST_GELU: e->k->gelu->tanh_fwd(tr, len); break;
+            case MP_POST_GELU_ERF: e->k->gelu->erf_fwd(tr, len); break;
+            case MP_POST_GELU_GRAD: e->k->gelu->tanh_bwd(tr, xr, len); break;
+            default: e->k->gelu->erf_bwd(tr, xr, len); break;
             }
         }
         for (size_t r = 0; r < rows; r++) {
