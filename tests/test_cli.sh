@@ -378,9 +378,9 @@ expect 0 "$M" "${GT[@]}" --steps 1 --eval-windows 100000 && has "$out" '^  --eva
 expect 1 "$M" train --model mlp:784-65536-65536-65536-65536-10 --steps 1 && one_line &&
     has "$err" 'needs about [0-9.]+ GiB .*, and [0-9.]+ GiB are available'
 # a corpus is regular files: a device is not read without end, a FIFO without a writer does not block
-expect 1 timeout 20 "$M" "${GNODATA[@]}" --steps 1 --data "text:/dev/zero" && one_line && has "$err" '/dev/zero: not a regular file'
+expect 1 timeout 20 "$M" "${GNODATA[@]}" --steps 1 --data "text:/dev/zero" && one_line && has "$err" '/dev/zero is a device, not a regular file'
 mkfifo "$T/fifo.txt"
-expect 1 timeout 20 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/fifo.txt" && one_line && has "$err" 'fifo.txt: not a regular file'
+expect 1 timeout 20 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/fifo.txt" && one_line && has "$err" 'fifo.txt is a FIFO, not a regular file'
 rm -f "$T/fifo.txt"
 expect 2 "$M" train --model gpt:1-3-16-16 --data "text:$T/c.txt" --steps 1 && one_line && has "$err" 'do not divide the width'
 expect 2 "$M" train --model gpt:x --data "text:$T/c.txt" --steps 1 && one_line
@@ -479,7 +479,7 @@ b[off:off + 4] = struct.pack("<f", float("nan")); open(sys.argv[2], "wb").write(
 PY
 expect 1 "$M" "${GT[@]}" --precision bf16 --steps 14 --resume "$T/nan.st" && one_line && has "$err" 'nan.st: .*non-finite'
 # a directory where a file is expected is said to be one; an MLP's checkpoint is no GPT for sample (a data error)
-expect 1 "$M" "${GT[@]}" --steps 1 --init "$T/careless" && one_line && has "$err" 'careless: not a regular file'
+expect 1 "$M" "${GT[@]}" --steps 1 --init "$T/careless" && one_line && has "$err" 'careless is a directory, not a regular file'
 expect 0 "$M" train --model mlp:784-16-10 --data "$T/fmnist" --steps 1 --save "$T/mlp.st"
 expect 1 "$M" sample --from "$T/mlp.st" && one_line && has "$err" 'mlp.st holds mlp:784-16-10, not a GPT'
 # a checkpoint whose metadata names a model its tensors are not is refused before that model's memory is taken

@@ -1,11 +1,8 @@
 /* gradients.c - gradient magnitude sets: drawn or read from a file. */
-#define _POSIX_C_SOURCE 200809L /* fileno */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "gradients.h"
 
@@ -152,20 +149,12 @@ static int looks_safetensors(const uint8_t *b, size_t size) {
 
 int grads_read(grad_set *s, const char *path, int raw, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
-    FILE *f = fopen(path, "rb");
-    if (!f) return snprintf(err, errlen, "%s: cannot open (%s)", path, strerror(errno)), -1;
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return snprintf(err, errlen, "%s: not a regular file", path), -1;
-    }
-    const long size = (long)st.st_size;
-    uint8_t *b = size > 0 ? malloc((size_t)size) : NULL;
-    if (!b || fread(b, 1, (size_t)size, f) != (size_t)size) {
-        fclose(f), free(b);
-        return snprintf(err, errlen, "%s: cannot read (or empty)", path), -1;
-    }
-    fclose(f);
+    uint8_t *b;
+    size_t n;
+    if (mp_read_file("--from", path, (size_t)1 << 40, &b, &n) != MP_OK) /* a regular file, unchanged while read */
+        return snprintf(err, errlen, "%s", mp_last_error()), -1;
+    if (n == 0) return free(b), snprintf(err, errlen, "--from %s: an empty file", path), -1;
+    const long size = (long)n;
     int rc;
     if (size >= 6 && memcmp(b, "\x93NUMPY", 6) == 0) rc = read_npy(s, path, b, (size_t)size, err, errlen);
     else if (looks_safetensors(b, (size_t)size)) rc = read_safetensors(s, path, err, errlen);

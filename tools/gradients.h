@@ -22,7 +22,8 @@ int grads_lognormal(grad_set *s, double mu, double sigma, size_t n, uint64_t see
  * safetensors (an 8-byte header length that fits the file, then '{'; every
  * F32/F16/BF16 tensor, concatenated), or, only when raw is set, raw
  * little-endian fp32; takes |x| and drops non-finite values. A file that is
- * none of these (or not a regular file) is an error naming it. 0, or -1 with
+ * none of these, not a regular file (mp_read_file: a FIFO, a device, a
+ * directory), or changed while read is an error naming it. 0, or -1 with
  * a message in err. */
 int grads_read(grad_set *s, const char *path, int raw, char *err, size_t errlen);
 
