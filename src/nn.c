@@ -400,6 +400,14 @@ mp_status mp_mlp_load(mp_mlp *m, const mp_safetensors *st) {
         if (s == MP_OK && m->lnb[l]) s = load_param(m->lnb[l], st, out, 0, 1);
         if (s != MP_OK) return s;
     }
+    for (size_t i = 0; i < st->count; i++) { /* then a bigger model's file is not this one's: no layer is dropped */
+        int l = -1, end = 0;
+        const char *n = st->tensors[i].name;
+        if ((sscanf(n, "fc%d.%n", &l, &end) == 1 || sscanf(n, "ln%d.%n", &l, &end) == 1) && end > 0 &&
+            (l >= m->cfg.nlayers || (n[0] == 'l' && (l >= m->cfg.nlayers - 1 || !m->cfg.layernorm))))
+            return mp_error(MP_ECORRUPT, "weights: '%s' is not a tensor of this model (%d layer%s%s)", n,
+                            m->cfg.nlayers, m->cfg.nlayers == 1 ? "" : "s", m->cfg.layernorm ? ", layer norms" : "");
+    }
     return MP_OK;
 }
 
