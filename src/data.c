@@ -1,5 +1,5 @@
 /* data.c - IDX reader (zlib reads gzip and plain files alike) and Fashion-MNIST. */
-#define _POSIX_C_SOURCE 200809L /* lstat */
+#define _POSIX_C_SOURCE 200809L /* stat */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -146,7 +146,7 @@ mp_status mp_dataset_load(mp_dataset *d, const char *images_path, const char *la
 static void find_file(char *out, size_t cap, const char *dir, const char *name) {
     snprintf(out, cap, "%s/%s", dir, name);
     struct stat sb;
-    if (lstat(out, &sb) == 0) return;
+    if (stat(out, &sb) == 0) return;
     snprintf(out, cap, "%s/%s.gz", dir, name);
 }
 

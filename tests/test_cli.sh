@@ -739,6 +739,11 @@ for c in "44|<f|float('inf')|scale inf is not finite and > 0" "44|<f|1e-39|scale
     expect 1 "$M" "${G1[@]}" --precision fp16-dynamic --steps 4 --resume "$T/sc_bad.st" && one_line &&
         has "$err" "sc_bad.st: metadata 'scaler': scaler blob: $want"
 done
+# weights kept only in the compute format (no fp32 masters) are checked as well
+expect 0 "$M" train --model mlp:784-16-10 --data "$T/fmnist" --precision bf16 --master-weights none --steps 1 --save "$T/mh.st"
+poke "$T/mh.st" "$T/mh_bad.st" fc1.weight 3 H 0x7fc0
+expect 1 "$M" train --model mlp:784-16-10 --data "$T/fmnist" --precision bf16 --master-weights none --steps 2 \
+    --resume "$T/mh_bad.st" && one_line && has "$err" "mh_bad.st: weights: 'fc1.weight' holds a non-finite value"
 # an amax history holds magnitudes
 poke "$T/d3.st" "$T/d3f.st" quant.h.0.mlp.c_fc.input.amax_history 0 f -1
 expect 1 "$M" "${GT[@]}" --precision fp8-delayed --steps 6 --resume "$T/d3f.st" && one_line &&
