@@ -39,7 +39,8 @@ test: deps-test build build-asan
 
 # What make test samples, whole: every format and every SIMD path on all 2^32
 # fp32 inputs (make test takes a 2^26 + 2^20 slice), the softmax's e^x on every fp32
-# input in [-104, 0] on every path (make test: every 127th), the data-parallel test's longer
+# input in [-104, 0] on every path (make test: every 127th), every tensor of every kind of
+# checkpoint damaged and a socket as every input (tests/test_inputs.sh), the data-parallel test's longer
 # comparisons (SGD, the benchmark GPT over 50 steps, 3 and 4 ranks), and the
 # data-parallel test under ASan + UBSan. .ci/run runs it; about 8 minutes on 2 cores.
 test-long: deps-test build build-asan
@@ -47,6 +48,7 @@ test-long: deps-test build build-asan
 	$(BUILD)/tests/test_convert --long
 	$(BUILD)/tests/test_fp8_scale --long
 	$(BUILD)/tests/test_ops --long
+	MIXPREC=$$PWD/$(M) bash tests/test_inputs.sh
 	@if [ -x "$$(command -v mpirun)" ] && $(M) --version | grep -q 'MPI: '; then \
 	    echo "MIXPREC_LONG=1 tests/test_mpi.sh"; \
 	    MIXPREC=$$PWD/$(M) MIXPREC_LONG=1 bash tests/test_mpi.sh; \

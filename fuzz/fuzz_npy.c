@@ -1,8 +1,9 @@
 /* fuzz_npy.c - the .npy reader of `mixprec underflow --from` (tools/
  * gradients.c) on any bytes. When it succeeds on a file that starts with
  * numpy's magic, the file is a version 1-3 .npy of a little-endian float
- * dtype in C order whose data section holds at least its shape's elements,
- * and the values read are the magnitudes of its finite elements, in order;
+ * dtype (C or Fortran order) whose data section holds at least its shape's
+ * elements, and the values read are the magnitudes of its finite elements,
+ * in the file's order;
  * a file without the magic is raw fp32 and read the same way. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -10,14 +11,29 @@
 #include "fuzz.h"
 #include "gradients.h"
 
-/* The element count of a canonical header's 'shape': (d0, d1, ...) or -1. */
+/* Where the value of key begins in a header ('key' or "key", spaces, ':',
+ * spaces), or NULL; the reader refuses a key given twice, so the first is it. */
+static const char *value_of(const char *hdr, const char *key) {
+    const size_t k = strlen(key);
+    for (const char *p = hdr; (p = strstr(p, key)) != NULL; p++) {
+        if (p == hdr || (p[-1] != '\'' && p[-1] != '"') || p[k] != p[-1]) continue;
+        const char *v = p + k + 1;
+        while (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') v++;
+        if (*v++ != ':') continue;
+        while (*v == ' ' || *v == '\t' || *v == '\n' || *v == '\r') v++;
+        return v;
+    }
+    return NULL;
+}
+
+/* The element count of a header's 'shape': (d0, d1, ...) or -1. */
 static long long shape_count(const char *hdr) {
-    const char *p = strstr(hdr, "'shape': (");
-    if (!p) return -1;
-    p += 10;
+    const char *p = value_of(hdr, "shape");
+    if (!p || *p++ != '(') return -1;
     long long n = 1;
     while (*p != ')') {
-        while (*p == ' ') p++;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (*p == ')') break;
         if (*p < '0' || *p > '9') return -1;
         long long d = 0;
         for (; *p >= '0' && *p <= '9'; p++) {
@@ -26,10 +42,9 @@ static long long shape_count(const char *hdr) {
         }
         if (d && n > (1LL << 40) / d) return -1;
         n *= d;
-        while (*p == ' ') p++;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
         if (*p == ',') p++;
         else if (*p != ')') return -1;
-        while (*p == ' ') p++;
     }
     return n;
 }
@@ -73,10 +88,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(hdr);
         memcpy(hdr, data + ho, hl);
         hdr[hl] = 0;
-        const char *d = strstr(hdr, "'descr': '");
-        FUZZ_CHECK(d && !strstr(hdr, "'fortran_order': True"));
-        d += 10;
-        es = !strncmp(d, "<f4", 3) ? 4 : !strncmp(d, "<f2", 3) ? 2 : !strncmp(d, "<f8", 3) ? 8 : 0;
+        const char *d = value_of(hdr, "descr"); /* C or Fortran order: the same set of values */
+        FUZZ_CHECK(d && (*d == '\'' || *d == '"') && (d[1] == '<' || d[1] == '=') && d[4] == d[0]);
+        d += 1;
+        es = !strncmp(d + 1, "f4", 2) ? 4 : !strncmp(d + 1, "f2", 2) ? 2 : !strncmp(d + 1, "f8", 2) ? 8 : 0;
         const long long n = shape_count(hdr);
         free(hdr);
         FUZZ_CHECK(es && n >= 0);

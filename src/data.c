@@ -1,6 +1,8 @@
 /* data.c - IDX reader (zlib reads gzip and plain files alike) and Fashion-MNIST. */
+#define _POSIX_C_SOURCE 200809L /* stat */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "internal.h"
@@ -15,12 +17,14 @@ static mp_status gz_fail(gzFile f, const char *path, const char *what) {
 mp_status mp_idx_read(const char *path, uint8_t **data, uint32_t dims[4], int *ndim) {
     if (!path || !data || !dims || !ndim) return mp_error(MP_EINVAL, "mp_idx_read: NULL argument");
     *data = NULL;
-    FILE *probe = fopen(path, "rb");
-    if (!probe) return mp_error(MP_EIO, "%s: cannot open", path);
-    fclose(probe);
-    gzFile f = gzopen(path, "rb");
-    if (!f) return mp_error(MP_EIO, "%s: cannot open", path);
-    mp_status st = MP_OK;
+    mp_input in; /* a regular file (a FIFO or a device refused before it could block), read through zlib */
+    mp_status st = mp_input_open(&in, NULL, path);
+    if (st != MP_OK) return st;
+    gzFile f = gzdopen(in.fd, "rb");
+    if (!f) {
+        mp_input_close(&in);
+        return mp_error(MP_ENOMEM, "%s: out of memory for zlib's buffers", path);
+    }
     uint8_t head[4];
     int got = gzread(f, head, 4);
     if (got != 4) {
@@ -94,8 +98,9 @@ mp_status mp_idx_read(const char *path, uint8_t **data, uint32_t dims[4], int *n
     else if (got > 0) st = mp_error(MP_ECORRUPT, "%s: trailing bytes after %zu data bytes", path, total);
     else if (zerr == Z_BUF_ERROR)
         st = mp_error(MP_ECORRUPT, "%s: truncated gzip stream (no checksum after the data)", path);
+    if (st == MP_OK) st = mp_input_check(&in); /* a file that changed while read (zlib's reads are not counted) */
 out:
-    gzclose(f);
+    gzclose(f); /* closes in.fd */
     if (st != MP_OK) {
         free(*data);
         *data = NULL;
@@ -136,14 +141,12 @@ mp_status mp_dataset_load(mp_dataset *d, const char *images_path, const char *la
     return MP_OK;
 }
 
-/* dir/name or dir/name.gz, whichever exists (plain first). */
+/* dir/name or dir/name.gz, whichever exists (plain first; looked at, not
+ * opened: mp_idx_read refuses what is not a regular file). */
 static void find_file(char *out, size_t cap, const char *dir, const char *name) {
     snprintf(out, cap, "%s/%s", dir, name);
-    FILE *f = fopen(out, "rb");
-    if (f) {
-        fclose(f);
-        return;
-    }
+    struct stat sb;
+    if (stat(out, &sb) == 0) return;
     snprintf(out, cap, "%s/%s.gz", dir, name);
 }
 

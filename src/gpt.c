@@ -940,7 +940,14 @@ mp_status mp_gpt_load(mp_gpt *g, const mp_safetensors *st) {
     if (!a) return mp_error(MP_ENOMEM, "mp_gpt_load: out of memory");
     const mp_tensor **src = calloc(g->nparams, sizeof *src);
     mp_status s = src ? MP_OK : mp_error(MP_ENOMEM, "mp_gpt_load: out of memory");
-    /* first check everything, so that a refused file changes nothing */
+    /* first check everything, so that a refused file changes nothing; a deeper model's file is not this one's */
+    for (size_t i = 0; i < st->count && s == MP_OK; i++) {
+        unsigned long l;
+        int end = 0;
+        if (sscanf(st->tensors[i].name, "transformer.h.%lu.%n", &l, &end) == 1 && end > 0 && l >= (unsigned long)g->cfg.n_layer)
+            s = mp_error(MP_ECORRUPT, "weights: '%s' is beyond the model's %d layer%s", st->tensors[i].name,
+                         g->cfg.n_layer, g->cfg.n_layer == 1 ? "" : "s");
+    }
     for (size_t i = 0; i < g->nparams && s == MP_OK; i++) {
         const mp_param *p = g->params[i];
         const size_t d0 = g->shape[i][0], d1 = g->shape[i][1];

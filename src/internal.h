@@ -40,6 +40,34 @@ int mp_file_inside(const mp_file_id *out, const mp_file_id *d);
  * MP_EIO + message naming the option and the path when not. */
 mp_status mp_file_writable(const mp_file_id *f, const char *pending);
 
+/* A file being read (input.c): every reader opens its files with
+ * mp_input_open, which refuses anything but a regular file before it could
+ * block (a FIFO, a device, a directory, a socket: MP_EIO, one line naming
+ * `what` (the option, or NULL) and the path and what it is). mp_input_read
+ * reads exactly n bytes (MP_EIO "changed while read" when the file ends
+ * first); mp_input_check, after the last read, MP_EIO when the file's size or
+ * modification time is no longer what it was at the open. */
+typedef struct mp_input {
+    int fd;
+    uint64_t size, done, ino; /* at the open; bytes mp_input_read has read */
+    int64_t mtime_s, mtime_ns;
+    const char *what, *path;
+} mp_input;
+mp_status mp_input_open(mp_input *in, const char *what, const char *path);
+mp_status mp_input_read(mp_input *in, void *buf, size_t n);
+mp_status mp_input_check(const mp_input *in);
+void mp_input_close(mp_input *in); /* twice is harmless */
+/* The check a command makes on an input before it works, without opening it:
+ * MP_EIO, the message as mp_input_open's, when path exists and is neither a
+ * regular file nor (dir_ok) a directory; MP_OK otherwise (a missing file is
+ * the reader's to report). */
+mp_status mp_input_kind(const char *what, const char *path, int dir_ok);
+/* Tests only (tests/test_text.c): called after each piece mp_input_read reads
+ * and as mp_input_check starts (fd, the bytes mp_input_read has read so far),
+ * to change the file under the reader (zlib's reads are not seen).
+ * NULL in every program. */
+extern void (*mp_input_test_hook)(int fd, uint64_t done);
+
 /* Records a formatted message for mp_last_error() and returns `s`. */
 mp_status mp_error(mp_status s, const char *fmt, ...) MP_PRINTF(2, 3);
 

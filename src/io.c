@@ -218,26 +218,12 @@ out:
 
 mp_status mp_safetensors_read(const char *path, mp_safetensors *s) {
     memset(s, 0, sizeof *s);
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) /* a directory, a device, a FIFO (which would block) */
-        return mp_error(MP_EIO, "%s: not a regular file", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return mp_error(MP_EIO, "%s: cannot open (%s)", path, strerror(errno));
-    mp_status st = MP_OK;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return mp_error(MP_EIO, "%s: cannot read", path);
-    }
-    s->buffer = malloc((size_t)size + 1);
-    if (!s->buffer) {
-        fclose(f);
-        return mp_error(MP_ENOMEM, "%s: out of memory for %ld bytes", path, size);
-    }
-    const size_t got = fread(s->buffer, 1, (size_t)size, f);
-    fclose(f);
-    if (got != (size_t)size) st = mp_error(MP_EIO, "%s: short read", path);
+    uint8_t *buf;
+    size_t nread;
+    mp_status st = mp_read_file(NULL, path, (size_t)1 << 46, &buf, &nread); /* a regular file, unchanged while read */
+    if (st != MP_OK) return st;
+    s->buffer = buf;
+    const long size = (long)nread;
     uint8_t *b = s->buffer;
     if (st == MP_OK && size < 8) st = mp_error(MP_ECORRUPT, "%s: %ld bytes, too short for a safetensors file", path, size);
     if (st == MP_OK) {

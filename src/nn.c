@@ -385,8 +385,11 @@ static mp_status load_param(mp_param *p, const mp_safetensors *st, size_t d0, si
         return mp_error(MP_ECORRUPT, "weights: '%s' is not F32, F16 or BF16", p->name);
     if (p->master) mp_convert(p->master, MP_F32, t->data, t->dtype, p->n, NULL);
     else mp_convert(p->half, p->half_type, t->data, t->dtype, p->n, NULL);
-    for (size_t i = 0; p->master && i < p->n; i++)
-        if (!isfinite(p->master[i])) return mp_error(MP_ECORRUPT, "weights: '%s' holds a non-finite value", p->name);
+    for (size_t i = 0; i < p->n; i++) { /* in the master, or in the half copy a run without masters keeps */
+        const uint16_t *h = p->half;
+        const float v = p->master ? p->master[i] : p->half_type == MP_BF16 ? mp_bf16_to_f32(h[i]) : mp_f16_to_f32(h[i]);
+        if (!isfinite(v)) return mp_error(MP_ECORRUPT, "weights: '%s' holds a non-finite value", p->name);
+    }
     if (p->master && p->half) mp_convert(p->half, p->half_type, p->master, MP_F32, p->n, NULL);
     return MP_OK;
 }
@@ -399,6 +402,14 @@ mp_status mp_mlp_load(mp_mlp *m, const mp_safetensors *st) {
         if (s == MP_OK && m->lnw[l]) s = load_param(m->lnw[l], st, out, 0, 1);
         if (s == MP_OK && m->lnb[l]) s = load_param(m->lnb[l], st, out, 0, 1);
         if (s != MP_OK) return s;
+    }
+    for (size_t i = 0; i < st->count; i++) { /* then a bigger model's file is not this one's: no layer is dropped */
+        int l = -1, end = 0;
+        const char *n = st->tensors[i].name;
+        if ((sscanf(n, "fc%d.%n", &l, &end) == 1 || sscanf(n, "ln%d.%n", &l, &end) == 1) && end > 0 &&
+            (l >= m->cfg.nlayers || (n[0] == 'l' && (l >= m->cfg.nlayers - 1 || !m->cfg.layernorm))))
+            return mp_error(MP_ECORRUPT, "weights: '%s' is not a tensor of this model (%d layer%s%s)", n,
+                            m->cfg.nlayers, m->cfg.nlayers == 1 ? "" : "s", m->cfg.layernorm ? ", layer norms" : "");
     }
     return MP_OK;
 }

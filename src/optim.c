@@ -704,6 +704,60 @@ size_t mp_optim_state_tensors(const mp_param *p, mp_tensor *out) {
     return n;
 }
 
+mp_status mp_optim_state_check(const mp_optim *o, size_t i) {
+    if (!o || i >= o->count) return mp_error(MP_EINVAL, "mp_optim_state_check: no parameter %zu", i);
+    const mp_param *p = o->params[i];
+    const mp_state_format f = p->state_format;
+    const int adam = o->kind == KIND_ADAMW, blocks = block_format(f), bits = bits_of(f);
+    for (int k = 1; k <= 2; k++) {
+        const char *what = !adam ? "the momentum buffer" : k == 1 ? "exp_avg" : "exp_avg_sq";
+        const int second = adam && k == 2;
+        const float *s32 = k == 1 ? p->state1 : p->state2;
+        const uint16_t *s16 = k == 1 ? p->hstate1 : p->hstate2;
+        const uint8_t *codes = k == 1 ? p->qstate1 : p->qstate2;
+        const float *scale = k == 1 ? p->qscale1 : p->qscale2;
+        if (f == MP_STATE_FP32 && s32) {
+            for (size_t j = 0; j < p->n; j++)
+                if (!isfinite(s32[j]) || (second && s32[j] < 0))
+                    return mp_error(MP_ECORRUPT, "optimizer state 'optim.%s.state%d' (%s) holds %g at element %zu: %s",
+                                    p->name, k, what, (double)s32[j], j,
+                                    second ? "a second moment is finite and >= 0" : "its values are finite");
+        } else if ((f == MP_STATE_FP16 || f == MP_STATE_BF16) && s16) {
+            for (size_t j = 0; j < p->n; j++) {
+                const float v = f == MP_STATE_BF16 ? mp_bf16_to_f32(s16[j]) : mp_f16_to_f32(s16[j]);
+                if (!isfinite(v) || (second && v < 0))
+                    return mp_error(MP_ECORRUPT, "optimizer state 'optim.%s.state%d' (%s) holds %g at element %zu: %s",
+                                    p->name, k, what, (double)v, j,
+                                    second ? "a second moment is finite and >= 0" : "its values are finite");
+            }
+        } else if (blocks && codes) {
+            const size_t block = block_of(f);
+            for (size_t b = 0; b < p->n / block; b++)
+                if (!isfinite(scale[b]) || !(scale[b] > 0))
+                    return mp_error(MP_ECORRUPT, "optimizer state 'optim.%s.state%d.scale' (%s) holds %g at block %zu: "
+                                    "a block's scale is finite and > 0", p->name, k, what, (double)scale[b], b);
+            const mp_state_map *map = mp_optim_state_map(f, k);
+            for (size_t j = 0; j < p->n; j++) {
+                const int c = bits == 4 ? (j % 2 ? codes[j / 2] & 15 : codes[j / 2] >> 4) : codes[j];
+                const float v = map->value[c];
+                if (!isfinite(v) || (bits && c >= map->entries) || (second && v < 0))
+                    return mp_error(MP_ECORRUPT, "optimizer state 'optim.%s.state%d' (%s) holds code %d (%g) at element "
+                                    "%zu: %s", p->name, k, what, c, (double)v, j,
+                                    !isfinite(v) || (bits && c >= map->entries) ? "not a value of the format's map"
+                                                                                : "a second moment is >= 0");
+            }
+        }
+    }
+    if (p->comp)
+        for (size_t j = 0; j < p->n; j++) {
+            const float v = p->half_type == MP_BF16 ? mp_bf16_to_f32(p->comp[j]) : mp_f16_to_f32(p->comp[j]);
+            if (!isfinite(v))
+                return mp_error(MP_ECORRUPT, "optimizer state 'optim.%s.comp' (the Kahan compensation) holds %g at "
+                                "element %zu: its values are finite", p->name, (double)v, j);
+        }
+    return MP_OK;
+}
+
 /* p's state (and compensation) freed */
 static void drop_state(mp_param *p) {
     free(p->comp), free(p->state1), free(p->state2), free(p->hstate1), free(p->hstate2);

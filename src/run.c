@@ -672,6 +672,13 @@ static int begin(run_state *s) {
     if (o->init) {
         mp_safetensors st;
         mp_status e = mp_safetensors_read(o->init, &st);
+        const char *holds = e == MP_OK ? mp_safetensors_meta(&st, "model") : NULL;
+        if (holds && !o->custom && strcmp(holds, o->model) != 0) { /* a checkpoint says which model it holds */
+            const int r = fail(s, MP_EINVAL, "--init %s holds the weights of model %s, this run's model is %s", o->init,
+                               holds, o->model);
+            mp_safetensors_free(&st);
+            return r;
+        }
         if (e == MP_OK) e = s->model.ops->load(s->model.impl, &st), mp_safetensors_free(&st);
         if (e != MP_OK) return failed_file(s, e, o->init);
     }

@@ -503,6 +503,9 @@ mp_status mp_run_check_files_in(const mp_run_spec *s, const char *pending) {
     const size_t nin = inputs_of(s, in, paths);
     mp_status st = MP_OK;
     int nout = 0;
+    for (size_t i = 0; i < nin && st == MP_OK; i++) /* every input a regular file (a text corpus: or a directory) */
+        st = mp_input_kind(in[i].option, in[i].path, !strcmp(in[i].option, "--data") && s->data &&
+                                                         !strncmp(s->data, "text:", 5));
     for (int k = 0; k < 4 && st == MP_OK; k++) {
         if (!path[k]) continue;
         if (!*path[k]) {

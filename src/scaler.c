@@ -153,16 +153,31 @@ mp_status mp_scaler_load(mp_scaler *s, const uint8_t *b, size_t len) {
     const mp_scaler_config *c = &t.cfg;
     const mp_status st = check_config(c);
     if (st != MP_OK) return mp_error(MP_ECORRUPT, "scaler blob: %s", mp_last_error());
-    /* only a state that mp_scaler_update can reach from mp_scaler_init */
-    if (!(isfinite(t.scale) && t.scale >= c->min_scale && (c->max_scale == 0 || t.scale <= c->max_scale)) ||
-        t.growth_tracker < 0 || t.growth_tracker >= c->growth_interval || t.hysteresis_left < 0 ||
-        t.hysteresis_left > c->hysteresis || t.skipped > t.steps || t.growths > t.steps - t.skipped ||
-        t.backoffs > t.skipped ||
+    /* only a state that mp_scaler_update can reach from mp_scaler_init, each field named when it is not */
+    if (!(isfinite(t.scale) && t.scale > 0))
+        return mp_error(MP_ECORRUPT, "scaler blob: scale %g is not finite and > 0", (double)t.scale);
+    if (!isfinite((float)(1.0 / (double)t.scale)))
+        return mp_error(MP_ECORRUPT, "scaler blob: scale %g has no finite inverse in fp32", (double)t.scale);
+    if (t.scale < c->min_scale || (c->max_scale != 0 && t.scale > c->max_scale))
+        return mp_error(MP_ECORRUPT, "scaler blob: scale %g is outside [min_scale %g, max_scale %g]", (double)t.scale,
+                        (double)c->min_scale, (double)c->max_scale);
+    if (t.growth_tracker < 0 || t.growth_tracker >= c->growth_interval)
+        return mp_error(MP_ECORRUPT, "scaler blob: growth tracker %d is outside [0, growth_interval %d)",
+                        (int)t.growth_tracker, c->growth_interval);
+    if (t.hysteresis_left < 0 || t.hysteresis_left > c->hysteresis)
+        return mp_error(MP_ECORRUPT, "scaler blob: hysteresis left %d is outside [0, hysteresis %d]",
+                        (int)t.hysteresis_left, c->hysteresis);
+    if (t.skipped > t.steps || t.growths > t.steps - t.skipped || t.backoffs > t.skipped ||
         (t.skipped ? t.last_overflow_step < 0 || (uint64_t)t.last_overflow_step >= t.steps
-                   : t.last_overflow_step != -1) ||
-        (!c->dynamic && (t.scale != c->init_scale || t.growth_tracker != 0 || t.hysteresis_left != c->hysteresis ||
-                         t.growths != 0 || t.backoffs != 0)))
-        return mp_error(MP_ECORRUPT, "scaler blob: state out of range");
+                   : t.last_overflow_step != -1))
+        return mp_error(MP_ECORRUPT, "scaler blob: counters out of range (steps %llu, skipped %llu, growths %llu, "
+                        "backoffs %llu, last overflow at %lld)", (unsigned long long)t.steps,
+                        (unsigned long long)t.skipped, (unsigned long long)t.growths, (unsigned long long)t.backoffs,
+                        (long long)t.last_overflow_step);
+    if (!c->dynamic && (t.scale != c->init_scale || t.growth_tracker != 0 || t.hysteresis_left != c->hysteresis ||
+                        t.growths != 0 || t.backoffs != 0))
+        return mp_error(MP_ECORRUPT, "scaler blob: a static scaler's state has moved (scale %g, init_scale %g)",
+                        (double)t.scale, (double)c->init_scale);
     *s = t;
     return MP_OK;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -29,27 +30,27 @@ static mp_status buf_reserve(text_buf *b, size_t more, const char *path) {
     return MP_OK;
 }
 
-/* Appends the whole of one regular file, its size checked against what the
- * corpus may still take before anything is allocated; no more bytes than its
- * size are read (a file that grows meanwhile is cut there). */
+/* Appends the whole of one regular file (mp_input_open: a FIFO, a device or a
+ * socket refused before it could block), its size checked against what the
+ * corpus may still take before anything is allocated; a file that shrinks,
+ * grows or is rewritten while read is an error, not a shorter corpus. */
 static mp_status append_file(text_buf *b, const char *path) {
-    struct stat sb;
-    if (stat(path, &sb) != 0) return mp_error(MP_EIO, "%s: cannot open (%s)", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) /* a FIFO would block, a device read without end */
-        return mp_error(MP_EIO, "%s: not a regular file (a corpus is files and directories)", path);
-    if ((uint64_t)sb.st_size > MP_TEXT_MAX_BYTES - b->n)
-        return mp_error(MP_EINVAL, "%s: %lld bytes would make the corpus larger than %llu bytes", path,
-                        (long long)sb.st_size, (unsigned long long)MP_TEXT_MAX_BYTES);
-    FILE *f = fopen(path, "rb");
-    if (!f) return mp_error(MP_EIO, "%s: cannot open (%s)", path, strerror(errno));
-    mp_status st = buf_reserve(b, (size_t)sb.st_size + 1, path);
-    for (size_t left = (size_t)sb.st_size; st == MP_OK && left;) {
-        const size_t got = fread(b->data + b->n, 1, left, f);
-        b->n += got, left -= got;
-        if (got == 0) break;
+    mp_input in;
+    mp_status st = mp_input_open(&in, NULL, path);
+    if (st != MP_OK) return st;
+    if (in.size > MP_TEXT_MAX_BYTES - b->n)
+        st = mp_error(MP_EINVAL, "%s: %llu bytes would make the corpus larger than %llu bytes", path,
+                      (unsigned long long)in.size, (unsigned long long)MP_TEXT_MAX_BYTES);
+    if (st == MP_OK) st = buf_reserve(b, (size_t)in.size + 1, path);
+    if (st == MP_OK && (st = mp_input_read(&in, b->data + b->n, (size_t)in.size)) == MP_OK) {
+        uint8_t extra; /* the byte past its size: none, or it grew */
+        if (read(in.fd, &extra, 1) > 0)
+            st = mp_error(MP_EIO, "%s: changed while read: it grew past its %llu bytes", path,
+                          (unsigned long long)in.size);
     }
-    if (ferror(f)) st = mp_error(MP_EIO, "%s: read error (%s)", path, strerror(errno));
-    fclose(f);
+    if (st == MP_OK) st = mp_input_check(&in);
+    if (st == MP_OK) b->n += (size_t)in.size;
+    mp_input_close(&in);
     return st;
 }
 
@@ -135,8 +136,6 @@ static mp_status append_entry(text_buf *b, const char *path, size_t *nfiles) {
     struct stat sb;
     if (stat(path, &sb) != 0) return mp_error(MP_EIO, "%s: cannot open (%s)", path, strerror(errno));
     if (S_ISDIR(sb.st_mode)) return append_dir(b, path, nfiles);
-    if (!S_ISREG(sb.st_mode))
-        return mp_error(MP_EIO, "%s: not a regular file or a directory (a device or a FIFO)", path);
     const mp_status st = append_file(b, path);
     if (st == MP_OK) (*nfiles)++;
     return st;

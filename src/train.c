@@ -760,6 +760,13 @@ static mp_status quant_restore(const char *path, const mp_safetensors *s, const 
         if (pos >= q->hist.len || !(scale > 0) || !isfinite(scale))
             return mp_error(MP_ECORRUPT, "%s: quantization state 'quant.%s' damaged (history position %llu of %zu, "
                             "scale %g)", path, nt->name, (unsigned long long)pos, q->hist.len, (double)scale);
+        for (size_t i = 0; i < q->hist.len; i++) { /* magnitudes: a NaN, an inf or a negative one is no amax */
+            float a;
+            memcpy(&a, (const uint8_t *)h->data + 4 * i, 4);
+            if (!isfinite(a) || a < 0)
+                return mp_error(MP_ECORRUPT, "%s: amax history '%s' holds %g at element %zu: an amax is finite and >= 0",
+                                path, key, (double)a, i);
+        }
     }
     if (!apply) return MP_OK;
     q->rng.seed = mp_get_u64(b), q->rng.counter = mp_get_u64(b + 8);
@@ -890,11 +897,16 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
                                 want[k].name);
             memcpy((void *)want[k].data, ts->data, ts->nbytes);
         }
+        if (mp_optim_state_check(t->opt, i) != MP_OK) /* a value the update would turn into NaN, refused now */
+            return mp_error(MP_ECORRUPT, "%s: %s", path, mp_last_error());
     }
     if (t->scaled) {
         uint8_t b[MP_SCALER_BLOB_SIZE];
-        if (unhex(b, mp_safetensors_meta(s, "scaler"), sizeof b) != 0 || mp_scaler_load(&t->scaler, b, sizeof b) != MP_OK)
-            return mp_error(MP_ECORRUPT, "%s: scaler state missing or damaged", path);
+        if (unhex(b, mp_safetensors_meta(s, "scaler"), sizeof b) != 0)
+            return mp_error(MP_ECORRUPT, "%s: scaler state missing or not %d hex bytes (metadata 'scaler')", path,
+                            MP_SCALER_BLOB_SIZE);
+        if (mp_scaler_load(&t->scaler, b, sizeof b) != MP_OK)
+            return mp_error(MP_ECORRUPT, "%s: metadata 'scaler': %s", path, mp_last_error());
     }
     TRY(restore_quant(t, path, s));
     t->step = step;

@@ -12,6 +12,8 @@
 #   compare: DIR's files (MODE.csv/.json/.txt/.ckpt, report.html, summary.json,
 #     DIR/.partial's) against --init and --data
 #   explore: --out against --from
+#   every input option of train, compare, sample, underflow and explore given
+#     a FIFO, a directory and a device: refused at once, in one line
 #   train under mpirun -np 2, where this mixprec has MPI
 . "$(dirname "$0")/lib.sh"
 W=$T/w # the user's files; $T holds the test's own
@@ -114,6 +116,36 @@ done
 refused 1 "--out /dev/null is a device" "$M" explore --from "$W/m.grads" --out /dev/null
 refused 1 "--out $W/cmp is a directory" "$M" explore --from "$W/m.grads" --out "$W/cmp"
 refused 1 "the directory $W/nodir does not exist" "$M" explore --out "$W/nodir/x.html"
+
+# 5. inputs that are not regular files: every command and every input option given a FIFO (no writer: a
+# reader that opened it would block, and timeout would end the run with 124), a directory and a device,
+# refused before it reads, in one line naming the option, the path and what it is
+mkdir -p "$T/sp/dir" "$T/sp/fm"
+mkfifo "$T/sp/fifo"
+kinds=("$T/sp/fifo:a FIFO" "$T/sp/dir:a directory" "/dev/null:a device")
+for kd in "${kinds[@]}"; do
+    x=${kd%%:*} what=${kd#*:}
+    for opt in --init --resume; do
+        refused 1 "$opt $x is $what, not a regular file" timeout 10 "$M" "${GPT[@]}" --data "text:$W/c.txt" --steps 1 "$opt" "$x"
+    done
+    refused 1 "--init $x is $what, not a regular file" timeout 10 "$M" "${MLP[@]}" --data "$W/fm" --steps 1 --init "$x"
+    refused 1 "--init $x is $what, not a regular file" timeout 10 "$M" "${CMP[@]/$W\/cmp/$T/sp/out}" --data "text:$W/c.txt" --init "$x"
+    refused 1 "--from $x is $what, not a regular file" timeout 10 "$M" sample --from "$x"
+    refused 1 "--from $x is $what, not a regular file" timeout 10 "$M" underflow --from "$x"
+    refused 1 "--from $x is $what, not a regular file" timeout 10 "$M" explore --from "$x" --out "$T/sp/x.html"
+done
+for x in "$T/sp/fifo" /dev/zero; do # a text corpus may be a directory (of texts)
+    refused 1 "--data $x is a (FIFO|device), not a regular file or a directory" timeout 10 "$M" "${GPT[@]}" --data "text:$x" --steps 1
+    refused 1 "--data $x is a (FIFO|device), not a regular file or a directory" timeout 10 "$M" "${CMP[@]/$W\/cmp/$T/sp/out}" --data "text:$x"
+    refused 1 "--data $x is a (FIFO|device), not a regular file" timeout 10 "$M" sample --from "$W/g.st" --judge --data "text:$x"
+done
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+    rm -f "$T/sp/fm"/*
+    for g in "$W"/fm/*; do ln -s "$g" "$T/sp/fm/"; done
+    rm -f "$T/sp/fm/$f.gz" && mkfifo "$T/sp/fm/$f" # the MLP's data directory with one of its files a FIFO
+    refused 1 "--data $T/sp/fm/$f is a FIFO, not a regular file" timeout 10 "$M" "${MLP[@]}" --data "$T/sp/fm" --steps 1
+done
+[ ! -e "$T/sp/out" ] && [ ! -e "$T/sp/x.html" ] && ok || fail "a refused run created its output"
 
 # 4. the data-parallel path: the same checks on rank 0, one message, every rank stops
 # (in the plain build: under ASan, tests/test_mpi.sh's own runs are make test-long's)

@@ -378,9 +378,9 @@ expect 0 "$M" "${GT[@]}" --steps 1 --eval-windows 100000 && has "$out" '^  --eva
 expect 1 "$M" train --model mlp:784-65536-65536-65536-65536-10 --steps 1 && one_line &&
     has "$err" 'needs about [0-9.]+ GiB .*, and [0-9.]+ GiB are available'
 # a corpus is regular files: a device is not read without end, a FIFO without a writer does not block
-expect 1 timeout 20 "$M" "${GNODATA[@]}" --steps 1 --data "text:/dev/zero" && one_line && has "$err" '/dev/zero: not a regular file'
+expect 1 timeout 20 "$M" "${GNODATA[@]}" --steps 1 --data "text:/dev/zero" && one_line && has "$err" '/dev/zero is a device, not a regular file'
 mkfifo "$T/fifo.txt"
-expect 1 timeout 20 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/fifo.txt" && one_line && has "$err" 'fifo.txt: not a regular file'
+expect 1 timeout 20 "$M" "${GNODATA[@]}" --steps 1 --data "text:$T/fifo.txt" && one_line && has "$err" 'fifo.txt is a FIFO, not a regular file'
 rm -f "$T/fifo.txt"
 expect 2 "$M" train --model gpt:1-3-16-16 --data "text:$T/c.txt" --steps 1 && one_line && has "$err" 'do not divide the width'
 expect 2 "$M" train --model gpt:x --data "text:$T/c.txt" --steps 1 && one_line
@@ -479,7 +479,7 @@ b[off:off + 4] = struct.pack("<f", float("nan")); open(sys.argv[2], "wb").write(
 PY
 expect 1 "$M" "${GT[@]}" --precision bf16 --steps 14 --resume "$T/nan.st" && one_line && has "$err" 'nan.st: .*non-finite'
 # a directory where a file is expected is said to be one; an MLP's checkpoint is no GPT for sample (a data error)
-expect 1 "$M" "${GT[@]}" --steps 1 --init "$T/careless" && one_line && has "$err" 'careless: not a regular file'
+expect 1 "$M" "${GT[@]}" --steps 1 --init "$T/careless" && one_line && has "$err" 'careless is a directory, not a regular file'
 expect 0 "$M" train --model mlp:784-16-10 --data "$T/fmnist" --steps 1 --save "$T/mlp.st"
 expect 1 "$M" sample --from "$T/mlp.st" && one_line && has "$err" 'mlp.st holds mlp:784-16-10, not a GPT'
 # a checkpoint whose metadata names a model its tensors are not is refused before that model's memory is taken
@@ -686,6 +686,83 @@ edit_ckpt "$T/d3.st" "$T/d3d.st" 'k = "quant.h.0.mlp.c_fc.grad"; m[k] = m[k][:32
 expect 1 "$M" "${GT[@]}" --precision fp8-delayed --steps 6 --resume "$T/d3d.st" && one_line && has "$err" 'history position 1024 of 1024'
 edit_ckpt "$T/d3.st" "$T/d3e.st" 'del m["recipe"]'
 expect 1 "$M" "${GT[@]}" --precision fp8-delayed --steps 6 --resume "$T/d3e.st" && one_line && has "$err" "checkpoint has recipe 'none', this run asks for 'fp8-delayed amax_history_len=1024"
+
+# every field a checkpoint holds is checked before it is used: one value of each kind of tensor damaged (the
+# optimizer's moments in each state format, block scales and codes, the Kahan compensation, the scaler's blob,
+# an amax history), each refused in one line naming the tensor or field and the rule
+# poke SRC DST TENSOR INDEX FORMAT VALUE: a copy of SRC with element INDEX of TENSOR packed as FORMAT (struct)
+poke() {
+    python3 - "$@" <<'PY'
+import json, struct, sys
+src, dst, name, i, fmt, v = sys.argv[1:7]
+b = bytearray(open(src, "rb").read()); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+v = int(v, 0) if fmt in "BH" else float(v)
+off = 8 + n + h[name]["data_offsets"][0] + int(i) * struct.calcsize("<" + fmt)
+b[off:off + struct.calcsize("<" + fmt)] = struct.pack("<" + fmt, v); open(dst, "wb").write(b)
+PY
+}
+G1=(train --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --threads 2) W0=optim.transformer.wte.weight
+for st in fp32 bf16 fp8 8bit 4bit; do
+    expect 0 "$M" "${G1[@]}" --precision bf16 --optim-state $st --steps 2 --save "$T/os_$st.st" || continue
+    bad() { # bad CASE TENSOR INDEX FORMAT VALUE PATTERN
+        poke "$T/os_$st.st" "$T/os_bad.st" "$2" "$3" "$4" "$5"
+        expect 1 "$M" "${G1[@]}" --precision bf16 --optim-state $st --steps 4 --resume "$T/os_bad.st" && one_line &&
+            has "$err" "os_bad.st: optimizer state '$2' .*$6" || echo "  ($st: $1)" >&2
+    }
+    case $st in
+        fp32) bad "exp_avg inf" $W0.state1 3 f inf "\(exp_avg\) holds inf at element 3: its values are finite"
+              bad "exp_avg_sq < 0" $W0.state2 5 f -1 "\(exp_avg_sq\) holds -1 at element 5: a second moment is finite and >= 0" ;;
+        bf16) bad "exp_avg NaN" $W0.state1 0 H 0x7fc0 "\(exp_avg\) holds nan at element 0"
+              bad "exp_avg_sq < 0" $W0.state2 7 H 0xbf80 "\(exp_avg_sq\) holds -1 at element 7: a second moment" ;;
+        fp8)  bad "exp_avg code NaN" $W0.state1 2 B 0x7f "holds code 127 \(nan\) at element 2: not a value of the format's map"
+              bad "exp_avg_sq code < 0" $W0.state2 4 B 0xb8 "\(exp_avg_sq\) holds code 184 \(-1\) at element 4: a second moment is >= 0"
+              bad "scale 0" $W0.state2.scale 1 f 0 "holds 0 at block 1: a block's scale is finite and > 0" ;;
+        8bit) bad "scale inf" $W0.state1.scale 0 f inf "\(exp_avg\) holds inf at block 0: a block's scale is finite and > 0"
+              bad "scale < 0" $W0.state2.scale 15 f -2 "\(exp_avg_sq\) holds -2 at block 15" ;;
+        4bit) bad "scale NaN" $W0.state1.scale 3 f nan "holds nan at block 3: a block's scale" ;;
+    esac
+done
+expect 0 "$M" "${G1[@]}" --precision bf16 --master-weights kahan --steps 2 --save "$T/kahan.st"
+poke "$T/kahan.st" "$T/kahan_bad.st" $W0.comp 9 H 0x7f80 # bf16 +inf
+expect 1 "$M" "${G1[@]}" --precision bf16 --master-weights kahan --steps 4 --resume "$T/kahan_bad.st" && one_line &&
+    has "$err" "optimizer state '$W0.comp' \(the Kahan compensation\) holds inf at element 9"
+expect 0 "$M" "${G1[@]}" --optimizer sgd --momentum 0.9 --steps 2 --save "$T/sgd.st"
+poke "$T/sgd.st" "$T/sgd_bad.st" $W0.state1 1 f -inf
+expect 1 "$M" "${G1[@]}" --optimizer sgd --momentum 0.9 --steps 4 --resume "$T/sgd_bad.st" && one_line &&
+    has "$err" "'$W0.state1' \(the momentum buffer\) holds -inf at element 1"
+# the scaler's blob (CRC-32 recomputed, so that the field itself is what is refused)
+expect 0 "$M" "${G1[@]}" --precision fp16-dynamic --steps 2 --save "$T/sc.st"
+for c in "44|<f|float('inf')|scale inf is not finite and > 0" "44|<f|1e-39|scale 1e-39 has no finite inverse in fp32" \
+         "48|<i|-1|growth tracker -1 is outside \[0, growth_interval 2000\)"; do
+    IFS='|' read -r off fmt v want <<< "$c"
+    edit_ckpt "$T/sc.st" "$T/sc_bad.st" "import zlib; x = bytearray.fromhex(m['scaler']); x[$off:$off + 4] = struct.pack('$fmt', $v); x[100:104] = struct.pack('<I', zlib.crc32(bytes(x[:100]))); m['scaler'] = x.hex()"
+    expect 1 "$M" "${G1[@]}" --precision fp16-dynamic --steps 4 --resume "$T/sc_bad.st" && one_line &&
+        has "$err" "sc_bad.st: metadata 'scaler': scaler blob: $want"
+done
+# weights kept only in the compute format (no fp32 masters) are checked as well
+expect 0 "$M" train --model mlp:784-16-10 --data "$T/fmnist" --precision bf16 --master-weights none --steps 1 --save "$T/mh.st"
+poke "$T/mh.st" "$T/mh_bad.st" fc1.weight 3 H 0x7fc0
+expect 1 "$M" train --model mlp:784-16-10 --data "$T/fmnist" --precision bf16 --master-weights none --steps 2 \
+    --resume "$T/mh_bad.st" && one_line && has "$err" "mh_bad.st: weights: 'fc1.weight' holds a non-finite value"
+# an amax history holds magnitudes
+poke "$T/d3.st" "$T/d3f.st" quant.h.0.mlp.c_fc.input.amax_history 0 f -1
+expect 1 "$M" "${GT[@]}" --precision fp8-delayed --steps 6 --resume "$T/d3f.st" && one_line &&
+    has "$err" "amax history 'quant.h.0.mlp.c_fc.input.amax_history' holds -1 at element 0: an amax is finite and >= 0"
+# a checkpoint of another model: refused by --init and --resume naming both models (by its metadata), and without
+# metadata by the tensors of layers the model does not have (never cut down to the model)
+expect 0 "$M" train --model gpt:2-2-16-16 --data "text:$T/c.txt" --batch 4 --threads 2 --steps 1 --save "$T/g2.st"
+expect 1 "$M" "${G1[@]}" --steps 1 --init "$T/g2.st" && one_line &&
+    has "$err" -- "--init .*g2.st holds the weights of model gpt:2-2-16-16, this run's model is gpt:1-2-16-16"
+expect 1 "$M" "${G1[@]}" --steps 3 --resume "$T/g2.st" && one_line &&
+    has "$err" "g2.st: checkpoint has model 'gpt:2-2-16-16', this run asks for 'gpt:1-2-16-16'"
+edit_ckpt "$T/g2.st" "$T/g2w.st" 'del h["__metadata__"]'
+expect 1 "$M" "${G1[@]}" --steps 1 --init "$T/g2w.st" && one_line && has "$err" "'transformer.h.1.[a-z_0-9.]*' is beyond the model's 1 layer"
+expect 0 "$M" train --model mlp:784-16-10-10 --data "$T/fmnist" --steps 1 --save "$T/m3.st"
+expect 1 "$M" train --model mlp:784-16-10 --data "$T/fmnist" --steps 1 --init "$T/m3.st" && one_line &&
+    has "$err" "holds the weights of model mlp:784-16-10-10, this run's model is mlp:784-16-10"
+edit_ckpt "$T/m3.st" "$T/m3w.st" 'del h["__metadata__"]'
+expect 1 "$M" train --model mlp:784-16-10 --data "$T/fmnist" --steps 1 --init "$T/m3w.st" && one_line &&
+    has "$err" "'fc2.(weight|bias)' is not a tensor of this model \(2 layers\)"
 
 # the ISA cap is honoured
 MIXPREC_ISA=scalar expect 0 "$M" --version && has "$out" 'cpu path: scalar' && has "$out" 'cpu features: '

@@ -61,6 +61,35 @@ for c in f8:3 f2:4 scalar:1 two:3; do
     n=$("$M" underflow --from "$T/${c%%:*}.npy" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["n"])') &&
         [ "$n" = "${c#*:}" ] && ok || fail "${c%%:*}.npy: $n values read, ${c#*:} expected"
 done
+# .npy headers read as numpy reads them: a Fortran-order array is read (the same values, in another order);
+# a key given twice, an unknown or missing key, an object or structured dtype is refused by name, no stray quote
+/usr/bin/python3 - "$T" <<'PY'
+import numpy as np, sys
+t = sys.argv[1]
+np.save(t + "/fortran.npy", np.asfortranarray(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)))
+np.save(t + "/object.npy", np.array([1.0, "x"], dtype=object), allow_pickle=True)
+def raw(name, header, body=np.array([1.0, 2.0], np.float32).tobytes()):
+    h = header.encode("latin1")
+    h += b" " * ((64 - (10 + len(h) + 1) % 64) % 64) + b"\n"
+    open(t + "/" + name, "wb").write(b"\x93NUMPY\x01\x00" + len(h).to_bytes(2, "little") + h + body)
+raw("dup.npy", "{'descr': '<f2', 'fortran_order': False, 'shape': (2,), 'descr': '<f4', }")
+raw("extra.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'align': True, }")
+raw("noshape.npy", "{'descr': '<f4', 'fortran_order': False, }")
+raw("struct.npy", "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }")
+raw("dq.npy", '{"descr": "<f4", "fortran_order": False, "shape": (2,)}')
+assert np.load(t + "/fortran.npy").flags.f_contiguous and np.load(t + "/dq.npy").tolist() == [1.0, 2.0]
+PY
+n=$("$M" underflow --from "$T/fortran.npy" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["n"])') &&
+    [ "$n" = 6 ] && ok || fail "fortran.npy: $n values read, 6 expected"
+n=$("$M" underflow --from "$T/dq.npy" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["n"])') &&
+    [ "$n" = 2 ] && ok || fail "dq.npy (double quotes): $n values read, 2 expected"
+for c in "dup:the header gives 'descr' twice" "extra:the header has the key 'align'" "noshape:the header has no 'shape'" \
+         "struct:'descr' is a structured dtype" "object:.npy dtype '\|O' is Python objects"; do
+    "$M" underflow --from "$T/${c%%:*}.npy" > /dev/null 2>"$T/e"; rc=$?
+    [ $rc -eq 1 ] && [ "$(wc -l < "$T/e")" -eq 1 ] && grep -qE -- "${c%%:*}.npy: .*${c#*:}" "$T/e" && ok ||
+        fail "${c%%:*}.npy: exit $rc, expected one line /${c#*:}/: $(cat "$T/e")"
+done
+[ $(($(tr -cd "'" < "$T/e" | wc -c) % 2)) -eq 0 ] && ok || fail "an odd number of quotes (a stray one) in: $(cat "$T/e")"
 printf '\x93NUMPY\x02\x00\x00\x00' > "$T/short.npy"
 "$M" underflow --from "$T/short.npy" > /dev/null 2>&1; [ $? -eq 1 ] && ok || fail "short .npy v2 header"
 "$M" underflow --from "$T/missing.npy" > /dev/null 2>"$T/e"; [ $? -eq 1 ] && grep -q 'missing.npy' "$T/e" && ok || fail "missing file"

@@ -5,10 +5,12 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "internal.h" /* mp_input_test_hook */
 
 static char root[512];
 static void remove_tree(const char *path);
@@ -493,6 +495,117 @@ static void check_default(void) {
     mp_text_free(&t);
 }
 
+/* ---- every input a regular file, unchanged while read (input.c, shared by
+ * every reader: corpora, IDX files, safetensors, mp_read_file) ---- */
+
+static int hook_mode; /* 1: truncate to half, 2: append a byte, 3: set the mtime; once (the fd is read-only: by path) */
+static const char *hook_path;
+static void change_by_path(int fd, uint64_t done) {
+    (void)fd, (void)done;
+    const int mode = hook_mode;
+    hook_mode = 0;
+    if (!mode) return;
+    struct stat sb;
+    if (stat(hook_path, &sb) != 0) return;
+    if (mode == 1) CHECK(truncate(hook_path, sb.st_size / 2) == 0, "truncate %s", hook_path);
+    if (mode == 2) {
+        FILE *f = fopen(hook_path, "ab");
+        CHECK(f && fputc('x', f) == 'x' && fclose(f) == 0, "append to %s", hook_path);
+    }
+    if (mode == 3) {
+        const struct timespec t[2] = {{1000000000, 0}, {1000000000, 0}};
+        CHECK(utimensat(AT_FDCWD, hook_path, t, 0) == 0, "touch %s", hook_path);
+    }
+}
+
+static void check_inputs(void) {
+    alarm(20); /* a reader that blocks fails the test (SIGALRM) instead of hanging it */
+    mp_text t;
+    CHECK(mkfifo(p("fifo"), 0600) == 0, "mkfifo");
+    const char *const special[][2] = {{p("fifo"), "is a FIFO, not a regular file"},
+                                      {"/dev/null", "/dev/null is a device, not a regular file"},
+                                      {p("."), "is a directory, not a regular file"}};
+    for (int k = 0; k < 3; k++) {
+        if (k < 2) { /* a directory is a corpus of its files: IDX and safetensors only */
+            mp_status st = mp_text_load(&t, special[k][0]);
+            CHECK(st == MP_EIO && strstr(mp_last_error(), special[k][1]), "corpus %s: %s", special[k][0], mp_last_error());
+        }
+        uint8_t *d = NULL;
+        uint32_t dims[4];
+        int nd;
+        mp_status st = mp_idx_read(special[k][0], &d, dims, &nd);
+        CHECK(st == MP_EIO && !d && strstr(mp_last_error(), special[k][1]), "IDX %s: %s", special[k][0], mp_last_error());
+        mp_safetensors sf;
+        st = mp_safetensors_read(special[k][0], &sf);
+        CHECK(st == MP_EIO && strstr(mp_last_error(), special[k][1]), "safetensors %s: %s", special[k][0], mp_last_error());
+        size_t n = 1;
+        st = mp_read_file("--from", special[k][0], 1 << 20, &d, &n);
+        CHECK(st == MP_EIO && !d && n == 0 && strstr(mp_last_error(), "--from ") && strstr(mp_last_error(), special[k][1]),
+              "mp_read_file %s: %s", special[k][0], mp_last_error());
+    }
+    remove(p("fifo"));
+    /* a 3 MiB corpus changed while it is read: cut to half, grown by a byte, rewritten (its mtime moved) */
+    const size_t big = (size_t)3 << 20;
+    uint8_t *text = malloc(big);
+    for (size_t i = 0; i < big; i++) text[i] = (uint8_t)('a' + i % 26);
+    static const char *const why[4] = {"", "changed while read: it ended after 1572864 of its 3145728 bytes",
+                                       "changed while read: it grew past its 3145728 bytes",
+                                       "changed while read (modified meanwhile"};
+    static char big_path[1024], idx_path[1024];
+    snprintf(big_path, sizeof big_path, "%s", p("big.txt")), snprintf(idx_path, sizeof idx_path, "%s", p("img.idx"));
+    hook_path = big_path;
+    mp_input_test_hook = change_by_path;
+    for (int mode = 1; mode <= 3; mode++) {
+        put("big.txt", text, big);
+        hook_mode = mode;
+        mp_status st = mp_text_load(&t, hook_path);
+        CHECK(st == MP_EIO && strstr(mp_last_error(), why[mode]) && strstr(mp_last_error(), "big.txt"),
+              "corpus changed while read (%d): %s", mode, mp_last_error());
+        if (st == MP_OK) mp_text_free(&t);
+        put("big.txt", text, big);
+        hook_mode = mode;
+        uint8_t *d = NULL;
+        size_t n = 0;
+        st = mp_read_file(NULL, hook_path, big + 1, &d, &n);
+        CHECK(st == MP_EIO && !d && strstr(mp_last_error(), why[mode]), "mp_read_file changed (%d): %s", mode,
+              mp_last_error());
+        free(d);
+    }
+    /* an IDX file truncated under zlib's reads: refused (its header's size, or the size at the open) */
+    const size_t nimg = 4096, side = 28;
+    uint8_t *idx = malloc(16 + nimg * side * side);
+    const uint8_t head[16] = {0, 0, 8, 3, 0, 0, nimg >> 8, nimg & 255, 0, 0, 0, side, 0, 0, 0, side};
+    memcpy(idx, head, 16);
+    for (size_t i = 16; i < 16 + nimg * side * side; i++) idx[i] = (uint8_t)i;
+    hook_path = idx_path;
+    for (int mode = 1; mode <= 3; mode += 2) {
+        put("img.idx", idx, 16 + nimg * side * side);
+        hook_mode = mode;
+        uint8_t *d = NULL;
+        uint32_t dims[4];
+        int nd;
+        mp_status st = mp_idx_read(hook_path, &d, dims, &nd);
+        CHECK(st != MP_OK && !d && strstr(mp_last_error(), "img.idx") &&
+              (strstr(mp_last_error(), "changed while read") || strstr(mp_last_error(), "truncated")),
+              "IDX changed while read (%d): %s", mode, mp_last_error());
+        free(d);
+    }
+    /* unchanged, the same files read whole */
+    mp_input_test_hook = NULL;
+    put("big.txt", text, big);
+    CHECK(mp_text_load(&t, p("big.txt")) == MP_OK && t.n == big && memcmp(t.data, text, big) == 0, "corpus read whole: %s",
+          mp_last_error());
+    mp_text_free(&t);
+    uint8_t *d = NULL;
+    uint32_t dims[4];
+    int nd;
+    CHECK(mp_idx_read(hook_path, &d, dims, &nd) == MP_OK && nd == 3 && dims[0] == nimg &&
+              memcmp(d, idx + 16, nimg * side * side) == 0, "IDX read whole: %s", mp_last_error());
+    free(d), free(idx), free(text);
+    remove(p("big.txt")), remove(p("img.idx"));
+    alarm(0);
+}
+
 int main(int argc, char **argv) {
     (void)argc, (void)argv;
     const char *tmp = getenv("TMPDIR");
@@ -509,6 +622,7 @@ int main(int argc, char **argv) {
     check_val();
     check_words();
     check_default();
+    check_inputs();
     remove_tree(root);
     struct stat sb;
     CHECK(lstat(root, &sb) != 0, "%s removed", root);

@@ -70,9 +70,11 @@ static int run(int argc, char **argv) {
     if (data && !judge) return cli_usage_error(cmd, "--data is for --judge");
     mp_text corpus = {0};
     if (judge && mp_text_load(&corpus, data ? data : MP_TEXT_DEFAULT_CORPUS) != MP_OK)
-        return fprintf(stderr, "mixprec sample: %s\n", mp_last_error()), 1;
+        return fprintf(stderr, "mixprec sample: %s%s\n", data ? "--data " : "", mp_last_error()), 1;
     mp_safetensors st;
-    if (mp_safetensors_read(from, &st) != MP_OK) return fprintf(stderr, "mixprec sample: %s\n", mp_last_error()), 1;
+    if (mp_safetensors_read(from, &st) != MP_OK) /* the message starts with the path: the option named before it */
+        return fprintf(stderr, "mixprec sample: %s%s\n", strncmp(mp_last_error(), from, strlen(from)) ? "" : "--from ",
+                       mp_last_error()), 1;
     const char *mm = mp_safetensors_meta(&st, "model"), *mg = mp_safetensors_meta(&st, "gelu");
     if (!model) model = mm;
     if (!gelu_given && mg) gelu = strcmp(mg, "erf") ? MP_GELU_TANH : MP_GELU_ERF;

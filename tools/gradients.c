@@ -1,11 +1,8 @@
 /* gradients.c - gradient magnitude sets: drawn or read from a file. */
-#define _POSIX_C_SOURCE 200809L /* fileno */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "gradients.h"
 
@@ -49,29 +46,88 @@ static int keep(grad_set *s, const void *p, size_t n) {
     return s->n ? 0 : -1;
 }
 
-/* The element count of a .npy header's 'shape': (d0, d1, ...) (numpy writes
- * "(3,)", "(2, 3)", "()"): 0, or -1 if there is none or it is malformed or
- * absurdly large. */
-static int npy_shape(const char *hdr, size_t *count) {
-    const char *p = strstr(hdr, "'shape': (");
-    if (!p) return -1;
-    size_t n = 1;
-    for (p += 10; *p != ')';) {
-        while (*p == ' ') p++;
-        if (*p < '0' || *p > '9') return -1;
-        size_t d = 0;
-        for (; *p >= '0' && *p <= '9'; p++) {
-            if (d > ((size_t)1 << 40)) return -1;
-            d = 10 * d + (size_t)(*p - '0');
+/* A .npy header as numpy reads it: a Python dict literal with exactly the
+ * keys 'descr' (a string), 'fortran_order' (True or False) and 'shape' (a
+ * tuple of integers), each once (Python would keep the last of a repeated
+ * key; here a repeat is refused), spaces between tokens, a trailing comma
+ * allowed. 0, or -1 with the reason in why. */
+typedef struct {
+    char descr[32];
+    int fortran;
+    size_t count; /* the shape's product */
+} npy_header;
+
+static void npy_space(const char **p) {
+    while (**p == ' ' || **p == '\t' || **p == '\n' || **p == '\r') (*p)++;
+}
+
+/* A quoted Python string (no escapes: numpy writes none) into out; -1 if malformed. */
+static int npy_string(const char **p, char *out, size_t cap) {
+    const char q = **p;
+    if (q != '\'' && q != '"') return -1;
+    const char *e = strchr(*p + 1, q);
+    if (!e || memchr(*p + 1, '\\', (size_t)(e - *p - 1))) return -1;
+    snprintf(out, cap, "%.*s", (int)(e - *p - 1), *p + 1);
+    *p = e + 1;
+    return 0;
+}
+
+static int npy_parse(const char *h, npy_header *out, char *why, size_t whylen) {
+    static const char *const keys[3] = {"descr", "fortran_order", "shape"};
+    int seen[3] = {0, 0, 0};
+    memset(out, 0, sizeof *out);
+    const char *p = h;
+    npy_space(&p);
+    if (*p++ != '{') return snprintf(why, whylen, "the header is not a dict"), -1;
+    for (;;) {
+        npy_space(&p);
+        if (*p == '}') break;
+        char key[64];
+        if (npy_string(&p, key, sizeof key) != 0) return snprintf(why, whylen, "a key of the header is not a string"), -1;
+        int k = 0;
+        while (k < 3 && strcmp(key, keys[k]) != 0) k++;
+        if (k == 3) return snprintf(why, whylen, "the header has the key '%.40s' (numpy's are descr, fortran_order, shape)", key), -1;
+        if (seen[k]++) return snprintf(why, whylen, "the header gives '%s' twice", key), -1;
+        npy_space(&p);
+        if (*p++ != ':') return snprintf(why, whylen, "no ':' after '%s' in the header", key), -1;
+        npy_space(&p);
+        if (k == 0) {
+            if (*p == '[') return snprintf(why, whylen, "'descr' is a structured dtype (a list of fields)"), -1;
+            if (npy_string(&p, out->descr, sizeof out->descr) != 0)
+                return snprintf(why, whylen, "'descr' is not a string"), -1;
+        } else if (k == 1) {
+            if (!strncmp(p, "True", 4)) out->fortran = 1, p += 4;
+            else if (!strncmp(p, "False", 5)) p += 5;
+            else return snprintf(why, whylen, "'fortran_order' is neither True nor False"), -1;
+        } else {
+            if (*p++ != '(') return snprintf(why, whylen, "'shape' is not a tuple"), -1;
+            size_t n = 1;
+            int dims = 0;
+            for (;;) {
+                npy_space(&p);
+                if (*p == ')') break;
+                if (*p < '0' || *p > '9') return snprintf(why, whylen, "'shape' holds something other than integers"), -1;
+                size_t d = 0;
+                for (; *p >= '0' && *p <= '9'; p++) {
+                    if (d > ((size_t)1 << 40)) return snprintf(why, whylen, "'shape' is too large"), -1;
+                    d = 10 * d + (size_t)(*p - '0');
+                }
+                if (d && n > ((size_t)1 << 40) / d) return snprintf(why, whylen, "'shape' is too large"), -1;
+                n *= d, dims++;
+                npy_space(&p);
+                if (*p == ',') p++;
+                else if (*p != ')') return snprintf(why, whylen, "'shape' is not a tuple of integers"), -1;
+            }
+            p++;
+            if (dims > 32) return snprintf(why, whylen, "'shape' has %d dimensions (numpy allows 32 at most)", dims), -1;
+            out->count = n;
         }
-        if (d && n > ((size_t)1 << 40) / d) return -1;
-        n *= d;
-        while (*p == ' ') p++;
+        npy_space(&p);
         if (*p == ',') p++;
-        else if (*p != ')') return -1;
-        while (*p == ' ') p++;
+        else if (*p != '}') return snprintf(why, whylen, "no ',' or '}' after '%s' in the header", key), -1;
     }
-    *count = n;
+    for (int k = 0; k < 3; k++)
+        if (!seen[k]) return snprintf(why, whylen, "the header has no '%s'", keys[k]), -1;
     return 0;
 }
 
@@ -98,7 +154,7 @@ static int read_safetensors(grad_set *s, const char *path, char *err, size_t err
     return 0;
 }
 
-/* An .npy file's values (b: its size bytes): float32, float16 or float64, C order. */
+/* An .npy file's values (b: its size bytes): float32, float16 or float64, C or Fortran order. */
 static int read_npy(grad_set *s, const char *path, const uint8_t *b, size_t size, char *err, size_t errlen) {
     if (size >= 7 && (b[6] < 1 || b[6] > 3)) return snprintf(err, errlen, "%s: .npy version %d (1 to 3 are read)", path, b[6]), -1;
     const size_t ho = size >= 7 && b[6] == 1 ? 10 : 12;
@@ -109,20 +165,23 @@ static int read_npy(grad_set *s, const char *path, const uint8_t *b, size_t size
     if (!hdr) return snprintf(err, errlen, "%s: out of memory", path), -1;
     memcpy(hdr, b + ho, hl);
     hdr[hl] = 0;
-    const char *dp = strstr(hdr, "'descr': '");
-    char d[4] = "";
-    for (int k = 0; dp && k < 3 && dp[10 + k]; k++) d[k] = dp[10 + k];
-    const int fortran = strstr(hdr, "'fortran_order': True") != NULL;
-    size_t count;
-    const int shaped = npy_shape(hdr, &count) == 0;
+    npy_header h;
+    char why[160];
+    const int parsed = npy_parse(hdr, &h, why, sizeof why);
     free(hdr);
-    if (!dp || fortran || !shaped) return snprintf(err, errlen, "%s: unsupported .npy header", path), -1;
-    const size_t body = size - ho - hl;
+    if (parsed != 0) return snprintf(err, errlen, "%s: .npy header: %s", path, why), -1;
+    const size_t body = size - ho - hl, count = h.count;
     const uint8_t *p = b + ho + hl;
-    const size_t es = !strncmp(d, "<f4", 3) ? 4 : !strncmp(d, "<f2", 3) ? 2 : !strncmp(d, "<f8", 3) ? 8 : 0;
-    if (!es) return snprintf(err, errlen, "%s: .npy dtype %.3s (float32, float16 or float64 are read)", path, d), -1;
+    const char *d = h.descr; /* numpy's '=' and '<' are both little-endian on the machines mixprec runs on */
+    const int le = d[0] == '<' || d[0] == '=';
+    const size_t es = le && !strcmp(d + 1, "f4") ? 4 : le && !strcmp(d + 1, "f2") ? 2 : le && !strcmp(d + 1, "f8") ? 8 : 0;
+    if (!es && strchr(d, 'O'))
+        return snprintf(err, errlen, "%s: .npy dtype '%s' is Python objects (pickled): not read (float32, float16 or "
+                                     "float64 are)", path, d), -1;
+    if (!es) return snprintf(err, errlen, "%s: .npy dtype '%s' (float32, float16 or float64 are read)", path, d), -1;
     if (count > body / es) /* short: numpy refuses it too; bytes after the data it ignores, as here */
-        return snprintf(err, errlen, "%s: %zu bytes of .npy data for a shape of %zu %.3s values", path, body, count, d), -1;
+        return snprintf(err, errlen, "%s: %zu bytes of .npy data for a shape of %zu '%s' values", path, body, count, d), -1;
+    /* fortran_order: True changes only the values' order, which a set of magnitudes does not have: read as well */
     int rc;
     if (es == 4) rc = keep(s, p, count);
     else {
@@ -152,20 +211,12 @@ static int looks_safetensors(const uint8_t *b, size_t size) {
 
 int grads_read(grad_set *s, const char *path, int raw, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
-    FILE *f = fopen(path, "rb");
-    if (!f) return snprintf(err, errlen, "%s: cannot open (%s)", path, strerror(errno)), -1;
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return snprintf(err, errlen, "%s: not a regular file", path), -1;
-    }
-    const long size = (long)st.st_size;
-    uint8_t *b = size > 0 ? malloc((size_t)size) : NULL;
-    if (!b || fread(b, 1, (size_t)size, f) != (size_t)size) {
-        fclose(f), free(b);
-        return snprintf(err, errlen, "%s: cannot read (or empty)", path), -1;
-    }
-    fclose(f);
+    uint8_t *b;
+    size_t n;
+    if (mp_read_file("--from", path, (size_t)1 << 40, &b, &n) != MP_OK) /* a regular file, unchanged while read */
+        return snprintf(err, errlen, "%s", mp_last_error()), -1;
+    if (n == 0) return free(b), snprintf(err, errlen, "--from %s: an empty file", path), -1;
+    const long size = (long)n;
     int rc;
     if (size >= 6 && memcmp(b, "\x93NUMPY", 6) == 0) rc = read_npy(s, path, b, (size_t)size, err, errlen);
     else if (looks_safetensors(b, (size_t)size)) rc = read_safetensors(s, path, err, errlen);

@@ -24,7 +24,9 @@ typedef struct mp_dataset {
 
 /* Reads an IDX file of unsigned bytes (type 0x08), gzip-compressed or plain:
  * *ndim dimensions into dims (at most 4), *data the values (malloc'd, caller
- * frees). MP_EIO if it cannot be opened or read, MP_ECORRUPT (message naming
+ * frees). MP_EIO if it cannot be opened or read, if it is not a regular file
+ * (a FIFO, a device, a directory: refused before anything could block), or
+ * if it changes while read (mp_read_file's rules, io.h), MP_ECORRUPT (message naming
  * the file and the problem) for a bad magic, type, dimension, a truncated
  * file or trailing bytes. Also MP_EINVAL for a NULL argument, MP_ENOMEM
  * naming the file; on any failure *data is NULL (nothing to free). */

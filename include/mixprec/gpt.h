@@ -199,8 +199,9 @@ mp_status mp_gpt_next_logits(mp_gpt *g, const int32_t *tokens, size_t T, float *
  * match). lm_head.weight is tied: accepted when equal to
  * transformer.wte.weight, refused (MP_ECORRUPT) otherwise, and used as the
  * embedding when transformer.wte.weight is absent. Half copies are
- * refreshed. MP_ECORRUPT names a missing tensor, a wrong shape or dtype, or
- * a non-finite value; a refused file changes nothing. MP_EINVAL for a NULL
+ * refreshed. MP_ECORRUPT names a missing tensor, a wrong shape or dtype, a
+ * non-finite value, or a tensor of a layer beyond the model's (a deeper
+ * model's file is refused, never cut down); a refused file changes nothing. MP_EINVAL for a NULL
  * argument, MP_ENOMEM (nothing changed either). */
 mp_status mp_gpt_load(mp_gpt *g, const mp_safetensors *st);
 

@@ -62,7 +62,21 @@ typedef struct mp_chunk {
  * reports, pages) goes through here; MP_EINVAL for a NULL or empty path. */
 mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t n);
 
-/* Reads and validates a file: MP_EIO if unreadable; MP_ECORRUPT, with the file
+/* Reads the whole of the regular file at path into *data (malloc'd: the
+ * caller frees it; *size bytes and a zero byte after them). what names the
+ * file in messages (an option, "--from"; NULL: the path alone). Every file
+ * mixprec reads is opened this way (internally, mp_input_open), so all
+ * readers refuse the same things, before anything could block: MP_EIO, one
+ * line naming the file and what it is, for a FIFO, a device, a directory or
+ * a socket; MP_EIO "changed while read" when the file's size or modification
+ * time at the end of the read is not what it was at the open (a file that is
+ * truncated, grows or is rewritten meanwhile); MP_EIO with errno's text when
+ * it cannot be opened or read; MP_EINVAL when it holds more than max bytes;
+ * MP_ENOMEM. On failure *data is NULL and *size 0. */
+mp_status mp_read_file(const char *what, const char *path, size_t max, uint8_t **data, size_t *size);
+
+/* Reads and validates a file: MP_EIO if unreadable or not a regular file,
+ * or if it changes while read (as mp_read_file); MP_ECORRUPT, with the file
  * name and the problem, for a bad header length, malformed JSON (or bytes
  * other than spaces after it), an unknown dtype, a shape that does not match
  * its byte range, offsets out of range, fractional or overlapping, bytes not

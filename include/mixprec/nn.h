@@ -111,7 +111,9 @@ void                   mp_mlp_reset_stats(mp_mlp *m);
 
 /* Copies fc/ln tensors (F32, F16 or BF16; shapes must match) into the
  * parameters and refreshes the half copies. MP_ECORRUPT names a missing
- * tensor or a wrong shape (or dtype, or a non-finite value). Parameters are
+ * tensor or a wrong shape (or dtype, or a non-finite value), or an fc/ln
+ * tensor of a layer this model does not have (a bigger model's file is
+ * refused, never cut down). Parameters are
  * loaded one by one: a refused file leaves the ones before it loaded, and a
  * non-finite tensor already copied into its fp32 master. */
 mp_status mp_mlp_load(mp_mlp *m, const mp_safetensors *st);

@@ -214,6 +214,16 @@ static inline double mp_bytes_per_param(const mp_optim_bytes *b) {
  * before the state exists and without compensation. */
 size_t mp_optim_state_tensors(const mp_param *p, struct mp_tensor *out);
 
+/* Checks the optimizer state of parameter i (and its Kahan compensation)
+ * as mp_optim_state_tensors names it, for state read from a file before it
+ * is used (mp_trainer_resume calls it): every value finite; AdamW's second
+ * moment (state2) >= 0; a block format's scales finite and > 0; its codes
+ * values of the format's map (an e4m3 code that is NaN is not). MP_OK, or
+ * MP_ECORRUPT naming the tensor, the element or block, the value and the
+ * rule; MP_EINVAL for a NULL o or an i out of range. A parameter without
+ * state (not yet stepped, or another rank's shard) passes. */
+mp_status mp_optim_state_check(const mp_optim *o, size_t i);
+
 /* Subnormal moments (|x| < 2^-126, reached by exp_avg_sq when gradients
  * fall below ~1e-19) make the update two to three times slower on x86: its
  * arithmetic then needs microcode assists. By default (flush = 1) the update

@@ -234,7 +234,9 @@ mp_status mp_run_check(const mp_run_spec *s, mp_precision *p);
  * input, two outputs that are one file, an output inside a text corpus's
  * directory, or an empty path; MP_EIO + message for an output that exists
  * and is not a regular file (a directory, a device, a FIFO) or whose
- * directory does not exist or is not writable; MP_ENOMEM. One output may be its input: save
+ * directory does not exist or is not writable, and for an input that exists
+ * and is not a regular file (a text corpus's path may also be a directory),
+ * naming its option, its path and what it is; MP_ENOMEM. One output may be its input: save
  * may be the checkpoint resume reads (the checkpoint advanced in place,
  * replaced whole or not at all). */
 mp_status mp_run_check_files(const mp_run_spec *s);

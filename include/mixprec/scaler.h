@@ -91,8 +91,10 @@ mp_status mp_scaler_update(mp_scaler *s, int found_inf);
 mp_status mp_scaler_save(const mp_scaler *s, uint8_t blob[MP_SCALER_BLOB_SIZE]);
 /* MP_ECORRUPT (state untouched) on a wrong magic, version, size or checksum,
  * or for a state that mp_scaler_update cannot reach from mp_scaler_init (an
- * invalid config; a scale outside [min_scale, max_scale], or not init_scale
- * when static; trackers out of range; counters that do not add up).
+ * invalid config; a scale that is not finite and > 0, whose fp32 inverse is
+ * not finite, outside [min_scale, max_scale], or not init_scale when static;
+ * trackers out of range; counters that do not add up), the message naming
+ * the field and its value.
  * MP_EINVAL for a NULL s or blob. */
 mp_status mp_scaler_load(mp_scaler *s, const uint8_t *blob, size_t len);
 

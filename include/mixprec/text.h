@@ -42,10 +42,13 @@ typedef struct mp_text {
  * are not freed): paths is a comma-separated list of files and directories
  * (a path cannot itself contain a comma). Named paths are followed if they
  * are symlinks; entries inside a directory are not.
- * Only regular files are read (named, or in a named directory): a device or
- * a FIFO named in the list is MP_EIO naming it, before anything is opened;
- * each file's size is checked against MP_TEXT_MAX_BYTES before it is read
- * (MP_EINVAL naming the file) and no more than its size is read.
+ * Only regular files are read (named, or in a named directory): a device, a
+ * FIFO or a socket named in the list is MP_EIO naming it and what it is,
+ * before anything could block on it (entries of a directory that are not
+ * regular files are skipped); each file's size is checked against
+ * MP_TEXT_MAX_BYTES before it is read (MP_EINVAL naming the file), and a file
+ * that is truncated, grows or is rewritten while read is MP_EIO "changed
+ * while read" naming it (never a shorter corpus).
  * Returns MP_EINVAL when t or paths is NULL or the list has an empty entry
  * ("", "a,,b", "a,"), MP_EIO "PATH: cannot open (reason)" naming the path
  * when one is missing or unreadable, MP_ECORRUPT when the corpus is empty

@@ -402,7 +402,10 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
  * or "bf16-pure" for that precision), reductions (without: "fp32") or recipe
  * (without: "none"); restores weights, optimizer state, scaler, quantization
  * state (all of it checked before any is changed) and step count
- * (MP_ECORRUPT for missing or damaged parts). A resumed run continues
+ * (MP_ECORRUPT for missing or damaged parts, the message naming the tensor
+ * or field, the value and the rule: weights finite; optimizer state as
+ * mp_optim_state_check checks it; the scaler's blob as mp_scaler_load; an
+ * amax history finite and >= 0). A resumed run continues
  * bit-identically. Reading the file: mp_safetensors_read's MP_EIO,
  * MP_ECORRUPT and MP_ENOMEM (nothing changed). After an MP_ECORRUPT found
  * while restoring, weights and optimizer state may be partly restored (the
