@@ -36,6 +36,14 @@ int mp_file_inside(const mp_file_id *out, const mp_file_id *d);
  * MP_EIO + message naming the option and the path when not. */
 mp_status mp_file_writable(const mp_file_id *f, const char *pending);
 
+/* A new file created exclusively for writing (O_CREAT | O_EXCL | O_NOFOLLOW:
+ * never a link's target, never a file already there): its descriptor, or -1
+ * with errno. */
+int mp_create_excl(const char *path);
+/* Removes DIR's regular files named BASE INFIX PID or BASE INFIX PID.SUFFIX
+ * (infix ".tmp.": a killed writer's temporary files) whose process is gone. */
+void mp_remove_stale(const char *dir, const char *base, const char *infix);
+
 /* Records a formatted message for mp_last_error() and returns `s`. */
 mp_status mp_error(mp_status s, const char *fmt, ...) MP_PRINTF(2, 3);
 

@@ -94,7 +94,8 @@ typedef struct {
     mp_loader loader;
     mp_trainer *tr;
     int log_fd;          /* the CSV log, written as log_partial; -1: none */
-    char log_partial[4200]; /* PATH.partial: the rows as they come, renamed to PATH when the log is whole */
+    char log_partial[4200]; /* PATH.partial.PID: the rows as they come, renamed to PATH when the log is whole */
+    const char *locked[4];  /* the outputs whose locks this run holds (mp_output_lock) */
     off_t log_size;      /* its complete rows, in bytes */
     long log_rows;
     char *row;           /* the row being written */
@@ -645,6 +646,15 @@ static int begin(run_state *s) {
     peak_reset();
     s->is_gpt = !o->custom && is_gpt(o->model);
     s->writer = rank_of(s) == 0; /* with ranks, rank 0 alone writes files and the console */
+    if (s->writer) { /* one writer per output: each locked for the whole run, before anything is read */
+        const char *const opt[4] = {"--log", "--summary", "--save", "--dump-grads"};
+        const char *const path[4] = {o->log, o->summary, o->save, o->dump_grads};
+        for (int k = 0; k < 4; k++) {
+            const mp_status ls = path[k] ? mp_output_lock(opt[k], path[k]) : MP_OK;
+            if (ls != MP_OK) return failed(s, ls);
+            s->locked[k] = path[k];
+        }
+    }
     mp_status ts = mp_threads_check(); /* before OpenMP's runtime would end the process for it */
     if (ts != MP_OK) return failed(s, ts);
     s->T = 1, s->steps_per_epoch = 1;
@@ -724,9 +734,11 @@ static int prepare(run_state *s) {
     }
     /* activation headroom is measured against the compute format's largest value, fp16's in an fp32 run */
     r->headroom_format = mp_format(s->prec.compute == MP_F32 ? MP_F16 : s->prec.compute);
-    snprintf(s->log_partial, sizeof s->log_partial, "%.4000s.partial", o->log ? o->log : "");
-    if (o->log && s->writer && (s->log_fd = open(s->log_partial, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0)
-        return fail(s, MP_EIO, "%s: cannot create the log (%s)", s->log_partial, strerror(errno));
+    /* PATH.partial.PID: this run's own, created exclusively (never through a link, never over another's rows) */
+    snprintf(s->log_partial, sizeof s->log_partial, "%.4000s.partial.%ld", o->log ? o->log : "", (long)getpid());
+    if (o->log && s->writer && (s->log_fd = mp_create_excl(s->log_partial)) < 0)
+        return fail(s, MP_EIO, "%s: cannot create the log (%s)", s->log_partial,
+                    errno == EEXIST ? "a file is there already" : strerror(errno));
     if (s->log_fd >= 0) {
         FILE *row = log_row(s);
         if (row) csv_header(row, &s->model, s->qt, s->nq);
@@ -1291,6 +1303,7 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
         close(s.log_fd);
     }
     if (s.finished) say_outputs(&s);
+    for (int k = 0; k < 4; k++) mp_output_unlock(s.locked[k]);
     *res = s.res, memset(&s.res, 0, sizeof s.res);
     res->precision = s.prec, res->invalid = ret == RUN_INVALID;
     state_free(&s);
