@@ -49,9 +49,9 @@ struct cmp {
 #define DECIDED ".commit"
 #define WRITTEN_BY "mixprec compare"
 #define DUMP_GRADS_REFUSED "--dump-grads names one file, which each mode would write over the last's: give it to train"
-static const char *const mode_ext[] = {".csv", ".csv.partial", ".json", ".ckpt", ".txt"};
+static const char *const mode_ext[] = {".csv", ".csv.partial", ".json", ".ckpt", ".ckpt.rejected", ".txt"};
 enum {
-    MODE_EXT = 5,
+    MODE_EXT = 6,
     MAX_FILES = MP_COMPARE_MAX * MODE_EXT + 1,
     LIST_MAX = MP_COMPARE_MAX * 64 + 1 /* --precisions: as many labels of up to 63 bytes, each with its comma */
 };

@@ -40,6 +40,9 @@ mp_status mp_file_writable(const mp_file_id *f, const char *pending);
  * never a link's target, never a file already there): its descriptor, or -1
  * with errno. */
 int mp_create_excl(const char *path);
+/* While on (this thread), mp_write_file_atomic never replaces a file: a path
+ * where one is already fails with MP_EIO ("a file is there already"). */
+void mp_write_no_replace(int on);
 /* Removes DIR's regular files named BASE INFIX PID or BASE INFIX PID.SUFFIX
  * (infix ".tmp.": a killed writer's temporary files) whose process is gone. */
 void mp_remove_stale(const char *dir, const char *base, const char *infix);

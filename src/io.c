@@ -470,6 +470,10 @@ void mp_output_unlock(const char *path) {
     held[i] = held[--nheld];
 }
 
+static _Thread_local int no_replace; /* mp_write_no_replace */
+
+void mp_write_no_replace(int on) { no_replace = on; }
+
 mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t n) {
     if (!path || !*path || (n && !chunks)) return mp_error(MP_EINVAL, "mp_write_file_atomic: no path or no data");
     char tmp[4200], dir[4096];
@@ -506,7 +510,12 @@ mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t 
     if (!failed && fsync(s.fd) != 0) failed = "fsync failed";
     int err = errno;
     if (close(s.fd) != 0 && !failed) failed = "close failed", err = errno;
-    if (!failed && rename(tmp, path) != 0) failed = "cannot rename the new file into place", err = errno;
+    if (!failed && no_replace) { /* link(2) fails with EEXIST where a file is: nothing is replaced */
+        if (link(tmp, path) == 0) unlink(tmp);
+        else if (errno == EEXIST) failed = "a file is there already, and it is not replaced", err = EEXIST;
+        else if (lstat(path, &st) != 0 && errno == ENOENT && rename(tmp, path) == 0) { /* no hard links here */
+        } else failed = "cannot move the new file into place", err = errno;
+    } else if (!failed && rename(tmp, path) != 0) failed = "cannot rename the new file into place", err = errno;
     if (failed) {
         unlink(tmp);
         if (locked_here) mp_output_unlock(path);

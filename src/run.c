@@ -1201,6 +1201,69 @@ static cJSON *summary_json(run_state *s) {
     return j;
 }
 
+/* Whether v holds a value that is not finite (fp32, or fp16/bf16 bits). */
+static int any_nonfinite(const void *v, mp_dtype t, size_t n) {
+    if (!v) return 0;
+    if (t == MP_F32) {
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(((const float *)v)[i])) return 1;
+        return 0;
+    }
+    const uint16_t mask = t == MP_F16 ? 0x7c00 : 0x7f80; /* exponent all ones: inf or NaN */
+    for (size_t i = 0; i < n; i++)
+        if ((((const uint16_t *)v)[i] & mask) == mask) return 1;
+    return 0;
+}
+
+/* Why the run's end is worse than a checkpoint it could replace (into why),
+ * or 0: it stopped early, its last loss or evaluation is not finite, or its
+ * weights or fp32 optimizer state hold a value that is not finite (what
+ * --resume and sample refuse). */
+static int ended_worse(const run_state *s, char *why, size_t cap) {
+    const mp_run_result *r = &s->res;
+    if (s->stopped) return snprintf(why, cap, "the run stopped early (%.200s)", s->stopped), 1;
+    if (!isfinite(r->last_loss) || !isfinite(r->eval_loss))
+        return snprintf(why, cap, "the run ended with a %s loss of %s", isfinite(r->last_loss) ? "evaluation" : "training",
+                        isnan(isfinite(r->last_loss) ? r->eval_loss : (double)r->last_loss) ? "NaN" : "inf"), 1;
+    for (size_t i = 0; i < mp_optim_count(s->opt); i++) {
+        const mp_param *p = mp_optim_param(s->opt, i);
+        if (any_nonfinite(p->master, MP_F32, p->n) || any_nonfinite(p->half, p->half_type, p->n) ||
+            any_nonfinite(p->state1, MP_F32, p->n) || any_nonfinite(p->state2, MP_F32, p->n))
+            return snprintf(why, cap, "the run ended with a value that is not finite in '%s'", p->name), 1;
+    }
+    return 0;
+}
+
+/* The checkpoint: over --save's path when the run ended as it should; else
+ * (ended_worse) never over it: beside it, as PATH.rejected, which is not
+ * replaced either, and the run fails (MP_EOVERFLOW) saying where its state is. */
+static void save_checkpoint(run_state *s, mp_status gathered) {
+    const mp_run_spec *o = &s->o;
+    FILE *out = s->io.out;
+    char why[320];
+    mp_status e;
+    if (!ended_worse(s, why, sizeof why)) {
+        if ((e = gathered) != MP_OK || (e = mp_trainer_save(s->tr, o->save, s->meta, o->save_dtype)) != MP_OK)
+            output_failed(s, e, mp_last_error());
+        else OUT("saved %s (step %ld)\n", o->save, mp_trainer_step_count(s->tr));
+        s->wrote[2] = e == MP_OK ? 1 : -1;
+        return;
+    }
+    char side[4200], msg[1400];
+    snprintf(side, sizeof side, "%.4000s.rejected", o->save);
+    mp_write_no_replace(1);
+    if ((e = gathered) == MP_OK) e = mp_trainer_save(s->tr, side, s->meta, o->save_dtype);
+    mp_write_no_replace(0);
+    if (e == MP_OK)
+        snprintf(msg, sizeof msg, "--save %.300s: %s, so it is not written over; this run's state (step %ld) is in "
+                 "%.300s.rejected", o->save, why, mp_trainer_step_count(s->tr), o->save);
+    else
+        snprintf(msg, sizeof msg, "--save %.300s: %s, so it is not written over; this run's state is not written "
+                 "either (%.600s)", o->save, why, mp_last_error());
+    output_failed(s, MP_EOVERFLOW, msg);
+    s->wrote[2] = -1;
+}
+
 /* The outputs: the checkpoint first (the training is in it), then the summary
  * and the gradients; one that cannot be written (one line) does not keep the
  * others from being written (s->out_failed). */
@@ -1212,12 +1275,7 @@ static void write_outputs(run_state *s) {
     mp_status e;
     /* a sharded optimizer's state comes to rank 0 for the checkpoint (every rank takes part) */
     const mp_status gathered = o->save ? mp_trainer_gather_state(s->tr, 1) : MP_OK;
-    if (o->save && writer) {
-        if ((e = gathered) != MP_OK || (e = mp_trainer_save(s->tr, o->save, s->meta, o->save_dtype)) != MP_OK)
-            output_failed(s, e, mp_last_error());
-        else OUT("saved %s (step %ld)\n", o->save, mp_trainer_step_count(s->tr));
-        s->wrote[2] = e == MP_OK ? 1 : -1;
-    }
+    if (o->save && writer) save_checkpoint(s, gathered);
     if (o->save) mp_trainer_gather_state(s->tr, 0); /* rank 0 lets go of the others' state */
     if (writer) { /* the summary: kept in the result, written where the spec names it */
         cJSON *j = summary_json(s);

@@ -198,6 +198,27 @@ else fail "the summary of a run stopped by its log"; fi
 if [ -z "$(temps)" ]; then ok; else fail "EFBIG left $(temps)"; fi
 run 0 "${G[@]}" --steps 7 --resume ck.st --save ck.st && same ck.st new7.st "resumed after the full disk"
 
+# 6. a run that ends worse never writes over a checkpoint: ending NaN (--lr 1e6) or stopping early (the loss
+#    scale at its floor) leaves --save's file as it was, writes its state beside it as PATH.rejected (never over
+#    a file there either), exits 1 and says where the state is; the file --save kept still resumes
+cp old.st ck.st && rm -f ck.st.rejected
+run 1 "${G[@]}" --steps 8 --lr 1e6 --resume ck.st --save ck.st &&
+    one_line "^mixprec train: --save ck.st: the run ended with a [a-z]* loss of [NaNinf]*, so it is not written over; this run's state (step 8) is in ck.st.rejected$"
+same ck.st old.st "the checkpoint after a run that ended NaN"
+run 1 "${G[@]}" --steps 9 --resume ck.st.rejected && one_line 'ck.st.rejected: .*non-finite' # what --resume refuses
+cp ck.st.rejected rejected.bak
+run 1 "${G[@]}" --steps 8 --lr 1e6 --resume ck.st --save ck.st &&
+    one_line "this run's state is not written either (ck.st.rejected: a file is there already, and it is not replaced"
+same ck.st old.st "the checkpoint after a second run that ended NaN"
+same ck.st.rejected rejected.bak "the state beside it after a second run that ended NaN"
+run 0 "${G[@]}" --steps 6 --resume ck.st --save ck.st && same ck.st new.st "resumed from the checkpoint a NaN run kept"
+cp old.st ck.st && rm -f ck.st.rejected
+run 1 "${G[@]}" --steps 9 --precision fp16-dynamic --init-scale 1 --min-scale 1 --max-scale 1 --lr 1e6 --save ck.st &&
+    one_line "^mixprec train: --save ck.st: the run stopped early (loss scale already at minimum .*), so it is not written over; this run's state (step [0-9]*) is in ck.st.rejected$"
+same ck.st old.st "the checkpoint after a run that stopped early"
+[ -s ck.st.rejected ] && ok || fail "the state of the run that stopped early"
+if [ -z "$(temps)" ] && [ -z "$(ls ck.st.rejected.tmp.* ck.st.lock ck.st.rejected.lock 2>/dev/null)" ]; then ok; else fail "left: $(ls ck.st.*)"; fi
+
 # 5. the commit of a comparison killed at each rename (strace injects SIGKILL at
 #    the Nth rename(2): the renames of its files into DIR/.partial, the decision
 #    (summary.json -> .commit), the moves into DIR, summary.json last). After
