@@ -485,7 +485,10 @@ static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, const
         char shown[4200]; /* where the console says the output is: where it ends up */
         path_of(shown, c->out, runs[r].name, ".txt");
         if (out) fprintf(out, "  %-*s ...", namew, runs[r].name), fflush(out);
-        FILE *f = fopen(x->writer ? txt : "/dev/null", "w");
+        /* created exclusively (discard emptied the stage of its name): never through a link */
+        const int fd = x->writer ? mp_create_excl(txt) : open("/dev/null", O_WRONLY | O_CLOEXEC);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (fd >= 0 && !f) close(fd);
         int first;
         if (ranks && ranks->size > 1 ? ranks->agree(ranks->ctx, !f, &first) : !f) {
             if (f) fclose(f);

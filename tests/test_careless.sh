@@ -170,6 +170,13 @@ kill -CONT "$pid"
 wait "$pid" && ok || fail "the first comparison: $(cat first.txt)"
 [ "$(wc -l < d/fp32.csv)" -eq 601 ] && grep -q '"written_by":	"mixprec compare"' d/summary.json && [ ! -e d/.partial ] &&
     ok || fail "the first comparison's files: $(ls -A d)"
+# links in DIR/.partial at the names compare writes there: removed as links, their target untouched
+mkdir -p dl/.partial && for f in fp32.txt fp32.json fp32.csv report.html summary.json; do
+    cp target "t.$f" && ln -s "../../t.$f" "dl/.partial/$f"; done
+expect 0 "$M" "${CK[@]}" --steps 2 --out dl
+for f in fp32.txt fp32.json fp32.csv report.html summary.json; do cmp -s "t.$f" target.orig || fail "dl/.partial/$f's target changed"; done
+[ "$(wc -l < dl/fp32.csv)" -eq 3 ] && [ -z "$(find dl -type l)" ] && [ ! -e dl/.partial ] && ok ||
+    fail "compare with links in its stage: $(ls -lA dl dl/.partial 2>&1)"
 # explore (a page written in one piece): refused while another process holds its lock (flock(1) here)
 if command -v flock >/dev/null; then
     exec 9> e.html.lock && flock -n 9 # the lock belongs to fd 9's open file, this shell's, after flock(1) ends
