@@ -40,6 +40,8 @@ mp_status mp_file_writable(const mp_file_id *f, const char *pending);
  * never a link's target, never a file already there): its descriptor, or -1
  * with errno. */
 int mp_create_excl(const char *path);
+/* Whether this thread holds path's lock (mp_output_lock). */
+int mp_output_held(const char *path);
 /* While on (this thread), mp_write_file_atomic never replaces a file: a path
  * where one is already fails with MP_EIO ("a file is there already"). */
 void mp_write_no_replace(int on);

@@ -402,6 +402,8 @@ static int held_at(const char *path) {
     return -1;
 }
 
+int mp_output_held(const char *path) { return path && held_at(path) >= 0; }
+
 static const char lock_text[] = "mixprec lock, pid ";
 
 mp_status mp_output_lock(const char *option, const char *path) {

@@ -650,7 +650,8 @@ static int begin(run_state *s) {
         const char *const opt[4] = {"--log", "--summary", "--save", "--dump-grads"};
         const char *const path[4] = {o->log, o->summary, o->save, o->dump_grads};
         for (int k = 0; k < 4; k++) {
-            const mp_status ls = path[k] ? mp_output_lock(opt[k], path[k]) : MP_OK;
+            if (!path[k] || mp_output_held(path[k])) continue; /* a lock the caller holds stays the caller's */
+            const mp_status ls = mp_output_lock(opt[k], path[k]);
             if (ls != MP_OK) return failed(s, ls);
             s->locked[k] = path[k];
         }
@@ -1216,13 +1217,15 @@ static int any_nonfinite(const void *v, mp_dtype t, size_t n) {
 }
 
 /* Why the run's end is worse than a checkpoint it could replace (into why),
- * or 0: it stopped early, its last loss or evaluation is not finite, or its
- * weights or fp32 optimizer state hold a value that is not finite (what
- * --resume and sample refuse). */
+ * or 0: it stopped early, its last step's loss (unless the step was skipped)
+ * or its final evaluation is not finite, or its weights or fp32 optimizer
+ * state hold a value that is not finite (what --resume and sample refuse). */
 static int ended_worse(const run_state *s, char *why, size_t cap) {
     const mp_run_result *r = &s->res;
     if (s->stopped) return snprintf(why, cap, "the run stopped early (%.200s)", s->stopped), 1;
-    if (!isfinite(r->last_loss) || !isfinite(r->eval_loss))
+    /* a last step skipped for its inf/NaN (loss scaling) changed nothing: its loss says nothing of the state */
+    const int last_skipped = s->done_steps > 0 && r->skipped[s->done_steps - 1];
+    if ((!isfinite(r->last_loss) && !last_skipped) || !isfinite(r->eval_loss))
         return snprintf(why, cap, "the run ended with a %s loss of %s", isfinite(r->last_loss) ? "evaluation" : "training",
                         isnan(isfinite(r->last_loss) ? r->eval_loss : (double)r->last_loss) ? "NaN" : "inf"), 1;
     for (size_t i = 0; i < mp_optim_count(s->opt); i++) {

@@ -249,8 +249,8 @@ mp_status mp_run_check_files(const mp_run_spec *s);
  *   MP_EOVERFLOW the run stopped early: the gradients overflowed with the
  *                loss scale at its floor; results and outputs as at the end;
  *                also a run with s->save that ended worse (stopped early,
- *                or a final loss, evaluation, weight or fp32 optimizer state
- *                not finite): the file at s->save is left as it was and the
+ *                or the last step's loss unless it was skipped, the final
+ *                evaluation, a weight or fp32 optimizer state not finite): the file at s->save is left as it was and the
  *                state is written to SAVE.rejected where no file is (never
  *                over one), the message naming both;
  *   another      the data, a file or memory failed, or an output could not be
