@@ -392,13 +392,14 @@ int mp_create_excl(const char *path) {
 enum { HELD_MAX = 16 };
 static _Thread_local struct {
     int fd;
+    long pid;        /* the process that took it: a child made by fork() holds none of its parent's locks */
     char path[4200]; /* the output's */
 } held[HELD_MAX];
 static _Thread_local int nheld;
 
 static int held_at(const char *path) {
     for (int i = 0; i < nheld; i++)
-        if (!strcmp(held[i].path, path)) return i;
+        if (held[i].pid == (long)getpid() && !strcmp(held[i].path, path)) return i;
     return -1;
 }
 
@@ -411,6 +412,9 @@ mp_status mp_output_lock(const char *option, const char *path) {
     const char *opt = option ? option : "", *sp = option ? " " : "";
     if (strlen(path) >= sizeof held[0].path - 8) return mp_error(MP_EINVAL, "%s%s%.200s...: path too long", opt, sp, path);
     if (held_at(path) >= 0) return MP_OK;
+    for (int i = 0; i < nheld; i++) /* a parent's, copied by fork(): not this process's (its descriptor is left
+                                       as it is: the child may have closed it and reused the number) */
+        if (held[i].pid != (long)getpid()) held[i--] = held[--nheld];
     if (nheld == HELD_MAX) return mp_error(MP_ENOMEM, "%s%s%s: more than %d outputs locked at once", opt, sp, path, HELD_MAX);
     char lk[4300];
     snprintf(lk, sizeof lk, "%s.lock", path);
@@ -455,7 +459,7 @@ mp_status mp_output_lock(const char *option, const char *path) {
             unlink(lk), close(fd);
             return mp_error(MP_EIO, "%s%s%s: cannot write its lock file %s (%s)", opt, sp, path, lk, strerror(e));
         }
-        held[nheld].fd = fd;
+        held[nheld].fd = fd, held[nheld].pid = (long)getpid();
         snprintf(held[nheld++].path, sizeof held[0].path, "%s", path);
         return MP_OK;
     }

@@ -71,7 +71,8 @@ mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t 
  * when it is empty or a lock mixprec wrote), and writes this process's id
  * into it; the lock is this thread's until mp_output_unlock(path) (or the
  * process ends: the kernel lets go of it, and the next lock of path takes the
- * file over). Taking a lock this thread holds is MP_OK. MP_EIO with a message
+ * file over). Taking a lock this thread holds is MP_OK; a child made by
+ * fork() holds none of its parent's (it is refused like any other process). MP_EIO with a message
  * naming option (may be NULL) and path when another process holds the lock
  * ("another mixprec process (pid N) is writing it"), when PATH.lock is a link,
  * not a regular file or a file of someone else's, or cannot be created;
