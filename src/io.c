@@ -393,7 +393,7 @@ enum { HELD_MAX = 16 };
 static _Thread_local struct {
     int fd;
     long pid;        /* the process that took it: a child made by fork() holds none of its parent's locks */
-    char path[4200]; /* the output's */
+    char *path;      /* the output's (malloc'd) */
 } held[HELD_MAX];
 static _Thread_local int nheld;
 
@@ -410,11 +410,11 @@ static const char lock_text[] = "mixprec lock, pid ";
 mp_status mp_output_lock(const char *option, const char *path) {
     if (!path || !*path) return mp_error(MP_EINVAL, "mp_output_lock: no path");
     const char *opt = option ? option : "", *sp = option ? " " : "";
-    if (strlen(path) >= sizeof held[0].path - 8) return mp_error(MP_EINVAL, "%s%s%.200s...: path too long", opt, sp, path);
+    if (strlen(path) >= 4200 - 8) return mp_error(MP_EINVAL, "%s%s%.200s...: path too long", opt, sp, path);
     if (held_at(path) >= 0) return MP_OK;
     for (int i = 0; i < nheld; i++) /* a parent's, copied by fork(): not this process's (its descriptor is left
                                        as it is: the child may have closed it and reused the number) */
-        if (held[i].pid != (long)getpid()) held[i--] = held[--nheld];
+        if (held[i].pid != (long)getpid()) free(held[i].path), held[i--] = held[--nheld];
     if (nheld == HELD_MAX) return mp_error(MP_ENOMEM, "%s%s%s: more than %d outputs locked at once", opt, sp, path, HELD_MAX);
     char lk[4300];
     snprintf(lk, sizeof lk, "%s.lock", path);
@@ -459,8 +459,12 @@ mp_status mp_output_lock(const char *option, const char *path) {
             unlink(lk), close(fd);
             return mp_error(MP_EIO, "%s%s%s: cannot write its lock file %s (%s)", opt, sp, path, lk, strerror(e));
         }
-        held[nheld].fd = fd, held[nheld].pid = (long)getpid();
-        snprintf(held[nheld++].path, sizeof held[0].path, "%s", path);
+        char *copy = strdup(path);
+        if (!copy) {
+            unlink(lk), close(fd);
+            return mp_error(MP_ENOMEM, "%s%s%s: out of memory", opt, sp, path);
+        }
+        held[nheld].fd = fd, held[nheld].pid = (long)getpid(), held[nheld++].path = copy;
         return MP_OK;
     }
     return mp_error(MP_EIO, "%s%s%s: its lock file %s keeps being replaced", opt, sp, path, lk);
@@ -473,6 +477,7 @@ void mp_output_unlock(const char *path) {
     snprintf(lk, sizeof lk, "%s.lock", path);
     unlink(lk); /* while it is held: a process waiting on it sees a removed file and opens the path again */
     close(held[i].fd);
+    free(held[i].path);
     held[i] = held[--nheld];
 }
 
