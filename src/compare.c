@@ -703,6 +703,9 @@ static void discard(const cmp *x, const mp_compare_result *res, int nmodes) {
     path_of(path, x->stage, "summary", ".json"), unlink(path);
 }
 
+static mp_status commit_locked(cmp *x, const mp_run_spec *base, const file_name *names, int n);
+static mp_status lock_names(cmp *x, const file_name *names, int n, int lock);
+
 /* The decided comparison's files (names, besides summary.json) moved from
  * DIR/.partial into DIR (one already moved is skipped: a cut commit completed),
  * then the files of the run before that DIR's old summary.json (mixprec's)
@@ -738,9 +741,51 @@ static mp_status finish_commit(cmp *x, const mp_run_spec *base, const file_name 
     return MP_OK;
 }
 
-/* The comparison decided (DIR/.partial/summary.json renamed to .commit), then finished. */
+
+/* DIR/NAME's lock for each of the n names and summary.json (lock), or let go
+ * of them (!lock). On a lock that another process holds (a train writing one
+ * of DIR's files), those taken are let go and the failure said. */
+static mp_status lock_names(cmp *x, const file_name *names, int n, int lock) {
+    char path[4200];
+    for (int i = 0; i <= n; i++) {
+        snprintf(path, sizeof path, "%.4000s/%.79s", x->dir, i < n ? names[i] : "summary.json");
+        if (!lock) mp_output_unlock(path);
+        else if (mp_output_lock(NULL, path) != MP_OK) {
+            fail(x, MP_EIO, "%s: %s is as it was, this comparison's files are in %s", mp_last_error(), x->dir, x->stage);
+            for (int k = 0; k < i; k++) {
+                snprintf(path, sizeof path, "%.4000s/%.79s", x->dir, names[k]);
+                mp_output_unlock(path);
+            }
+            return MP_EIO;
+        }
+    }
+    return MP_OK;
+}
+
+/* The comparison decided (DIR/.partial/summary.json renamed to .commit), then
+ * finished, with each file it moves into DIR locked; DIR's files checked again
+ * under those locks (foreign_files: one may have come since the start). */
 static mp_status commit(cmp *x, const mp_run_spec *base, const file_name *names, int n) {
+    if (lock_names(x, names, n, 1) != MP_OK) return MP_EIO;
+    const mp_status st = commit_locked(x, base, names, n);
+    lock_names(x, names, n, 0);
+    return st;
+}
+
+static mp_status commit_locked(cmp *x, const mp_run_spec *base, const file_name *names, int n) {
     char from[4200], to[4200];
+    path_of(to, x->dir, "summary", ".json");
+    file_name old[MAX_FILES];
+    const int nold = manifest_files(to, old, MAX_FILES);
+    for (int i = -1; i < n; i++) {
+        snprintf(to, sizeof to, "%.4000s/%.79s", x->dir, i < 0 ? "summary.json" : names[i]);
+        struct stat st;
+        int known = i < 0 ? nold >= 0 : 0; /* summary.json: replaced when it is mixprec's (or absent) */
+        for (int k = 0; i >= 0 && k < nold && !known; k++) known = !strcmp(old[k], names[i]);
+        if (!known && lstat(to, &st) == 0)
+            return fail(x, MP_EIO, "%s came while this comparison ran and is not a file that mixprec compare wrote: "
+                        "it is not replaced; %s is as it was, this comparison's files are in %s", to, x->dir, x->stage);
+    }
     path_of(from, x->stage, "summary", ".json");
     path_of(to, x->stage, DECIDED, "");
     if (rename(from, to) != 0)
@@ -763,7 +808,10 @@ static mp_status complete_cut_commit(cmp *x, const mp_run_spec *base) {
     if (n < 0 || (n == 0 && lstat(path, &st) != 0)) return n < 0 ? fail(x, MP_EIO, "%s is not a summary mixprec compare "
                                                                           "wrote: it is left alone (remove it)", path)
                                                                  : MP_OK;
-    return finish_commit(x, base, names, n);
+    if (lock_names(x, names, n, 1) != MP_OK) return MP_EIO;
+    const mp_status done = finish_commit(x, base, names, n);
+    lock_names(x, names, n, 0);
+    return done;
 }
 
 /* Each file this comparison may place in DIR (summary.json, report.html, each

@@ -389,7 +389,7 @@ int mp_create_excl(const char *path) {
  * The locks this thread holds (a run locks its outputs at its start, and its
  * writes of them must not take the lock again: flock locks belong to an open
  * file, so a second open of the same lock would refuse this process itself). */
-enum { HELD_MAX = 16 };
+enum { HELD_MAX = 128 }; /* a comparison's commit locks each file it moves into DIR: 12 modes x 6 + 2 */
 static _Thread_local struct {
     int fd;
     long pid;        /* the process that took it: a child made by fork() holds none of its parent's locks */

@@ -177,6 +177,20 @@ expect 0 "$M" "${CK[@]}" --steps 2 --out dl
 for f in fp32.txt fp32.json fp32.csv report.html summary.json; do cmp -s "t.$f" target.orig || fail "dl/.partial/$f's target changed"; done
 [ "$(wc -l < dl/fp32.csv)" -eq 3 ] && [ -z "$(find dl -type l)" ] && [ ! -e dl/.partial ] && ok ||
     fail "compare with links in its stage: $(ls -lA dl dl/.partial 2>&1)"
+# a file of DIR that another process is writing (its lock held: flock(1) here) when the comparison commits:
+# the commit is refused, DIR as it was, the comparison's files in DIR/.partial; the next one, unhindered, commits
+if command -v flock >/dev/null; then
+    expect 0 "$M" "${CK[@]}" --steps 2 --out d2 && (cd d2 && sha256sum ./* > ../d2.sums)
+    exec 9> d2/fp32.csv.lock && flock -n 9
+    expect 1 "$M" "${CK[@]}" --steps 3 --out d2 && one_line &&
+        has "$err" "d2/fp32.csv: another process is writing it .*: d2 is as it was, this comparison's files are in d2/.partial$"
+    exec 9>&-
+    (cd d2 && sha256sum --quiet -c ../d2.sums) && [ "$(wc -l < d2/.partial/fp32.csv)" -eq 4 ] && ok ||
+        fail "DIR after a refused commit: $(ls -A d2 d2/.partial)"
+    expect 0 "$M" "${CK[@]}" --steps 3 --out d2
+    [ "$(wc -l < d2/fp32.csv)" -eq 4 ] && [ ! -e d2/.partial ] && [ -z "$(ls d2/*.lock 2>/dev/null)" ] && ok ||
+        fail "DIR after the next comparison: $(ls -A d2)"
+fi
 # explore (a page written in one piece): refused while another process holds its lock (flock(1) here)
 if command -v flock >/dev/null; then
     exec 9> e.html.lock && flock -n 9 # the lock belongs to fd 9's open file, this shell's, after flock(1) ends

@@ -30,7 +30,10 @@
  * DIR/.partial), and the next comparison into DIR completes that commit
  * before it starts. One comparison writes DIR at a time: DIR/.partial/compare
  * is locked (mp_output_lock) from before the first mode to the end, and a
- * second is refused with MP_EIO naming DIR.
+ * second is refused with MP_EIO naming DIR; the commit locks each file it
+ * moves into DIR, and one that another process is writing (or that came
+ * into DIR meanwhile and is not compare's) stops it: MP_EIO, DIR as it was,
+ * the new files in DIR/.partial.
  */
 #ifndef MIXPREC_COMPARE_H
 #define MIXPREC_COMPARE_H

@@ -76,7 +76,7 @@ mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t 
  * naming option (may be NULL) and path when another process holds the lock
  * ("another mixprec process (pid N) is writing it"), when PATH.lock is a link,
  * not a regular file or a file of someone else's, or cannot be created;
- * MP_EINVAL for a NULL, empty or too long path; MP_ENOMEM past 16 locks held
+ * MP_EINVAL for a NULL, empty or too long path; MP_ENOMEM past 128 locks held
  * at once. mp_run and mp_compare lock their outputs for the whole run. */
 mp_status mp_output_lock(const char *option, const char *path);
 
