@@ -13,7 +13,9 @@
 #                           python3-torch, python3-pytest and python3-venv (the Python
 #                           package's tests, its pip install in make check-package),
 #                           OpenMPI (openmpi-bin, libopenmpi-dev: the data-parallel
-#                           test under mpirun)
+#                           test under mpirun), strace (the crash test kills a
+#                           comparison at each rename of its commit), util-linux
+#                           (flock: the crash test holds an output's lock)
 #   scripts/deps.sh bench   test + the peers make bench measures: OpenBLAS (pthread
 #                           build); numpy and PyTorch as above
 #   scripts/deps.sh clang   test + clang, its sanitizer runtimes (libclang-rt-dev,
@@ -25,7 +27,7 @@ what=${1:-build}
 build=(gcc g++ make cmake pkg-config libc6-dev zlib1g-dev libcjson-dev)
 demo=("${build[@]}" fortunes)
 test=("${demo[@]}" python3 dataset-fashion-mnist chromium python3-numpy python3-torch python3-pytest python3-venv
-      openmpi-bin libopenmpi-dev)
+      openmpi-bin libopenmpi-dev strace util-linux)
 case "$what" in
     build) pkgs=("${build[@]}") ;;
     demo) pkgs=("${demo[@]}") ;;

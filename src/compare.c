@@ -30,17 +30,28 @@ struct cmp {
     char failed[MP_COMPARE_MAX][64], failed_why[MP_COMPARE_MAX][512];
     const char *dir;  /* DIR */
     char stage[4200]; /* DIR/.partial, where the files are written before they replace DIR's */
+    char lock[4200];  /* DIR/.partial/compare: its lock (mp_output_lock) is held while DIR is written */
     int made_dir;     /* DIR did not exist before */
 };
 
 /* A comparison writes its files into DIR/.partial and moves them into DIR
- * together once its report and summary are whole (commit): DIR never holds
- * files of two runs. What a mode writes, as suffixes of its label: */
+ * together once its report and summary are whole (commit). Its summary.json
+ * says that mixprec wrote it (WRITTEN_BY) and names the files that came with
+ * it: those alone are ever replaced or removed. The commit first renames
+ * DIR/.partial/summary.json to DIR/.partial/.commit (from then on the
+ * comparison is decided: .commit names the new files, in DIR or still in
+ * DIR/.partial), moves the files, removes the old summary's files that the new
+ * one does not name, and renames .commit to DIR/summary.json last. A
+ * comparison cut anywhere in between leaves .commit, and the next comparison
+ * into DIR completes it before it starts. What a mode writes, as suffixes of
+ * its label: */
 #define STAGE ".partial"
+#define DECIDED ".commit"
+#define WRITTEN_BY "mixprec compare"
 #define DUMP_GRADS_REFUSED "--dump-grads names one file, which each mode would write over the last's: give it to train"
-static const char *const mode_ext[] = {".csv", ".csv.partial", ".json", ".ckpt", ".txt"};
+static const char *const mode_ext[] = {".csv", ".csv.partial", ".json", ".ckpt", ".ckpt.rejected", ".txt"};
 enum {
-    MODE_EXT = 5,
+    MODE_EXT = 6,
     MAX_FILES = MP_COMPARE_MAX * MODE_EXT + 1,
     LIST_MAX = MP_COMPARE_MAX * 64 + 1 /* --precisions: as many labels of up to 63 bytes, each with its comma */
 };
@@ -307,6 +318,7 @@ static mp_status write_summary(const cmp *x, const char *out, const char *cmdlin
     const mp_compare_mode *runs = res->modes;
     const int n = res->n;
     cJSON *all = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(all, "runs");
+    cJSON_AddStringToObject(all, "written_by", WRITTEN_BY); /* what old_files() trusts: a summary.json of mixprec's */
     cJSON_AddStringToObject(all, "command", cmdline);
     cJSON *fl = cJSON_AddArrayToObject(all, "files"); /* DIR's files from this run, besides summary.json */
     for (int i = 0; i < nfiles; i++) cJSON_AddItemToArray(fl, cJSON_CreateString(files[i]));
@@ -473,7 +485,10 @@ static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, const
         char shown[4200]; /* where the console says the output is: where it ends up */
         path_of(shown, c->out, runs[r].name, ".txt");
         if (out) fprintf(out, "  %-*s ...", namew, runs[r].name), fflush(out);
-        FILE *f = fopen(x->writer ? txt : "/dev/null", "w");
+        /* created exclusively (discard emptied the stage of its name): never through a link */
+        const int fd = x->writer ? mp_create_excl(txt) : open("/dev/null", O_WRONLY | O_CLOEXEC);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (fd >= 0 && !f) close(fd);
         int first;
         if (ranks && ranks->size > 1 ? ranks->agree(ranks->ctx, !f, &first) : !f) {
             if (f) fclose(f);
@@ -616,13 +631,13 @@ static int plain_name(const char *name) {
     return 0;
 }
 
-/* The files the summary.json now in DIR names (a regular file, as this
- * version writes it; else none). */
-static int old_files(const char *dir, file_name *names, int cap) {
-    char path[4200];
-    path_of(path, dir, "summary", ".json");
+/* The files a summary.json at path names, when it is a regular file that
+ * mixprec compare wrote (its "written_by"); -1 when there is a file there
+ * that is not such a summary, 0 (no files) when there is none. */
+static int manifest_files(const char *path, file_name *names, int cap) {
     struct stat st;
-    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (1L << 28)) return 0;
+    if (lstat(path, &st) != 0) return 0;
+    if (!S_ISREG(st.st_mode) || st.st_size > (1L << 28)) return -1;
     FILE *f = fopen(path, "rb");
     char *text = f ? malloc((size_t)st.st_size + 1) : NULL;
     int n = 0;
@@ -630,13 +645,24 @@ static int old_files(const char *dir, file_name *names, int cap) {
         text[fread(text, 1, (size_t)st.st_size, f)] = 0;
         cJSON *j = cJSON_Parse(text);
         const cJSON *e, *fl = cJSON_GetObjectItemCaseSensitive(j, "files");
-        cJSON_ArrayForEach(e, fl) if (n < cap && cJSON_IsString(e) && plain_name(e->valuestring))
-            snprintf(names[n++], sizeof names[0], "%s", e->valuestring);
+        const cJSON *by = cJSON_GetObjectItemCaseSensitive(j, "written_by");
+        if (!cJSON_IsString(by) || strcmp(by->valuestring, WRITTEN_BY) != 0) n = -1;
+        else
+            cJSON_ArrayForEach(e, fl) if (n < cap && cJSON_IsString(e) && plain_name(e->valuestring))
+                snprintf(names[n++], sizeof names[0], "%s", e->valuestring);
         cJSON_Delete(j);
-    }
+    } else n = -1;
     free(text);
     if (f) fclose(f);
     return n;
+}
+
+/* The files DIR's summary.json names (none when it is not mixprec's). */
+static int old_files(const char *dir, file_name *names, int cap) {
+    char path[4200];
+    path_of(path, dir, "summary", ".json");
+    const int n = manifest_files(path, names, cap);
+    return n > 0 ? n : 0;
 }
 
 /* The files this comparison left in DIR/.partial, by name: each mode's that
@@ -648,6 +674,11 @@ static int staged_files(const cmp *x, const mp_compare_result *res, int report, 
             char path[4200];
             struct stat st;
             path_of(path, x->stage, res->modes[r].name, mode_ext[e]);
+            if (!strcmp(mode_ext[e], ".csv.partial")) { /* the run's own PATH.partial.PID: its rows, by DIR's name */
+                char own[4300];
+                snprintf(own, sizeof own, "%s.%ld", path, (long)getpid());
+                if (lstat(own, &st) == 0 && S_ISREG(st.st_mode)) rename(own, path);
+            }
             if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
                 snprintf(names[n++], sizeof names[0], "%.63s%s", res->modes[r].name, mode_ext[e]);
         }
@@ -656,64 +687,194 @@ static int staged_files(const cmp *x, const mp_compare_result *res, int report, 
 }
 
 /* Removes the comparison's files from DIR/.partial (each mode of the list's,
- * report.html, summary.json), and DIR/.partial when it is empty then; DIR
- * too when this comparison made it and it is empty. */
-static void discard(const cmp *x, const mp_compare_result *res, int nmodes, int dir_too) {
-    char path[4200];
-    for (int r = 0; r < nmodes; r++)
+ * its log's partial files that this process or a dead one left, report.html,
+ * summary.json): only names that compare writes there, in its own directory. */
+static void discard(const cmp *x, const mp_compare_result *res, int nmodes) {
+    char path[4300];
+    for (int r = 0; r < nmodes; r++) {
         for (int e = 0; e < MODE_EXT; e++) path_of(path, x->stage, res->modes[r].name, mode_ext[e]), unlink(path);
+        path_of(path, x->stage, res->modes[r].name, ".csv.partial");
+        snprintf(path + strlen(path), sizeof path - strlen(path), ".%ld", (long)getpid()), unlink(path);
+        char base[80];
+        snprintf(base, sizeof base, "%.63s.csv", res->modes[r].name);
+        mp_remove_stale(x->stage, base, ".partial.");
+    }
     path_of(path, x->stage, "report", ".html"), unlink(path);
     path_of(path, x->stage, "summary", ".json"), unlink(path);
-    if (dir_too) rmdir(x->stage), x->made_dir ? rmdir(x->dir) : 0;
 }
 
-/* Moves the files from DIR/.partial into DIR, summary.json last (the files it
- * names are in place before it is), then removes the files of the run before
- * that DIR's old summary.json named and this run did not write (never one a
- * run option reads), then DIR/.partial if it is empty. */
-static mp_status commit(cmp *x, const mp_run_spec *base, const file_name *names, int n) {
+static mp_status commit_locked(cmp *x, const mp_run_spec *base, const file_name *names, int n);
+static mp_status lock_names(cmp *x, const file_name *names, int n, int lock);
+
+/* The decided comparison's files (names, besides summary.json) moved from
+ * DIR/.partial into DIR (one already moved is skipped: a cut commit completed),
+ * then the files of the run before that DIR's old summary.json (mixprec's)
+ * named and this run does not (never one a run option reads: base), then
+ * DIR/.partial/.commit renamed to DIR/summary.json, last. */
+static mp_status finish_commit(cmp *x, const mp_run_spec *base, const file_name *names, int n) {
     file_name old[MAX_FILES];
     const int nold = old_files(x->dir, old, MAX_FILES);
     char from[4200], to[4200];
     for (int i = 0; i <= n; i++) {
-        const char *name = i < n ? names[i] : "summary.json";
+        const char *name = i < n ? names[i] : DECIDED;
         snprintf(from, sizeof from, "%.4000s/%.79s", x->stage, name);
-        snprintf(to, sizeof to, "%.4000s/%.79s", x->dir, name);
-        if (rename(from, to) != 0)
-            return fail(x, MP_EIO, "%s: cannot move it from %s (%s): %s holds %d file%s of this run, the rest are in %s",
-                        to, x->stage, strerror(errno), x->dir, i, i == 1 ? "" : "s", x->stage);
-    }
-    for (int k = 0; k < nold; k++) {
-        int kept = 0;
-        for (int i = 0; i < n && !kept; i++) kept = !strcmp(old[k], names[i]);
+        snprintf(to, sizeof to, "%.4000s/%.79s", x->dir, i < n ? name : "summary.json");
+        if (i == n) /* the old files that the new summary does not name, removed before it replaces the old one */
+            for (int k = 0; k < nold; k++) {
+                int kept = 0;
+                for (int j = 0; j < n && !kept; j++) kept = !strcmp(old[k], names[j]);
+                struct stat st;
+                char stale[4200];
+                snprintf(stale, sizeof stale, "%.4000s/%.79s", x->dir, old[k]);
+                if (!kept && lstat(stale, &st) == 0 && S_ISREG(st.st_mode) && (!base || !mp_run_reader(base, stale)))
+                    unlink(stale);
+            }
         struct stat st;
-        snprintf(to, sizeof to, "%.4000s/%.79s", x->dir, old[k]);
-        if (!kept && lstat(to, &st) == 0 && S_ISREG(st.st_mode) && !mp_run_reader(base, to)) unlink(to);
+        if (i < n && lstat(from, &st) != 0 && errno == ENOENT) continue; /* moved before the last cut */
+        if (rename(from, to) != 0)
+            return fail(x, MP_EIO, "%s: cannot move it from %s (%s): the comparison is decided (%s/" DECIDED " names "
+                        "its files, in %s or %s), the next comparison into %s completes it",
+                        to, x->stage, strerror(errno), x->stage, x->dir, x->stage, x->dir);
     }
-    rmdir(x->stage);
     const int dfd = open(x->dir, O_RDONLY | O_CLOEXEC); /* the renames, durable */
     if (dfd >= 0) fsync(dfd), close(dfd);
     return MP_OK;
 }
 
-/* DIR and DIR/.partial made where missing (rank 0), and the files this
- * comparison will write removed from DIR/.partial (a comparison that was
- * killed left them). */
+
+/* DIR/NAME's lock for each of the n names and summary.json (lock), or let go
+ * of them (!lock). On a lock that another process holds (a train writing one
+ * of DIR's files), those taken are let go and the failure said. */
+static mp_status lock_names(cmp *x, const file_name *names, int n, int lock) {
+    char path[4200];
+    for (int i = 0; i <= n; i++) {
+        snprintf(path, sizeof path, "%.4000s/%.79s", x->dir, i < n ? names[i] : "summary.json");
+        if (!lock) mp_output_unlock(path);
+        else if (mp_output_lock(NULL, path) != MP_OK) {
+            fail(x, MP_EIO, "%s: %s is as it was, this comparison's files are in %s", mp_last_error(), x->dir, x->stage);
+            for (int k = 0; k < i; k++) {
+                snprintf(path, sizeof path, "%.4000s/%.79s", x->dir, names[k]);
+                mp_output_unlock(path);
+            }
+            return MP_EIO;
+        }
+    }
+    return MP_OK;
+}
+
+/* The comparison decided (DIR/.partial/summary.json renamed to .commit), then
+ * finished, with each file it moves into DIR locked; DIR's files checked again
+ * under those locks (foreign_files: one may have come since the start). */
+static mp_status commit(cmp *x, const mp_run_spec *base, const file_name *names, int n) {
+    if (lock_names(x, names, n, 1) != MP_OK) return MP_EIO;
+    const mp_status st = commit_locked(x, base, names, n);
+    lock_names(x, names, n, 0);
+    return st;
+}
+
+static mp_status commit_locked(cmp *x, const mp_run_spec *base, const file_name *names, int n) {
+    char from[4200], to[4200];
+    path_of(to, x->dir, "summary", ".json");
+    file_name old[MAX_FILES];
+    const int nold = manifest_files(to, old, MAX_FILES);
+    for (int i = -1; i < n; i++) {
+        snprintf(to, sizeof to, "%.4000s/%.79s", x->dir, i < 0 ? "summary.json" : names[i]);
+        struct stat st;
+        int known = i < 0 ? nold >= 0 : 0; /* summary.json: replaced when it is mixprec's (or absent) */
+        for (int k = 0; i >= 0 && k < nold && !known; k++) known = !strcmp(old[k], names[i]);
+        if (!known && lstat(to, &st) == 0)
+            return fail(x, MP_EIO, "%s came while this comparison ran and is not a file that mixprec compare wrote: "
+                        "it is not replaced; %s is as it was, this comparison's files are in %s", to, x->dir, x->stage);
+    }
+    path_of(from, x->stage, "summary", ".json");
+    path_of(to, x->stage, DECIDED, "");
+    if (rename(from, to) != 0)
+        return fail(x, MP_EIO, "%s: cannot rename it to %s (%s): %s is as it was, this comparison's files are in %s",
+                    from, to, strerror(errno), x->dir, x->stage);
+    const int sfd = open(x->stage, O_RDONLY | O_CLOEXEC); /* the decision, durable before DIR changes */
+    if (sfd >= 0) fsync(sfd), close(sfd);
+    return finish_commit(x, base, names, n);
+}
+
+/* A comparison that was cut during its commit (DIR/.partial/.commit there, a
+ * summary mixprec wrote) completed: its files moved in, the old ones it
+ * replaces removed. MP_OK also when there is none. */
+static mp_status complete_cut_commit(cmp *x, const mp_run_spec *base) {
+    char path[4200];
+    path_of(path, x->stage, DECIDED, "");
+    file_name names[MAX_FILES];
+    const int n = manifest_files(path, names, MAX_FILES);
+    struct stat st;
+    if (n < 0 || (n == 0 && lstat(path, &st) != 0)) return n < 0 ? fail(x, MP_EIO, "%s is not a summary mixprec compare "
+                                                                          "wrote: it is left alone (remove it)", path)
+                                                                 : MP_OK;
+    if (lock_names(x, names, n, 1) != MP_OK) return MP_EIO;
+    const mp_status done = finish_commit(x, base, names, n);
+    lock_names(x, names, n, 0);
+    return done;
+}
+
+/* Each file this comparison may place in DIR (summary.json, report.html, each
+ * mode's) that is there already must be one an earlier comparison wrote: named
+ * by DIR's summary.json, which mixprec wrote. Else it is said (MP_EIO) and
+ * nothing is replaced. */
+static mp_status foreign_files(cmp *x, const mp_compare_result *res) {
+    char path[4200];
+    path_of(path, x->dir, "summary", ".json");
+    file_name old[MAX_FILES];
+    const int nold = manifest_files(path, old, MAX_FILES);
+    if (nold < 0)
+        return fail(x, MP_EIO, "--out %s: %s is not a summary that mixprec compare wrote: it is not replaced "
+                    "(choose another --out)", x->dir, path);
+    for (int r = -1; r < res->n; r++)
+        for (int e = 0; e < (r < 0 ? 1 : MODE_EXT); e++) {
+            char name[80];
+            snprintf(name, sizeof name, "%.63s%s", r < 0 ? "report" : res->modes[r].name, r < 0 ? ".html" : mode_ext[e]);
+            snprintf(path, sizeof path, "%.4000s/%s", x->dir, name);
+            struct stat st;
+            if (lstat(path, &st) != 0) continue;
+            int known = 0;
+            for (int k = 0; k < nold && !known; k++) known = !strcmp(old[k], name);
+            if (!known)
+                return fail(x, MP_EIO, "--out %s: %s is not a file that mixprec compare wrote there (its summary.json "
+                            "does not name it): it is not replaced (choose another --out)", x->dir, path);
+        }
+    return MP_OK;
+}
+
+/* DIR and DIR/.partial made where missing and locked (rank 0), a commit that
+ * was cut completed, the files of DIR this comparison would replace checked
+ * (foreign_files), and the files it will write removed from DIR/.partial (a
+ * comparison that was killed left them). */
 static mp_status make_dirs(cmp *x, const mp_compare_spec *c, const mp_compare_result *res) {
     int bad = 0, err = 0;
     const char *what = c->out;
     if (x->writer) {
         struct stat st;
         x->made_dir = stat(c->out, &st) != 0;
+        snprintf(x->lock, sizeof x->lock, "%.4000s/compare", x->stage);
         if (mkdir(c->out, 0755) != 0 && errno != EEXIST) bad = 1, err = errno;
         else if (mkdir(x->stage, 0755) != 0 && errno != EEXIST) bad = 1, err = errno, what = x->stage;
-        else discard(x, res, res->n, 0);
+        else if (mp_output_lock(NULL, x->lock) != MP_OK) bad = 2, fail(x, MP_EIO, "--out %s: %s", c->out, mp_last_error());
+        else if (complete_cut_commit(x, &c->run) != MP_OK || foreign_files(x, res) != MP_OK) bad = 2;
+        else discard(x, res, res->n);
     }
     int first;
     const mp_run_ranks *ranks = c->run.ranks;
-    if (ranks && ranks->size > 1 ? ranks->agree(ranks->ctx, bad, &first) : bad)
+    if (ranks && ranks->size > 1 ? ranks->agree(ranks->ctx, bad, &first) : bad) {
+        if (bad == 2) return x->status; /* said */
         return fail(x, MP_EIO, "%s: cannot create (%s)", what, strerror(err ? err : EIO));
+    }
     return MP_OK;
+}
+
+/* DIR's lock let go; DIR/.partial removed when it is empty, and DIR too when
+ * this comparison made it and wrote nothing there. */
+static void release_dirs(cmp *x, int dir_too) {
+    if (!x->writer || !x->lock[0]) return;
+    mp_output_unlock(x->lock);
+    rmdir(x->stage);
+    if (dir_too && x->made_dir) rmdir(x->dir);
 }
 
 /* The table, the ablation, the reading, the report and summary.json (rank
@@ -776,13 +937,17 @@ mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_r
         if (st == MP_OK && agreed != MP_OK) st = agreed, snprintf(x.msg, sizeof x.msg, "rank %d refused the comparison", first);
     }
     if (st == MP_OK) st = make_dirs(&x, c, res);
-    if (st != MP_OK) return free(files), res->n = 0, res->invalid = st == MP_EINVAL, mp_error(st, "%s", x.msg);
+    if (st != MP_OK) {
+        release_dirs(&x, 1);
+        return free(files), res->n = 0, res->invalid = st == MP_EINVAL, mp_error(st, "%s", x.msg);
+    }
     /* with ranks the modes train one after the other on every rank; rank 0 alone writes DIR */
     const int nmodes = res->n;
     run_modes(&x, c, opts, files, res);
     free(files);
     if (res->n > 0 && x.writer) conclude(&x, c, res);
-    else if (x.writer) discard(&x, res, nmodes, 1); /* no mode trained: DIR as it was */
+    else if (x.writer) discard(&x, res, nmodes); /* no mode trained: DIR as it was */
+    release_dirs(&x, res->n == 0);
     if (res->n == 0 && !x.status) x.status = MP_EIO, snprintf(x.msg, sizeof x.msg, "no mode ran");
     return x.status ? mp_error(x.status, "%s", x.msg) : MP_OK;
 }

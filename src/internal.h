@@ -67,6 +67,18 @@ mp_status mp_input_kind(const char *what, const char *path, int dir_ok);
  * to change the file under the reader (zlib's reads are not seen).
  * NULL in every program. */
 extern void (*mp_input_test_hook)(int fd, uint64_t done);
+/* A new file created exclusively for writing (O_CREAT | O_EXCL | O_NOFOLLOW:
+ * never a link's target, never a file already there): its descriptor, or -1
+ * with errno. */
+int mp_create_excl(const char *path);
+/* Whether this thread holds path's lock (mp_output_lock). */
+int mp_output_held(const char *path);
+/* While on (this thread), mp_write_file_atomic never replaces a file: a path
+ * where one is already fails with MP_EIO ("a file is there already"). */
+void mp_write_no_replace(int on);
+/* Removes DIR's regular files named BASE INFIX PID or BASE INFIX PID.SUFFIX
+ * (infix ".tmp.": a killed writer's temporary files) whose process is gone. */
+void mp_remove_stale(const char *dir, const char *base, const char *infix);
 
 /* Records a formatted message for mp_last_error() and returns `s`. */
 mp_status mp_error(mp_status s, const char *fmt, ...) MP_PRINTF(2, 3);

@@ -1,5 +1,5 @@
 /* io.c - safetensors reading (validated) and atomic writing, JSON by cJSON. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* mkostemp, flock */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -297,6 +298,21 @@ mp_status mp_safetensors_write(const char *path, const mp_tensor *ts, size_t cou
     return st;
 }
 
+/* The process's umask, read without changing it for longer than a moment
+ * (/proc/self/status has it on Linux 4.7 and later). */
+static mode_t current_umask(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned m = 0;
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f)) found = sscanf(line, "Umask: %o", &m) == 1;
+    if (f) fclose(f);
+    if (found) return (mode_t)m;
+    const mode_t u = umask(022);
+    umask(u);
+    return u;
+}
+
 /* Test-only fault injection (tests/test_crash.sh), read here and nowhere else:
  * MIXPREC_FAULT_WRITE_KILL_AFTER=N makes the process SIGKILL itself once N
  * bytes of a file's temporary copy are written (N = the file's size: after
@@ -330,21 +346,130 @@ static int sink_write(sink *s, const uint8_t *p, size_t n) {
     }
 }
 
-/* Removes BASE.tmp.PID files in DIR whose process is gone: what a writer
- * killed before its rename left behind. */
-static void remove_stale(const char *dir, const char *base) {
+/* Removes the regular files BASE INFIX PID[.SUFFIX] in DIR whose process is
+ * gone: what a writer killed before its rename left behind. A link, a
+ * directory or a name whose PID is alive (or this process) is left alone. */
+void mp_remove_stale(const char *dir, const char *base, const char *infix) {
     DIR *d = opendir(dir);
-    const size_t bl = strlen(base);
+    const size_t bl = strlen(base), il = strlen(infix);
     for (struct dirent *e; d && (e = readdir(d));) {
         char *end;
-        if (strncmp(e->d_name, base, bl) != 0 || strncmp(e->d_name + bl, ".tmp.", 5) != 0) continue;
-        const long pid = strtol(e->d_name + bl + 5, &end, 10);
-        if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (strncmp(e->d_name, base, bl) != 0 || strncmp(e->d_name + bl, infix, il) != 0) continue;
+        const long pid = strtol(e->d_name + bl + il, &end, 10);
+        if ((*end && *end != '.') || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
         char stale[8192];
-        if ((size_t)snprintf(stale, sizeof stale, "%s/%s", dir, e->d_name) < sizeof stale) unlink(stale);
+        struct stat st;
+        if ((size_t)snprintf(stale, sizeof stale, "%s/%s", dir, e->d_name) < sizeof stale && lstat(stale, &st) == 0 &&
+            S_ISREG(st.st_mode))
+            unlink(stale);
     }
     if (d) closedir(d);
 }
+
+int mp_create_excl(const char *path) {
+    return open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+}
+
+/* ---- one writer per output: PATH.lock, flock(2)ed while the output is written ----
+ * The locks this thread holds (a run locks its outputs at its start, and its
+ * writes of them must not take the lock again: flock locks belong to an open
+ * file, so a second open of the same lock would refuse this process itself). */
+enum { HELD_MAX = 128 }; /* a comparison's commit locks each file it moves into DIR: 12 modes x 6 + 2 */
+static _Thread_local struct {
+    int fd;
+    long pid;        /* the process that took it: a child made by fork() holds none of its parent's locks */
+    char *path;      /* the output's (malloc'd) */
+} held[HELD_MAX];
+static _Thread_local int nheld;
+
+static int held_at(const char *path) {
+    for (int i = 0; i < nheld; i++)
+        if (held[i].pid == (long)getpid() && !strcmp(held[i].path, path)) return i;
+    return -1;
+}
+
+int mp_output_held(const char *path) { return path && held_at(path) >= 0; }
+
+static const char lock_text[] = "mixprec lock, pid ";
+
+mp_status mp_output_lock(const char *option, const char *path) {
+    if (!path || !*path) return mp_error(MP_EINVAL, "mp_output_lock: no path");
+    const char *opt = option ? option : "", *sp = option ? " " : "";
+    if (strlen(path) >= 4200 - 8) return mp_error(MP_EINVAL, "%s%s%.200s...: path too long", opt, sp, path);
+    if (held_at(path) >= 0) return MP_OK;
+    for (int i = 0; i < nheld; i++) /* a parent's, copied by fork(): not this process's (its descriptor is left
+                                       as it is: the child may have closed it and reused the number) */
+        if (held[i].pid != (long)getpid()) free(held[i].path), held[i--] = held[--nheld];
+    if (nheld == HELD_MAX) return mp_error(MP_ENOMEM, "%s%s%s: more than %d outputs locked at once", opt, sp, path, HELD_MAX);
+    char lk[4300];
+    snprintf(lk, sizeof lk, "%s.lock", path);
+    for (int tries = 0; tries < 100; tries++) {
+        const int fd = open(lk, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
+        if (fd < 0)
+            return mp_error(MP_EIO, "%s%s%s: cannot create its lock file %s (%s)", opt, sp, path, lk,
+                            errno == ELOOP ? "it is a symbolic link" : strerror(errno));
+        struct stat a, b;
+        if (fstat(fd, &a) != 0 || !S_ISREG(a.st_mode)) {
+            close(fd);
+            return mp_error(MP_EIO, "%s%s%s: its lock file %s is not a regular file", opt, sp, path, lk);
+        }
+        char text[64] = "";
+        const ssize_t got = pread(fd, text, sizeof text - 1, 0);
+        text[got > 0 ? got : 0] = 0;
+        const int ours = got <= 0 || !strncmp(text, lock_text, sizeof lock_text - 1);
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int e = errno;
+            close(fd);
+            if (e != EWOULDBLOCK)
+                return mp_error(MP_EIO, "%s%s%s: cannot lock %s (%s)", opt, sp, path, lk, strerror(e));
+            const long pid = ours && got > 0 ? strtol(text + sizeof lock_text - 1, NULL, 10) : 0;
+            char who[64] = "another process";
+            if (pid > 0) snprintf(who, sizeof who, "another mixprec process (pid %ld)", pid);
+            return mp_error(MP_EIO, "%s%s%s: %s is writing it (it holds %s); one writer per output", opt, sp, path,
+                            who, lk);
+        }
+        if (lstat(lk, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino) { /* its last holder removed it */
+            close(fd);
+            continue;
+        }
+        if (!ours) {
+            close(fd);
+            return mp_error(MP_EIO, "%s%s%s: %s is a file mixprec did not write, not a lock: it is left alone "
+                            "(remove it, or choose another path)", opt, sp, path, lk);
+        }
+        char mine[64];
+        const int len = snprintf(mine, sizeof mine, "%s%ld\n", lock_text, (long)getpid());
+        if (ftruncate(fd, 0) != 0 || pwrite(fd, mine, (size_t)len, 0) != len) {
+            const int e = errno;
+            unlink(lk), close(fd);
+            return mp_error(MP_EIO, "%s%s%s: cannot write its lock file %s (%s)", opt, sp, path, lk, strerror(e));
+        }
+        char *copy = strdup(path);
+        if (!copy) {
+            unlink(lk), close(fd);
+            return mp_error(MP_ENOMEM, "%s%s%s: out of memory", opt, sp, path);
+        }
+        held[nheld].fd = fd, held[nheld].pid = (long)getpid(), held[nheld++].path = copy;
+        return MP_OK;
+    }
+    return mp_error(MP_EIO, "%s%s%s: its lock file %s keeps being replaced", opt, sp, path, lk);
+}
+
+void mp_output_unlock(const char *path) {
+    const int i = path ? held_at(path) : -1;
+    if (i < 0) return;
+    char lk[4300];
+    snprintf(lk, sizeof lk, "%s.lock", path);
+    unlink(lk); /* while it is held: a process waiting on it sees a removed file and opens the path again */
+    close(held[i].fd);
+    free(held[i].path);
+    held[i] = held[--nheld];
+}
+
+static _Thread_local int no_replace; /* mp_write_no_replace */
+
+void mp_write_no_replace(int on) { no_replace = on; }
 
 mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t n) {
     if (!path || !*path || (n && !chunks)) return mp_error(MP_EINVAL, "mp_write_file_atomic: no path or no data");
@@ -357,21 +482,40 @@ mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t 
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return mp_error(MP_EIO, "%s is %s, not a regular file: it is not replaced", path,
                         S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device");
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    remove_stale(dir, slash ? slash + 1 : path);
-    sink s = {open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666), 0,
-              fault_at("MIXPREC_FAULT_WRITE_KILL_AFTER"), fault_at("MIXPREC_FAULT_WRITE_ENOSPC")};
-    if (s.fd < 0) /* the path asked for, and why: the temporary file beside it is ours */
-        return mp_error(MP_EIO, "%s: cannot create (%s); the previous file is untouched", path, strerror(errno));
+    /* one writer: a lock this thread holds (a run's output) is used as it is, else taken for the write */
+    const int locked_here = held_at(path) < 0;
+    if (locked_here && mp_output_lock(NULL, path) != MP_OK) return MP_EIO;
+    /* PATH.tmp.PID.XXXXXX, created exclusively (never a link's target, never a file already there) */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.XXXXXX", path, (long)getpid());
+    mp_remove_stale(dir, slash ? slash + 1 : path, ".tmp.");
+    sink s = {mkostemp(tmp, O_CLOEXEC), 0, fault_at("MIXPREC_FAULT_WRITE_KILL_AFTER"),
+              fault_at("MIXPREC_FAULT_WRITE_ENOSPC")};
+    if (s.fd < 0) { /* the path asked for, and why: the temporary file beside it is ours */
+        const int e = errno;
+        if (locked_here) mp_output_unlock(path);
+        return mp_error(MP_EIO, "%s: cannot create (%s); the previous file is untouched", path, strerror(e));
+    }
+    if (fchmod(s.fd, 0666 & ~current_umask()) != 0) { /* mkstemp makes 0600; a file is written as open(0666) would */
+        const int e = errno;
+        close(s.fd), unlink(tmp);
+        if (locked_here) mp_output_unlock(path);
+        return mp_error(MP_EIO, "%s: cannot create (%s); the previous file is untouched", path, strerror(e));
+    }
     const char *failed = NULL;
     for (size_t i = 0; !failed && i < n; i++)
         if (sink_write(&s, chunks[i].data, chunks[i].size) != 0) failed = "write failed";
     if (!failed && fsync(s.fd) != 0) failed = "fsync failed";
     int err = errno;
     if (close(s.fd) != 0 && !failed) failed = "close failed", err = errno;
-    if (!failed && rename(tmp, path) != 0) failed = "cannot rename the new file into place", err = errno;
+    if (!failed && no_replace) { /* link(2) fails with EEXIST where a file is: nothing is replaced */
+        if (link(tmp, path) == 0) unlink(tmp);
+        else if (errno == EEXIST) failed = "a file is there already, and it is not replaced", err = EEXIST;
+        else if (lstat(path, &st) != 0 && errno == ENOENT && rename(tmp, path) == 0) { /* no hard links here */
+        } else failed = "cannot move the new file into place", err = errno;
+    } else if (!failed && rename(tmp, path) != 0) failed = "cannot rename the new file into place", err = errno;
     if (failed) {
         unlink(tmp);
+        if (locked_here) mp_output_unlock(path);
         return mp_error(MP_EIO, "%s: %s (%s); the previous file is untouched", path, failed, strerror(err));
     }
     /* make the rename itself durable (EINVAL: this file system cannot sync a directory) */
@@ -379,6 +523,7 @@ mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t 
     const int synced = dfd < 0 || fsync(dfd) == 0 || errno == EINVAL;
     err = errno;
     if (dfd >= 0) close(dfd);
+    if (locked_here) mp_output_unlock(path);
     if (!synced) return mp_error(MP_EIO, "%s: written, but its directory cannot be synced (%s)", path, strerror(err));
     return MP_OK;
 }

@@ -94,7 +94,8 @@ typedef struct {
     mp_loader loader;
     mp_trainer *tr;
     int log_fd;          /* the CSV log, written as log_partial; -1: none */
-    char log_partial[4200]; /* PATH.partial: the rows as they come, renamed to PATH when the log is whole */
+    char log_partial[4200]; /* PATH.partial.PID: the rows as they come, renamed to PATH when the log is whole */
+    const char *locked[4];  /* the outputs whose locks this run holds (mp_output_lock) */
     off_t log_size;      /* its complete rows, in bytes */
     long log_rows;
     char *row;           /* the row being written */
@@ -645,6 +646,16 @@ static int begin(run_state *s) {
     peak_reset();
     s->is_gpt = !o->custom && is_gpt(o->model);
     s->writer = rank_of(s) == 0; /* with ranks, rank 0 alone writes files and the console */
+    if (s->writer) { /* one writer per output: each locked for the whole run, before anything is read */
+        const char *const opt[4] = {"--log", "--summary", "--save", "--dump-grads"};
+        const char *const path[4] = {o->log, o->summary, o->save, o->dump_grads};
+        for (int k = 0; k < 4; k++) {
+            if (!path[k] || mp_output_held(path[k])) continue; /* a lock the caller holds stays the caller's */
+            const mp_status ls = mp_output_lock(opt[k], path[k]);
+            if (ls != MP_OK) return failed(s, ls);
+            s->locked[k] = path[k];
+        }
+    }
     mp_status ts = mp_threads_check(); /* before OpenMP's runtime would end the process for it */
     if (ts != MP_OK) return failed(s, ts);
     s->T = 1, s->steps_per_epoch = 1;
@@ -731,9 +742,11 @@ static int prepare(run_state *s) {
     }
     /* activation headroom is measured against the compute format's largest value, fp16's in an fp32 run */
     r->headroom_format = mp_format(s->prec.compute == MP_F32 ? MP_F16 : s->prec.compute);
-    snprintf(s->log_partial, sizeof s->log_partial, "%.4000s.partial", o->log ? o->log : "");
-    if (o->log && s->writer && (s->log_fd = open(s->log_partial, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0)
-        return fail(s, MP_EIO, "%s: cannot create the log (%s)", s->log_partial, strerror(errno));
+    /* PATH.partial.PID: this run's own, created exclusively (never through a link, never over another's rows) */
+    snprintf(s->log_partial, sizeof s->log_partial, "%.4000s.partial.%ld", o->log ? o->log : "", (long)getpid());
+    if (o->log && s->writer && (s->log_fd = mp_create_excl(s->log_partial)) < 0)
+        return fail(s, MP_EIO, "%s: cannot create the log (%s)", s->log_partial,
+                    errno == EEXIST ? "a file is there already" : strerror(errno));
     if (s->log_fd >= 0) {
         FILE *row = log_row(s);
         if (row) csv_header(row, &s->model, s->qt, s->nq);
@@ -1196,6 +1209,71 @@ static cJSON *summary_json(run_state *s) {
     return j;
 }
 
+/* Whether v holds a value that is not finite (fp32, or fp16/bf16 bits). */
+static int any_nonfinite(const void *v, mp_dtype t, size_t n) {
+    if (!v) return 0;
+    if (t == MP_F32) {
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(((const float *)v)[i])) return 1;
+        return 0;
+    }
+    const uint16_t mask = t == MP_F16 ? 0x7c00 : 0x7f80; /* exponent all ones: inf or NaN */
+    for (size_t i = 0; i < n; i++)
+        if ((((const uint16_t *)v)[i] & mask) == mask) return 1;
+    return 0;
+}
+
+/* Why the run's end is worse than a checkpoint it could replace (into why),
+ * or 0: it stopped early, its last step's loss (unless the step was skipped)
+ * or its final evaluation is not finite, or its weights or fp32 optimizer
+ * state hold a value that is not finite (what --resume and sample refuse). */
+static int ended_worse(const run_state *s, char *why, size_t cap) {
+    const mp_run_result *r = &s->res;
+    if (s->stopped) return snprintf(why, cap, "the run stopped early (%.200s)", s->stopped), 1;
+    /* a last step skipped for its inf/NaN (loss scaling) changed nothing: its loss says nothing of the state */
+    const int last_skipped = s->done_steps > 0 && r->skipped[s->done_steps - 1];
+    if ((!isfinite(r->last_loss) && !last_skipped) || !isfinite(r->eval_loss))
+        return snprintf(why, cap, "the run ended with a %s loss of %s", isfinite(r->last_loss) ? "evaluation" : "training",
+                        isnan(isfinite(r->last_loss) ? r->eval_loss : (double)r->last_loss) ? "NaN" : "inf"), 1;
+    for (size_t i = 0; i < mp_optim_count(s->opt); i++) {
+        const mp_param *p = mp_optim_param(s->opt, i);
+        if (any_nonfinite(p->master, MP_F32, p->n) || any_nonfinite(p->half, p->half_type, p->n) ||
+            any_nonfinite(p->state1, MP_F32, p->n) || any_nonfinite(p->state2, MP_F32, p->n))
+            return snprintf(why, cap, "the run ended with a value that is not finite in '%s'", p->name), 1;
+    }
+    return 0;
+}
+
+/* The checkpoint: over --save's path when the run ended as it should; else
+ * (ended_worse) never over it: beside it, as PATH.rejected, which is not
+ * replaced either, and the run fails (MP_EOVERFLOW) saying where its state is. */
+static void save_checkpoint(run_state *s, mp_status gathered) {
+    const mp_run_spec *o = &s->o;
+    FILE *out = s->io.out;
+    char why[320];
+    mp_status e;
+    if (!ended_worse(s, why, sizeof why)) {
+        if ((e = gathered) != MP_OK || (e = mp_trainer_save(s->tr, o->save, s->meta, o->save_dtype)) != MP_OK)
+            output_failed(s, e, mp_last_error());
+        else OUT("saved %s (step %ld)\n", o->save, mp_trainer_step_count(s->tr));
+        s->wrote[2] = e == MP_OK ? 1 : -1;
+        return;
+    }
+    char side[4200], msg[1400];
+    snprintf(side, sizeof side, "%.4000s.rejected", o->save);
+    mp_write_no_replace(1);
+    if ((e = gathered) == MP_OK) e = mp_trainer_save(s->tr, side, s->meta, o->save_dtype);
+    mp_write_no_replace(0);
+    if (e == MP_OK)
+        snprintf(msg, sizeof msg, "--save %.300s: %s, so it is not written over; this run's state (step %ld) is in "
+                 "%.300s.rejected", o->save, why, mp_trainer_step_count(s->tr), o->save);
+    else
+        snprintf(msg, sizeof msg, "--save %.300s: %s, so it is not written over; this run's state is not written "
+                 "either (%.600s)", o->save, why, mp_last_error());
+    output_failed(s, MP_EOVERFLOW, msg);
+    s->wrote[2] = -1;
+}
+
 /* The outputs: the checkpoint first (the training is in it), then the summary
  * and the gradients; one that cannot be written (one line) does not keep the
  * others from being written (s->out_failed). */
@@ -1207,12 +1285,7 @@ static void write_outputs(run_state *s) {
     mp_status e;
     /* a sharded optimizer's state comes to rank 0 for the checkpoint (every rank takes part) */
     const mp_status gathered = o->save ? mp_trainer_gather_state(s->tr, 1) : MP_OK;
-    if (o->save && writer) {
-        if ((e = gathered) != MP_OK || (e = mp_trainer_save(s->tr, o->save, s->meta, o->save_dtype)) != MP_OK)
-            output_failed(s, e, mp_last_error());
-        else OUT("saved %s (step %ld)\n", o->save, mp_trainer_step_count(s->tr));
-        s->wrote[2] = e == MP_OK ? 1 : -1;
-    }
+    if (o->save && writer) save_checkpoint(s, gathered);
     if (o->save) mp_trainer_gather_state(s->tr, 0); /* rank 0 lets go of the others' state */
     if (writer) { /* the summary: kept in the result, written where the spec names it */
         cJSON *j = summary_json(s);
@@ -1298,6 +1371,7 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
         close(s.log_fd);
     }
     if (s.finished) say_outputs(&s);
+    for (int k = 0; k < 4; k++) mp_output_unlock(s.locked[k]);
     *res = s.res, memset(&s.res, 0, sizeof s.res);
     res->precision = s.prec, res->invalid = ret == RUN_INVALID;
     state_free(&s);

@@ -144,7 +144,9 @@ static const option options[] = {
      "of micro-batch s is the window at ((sB + b) T) mod (N_train - T)"},
     {"threads", "N", K_INT, F(threads), 1, 256, NULL, NULL, "threads for the kernels"},
     {"init", "FILE", K_STR, F(init), 0, 0, NULL, "files", "initial weights (safetensors, PyTorch's names)"},
-    {"save", "FILE", K_STR, F(save), 0, 0, NULL, NULL, "checkpoint at the end: weights, optimizer state, scaler, step"},
+    {"save", "FILE", K_STR, F(save), 0, 0, NULL, NULL, "checkpoint at the end: weights, optimizer state, scaler, step\n"
+     "(a run that stops early or ends NaN/inf writes FILE.rejected\n"
+     "instead, never over FILE, and exits 1)"},
     {"save-dtype", "fp32|fp16|bf16", K_CHOICE, F(save_dtype), 0, 0, save_dtypes, NULL,
      "the weights' dtype in --save (fp32; a half file\n"
      "is smaller but does not resume bit-identically)"},

@@ -14,6 +14,10 @@
 #   explore: --out against --from
 #   every input option of train, compare, sample, underflow and explore given
 #     a FIFO, a directory and a device: refused at once, in one line
+#   links, FIFOs and files of someone else's at the names written beside an
+#     output (PATH.partial.PID, PATH.lock), and a second writer of each output
+#     (train's four, compare's DIR, explore's page); a DIR whose files compare
+#     did not write
 #   train under mpirun -np 2, where this mixprec has MPI
 . "$(dirname "$0")/lib.sh"
 W=$T/w # the user's files; $T holds the test's own
@@ -146,6 +150,99 @@ for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte 
     refused 1 "--data $T/sp/fm/$f is a FIFO, not a regular file" timeout 10 "$M" "${MLP[@]}" --data "$T/sp/fm" --steps 1
 done
 [ ! -e "$T/sp/out" ] && [ ! -e "$T/sp/x.html" ] && ok || fail "a refused run created its output"
+
+# 6. traps at the names mixprec writes beside an output, and a second writer of
+#    each output: in a directory of their own ($T/own), each run's files checked
+here=$PWD
+mkdir -p "$T/own" && cd "$T/own" || exit 1
+G=("$M" "${GPT[@]}" --data "text:$W/c.txt")
+echo "someone's file" > target && cp target target.orig
+# a link at the log's partial file (this run's own name: PATH.partial.PID, the PID exec keeps) and at the old names
+expect 1 bash -c 'ln -s target "x.csv.partial.$BASHPID" && ln -sf target x.csv.partial && ln -sf target "x.st.tmp.$BASHPID" &&
+    exec "$0" "$@"' "${G[@]}" --steps 2 --log x.csv --save x.st && one_line &&
+    has "$err" 'x.csv.partial.[0-9]+: cannot create the log \(a file is there already\)'
+cmp -s target target.orig && [ ! -e x.csv ] && [ ! -e x.st ] && ok || fail "a link at a partial file: $(ls -l)"
+expect 0 "${G[@]}" --steps 2 --log x.csv --save x.st --summary x.json # the links at the old names are left alone
+cmp -s target target.orig && [ -f x.csv ] && [ ! -L x.csv ] && [ "$(wc -l < x.csv)" -eq 3 ] && [ -L x.csv.partial ] &&
+    [ -z "$(ls x.*.lock x.st.tmp.*[!0-9]* 2>/dev/null)" ] && ok || fail "the outputs beside the links: $(ls -l)"
+rm -f x.*
+# the lock file: a link, a FIFO or a file of someone else's at PATH.lock is refused and left as it was
+ln -s target l.csv.lock && mkfifo l.json.lock && echo "my notes" > l.st.lock
+expect 1 "${G[@]}" --steps 2 --log l.csv && one_line && has "$err" '--log l.csv: cannot create its lock file l.csv.lock \(it is a symbolic link\)'
+expect 1 "${G[@]}" --steps 2 --summary l.json && one_line && has "$err" '--summary l.json: its lock file l.json.lock is not a regular file'
+expect 1 "${G[@]}" --steps 2 --save l.st && one_line && has "$err" '--save l.st: l.st.lock is a file mixprec did not write'
+cmp -s target target.orig && [ -p l.json.lock ] && [ "$(cat l.st.lock)" = "my notes" ] && [ -z "$(ls l.csv l.json l.st 2>/dev/null)" ] &&
+    ok || fail "the traps at the lock files: $(ls -l)"
+# two writers: a run holding every output (stopped once its lock is there), then a run for each of them: refused,
+# one line naming the output; the first run's files whole once it ends
+"${G[@]}" --steps 600 --log s.csv --summary s.json --save s.st --dump-grads s.g > first.txt 2>&1 &
+pid=$!
+while [ ! -e s.g.lock ] && kill -0 "$pid" 2>/dev/null; do sleep 0.002; done
+kill -STOP "$pid"
+for o in "--log s.csv" "--summary s.json" "--save s.st" "--dump-grads s.g"; do
+    set -- $o
+    expect 1 "${G[@]}" --steps 2 "$1" "$2" && one_line &&
+        has "$err" "^mixprec train: $1 $2: another mixprec process \\(pid $pid\\) is writing it \\(it holds $2.lock\\)"
+done
+kill -CONT "$pid"
+wait "$pid" && ok || fail "the first writer: $(cat first.txt)"
+[ "$(wc -l < s.csv)" -eq 601 ] && awk -F, -v n="$(head -1 s.csv | awk -F, '{print NF}')" 'NF != n { exit 1 }' s.csv &&
+    grep -q '"steps":	600' s.json && [ -s s.g ] && [ -z "$(ls s.*.lock s.csv.partial* 2>/dev/null)" ] && ok ||
+    fail "the first writer's files: $(ls)"
+expect 0 "${G[@]}" --steps 601 --resume s.st # its checkpoint whole
+# compare: the second comparison into DIR refused while the first writes it; the first's DIR whole
+CK=(compare --model gpt:1-2-16-16 --batch 4 --threads 1 --data "text:$W/c.txt" --precisions fp32)
+"$M" "${CK[@]}" --steps 600 --out d > first.txt 2>&1 &
+pid=$!
+while [ ! -e d/.partial/compare.lock ] && kill -0 "$pid" 2>/dev/null; do sleep 0.002; done
+kill -STOP "$pid"
+expect 1 "$M" "${CK[@]}" --steps 2 --out d && one_line &&
+    has "$err" "^mixprec compare: --out d: d/.partial/compare: another mixprec process \\(pid $pid\\) is writing it"
+kill -CONT "$pid"
+wait "$pid" && ok || fail "the first comparison: $(cat first.txt)"
+[ "$(wc -l < d/fp32.csv)" -eq 601 ] && grep -q '"written_by":	"mixprec compare"' d/summary.json && [ ! -e d/.partial ] &&
+    ok || fail "the first comparison's files: $(ls -A d)"
+# links in DIR/.partial at the names compare writes there: removed as links, their target untouched
+mkdir -p dl/.partial && for f in fp32.txt fp32.json fp32.csv report.html summary.json; do
+    cp target "t.$f" && ln -s "../../t.$f" "dl/.partial/$f"; done
+expect 0 "$M" "${CK[@]}" --steps 2 --out dl
+for f in fp32.txt fp32.json fp32.csv report.html summary.json; do cmp -s "t.$f" target.orig || fail "dl/.partial/$f's target changed"; done
+[ "$(wc -l < dl/fp32.csv)" -eq 3 ] && [ -z "$(find dl -type l)" ] && [ ! -e dl/.partial ] && ok ||
+    fail "compare with links in its stage: $(ls -lA dl dl/.partial 2>&1)"
+# a file of DIR that another process is writing (its lock held: flock(1) here) when the comparison commits:
+# the commit is refused, DIR as it was, the comparison's files in DIR/.partial; the next one, unhindered, commits
+if command -v flock >/dev/null; then
+    expect 0 "$M" "${CK[@]}" --steps 2 --out d2 && (cd d2 && sha256sum ./* > ../d2.sums)
+    exec 9> d2/fp32.csv.lock && flock -n 9
+    expect 1 "$M" "${CK[@]}" --steps 3 --out d2 && one_line &&
+        has "$err" "d2/fp32.csv: another process is writing it .*: d2 is as it was, this comparison's files are in d2/.partial$"
+    exec 9>&-
+    (cd d2 && sha256sum --quiet -c ../d2.sums) && [ "$(wc -l < d2/.partial/fp32.csv)" -eq 4 ] && ok ||
+        fail "DIR after a refused commit: $(ls -A d2 d2/.partial)"
+    expect 0 "$M" "${CK[@]}" --steps 3 --out d2
+    [ "$(wc -l < d2/fp32.csv)" -eq 4 ] && [ ! -e d2/.partial ] && [ -z "$(ls d2/*.lock 2>/dev/null)" ] && ok ||
+        fail "DIR after the next comparison: $(ls -A d2)"
+fi
+# explore (a page written in one piece): refused while another process holds its lock (flock(1) here)
+if command -v flock >/dev/null; then
+    exec 9> e.html.lock && flock -n 9 # the lock belongs to fd 9's open file, this shell's, after flock(1) ends
+    expect 1 "$M" explore --out e.html && one_line && has "$err" 'e.html: another process is writing it'
+    [ ! -e e.html ] && ok || fail "explore wrote e.html under another's lock"
+    exec 9>&-
+    expect 0 "$M" explore --out e.html && [ -s e.html ] && [ ! -e e.html.lock ] && ok || fail "explore after the lock: $(ls)"
+fi
+# compare never replaces or removes a file it did not write: a summary.json of the user's (naming its own
+# files), a file by a mode's name beside no summary of compare's
+mkdir res && echo '{"files": ["results.csv", "notes.txt"]}' > res/summary.json && echo 1 > res/results.csv && echo 2 > res/notes.txt
+(cd res && sha256sum * > ../res.sums)
+expect 1 "$M" "${CK[@]}" --steps 2 --out res && one_line &&
+    has "$err" '--out res: res/summary.json is not a summary that mixprec compare wrote: it is not replaced'
+(cd res && sha256sum --quiet -c ../res.sums) && [ "$(ls -A res | wc -l)" -eq 3 ] && ok || fail "the user's res: $(ls -A res)"
+mkdir mine && echo "my run" > mine/fp32.csv
+expect 1 "$M" "${CK[@]}" --steps 2 --out mine && one_line &&
+    has "$err" '--out mine: mine/fp32.csv is not a file that mixprec compare wrote there'
+[ "$(cat mine/fp32.csv)" = "my run" ] && [ "$(ls -A mine)" = fp32.csv ] && ok || fail "the user's mine: $(ls -A mine)"
+cd "$here" || exit 1
 
 # 4. the data-parallel path: the same checks on rank 0, one message, every rank stops
 # (in the plain build: under ASan, tests/test_mpi.sh's own runs are make test-long's)

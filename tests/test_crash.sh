@@ -94,29 +94,34 @@ for i in $(seq 1 12); do
     if cmp -s ck.st old.st; then kept_old=$((kept_old + 1)); ok
     elif cmp -s ck.st new40.st; then kept_new=$((kept_new + 1)); ok
     else fail "SIGKILL $i: the checkpoint is neither the old nor the new one"; fi
-    # the log streams into ck.csv.partial, renamed to ck.csv at the very end: whichever is there holds whole rows
-    for f in ck.csv ck.csv.partial; do
+    # the log streams into ck.csv.partial.PID, renamed to ck.csv at the very end: whichever is there holds whole rows
+    for f in ck.csv ck.csv.partial.*; do
         [ -s "$f" ] || continue
         cols=$(head -1 "$f" | awk -F, '{print NF}')
         if head -n "$(wc -l < "$f")" "$f" | awk -F, -v n="$cols" 'NF != n { exit 1 }'; then ok
         else fail "SIGKILL $i: a broken row in $f"; fi
     done
-    if [ -e ck.csv ] && [ -e ck.csv.partial ]; then fail "SIGKILL $i: both ck.csv and ck.csv.partial"; fi
-    rm -f ck.csv.partial
+    if [ -e ck.csv ] && compgen -G 'ck.csv.partial.*' >/dev/null; then fail "SIGKILL $i: both ck.csv and ck.csv.partial.*"; fi
+    rm -f ck.csv.partial.*
     run 0 "${G[@]}" --steps 41 --resume ck.st --save ck.st && same ck.st new41.st "resumed after SIGKILL $i"
     if [ -z "$(temps)" ]; then ok; else fail "stale temporary files after the next save: $(temps)"; fi
 done
 echo "SIGKILL at random times: $kept_old kept the old checkpoint ($mid_write of them while writing it), $kept_new the new"
-# a run killed while it trains leaves its log's path as it was and every row so far in PATH.partial
+# a run killed while it trains leaves its log's path as it was and every row so far in PATH.partial.PID
 echo "an old log" > ck.csv
 "${G[@]}" --steps 400 --resume old.st --log ck.csv >/dev/null 2>&1 &
 pid=$!
-while [ "$(cat ck.csv.partial 2>/dev/null | wc -l)" -lt 4 ] && kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
+while [ "$(cat ck.csv.partial.$pid 2>/dev/null | wc -l)" -lt 4 ] && kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
 kill -9 "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
 if [ "$(cat ck.csv)" = "an old log" ]; then ok; else fail "a killed run changed its log's path"; fi
-complete_rows ck.csv.partial
-rm -f ck.csv ck.csv.partial
+complete_rows ck.csv.partial.$pid
+# the next run's rows go to a partial file of its own: the killed run's rows stay
+cp ck.csv.partial.$pid killed.csv
+run 0 "${G[@]}" --steps 5 --resume old.st --log ck.csv
+same ck.csv.partial.$pid killed.csv "the killed run's rows after the next run"
+[ "$(wc -l < ck.csv)" -eq 3 ] && ok || fail "the next run's log: $(wc -l < ck.csv) lines"
+rm -f ck.csv ck.csv.partial.* killed.csv
 
 # 3. a full disk (injected ENOSPC) at any point of the checkpoint: one line,
 #    status 1, the old checkpoint, no temporary file
@@ -177,19 +182,94 @@ run 1 limited 64 "${G[@]}" --steps 6 --resume ck.st --save ck.st --summary ck.js
 same ck.st old.st "checkpoint under ulimit -f"
 same ck.json old.json "summary of a run refused under ulimit -f"
 same ck.csv old.csv "log of a run refused under ulimit -f"
-if [ -z "$(temps)" ] && [ ! -e ck.csv.partial ]; then ok; else fail "a refused run left $(temps) $(ls ck.csv.* 2>/dev/null)"; fi
+if [ -z "$(temps)" ] && ! compgen -G 'ck.csv.partial*' >/dev/null; then ok; else fail "a refused run left $(temps) $(ls ck.csv.* 2>/dev/null)"; fi
 run 1 limited 40 "${G[@]}" --steps 200 --resume ck.st --summary ck.json --log ck.csv &&
-    one_line 'ck.csv: cannot append to the log (File too large); ck.csv.partial keeps the [0-9]* complete lines before, ck.csv is as it was'
-complete_rows ck.csv.partial
+    one_line 'ck.csv: cannot append to the log (File too large); ck.csv.partial.[0-9]* keeps the [0-9]* complete lines before, ck.csv is as it was'
+P=$(printf '%s' "$err" | sed -n 's/.*; \(ck.csv.partial.[0-9]*\) keeps.*/\1/p') # the file the message names holds the rows
+complete_rows "$P"
 same ck.csv old.csv "the log's path when its rows could not all be written"
 lines=$(printf '%s' "$err" | sed -n 's/.*keeps the \([0-9]*\) complete lines.*/\1/p')
-if [ "$(wc -l < ck.csv.partial)" = "$lines" ] && [ "$(size ck.csv.partial)" -le 40960 ] && [ "$lines" -gt 10 ]; then ok
-else fail "log under ulimit -f: $(wc -l < ck.csv.partial) lines, $(size ck.csv.partial) bytes, message: $err"; fi
+if [ "$(wc -l < "$P")" = "$lines" ] && [ "$(size "$P")" -le 40960 ] && [ "$lines" -gt 10 ]; then ok
+else fail "log under ulimit -f: $(wc -l < "$P") lines, $(size "$P") bytes, message: $err"; fi
 same ck.st old.st "checkpoint after the log failed"
 if [ "$(tail -c 1 ck.json)" = '}' ] && ! cmp -s ck.json old.json &&
    grep -q "stopped: ck.csv: the log could not be written" ck.json; then ok
 else fail "the summary of a run stopped by its log"; fi
 if [ -z "$(temps)" ]; then ok; else fail "EFBIG left $(temps)"; fi
 run 0 "${G[@]}" --steps 7 --resume ck.st --save ck.st && same ck.st new7.st "resumed after the full disk"
+
+# 6. a run that ends worse never writes over a checkpoint: ending NaN (--lr 1e6) or stopping early (the loss
+#    scale at its floor) leaves --save's file as it was, writes its state beside it as PATH.rejected (never over
+#    a file there either), exits 1 and says where the state is; the file --save kept still resumes
+cp old.st ck.st && rm -f ck.st.rejected
+run 1 "${G[@]}" --steps 8 --lr 1e6 --resume ck.st --save ck.st &&
+    one_line "^mixprec train: --save ck.st: the run ended with a [a-z]* loss of [NaNinf]*, so it is not written over; this run's state (step 8) is in ck.st.rejected$"
+same ck.st old.st "the checkpoint after a run that ended NaN"
+run 1 "${G[@]}" --steps 9 --resume ck.st.rejected && one_line 'ck.st.rejected: .*non-finite' # what --resume refuses
+cp ck.st.rejected rejected.bak
+run 1 "${G[@]}" --steps 8 --lr 1e6 --resume ck.st --save ck.st &&
+    one_line "this run's state is not written either (ck.st.rejected: a file is there already, and it is not replaced"
+same ck.st old.st "the checkpoint after a second run that ended NaN"
+same ck.st.rejected rejected.bak "the state beside it after a second run that ended NaN"
+run 0 "${G[@]}" --steps 6 --resume ck.st --save ck.st && same ck.st new.st "resumed from the checkpoint a NaN run kept"
+cp old.st ck.st && rm -f ck.st.rejected
+run 1 "${G[@]}" --steps 9 --precision fp16-dynamic --init-scale 1 --min-scale 1 --max-scale 1 --lr 1e6 --save ck.st &&
+    one_line "^mixprec train: --save ck.st: the run stopped early (loss scale already at minimum .*), so it is not written over; this run's state (step [0-9]*) is in ck.st.rejected$"
+same ck.st old.st "the checkpoint after a run that stopped early"
+[ -s ck.st.rejected ] && ok || fail "the state of the run that stopped early"
+if [ -z "$(temps)" ] && [ -z "$(ls ck.st.rejected.tmp.* ck.st.lock ck.st.rejected.lock 2>/dev/null)" ]; then ok; else fail "left: $(ls ck.st.*)"; fi
+
+# 5. the commit of a comparison killed at each rename (strace injects SIGKILL at
+#    the Nth rename(2): the renames of its files into DIR/.partial, the decision
+#    (summary.json -> .commit), the moves into DIR, summary.json last). After
+#    each kill DIR is wholly the old comparison (fp32 and bf16, 2 steps) or
+#    wholly the new one (fp32, 3 steps; bf16's files removed), or DIR/.partial/.commit
+#    says a commit was cut and names the new files (each in DIR, new, or still in
+#    DIR/.partial); the next comparison into DIR completes it before anything else
+#    (here one whose own report and summary then fail: DIR is wholly the cut one).
+#    The locks of the files it was moving stay behind, unlocked (DIR/NAME.lock),
+#    until the comparison that completes it takes them over and removes them.
+if command -v strace >/dev/null && strace -f -o /dev/null true 2>/dev/null; then
+    CK=(compare --model gpt:1-2-16-16 --data text:c.txt --batch 4 --threads 1)
+    rm -rf cmp cmp.old && run 0 "$M" "${CK[@]}" --precisions fp32,bf16 --steps 2 --out cmp && cp -a cmp cmp.old
+    files_of() { sed -n '/"files"/,/]/p' "$1" | grep -o '"[^"]*\.[a-z]*"' | tr -d '"' | sort | tr '\n' ' '; }
+    NEW='fp32.csv fp32.json fp32.txt report.html '
+    wholly_new() { # DIR is the new comparison, no other file of compare's
+        [ "$(files_of cmp/summary.json)" = "$NEW" ] && [ "$(wc -l < cmp/fp32.csv)" -eq 4 ] &&
+            grep -q '"steps":	3' cmp/fp32.json && [ -z "$(ls cmp/bf16.* 2>/dev/null)" ]
+    }
+    cuts=0 olds=0 news=0
+    for N in $(seq 1 20); do
+        rm -rf cmp && cp -a cmp.old cmp
+        # (LeakSanitizer cannot run under ptrace: off for these runs of an ASan build)
+        { ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" strace -f -o /dev/null \
+            -e inject=rename:signal=SIGKILL:when=$N "$M" "${CK[@]}" --precisions fp32 --steps 3 --out cmp >/dev/null 2>&1; } 2>/dev/null
+        rc=$?
+        if [ "$rc" -eq 0 ]; then # past the last rename: done
+            if wholly_new && [ ! -e cmp/.partial ]; then ok; else fail "compare with no kill: $(ls -A cmp)"; fi
+            break
+        fi
+        if [ -e cmp/.partial/.commit ]; then
+            cuts=$((cuts + 1))
+            bad=
+            [ "$(files_of cmp/.partial/.commit)" = "$NEW" ] || bad="$bad .commit names $(files_of cmp/.partial/.commit);"
+            diff -q cmp.old/summary.json cmp/summary.json >/dev/null || bad="$bad summary.json is not the old one;"
+            for f in $NEW; do
+                if [ -e "cmp/.partial/$f" ]; then continue; fi
+                [ "$f" != fp32.csv ] || [ "$(wc -l < cmp/fp32.csv)" -eq 4 ] || bad="$bad cmp/fp32.csv is not the new one;"
+            done
+            [ -z "$bad" ] && ok || fail "killed at rename $N:$bad"
+            MIXPREC_FAULT_WRITE_ENOSPC=0 run 1 "$M" "${CK[@]}" --precisions fp32 --steps 5 --out cmp
+            if wholly_new && [ ! -e cmp/.partial/.commit ] && [ -z "$(ls cmp/*.lock 2>/dev/null)" ]; then ok
+            else fail "the cut commit at rename $N, completed: $(ls -A cmp) $(files_of cmp/summary.json)"; fi
+        elif diff -rq -x .partial -x '*.lock' cmp.old cmp >/dev/null; then olds=$((olds + 1)); ok # (a killed commit's locks stay)
+        elif wholly_new; then news=$((news + 1)); ok
+        else fail "killed at rename $N: cmp is neither old nor new nor a cut commit: $(ls -A cmp)"; fi
+    done
+    [ "$cuts" -ge 4 ] && [ "$olds" -ge 4 ] && ok || fail "compare's commit: $olds kills left it old, $cuts cut"
+    echo "compare killed at each rename: $olds left DIR old, $cuts cut the commit (completed by the next), $news new"
+else
+    echo "strace cannot trace here: the kills of compare's commit are not run"
+fi
 
 done_

@@ -11,9 +11,11 @@ TR=(train --model mlp:784-48-10 --batch 64 --threads 2 --data "$T/fmnist")
 GT=(train --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --threads 2 --lr 3e-3)
 expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --steps 17 --save "$T/b.st" # an fp32-master checkpoint
 
-# --master-weights none: weights and both moments only in fp16; trains, resumes
+# --master-weights none: weights and the optimizer's state only in fp16; trains, resumes
 # bit-identically, a checkpoint of the other setting is refused, bad combinations are usage errors
-expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --master-weights none --steps 12 --save "$T/mw.st" --summary "$T/mw.json"
+# (with SGD and momentum: AdamW's run ends in NaN, below, and --save never writes such a state over a checkpoint)
+MW=(--optimizer sgd --momentum 0.9 --lr 0.05)
+expect 0 "$M" "${TR[@]}" "${MW[@]}" --precision fp16-dynamic --master-weights none --steps 12 --save "$T/mw.st" --summary "$T/mw.json"
 has "$out" '^result: test accuracy [0-9.]+%'
 if python3 - "$T/mw.st" "$T/mw.json" <<'PY'
 import json, struct, sys
@@ -37,10 +39,10 @@ l = [float(r["loss"]) for r in rows]
 assert all(math.isfinite(x) for x in l) and sum(l[-5:]) < 0.7 * sum(l[:5]), l
 PY
 then ok; else fail "master-weights none with SGD learns"; fi
-expect 0 "$M" "${TR[@]}" --precision fp16-dynamic --master-weights none --steps 5 --save "$T/mw5.st"
-expect 0 "$M" "${TR[@]}" --precision fp16-dynamic+master-weights=none --steps 12 --resume "$T/mw5.st" --save "$T/mw12.st"
+expect 0 "$M" "${TR[@]}" "${MW[@]}" --precision fp16-dynamic --master-weights none --steps 5 --save "$T/mw5.st"
+expect 0 "$M" "${TR[@]}" "${MW[@]}" --precision fp16-dynamic+master-weights=none --steps 12 --resume "$T/mw5.st" --save "$T/mw12.st"
 if cmp -s "$T/mw.st" "$T/mw12.st"; then ok; else fail "master-weights none resume differs from an uninterrupted run"; fi
-expect 1 "$M" "${TR[@]}" --precision fp16-dynamic --steps 12 --resume "$T/mw5.st" && one_line && has "$err" "master_weights 'none'"
+expect 1 "$M" "${TR[@]}" "${MW[@]}" --precision fp16-dynamic --steps 12 --resume "$T/mw5.st" && one_line && has "$err" "master_weights 'none'"
 expect 1 "$M" "${TR[@]}" --precision fp16-dynamic --master-weights none --steps 30 --resume "$T/b.st" && one_line && has "$err" "master_weights 'fp32'"
 expect 2 "$M" "${TR[@]}" --precision bf16-pure --master-weights none --steps 1 && one_line && has "$err" 'bf16-pure'
 expect 2 "$M" "${TR[@]}" --precision fp32 --master-weights none --steps 1 && one_line && has "$err" 'fp16 or bf16'

@@ -291,15 +291,16 @@ status 1 env MIXPREC_FAULT_DIST_DIVERGE=1:7 "${MPI[@]}" -np 2 "$M" train --model
     --threads 1 --check-every 5 --save div.ckpt && one_message "step 10: the ranks' weights, optimizer and scaler state differ"
 [ ! -e div.ckpt ] && ok || fail "a run whose ranks differ wrote its checkpoint"
 
-# kill -9 of rank 1 during training (once the log streaming into k.csv.partial has rows): mpirun ends the
+# kill -9 of rank 1 during training (once the log streaming into k.csv.partial.PID, rank 0's, has rows): mpirun ends the
 # job with an error within 60 s, no rank is left, the checkpoint on disk is the one before and resumes, and
-# the log is as docs/LOGS.md says: k.csv never written, the rows so far whole in k.csv.partial
+# the log is as docs/LOGS.md says: k.csv never written, the rows so far whole in k.csv.partial.PID
 KILL=(train --model mlp:784-256-256-10 --batch 64 --threads 1 --data "$T/fmnist")
 status 0 "$M" "${KILL[@]}" --steps 3 --save k.ckpt && cp k.ckpt k0.ckpt
 "${MPI[@]}" -np 2 "$M" "${KILL[@]}" --steps 1000000 --resume k.ckpt --save k.ckpt --log k.csv >/dev/null 2>k.err &
 job=$!
 children() { for s in /proc/[0-9]*/stat; do awk -v p="$1" '$4 == p { print $1 }' "$s" 2>/dev/null; done; }
-for _ in $(seq 300); do [ -f k.csv.partial ] && [ "$(wc -l <k.csv.partial)" -gt 3 ] && break; sleep 0.1; done
+kpart() { compgen -G 'k.csv.partial.*' | head -1; }
+for _ in $(seq 300); do [ -n "$(kpart)" ] && [ "$(wc -l <"$(kpart)")" -gt 3 ] && break; sleep 0.1; done
 victim=
 ranks=$(children "$job")
 for p in $ranks; do tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && victim=$p; done
@@ -323,8 +324,8 @@ if [ -n "$victim" ]; then
     [ -z "$left" ] && ok || fail "ranks left running: $left"
     if cmp -s k.ckpt k0.ckpt; then ok; else fail "the checkpoint changed"; fi
     # (the last byte a newline: $(...) drops it, leaving nothing)
-    if [ ! -e k.csv ] && [ "$(wc -l <k.csv.partial)" -gt 3 ] && [ -z "$(tail -c 1 k.csv.partial)" ]; then ok
-    else fail "after the kill: k.csv $([ -e k.csv ] && echo exists || echo absent), k.csv.partial not whole rows"; fi
+    if [ ! -e k.csv ] && [ "$(wc -l <"$(kpart)")" -gt 3 ] && [ -z "$(tail -c 1 "$(kpart)")" ]; then ok
+    else fail "after the kill: k.csv $([ -e k.csv ] && echo exists || echo absent), k.csv.partial.* not whole rows"; fi
     status 0 "${MPI[@]}" -np 2 "$M" "${KILL[@]}" --steps 5 --resume k.ckpt && has "$out" '5 steps .*\(resumed\)' &&
         has "$out" '^ +2 steps, 0 skipped'
 else

@@ -1,4 +1,5 @@
-/* test_run.c - a run as a library call (run.h): the options by their CLI
+/* test_run.c - output locks (io.h: one writer per output, across processes),
+ * then a run as a library call (run.h): the options by their CLI
  * names and their errors, the spec's checks, the help from the mode table,
  * and mp_run itself on a small GPT: its results against its own CSV log and
  * summary, the same bits twice, a resumed run against a straight one, a
@@ -6,6 +7,7 @@
  * mkdtemp directory, removed at the end. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -351,8 +353,66 @@ static void compares(void) {
     CHECK_SAY(mark, "mp_compare: modes side by side, their files, summary.json, the reading, bad specs, failed modes\n");
 }
 
+/* Whether a child process (another writer) gets MP_EIO with a message holding
+ * want from mp_output_lock(path) (write 0) or mp_write_file_atomic(path) (1). */
+static int refused_in_child(const char *path, int write, const char *want) {
+    const pid_t c = fork();
+    if (c == 0) {
+        const mp_status st = write ? mp_write_file_atomic(path, &(mp_chunk){"child\n", 6}, 1) : mp_output_lock("--log", path);
+        if (st == MP_OK && !write) mp_output_unlock(path);
+        _exit(st == MP_EIO && strstr(mp_last_error(), want) ? 0 : 1);
+    }
+    int ws = 0;
+    return c > 0 && waitpid(c, &ws, 0) == c && WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+}
+
+static long file_text(const char *path, char *text, size_t cap) {
+    FILE *f = fopen(path, "r");
+    const size_t n = f ? fread(text, 1, cap - 1, f) : 0;
+    text[n] = 0;
+    if (f) fclose(f);
+    return f ? (long)n : -1;
+}
+
+/* mp_output_lock: one writer per output. Its thread takes it again freely and
+ * writes the output under it; another process is refused, by the lock and by
+ * a one-piece write, naming this process; unlocked, PATH.lock is gone and the
+ * other process gets it; a file of someone else's at PATH.lock is refused and
+ * kept. */
+static void locks(void) {
+    const long mark = check_failures;
+    const char *out = p(0, "locked.csv");
+    char lk[700], text[128], want[64];
+    snprintf(lk, sizeof lk, "%s.lock", out);
+    snprintf(want, sizeof want, "another mixprec process (pid %ld) is writing it", (long)getpid());
+    CHECK(mp_output_lock("--log", out) == MP_OK, "lock: %s", mp_last_error());
+    CHECK(mp_output_lock("--log", out) == MP_OK, "the lock taken again by its thread: %s", mp_last_error());
+    snprintf(text, sizeof text, "mixprec lock, pid %ld\n", (long)getpid());
+    char got[128];
+    CHECK(file_text(lk, got, sizeof got) > 0 && !strcmp(got, text), "the lock file holds '%s'", got);
+    CHECK(refused_in_child(out, 0, want), "a second process took the lock");
+    CHECK(refused_in_child(out, 1, want), "a second process wrote a locked output");
+    CHECK(mp_write_file_atomic(out, &(mp_chunk){"mine\n", 5}, 1) == MP_OK, "the holder's write: %s", mp_last_error());
+    CHECK(file_text(out, got, sizeof got) == 5 && !strcmp(got, "mine\n"), "the output holds '%s'", got);
+    mp_output_unlock(out);
+    CHECK(access(lk, F_OK) != 0, "the lock file is still there after the unlock");
+    CHECK(!refused_in_child(out, 0, "writing it"), "the lock refused after it was let go");
+    CHECK(access(lk, F_OK) != 0, "the child's lock file is still there after it ended");
+    FILE *f = fopen(lk, "w");
+    if (f) fputs("someone's notes\n", f), fclose(f);
+    CHECK(mp_output_lock("--log", out) == MP_EIO && strstr(mp_last_error(), "is a file mixprec did not write"),
+          "a file of someone else's at PATH.lock: %s", mp_last_error());
+    CHECK(file_text(lk, got, sizeof got) > 0 && !strcmp(got, "someone's notes\n"), "the file at PATH.lock changed");
+    CHECK(mp_write_file_atomic(out, &(mp_chunk){"x", 1}, 1) == MP_EIO && file_text(out, got, sizeof got) == 5,
+          "a write under someone else's PATH.lock");
+    unlink(lk);
+    CHECK_SAY(mark, "output locks: one writer per output (a second process refused, naming the first), a foreign "
+                    "PATH.lock kept\n");
+}
+
 int main(void) {
     if (!mkdtemp(root)) return perror("mkdtemp"), 1;
+    locks();
     options();
     checks();
     runs();

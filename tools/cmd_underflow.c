@@ -324,7 +324,10 @@ static int run_explore(int argc, char **argv) {
         grads_free(&o.g);
         return cli_usage_error("explore", "--out FILE.html is required");
     }
-    const mp_status st = mp_explore_write(out, o.g.g, MP_F32, o.g.n, o.desc);
+    /* one writer: --out locked from here to the end (mp_explore_write writes it under this lock) */
+    mp_status st = mp_output_lock("--out", out);
+    if (st == MP_OK) st = mp_explore_write(out, o.g.g, MP_F32, o.g.n, o.desc);
+    mp_output_unlock(out);
     grads_free(&o.g);
     if (st != MP_OK) {
         fprintf(stderr, "mixprec explore: %s\n", mp_last_error());

@@ -14,12 +14,26 @@
  *   DIR/report.html   the report (report.h)
  *
  * The files are written into DIR/.partial and moved into DIR together once
- * the report and summary.json are whole, summary.json last; then the files
- * the replaced summary.json named and this run did not write are removed
- * (never one a run option reads). DIR so holds the files of one run: the new
- * one when a mode trained and both were written, else the old one (a
- * comparison killed, or failing at those two files, leaves its files in
- * DIR/.partial; the next one replaces those it writes).
+ * the report and summary.json are whole. summary.json says mixprec wrote it
+ * ("written_by": "mixprec compare") and names the other files it came with
+ * ("files"): a comparison replaces or removes only those (never one a run
+ * option reads), and refuses a DIR where a file it would write is there
+ * without such a summary naming it (MP_EIO, nothing written). The commit:
+ * DIR/.partial/summary.json renamed to DIR/.partial/.commit (the comparison
+ * is decided), the files moved into DIR, the files the replaced summary named
+ * and this run did not write removed, .commit renamed to DIR/summary.json
+ * last. DIR so holds the files of one run: the new one when a mode trained
+ * and both were written, else the old one (a comparison killed before its
+ * commit, or failing at those two files, leaves its files in DIR/.partial;
+ * the next one replaces those it writes); one cut during its commit leaves
+ * DIR/.partial/.commit, which names the new files (in DIR or still in
+ * DIR/.partial), and the next comparison into DIR completes that commit
+ * before it starts. One comparison writes DIR at a time: DIR/.partial/compare
+ * is locked (mp_output_lock) from before the first mode to the end, and a
+ * second is refused with MP_EIO naming DIR; the commit locks each file it
+ * moves into DIR, and one that another process is writing (or that came
+ * into DIR meanwhile and is not compare's) stops it: MP_EIO, DIR as it was,
+ * the new files in DIR/.partial.
  */
 #ifndef MIXPREC_COMPARE_H
 #define MIXPREC_COMPARE_H

@@ -51,15 +51,19 @@ typedef struct mp_chunk {
 } mp_chunk;
 
 /* Writes the n chunks, one after another, to path atomically: to a temporary
- * file PATH.tmp.PID in the same directory (write, fsync and close checked),
- * renamed over path, then the directory synced. On MP_EIO (the path, what
- * failed and why: "No space left on device") the temporary file is removed
- * and an existing file at path is untouched; a process killed during the write
- * leaves the old file whole and its PATH.tmp.PID behind, which the next write
- * of the same path removes once that process is gone. A path that is a
- * directory, a device or a FIFO is never replaced (MP_EIO before anything is
- * written). Every file mixprec writes in one piece (checkpoints, summaries,
- * reports, pages) goes through here; MP_EINVAL for a NULL or empty path. */
+ * file PATH.tmp.PID.XXXXXX in the same directory, created exclusively
+ * (mkstemp: never through a link, never onto a file already there; write,
+ * fsync and close checked), renamed over path, then the directory synced.
+ * While it writes it holds path's lock (mp_output_lock), unless this thread
+ * holds it already. On MP_EIO (the path, what failed and why: "No space left
+ * on device"; another process writing path) the temporary file is removed
+ * and an existing file at path is untouched; a process killed during the
+ * write leaves the old file whole and its temporary file behind, which the
+ * next write of the same path removes once that process is gone. A path that
+ * is a directory, a device or a FIFO is never replaced (MP_EIO before
+ * anything is written). Every file mixprec writes in one piece (checkpoints,
+ * summaries, reports, pages) goes through here; MP_EINVAL for a NULL or empty
+ * path. */
 mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t n);
 
 /* Reads the whole of the regular file at path into *data (malloc'd: the
@@ -74,6 +78,24 @@ mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t 
  * it cannot be opened or read; MP_EINVAL when it holds more than max bytes;
  * MP_ENOMEM. On failure *data is NULL and *size 0. */
 mp_status mp_read_file(const char *what, const char *path, size_t max, uint8_t **data, size_t *size);
+
+/* One writer per output: takes an advisory lock (flock) on PATH.lock, which
+ * it creates (never through a link; an existing regular file is used only
+ * when it is empty or a lock mixprec wrote), and writes this process's id
+ * into it; the lock is this thread's until mp_output_unlock(path) (or the
+ * process ends: the kernel lets go of it, and the next lock of path takes the
+ * file over). Taking a lock this thread holds is MP_OK; a child made by
+ * fork() holds none of its parent's (it is refused like any other process). MP_EIO with a message
+ * naming option (may be NULL) and path when another process holds the lock
+ * ("another mixprec process (pid N) is writing it"), when PATH.lock is a link,
+ * not a regular file or a file of someone else's, or cannot be created;
+ * MP_EINVAL for a NULL, empty or too long path; MP_ENOMEM past 128 locks held
+ * at once. mp_run and mp_compare lock their outputs for the whole run. */
+mp_status mp_output_lock(const char *option, const char *path);
+
+/* Lets go of path's lock and removes PATH.lock (while still holding it); a
+ * path this thread does not hold is a no-op. */
+void mp_output_unlock(const char *path);
 
 /* Reads and validates a file: MP_EIO if unreadable or not a regular file,
  * or if it changes while read (as mp_read_file); MP_ECORRUPT, with the file

@@ -109,7 +109,7 @@ int mp_report_ablation_rows(const mp_report *r, mp_report_ablation *rows, int ca
 /* Writes the report atomically (temporary file, rename). MP_EINVAL + message
  * for a NULL path or r, an empty path or nruns outside 0 .. 64; MP_ENOMEM;
  * MP_EIO naming the file (mp_write_file_atomic: a file already at path is
- * left whole). */
+ * left whole; also when another process holds path's lock). */
 mp_status mp_report_write(const char *path, const mp_report *r);
 
 #ifdef __cplusplus

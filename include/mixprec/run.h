@@ -250,14 +250,23 @@ mp_status mp_run_check_files(const mp_run_spec *s);
  *                corpus shorter than the context; r->invalid not set);
  *   MP_EOVERFLOW the run stopped early: the gradients overflowed with the
  *                loss scale at its floor; results and outputs as at the end;
+ *                also a run with s->save that ended worse (stopped early,
+ *                or the last step's loss unless it was skipped, the final
+ *                evaluation, a weight or fp32 optimizer state not finite): the file at s->save is left as it was and the
+ *                state is written to SAVE.rejected where no file is (never
+ *                over one), the message naming both;
  *   another      the data, a file or memory failed, or an output could not be
- *                written (the others still are), or ranks disagreed: the
- *                message in mp_last_error() (and on io->err).
+ *                written (the others still are), or ranks disagreed, or
+ *                (MP_EIO, before anything is read) an output is being
+ *                written by another process (each output is locked for the
+ *                whole run: mp_output_lock): the message in mp_last_error()
+ *                (and on io->err).
  * A model whose parameters, gradients, optimizer state and activations would
  * not fit in the memory available (/proc/meminfo's MemAvailable, or a cgroup's
  * limit) is refused before anything is allocated for it: MP_ENOMEM + message
  * with both figures. Each output is written whole or not at all (mp_write_file_atomic); the CSV
- * log is appended a complete row at a time. r->memory_mib is the process's
+ * log is appended a complete row at a time to LOG.partial.PID, this run's
+ * own file (created exclusively), renamed over LOG at the end. r->memory_mib is the process's
  * peak resident memory during the run: mp_run resets the kernel's high-water
  * mark (/proc/self/clear_refs) when it starts. spec->threads, when set,
  * stays set (mp_set_threads) after the run. */

@@ -391,7 +391,8 @@ const mp_scaler *mp_trainer_scaler(const mp_trainer *t); /* NULL in modes withou
  * "quant.NAME.amax_history". Written atomically (io.h). MP_EINVAL + message
  * for weights_dtype other than fp32/fp16/bf16 (or a tensor
  * mp_safetensors_write refuses); MP_ENOMEM; MP_EIO naming the file (a file
- * already at path is left whole). The caller's meta keys must not repeat
+ * already at path is left whole; also when another process holds path's
+ * lock, mp_output_lock). The caller's meta keys must not repeat
  * the keys listed here: the file would not read back. */
 mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *meta, mp_dtype weights_dtype);
 

@@ -149,7 +149,8 @@ mp_status mp_log2_histogram(const void *x, mp_dtype xt, size_t n, int lo, int nb
  * every count for every slider position and format computed now
  * (mp_underflow_count). description (HTML-escaped) heads the page, e.g.
  * "200000 gradient magnitudes from g.npy". MP_EINVAL for no finite value,
- * MP_EIO when the file cannot be written. Also MP_EINVAL + message for no
+ * MP_EIO when the file cannot be written or another process holds its lock
+ * (mp_write_file_atomic). Also MP_EINVAL + message for no
  * path, a NULL x with n > 0 or another xt; MP_ENOMEM. */
 mp_status mp_explore_write(const char *path, const void *x, mp_dtype xt, size_t n, const char *description);
 
