@@ -27,12 +27,19 @@ On every `every`-th step (the first included) the monitor records:
 
 On every step it reads the loss scale, and a step after which the scale went
 down is a skipped step: the parameters whose gradients held inf or NaN are
-named (skips()).
+named (skips()). A step that was not skipped with a non-finite loss (or,
+on a recorded step, gradients) is a warning and in nonfinite().
 
-Counts of CPU tensors are computed by libmixprec on the tensor's memory.
-A CUDA tensor is copied to the CPU first (one device-to-host copy of every
-gradient and activation on a recorded step, nothing on the others); the
-shadow comparison uses torch's own operations on the tensor's device.
+after_backward may come before or after scaler.unscale_(opt) and clipping:
+the scaler's record says whether the gradients still carry the scale. The
+forward hooks are on the modules only for recorded steps; forwards without
+gradients or in eval() mode are not the step's. Give Monitor the module
+torch.compile returns: its recorded steps run eagerly, the others compiled.
+
+Counts of CPU tensors are computed by libmixprec on the tensor's memory;
+those of other tensors by torch's operations on their device, one small
+vector of counts per tensor, all read once per recorded step
+(counts="torch" takes that path for CPU tensors too: the same numbers).
 """
 import ctypes
 import math
@@ -240,7 +247,6 @@ def _limits(code):
 
 
 _LIMITS = {}
-_EAGER = {"monitors": 0, "stance": None}  # the monitors in a recorded step, and the stance they replaced
 _NVALUES, _NSTORE = 5, 4  # the layout of a counts vector: see _Counter
 
 
@@ -385,9 +391,13 @@ class Monitor:
         if counts not in ("auto", "torch"):
             raise MixprecError("mixprec: Monitor's counts is \"auto\" or \"torch\", not %r" % (counts,))
         # torch.compile's module: its original's names, and the recorded steps run eagerly (_attach)
-        self._compiled = hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule"
-        if self._compiled:
-            model = model._orig_mod
+        self._compiled = None
+        if hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule":
+            if not callable(model.__dict__.get("forward")):
+                raise MixprecError("mixprec: this torch.compile module (torch %s) has no forward of its own to "
+                                   "run eagerly on recorded steps; give Monitor the uncompiled module and call "
+                                   "it uncompiled" % torch.__version__)
+            self._compiled, model = model, model._orig_mod
         self.model, self.every, self.shadow = model, every, bool(shadow)
         self._unseen_warned = False
         self._count = _Counter(self._codes, counts == "torch")
@@ -403,7 +413,7 @@ class Monitor:
         for mn, m in self._modules:
             for pn, _ in m.named_parameters(recurse=False):
                 self._owner[(mn + "." if mn != "(model)" else "") + pn] = mn
-        self._hooks, self._stance, self._closed = [], None, False
+        self._hooks, self._compiled_forward, self._closed = [], None, False
         self._forward = None
         if self.shadow and not _TORCH2:  # torch 1.13's pre-hooks do not see keyword arguments: wrap its forward
             def forward(mod, *args, **kwargs):  # a method of the model: a deep copy calls its own
@@ -431,31 +441,27 @@ class Monitor:
         return self.step % self.every == 0 and not self._in_shadow
 
     def _attach(self):
-        """Hooks on the modules for a recorded step. A module from torch.compile runs the step eagerly
-        (torch.compiler.set_stance("force_eager"), torch >= 2.6, until after_backward): Dynamo does not guard
-        on hooks, so its graph would run without them; the other steps run the graph compiled without hooks."""
+        """Hooks on the modules for a recorded step. A module from torch.compile runs that step eagerly (its
+        forward, Dynamo's wrapper of the original module's __call__, is the original's __call__ until
+        after_backward): Dynamo does not guard on hooks, so its graph would run without them; the other steps
+        run the graph compiled without hooks. Nothing else in the process changes."""
         if self._hooks or self._closed:
             return
         self._hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules]
         self._hooks.append(self.model.register_forward_hook(self._root_hook))
         if self.shadow and _TORCH2:
             self._hooks.append(self.model.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
-        if self._compiled and hasattr(torch.compiler, "set_stance"):
-            self._stance = True
-            if _EAGER["monitors"] == 0:
-                _EAGER["stance"] = torch.compiler.set_stance("force_eager")
-            _EAGER["monitors"] += 1
+        if self._compiled is not None:
+            self._compiled_forward = self._compiled.__dict__["forward"]
+            self._compiled.forward = self.model.__call__
 
     def _detach(self):
         for h in self._hooks:
             h.remove()
         self._hooks = []
-        if self._stance is not None:
-            self._stance = None
-            _EAGER["monitors"] -= 1
-            if _EAGER["monitors"] == 0:
-                _EAGER["stance"].__exit__(None, None, None)  # the stance before the first monitor's _attach
-                _EAGER["stance"] = None
+        if self._compiled_forward is not None:
+            self._compiled.forward = self._compiled_forward
+            self._compiled_forward = None
 
     def _new_record(self):
         self._rec = {"step": self.step, "scale": None, "carried": None, "params": {}, "dead": {}, "bad": None,
@@ -764,8 +770,10 @@ class Monitor:
 
     def skips(self):
         """The skipped steps: [{"step", "scale", "params": [names with inf/NaN
-        gradients], "activation": the first module whose output held inf/NaN
-        on that step, when it was a recorded step, else None}]."""
+        gradients], or None when the monitor did not see them (the gradients
+        zeroed in place before after_step), "activation": the first module
+        whose output held inf/NaN on that step, when it was a recorded step,
+        else None}]."""
         return [dict(s) for s in self._skips]
 
     # ---- the report ----
