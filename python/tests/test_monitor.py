@@ -832,3 +832,28 @@ def test_torch_counts_equal_libmixprec_on_real_gradients(dtype):
     assert sum(c[f]["underflow"] + c[f]["subnormal"] for c in a.stats().values() for f in ("fp16", "e4m3", "e5m2")) > 0
     with pytest.raises(MixprecError, match="counts"):
         Monitor(mlp(), counts="gpu")
+
+
+@GRADSCALER
+def test_a_grad_scaler_skip_after_zero_grad_set_to_none_as_nanogpt():
+    model = mlp(3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=65536.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mon = Monitor(model, formats="fp16", every=2)
+    for i in range(3):  # step 1, unrecorded, overflows in 0.weight
+        x, y = batch(5)
+        if i == 1:
+            x[:, 0] = 3e38
+            with torch.no_grad():
+                model[0].weight[:, 0] = 0
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        mon.after_backward(scaler, loss=loss)
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        mon.after_step(scaler)
+    assert [(s["step"], s["scale"], s["params"]) for s in mon.skips()] == [(1, 65536.0, ["0.weight"])]
+    assert sorted(mon.history()) == [0, 2] and mon.updates() != {} and mon.nonfinite() == []
