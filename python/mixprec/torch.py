@@ -27,12 +27,19 @@ On every `every`-th step (the first included) the monitor records:
 
 On every step it reads the loss scale, and a step after which the scale went
 down is a skipped step: the parameters whose gradients held inf or NaN are
-named (skips()).
+named (skips()). A step that was not skipped with a non-finite loss (or,
+on a recorded step, gradients) is a warning and in nonfinite().
 
-Counts of CPU tensors are computed by libmixprec on the tensor's memory.
-A CUDA tensor is copied to the CPU first (one device-to-host copy of every
-gradient and activation on a recorded step, nothing on the others); the
-shadow comparison uses torch's own operations on the tensor's device.
+after_backward may come before or after scaler.unscale_(opt) and clipping:
+the scaler's record says whether the gradients still carry the scale. The
+forward hooks are on the modules only for recorded steps; forwards without
+gradients or in eval() mode are not the step's. Give Monitor the module
+torch.compile returns: its recorded steps run eagerly, the others compiled.
+
+Counts of CPU tensors are computed by libmixprec on the tensor's memory;
+those of other tensors by torch's operations on their device, one small
+vector of counts per tensor, all read once per recorded step
+(counts="torch" takes that path for CPU tensors too: the same numbers).
 """
 import ctypes
 import math
@@ -42,6 +49,7 @@ import statistics
 import sys
 import time
 import types
+import warnings
 
 import numpy as np
 import torch
@@ -69,6 +77,41 @@ def _scale_of(s, what):
     if not (math.isfinite(v) and v > 0):
         raise MixprecError("mixprec: %s: the loss scale must be finite and > 0, not %r" % (what, v))
     return v
+
+
+def _carried(scaler, optimizer, scale):
+    """The loss scale the gradients carry now: scale, or 1 after scaler.unscale_(optimizer), as the
+    GradScaler's per-optimizer record says (torch.amp's OptState). A number is the scale they carry."""
+    states = getattr(scaler, "_per_optimizer_states", None)
+    if states is None or not getattr(scaler, "_enabled", True):
+        return scale
+    if optimizer is not None:
+        st = states.get(id(optimizer))
+        stages = {st["stage"].name} if st else {"READY"}
+    else:
+        stages = {st["stage"].name for st in states.values()}
+    if "STEPPED" in stages:
+        raise MixprecError("mixprec: after_backward after scaler.step(): the gradients are unscaled and the "
+                           "weights updated; call it after backward and before scaler.step (before or after "
+                           "scaler.unscale_)")
+    if stages == {"UNSCALED"}:
+        return 1.0
+    if "UNSCALED" in stages:
+        raise MixprecError("mixprec: after_backward: scaler.unscale_ was called for some of this scaler's "
+                           "optimizers and not for others; say whose gradients these are: "
+                           "after_backward(scaler, optimizer=opt)")
+    return scale
+
+
+def _nonfinite_text(s):
+    what = []
+    if s["loss"] is not None and not math.isfinite(s["loss"]):
+        what.append("its loss is %r" % s["loss"])
+    if s["params"]:
+        p = s["params"]
+        what.append("inf/NaN in the gradients of " + ", ".join(p[:3]) + (" and %d more" % (len(p) - 3)
+                                                                          if len(p) > 3 else ""))
+    return " and ".join(what)
 
 
 def _values(t, mem=None):
@@ -171,6 +214,148 @@ def _headroom(amax, fmax):
     return math.log2(fmax / amax) if amax > 0 else math.inf
 
 
+def _limits(code):
+    """The fp32 magnitudes at which storing into format code changes what it does, found by bisection over
+    fp32 bit patterns with libmixprec's own conversion (mp_convert_count of one value): (the smallest that
+    is not stored as 0, the smallest stored as a normal number or beyond, the smallest that overflows; inf
+    for never). The torch-operations counts compare against them, so both paths count the same values."""
+    if code in _LIMITS:
+        return _LIMITS[code]
+    one = np.zeros(1, dtype=np.uint32)
+
+    def st(bits):
+        one[0] = bits
+        s = ConvertStats()
+        check(lib.mp_convert_count(code, one.ctypes.data, DTYPES["fp32"], 1, 1.0, ctypes.byref(s)))
+        return s
+
+    def first(pred):
+        lo, hi = 1, 0x7F7FFFFF  # the positive finite fp32 values, in order
+        if not pred(st(hi)):
+            return math.inf
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if pred(st(mid)):
+                hi = mid
+            else:
+                lo = mid + 1
+        return float(np.array([lo], dtype=np.uint32).view(np.float32)[0])
+
+    _LIMITS[code] = (first(lambda s: not s.underflow), first(lambda s: not s.underflow and not s.subnormal),
+                     first(lambda s: s.overflow))
+    return _LIMITS[code]
+
+
+_LIMITS = {}
+_NVALUES, _NSTORE = 5, 4  # the layout of a counts vector: see _Counter
+
+
+def _plain(t):
+    """t as the C functions read it: fp32, fp16 and bf16 as they are, other floating types in fp32."""
+    t = t.detach()
+    return t if t.dtype in _NAMES else t.float()
+
+
+class _Counter:
+    """Counts of one tensor as one vector: its values as they are ([zero, subnormal, inf, nan, amax]), what
+    storing it times a scale in each format would do ([underflow, subnormal, overflow, nan] per format) and
+    the report's histogram ([zeros, bins...]). By libmixprec on the tensor's memory (a list, at once) for a
+    CPU tensor, by torch's operations on the tensor's device otherwise, or always with torch_ops (a float64
+    tensor, read later with every other one of the step: _Pending)."""
+
+    def __init__(self, codes, torch_ops):
+        self.codes, self.torch_ops = codes, torch_ops
+        self.limits = [_limits(c) for c in codes]
+
+    def __call__(self, t, values=True, store=False, scale=1.0, hist=False, shift=0):
+        t = _plain(t)
+        if self.torch_ops or t.device.type != "cpu":
+            return self._torch(t, values, store, scale, hist, shift)
+        mem = _memory(t)
+        out = []
+        if values:
+            c = _values(t, mem)
+            out += [c["zero"], c["subnormal"], c["inf"], c["nan"], c["amax"]]
+        if store:
+            ptr, src, n, owner = mem
+            for code in self.codes:
+                s = ConvertStats()
+                check(lib.mp_convert_count(code, ptr, src, n, scale, ctypes.byref(s)))
+                out += [s.underflow, s.subnormal, s.overflow, s.nan]
+        if hist:
+            h = _Histogram(_HIST_LO - shift)
+            h.add(mem)
+            bins, zeros = h.result()
+            out += [zeros] + bins
+        return out
+
+    def _torch(self, t, values, store, scale, hist, shift):
+        parts = []
+        fin = torch.isfinite(t)
+        nan = torch.isnan(t).sum()
+        if values:
+            a = t.abs()
+            amax = (torch.where(fin, a, torch.zeros((), dtype=t.dtype, device=t.device)).max() if t.numel()
+                    else torch.zeros((), device=t.device))
+            parts += [(t == 0).sum(), ((a < torch.finfo(t.dtype).tiny) & (t != 0)).sum(), torch.isinf(t).sum(), nan,
+                      amax]
+        if store or hist:
+            x = t.float()
+        if store:
+            y = (x * scale if scale != 1.0 else x).abs()  # the product in fp32, as mp_convert_count's
+            nz = (x != 0) & fin
+            inf = torch.isinf(x)
+            for nonzero, normal, over in self.limits:
+                parts += [(nz & (y < nonzero)).sum(), (fin & (y >= nonzero) & (y < normal)).sum(),
+                          (inf | (fin & (y >= over))).sum(), nan]
+        if hist:
+            nzf = fin & (x != 0)
+            _, e = torch.frexp(torch.where(nzf, x, torch.ones((), device=x.device)))  # |x| = m 2^e, m in [.5, 1)
+            b = torch.where(nzf, (e.long() - 1 - (_HIST_LO - shift)).clamp(0, HIST_BINS - 1),
+                            torch.full((), HIST_BINS, dtype=torch.long, device=x.device))
+            bins = torch.zeros(HIST_BINS + 1, dtype=torch.long, device=x.device)
+            bins.scatter_add_(0, b.reshape(-1), torch.ones_like(b.reshape(-1)))
+            parts += [(x == 0).sum()]
+            parts = [p.reshape(1).to(torch.float64) for p in parts] + [bins[:HIST_BINS].to(torch.float64)]
+            return torch.cat(parts)
+        return torch.stack([p.to(torch.float64) for p in parts])
+
+
+class _Pending:
+    """Counts waiting to be read: the lists of the libmixprec path at once, the tensors of the torch path
+    all together when read() is called (one copy to the host per device and recorded step)."""
+
+    def __init__(self):
+        self.items = []
+
+    def add(self, vec, done):
+        if isinstance(vec, list):
+            done(vec)
+        else:
+            self.items.append((vec, done))
+
+    def read(self):
+        items, self.items = self.items, []
+        by_dev = {}
+        for vec, done in items:
+            by_dev.setdefault(vec.device, []).append((vec, done))
+        for group in by_dev.values():
+            flat = torch.cat([v for v, _ in group]).tolist()
+            i = 0
+            for v, done in group:
+                done(flat[i:i + v.numel()])
+                i += v.numel()
+
+
+def _as_values(n, v):
+    return {"elements": n, "zero": int(v[0]), "subnormal": int(v[1]), "inf": int(v[2]), "nan": int(v[3]),
+            "amax": float(v[4])}
+
+
+def _as_store(n, v):
+    return {"total": n, "underflow": int(v[0]), "subnormal": int(v[1]), "overflow": int(v[2]), "nan": int(v[3])}
+
+
 class Monitor:
     """Watches model's numbers in a training loop; see the module's help.
 
@@ -182,9 +367,12 @@ class Monitor:
     the model in fp32 per recorded step; needs fp32 parameters, as autocast
     keeps them, and one forward with gradients per step: no gradient
     accumulation). On torch 1.13, whose forward pre-hooks do not see keyword
-    arguments, shadow=True wraps model.forward until close()."""
+    arguments, shadow=True wraps model.forward until close().
+    counts: "auto" counts CPU tensors with libmixprec and other tensors with
+    torch's operations on their own device; "torch" uses torch's operations
+    for every tensor (the same numbers: the GPU path, checked on the CPU)."""
 
-    def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False):
+    def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False, counts="auto"):
         if not hasattr(model, "named_parameters") or not hasattr(model, "named_modules"):
             raise MixprecError("mixprec: Monitor watches a torch.nn.Module, not %s" % type(model).__name__)
         if isinstance(formats, str):
@@ -200,7 +388,20 @@ class Monitor:
         self._fmax = {f: lib.mp_format(c).contents.max for f, c in zip(self.formats, self._codes)}
         if not isinstance(every, int) or every < 1:
             raise MixprecError("mixprec: Monitor's every must be an integer >= 1, not %r" % (every,))
+        if counts not in ("auto", "torch"):
+            raise MixprecError("mixprec: Monitor's counts is \"auto\" or \"torch\", not %r" % (counts,))
+        # torch.compile's module: its original's names, and the recorded steps run eagerly (_attach)
+        self._compiled = None
+        if hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule":
+            if not callable(model.__dict__.get("forward")):
+                raise MixprecError("mixprec: this torch.compile module (torch %s) has no forward of its own to "
+                                   "run eagerly on recorded steps; give Monitor the uncompiled module and call "
+                                   "it uncompiled" % torch.__version__)
+            self._compiled, model = model, model._orig_mod
         self.model, self.every, self.shadow = model, every, bool(shadow)
+        self._unseen_warned = False
+        self._count = _Counter(self._codes, counts == "torch")
+        self._pending = _Pending()
         self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if self.shadow:
             for n, p in self._params:
@@ -212,69 +413,103 @@ class Monitor:
         for mn, m in self._modules:
             for pn, _ in m.named_parameters(recurse=False):
                 self._owner[(mn + "." if mn != "(model)" else "") + pn] = mn
-        self._hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules]
-        self._hooks.append(model.register_forward_hook(self._root_hook))
+        self._hooks, self._compiled_forward, self._closed = [], None, False
         self._forward = None
-        if self.shadow and _TORCH2:
-            self._hooks.append(model.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
-        elif self.shadow:  # torch 1.13's pre-hooks do not see keyword arguments: wrap this model's forward
+        if self.shadow and not _TORCH2:  # torch 1.13's pre-hooks do not see keyword arguments: wrap its forward
             def forward(mod, *args, **kwargs):  # a method of the model: a deep copy calls its own
-                if mod is self.model:
+                if mod is self.model and self._hooks:
                     self._root_pre_hook(mod, args, kwargs)
                 return type(mod).forward(mod, *args, **kwargs)
             model.forward = self._forward = types.MethodType(forward, model)
         self._in_shadow = False
         self.step = 0  # steps ended by after_step
         self._loss, self._scale, self._skipped, self._times = [], [], [], []
+        self._loss_given = []
+        self._nonfinite = []
         self._t_last = None
         self._scale_now = None
-        self._pending_loss = math.nan
+        self._pending_loss = None
+        self._grads = None  # the step's gradient tensors, as after_backward found them
         self._history = {}  # step -> record
         self._skips = []
         self._new_record()
+        self._attach()
 
-    # ---- hooks ----
+    # ---- hooks: attached from the end of the step before a recorded one to its after_backward ----
 
     def _recording(self):
         return self.step % self.every == 0 and not self._in_shadow
 
+    def _attach(self):
+        """Hooks on the modules for a recorded step. A module from torch.compile runs that step eagerly (its
+        forward, Dynamo's wrapper of the original module's __call__, is the original's __call__ until
+        after_backward): Dynamo does not guard on hooks, so its graph would run without them; the other steps
+        run the graph compiled without hooks. Nothing else in the process changes."""
+        if self._hooks or self._closed:
+            return
+        self._hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules]
+        self._hooks.append(self.model.register_forward_hook(self._root_hook))
+        if self.shadow and _TORCH2:
+            self._hooks.append(self.model.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
+        if self._compiled is not None:
+            self._compiled_forward = self._compiled.__dict__["forward"]
+            self._compiled.forward = self.model.__call__
+
+    def _detach(self):
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        if self._compiled_forward is not None:
+            self._compiled.forward = self._compiled_forward
+            self._compiled_forward = None
+
     def _new_record(self):
-        self._rec = {"step": self.step, "scale": None, "params": {}, "dead": {}, "lost": None, "updates": None,
-                     "act": {}, "act_grad": {}, "first_bad_act": None, "hist": None}
-        self._inputs = self._rng = self._before = None
+        self._rec = {"step": self.step, "scale": None, "carried": None, "params": {}, "dead": {}, "bad": None,
+                     "lost": None, "updates": None, "act": {}, "act_grad": {}, "first_bad_act": None, "hist": None}
+        self._inputs = self._rng = self._before = self._moved = None
         self._forwards = 0  # forward passes of the model with gradients on this step (shadow)
         self._out_grads = []
 
+    @staticmethod
+    def _training(module):
+        """A forward of the training step: gradients on, the module in training mode (not an evaluation
+        under torch.no_grad(), torch.inference_mode() or model.eval())."""
+        return torch.is_grad_enabled() and module.training
+
     def _forward_hook(self, name):
         def hook(module, inputs, output):
-            if not self._recording():
+            if not self._recording() or not self._training(module):
                 return
             for t in _tensors(output):
-                c = _values(t)
-                act = self._rec["act"].setdefault(name, {"dtype": _NAMES.get(t.dtype, str(t.dtype))})
-                _add(act, c)
-                if (c["inf"] or c["nan"]) and self._rec["first_bad_act"] is None:
-                    self._rec["first_bad_act"] = name
-                if t.requires_grad and torch.is_grad_enabled():
+                dtype = _NAMES.get(t.dtype, str(t.dtype))
+                self._pending.add(self._count(t), lambda v, n=t.numel(), dtype=dtype: self._add_act(name, dtype, n, v))
+                if t.requires_grad:
                     _on_grad(t, self._grad_hook(name))
         return hook
+
+    def _add_act(self, name, dtype, n, v):
+        c = _as_values(n, v)
+        _add(self._rec["act"].setdefault(name, {"dtype": dtype}), c)
+        if (c["inf"] or c["nan"]) and self._rec["first_bad_act"] is None:
+            self._rec["first_bad_act"] = name
 
     def _grad_hook(self, name):
         def hook(g):
             if not self._in_shadow:
-                gr = self._rec["act_grad"].setdefault(name, {"dtype": _NAMES.get(g.dtype, str(g.dtype))})
-                _add(gr, _values(g))
+                dtype = _NAMES.get(g.dtype, str(g.dtype))
+                self._pending.add(self._count(g), lambda v, n=g.numel(): _add(
+                    self._rec["act_grad"].setdefault(name, {"dtype": dtype}), _as_values(n, v)))
         return hook
 
     def _root_pre_hook(self, module, args, kwargs):
-        if self._recording() and torch.is_grad_enabled():
+        if self._recording() and self._training(module):
             self._forwards += 1
             self._inputs = (args, kwargs)
             cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
             self._rng = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else [])
 
     def _root_hook(self, module, inputs, output):
-        if not (self.shadow and self._recording() and torch.is_grad_enabled()):
+        if not (self.shadow and self._recording() and self._training(module)):
             return
         grads = self._out_grads = []
         for i, t in enumerate(_tensors(output)):
@@ -284,31 +519,66 @@ class Monitor:
 
     # ---- the two calls of a training step ----
 
-    def after_backward(self, scaler=1.0, loss=None):
-        """Call after backward, before the optimizer step. scaler: the
-        GradScaler (its current scale), or the loss scale the gradients carry
-        as a number (1.0 when none is used). loss (optional, a number or a
-        tensor): the step's unscaled loss, for the report's loss curve."""
+    def after_backward(self, scaler=1.0, loss=None, optimizer=None):
+        """Call after backward, before the optimizer step (before or after
+        scaler.unscale_ and gradient clipping). scaler: the GradScaler, or
+        the loss scale as a number (1.0 when none is used). The counts are of
+        the gradients times the loss scale, as backward left them: after
+        scaler.unscale_(opt) (the scaler's record for opt says so) they are
+        multiplied by the scale again. optimizer: the one whose state to read
+        when the scaler serves several. loss (optional, a number or a tensor):
+        the step's unscaled loss, for the report's loss curve."""
         self._scale_now = _scale_of(scaler, "after_backward")
+        carried = _carried(scaler, optimizer, self._scale_now)
+        self._pending_loss = None
         if loss is not None:
             self._pending_loss = float(loss.detach().float()) if isinstance(loss, torch.Tensor) else float(loss)
+        self._grads = [p.grad for _, p in self._params]  # references only: kept until after_step
         if not self._recording():
             return
+        try:
+            self._record_grads(carried)
+            if self.shadow:
+                self._rec["hist"] = self._shadow_pass()
+        finally:
+            self._detach()
+
+    def _record_grads(self, carried):
         rec = self._rec
-        rec["scale"] = self._scale_now
-        hist = _Histogram()
+        rec["scale"], rec["carried"] = self._scale_now, carried
+        factor = self._scale_now / carried  # 1, or the scale unscale_ took out
+        shift = round(math.log2(factor))  # the histogram of the scaled values: bins shifted (exact for 2^k)
+        hist = [0] * (HIST_BINS + 1)
+        bad = rec["bad"] = []
+
+        def done(name, n, v):
+            c = _as_values(n, v[:_NVALUES])
+            k = _NVALUES + _NSTORE * len(self.formats)
+            rec["params"][name] = {f: _as_store(n, v[_NVALUES + _NSTORE * i:_NVALUES + _NSTORE * (i + 1)])
+                                   for i, f in enumerate(self.formats)}
+            rec["dead"][name] = c["zero"]
+            if c["inf"] or c["nan"]:
+                bad.append(name)
+            for i, x in enumerate(v[k:]):
+                hist[i] += int(x)
+        moved = []
         for name, p in self._params:
             if p.grad is None:
                 continue
-            g = p.grad
-            mem = _memory(g)  # one read (one device-to-host copy of a CUDA tensor) for every count
-            rec["params"][name] = {f: _store(mem, c) for f, c in zip(self.formats, self._codes)}
-            rec["dead"][name] = _values(g, mem)["zero"]
-            hist.add(mem)
-        rec["hist"] = hist.result()
-        if self.shadow:
-            rec["hist"] = self._shadow_pass()
-        self._before = [p.detach().clone() for _, p in self._params]
+            self._pending.add(self._count(p.grad, store=True, scale=factor, hist=True, shift=shift),
+                              lambda v, name=name, n=p.grad.numel(): done(name, n, v))
+            moved.append((name, (p.grad != 0) & torch.isfinite(p.grad)))  # for updates(): the values to move
+        self._pending.read()  # the forward's and backward's counts too
+        if moved and not rec["act"] and not self._closed and "torch._dynamo" in sys.modules \
+                and not self._unseen_warned:
+            self._unseen_warned = True
+            warnings.warn("mixprec: step %d: gradients but no forward of the model seen by the monitor's hooks: "
+                          "if it runs compiled, give Monitor the module torch.compile returned" % self.step,
+                          RuntimeWarning, stacklevel=3)
+        bad.sort(key=[n for n, _ in self._params].index)
+        rec["hist"] = (hist[1:], hist[0])
+        self._moved = moved
+        self._before = [(name, p, p.detach().clone()) for name, p in self._params if p.grad is not None]
 
     def _shadow_pass(self):
         """Recomputes the step's gradients in fp32 and records lost(); returns their histogram."""
@@ -343,71 +613,116 @@ class Monitor:
             with torch.no_grad():
                 for b, saved in buffers:
                     b.copy_(saved)
-        lost, hist = {}, _Histogram()
+        lost, hist = {}, [0] * (HIST_BINS + 1)
+        shift = round(math.log2(self._rec["scale"] / self._rec["carried"]))
+
+        def done(n, total, v):
+            lost[n] = {"total": total, "lost": int(v[0]), "dead": int(v[1])}
+            for i, x in enumerate(v[2:]):
+                hist[i] += int(x)
         for n, p, g32 in zip(names, params, grads):
             if g32 is None or p.grad is None:
                 continue
             g = p.grad
-            lost[n] = {"total": g.numel(), "lost": int(((g32 != 0) & (g == 0)).sum()),
-                       "dead": int((g32 == 0).sum())}
-            hist.add(_memory(g32))
+            h = self._count(g32, values=False, hist=True, shift=shift)
+            c = torch.stack([((g32 != 0) & (g == 0)).sum(), (g32 == 0).sum()])
+            if isinstance(h, list):
+                c = c.tolist() + h
+            else:
+                c = torch.cat([c.to(torch.float64), h])
+            self._pending.add(c, lambda v, n=n, total=g.numel(): done(n, total, v))
+        self._pending.read()
         self._rec["lost"] = lost
-        return hist.result()
+        return hist[1:], hist[0]
 
     def after_step(self, scaler=None):
-        """Call after the optimizer step (and scaler.update()). scaler: the
-        GradScaler, or the loss scale now as a number; a step after which the
-        scale went down was skipped (inf/NaN in its gradients), and the
-        parameters whose gradients held them are named. None: no scale."""
+        """Call after the optimizer step (and scaler.update()), before or
+        after zeroing the gradients. scaler: the GradScaler, or the loss
+        scale now as a number; a step after which the scale went down was
+        skipped (inf/NaN in its gradients), and the parameters whose
+        gradients held them are named. None: no scale."""
         if self._scale_now is None:
             raise MixprecError("mixprec: after_step before after_backward")
         new = self._scale_now if scaler is None else _scale_of(scaler, "after_step")
         skipped = new < self._scale_now
+        recorded = self._rec["scale"] is not None
+        if recorded:
+            bad = list(self._rec["bad"])
+        else:
+            bad = self._bad_grads() if skipped else []
         if skipped:
-            bad = []
-            for name, p in self._params:
-                if p.grad is not None:
-                    c = _values(p.grad)
-                    if c["inf"] or c["nan"]:
-                        bad.append(name)
-            self._skips.append({"step": self.step, "scale": self._scale_now, "params": bad,
-                                "activation": self._rec["first_bad_act"] if self._rec["scale"] is not None else None})
-        if self._before is not None and not skipped:
+            # none found: the gradients were zeroed in place before this call, or not those of the step
+            self._skips.append({"step": self.step, "scale": self._scale_now, "params": bad or None,
+                                "activation": self._rec["first_bad_act"] if recorded else None})
+        elif bad or (self._pending_loss is not None and not math.isfinite(self._pending_loss)):
+            self._nonfinite.append({"step": self.step, "loss": self._pending_loss, "params": bad})
+            if len(self._nonfinite) == 1:
+                warnings.warn("mixprec: step %d was not skipped and %s (no loss scaler skips such a step: the "
+                              "weights may now hold inf/NaN); mon.nonfinite() lists every such step"
+                              % (self.step, _nonfinite_text(self._nonfinite[0])), RuntimeWarning, stacklevel=2)
+        if self._moved is not None and not skipped:
             self._rec["updates"] = self._updates()
         now = time.perf_counter()
         if self._t_last is not None:
             self._times.append(now - self._t_last)
         self._t_last = now
-        self._loss.append(self._pending_loss)
+        self._loss.append(math.nan if self._pending_loss is None else self._pending_loss)
+        self._loss_given.append(self._pending_loss is not None)
         self._scale.append(self._scale_now)
         self._skipped.append(skipped)
-        if self._rec["scale"] is not None:
+        if recorded:
             self._history[self.step] = self._rec
-        self._pending_loss = math.nan
-        self._scale_now = None
+        self._pending_loss = self._scale_now = self._grads = None
         self.step += 1
         self._new_record()
+        if self._recording():
+            self._attach()
+        else:
+            self._detach()
+
+    def _bad_grads(self):
+        """The parameters whose gradient (as after_backward found it: the tensor is kept even when .grad was
+        set to None since) holds inf or NaN."""
+        out = _Pending()
+        bad = []
+        for (name, _), g in zip(self._params, self._grads or []):
+            if g is None:
+                continue
+            if g.device.type == "cpu" and not self._count.torch_ops:
+                c = _values(g)
+                v = [c["inf"] + c["nan"]]
+            else:
+                v = (~torch.isfinite(g.detach())).sum().reshape(1).to(torch.float64)
+            out.add(v, lambda v, name=name: bad.append(name) if v[0] else None)
+        out.read()
+        return [n for n, _ in self._params if n in bad]
 
     def _updates(self):
-        """Per parameter: the values with a nonzero finite gradient, and those of them the step left unchanged
-        (an update too small for the weight's format, or zero)."""
-        out = {}
+        """Per parameter: the values with a nonzero finite gradient at after_backward, and those of them the
+        step left unchanged (an update too small for the weight's format, or zero)."""
+        out, pending = {}, _Pending()
         with torch.no_grad():
-            for (name, p), before in zip(self._params, self._before):
-                if p.grad is None:
-                    continue
-                moved = (p.grad != 0) & torch.isfinite(p.grad)
-                out[name] = {"updated": int(moved.sum()), "lost": int((moved & (p == before)).sum())}
+            for (name, moved), (_, p, before) in zip(self._moved, self._before):
+                c = torch.stack([moved.sum(), (moved & (p == before)).sum()])
+                pending.add(c.tolist() if c.device.type == "cpu" else c.to(torch.float64), lambda v, name=name:
+                            out.__setitem__(name, {"updated": int(v[0]), "lost": int(v[1])}))
+        pending.read()
+        self._moved = self._before = None
         return out
 
     def close(self):
         """Removes the monitor's hooks from the model."""
-        for h in self._hooks:
-            h.remove()
-        self._hooks = []
+        self._closed = True
+        self._detach()
         if self._forward is not None and self.model.__dict__.get("forward") is self._forward:
             del self.model.forward
         self._forward = None
+
+    def nonfinite(self):
+        """The steps that were not skipped with a loss or gradients holding inf or NaN (a run without a loss
+        scaler, as bf16's): [{"step", "loss" (None when not given), "params": the parameters whose gradients
+        held inf/NaN, when the step was recorded (gradients are read on recorded steps only)}]."""
+        return [dict(s) for s in self._nonfinite]
 
     # ---- what it found ----
 
@@ -455,8 +770,10 @@ class Monitor:
 
     def skips(self):
         """The skipped steps: [{"step", "scale", "params": [names with inf/NaN
-        gradients], "activation": the first module whose output held inf/NaN
-        on that step, when it was a recorded step, else None}]."""
+        gradients], or None when the monitor did not see them (the gradients
+        zeroed in place before after_step), "activation": the first module
+        whose output held inf/NaN on that step, when it was a recorded step,
+        else None}]."""
         return [dict(s) for s in self._skips]
 
     # ---- the report ----
@@ -478,12 +795,13 @@ class _Histogram:
     """log2 |g| of gradients as the report draws it (mp_log2_histogram): counts per bin from 2^_HIST_LO, the
     ends clamped, and the zeros."""
 
-    def __init__(self):
+    def __init__(self, lo=_HIST_LO):
+        self.lo = lo
         self.bins, self.zeros = (ctypes.c_uint64 * HIST_BINS)(), ctypes.c_uint64(0)
 
     def add(self, mem):
         ptr, code, n, owner = mem
-        check(lib.mp_log2_histogram(ptr, code, n, _HIST_LO, HIST_BINS, self.bins, ctypes.byref(self.zeros)))
+        check(lib.mp_log2_histogram(ptr, code, n, self.lo, HIST_BINS, self.bins, ctypes.byref(self.zeros)))
 
     def result(self):
         return list(self.bins), self.zeros.value
@@ -553,8 +871,8 @@ class _ReportBuilder:
                                                            for s, w in zip(mon._skips, wheres)])
         last = mon._history[steps[-1]]
         bins, zeros = last["hist"] or ([0] * HIST_BINS, 0)
-        finite = loss[np.isfinite(loss)]
-        tail = finite[-10:]
+        given = loss[np.array(mon._loss_given or [False], dtype=bool)]  # the losses passed, finite or not
+        tail = given[-10:]
         self._keep += [loss, scale, skipped, wheres]
         self.run = ReportRun()
         u = self.run
@@ -569,7 +887,7 @@ class _ReportBuilder:
         u.layer_names = ctypes.cast(self.names, ctypes.POINTER(ctypes.c_char * 64))
         u.layer_underflow = under.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         u.eval = float(tail.mean()) if tail.size else math.nan
-        u.last_loss = float(finite[-1]) if finite.size else math.nan
+        u.last_loss = float(given[-1]) if given.size else math.nan
         u.underflow = wlost / wtotal if wtotal else 0.0
         u.lost_gradients = wlost / wtotal if wtotal else 0.0
         u.dead_gradients = wdead / wtotal if wtotal else 0.0
@@ -615,7 +933,7 @@ class _ReportBuilder:
     def _where(s):
         p = s["params"]
         w = ("inf/NaN in the gradients of " + ", ".join(p[:3]) + (" and %d more" % (len(p) - 3) if len(p) > 3 else "")
-             if p else "no inf/NaN left in the gradients after the step")
+             if p else "the gradients with inf/NaN were not seen (zeroed in place before after_step?)")
         if s["activation"]:
             w += "; first overflowing activation " + s["activation"]
         return w.encode()
@@ -650,6 +968,10 @@ class _ReportBuilder:
             n = max(amax, key=amax.get)
             ps.append("The largest activation was in %s: %.4g, %.2f doublings below fp16's largest value 65504."
                       % (n, amax[n], _headroom(amax[n], 65504.0)))
+        if mon._nonfinite:
+            s = mon._nonfinite[0]
+            ps.append("%d steps were not skipped with inf/NaN in their loss or gradients (no loss scaler skips "
+                      "them); the first, step %d: %s." % (len(mon._nonfinite), s["step"], _nonfinite_text(s)))
         if lost_updates is not None:
             ps.append("Of the weight values with a nonzero gradient on the recorded steps, %.4g%% were left unchanged "
                       "by the optimizer step (\"updates lost\")." % (100 * lost_updates))

@@ -510,3 +510,350 @@ def test_updates_lost_in_a_bf16_model_equal_a_recount():
         moved = (p.grad != 0) & torch.isfinite(p.grad)
         assert ups[n] == {"updated": int(moved.sum()), "lost": int((moved & (p == before[n])).sum())}, n
     assert sum(u["lost"] for u in ups.values()) > 0  # lr * g is below half a bf16 ulp of many weights
+
+
+# ---- the loops people write ----
+
+GRADSCALER = pytest.mark.skipif(not TORCH2_3, reason="torch.amp.GradScaler on the CPU needs torch >= 2.3 (this is %s)"
+                                % torch.__version__)
+
+
+def scaled_step(model, scaler, opt, mon, unscale_first, seed=20):
+    """One GradScaler step whose fp16 counts are not all zero (a small loss: fp16 underflows and subnormals at
+    scale 2^16), with after_backward before or after scaler.unscale_ and clipping."""
+    x, y = batch(seed)
+    opt.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.cross_entropy(model(x), y) * 2.0**-24
+    scaler.scale(loss).backward()
+    if unscale_first:
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1e30)  # clips nothing: the gradients times 1.0
+        mon.after_backward(scaler, loss=loss)
+    else:
+        mon.after_backward(scaler, loss=loss)
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1e30)
+    scaler.step(opt)
+    scaler.update()
+    mon.after_step(scaler)
+
+
+@GRADSCALER
+def test_after_backward_before_or_after_unscale_gives_the_same_counts():
+    runs = []
+    for unscale_first in (False, True):
+        model = mlp(20)
+        scaler = torch.amp.GradScaler("cpu", init_scale=65536.0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        mon = Monitor(model, formats=("fp16", "bf16"), every=1)
+        for i in range(2):
+            scaled_step(model, scaler, opt, mon, unscale_first, seed=20 + i)
+        runs.append((mon, model))
+    (a, _), (b, model) = runs
+    h = a.history()
+    assert h == b.history() and sorted(h) == [0, 1]
+    assert sum(c["fp16"]["underflow"] for c in h[1].values()) > 0
+    assert sum(c["fp16"]["subnormal"] for c in h[1].values()) > 0
+    assert a._history[1]["hist"] == b._history[1]["hist"] and b._history[1]["carried"] == 1.0
+    assert a.updates() == b.updates() and sum(u["updated"] for u in a.updates().values()) > 0
+
+
+@GRADSCALER
+def test_after_backward_names_the_call_order_it_cannot_count():
+    model = mlp(21)
+    scaler = torch.amp.GradScaler("cpu")
+    opt, other = torch.optim.SGD(model[0].parameters(), lr=0.1), torch.optim.SGD(model[2].parameters(), lr=0.1)
+    mon = Monitor(model, formats="fp16", every=1)
+    x, y = batch(21)
+    scaler.scale(torch.nn.functional.cross_entropy(model(x), y)).backward()
+    scaler.unscale_(opt)
+    scaler._per_optimizer_states[id(other)]  # a second optimizer the scaler serves, not unscaled
+    with pytest.raises(MixprecError, match="some of this scaler's optimizers.*optimizer=opt"):
+        mon.after_backward(scaler)
+    mon.after_backward(scaler, optimizer=opt)
+    assert mon._rec["carried"] == 1.0
+    scaler.step(opt)
+    with pytest.raises(MixprecError, match="after scaler.step.*before scaler.step"):
+        mon.after_backward(scaler)
+
+
+def skip_with_zeroed_grads(every, set_to_none):
+    """Steps of a loop that zeroes the gradients before after_step (nanoGPT: zero_grad(set_to_none=True) right
+    after scaler.update()); step 1 overflows in 0.weight."""
+    model = mlp(3)
+    mon = Monitor(model, formats="fp16", every=every)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(3):
+        x, y = batch(5)
+        if i == 1:
+            x[:, 0] = 3e38
+            with torch.no_grad():
+                model[0].weight[:, 0] = 0
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        (loss * 1024.0).backward()
+        mon.after_backward(1024.0, loss=loss)
+        opt.zero_grad(set_to_none=set_to_none)
+        mon.after_step(512.0 if i == 1 else 1024.0)
+    return mon
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_a_skipped_step_is_named_after_the_gradients_were_set_to_none(every, tmp_path):
+    mon = skip_with_zeroed_grads(every, set_to_none=True)
+    assert [(s["step"], s["params"]) for s in mon.skips()] == [(1, ["0.weight"])]
+    assert "inf/NaN in the gradients of 0.weight" in mon.report(tmp_path / "r.html").read_text()
+
+
+def test_a_skip_the_monitor_could_not_see_is_not_called_clean(tmp_path):
+    mon = skip_with_zeroed_grads(2, set_to_none=False)  # step 1 unrecorded, its gradients zeroed in place
+    assert [(s["step"], s["params"]) for s in mon.skips()] == [(1, None)]
+    html = mon.report(tmp_path / "r.html").read_text()
+    assert "no inf/NaN" not in html and "were not seen" in html
+
+
+def test_updates_after_the_gradients_were_set_to_none():
+    model, (x, y) = mlp(22).to(torch.bfloat16), batch(22)
+    mon = Monitor(model, formats="fp16", every=1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    torch.nn.functional.cross_entropy(model(x.to(torch.bfloat16)).float(), y).backward()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    mon.after_backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    mon.after_step()
+    ups = mon.updates()
+    assert set(ups) == set(grads)
+    for n, p in model.named_parameters():
+        moved = (grads[n] != 0) & torch.isfinite(grads[n])
+        assert ups[n] == {"updated": int(moved.sum()), "lost": int((moved & (p == before[n])).sum())}, n
+    assert sum(u["lost"] for u in ups.values()) > 0
+
+
+def test_evaluation_forwards_are_not_the_steps_activations():
+    x, y = batch(23)
+    runs = []
+    for evaluate in (False, True):
+        model = mlp(23)
+        mon = Monitor(model, formats="fp16", every=1)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        if evaluate:
+            with torch.no_grad():
+                model(x)
+            with torch.inference_mode():
+                model(x)
+            model.eval()
+            model(x[:7]).sum()  # gradients on, but in eval mode
+            model.train()
+        loss.backward()
+        mon.after_backward()
+        mon.after_step()
+        runs.append(mon.activations())
+    assert runs[0] == runs[1]
+    assert runs[1]["0"]["elements"] == 64 * 32 and runs[1]["(model)"]["elements"] == 64 * 4
+
+
+def test_a_nonfinite_loss_without_a_scaler_is_reported(tmp_path):
+    model = mlp(24)
+    mon = Monitor(model, formats="fp16", every=2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    with pytest.warns(RuntimeWarning, match="step 3 was not skipped and its loss is nan"):
+        for i in range(5):
+            x, y = batch(i)
+            if i == 3:
+                x[0, 0] = math.nan
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+            loss.backward()
+            mon.after_backward(loss=loss)
+            opt.step()
+            mon.after_step()
+            losses.append(float(loss.detach()))
+    assert [s["step"] for s in mon.nonfinite()] == [3, 4]  # NaN weights after step 3
+    assert mon.nonfinite()[1]["params"] == [n for n, _ in model.named_parameters()]  # step 4 was recorded
+    assert mon.skips() == []
+    html = mon.report(tmp_path / "r.html").read_text()
+    assert "2 steps were not skipped with inf/NaN in their loss or gradients" in html
+    assert "NaN/inf" in html  # the final train loss is step 4's, not the last finite one
+
+
+def test_inf_gradients_without_a_scaler_name_the_parameter():
+    model = mlp(3)
+    mon = Monitor(model, formats="fp16", every=1)
+    with pytest.warns(RuntimeWarning, match="step 1 was not skipped and inf/NaN in the gradients of 0.weight"):
+        overflow_step(model, mon, 65536.0)  # ends with after_step(32768): a skip
+        assert mon.nonfinite() == []
+        x, y = batch(5)
+        x[:, 0] = 3e38
+        model.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        (loss * 65536.0).backward()  # a static loss scale: nothing skips the step
+        mon.after_backward(65536.0, loss=loss)
+        mon.after_step(65536.0)
+    assert mon.nonfinite() == [{"step": 1, "loss": float(loss.detach()), "params": ["0.weight"]}]
+
+
+# ---- nothing on the steps it does not record ----
+
+def hooked(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def test_hooks_only_for_recorded_steps():
+    model = mlp(25)
+    mon = Monitor(model, formats="fp16", every=3, shadow=True)
+    seen = []
+    for i in range(7):
+        seen.append(hooked(model) > 0)
+        x, y = batch(i)
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        mon.after_backward()
+        assert hooked(model) == 0
+        mon.after_step()
+    assert seen == [True, False, False, True, False, False, True]
+    assert sorted(mon.history()) == [0, 3, 6] and set(mon.activations()) == {"(model)", "0", "1", "2", "3", "4"}
+    mon.close()
+    assert hooked(model) == 0
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="no torch.compile in torch %s" % torch.__version__)
+def test_a_compiled_model_has_no_graph_break_and_its_recorded_steps_are_counted():
+    import torch._dynamo
+    from torch._dynamo.testing import CompileCounterWithBackend
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    model = mlp(26)
+    twin = __import__("copy").deepcopy(model)
+    cnt = CompileCounterWithBackend("aot_eager")  # Dynamo's graphs, no C++ compiler needed
+    compiled = torch.compile(model, backend=cnt)
+    mon, ref = Monitor(compiled, formats="fp16", every=10), Monitor(twin, formats="fp16", every=10)
+    for i in range(12):
+        x, y = batch(i)
+        for m, mo in ((compiled, mon), (twin, ref)):
+            loss = torch.nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+            mo.after_backward(loss=loss)
+            mo.after_step()
+    assert dict(torch._dynamo.utils.counters["graph_break"]) == {}
+    assert cnt.frame_count == 1  # one graph, without hooks, for steps 1-9 and 11
+    assert sorted(mon.history()) == [0, 10] and mon.activations() == ref.activations() and mon.stats() == ref.stats()
+    assert set(mon.activations()) == {"(model)", "0", "1", "2", "3", "4"}  # the original's names
+    mon.close()
+    mon = Monitor(compiled, formats="fp16", every=5)  # step 0 recorded: compiled runs eagerly to after_backward
+    torch.compile(torch.nn.Linear(16, 3), backend=cnt)(x)  # another compiled module meanwhile: compiled as ever
+    assert cnt.frame_count == 2
+    compiled(x)
+    assert cnt.frame_count == 2 and hooked(model) > 0
+    mon.close()
+    compiled(x)
+    assert cnt.frame_count == 2 and hooked(model) == 0  # the graph of steps 1-9 again
+    with pytest.warns(RuntimeWarning, match="give Monitor the module torch.compile returned"):
+        plain = Monitor(model, formats="fp16", every=1)  # the compiled module runs without its hooks
+        torch.nn.functional.cross_entropy(compiled(x), y).backward()
+        plain.after_backward()
+    torch._dynamo.reset()
+
+
+# ---- the counts by torch's operations (the path of a GPU's tensors) equal libmixprec's ----
+
+@np.errstate(over="ignore")
+def neighbours(v):
+    v = np.float32(v)
+    lo, hi = np.nextafter(v, np.float32(0)), np.nextafter(v, np.float32(np.inf))
+    return [np.nextafter(lo, np.float32(0)), lo, v, hi, np.nextafter(hi, np.float32(np.inf))]
+
+
+@np.errstate(over="ignore")
+def thresholds():
+    """fp32 values at and around every limit of fp16, bf16, e4m3 and e5m2 (and fp32's own): the smallest
+    subnormal, half of it (a tie to 0), the smallest normal and the tie below it, the largest finite value and
+    the tie above it (overflow), both signs, zeros, infinities and NaN."""
+    from mixprec._lib import lib, dtype_code
+    vals = [0.0, -0.0, math.inf, -math.inf, math.nan, 1.0]
+    for f in ("fp16", "bf16", "e4m3", "e5m2", "fp32"):
+        fm = lib.mp_format(dtype_code(f)).contents
+        sub, nrm, mx = float(fm.min_subnormal), float(fm.min_normal), float(fm.max)
+        ulp = mx - float(np.nextafter(np.float32(mx), np.float32(0))) if f == "fp32" else None
+        for v in (sub, sub / 2, sub * 1.5, nrm, nrm - sub / 2, mx, mx * (1 + 2.0**-12), mx * 1.0625, mx * 1.125,
+                  ulp or mx):
+            if np.isfinite(np.float32(v)):
+                vals += neighbours(v)
+    x = np.array(vals, dtype=np.float32)
+    return torch.from_numpy(np.concatenate([x, -x]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_torch_counts_equal_libmixprec_at_every_threshold(dtype):
+    from mixprec.torch import _Counter, _Pending
+    from mixprec._lib import dtype_code
+    codes = [dtype_code(f) for f in ("fp16", "bf16", "e4m3", "e5m2", "fp32")]
+    x = thresholds().to(dtype)
+    lib_count, torch_count = _Counter(codes, False), _Counter(codes, True)
+    for scale in (1.0, 2.0**16, 2.0**-20, 3.0):
+        for shift in (0, 16):
+            got = {}
+            for name, c in (("lib", lib_count), ("torch", torch_count)):
+                p = _Pending()
+                p.add(c(x, store=True, scale=scale, hist=True, shift=shift),
+                      lambda v, name=name: got.__setitem__(name, v))
+                p.read()
+            assert got["lib"] == got["torch"], (scale, shift)
+    c = lib_count(x, store=True)  # and both equal what torch's own casts do
+    assert c[5:13] == [recount(x, torch.float16)[k] for k in ("underflow", "subnormal", "overflow", "nan")] + \
+        [recount(x, torch.bfloat16)[k] for k in ("underflow", "subnormal", "overflow", "nan")]
+    assert min(c[5:13]) > 0 or dtype != torch.float32
+
+
+def monitored_run(counts, dtype, shadow):
+    model = mlp(27)
+    mon = Monitor(model, formats=("fp16", "bf16", "e4m3", "e5m2"), every=2, shadow=shadow, counts=counts)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(3):
+        x, y = batch(i)
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=dtype):
+            loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+        (loss * 2.0**-18).backward()
+        mon.after_backward(2.0**-18, loss=loss)
+        opt.step()
+        mon.after_step(2.0**-18)
+    return mon
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_torch_counts_equal_libmixprec_on_real_gradients(dtype):
+    a, b = monitored_run("auto", dtype, True), monitored_run("torch", dtype, True)
+    assert a.history() == b.history() and a.activations() == b.activations() and a.lost() == b.lost()
+    assert a.updates() == b.updates() and a._history[2]["hist"] == b._history[2]["hist"]
+    assert sum(v["grad"]["subnormal"] + v["grad"]["zero"] for v in a.activations().values()) > 0
+    assert sum(c[f]["underflow"] + c[f]["subnormal"] for c in a.stats().values() for f in ("fp16", "e4m3", "e5m2")) > 0
+    with pytest.raises(MixprecError, match="counts"):
+        Monitor(mlp(), counts="gpu")
+
+
+@GRADSCALER
+def test_a_grad_scaler_skip_after_zero_grad_set_to_none_as_nanogpt():
+    model = mlp(3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=65536.0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mon = Monitor(model, formats="fp16", every=2)
+    for i in range(3):  # step 1, unrecorded, overflows in 0.weight
+        x, y = batch(5)
+        if i == 1:
+            x[:, 0] = 3e38
+            with torch.no_grad():
+                model[0].weight[:, 0] = 0
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        mon.after_backward(scaler, loss=loss)
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        mon.after_step(scaler)
+    assert [(s["step"], s["scale"], s["params"]) for s in mon.skips()] == [(1, 65536.0, ["0.weight"])]
+    assert sorted(mon.history()) == [0, 2] and mon.updates() != {} and mon.nonfinite() == []
