@@ -637,13 +637,12 @@ static int plain_name(const char *name) {
 static int manifest_files(const char *path, file_name *names, int cap) {
     struct stat st;
     if (lstat(path, &st) != 0) return 0;
-    if (!S_ISREG(st.st_mode) || st.st_size > (1L << 28)) return -1;
-    FILE *f = fopen(path, "rb");
-    char *text = f ? malloc((size_t)st.st_size + 1) : NULL;
+    if (!S_ISREG(st.st_mode)) return -1;
+    uint8_t *text = NULL; /* read as every input is (a file swapped for a FIFO meanwhile is refused) */
+    size_t size = 0;
     int n = 0;
-    if (text) {
-        text[fread(text, 1, (size_t)st.st_size, f)] = 0;
-        cJSON *j = cJSON_Parse(text);
+    if (mp_read_file(NULL, path, (size_t)1 << 28, &text, &size) == MP_OK) {
+        cJSON *j = cJSON_Parse((const char *)text);
         const cJSON *e, *fl = cJSON_GetObjectItemCaseSensitive(j, "files");
         const cJSON *by = cJSON_GetObjectItemCaseSensitive(j, "written_by");
         if (!cJSON_IsString(by) || strcmp(by->valuestring, WRITTEN_BY) != 0) n = -1;
@@ -653,7 +652,6 @@ static int manifest_files(const char *path, file_name *names, int cap) {
         cJSON_Delete(j);
     } else n = -1;
     free(text);
-    if (f) fclose(f);
     return n;
 }
 

@@ -46,6 +46,11 @@ int mp_file_inside(const mp_file_id *out, const mp_file_id *d) {
     return stat(dir, &st) == 0 && st.st_dev == d->dev && st.st_ino == d->ino;
 }
 
+/* The longest name mixprec writes beside an output PATH: PATH.tmp.PID.XXXXXX
+ * (mp_write_file_atomic's temporary, a pid of up to 7 digits); the others
+ * are shorter (PATH.partial.PID, PATH.rejected, PATH.lock). */
+#define BESIDE_MAX (sizeof ".tmp.1234567.XXXXXX" - 1)
+
 mp_status mp_file_writable(const mp_file_id *f, const char *pending) {
     struct stat st;
     if (f->exists && stat(f->path, &st) == 0 && !S_ISREG(st.st_mode))
@@ -57,6 +62,15 @@ mp_status mp_file_writable(const mp_file_id *f, const char *pending) {
     if (pending && strcmp(dir, pending) == 0) return MP_OK;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return mp_error(MP_EIO, "%s %s: the directory %s does not exist", f->option, f->path, dir);
+    /* the files written beside it fit the file system's limits: checked now, not when they are created */
+    const size_t base = strlen(slash ? slash + 1 : f->path);
+    const long name_max = pathconf(dir, _PC_NAME_MAX);
+    if (name_max > 0 && base + BESIDE_MAX > (size_t)name_max)
+        return mp_error(MP_EINVAL, "%s %s: a name of %zu bytes is too long for the files written beside it "
+                        "(%zu bytes more, at most %ld in %s)", f->option, f->path, base, BESIDE_MAX, name_max, dir);
+    if (strlen(f->path) + BESIDE_MAX >= PATH_MAX)
+        return mp_error(MP_EINVAL, "%s %s: the path is too long for the files written beside it (at most %zu bytes)",
+                        f->option, f->path, (size_t)PATH_MAX - 1 - BESIDE_MAX);
     if (access(dir, W_OK | X_OK) != 0)
         return mp_error(MP_EIO, "%s %s: the directory %s is not writable (%s)", f->option, f->path, dir,
                         strerror(errno));

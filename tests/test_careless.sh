@@ -120,6 +120,14 @@ done
 refused 1 "--out /dev/null is a device" "$M" explore --from "$W/m.grads" --out /dev/null
 refused 1 "--out $W/cmp is a directory" "$M" explore --from "$W/m.grads" --out "$W/cmp"
 refused 1 "the directory $W/nodir does not exist" "$M" explore --out "$W/nodir/x.html"
+# a name that fits but leaves no room for the files written beside it (PATH.tmp.PID.XXXXXX, PATH.lock):
+# refused before the first step, not when the checkpoint is written at the end
+long=$(printf 'n%.0s' $(seq 1 245))
+for opt in --log --summary --save --dump-grads; do
+    refused 2 "$opt .*: a name of 245 bytes is too long for the files written beside it" \
+        "$M" "${GPT[@]}" --data "text:$W/c.txt" --steps 1 "$opt" "$W/$long"
+done
+refused 2 "--out .*: a name of 245 bytes is too long" "$M" explore --from "$W/m.grads" --out "$W/$long"
 
 # 5. inputs that are not regular files: every command and every input option given a FIFO (no writer: a
 # reader that opened it would block, and timeout would end the run with 124), a directory and a device,
