@@ -710,8 +710,16 @@ class Monitor:
         self._moved = self._before = None
         return out
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
     def close(self):
-        """Removes the monitor's hooks from the model."""
+        """Removes the monitor's hooks from the model (and, used as `with Monitor(...) as mon:`, at the end of
+        the block, however it ends). A second call does nothing."""
         self._closed = True
         self._detach()
         if self._forward is not None and self.model.__dict__.get("forward") is self._forward:

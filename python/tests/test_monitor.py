@@ -347,6 +347,19 @@ def test_a_copy_of_a_monitored_model_computes_with_its_own_weights():
     assert "forward" not in model.__dict__
 
 
+def test_monitor_as_a_context_manager_removes_its_hooks_however_the_block_ends():
+    model, (x, y) = mlp(18), batch(18)
+    with pytest.raises(RuntimeError, match="the loop failed"):
+        with Monitor(model, formats="fp16", every=1, shadow=True) as mon:
+            assert any(m._forward_hooks for m in model.modules()) or "forward" in model.__dict__
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            raise RuntimeError("the loop failed")
+    assert "forward" not in model.__dict__
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    assert all(not p._backward_hooks for p in model.parameters() if p._backward_hooks is not None)
+    mon.close()  # a second close does nothing
+
+
 def test_shadow_refuses_gradient_accumulation():
     model = mlp(14)
     mon = Monitor(model, formats="fp16", every=1, shadow=True)
