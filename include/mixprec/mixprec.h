@@ -37,6 +37,11 @@ extern "C" {
 /* The library's version string, e.g. "0.1.0". */
 const char *mp_version(void);
 
+/* sizeof of the public struct named (e.g. "mp_report_run"), for bindings
+ * that mirror the structs (the Python package checks its mirrors with it);
+ * 0 for a name that is not one of the mirrored structs. */
+size_t mp_struct_size(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -140,6 +140,26 @@ for name, res, args in [
     f.restype, f.argtypes = res, args
 
 
+def _check_mirrors():
+    """Each structure above against the library's own size of it: a package
+    and a library from different versions are refused at import, not read
+    past the end of a struct."""
+    if not hasattr(lib, "mp_struct_size"):
+        raise ImportError("mixprec: the library at %s has no mp_struct_size: it is older than this package"
+                          % lib._name)
+    lib.mp_struct_size.restype, lib.mp_struct_size.argtypes = ctypes.c_size_t, [ctypes.c_char_p]
+    for cname, mirror in [("mp_format_info", FormatInfo), ("mp_convert_stats", ConvertStats),
+                          ("mp_value_counts", ValueCounts), ("mp_scale_counts", ScaleCounts),
+                          ("mp_underflow", Underflow), ("mp_tensor_stats", TensorStats),
+                          ("mp_report_skip", ReportSkip), ("mp_report_run", ReportRun), ("mp_report", Report)]:
+        have, want = ctypes.sizeof(mirror), lib.mp_struct_size(cname.encode())
+        if have != want:
+            raise ImportError("mixprec: %s is %d bytes in the library at %s and %d in this package: the package "
+                              "and the library are from different versions" % (cname, want, lib._name, have))
+
+
+_check_mirrors()
+
 if lib.mp_cpu_env_check() != 0:  # the library ignores such a value; say so once
     import warnings
     warnings.warn("mixprec: %s (ignored)" % lib.mp_last_error().decode(errors="replace"), RuntimeWarning, stacklevel=2)

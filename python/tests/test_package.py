@@ -229,3 +229,16 @@ def test_tensors_without_values_are_refused_by_name():
         mixprec.underflow(torch.ones(4, device="meta"))
     codes, _ = mixprec.convert(sparse.to_dense(), "fp16")
     assert codes.tolist() == [0x3c00] * 4
+
+
+def test_each_mirrored_struct_is_checked_against_the_library_at_import(monkeypatch):
+    from mixprec import _lib
+    assert _lib.lib.mp_struct_size(b"mp_report_run") == __import__("ctypes").sizeof(_lib.ReportRun) > 0
+    assert _lib.lib.mp_struct_size(b"no_such_struct") == 0
+    real = _lib.lib.mp_struct_size
+
+    def grown(name):  # a library whose mp_report_run grew a field
+        return real(name) + (8 if name == b"mp_report_run" else 0)
+    monkeypatch.setattr(_lib.lib, "mp_struct_size", grown)
+    with pytest.raises(ImportError, match="mp_report_run is .* bytes in the library .* different versions"):
+        _lib._check_mirrors()
