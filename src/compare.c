@@ -458,6 +458,7 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[LIST_MAX], mp
         mp_status st = mp_run_resolve(&opts[n], &p);
         if (st == MP_OK) st = mp_run_check_files_in(&opts[n], out_pending);
         point_at(&opts[n], &files[n], x->stage, name, c->checkpoints);
+        opts[n].outputs_shown_in = c->out; /* its messages name the files where the commit puts them */
         if (st == MP_OK) st = mp_run_check_files_in(&opts[n], stage_pending);
         if (st == MP_EINVAL) return invalid(x, "%s: %s", tok, mp_last_error());
         if (st != MP_OK) return fail(x, st, "%s", mp_last_error());
@@ -684,6 +685,31 @@ static int staged_files(const cmp *x, const mp_compare_result *res, int report, 
     return n;
 }
 
+/* The modes whose run ended worse (their state staged as MODE.ckpt.rejected,
+ * no MODE.ckpt): an earlier comparison's MODE.ckpt in DIR stays, named by the
+ * new summary too, so that the commit neither replaces nor removes it.
+ * Returns how many modes ended worse, with their names in `which`. */
+static int keep_checkpoints(const cmp *x, const mp_compare_result *res, file_name *names, int *n, char *which,
+                            size_t cap) {
+    file_name old[MAX_FILES];
+    const int nold = old_files(x->dir, old, MAX_FILES);
+    int worse = 0;
+    which[0] = 0;
+    for (int r = 0; r < res->n; r++) {
+        char ckpt[80], rej[96];
+        snprintf(ckpt, sizeof ckpt, "%.63s.ckpt", res->modes[r].name);
+        snprintf(rej, sizeof rej, "%s.rejected", ckpt);
+        int has_rej = 0, has_ckpt = 0, had = 0;
+        for (int i = 0; i < *n; i++) has_rej |= !strcmp(names[i], rej), has_ckpt |= !strcmp(names[i], ckpt);
+        if (!has_rej || has_ckpt) continue;
+        for (int k = 0; k < nold; k++) had |= !strcmp(old[k], ckpt);
+        if (had && *n < MAX_FILES) snprintf(names[(*n)++], sizeof names[0], "%s", ckpt);
+        const size_t len = strlen(which);
+        snprintf(which + len, cap - len, "%s%s", worse++ ? ", " : "", res->modes[r].name);
+    }
+    return worse;
+}
+
 /* Removes the comparison's files from DIR/.partial (each mode of the list's,
  * its log's partial files that this process or a dead one left, report.html,
  * summary.json): only names that compare writes there, in its own directory. */
@@ -903,11 +929,18 @@ static void conclude(cmp *x, const mp_compare_spec *c, mp_compare_result *res) {
     char why[1024] = "";
     const int report_ok = mp_report_write(html, &rep) == MP_OK;
     if (!report_ok) snprintf(why, sizeof why, "%s", mp_last_error());
-    const int n = staged_files(x, res, report_ok, names);
+    int n = staged_files(x, res, report_ok, names);
+    char worse[512];
+    const int nworse = c->checkpoints ? keep_checkpoints(x, res, names, &n, worse, sizeof worse) : 0;
     const mp_status st = write_summary(x, x->stage, command, res, ab, nab, names, n);
     if (st != MP_OK && report_ok) snprintf(why, sizeof why, "%s", mp_last_error());
     if (report_ok && st == MP_OK) {
-        if (commit(x, &c->run, names, n) == MP_OK && out) fprintf(out, "\nreport: %.4000s/report.html\n", c->out);
+        const mp_status cs = commit(x, &c->run, names, n);
+        if (cs == MP_OK && out) fprintf(out, "\nreport: %.4000s/report.html\n", c->out);
+        if (cs == MP_OK && nworse && !x->status) /* as train's --save: a state that ended worse fails the command */
+            fail(x, MP_EOVERFLOW, "--checkpoints: %s ended worse: %s in %s, beside any earlier comparison's "
+                 "checkpoint, which is kept", worse, nworse > 1 ? "their states are MODE.ckpt.rejected" :
+                 "its state is MODE.ckpt.rejected", c->out);
     } else { /* the write's own "the previous file is untouched" is about DIR/.partial: DIR is the point */
         char *tail = strstr(why, "; the previous file is untouched");
         if (tail) *tail = 0;

@@ -1244,6 +1244,15 @@ static int ended_worse(const run_state *s, char *why, size_t cap) {
     return 0;
 }
 
+/* How the messages name output `path` of option `opt` ("--save"): the option
+ * and the path, or (outputs_shown_in) the file where the caller moves it. */
+static const char *shown(const run_state *s, const char *opt, const char *path, char *buf, size_t cap) {
+    const char *dir = s->o.outputs_shown_in, *slash = strrchr(path, '/');
+    if (dir) snprintf(buf, cap, "%.2000s/%.1000s", dir, slash ? slash + 1 : path);
+    else snprintf(buf, cap, "%s %.3000s", opt, path);
+    return buf;
+}
+
 /* The checkpoint: over --save's path when the run ended as it should; else
  * (ended_worse) never over it: beside it, as PATH.rejected, which is not
  * replaced either, and the run fails (MP_EOVERFLOW) saying where its state is. */
@@ -1259,17 +1268,20 @@ static void save_checkpoint(run_state *s, mp_status gathered) {
         s->wrote[2] = e == MP_OK ? 1 : -1;
         return;
     }
-    char side[4200], msg[1400];
+    char side[4200], msg[1400], name[4200], side_name[4200];
     snprintf(side, sizeof side, "%.4000s.rejected", o->save);
     mp_write_no_replace(1);
     if ((e = gathered) == MP_OK) e = mp_trainer_save(s->tr, side, s->meta, o->save_dtype);
     mp_write_no_replace(0);
+    shown(s, "--save", o->save, name, sizeof name);
+    if (o->outputs_shown_in) shown(s, NULL, side, side_name, sizeof side_name);
+    else snprintf(side_name, sizeof side_name, "%s", side);
     if (e == MP_OK)
-        snprintf(msg, sizeof msg, "--save %.300s: %s, so it is not written over; this run's state (step %ld) is in "
-                 "%.300s.rejected", o->save, why, mp_trainer_step_count(s->tr), o->save);
+        snprintf(msg, sizeof msg, "%.300s: %s, so it is not written over; this run's state (step %ld) is in %.300s",
+                 name, why, mp_trainer_step_count(s->tr), side_name);
     else
-        snprintf(msg, sizeof msg, "--save %.300s: %s, so it is not written over; this run's state is not written "
-                 "either (%.600s)", o->save, why, mp_last_error());
+        snprintf(msg, sizeof msg, "%.300s: %s, so it is not written over; this run's state is not written "
+                 "either (%.600s)", name, why, mp_last_error());
     output_failed(s, MP_EOVERFLOW, msg);
     s->wrote[2] = -1;
 }
@@ -1326,8 +1338,11 @@ static void say_outputs(const run_state *s) {
     char written[1200] = "";
     size_t n = 0;
     for (int k = 0; k < 4; k++)
-        if (s->wrote[k] > 0 && n < sizeof written)
-            n += (size_t)snprintf(written + n, sizeof written - n, "%s%s %.500s", n ? ", " : "; written: ", opt[k], path[k]);
+        if (s->wrote[k] > 0 && n < sizeof written) {
+            char name[4200];
+            n += (size_t)snprintf(written + n, sizeof written - n, "%s%.500s", n ? ", " : "; written: ",
+                                  shown(s, opt[k], path[k], name, sizeof name));
+        }
     char rank[32] = "";
     if (size_of(s) > 1 && rank_of(s) > 0) snprintf(rank, sizeof rank, "rank %d: ", rank_of(s));
     fprintf(s->io.err, "%s: %s%s%s\n", s->io.prefix, rank, s->out_why, written);

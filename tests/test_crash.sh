@@ -218,6 +218,18 @@ run 1 "${G[@]}" --steps 9 --precision fp16-dynamic --init-scale 1 --min-scale 1 
 same ck.st old.st "the checkpoint after a run that stopped early"
 [ -s ck.st.rejected ] && ok || fail "the state of the run that stopped early"
 if [ -z "$(temps)" ] && [ -z "$(ls ck.st.rejected.tmp.* ck.st.lock ck.st.rejected.lock 2>/dev/null)" ]; then ok; else fail "left: $(ls ck.st.*)"; fi
+# the same in a comparison's DIR: a mode that ends worse keeps the earlier comparison's MODE.ckpt (its bytes,
+# and named by the new summary), its state beside it as MODE.ckpt.rejected, messages naming DIR's files, exit 1
+CC=(compare --model gpt:1-2-16-16 --data text:c.txt --batch 4 --threads 1 --steps 3 --precisions fp32 --checkpoints)
+rm -rf cg && run 0 "$M" "${CC[@]}" --out cg && cp cg/fp32.ckpt good.ckpt
+run 1 "$M" "${CC[@]}" --out cg --lr 1e6 &&
+    if printf '%s' "$err" | grep -q "^mixprec compare: cg/fp32.ckpt: .* so it is not written over; this run's state (step 3) is in cg/fp32.ckpt.rejected; written: cg/fp32.csv, cg/fp32.json$" &&
+       printf '%s' "$err" | grep -q "^mixprec compare: --checkpoints: fp32 ended worse" && ! printf '%s' "$err" | grep -q partial
+    then ok; else fail "compare's messages for a mode that ended worse: $err"; fi
+same cg/fp32.ckpt good.ckpt "an earlier comparison's checkpoint after a mode ended worse"
+[ -s cg/fp32.ckpt.rejected ] && grep -q '"fp32.ckpt"' cg/summary.json && ok || fail "cg: $(ls cg)"
+run 0 "$M" "${CC[@]}" --out cg --seed 2 && ! cmp -s cg/fp32.ckpt good.ckpt && [ ! -e cg/fp32.ckpt.rejected ] && ok ||
+    fail "a comparison that ends well replaces the kept checkpoint and removes the rejected state: $(ls cg)"
 
 # 5. the commit of a comparison killed at each rename (strace injects SIGKILL at
 #    the Nth rename(2): the renames of its files into DIR/.partial, the decision

@@ -130,6 +130,9 @@ typedef struct mp_run_spec {
     /* files (NULL: none) */
     const char *init, *save, *resume, *log, *summary, *dump_grads;
     mp_dtype save_dtype;
+    const char *outputs_shown_in; /* a caller that moves the outputs when the run is done (compare, into
+                                     its DIR): the directory the messages name them in, by file name and
+                                     without the option (NULL: the outputs as given) */
     /* diagnostics */
     long hist_every;          /* MLP: a gradient histogram every this many steps (0: none) */
     long sample_bytes;        /* GPT: bytes sampled from the final model into the result (0: none) */
