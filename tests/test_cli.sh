@@ -551,6 +551,12 @@ if ! grep -qa __asan_init "$M"; then
     rc=$?; err=$(cat "$T/thr.err")
     if [ "$rc" -eq 1 ]; then ok; else fail "threads that cannot start: exit $rc"; fi
     one_line && has "$err" '^mixprec train: cannot start 2 threads \(the thread 2: .*\): fewer with --threads'
+    for cmd in underflow tour "bench gemm --max 256" "cast 1e-3"; do # every command, before its first kernel
+        (ulimit -s 4000000 && ulimit -v 3000000 && exec "$M" $cmd) > /dev/null 2> "$T/thr.err"
+        rc=$?; err=$(cat "$T/thr.err")
+        if [ "$rc" -eq 1 ]; then ok; else fail "$cmd with threads that cannot start: exit $rc"; fi
+        one_line && has "$err" "^mixprec ${cmd%% *}: cannot start 2 threads"
+    done
 fi
 # a switch said twice, in the mode and as an option, is a usage error whichever value would win
 for sw in 'fp16-dynamic master-weights=none --master-weights fp32' 'fp16-dynamic optim-state=8bit --optim-state fp32' \

@@ -41,8 +41,13 @@ static int dispatch(int argc, char **argv) {
                dist_describe(mpi, sizeof mpi), mp_cpu_describe(feats, sizeof feats));
         return 0;
     }
-    for (size_t i = 0; i < NCOMMANDS; i++)
-        if (strcmp(argv[1], commands[i]->name) == 0) return commands[i]->run(argc - 1, argv + 1);
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        if (strcmp(argv[1], commands[i]->name) != 0) continue;
+        /* the threads the kernels will start, before OpenMP's runtime could end the process for want of them
+         * (libgomp's two lines): one line of mixprec's (train and compare check again for their --threads) */
+        if (mp_threads_check() != MP_OK) return fprintf(stderr, "mixprec %s: %s\n", argv[1], mp_last_error()), 1;
+        return commands[i]->run(argc - 1, argv + 1);
+    }
     return cli_usage_error(NULL, "unknown command '%s'", argv[1]);
 }
 
