@@ -142,7 +142,7 @@ static const option options[] = {
     {"no-shuffle", NULL, K_FLAG, F(shuffle), 0, 0, NULL, NULL,
      "MLP: batch k is examples kB .. kB+B-1 in file order; GPT: row b\n"
      "of micro-batch s is the window at ((sB + b) T) mod (N_train - T)"},
-    {"threads", "N", K_INT, F(threads), 1, 256, NULL, NULL, "threads for the kernels"},
+    {"threads", "N", K_INT, F(threads), 1, MP_MAX_THREADS, NULL, NULL, "threads for the kernels"},
     {"init", "FILE", K_STR, F(init), 0, 0, NULL, "files", "initial weights (safetensors, PyTorch's names)"},
     {"save", "FILE", K_STR, F(save), 0, 0, NULL, NULL, "checkpoint at the end: weights, optimizer state, scaler, step\n"
      "(a run that stops early or ends NaN/inf writes FILE.rejected\n"
@@ -209,6 +209,10 @@ static mp_status underflowed(const char *name, const char *v) {
     return mp_error(MP_EINVAL, "--%s %s is below fp32's least subnormal (1.4e-45): it would be 0", name, v);
 }
 
+static mp_status overflowed(const char *name, const char *v) {
+    return mp_error(MP_EINVAL, "--%s %s is past fp32's largest finite value (3.4e38)", name, v);
+}
+
 
 mp_status mp_run_option(mp_run_spec *s, const char *name, const char *v) {
     if (!s || !name) return mp_error(MP_EINVAL, "mp_run_option: NULL argument");
@@ -228,6 +232,8 @@ mp_status mp_run_option(mp_run_spec *s, const char *name, const char *v) {
     case K_REAL: {
         errno = 0;
         const float f = strtof(v, &end); /* read as a float, as the CLI always has */
+        if (end != v && !*end && errno == ERANGE && isinf(f) && !isinf(strtod(v, NULL)) && o->hi > 3.4e38)
+            return overflowed(name, v);
         if (end == v || *end || (errno == ERANGE && isinf(f)) || !(f >= o->lo && f <= o->hi))
             return mp_error(MP_EINVAL, "--%s wants a number in [%g, %g], not '%s'", name, o->lo, o->hi, v);
         if (f == 0 && strtod(v, NULL) != 0) return underflowed(name, v);
@@ -237,7 +243,8 @@ mp_status mp_run_option(mp_run_spec *s, const char *name, const char *v) {
     case K_F32: {
         errno = 0;
         const float f = strtof(v, &end);
-        if (end == v || *end || (errno == ERANGE && isinf(f))) return mp_error(MP_EINVAL, "--%s wants a number, not '%s'", name, v);
+        if (end != v && !*end && errno == ERANGE && isinf(f)) return overflowed(name, v);
+        if (end == v || *end) return mp_error(MP_EINVAL, "--%s wants a number, not '%s'", name, v);
         if (f == 0 && strtod(v, NULL) != 0) return underflowed(name, v);
         *(float *)dst = f;
         return MP_OK;

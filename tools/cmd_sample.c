@@ -63,7 +63,8 @@ static int run(int argc, char **argv) {
             if (cli_parse_long(v, 0, 2147483647L, &seed)) return cli_usage_error(cmd, "--seed wants a whole number, not '%s'", v);
         } else if (!strcmp(a, "--temperature")) {
             if (cli_parse_float(v, &temperature) || !(temperature > 0) || !isfinite(temperature))
-                return cli_usage_error(cmd, "--temperature wants a number > 0, not '%s'", v);
+                return cli_usage_error(cmd, "--temperature wants a number > 0%s, not '%s'",
+                                       strtod(v, NULL) > 0 ? " within fp32's range (1.4e-45 .. 3.4e38)" : "", v);
         } else return cli_usage_error(cmd, "unknown option '%s'", a);
     }
     if (!from) return cli_usage_error(cmd, "--from CKPT is required");

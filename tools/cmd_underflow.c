@@ -119,9 +119,13 @@ static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, cons
         } else if (!strcmp(a, "--scales") && !out) {
             if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
             char buf[512];
+            if (strlen(v) >= sizeof buf) return cli_usage_error(cmd, "--scales wants up to 32 positive numbers");
             snprintf(buf, sizeof buf, "%s", v);
-            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+            for (char *t = buf, *next; t; t = next) { /* every entry, an empty one too (strtok would skip it) */
+                next = strchr(t, ',');
+                if (next) *next++ = '\0';
                 float f;
+                if (!*t) return cli_usage_error(cmd, "--scales '%s' has an empty entry", v);
                 if (o->nscales == MP_UNDERFLOW_MAX_SCALES || cli_parse_float(t, &f) || !(f > 0) || !isfinite(f))
                     return cli_usage_error(cmd, "--scales wants up to 32 positive numbers, not '%s'", t);
                 o->scales[o->nscales++] = f;
