@@ -225,9 +225,10 @@ void mp_from_f32(const struct mp_kernels *k, void *dst, mp_dtype t, const float 
 mp_status mp_convert_in(const struct mp_kernels *k, void *dst, mp_dtype dst_type, const void *src,
                         mp_dtype src_type, size_t n, mp_convert_stats *stats);
 
-/* Writes what print(f, ctx) prints to path atomically: into memory first,
- * then mp_write_file_atomic (io.h). MP_ENOMEM, or mp_write_file_atomic's
- * status. */
+/* Writes what print(f, ctx) prints (an HTML page) to path atomically: into
+ * memory first, made valid UTF-8 (a byte that starts no UTF-8 sequence, from
+ * a path echoed in the page, becomes U+FFFD), then mp_write_file_atomic
+ * (io.h). MP_ENOMEM, or mp_write_file_atomic's status. */
 mp_status mp_print_file_atomic(const char *path, void (*print)(FILE *f, const void *ctx), const void *ctx);
 
 /* Writes s to f with <, >, &, " and ' escaped for HTML text and quoted

@@ -539,7 +539,11 @@ mp_status mp_print_file_atomic(const char *path, void (*print)(FILE *f, const vo
         free(text);
         return mp_error(MP_ENOMEM, "%s: out of memory", path);
     }
-    const mp_status st = mp_write_file_atomic(path, &(mp_chunk){text, len}, 1);
+    /* the pages say charset=utf-8: bytes that are not (a path's, echoed) become U+FFFD */
+    char *utf8 = mp_utf8_repair(text, "\xef\xbf\xbd");
     free(text);
+    if (!utf8) return mp_error(MP_ENOMEM, "%s: out of memory", path);
+    const mp_status st = mp_write_file_atomic(path, &(mp_chunk){utf8, strlen(utf8)}, 1);
+    free(utf8);
     return st;
 }

@@ -530,7 +530,8 @@ expect 2 "$M" "${TR[@]}" --lr 1e-50 --steps 1 && one_line && has "$err" "--lr 1e
 expect 2 "$M" "${TR[@]}" --precision fp16-dynamic --min-scale 1e-46 --steps 1 && one_line && has "$err" '--min-scale 1e-46'
 expect 0 "$M" cast --to bf16 1e-46 0 && has "$out" '^1e-46 .* underflow \(0 in fp32 already' && has "$out" '^0 .* exact$'
 expect 0 "$M" cast --to mxfp8-e4m3 1e-46 1 && has "$out" '^1e-46 .* underflow \(0 in fp32 already'
-# JSON outputs are UTF-8 whatever bytes a path holds: each byte that starts no UTF-8 sequence is written \ufffd
+# JSON and HTML outputs are UTF-8 whatever bytes a path holds: each byte that starts no UTF-8 sequence is
+# written \ufffd (JSON) or as U+FFFD (HTML)
 bad=$(printf 'd\xff\xc0\xaf\xed\xa0\x80')
 expect 0 "$M" compare --model mlp:784-48-10 --data "$T/fmnist" --precisions fp32 --steps 1 --out "$T/$bad"
 expect 0 "$M" "${TR[@]}" --steps 1 --summary "$T/$bad.json" --log "$T/$bad.csv" --save "$T/$bad.st"
@@ -538,6 +539,8 @@ if python3 - "$T" "$bad" <<'PY'
 import json, os, struct, sys
 t, bad = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
 s = json.loads(open(t + b"/" + bad + b"/summary.json", "rb").read().decode("utf-8"))  # strict UTF-8
+page = open(t + b"/" + bad + b"/report.html", "rb").read().decode("utf-8")  # the HTML page too (charset=utf-8)
+assert "d\ufffd" in page, "the report names its directory"
 assert s["command"].endswith("/d\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd"), s["command"]
 json.loads(open(t + b"/" + bad + b".json", "rb").read().decode("utf-8"))
 h = open(t + b"/" + bad + b".st", "rb").read()
