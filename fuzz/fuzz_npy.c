@@ -50,15 +50,17 @@ static long long shape_count(const char *hdr) {
 }
 
 /* Element i of the data as fp32, as the reader converts it. */
-static float element(const uint8_t *p, size_t es, size_t i) {
-    if (es == 2) return mp_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+static float element(const uint8_t *p, size_t es, size_t i, int big) {
+    uint8_t q[8]; /* least significant byte first */
+    for (size_t k = 0; k < es; k++) q[k] = p[es * i + (big ? es - 1 - k : k)];
+    if (es == 2) return mp_f16_to_f32((uint16_t)(q[0] | q[1] << 8));
     if (es == 8) {
         double x;
-        memcpy(&x, p + 8 * i, 8);
+        memcpy(&x, q, 8);
         return (float)x;
     }
     float x;
-    memcpy(&x, p + 4 * i, 4);
+    memcpy(&x, q, 4);
     return x;
 }
 
@@ -77,6 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     const uint8_t *body = data;
     size_t es = 4, count = size / 4;
+    int big = 0;
     if (size >= 6 && memcmp(data, "\x93NUMPY", 6) == 0) {
         FUZZ_CHECK(size >= 10 && data[6] >= 1 && data[6] <= 3);
         const size_t ho = data[6] == 1 ? 10 : 12;
@@ -89,8 +92,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memcpy(hdr, data + ho, hl);
         hdr[hl] = 0;
         const char *d = value_of(hdr, "descr"); /* C or Fortran order: the same set of values */
-        FUZZ_CHECK(d && (*d == '\'' || *d == '"') && (d[1] == '<' || d[1] == '=') && d[4] == d[0]);
+        FUZZ_CHECK(d && (*d == '\'' || *d == '"') && (d[1] == '<' || d[1] == '=' || d[1] == '>') && d[4] == d[0]);
         d += 1;
+        big = *d == '>';
         es = !strncmp(d + 1, "f4", 2) ? 4 : !strncmp(d + 1, "f2", 2) ? 2 : !strncmp(d + 1, "f8", 2) ? 8 : 0;
         const long long n = shape_count(hdr);
         free(hdr);
@@ -102,7 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     size_t k = 0;
     for (size_t i = 0; i < count; i++) {
-        const float v = element(body, es, i);
+        const float v = element(body, es, i, big);
         if (!isfinite(v)) continue;
         FUZZ_CHECK(k < s.n && memcmp(&s.g[k], &(float){fabsf(v)}, 4) == 0);
         k++;

@@ -56,10 +56,17 @@ np.save(t + "/scalar.npy", np.float32(0.25))
 with open(t + "/two.npy", "wb") as f:
     np.save(f, np.array([1.0, 2.0, 4.0], np.float32))
     np.save(f, np.array([8.0], np.float32))
+g = np.array([1e-3, 2e-5, 3.0, -4e-7, 6e-8], np.float32)  # big-endian files: the same values as little-endian
+for d in ("f2", "f4", "f8"):
+    np.save(t + "/le_" + d + ".npy", g.astype("<" + d)), np.save(t + "/be_" + d + ".npy", g.astype(">" + d))
 PY
 for c in f8:3 f2:4 scalar:1 two:3; do
     n=$("$M" underflow --from "$T/${c%%:*}.npy" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["n"])') &&
         [ "$n" = "${c#*:}" ] && ok || fail "${c%%:*}.npy: $n values read, ${c#*:} expected"
+done
+for d in f2 f4 f8; do
+    [ "$("$M" underflow --from "$T/be_$d.npy" --json)" = "$("$M" underflow --from "$T/le_$d.npy" --json)" ] && ok ||
+        fail "a big-endian .npy ('>$d') read otherwise than the little-endian one"
 done
 # .npy headers read as numpy reads them: a Fortran-order array is read (the same values, in another order);
 # a key given twice, an unknown or missing key, an object or structured dtype is refused by name, no stray quote

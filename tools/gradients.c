@@ -173,8 +173,9 @@ static int read_npy(grad_set *s, const char *path, const uint8_t *b, size_t size
     const size_t body = size - ho - hl, count = h.count;
     const uint8_t *p = b + ho + hl;
     const char *d = h.descr; /* numpy's '=' and '<' are both little-endian on the machines mixprec runs on */
-    const int le = d[0] == '<' || d[0] == '=';
-    const size_t es = le && !strcmp(d + 1, "f4") ? 4 : le && !strcmp(d + 1, "f2") ? 2 : le && !strcmp(d + 1, "f8") ? 8 : 0;
+    const int le = d[0] == '<' || d[0] == '=', be = d[0] == '>'; /* big-endian ('>'): read byte-swapped */
+    const int ok = le || be;
+    const size_t es = ok && !strcmp(d + 1, "f4") ? 4 : ok && !strcmp(d + 1, "f2") ? 2 : ok && !strcmp(d + 1, "f8") ? 8 : 0;
     if (!es && strchr(d, 'O'))
         return snprintf(err, errlen, "%s: .npy dtype '%s' is Python objects (pickled): not read (float32, float16 or "
                                      "float64 are)", path, d), -1;
@@ -183,14 +184,17 @@ static int read_npy(grad_set *s, const char *path, const uint8_t *b, size_t size
         return snprintf(err, errlen, "%s: %zu bytes of .npy data for a shape of %zu '%s' values", path, body, count, d), -1;
     /* fortran_order: True changes only the values' order, which a set of magnitudes does not have: read as well */
     int rc;
-    if (es == 4) rc = keep(s, p, count);
+    if (es == 4 && !be) rc = keep(s, p, count);
     else {
         float *v = malloc((count ? count : 1) * sizeof *v);
         for (size_t i = 0; v && i < count; i++) {
-            if (es == 2) v[i] = mp_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+            uint8_t q[8]; /* the value's bytes, least significant first */
+            for (size_t k = 0; k < es; k++) q[k] = p[es * i + (be ? es - 1 - k : k)];
+            if (es == 2) v[i] = mp_f16_to_f32((uint16_t)(q[0] | q[1] << 8));
+            else if (es == 4) memcpy(&v[i], q, 4);
             else {
                 double x;
-                memcpy(&x, p + 8 * i, 8);
+                memcpy(&x, q, 8);
                 v[i] = (float)x;
             }
         }
