@@ -516,8 +516,9 @@ static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, const
             fail(x, MP_EIO, "%s", why);
             add_failed(x, runs[r].name, why);
         }
-        if (st != MP_OK && runs[r].result.nsteps == 0) { /* nothing to show */
-            fail(x, st, "%s: training failed before its first step", runs[r].name);
+        if (st != MP_OK && runs[r].result.nsteps == 0) { /* nothing to show; mp_run said why, in one line */
+            if (!x->status)
+                x->status = st, snprintf(x->msg, sizeof x->msg, "%s: %s", runs[r].name, mp_last_error());
             mp_run_result_free(&runs[r].result);
             break;
         }

@@ -334,7 +334,7 @@ if [ -s "$T/cmp/fp32.ckpt" ] && [ -s "$T/cmp/bf16.ckpt" ] && [ -s "$T/cmp/summar
 # a mode that fails before its first step leaves the directory's files as they were
 ( cd "$T/cmp" && sha256sum * > "$T/cmp.sums" )
 expect 1 "$M" compare --precisions fp32 --out "$T/cmp" --model gpt:1-2-16-16 --data "text:$T/nope.txt" --batch 4 --steps 3 &&
-    has "$err" 'fp32: training failed before its first step'
+    one_line && has "$err" 'nope.txt: cannot open' # the run's own reason, once
 if ( cd "$T/cmp" && sha256sum -c --quiet "$T/cmp.sums" ) && [ -z "$(ls -A "$T/cmp" | grep partial)" ]; then ok
 else fail "a compare that failed before its first step changed its directory"; fi
 expect 2 "$M" compare --save "$T/x.st" && one_line && has "$err" 'set by compare itself'
@@ -345,7 +345,7 @@ expect 2 "$M" compare --dump-grads "$T/x.st" && one_line && has "$err" 'each mod
 # input the old run wrote stay
 echo mine > "$T/cmp/notes.txt"
 CMPR=(compare --model gpt:1-2-16-16 --batch 4 --steps 4) # then --data, --out
-expect 1 "$M" "${CMPR[@]}" --data "text:$T/c.txt" --out "$T/cmp" --precisions bf16,fp32 --resume "$T/cmp/bf16.ckpt" && has "$err" "fp32: training failed before its first step"
+expect 1 "$M" "${CMPR[@]}" --data "text:$T/c.txt" --out "$T/cmp" --precisions bf16,fp32 --resume "$T/cmp/bf16.ckpt" && one_line && has "$err" "checkpoint has precision 'bf16', this run asks for 'fp32'"
 if [ "$(cd "$T/cmp" && ls -A | tr '\n' ' ')" = "bf16.ckpt bf16.csv bf16.json bf16.txt notes.txt report.html summary.json " ] &&
    [ "$(wc -l < "$T/cmp/bf16.csv")" -eq 2 ]; then ok
 else fail "compare with a failed later mode left: $(ls -A "$T/cmp")"; fi
