@@ -11,9 +11,6 @@ mp_scaler_config mp_scaler_defaults(void) {
 static mp_status check_config(const mp_scaler_config *c) {
     if (!(isfinite(c->init_scale) && c->init_scale > 0))
         return mp_error(MP_EINVAL, "scaler: init_scale must be finite and > 0 (got %g)", (double)c->init_scale);
-    if (!isfinite((float)(1.0 / (double)c->init_scale))) /* the unscale multiplies by it */
-        return mp_error(MP_EINVAL, "scaler: init_scale %g has no finite inverse in fp32 (it must exceed 2^-128)",
-                        (double)c->init_scale);
     if (!(isfinite(c->growth_factor) && c->growth_factor > 1))
         return mp_error(MP_EINVAL, "scaler: growth_factor must be > 1 (got %g)", (double)c->growth_factor);
     if (!(c->backoff_factor > 0 && c->backoff_factor < 1))
