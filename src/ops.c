@@ -560,6 +560,42 @@ typedef struct {
     const mp_kernels *k; /* the op's kernels, read once at its entry */
 } ln_job;
 
+/* fp32 sums of a row in 16 lanes, element j in lane j % 16, the lanes added
+ * by halves at the end (as the softmax's rows, ops.h): 16 independent
+ * chains, not one that waits for every addition. Of x, of (x - m)^2, of a b. */
+static float lanes_sum(const float *x, size_t n) {
+    float l[16] = {0};
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; k++) l[k] += x[j + k];
+    for (int k = 0; j + (size_t)k < n; k++) l[k] += x[j + (size_t)k];
+    for (int h = 8; h; h >>= 1)
+        for (int k = 0; k < h; k++) l[k] += l[k + h];
+    return l[0];
+}
+
+static float lanes_dev2(const float *x, size_t n, float m) {
+    float l[16] = {0};
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; k++) l[k] += (x[j + k] - m) * (x[j + k] - m);
+    for (int k = 0; j + (size_t)k < n; k++) l[k] += (x[j + (size_t)k] - m) * (x[j + (size_t)k] - m);
+    for (int h = 8; h; h >>= 1)
+        for (int k = 0; k < h; k++) l[k] += l[k + h];
+    return l[0];
+}
+
+static float lanes_dot(const float *a, const float *b, size_t n) {
+    float l[16] = {0};
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; k++) l[k] += a[j + k] * b[j + k];
+    for (int k = 0; j + (size_t)k < n; k++) l[k] += a[j + (size_t)k] * b[j + (size_t)k];
+    for (int h = 8; h; h >>= 1)
+        for (int k = 0; k < h; k++) l[k] += l[k + h];
+    return l[0];
+}
+
 /* A row's mean and rstd as a naive loop in acc computes them (ops.h). */
 static void ln_stats_naive(const float *x, size_t C, float eps, mp_dtype acc, float *mean, float *rstd) {
     float m = 0.0f, v = 0.0f;
@@ -586,13 +622,9 @@ static void ln_fwd_share(void *ctx, size_t r0, size_t r1, int t) {
     for (size_t r = r0; r < r1; r++) {
         load(J->k, row, J->x, J->xt, r * C, C);
         float m, rs;
-        if (J->acc == MP_F32) {
-            m = 0.0f;
-            for (size_t j = 0; j < C; j++) m += row[j];
-            m /= (float)C;
-            float v = 0.0f; /* two passes: the variance of x - mean, never E[x^2] - E[x]^2 */
-            for (size_t j = 0; j < C; j++) v += (row[j] - m) * (row[j] - m);
-            v /= (float)C;
+        if (J->acc == MP_F32) { /* two passes: the variance of x - mean, never E[x^2] - E[x]^2 */
+            m = lanes_sum(row, C) / (float)C;
+            const float v = lanes_dev2(row, C, m) / (float)C;
             rs = 1.0f / sqrtf(v + J->eps);
         } else {
             ln_stats_naive(row, C, J->eps, J->acc, &m, &rs);
@@ -679,19 +711,18 @@ static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
         const float mi = mean[i], ri = rstd[i];
         const mp_dtype acc = J->acc;
         float sum_dn = 0.0f, sum_dn_n = 0.0f;
-        for (size_t j = 0; j < C; j++) {
-            n[j] = (n[j] - mi) * ri;
-            const float dn = g[j] * (w ? w[j] : 1.0f);
-            if (acc == MP_F32) {
-                sum_dn += dn;
-                sum_dn_n += dn * n[j];
-            } else {
-                sum_dn = mp_round_to(acc, sum_dn + mp_round_to(acc, dn));
-                sum_dn_n = mp_round_to(acc, sum_dn_n + mp_round_to(acc, dn * n[j]));
+        for (size_t j = 0; j < C; j++) /* g becomes dn = dy w */
+            n[j] = (n[j] - mi) * ri, g[j] *= w ? w[j] : 1.0f;
+        if (acc == MP_F32) {
+            sum_dn = lanes_sum(g, C), sum_dn_n = lanes_dot(g, n, C);
+        } else {
+            for (size_t j = 0; j < C; j++) {
+                sum_dn = mp_round_to(acc, sum_dn + mp_round_to(acc, g[j]));
+                sum_dn_n = mp_round_to(acc, sum_dn_n + mp_round_to(acc, g[j] * n[j]));
             }
         }
         const float a = mp_round_to(acc, sum_dn / (float)C), c = mp_round_to(acc, sum_dn_n / (float)C);
-        for (size_t j = 0; j < C; j++) g[j] = ri * (g[j] * (w ? w[j] : 1.0f) - a - n[j] * c);
+        for (size_t j = 0; j < C; j++) g[j] = ri * (g[j] - a - n[j] * c);
         if (!J->res) {
             store(J->k, J->y, J->yt, i * C, g, C, &J->part[t]);
             continue;

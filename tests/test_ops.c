@@ -868,17 +868,25 @@ static void old_cross_entropy(float *loss, void *dlogits, mp_dtype dt, const voi
     *loss = total / (float)B;
     free(row);
 }
+/* 16 lanes, element j in lane j % 16, added by halves (ops.h): a, or a b */
+static float lanes(const float *a, const float *b, size_t n) {
+    float l[16] = {0};
+    for (size_t j = 0; j < n; j++) l[j % 16] += b ? a[j] * b[j] : a[j];
+    for (int h = 8; h; h >>= 1)
+        for (int k = 0; k < h; k++) l[k] += l[k + h];
+    return l[0];
+}
+
 static void old_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, const void *x, mp_dtype xt,
                                   const float *w, const float *b, size_t B, size_t C, float eps, mp_convert_stats *st) {
     float *row = malloc((C + 16) * sizeof(float));
     for (size_t r = 0; r < B; r++) {
         old_load(row, x, xt, r * C, C);
-        float m = 0.0f;
-        for (size_t j = 0; j < C; j++) m += row[j];
-        m /= (float)C;
-        float v = 0.0f;
-        for (size_t j = 0; j < C; j++) v += (row[j] - m) * (row[j] - m);
-        v /= (float)C;
+        const float m = lanes(row, NULL, C) / (float)C;
+        float *d = malloc((C + 1) * sizeof *d);
+        for (size_t j = 0; j < C; j++) d[j] = row[j] - m;
+        const float v = lanes(d, d, C) / (float)C;
+        free(d);
         const float rs = 1.0f / sqrtf(v + eps);
         for (size_t j = 0; j < C; j++) {
             const float n = (row[j] - m) * rs;
@@ -900,16 +908,15 @@ static void old_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db,
     for (size_t i = 0; i < B; i++) {
         old_load(g, dy, dyt, i * C, C);
         old_load(n, x, xt, i * C, C);
-        float sum_dn = 0.0f, sum_dn_n = 0.0f;
+        float *dn = malloc((C + 1) * sizeof *dn);
         for (size_t j = 0; j < C; j++) {
             n[j] = (n[j] - mean[i]) * rstd[i];
-            const float dn = g[j] * (w ? w[j] : 1.0f);
-            sum_dn += dn;
-            sum_dn_n += dn * n[j];
+            dn[j] = g[j] * (w ? w[j] : 1.0f);
             sw[j] += g[j] * n[j];
             sb[j] += g[j];
         }
-        const float a = sum_dn / (float)C, c = sum_dn_n / (float)C;
+        const float a = lanes(dn, NULL, C) / (float)C, c = lanes(dn, n, C) / (float)C;
+        free(dn);
         for (size_t j = 0; j < C; j++) g[j] = rstd[i] * (g[j] * (w ? w[j] : 1.0f) - a - n[j] * c);
         old_store(dx, dxt, i * C, g, C, st);
     }

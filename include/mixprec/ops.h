@@ -133,7 +133,10 @@ mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt,   // dlogits
 
 /* Layer norm over each row: y = (x - mean) * rstd * w + b with
  * rstd = 1 / sqrt(var + eps) (biased variance, two passes); mean and rstd
- * (per row, computed in acc) are kept for the backward. w, b may be NULL
+ * (per row, computed in acc) are kept for the backward. With acc MP_F32 the
+ * row's sums (of x, then of (x - mean)^2) run in 16 lanes as the softmax's
+ * (element j in lane j % 16, added by halves at the end); a naive acc sums
+ * left to right. w, b may be NULL
  * (1 and 0). Rows run in parallel, each computed as on one thread
  * (thread-count independent). MP_EINVAL + message for a format (acc too)
  * other than fp32/fp16/bf16, a NULL y, x, mean or rstd, or C = 0 with B > 0;
@@ -143,7 +146,8 @@ mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd,  
                                const float *w, const float *b,                  // (C,) or NULL
                                size_t B, size_t C, float eps, mp_dtype acc, mp_convert_stats *st);
 /* dx = rstd (dn - mean(dn) - n mean(dn n)) with n the normalized x and
- * dn = dy w (the two means in acc); dw and db get sum_rows dy n and
+ * dn = dy w (the two means in acc, in 16 lanes with acc MP_F32, as the
+ * forward's); dw and db get sum_rows dy n and
  * sum_rows dy (column sums in acc), added to them (accumulate = 1) or
  * replacing them (accumulate = 0), as mp_colsum; either may be NULL. dx runs
  * in parallel over rows; dw and db over columns, each column summed row
