@@ -215,6 +215,43 @@ mp_status mp_add(void *y, mp_dtype yt, const void *a, mp_dtype at, const void *b
 
 /* ---- row-wise operations ---- */
 
+/* fp32 sums of a row in 16 lanes, element j in lane j % 16, the lanes added
+ * by halves at the end (as the softmax's rows, ops.h): 16 independent
+ * chains, not one that waits for every addition. Of x, of (x - m)^2, of a b. */
+static float lanes_sum(const float *x, size_t n) {
+    float l[16] = {0};
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; k++) l[k] += x[j + k];
+    for (int k = 0; j + (size_t)k < n; k++) l[k] += x[j + (size_t)k];
+    for (int h = 8; h; h >>= 1)
+        for (int k = 0; k < h; k++) l[k] += l[k + h];
+    return l[0];
+}
+
+static float lanes_dev2(const float *x, size_t n, float m) {
+    float l[16] = {0};
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; k++) l[k] += (x[j + k] - m) * (x[j + k] - m);
+    for (int k = 0; j + (size_t)k < n; k++) l[k] += (x[j + (size_t)k] - m) * (x[j + (size_t)k] - m);
+    for (int h = 8; h; h >>= 1)
+        for (int k = 0; k < h; k++) l[k] += l[k + h];
+    return l[0];
+}
+
+static float lanes_dot(const float *a, const float *b, size_t n) {
+    float l[16] = {0};
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; k++) l[k] += a[j + k] * b[j + k];
+    for (int k = 0; j + (size_t)k < n; k++) l[k] += a[j + (size_t)k] * b[j + (size_t)k];
+    for (int h = 8; h; h >>= 1)
+        for (int k = 0; k < h; k++) l[k] += l[k + h];
+    return l[0];
+}
+
+
 static mp_status rows_args(const char *fn, const void *p, const void *q, size_t B, size_t C) {
     if (B && C && (!p || !q)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
     return MP_OK;
@@ -392,11 +429,11 @@ void mp_softmax_backward_row(const mp_kernels *kc, float *g, const float *y, siz
     } else if (acc != MP_F32) {
         for (size_t k = 0; k < C; k++) dot = mp_round_to(acc, dot + mp_round_to(acc, g[k] * y[k]));
         for (size_t k = 0; k < C; k++) g[k] = y[k] * mp_round_to(acc, g[k] - dot);
-    } else if (log) {
-        for (size_t k = 0; k < C; k++) dot += g[k];
+    } else if (log) { /* fp32 sums in 16 lanes, as the forward's */
+        dot = lanes_sum(g, C);
         sk->exp_sub_mul(g, y, C, dot);
     } else {
-        for (size_t k = 0; k < C; k++) dot += g[k] * y[k];
+        dot = lanes_dot(g, y, C);
         for (size_t k = 0; k < C; k++) g[k] = y[k] * (g[k] - dot);
     }
 }
@@ -559,42 +596,6 @@ typedef struct {
     mp_convert_stats part2[MP_MAX_THREADS]; /* backward with res: the sums' stores */
     const mp_kernels *k; /* the op's kernels, read once at its entry */
 } ln_job;
-
-/* fp32 sums of a row in 16 lanes, element j in lane j % 16, the lanes added
- * by halves at the end (as the softmax's rows, ops.h): 16 independent
- * chains, not one that waits for every addition. Of x, of (x - m)^2, of a b. */
-static float lanes_sum(const float *x, size_t n) {
-    float l[16] = {0};
-    size_t j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int k = 0; k < 16; k++) l[k] += x[j + k];
-    for (int k = 0; j + (size_t)k < n; k++) l[k] += x[j + (size_t)k];
-    for (int h = 8; h; h >>= 1)
-        for (int k = 0; k < h; k++) l[k] += l[k + h];
-    return l[0];
-}
-
-static float lanes_dev2(const float *x, size_t n, float m) {
-    float l[16] = {0};
-    size_t j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int k = 0; k < 16; k++) l[k] += (x[j + k] - m) * (x[j + k] - m);
-    for (int k = 0; j + (size_t)k < n; k++) l[k] += (x[j + (size_t)k] - m) * (x[j + (size_t)k] - m);
-    for (int h = 8; h; h >>= 1)
-        for (int k = 0; k < h; k++) l[k] += l[k + h];
-    return l[0];
-}
-
-static float lanes_dot(const float *a, const float *b, size_t n) {
-    float l[16] = {0};
-    size_t j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int k = 0; k < 16; k++) l[k] += a[j + k] * b[j + k];
-    for (int k = 0; j + (size_t)k < n; k++) l[k] += a[j + (size_t)k] * b[j + (size_t)k];
-    for (int h = 8; h; h >>= 1)
-        for (int k = 0; k < h; k++) l[k] += l[k + h];
-    return l[0];
-}
 
 /* A row's mean and rstd as a naive loop in acc computes them (ops.h). */
 static void ln_stats_naive(const float *x, size_t C, float eps, mp_dtype acc, float *mean, float *rstd) {

@@ -831,18 +831,26 @@ static void old_softmax_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt
     }
     free(row);
 }
+/* 16 lanes, element j in lane j % 16, added by halves (ops.h): a, or a b */
+static float lanes(const float *a, const float *b, size_t n) {
+    float l[16] = {0};
+    for (size_t j = 0; j < n; j++) l[j % 16] += b ? a[j] * b[j] : a[j];
+    for (int h = 8; h; h >>= 1)
+        for (int k = 0; k < h; k++) l[k] += l[k + h];
+    return l[0];
+}
+
 static void old_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt, const void *dy, mp_dtype dyt,
                                  size_t B, size_t C, int log, mp_convert_stats *st) {
     float *r = malloc((2 * C + 16) * sizeof(float)), *yr = r, *g = r + C;
     for (size_t b = 0; b < B; b++) {
         old_load(yr, y, yt, b * C, C);
         old_load(g, dy, dyt, b * C, C);
-        float dot = 0.0f;
         if (log) {
-            for (size_t j = 0; j < C; j++) dot += g[j];
+            const float dot = lanes(g, NULL, C);
             for (size_t j = 0; j < C; j++) g[j] -= ref_exp(yr[j]) * dot;
         } else {
-            for (size_t j = 0; j < C; j++) dot += g[j] * yr[j];
+            const float dot = lanes(g, yr, C);
             for (size_t j = 0; j < C; j++) g[j] = yr[j] * (g[j] - dot);
         }
         old_store(dx, dxt, b * C, g, C, st);
@@ -868,15 +876,6 @@ static void old_cross_entropy(float *loss, void *dlogits, mp_dtype dt, const voi
     *loss = total / (float)B;
     free(row);
 }
-/* 16 lanes, element j in lane j % 16, added by halves (ops.h): a, or a b */
-static float lanes(const float *a, const float *b, size_t n) {
-    float l[16] = {0};
-    for (size_t j = 0; j < n; j++) l[j % 16] += b ? a[j] * b[j] : a[j];
-    for (int h = 8; h; h >>= 1)
-        for (int k = 0; k < h; k++) l[k] += l[k + h];
-    return l[0];
-}
-
 static void old_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, const void *x, mp_dtype xt,
                                   const float *w, const float *b, size_t B, size_t C, float eps, mp_convert_stats *st) {
     float *row = malloc((C + 16) * sizeof(float));

@@ -110,7 +110,8 @@ mp_status mp_add(void *y, mp_dtype yt,              // (n,)
 mp_status mp_softmax_forward(void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t B, size_t C, int log,
                              mp_dtype acc, mp_convert_stats *st);
 /* Backward from the forward's output y: softmax dx = y (dy - sum(dy y));
- * log_softmax dx = dy - exp(y) sum(dy) (e^x as the forward's); the sums in acc. Statuses as
+ * log_softmax dx = dy - exp(y) sum(dy) (e^x as the forward's); the sums in acc (fp32: in 16 lanes, as the
+ * forward's). Statuses as
  * mp_softmax_forward's (a NULL dx, y or dy; rows over ~2000 values for
  * MP_ENOMEM). */
 mp_status mp_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt, const void *dy, mp_dtype dyt,
