@@ -23,16 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
-
-static const tile_config cfg __attribute__((aligned(64))) = {
-    .palette = 1, .colsb = {64, 64, 64, 64, 64, 64, 64, 64}, .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
-
-#define BARRIER() __asm__ volatile("" ::: "memory")
+#include "cpu/amx_tiles.h" /* the library's tile configuration and compiler barrier */
 
 static double now(void) {
     struct timespec t;
@@ -52,7 +43,7 @@ static __attribute__((noinline)) void block(size_t kc, const uint8_t *A, const u
     _tile_zero(7);
     const long bs = compact ? 64 : 128, b1 = compact ? 1024 : 64;
     for (size_t s = 0; s < kc; s += 32, A += 2048, B += 2048) {
-        BARRIER();
+        MP_TILE_BARRIER();
         _tile_loadd(0, A, 64);
         _tile_loadd(2, B, bs);
         _tile_loadd(3, B + b1, bs);
@@ -62,12 +53,12 @@ static __attribute__((noinline)) void block(size_t kc, const uint8_t *A, const u
         _tile_dpbf16ps(6, 1, 2);
         _tile_dpbf16ps(7, 1, 3);
     }
-    BARRIER();
+    MP_TILE_BARRIER();
     _tile_stored(4, sums, 128);
     _tile_stored(5, sums + 16, 128);
     _tile_stored(6, sums + 512, 128);
     _tile_stored(7, sums + 528, 128);
-    BARRIER();
+    MP_TILE_BARRIER();
 }
 
 /* Dependent TDPBF16PS: one every 16 cycles at the core's clock. */
@@ -97,7 +88,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "amx_probe: no AMX tile permission on this CPU/kernel\n");
         return 1;
     }
-    _tile_loadconfig(&cfg);
+    _tile_loadconfig(&mp_tile_config_16x64);
     const size_t kc = argc > 1 ? (size_t)atoi(argv[1]) : 384;
     if (kc < 32 || kc % 32) {
         fprintf(stderr, "amx_probe: kc must be a multiple of 32\n");
