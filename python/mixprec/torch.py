@@ -402,18 +402,11 @@ class Monitor:
         self._unseen_warned = False
         self._count = _Counter(self._codes, counts == "torch")
         self._pending = _Pending()
-        self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        if self.shadow:
-            for n, p in self._params:
-                if p.dtype != torch.float32:
-                    raise MixprecError("mixprec: shadow=True recomputes in fp32 and needs fp32 parameters; "
-                                       "%s is %s" % (n, p.dtype))
-        self._modules = [(n or "(model)", m) for n, m in model.named_modules()]
-        self._owner = {}  # parameter name -> module name (the module holding it directly)
-        for mn, m in self._modules:
-            for pn, _ in m.named_parameters(recurse=False):
-                self._owner[(mn + "." if mn != "(model)" else "") + pn] = mn
-        self._hooks, self._compiled_forward, self._closed = [], None, False
+        self._all_params, self._modules = [], []  # as the model has them now: (name, object)
+        self._owner = {}  # parameter name -> module name (the module holding it directly), every one seen
+        self._layers = {}  # module name -> whether the report draws it as a layer, every one seen, in order
+        self._read_model()
+        self._hooks, self._mod_hooks, self._compiled_forward, self._closed = [], [], None, False
         self._forward = None
         if self.shadow and not _TORCH2:  # torch 1.13's pre-hooks do not see keyword arguments: wrap its forward
             def forward(mod, *args, **kwargs):  # a method of the model: a deep copy calls its own
@@ -435,6 +428,64 @@ class Monitor:
         self._new_record()
         self._attach()
 
+    # ---- the model's parameters and modules, read again when they change ----
+
+    def _read_model(self):
+        """Reads the model's parameters and modules (again); returns what changed since the last read, as
+        text ("" for nothing, and on the first read). A replaced, added or removed parameter or module is
+        watched, or no longer, from here on; the report keeps what was recorded of the removed ones."""
+        params = list(self.model.named_parameters())
+        modules = [(n or "(model)", m) for n, m in self.model.named_modules()]
+        changes = []
+        if self._modules:
+            for what, old, new in (("parameter", self._all_params, params), ("module", self._modules, modules)):
+                before, now = dict(old), dict(new)
+                for verb, names in (("added", [n for n in now if n not in before]),
+                                    ("removed", [n for n in before if n not in now]),
+                                    ("replaced", [n for n in now if n in before and now[n] is not before[n]])):
+                    if names:
+                        more = " and %d more" % (len(names) - 4) if len(names) > 4 else ""
+                        changes.append("%s%s %s: %s%s" % (what, "s" if len(names) > 1 else "", verb,
+                                                           ", ".join(names[:4]), more))
+        if self.shadow:
+            for n, p in params:
+                if p.requires_grad and p.dtype != torch.float32:
+                    raise MixprecError("mixprec: shadow=True recomputes in fp32 and needs fp32 parameters; "
+                                       "%s is %s" % (n, p.dtype))
+        self._all_params, self._modules = params, modules
+        self._params = [(n, p) for n, p in params if p.requires_grad]
+        for mn, m in modules:
+            self._layers[mn] = not list(m.children()) or bool(list(m.parameters(recurse=False)))
+            for pn, _ in m.named_parameters(recurse=False):
+                self._owner[(mn + "." if mn != "(model)" else "") + pn] = mn
+        return "; ".join(changes)
+
+    def _sync(self):
+        """The model's parameters and modules read again; a change is a warning, and the hooks of a recorded
+        step move to the current modules."""
+        params = [(n, p) for n, p in self.model.named_parameters()]
+        if len(params) == len(self._all_params) and all(a[0] == b[0] and a[1] is b[1]
+                                                        for a, b in zip(params, self._all_params)):
+            trained = [(n, p) for n, p in params if p.requires_grad]
+            if [n for n, _ in trained] != [n for n, _ in self._params]:  # requires_grad changed
+                self._params = trained
+            modules = list(self.model.named_modules())
+            if len(modules) == len(self._modules) and all(a[1] is b[1] for a, b in zip(modules, self._modules)):
+                return
+        changed = self._read_model()
+        if changed:
+            warnings.warn("mixprec: step %d: the model changed since the monitor last read it (%s): the monitor "
+                          "watches its current parameters and modules from this step on" % (self.step, changed),
+                          RuntimeWarning, stacklevel=4)
+            if self._mod_hooks:
+                for h in self._mod_hooks:
+                    h.remove()
+                self._mod_hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules]
+
+    def _sync_hook(self, module, args):
+        if self._recording() and self._training(module):
+            self._sync()
+
     # ---- hooks: attached from the end of the step before a recorded one to its after_backward ----
 
     def _recording(self):
@@ -447,7 +498,9 @@ class Monitor:
         run the graph compiled without hooks. Nothing else in the process changes."""
         if self._hooks or self._closed:
             return
-        self._hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules]
+        self._sync()
+        self._hooks = [self.model.register_forward_pre_hook(self._sync_hook)]  # first: before the shadow's
+        self._mod_hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules]
         self._hooks.append(self.model.register_forward_hook(self._root_hook))
         if self.shadow and _TORCH2:
             self._hooks.append(self.model.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
@@ -456,9 +509,9 @@ class Monitor:
             self._compiled.forward = self.model.__call__
 
     def _detach(self):
-        for h in self._hooks:
+        for h in self._hooks + self._mod_hooks:
             h.remove()
-        self._hooks = []
+        self._hooks, self._mod_hooks = [], []
         if self._compiled_forward is not None:
             self._compiled.forward = self._compiled_forward
             self._compiled_forward = None
@@ -533,6 +586,7 @@ class Monitor:
         self._pending_loss = None
         if loss is not None:
             self._pending_loss = float(loss.detach().float()) if isinstance(loss, torch.Tensor) else float(loss)
+        self._sync()
         self._grads = [p.grad for _, p in self._params]  # references only: kept until after_step
         if not self._recording():
             return
@@ -821,8 +875,8 @@ class _ReportBuilder:
 
     def __init__(self, mon, title):
         fmt = mon.formats[0]
-        layers = [n for n, m in mon._modules
-                  if n in self._seen(mon) and (not list(m.children()) or list(m.parameters(recurse=False)))]
+        seen = self._seen(mon)
+        layers = [n for n, is_layer in mon._layers.items() if is_layer and n in seen]
         steps = sorted(mon._history)
         nsteps, nl = len(mon._loss), len(layers)
         index = {n: i for i, n in enumerate(layers)}
@@ -932,9 +986,11 @@ class _ReportBuilder:
 
     @staticmethod
     def _seen(mon):
-        seen = set(mon._owner.values())
+        seen = {mon._owner[(mn + "." if mn != "(model)" else "") + pn]
+                for mn, m in mon._modules for pn, _ in m.named_parameters(recurse=False)}
         for r in mon._history.values():
             seen.update(r["act"])
+            seen.update(mon._owner[pn] for pn in r["params"])
         return seen
 
     @staticmethod
