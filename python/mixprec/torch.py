@@ -43,6 +43,7 @@ vector of counts per tensor, all read once per recorded step
 """
 import ctypes
 import math
+import numbers
 import resource
 import shlex
 import statistics
@@ -56,7 +57,7 @@ import torch
 
 from . import _memory
 from ._lib import (DTYPES, HIST_BINS, ConvertStats, MixprecError, Report, ReportRun, ReportSkip, TensorStats,
-                   ValueCounts, check, dtype_code, lib, path_arg)
+                   ValueCounts, check, dtype_code, integer, lib, names, path_arg, text_arg)
 
 __all__ = ["Monitor"]
 
@@ -66,16 +67,20 @@ _HIST_LO = -64  # the report's histogram: log2 |g| bins 2^-64 .. 2^19, ends clam
 
 
 def _scale_of(s, what):
-    """The loss scale a GradScaler (enabled or not) or a number stands for."""
+    """The loss scale a GradScaler (enabled or not) or a number stands for: another type is a TypeError, a
+    scale that is not finite and > 0 a ValueError, each naming what (the method and its argument)."""
     if hasattr(s, "get_scale"):
         v = float(s.get_scale())
+    elif isinstance(s, torch.Tensor) and s.numel() == 1 and not s.is_complex() \
+            and s.dtype != torch.bool:
+        v = float(s)
+    elif isinstance(s, numbers.Real) and not isinstance(s, (bool, np.bool_)):
+        v = float(s)
     else:
-        try:
-            v = float(s)
-        except (TypeError, ValueError):
-            raise MixprecError("mixprec: %s takes a GradScaler or a number (the loss scale), not %r" % (what, s))
+        raise TypeError("mixprec: %s takes a GradScaler or a number (the loss scale), not %s"
+                        % (what, type(s).__name__))
     if not (math.isfinite(v) and v > 0):
-        raise MixprecError("mixprec: %s: the loss scale must be finite and > 0, not %r" % (what, v))
+        raise ValueError("mixprec: %s: the loss scale must be finite and > 0, not %r" % (what, v))
     return v
 
 
@@ -374,22 +379,23 @@ class Monitor:
 
     def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False, counts="auto"):
         if not hasattr(model, "named_parameters") or not hasattr(model, "named_modules"):
-            raise MixprecError("mixprec: Monitor watches a torch.nn.Module, not %s" % type(model).__name__)
-        if isinstance(formats, str):
-            formats = (formats,)
+            raise TypeError("mixprec: Monitor watches a torch.nn.Module (model), not %s" % type(model).__name__)
+        formats = names(formats, "formats")
         if not formats:
-            raise MixprecError("mixprec: Monitor needs at least one format")
-        self.formats = tuple(formats)
-        self._codes = [dtype_code(f) for f in self.formats]
+            raise ValueError("mixprec: Monitor needs at least one format (formats is empty)")
+        self.formats = formats
+        self._codes = [dtype_code(f, "formats") for f in self.formats]
         for f, c in zip(self.formats, self._codes):
             if c in (DTYPES["e8m0"], DTYPES["e2m1"]):
-                raise MixprecError("mixprec: Monitor counts fp32, fp16, bf16, e4m3 and e5m2 stores, not %s "
-                                   "(e8m0 holds block scales; fp4 values are scaled per block of 16 or 32)" % f)
+                raise ValueError("mixprec: formats: Monitor counts fp32, fp16, bf16, e4m3 and e5m2 stores, not %s "
+                                 "(e8m0 holds block scales; fp4 values are scaled per block of 16 or 32)" % f)
         self._fmax = {f: lib.mp_format(c).contents.max for f, c in zip(self.formats, self._codes)}
-        if not isinstance(every, int) or every < 1:
-            raise MixprecError("mixprec: Monitor's every must be an integer >= 1, not %r" % (every,))
+        every = integer(every, "Monitor's every", 1)
+        if not isinstance(shadow, (bool, np.bool_)):
+            raise TypeError("mixprec: Monitor's shadow is True or False, not %s" % type(shadow).__name__)
+        text_arg(counts, "Monitor's counts", "\"auto\" or \"torch\"")
         if counts not in ("auto", "torch"):
-            raise MixprecError("mixprec: Monitor's counts is \"auto\" or \"torch\", not %r" % (counts,))
+            raise ValueError("mixprec: Monitor's counts is \"auto\" or \"torch\", not %r" % (counts,))
         # torch.compile's module: its original's names, and the recorded steps run eagerly (_attach)
         self._compiled = None
         if hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule":
@@ -450,7 +456,7 @@ class Monitor:
         if self.shadow:
             for n, p in params:
                 if p.requires_grad and p.dtype != torch.float32:
-                    raise MixprecError("mixprec: shadow=True recomputes in fp32 and needs fp32 parameters; "
+                    raise ValueError("mixprec: shadow=True recomputes in fp32 and needs fp32 parameters; "
                                        "%s is %s" % (n, p.dtype))
         self._all_params, self._modules = params, modules
         self._params = [(n, p) for n, p in params if p.requires_grad]
@@ -581,11 +587,22 @@ class Monitor:
         multiplied by the scale again. optimizer: the one whose state to read
         when the scaler serves several. loss (optional, a number or a tensor):
         the step's unscaled loss, for the report's loss curve."""
-        self._scale_now = _scale_of(scaler, "after_backward")
-        carried = _carried(scaler, optimizer, self._scale_now)
-        self._pending_loss = None
-        if loss is not None:
-            self._pending_loss = float(loss.detach().float()) if isinstance(loss, torch.Tensor) else float(loss)
+        scale = _scale_of(scaler, "after_backward's scaler")
+        if optimizer is not None and not hasattr(optimizer, "param_groups"):
+            raise TypeError("mixprec: after_backward's optimizer is a torch.optim.Optimizer, not %s"
+                            % type(optimizer).__name__)
+        if loss is None:
+            pending_loss = None
+        elif isinstance(loss, torch.Tensor) and loss.numel() == 1 and not loss.is_complex():
+            pending_loss = float(loss.detach().float())
+        elif isinstance(loss, numbers.Real) and not isinstance(loss, (bool, np.bool_)):
+            pending_loss = float(loss)
+        else:
+            raise TypeError("mixprec: after_backward's loss is a number or a one-element tensor, not %s"
+                            % (type(loss).__name__ if not isinstance(loss, torch.Tensor) else
+                               "a %s tensor of %d elements" % (loss.dtype, loss.numel())))
+        carried = _carried(scaler, optimizer, scale)
+        self._scale_now, self._pending_loss = scale, pending_loss
         self._sync()
         self._grads = [p.grad for _, p in self._params]  # references only: kept until after_step
         if not self._recording():
@@ -697,7 +714,7 @@ class Monitor:
         gradients held them are named. None: no scale."""
         if self._scale_now is None:
             raise MixprecError("mixprec: after_step before after_backward")
-        new = self._scale_now if scaler is None else _scale_of(scaler, "after_step")
+        new = self._scale_now if scaler is None else _scale_of(scaler, "after_step's scaler")
         skipped = new < self._scale_now
         recorded = self._rec["scale"] is not None
         if recorded:
@@ -846,6 +863,8 @@ class Monitor:
         gradient underflow over time (heat map), activation headroom, the
         per-tensor table and the gradient histogram of the last recorded step."""
         p = path_arg(path, "path")
+        if title is not None:
+            text_arg(title, "report's title")
         if not self._history:
             raise MixprecError("mixprec: report: no step recorded yet")
         build = _ReportBuilder(self, title)

@@ -373,14 +373,14 @@ def test_shadow_refuses_gradient_accumulation():
 
 
 def test_bad_use_is_a_clear_error():
-    with pytest.raises(MixprecError, match="watches a torch.nn.Module, not NoneType"):
+    with pytest.raises(TypeError, match=r"watches a torch.nn.Module \(model\), not NoneType"):
         Monitor(None)
-    with pytest.raises(MixprecError, match="fp7"):
+    with pytest.raises(ValueError, match="formats: unknown .*fp7"):
         Monitor(mlp(), formats=("fp7",))
-    with pytest.raises(MixprecError, match="every"):
+    with pytest.raises(ValueError, match="every must be an integer >= 1, not 0"):
         Monitor(mlp(), every=0)
     mon = Monitor(mlp())
-    with pytest.raises(MixprecError, match="loss scale"):
+    with pytest.raises(ValueError, match="loss scale"):
         mon.after_backward(float("nan"))
     with pytest.raises(MixprecError, match="before after_backward"):
         mon.after_step()
@@ -463,7 +463,7 @@ def test_report_files_are_never_half_written(tmp_path):
     train(model, mon, 2)
     with pytest.raises(MixprecError, match="cannot create"):
         mon.report(tmp_path / "missing" / "r.html")
-    with pytest.raises(ValueError, match="path is None"):
+    with pytest.raises(TypeError, match="path is a file name .*not NoneType"):
         mon.report(None)
     with pytest.raises(MixprecError, match="is a directory, not a regular file"):
         mon.report(tmp_path)
@@ -843,7 +843,7 @@ def test_torch_counts_equal_libmixprec_on_real_gradients(dtype):
     assert a.updates() == b.updates() and a._history[2]["hist"] == b._history[2]["hist"]
     assert sum(v["grad"]["subnormal"] + v["grad"]["zero"] for v in a.activations().values()) > 0
     assert sum(c[f]["underflow"] + c[f]["subnormal"] for c in a.stats().values() for f in ("fp16", "e4m3", "e5m2")) > 0
-    with pytest.raises(MixprecError, match="counts"):
+    with pytest.raises(ValueError, match="counts"):
         Monitor(mlp(), counts="gpu")
 
 
