@@ -9,18 +9,24 @@ memory of numpy arrays and CPU tensors in place.
     train(model=..., precision=...)    a run of `mixprec train`, its summary as a dict
     compare(precisions=[...], ...)     the modes side by side, as `mixprec compare`
 
-mixprec.torch.Monitor watches a PyTorch training loop (imports torch)."""
+mixprec.torch.Monitor watches a PyTorch training loop (imports torch).
+
+A wrong type is a TypeError and a bad value a ValueError, each naming the
+argument; a value the library refuses is a MixprecValueError (a ValueError
+and a MixprecError); MixprecError (a RuntimeError) is the library's own
+failures (a file that cannot be written, a failed run)."""
 import ctypes
 import math
 import numbers
 
 import numpy as np
 
-from ._lib import (DTYPES, MAX_SCALES, ConvertStats, MixprecError, Underflow, check, dtype_code, lib, names,
-                   path_arg, text_arg)
+from ._lib import (DTYPES, MAX_SCALES, ConvertStats, MixprecError, MixprecValueError, Underflow, check, dtype_code,
+                   lib, names, path_arg, text_arg)
 from ._train import compare, train
 
-__all__ = ["MixprecError", "version", "formats", "convert", "underflow", "explore", "train", "compare"]
+__all__ = ["MixprecError", "MixprecValueError", "version", "formats", "convert", "underflow", "explore", "train",
+           "compare"]
 
 DEFAULT_SCALES = (1, 256, 4096, 65536, 1048576)  # as `mixprec underflow`
 

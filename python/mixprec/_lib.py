@@ -6,7 +6,8 @@ import numbers
 import operator
 import os
 
-__all__ = ["lib", "MixprecError", "MixprecValueError", "check", "integer", "names", "path_arg", "text_arg", "DTYPES", "dtype_code",
+__all__ = ["lib", "MixprecError", "MixprecValueError", "check", "error", "integer", "names", "path_arg", "text_arg",
+           "DTYPES", "dtype_code",
            "FormatInfo", "ConvertStats", "ValueCounts", "ScaleCounts", "Underflow",
            "TensorStats", "ReportSkip", "ReportRun", "Report", "HIST_BINS"]
 

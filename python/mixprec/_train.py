@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from ._lib import error, lib, path_arg
+from ._lib import error, lib, names, path_arg
 
 _P = ctypes.c_void_p
 for _name, _res, _args in [
@@ -45,7 +45,7 @@ def _value(key, value):
     """One keyword argument's value as the bytes the library parses: a path as
     os.fsencode makes it (str, bytes or os.PathLike), a number or a name as
     its str(), a list or tuple of them joined with commas."""
-    if key in _PATHS and isinstance(value, (str, bytes, os.PathLike)):
+    if key in _PATHS:
         return path_arg(value, key)
     if isinstance(value, (list, tuple)):
         return b",".join(_value(key, v) for v in value)
@@ -111,8 +111,11 @@ def train(**options):
     Returns the run's summary (docs/LOGS.md: losses, evaluation, skipped steps,
     per-tensor underflow, warnings, ...) as a dict, with "loss" and "scale"
     per step added (the skipped steps are the summary's "skipped"). A run that stopped early (its loss scale at the
-    floor) returns its results; its warnings say so. Raises MixprecError with
-    the library's message for options that cannot work or a run that failed."""
+    floor) returns its results; its warnings say so. An unknown keyword
+    argument, a flag given something else than True or False, a bool for an
+    option with a value or a path that is not a str, bytes or os.PathLike
+    is a TypeError; an option the library refuses, a MixprecValueError (a
+    ValueError) with its message; a run that failed, a MixprecError."""
     spec = ctypes.create_string_buffer(lib.mp_run_spec_size())
     result = ctypes.create_string_buffer(lib.mp_run_result_size())
     lib.mp_run_defaults(spec)
@@ -144,11 +147,12 @@ def compare(precisions=("fp32", "fp16", "fp16-dynamic", "bf16"), out="mixprec-co
 
     Returns summary.json's content as a dict ("command", "ablation", "runs":
     each mode's summary), with "reading" (the text the report opens with) and
-    "report" (the report's path) added. Raises MixprecError with the library's
-    message for options that cannot work or a comparison that failed."""
+    "report" (the report's path) added. Errors as train's; precisions is a
+    name or a sequence of names (else a TypeError)."""
     spec = ctypes.create_string_buffer(lib.mp_compare_spec_size())
     result = ctypes.create_string_buffer(lib.mp_compare_result_size())
     lib.mp_compare_defaults(spec)
+    precisions = list(names(precisions, "precisions"))
     keep = _options("compare", lib.mp_compare_option, spec, dict(options, precisions=precisions, out=out))
     status = lib.mp_compare(spec, None, result)
     try:

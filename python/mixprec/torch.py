@@ -375,7 +375,11 @@ class Monitor:
     arguments, shadow=True wraps model.forward until close().
     counts: "auto" counts CPU tensors with libmixprec and other tensors with
     torch's operations on their own device; "torch" uses torch's operations
-    for every tensor (the same numbers: the GPU path, checked on the CPU)."""
+    for every tensor (the same numbers: the GPU path, checked on the CPU).
+
+    The model's parameters and modules are read again on every step: one
+    replaced, added or removed since is a RuntimeWarning naming it, and the
+    monitor watches the model as it is from that step on."""
 
     def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False, counts="auto"):
         if not hasattr(model, "named_parameters") or not hasattr(model, "named_modules"):

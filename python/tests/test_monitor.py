@@ -907,7 +907,8 @@ def test_a_replaced_added_or_removed_module_is_watched_as_the_model_is_now(tmp_p
     assert acts["5"]["elements"] == 64 * 4 and acts["5"]["grad"]["elements"] == 64 * 4
 
     del model[1]  # removed: Sequential renumbers, so 1..4 are replaced by the next ones and 5 is gone
-    with pytest.warns(RuntimeWarning, match=r"parameters removed: 2\.weight, 2\.bias, 5\.weight, 5\.bias; .*module removed: 5;"):
+    with pytest.warns(RuntimeWarning, match=r"parameters removed: 2\.weight, 2\.bias, 5\.weight, 5\.bias; "
+                                            r".*module removed: 5;"):
         one_step(mon, model, 3)
     st, acts = mon.stats(), mon.activations()
     assert set(st) == {n for n, _ in model.named_parameters()} == {"0.weight", "0.bias", "1.weight", "1.bias",
