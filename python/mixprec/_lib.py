@@ -208,9 +208,12 @@ def path_arg(path, what):
 
 
 def text_arg(value, what, kind="a str"):
-    """value, a str (not bytes); anything else is a TypeError naming what."""
+    """value, a str (not bytes); anything else is a TypeError naming what, and a str holding a NUL (which the
+    library would read as its end: "fp16\\0x" as "fp16") a ValueError."""
     if not isinstance(value, str):
         raise TypeError("mixprec: %s is %s, not %s" % (what, kind, type(value).__name__))
+    if "\0" in value:
+        raise ValueError("mixprec: %s holds a NUL character" % what)
     return value
 
 

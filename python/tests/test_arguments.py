@@ -31,6 +31,7 @@ CASES = [
     (lambda: mixprec.convert(G, 16), "fmt is a format name such as 'fp16', not int", TypeError),
     (lambda: mixprec.convert(G, True), "fmt is a format name such as 'fp16', not bool", TypeError),
     (lambda: mixprec.convert(G, "fp7"), "fmt: unknown format 'fp7'", ValueError),
+    (lambda: mixprec.convert(G, "fp16\0x"), "fmt holds a NUL character", ValueError),
     (lambda: mixprec.underflow("abc"), "values is an array of numbers, not str", TypeError),
     (lambda: mixprec.underflow(None), "values is an array of numbers, not NoneType", TypeError),
     (lambda: mixprec.underflow(OBJ), "values is an array of real numbers, not of dtype object", TypeError),
@@ -60,6 +61,7 @@ CASES = [
     (lambda: mixprec.explore(G, "a\0b.html"), "path holds a NUL character", ValueError),
     (lambda: mixprec.explore(G, "x.html", description=b"d"), "description is a str, not bytes", TypeError),
     (lambda: mixprec.explore(G, "x.html", description=3), "description is a str, not int", TypeError),
+    (lambda: mixprec.explore(G, "x.html", description="a\0b"), "description holds a NUL character", ValueError),
     (lambda: mixprec.train(bogus=1), "^train\\(\\) got an unexpected keyword argument 'bogus'$", TypeError),
     (lambda: mixprec.train(steps=True), "steps takes a number or a name, not bool", TypeError),
     (lambda: mixprec.train(steps=b"2"), "steps takes a number or a name, not bytes", TypeError),
@@ -159,6 +161,7 @@ def test_monitor_and_its_methods_refuse_bad_arguments_by_name(tmp_path):
         (lambda: Monitor(mlp(), formats=[b"fp16"]), "each of formats is a name .* not bytes", TypeError),
         (lambda: Monitor(mlp(), formats=()), r"at least one format \(formats is empty\)", ValueError),
         (lambda: Monitor(mlp(), formats="fp7"), "formats: unknown format 'fp7'", ValueError),
+        (lambda: Monitor(mlp(), formats=["fp16\0"]), "each of formats holds a NUL character", ValueError),
         (lambda: Monitor(mlp(), formats="e8m0"), "formats: Monitor counts .* not e8m0", ValueError),
         (lambda: Monitor(mlp(), every=2.0), "every is an integer, not float", TypeError),
         (lambda: Monitor(mlp(), every=True), "every is an integer, not bool", TypeError),
@@ -188,6 +191,7 @@ def test_monitor_and_its_methods_refuse_bad_arguments_by_name(tmp_path):
         (lambda: stepped().report(None), "path is a file name .*not NoneType", TypeError),
         (lambda: stepped().report(3), "path is a file name .*not int", TypeError),
         (lambda: stepped().report(tmp_path / "r.html", title=b"t"), "report's title is a str, not bytes", TypeError),
+        (lambda: stepped().report(tmp_path / "r.html", title="a\0b"), "report's title holds a NUL", ValueError),
     ]
     for call, message, kind in cases:
         with pytest.raises(kind, match=message) as e:
