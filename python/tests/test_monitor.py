@@ -943,3 +943,25 @@ class warnings_as_errors:
 
     def __exit__(self, *exc):
         return self.cm.__exit__(*exc)
+
+
+def test_a_replaced_parameter_is_counted_and_a_frozen_one_is_left_out_without_a_warning():
+    model = mlp(7)
+    mon = Monitor(model, formats=("fp16",), every=1)
+    one_step(mon, model)
+    old = model[0].weight
+    model[0].weight = torch.nn.Parameter(old.detach() * 2.0**-10)  # a new object: the old one gets no gradient
+    x, y = batch(1)
+    with pytest.warns(RuntimeWarning, match=r"step 1: .*\(parameter replaced: 0\.weight\)"):  # as the forward begins
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    mon.after_backward(2.0**-14)
+    mon.after_step(2.0**-14)
+    assert old.grad is None or not old.grad.any()
+    assert mon.stats()["0.weight"]["fp16"] == recount(model[0].weight.grad, torch.float16)
+    assert mon.stats()["0.weight"]["fp16"]["total"] == 16 * 32
+    model.zero_grad()
+    model[0].bias.requires_grad_(False)
+    with warnings_as_errors():
+        one_step(mon, model, 2)
+    assert set(mon.stats()) == {n for n, p in model.named_parameters() if p.requires_grad} and "0.bias" not in \
+        mon.stats()
