@@ -9,16 +9,24 @@ memory of numpy arrays and CPU tensors in place.
     train(model=..., precision=...)    a run of `mixprec train`, its summary as a dict
     compare(precisions=[...], ...)     the modes side by side, as `mixprec compare`
 
-mixprec.torch.Monitor watches a PyTorch training loop (imports torch)."""
+mixprec.torch.Monitor watches a PyTorch training loop (imports torch).
+
+A wrong type is a TypeError and a bad value a ValueError, each naming the
+argument; a value the library refuses is a MixprecValueError (a ValueError
+and a MixprecError); MixprecError (a RuntimeError) is the library's own
+failures (a file that cannot be written, a failed run)."""
 import ctypes
+import math
 import numbers
 
 import numpy as np
 
-from ._lib import DTYPES, ConvertStats, MixprecError, Underflow, check, dtype_code, lib, path_arg
+from ._lib import (DTYPES, MAX_SCALES, ConvertStats, MixprecError, MixprecValueError, Underflow, check, dtype_code,
+                   lib, names, path_arg, text_arg)
 from ._train import compare, train
 
-__all__ = ["MixprecError", "version", "formats", "convert", "underflow", "explore", "train", "compare"]
+__all__ = ["MixprecError", "MixprecValueError", "version", "formats", "convert", "underflow", "explore", "train",
+           "compare"]
 
 DEFAULT_SCALES = (1, 256, 4096, 65536, 1048576)  # as `mixprec underflow`
 
@@ -58,14 +66,7 @@ def _torch_strided():
     return torch.strided
 
 
-def _name(value, what):
-    """A format's name as a str; anything else is a TypeError naming what."""
-    if not isinstance(value, str):
-        raise TypeError("mixprec: %s is a name such as 'fp16', not %s" % (what, type(value).__name__))
-    return value
-
-
-def _memory(x):
+def _memory(x, what="values"):
     """(address, mp_dtype, number of elements, owner) of x's values as the C
     functions read them: a torch tensor (float32, float16 or bfloat16, on the
     CPU and contiguous: read in place; otherwise copied to one first) or
@@ -75,28 +76,32 @@ def _memory(x):
     rounded to float32 first, one rounding more than a direct store: a value
     below float32's range reads as a zero (not an underflow), one beyond it as
     an infinity (not an overflow). Arrays not in the machine's byte order are
-    copied into it."""
+    copied into it. A tensor or an array of something else than numbers
+    (str, object, complex, dates) is a TypeError naming what."""
     if _is_torch(x):
         t = x.detach()
         if t.is_meta:
-            raise ValueError("mixprec: a tensor on the meta device holds no values")
+            raise ValueError("mixprec: %s: a tensor on the meta device holds no values" % what)
         if t.layout != _torch_strided():
-            raise ValueError("mixprec: a %s tensor: give a dense one (x.to_dense())" % str(t.layout).replace("torch.", ""))
+            raise ValueError("mixprec: %s: a %s tensor: give a dense one (x.to_dense())"
+                             % (what, str(t.layout).replace("torch.", "")))
         if str(t.dtype) not in _TORCH_DTYPES:
             if not t.is_floating_point():
-                raise MixprecError("mixprec: a %s tensor holds no floating-point values" % t.dtype)
+                raise TypeError("mixprec: %s: a %s tensor holds no floating-point values" % (what, t.dtype))
             t = t.float()
         if t.device.type != "cpu":
             t = t.cpu()
         t = t.contiguous()
         return t.data_ptr(), _TORCH_DTYPES[str(t.dtype)], t.numel(), t
+    if x is None or isinstance(x, (str, bytes, bytearray)):
+        raise TypeError("mixprec: %s is an array of numbers, not %s" % (what, type(x).__name__))
     a = np.asarray(x)
+    if a.dtype.kind not in "fiub":
+        raise TypeError("mixprec: %s is an array of real numbers, not of dtype %s" % (what, a.dtype))
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
     code = _NUMPY_DTYPES.get(a.dtype.name)
     if code is None:
-        if a.dtype.kind not in "fiub":
-            raise MixprecError("mixprec: cannot read numbers from an array of dtype %s" % a.dtype)
         a, code = a.astype(np.float32), DTYPES["fp32"]
     a = np.ascontiguousarray(a)
     return a.ctypes.data, code, a.size, a
@@ -119,8 +124,8 @@ def convert(x, fmt):
     fmt), overflow (finite values that became inf or NaN; e2m1: |x| >= 7,
     saturated; e8m0: too large, became NaN), nan (NaN inputs; e8m0: also
     finite values <= 0, which it cannot hold)."""
-    code = dtype_code(_name(fmt, "fmt"))
-    ptr, src, n, owner = _memory(x)
+    code = dtype_code(fmt, "fmt")
+    ptr, src, n, owner = _memory(x, "x")
     shape = tuple(owner.shape)
     out = np.empty(shape, dtype={4: np.float32, 2: np.uint16, 1: np.uint8}[lib.mp_format(code).contents.size])
     st = ConvertStats()
@@ -129,7 +134,7 @@ def convert(x, fmt):
 
 
 def _underflow_one(ptr, src, n, fmt, scales):
-    code = dtype_code(fmt)
+    code = dtype_code(fmt, "formats")
     arr = (ctypes.c_double * max(1, len(scales)))(*scales)
     u = Underflow()
     check(lib.mp_underflow_analyze(ptr, src, n, code, arr, len(scales), ctypes.byref(u)))
@@ -148,28 +153,36 @@ def underflow(values, formats="fp16", scales=DEFAULT_SCALES):
     zero_count, scales: survive/subnormal/overflow/zero fractions per scale,
     best_scale). formats: one name (returns that dict) or a sequence of names
     (returns {name: dict})."""
-    if isinstance(scales, (str, bytes)) or not hasattr(scales, "__iter__"):
+    if isinstance(scales, (str, bytes, bytearray)) or not hasattr(scales, "__iter__"):
         raise TypeError("mixprec: scales is a sequence of numbers, not %s" % type(scales).__name__)
     scales = list(scales)
     for s in scales:
-        if isinstance(s, (str, bytes)) or not isinstance(s, numbers.Real):
-            raise TypeError("mixprec: each scale is a number, not %s" % type(s).__name__)
+        if isinstance(s, bool) or not isinstance(s, numbers.Real):
+            raise TypeError("mixprec: scales: each scale is a number, not %s" % type(s).__name__)
     scales = [float(s) for s in scales]
-    if not isinstance(formats, str) and (isinstance(formats, bytes) or not hasattr(formats, "__iter__")):
-        raise TypeError("mixprec: formats is a name or a sequence of names, not %s" % type(formats).__name__)
-    names = [_name(f, "each format") for f in ([formats] if isinstance(formats, str) else formats)]
-    ptr, src, n, owner = _memory(values)
+    if not 1 <= len(scales) <= MAX_SCALES:
+        raise ValueError("mixprec: scales holds 1 to %d loss scales, not %d" % (MAX_SCALES, len(scales)))
+    for s in scales:
+        if not (math.isfinite(s) and s > 0):
+            raise ValueError("mixprec: scales: each scale is finite and > 0, not %r" % s)
+    fmts = names(formats, "formats")
+    for f in fmts:
+        dtype_code(f, "formats")
+    ptr, src, n, owner = _memory(values, "values")
     if isinstance(formats, str):
         return _underflow_one(ptr, src, n, formats, scales)
-    return {f: _underflow_one(ptr, src, n, f, scales) for f in names}
+    return {f: _underflow_one(ptr, src, n, f, scales) for f in fmts}
 
 
 def explore(values, path, description=None):
     """Writes `mixprec explore`'s interactive page for values (their
     magnitudes) to path: a histogram against fp16, bf16, e5m2 and e4m3 with a
     loss-scale slider, every count computed by mixprec. Returns path."""
-    ptr, src, n, owner = _memory(values)
+    p = path_arg(path, "path")
+    if description is not None:
+        text_arg(description, "description")
+    ptr, src, n, owner = _memory(values, "values")
     if description is None:
         description = "%d values (%s)" % (n, getattr(values, "dtype", type(values).__name__))
-    check(lib.mp_explore_write(path_arg(path, "path"), ptr, src, n, str(description).encode()))
+    check(lib.mp_explore_write(p, ptr, src, n, description.encode(errors="replace")))
     return path

@@ -2,9 +2,12 @@
 uses, and errors. The structures mirror include/mixprec/*.h field for field."""
 import ctypes
 import glob
+import numbers
+import operator
 import os
 
-__all__ = ["lib", "MixprecError", "check", "DTYPES", "dtype_code",
+__all__ = ["lib", "MixprecError", "MixprecValueError", "check", "error", "integer", "names", "path_arg", "text_arg",
+           "DTYPES", "dtype_code",
            "FormatInfo", "ConvertStats", "ValueCounts", "ScaleCounts", "Underflow",
            "TensorStats", "ReportSkip", "ReportRun", "Report", "HIST_BINS"]
 
@@ -12,6 +15,13 @@ __all__ = ["lib", "MixprecError", "check", "DTYPES", "dtype_code",
 class MixprecError(RuntimeError):
     """An error reported by libmixprec; the message is the library's own
     (mp_last_error())."""
+
+
+class MixprecValueError(MixprecError, ValueError):
+    """A value the library refused (MP_EINVAL: an unknown format, an option
+    out of range, options that exclude each other), with the library's
+    message: a ValueError, as numpy raises for a bad value, and still a
+    MixprecError for code that catches those."""
 
 
 def _find():
@@ -36,11 +46,15 @@ DTYPES = {"fp32": 0, "fp16": 1, "bf16": 2, "e4m3": 3, "e5m2": 4, "e8m0": 5, "e2m
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
-def dtype_code(name):
+def dtype_code(name, what="the format"):
     """The mp_dtype of a format name ("fp16", "bf16", ...); the library parses
-    it, so its aliases and its message apply."""
+    it, so its aliases and its message apply (after what, the argument's name:
+    a ValueError). A name that is not a str is a TypeError."""
+    name = text_arg(name, what, "a format name such as 'fp16'")
     out = ctypes.c_int()
-    check(lib.mp_dtype_parse(str(name).encode(), ctypes.byref(out)))
+    status = lib.mp_dtype_parse(name.encode(errors="replace"), ctypes.byref(out))
+    if status != 0:
+        raise MixprecValueError("mixprec: %s: %s" % (what, lib.mp_last_error().decode(errors="replace")))
     return out.value
 
 
@@ -165,19 +179,67 @@ if lib.mp_cpu_env_check() != 0:  # the library ignores such a value; say so once
     warnings.warn("mixprec: %s (ignored)" % lib.mp_last_error().decode(errors="replace"), RuntimeWarning, stacklevel=2)
 
 
+MP_EINVAL = 1  # include/mixprec/status.h
+
+
+def error(status):
+    """The exception for a failing status, with the library's message: MixprecValueError for MP_EINVAL (a
+    value the library refused), MixprecError for the others (a file that could not be written, a failed run)."""
+    msg = lib.mp_last_error().decode(errors="replace") or lib.mp_status_str(status).decode()
+    return MixprecValueError(msg) if status == MP_EINVAL else MixprecError(msg)
+
+
 def check(status):
-    """Raises MixprecError with the library's message for a failing status."""
+    """Raises error(status) for a failing status."""
     if status != 0:
-        msg = lib.mp_last_error().decode(errors="replace") or lib.mp_status_str(status).decode()
-        raise MixprecError(msg)
+        raise error(status)
 
 
 def path_arg(path, what):
-    """path (a str or os.PathLike) as the bytes the library takes; None, or a
-    path holding a NUL, is a ValueError naming what it is for."""
-    if path is None:
-        raise ValueError("mixprec: %s is None: give a file name" % what)
+    """path (a str, bytes or os.PathLike) as the bytes the library takes;
+    another type (None included) is a TypeError and a path holding a NUL a
+    ValueError, each naming what it is for."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError("mixprec: %s is a file name (str, bytes or os.PathLike), not %s" % (what, type(path).__name__))
     p = os.fsencode(path)
     if b"\0" in p:
         raise ValueError("mixprec: %s holds a NUL character" % what)
     return p
+
+
+def text_arg(value, what, kind="a str"):
+    """value, a str (not bytes); anything else is a TypeError naming what, and a str holding a NUL (which the
+    library would read as its end: "fp16\\0x" as "fp16") a ValueError."""
+    if not isinstance(value, str):
+        raise TypeError("mixprec: %s is %s, not %s" % (what, kind, type(value).__name__))
+    if "\0" in value:
+        raise ValueError("mixprec: %s holds a NUL character" % what)
+    return value
+
+
+def integer(value, what, minimum=None):
+    """value as an int: any integral number (int, numpy's integers: operator.index) but a bool, else a
+    TypeError naming what; below minimum, a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) and not hasattr(value, "__index__"):
+        raise TypeError("mixprec: %s is an integer, not %s" % (what, type(value).__name__))
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError("mixprec: %s is an integer, not %s" % (what, type(value).__name__)) from None
+    if minimum is not None and n < minimum:
+        raise ValueError("mixprec: %s must be an integer >= %d, not %d" % (what, minimum, n))
+    return n
+
+
+def names(value, what):
+    """value, one format name (a str) or an iterable of them, as a tuple; bytes, a number or an element that
+    is not a str is a TypeError naming what."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (bytes, bytearray)) or not hasattr(value, "__iter__"):
+        raise TypeError("mixprec: %s is a name or a sequence of names such as ('fp16', 'bf16'), not %s"
+                        % (what, type(value).__name__))
+    out = tuple(value)
+    for v in out:
+        text_arg(v, "each of %s" % what, "a name such as 'fp16'")
+    return out

@@ -6,7 +6,9 @@ import json
 import numbers
 import os
 
-from ._lib import MixprecError, lib, path_arg
+import numpy as np
+
+from ._lib import error, lib, names, path_arg
 
 _P = ctypes.c_void_p
 for _name, _res, _args in [
@@ -14,6 +16,7 @@ for _name, _res, _args in [
         ("mp_run_result_size", ctypes.c_size_t, []),
         ("mp_run_defaults", None, [_P]),
         ("mp_run_option", ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_char_p]),
+        ("mp_run_option_takes_value", ctypes.c_int, [ctypes.c_char_p]),
         ("mp_run", ctypes.c_int, [_P, _P, _P]),
         ("mp_run_result_free", None, [_P]),
         ("mp_run_result_summary", ctypes.c_char_p, [_P]),
@@ -31,7 +34,8 @@ for _name, _res, _args in [
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args
 
-MP_EINVAL, MP_EOVERFLOW = 1, 7  # include/mixprec/status.h
+MP_EOVERFLOW = 7  # include/mixprec/status.h
+_COMPARE_OPTIONS = {b"precisions": 1, b"out": 1, b"checkpoints": 0}  # compare's own; the others are train's
 
 
 _PATHS = {"data", "init", "save", "resume", "log", "summary", "dump_grads", "out"}
@@ -41,11 +45,12 @@ def _value(key, value):
     """One keyword argument's value as the bytes the library parses: a path as
     os.fsencode makes it (str, bytes or os.PathLike), a number or a name as
     its str(), a list or tuple of them joined with commas."""
-    if key in _PATHS and isinstance(value, (str, bytes, os.PathLike)):
+    if key in _PATHS:
         return path_arg(value, key)
     if isinstance(value, (list, tuple)):
         return b",".join(_value(key, v) for v in value)
-    if isinstance(value, (bytes, bytearray, dict, set)) or not isinstance(value, (str, numbers.Number)):
+    if isinstance(value, (bytes, bytearray, dict, set, bool, np.bool_, complex, np.complexfloating)) or \
+            not isinstance(value, (str, numbers.Number)):
         raise TypeError("mixprec: %s takes a number or a name, not %s" % (key, type(value).__name__))
     text = str(value)
     if "\0" in text:
@@ -56,28 +61,45 @@ def _value(key, value):
         raise ValueError("mixprec: %s is not valid text (%s)" % (key, e.reason)) from None
 
 
-def _options(set_option, spec, options):
+def _options(func, set_option, spec, options):
     """Each keyword argument as the CLI option of the same name (underscores
-    for dashes): True is a flag, False and None leave the default (a path
-    given as None is a ValueError), anything else as _value encodes it.
-    Returns the encoded values, which must outlive the run (the spec points
-    into them)."""
+    for dashes): a flag takes True or False (False and None leave it
+    unset), an option with a value anything _value encodes (None leaves the
+    default; a path given as None is a TypeError). An unknown name is a
+    TypeError as Python's for an unexpected keyword argument; a value the
+    library refuses, a ValueError with its message. Returns the encoded
+    values, which must outlive the run (the spec points into them)."""
     keep = []
     for key, value in options.items():
-        if value is None and key in _PATHS:
-            raise ValueError("mixprec: %s=None: give a path, or leave the argument out" % key)
-        if value is None or value is False:
-            continue
         name = key.replace("_", "-").encode()
-        arg = None if value is True else _value(key, value)
+        takes = _COMPARE_OPTIONS.get(name) if func == "compare" and name in _COMPARE_OPTIONS else \
+            lib.mp_run_option_takes_value(name)
+        if takes < 0:
+            raise TypeError("%s() got an unexpected keyword argument %r" % (func, key))
+        if value is None and key in _PATHS:
+            raise TypeError("mixprec: %s is a file name (str, bytes or os.PathLike), not None: give a path, or "
+                            "leave the argument out" % key)
+        if takes == 0:
+            if not isinstance(value, (bool, np.bool_)) and value is not None:
+                raise TypeError("mixprec: %s is a flag: True or False, not %s" % (key, type(value).__name__))
+            if not value:
+                continue
+            arg = None
+        else:
+            if value is None:
+                continue
+            if isinstance(value, (bool, np.bool_)):
+                raise TypeError("mixprec: %s takes a number or a name, not bool" % key)
+            arg = _value(key, value)
         keep.append((name, arg))
-        if set_option(spec, name, arg) != 0:
-            raise MixprecError(lib.mp_last_error().decode(errors="replace"))
+        status = set_option(spec, name, arg)
+        if status != 0:
+            raise error(status)
     return keep
 
 
 def _raise(status):
-    raise MixprecError(lib.mp_last_error().decode(errors="replace") or lib.mp_status_str(status).decode())
+    raise error(status)
 
 
 def train(**options):
@@ -89,12 +111,15 @@ def train(**options):
     Returns the run's summary (docs/LOGS.md: losses, evaluation, skipped steps,
     per-tensor underflow, warnings, ...) as a dict, with "loss" and "scale"
     per step added (the skipped steps are the summary's "skipped"). A run that stopped early (its loss scale at the
-    floor) returns its results; its warnings say so. Raises MixprecError with
-    the library's message for options that cannot work or a run that failed."""
+    floor) returns its results; its warnings say so. An unknown keyword
+    argument, a flag given something else than True or False, a bool for an
+    option with a value or a path that is not a str, bytes or os.PathLike
+    is a TypeError; an option the library refuses, a MixprecValueError (a
+    ValueError) with its message; a run that failed, a MixprecError."""
     spec = ctypes.create_string_buffer(lib.mp_run_spec_size())
     result = ctypes.create_string_buffer(lib.mp_run_result_size())
     lib.mp_run_defaults(spec)
-    keep = _options(lib.mp_run_option, spec, options)
+    keep = _options("train", lib.mp_run_option, spec, options)
     status = lib.mp_run(spec, None, result)
     try:
         summary = lib.mp_run_result_summary(result)
@@ -122,12 +147,13 @@ def compare(precisions=("fp32", "fp16", "fp16-dynamic", "bf16"), out="mixprec-co
 
     Returns summary.json's content as a dict ("command", "ablation", "runs":
     each mode's summary), with "reading" (the text the report opens with) and
-    "report" (the report's path) added. Raises MixprecError with the library's
-    message for options that cannot work or a comparison that failed."""
+    "report" (the report's path) added. Errors as train's; precisions is a
+    name or a sequence of names (else a TypeError)."""
     spec = ctypes.create_string_buffer(lib.mp_compare_spec_size())
     result = ctypes.create_string_buffer(lib.mp_compare_result_size())
     lib.mp_compare_defaults(spec)
-    keep = _options(lib.mp_compare_option, spec, dict(options, precisions=precisions, out=out))
+    precisions = list(names(precisions, "precisions"))
+    keep = _options("compare", lib.mp_compare_option, spec, dict(options, precisions=precisions, out=out))
     status = lib.mp_compare(spec, None, result)
     try:
         if status != 0:

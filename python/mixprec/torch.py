@@ -43,6 +43,7 @@ vector of counts per tensor, all read once per recorded step
 """
 import ctypes
 import math
+import numbers
 import resource
 import shlex
 import statistics
@@ -56,7 +57,7 @@ import torch
 
 from . import _memory
 from ._lib import (DTYPES, HIST_BINS, ConvertStats, MixprecError, Report, ReportRun, ReportSkip, TensorStats,
-                   ValueCounts, check, dtype_code, lib, path_arg)
+                   ValueCounts, check, dtype_code, integer, lib, names, path_arg, text_arg)
 
 __all__ = ["Monitor"]
 
@@ -66,16 +67,20 @@ _HIST_LO = -64  # the report's histogram: log2 |g| bins 2^-64 .. 2^19, ends clam
 
 
 def _scale_of(s, what):
-    """The loss scale a GradScaler (enabled or not) or a number stands for."""
+    """The loss scale a GradScaler (enabled or not) or a number stands for: another type is a TypeError, a
+    scale that is not finite and > 0 a ValueError, each naming what (the method and its argument)."""
     if hasattr(s, "get_scale"):
         v = float(s.get_scale())
+    elif isinstance(s, torch.Tensor) and s.numel() == 1 and not s.is_complex() \
+            and s.dtype != torch.bool:
+        v = float(s)
+    elif isinstance(s, numbers.Real) and not isinstance(s, (bool, np.bool_)):
+        v = float(s)
     else:
-        try:
-            v = float(s)
-        except (TypeError, ValueError):
-            raise MixprecError("mixprec: %s takes a GradScaler or a number (the loss scale), not %r" % (what, s))
+        raise TypeError("mixprec: %s takes a GradScaler or a number (the loss scale), not %s"
+                        % (what, type(s).__name__))
     if not (math.isfinite(v) and v > 0):
-        raise MixprecError("mixprec: %s: the loss scale must be finite and > 0, not %r" % (what, v))
+        raise ValueError("mixprec: %s: the loss scale must be finite and > 0, not %r" % (what, v))
     return v
 
 
@@ -370,26 +375,31 @@ class Monitor:
     arguments, shadow=True wraps model.forward until close().
     counts: "auto" counts CPU tensors with libmixprec and other tensors with
     torch's operations on their own device; "torch" uses torch's operations
-    for every tensor (the same numbers: the GPU path, checked on the CPU)."""
+    for every tensor (the same numbers: the GPU path, checked on the CPU).
+
+    The model's parameters and modules are read again on every recorded
+    step: one replaced, added or removed since is a RuntimeWarning naming it,
+    and the monitor watches the model as it is from that step on."""
 
     def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False, counts="auto"):
         if not hasattr(model, "named_parameters") or not hasattr(model, "named_modules"):
-            raise MixprecError("mixprec: Monitor watches a torch.nn.Module, not %s" % type(model).__name__)
-        if isinstance(formats, str):
-            formats = (formats,)
+            raise TypeError("mixprec: Monitor watches a torch.nn.Module (model), not %s" % type(model).__name__)
+        formats = names(formats, "formats")
         if not formats:
-            raise MixprecError("mixprec: Monitor needs at least one format")
-        self.formats = tuple(formats)
-        self._codes = [dtype_code(f) for f in self.formats]
+            raise ValueError("mixprec: Monitor needs at least one format (formats is empty)")
+        self.formats = formats
+        self._codes = [dtype_code(f, "formats") for f in self.formats]
         for f, c in zip(self.formats, self._codes):
             if c in (DTYPES["e8m0"], DTYPES["e2m1"]):
-                raise MixprecError("mixprec: Monitor counts fp32, fp16, bf16, e4m3 and e5m2 stores, not %s "
-                                   "(e8m0 holds block scales; fp4 values are scaled per block of 16 or 32)" % f)
+                raise ValueError("mixprec: formats: Monitor counts fp32, fp16, bf16, e4m3 and e5m2 stores, not %s "
+                                 "(e8m0 holds block scales; fp4 values are scaled per block of 16 or 32)" % f)
         self._fmax = {f: lib.mp_format(c).contents.max for f, c in zip(self.formats, self._codes)}
-        if not isinstance(every, int) or every < 1:
-            raise MixprecError("mixprec: Monitor's every must be an integer >= 1, not %r" % (every,))
+        every = integer(every, "Monitor's every", 1)
+        if not isinstance(shadow, (bool, np.bool_)):
+            raise TypeError("mixprec: Monitor's shadow is True or False, not %s" % type(shadow).__name__)
+        text_arg(counts, "Monitor's counts", "\"auto\" or \"torch\"")
         if counts not in ("auto", "torch"):
-            raise MixprecError("mixprec: Monitor's counts is \"auto\" or \"torch\", not %r" % (counts,))
+            raise ValueError("mixprec: Monitor's counts is \"auto\" or \"torch\", not %r" % (counts,))
         # torch.compile's module: its original's names, and the recorded steps run eagerly (_attach)
         self._compiled = None
         if hasattr(model, "_orig_mod") and type(model).__name__ == "OptimizedModule":
@@ -402,18 +412,11 @@ class Monitor:
         self._unseen_warned = False
         self._count = _Counter(self._codes, counts == "torch")
         self._pending = _Pending()
-        self._params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        if self.shadow:
-            for n, p in self._params:
-                if p.dtype != torch.float32:
-                    raise MixprecError("mixprec: shadow=True recomputes in fp32 and needs fp32 parameters; "
-                                       "%s is %s" % (n, p.dtype))
-        self._modules = [(n or "(model)", m) for n, m in model.named_modules()]
-        self._owner = {}  # parameter name -> module name (the module holding it directly)
-        for mn, m in self._modules:
-            for pn, _ in m.named_parameters(recurse=False):
-                self._owner[(mn + "." if mn != "(model)" else "") + pn] = mn
-        self._hooks, self._compiled_forward, self._closed = [], None, False
+        self._all_params, self._modules = [], []  # as the model has them now: (name, object)
+        self._owner = {}  # parameter name -> module name (the module holding it directly), every one seen
+        self._layers = {}  # module name -> whether the report draws it as a layer, every one seen, in order
+        self._read_model()
+        self._hooks, self._mod_hooks, self._compiled_forward, self._closed = [], [], None, False
         self._forward = None
         if self.shadow and not _TORCH2:  # torch 1.13's pre-hooks do not see keyword arguments: wrap its forward
             def forward(mod, *args, **kwargs):  # a method of the model: a deep copy calls its own
@@ -435,6 +438,64 @@ class Monitor:
         self._new_record()
         self._attach()
 
+    # ---- the model's parameters and modules, read again when they change ----
+
+    def _read_model(self):
+        """Reads the model's parameters and modules (again); returns what changed since the last read, as
+        text ("" for nothing, and on the first read). A replaced, added or removed parameter or module is
+        watched, or no longer, from here on; the report keeps what was recorded of the removed ones."""
+        params = list(self.model.named_parameters())
+        modules = [(n or "(model)", m) for n, m in self.model.named_modules()]
+        changes = []
+        if self._modules:
+            for what, old, new in (("parameter", self._all_params, params), ("module", self._modules, modules)):
+                before, now = dict(old), dict(new)
+                for verb, names in (("added", [n for n in now if n not in before]),
+                                    ("removed", [n for n in before if n not in now]),
+                                    ("replaced", [n for n in now if n in before and now[n] is not before[n]])):
+                    if names:
+                        more = " and %d more" % (len(names) - 4) if len(names) > 4 else ""
+                        changes.append("%s%s %s: %s%s" % (what, "s" if len(names) > 1 else "", verb,
+                                                           ", ".join(names[:4]), more))
+        if self.shadow:
+            for n, p in params:
+                if p.requires_grad and p.dtype != torch.float32:
+                    raise ValueError("mixprec: shadow=True recomputes in fp32 and needs fp32 parameters; "
+                                       "%s is %s" % (n, p.dtype))
+        self._all_params, self._modules = params, modules
+        self._params = [(n, p) for n, p in params if p.requires_grad]
+        for mn, m in modules:
+            self._layers[mn] = not list(m.children()) or bool(list(m.parameters(recurse=False)))
+            for pn, _ in m.named_parameters(recurse=False):
+                self._owner[(mn + "." if mn != "(model)" else "") + pn] = mn
+        return "; ".join(changes)
+
+    def _sync(self):
+        """The model's parameters and modules read again (on recorded steps only: 2 ms for a model of 1200
+        modules); a change is a warning, and the hooks of a recorded step move to the current modules."""
+        params = [(n, p) for n, p in self.model.named_parameters()]
+        if len(params) == len(self._all_params) and all(a[0] == b[0] and a[1] is b[1]
+                                                        for a, b in zip(params, self._all_params)):
+            trained = [(n, p) for n, p in params if p.requires_grad]
+            if [n for n, _ in trained] != [n for n, _ in self._params]:  # requires_grad changed
+                self._params = trained
+            modules = list(self.model.named_modules())
+            if len(modules) == len(self._modules) and all(a[1] is b[1] for a, b in zip(modules, self._modules)):
+                return
+        changed = self._read_model()
+        if changed:
+            warnings.warn("mixprec: step %d: the model changed since the monitor last read it (%s): the monitor "
+                          "watches its current parameters and modules from this step on" % (self.step, changed),
+                          RuntimeWarning, stacklevel=4)
+            if self._mod_hooks:
+                for h in self._mod_hooks:
+                    h.remove()
+                self._mod_hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules]
+
+    def _sync_hook(self, module, args):
+        if self._recording() and self._training(module):
+            self._sync()
+
     # ---- hooks: attached from the end of the step before a recorded one to its after_backward ----
 
     def _recording(self):
@@ -447,7 +508,9 @@ class Monitor:
         run the graph compiled without hooks. Nothing else in the process changes."""
         if self._hooks or self._closed:
             return
-        self._hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules]
+        self._sync()
+        self._hooks = [self.model.register_forward_pre_hook(self._sync_hook)]  # first: before the shadow's
+        self._mod_hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules]
         self._hooks.append(self.model.register_forward_hook(self._root_hook))
         if self.shadow and _TORCH2:
             self._hooks.append(self.model.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
@@ -456,9 +519,9 @@ class Monitor:
             self._compiled.forward = self.model.__call__
 
     def _detach(self):
-        for h in self._hooks:
+        for h in self._hooks + self._mod_hooks:
             h.remove()
-        self._hooks = []
+        self._hooks, self._mod_hooks = [], []
         if self._compiled_forward is not None:
             self._compiled.forward = self._compiled_forward
             self._compiled_forward = None
@@ -528,11 +591,24 @@ class Monitor:
         multiplied by the scale again. optimizer: the one whose state to read
         when the scaler serves several. loss (optional, a number or a tensor):
         the step's unscaled loss, for the report's loss curve."""
-        self._scale_now = _scale_of(scaler, "after_backward")
-        carried = _carried(scaler, optimizer, self._scale_now)
-        self._pending_loss = None
-        if loss is not None:
-            self._pending_loss = float(loss.detach().float()) if isinstance(loss, torch.Tensor) else float(loss)
+        scale = _scale_of(scaler, "after_backward's scaler")
+        if optimizer is not None and not hasattr(optimizer, "param_groups"):
+            raise TypeError("mixprec: after_backward's optimizer is a torch.optim.Optimizer, not %s"
+                            % type(optimizer).__name__)
+        if loss is None:
+            pending_loss = None
+        elif isinstance(loss, torch.Tensor) and loss.numel() == 1 and not loss.is_complex():
+            pending_loss = float(loss.detach().float())
+        elif isinstance(loss, numbers.Real) and not isinstance(loss, (bool, np.bool_)):
+            pending_loss = float(loss)
+        else:
+            raise TypeError("mixprec: after_backward's loss is a number or a one-element tensor, not %s"
+                            % (type(loss).__name__ if not isinstance(loss, torch.Tensor) else
+                               "a %s tensor of %d elements" % (loss.dtype, loss.numel())))
+        carried = _carried(scaler, optimizer, scale)
+        self._scale_now, self._pending_loss = scale, pending_loss
+        if self._recording():  # the model as it is now (its forward's pre-hook read it too, when it ran)
+            self._sync()
         self._grads = [p.grad for _, p in self._params]  # references only: kept until after_step
         if not self._recording():
             return
@@ -643,7 +719,7 @@ class Monitor:
         gradients held them are named. None: no scale."""
         if self._scale_now is None:
             raise MixprecError("mixprec: after_step before after_backward")
-        new = self._scale_now if scaler is None else _scale_of(scaler, "after_step")
+        new = self._scale_now if scaler is None else _scale_of(scaler, "after_step's scaler")
         skipped = new < self._scale_now
         recorded = self._rec["scale"] is not None
         if recorded:
@@ -792,6 +868,8 @@ class Monitor:
         gradient underflow over time (heat map), activation headroom, the
         per-tensor table and the gradient histogram of the last recorded step."""
         p = path_arg(path, "path")
+        if title is not None:
+            text_arg(title, "report's title")
         if not self._history:
             raise MixprecError("mixprec: report: no step recorded yet")
         build = _ReportBuilder(self, title)
@@ -821,8 +899,8 @@ class _ReportBuilder:
 
     def __init__(self, mon, title):
         fmt = mon.formats[0]
-        layers = [n for n, m in mon._modules
-                  if n in self._seen(mon) and (not list(m.children()) or list(m.parameters(recurse=False)))]
+        seen = self._seen(mon)
+        layers = [n for n, is_layer in mon._layers.items() if is_layer and n in seen]
         steps = sorted(mon._history)
         nsteps, nl = len(mon._loss), len(layers)
         index = {n: i for i, n in enumerate(layers)}
@@ -932,9 +1010,11 @@ class _ReportBuilder:
 
     @staticmethod
     def _seen(mon):
-        seen = set(mon._owner.values())
+        seen = {mon._owner[(mn + "." if mn != "(model)" else "") + pn]
+                for mn, m in mon._modules for pn, _ in m.named_parameters(recurse=False)}
         for r in mon._history.values():
             seen.update(r["act"])
+            seen.update(mon._owner[pn] for pn in r["params"])
         return seen
 
     @staticmethod

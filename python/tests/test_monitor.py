@@ -373,14 +373,14 @@ def test_shadow_refuses_gradient_accumulation():
 
 
 def test_bad_use_is_a_clear_error():
-    with pytest.raises(MixprecError, match="watches a torch.nn.Module, not NoneType"):
+    with pytest.raises(TypeError, match=r"watches a torch.nn.Module \(model\), not NoneType"):
         Monitor(None)
-    with pytest.raises(MixprecError, match="fp7"):
+    with pytest.raises(ValueError, match="formats: unknown .*fp7"):
         Monitor(mlp(), formats=("fp7",))
-    with pytest.raises(MixprecError, match="every"):
+    with pytest.raises(ValueError, match="every must be an integer >= 1, not 0"):
         Monitor(mlp(), every=0)
     mon = Monitor(mlp())
-    with pytest.raises(MixprecError, match="loss scale"):
+    with pytest.raises(ValueError, match="loss scale"):
         mon.after_backward(float("nan"))
     with pytest.raises(MixprecError, match="before after_backward"):
         mon.after_step()
@@ -463,7 +463,7 @@ def test_report_files_are_never_half_written(tmp_path):
     train(model, mon, 2)
     with pytest.raises(MixprecError, match="cannot create"):
         mon.report(tmp_path / "missing" / "r.html")
-    with pytest.raises(ValueError, match="path is None"):
+    with pytest.raises(TypeError, match="path is a file name .*not NoneType"):
         mon.report(None)
     with pytest.raises(MixprecError, match="is a directory, not a regular file"):
         mon.report(tmp_path)
@@ -843,7 +843,7 @@ def test_torch_counts_equal_libmixprec_on_real_gradients(dtype):
     assert a.updates() == b.updates() and a._history[2]["hist"] == b._history[2]["hist"]
     assert sum(v["grad"]["subnormal"] + v["grad"]["zero"] for v in a.activations().values()) > 0
     assert sum(c[f]["underflow"] + c[f]["subnormal"] for c in a.stats().values() for f in ("fp16", "e4m3", "e5m2")) > 0
-    with pytest.raises(MixprecError, match="counts"):
+    with pytest.raises(ValueError, match="counts"):
         Monitor(mlp(), counts="gpu")
 
 
@@ -870,3 +870,101 @@ def test_a_grad_scaler_skip_after_zero_grad_set_to_none_as_nanogpt():
         mon.after_step(scaler)
     assert [(s["step"], s["scale"], s["params"]) for s in mon.skips()] == [(1, 65536.0, ["0.weight"])]
     assert sorted(mon.history()) == [0, 2] and mon.updates() != {} and mon.nonfinite() == []
+
+
+def one_step(mon, model, seed=0, n=64):
+    x, y = batch(seed, n)
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    mon.after_backward(1.0, loss=loss)
+    mon.after_step(1.0)
+    model.zero_grad()
+
+
+def test_a_replaced_added_or_removed_module_is_watched_as_the_model_is_now(tmp_path):
+    """The monitor reads the model's parameters and modules again on each step: a change is a warning naming
+    it, and the next recorded step counts the current parameters' gradients and the current modules' outputs
+    (the new Linear's own gradient, not the replaced one's, which no longer gets any)."""
+    model = mlp(5)
+    mon = Monitor(model, formats="fp16", every=1)
+    one_step(mon, model)
+    old = model[4]
+    model[4] = torch.nn.Linear(32, 4)  # replaced, after the hooks of the next step were attached
+    with pytest.warns(RuntimeWarning, match=r"step 1: the model changed .*parameters replaced: 4\.weight, 4\.bias; "
+                                            r"module replaced: 4\)"):
+        one_step(mon, model, 1)
+    assert old.weight.grad is None or not old.weight.grad.any()
+    st = mon.stats()
+    assert set(st) == {n for n, _ in model.named_parameters()}
+    assert st["4.weight"]["fp16"] == {"total": 128, "underflow": 0, "subnormal": 0, "overflow": 0, "nan": 0}
+    assert mon.history()[1]["4.weight"]["fp16"]["total"] == 128
+
+    model.add_module("5", torch.nn.Linear(4, 4))  # added: its output and its parameters' gradients
+    with pytest.warns(RuntimeWarning, match=r"parameters added: 5\.weight, 5\.bias; module added: 5\)"):
+        one_step(mon, model, 2)
+    st, acts = mon.stats(), mon.activations()
+    assert st["5.weight"]["fp16"]["total"] == 16 and st["5.bias"]["fp16"]["total"] == 4
+    assert acts["5"]["elements"] == 64 * 4 and acts["5"]["grad"]["elements"] == 64 * 4
+
+    del model[1]  # removed: Sequential renumbers, so 1..4 are replaced by the next ones and 5 is gone
+    with pytest.warns(RuntimeWarning, match=r"parameters removed: 2\.weight, 2\.bias, 5\.weight, 5\.bias; "
+                                            r".*module removed: 5;"):
+        one_step(mon, model, 3)
+    st, acts = mon.stats(), mon.activations()
+    assert set(st) == {n for n, _ in model.named_parameters()} == {"0.weight", "0.bias", "1.weight", "1.bias",
+                                                                   "3.weight", "3.bias", "4.weight", "4.bias"}
+    assert "5" not in acts and set(acts) == {"(model)", "0", "1", "2", "3", "4"}
+    assert st["4.weight"]["fp16"]["total"] == 16
+
+    with warnings_as_errors():  # no change, no warning
+        one_step(mon, model, 4)
+    mon.report(tmp_path / "r.html")  # the removed layer's recorded steps stay in the report
+    page = (tmp_path / "r.html").read_text()
+    assert all('data-tensor="%s"' % n in page for n in ("0", "1", "3", "4", "5"))
+
+
+def test_a_module_changed_between_unrecorded_steps_is_read_on_the_next_recorded_one():
+    model = mlp(6)
+    mon = Monitor(model, formats=("fp16",), every=2)
+    one_step(mon, model)
+    model.add_module("5", torch.nn.Linear(4, 4))
+    # step 1 is not recorded: the model is read at its after_step, as the hooks of step 2 are attached
+    with pytest.warns(RuntimeWarning, match=r"step 2: .*module added: 5") as w:
+        one_step(mon, model, 1)
+    assert len(w) == 1
+    with warnings_as_errors():
+        one_step(mon, model, 2)
+    assert mon.stats()["5.weight"]["fp16"]["total"] == 16 and mon.activations()["5"]["elements"] == 256
+
+
+class warnings_as_errors:
+    def __enter__(self):
+        import warnings
+        self.cm = warnings.catch_warnings()
+        self.cm.__enter__()
+        warnings.simplefilter("error")
+
+    def __exit__(self, *exc):
+        return self.cm.__exit__(*exc)
+
+
+def test_a_replaced_parameter_is_counted_and_a_frozen_one_is_left_out_without_a_warning():
+    model = mlp(7)
+    mon = Monitor(model, formats=("fp16",), every=1)
+    one_step(mon, model)
+    old = model[0].weight
+    model[0].weight = torch.nn.Parameter(old.detach() * 2.0**-10)  # a new object: the old one gets no gradient
+    x, y = batch(1)
+    with pytest.warns(RuntimeWarning, match=r"step 1: .*\(parameter replaced: 0\.weight\)"):  # as the forward begins
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    mon.after_backward(2.0**-14)
+    mon.after_step(2.0**-14)
+    assert old.grad is None or not old.grad.any()
+    assert mon.stats()["0.weight"]["fp16"] == recount(model[0].weight.grad, torch.float16)
+    assert mon.stats()["0.weight"]["fp16"]["total"] == 16 * 32
+    model.zero_grad()
+    model[0].bias.requires_grad_(False)
+    with warnings_as_errors():
+        one_step(mon, model, 2)
+    assert set(mon.stats()) == {n for n, p in model.named_parameters() if p.requires_grad} and "0.bias" not in \
+        mon.stats()

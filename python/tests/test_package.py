@@ -187,19 +187,19 @@ def test_errors_carry_the_library_message(tmp_path):
         mixprec.convert(np.ones(3, np.float32), "fp7")
     with pytest.raises(MixprecError, match="finite"):
         mixprec.underflow(np.full(4, np.nan, np.float32))
-    with pytest.raises(MixprecError, match="scale"):
+    with pytest.raises(ValueError, match="scales: each scale is finite and > 0, not -2.0"):
         mixprec.underflow(np.ones(4, np.float32), scales=(1, -2))
     with pytest.raises(MixprecError, match="no_such_dir"):
         mixprec.explore(np.ones(4, np.float32), tmp_path / "no_such_dir" / "x.html")
     assert not os.path.exists(tmp_path / "no_such_dir")
-    with pytest.raises(ValueError, match="path is None"):
+    with pytest.raises(TypeError, match="path is a file name .*not NoneType"):
         mixprec.explore(np.ones(4, np.float32), None)
     with pytest.raises(ValueError, match="NUL"):
         mixprec.explore(np.ones(4, np.float32), str(tmp_path / "a\0b.html"))
     with pytest.raises(MixprecError, match="/dev/null is a device, not a regular file"):
         mixprec.explore(np.ones(4, np.float32), "/dev/null")
     assert not os.path.exists("None")
-    with pytest.raises(MixprecError, match="dtype"):
+    with pytest.raises(TypeError, match="x is an array of real numbers, not of dtype <U1"):
         mixprec.convert(np.array(["a"]), "fp16")
     assert math.isfinite(mixprec.underflow(np.array([1e-8, 1.0]))["median"])  # float64 input: converted
 
@@ -209,13 +209,13 @@ def test_argument_types_are_checked():
     for bad in ("12", b"12", 12):
         with pytest.raises(TypeError, match="scales is a sequence of numbers"):
             mixprec.underflow(g, scales=bad)
-    with pytest.raises(TypeError, match="each scale is a number, not str"):
+    with pytest.raises(TypeError, match="scales: each scale is a number, not str"):
         mixprec.underflow(g, scales=[1, "2"])
     with pytest.raises(TypeError, match="formats is a name or a sequence"):
         mixprec.underflow(g, formats=b"fp16")
-    with pytest.raises(TypeError, match="each format is a name"):
+    with pytest.raises(TypeError, match="each of formats is a name"):
         mixprec.underflow(g, formats=["fp16", 2])
-    with pytest.raises(TypeError, match="fmt is a name"):
+    with pytest.raises(TypeError, match="fmt is a format name"):
         mixprec.convert(g, 16)
     assert mixprec.underflow(g, scales=[np.int64(2), np.float32(4)])["scales"][1]["scale"] == 4
 

@@ -45,13 +45,13 @@ def test_train_flags_lists_and_errors(corpus):
     assert s["precision"] == "bf16" and s["compute_format"] == "bf16" and s["steps"] == 2
     with pytest.raises(MixprecError, match=r"--lr wants a number in \[0, 1e\+06\], not 'x'"):
         mixprec.train(lr="x")
-    with pytest.raises(MixprecError, match="unknown option '--nonsense'"):
+    with pytest.raises(TypeError, match="^train\\(\\) got an unexpected keyword argument 'nonsense'$"):
         mixprec.train(nonsense=1)
     with pytest.raises(MixprecError, match="--epochs and --steps exclude each other"):
         mixprec.train(epochs=1, steps=2)
     with pytest.raises(MixprecError, match="/nonexistent"):
         mixprec.train(data="text:/nonexistent/corpus", steps=1, **GPT)
-    with pytest.raises(ValueError, match="log=None"):
+    with pytest.raises(TypeError, match="log is a file name .*not None"):
         mixprec.train(log=None)
     with pytest.raises(ValueError, match="NUL"):
         mixprec.train(data=corpus, log="a\0b", steps=1, **GPT)
