@@ -22,7 +22,7 @@ import numbers
 import numpy as np
 
 from ._lib import (DTYPES, MAX_SCALES, ConvertStats, MixprecError, MixprecValueError, Underflow, check, dtype_code,
-                   lib, names, path_arg, text_arg)
+                   lib, names, path_arg, text_arg, threads_check)
 from ._train import compare, train
 
 __all__ = ["MixprecError", "MixprecValueError", "version", "formats", "convert", "underflow", "explore", "train",
@@ -129,6 +129,7 @@ def convert(x, fmt):
     shape = tuple(owner.shape)
     out = np.empty(shape, dtype={4: np.float32, 2: np.uint16, 1: np.uint8}[lib.mp_format(code).contents.size])
     st = ConvertStats()
+    threads_check()
     check(lib.mp_convert(out.ctypes.data, code, ptr, src, n, ctypes.byref(st)))
     return out, _stats(st)
 
@@ -137,6 +138,7 @@ def _underflow_one(ptr, src, n, fmt, scales):
     code = dtype_code(fmt, "formats")
     arr = (ctypes.c_double * max(1, len(scales)))(*scales)
     u = Underflow()
+    threads_check()
     check(lib.mp_underflow_analyze(ptr, src, n, code, arr, len(scales), ctypes.byref(u)))
     m = u.n
     return {"format": lib.mp_format(code).contents.name.decode(), "n": m, "median": u.median, "p5": u.p5,
@@ -184,5 +186,6 @@ def explore(values, path, description=None):
     ptr, src, n, owner = _memory(values, "values")
     if description is None:
         description = "%d values (%s)" % (n, getattr(values, "dtype", type(values).__name__))
+    threads_check()
     check(lib.mp_explore_write(p, ptr, src, n, description.encode(errors="replace")))
     return path

@@ -6,7 +6,7 @@ import numbers
 import operator
 import os
 
-__all__ = ["lib", "MixprecError", "MixprecValueError", "check", "error", "integer", "names", "path_arg", "text_arg",
+__all__ = ["lib", "MixprecError", "MixprecValueError", "check", "threads_check", "error", "integer", "names", "path_arg", "text_arg",
            "DTYPES", "dtype_code",
            "FormatInfo", "ConvertStats", "ValueCounts", "ScaleCounts", "Underflow",
            "TensorStats", "ReportSkip", "ReportRun", "Report", "HIST_BINS"]
@@ -139,6 +139,8 @@ for name, res, args in [
         ("mp_last_error", ctypes.c_char_p, []),
         ("mp_status_str", ctypes.c_char_p, [_I]),
         ("mp_cpu_env_check", _I, []),
+        ("mp_threads_check", _I, []),
+        ("mp_get_threads", _I, []),
         ("mp_format", ctypes.POINTER(FormatInfo), [_I]),
         ("mp_dtype_parse", _I, [ctypes.c_char_p, ctypes.POINTER(_I)]),
         ("mp_convert", _I, [_P, _I, _P, _I, _SZ, ctypes.POINTER(ConvertStats)]),
@@ -193,6 +195,19 @@ def check(status):
     """Raises error(status) for a failing status."""
     if status != 0:
         raise error(status)
+
+
+_THREADS_OK = set()
+
+
+def threads_check():
+    """Before a call that runs the library's kernels on threads: that they can start, as the CLI checks (OpenMP's
+    runtime ends the process when it cannot start them); a MixprecError naming why otherwise. Checked once per
+    thread count."""
+    n = lib.mp_get_threads()
+    if n not in _THREADS_OK:
+        check(lib.mp_threads_check())
+        _THREADS_OK.add(n)
 
 
 def path_arg(path, what):

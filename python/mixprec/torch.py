@@ -57,7 +57,7 @@ import torch
 
 from . import _memory
 from ._lib import (DTYPES, HIST_BINS, ConvertStats, MixprecError, Report, ReportRun, ReportSkip, TensorStats,
-                   ValueCounts, check, dtype_code, integer, lib, names, path_arg, text_arg)
+                   ValueCounts, check, dtype_code, integer, lib, names, path_arg, text_arg, threads_check)
 
 __all__ = ["Monitor"]
 
@@ -123,6 +123,7 @@ def _values(t, mem=None):
     """t's values as they are in their dtype, counted by libmixprec (mem: _memory(t), when the caller has it)."""
     ptr, code, n, owner = mem or _memory(t)
     c = ValueCounts()
+    threads_check()
     check(lib.mp_count_values(ptr, code, n, ctypes.byref(c)))
     return {"elements": n, "zero": c.zero, "subnormal": c.subnormal, "inf": c.inf, "nan": c.nan,
             "amax": float(c.amax)}
@@ -132,6 +133,7 @@ def _store(mem, code):
     """What storing the values at mem (_memory's tuple) in the format code would do (mp_convert_count)."""
     ptr, src, n, owner = mem
     st = ConvertStats()
+    threads_check()
     check(lib.mp_convert_count(code, ptr, src, n, 1.0, ctypes.byref(st)))
     return {"total": n, "underflow": st.underflow, "subnormal": st.subnormal, "overflow": st.overflow, "nan": st.nan}
 
@@ -285,6 +287,7 @@ class _Counter:
             ptr, src, n, owner = mem
             for code in self.codes:
                 s = ConvertStats()
+                threads_check()
                 check(lib.mp_convert_count(code, ptr, src, n, scale, ctypes.byref(s)))
                 out += [s.underflow, s.subnormal, s.overflow, s.nan]
         if hist:

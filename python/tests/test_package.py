@@ -242,3 +242,20 @@ def test_each_mirrored_struct_is_checked_against_the_library_at_import(monkeypat
     monkeypatch.setattr(_lib.lib, "mp_struct_size", grown)
     with pytest.raises(ImportError, match="mp_report_run is .* bytes in the library .* different versions"):
         _lib._check_mirrors()
+
+
+def test_threads_that_cannot_start_are_a_mixprec_error_not_the_end_of_the_process():
+    # each thread's stack is the 4 GB stack limit, against a 3 GB address space: the kernels' second thread cannot
+    # start, which OpenMP's runtime would answer by ending the process with two lines of its own
+    code = ("import numpy as np, mixprec\n"
+            "try:\n    mixprec.underflow(np.float32([1e-3] * 1000))\n"
+            "except mixprec.MixprecError as e:\n    print('refused:', e)\n")
+
+    def limits():
+        import resource
+        resource.setrlimit(resource.RLIMIT_STACK, (4_000_000_000, resource.getrlimit(resource.RLIMIT_STACK)[1]))
+        resource.setrlimit(resource.RLIMIT_AS, (3_000_000_000, 3_000_000_000))
+    env = dict(os.environ, MIXPREC_THREADS="2", OPENBLAS_NUM_THREADS="1")  # numpy's BLAS: one thread of its own
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, preexec_fn=limits)
+    assert r.returncode == 0 and r.stdout.startswith("refused: cannot start 2 threads"), (r.stdout, r.stderr)
+    assert "libgomp" not in r.stderr and "Thread creation failed" not in r.stderr
