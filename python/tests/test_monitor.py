@@ -509,12 +509,17 @@ def test_shadow_of_a_model_that_returns_its_loss_is_the_fp32_step():
                            "dead": int((g == 0).sum())}, n
 
 
-def test_updates_lost_in_a_bf16_model_equal_a_recount():
-    model, (x, y) = mlp(10).to(torch.bfloat16), batch(10)
+def bf16_after_backward(seed):
+    """A bf16 MLP, its monitor and SGD after one backward; the weights before the step."""
+    model, (x, y) = mlp(seed).to(torch.bfloat16), batch(seed)
     mon = Monitor(model, formats="fp16", every=1)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     torch.nn.functional.cross_entropy(model(x.to(torch.bfloat16)).float(), y).backward()
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    return model, mon, opt, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_updates_lost_in_a_bf16_model_equal_a_recount():
+    model, mon, opt, before = bf16_after_backward(10)
     mon.after_backward()
     opt.step()
     mon.after_step()
@@ -590,6 +595,17 @@ def test_after_backward_names_the_call_order_it_cannot_count():
         mon.after_backward(scaler)
 
 
+def overflow_at_step_1(model, i):
+    """The loss of step i of mlp(3) on batch(5); at step 1 an input of 3e38 whose weights are zeroed (the
+    forward stays finite), so that the gradient of 0.weight overflows."""
+    x, y = batch(5)
+    if i == 1:
+        x[:, 0] = 3e38
+        with torch.no_grad():
+            model[0].weight[:, 0] = 0
+    return torch.nn.functional.cross_entropy(model(x), y)
+
+
 def skip_with_zeroed_grads(every, set_to_none):
     """Steps of a loop that zeroes the gradients before after_step (nanoGPT: zero_grad(set_to_none=True) right
     after scaler.update()); step 1 overflows in 0.weight."""
@@ -597,12 +613,7 @@ def skip_with_zeroed_grads(every, set_to_none):
     mon = Monitor(model, formats="fp16", every=every)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for i in range(3):
-        x, y = batch(5)
-        if i == 1:
-            x[:, 0] = 3e38
-            with torch.no_grad():
-                model[0].weight[:, 0] = 0
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss = overflow_at_step_1(model, i)
         (loss * 1024.0).backward()
         mon.after_backward(1024.0, loss=loss)
         opt.zero_grad(set_to_none=set_to_none)
@@ -625,11 +636,7 @@ def test_a_skip_the_monitor_could_not_see_is_not_called_clean(tmp_path):
 
 
 def test_updates_after_the_gradients_were_set_to_none():
-    model, (x, y) = mlp(22).to(torch.bfloat16), batch(22)
-    mon = Monitor(model, formats="fp16", every=1)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    torch.nn.functional.cross_entropy(model(x.to(torch.bfloat16)).float(), y).backward()
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    model, mon, opt, before = bf16_after_backward(22)
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     mon.after_backward()
     opt.step()
@@ -854,12 +861,7 @@ def test_a_grad_scaler_skip_after_zero_grad_set_to_none_as_nanogpt():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     mon = Monitor(model, formats="fp16", every=2)
     for i in range(3):  # step 1, unrecorded, overflows in 0.weight
-        x, y = batch(5)
-        if i == 1:
-            x[:, 0] = 3e38
-            with torch.no_grad():
-                model[0].weight[:, 0] = 0
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss = overflow_at_step_1(model, i)
         scaler.scale(loss).backward()
         mon.after_backward(scaler, loss=loss)
         scaler.unscale_(opt)
