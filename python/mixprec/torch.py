@@ -44,6 +44,7 @@ vector of counts per tensor, all read once per recorded step
 import ctypes
 import math
 import numbers
+import os
 import resource
 import shlex
 import statistics
@@ -59,7 +60,7 @@ from . import _memory
 from ._lib import (DTYPES, HIST_BINS, ConvertStats, MixprecError, Report, ReportRun, ReportSkip, TensorStats,
                    ValueCounts, check, dtype_code, integer, lib, names, path_arg, text_arg, threads_check)
 
-__all__ = ["Monitor"]
+__all__ = ["Monitor", "MixprecOverflow"]
 
 _NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 _TORCH2 = int(torch.__version__.split(".")[0]) >= 2
@@ -82,6 +83,23 @@ def _scale_of(s, what):
     if not (math.isfinite(v) and v > 0):
         raise ValueError("mixprec: %s: the loss scale must be finite and > 0, not %r" % (what, v))
     return v
+
+
+class MixprecOverflow(MixprecError):
+    """Raised by a Monitor with trap set at the first inf or NaN in a module's output or in its gradient: the
+    message names the step, the module, the tensor, their magnitudes and the modules that ran before it."""
+
+
+def _magnitudes(ts):
+    """'[min, max]' of each tensor's absolute finite values, and its inf and NaN counts, for a trap's frames."""
+    out = []
+    for t in ts:
+        a = t.detach().float().abs()
+        fin = a[torch.isfinite(a)]
+        rng = "[%.3g, %.3g]" % (fin.min().item(), fin.max().item()) if fin.numel() else "[no finite value]"
+        bad = (~torch.isfinite(a)).sum().item()
+        out.append(rng + (" with %d inf/NaN" % bad if bad else ""))
+    return ", ".join(out) or "none"
 
 
 def _carried(scaler, optimizer, scale):
@@ -382,9 +400,20 @@ class Monitor:
 
     The model's parameters and modules are read again on every recorded
     step: one replaced, added or removed since is a RuntimeWarning naming it,
-    and the monitor watches the model as it is from that step on."""
+    and the monitor watches the model as it is from that step on.
 
-    def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False, counts="auto"):
+    trap: True, or a path for the report: on every step, recorded or not,
+    every module's output and the gradient of each output are checked, and at
+    the first inf or NaN the run stops with MixprecOverflow, naming the step,
+    the module and the tensor, with the magnitudes of the inputs and outputs
+    of the last 20 modules that ran (as Hugging Face's underflow_overflow
+    debugger); the report is written first when trap is a path, and the
+    monitor is closed. It checks the modules the model has when the monitor
+    is made, at the cost of a check (a device sync) per module and step. With
+    a loss scaler, a gradient overflow that the scaler would skip stops the
+    run too."""
+
+    def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False, counts="auto", trap=False):
         if not hasattr(model, "named_parameters") or not hasattr(model, "named_modules"):
             raise TypeError("mixprec: Monitor watches a torch.nn.Module (model), not %s" % type(model).__name__)
         formats = names(formats, "formats")
@@ -440,6 +469,10 @@ class Monitor:
         self._skips = []
         self._new_record()
         self._attach()
+        self._trap_hooks, self._frames, self._trap = [], [], None
+        if trap is not False and trap is not None:
+            self._trap = trap if trap is True else path_arg(trap, "Monitor's trap")
+            self._arm_trap()
 
     # ---- the model's parameters and modules, read again when they change ----
 
@@ -796,10 +829,58 @@ class Monitor:
         self.close()
         return False
 
+    # ---- the overflow trap: every step, every module ----
+
+    _FRAMES = 20  # the modules a trap's message lists, the last that ran
+
+    def _arm_trap(self):
+        for name, mod in self._modules:
+            if mod is not self.model:
+                self._trap_hooks.append(mod.register_forward_hook(self._trap_hook(name)))
+
+    def _trap_hook(self, name):
+        def hook(module, inputs, output):
+            label = "%s (%s)" % (name, type(module).__name__)
+            outs = list(_tensors(output))
+            frame = "%s: inputs %s; outputs %s" % (label, _magnitudes(_tensors(inputs)), _magnitudes(outs))
+            self._frames = (self._frames + [frame])[-self._FRAMES:]
+            for i, t in enumerate(outs):
+                if not torch.isfinite(t).all():
+                    self._tripped("the forward of %s: its output %d (%s, %s) holds inf/NaN" %
+                                  (label, i, tuple(t.shape), t.dtype))
+                if t.requires_grad and torch.is_grad_enabled():
+                    t.register_hook(lambda g, i=i, t=t: self._trap_grad(label, i, t, g))
+        return hook
+
+    def _trap_grad(self, label, i, t, g):
+        if not torch.isfinite(g).all():
+            self._frames = (self._frames + ["%s: the gradient of output %d %s" % (label, i, _magnitudes([g]))])[
+                -self._FRAMES:]
+            self._tripped("the backward of %s: the gradient of its output %d (%s, %s) holds inf/NaN" %
+                          (label, i, tuple(t.shape), g.dtype))
+        return None
+
+    def _tripped(self, where):
+        """The trap: the report written (when trap names a path), then MixprecOverflow with the frames."""
+        frames = "\n  ".join(self._frames)
+        msg = "mixprec: trap at step %d, %s; the last %d modules that ran:\n  %s" % (self.step, where,
+                                                                                     len(self._frames), frames)
+        if self._trap is not True and self._trap is not None:
+            try:
+                self.report(os.fsdecode(self._trap))
+                msg += "\nreport: %s" % os.fsdecode(self._trap)
+            except (MixprecError, OSError) as e:
+                msg += "\nthe report could not be written: %s" % e
+        self.close()
+        raise MixprecOverflow(msg)
+
     def close(self):
         """Removes the monitor's hooks from the model (and, used as `with Monitor(...) as mon:`, at the end of
         the block, however it ends). A second call does nothing."""
         self._closed = True
+        for h in getattr(self, "_trap_hooks", []):
+            h.remove()
+        self._trap_hooks = []
         self._detach()
         if self._forward is not None and self.model.__dict__.get("forward") is self._forward:
             del self.model.forward

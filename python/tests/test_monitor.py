@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from mixprec import MixprecError  # noqa: E402
-from mixprec.torch import Monitor  # noqa: E402
+from mixprec.torch import MixprecOverflow, Monitor  # noqa: E402
 
 TORCH2_3 = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 3)
 
@@ -970,3 +970,35 @@ def test_a_replaced_parameter_is_counted_and_a_frozen_one_is_left_out_without_a_
         one_step(mon, model, 2)
     assert set(mon.stats()) == {n for n, p in model.named_parameters() if p.requires_grad} and "0.bias" not in \
         mon.stats()
+
+
+def test_the_overflow_trap_stops_at_the_first_inf_of_a_forward(tmp_path):
+    model, (x, _) = mlp(30), batch(30)
+    mon = Monitor(model, formats="fp16", every=2, trap=tmp_path / "trap.html")
+    one_step(mon, model, 30)  # step 0, recorded
+    with torch.no_grad():
+        model[2].weight.fill_(3e38)  # its outputs overflow fp32
+    with pytest.raises(MixprecOverflow) as e:
+        model(x)  # step 1, not recorded: trapped too
+    msg = str(e.value)
+    assert msg.startswith("mixprec: trap at step 1, the forward of 2 (Linear): its output 0 (")
+    assert "0 (Linear): inputs [" in msg and "1 (GELU)" in msg and "2 (Linear): inputs" in msg and "inf/NaN" in msg
+    assert (tmp_path / "trap.html").read_text().startswith("<!DOCTYPE html>")
+    assert all(not m._forward_hooks for m in model.modules())  # closed
+
+
+def test_the_overflow_trap_stops_at_the_first_inf_of_a_gradient():
+    model, (x, _) = mlp(31), batch(31)
+    mon = Monitor(model, formats="fp16", every=1, trap=True)
+    out = model(x)
+    with pytest.raises(MixprecOverflow, match=r"the backward of 4 \(Linear\): the gradient of its output 0"):
+        out.backward(torch.full_like(out, float("inf")))
+    mon.close()
+
+
+def test_without_the_trap_an_inf_passes():
+    model, (x, _) = mlp(30), batch(30)
+    with torch.no_grad():
+        model[2].weight.fill_(3e38)
+    with Monitor(model, formats="fp16", every=10):
+        assert not torch.isfinite(model(x)).all()
