@@ -85,6 +85,17 @@ def _scale_of(s, what):
     return v
 
 
+def _jsonable(x):
+    """x with every float that JSON has no number for (inf, NaN: a headroom over a tensor of zeros) as None."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
 class MixprecOverflow(MixprecError):
     """Raised by a Monitor with trap set at the first inf or NaN in a module's output or in its gradient: the
     message names the step, the module, the tensor, their magnitudes and the modules that ran before it."""
@@ -411,9 +422,13 @@ class Monitor:
     monitor is closed. It checks the modules the model has when the monitor
     is made, at the cost of a check (a device sync) per module and step. With
     a loss scaler, a gradient overflow that the scaler would skip stops the
-    run too."""
+    run too.
 
-    def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False, counts="auto", trap=False):
+    log: a path: each recorded step as one JSON line (to_json()'s
+    "recorded" entries) as the run goes, written at its after_step."""
+
+    def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False, counts="auto", trap=False,
+                 log=None):
         if not hasattr(model, "named_parameters") or not hasattr(model, "named_modules"):
             raise TypeError("mixprec: Monitor watches a torch.nn.Module (model), not %s" % type(model).__name__)
         formats = names(formats, "formats")
@@ -469,6 +484,7 @@ class Monitor:
         self._skips = []
         self._new_record()
         self._attach()
+        self._log = None if log is None else open(path_arg(log, "Monitor's log"), "w", encoding="utf-8")
         self._trap_hooks, self._frames, self._trap = [], [], None
         if trap is not False and trap is not None:
             self._trap = trap if trap is True else path_arg(trap, "Monitor's trap")
@@ -784,6 +800,10 @@ class Monitor:
         self._skipped.append(skipped)
         if recorded:
             self._history[self.step] = self._rec
+            if self._log is not None:
+                import json
+                self._log.write(json.dumps(_jsonable(self._step_json(self.step)), allow_nan=False) + "\n")
+                self._log.flush()
         self._pending_loss = self._scale_now = self._grads = None
         self.step += 1
         self._new_record()
@@ -878,6 +898,9 @@ class Monitor:
         """Removes the monitor's hooks from the model (and, used as `with Monitor(...) as mon:`, at the end of
         the block, however it ends). A second call does nothing."""
         self._closed = True
+        if getattr(self, "_log", None) is not None:
+            self._log.close()
+            self._log = None
         for h in getattr(self, "_trap_hooks", []):
             h.remove()
         self._trap_hooks = []
@@ -921,13 +944,45 @@ class Monitor:
         {module: {"dtype", "elements", "zero", "subnormal", "inf", "nan",
         "amax", "headroom": {format: log2(max / amax)}, "grad": the same
         counts of the output's gradient, or None}} ("(model)" is the model)."""
-        r = self._last()
+        return self._activations_of(self._last())
+
+    def _activations_of(self, r):
         out = {}
         for name, a in r["act"].items():
             d = dict(a)
             d["headroom"] = {f: _headroom(a["amax"], self._fmax[f]) for f in self.formats}
             d["grad"] = dict(r["act_grad"][name]) if name in r["act_grad"] else None
             out[name] = d
+        return out
+
+    # ---- exports ----
+
+    def _step_json(self, step):
+        """A recorded step as the log's line and to_json's entry."""
+        r = self._history[step]
+        loss = self._loss[step] if step < len(self._loss) and self._loss_given[step] else None
+        return {"step": step, "loss": None if loss is None or not math.isfinite(loss) else loss,
+                "loss_finite": None if loss is None else math.isfinite(loss),
+                "scale": self._scale[step] if step < len(self._scale) else None,
+                "skipped": bool(self._skipped[step]) if step < len(self._skipped) else None,
+                "params": r["params"], "activations": self._activations_of(r),
+                "updates": dict(r["updates"] or {}), "lost": r["lost"]}
+
+    def to_json(self, path=None):
+        """Everything the monitor recorded, as a dict that json.dump takes: the formats, every step's loss,
+        scale and whether it was skipped, each recorded step's counts (stats(), activations(), updates(),
+        lost()), the skipped and non-finite steps; written to path as JSON too when given."""
+        out = {"formats": list(self.formats), "every": self.every,
+               "steps": [{"step": i, "loss": (l if g and math.isfinite(l) else None), "scale": s, "skipped": k}
+                         for i, (l, g, s, k) in enumerate(zip(self._loss, self._loss_given, self._scale,
+                                                              self._skipped))],
+               "recorded": [self._step_json(s) for s in sorted(self._history)],
+               "skips": self.skips(), "nonfinite": self.nonfinite()}
+        out = _jsonable(out)
+        if path is not None:
+            import json
+            with open(path_arg(path, "to_json's path"), "w", encoding="utf-8") as f:
+                json.dump(out, f, allow_nan=False)
         return out
 
     def updates(self):

@@ -1002,3 +1002,19 @@ def test_without_the_trap_an_inf_passes():
         model[2].weight.fill_(3e38)
     with Monitor(model, formats="fp16", every=10):
         assert not torch.isfinite(model(x)).all()
+
+
+def test_to_json_and_the_step_log_hold_every_recorded_step(tmp_path):
+    import json
+    model = mlp(40)
+    with Monitor(model, formats=("fp16", "bf16"), every=2, log=tmp_path / "steps.jsonl") as mon:
+        for i in range(5):
+            one_step(mon, model, 40 + i)
+        j = mon.to_json(tmp_path / "all.json")
+        assert [s["step"] for s in j["recorded"]] == [0, 2, 4] and len(j["steps"]) == 5
+        assert j["recorded"][-1]["params"] == mon.stats() and j["formats"] == ["fp16", "bf16"]
+        assert set(j["recorded"][-1]["activations"]) == set(mon.activations())
+    lines = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert [l["step"] for l in lines] == [0, 2, 4] and lines == j["recorded"]
+    assert json.loads((tmp_path / "all.json").read_text()) == j
+    assert all(isinstance(s["loss"], float) and math.isfinite(s["loss"]) for s in j["steps"])
