@@ -425,10 +425,17 @@ class Monitor:
     run too.
 
     log: a path: each recorded step as one JSON line (to_json()'s
-    "recorded" entries) as the run goes, written at its after_step."""
+    "recorded" entries) as the run goes, written at its after_step.
+    tensorboard: a torch.utils.tensorboard.SummaryWriter: each recorded
+    step's loss, loss scale, per-parameter underflow and overflow fractions
+    and per-module headroom as scalars ("mixprec/...").
+
+    mixprec.lightning.MixprecCallback and mixprec.huggingface's
+    MixprecTrainerCallback attach a Monitor to a Lightning or Hugging Face
+    Trainer with one line (each importable where that library is)."""
 
     def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False, counts="auto", trap=False,
-                 log=None):
+                 log=None, tensorboard=None):
         if not hasattr(model, "named_parameters") or not hasattr(model, "named_modules"):
             raise TypeError("mixprec: Monitor watches a torch.nn.Module (model), not %s" % type(model).__name__)
         formats = names(formats, "formats")
@@ -485,6 +492,10 @@ class Monitor:
         self._new_record()
         self._attach()
         self._log = None if log is None else open(path_arg(log, "Monitor's log"), "w", encoding="utf-8")
+        if tensorboard is not None and not callable(getattr(tensorboard, "add_scalar", None)):
+            raise TypeError("mixprec: Monitor's tensorboard is a torch.utils.tensorboard.SummaryWriter (or anything "
+                            "with add_scalar), not %s" % type(tensorboard).__name__)
+        self._tb = tensorboard
         self._trap_hooks, self._frames, self._trap = [], [], None
         if trap is not False and trap is not None:
             self._trap = trap if trap is True else path_arg(trap, "Monitor's trap")
@@ -800,10 +811,14 @@ class Monitor:
         self._skipped.append(skipped)
         if recorded:
             self._history[self.step] = self._rec
-            if self._log is not None:
-                import json
-                self._log.write(json.dumps(_jsonable(self._step_json(self.step)), allow_nan=False) + "\n")
-                self._log.flush()
+            if self._log is not None or self._tb is not None:
+                j = _jsonable(self._step_json(self.step))
+                if self._log is not None:
+                    import json
+                    self._log.write(json.dumps(j, allow_nan=False) + "\n")
+                    self._log.flush()
+                if self._tb is not None:
+                    self._to_tensorboard(j)
         self._pending_loss = self._scale_now = self._grads = None
         self.step += 1
         self._new_record()
@@ -967,6 +982,25 @@ class Monitor:
                 "skipped": bool(self._skipped[step]) if step < len(self._skipped) else None,
                 "params": r["params"], "activations": self._activations_of(r),
                 "updates": dict(r["updates"] or {}), "lost": r["lost"]}
+
+    def _to_tensorboard(self, j):
+        """A recorded step as scalars: the loss and loss scale, each parameter's gradient values lost to zero
+        (underflow) and to inf (overflow) in each format, as fractions, and each module's headroom in each
+        format (log2 of the format's max over the output's amax)."""
+        tb, step = self._tb, j["step"]
+        if j["loss"] is not None:
+            tb.add_scalar("mixprec/loss", j["loss"], step)
+        if j["scale"] is not None:
+            tb.add_scalar("mixprec/loss_scale", j["scale"], step)
+        for p, per in j["params"].items():
+            for f, c in per.items():
+                if c.get("total"):
+                    tb.add_scalar("mixprec/%s_underflow/%s" % (f, p), c["underflow"] / c["total"], step)
+                    tb.add_scalar("mixprec/%s_overflow/%s" % (f, p), c["overflow"] / c["total"], step)
+        for m, a in j["activations"].items():
+            for f, h in a["headroom"].items():
+                if h is not None:
+                    tb.add_scalar("mixprec/%s_headroom/%s" % (f, m), h, step)
 
     def to_json(self, path=None):
         """Everything the monitor recorded, as a dict that json.dump takes: the formats, every step's loss,
