@@ -399,7 +399,11 @@ class Monitor:
     formats: the formats whose losses are counted ("fp16", "bf16", "e4m3",
     "e5m2"; not "e8m0" or "e2m1"); the first is the one the report's per-layer
     charts use.
-    every: record every every-th step (1: every step). shadow: also recompute
+    every: record every every-th step (1: every step), from step start
+    (0) to before step stop (None: no end). layers: a name or regular
+    expression, or a list of them: only the parameters and modules it
+    matches (the whole name, or a dotted prefix of it) are watched (None:
+    all). shadow: also recompute
     the recorded steps' gradients in fp32 (one more forward and backward of
     the model in fp32 per recorded step; needs fp32 parameters, as autocast
     keeps them, and one forward with gradients per step: no gradient
@@ -435,7 +439,7 @@ class Monitor:
     Trainer with one line (each importable where that library is)."""
 
     def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False, counts="auto", trap=False,
-                 log=None, tensorboard=None):
+                 log=None, tensorboard=None, layers=None, start=0, stop=None):
         if not hasattr(model, "named_parameters") or not hasattr(model, "named_modules"):
             raise TypeError("mixprec: Monitor watches a torch.nn.Module (model), not %s" % type(model).__name__)
         formats = names(formats, "formats")
@@ -449,6 +453,17 @@ class Monitor:
                                  "(e8m0 holds block scales; fp4 values are scaled per block of 16 or 32)" % f)
         self._fmax = {f: lib.mp_format(c).contents.max for f, c in zip(self.formats, self._codes)}
         every = integer(every, "Monitor's every", 1)
+        self.start = integer(start, "Monitor's start", 0)
+        self.stop = None if stop is None else integer(stop, "Monitor's stop", self.start + 1)
+        if layers is None:
+            self._layer_re = None
+        else:
+            import re
+            pats = [layers] if isinstance(layers, str) else names(layers, "Monitor's layers")
+            try:
+                self._layer_re = [re.compile(p) for p in pats]
+            except re.error as e:
+                raise ValueError("mixprec: Monitor's layers: %r is not a regular expression (%s)" % (e.pattern, e))
         if not isinstance(shadow, (bool, np.bool_)):
             raise TypeError("mixprec: Monitor's shadow is True or False, not %s" % type(shadow).__name__)
         text_arg(counts, "Monitor's counts", "\"auto\" or \"torch\"")
@@ -526,7 +541,7 @@ class Monitor:
                     raise ValueError("mixprec: shadow=True recomputes in fp32 and needs fp32 parameters; "
                                        "%s is %s" % (n, p.dtype))
         self._all_params, self._modules = params, modules
-        self._params = [(n, p) for n, p in params if p.requires_grad]
+        self._params = [(n, p) for n, p in params if p.requires_grad and self._watched(n)]
         for mn, m in modules:
             self._layers[mn] = not list(m.children()) or bool(list(m.parameters(recurse=False)))
             for pn, _ in m.named_parameters(recurse=False):
@@ -539,7 +554,7 @@ class Monitor:
         params = [(n, p) for n, p in self.model.named_parameters()]
         if len(params) == len(self._all_params) and all(a[0] == b[0] and a[1] is b[1]
                                                         for a, b in zip(params, self._all_params)):
-            trained = [(n, p) for n, p in params if p.requires_grad]
+            trained = [(n, p) for n, p in params if p.requires_grad and self._watched(n)]
             if [n for n, _ in trained] != [n for n, _ in self._params]:  # requires_grad changed
                 self._params = trained
             modules = list(self.model.named_modules())
@@ -553,7 +568,8 @@ class Monitor:
             if self._mod_hooks:
                 for h in self._mod_hooks:
                     h.remove()
-                self._mod_hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules]
+                self._mod_hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules
+                               if self._watched(n)]
 
     def _sync_hook(self, module, args):
         if self._recording() and self._training(module):
@@ -562,7 +578,16 @@ class Monitor:
     # ---- hooks: attached from the end of the step before a recorded one to its after_backward ----
 
     def _recording(self):
-        return self.step % self.every == 0 and not self._in_shadow
+        return (self.start <= self.step and (self.stop is None or self.step < self.stop) and
+                (self.step - self.start) % self.every == 0 and not self._in_shadow)
+
+    def _watched(self, name):
+        """Whether layers (names or regular expressions) selects this parameter or module: a pattern matching
+        the whole name or a dotted prefix of it ("transformer.h.0" selects everything under it)."""
+        if self._layer_re is None:
+            return True
+        parts = name.split(".")
+        return any(r.fullmatch(".".join(parts[:k])) for r in self._layer_re for k in range(len(parts), 0, -1))
 
     def _attach(self):
         """Hooks on the modules for a recorded step. A module from torch.compile runs that step eagerly (its
@@ -573,7 +598,8 @@ class Monitor:
             return
         self._sync()
         self._hooks = [self.model.register_forward_pre_hook(self._sync_hook)]  # first: before the shadow's
-        self._mod_hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules]
+        self._mod_hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules
+                               if self._watched(n)]
         self._hooks.append(self.model.register_forward_hook(self._root_hook))
         if self.shadow and _TORCH2:
             self._hooks.append(self.model.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))

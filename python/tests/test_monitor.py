@@ -1018,3 +1018,16 @@ def test_to_json_and_the_step_log_hold_every_recorded_step(tmp_path):
     assert [l["step"] for l in lines] == [0, 2, 4] and lines == j["recorded"]
     assert json.loads((tmp_path / "all.json").read_text()) == j
     assert all(isinstance(s["loss"], float) and math.isfinite(s["loss"]) for s in j["steps"])
+
+
+def test_a_layer_filter_and_a_step_window():
+    model = mlp(50)
+    with Monitor(model, formats="fp16", every=2, start=1, stop=6, layers=["2", r"4\.bias"]) as mon:
+        for i in range(8):
+            one_step(mon, model, 50 + i)
+        assert sorted(mon.history()) == [1, 3, 5]
+        assert set(mon.stats()) == {"2.weight", "2.bias", "4.bias"} and set(mon.activations()) == {"2"}
+    with pytest.raises(ValueError, match="not a regular expression"):
+        Monitor(model, layers="(")
+    with pytest.raises(ValueError, match="stop"):
+        Monitor(model, start=3, stop=3)
