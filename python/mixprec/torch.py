@@ -85,6 +85,44 @@ def _scale_of(s, what):
     return v
 
 
+_RT_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def _grad_stats(g, factor, formats):
+    """A gradient's statistics as .grad holds it (finite values: min, max, mean, std; amax, the smallest
+    nonzero magnitude and the dynamic range log2(amax / amin); zero, subnormal (in its own dtype), inf and
+    NaN counts) and, for each format torch converts to exactly as mixprec does (fp16, bf16, fp32), the error
+    of storing its values times factor (the loss scale they carry) in it and back: the mean squared error and
+    the largest relative error of the nonzero finite values (None for e4m3 and e5m2)."""
+    x = g.detach().float()
+    a, fin = x.abs(), torch.isfinite(x)
+    nz = (a > 0) & fin
+    xf, an = x[fin], a[nz]
+    one = [float("nan")]
+    v = torch.cat([
+        (xf.min() if xf.numel() else torch.tensor(float("nan"))).reshape(1),
+        (xf.max() if xf.numel() else torch.tensor(float("nan"))).reshape(1),
+        (xf.mean() if xf.numel() else torch.tensor(float("nan"))).reshape(1),
+        (xf.std(unbiased=False) if xf.numel() else torch.tensor(float("nan"))).reshape(1),
+        (an.max() if an.numel() else torch.tensor(0.0)).reshape(1),
+        (an.min() if an.numel() else torch.tensor(float("nan"))).reshape(1),
+        torch.stack([(x == 0).sum(), ((a > 0) & (a < torch.finfo(g.dtype).tiny)).sum(), torch.isinf(x).sum(),
+                     torch.isnan(x).sum()]).to(torch.float32)]).tolist() if x.numel() else one * 10
+    amax, amin = v[4], v[5]
+    out = {"min": v[0], "max": v[1], "mean": v[2], "std": v[3], "amax": amax, "amin_nonzero": amin,
+           "dynamic_range_log2": math.log2(amax / amin) if amin > 0 else None,
+           "zero": int(v[6]), "subnormal": int(v[7]), "inf": int(v[8]), "nan": int(v[9]), "round_trip": {}}
+    s = x[nz] * factor
+    for f in formats:
+        if f not in _RT_DTYPES or not s.numel():
+            out["round_trip"][f] = None
+            continue
+        err = s.to(_RT_DTYPES[f]).float() - s
+        out["round_trip"][f] = {"mse": (err / factor).pow(2).mean().item(),
+                                "max_relative": (err.abs() / s.abs()).max().item()}
+    return out
+
+
 def _jsonable(x):
     """x with every float that JSON has no number for (inf, NaN: a headroom over a tensor of zeros) as None."""
     if isinstance(x, float):
@@ -711,6 +749,7 @@ class Monitor:
     def _record_grads(self, carried):
         rec = self._rec
         rec["scale"], rec["carried"] = self._scale_now, carried
+        rec["tstats"] = {}
         factor = self._scale_now / carried  # 1, or the scale unscale_ took out
         shift = round(math.log2(factor))  # the histogram of the scaled values: bins shifted (exact for 2^k)
         hist = [0] * (HIST_BINS + 1)
@@ -733,6 +772,7 @@ class Monitor:
             self._pending.add(self._count(p.grad, store=True, scale=factor, hist=True, shift=shift),
                               lambda v, name=name, n=p.grad.numel(): done(name, n, v))
             moved.append((name, (p.grad != 0) & torch.isfinite(p.grad)))  # for updates(): the values to move
+            rec["tstats"][name] = _grad_stats(p.grad, factor, self.formats)
         self._pending.read()  # the forward's and backward's counts too
         if moved and not rec["act"] and not self._closed and "torch._dynamo" in sys.modules \
                 and not self._unseen_warned:
@@ -968,6 +1008,26 @@ class Monitor:
         {"total", "underflow", "subnormal", "overflow", "nan"}}}."""
         return self._last()["params"]
 
+    def tensor_stats(self):
+        """The last recorded step's statistics of each parameter's gradient: {parameter: {"min", "max",
+        "mean", "std" (of the finite values), "amax", "amin_nonzero", "dynamic_range_log2", "zero",
+        "subnormal", "inf", "nan", "formats": {format: {"lost": the fraction of the values that become 0,
+        "saturated": the fraction that overflow, at the loss scale they carry; "round_trip": {"mse",
+        "max_relative"} of storing them in the format and back (fp16, bf16, fp32; None for fp8)}}}}."""
+        return self._tensor_stats_of(self._last())
+
+    @staticmethod
+    def _tensor_stats_of(r):
+        out = {}
+        for name, st in r.get("tstats", {}).items():
+            d = {k: v for k, v in st.items() if k != "round_trip"}
+            counts = r["params"].get(name, {})
+            d["formats"] = {f: {"lost": c["underflow"] / c["total"] if c["total"] else 0.0,
+                                "saturated": c["overflow"] / c["total"] if c["total"] else 0.0,
+                                "round_trip": st["round_trip"].get(f)} for f, c in counts.items()}
+            out[name] = d
+        return out
+
     def history(self):
         """stats() for every recorded step: {step: {parameter: {format: counts}}}."""
         return {s: r["params"] for s, r in self._history.items()}
@@ -1007,7 +1067,7 @@ class Monitor:
                 "scale": self._scale[step] if step < len(self._scale) else None,
                 "skipped": bool(self._skipped[step]) if step < len(self._skipped) else None,
                 "params": r["params"], "activations": self._activations_of(r),
-                "updates": dict(r["updates"] or {}), "lost": r["lost"]}
+                "updates": dict(r["updates"] or {}), "lost": r["lost"], "tensor_stats": self._tensor_stats_of(r)}
 
     def _to_tensorboard(self, j):
         """A recorded step as scalars: the loss and loss scale, each parameter's gradient values lost to zero
@@ -1031,7 +1091,7 @@ class Monitor:
     def to_json(self, path=None):
         """Everything the monitor recorded, as a dict that json.dump takes: the formats, every step's loss,
         scale and whether it was skipped, each recorded step's counts (stats(), activations(), updates(),
-        lost()), the skipped and non-finite steps; written to path as JSON too when given."""
+        lost(), tensor_stats()), the skipped and non-finite steps; written to path as JSON too when given."""
         out = {"formats": list(self.formats), "every": self.every,
                "steps": [{"step": i, "loss": (l if g and math.isfinite(l) else None), "scale": s, "skipped": k}
                          for i, (l, g, s, k) in enumerate(zip(self._loss, self._loss_given, self._scale,

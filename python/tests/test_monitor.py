@@ -1031,3 +1031,27 @@ def test_a_layer_filter_and_a_step_window():
         Monitor(model, layers="(")
     with pytest.raises(ValueError, match="stop"):
         Monitor(model, start=3, stop=3)
+
+
+def test_tensor_stats_of_the_gradients():
+    model = mlp(60)
+    with Monitor(model, formats=("fp16", "bf16", "e4m3"), every=1) as mon:
+        x, y = batch(60)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        (loss * 256.0).backward()
+        grads = {n: p.grad.detach().clone() / 256.0 for n, p in model.named_parameters()}
+        mon.after_backward(256.0, loss=loss)
+        mon.after_step(256.0)
+        st = mon.tensor_stats()
+    g = grads["0.weight"] * 256.0  # the gradient as .grad held it (scaled)
+    s = st["0.weight"]
+    assert s["min"] == g.min().item() and s["max"] == g.max().item() and s["amax"] == g.abs().max().item()
+    assert math.isclose(s["mean"], g.mean().item(), rel_tol=1e-5) and s["zero"] == int((g == 0).sum())
+    assert s["amin_nonzero"] == g.abs()[g != 0].min().item()
+    assert math.isclose(s["dynamic_range_log2"], math.log2(s["amax"] / s["amin_nonzero"]))
+    f16 = s["formats"]["fp16"]
+    nz = g[g != 0]
+    assert math.isclose(f16["round_trip"]["max_relative"],
+                        ((nz.half().float() - nz).abs() / nz.abs()).max().item(), rel_tol=1e-6)
+    assert f16["lost"] == mon.stats()["0.weight"]["fp16"]["underflow"] / g.numel()
+    assert s["formats"]["e4m3"]["round_trip"] is None and s["formats"]["bf16"]["round_trip"]["mse"] > 0
