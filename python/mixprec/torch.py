@@ -1286,13 +1286,57 @@ class _ReportBuilder:
         return w.encode()
 
     @staticmethod
+    def _verdict(mon, layers, steps):
+        """The findings first, one line each: the skipped steps and the tensors that caused them, the steps
+        that kept inf/NaN, each format's parameter that would lose the most gradient values at the recorded
+        scale (above 1%), the module with the least headroom (under 4 doublings); or that it looks healthy."""
+        lines = []
+        if mon._skips:
+            who = sorted({p for s in mon._skips for p in (s["params"] or [])})
+            lines.append("Verdict: %d step%s skipped (inf/NaN in the gradients: the loss scale backed off): step%s "
+                         "%s%s." % (len(mon._skips), "s" if len(mon._skips) > 1 else "",
+                                    "s" if len(mon._skips) > 1 else "",
+                                    ", ".join(str(s["step"]) for s in mon._skips[:8]),
+                                    "; caused by " + ", ".join(who[:6]) if who else "; their tensors not seen"))
+        if mon._nonfinite:
+            lines.append("Verdict: %d step%s kept inf/NaN (no loss scaler skipped them), the first step %d."
+                         % (len(mon._nonfinite), "s" if len(mon._nonfinite) > 1 else "", mon._nonfinite[0]["step"]))
+        for f in mon.formats:
+            worst, frac = None, 0.0
+            for s in steps:
+                for p, c in mon._history[s]["params"].items():
+                    if c[f]["total"] and c[f]["underflow"] / c[f]["total"] > frac:
+                        worst, frac = p, c[f]["underflow"] / c[f]["total"]
+            if worst is not None and frac > 0.01:
+                lines.append("Verdict: %.3g%% of %s's gradient values would be lost (0) in %s at the recorded "
+                             "loss scale." % (100 * frac, worst, f))
+        head = {}
+        for s in steps:
+            for n, a in mon._history[s]["act"].items():
+                if n in layers and a["amax"] > 0:
+                    head[n] = min(head.get(n, math.inf), _headroom(a["amax"], mon._fmax[mon.formats[0]]))
+        if head:
+            n = min(head, key=head.get)
+            if head[n] < 4:
+                lines.append("Verdict: headroom under %d doublings in %s: its outputs reach %.3g doublings below "
+                             "%s's largest value." % (math.ceil(head[n]) if head[n] > 0 else 0, n, head[n],
+                                                      mon.formats[0]))
+        if not lines:
+            lines.append("Verdict: healthy: no skipped step, no inf/NaN kept, under 1%% of any gradient lost in "
+                         "%s, at least 4 doublings of headroom in every layer." % " or ".join(mon.formats))
+        return lines
+
+    @staticmethod
     def _reading(mon, layers, steps, compute, fmt, wlost, wtotal, lost_updates):
         nsteps = len(mon._loss)
         shadow = any(mon._history[s]["lost"] is not None for s in steps)
-        ps = ["%d steps of %s, %d recorded (every %d%s); activations computed in %s. Loss scale from %g to %g; "
-              "%d skipped steps." % (nsteps, type(mon.model).__name__, len(steps), mon.every,
-                                     "-th step" if mon.every > 1 else " step", compute, min(mon._scale),
-                                     max(mon._scale), sum(mon._skipped))]
+        ps = _ReportBuilder._verdict(mon, layers, steps)
+        scales = "Loss scale %g throughout" % mon._scale[0] if min(mon._scale) == max(mon._scale) else \
+            "Loss scale from %g at the first step to %g at the last (between %g and %g)" % (
+                mon._scale[0], mon._scale[-1], min(mon._scale), max(mon._scale))
+        ps.append("%d steps of %s, %d recorded (every %d%s); activations computed in %s. %s; %d skipped steps."
+                  % (nsteps, type(mon.model).__name__, len(steps), mon.every, "-th step" if mon.every > 1 else
+                     " step", compute, scales, sum(mon._skipped)))
         what = ("nonzero in the fp32 recomputation (shadow) and 0 in this run's gradients" if shadow else
                 "that would become 0 if the gradients, as they are in .grad (loss scale included), were stored in "
                 + fmt)

@@ -1055,3 +1055,26 @@ def test_tensor_stats_of_the_gradients():
                         ((nz.half().float() - nz).abs() / nz.abs()).max().item(), rel_tol=1e-6)
     assert f16["lost"] == mon.stats()["0.weight"]["fp16"]["underflow"] / g.numel()
     assert s["formats"]["e4m3"]["round_trip"] is None and s["formats"]["bf16"]["round_trip"]["mse"] > 0
+
+
+def test_the_report_opens_with_a_verdict(tmp_path):
+    mon = skip_with_zeroed_grads(1, set_to_none=True)  # step 1 skipped, caused by 0.weight; scale 1024 -> 512
+    html = mon.report(tmp_path / "r.html").read_text()
+    reading = html[html.index("What happened"):]
+    assert reading.index("Verdict: 1 step skipped") < reading.index("3 steps of Sequential")
+    assert "step 1; caused by 0.weight" in reading
+    model = mlp(62)
+    with Monitor(model, formats="fp16", every=1) as mon:  # the scale goes down: said in time order
+        for i, scale in enumerate((4096.0, 2048.0, 8192.0)):
+            x, y = batch(62 + i)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            (loss * scale).backward()
+            mon.after_backward(scale, loss=loss)
+            mon.after_step(scale)
+            model.zero_grad()
+        assert ("Loss scale from 4096 at the first step to 8192 at the last (between 2048 and 8192)"
+                in mon.report(tmp_path / "s.html").read_text())
+    model = mlp(61)
+    with Monitor(model, formats="fp16", every=1) as healthy:
+        one_step(healthy, model, 61)
+        assert "Verdict: healthy" in healthy.report(tmp_path / "h.html").read_text()
