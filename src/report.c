@@ -259,17 +259,19 @@ static void section_reading(FILE *f, const mp_report *r) {
 
 /* One row of the summary table. */
 static void summary_row(FILE *f, const mp_report *r, const mp_report_run *u, const mp_report_run *base) {
-    char speed[32] = "", loss[32], ev[32];
-    if (base && u->ms_per_step > 0) snprintf(speed, sizeof speed, "%.2fx", base->ms_per_step / u->ms_per_step);
+    char speed[48] = "", loss[32], ev[32], mem[32] = "-";
+    if (base && u->ms_per_step > 0) snprintf(speed, sizeof speed, "<td>%.2fx</td>", base->ms_per_step / u->ms_per_step);
+    else if (base) snprintf(speed, sizeof speed, "<td></td>");
+    if (isfinite(u->memory_mib) && u->memory_mib > 0) snprintf(mem, sizeof mem, "%.0f MiB", u->memory_mib);
     snprintf(loss, sizeof loss, isfinite(u->last_loss) ? "%.4f" : "NaN/inf", u->last_loss);
     snprintf(ev, sizeof ev, !isfinite(u->eval) ? "NaN/inf" : r->eval_percent ? "%.2f%%" : "%.4f",
              r->eval_percent ? 100 * u->eval : u->eval);
     hprintf(f, "<tr data-mode=\"%s\"><td><span class=\"swatch\" style=\"background:%s\"></span>%s</td>"
                "<td class=\"format\">%s</td><td>%s</td><td class=\"acc\">%s</td><td>%ld</td><td>%g</td><td class=\"under\">%.4f%%</td>"
-               "<td>%.4f%%</td><td>%.2f%%</td><td>%.4f%%</td><td>%.1f</td><td>%.0f MiB</td><td>%s</td></tr>\n",
+               "<td>%.4f%%</td><td>%.2f%%</td><td>%.4f%%</td><td>%.1f</td><td>%s</td>%s</tr>\n",
             u->name, u->color, u->name, u->format ? u->format : "", loss, ev, u->skipped_total,
             u->final_scale, 100 * u->underflow, 100 * u->lost_gradients, 100 * u->dead_gradients,
-            100 * u->lost_updates, u->ms_per_step, u->memory_mib, speed);
+            100 * u->lost_updates, u->ms_per_step, mem, speed);
 }
 
 /* The summary table: one row per run, speed-ups against the baseline run. */
@@ -282,7 +284,14 @@ static void section_summary(FILE *f, const mp_report *r) {
     hprintf(f, "</th><th>skipped steps</th><th>final scale</th><th>gradients underflowed</th>"
                "<th title=\"weight-gradient values nonzero in fp32 and 0 when stored\">weight gradients lost</th>"
                "<th title=\"weight-gradient values exactly 0 in fp32 (dead units)\">dead weight gradients</th>"
-               "<th title=\"nonzero updates that left the stored weight unchanged\">updates lost</th><th>ms/step</th><th>peak memory</th><th>speed-up vs %s</th></tr>\n", base ? base->name : "-");
+               "<th title=\"nonzero updates that left the stored weight unchanged\">updates lost</th><th>ms/step</th>"
+               "<th title=\"the run's peak resident memory, where the caller measured it\">peak memory</th>");
+    if (base) { /* speed-ups only against a baseline run */
+        fputs("<th>speed-up vs ", f);
+        mp_html_escape(f, base->name);
+        fputs("</th>", f);
+    }
+    hprintf(f, "</tr>\n");
     for (int i = 0; i < r->nruns; i++) summary_row(f, r, &r->runs[i], base);
     fputs("</table>\n", f);
 }

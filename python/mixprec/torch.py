@@ -45,7 +45,6 @@ import ctypes
 import math
 import numbers
 import os
-import resource
 import shlex
 import statistics
 import sys
@@ -1241,7 +1240,7 @@ class _ReportBuilder:
         u.lost_updates = sum(c["lost"] for c in ups) / moved if moved else 0.0
         lost_updates = u.lost_updates if moved else None
         u.ms_per_step = 1000 * statistics.median(mon._times) if mon._times else 0.0
-        u.memory_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        u.memory_mib = math.nan  # the process's peak is Python's and torch's too, not the model's: not shown
         u.final_scale = float(mon._scale[-1]) if mon._scale else 1.0
         u.skipped_total = sum(mon._skipped)
         u.has_hist, u.hist_lo, u.hist_zeros, u.hist_scale = (last["hist"] is not None, _HIST_LO, float(zeros),

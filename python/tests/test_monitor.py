@@ -1078,3 +1078,13 @@ def test_the_report_opens_with_a_verdict(tmp_path):
     with Monitor(model, formats="fp16", every=1) as healthy:
         one_step(healthy, model, 61)
         assert "Verdict: healthy" in healthy.report(tmp_path / "h.html").read_text()
+
+
+def test_the_report_has_no_column_without_a_value(tmp_path):
+    model = mlp(63)
+    with Monitor(model, formats="fp16", every=1) as mon:
+        one_step(mon, model, 63)
+        html = mon.report(tmp_path / "r.html").read_text()
+    summary = html[html.index('<table id="summary">'):]
+    summary = summary[:summary.index("</table>")]
+    assert "speed-up" not in summary and "MiB" not in summary and "<td>-</td>" in summary
