@@ -551,6 +551,8 @@ static void layer_bars(FILE *f, const axes *a, const mp_report_run *u, int i, do
     }
 }
 
+#define LABEL_MAX 20 /* characters of a layer's name under a chart (the whole name on hover) */
+
 /* Mean underflow per layer: one group of bars per layer, one bar per run. */
 static void chart_layers(FILE *f, const mp_report *r) {
     int nl = 0;
@@ -565,15 +567,31 @@ static void chart_layers(FILE *f, const mp_report *r) {
         }
     }
     umax *= 100 * 1.1;
-    const axes c = with_legend(plot_axes(0, (double)(nl > 0 ? nl : 1), 0, umax, 260), r, NULL);
+    /* long names (a transformer's "transformer.h.0.mlp.c_fc") or many layers: labels turned, their ends
+     * shown (the whole name on hover), in a taller bottom margin */
+    size_t longest = 0;
+    for (int l = 0; l < nl; l++) longest = strlen(names[l]) > longest ? strlen(names[l]) : longest;
+    const int turn = nl > 0 && (size_t)nl * (longest < LABEL_MAX ? longest : LABEL_MAX) * 7 > 860;
+    axes c = with_legend(plot_axes(0, (double)(nl > 0 ? nl : 1), 0, umax, 260), r, NULL);
+    if (turn) c.mb += 90, c.h += 90;
     frame(f, &c, "layers", "Gradient values that became exactly zero when stored, by layer (mean over steps)",
           "tensor (first layer on the left)", "% of values", tick_step(umax, 5), "%g%%", 0, 0);
     legend(f, &c, r, NULL);
     const double gw = (px(&c, 1) - px(&c, 0)) * 0.8 / (r->nruns > 0 ? r->nruns : 1);
     for (int i = 0; i < r->nruns; i++) layer_bars(f, &c, &r->runs[i], i, gw);
-    for (int l = 0; l < nl; l++)
-        hprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%s</text>\n", px(&c, l + 0.5),
-                c.h - c.mb + 14, names[l]);
+    for (int l = 0; l < nl; l++) {
+        const double x = px(&c, l + 0.5);
+        const int y = c.h - c.mb + 14;
+        const size_t len = strlen(names[l]);
+        if (turn) hprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"end\" "
+                             "transform=\"rotate(-40 %.1f %d)\"><title>", x, y, x, y);
+        else hprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\"><title>", x, y);
+        mp_html_escape(f, names[l]);
+        fputs("</title>", f);
+        if (len > LABEL_MAX) fputs("\xe2\x80\xa6", f); /* an ellipsis, then the name's end */
+        mp_html_escape(f, names[l] + (len > LABEL_MAX ? len - (LABEL_MAX - 1) : 0));
+        fputs("</text>\n", f);
+    }
     chart_end(f);
 }
 

@@ -1088,3 +1088,36 @@ def test_the_report_has_no_column_without_a_value(tmp_path):
     summary = html[html.index('<table id="summary">'):]
     summary = summary[:summary.index("</table>")]
     assert "speed-up" not in summary and "MiB" not in summary and "<td>-</td>" in summary
+
+
+class _Deep(torch.nn.Module):
+    """Module names as long as nanoGPT's: transformer.h.N.mlp.c_fc and c_proj."""
+
+    def __init__(self, n=4):
+        super().__init__()
+        torch.manual_seed(64)
+        self.transformer = torch.nn.Module()
+        self.transformer.h = torch.nn.ModuleList(torch.nn.Module() for _ in range(n))
+        for b in self.transformer.h:
+            b.mlp = torch.nn.Module()
+            b.mlp.c_fc, b.mlp.c_proj = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        for b in self.transformer.h:
+            x = b.mlp.c_proj(torch.relu(b.mlp.c_fc(x)))
+        return x
+
+
+def test_long_layer_names_are_turned_and_shortened_with_the_whole_name_on_hover(tmp_path):
+    model = _Deep()
+    with Monitor(model, formats="fp16", every=1) as mon:
+        x = torch.randn(32, 16)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        mon.after_backward(1.0, loss=loss)
+        mon.after_step(1.0)
+        html = mon.report(tmp_path / "r.html").read_text()
+    chart = html[html.index('id="layers"'):]
+    chart = chart[:chart.index("</svg>")]
+    assert 'transform="rotate(-40' in chart
+    assert "<title>transformer.h.3.mlp.c_proj</title>\u2026rmer.h.3.mlp.c_proj</text>" in chart
