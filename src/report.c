@@ -604,6 +604,11 @@ static double headroom16(const mp_report *r, const mp_report_run *u, int l) {
     return u->tensors && l < u->nlayers ? headroom_log2(r->fp16_max, u->tensors[l].fwd.amax) : NAN;
 }
 
+/* The inf values tensor l's stored activations held in run u (it overflowed). */
+static uint64_t overflowed(const mp_report_run *u, int l) {
+    return u->tensors && l < u->nlayers ? u->tensors[l].fwd.overflow : 0;
+}
+
 /* Activation headroom per tensor against fp16's largest value (in every mode,
  * so the runs compare): one group of bars per tensor that stored activations,
  * one bar per run. */
@@ -617,6 +622,7 @@ static void chart_headroom(FILE *f, const mp_report *r) {
         int any = 0;
         for (int i = 0; i < r->nruns; i++) {
             const double h = headroom16(r, &r->runs[i], l);
+            if (overflowed(&r->runs[i], l)) any = 1, hmin = fmin(hmin, -1); /* drawn below 0, whatever its amax */
             if (isnan(h)) continue;
             any = 1, hmax = fmax(hmax, h), hmin = fmin(hmin, h);
         }
@@ -626,16 +632,27 @@ static void chart_headroom(FILE *f, const mp_report *r) {
     const axes c = with_legend(plot_axes(0, (double)ncol, floor(hmin), hmax * 1.1, 260), r, NULL);
     frame(f, &c, "headroom",
           "Activation headroom: doublings left before the largest activation stored reaches fp16's 65504 "
-          "(log2 of the ratio; at or below 0 it would overflow in fp16)",
+          "(log2 of the ratio; at or below 0 it would overflow in fp16; a red bar down to -1: the tensor held inf)",
           "tensor (forward order)", "doublings", tick_step(hmax * 1.1 - floor(hmin), 5), "%g", 0, 0);
     legend(f, &c, r, NULL);
     const double gw = (px(&c, 1) - px(&c, 0)) * 0.8 / (r->nruns > 0 ? r->nruns : 1);
     for (int i = 0; i < r->nruns; i++) {
         const mp_report_run *u = &r->runs[i];
         for (int k = 0; k < ncol; k++) {
+            const double x = px(&c, k + 0.1) + gw * i, y0 = py(&c, 0);
+            const uint64_t inf = overflowed(u, col[k]);
+            if (inf) { /* an overflowed tensor: drawn, not a zero-height bar */
+                hprintf(f, "<rect class=\"series overflow\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                           "fill=\"#d62728\"><title>", x, y0, gw * 0.92, fabs(py(&c, -1) - y0));
+                mp_html_escape(f, u->name);
+                fputc(' ', f);
+                mp_html_escape(f, u->layer_names[col[k]]);
+                hprintf(f, ": overflowed (%llu values inf)</title></rect>\n", (unsigned long long)inf);
+                continue;
+            }
             const double h = headroom16(r, u, col[k]);
             if (isnan(h)) continue;
-            const double x = px(&c, k + 0.1) + gw * i, y0 = py(&c, 0), y = py(&c, h);
+            const double y = py(&c, h);
             hprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>",
                     x, fmin(y, y0), gw * 0.92, fabs(y0 - y), u->color);
             mp_html_escape(f, u->name);

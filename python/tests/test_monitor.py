@@ -1121,3 +1121,18 @@ def test_long_layer_names_are_turned_and_shortened_with_the_whole_name_on_hover(
     chart = chart[:chart.index("</svg>")]
     assert 'transform="rotate(-40' in chart
     assert "<title>transformer.h.3.mlp.c_proj</title>\u2026rmer.h.3.mlp.c_proj</text>" in chart
+
+
+def test_an_overflowed_activation_is_drawn_in_the_headroom_chart(tmp_path):
+    model = mlp(65)
+    with torch.no_grad():
+        model[2].weight.fill_(3e38)  # its outputs: inf
+    with Monitor(model, formats="fp16", every=1) as mon:
+        x, y = batch(65)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        mon.after_backward(1.0, loss=loss)  # no backward needed for the activations' counts
+        mon.after_step(1.0)
+        html = mon.report(tmp_path / "r.html").read_text()
+    chart = html[html.index('id="headroom"'):]
+    chart = chart[:chart.index("</svg>")]
+    assert 'class="series overflow"' in chart and "2: overflowed (" in chart
