@@ -13,7 +13,6 @@
 #include "cli.h"
 #include "dist.h"
 #include "wire.h"
-#include "../src/internal.h" /* MP_X86 */
 
 static const char usage[] =
     "usage: mixprec bench convert|unscale [--n N] [--reps R] [--json]\n"
@@ -319,33 +318,6 @@ static int bench_optim(int argc, char **argv) {
     return 0;
 }
 
-enum { PEAK_FMA, PEAK_DPBF16, PEAK_TDPBF16 };
-
-/* GFLOP/s of nothing but FMAs, vdpbf16ps or TDPBF16PS on all threads, by the
- * peak loops of the CPU path in use (its kernel context); 0 if the path has
- * no such instruction. */
-static double measure_peak(int which) {
-    const mp_peak_kernels *p = mp_kernels_current()->peak;
-    double (*loop)(uint64_t) = !p                     ? NULL
-                               : which == PEAK_TDPBF16 ? p->tdpbf16
-                               : which == PEAK_DPBF16  ? p->dpbf16
-                                                       : p->fma;
-    if (!loop) return 0.0;
-    const double per_iter = which == PEAK_TDPBF16 ? p->tdpbf16_flops : which == PEAK_DPBF16 ? p->dpbf16_flops
-                                                                                             : p->fma_flops;
-    const int nt = mp_get_threads();
-    const uint64_t iters = which == PEAK_TDPBF16 ? 400000 : 20000000;
-    double best = 0, sink = 0;
-    for (int r = 0; r < 3; r++) {
-        const double t0 = now();
-#pragma omp parallel num_threads(nt) reduction(+ : sink)
-        sink += loop(iters);
-        const double gf = (double)nt * (double)iters * per_iter / (now() - t0) * 1e-9;
-        if (gf > best) best = gf;
-    }
-    return sink == 12345.0 ? 0 : best; /* keep the loops */
-}
-
 static int bench_peak(int argc, char **argv) {
     int json = 0;
     for (int i = 2; i < argc; i++) {
@@ -353,7 +325,7 @@ static int bench_peak(int argc, char **argv) {
         if (strcmp(argv[i], "--json") == 0) json = 1;
         else return cli_usage_error("bench", "unknown option '%s'", argv[i]);
     }
-    const double fma = measure_peak(PEAK_FMA), dp = measure_peak(PEAK_DPBF16), tdp = measure_peak(PEAK_TDPBF16);
+    const double fma = mp_cpu_peak(MP_PEAK_FMA), dp = mp_cpu_peak(MP_PEAK_DPBF16), tdp = mp_cpu_peak(MP_PEAK_TDPBF16);
     char feats[256];
     mp_cpu_describe(feats, sizeof feats);
     if (json) {
@@ -426,7 +398,7 @@ static int bench_gemm(int argc, char **argv) {
         a32[i] = (float)((double)(s >> 40) * 0x1p-24 - 0.5);
         b32[i] = (float)((double)((s >> 16) & 0xffffff) * 0x1p-24 - 0.5);
     }
-    const double pk_fma = measure_peak(PEAK_FMA), pk_dp = measure_peak(PEAK_DPBF16), pk_tdp = measure_peak(PEAK_TDPBF16);
+    const double pk_fma = mp_cpu_peak(MP_PEAK_FMA), pk_dp = mp_cpu_peak(MP_PEAK_DPBF16), pk_tdp = mp_cpu_peak(MP_PEAK_TDPBF16);
     /* a bf16 GEMM's peak: the instruction its kernel runs */
     const double pk_bf16 = pk_tdp > 0 ? pk_tdp : pk_dp > 0 ? pk_dp : pk_fma;
     static const mp_dtype types[3] = {MP_F32, MP_F16, MP_BF16};

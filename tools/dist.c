@@ -15,7 +15,7 @@
 #include "cli.h"
 #include "dist.h"
 #include "wire.h"
-#include "../src/internal.h" /* mp_crc32 */
+#include <zlib.h> /* crc32 */
 
 static int g_rank = 0, g_size = 1;
 static dist_stats g_stats = {.wire = MP_F32};
@@ -283,9 +283,9 @@ static int threads_per_rank(void) {
 
 /* CRC-32 of the arguments after the program's name, each with its NUL. */
 static uint32_t argv_crc(int argc, char **argv) {
-    uint32_t c = 0;
-    for (int i = 1; i < argc; i++) c = mp_crc32(c, argv[i], strlen(argv[i]) + 1);
-    return c;
+    uLong c = crc32(0L, Z_NULL, 0);
+    for (int i = 1; i < argc; i++) c = crc32(c, (const Bytef *)argv[i], (uInt)(strlen(argv[i]) + 1));
+    return (uint32_t)c;
 }
 
 int dist_init(int argc, char **argv) {

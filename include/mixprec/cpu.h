@@ -62,6 +62,13 @@ const char *mp_isa_name(mp_isa isa);
 /* Parses a name as printed by mp_isa_name; MP_EINVAL if unknown. */
 mp_status mp_isa_parse(const char *name, mp_isa *out);
 
+/* The peak of one kind of instruction on the CPU path in use, in GFLOP/s on
+ * mp_get_threads() threads: nothing but fp32 FMAs (8 or 16 lanes), bf16
+ * vdpbf16ps, or AMX TDPBF16PS, best of three runs of its loop (about a
+ * second in all); 0 when the path has no such instruction. */
+typedef enum { MP_PEAK_FMA, MP_PEAK_DPBF16, MP_PEAK_TDPBF16 } mp_peak_unit;
+double mp_cpu_peak(mp_peak_unit unit);
+
 /* Number of threads the library's kernels may use. The default is OpenMP's
  * (the number of CPUs, or OMP_NUM_THREADS); MIXPREC_THREADS overrides it.
  * n < 1 restores the default. */
