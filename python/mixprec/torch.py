@@ -817,8 +817,9 @@ class Monitor:
             with torch.no_grad():
                 for b, saved in buffers:
                     b.copy_(saved)
-        lost, hist = {}, [0] * (HIST_BINS + 1)
+        lost, hist, err = {}, [0] * (HIST_BINS + 1), {}
         shift = round(math.log2(self._rec["scale"] / self._rec["carried"]))
+        factor, scale = self._rec["scale"] / self._rec["carried"], self._rec["scale"]
 
         def done(n, total, v):
             lost[n] = {"total": total, "lost": int(v[0]), "dead": int(v[1])}
@@ -828,6 +829,14 @@ class Monitor:
             if g32 is None or p.grad is None:
                 continue
             g = p.grad
+            # the run's gradient against the fp32 one where that is finite and nonzero: the mean squared error
+            # (unscaled) and the largest relative error
+            with torch.no_grad():
+                x, r = g.detach().float() * factor, g32.detach().float()
+                ok = torch.isfinite(x) & torch.isfinite(r) & (r != 0)
+                d = (x - r)[ok]
+                err[n] = {"mse": (d / scale).pow(2).mean().item() if d.numel() else 0.0,
+                          "max_relative": (d.abs() / r[ok].abs()).max().item() if d.numel() else 0.0}
             h = self._count(g32, values=False, hist=True, shift=shift)
             c = torch.stack([((g32 != 0) & (g == 0)).sum(), (g32 == 0).sum()])
             if isinstance(h, list):
@@ -836,6 +845,8 @@ class Monitor:
                 c = torch.cat([c.to(torch.float64), h])
             self._pending.add(c, lambda v, n=n, total=g.numel(): done(n, total, v))
         self._pending.read()
+        for n, e in err.items():
+            lost[n].update(e)
         self._rec["lost"] = lost
         return hist[1:], hist[0]
 
@@ -1033,7 +1044,9 @@ class Monitor:
 
     def lost(self):
         """With shadow=True, the last recorded step: {parameter: {"total", "lost"
-        (nonzero in fp32, 0 in the run), "dead" (0 in fp32 too)}}."""
+        (nonzero in fp32, 0 in the run), "dead" (0 in fp32 too), "mse" and
+        "max_relative": the run's gradient against the fp32 recomputation's
+        where that is finite and nonzero (the squared error unscaled)}}."""
         r = self._last()
         if r["lost"] is None:
             raise MixprecError("mixprec: lost() needs Monitor(..., shadow=True)")

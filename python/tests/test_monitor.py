@@ -232,7 +232,12 @@ def shadow_case(dtype, scale):
     total_lost = 0
     for n, p in model.named_parameters():
         want = {"total": p.numel(), "lost": int(((g32[n] != 0) & (p.grad == 0)).sum()), "dead": int((g32[n] == 0).sum())}
-        assert lost[n] == want, n
+        assert {k: lost[n][k] for k in want} == want, n
+        ok = (g32[n] != 0) & torch.isfinite(g32[n]) & torch.isfinite(p.grad.float())
+        d = (p.grad.float() - g32[n].float())[ok]
+        assert math.isclose(lost[n]["mse"], (d / scale).pow(2).mean().item(), rel_tol=1e-4, abs_tol=1e-30), n
+        assert math.isclose(lost[n]["max_relative"], (d.abs() / g32[n].float()[ok].abs()).max().item(),
+                            rel_tol=1e-4), n
         total_lost += want["lost"]
     return total_lost
 
@@ -274,8 +279,8 @@ def shadow_check(model, run, scale=2.0**-126):
     lost = mon.lost()
     for (n, p), g in zip(model.named_parameters(), g32):
         assert torch.equal(p.grad, mixed[n]), n
-        assert lost[n] == {"total": p.numel(), "lost": int(((g != 0) & (mixed[n] == 0)).sum()),
-                           "dead": int((g == 0).sum())}, n
+        assert {k: lost[n][k] for k in ("total", "lost", "dead")} == {
+            "total": p.numel(), "lost": int(((g != 0) & (mixed[n] == 0)).sum()), "dead": int((g == 0).sum())}, n
     return sum(v["lost"] for v in lost.values())
 
 
@@ -505,8 +510,8 @@ def test_shadow_of_a_model_that_returns_its_loss_is_the_fp32_step():
     lost = mon.lost()
     assert sum(v["lost"] for v in lost.values()) > 0
     for (n, p), g in zip(model.named_parameters(), g32):
-        assert lost[n] == {"total": p.numel(), "lost": int(((g != 0) & (mixed[n] == 0)).sum()),
-                           "dead": int((g == 0).sum())}, n
+        assert {k: lost[n][k] for k in ("total", "lost", "dead")} == {
+            "total": p.numel(), "lost": int(((g != 0) & (mixed[n] == 0)).sum()), "dead": int((g == 0).sum())}, n
 
 
 def bf16_after_backward(seed):
