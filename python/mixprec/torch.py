@@ -90,9 +90,9 @@ _RT_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float
 def _grad_stats(g, factor, formats):
     """A gradient's statistics as .grad holds it (finite values: min, max, mean, std; amax, the smallest
     nonzero magnitude and the dynamic range log2(amax / amin); zero, subnormal (in its own dtype), inf and
-    NaN counts) and, for each format torch converts to exactly as mixprec does (fp16, bf16, fp32), the error
-    of storing its values times factor (the loss scale they carry) in it and back: the mean squared error and
-    the largest relative error of the nonzero finite values (None for e4m3 and e5m2)."""
+    NaN counts) and, for each format, the error of storing its values times factor (the loss scale they carry)
+    in it and back (fp16, bf16 and fp32 by torch's conversions, which round as mixprec's; e4m3 and e5m2 by
+    libmixprec's): the mean squared error and the largest relative error of the nonzero finite values."""
     x = g.detach().float()
     a, fin = x.abs(), torch.isfinite(x)
     nz = (a > 0) & fin
@@ -113,10 +113,19 @@ def _grad_stats(g, factor, formats):
            "zero": int(v[6]), "subnormal": int(v[7]), "inf": int(v[8]), "nan": int(v[9]), "round_trip": {}}
     s = x[nz] * factor
     for f in formats:
-        if f not in _RT_DTYPES or not s.numel():
+        if not s.numel():
             out["round_trip"][f] = None
             continue
-        err = s.to(_RT_DTYPES[f]).float() - s
+        if f in _RT_DTYPES:
+            back = s.to(_RT_DTYPES[f]).float()
+        else:  # e4m3, e5m2: libmixprec's own conversions there and back, on the CPU
+            v = s.detach().cpu().contiguous().numpy()
+            codes, b = np.empty(v.size, np.uint8), np.empty(v.size, np.float32)
+            threads_check()
+            check(lib.mp_convert(codes.ctypes.data, DTYPES[f], v.ctypes.data, DTYPES["fp32"], v.size, None))
+            check(lib.mp_convert(b.ctypes.data, DTYPES["fp32"], codes.ctypes.data, DTYPES[f], v.size, None))
+            back = torch.from_numpy(b).to(s.device)
+        err = back - s
         out["round_trip"][f] = {"mse": (err / factor).pow(2).mean().item(),
                                 "max_relative": (err.abs() / s.abs()).max().item()}
     return out
@@ -1023,7 +1032,7 @@ class Monitor:
         "mean", "std" (of the finite values), "amax", "amin_nonzero", "dynamic_range_log2", "zero",
         "subnormal", "inf", "nan", "formats": {format: {"lost": the fraction of the values that become 0,
         "saturated": the fraction that overflow, at the loss scale they carry; "round_trip": {"mse",
-        "max_relative"} of storing them in the format and back (fp16, bf16, fp32; None for fp8)}}}}."""
+        "max_relative"} of storing them in the format and back}}}}."""
         return self._tensor_stats_of(self._last())
 
     @staticmethod
