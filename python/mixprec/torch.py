@@ -474,6 +474,9 @@ class Monitor:
     a loss scaler, a gradient overflow that the scaler would skip stops the
     run too.
 
+    stats: also compute tensor_stats() on recorded steps (min, max, mean,
+    std, dynamic range and each format's round-trip error of every gradient;
+    about as much work again as the counts on those steps).
     log: a path: each recorded step as one JSON line (to_json()'s
     "recorded" entries) as the run goes, written at its after_step.
     tensorboard: a torch.utils.tensorboard.SummaryWriter: each recorded
@@ -485,7 +488,7 @@ class Monitor:
     Trainer with one line (each importable where that library is)."""
 
     def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False, counts="auto", trap=False,
-                 log=None, tensorboard=None, layers=None, start=0, stop=None):
+                 log=None, tensorboard=None, layers=None, start=0, stop=None, stats=False):
         if not hasattr(model, "named_parameters") or not hasattr(model, "named_modules"):
             raise TypeError("mixprec: Monitor watches a torch.nn.Module (model), not %s" % type(model).__name__)
         formats = names(formats, "formats")
@@ -499,6 +502,9 @@ class Monitor:
                                  "(e8m0 holds block scales; fp4 values are scaled per block of 16 or 32)" % f)
         self._fmax = {f: lib.mp_format(c).contents.max for f, c in zip(self.formats, self._codes)}
         every = integer(every, "Monitor's every", 1)
+        if not isinstance(stats, (bool, np.bool_)):
+            raise TypeError("mixprec: Monitor's stats is True or False, not %s" % type(stats).__name__)
+        self._want_stats = bool(stats)
         self.start = integer(start, "Monitor's start", 0)
         self.stop = None if stop is None else integer(stop, "Monitor's stop", self.start + 1)
         if layers is None:
@@ -780,7 +786,8 @@ class Monitor:
             self._pending.add(self._count(p.grad, store=True, scale=factor, hist=True, shift=shift),
                               lambda v, name=name, n=p.grad.numel(): done(name, n, v))
             moved.append((name, (p.grad != 0) & torch.isfinite(p.grad)))  # for updates(): the values to move
-            rec["tstats"][name] = _grad_stats(p.grad, factor, self.formats)
+            if self._want_stats:
+                rec["tstats"][name] = _grad_stats(p.grad, factor, self.formats)
         self._pending.read()  # the forward's and backward's counts too
         if moved and not rec["act"] and not self._closed and "torch._dynamo" in sys.modules \
                 and not self._unseen_warned:
@@ -1033,6 +1040,9 @@ class Monitor:
         "subnormal", "inf", "nan", "formats": {format: {"lost": the fraction of the values that become 0,
         "saturated": the fraction that overflow, at the loss scale they carry; "round_trip": {"mse",
         "max_relative"} of storing them in the format and back}}}}."""
+        if not self._want_stats:
+            raise MixprecError("mixprec: tensor_stats() needs Monitor(..., stats=True) (about as much work again "
+                               "as the counts, on recorded steps)")
         return self._tensor_stats_of(self._last())
 
     @staticmethod

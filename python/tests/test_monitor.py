@@ -1040,7 +1040,11 @@ def test_a_layer_filter_and_a_step_window():
 
 def test_tensor_stats_of_the_gradients():
     model = mlp(60)
-    with Monitor(model, formats=("fp16", "bf16", "e4m3"), every=1) as mon:
+    with pytest.raises(MixprecError, match="stats=True"):
+        with Monitor(model, every=1) as plain:
+            one_step(plain, model, 59)
+            plain.tensor_stats()
+    with Monitor(model, formats=("fp16", "bf16", "e4m3"), every=1, stats=True) as mon:
         x, y = batch(60)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         (loss * 256.0).backward()
