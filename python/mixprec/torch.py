@@ -88,30 +88,19 @@ _RT_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float
 
 
 def _grad_stats(g, factor, formats):
-    """A gradient's statistics as .grad holds it (finite values: min, max, mean, std; amax, the smallest
-    nonzero magnitude and the dynamic range log2(amax / amin); zero, subnormal (in its own dtype), inf and
-    NaN counts) and, for each format, the error of storing its values times factor (the loss scale they carry)
-    in it and back (fp16, bf16 and fp32 by torch's conversions, which round as mixprec's; e4m3 and e5m2 by
-    libmixprec's): the mean squared error and the largest relative error of the nonzero finite values."""
+    """What the counts of a gradient (its zero, subnormal, inf and NaN values and amax, counted with the
+    store counts) do not give: the finite values' min, max, mean and std and the smallest nonzero magnitude,
+    as .grad holds them; and, for each format, the error of storing the nonzero finite values times factor
+    (the loss scale they carry) in it and back (fp16, bf16 and fp32 by torch's conversions, which round as
+    mixprec's; e4m3 and e5m2 by libmixprec's): the mean squared error and the largest relative error."""
     x = g.detach().float()
-    a, fin = x.abs(), torch.isfinite(x)
-    nz = (a > 0) & fin
-    xf, an = x[fin], a[nz]
-    one = [float("nan")]
-    v = torch.cat([
-        (xf.min() if xf.numel() else torch.tensor(float("nan"))).reshape(1),
-        (xf.max() if xf.numel() else torch.tensor(float("nan"))).reshape(1),
-        (xf.mean() if xf.numel() else torch.tensor(float("nan"))).reshape(1),
-        (xf.std(unbiased=False) if xf.numel() else torch.tensor(float("nan"))).reshape(1),
-        (an.max() if an.numel() else torch.tensor(0.0)).reshape(1),
-        (an.min() if an.numel() else torch.tensor(float("nan"))).reshape(1),
-        torch.stack([(x == 0).sum(), ((a > 0) & (a < torch.finfo(g.dtype).tiny)).sum(), torch.isinf(x).sum(),
-                     torch.isnan(x).sum()]).to(torch.float32)]).tolist() if x.numel() else one * 10
-    amax, amin = v[4], v[5]
-    out = {"min": v[0], "max": v[1], "mean": v[2], "std": v[3], "amax": amax, "amin_nonzero": amin,
-           "dynamic_range_log2": math.log2(amax / amin) if amin > 0 else None,
-           "zero": int(v[6]), "subnormal": int(v[7]), "inf": int(v[8]), "nan": int(v[9]), "round_trip": {}}
-    s = x[nz] * factor
+    xf = x[torch.isfinite(x)]
+    nan = float("nan")
+    mm = torch.stack([xf.min(), xf.max(), xf.mean(), xf.std(unbiased=False)]).tolist() if xf.numel() else [nan] * 4
+    s = xf[xf != 0]
+    out = {"min": mm[0], "max": mm[1], "mean": mm[2], "std": mm[3],
+           "amin_nonzero": s.abs().min().item() if s.numel() else nan, "round_trip": {}}
+    s = s * factor
     for f in formats:
         if not s.numel():
             out["round_trip"][f] = None
@@ -668,8 +657,9 @@ class Monitor:
             self._compiled_forward = None
 
     def _new_record(self):
-        self._rec = {"step": self.step, "scale": None, "carried": None, "params": {}, "dead": {}, "bad": None,
-                     "lost": None, "updates": None, "act": {}, "act_grad": {}, "first_bad_act": None, "hist": None}
+        self._rec = {"step": self.step, "scale": None, "carried": None, "params": {}, "dead": {}, "values": {},
+                     "bad": None, "lost": None, "updates": None, "act": {}, "act_grad": {}, "first_bad_act": None,
+                     "hist": None}
         self._inputs = self._rng = self._before = self._moved = None
         self._forwards = 0  # forward passes of the model with gradients on this step (shadow)
         self._out_grads = []
@@ -775,6 +765,7 @@ class Monitor:
             rec["params"][name] = {f: _as_store(n, v[_NVALUES + _NSTORE * i:_NVALUES + _NSTORE * (i + 1)])
                                    for i, f in enumerate(self.formats)}
             rec["dead"][name] = c["zero"]
+            rec["values"][name] = c
             if c["inf"] or c["nan"]:
                 bad.append(name)
             for i, x in enumerate(v[k:]):
@@ -1050,6 +1041,9 @@ class Monitor:
         out = {}
         for name, st in r.get("tstats", {}).items():
             d = {k: v for k, v in st.items() if k != "round_trip"}
+            c = r["values"][name]  # counted with the store counts
+            d.update(amax=c["amax"], zero=c["zero"], subnormal=c["subnormal"], inf=c["inf"], nan=c["nan"],
+                     dynamic_range_log2=math.log2(c["amax"] / d["amin_nonzero"]) if d["amin_nonzero"] > 0 else None)
             counts = r["params"].get(name, {})
             d["formats"] = {f: {"lost": c["underflow"] / c["total"] if c["total"] else 0.0,
                                 "saturated": c["overflow"] / c["total"] if c["total"] else 0.0,
