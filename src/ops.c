@@ -218,15 +218,20 @@ mp_status mp_add(void *y, mp_dtype yt, const void *a, mp_dtype at, const void *b
 /* fp32 sums of a row in 16 lanes, element j in lane j % 16, the lanes added
  * by halves at the end (as the softmax's rows, ops.h): 16 independent
  * chains, not one that waits for every addition. Of x, of (x - m)^2, of a b. */
+/* The 16 lanes added by halves: lane k += lane k + h for h = 8, 4, 2, 1. */
+static float fold16(float l[16]) {
+    for (int h = 8; h; h >>= 1)
+        for (int k = 0; k < h; k++) l[k] += l[k + h];
+    return l[0];
+}
+
 static float lanes_sum(const float *x, size_t n) {
     float l[16] = {0};
     size_t j = 0;
     for (; j + 16 <= n; j += 16)
         for (int k = 0; k < 16; k++) l[k] += x[j + k];
     for (int k = 0; j + (size_t)k < n; k++) l[k] += x[j + (size_t)k];
-    for (int h = 8; h; h >>= 1)
-        for (int k = 0; k < h; k++) l[k] += l[k + h];
-    return l[0];
+    return fold16(l);
 }
 
 static float lanes_dev2(const float *x, size_t n, float m) {
@@ -235,9 +240,7 @@ static float lanes_dev2(const float *x, size_t n, float m) {
     for (; j + 16 <= n; j += 16)
         for (int k = 0; k < 16; k++) l[k] += (x[j + k] - m) * (x[j + k] - m);
     for (int k = 0; j + (size_t)k < n; k++) l[k] += (x[j + (size_t)k] - m) * (x[j + (size_t)k] - m);
-    for (int h = 8; h; h >>= 1)
-        for (int k = 0; k < h; k++) l[k] += l[k + h];
-    return l[0];
+    return fold16(l);
 }
 
 static float lanes_dot(const float *a, const float *b, size_t n) {
@@ -246,9 +249,7 @@ static float lanes_dot(const float *a, const float *b, size_t n) {
     for (; j + 16 <= n; j += 16)
         for (int k = 0; k < 16; k++) l[k] += a[j + k] * b[j + k];
     for (int k = 0; j + (size_t)k < n; k++) l[k] += a[j + (size_t)k] * b[j + (size_t)k];
-    for (int h = 8; h; h >>= 1)
-        for (int k = 0; k < h; k++) l[k] += l[k + h];
-    return l[0];
+    return fold16(l);
 }
 
 
