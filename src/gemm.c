@@ -83,10 +83,7 @@ mp_status mp_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k, fl
 /* Converts `len` values at stride 1 starting at element `off` of p into out,
  * exactly, by the portable conversions (the kernel of the portable path). */
 static void run_f32(float *out, const void *p, mp_dtype t, size_t off, size_t len) {
-    const uint8_t *s = (const uint8_t *)p + off * mp_format(t)->size;
-    if (t == MP_F16) mp_convert_scalar.f16_to_f32(out, (const uint16_t *)s, len, NULL);
-    else if (t == MP_BF16) mp_convert_scalar.bf16_to_f32(out, (const uint16_t *)s, len, NULL);
-    else memcpy(out, s, len * sizeof *out);
+    mp_to_f32(mp_kernels_of(MP_ISA_SCALAR), out, (const uint8_t *)p + off * mp_format(t)->size, t, len);
 }
 
 /* One micro-panel in fp32, (kc, width): for each k, `width` values of the
