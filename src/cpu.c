@@ -47,7 +47,7 @@ static void read_features(mp_cpu_feature_set *f) {
     if (!osxsave || __get_cpuid_max(0, NULL) < 7) return;
     const uint64_t xcr0 = xgetbv0();
     __cpuid_count(7, 0, a, b, c, d);
-    const unsigned b7 = b, d7 = d;
+    const unsigned b7 = b, c7 = c, d7 = d;
     __cpuid_count(7, 1, a, b, c, d);
     const unsigned a71 = a;
     f->avx2 = avx && fma && f16c && ((b7 >> 5) & 1) && (xcr0 & 0x6) == 0x6; /* OS saves SSE and AVX state */
@@ -55,6 +55,7 @@ static void read_features(mp_cpu_feature_set *f) {
                 (xcr0 & 0xe0) == 0xe0; /* F, DQ, BW, VL + opmask and ZMM state */
     f->avx512_bf16 = f->avx512 && ((a71 >> 5) & 1);
     f->avx512_fp16 = f->avx512 && ((d7 >> 23) & 1);
+    f->avx512_vbmi = f->avx512 && ((c7 >> 1) & 1);
     f->amx_tile = ((d7 >> 24) & 1) && (xcr0 & 0x60000) == 0x60000; /* XTILECFG and XTILEDATA */
     f->amx_bf16 = f->amx_tile && ((d7 >> 22) & 1);
     f->amx_fp16 = f->amx_tile && ((a71 >> 21) & 1);
@@ -77,7 +78,7 @@ const mp_cpu_feature_set *mp_cpu_features(void) {
 char *mp_cpu_describe(char *buf, size_t size) {
     const mp_cpu_feature_set *f = mp_cpu_features();
     const struct { int on; const char *name; } w[] = {
-        {f->avx2, "avx2"},         {f->avx512, "avx512"},     {f->avx512_bf16, "avx512_bf16"},
+        {f->avx2, "avx2"},         {f->avx512, "avx512"},     {f->avx512_bf16, "avx512_bf16"}, {f->avx512_vbmi, "avx512_vbmi"},
         {f->avx512_fp16, "avx512_fp16"}, {f->amx_tile, "amx_tile"}, {f->amx_bf16, "amx_bf16"},
         {f->amx_fp16, "amx_fp16"},  {f->amx_tile && !f->amx_allowed, "(amx not permitted by the OS)"}};
     size_t len = 0;

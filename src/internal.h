@@ -335,6 +335,9 @@ typedef struct mp_state_map {
      * h - 2^levels (e4m3: of |y|). */
     float heap[256];
     int levels;
+    /* A 256-entry map's values as four byte planes (plane[k][c]: bits 8k to
+     * 8k + 7 of value[c]), for byte permutes (cpu/dequant_vbmi.c). */
+    uint8_t plane[4][256];
 } mp_state_map;
 
 typedef struct mp_optim_kernels {
@@ -395,6 +398,11 @@ void mp_dequant_avx512(float *out, const uint8_t *codes, const float *scale, con
                        size_t n, size_t block);
 void mp_quant_avx512(uint8_t *codes, float *scale, const float *x, const mp_state_map *map, int bits, size_t n,
                      size_t block);
+/* A 256-entry map's blocks (block a multiple of 64) dequantized with
+ * AVX512_VBMI byte permutes (cpu/dequant_vbmi.c): mp_dequant_avx512's 8-bit
+ * maps where the CPU has VBMI. */
+void mp_dequant8_vbmi(float *out, const uint8_t *codes, const float *scale, const mp_state_map *map, size_t n,
+                      size_t block);
 
 /* The eight partial sums of mp_optim_kernels.sumsq, added in a fixed order. */
 static inline double mp_sumsq_total(const double acc[8]) {

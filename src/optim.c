@@ -168,6 +168,8 @@ static void build_heap(mp_state_map *m) {
 static int build_tables(mp_state_map *m) {
     build_thresholds(m);
     build_heap(m);
+    for (int c = 0; c < 256; c++)
+        for (int k = 0; k < 4; k++) m->plane[k][c] = (uint8_t)(mp_f32_bits(m->value[c]) >> 8 * k);
     for (uint32_t mbits = 1; mbits <= 10; mbits++)
         if (build_buckets(m, 23 - mbits)) return 1;
     return 0;
@@ -317,7 +319,7 @@ typedef struct {
 
 /* Pieces of a share that stay in L1/L2 while two steps run over them (a
  * multiple of 8: k_sumsq's pieces sum as one call). */
-#define PIECE 4096
+#define PIECE 1024
 
 static void param_share_body(const param_job *j, job_kind kind, size_t i0, size_t i1, int t);
 

@@ -1030,16 +1030,84 @@ static void check_dequant_codes_of(const mp_optim_kernels *k, const char *path) 
         }
 }
 
+/* Each quantizer against the portable loops on blocks whose values spread
+ * over 2^-100 .. 1 of their largest, or lie within two ulps of a threshold
+ * times the block's scale; largest magnitudes from 2^-40 to 2^31 (the vector paths divide by the scale through its reciprocal, exact where
+ * the scale is at most 2^20 and the value at least 2^-80, by division
+ * elsewhere), zeros of both signs: the same codes and scales, bit for bit. */
+static void check_quotients_of(const mp_optim_kernels *k, const char *path) {
+    enum { B = 256, NB = 64 };
+    static float x[B * NB], want_scale[NB], scale[NB];
+    static uint8_t want[B * NB], codes[B * NB];
+    const mp_state_format fmts[3] = {MP_STATE_8BIT, MP_STATE_4BIT, MP_STATE_FP8};
+    for (int round = 0; round < 8; round++)
+        for (int f = 0; f < 3; f++)
+            for (int st = 1; st <= 2; st++) {
+                const mp_state_map *sm = mp_optim_state_map(fmts[f], st);
+                const int bits = fmts[f] == MP_STATE_8BIT ? 8 : fmts[f] == MP_STATE_4BIT ? 4 : 0;
+                const size_t block = bits == 4 ? 128 : 256;
+                for (size_t b = 0; b < B * NB / block; b++) {
+                    const float top = ldexpf(1.0f + 0.5f * fabsf(frand()), (int)((rng >> 40) % 71) - 40);
+                    for (size_t i = 0; i < block; i++) {
+                        float v = frand() * ldexpf(top, -(int)((rng >> 33) % 101));
+                        if (round % 2) { /* within two ulps of a threshold times the scale */
+                            const int c = 1 + (int)((rng >> 20) % (uint64_t)(sm->entries - 1));
+                            v = sm->thresh[c] * (bits ? top : top / 448.0f);
+                            for (int u = (int)((rng >> 50) % 5); u > 0; u--) v = nextafterf(v, u > 2 ? INFINITY : -INFINITY);
+                            v = fabsf(v) > top ? copysignf(top, v) : v;
+                        }
+                        if (st == 2) v = fabsf(v);
+                        if (i % 61 == 5) v = (i & 1) && st == 1 ? -0.0f : 0.0f;
+                        x[b * block + i] = i == 0 ? top : v;
+                    }
+                }
+                mp_optim_scalar.quant(want, want_scale, x, sm, bits, B * NB, block);
+                k->quant(codes, scale, x, sm, bits, B * NB, block);
+                const size_t nc = bits == 4 ? B * NB / 2 : B * NB;
+                int bad = 0;
+                for (size_t i = 0; i < nc; i++) bad += codes[i] != want[i];
+                for (size_t b = 0; b < B * NB / block; b++) bad += f2u(scale[b]) != f2u(want_scale[b]);
+                CHECK(bad == 0, "%s: %s state %d, round %d: %d codes or scales differ from the portable loops", path,
+                      mp_state_format_name(fmts[f]), st, round, bad);
+            }
+}
+
+#ifdef MP_X86
+/* The byte permutes (the avx512 paths' 8-bit maps, where the CPU has VBMI)
+ * against the portable loop: every code in every place of a 64-code turn,
+ * blocks of 256 with ordinary, subnormal, zero, infinite and NaN scales. */
+static void check_dequant_vbmi(void) {
+    enum { B = 256, NB = 8 };
+    static uint8_t codes[B * NB];
+    static float got[B * NB], want[B * NB];
+    const float scale[NB] = {1.0f, 0x1.8p-5f, 3.7e-9f, 0x1p-140f, 0.0f, INFINITY, NAN, 1e30f};
+    for (int i = 0; i < B * NB; i++) codes[i] = (uint8_t)(i * 97 + i / 256 * 13);
+    for (int st = 1; st <= 2; st++) {
+        const mp_state_map *m = mp_optim_state_map(MP_STATE_8BIT, st);
+        mp_optim_scalar.dequant(want, codes, scale, m, 8, B * NB, B);
+        mp_dequant8_vbmi(got, codes, scale, m, B * NB, B);
+        int bad = 0;
+        for (int i = 0; i < B * NB; i++) bad += f2u(got[i]) != f2u(want[i]);
+        CHECK(bad == 0, "vbmi: 8bit state %d: %d of %d dequantized values differ from the portable loop", st, bad,
+              B * NB);
+    }
+}
+#endif
+
 static void check_quantizers(void) {
     check_dequant_codes_of(&mp_optim_scalar, "portable");
 #ifdef MP_X86
     if (mp_cpu_detected() >= MP_ISA_AVX2) check_dequant_codes_of(&mp_optim_avx2, "avx2");
     if (mp_cpu_detected() >= MP_ISA_AVX512) check_dequant_codes_of(&mp_optim_avx512, "avx512");
+    if (mp_cpu_features()->avx512_vbmi) check_dequant_vbmi();
+    else printf("  (no AVX512_VBMI on this CPU: the byte-permute dequantizer is built, not run)\n");
 #endif
     check_quantizers_of(&mp_optim_scalar, "portable");
 #ifdef MP_X86
     if (mp_cpu_detected() >= MP_ISA_AVX2) check_quantizers_of(&mp_optim_avx2, "avx2");
     if (mp_cpu_detected() >= MP_ISA_AVX512) check_quantizers_of(&mp_optim_avx512, "avx512");
+    if (mp_cpu_detected() >= MP_ISA_AVX2) check_quotients_of(&mp_optim_avx2, "avx2");
+    if (mp_cpu_detected() >= MP_ISA_AVX512) check_quotients_of(&mp_optim_avx512, "avx512");
 #endif
 }
 

@@ -37,6 +37,7 @@ typedef struct mp_cpu_feature_set {
     int amx_bf16;    /* leaf 7 EDX bit 22 */
     int amx_fp16;    /* leaf 7 sub-leaf 1 EAX bit 21 */
     int amx_allowed; /* the kernel granted this process tile data (Linux >= 5.16) */
+    int avx512_vbmi; /* leaf 7 ECX bit 1 (vpermb, vpermt2b), with avx512 */
 } mp_cpu_feature_set;
 
 /* The features found (the same object on every call). */

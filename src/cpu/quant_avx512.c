@@ -2,71 +2,86 @@
  * k_dequant, k_quant) with AVX-512F/BW/DQ intrinsics, 16 values a vector:
  * 4-bit codes by a binary search of the map's 15 thresholds held in one
  * register (optim.c's heap), their values by one permute; e4m3 (fp8) codes
- * and values by integer arithmetic on the bits. The 8-bit maps' 256 entries
- * take the AVX2 kernels' table lookups (cpu/quant_avx2.c): on Zen 4 an
- * eight-level search in registers and permutes of a 16-register table
- * measured no faster than its gathers. The same bits as the portable loops;
- * used by the avx512 paths. */
+ * and values by integer arithmetic on the bits; the 8-bit maps' codes
+ * through their bucket table (one 16-lane gather), their values by one
+ * gather from the 256 entries. The quotients x / scale without a division:
+ * with r = 1 / scale rounded to nearest, q = x r and the exact remainder
+ * e = x - q scale (an FMA), q + e r rounded is x / scale rounded to nearest
+ * (Markstein's theorem: r within half an ulp of 1 / scale, q within one ulp
+ * of the quotient), wherever the remainder is exact (|x| and |q| at least
+ * 2^-100; a vector with a nonzero lane below takes the division). The same
+ * bits as the portable loops; used by the avx512 paths. */
 #include <immintrin.h>
 
 #include "../quant_kernels.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* The codes of V x 16 quotients y of a 16-entry map, as map_code: the number
- * of thresholds at or below y, by a binary search down the heap in t (nodes
- * 1-15): h = 2 h + (y >= t[h]) four times, the code h - 16. The V searches go
- * level by level together, each level waiting on the last (a permute, a
- * compare). */
-#define V 2
-ALWAYS_INLINE void codes16(__m512i c[V], const __m512 y[V], __m512 t, int nan_code, int least_positive) {
+/* A map's constants, broadcast once per call. */
+typedef struct {
+    __m512 heap;                    /* a 16-entry map's thresholds in heap order */
+    __m512i lo, top, mask, nan_code, least_positive;
+    __m128i shift;
+    const uint32_t *lut;            /* an 8-bit map's buckets */
+} map_consts;
+
+static map_consts consts_of(const mp_state_map *m) {
+    map_consts k;
+    k.heap = _mm512_loadu_ps(m->heap);
+    k.lo = _mm512_set1_epi32((int)m->lo), k.top = _mm512_set1_epi32(m->top);
+    k.mask = _mm512_set1_epi32((int)((1u << m->shift) - 1));
+    k.nan_code = _mm512_set1_epi32(m->nan_code), k.least_positive = _mm512_set1_epi32(m->least_positive);
+    k.shift = _mm_cvtsi32_si128((int)m->shift);
+    k.lut = m->lut;
+    return k;
+}
+
+/* What the code functions below are told, as constants: whether a quotient
+ * can be NaN (only where the block's scale is), and whether the map has a
+ * floor for y > 0 (least_positive). */
+enum { CAN_NAN = 1, FLOOR = 2 };
+
+/* A NaN quotient's code, then the map's floor for y > 0. */
+ALWAYS_INLINE __m512i nan_and_floor(__m512i c, __m512 y, const map_consts *k, const int how) {
+    if (how & CAN_NAN) c = _mm512_mask_mov_epi32(c, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), k->nan_code);
+    if (how & FLOOR)
+        c = _mm512_mask_max_epi32(c, _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ), c, k->least_positive);
+    return c;
+}
+
+/* The codes of 16 quotients y of a 16-entry map, as map_code: the number of
+ * thresholds at or below y, by a binary search down the heap (nodes 1-15):
+ * h = 2 h + (y >= heap[h]) four times, the code h - 16. */
+ALWAYS_INLINE __m512i codes16(__m512 y, const map_consts *k, const int how) {
     const __m512i one = _mm512_set1_epi32(1);
-    __m512i h[V];
-    for (int v = 0; v < V; v++) h[v] = one;
-    for (int d = 0; d < 4; d++)
-        for (int v = 0; v < V; v++) {
-            const __m512i h2 = _mm512_add_epi32(h[v], h[v]);
-            h[v] = _mm512_mask_add_epi32(h2, _mm512_cmp_ps_mask(y[v], _mm512_permutexvar_ps(h[v], t), _CMP_GE_OQ), h2,
-                                         one);
-        }
-    for (int v = 0; v < V; v++) {
-        c[v] = _mm512_sub_epi32(h[v], _mm512_set1_epi32(16));
-        c[v] = _mm512_mask_mov_epi32(c[v], _mm512_cmp_ps_mask(y[v], y[v], _CMP_UNORD_Q), _mm512_set1_epi32(nan_code));
-        c[v] = _mm512_mask_max_epi32(c[v], _mm512_cmp_ps_mask(y[v], _mm512_setzero_ps(), _CMP_GT_OQ), c[v],
-                                     _mm512_set1_epi32(least_positive)); /* the map's floor for y > 0 */
+    __m512i h = one;
+    for (int d = 0; d < 4; d++) {
+        const __m512i h2 = _mm512_add_epi32(h, h);
+        h = _mm512_mask_add_epi32(h2, _mm512_cmp_ps_mask(y, _mm512_permutexvar_ps(h, k->heap), _CMP_GE_OQ), h2, one);
     }
+    return nan_and_floor(_mm512_sub_epi32(h, _mm512_set1_epi32(16)), y, k, how);
 }
 
 /* The e4m3 codes of 16 quotients y, as map_code of the fp8 map
- * (mp_f32_to_e4m3_sat(|y|) & 0x7f, y's sign in bit 7), by integer
- * arithmetic on y's bits (the MXCSR's rounding and DAZ never matter):
- * |y| >= 2^-6 rounds its mantissa to 3 bits, nearest even (the carry may
- * raise the exponent), and rebiases; below, the code is |y| 2^9 rounded to
- * nearest even; every code past 0x7e (448) saturates to it, +inf too; NaN
+ * (mp_f32_to_e4m3_sat(|y|) & 0x7f, y's sign in bit 7), the MXCSR's
+ * rounding, FTZ and DAZ never mattering: |y| >= 2^-6 rounds its mantissa to
+ * 3 bits, nearest even, by integer arithmetic on its bits (the carry may
+ * raise the exponent), and rebiases; below, the code is |y| 2^9 (exact, or
+ * under 2^-117) converted with rounding to nearest even given in the
+ * instruction; every code past 0x7e (448) saturates to it, +inf too; NaN
  * codes nan_code. */
-ALWAYS_INLINE __m512i e4m3_codes16(__m512 y, int nan_code, int least_positive) {
-    const __m512i one = _mm512_set1_epi32(1);
+ALWAYS_INLINE __m512i e4m3_codes16(__m512 y, const map_consts *k, const int how) {
     const __m512i u = _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(0x7fffffff));
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 20), one);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 20), _mm512_set1_epi32(1));
     const __m512i normal = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb,
                                                                    _mm512_set1_epi32(0x7ffff))), 20),
                                             _mm512_set1_epi32(120 << 3));
-    /* below 2^-6: m 2^(e - 23) 2^9 = m >> (14 - e), rounded to nearest even (shifts past 25 leave 0) */
-    const __m512i m = _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffff)), _mm512_set1_epi32(0x800000));
-    __m512i sh = _mm512_sub_epi32(_mm512_set1_epi32(14 + 127), _mm512_srli_epi32(u, 23));
-    sh = _mm512_min_epi32(sh, _mm512_set1_epi32(25));
-    const __m512i q = _mm512_srlv_epi32(m, sh);
-    const __m512i rem = _mm512_and_si512(m, _mm512_sub_epi32(_mm512_sllv_epi32(one, sh), one));
-    const __m512i half = _mm512_sllv_epi32(one, _mm512_sub_epi32(sh, one));
-    const __mmask16 up = _mm512_cmpgt_epu32_mask(rem, half) |
-                         (_mm512_cmpeq_epi32_mask(rem, half) & _mm512_test_epi32_mask(q, one));
-    const __m512i sub = _mm512_mask_add_epi32(q, up, q, one);
+    const __m512i sub = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(u), _mm512_set1_ps(512.0f)),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __mmask16 small = _mm512_cmplt_epu32_mask(u, _mm512_set1_epi32(0x3c800000)); /* 2^-6 */
-    __m512i c = _mm512_min_epi32(_mm512_mask_mov_epi32(normal, small, sub), _mm512_set1_epi32(0x7e));
-    c = _mm512_mask_mov_epi32(c, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), _mm512_set1_epi32(nan_code));
-    const __mmask16 pos = _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_GT_OQ); /* the map's floor for y > 0 */
-    c = _mm512_mask_max_epi32(c, pos, c, _mm512_set1_epi32(least_positive));
-    return _mm512_or_si512(c, _mm512_and_si512(_mm512_srai_epi32(_mm512_castps_si512(y), 31), _mm512_set1_epi32(0x80)));
+    const __m512i c = _mm512_min_epi32(_mm512_mask_mov_epi32(normal, small, sub), _mm512_set1_epi32(0x7e));
+    return _mm512_or_si512(nan_and_floor(c, y, k, how),
+                           _mm512_and_si512(_mm512_srai_epi32(_mm512_castps_si512(y), 31), _mm512_set1_epi32(0x80)));
 }
 
 /* The values of 16 e4m3 codes, as mp_e4m3_to_f32: exponent and mantissa
@@ -84,53 +99,93 @@ ALWAYS_INLINE __m512 e4m3_values16(__m512i c) {
     return _mm512_castsi512_ps(_mm512_or_si512(v, sign));
 }
 
-/* The largest magnitude of a block (a multiple of 16 values), as block_amax. */
-static float amax_of(const float *x, size_t n) {
-    __m512 mx = _mm512_setzero_ps();
-    __mmask16 nan = 0;
-    for (size_t i = 0; i < n; i += 16) {
-        const __m512 v = _mm512_loadu_ps(x + i);
-        mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
-        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    }
-    if (nan) return block_amax(x, n); /* the first NaN's bits */
-    return _mm512_reduce_max_ps(mx);
+/* The codes of 16 quotients y of an 8-bit map, as map_code: the bucket of
+ * |y|'s bits (one gather from the map's table) gives a code and the bucket's
+ * one threshold, which the low bits reach or not. */
+ALWAYS_INLINE __m512i map_codes16(__m512 y, const map_consts *k, const int how) {
+    const __m512i u = _mm512_castps_si512(y), mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    const __m512i neg = _mm512_srai_epi32(u, 31);
+    __m512i b = _mm512_sub_epi32(_mm512_srl_epi32(mag, k->shift), k->lo);
+    b = _mm512_min_epi32(_mm512_max_epi32(b, _mm512_setzero_si512()), k->top);
+    b = _mm512_add_epi32(b, _mm512_and_si512(neg, _mm512_set1_epi32(MP_MAP_BUCKETS)));
+    const __m512i e = _mm512_i32gather_epi32(b, (const void *)k->lut, 4);
+    const __m512i l = _mm512_xor_si512(_mm512_and_si512(mag, k->mask), _mm512_and_si512(neg, k->mask));
+    __m512i c = _mm512_and_si512(e, _mm512_set1_epi32(255));
+    c = _mm512_mask_add_epi32(c, _mm512_cmpge_epu32_mask(l, _mm512_srli_epi32(e, 8)), c, _mm512_set1_epi32(1));
+    return nan_and_floor(c, y, k, how);
 }
 
-/* Blocks of a 16-entry map (bits 4) or of e4m3 (bits 0), bits a constant. */
+/* x / s rounded to nearest, for a block's scale s (sv) of at most 2^20 and
+ * r = 1 / s rounded (rv), by Markstein's step (above); x's sign kept on a
+ * zero. A nonzero |x| under 2^-80 (whose quotient may be under 2^-100):
+ * the vector by division. */
+#define MARKSTEIN_MAX_SCALE 0x1p20f
+ALWAYS_INLINE __m512 quotient16(__m512 x, __m512 sv, __m512 rv) {
+    const __m512i mag = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 tiny = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(mag, _mm512_set1_epi32(1)),
+                                                   _mm512_set1_epi32(0x17800000 - 1)); /* 0 < |x| < 2^-80 */
+    if (__builtin_expect(tiny != 0, 0)) return _mm512_div_ps(x, sv);
+    const __m512 q = _mm512_mul_ps(x, rv);
+    const __m512 y = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, sv, x), rv, q);
+    return _mm512_or_ps(y, _mm512_and_ps(x, _mm512_castsi512_ps(_mm512_set1_epi32(INT32_MIN))));
+}
+
+/* The largest magnitude of a block (a multiple of 32 values), as
+ * block_amax: the unsigned maximum of the magnitudes' bits (a NaN's exceed
+ * every number's; then the first NaN's bits, by the portable loop). */
+static float amax_of(const float *x, size_t n) {
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+    __m512i mx0 = _mm512_setzero_si512(), mx1 = _mm512_setzero_si512();
+    for (size_t i = 0; i < n; i += 32) {
+        mx0 = _mm512_max_epu32(mx0, _mm512_and_si512(_mm512_loadu_si512((const void *)(x + i)), abs));
+        mx1 = _mm512_max_epu32(mx1, _mm512_and_si512(_mm512_loadu_si512((const void *)(x + i + 16)), abs));
+    }
+    const uint32_t m = _mm512_reduce_max_epu32(_mm512_max_epu32(mx0, mx1));
+    return m > 0x7f800000u ? block_amax(x, n) : mp_bits_f32(m);
+}
+
+/* The codes of 16 quotients of a map with `bits` (a constant), stored. */
+ALWAYS_INLINE void store_codes16(uint8_t *codes, size_t at, __m512 y, const map_consts *k, const int bits,
+                                 const int how) {
+    if (bits == 4) { /* two a byte, the first in the high nibble: each 64-bit lane's low byte */
+        const __m512i c = codes16(y, k, how), two = _mm512_or_si512(_mm512_slli_epi64(c, 4), _mm512_srli_epi64(c, 32));
+        _mm_storel_epi64((__m128i *)(void *)(codes + at / 2), _mm512_cvtepi64_epi8(two));
+        return;
+    }
+    const __m512i c = bits == 8 ? map_codes16(y, k, how) : e4m3_codes16(y, k, how);
+    _mm_storeu_si128((__m128i *)(void *)(codes + at), _mm512_cvtepi32_epi8(c));
+}
+
+/* Blocks of an 8-bit map (bits 8), a 16-entry map (bits 4) or of e4m3
+ * (bits 0), with or without the floor (floor: FLOOR or 0); both constants. */
 ALWAYS_INLINE void quant_blocks(uint8_t *codes, float *scale, const float *x, const mp_state_map *map, size_t n,
-                                size_t block, const int bits) {
-    const __m512 t = _mm512_loadu_ps(map->heap);
+                                size_t block, const int bits, const int floor) {
+    const map_consts k = consts_of(map);
     for (size_t b = 0; b < n / block; b++) {
         const float *xb = x + b * block;
         const float s = block_scale(amax_of(xb, block), bits);
         scale[b] = s;
-        const __m512 sv = _mm512_set1_ps(s);
-        for (size_t i = 0; i < block; i += 16 * V) {
-            __m512 y[V];
-            __m512i c[V];
-            for (int v = 0; v < V; v++) y[v] = _mm512_div_ps(_mm512_loadu_ps(xb + i + 16 * v), sv);
-            if (bits == 4) codes16(c, y, t, map->nan_code, map->least_positive);
-            else
-                for (int v = 0; v < V; v++) c[v] = e4m3_codes16(y[v], map->nan_code, map->least_positive);
-            for (int v = 0; v < V; v++) {
-                const size_t at = b * block + i + 16 * (size_t)v;
-                if (bits == 4) { /* two a byte, the first in the high nibble: each 64-bit lane's low byte */
-                    const __m512i two = _mm512_or_si512(_mm512_slli_epi64(c[v], 4), _mm512_srli_epi64(c[v], 32));
-                    _mm_storel_epi64((__m128i *)(void *)(codes + at / 2), _mm512_cvtepi64_epi8(two));
-                } else {
-                    _mm_storeu_si128((__m128i *)(void *)(codes + at), _mm512_cvtepi32_epi8(c[v]));
-                }
-            }
-        }
+        const __m512 sv = _mm512_set1_ps(s), rv = _mm512_set1_ps(1.0f / s);
+        if (s <= MARKSTEIN_MAX_SCALE) /* finite, and every quotient finite */
+            for (size_t i = 0; i < block; i += 16)
+                store_codes16(codes, b * block + i, quotient16(_mm512_loadu_ps(xb + i), sv, rv), &k, bits, floor);
+        else /* a large, infinite or NaN scale: the block's quotients by division */
+            for (size_t i = 0; i < block; i += 16)
+                store_codes16(codes, b * block + i, _mm512_div_ps(_mm512_loadu_ps(xb + i), sv), &k, bits,
+                              floor | CAN_NAN);
     }
 }
 
+#define QUANT_BLOCKS(bits) \
+    (map->least_positive ? quant_blocks(codes, scale, x, map, n, block, bits, FLOOR) \
+                         : quant_blocks(codes, scale, x, map, n, block, bits, 0))
+
 void mp_quant_avx512(uint8_t *codes, float *scale, const float *x, const mp_state_map *map, int bits, size_t n,
                      size_t block) {
-    if (block % 32) k_quant(codes, scale, x, map, bits, n, block);
-    else if (bits == 4 && map->levels == 4 && !map->sign_magnitude) quant_blocks(codes, scale, x, map, n, block, 4);
-    else if (bits == 0 && map->sign_magnitude) quant_blocks(codes, scale, x, map, n, block, 0);
+    if (block % 64) k_quant(codes, scale, x, map, bits, n, block);
+    else if (bits == 4 && map->levels == 4 && !map->sign_magnitude) QUANT_BLOCKS(4);
+    else if (bits == 0 && map->sign_magnitude) QUANT_BLOCKS(0);
+    else if (bits == 8 && !map->sign_magnitude) QUANT_BLOCKS(8);
     else mp_quant_avx2(codes, scale, x, map, bits, n, block);
 }
 
@@ -167,5 +222,8 @@ void mp_dequant_avx512(float *out, const uint8_t *codes, const float *scale, con
         }
         return;
     }
-    mp_dequant_avx2(out, codes, scale, map, bits, n, block);
+    if (bits == 8 && block % 64 == 0 && mp_cpu_features()->avx512_vbmi)
+        mp_dequant8_vbmi(out, codes, scale, map, n, block);
+    else
+        mp_dequant_avx2(out, codes, scale, map, bits, n, block);
 }
