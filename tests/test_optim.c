@@ -1032,9 +1032,9 @@ static void check_dequant_codes_of(const mp_optim_kernels *k, const char *path) 
 
 /* Each quantizer against the portable loops on blocks whose values spread
  * over 2^-100 .. 1 of their largest, or lie within two ulps of a threshold
- * times the block's scale; largest magnitudes from 2^-40 to 2^31 (the vector paths divide by the scale through its reciprocal, exact where
- * the scale is at most 2^20 and the value at least 2^-80, by division
- * elsewhere), zeros of both signs: the same codes and scales, bit for bit. */
+ * times the block's scale (where a quotient off by one ulp takes another
+ * code); largest magnitudes from 2^-40 to 2^31, zeros of both signs: the
+ * same codes and scales, bit for bit. */
 static void check_quotients_of(const mp_optim_kernels *k, const char *path) {
     enum { B = 256, NB = 64 };
     static float x[B * NB], want_scale[NB], scale[NB];

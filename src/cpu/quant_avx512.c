@@ -2,15 +2,10 @@
  * k_dequant, k_quant) with AVX-512F/BW/DQ intrinsics, 16 values a vector:
  * 4-bit codes by a binary search of the map's 15 thresholds held in one
  * register (optim.c's heap), their values by one permute; e4m3 (fp8) codes
- * and values by integer arithmetic on the bits; the 8-bit maps' codes
- * through their bucket table (one 16-lane gather), their values by one
- * gather from the 256 entries. The quotients x / scale without a division:
- * with r = 1 / scale rounded to nearest, q = x r and the exact remainder
- * e = x - q scale (an FMA), q + e r rounded is x / scale rounded to nearest
- * (Markstein's theorem: r within half an ulp of 1 / scale, q within one ulp
- * of the quotient), wherever the remainder is exact (|x| and |q| at least
- * 2^-100; a vector with a nonzero lane below takes the division). The same
- * bits as the portable loops; used by the avx512 paths. */
+ * and values by arithmetic on the bits; the 8-bit maps' codes through their
+ * bucket table (one 16-lane gather), their values by VBMI byte permutes
+ * (cpu/dequant_vbmi.c) where the CPU has them, else by the AVX2 gathers.
+ * The same bits as the portable loops; used by the avx512 paths. */
 #include <immintrin.h>
 
 #include "../quant_kernels.h"
@@ -115,21 +110,6 @@ ALWAYS_INLINE __m512i map_codes16(__m512 y, const map_consts *k, const int how) 
     return nan_and_floor(c, y, k, how);
 }
 
-/* x / s rounded to nearest, for a block's scale s (sv) of at most 2^20 and
- * r = 1 / s rounded (rv), by Markstein's step (above); x's sign kept on a
- * zero. A nonzero |x| under 2^-80 (whose quotient may be under 2^-100):
- * the vector by division. */
-#define MARKSTEIN_MAX_SCALE 0x1p20f
-ALWAYS_INLINE __m512 quotient16(__m512 x, __m512 sv, __m512 rv) {
-    const __m512i mag = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
-    const __mmask16 tiny = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(mag, _mm512_set1_epi32(1)),
-                                                   _mm512_set1_epi32(0x17800000 - 1)); /* 0 < |x| < 2^-80 */
-    if (__builtin_expect(tiny != 0, 0)) return _mm512_div_ps(x, sv);
-    const __m512 q = _mm512_mul_ps(x, rv);
-    const __m512 y = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, sv, x), rv, q);
-    return _mm512_or_ps(y, _mm512_and_ps(x, _mm512_castsi512_ps(_mm512_set1_epi32(INT32_MIN))));
-}
-
 /* The largest magnitude of a block (a multiple of 32 values), as
  * block_amax: the unsigned maximum of the magnitudes' bits (a NaN's exceed
  * every number's; then the first NaN's bits, by the portable loop). */
@@ -165,11 +145,11 @@ ALWAYS_INLINE void quant_blocks(uint8_t *codes, float *scale, const float *x, co
         const float *xb = x + b * block;
         const float s = block_scale(amax_of(xb, block), bits);
         scale[b] = s;
-        const __m512 sv = _mm512_set1_ps(s), rv = _mm512_set1_ps(1.0f / s);
-        if (s <= MARKSTEIN_MAX_SCALE) /* finite, and every quotient finite */
+        const __m512 sv = _mm512_set1_ps(s);
+        if (isfinite(s)) /* every quotient finite */
             for (size_t i = 0; i < block; i += 16)
-                store_codes16(codes, b * block + i, quotient16(_mm512_loadu_ps(xb + i), sv, rv), &k, bits, floor);
-        else /* a large, infinite or NaN scale: the block's quotients by division */
+                store_codes16(codes, b * block + i, _mm512_div_ps(_mm512_loadu_ps(xb + i), sv), &k, bits, floor);
+        else /* an infinite or NaN scale: NaN quotients */
             for (size_t i = 0; i < block; i += 16)
                 store_codes16(codes, b * block + i, _mm512_div_ps(_mm512_loadu_ps(xb + i), sv), &k, bits,
                               floor | CAN_NAN);
