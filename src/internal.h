@@ -293,6 +293,7 @@ typedef struct mp_sgd_coef {
 
 typedef struct mp_adamw_coef {
     float decay, w1, beta2, c2, bc2_sqrt, eps, neg_step_size;
+    float bc2_inv;  /* 1 / bc2_sqrt rounded (optim_kernels.h's unbiased_sqrt) */
 } mp_adamw_coef;
 
 /* The updates (sgd, adamw and their bf16 and half variants) return how many

@@ -833,6 +833,7 @@ static mp_status apply_step(const mp_kernels *k, mp_optim *o) {
         ac.beta2 = (float)c->beta2;
         ac.c2 = (float)(1.0 - c->beta2);
         ac.bc2_sqrt = (float)sqrt(bc2);
+        ac.bc2_inv = 1.0f / ac.bc2_sqrt;
         ac.eps = (float)c->eps;
         ac.neg_step_size = (float)-(c->lr / bc1);
     }

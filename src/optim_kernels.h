@@ -43,6 +43,29 @@ static inline float sgd_elem(float w, float g, float *buf, const mp_sgd_coef *c,
     return fmaf(d, c->neg_lr, w); /* param.add_(d_p, alpha=-lr) */
 }
 
+/* sqrt(v) / bc2_sqrt, rounded as the division. The builds for CPUs with FMA
+ * units (MP_OPTIM_FMA: cpu/optim_avx2.c, cpu/optim_avx512.c) divide without a
+ * division: with r = 1 / b rounded (bc2_inv), q = a r and the remainder
+ * e = a - q b exact (an FMA), q + e r rounded is a / b rounded to nearest
+ * (Markstein's theorem: r within half an ulp of 1 / b, q within one ulp of
+ * a / b), wherever the remainder is exact. Here it always is: b =
+ * sqrt(1 - beta2^t) is in [2^-27, 1] (1 - beta2^t is at least 2^-53 in
+ * double for beta2 < 1), a = sqrt(v) is 0 or at least 2^-75 (the least
+ * subnormal's root) and at most 2^64, so q is a normal number and a - q b a
+ * multiple of 2^-149. tests/test_optim.c checks it against the division. An
+ * infinite or NaN q is the division's (e would be NaN); a -0 comes out +0,
+ * which the eps added next makes the same. */
+static inline float unbiased_sqrt(float v, const mp_adamw_coef *c) {
+    const float a = sqrtf(v);
+#ifdef MP_OPTIM_FMA
+    const float q = a * c->bc2_inv;
+    const float r = fmaf(fmaf(-q, c->bc2_sqrt, a), c->bc2_inv, q);
+    return isfinite(q) ? r : q;
+#else
+    return a / c->bc2_sqrt;
+#endif
+}
+
 /* AdamW's moments updated and its step (-step_size m / denom) returned. */
 static inline float adamw_step(float g, float *m, float *v, const mp_adamw_coef *c) {
     const float mm = fmaf(c->w1, g - *m, *m);      /* exp_avg.lerp_(grad, 1 - beta1) */
@@ -51,7 +74,7 @@ static inline float adamw_step(float g, float *m, float *v, const mp_adamw_coef 
     const float vv = fmaf(c->c2 * g, g, *v * c->beta2);
     *m = mm;
     *v = vv;
-    const float denom = sqrtf(vv) / c->bc2_sqrt + c->eps;
+    const float denom = unbiased_sqrt(vv, c) + c->eps;
     return c->neg_step_size * mm / denom;
 }
 

@@ -147,11 +147,41 @@ static void check_adamw(void) {
 /* scalar and AVX-512 builds of the kernels give the same bits */
 static void check_kernel_paths_of(const mp_optim_kernels *k, const char *path);
 
+/* The FMA builds' sqrt(v) / bc2_sqrt without a division (optim_kernels.h's
+ * unbiased_sqrt) against the portable build's division, through whole AdamW
+ * updates (a denominator one ulp off moves the step): second moments of
+ * every exponent, subnormals, zeros, infinities and NaN, with bc2_sqrt from
+ * its least (beta2 = 1 - 2^-53 at step 1) to 1 and odd values between. */
+static void check_unbiased_sqrt_of(const mp_optim_kernels *k, const char *path) {
+    enum { M = 8192 };
+    static float w1[M], w2[M], g[M], m1[M], m2[M], v1[M], v2[M];
+    const double beta2[] = {0.999, 0.999, 0.95, 0.9999, 1.0 - 0x1p-53, 0.5};
+    const double t[] = {1, 1000, 3, 7, 1, 40};
+    for (int c = 0; c < 6; c++) {
+        for (int i = 0; i < M; i++) {
+            w1[i] = frand(), g[i] = i % 3 ? frand() * 1e-3f : 0.0f, m1[i] = frand() * 1e-3f;
+            const uint32_t e = (uint32_t)(i * 7 % 255), mant = (uint32_t)(rng >> 41);
+            v1[i] = i % 97 == 1 ? INFINITY : i % 89 == 2 ? NAN : i % 83 == 3 ? 0.0f : u2f(e << 23 | mant);
+        }
+        memcpy(w2, w1, sizeof w1), memcpy(m2, m1, sizeof m1), memcpy(v2, v1, sizeof v1);
+        mp_adamw_coef ac = {0.9999f, 0.1f, (float)beta2[c], (float)(1.0 - beta2[c]), 0, 1e-8f, -1e-3f, 0};
+        ac.bc2_sqrt = (float)sqrt(1.0 - pow(beta2[c], t[c])), ac.bc2_inv = 1.0f / ac.bc2_sqrt;
+        mp_optim_scalar.adamw(w1, g, m1, v1, M, &ac);
+        k->adamw(w2, g, m2, v2, M, &ac);
+        int bad = 0;
+        for (int i = 0; i < M; i++) bad += f2u(w1[i]) != f2u(w2[i]) || f2u(m1[i]) != f2u(m2[i]) || f2u(v1[i]) != f2u(v2[i]);
+        CHECK(bad == 0, "%s: bc2_sqrt %a: %d of %d AdamW updates differ from the division's", path, (double)ac.bc2_sqrt,
+              bad, M);
+    }
+}
+
 /* Each vectorized build of the optimizer loops gives the portable build's bits. */
 static void check_kernel_paths(void) {
 #ifdef MP_X86
     if (mp_cpu_detected() >= MP_ISA_AVX2) check_kernel_paths_of(&mp_optim_avx2, "avx2");
     if (mp_cpu_detected() >= MP_ISA_AVX512) check_kernel_paths_of(&mp_optim_avx512, "avx512");
+    if (mp_cpu_detected() >= MP_ISA_AVX2) check_unbiased_sqrt_of(&mp_optim_avx2, "avx2");
+    if (mp_cpu_detected() >= MP_ISA_AVX512) check_unbiased_sqrt_of(&mp_optim_avx512, "avx512");
 #endif
 }
 
@@ -167,7 +197,7 @@ static void check_kernel_paths_of(const mp_optim_kernels *k, const char *path) {
     mp_optim_scalar.sgd(w1, g, b1, M, &sc);
     k->sgd(w2, g, b2, M, &sc);
     CHECK(memcmp(w1, w2, sizeof w1) == 0 && memcmp(b1, b2, sizeof b1) == 0, "%s: sgd kernels differ", path);
-    mp_adamw_coef ac = {0.99999f, 0.1f, 0.999f, 0.001f, 0.03f, 1e-8f, -0.01f};
+    mp_adamw_coef ac = {0.99999f, 0.1f, 0.999f, 0.001f, 0.03f, 1e-8f, -0.01f, 1.0f / 0.03f};
     mp_optim_scalar.adamw(w1, g, m1, v1, M, &ac);
     k->adamw(w2, g, m2, v2, M, &ac);
     CHECK(memcmp(w1, w2, sizeof w1) == 0 && memcmp(m1, m2, sizeof m1) == 0 && memcmp(v1, v2, sizeof v1) == 0,
