@@ -1037,7 +1037,7 @@ static void check_dequant_codes_of(const mp_optim_kernels *k, const char *path) 
  * same codes and scales, bit for bit. */
 static void check_quotients_of(const mp_optim_kernels *k, const char *path) {
     enum { B = 256, NB = 64 };
-    static float x[B * NB], want_scale[NB], scale[NB];
+    static float x[B * NB], want_scale[B * NB / 128], scale[B * NB / 128]; /* 4-bit's blocks of 128: 128 scales */
     static uint8_t want[B * NB], codes[B * NB];
     const mp_state_format fmts[3] = {MP_STATE_8BIT, MP_STATE_4BIT, MP_STATE_FP8};
     for (int round = 0; round < 8; round++)
