@@ -44,6 +44,7 @@ vector of counts per tensor, all read once per recorded step
 import ctypes
 import math
 import numbers
+import operator
 import os
 import shlex
 import statistics
@@ -170,6 +171,14 @@ def _carried(scaler, optimizer, scale):
                            "optimizers and not for others; say whose gradients these are: "
                            "after_backward(scaler, optimizer=opt)")
     return scale
+
+
+def _warn_user(msg):
+    """A RuntimeWarning attributed to the first caller outside this module (the user's call that led here)."""
+    f, level = sys._getframe(1), 2
+    while f is not None and f.f_code.co_filename == __file__:
+        f, level = f.f_back, level + 1
+    warnings.warn(msg, RuntimeWarning, stacklevel=level)
 
 
 def _nonfinite_text(s):
@@ -318,6 +327,9 @@ def _limits(code):
 
 
 _LIMITS = {}
+_GRAD = operator.attrgetter("grad")
+_LOSS_READS = 16  # losses given as tensors are read all together at recorded and skipped steps, or 16 steps at most
+_isfinite, _perf_counter, _NAN = math.isfinite, time.perf_counter, math.nan
 _NVALUES, _NSTORE = 5, 4  # the layout of a counts vector: see _Counter
 
 
@@ -536,17 +548,18 @@ class Monitor:
             model.forward = self._forward = types.MethodType(forward, model)
         self._in_shadow = False
         self.step = 0  # steps ended by after_step
-        self._loss, self._scale, self._skipped, self._times = [], [], [], []
-        self._loss_given = []
+        self._steps, self._unread = [], []  # see _loss; the steps whose loss (a tensor) is not read yet
         self._nonfinite = []
-        self._t_last = None
         self._scale_now = None
         self._pending_loss = None
         self._grads = None  # the step's gradient tensors, as after_backward found them
         self._history = {}  # step -> record
         self._skips = []
+        self._scale_key = None  # a GradScaler's scale tensor, its version and value, as last read
+        self._next_rec = self._following(0)  # the next step to record (None: none)
         self._new_record()
-        self._attach()
+        if self._next_rec == 0:
+            self._attach()
         self._log = None if log is None else open(path_arg(log, "Monitor's log"), "w", encoding="utf-8")
         if tensorboard is not None and not callable(getattr(tensorboard, "add_scalar", None)):
             raise TypeError("mixprec: Monitor's tensorboard is a torch.utils.tensorboard.SummaryWriter (or anything "
@@ -583,6 +596,7 @@ class Monitor:
                                        "%s is %s" % (n, p.dtype))
         self._all_params, self._modules = params, modules
         self._params = [(n, p) for n, p in params if p.requires_grad and self._watched(n)]
+        self._plist = [p for _, p in self._params]
         for mn, m in modules:
             self._layers[mn] = not list(m.children()) or bool(list(m.parameters(recurse=False)))
             for pn, _ in m.named_parameters(recurse=False):
@@ -598,6 +612,7 @@ class Monitor:
             trained = [(n, p) for n, p in params if p.requires_grad and self._watched(n)]
             if [n for n, _ in trained] != [n for n, _ in self._params]:  # requires_grad changed
                 self._params = trained
+                self._plist = [p for _, p in trained]
             modules = list(self.model.named_modules())
             if len(modules) == len(self._modules) and all(a[1] is b[1] for a, b in zip(modules, self._modules)):
                 return
@@ -617,6 +632,31 @@ class Monitor:
             self._sync()
 
     # ---- hooks: attached from the end of the step before a recorded one to its after_backward ----
+
+    def _following(self, step):
+        """The first step from step on that is recorded (start, start + every, ..., before stop), or None."""
+        k = max(step, self.start)
+        k += -(k - self.start) % self.every
+        return k if self.stop is None or k < self.stop else None
+
+    def _read_scale(self, s, what):
+        """_scale_of(s, what), with its cost only where it is needed: a plain number taken as it is, and a
+        GradScaler's scale tensor read (.item()) only when its version says it changed (update() writes it in
+        place) since the last read."""
+        t = type(s)
+        if t is float or t is int:
+            v = float(s)
+            if 0 < v < math.inf:
+                return v
+        st = getattr(s, "_scale", None)
+        if type(st) is torch.Tensor and getattr(s, "_enabled", False):
+            k = self._scale_key
+            if k is not None and k[0] is st and k[1] == st._version:
+                return k[2]
+            v = _scale_of(s, what)
+            self._scale_key = (st, st._version, v)
+            return v
+        return _scale_of(s, what)
 
     def _recording(self):
         return (self.start <= self.step and (self.stop is None or self.step < self.stop) and
@@ -722,33 +762,46 @@ class Monitor:
         multiplied by the scale again. optimizer: the one whose state to read
         when the scaler serves several. loss (optional, a number or a tensor):
         the step's unscaled loss, for the report's loss curve."""
-        scale = _scale_of(scaler, "after_backward's scaler")
+        t = type(scaler)
+        if (t is float or t is int) and 0 < scaler < 1e999:  # the common cases first: each check costs
+            scale = scaler * 1.0
+        else:
+            scale = self._read_scale(scaler, "after_backward's scaler")
+        if loss is not None and type(loss) is not float:
+            loss = self._loss_of(loss)
         if optimizer is not None and not hasattr(optimizer, "param_groups"):
             raise TypeError("mixprec: after_backward's optimizer is a torch.optim.Optimizer, not %s"
                             % type(optimizer).__name__)
-        if loss is None:
-            pending_loss = None
-        elif isinstance(loss, torch.Tensor) and loss.numel() == 1 and not loss.is_complex():
-            pending_loss = float(loss.detach().float())
-        elif isinstance(loss, numbers.Real) and not isinstance(loss, (bool, np.bool_)):
-            pending_loss = float(loss)
-        else:
-            raise TypeError("mixprec: after_backward's loss is a number or a one-element tensor, not %s"
-                            % (type(loss).__name__ if not isinstance(loss, torch.Tensor) else
-                               "a %s tensor of %d elements" % (loss.dtype, loss.numel())))
-        carried = _carried(scaler, optimizer, scale)
-        self._scale_now, self._pending_loss = scale, pending_loss
-        if self._recording():  # the model as it is now (its forward's pre-hook read it too, when it ran)
-            self._sync()
-        self._grads = [p.grad for _, p in self._params]  # references only: kept until after_step
-        if not self._recording():
+        self._scale_now, self._pending_loss = scale, loss
+        if self.step != self._next_rec:
+            # an unrecorded step: only the references of the gradients, kept until after_step to name the
+            # parameters of a skipped step, and only where a step can be skipped (a loss scale other than 1)
+            if scale != 1.0:
+                self._grads = list(map(_GRAD, self._plist))
             return
+        if loss is not None and type(loss) is not float:
+            self._pending_loss = float(loss.item())
+        carried = _carried(scaler, optimizer, scale)
+        self._sync()  # the model as it is now (its forward's pre-hook read it too, when it ran)
+        self._grads = list(map(_GRAD, self._plist))
         try:
             self._record_grads(carried)
             if self.shadow:
                 self._rec["hist"] = self._shadow_pass()
         finally:
             self._detach()
+
+    @staticmethod
+    def _loss_of(loss):
+        """after_backward's loss: a number as a float, a one-element tensor detached (read later, with the
+        others: _read_losses)."""
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1 and not loss.is_complex():
+            return loss.detach()
+        if isinstance(loss, numbers.Real) and not isinstance(loss, (bool, np.bool_)):
+            return float(loss)
+        raise TypeError("mixprec: after_backward's loss is a number or a one-element tensor, not %s"
+                        % (type(loss).__name__ if not isinstance(loss, torch.Tensor) else
+                           "a %s tensor of %d elements" % (loss.dtype, loss.numel())))
 
     def _record_grads(self, carried):
         rec = self._rec
@@ -865,57 +918,132 @@ class Monitor:
         gradients held them are named. None: no scale."""
         if self._scale_now is None:
             raise MixprecError("mixprec: after_step before after_backward")
-        new = self._scale_now if scaler is None else _scale_of(scaler, "after_step's scaler")
+        t = type(scaler)
+        if scaler is None:
+            new = self._scale_now
+        elif (t is float or t is int) and 0 < scaler < 1e999:
+            new = scaler
+        else:
+            new = self._read_scale(scaler, "after_step's scaler")
         skipped = new < self._scale_now
+        loss = self._pending_loss
         recorded = self._rec["scale"] is not None
+        if recorded or skipped:
+            self._step_ends(skipped, recorded)
+        elif loss is not None and (type(loss) is not float or not _isfinite(loss)):
+            if type(loss) is float:
+                self._nonfinite_step(self.step, loss, [])
+            else:  # a tensor, read with the others (at most _LOSS_READS steps later)
+                self._unread.append(self.step)
+        self._steps.append((self._pending_loss, self._scale_now, skipped, _perf_counter()))
+        self._pending_loss = self._scale_now = self._grads = None
+        if recorded:
+            self._end_recorded(skipped)
+        elif len(self._unread) >= _LOSS_READS:
+            self._read_losses()
+        self.step += 1
+        if self.step == self._next_rec:
+            self._rec["step"] = self.step
+            self._attach()
+
+    def _step_ends(self, skipped, recorded):
+        """after_step's work on a recorded or skipped step: the losses read, the skip or the non-finite
+        loss or gradients recorded."""
+        self._read_losses()
+        loss = self._pending_loss
+        if loss is not None and type(loss) is not float:
+            loss = self._pending_loss = float(loss.item())
         if recorded:
             bad = list(self._rec["bad"])
         else:
-            bad = self._bad_grads() if skipped else []
+            bad = self._bad_grads()
         if skipped:
             # none found: the gradients were zeroed in place before this call, or not those of the step
             self._skips.append({"step": self.step, "scale": self._scale_now, "params": bad or None,
                                 "activation": self._rec["first_bad_act"] if recorded else None})
-        elif bad or (self._pending_loss is not None and not math.isfinite(self._pending_loss)):
-            self._nonfinite.append({"step": self.step, "loss": self._pending_loss, "params": bad})
-            if len(self._nonfinite) == 1:
-                warnings.warn("mixprec: step %d was not skipped and %s (no loss scaler skips such a step: the "
-                              "weights may now hold inf/NaN); mon.nonfinite() lists every such step"
-                              % (self.step, _nonfinite_text(self._nonfinite[0])), RuntimeWarning, stacklevel=2)
+        elif bad or (loss is not None and not _isfinite(loss)):
+            self._nonfinite_step(self.step, loss, bad)
+
+    def _nonfinite_step(self, step, loss, bad):
+        self._nonfinite.append({"step": step, "loss": loss, "params": bad})
+        if len(self._nonfinite) == 1:
+            _warn_user("mixprec: step %d was not skipped and %s (no loss scaler skips such a step: the weights may "
+                       "now hold inf/NaN); mon.nonfinite() lists every such step"
+                       % (step, _nonfinite_text(self._nonfinite[0])))
+
+    def _read_losses(self):
+        """The losses given as tensors, read all together (one copy per device: no wait for the device on the
+        steps between): each step's loss in its place, and a non-finite one on a step not skipped recorded."""
+        if not self._unread:
+            return
+        unread, self._unread = self._unread, []
+        by_dev = {}
+        for i in unread:
+            t = self._steps[i][0]
+            by_dev.setdefault(t.device, []).append(i)
+        values = {}
+        for dev, idx in by_dev.items():
+            if dev.type == "cpu":
+                vals = [self._steps[i][0].item() for i in idx]
+            else:
+                vals = torch.cat([self._steps[i][0].reshape(1).float() for i in idx]).tolist()
+            values.update(zip(idx, vals))
+        for i in unread:
+            _, scale, skipped, t = self._steps[i]
+            v = float(values[i])
+            self._steps[i] = (v, scale, skipped, t)
+            if not _isfinite(v) and not skipped:
+                self._nonfinite_step(i, v, [])
+        self._nonfinite.sort(key=lambda s: s["step"])
+
+    # the per-step record: self._steps[i] = (loss: a float, None when not given, or a tensor not read yet;
+    # the loss scale; whether skipped; time.perf_counter() at its after_step)
+    @property
+    def _loss(self):
+        self._read_losses()
+        return [_NAN if s[0] is None else s[0] for s in self._steps]
+
+    @property
+    def _loss_given(self):
+        return [s[0] is not None for s in self._steps]
+
+    @property
+    def _scale(self):
+        return [s[1] for s in self._steps]
+
+    @property
+    def _skipped(self):
+        return [s[2] for s in self._steps]
+
+    @property
+    def _times(self):
+        return [b[3] - a[3] for a, b in zip(self._steps, self._steps[1:])]
+
+    def _end_recorded(self, skipped):
+        """after_step's work on a recorded step: the updates, the record kept and logged, the hooks off, and the
+        next recorded step found."""
         if self._moved is not None and not skipped:
             self._rec["updates"] = self._updates()
-        now = time.perf_counter()
-        if self._t_last is not None:
-            self._times.append(now - self._t_last)
-        self._t_last = now
-        self._loss.append(math.nan if self._pending_loss is None else self._pending_loss)
-        self._loss_given.append(self._pending_loss is not None)
-        self._scale.append(self._scale_now)
-        self._skipped.append(skipped)
-        if recorded:
-            self._history[self.step] = self._rec
-            if self._log is not None or self._tb is not None:
-                j = _jsonable(self._step_json(self.step))
-                if self._log is not None:
-                    import json
-                    self._log.write(json.dumps(j, allow_nan=False) + "\n")
-                    self._log.flush()
-                if self._tb is not None:
-                    self._to_tensorboard(j)
-        self._pending_loss = self._scale_now = self._grads = None
-        self.step += 1
+        self._history[self.step] = self._rec
+        if self._log is not None or self._tb is not None:
+            j = _jsonable(self._step_json(self.step))
+            if self._log is not None:
+                import json
+                self._log.write(json.dumps(j, allow_nan=False) + "\n")
+                self._log.flush()
+            if self._tb is not None:
+                self._to_tensorboard(j)
         self._new_record()
-        if self._recording():
-            self._attach()
-        else:
-            self._detach()
+        self._detach()
+        self._next_rec = self._following(self.step + 1)
 
     def _bad_grads(self):
         """The parameters whose gradient (as after_backward found it: the tensor is kept even when .grad was
         set to None since) holds inf or NaN."""
         out = _Pending()
         bad = []
-        for (name, _), g in zip(self._params, self._grads or []):
+        grads = self._grads if self._grads is not None else list(map(_GRAD, self._plist))  # not kept: as they are
+        for (name, _), g in zip(self._params, grads):
             if g is None:
                 continue
             if g.device.type == "cpu" and not self._count.torch_ops:
@@ -1011,6 +1139,7 @@ class Monitor:
         """The steps that were not skipped with a loss or gradients holding inf or NaN (a run without a loss
         scaler, as bf16's): [{"step", "loss" (None when not given), "params": the parameters whose gradients
         held inf/NaN, when the step was recorded (gradients are read on recorded steps only)}]."""
+        self._read_losses()
         return [dict(s) for s in self._nonfinite]
 
     # ---- what it found ----
@@ -1086,11 +1215,10 @@ class Monitor:
     def _step_json(self, step):
         """A recorded step as the log's line and to_json's entry."""
         r = self._history[step]
-        loss = self._loss[step] if step < len(self._loss) and self._loss_given[step] else None
+        loss, scale, skipped, _ = self._steps[step] if step < len(self._steps) else (None, None, None, None)
         return {"step": step, "loss": None if loss is None or not math.isfinite(loss) else loss,
                 "loss_finite": None if loss is None else math.isfinite(loss),
-                "scale": self._scale[step] if step < len(self._scale) else None,
-                "skipped": bool(self._skipped[step]) if step < len(self._skipped) else None,
+                "scale": scale, "skipped": None if skipped is None else bool(skipped),
                 "params": r["params"], "activations": self._activations_of(r),
                 "updates": dict(r["updates"] or {}), "lost": r["lost"], "tensor_stats": self._tensor_stats_of(r)}
 
@@ -1117,6 +1245,7 @@ class Monitor:
         """Everything the monitor recorded, as a dict that json.dump takes: the formats, every step's loss,
         scale and whether it was skipped, each recorded step's counts (stats(), activations(), updates(),
         lost(), tensor_stats()), the skipped and non-finite steps; written to path as JSON too when given."""
+        self._read_losses()
         out = {"formats": list(self.formats), "every": self.every,
                "steps": [{"step": i, "loss": (l if g and math.isfinite(l) else None), "scale": s, "skipped": k}
                          for i, (l, g, s, k) in enumerate(zip(self._loss, self._loss_given, self._scale,
@@ -1156,6 +1285,7 @@ class Monitor:
             text_arg(title, "report's title")
         if not self._history:
             raise MixprecError("mixprec: report: no step recorded yet")
+        self._read_losses()
         build = _ReportBuilder(self, title)
         check(lib.mp_report_write(p, ctypes.byref(build.report)))
         return path

@@ -4,6 +4,7 @@ recount, skipped steps naming the right parameters, the shadow pass, the report
 import math
 import shutil
 import subprocess
+import warnings
 
 import numpy as np
 import pytest
@@ -743,6 +744,63 @@ def test_hooks_only_for_recorded_steps():
     mon.close()
     assert hooked(model) == 0
 
+
+def test_losses_given_as_tensors_are_read_together_and_a_nan_one_is_still_named():
+    """On unrecorded steps a loss tensor is kept (detached) and read with the others: at the next recorded or
+    skipped step, after 16 steps at most, or when asked (nonfinite(), to_json(), report())."""
+    model = mlp(27)
+    mon = Monitor(model, formats="fp16", every=1000)  # records step 0 only
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses, warned_at = [], None
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for i in range(30):
+            x, y = batch(i)
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss = loss * math.nan if i == 5 else loss
+            loss.backward()
+            mon.after_backward(1.0, loss=loss)
+            opt.step()
+            mon.after_step(1.0)
+            if w and warned_at is None:
+                warned_at = i
+            losses.append(float(loss.detach()))
+    assert [str(m.message)[:51] for m in w] == ["mixprec: step 5 was not skipped and its loss is nan"]
+    assert w[0].filename == __file__  # the warning points at the loop's after_step
+    assert 5 <= warned_at <= 5 + 16
+    got = [s["loss"] for s in mon.to_json()["steps"]]
+    assert got[:5] == losses[:5] and all(math.isnan(v) for v in losses[5:]) and got[5:] == [None] * 25
+    assert [s["step"] for s in mon.nonfinite()] == list(range(5, 30))
+    assert all(math.isnan(s["loss"]) and s["params"] == [] for s in mon.nonfinite())
+
+
+def test_a_scalers_scale_is_read_again_when_it_changes():
+    """A GradScaler's scale is read once per update (its tensor's version): a scale set between steps
+    (scaler.update(new_scale)) is the one after_backward sees."""
+    class Scaler:  # torch.amp.GradScaler's fields the monitor reads, without its CPU version (torch >= 2.3)
+        _enabled, _per_optimizer_states = True, {}
+
+        def __init__(self):
+            self._scale = torch.full((), 1024.0)
+
+        def get_scale(self):
+            return self._scale.item()
+    model, s = mlp(28), Scaler()
+    mon = Monitor(model, formats="fp16", every=1000)
+    for i in range(4):
+        x, y = batch(i)
+        model.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        (loss * s.get_scale()).backward()
+        mon.after_backward(s, loss=loss)
+        if i == 1:
+            s._scale.fill_(512.0)  # a backoff at update(): step 1 skipped
+        mon.after_step(s)
+        if i == 2:
+            s._scale.fill_(4096.0)  # set by hand between the steps: step 3 is scaled by it
+    assert [(k["step"], k["scale"]) for k in mon.skips()] == [(1, 1024.0)]
+    assert [st["scale"] for st in mon.to_json()["steps"]] == [1024.0, 1024.0, 512.0, 4096.0]
 
 @pytest.mark.skipif(not hasattr(torch, "compile"), reason="no torch.compile in torch %s" % torch.__version__)
 def test_a_compiled_model_has_no_graph_break_and_its_recorded_steps_are_counted():
