@@ -57,7 +57,8 @@ import numpy as np
 import torch
 
 from . import _memory
-from ._lib import (DTYPES, HIST_BINS, ConvertStats, MixprecError, Report, ReportRun, ReportSkip, TensorStats,
+from ._lib import (DTYPES, HIST_BINS, ConvertStats, MixprecError, Report, ReportLayerSeries, ReportRun, ReportSkip,
+                   TensorStats,
                    ValueCounts, check, dtype_code, integer, lib, names, path_arg, text_arg, threads_check)
 
 __all__ = ["Monitor", "MixprecOverflow"]
@@ -1307,6 +1308,10 @@ class _Histogram:
         return list(self.bins), self.zeros.value
 
 
+# per format, a dark colour for its values that become 0 and a light one for those that become subnormal
+_SERIES_COLORS = [b"#1f77b4", b"#aec7e8", b"#ff7f0e", b"#ffbb78", b"#2ca02c", b"#98df8a", b"#d62728", b"#ff9896"]
+
+
 class _ReportBuilder:
     """The monitor's findings as report.h's structures (kept alive here while
     the library writes them)."""
@@ -1321,6 +1326,11 @@ class _ReportBuilder:
         # per step and layer: the share of its parameters' gradient values lost (shadow) or that would
         # underflow in fmt; sampled on the recorded steps, held until the next one
         under = np.zeros((max(nsteps, 1), max(nl, 1)), dtype=np.float32)
+        shadow = any(mon._history[s]["lost"] is not None for s in steps)
+        # without shadow, the charts draw what was measured: per format, the share of each layer's gradient values
+        # that would become 0 and that would become subnormal if stored at the recorded scale
+        measured = {} if shadow else {(f, k): np.zeros_like(under) for f in mon.formats
+                                      for k in ("underflow", "subnormal")}
         tensors = (TensorStats * max(nl, 1))()
         wlost = wdead = wtotal = 0
         for i, n in enumerate(layers):
@@ -1328,11 +1338,14 @@ class _ReportBuilder:
         for s in steps:
             r = mon._history[s]
             frac_n, frac_d = np.zeros(max(nl, 1)), np.zeros(max(nl, 1))
+            meas = {k: np.zeros(max(nl, 1)) for k in measured}
             for pn, counts in r["params"].items():
                 owner = mon._owner.get(pn)
                 if owner not in index:
                     continue
                 i = index[owner]
+                for f, k in measured:
+                    meas[f, k][i] += counts[f][k]
                 t = tensors[i]
                 t.has_wgrad = 1
                 if r["lost"] is not None and pn in r["lost"]:
@@ -1346,6 +1359,8 @@ class _ReportBuilder:
                 frac_n[i] += lost
                 frac_d[i] += total
             under[s:, :nl] = np.where(frac_d[:nl] > 0, frac_n[:nl] / np.maximum(frac_d[:nl], 1), 0)
+            for key, m in measured.items():
+                m[s:, :nl] = np.where(frac_d[:nl] > 0, meas[key][:nl] / np.maximum(frac_d[:nl], 1), 0)
             for kind, field in (("act", "fwd"), ("act_grad", "bwd")):
                 for mn, c in r[kind].items():
                     if mn not in index:
@@ -1408,6 +1423,16 @@ class _ReportBuilder:
         u.skips = ctypes.cast(self.skips, ctypes.POINTER(ReportSkip))
         u.nskips = len(wheres)
         u.sample_words = math.nan
+        if measured:
+            self._keep += list(measured.values())
+            self.series = (ReportLayerSeries * len(measured))(*[
+                ReportLayerSeries(("%s: %s" % (f, "to 0" if k == "underflow" else "subnormal")).encode(),
+                                  _SERIES_COLORS[(2 * mon.formats.index(f) + (k != "underflow")) % len(_SERIES_COLORS)],
+                                  m.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+                for (f, k), m in measured.items()])
+            u.layer_series, u.nlayer_series = ctypes.cast(self.series, ctypes.POINTER(ReportLayerSeries)), len(measured)
+            u.layer_title = ("Weight-gradient values that would become 0 or subnormal if stored in %s at the recorded "
+                             "loss scale (recorded steps, held between them)" % " or ".join(mon.formats)).encode()
         self.runs = (ReportRun * 1)(u)
         f16 = lib.mp_format(dtype_code("fp16")).contents
         self.strings = [(title or "mixprec monitor: %s" % type(mon.model).__name__).encode(),
@@ -1495,16 +1520,21 @@ class _ReportBuilder:
         what = ("nonzero in the fp32 recomputation (shadow) and 0 in this run's gradients" if shadow else
                 "that would become 0 if the gradients, as they are in .grad (loss scale included), were stored in "
                 + fmt)
-        ps.append("Weight-gradient values %s: %.4g%% over the recorded steps (%d of %d); the per-layer charts and "
-                  "the \"weight gradients lost\" column count the same values, sampled on the recorded steps and "
-                  "held between them." % (what, 100 * wlost / wtotal if wtotal else 0, wlost, wtotal))
+        charts = ("the per-layer charts, the heat map and the \"weight gradients lost\" column count the same "
+                  "values" if shadow else "the heat map and the \"weight gradients lost\" column count the same "
+                  "values, and the per-layer charts those that would become 0 and those that would become subnormal "
+                  "in each format")
+        ps.append("Weight-gradient values %s: %.4g%% over the recorded steps (%d of %d); %s, sampled on the recorded "
+                  "steps and held between them." % (what, 100 * wlost / wtotal if wtotal else 0, wlost, wtotal, charts))
         for f in mon.formats:
-            tot = und = ovf = 0
+            tot = und = sub = ovf = 0
             for s in steps:
                 for c in mon._history[s]["params"].values():
-                    tot, und, ovf = tot + c[f]["total"], und + c[f]["underflow"], ovf + c[f]["overflow"]
-            ps.append("Stored in %s, %.4g%% of the gradient values would underflow to 0 and %d would overflow."
-                      % (f, 100 * und / tot if tot else 0, ovf))
+                    tot, und, sub, ovf = (tot + c[f]["total"], und + c[f]["underflow"], sub + c[f]["subnormal"],
+                                          ovf + c[f]["overflow"])
+            ps.append("Stored in %s, %.4g%% of the gradient values would underflow to 0, %.4g%% would become "
+                      "subnormal and %d would overflow." % (f, 100 * und / tot if tot else 0,
+                                                            100 * sub / tot if tot else 0, ovf))
         amax = {}
         for s in steps:
             for n, a in mon._history[s]["act"].items():

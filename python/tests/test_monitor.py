@@ -1205,3 +1205,49 @@ def test_an_overflowed_activation_is_drawn_in_the_headroom_chart(tmp_path):
     chart = html[html.index('id="headroom"'):]
     chart = chart[:chart.index("</svg>")]
     assert 'class="series overflow"' in chart and "2: overflowed (" in chart
+
+
+def small_loss_steps(mon, model, n=3, factor=1e-4):
+    """n steps of model on small losses (factor): fp16 would make some gradient values 0 or subnormal."""
+    for i in range(n):
+        x, y = batch(i)
+        model.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y) * factor
+        loss.backward()
+        mon.after_backward(1.0, loss=loss)
+        mon.after_step(1.0)
+
+
+def test_without_shadow_the_layer_charts_show_each_formats_zeros_and_subnormals(tmp_path):
+    model = mlp(66)
+    mon = Monitor(model, formats=("fp16", "bf16"), every=1)
+    small_loss_steps(mon, model)
+    html = mon.report(tmp_path / "r.html").read_text()
+    chart = html[html.index('id="layers"'):]
+    chart = chart[:chart.index("</svg>")]
+    assert "would become 0 or subnormal if stored in fp16 or bf16 at the recorded loss scale" in html
+    h, seen = mon.history(), 0
+    for layer in ("0", "2", "4"):
+        for f in ("fp16", "bf16"):
+            for k, label in (("underflow", "to 0"), ("subnormal", "subnormal")):
+                per_step = [np.float32(sum(c[f][k] for p, c in s.items() if p.startswith(layer + ".")) /
+                                       sum(c[f]["total"] for p, c in s.items() if p.startswith(layer + ".")))
+                            for s in h.values()]
+                mean = 100 * sum(float(v) for v in per_step) / len(per_step)
+                assert "<title>%s: %s %s: %.4g%%</title>" % (f, label, layer, mean) in chart, (f, k, layer, mean)
+                seen += mean > 0
+    assert seen >= 2  # fp16's zeros and subnormals drawn, not an empty chart
+    assert "<figcaption>Weight-gradient values that would become 0 or subnormal" in html  # the over-time chart
+    assert html.count('class="legend">fp16: subnormal</text>') == 2
+
+
+def test_a_report_with_nothing_lost_says_so_instead_of_empty_charts(tmp_path):
+    model = mlp(67)
+    mon = Monitor(model, formats="bf16", every=1)  # fp32's range: no gradient value becomes 0 or subnormal
+    small_loss_steps(mon, model, factor=1.0)
+    assert all(c["bf16"]["underflow"] == c["bf16"]["subnormal"] == 0 for c in mon.stats().values())
+    html = mon.report(tmp_path / "r.html").read_text()
+    assert 'id="layers"' not in html and 'id="underflow"' not in html
+    assert ("Weight-gradient values that would become 0 or subnormal if stored in bf16 at the recorded loss scale "
+            "(recorded steps, held between them): none, in any layer on any step.") in html
+    assert 'id="headroom"' in html  # what was measured of the activations is still drawn
