@@ -441,6 +441,65 @@ def _as_store(n, v):
     return {"total": n, "underflow": int(v[0]), "subnormal": int(v[1]), "overflow": int(v[2]), "nan": int(v[3])}
 
 
+# ---- under torch.distributed: each recorded step's counts over the ranks ----
+
+def _sum_counts(dicts):
+    """Counts dicts ({"total": n, ...} or a module's {"dtype", "elements", ..., "amax"}) of the ranks as one: summed,
+    amax the largest, dtype the first's."""
+    out = dict(dicts[0])
+    for d in dicts[1:]:
+        for k, v in d.items():
+            if k == "amax":
+                out[k] = max(out[k], v)
+            elif k != "dtype" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def _sum_keyed(maps, merge):
+    """{name: value} of the ranks as one, the names in the order they first appear; merge(values of the ranks that
+    have the name)."""
+    names = list(dict.fromkeys(n for m in maps for n in m))
+    return {n: merge([m[n] for m in maps if n in m]) for n in names}
+
+
+def _sum_tstats(parts):
+    """tensor_stats' raw figures of one parameter from several ranks, each with its own values' counts: min, max and
+    the smallest nonzero magnitude over all, mean, std and each format's MSE weighted by the values they are of,
+    the largest relative error the largest."""
+    nan = float("nan")
+    ws = [p["_n"] for p in parts]
+    n = sum(ws)
+    out = {"_n": n, "_nz": sum(p["_nz"] for p in parts)}
+    fin = [(p, w) for p, w in zip(parts, ws) if w > 0]
+    out["min"] = min((p["min"] for p, _ in fin), default=nan)
+    out["max"] = max((p["max"] for p, _ in fin), default=nan)
+    out["mean"] = sum(p["mean"] * w for p, w in fin) / n if n else nan
+    # the variance over all: E[x^2] - mean^2, E[x^2] of each rank being its std^2 + mean^2
+    out["std"] = math.sqrt(max(sum((p["std"] ** 2 + p["mean"] ** 2) * w for p, w in fin) / n - out["mean"] ** 2, 0.0)) \
+        if n else nan
+    out["amin_nonzero"] = min((p["amin_nonzero"] for p in parts if p["_nz"] > 0), default=nan)
+    out["round_trip"] = {}
+    for f in parts[0]["round_trip"]:
+        rts = [(p["round_trip"][f], p["_nz"]) for p in parts if p["round_trip"].get(f) is not None]
+        nz = sum(w for _, w in rts)
+        out["round_trip"][f] = {"mse": sum(r["mse"] * w for r, w in rts) / nz,
+                                "max_relative": max(r["max_relative"] for r, _ in rts)} if nz else None
+    return out
+
+
+def _sum_lost(parts):
+    """lost() of one parameter from several ranks: the counts summed, the MSE weighted by the values compared (the
+    nonzero ones in fp32), the largest relative error the largest."""
+    out = {k: sum(p[k] for p in parts) for k in ("total", "lost", "dead")}
+    ws = [p["total"] - p["dead"] for p in parts]
+    w = sum(ws)
+    if "mse" in parts[0]:
+        out["mse"] = sum(p["mse"] * x for p, x in zip(parts, ws)) / w if w else 0.0
+        out["max_relative"] = max(p["max_relative"] for p in parts)
+    return out
+
+
 class Monitor:
     """Watches model's numbers in a training loop; see the module's help.
 
@@ -485,14 +544,31 @@ class Monitor:
     step's loss, loss scale, per-parameter underflow and overflow fractions
     and per-module headroom as scalars ("mixprec/...").
 
+    group: under torch.distributed, the process group whose ranks' counts
+    are put together on each recorded step (None: the default group, when
+    torch.distributed is initialized; False: each rank counts alone). Each
+    rank's activations and their gradients are summed. The weight gradients
+    are counted once where every rank counted the same (DDP: all-reduced,
+    the same on every rank), else summed (DDP's no_sync, sharded or
+    model-parallel parameters); updates() as the gradients; with shadow, the
+    fp32 gradients are averaged over the ranks as DDP averages the run's.
+    Every rank of the group must reach each recorded step (two collectives,
+    and one more at its after_step); rank 0 writes the log. A
+    DistributedDataParallel model is watched as the module it wraps.
+
     mixprec.lightning.MixprecCallback and mixprec.huggingface's
     MixprecTrainerCallback attach a Monitor to a Lightning or Hugging Face
     Trainer with one line (each importable where that library is)."""
 
     def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False, counts="auto", trap=False,
-                 log=None, tensorboard=None, layers=None, start=0, stop=None, stats=False):
+                 log=None, tensorboard=None, layers=None, start=0, stop=None, stats=False, group=None):
         if not hasattr(model, "named_parameters") or not hasattr(model, "named_modules"):
             raise TypeError("mixprec: Monitor watches a torch.nn.Module (model), not %s" % type(model).__name__)
+        if group is not None and group is not False and not type(group).__name__.endswith("ProcessGroup"):
+            raise TypeError("mixprec: Monitor's group is a torch.distributed process group, None (the default group "
+                            "when torch.distributed is initialized) or False (no sums over ranks), not %s"
+                            % type(group).__name__)
+        self._group = group
         formats = names(formats, "formats")
         if not formats:
             raise ValueError("mixprec: Monitor needs at least one format (formats is empty)")
@@ -531,6 +607,9 @@ class Monitor:
                                    "run eagerly on recorded steps; give Monitor the uncompiled module and call "
                                    "it uncompiled" % torch.__version__)
             self._compiled, model = model, model._orig_mod
+        if type(model).__name__ == "DistributedDataParallel" and isinstance(getattr(model, "module", None),
+                                                                            torch.nn.Module):
+            model = model.module  # the module DDP runs: its names without "module.", and its forward for the shadow
         self.model, self.every, self.shadow = model, every, bool(shadow)
         self._unseen_warned = False
         self._count = _Counter(self._codes, counts == "torch")
@@ -561,7 +640,9 @@ class Monitor:
         self._new_record()
         if self._next_rec == 0:
             self._attach()
-        self._log = None if log is None else open(path_arg(log, "Monitor's log"), "w", encoding="utf-8")
+        # under torch.distributed, rank 0 writes the log (the records, summed over ranks, are the same on all)
+        self._log = None if log is None or self._rank() != 0 else open(path_arg(log, "Monitor's log"), "w",
+                                                                        encoding="utf-8")
         if tensorboard is not None and not callable(getattr(tensorboard, "add_scalar", None)):
             raise TypeError("mixprec: Monitor's tensorboard is a torch.utils.tensorboard.SummaryWriter (or anything "
                             "with add_scalar), not %s" % type(tensorboard).__name__)
@@ -700,7 +781,7 @@ class Monitor:
     def _new_record(self):
         self._rec = {"step": self.step, "scale": None, "carried": None, "params": {}, "dead": {}, "values": {},
                      "bad": None, "lost": None, "updates": None, "act": {}, "act_grad": {}, "first_bad_act": None,
-                     "hist": None}
+                     "hist": None, "ranks": None}
         self._inputs = self._rng = self._before = self._moved = None
         self._forwards = 0  # forward passes of the model with gradients on this step (shadow)
         self._out_grads = []
@@ -787,8 +868,13 @@ class Monitor:
         self._grads = list(map(_GRAD, self._plist))
         try:
             self._record_grads(carried)
+            ranks = self._ranks()
+            if ranks > 1:
+                self._sum_grads(ranks)
             if self.shadow:
                 self._rec["hist"] = self._shadow_pass()
+            if ranks > 1:
+                self._sum_rest()
         finally:
             self._detach()
 
@@ -878,6 +964,8 @@ class Monitor:
             with torch.no_grad():
                 for b, saved in buffers:
                     b.copy_(saved)
+        if self._rec["ranks"] is not None and self._rec["ranks"]["gradients"] == "identical":
+            grads = self._average_ranks(grads)
         lost, hist, err = {}, [0] * (HIST_BINS + 1), {}
         shift = round(math.log2(self._rec["scale"] / self._rec["carried"]))
         factor, scale = self._rec["scale"] / self._rec["carried"], self._rec["scale"]
@@ -1025,6 +1113,8 @@ class Monitor:
         next recorded step found."""
         if self._moved is not None and not skipped:
             self._rec["updates"] = self._updates()
+        if self._rec["ranks"] is not None:  # every rank takes part, with its updates or without
+            self._rec["updates"] = self._sum_updates(self._rec["updates"])
         self._history[self.step] = self._rec
         if self._log is not None or self._tb is not None:
             j = _jsonable(self._step_json(self.step))
@@ -1068,6 +1158,112 @@ class Monitor:
         pending.read()
         self._moved = self._before = None
         return out
+
+    # ---- under torch.distributed ----
+
+    def _dist_group(self):
+        """torch.distributed and the group whose ranks' counts are summed, or None when there is none."""
+        if self._group is False:
+            return None
+        import torch.distributed as dist
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        return dist, self._group
+
+    def _rank(self):
+        g = self._dist_group()
+        return 0 if g is None else g[0].get_rank(g[1])
+
+    def _ranks(self):
+        g = self._dist_group()
+        return 1 if g is None else g[0].get_world_size(g[1])
+
+    def _gather(self, obj):
+        dist, group = self._dist_group()
+        out = [None] * dist.get_world_size(group)
+        dist.all_gather_object(out, obj, group=group)
+        return out
+
+    def _sum_grads(self, ranks):
+        """The recorded step's gradient counts over the ranks. Where every rank counted the same (DDP: the
+        gradients all-reduced, the same on every rank), they are counted once; else (each rank's own: DDP's
+        no_sync, sharded or model-parallel parameters) summed, amax the largest."""
+        rec = self._rec
+        own = {"params": rec["params"], "values": rec["values"], "dead": rec["dead"], "hist": rec["hist"],
+               "tstats": rec["tstats"]}
+        if self._want_stats:  # the values each rank's figures are of, to weight them by
+            own["tstats"] = {n: dict(st, _n=rec["values"][n]["elements"] - rec["values"][n]["inf"] -
+                                     rec["values"][n]["nan"],
+                                     _nz=rec["values"][n]["elements"] - rec["values"][n]["inf"] -
+                                     rec["values"][n]["nan"] - rec["values"][n]["zero"])
+                             for n, st in rec["tstats"].items()}
+        parts = self._gather(own)
+        same = all(p["params"] == parts[0]["params"] and p["values"] == parts[0]["values"] for p in parts)
+        rec["ranks"] = {"ranks": ranks, "gradients": "identical" if same else "summed"}
+        if same:
+            merged = parts[0]
+        else:
+            merged = {"params": _sum_keyed([p["params"] for p in parts],
+                                           lambda per: {f: _sum_counts([q[f] for q in per]) for f in per[0]}),
+                      "values": _sum_keyed([p["values"] for p in parts], _sum_counts),
+                      "dead": _sum_keyed([p["dead"] for p in parts], sum),
+                      "hist": ([sum(b) for b in zip(*(p["hist"][0] for p in parts))], sum(p["hist"][1] for p in parts)),
+                      "tstats": _sum_keyed([p["tstats"] for p in parts], _sum_tstats)}
+        rec["params"], rec["values"], rec["dead"], rec["hist"] = (merged["params"], merged["values"], merged["dead"],
+                                                                  merged["hist"])
+        rec["tstats"] = {n: {k: v for k, v in st.items() if not k.startswith("_")}
+                         for n, st in merged["tstats"].items()}
+        order = {n: i for i, (n, _) in enumerate(self._params)}
+        rec["bad"][:] = sorted((n for n, c in rec["values"].items() if c["inf"] or c["nan"]),
+                               key=lambda n: order.get(n, len(order)))
+
+    def _sum_rest(self):
+        """The recorded step's activations and their gradients summed over the ranks (each rank's own batch), the
+        first overflowing activation the first rank's that had one; with shadow, lost() and the fp32 gradients'
+        histogram counted once where the gradients were the same on every rank (the fp32 ones averaged as DDP
+        averages), else summed."""
+        rec = self._rec
+        parts = self._gather({"act": rec["act"], "act_grad": rec["act_grad"], "first_bad_act": rec["first_bad_act"],
+                              "lost": rec["lost"], "hist": rec["hist"]})
+        rec["act"] = _sum_keyed([p["act"] for p in parts], _sum_counts)
+        rec["act_grad"] = _sum_keyed([p["act_grad"] for p in parts], _sum_counts)
+        rec["first_bad_act"] = next((p["first_bad_act"] for p in parts if p["first_bad_act"]), None)
+        if rec["lost"] is not None:
+            if rec["ranks"]["gradients"] == "identical":
+                rec["lost"], rec["hist"] = parts[0]["lost"], parts[0]["hist"]
+            else:
+                rec["lost"] = _sum_keyed([p["lost"] for p in parts], _sum_lost)
+                rec["hist"] = ([sum(b) for b in zip(*(p["hist"][0] for p in parts))], sum(p["hist"][1] for p in parts))
+
+    def _average_ranks(self, grads):
+        """The shadow's fp32 gradients averaged over the ranks, as DDP averages the run's (one all-reduce of them
+        all, per device), where the run's gradients were the same on every rank."""
+        dist, group = self._dist_group()
+        n = dist.get_world_size(group)
+        have = [g for g in grads if g is not None]
+        by_dev = {}
+        for g in have:
+            by_dev.setdefault(g.device, []).append(g)
+        with torch.no_grad():
+            for gs in by_dev.values():
+                flat = torch.cat([g.reshape(-1).float() for g in gs])
+                dist.all_reduce(flat, group=group)
+                flat /= n
+                i = 0
+                for g in gs:
+                    g.copy_(flat[i:i + g.numel()].view_as(g))
+                    i += g.numel()
+        return grads
+
+    def _sum_updates(self, ups):
+        """updates() over the ranks: once where the gradients were the same on every rank (so are the weights),
+        else summed."""
+        parts = [p for p in self._gather(ups) if p is not None]
+        if not parts:
+            return None
+        if self._rec["ranks"]["gradients"] == "identical":
+            return parts[0]
+        return _sum_keyed(parts, _sum_counts)
 
     def __enter__(self):
         return self
@@ -1220,7 +1416,7 @@ class Monitor:
         return {"step": step, "loss": None if loss is None or not math.isfinite(loss) else loss,
                 "loss_finite": None if loss is None else math.isfinite(loss),
                 "scale": scale, "skipped": None if skipped is None else bool(skipped),
-                "params": r["params"], "activations": self._activations_of(r),
+                "ranks": r["ranks"], "params": r["params"], "activations": self._activations_of(r),
                 "updates": dict(r["updates"] or {}), "lost": r["lost"], "tensor_stats": self._tensor_stats_of(r)}
 
     def _to_tensorboard(self, j):
@@ -1544,6 +1740,14 @@ class _ReportBuilder:
             n = max(amax, key=amax.get)
             ps.append("The largest activation was in %s: %.4g, %.2f doublings below fp16's largest value 65504."
                       % (n, amax[n], _headroom(amax[n], 65504.0)))
+        ranks = [mon._history[s]["ranks"] for s in steps if mon._history[s]["ranks"] is not None]
+        if ranks:
+            same = all(r["gradients"] == "identical" for r in ranks)
+            ps.append("Counts over %d ranks (torch.distributed): each rank's activations and their gradients summed; "
+                      "the weight gradients %s. The loss is this rank's." % (
+                          ranks[-1]["ranks"], "the same on every rank (DDP's all-reduced ones), counted once" if same
+                          else "summed where the ranks' differed (%d of %d recorded steps), counted once where they "
+                          "were the same" % (sum(r["gradients"] == "summed" for r in ranks), len(ranks))))
         if mon._nonfinite:
             s = mon._nonfinite[0]
             ps.append("%d steps were not skipped with inf/NaN in their loss or gradients (no loss scaler skips "
