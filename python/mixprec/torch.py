@@ -768,7 +768,7 @@ class Monitor:
             self._hooks.append(self.model.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
         if self._compiled is not None:
             self._compiled_forward = self._compiled.__dict__["forward"]
-            self._compiled.forward = self.model.__call__
+            self._compiled.forward = self._compiled._orig_mod.__call__  # the model, or the DDP that wraps it
 
     def _detach(self):
         for h in self._hooks + self._mod_hooks:
