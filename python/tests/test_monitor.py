@@ -993,12 +993,12 @@ def test_a_module_changed_between_unrecorded_steps_is_read_on_the_next_recorded_
     mon = Monitor(model, formats=("fp16",), every=2)
     one_step(mon, model)
     model.add_module("5", torch.nn.Linear(4, 4))
-    # step 1 is not recorded: the model is read at its after_step, as the hooks of step 2 are attached
-    with pytest.warns(RuntimeWarning, match=r"step 2: .*module added: 5") as w:
-        one_step(mon, model, 1)
-    assert len(w) == 1
+    # step 1 is not recorded: the model is read again as the forward of step 2, recorded, begins
     with warnings_as_errors():
+        one_step(mon, model, 1)
+    with pytest.warns(RuntimeWarning, match=r"step 2: .*module added: 5") as w:
         one_step(mon, model, 2)
+    assert len(w) == 1
     assert mon.stats()["5.weight"]["fp16"]["total"] == 16 and mon.activations()["5"]["elements"] == 256
 
 
