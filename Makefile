@@ -6,7 +6,7 @@ PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
 M          := $(BUILD)/mixprec
 
-.PHONY: all deps deps-test build build-asan test test-long crosscheck-fp8 check check-stability check-budget check-gpt check-fp8 check-package check-clang fuzz demo bench bench-dist crosscheck-optim install clean
+.PHONY: all deps deps-test build build-asan test test-long crosscheck-fp8 check check-stability check-budget check-gpt check-fp8 check-package check-torch check-clang fuzz demo bench bench-dist crosscheck-optim install clean
 
 all: build
 
@@ -76,6 +76,21 @@ check-fp8: deps-test build
 check-package: deps-test
 	scripts/check_package.sh
 
+# The Python package's tests that need torch 2.x (the monitor's fp16 autocast and
+# GradScaler on the CPU, torch.compile, the Lightning, Hugging Face and TensorBoard
+# integrations), with every other test, in bench/.venv: scripts/bench_venv.sh makes
+# it (PyPI's torch and those libraries, about 3 GB: the download counts in this
+# target's time); a test skipped there for want of torch 2.x fails. Then
+# examples/torch_monitor.py in fp16 with a GradScaler. make test runs the rest with
+# Debian's torch 1.13 and names what waited. About 1 minute once bench/.venv exists.
+check-torch: deps-test build
+	@scripts/bench_venv.sh
+	MIXPREC=$$PWD/$(M) MIXPREC_LIB=$$PWD/$(BUILD)/libmixprec.so tests/test_python.sh bench/.venv/bin/python
+	PYTHONPATH=python MIXPREC_LIB=$(BUILD)/libmixprec.so OMP_NUM_THREADS=1 bench/.venv/bin/python \
+	    examples/torch_monitor.py --steps 30 --out $(BUILD)/check-torch > $(BUILD)/check-torch.txt
+	@grep -q '^trained 30 steps in fp16 autocast' $(BUILD)/check-torch.txt && \
+	    grep -q '^wrote .*report.html' $(BUILD)/check-torch.txt || { cat $(BUILD)/check-torch.txt; exit 1; }
+
 # clang builds (-Werror) and their tests, plain and with ASan + UBSan; the
 # threaded tests and short training runs under ThreadSanitizer with LLVM's
 # libomp and its Archer tool (about 5 minutes on 2 cores).
@@ -91,7 +106,7 @@ fuzz:
 	scripts/fuzz.sh
 
 # The longer checks .ci/run runs after `make test`.
-check: check-package check-stability check-budget check-clang
+check: check-package check-stability check-torch check-budget check-clang
 
 # The lean settings against bf16 on short runs where a blow-up shows, with
 # bf16 from perturbed initial weights as the chaos floor (docs/TRAINING.md,

@@ -128,33 +128,58 @@ static void chart_end(FILE *f) { fputs("</svg></figure>\n", f); }
  * the chart's width onto rows above the plot (with_legend makes the room). */
 #define LEGEND_ROW 14
 
+/* A chart's legend entries: a label and a colour each. */
+typedef struct {
+    int n;
+    const char *label[256], *color[256];
+} keys;
+
+/* The shown runs' names and colours. */
+static keys run_keys(const mp_report *r, const int *show) {
+    keys k = {0};
+    for (int i = 0; i < r->nruns && k.n < 256; i++)
+        if (!show || show[i]) k.label[k.n] = r->runs[i].name, k.color[k.n++] = r->runs[i].color;
+    return k;
+}
+
 /* Lays the labels out from row y down, written to f unless f is NULL;
  * returns the rows they take. A label is its swatch, 6.6 px a byte of 12 px
  * text and a gap: it wraps when its text would pass the plot's right edge. */
-static int legend_flow(FILE *f, const axes *a, const mp_report *r, const int *show, int y) {
+static int legend_flow(FILE *f, const axes *a, const keys *k, int y) {
     int rows = 1;
-    for (int i = 0, x = 0; i < r->nruns; i++) {
-        if (show && !show[i]) continue;
-        const double w = 34 + 6.6 * (double)strlen(r->runs[i].name);
+    for (int i = 0, x = 0; i < k->n; i++) {
+        const double w = 34 + 6.6 * (double)strlen(k->label[i]);
         if (x > 0 && a->ml + 10 + x + w - 16 > a->w - a->mr) rows++, y += LEGEND_ROW, x = 0;
-        if (f)
+        if (f) {
             hprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
-                       "class=\"legend\">%s</text>\n",
-                    a->ml + 10 + x, y, r->runs[i].color, a->ml + 28 + x, y + 5, r->runs[i].name);
+                       "class=\"legend\">", a->ml + 10 + x, y, k->color[i], a->ml + 28 + x, y + 5);
+            mp_html_escape(f, k->label[i]);
+            fputs("</text>\n", f);
+        }
         x += (int)ceil(w);
     }
     return rows;
 }
 
 /* a with its top margin and height grown by the legend's extra rows. */
-static axes with_legend(axes a, const mp_report *r, const int *show) {
-    const int extra = LEGEND_ROW * (legend_flow(NULL, &a, r, show, 0) - 1);
+static axes with_keys(axes a, const keys *k) {
+    const int extra = LEGEND_ROW * (legend_flow(NULL, &a, k, 0) - 1);
     a.mt += extra, a.h += extra;
     return a;
 }
 
+static axes with_legend(axes a, const mp_report *r, const int *show) {
+    const keys k = run_keys(r, show);
+    return with_keys(a, &k);
+}
+
+static void legend_keys(FILE *f, const axes *a, const keys *k) {
+    legend_flow(f, a, k, a->mt - 12 - LEGEND_ROW * (legend_flow(NULL, a, k, 0) - 1));
+}
+
 static void legend(FILE *f, const axes *a, const mp_report *r, const int *show) {
-    legend_flow(f, a, r, show, a->mt - 12 - LEGEND_ROW * (legend_flow(NULL, a, r, show, 0) - 1));
+    const keys k = run_keys(r, show);
+    legend_keys(f, a, &k);
 }
 
 /* Opens a data polyline; its points follow, then polyline_end. */
@@ -193,13 +218,6 @@ static long max_steps(const mp_report *r) {
 
 static double layer_underflow_at(const mp_report_run *u, long s, int l) {
     return u->layer_underflow[(size_t)s * (size_t)u->nlayers + (size_t)l];
-}
-
-/* Layer l's underflow fractions summed over all steps. */
-static double layer_underflow_sum(const mp_report_run *u, int l) {
-    double m = 0;
-    for (long s = 0; s < u->nsteps; s++) m += layer_underflow_at(u, s, l);
-    return m;
 }
 
 static double nsteps_or_one(const mp_report_run *u) { return u->nsteps > 0 ? (double)u->nsteps : 1.0; }
@@ -539,46 +557,116 @@ static void chart_scale(FILE *f, const mp_report *r) {
     chart_end(f);
 }
 
-/* Run i's bars of the layer chart: mean underflow per layer, in the run's slot of each group; a nonzero mean is
- * at least 1 px tall, so that it does not look like none. */
-static void layer_bars(FILE *f, const axes *a, const mp_report_run *u, int i, double gw) {
-    for (int l = 0; l < u->nlayers; l++) {
-        const double m = 100 * layer_underflow_sum(u, l) / nsteps_or_one(u);
+/* A bar of each layer in the per-layer chart and a line in the over-time chart: one of a run's layer_series, or
+ * its layer_underflow. */
+typedef struct {
+    const mp_report_run *u;
+    char label[160];
+    const char *color;
+    const float *values; /* (u->nsteps, u->nlayers): fractions */
+} layer_src;
+
+#define LAYER_SRC_MAX 128
+
+/* The runs' sources in order (at most cap); *title gets the first run's layer_title among those with series,
+ * NULL where none has: the charts then count values that became zero when stored. */
+static int layer_srcs(const mp_report *r, layer_src *out, int cap, const char **title) {
+    int n = 0;
+    *title = NULL;
+    for (int i = 0; i < r->nruns; i++) {
+        const mp_report_run *u = &r->runs[i];
+        if (u->layer_series && u->nlayer_series > 0) {
+            if (!*title && u->layer_title) *title = u->layer_title;
+            for (int k = 0; k < u->nlayer_series && n < cap; k++, n++) {
+                const mp_report_layer_series *e = &u->layer_series[k];
+                out[n].u = u, out[n].color = e->color, out[n].values = e->values;
+                if (r->nruns > 1) snprintf(out[n].label, sizeof out[n].label, "%s: %s", u->name, e->label);
+                else snprintf(out[n].label, sizeof out[n].label, "%s", e->label);
+            }
+        } else if (n < cap && u->layer_underflow) {
+            out[n].u = u, out[n].color = u->color, out[n].values = u->layer_underflow;
+            snprintf(out[n].label, sizeof out[n].label, "%s", u->name);
+            n++;
+        }
+    }
+    return n;
+}
+
+static double src_at(const layer_src *c, long s, int l) {
+    return c->values[(size_t)s * (size_t)c->u->nlayers + (size_t)l];
+}
+
+/* The source's mean over steps of layer l. */
+static double src_mean(const layer_src *c, int l) {
+    double m = 0;
+    for (long s = 0; s < c->u->nsteps; s++) m += src_at(c, s, l);
+    return m / nsteps_or_one(c->u);
+}
+
+/* Whether any source has a nonzero value. */
+static int srcs_any(const layer_src *c, int n) {
+    for (int i = 0; i < n; i++)
+        for (long s = 0; s < c[i].u->nsteps; s++)
+            for (int l = 0; l < c[i].u->nlayers; l++)
+                if (src_at(&c[i], s, l) != 0) return 1;
+    return 0;
+}
+
+static keys src_keys(const layer_src *c, int n) {
+    keys k = {0};
+    for (int i = 0; i < n && k.n < 256; i++) k.label[k.n] = c[i].label, k.color[k.n++] = c[i].color;
+    return k;
+}
+
+/* Source i's bars: its mean per layer, in its slot of each group; a nonzero mean is at least 1 px tall, so that
+ * it does not look like none. */
+static void layer_bars(FILE *f, const axes *a, const layer_src *c, int i, double gw) {
+    for (int l = 0; l < c->u->nlayers; l++) {
+        const double m = 100 * src_mean(c, l);
         const double x = px(a, l + 0.1) + gw * i, h = m > 0 ? fmax(py(a, 0) - py(a, m), 1.0) : 0.0;
         hprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s %s: "
                    "%.4g%%</title></rect>\n",
-                x, py(a, 0) - h, gw * 0.92, h, u->color, u->name, u->layer_names[l], m);
+                x, py(a, 0) - h, gw * 0.92, h, c->color, c->label, c->u->layer_names[l], m);
     }
 }
 
 #define LABEL_MAX 20 /* characters of a layer's name under a chart (the whole name on hover) */
 
-/* Mean underflow per layer: one group of bars per layer, one bar per run. */
+/* Mean per layer: one group of bars per layer, one bar per source (a run, or each of its series). Where every value
+ * is 0, one sentence stands for this chart and the next (chart_underflow), not two empty charts. */
 static void chart_layers(FILE *f, const mp_report *r) {
+    layer_src src[LAYER_SRC_MAX];
+    const char *what;
+    const int ns = layer_srcs(r, src, LAYER_SRC_MAX, &what);
+    if (!srcs_any(src, ns)) {
+        fputs("<p class=\"note\">", f);
+        if (what) hprintf(f, "%s: none, in any layer on any step.</p>\n", what);
+        else fputs("No gradient value became zero when stored, in any mode, layer or step.</p>\n", f);
+        return;
+    }
     int nl = 0;
     double umax = 1e-4;
     const char (*names)[64] = NULL;
-    for (int i = 0; i < r->nruns; i++) {
-        const mp_report_run *u = &r->runs[i];
-        if (u->nlayers > nl) nl = u->nlayers, names = u->layer_names;
-        for (int l = 0; l < u->nlayers; l++) {
-            const double m = layer_underflow_sum(u, l) / nsteps_or_one(u);
-            umax = m > umax ? m : umax;
-        }
-    }
+    for (int i = 0; i < r->nruns; i++)
+        if (r->runs[i].nlayers > nl) nl = r->runs[i].nlayers, names = r->runs[i].layer_names;
+    for (int i = 0; i < ns; i++)
+        for (int l = 0; l < src[i].u->nlayers; l++) umax = fmax(umax, src_mean(&src[i], l));
     umax *= 100 * 1.1;
     /* long names (a transformer's "transformer.h.0.mlp.c_fc") or many layers: labels turned, their ends
      * shown (the whole name on hover), in a taller bottom margin */
     size_t longest = 0;
     for (int l = 0; l < nl; l++) longest = strlen(names[l]) > longest ? strlen(names[l]) : longest;
     const int turn = nl > 0 && (size_t)nl * (longest < LABEL_MAX ? longest : LABEL_MAX) * 7 > 860;
-    axes c = with_legend(plot_axes(0, (double)(nl > 0 ? nl : 1), 0, umax, 260), r, NULL);
+    const keys k = src_keys(src, ns);
+    axes c = with_keys(plot_axes(0, (double)(nl > 0 ? nl : 1), 0, umax, 260), &k);
     if (turn) c.mb += 90, c.h += 90;
-    frame(f, &c, "layers", "Gradient values that became exactly zero when stored, by layer (mean over steps)",
-          "tensor (first layer on the left)", "% of values", tick_step(umax, 5), "%g%%", 0, 0);
-    legend(f, &c, r, NULL);
-    const double gw = (px(&c, 1) - px(&c, 0)) * 0.8 / (r->nruns > 0 ? r->nruns : 1);
-    for (int i = 0; i < r->nruns; i++) layer_bars(f, &c, &r->runs[i], i, gw);
+    char title[400];
+    snprintf(title, sizeof title, "%s, by layer (mean over steps)",
+             what ? what : "Gradient values that became exactly zero when stored");
+    frame(f, &c, "layers", title, "tensor (first layer on the left)", "% of values", tick_step(umax, 5), "%g%%", 0, 0);
+    legend_keys(f, &c, &k);
+    const double gw = (px(&c, 1) - px(&c, 0)) * 0.8 / (ns > 0 ? ns : 1);
+    for (int i = 0; i < ns; i++) layer_bars(f, &c, &src[i], i, gw);
     for (int l = 0; l < nl; l++) {
         const double x = px(&c, l + 0.5);
         const int y = c.h - c.mb + 14;
@@ -886,27 +974,34 @@ static void section_skips(FILE *f, const mp_report *r) {
     fputs("</table>\n", f);
 }
 
-/* Underflow over time: per step, the mean over layers. */
+/* Over time: per step, each source's mean over layers (nothing where chart_layers found every value 0). */
 static void chart_underflow(FILE *f, const mp_report *r) {
+    layer_src src[LAYER_SRC_MAX];
+    const char *what;
+    const int ns = layer_srcs(r, src, LAYER_SRC_MAX, &what);
+    if (!srcs_any(src, ns)) return;
     const long maxn = max_steps(r);
     double tmax = 1e-4;
-    float *tot = malloc(sizeof(float) * (size_t)maxn * (size_t)(r->nruns > 0 ? r->nruns : 1));
-    for (int i = 0; tot && i < r->nruns; i++) {
-        const mp_report_run *u = &r->runs[i];
+    float *tot = malloc(sizeof(float) * (size_t)maxn * (size_t)(ns > 0 ? ns : 1));
+    for (int i = 0; tot && i < ns; i++) {
+        const mp_report_run *u = src[i].u;
         for (long s = 0; s < u->nsteps; s++) {
             double m = 0;
-            for (int l = 0; l < u->nlayers; l++) m += layer_underflow_at(u, s, l);
+            for (int l = 0; l < u->nlayers; l++) m += src_at(&src[i], s, l);
             const float v = (float)(100 * m / (u->nlayers ? u->nlayers : 1));
             tot[(size_t)i * (size_t)maxn + (size_t)s] = v;
             tmax = v > tmax ? v : tmax;
         }
     }
-    const axes d = with_legend(plot_axes(0, (double)maxn, 0, tmax * 1.1, 240), r, NULL);
-    frame(f, &d, "underflow", "Gradient values that became zero, over time (mean over layers)", "step", "% of values",
-          tick_step(tmax * 1.1, 5), "%g%%", 0, 1);
-    legend(f, &d, r, NULL);
-    for (int i = 0; tot && i < r->nruns; i++)
-        series(f, &d, tot + (size_t)i * (size_t)maxn, r->runs[i].nsteps, 1, r->runs[i].color, 0, 0);
+    const keys k = src_keys(src, ns);
+    const axes d = with_keys(plot_axes(0, (double)maxn, 0, tmax * 1.1, 240), &k);
+    char title[400];
+    snprintf(title, sizeof title, "%s, over time (mean over layers)",
+             what ? what : "Gradient values that became zero");
+    frame(f, &d, "underflow", title, "step", "% of values", tick_step(tmax * 1.1, 5), "%g%%", 0, 1);
+    legend_keys(f, &d, &k);
+    for (int i = 0; tot && i < ns; i++)
+        series(f, &d, tot + (size_t)i * (size_t)maxn, src[i].u->nsteps, 1, src[i].color, 0, 0);
     free(tot);
     chart_end(f);
 }

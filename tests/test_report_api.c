@@ -110,8 +110,55 @@ static void check_recipe_run(void) {
     remove(path);
 }
 
+/* A run with measured per-layer series (the PyTorch monitor without its fp32 recomputation): one bar per
+ * series in each layer's group at its mean over steps, one line each over time, a legend entry each, under the
+ * caller's title; every value 0: one sentence in place of both charts. */
+static void check_layer_series(void) {
+    enum { S = 2, L = 2 };
+    const float loss[S] = {2.0f, 1.5f}, scale[S] = {1024, 1024}, under[S * L] = {0};
+    const uint8_t skipped[S] = {0};
+    const char names[L][64] = {"fc0", "fc1"};
+    const float zero16[S * L] = {0.5f, 0, 0.25f, 0}, sub16[S * L] = {0, 0.125f, 0, 0.375f}, none[S * L] = {0};
+    const mp_report_layer_series ser[3] = {{"fp16: 0", "#1f77b4", zero16}, {"fp16: subnormal", "#aec7e8", sub16},
+                                           {"bf16: 0", "#ff7f0e", none}};
+    mp_report_run run = {.name = "pytorch-fp16", .format = "fp16", .color = "#1f77b4", .nsteps = S, .loss = loss,
+                         .scale = scale, .skipped = skipped, .nlayers = L, .layer_names = names,
+                         .layer_underflow = under, .layer_series = ser, .nlayer_series = 3,
+                         .layer_title = "Values that would become 0 or subnormal"};
+    mp_report r = {.title = "t", .command = "c", .reading = "r", .fp16_min_subnormal = 0x1p-24,
+                   .fp16_min_normal = 0x1p-14, .fp16_max = 65504, .eval_name = "loss", .baseline = -1,
+                   .runs = &run, .nruns = 1};
+    char path[] = "/tmp/mp_report_api_XXXXXX", svg[8192];
+    const int fd = mkstemp(path);
+    CHECK(fd >= 0, "temporary file");
+    close(fd);
+    CHECK(mp_report_write(path, &r) == MP_OK, "write: %s", mp_last_error());
+    const char *html = slurp(path);
+    CHECK(html && strstr(html, "<figcaption>Values that would become 0 or subnormal, by layer (mean over steps)") &&
+              strstr(html, "<figcaption>Values that would become 0 or subnormal, over time (mean over layers)"),
+          "the caller's title on both charts");
+    between(html, "id=\"layers\"", "</svg>", svg, sizeof svg);
+    CHECK(strstr(svg, "<title>fp16: 0 fc0: 37.5%</title>") && strstr(svg, "<title>fp16: 0 fc1: 0%</title>") &&
+              strstr(svg, "<title>fp16: subnormal fc1: 25%</title>") && strstr(svg, "<title>bf16: 0 fc0: 0%</title>") &&
+              strstr(svg, "class=\"legend\">fp16: subnormal</text>"),
+          "a bar per series and layer at its mean, a legend entry per series: %s", svg);
+    between(html, "id=\"underflow\"", "</svg>", svg, sizeof svg);
+    CHECK(strstr(svg, "stroke=\"#1f77b4\"") && strstr(svg, "stroke=\"#aec7e8\"") && strstr(svg, "stroke=\"#ff7f0e\""),
+          "a line per series over time: %s", svg);
+    remove(path);
+    run.layer_series = &ser[2], run.nlayer_series = 1; /* every value 0 */
+    CHECK(mp_report_write(path, &r) == MP_OK, "write: %s", mp_last_error());
+    html = slurp(path);
+    CHECK(html && !strstr(html, "id=\"layers\"") && !strstr(html, "id=\"underflow\"") &&
+              strstr(html, "<p class=\"note\">Values that would become 0 or subnormal: none, in any layer on any "
+                           "step.</p>"),
+          "a sentence, not two empty charts");
+    remove(path);
+}
+
 int main(void) {
     check_heat_one_value();
+    check_layer_series();
     check_recipe_run();
     return check_report("test_report_api");
 }

@@ -33,6 +33,15 @@ typedef struct mp_report_quant {
                                        together, that saturated and that were flushed to zero */
 } mp_report_quant;
 
+/* A per-layer figure measured on every step, drawn in place of a run's layer_underflow in the per-layer and
+ * over-time charts (the PyTorch monitor without its fp32 recomputation: what storing each layer's gradients in
+ * each format would do, values that become 0 and values that become subnormal). */
+typedef struct mp_report_layer_series {
+    const char *label;           /* the legend's: "fp16: 0", "fp16: subnormal" */
+    const char *color;           /* CSS colour of its bars and line */
+    const float *values;         /* (nsteps, nlayers) of its run: fractions of the layer's gradient values */
+} mp_report_layer_series;
+
 /* One training run as the report shows it. Arrays are per step (nsteps). */
 typedef struct mp_report_run {
     const char *name;            /* "fp16-dynamic" */
@@ -72,6 +81,13 @@ typedef struct mp_report_run {
     double sample_printable, sample_words; /* mp_text_judge's shares for the sample (sample_words NAN: no words) */
     const mp_precision *precision; /* the run's mode, for "what each protection buys"; NULL: not compared */
     const struct mp_report_quant *quant; /* a run with an fp8/fp4 recipe: its quantized tensors; NULL: none */
+    /* NULL: the per-layer and over-time charts draw layer_underflow (values that became zero when stored).
+     * Else they draw these nlayer_series series, under layer_title (what they count: "Weight-gradient values
+     * that would become 0 or subnormal if stored at the recorded loss scale"); the heat map stays
+     * layer_underflow's. Where every value drawn would be 0, a sentence stands in for both charts. */
+    const mp_report_layer_series *layer_series;
+    int nlayer_series;
+    const char *layer_title;
 } mp_report_run;
 
 typedef struct mp_report {

@@ -103,6 +103,10 @@ class ReportSkip(ctypes.Structure):  # report.h
     _fields_ = [("step", ctypes.c_long), ("scale", ctypes.c_double), ("where", ctypes.c_char_p)]
 
 
+class ReportLayerSeries(ctypes.Structure):
+    _fields_ = [("label", ctypes.c_char_p), ("color", ctypes.c_char_p), ("values", ctypes.POINTER(ctypes.c_float))]
+
+
 class ReportRun(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("format", ctypes.c_char_p), ("color", ctypes.c_char_p),
                 ("nsteps", ctypes.c_long), ("loss", ctypes.POINTER(ctypes.c_float)),
@@ -120,7 +124,9 @@ class ReportRun(ctypes.Structure):
                 ("skips", ctypes.POINTER(ReportSkip)), ("nskips", ctypes.c_long), ("neval", ctypes.c_long),
                 ("eval_steps", ctypes.POINTER(ctypes.c_long)), ("eval_losses", ctypes.POINTER(ctypes.c_double)),
                 ("sample", ctypes.c_char_p), ("sample_printable", ctypes.c_double), ("sample_words", ctypes.c_double),
-                ("precision", ctypes.c_void_p), ("quant", ctypes.c_void_p)]
+                ("precision", ctypes.c_void_p), ("quant", ctypes.c_void_p),
+                ("layer_series", ctypes.POINTER(ReportLayerSeries)), ("nlayer_series", ctypes.c_int),
+                ("layer_title", ctypes.c_char_p)]
 
 
 class Report(ctypes.Structure):

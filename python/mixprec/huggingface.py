@@ -12,8 +12,9 @@ class MixprecTrainerCallback(TrainerCallback):
     """Attaches a mixprec.torch.Monitor to the Trainer's model when training begins (its keyword arguments:
     formats, every, shadow, counts, trap, log, tensorboard), calls after_backward before each optimizer step
     (the gradients as the optimizer takes them: accumulated and clipped, no loss scale: the Trainer runs fp32
-    or bf16 on the CPU) and after_step at each step's end, and writes the report to `report` (when given) and
-    closes the monitor when training ends. `monitor` is the Monitor."""
+    or bf16 on the CPU) and after_step at each step's end, and writes the report to `report` (when given; on the
+    world's rank 0) and closes the monitor when training ends. Under torch.distributed the counts are over the
+    ranks (Monitor's group). `monitor` is the Monitor."""
 
     def __init__(self, report=None, **monitor_options):
         self.report, self.options, self.monitor = report, monitor_options, None
@@ -31,6 +32,6 @@ class MixprecTrainerCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.monitor is None:
             return
-        if self.report is not None and self.monitor.step > 0:
+        if self.report is not None and self.monitor.step > 0 and state.is_world_process_zero:
             self.monitor.report(self.report)
         self.monitor.close()

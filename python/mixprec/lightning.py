@@ -16,7 +16,8 @@ class MixprecCallback(Callback):
     formats, every, shadow, counts, trap, log, tensorboard), calls after_backward after each backward (with
     the precision plugin's GradScaler, when it has one) and after_step after each batch's optimizer step (one
     backward a step: no accumulate_grad_batches), and writes
-    the report to `report` (when given) and closes the monitor when fitting ends. `monitor` is the Monitor."""
+    the report to `report` (when given; on the global rank 0) and closes the monitor when fitting ends. Under DDP
+    the counts are over the ranks (Monitor's group). `monitor` is the Monitor."""
 
     def __init__(self, report=None, **monitor_options):
         super().__init__()
@@ -47,6 +48,6 @@ class MixprecCallback(Callback):
     def on_fit_end(self, trainer, pl_module):
         if self.monitor is None:
             return
-        if self.report is not None and self.monitor.step > 0:
+        if self.report is not None and self.monitor.step > 0 and trainer.is_global_zero:
             self.monitor.report(self.report)
         self.monitor.close()

@@ -42,8 +42,10 @@ vector of counts per tensor, all read once per recorded step
 (counts="torch" takes that path for CPU tensors too: the same numbers).
 """
 import ctypes
+import functools
 import math
 import numbers
+import operator
 import os
 import shlex
 import statistics
@@ -56,7 +58,8 @@ import numpy as np
 import torch
 
 from . import _memory
-from ._lib import (DTYPES, HIST_BINS, ConvertStats, MixprecError, Report, ReportRun, ReportSkip, TensorStats,
+from ._lib import (DTYPES, HIST_BINS, ConvertStats, MixprecError, Report, ReportLayerSeries, ReportRun, ReportSkip,
+                   TensorStats,
                    ValueCounts, check, dtype_code, integer, lib, names, path_arg, text_arg, threads_check)
 
 __all__ = ["Monitor", "MixprecOverflow"]
@@ -170,6 +173,14 @@ def _carried(scaler, optimizer, scale):
                            "optimizers and not for others; say whose gradients these are: "
                            "after_backward(scaler, optimizer=opt)")
     return scale
+
+
+def _warn_user(msg):
+    """A RuntimeWarning attributed to the first caller outside this module (the user's call that led here)."""
+    f, level = sys._getframe(1), 2
+    while f is not None and f.f_code.co_filename == __file__:
+        f, level = f.f_back, level + 1
+    warnings.warn(msg, RuntimeWarning, stacklevel=level)
 
 
 def _nonfinite_text(s):
@@ -318,6 +329,9 @@ def _limits(code):
 
 
 _LIMITS = {}
+_GRAD = operator.attrgetter("grad")
+_LOSS_READS = 16  # losses given as tensors are read all together at recorded and skipped steps, or 16 steps at most
+_isfinite, _perf_counter, _NAN = math.isfinite, time.perf_counter, math.nan
 _NVALUES, _NSTORE = 5, 4  # the layout of a counts vector: see _Counter
 
 
@@ -428,6 +442,65 @@ def _as_store(n, v):
     return {"total": n, "underflow": int(v[0]), "subnormal": int(v[1]), "overflow": int(v[2]), "nan": int(v[3])}
 
 
+# ---- under torch.distributed: each recorded step's counts over the ranks ----
+
+def _sum_counts(dicts):
+    """Counts dicts ({"total": n, ...} or a module's {"dtype", "elements", ..., "amax"}) of the ranks as one: summed,
+    amax the largest, dtype the first's."""
+    out = dict(dicts[0])
+    for d in dicts[1:]:
+        for k, v in d.items():
+            if k == "amax":
+                out[k] = max(out[k], v)
+            elif k != "dtype" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def _sum_keyed(maps, merge):
+    """{name: value} of the ranks as one, the names in the order they first appear; merge(values of the ranks that
+    have the name)."""
+    names = list(dict.fromkeys(n for m in maps for n in m))
+    return {n: merge([m[n] for m in maps if n in m]) for n in names}
+
+
+def _sum_tstats(parts):
+    """tensor_stats' raw figures of one parameter from several ranks, each with its own values' counts: min, max and
+    the smallest nonzero magnitude over all, mean, std and each format's MSE weighted by the values they are of,
+    the largest relative error the largest."""
+    nan = float("nan")
+    ws = [p["_n"] for p in parts]
+    n = sum(ws)
+    out = {"_n": n, "_nz": sum(p["_nz"] for p in parts)}
+    fin = [(p, w) for p, w in zip(parts, ws) if w > 0]
+    out["min"] = min((p["min"] for p, _ in fin), default=nan)
+    out["max"] = max((p["max"] for p, _ in fin), default=nan)
+    out["mean"] = sum(p["mean"] * w for p, w in fin) / n if n else nan
+    # the variance over all: E[x^2] - mean^2, E[x^2] of each rank being its std^2 + mean^2
+    out["std"] = math.sqrt(max(sum((p["std"] ** 2 + p["mean"] ** 2) * w for p, w in fin) / n - out["mean"] ** 2, 0.0)) \
+        if n else nan
+    out["amin_nonzero"] = min((p["amin_nonzero"] for p in parts if p["_nz"] > 0), default=nan)
+    out["round_trip"] = {}
+    for f in parts[0]["round_trip"]:
+        rts = [(p["round_trip"][f], p["_nz"]) for p in parts if p["round_trip"].get(f) is not None]
+        nz = sum(w for _, w in rts)
+        out["round_trip"][f] = {"mse": sum(r["mse"] * w for r, w in rts) / nz,
+                                "max_relative": max(r["max_relative"] for r, _ in rts)} if nz else None
+    return out
+
+
+def _sum_lost(parts):
+    """lost() of one parameter from several ranks: the counts summed, the MSE weighted by the values compared (the
+    nonzero ones in fp32), the largest relative error the largest."""
+    out = {k: sum(p[k] for p in parts) for k in ("total", "lost", "dead")}
+    ws = [p["total"] - p["dead"] for p in parts]
+    w = sum(ws)
+    if "mse" in parts[0]:
+        out["mse"] = sum(p["mse"] * x for p, x in zip(parts, ws)) / w if w else 0.0
+        out["max_relative"] = max(p["max_relative"] for p in parts)
+    return out
+
+
 class Monitor:
     """Watches model's numbers in a training loop; see the module's help.
 
@@ -472,14 +545,31 @@ class Monitor:
     step's loss, loss scale, per-parameter underflow and overflow fractions
     and per-module headroom as scalars ("mixprec/...").
 
+    group: under torch.distributed, the process group whose ranks' counts
+    are put together on each recorded step (None: the default group, when
+    torch.distributed is initialized; False: each rank counts alone). Each
+    rank's activations and their gradients are summed. The weight gradients
+    are counted once where every rank counted the same (DDP: all-reduced,
+    the same on every rank), else summed (DDP's no_sync, sharded or
+    model-parallel parameters); updates() as the gradients; with shadow, the
+    fp32 gradients are averaged over the ranks as DDP averages the run's.
+    Every rank of the group must reach each recorded step (two collectives,
+    and one more at its after_step); rank 0 writes the log. A
+    DistributedDataParallel model is watched as the module it wraps.
+
     mixprec.lightning.MixprecCallback and mixprec.huggingface's
     MixprecTrainerCallback attach a Monitor to a Lightning or Hugging Face
     Trainer with one line (each importable where that library is)."""
 
     def __init__(self, model, formats=("fp16", "bf16"), every=10, shadow=False, counts="auto", trap=False,
-                 log=None, tensorboard=None, layers=None, start=0, stop=None, stats=False):
+                 log=None, tensorboard=None, layers=None, start=0, stop=None, stats=False, group=None):
         if not hasattr(model, "named_parameters") or not hasattr(model, "named_modules"):
             raise TypeError("mixprec: Monitor watches a torch.nn.Module (model), not %s" % type(model).__name__)
+        if group is not None and group is not False and not type(group).__name__.endswith("ProcessGroup"):
+            raise TypeError("mixprec: Monitor's group is a torch.distributed process group, None (the default group "
+                            "when torch.distributed is initialized) or False (no sums over ranks), not %s"
+                            % type(group).__name__)
+        self._group = group
         formats = names(formats, "formats")
         if not formats:
             raise ValueError("mixprec: Monitor needs at least one format (formats is empty)")
@@ -518,6 +608,9 @@ class Monitor:
                                    "run eagerly on recorded steps; give Monitor the uncompiled module and call "
                                    "it uncompiled" % torch.__version__)
             self._compiled, model = model, model._orig_mod
+        if type(model).__name__ == "DistributedDataParallel" and isinstance(getattr(model, "module", None),
+                                                                            torch.nn.Module):
+            model = model.module  # the module DDP runs: its names without "module.", and its forward for the shadow
         self.model, self.every, self.shadow = model, every, bool(shadow)
         self._unseen_warned = False
         self._count = _Counter(self._codes, counts == "torch")
@@ -536,18 +629,21 @@ class Monitor:
             model.forward = self._forward = types.MethodType(forward, model)
         self._in_shadow = False
         self.step = 0  # steps ended by after_step
-        self._loss, self._scale, self._skipped, self._times = [], [], [], []
-        self._loss_given = []
+        self._steps, self._unread = [], []  # see _loss; the steps whose loss (a tensor) is not read yet
         self._nonfinite = []
-        self._t_last = None
         self._scale_now = None
         self._pending_loss = None
         self._grads = None  # the step's gradient tensors, as after_backward found them
         self._history = {}  # step -> record
         self._skips = []
+        self._scale_key = None  # a GradScaler's scale tensor, its version and value, as last read
+        self._next_rec = self._following(0)  # the next step to record (None: none)
         self._new_record()
-        self._attach()
-        self._log = None if log is None else open(path_arg(log, "Monitor's log"), "w", encoding="utf-8")
+        if self._next_rec == 0:
+            self._attach()
+        # under torch.distributed, rank 0 writes the log (the records, summed over ranks, are the same on all)
+        self._log = None if log is None or self._rank() != 0 else open(path_arg(log, "Monitor's log"), "w",
+                                                                        encoding="utf-8")
         if tensorboard is not None and not callable(getattr(tensorboard, "add_scalar", None)):
             raise TypeError("mixprec: Monitor's tensorboard is a torch.utils.tensorboard.SummaryWriter (or anything "
                             "with add_scalar), not %s" % type(tensorboard).__name__)
@@ -582,7 +678,10 @@ class Monitor:
                     raise ValueError("mixprec: shadow=True recomputes in fp32 and needs fp32 parameters; "
                                        "%s is %s" % (n, p.dtype))
         self._all_params, self._modules = params, modules
+        self._bufs = {n: b for n, b in getattr(self, "_bufs", {}).items() if n in dict(params)}
+        self._watched_hooks = [(m, functools.partial(self._module_hook, n)) for n, m in modules if self._watched(n)]
         self._params = [(n, p) for n, p in params if p.requires_grad and self._watched(n)]
+        self._plist = [p for _, p in self._params]
         for mn, m in modules:
             self._layers[mn] = not list(m.children()) or bool(list(m.parameters(recurse=False)))
             for pn, _ in m.named_parameters(recurse=False):
@@ -598,25 +697,49 @@ class Monitor:
             trained = [(n, p) for n, p in params if p.requires_grad and self._watched(n)]
             if [n for n, _ in trained] != [n for n, _ in self._params]:  # requires_grad changed
                 self._params = trained
+                self._plist = [p for _, p in trained]
             modules = list(self.model.named_modules())
             if len(modules) == len(self._modules) and all(a[1] is b[1] for a, b in zip(modules, self._modules)):
                 return
         changed = self._read_model()
+        if changed and self._mod_hooks:  # the hooks of this recorded step on the modules as they are now
+            self._unhook_modules()
+            self._hook_modules()
         if changed:
             warnings.warn("mixprec: step %d: the model changed since the monitor last read it (%s): the monitor "
                           "watches its current parameters and modules from this step on" % (self.step, changed),
                           RuntimeWarning, stacklevel=4)
-            if self._mod_hooks:
-                for h in self._mod_hooks:
-                    h.remove()
-                self._mod_hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules
-                               if self._watched(n)]
 
     def _sync_hook(self, module, args):
         if self._recording() and self._training(module):
             self._sync()
 
     # ---- hooks: attached from the end of the step before a recorded one to its after_backward ----
+
+    def _following(self, step):
+        """The first step from step on that is recorded (start, start + every, ..., before stop), or None."""
+        k = max(step, self.start)
+        k += -(k - self.start) % self.every
+        return k if self.stop is None or k < self.stop else None
+
+    def _read_scale(self, s, what):
+        """_scale_of(s, what), with its cost only where it is needed: a plain number taken as it is, and a
+        GradScaler's scale tensor read (.item()) only when its version says it changed (update() writes it in
+        place) since the last read."""
+        t = type(s)
+        if t is float or t is int:
+            v = float(s)
+            if 0 < v < math.inf:
+                return v
+        st = getattr(s, "_scale", None)
+        if type(st) is torch.Tensor and getattr(s, "_enabled", False):
+            k = self._scale_key
+            if k is not None and k[0] is st and k[1] == st._version:
+                return k[2]
+            v = _scale_of(s, what)
+            self._scale_key = (st, st._version, v)
+            return v
+        return _scale_of(s, what)
 
     def _recording(self):
         return (self.start <= self.step and (self.stop is None or self.step < self.stop) and
@@ -637,16 +760,16 @@ class Monitor:
         run the graph compiled without hooks. Nothing else in the process changes."""
         if self._hooks or self._closed:
             return
-        self._sync()
+        # the modules as last read: the root's pre-hook reads the model again as the recorded forward begins (and
+        # moves these hooks where it changed), so that this step, an unrecorded one's end, does not pay for it
         self._hooks = [self.model.register_forward_pre_hook(self._sync_hook)]  # first: before the shadow's
-        self._mod_hooks = [m.register_forward_hook(self._forward_hook(n)) for n, m in self._modules
-                               if self._watched(n)]
+        self._hook_modules()
         self._hooks.append(self.model.register_forward_hook(self._root_hook))
         if self.shadow and _TORCH2:
             self._hooks.append(self.model.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
         if self._compiled is not None:
             self._compiled_forward = self._compiled.__dict__["forward"]
-            self._compiled.forward = self.model.__call__
+            self._compiled.forward = self._compiled._orig_mod.__call__  # the model, or the DDP that wraps it
 
     def _detach(self):
         for h in self._hooks + self._mod_hooks:
@@ -659,7 +782,7 @@ class Monitor:
     def _new_record(self):
         self._rec = {"step": self.step, "scale": None, "carried": None, "params": {}, "dead": {}, "values": {},
                      "bad": None, "lost": None, "updates": None, "act": {}, "act_grad": {}, "first_bad_act": None,
-                     "hist": None}
+                     "hist": None, "ranks": None}
         self._inputs = self._rng = self._before = self._moved = None
         self._forwards = 0  # forward passes of the model with gradients on this step (shadow)
         self._out_grads = []
@@ -670,16 +793,26 @@ class Monitor:
         under torch.no_grad(), torch.inference_mode() or model.eval())."""
         return torch.is_grad_enabled() and module.training
 
-    def _forward_hook(self, name):
-        def hook(module, inputs, output):
-            if not self._recording() or not self._training(module):
-                return
-            for t in _tensors(output):
-                dtype = _NAMES.get(t.dtype, str(t.dtype))
-                self._pending.add(self._count(t), lambda v, n=t.numel(), dtype=dtype: self._add_act(name, dtype, n, v))
-                if t.requires_grad:
-                    _on_grad(t, self._grad_hook(name))
-        return hook
+    def _hook_modules(self):
+        """A forward hook on each watched module (made when the model is read, not here: this runs at the end of
+        the unrecorded step before a recorded one)."""
+        self._mod_hooks = [m.register_forward_hook(fn) for m, fn in self._watched_hooks]
+
+    def _unhook_modules(self):
+        for h in self._mod_hooks:
+            h.remove()
+        self._mod_hooks = []
+
+    def _module_hook(self, name, module, inputs, output):
+        """The forward hook of a watched module while a recorded step runs: its outputs counted, and a hook on the
+        gradient of each."""
+        if not self._recording() or not self._training(module):
+            return
+        for t in _tensors(output):
+            dtype = _NAMES.get(t.dtype, str(t.dtype))
+            self._pending.add(self._count(t), lambda v, n=t.numel(), dtype=dtype: self._add_act(name, dtype, n, v))
+            if t.requires_grad:
+                _on_grad(t, self._grad_hook(name))
 
     def _add_act(self, name, dtype, n, v):
         c = _as_values(n, v)
@@ -722,33 +855,51 @@ class Monitor:
         multiplied by the scale again. optimizer: the one whose state to read
         when the scaler serves several. loss (optional, a number or a tensor):
         the step's unscaled loss, for the report's loss curve."""
-        scale = _scale_of(scaler, "after_backward's scaler")
+        t = type(scaler)
+        if (t is float or t is int) and 0 < scaler < 1e999:  # the common cases first: each check costs
+            scale = scaler * 1.0
+        else:
+            scale = self._read_scale(scaler, "after_backward's scaler")
+        if loss is not None and type(loss) is not float:
+            loss = self._loss_of(loss)
         if optimizer is not None and not hasattr(optimizer, "param_groups"):
             raise TypeError("mixprec: after_backward's optimizer is a torch.optim.Optimizer, not %s"
                             % type(optimizer).__name__)
-        if loss is None:
-            pending_loss = None
-        elif isinstance(loss, torch.Tensor) and loss.numel() == 1 and not loss.is_complex():
-            pending_loss = float(loss.detach().float())
-        elif isinstance(loss, numbers.Real) and not isinstance(loss, (bool, np.bool_)):
-            pending_loss = float(loss)
-        else:
-            raise TypeError("mixprec: after_backward's loss is a number or a one-element tensor, not %s"
-                            % (type(loss).__name__ if not isinstance(loss, torch.Tensor) else
-                               "a %s tensor of %d elements" % (loss.dtype, loss.numel())))
-        carried = _carried(scaler, optimizer, scale)
-        self._scale_now, self._pending_loss = scale, pending_loss
-        if self._recording():  # the model as it is now (its forward's pre-hook read it too, when it ran)
-            self._sync()
-        self._grads = [p.grad for _, p in self._params]  # references only: kept until after_step
-        if not self._recording():
+        self._scale_now, self._pending_loss = scale, loss
+        if self.step != self._next_rec:
+            # an unrecorded step: only the references of the gradients, kept until after_step to name the
+            # parameters of a skipped step, and only where a step can be skipped (a loss scale other than 1)
+            if scale != 1.0:
+                self._grads = list(map(_GRAD, self._plist))
             return
+        if loss is not None and type(loss) is not float:
+            self._pending_loss = float(loss.item())
+        carried = _carried(scaler, optimizer, scale)
+        self._sync()  # the model as it is now (its forward's pre-hook read it too, when it ran)
+        self._grads = list(map(_GRAD, self._plist))
         try:
             self._record_grads(carried)
+            ranks = self._ranks()
+            if ranks > 1:
+                self._sum_grads(ranks)
             if self.shadow:
                 self._rec["hist"] = self._shadow_pass()
+            if ranks > 1:
+                self._sum_rest()
         finally:
             self._detach()
+
+    @staticmethod
+    def _loss_of(loss):
+        """after_backward's loss: a number as a float, a one-element tensor detached (read later, with the
+        others: _read_losses)."""
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1 and not loss.is_complex():
+            return loss.detach()
+        if isinstance(loss, numbers.Real) and not isinstance(loss, (bool, np.bool_)):
+            return float(loss)
+        raise TypeError("mixprec: after_backward's loss is a number or a one-element tensor, not %s"
+                        % (type(loss).__name__ if not isinstance(loss, torch.Tensor) else
+                           "a %s tensor of %d elements" % (loss.dtype, loss.numel())))
 
     def _record_grads(self, carried):
         rec = self._rec
@@ -776,7 +927,7 @@ class Monitor:
                 continue
             self._pending.add(self._count(p.grad, store=True, scale=factor, hist=True, shift=shift),
                               lambda v, name=name, n=p.grad.numel(): done(name, n, v))
-            moved.append((name, (p.grad != 0) & torch.isfinite(p.grad)))  # for updates(): the values to move
+            moved.append((name, self._moved_mask(name, p)))  # for updates(): the values to move
             if self._want_stats:
                 rec["tstats"][name] = _grad_stats(p.grad, factor, self.formats)
         self._pending.read()  # the forward's and backward's counts too
@@ -789,7 +940,33 @@ class Monitor:
         bad.sort(key=[n for n, _ in self._params].index)
         rec["hist"] = (hist[1:], hist[0])
         self._moved = moved
-        self._before = [(name, p, p.detach().clone()) for name, p in self._params if p.grad is not None]
+        self._before = [(name, p, self._copy_of(name, p)) for name, p in self._params if p.grad is not None]
+
+    def _buffers(self, name, p):
+        """The buffers updates() reads for parameter name, kept from one recorded step to the next: a copy of the
+        weights before the step and a mask of the values with a nonzero finite gradient. Made once (again when
+        the parameter changes shape, dtype or device): allocated and freed on every recorded step, they made the
+        allocator hand that memory back to the system and the next steps fault it in again (on the CPU, the
+        backward of a 1.2 ms MLP step +70% on the step after a recorded one, +20% on the one after that)."""
+        b = self._bufs.get(name)
+        if b is None or b[0].shape != p.shape or b[0].dtype != p.dtype or b[0].device != p.device:
+            b = self._bufs[name] = (torch.empty_like(p, memory_format=torch.contiguous_format),
+                                    torch.empty(p.shape, dtype=torch.bool, device=p.device))
+        return b
+
+    def _copy_of(self, name, p):
+        before = self._buffers(name, p)[0]
+        with torch.no_grad():
+            before.copy_(p.detach())
+        return before
+
+    def _moved_mask(self, name, p):
+        mask = self._buffers(name, p)[1]
+        g = p.grad.detach()
+        with torch.no_grad():
+            torch.ne(g, 0, out=mask)
+            mask &= torch.isfinite(g)
+        return mask
 
     def _shadow_pass(self):
         """Recomputes the step's gradients in fp32 and records lost(); returns their histogram."""
@@ -824,6 +1001,8 @@ class Monitor:
             with torch.no_grad():
                 for b, saved in buffers:
                     b.copy_(saved)
+        if self._rec["ranks"] is not None and self._rec["ranks"]["gradients"] == "identical":
+            grads = self._average_ranks(grads)
         lost, hist, err = {}, [0] * (HIST_BINS + 1), {}
         shift = round(math.log2(self._rec["scale"] / self._rec["carried"]))
         factor, scale = self._rec["scale"] / self._rec["carried"], self._rec["scale"]
@@ -865,57 +1044,134 @@ class Monitor:
         gradients held them are named. None: no scale."""
         if self._scale_now is None:
             raise MixprecError("mixprec: after_step before after_backward")
-        new = self._scale_now if scaler is None else _scale_of(scaler, "after_step's scaler")
+        t = type(scaler)
+        if scaler is None:
+            new = self._scale_now
+        elif (t is float or t is int) and 0 < scaler < 1e999:
+            new = scaler
+        else:
+            new = self._read_scale(scaler, "after_step's scaler")
         skipped = new < self._scale_now
+        loss = self._pending_loss
         recorded = self._rec["scale"] is not None
+        if recorded or skipped:
+            self._step_ends(skipped, recorded)
+        elif loss is not None and (type(loss) is not float or not _isfinite(loss)):
+            if type(loss) is float:
+                self._nonfinite_step(self.step, loss, [])
+            else:  # a tensor, read with the others (at most _LOSS_READS steps later)
+                self._unread.append(self.step)
+        self._steps.append((self._pending_loss, self._scale_now, skipped, _perf_counter()))
+        self._pending_loss = self._scale_now = self._grads = None
+        if recorded:
+            self._end_recorded(skipped)
+        elif len(self._unread) >= _LOSS_READS:
+            self._read_losses()
+        self.step += 1
+        if self.step == self._next_rec:
+            self._rec["step"] = self.step
+            self._attach()
+
+    def _step_ends(self, skipped, recorded):
+        """after_step's work on a recorded or skipped step: the losses read, the skip or the non-finite
+        loss or gradients recorded."""
+        self._read_losses()
+        loss = self._pending_loss
+        if loss is not None and type(loss) is not float:
+            loss = self._pending_loss = float(loss.item())
         if recorded:
             bad = list(self._rec["bad"])
         else:
-            bad = self._bad_grads() if skipped else []
+            bad = self._bad_grads()
         if skipped:
             # none found: the gradients were zeroed in place before this call, or not those of the step
             self._skips.append({"step": self.step, "scale": self._scale_now, "params": bad or None,
                                 "activation": self._rec["first_bad_act"] if recorded else None})
-        elif bad or (self._pending_loss is not None and not math.isfinite(self._pending_loss)):
-            self._nonfinite.append({"step": self.step, "loss": self._pending_loss, "params": bad})
-            if len(self._nonfinite) == 1:
-                warnings.warn("mixprec: step %d was not skipped and %s (no loss scaler skips such a step: the "
-                              "weights may now hold inf/NaN); mon.nonfinite() lists every such step"
-                              % (self.step, _nonfinite_text(self._nonfinite[0])), RuntimeWarning, stacklevel=2)
+        elif bad or (loss is not None and not _isfinite(loss)):
+            self._nonfinite_step(self.step, loss, bad)
+
+    def _nonfinite_step(self, step, loss, bad):
+        self._nonfinite.append({"step": step, "loss": loss, "params": bad})
+        if len(self._nonfinite) == 1:
+            _warn_user("mixprec: step %d was not skipped and %s (no loss scaler skips such a step: the weights may "
+                       "now hold inf/NaN); mon.nonfinite() lists every such step"
+                       % (step, _nonfinite_text(self._nonfinite[0])))
+
+    def _read_losses(self):
+        """The losses given as tensors, read all together (one copy per device: no wait for the device on the
+        steps between): each step's loss in its place, and a non-finite one on a step not skipped recorded."""
+        if not self._unread:
+            return
+        unread, self._unread = self._unread, []
+        by_dev = {}
+        for i in unread:
+            t = self._steps[i][0]
+            by_dev.setdefault(t.device, []).append(i)
+        values = {}
+        for dev, idx in by_dev.items():
+            if dev.type == "cpu":
+                vals = [self._steps[i][0].item() for i in idx]
+            else:
+                vals = torch.cat([self._steps[i][0].reshape(1).float() for i in idx]).tolist()
+            values.update(zip(idx, vals))
+        for i in unread:
+            _, scale, skipped, t = self._steps[i]
+            v = float(values[i])
+            self._steps[i] = (v, scale, skipped, t)
+            if not _isfinite(v) and not skipped:
+                self._nonfinite_step(i, v, [])
+        self._nonfinite.sort(key=lambda s: s["step"])
+
+    # the per-step record: self._steps[i] = (loss: a float, None when not given, or a tensor not read yet;
+    # the loss scale; whether skipped; time.perf_counter() at its after_step)
+    @property
+    def _loss(self):
+        self._read_losses()
+        return [_NAN if s[0] is None else s[0] for s in self._steps]
+
+    @property
+    def _loss_given(self):
+        return [s[0] is not None for s in self._steps]
+
+    @property
+    def _scale(self):
+        return [s[1] for s in self._steps]
+
+    @property
+    def _skipped(self):
+        return [s[2] for s in self._steps]
+
+    @property
+    def _times(self):
+        return [b[3] - a[3] for a, b in zip(self._steps, self._steps[1:])]
+
+    def _end_recorded(self, skipped):
+        """after_step's work on a recorded step: the updates, the record kept and logged, the hooks off, and the
+        next recorded step found."""
         if self._moved is not None and not skipped:
             self._rec["updates"] = self._updates()
-        now = time.perf_counter()
-        if self._t_last is not None:
-            self._times.append(now - self._t_last)
-        self._t_last = now
-        self._loss.append(math.nan if self._pending_loss is None else self._pending_loss)
-        self._loss_given.append(self._pending_loss is not None)
-        self._scale.append(self._scale_now)
-        self._skipped.append(skipped)
-        if recorded:
-            self._history[self.step] = self._rec
-            if self._log is not None or self._tb is not None:
-                j = _jsonable(self._step_json(self.step))
-                if self._log is not None:
-                    import json
-                    self._log.write(json.dumps(j, allow_nan=False) + "\n")
-                    self._log.flush()
-                if self._tb is not None:
-                    self._to_tensorboard(j)
-        self._pending_loss = self._scale_now = self._grads = None
-        self.step += 1
+        if self._rec["ranks"] is not None:  # every rank takes part, with its updates or without
+            self._rec["updates"] = self._sum_updates(self._rec["updates"])
+        self._history[self.step] = self._rec
+        if self._log is not None or self._tb is not None:
+            j = _jsonable(self._step_json(self.step))
+            if self._log is not None:
+                import json
+                self._log.write(json.dumps(j, allow_nan=False) + "\n")
+                self._log.flush()
+            if self._tb is not None:
+                self._to_tensorboard(j)
         self._new_record()
-        if self._recording():
-            self._attach()
-        else:
-            self._detach()
+        self._detach()
+        self._next_rec = self._following(self.step + 1)
 
     def _bad_grads(self):
         """The parameters whose gradient (as after_backward found it: the tensor is kept even when .grad was
         set to None since) holds inf or NaN."""
         out = _Pending()
         bad = []
-        for (name, _), g in zip(self._params, self._grads or []):
+        grads = self._grads if self._grads is not None else list(map(_GRAD, self._plist))  # not kept: as they are
+        for (name, _), g in zip(self._params, grads):
             if g is None:
                 continue
             if g.device.type == "cpu" and not self._count.torch_ops:
@@ -939,6 +1195,112 @@ class Monitor:
         pending.read()
         self._moved = self._before = None
         return out
+
+    # ---- under torch.distributed ----
+
+    def _dist_group(self):
+        """torch.distributed and the group whose ranks' counts are summed, or None when there is none."""
+        if self._group is False:
+            return None
+        import torch.distributed as dist
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        return dist, self._group
+
+    def _rank(self):
+        g = self._dist_group()
+        return 0 if g is None else g[0].get_rank(g[1])
+
+    def _ranks(self):
+        g = self._dist_group()
+        return 1 if g is None else g[0].get_world_size(g[1])
+
+    def _gather(self, obj):
+        dist, group = self._dist_group()
+        out = [None] * dist.get_world_size(group)
+        dist.all_gather_object(out, obj, group=group)
+        return out
+
+    def _sum_grads(self, ranks):
+        """The recorded step's gradient counts over the ranks. Where every rank counted the same (DDP: the
+        gradients all-reduced, the same on every rank), they are counted once; else (each rank's own: DDP's
+        no_sync, sharded or model-parallel parameters) summed, amax the largest."""
+        rec = self._rec
+        own = {"params": rec["params"], "values": rec["values"], "dead": rec["dead"], "hist": rec["hist"],
+               "tstats": rec["tstats"]}
+        if self._want_stats:  # the values each rank's figures are of, to weight them by
+            own["tstats"] = {n: dict(st, _n=rec["values"][n]["elements"] - rec["values"][n]["inf"] -
+                                     rec["values"][n]["nan"],
+                                     _nz=rec["values"][n]["elements"] - rec["values"][n]["inf"] -
+                                     rec["values"][n]["nan"] - rec["values"][n]["zero"])
+                             for n, st in rec["tstats"].items()}
+        parts = self._gather(own)
+        same = all(p["params"] == parts[0]["params"] and p["values"] == parts[0]["values"] for p in parts)
+        rec["ranks"] = {"ranks": ranks, "gradients": "identical" if same else "summed"}
+        if same:
+            merged = parts[0]
+        else:
+            merged = {"params": _sum_keyed([p["params"] for p in parts],
+                                           lambda per: {f: _sum_counts([q[f] for q in per]) for f in per[0]}),
+                      "values": _sum_keyed([p["values"] for p in parts], _sum_counts),
+                      "dead": _sum_keyed([p["dead"] for p in parts], sum),
+                      "hist": ([sum(b) for b in zip(*(p["hist"][0] for p in parts))], sum(p["hist"][1] for p in parts)),
+                      "tstats": _sum_keyed([p["tstats"] for p in parts], _sum_tstats)}
+        rec["params"], rec["values"], rec["dead"], rec["hist"] = (merged["params"], merged["values"], merged["dead"],
+                                                                  merged["hist"])
+        rec["tstats"] = {n: {k: v for k, v in st.items() if not k.startswith("_")}
+                         for n, st in merged["tstats"].items()}
+        order = {n: i for i, (n, _) in enumerate(self._params)}
+        rec["bad"][:] = sorted((n for n, c in rec["values"].items() if c["inf"] or c["nan"]),
+                               key=lambda n: order.get(n, len(order)))
+
+    def _sum_rest(self):
+        """The recorded step's activations and their gradients summed over the ranks (each rank's own batch), the
+        first overflowing activation the first rank's that had one; with shadow, lost() and the fp32 gradients'
+        histogram counted once where the gradients were the same on every rank (the fp32 ones averaged as DDP
+        averages), else summed."""
+        rec = self._rec
+        parts = self._gather({"act": rec["act"], "act_grad": rec["act_grad"], "first_bad_act": rec["first_bad_act"],
+                              "lost": rec["lost"], "hist": rec["hist"]})
+        rec["act"] = _sum_keyed([p["act"] for p in parts], _sum_counts)
+        rec["act_grad"] = _sum_keyed([p["act_grad"] for p in parts], _sum_counts)
+        rec["first_bad_act"] = next((p["first_bad_act"] for p in parts if p["first_bad_act"]), None)
+        if rec["lost"] is not None:
+            if rec["ranks"]["gradients"] == "identical":
+                rec["lost"], rec["hist"] = parts[0]["lost"], parts[0]["hist"]
+            else:
+                rec["lost"] = _sum_keyed([p["lost"] for p in parts], _sum_lost)
+                rec["hist"] = ([sum(b) for b in zip(*(p["hist"][0] for p in parts))], sum(p["hist"][1] for p in parts))
+
+    def _average_ranks(self, grads):
+        """The shadow's fp32 gradients averaged over the ranks, as DDP averages the run's (one all-reduce of them
+        all, per device), where the run's gradients were the same on every rank."""
+        dist, group = self._dist_group()
+        n = dist.get_world_size(group)
+        have = [g for g in grads if g is not None]
+        by_dev = {}
+        for g in have:
+            by_dev.setdefault(g.device, []).append(g)
+        with torch.no_grad():
+            for gs in by_dev.values():
+                flat = torch.cat([g.reshape(-1).float() for g in gs])
+                dist.all_reduce(flat, group=group)
+                flat /= n
+                i = 0
+                for g in gs:
+                    g.copy_(flat[i:i + g.numel()].view_as(g))
+                    i += g.numel()
+        return grads
+
+    def _sum_updates(self, ups):
+        """updates() over the ranks: once where the gradients were the same on every rank (so are the weights),
+        else summed."""
+        parts = [p for p in self._gather(ups) if p is not None]
+        if not parts:
+            return None
+        if self._rec["ranks"]["gradients"] == "identical":
+            return parts[0]
+        return _sum_keyed(parts, _sum_counts)
 
     def __enter__(self):
         return self
@@ -1011,6 +1373,7 @@ class Monitor:
         """The steps that were not skipped with a loss or gradients holding inf or NaN (a run without a loss
         scaler, as bf16's): [{"step", "loss" (None when not given), "params": the parameters whose gradients
         held inf/NaN, when the step was recorded (gradients are read on recorded steps only)}]."""
+        self._read_losses()
         return [dict(s) for s in self._nonfinite]
 
     # ---- what it found ----
@@ -1086,12 +1449,11 @@ class Monitor:
     def _step_json(self, step):
         """A recorded step as the log's line and to_json's entry."""
         r = self._history[step]
-        loss = self._loss[step] if step < len(self._loss) and self._loss_given[step] else None
+        loss, scale, skipped, _ = self._steps[step] if step < len(self._steps) else (None, None, None, None)
         return {"step": step, "loss": None if loss is None or not math.isfinite(loss) else loss,
                 "loss_finite": None if loss is None else math.isfinite(loss),
-                "scale": self._scale[step] if step < len(self._scale) else None,
-                "skipped": bool(self._skipped[step]) if step < len(self._skipped) else None,
-                "params": r["params"], "activations": self._activations_of(r),
+                "scale": scale, "skipped": None if skipped is None else bool(skipped),
+                "ranks": r["ranks"], "params": r["params"], "activations": self._activations_of(r),
                 "updates": dict(r["updates"] or {}), "lost": r["lost"], "tensor_stats": self._tensor_stats_of(r)}
 
     def _to_tensorboard(self, j):
@@ -1117,6 +1479,7 @@ class Monitor:
         """Everything the monitor recorded, as a dict that json.dump takes: the formats, every step's loss,
         scale and whether it was skipped, each recorded step's counts (stats(), activations(), updates(),
         lost(), tensor_stats()), the skipped and non-finite steps; written to path as JSON too when given."""
+        self._read_losses()
         out = {"formats": list(self.formats), "every": self.every,
                "steps": [{"step": i, "loss": (l if g and math.isfinite(l) else None), "scale": s, "skipped": k}
                          for i, (l, g, s, k) in enumerate(zip(self._loss, self._loss_given, self._scale,
@@ -1156,6 +1519,7 @@ class Monitor:
             text_arg(title, "report's title")
         if not self._history:
             raise MixprecError("mixprec: report: no step recorded yet")
+        self._read_losses()
         build = _ReportBuilder(self, title)
         check(lib.mp_report_write(p, ctypes.byref(build.report)))
         return path
@@ -1177,6 +1541,10 @@ class _Histogram:
         return list(self.bins), self.zeros.value
 
 
+# per format, a dark colour for its values that become 0 and a light one for those that become subnormal
+_SERIES_COLORS = [b"#1f77b4", b"#aec7e8", b"#ff7f0e", b"#ffbb78", b"#2ca02c", b"#98df8a", b"#d62728", b"#ff9896"]
+
+
 class _ReportBuilder:
     """The monitor's findings as report.h's structures (kept alive here while
     the library writes them)."""
@@ -1191,6 +1559,11 @@ class _ReportBuilder:
         # per step and layer: the share of its parameters' gradient values lost (shadow) or that would
         # underflow in fmt; sampled on the recorded steps, held until the next one
         under = np.zeros((max(nsteps, 1), max(nl, 1)), dtype=np.float32)
+        shadow = any(mon._history[s]["lost"] is not None for s in steps)
+        # without shadow, the charts draw what was measured: per format, the share of each layer's gradient values
+        # that would become 0 and that would become subnormal if stored at the recorded scale
+        measured = {} if shadow else {(f, k): np.zeros_like(under) for f in mon.formats
+                                      for k in ("underflow", "subnormal")}
         tensors = (TensorStats * max(nl, 1))()
         wlost = wdead = wtotal = 0
         for i, n in enumerate(layers):
@@ -1198,11 +1571,14 @@ class _ReportBuilder:
         for s in steps:
             r = mon._history[s]
             frac_n, frac_d = np.zeros(max(nl, 1)), np.zeros(max(nl, 1))
+            meas = {k: np.zeros(max(nl, 1)) for k in measured}
             for pn, counts in r["params"].items():
                 owner = mon._owner.get(pn)
                 if owner not in index:
                     continue
                 i = index[owner]
+                for f, k in measured:
+                    meas[f, k][i] += counts[f][k]
                 t = tensors[i]
                 t.has_wgrad = 1
                 if r["lost"] is not None and pn in r["lost"]:
@@ -1216,6 +1592,8 @@ class _ReportBuilder:
                 frac_n[i] += lost
                 frac_d[i] += total
             under[s:, :nl] = np.where(frac_d[:nl] > 0, frac_n[:nl] / np.maximum(frac_d[:nl], 1), 0)
+            for key, m in measured.items():
+                m[s:, :nl] = np.where(frac_d[:nl] > 0, meas[key][:nl] / np.maximum(frac_d[:nl], 1), 0)
             for kind, field in (("act", "fwd"), ("act_grad", "bwd")):
                 for mn, c in r[kind].items():
                     if mn not in index:
@@ -1278,6 +1656,16 @@ class _ReportBuilder:
         u.skips = ctypes.cast(self.skips, ctypes.POINTER(ReportSkip))
         u.nskips = len(wheres)
         u.sample_words = math.nan
+        if measured:
+            self._keep += list(measured.values())
+            self.series = (ReportLayerSeries * len(measured))(*[
+                ReportLayerSeries(("%s: %s" % (f, "to 0" if k == "underflow" else "subnormal")).encode(),
+                                  _SERIES_COLORS[(2 * mon.formats.index(f) + (k != "underflow")) % len(_SERIES_COLORS)],
+                                  m.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+                for (f, k), m in measured.items()])
+            u.layer_series, u.nlayer_series = ctypes.cast(self.series, ctypes.POINTER(ReportLayerSeries)), len(measured)
+            u.layer_title = ("Weight-gradient values that would become 0 or subnormal if stored in %s at the recorded "
+                             "loss scale (recorded steps, held between them)" % " or ".join(mon.formats)).encode()
         self.runs = (ReportRun * 1)(u)
         f16 = lib.mp_format(dtype_code("fp16")).contents
         self.strings = [(title or "mixprec monitor: %s" % type(mon.model).__name__).encode(),
@@ -1365,16 +1753,21 @@ class _ReportBuilder:
         what = ("nonzero in the fp32 recomputation (shadow) and 0 in this run's gradients" if shadow else
                 "that would become 0 if the gradients, as they are in .grad (loss scale included), were stored in "
                 + fmt)
-        ps.append("Weight-gradient values %s: %.4g%% over the recorded steps (%d of %d); the per-layer charts and "
-                  "the \"weight gradients lost\" column count the same values, sampled on the recorded steps and "
-                  "held between them." % (what, 100 * wlost / wtotal if wtotal else 0, wlost, wtotal))
+        charts = ("the per-layer charts, the heat map and the \"weight gradients lost\" column count the same "
+                  "values" if shadow else "the heat map and the \"weight gradients lost\" column count the same "
+                  "values, and the per-layer charts those that would become 0 and those that would become subnormal "
+                  "in each format")
+        ps.append("Weight-gradient values %s: %.4g%% over the recorded steps (%d of %d); %s, sampled on the recorded "
+                  "steps and held between them." % (what, 100 * wlost / wtotal if wtotal else 0, wlost, wtotal, charts))
         for f in mon.formats:
-            tot = und = ovf = 0
+            tot = und = sub = ovf = 0
             for s in steps:
                 for c in mon._history[s]["params"].values():
-                    tot, und, ovf = tot + c[f]["total"], und + c[f]["underflow"], ovf + c[f]["overflow"]
-            ps.append("Stored in %s, %.4g%% of the gradient values would underflow to 0 and %d would overflow."
-                      % (f, 100 * und / tot if tot else 0, ovf))
+                    tot, und, sub, ovf = (tot + c[f]["total"], und + c[f]["underflow"], sub + c[f]["subnormal"],
+                                          ovf + c[f]["overflow"])
+            ps.append("Stored in %s, %.4g%% of the gradient values would underflow to 0, %.4g%% would become "
+                      "subnormal and %d would overflow." % (f, 100 * und / tot if tot else 0,
+                                                            100 * sub / tot if tot else 0, ovf))
         amax = {}
         for s in steps:
             for n, a in mon._history[s]["act"].items():
@@ -1384,6 +1777,14 @@ class _ReportBuilder:
             n = max(amax, key=amax.get)
             ps.append("The largest activation was in %s: %.4g, %.2f doublings below fp16's largest value 65504."
                       % (n, amax[n], _headroom(amax[n], 65504.0)))
+        ranks = [mon._history[s]["ranks"] for s in steps if mon._history[s]["ranks"] is not None]
+        if ranks:
+            same = all(r["gradients"] == "identical" for r in ranks)
+            ps.append("Counts over %d ranks (torch.distributed): each rank's activations and their gradients summed; "
+                      "the weight gradients %s. The loss is this rank's." % (
+                          ranks[-1]["ranks"], "the same on every rank (DDP's all-reduced ones), counted once" if same
+                          else "summed where the ranks' differed (%d of %d recorded steps), counted once where they "
+                          "were the same" % (sum(r["gradients"] == "summed" for r in ranks), len(ranks))))
         if mon._nonfinite:
             s = mon._nonfinite[0]
             ps.append("%d steps were not skipped with inf/NaN in their loss or gradients (no loss scaler skips "

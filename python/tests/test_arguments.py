@@ -171,6 +171,8 @@ def test_monitor_and_its_methods_refuse_bad_arguments_by_name(tmp_path):
         (lambda: Monitor(mlp(), shadow="yes"), "shadow is True or False, not str", TypeError),
         (lambda: Monitor(mlp(), counts=None), "counts is \"auto\" or \"torch\", not NoneType", TypeError),
         (lambda: Monitor(mlp(), counts="gpu"), "counts is \"auto\" or \"torch\", not 'gpu'", ValueError),
+        (lambda: Monitor(mlp(), group="world"), "group is a torch.distributed process group, None .* not str", TypeError),
+        (lambda: Monitor(mlp(), group=True), "group is a torch.distributed process group, None .* not bool", TypeError),
         (lambda: Monitor(mlp().half(), shadow=True), "shadow=True .* needs fp32 parameters; 0.weight is torch.float16",
          ValueError),
         (lambda: backward(scaler="abc"), "after_backward's scaler takes a GradScaler or a number .* not str",

@@ -4,6 +4,7 @@ recount, skipped steps naming the right parameters, the shadow pass, the report
 import math
 import shutil
 import subprocess
+import warnings
 
 import numpy as np
 import pytest
@@ -744,6 +745,63 @@ def test_hooks_only_for_recorded_steps():
     assert hooked(model) == 0
 
 
+def test_losses_given_as_tensors_are_read_together_and_a_nan_one_is_still_named():
+    """On unrecorded steps a loss tensor is kept (detached) and read with the others: at the next recorded or
+    skipped step, after 16 steps at most, or when asked (nonfinite(), to_json(), report())."""
+    model = mlp(27)
+    mon = Monitor(model, formats="fp16", every=1000)  # records step 0 only
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses, warned_at = [], None
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for i in range(30):
+            x, y = batch(i)
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss = loss * math.nan if i == 5 else loss
+            loss.backward()
+            mon.after_backward(1.0, loss=loss)
+            opt.step()
+            mon.after_step(1.0)
+            if w and warned_at is None:
+                warned_at = i
+            losses.append(float(loss.detach()))
+    assert [str(m.message)[:51] for m in w] == ["mixprec: step 5 was not skipped and its loss is nan"]
+    assert w[0].filename == __file__  # the warning points at the loop's after_step
+    assert 5 <= warned_at <= 5 + 16
+    got = [s["loss"] for s in mon.to_json()["steps"]]
+    assert got[:5] == losses[:5] and all(math.isnan(v) for v in losses[5:]) and got[5:] == [None] * 25
+    assert [s["step"] for s in mon.nonfinite()] == list(range(5, 30))
+    assert all(math.isnan(s["loss"]) and s["params"] == [] for s in mon.nonfinite())
+
+
+def test_a_scalers_scale_is_read_again_when_it_changes():
+    """A GradScaler's scale is read once per update (its tensor's version): a scale set between steps
+    (scaler.update(new_scale)) is the one after_backward sees."""
+    class Scaler:  # torch.amp.GradScaler's fields the monitor reads, without its CPU version (torch >= 2.3)
+        _enabled, _per_optimizer_states = True, {}
+
+        def __init__(self):
+            self._scale = torch.full((), 1024.0)
+
+        def get_scale(self):
+            return self._scale.item()
+    model, s = mlp(28), Scaler()
+    mon = Monitor(model, formats="fp16", every=1000)
+    for i in range(4):
+        x, y = batch(i)
+        model.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        (loss * s.get_scale()).backward()
+        mon.after_backward(s, loss=loss)
+        if i == 1:
+            s._scale.fill_(512.0)  # a backoff at update(): step 1 skipped
+        mon.after_step(s)
+        if i == 2:
+            s._scale.fill_(4096.0)  # set by hand between the steps: step 3 is scaled by it
+    assert [(k["step"], k["scale"]) for k in mon.skips()] == [(1, 1024.0)]
+    assert [st["scale"] for st in mon.to_json()["steps"]] == [1024.0, 1024.0, 512.0, 4096.0]
+
 @pytest.mark.skipif(not hasattr(torch, "compile"), reason="no torch.compile in torch %s" % torch.__version__)
 def test_a_compiled_model_has_no_graph_break_and_its_recorded_steps_are_counted():
     import torch._dynamo
@@ -935,12 +993,12 @@ def test_a_module_changed_between_unrecorded_steps_is_read_on_the_next_recorded_
     mon = Monitor(model, formats=("fp16",), every=2)
     one_step(mon, model)
     model.add_module("5", torch.nn.Linear(4, 4))
-    # step 1 is not recorded: the model is read at its after_step, as the hooks of step 2 are attached
-    with pytest.warns(RuntimeWarning, match=r"step 2: .*module added: 5") as w:
-        one_step(mon, model, 1)
-    assert len(w) == 1
+    # step 1 is not recorded: the model is read again as the forward of step 2, recorded, begins
     with warnings_as_errors():
+        one_step(mon, model, 1)
+    with pytest.warns(RuntimeWarning, match=r"step 2: .*module added: 5") as w:
         one_step(mon, model, 2)
+    assert len(w) == 1
     assert mon.stats()["5.weight"]["fp16"]["total"] == 16 and mon.activations()["5"]["elements"] == 256
 
 
@@ -1147,3 +1205,49 @@ def test_an_overflowed_activation_is_drawn_in_the_headroom_chart(tmp_path):
     chart = html[html.index('id="headroom"'):]
     chart = chart[:chart.index("</svg>")]
     assert 'class="series overflow"' in chart and "2: overflowed (" in chart
+
+
+def small_loss_steps(mon, model, n=3, factor=1e-4):
+    """n steps of model on small losses (factor): fp16 would make some gradient values 0 or subnormal."""
+    for i in range(n):
+        x, y = batch(i)
+        model.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y) * factor
+        loss.backward()
+        mon.after_backward(1.0, loss=loss)
+        mon.after_step(1.0)
+
+
+def test_without_shadow_the_layer_charts_show_each_formats_zeros_and_subnormals(tmp_path):
+    model = mlp(66)
+    mon = Monitor(model, formats=("fp16", "bf16"), every=1)
+    small_loss_steps(mon, model)
+    html = mon.report(tmp_path / "r.html").read_text()
+    chart = html[html.index('id="layers"'):]
+    chart = chart[:chart.index("</svg>")]
+    assert "would become 0 or subnormal if stored in fp16 or bf16 at the recorded loss scale" in html
+    h, seen = mon.history(), 0
+    for layer in ("0", "2", "4"):
+        for f in ("fp16", "bf16"):
+            for k, label in (("underflow", "to 0"), ("subnormal", "subnormal")):
+                per_step = [np.float32(sum(c[f][k] for p, c in s.items() if p.startswith(layer + ".")) /
+                                       sum(c[f]["total"] for p, c in s.items() if p.startswith(layer + ".")))
+                            for s in h.values()]
+                mean = 100 * sum(float(v) for v in per_step) / len(per_step)
+                assert "<title>%s: %s %s: %.4g%%</title>" % (f, label, layer, mean) in chart, (f, k, layer, mean)
+                seen += mean > 0
+    assert seen >= 2  # fp16's zeros and subnormals drawn, not an empty chart
+    assert "<figcaption>Weight-gradient values that would become 0 or subnormal" in html  # the over-time chart
+    assert html.count('class="legend">fp16: subnormal</text>') == 2
+
+
+def test_a_report_with_nothing_lost_says_so_instead_of_empty_charts(tmp_path):
+    model = mlp(67)
+    mon = Monitor(model, formats="bf16", every=1)  # fp32's range: no gradient value becomes 0 or subnormal
+    small_loss_steps(mon, model, factor=1.0)
+    assert all(c["bf16"]["underflow"] == c["bf16"]["subnormal"] == 0 for c in mon.stats().values())
+    html = mon.report(tmp_path / "r.html").read_text()
+    assert 'id="layers"' not in html and 'id="underflow"' not in html
+    assert ("Weight-gradient values that would become 0 or subnormal if stored in bf16 at the recorded loss scale "
+            "(recorded steps, held between them): none, in any layer on any step.") in html
+    assert 'id="headroom"' in html  # what was measured of the activations is still drawn
