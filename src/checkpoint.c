@@ -162,9 +162,9 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
     char step[32], osteps[32], blob[2 * MP_SCALER_BLOB_SIZE + 1] = "";
     snprintf(step, sizeof step, "%ld", t->step);
     snprintf(osteps, sizeof osteps, "%llu", (unsigned long long)mp_optim_steps(t->opt));
-    if (t->scaled) {
+    if (t->mode.scaled) {
         uint8_t b[MP_SCALER_BLOB_SIZE];
-        mp_scaler_save(&t->scaler, b);
+        mp_scaler_save(&t->mode.scaler, b);
         hex(blob, b, sizeof b);
     }
     if (st == MP_OK) {
@@ -230,12 +230,12 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
         if (mp_optim_state_check(t->opt, i) != MP_OK) /* a value the update would turn into NaN, refused now */
             return mp_error(MP_ECORRUPT, "%s: %s", path, mp_last_error());
     }
-    if (t->scaled) {
+    if (t->mode.scaled) {
         uint8_t b[MP_SCALER_BLOB_SIZE];
         if (unhex(b, mp_safetensors_meta(s, "scaler"), sizeof b) != 0)
             return mp_error(MP_ECORRUPT, "%s: scaler state missing or not %d hex bytes (metadata 'scaler')", path,
                             MP_SCALER_BLOB_SIZE);
-        if (mp_scaler_load(&t->scaler, b, sizeof b) != MP_OK)
+        if (mp_scaler_load(&t->mode.scaler, b, sizeof b) != MP_OK)
             return mp_error(MP_ECORRUPT, "%s: metadata 'scaler': %s", path, mp_last_error());
     }
     TRY(restore_quant(t, path, s));

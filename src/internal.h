@@ -235,6 +235,31 @@ mp_status mp_print_file_atomic(const char *path, void (*print)(FILE *f, const vo
  * attributes (report.c); NULL writes nothing. */
 void mp_html_escape(FILE *f, const char *s);
 
+/* precision.c: a precision mode applied to a training run's parts, in one
+ * place. The model reads the mode when it is created (its compute format,
+ * master weights and recipe: mp_run_model's create); mp_precision_apply,
+ * called by mp_trainer_create once the model and the optimizer exist, sets
+ * the rest and says what it decided, which the trainer reads: */
+typedef struct mp_mode_applied {
+    int scaled;        /* the mode scales the loss: scaler runs */
+    mp_scaler scaler;  /* as mp_precision_scaler configures it */
+    mp_dtype reduce;   /* where the model's reductions round: MP_F32, or the compute format (+reductions=half) */
+    mp_dtype norm;     /* where the gradient norm sums: the compute format only with half reductions and a clip
+                          (the norm is measured either way) */
+} mp_mode_applied;
+/* The loss scaler's config in mode p: base (the run's --init-scale, ...)
+ * made dynamic or static as the mode says, with fp16-static:S's scale. */
+mp_scaler_config mp_precision_scaler(const mp_precision *p, const mp_scaler_config *base);
+/* Applies p to the optimizer (the rounding of its compute copies, with
+ * seed's stream when stochastic; its state format), to the model (where its
+ * reductions round: ops->set_reductions) and to a loss scaler (initialised
+ * from mp_precision_scaler(p, scaler) in a scaled mode), into *out. clip: the
+ * trainer's (> 0: the norm is used). MP_EINVAL + message for half reductions
+ * on a model without set_reductions, or what the optimizer, the scaler or
+ * the model refuses. */
+mp_status mp_precision_apply(const mp_precision *p, const mp_scaler_config *scaler, double clip, uint64_t seed,
+                             mp_model model, mp_optim *opt, mp_mode_applied *out);
+
 /* run_spec.c: the spec's mode with its switches into *p (may be NULL),
  * after its options, models, data and loss scaler are checked as they will
  * be used; what mp_run_check checks besides the files. */

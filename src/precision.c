@@ -255,3 +255,32 @@ const char *mp_precision_formats(const mp_precision *p, char *out, size_t cap) {
              a == g ? "" : mp_format(g)->name);
     return out;
 }
+
+/* ---- the mode applied to a run's parts ---- */
+
+mp_scaler_config mp_precision_scaler(const mp_precision *p, const mp_scaler_config *base) {
+    mp_scaler_config sc = *base;
+    sc.dynamic = p->scaling == MP_SCALING_DYNAMIC;
+    if (!sc.dynamic && p->static_scale > 0) sc.init_scale = p->static_scale; /* fp16-static:S */
+    return sc;
+}
+
+mp_status mp_precision_apply(const mp_precision *p, const mp_scaler_config *scaler, double clip, uint64_t seed,
+                             mp_model model, mp_optim *opt, mp_mode_applied *out) {
+    const int half = p->reductions == MP_REDUCE_HALF;
+    if (half && !model.ops->set_reductions)
+        return mp_error(MP_EINVAL, "the %s model computes its reductions in fp32 only: no +reductions=half",
+                        model.ops->kind);
+    mp_mode_applied a;
+    memset(&a, 0, sizeof a);
+    a.reduce = half ? p->compute : MP_F32;
+    a.norm = half && clip > 0 ? p->compute : MP_F32;
+    a.scaled = p->scaling != MP_SCALING_NONE;
+    mp_status st = mp_optim_set_rounding(opt, p->rounding, seed);
+    if (st == MP_OK && p->optim_state != MP_STATE_AUTO) st = mp_optim_set_state_format(opt, p->optim_state);
+    const mp_scaler_config sc = mp_precision_scaler(p, scaler);
+    if (st == MP_OK && a.scaled) st = mp_scaler_init(&a.scaler, &sc);
+    if (st == MP_OK && model.ops->set_reductions) st = model.ops->set_reductions(model.impl, a.reduce);
+    if (st == MP_OK) *out = a;
+    return st;
+}

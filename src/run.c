@@ -376,7 +376,6 @@ static int setup_custom(run_state *s, long *steps_per_epoch) {
     const mp_run_spec *o = &s->o;
     mp_status st;
     if (make_optim(o, &s->opt) != MP_OK) return invalid(s, mp_last_error());
-    if (s->prec.rounding == MP_ROUND_STOCHASTIC) mp_optim_set_rounding(s->opt, MP_ROUND_STOCHASTIC, (uint64_t)o->seed);
     long per = 0;
     if ((st = o->custom->create(o->custom->ctx, &s->prec, s->opt, (size_t)o->batch, (uint64_t)o->seed, &s->model)) !=
             MP_OK ||
@@ -423,7 +422,6 @@ static int setup(run_state *s, size_t *T, long *steps_per_epoch) {
         *steps_per_epoch = (long)(s->train.n / B) / o->accum;
     }
     if (make_optim(o, &s->opt) != MP_OK) return invalid(s, mp_last_error());
-    if (prec->rounding == MP_ROUND_STOCHASTIC) mp_optim_set_rounding(s->opt, MP_ROUND_STOCHASTIC, (uint64_t)o->seed);
     const mp_dtype ct = prec->compute;
     const mp_master_weights master = prec->master_weights;
     mp_recipe r;
@@ -661,8 +659,9 @@ static int begin(run_state *s) {
     s->T = 1, s->steps_per_epoch = 1;
     int ret = setup(s, &s->T, &s->steps_per_epoch);
     if (ret != RUN_OK) return ret;
-    mp_train_config tc = {&s->prec, o->scaler, {o->lr, o->schedule, o->warmup, 0, o->min_lr}, o->accum, o->clip,
-                          s->ranks->dist, o->shard_optimizer};
+    mp_train_config tc = {.precision = &s->prec, .scaler = o->scaler, .lr = {o->lr, o->schedule, o->warmup, 0, o->min_lr},
+                          .accum = o->accum, .clip = o->clip, .dist = s->ranks->dist,
+                          .shard_optimizer = o->shard_optimizer, .seed = (uint64_t)o->seed};
     s->total = o->steps ? o->steps : (o->epochs ? o->epochs : 1) * s->steps_per_epoch;
     tc.lr.decay_steps = s->total; /* the cosine reaches min_lr at the last step, as nanoGPT's lr_decay_iters = max_iters */
     if (o->warmup >= s->total) {

@@ -442,9 +442,7 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
          g->max_scale != d.max_scale))
         return mp_error(MP_EINVAL, "a static scale never changes: --growth-*, --backoff-factor, --hysteresis, "
                                    "--min-scale and --max-scale do nothing for %s", p.label);
-    mp_scaler_config sc = s->scaler; /* as the trainer will make it */
-    sc.dynamic = p.scaling == MP_SCALING_DYNAMIC;
-    if (!sc.dynamic && p.static_scale > 0) sc.init_scale = p.static_scale;
+    const mp_scaler_config sc = mp_precision_scaler(&p, &s->scaler); /* as the trainer will make it */
     if (p.scaling != MP_SCALING_NONE && sc.init_scale > 0 && !isfinite((float)(1.0 / (double)sc.init_scale)))
         return mp_error(MP_EINVAL, "%s%.3g: 1/S is not finite in fp32, so unscaling would make every gradient inf "
                         "(S must exceed 2^-128)", p.static_scale > 0 ? "fp16-static:" : "--init-scale ",

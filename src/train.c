@@ -34,9 +34,6 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
         return mp_error(MP_EINVAL, "learning-rate schedule: lr %g, min_lr %g, warmup %ld, decay_steps %ld",
                         c->lr.lr, c->lr.min_lr, c->lr.warmup, c->lr.decay_steps);
     const int half = c->precision->reductions == MP_REDUCE_HALF;
-    if (half && !model.ops->set_reductions)
-        return mp_error(MP_EINVAL, "the %s model computes its reductions in fp32 only: no +reductions=half",
-                        model.ops->kind);
     const mp_train_dist *d = c->dist;
     if (d && (d->size < 1 || d->rank < 0 || d->rank >= d->size ||
               (d->size > 1 && (!d->sum_grads || !d->sum_f64 || !d->max_f32))))
@@ -48,38 +45,17 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
     if (c->shard_optimizer && half && c->clip > 0)
         return mp_error(MP_EINVAL, "a sharded optimizer sums the gradient norm in fp32: no +reductions=half with "
                                    "clipping");
-    if (c->precision->optim_state != MP_STATE_AUTO) { /* the optimizer keeps its state as the mode says */
-        const mp_status st = mp_optim_set_state_format(opt, c->precision->optim_state);
-        if (st != MP_OK) return st;
-    }
+    mp_mode_applied mode; /* the mode on the model, the optimizer and the scaler */
+    const mp_status applied = mp_precision_apply(c->precision, &c->scaler, c->clip, c->seed, model, opt, &mode);
+    if (applied != MP_OK) return applied;
     mp_trainer *t = calloc(1, sizeof *t);
     if (!t) return mp_error(MP_ENOMEM, "mp_trainer_create: out of memory");
-    t->cfg = *c, t->model = model, t->opt = opt, t->loader = loader;
+    t->cfg = *c, t->model = model, t->opt = opt, t->loader = loader, t->mode = mode;
     t->dist = d && d->size > 1 ? d : NULL;
     if (c->shard_optimizer) {
         const mp_status st = mp_train_shard(t);
         if (st != MP_OK) {
             mp_trainer_free(t);
-            return st;
-        }
-    }
-    /* the norm is naive only when --clip uses it (it is measured either way) */
-    t->norm_acc = half && c->clip > 0 ? c->precision->compute : MP_F32;
-    t->scaled = c->precision->scaling != MP_SCALING_NONE;
-    if (t->scaled) {
-        mp_scaler_config sc = c->scaler;
-        sc.dynamic = c->precision->scaling == MP_SCALING_DYNAMIC;
-        if (!sc.dynamic && c->precision->static_scale > 0) sc.init_scale = c->precision->static_scale; /* fp16-static:S */
-        const mp_status st = mp_scaler_init(&t->scaler, &sc);
-        if (st != MP_OK) {
-            free(t);
-            return st;
-        }
-    }
-    if (model.ops->set_reductions) {
-        const mp_status st = model.ops->set_reductions(model.impl, half ? c->precision->compute : MP_F32);
-        if (st != MP_OK) {
-            free(t);
             return st;
         }
     }
@@ -95,7 +71,7 @@ void mp_trainer_free(mp_trainer *t) {
 }
 
 long mp_trainer_step_count(const mp_trainer *t) { return t->step; }
-const mp_scaler *mp_trainer_scaler(const mp_trainer *t) { return t->scaled ? &t->scaler : NULL; }
+const mp_scaler *mp_trainer_scaler(const mp_trainer *t) { return t->mode.scaled ? &t->mode.scaler : NULL; }
 
 /* Forward and backward of every micro-batch of this step: the gradients of
  * S * (mean loss over the step) land in the parameters' gradients; with
@@ -171,7 +147,7 @@ mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
     memset(&r, 0, sizeof r);
     const double clip = t->cfg.clip > 0 ? t->cfg.clip : DBL_MAX; /* the norm is measured either way */
     r.lr = mp_lr_at(&t->cfg.lr, t->step);
-    r.scale = t->scaled ? mp_scaler_get_scale(&t->scaler) : 1.0f;
+    r.scale = t->mode.scaled ? mp_scaler_get_scale(&t->mode.scaler) : 1.0f;
     TRY(mp_optim_set_lr(t->opt, r.lr));
     t->model.ops->reset_stats(t->model.impl);
     if (t->dist) TRY(mp_train_dist_prepare(t));
@@ -181,18 +157,18 @@ mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
     else if (t->dist) /* before the unscale, as DDP */
         TRY(mp_train_reduced(t->dist->sum_grads(t->dist->ctx, t->gx, t->gn, t->ngrads), "the gradients"));
     mp_status st = MP_OK;
-    if (t->scaled) {
+    if (t->mode.scaled) {
         /* unscale, check and norm in one pass; a clip is applied in the update's pass */
-        TRY(mp_optim_unscale_clip(t->opt, &t->scaler, clip, t->norm_acc, &r.grad_norm, &r.skipped));
+        TRY(mp_optim_unscale_clip(t->opt, &t->mode.scaler, clip, t->mode.norm, &r.grad_norm, &r.skipped));
         if (r.skipped || !isfinite(r.loss)) locate_nonfinite(t, &r);
-        TRY(mp_scaler_step(&t->scaler, t->opt, &r.skipped));
-        st = mp_scaler_update(&t->scaler, r.skipped); /* MP_EOVERFLOW: the step counts, the run should stop */
-        if (st == MP_OK && !isfinite(mp_scaler_inv_scale(&t->scaler))) /* GradScaler would skip every step from here */
+        TRY(mp_scaler_step(&t->mode.scaler, t->opt, &r.skipped));
+        st = mp_scaler_update(&t->mode.scaler, r.skipped); /* MP_EOVERFLOW: the step counts, the run should stop */
+        if (st == MP_OK && !isfinite(mp_scaler_inv_scale(&t->mode.scaler))) /* GradScaler would skip every step from here */
             st = mp_error(MP_EOVERFLOW, "loss scale backed off to %g, whose inverse is not finite in fp32, and "
                           "gradients still overflow: the model produces inf/NaN at any scale",
-                          (double)mp_scaler_get_scale(&t->scaler));
+                          (double)mp_scaler_get_scale(&t->mode.scaler));
     } else {
-        TRY(mp_optim_unscale_clip(t->opt, NULL, clip, t->norm_acc, &r.grad_norm, NULL));
+        TRY(mp_optim_unscale_clip(t->opt, NULL, clip, t->mode.norm, &r.grad_norm, NULL));
         if (!isfinite(r.grad_norm) || !isfinite(r.loss)) locate_nonfinite(t, &r);
         TRY(mp_optim_step(t->opt));
     }

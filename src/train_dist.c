@@ -193,7 +193,7 @@ mp_status mp_trainer_state_crc(mp_trainer *t, uint32_t *out) {
     uint8_t b[MP_SCALER_BLOB_SIZE > MP_QBLOB ? MP_SCALER_BLOB_SIZE : MP_QBLOB];
     mp_put_u64(b, (uint64_t)t->step), mp_put_u64(b + 8, mp_optim_steps(t->opt));
     crc = mp_crc32(crc, b, 16);
-    if (t->scaled && mp_scaler_save(&t->scaler, b) == MP_OK) crc = mp_crc32(crc, b, MP_SCALER_BLOB_SIZE);
+    if (t->mode.scaled && mp_scaler_save(&t->mode.scaler, b) == MP_OK) crc = mp_crc32(crc, b, MP_SCALER_BLOB_SIZE);
     mp_model_qtensors(&t->model, qt, nq);
     for (size_t i = 0; i < nq; i++) {
         mp_qblob_save(qt[i].q, b);

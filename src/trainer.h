@@ -11,9 +11,7 @@ struct mp_trainer {
     mp_model model;
     mp_optim *opt;
     mp_loader loader;
-    int scaled;
-    mp_scaler scaler;
-    mp_dtype norm_acc; /* where the gradient norm is summed (mp_clip_grad_norm) */
+    mp_mode_applied mode; /* what the precision mode decided (mp_precision_apply): the scaler, the norm's sums */
     long step; /* steps taken */
     const mp_train_dist *dist; /* size > 1, or NULL */
     /* with dist: the gradients' addresses and sizes for sum_grads, and the
