@@ -14,7 +14,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "internal.h"
+#include "models.h"
 #include "mixprec/compare.h"
 
 typedef struct cmp cmp;
@@ -84,17 +84,22 @@ static double mean_tensor(const mp_run_result *r, int l) {
     return r->nsteps ? m / (double)r->nsteps : 0;
 }
 
+/* Whether r is a language model's run (its row reports a validation loss), not a classifier's. */
+static int language(const mp_run_result *r) {
+    return mp_model_row_kind(r->model_kind)->report == MP_REPORT_LANGUAGE;
+}
+
 /* The evaluation figure in words: "87.91% test accuracy" or "validation loss 1.6234". */
 static const char *eval_text(char *buf, size_t cap, const mp_run_result *r) {
-    if (strcmp(r->model_kind, "gpt") == 0 && !isfinite(r->eval_loss)) snprintf(buf, cap, "a validation loss of NaN/inf");
-    else if (strcmp(r->model_kind, "gpt") == 0) snprintf(buf, cap, "validation loss %.4f", r->eval_loss);
+    if (language(r) && !isfinite(r->eval_loss)) snprintf(buf, cap, "a validation loss of NaN/inf");
+    else if (language(r)) snprintf(buf, cap, "validation loss %.4f", r->eval_loss);
     else snprintf(buf, cap, "%.2f%% test accuracy", 100 * r->eval_accuracy);
     return buf;
 }
 
 /* How far r is from the baseline b: "0.25 points below" or "0.8% above". */
 static const char *eval_diff(char *buf, size_t cap, const mp_run_result *r, const mp_run_result *b) {
-    if (strcmp(r->model_kind, "gpt") == 0) {
+    if (language(r)) {
         const double rel = 100 * (r->eval_loss - b->eval_loss) / b->eval_loss;
         snprintf(buf, cap, "%.2f%% %s", fabs(rel), rel > 0 ? "above (worse than)" : "below (better than)");
     } else {
@@ -234,7 +239,7 @@ static void reading(char *out, size_t cap, const mp_compare_mode *runs, int n, c
             100 * f16->underflow, f16->ntensors ? 100 * mean_tensor(f16, worst) : 0.0,
             f16->ntensors ? f16->tensor_names[worst] : "-");
         if (f32) {
-            const int worse = strcmp(f16->model_kind, "gpt") == 0 ? f16->eval_loss > f32->eval_loss * 1.005
+            const int worse = language(f16) ? f16->eval_loss > f32->eval_loss * 1.005
                                                                   : f16->eval_accuracy < f32->eval_accuracy - 0.005;
             if (worse)
                 ADD("It ended at %s, %s fp32 (%s).\n\n", eval_text(e1, sizeof e1, f16),
@@ -296,7 +301,7 @@ static void reading(char *out, size_t cap, const mp_compare_mode *runs, int n, c
     }
     if (nab) k += reading_ablation(out + (k < cap ? k : cap), k < cap ? cap - k : 0, rep, ab, nab, ref);
     if (f32 && n > 1) {
-        const int gpt = strcmp(f32->model_kind, "gpt") == 0;
+        const int gpt = language(f32);
         double spread = 0;
         for (int i = 0; i < n; i++)
             spread = fmax(spread, gpt ? fabs(runs[i].result.eval_loss - f32->eval_loss) / f32->eval_loss
@@ -447,7 +452,7 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[LIST_MAX], mp
         opts[n] = *base;
         opts[n].precision = tok;
         if (opts[n].hist_every < 0) /* the default: the MLP's histograms every 10 steps */
-            opts[n].hist_every = !base->custom && strncmp(base->model, "gpt:", 4) != 0 ? 10 : 0;
+            opts[n].hist_every = mp_model_row_of(base)->histogram ? 10 : 0;
         mp_precision p;
         if (mp_precision_parse(tok, &p) != MP_OK) return invalid(x, "%s", mp_last_error());
         if (any_scaled && p.scaling == MP_SCALING_NONE) opts[n].scaler = mp_scaler_defaults();
@@ -532,7 +537,7 @@ static void warn_against_fp32(mp_compare_result *res) {
     const mp_run_result *f32 = find(res->modes, res->n, "fp32");
     for (int r = 0; f32 && r < res->n; r++) {
         mp_run_result *u = &res->modes[r].result;
-        const int gpt = strcmp(u->model_kind, "gpt") == 0;
+        const int gpt = language(u);
         if (u == f32 || u->nwarnings >= MP_RUN_WARNINGS) continue;
         if (gpt && u->eval_loss > f32->eval_loss * 1.02)
             snprintf(u->warnings[u->nwarnings++], sizeof u->warnings[0],
@@ -548,7 +553,7 @@ static void warn_against_fp32(mp_compare_result *res) {
 /* The summary table and the warnings. */
 static void print_table(FILE *out, const mp_compare_result *res) {
     const mp_compare_mode *runs = res->modes;
-    const int n = res->n, gpt = strcmp(runs[0].result.model_kind, "gpt") == 0;
+    const int n = res->n, gpt = language(&runs[0].result);
     const mp_run_result *f32 = find(runs, n, "fp32");
     int namew = 14;
     for (int r = 0; r < n; r++) namew = (int)strlen(runs[r].name) > namew ? (int)strlen(runs[r].name) : namew;
@@ -581,7 +586,7 @@ typedef struct {
 
 static mp_report report_of(report_runs *v, const mp_compare_result *res, const char *command, const char *reading_text) {
     const mp_compare_mode *runs = res->modes;
-    const int n = res->n, gpt = strcmp(runs[0].result.model_kind, "gpt") == 0;
+    const int n = res->n, gpt = language(&runs[0].result);
     int baseline = -1;
     for (int r = 0; r < n; r++) {
         const mp_run_result *u = &runs[r].result;

@@ -15,9 +15,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "internal.h"
-#include "mixprec/run.h"
-#include "mixprec/sample.h"
+#include "models.h"
 
 void mp_run_result_free(mp_run_result *r) {
     if (!r) return;
@@ -85,12 +83,10 @@ typedef struct {
 
 /* Everything a run allocates, freed in one place. */
 typedef struct {
-    mp_dataset train, test;
-    mp_text text;
+    const mp_model_row *row; /* the model's row of the table (models.h) */
+    void *mctx;              /* the context its row opened: the model's configuration and data */
     mp_optim *opt;
     mp_model model;
-    mp_mlp *mlp;
-    mp_gpt *gpt;
     mp_loader loader;
     mp_trainer *tr;
     int log_fd;          /* the CSV log, written as log_partial; -1: none */
@@ -98,8 +94,8 @@ typedef struct {
     const char *locked[4];  /* the outputs whose locks this run holds (mp_output_lock) */
     off_t log_size;      /* its complete rows, in bytes */
     long log_rows;
-    char *row;           /* the row being written */
-    size_t row_len;
+    char *line;          /* the log's row being written */
+    size_t line_len;
     double *ms;
     double *mpi_ms;      /* with ranks: each step's time in MPI */
     cJSON *skips; /* the skipped steps, for the summary: {step, scale, tensors, first_activation} */
@@ -118,7 +114,7 @@ typedef struct {
     int deferring;       /* with ranks, before training: messages are held until the ranks agree */
     char deferred[1024];
     /* the run under way */
-    int is_gpt, writer, hist_on; /* a GPT (not an MLP or a model of the caller's); rank 0; histograms */
+    int writer, hist_on;        /* rank 0; gradient histograms taken */
     size_t T;                   /* positions per row (the GPT's context; 1 for the MLP) */
     long steps_per_epoch, total; /* steps: per epoch, and to the end of the run (counted from 0) */
     long step, done_steps;      /* the next step's number, and the steps this run took */
@@ -140,8 +136,7 @@ static void state_free(run_state *s) {
     mp_loader_free(&s->loader);
     mp_model_free(&s->model);
     mp_optim_free(s->opt);
-    mp_dataset_free(&s->train), mp_dataset_free(&s->test);
-    mp_text_free(&s->text);
+    if (s->mctx) s->row->close(s->mctx);
     free(s->ms), free(s->mpi_ms), free(s->hs), free(s->qt);
     cJSON_Delete(s->skips);
 }
@@ -257,8 +252,6 @@ static int fail_alone(run_state *s) {
     return RUN_FAILED;
 }
 
-static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
-
 /* ---- memory before it is taken ---- */
 
 /* The bytes the machine can still give this process: /proc/meminfo's
@@ -306,25 +299,12 @@ static double state_bytes(const run_state *s) {
 
 /* About what a model takes: its parameters with their gradients, optimizer
  * state and half copies, and its largest activations (forward and backward),
- * from its configuration alone. An estimate, on the large side of the
- * allocations made (nn.c, gpt.c, optim.c). */
-static uint64_t model_bytes(const run_state *s, const mp_mlp_config *mc, const mp_gpt_config *gc) {
-    const mp_run_spec *o = &s->o;
+ * from its configuration alone (its row's size). An estimate, on the large
+ * side of the allocations made (nn.c, gpt.c, optim.c). */
+static uint64_t model_bytes(const run_state *s) {
     const double es = (double)mp_format(s->prec.compute)->size;
     double params = 0, act = 0;
-    if (gc) {
-        const double L = gc->n_layer, C = gc->n_embd, T = gc->block_size, V = gc->vocab_size, B = (double)o->batch;
-        params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
-        act = B * T * (L * (20 * C * es + 4 * 4) + 2 * V * 4 + 4 * C * 4); /* the layers' stores, logits, residuals */
-    } else {
-        const double B = (double)(o->batch > 1000 ? o->batch : 1000); /* the evaluation's batch */
-        double widths = 0;
-        for (int l = 0; l <= mc->nlayers; l++) {
-            widths += mc->widths[l];
-            if (l) params += (double)mc->widths[l - 1] * mc->widths[l] + mc->widths[l];
-        }
-        act = B * widths * (4 + 3 * es);
-    }
+    s->row->size(s->mctx, (size_t)s->o.batch, es, &params, &act);
     /* per parameter: the weights as kept, the fp32 gradient, the optimizer state as kept */
     const mp_master_weights mw = s->prec.master_weights;
     const double w = mw == MP_MASTER_FP32 ? 4 + (es < 4 ? es : 0) : mw == MP_MASTER_KAHAN ? 4 : 2;
@@ -333,8 +313,9 @@ static uint64_t model_bytes(const run_state *s, const mp_mlp_config *mc, const m
 }
 
 /* Refuses a model that would not fit before anything is allocated for it. */
-static int fits(run_state *s, const mp_mlp_config *mc, const mp_gpt_config *gc) {
-    const uint64_t need = model_bytes(s, mc, gc), avail = memory_available();
+static int fits(run_state *s) {
+    if (!s->row->size) return RUN_OK;
+    const uint64_t need = model_bytes(s), avail = memory_available();
     if (!avail || need <= avail) return RUN_OK;
     return fail(s, MP_ENOMEM, "model %s with batch %ld needs about %.1f GiB (parameters, gradients, optimizer state "
                               "and activations), and %.1f GiB are available", s->o.model, s->o.batch,
@@ -371,91 +352,34 @@ static mp_status make_optim(const mp_run_spec *o, mp_optim **out) {
     return mp_optim_sgd(out, &sc);
 }
 
-/* The caller's own model and data (spec->custom). */
-static int setup_custom(run_state *s, long *steps_per_epoch) {
+/* The model's row opens it (its string parsed), the memory it needs is
+ * checked, its data read; the optimizer, the model in the mode and its
+ * loader made, as for a model of the caller's. */
+static int setup(run_state *s) {
     const mp_run_spec *o = &s->o;
-    mp_status st;
-    if (make_optim(o, &s->opt) != MP_OK) return invalid(s, mp_last_error());
+    const mp_model_row *row = s->row;
+    const size_t B = (size_t)o->batch;
+    int bad_spec = 0;
     long per = 0;
-    if ((st = o->custom->create(o->custom->ctx, &s->prec, s->opt, (size_t)o->batch, (uint64_t)o->seed, &s->model)) !=
-            MP_OK ||
-        (st = o->custom->loader(o->custom->ctx, (size_t)o->batch, o->shuffle, (uint64_t)o->seed, &s->loader, &per)) !=
-            MP_OK)
+    mp_status st = row->open(o, &s->mctx, &s->T);
+    if (st != MP_OK) return invalid(s, mp_last_error());
+    if (fits(s) != RUN_OK) return RUN_FAILED;
+    if (row->data && (st = row->data(s->mctx, &bad_spec)) != MP_OK)
+        return bad_spec ? invalid(s, mp_last_error()) : failed(s, st);
+    if (make_optim(o, &s->opt) != MP_OK) return invalid(s, mp_last_error());
+    if ((st = row->create(s->mctx, &s->prec, s->opt, B, (uint64_t)o->seed, &s->model)) != MP_OK ||
+        (st = row->loader(s->mctx, B, o->shuffle, (uint64_t)o->seed, &s->loader, &per)) != MP_OK)
         return failed(s, st);
     if (!s->model.ops || !s->loader.train_batch) return fail(s, MP_ESTATE, "model %s: no model or loader made", o->model);
-    *steps_per_epoch = per / o->accum > 0 ? per / o->accum : 1;
+    s->steps_per_epoch = per / o->accum > 0 ? per / o->accum : 1;
     return RUN_OK;
 }
 
-/* Model, data, optimizer, loader and trainer from the spec. */
-static int setup(run_state *s, size_t *T, long *steps_per_epoch) {
-    const mp_run_spec *o = &s->o;
-    const mp_precision *prec = &s->prec;
-    const int gpt = !o->custom && is_gpt(o->model);
-    mp_mlp_config mc;
-    mp_gpt_config gc;
-    mp_status st;
-    const size_t B = (size_t)o->batch;
-    if (o->custom) return setup_custom(s, steps_per_epoch);
-    if ((gpt ? mp_gpt_parse(o->model, &gc) : mp_mlp_parse(o->model, &mc)) != MP_OK) return invalid(s, mp_last_error());
-    if (fits(s, gpt ? NULL : &mc, gpt ? &gc : NULL) != RUN_OK) return RUN_FAILED;
-    if (gpt) {
-        gc.gelu = o->gelu;
-        *T = (size_t)gc.block_size;
-        if ((st = mp_text_load(&s->text, o->data ? o->data + 5 : MP_TEXT_DEFAULT_CORPUS)) != MP_OK ||
-            (st = mp_text_check(&s->text, *T)) != MP_OK)
-            return failed(s, st);
-        const double per = (double)B * (double)*T * (double)o->accum;
-        *steps_per_epoch = (long)((double)s->text.n_train / per) > 0 ? (long)((double)s->text.n_train / per) : 1;
-    } else {
-        mc.act = o->act, mc.layernorm = o->layernorm;
-        *T = 1;
-        if ((st = mp_fashion_mnist_load(&s->train, &s->test, o->data)) != MP_OK) return failed(s, st);
-        const size_t D = s->train.rows * s->train.cols;
-        if ((size_t)mc.widths[0] != D || mc.widths[mc.nlayers] < s->test.num_classes) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "model %s: the input width must be %zu and the output at least %d", o->model, D,
-                     s->train.num_classes);
-            return invalid(s, msg);
-        }
-        if (B * (size_t)o->accum > s->train.n) return invalid(s, "batch x accum is larger than the training set");
-        *steps_per_epoch = (long)(s->train.n / B) / o->accum;
-    }
-    if (make_optim(o, &s->opt) != MP_OK) return invalid(s, mp_last_error());
-    const mp_dtype ct = prec->compute;
-    const mp_master_weights master = prec->master_weights;
-    mp_recipe r;
-    if (gpt) {
-        if ((st = mp_gpt_create(&s->gpt, &gc, ct, master, B, s->opt, (uint64_t)o->seed)) != MP_OK) return failed(s, st);
-        s->model = mp_gpt_model(s->gpt);
-        if ((st = mp_precision_recipe(prec, &r)) != MP_OK || (st = mp_gpt_set_recipe(s->gpt, &r, (uint64_t)o->seed)) != MP_OK)
-            return failed(s, st);
-        st = mp_text_loader(&s->loader, &s->text, B, *T, o->shuffle, (uint64_t)o->seed, (size_t)o->eval_windows);
-    } else {
-        const size_t eval_b = 1000;
-        if ((st = mp_mlp_create(&s->mlp, &mc, ct, master, B > eval_b ? B : eval_b, s->opt, (uint64_t)o->seed)) != MP_OK)
-            return st == MP_ENOMEM && B < eval_b ? fail(s, st, "%s (the evaluation's batch of %zu rows; --batch is %zu)",
-                                                        mp_last_error(), eval_b, B)
-                                                 : failed(s, st);
-        s->model = mp_mlp_model(s->mlp);
-        if ((st = mp_precision_recipe(prec, &r)) != MP_OK || (st = mp_mlp_set_recipe(s->mlp, &r, (uint64_t)o->seed)) != MP_OK)
-            return failed(s, st);
-        st = mp_image_loader(&s->loader, &s->train, &s->test, B, o->shuffle, (uint64_t)o->seed, eval_b);
-    }
-    return st != MP_OK ? failed(s, st) : RUN_OK;
-}
-
 /* The metadata a checkpoint keeps about the model, checked on resume. */
-static void model_meta(const mp_run_spec *o, const char **kv) {
+static void model_meta(const mp_model_row *row, const mp_run_spec *o, const char **kv) {
     int k = 0;
     kv[k++] = "model", kv[k++] = o->model;
-    if (o->custom) {
-    } else if (is_gpt(o->model)) {
-        kv[k++] = "gelu", kv[k++] = o->gelu == MP_GELU_ERF ? "erf" : "tanh";
-    } else {
-        kv[k++] = "act", kv[k++] = o->act ? "gelu" : "relu";
-        kv[k++] = "layernorm", kv[k++] = o->layernorm ? "1" : "0";
-    }
+    k += row->meta(o, kv + k);
     kv[k++] = "optimizer", kv[k++] = o->optimizer == MP_RUN_ADAMW ? "adamw" : "sgd";
     kv[k] = NULL;
 }
@@ -558,13 +482,13 @@ static void csv_row(FILE *log, const mp_model *m, const mp_step_info *r, double 
  * (and PATH as it was), and a row the disk cannot take whole is cut off
  * again, so the file holds complete rows only. At the end log_finish renames
  * it over PATH. 0, or 1 after a message. */
-static FILE *log_row(run_state *s) { return open_memstream(&s->row, &s->row_len); }
+static FILE *log_row(run_state *s) { return open_memstream(&s->line, &s->line_len); }
 
 static int log_commit(run_state *s, const char *path, FILE *m) {
     int err = !m || ferror(m) ? ENOMEM : 0;
     if (m && fclose(m) != 0) err = ENOMEM;
-    const char *p = s->row;
-    for (size_t left = err ? 0 : s->row_len; left;) {
+    const char *p = s->line;
+    for (size_t left = err ? 0 : s->line_len; left;) {
         const ssize_t w = write(s->log_fd, p, left);
         if (w > 0) p += w, left -= (size_t)w;
         else if (w == 0 || errno != EINTR) {
@@ -572,9 +496,9 @@ static int log_commit(run_state *s, const char *path, FILE *m) {
             break;
         }
     }
-    free(s->row), s->row = NULL;
+    free(s->line), s->line = NULL;
     if (!err) {
-        s->log_size += (off_t)s->row_len, s->log_rows++;
+        s->log_size += (off_t)s->line_len, s->log_rows++;
         return 0;
     }
     const int cut = ftruncate(s->log_fd, s->log_size) == 0;
@@ -603,32 +527,11 @@ static int log_finish(run_state *s) {
     return RUN_OK;
 }
 
-/* n bytes from the GPT after "\n" (temperature 1, seed 1) into r->sample,
- * escaped, and their judgement against the corpus. RUN_OK, or RUN_FAILED
- * after a message. */
+/* n bytes from the final model into r->sample (its row's sample) and their
+ * judgement. RUN_OK, or RUN_FAILED after a message. */
 static int take_sample(run_state *s, long n, mp_run_result *r) {
-    mp_sampler smp = {0};
-    uint8_t *bytes = malloc((size_t)n);
-    r->sample = malloc(4 * (size_t)n + 1);
-    mp_status st = bytes && r->sample ? mp_sampler_init(&smp, s->gpt, (const uint8_t *)"\n", 1, (size_t)n, 1.0, 0, 1)
-                                      : mp_error(MP_ENOMEM, "out of memory");
-    size_t k = 0;
-    for (long i = 0; st == MP_OK && i < n; i++) {
-        const int b = mp_sampler_next(&smp);
-        if (b < 0) st = MP_EIO;
-        else bytes[i] = (uint8_t)b, k += (size_t)mp_sample_escape_byte(b, r->sample + k);
-    }
-    if (st == MP_OK) {
-        const mp_text_quality q = mp_text_judge(&s->text, bytes, (size_t)n);
-        r->sample_printable = q.bytes ? (double)q.printable / (double)q.bytes : 0.0;
-        r->sample_words = q.words ? (double)q.found / (double)q.words : NAN;
-    } else {
-        free(r->sample), r->sample = NULL;
-        fail(s, st, "sampling: %s", mp_last_error());
-    }
-    mp_sampler_free(&smp);
-    free(bytes);
-    return st == MP_OK ? RUN_OK : RUN_FAILED;
+    const mp_status st = s->row->sample(s->mctx, n, &r->sample, &r->sample_printable, &r->sample_words);
+    return st == MP_OK ? RUN_OK : fail(s, st, "sampling: %s", mp_last_error());
 }
 
 /* ---- the run, in its phases; each returns RUN_OK or the code it failed with ---- */
@@ -639,10 +542,10 @@ static int begin(run_state *s) {
     mp_run_spec *o = &s->o;
     if (o->weight_decay < 0) o->weight_decay = o->optimizer == MP_RUN_ADAMW ? 0.01 : 0.0;
     if (o->min_lr < 0) o->min_lr = o->lr / 10;
-    if (!o->batch) o->batch = !o->custom && is_gpt(o->model) ? 16 : 256;
+    s->row = mp_model_row_of(o);
+    if (!o->batch) o->batch = s->row->batch;
     if (o->threads) mp_set_threads(o->threads);
     peak_reset();
-    s->is_gpt = !o->custom && is_gpt(o->model);
     s->writer = rank_of(s) == 0; /* with ranks, rank 0 alone writes files and the console */
     if (s->writer) { /* one writer per output: each locked for the whole run, before anything is read */
         const char *const opt[4] = {"--log", "--summary", "--save", "--dump-grads"};
@@ -657,7 +560,7 @@ static int begin(run_state *s) {
     mp_status ts = mp_threads_check(); /* before OpenMP's runtime would end the process for it */
     if (ts != MP_OK) return failed(s, ts);
     s->T = 1, s->steps_per_epoch = 1;
-    int ret = setup(s, &s->T, &s->steps_per_epoch);
+    int ret = setup(s);
     if (ret != RUN_OK) return ret;
     mp_train_config tc = {.precision = &s->prec, .scaler = o->scaler, .lr = {o->lr, o->schedule, o->warmup, 0, o->min_lr},
                           .accum = o->accum, .clip = o->clip, .dist = s->ranks->dist,
@@ -678,12 +581,12 @@ static int begin(run_state *s) {
         return fail(s, MP_EIO, "--save %s: the checkpoint holds at least %.0f bytes (weights and optimizer state), "
                     "and this process may write files of at most %llu bytes (ulimit -f)", o->save, ckpt,
                     (unsigned long long)fl.rlim_cur);
-    model_meta(o, s->meta);
+    model_meta(s->row, o, s->meta);
     if (o->init) {
         mp_safetensors st;
         mp_status e = mp_safetensors_read(o->init, &st);
         const char *holds = e == MP_OK ? mp_safetensors_meta(&st, "model") : NULL;
-        if (holds && !o->custom && strcmp(holds, o->model) != 0) { /* a checkpoint says which model it holds */
+        if (holds && s->row->prefix && strcmp(holds, o->model) != 0) { /* a checkpoint of a model named by its string */
             const int r = fail(s, MP_EINVAL, "--init %s holds the weights of model %s, this run's model is %s", o->init,
                                holds, o->model);
             mp_safetensors_free(&st);
@@ -725,7 +628,7 @@ static int prepare(run_state *s) {
     s->qt = calloc(s->nq + 1, sizeof *s->qt), r->quant_names = calloc(s->nq + 1, sizeof *r->quant_names);
     r->quant_totals = calloc(s->nq + 1, sizeof *r->quant_totals), r->quant_scale = calloc(s->nq + 1, sizeof *r->quant_scale);
     r->quant_saturated = calloc(cap, sizeof *r->quant_saturated), r->quant_flushed = calloc(cap, sizeof *r->quant_flushed);
-    s->hist_on = s->mlp && o->hist_every > 0;
+    s->hist_on = s->row->histogram && o->hist_every > 0;
     s->nh_max = s->hist_on ? (long)cap / o->hist_every + 2 : 0;
     s->hs = calloc((size_t)s->nh_max + 1, sizeof *s->hs);
     if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s->ms || !s->mpi_ms || !s->skips || !r->skips || !r->skip_text || !r->tensor_totals ||
@@ -760,14 +663,12 @@ static void print_start(const run_state *s) {
     FILE *out = s->io.out;
     char ranks[64] = "";
     if (size_of(s) > 1) snprintf(ranks, sizeof ranks, " on %d ranks (%ld each)", size_of(s), o->batch / size_of(s));
+    const int language = s->row->report == MP_REPORT_LANGUAGE;
     OUT("train: %s%s, %s, %s lr %g%s, batch %ld x %ld%s%s, %ld steps (%ld per epoch), seed %ld%s\n", o->model,
-        s->is_gpt || o->custom ? (s->is_gpt && o->gelu ? " gelu-erf" : "") : o->act ? " gelu" : " relu", s->prec.label,
-        o->optimizer == MP_RUN_ADAMW ? "adamw" : "sgd", o->lr, o->schedule == MP_LR_COSINE ? " cosine" : "", o->batch,
-        o->accum, s->is_gpt ? " sequences" : "", ranks, s->total, s->steps_per_epoch, o->seed, o->resume ? " (resumed)" : "");
-    const size_t windows = s->is_gpt ? mp_text_val_windows(&s->text, s->T) : 0; /* a value capped: as given, and as used */
-    if (s->is_gpt && o->eval_windows > 0 && (size_t)o->eval_windows > windows)
-        OUT("  --eval-windows %ld: the corpus has %zu validation windows, all of them are used\n", o->eval_windows,
-            windows);
+        s->row->describe(o), s->prec.label, o->optimizer == MP_RUN_ADAMW ? "adamw" : "sgd", o->lr,
+        o->schedule == MP_LR_COSINE ? " cosine" : "", o->batch, o->accum, language ? " sequences" : "", ranks, s->total,
+        s->steps_per_epoch, o->seed, o->resume ? " (resumed)" : "");
+    if (out && s->row->print_start) s->row->print_start(s->mctx, out);
 }
 
 /* The step's counts into the run's totals (k: the step's index in this run). */
@@ -813,7 +714,7 @@ static void print_step(const run_state *s, const mp_step_info *si, int eval_now,
     }
     if (!eval_now) return;
     if (bar) fputc('\n', bar);
-    if (s->is_gpt)
+    if (s->row->report == MP_REPORT_LANGUAGE)
         OUT("  eval at step %ld: validation loss %.4f (%.4f bits per byte)\n", si->step, eval_loss, eval_loss / log(2.0));
     else
         OUT("  eval at step %ld: test accuracy %.2f%%, loss %.4f\n", si->step, 100 * eval_acc, eval_loss);
@@ -848,10 +749,10 @@ static int train_steps(run_state *s) {
             hist_snap *h = &s->hs[s->nh];
             h->step = s->step + 1;
             h->scale = mp_trainer_scaler(s->tr) ? mp_scaler_get_scale(mp_trainer_scaler(s->tr)) : 1.0f;
-            mp_mlp_histogram(s->mlp, h->bins, MP_RUN_HIST_LO, MP_RUN_HIST_N, &h->zeros);
+            s->row->histogram(s->mctx, h->bins, MP_RUN_HIST_LO, MP_RUN_HIST_N, &h->zeros);
         }
         const mp_status st = mp_trainer_step(s->tr, &si);
-        if (take_hist) mp_mlp_histogram(s->mlp, NULL, 0, 0, NULL), s->nh++;
+        if (take_hist) s->row->histogram(s->mctx, NULL, 0, 0, NULL), s->nh++;
         if (st != MP_OK && st != MP_EOVERFLOW) { /* an error: the run ends here, nothing is saved */
             fail(s, st, "step %ld: %s", s->step + 1, mp_last_error());
             return fail_alone(s);
@@ -919,12 +820,12 @@ static int finish(run_state *s) {
     }
     if (check_ranks(s)) return RUN_FAILED; /* at the end, before the checkpoint and the results */
     r->eval_steps[r->neval] = n, r->eval_losses[r->neval++] = r->eval_loss;
-    if (s->is_gpt && o->sample_bytes > 0 && s->writer && take_sample(s, o->sample_bytes, r) != 0) return RUN_FAILED;
+    if (s->row->sample && o->sample_bytes > 0 && s->writer && take_sample(s, o->sample_bytes, r) != 0) return RUN_FAILED;
     qsort(s->ms, (size_t)n, sizeof *s->ms, cmp_d);
     r->ms_per_step = n ? s->ms[n / 2] : 0.0;
     qsort(s->mpi_ms, (size_t)n, sizeof *s->mpi_ms, cmp_d);
     s->mpi_median = n ? s->mpi_ms[n / 2] : 0.0;
-    r->tokens_per_s = s->is_gpt && r->ms_per_step > 0
+    r->tokens_per_s = s->row->report == MP_REPORT_LANGUAGE && r->ms_per_step > 0
                           ? (double)o->batch * (double)s->T * (double)o->accum / (r->ms_per_step / 1e3) : 0;
     r->memory_mib = peak_mib();
     r->bytes = mp_optim_bytes_held(s->opt);
@@ -967,8 +868,8 @@ static void print_results(const run_state *s) {
     const mp_allreduce_stats *ds = s->ranks->stats(s->ranks->ctx);
     const mp_scaler *sc = mp_trainer_scaler(s->tr);
     FILE *out = s->io.out;
-    const int gpt = s->is_gpt, nt = r->ntensors;
-    if (gpt)
+    const int language = s->row->report == MP_REPORT_LANGUAGE, nt = r->ntensors;
+    if (language)
         OUT("result: validation loss %.4f (%.4f bits per byte), last train loss %.4f\n", r->eval_loss,
             r->eval_loss / log(2.0), r->last_loss);
     else
@@ -976,7 +877,7 @@ static void print_results(const run_state *s) {
             r->eval_loss, r->last_loss);
     OUT("        %ld steps, %ld skipped, final scale %g, %.2f ms/step (median)", s->done_steps, r->skipped_total,
         r->final_scale, r->ms_per_step);
-    if (gpt) OUT(", %.0f tokens/s", r->tokens_per_s);
+    if (language) OUT(", %.0f tokens/s", r->tokens_per_s);
     OUT(", %.1f s, peak memory %.0f MiB\n", s->elapsed, r->memory_mib);
     const mp_optim_bytes *b = &r->bytes;
     if (b->params > 0)
@@ -997,7 +898,7 @@ static void print_results(const run_state *s) {
             OUT("; %ld steps' sums not finite because of it", ds->lost_sums);
         if (out) fputc('\n', out);
     }
-    if (!gpt) {
+    if (!language) {
         OUT("        gradient stores per layer (underflow to 0 / subnormal / overflow):");
         for (int i = 0; i < nt; i++) {
             const mp_tensor_stats *ls = &run_stats[i];
@@ -1072,7 +973,7 @@ static cJSON *summary_json(run_state *s) {
     const mp_tensor_stats *run_stats = r->tensor_totals;
     const mp_allreduce_stats *ds = s->ranks->stats(s->ranks->ctx);
     const mp_recipe *recipe = mp_model_recipe(&s->model);
-    const int gpt = s->is_gpt, nt = r->ntensors;
+    const int language = s->row->report == MP_REPORT_LANGUAGE, nt = r->ntensors;
     const long done_steps = s->done_steps, nh = s->nh;
     const uint64_t act_over = s->act_over, grad_over = s->grad_over, wire_n = wire_values(ds);
     const double limit = r->headroom_format->max, ring = ring_bytes(s, ds), mpi_ms = s->mpi_median;
@@ -1086,7 +987,7 @@ static cJSON *summary_json(run_state *s) {
     cJSON_AddStringToObject(j, "compute_format", r->compute_format);
     cJSON_AddStringToObject(j, "format", r->format);
     cJSON_AddNumberToObject(j, "steps", (double)done_steps);
-    if (gpt) {
+    if (language) {
         cJSON_AddNumberToObject(j, "val_loss", r->eval_loss);
         cJSON_AddNumberToObject(j, "val_bits_per_byte", r->eval_loss / log(2.0));
         cJSON_AddNumberToObject(j, "val_accuracy", r->eval_accuracy);
@@ -1184,7 +1085,7 @@ static cJSON *summary_json(run_state *s) {
         cJSON_AddItemToArray(qa, o1);
         }
     }
-    if (!gpt) {
+    if (!language) {
         const mp_format_info *fi = mp_format(prec->compute == MP_F32 ? MP_F16 : prec->compute);
         cJSON *hj = cJSON_AddObjectToObject(j, "histograms");
         cJSON_AddNumberToObject(hj, "log2_lo", MP_RUN_HIST_LO);
