@@ -3,10 +3,8 @@
  * trainer, the steps with the run's totals, the end; what the run prints
  * and writes is in run_print.c, run_log.c, run_summary.c and run_outputs.c. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

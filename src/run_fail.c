@@ -1,16 +1,8 @@
 /* run_fail.c - a run's failures: the first one's status and message, what
  * each rank prints, and the ranks' agreement before and during training. */
-#define _POSIX_C_SOURCE 200809L
-#include <errno.h>
-#include <fcntl.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "run_state.h"
 

@@ -1,15 +1,9 @@
 /* run_memory.c - a run's memory: refused before it is taken when the model
  * would not fit, and its peak measured. */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
-#include <fcntl.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "run_state.h"

@@ -1,17 +1,10 @@
 /* run_outputs.c - the files a run writes at its end: the checkpoint (never
  * over a better one), the summary, the gradients, and one line for those
  * that could not be written. */
-#define _POSIX_C_SOURCE 200809L
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "run_state.h"
 

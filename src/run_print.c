@@ -1,16 +1,7 @@
 /* run_print.c - what a run prints: its first line, its progress, the
  * steps that were skipped, its results and its warnings. */
-#define _POSIX_C_SOURCE 200809L
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "run_state.h"
 
