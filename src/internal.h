@@ -260,6 +260,19 @@ mp_scaler_config mp_precision_scaler(const mp_precision *p, const mp_scaler_conf
 mp_status mp_precision_apply(const mp_precision *p, const mp_scaler_config *scaler, double clip, uint64_t seed,
                              mp_model model, mp_optim *opt, mp_mode_applied *out);
 
+/* explore_page.c: the explorer page (mp_explore_write) of the values' log2
+ * histogram (bins of 2^(HLO + b), b < HN) and their counts in each of the
+ * formats at loss scales 2^0 .. 2^(K - 1), all computed by underflow.c. */
+enum { MP_EXPLORE_K = 25, MP_EXPLORE_HLO = -150, MP_EXPLORE_HN = 170 };
+extern const mp_dtype mp_explore_formats[4]; /* fp16, bf16, e5m2, e4m3 */
+typedef struct mp_explore_page {
+    const char *desc;  /* what the values are, escaped into the page */
+    uint64_t n;        /* the finite values */
+    const uint64_t *bins;
+    mp_scale_counts (*counts)[MP_EXPLORE_K]; /* [format][k] */
+} mp_explore_page;
+void mp_explore_print(FILE *f, const void *page); /* page: an mp_explore_page (mp_print_file_atomic's print) */
+
 /* run_spec.c: the spec's mode with its switches into *p (may be NULL),
  * after its options, models, data and loss scaler are checked as they will
  * be used; what mp_run_check checks besides the files. */

@@ -1,7 +1,7 @@
 /* underflow.c - what a set of values loses in a number format at several loss
  * scales (underflow.h): the counts through mp_convert_count, the order
- * statistics by radix selection, the best power-of-two scale, and the explorer
- * page with every count computed into it. */
+ * statistics by radix selection, the best power-of-two scale, and the counts
+ * the explorer page shows (explore_page.c). */
 #define _POSIX_C_SOURCE 200809L
 #include <float.h>
 #include <math.h>
@@ -329,132 +329,7 @@ mp_status mp_log2_histogram(const void *x, mp_dtype xt, size_t n, int lo, int nb
     return MP_OK;
 }
 
-/* ---- the explorer page ---- */
-
-static const mp_dtype page_formats[4] = {MP_F16, MP_BF16, MP_E5M2, MP_E4M3};
-enum { PAGE_K = 25, HLO = -150, HN = 170 }; /* slider 2^0..2^24; histogram bins log2 -150 .. 19 */
-
-static void write_page(FILE *f, const char *desc, uint64_t n, const uint64_t *bins, mp_scale_counts (*counts)[PAGE_K]) {
-    int blo = HN, bhi = 0;
-    for (int b = 0; b < HN; b++)
-        if (bins[b]) blo = b < blo ? b : blo, bhi = b;
-    fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>mixprec explorer: "
-               "gradients against a number format</title>\n<style>\n"
-               "body{font:15px/1.5 system-ui,sans-serif;color:#222;max-width:980px;margin:2em auto;padding:0 1em}\n"
-               "h1{font-size:1.5em}.controls{display:flex;gap:2em;align-items:center;flex-wrap:wrap;margin:1em 0}\n"
-               "input[type=range]{width:360px}.readout{display:grid;grid-template-columns:repeat(4,1fr);gap:.6em}\n"
-               ".box{background:#f5f5f5;border-radius:6px;padding:.6em .8em}.big{font-size:1.4em;font-weight:600}\n"
-               ".zero .big{color:#c62828}.over .big{color:#6a1b9a}.sub .big{color:#ef6c00}.ok .big{color:#2e7d32}\n"
-               "svg{width:100%%;height:auto}.note{color:#555;font-size:.92em}\n</style>\n</head>\n<body>\n"
-               "<h1>Gradients against a number format</h1>\n<p class=\"note\">");
-    mp_html_escape(f, desc);
-    fputs(". Move the loss scale: every gradient is multiplied by it before it is stored; the bars slide right. "
-          "Values left of the floor become zero; right of the ceiling, infinity (NaN in e4m3, which has no infinity). "
-          "Every count below was computed by mixprec's own conversion code (mp_convert), for every slider position and "
-          "format, when this page was written.</p>\n", f);
-    fprintf(f, "<div class=\"controls\"><label>format <select id=\"fmt\">");
-    for (int k = 0; k < 4; k++) fprintf(f, "<option value=\"%s\">%s</option>", mp_format(page_formats[k])->name,
-                                         mp_format(page_formats[k])->name);
-    fprintf(f, "</select></label><label>loss scale <input id=\"k\" type=\"range\" min=\"0\" max=\"%d\" step=\"1\" value=\"0\"> "
-               "<b id=\"scale\">2^0 = 1</b></label></div>\n", PAGE_K - 1);
-    fprintf(f, "<div class=\"readout\"><div class=\"box zero\">become zero<div class=\"big\" id=\"zero\"></div><span id=\"zero_pct\"></span></div>"
-               "<div class=\"box sub\">subnormal<div class=\"big\" id=\"sub\"></div><span id=\"sub_pct\"></span></div>"
-               "<div class=\"box over\">overflow<div class=\"big\" id=\"over\"></div><span id=\"over_pct\"></span></div>"
-               "<div class=\"box ok\">survive<div class=\"big\" id=\"survive\"></div><span id=\"survive_pct\"></span></div></div>\n");
-    /* the chart: bars in a group that the script translates by k bins */
-    const int W = 940, H = 320, ML = 50, MR = 10, MT = 20, MB = 40;
-    const int x0 = blo - 2 < 0 ? 0 : blo - 2, x1 = bhi + PAGE_K + 2 > HN ? HN : bhi + PAGE_K + 2;
-    int lo_lim = x0, hi_lim = x1;
-    for (int k = 0; k < 4; k++) {
-        const mp_format_info *fi = mp_format(page_formats[k]);
-        const int a = (int)floor(log2(fi->min_subnormal)) - HLO - 1, b = (int)ceil(log2(fi->max)) - HLO + 1;
-        lo_lim = a < lo_lim ? (a < 0 ? 0 : a) : lo_lim, hi_lim = b > hi_lim ? (b > HN ? HN : b) : hi_lim;
-    }
-    const double bw = (double)(W - ML - MR) / (hi_lim - lo_lim);
-    uint64_t bmax = 1;
-    for (int b = 0; b < HN; b++) bmax = bins[b] > bmax ? bins[b] : bmax;
-    fprintf(f, "<svg id=\"chart\" viewBox=\"0 0 %d %d\" xmlns=\"http://www.w3.org/2000/svg\">\n"
-               "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n",
-            W, H, ML, MT, W - ML - MR, H - MT - MB);
-    fprintf(f, "<rect id=\"zone_zero\" y=\"%d\" height=\"%d\" fill=\"#c62828\" opacity=\"0.08\"/>"
-               "<rect id=\"zone_over\" y=\"%d\" height=\"%d\" fill=\"#6a1b9a\" opacity=\"0.08\"/>\n",
-            MT, H - MT - MB, MT, H - MT - MB);
-    for (int e = lo_lim; e <= hi_lim; e += 10) {
-        const double x = ML + (e - lo_lim) * bw;
-        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%d\" font-size=\"11\" "
-                   "text-anchor=\"middle\" fill=\"#666\">2^%d</text>\n", x, x, MT, H - MB, x, H - MB + 14, e + HLO);
-    }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\" fill=\"#444\">magnitude of the scaled gradient (log2 axis)</text>\n",
-            (ML + W - MR) / 2, H - 8);
-    fprintf(f, "<g id=\"bars\">\n");
-    for (int b = blo; b <= bhi; b++) {
-        if (!bins[b]) continue;
-        const double h = (double)(H - MT - MB - 10) * (double)bins[b] / (double)bmax;
-        fprintf(f, "<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#1f77b4\"/>\n",
-                ML + (b - lo_lim) * bw, H - MB - h, bw * 0.9, h);
-    }
-    fprintf(f, "</g>\n<line id=\"floor\" y1=\"%d\" y2=\"%d\" stroke=\"#c62828\" stroke-dasharray=\"5 3\"/>"
-               "<line id=\"ceil\" y1=\"%d\" y2=\"%d\" stroke=\"#6a1b9a\" stroke-dasharray=\"5 3\"/>\n"
-               "<text id=\"floor_t\" y=\"%d\" font-size=\"11\" fill=\"#c62828\"></text><text id=\"ceil_t\" y=\"%d\" font-size=\"11\" "
-               "fill=\"#6a1b9a\" text-anchor=\"end\"></text>\n</svg>\n",
-            MT, H - MB, MT, H - MB, MT + 14, MT + 30);
-    /* the data: every count for every format and scale, computed before the page was opened */
-    fprintf(f, "<script>\nconst N = %llu, GEO = {ml: %d, bw: %.6f, lo: %d, hlo: %d, mt: %d, h: %d, right: %d};\nconst DATA = {\n",
-            (unsigned long long)n, ML, bw, lo_lim, HLO, MT, H - MT - MB, W - MR);
-    for (int k = 0; k < 4; k++) {
-        const mp_format_info *fi = mp_format(page_formats[k]);
-        fprintf(f, "  \"%s\": {floor: %.9g, ceil: %.9g, min_normal: %.9g, counts: [", fi->name, fi->min_subnormal / 2,
-                fi->max, fi->min_normal);
-        for (int s = 0; s < PAGE_K; s++) {
-            const mp_scale_counts *c = &counts[k][s];
-            fprintf(f, "%s[%llu, %llu, %llu, %llu]", s ? ", " : "", (unsigned long long)c->zero,
-                    (unsigned long long)c->subnormal, (unsigned long long)c->overflow, (unsigned long long)c->survive);
-        }
-        fprintf(f, "]}%s\n", k < 3 ? "," : "");
-    }
-    fprintf(f, "};\n"
-               "function pct(x) { return (100 * x / N).toFixed(x && x < N / 1000 ? 4 : 2) + '%%'; }\n"
-               "function xOf(log2v) { return GEO.ml + (log2v - GEO.hlo - GEO.lo) * GEO.bw; }\n"
-               "function update() {\n"
-               "  const fmt = document.getElementById('fmt').value, k = +document.getElementById('k').value;\n"
-               "  const d = DATA[fmt], c = d.counts[k];\n"
-               "  document.getElementById('scale').textContent = '2^' + k + ' = ' + Math.pow(2, k);\n"
-               "  const ids = ['zero', 'sub', 'over', 'survive'];\n"
-               "  ids.forEach((id, i) => { document.getElementById(id).textContent = c[i];\n"
-               "    document.getElementById(id + '_pct').textContent = pct(c[i]); });\n"
-               "  document.getElementById('bars').setAttribute('transform', 'translate(' + (k * GEO.bw).toFixed(2) + ' 0)');\n"
-               "  const fx = xOf(Math.log2(d.floor)), cx = xOf(Math.log2(d.ceil));\n"
-               "  for (const [id, x] of [['floor', fx], ['ceil', cx]]) { const l = document.getElementById(id);\n"
-               "    l.setAttribute('x1', x); l.setAttribute('x2', x); }\n"
-               "  const zz = document.getElementById('zone_zero'); zz.setAttribute('x', GEO.ml); zz.setAttribute('width', Math.max(0, fx - GEO.ml));\n"
-               "  const zo = document.getElementById('zone_over'); zo.setAttribute('x', cx); zo.setAttribute('width', Math.max(0, GEO.right - cx));\n"
-               "  const ft = document.getElementById('floor_t'); ft.setAttribute('x', fx + 4); ft.textContent = fmt + ': 0 below ' + d.floor.toExponential(2);\n"
-               "  const ct = document.getElementById('ceil_t'); ct.setAttribute('x', cx - 4); ct.textContent = fmt + ' max ' + d.ceil.toExponential(2);\n"
-               "}\n"
-               "function fromHash() {\n"
-               "  const p = new URLSearchParams(location.hash.slice(1));\n"
-               "  if (p.has('k')) document.getElementById('k').value = p.get('k');\n"
-               "  if (p.has('fmt') && DATA[p.get('fmt')]) document.getElementById('fmt').value = p.get('fmt');\n"
-               "  update();\n"
-               "}\n"
-               "document.getElementById('k').addEventListener('input', update);\n"
-               "document.getElementById('fmt').addEventListener('change', update);\n"
-               "window.addEventListener('hashchange', fromHash);\n"
-               "fromHash();\n"
-               "</script>\n</body>\n</html>\n");
-}
-
-typedef struct {
-    const char *desc;
-    uint64_t n;
-    const uint64_t *bins;
-    mp_scale_counts (*counts)[PAGE_K];
-} page;
-
-static void print_page(FILE *f, const void *ctx) {
-    const page *p = ctx;
-    write_page(f, p->desc, p->n, p->bins, p->counts);
-}
+/* ---- the explorer page (explore_page.c writes it) ---- */
 
 mp_status mp_explore_write(const char *path, const void *x, mp_dtype xt, size_t n, const char *description) {
     static const char fn[] = "mp_explore_write";
@@ -465,12 +340,12 @@ mp_status mp_explore_write(const char *path, const void *x, mp_dtype xt, size_t 
     const mp_status st = set_init(&s, x, xt, n);
     if (st != MP_OK) return st;
     if (s.finite == 0) return mp_error(MP_EINVAL, "%s: no finite value among %zu", fn, n);
-    uint64_t bins[HN] = {0}, zeros = 0;
-    log2_hist h = {HLO, HN, bins, &zeros};
+    uint64_t bins[MP_EXPLORE_HN] = {0}, zeros = 0;
+    log2_hist h = {MP_EXPLORE_HLO, MP_EXPLORE_HN, bins, &zeros};
     set_chunks(&s, log2_hist_chunk, &h);
-    mp_scale_counts counts[4][PAGE_K];
+    mp_scale_counts counts[4][MP_EXPLORE_K];
     for (int k = 0; k < 4; k++)
-        for (int i = 0; i < PAGE_K; i++) counts[k][i] = set_count(&s, page_formats[k], ldexp(1.0, i));
-    const page p = {description, s.finite, bins, counts};
-    return mp_print_file_atomic(path, print_page, &p);
+        for (int i = 0; i < MP_EXPLORE_K; i++) counts[k][i] = set_count(&s, mp_explore_formats[k], ldexp(1.0, i));
+    const mp_explore_page p = {description, s.finite, bins, counts};
+    return mp_print_file_atomic(path, mp_explore_print, &p);
 }
