@@ -93,7 +93,12 @@ static inline uint64_t mp_mix64(uint64_t z) {
 /* splitmix64: the next word of the stream whose state is *s. */
 static inline uint64_t mp_splitmix64(uint64_t *s) { return mp_mix64(*s += 0x9e3779b97f4a7c15ull); }
 
-/* Splits [0, n) into up to mp_get_threads() shares of whole `align`-element
+/* threads.c: MIXPREC_THREADS as a whole decimal number from 1 to
+ * MP_MAX_THREADS; 0 when unset or empty, -1 when it is something else
+ * (mp_cpu_env_check says so). */
+int mp_threads_env(void);
+
+/* threads.c: splits [0, n) into up to mp_get_threads() shares of whole `align`-element
  * blocks (one share when n < min_parallel) and runs fn(ctx, i0, i1, t) for
  * share t on its own thread. Returns the number of shares, at most
  * MP_MAX_THREADS, so callers can keep per-share results in an array. */
