@@ -278,6 +278,35 @@ typedef struct mp_explore_page {
 } mp_explore_page;
 void mp_explore_print(FILE *f, const void *page); /* page: an mp_explore_page (mp_print_file_atomic's print) */
 
+/* attention.c: causal multi-head self-attention over a GPT block's q, k and
+ * v (gpt.h states its numerics), fused per (sequence, head) and block of
+ * MP_ATTN_RB query rows; its results do not depend on the threads. */
+#define MP_ATTN_RB 64
+typedef struct mp_attention {
+    size_t B, T, H, C;  /* sequences, positions, heads, width (head size C / H) */
+    size_t T_max;       /* positions per (sequence, head) in sm and the scratch: the model's context */
+    mp_dtype ct, acc;   /* the stored format; where the reductions round (MP_F32 or ct) */
+    float scale;        /* the scores' scale: 1 / sqrt(C / H) */
+    const void *qkv;    /* (B T, 3C) ct: q, k, v */
+    void *y;            /* forward: (B T, C) ct, the heads' outputs side by side */
+    float *sm;          /* (B, H, T_max, 2): each row's softmax max and normalizer (forward writes, backward reads) */
+    const void *dy;     /* backward: (B T, C) ct, y's gradient */
+    void *dqkv;         /* backward: (B T, 3C) ct */
+    float *scratch;     /* threads x stride floats (stride >= mp_attention_scratch_floats(T_max, C / H, ct's size)) */
+    size_t stride;
+    int threads;        /* 1 .. MP_MAX_THREADS */
+} mp_attention;
+size_t mp_attention_scratch_floats(size_t T, size_t hs, size_t es);
+/* y and sm; the probabilities, where they are rounded for P V, counted into
+ * probs and y's stores into y (both NULL: nothing counted). MP_ENOMEM. */
+mp_status mp_attention_forward(const struct mp_kernels *kc, const mp_attention *a, mp_convert_stats *probs,
+                               mp_convert_stats *y);
+/* dq, dk and dv into dqkv from dy, the probabilities recomputed from sm (not
+ * counted again); the scores' gradient counted into dscores, dqkv's stores
+ * into dqkv (either may be NULL). MP_ENOMEM. */
+mp_status mp_attention_backward(const struct mp_kernels *kc, const mp_attention *a, mp_convert_stats *dscores,
+                                mp_convert_stats *dqkv);
+
 /* run_spec.c: the spec's mode with its switches into *p (may be NULL),
  * after its options, models, data and loss scaler are checked as they will
  * be used; what mp_run_check checks besides the files. */
