@@ -214,84 +214,102 @@ static void add_error(double *sum, const float *x, const float *q, size_t m) {
         if (x[i] != 0) *sum += fabs(((double)q[i] - (double)x[i]) / (double)x[i]);
 }
 
-mp_status mp_block_compare_values(const float *x, size_t n, mp_block_format f, mp_mx_rule rule,
-                                  mp_block_compare *out) {
+/* One comparison under way: the format, the per-tensor scale, the buffers of
+ * a chunk, and the counts and summed errors of both scalings. */
+typedef struct {
+    int mx;            /* an MX format (else NVFP4) */
+    mp_dtype elem;
+    size_t bs;         /* the block */
+    mp_mx_rule rule;
+    float amax, t;     /* the tensor's amax; the per-tensor scale */
+    float *pad, *q;    /* (BLK_CHUNK) a chunk padded to whole blocks; its dequantized values */
+    uint8_t *codes, *scales;
+    mp_quant_stats bst, tst;
+    mp_convert_stats e2; /* NVFP4 per tensor: the E2M1 stores' counts */
+    double berr, terr;
+} block_cmp;
+
+/* The chunk xs (m values) both ways: block scaling, then one scale per tensor. */
+static mp_status compare_chunk(block_cmp *c, const float *xs, size_t m) {
+    const size_t mp = (m + c->bs - 1) / c->bs * c->bs;
+    memcpy(c->pad, xs, m * sizeof *c->pad);
+    memset(c->pad + m, 0, (mp - m) * sizeof *c->pad);
+    mp_status st;
+    if (c->mx) {
+        st = mp_mx_quantize(c->codes, c->scales, c->pad, mp, c->elem, c->rule, &c->bst);
+        if (st == MP_OK) st = mp_mx_dequantize(c->q, c->codes, c->scales, mp, c->elem);
+    } else {
+        st = mp_nvfp4_quantize(c->codes, c->scales, c->pad, 1, mp, MP_NVFP4_1X16, c->amax, NULL, &c->bst);
+        if (st == MP_OK) st = mp_nvfp4_dequantize(c->q, c->codes, c->scales, 1, mp, MP_NVFP4_1X16, c->amax);
+    }
+    if (st != MP_OK) return st;
+    add_error(&c->berr, xs, c->q, m);
+    if (c->mx) {
+        st = mp_fp8_quantize(c->codes, xs, m, c->elem, c->t, &c->tst);
+        if (st == MP_OK) st = mp_fp8_dequantize(c->q, c->codes, m, c->elem, c->t);
+    } else {
+        const float tinv = 1.0f / c->t;
+        st = mp_convert_count(MP_E2M1, xs, MP_F32, m, c->t, &c->e2);
+        for (size_t i = 0; i < m; i++) c->q[i] = mp_e2m1_to_f32(mp_f32_to_e2m1(xs[i] * c->t)) * tinv;
+    }
+    if (st == MP_OK) add_error(&c->terr, xs, c->q, m);
+    return st;
+}
+
+/* The arguments checked, the values' amax and nonzero count. */
+static mp_status compare_args(const float *x, size_t n, mp_block_format f, mp_mx_rule rule, float *amax,
+                              uint64_t *nonzero) {
     static const char fn[] = "mp_block_compare_values";
-    if (!out) return mp_error(MP_EINVAL, "%s: NULL result", fn);
-    memset(out, 0, sizeof *out);
     if ((unsigned)f >= 3) return mp_error(MP_EINVAL, "%s: block format %d (mxfp8-e4m3, mxfp8-e5m2 or nvfp4)", fn, (int)f);
-    const int mx = f != MP_BLOCK_NVFP4;
-    if (mx && rule != MP_MX_FLOOR && rule != MP_MX_RCEIL)
+    if (f != MP_BLOCK_NVFP4 && rule != MP_MX_FLOOR && rule != MP_MX_RCEIL)
         return mp_error(MP_EINVAL, "%s: MX rule %d (floor or rceil)", fn, (int)rule);
     if (!x || n == 0) return mp_error(MP_EINVAL, "%s: no values (x %s, n = %zu)", fn, x ? "given" : "NULL", n);
-    float amax = 0;
-    uint64_t nonzero = 0;
+    *amax = 0, *nonzero = 0;
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(x[i]))
             return mp_error(MP_EINVAL, "%s: value %zu is %g (finite values only)", fn, i, (double)x[i]);
-        nonzero += x[i] != 0;
-        amax = fmaxf(amax, fabsf(x[i]));
+        *nonzero += x[i] != 0;
+        *amax = fmaxf(*amax, fabsf(x[i]));
     }
-    const mp_dtype elem = block_formats[f].elem;
-    const size_t bs = block_formats[f].block;
-    float t; /* the per-tensor scale */
-    if (mx) {
-        t = mp_fp8_scale(amax, elem, 0, NULL);
-    } else {
-        t = amax > 0 ? 6.0f / amax : 1.0f; /* as mp_fp8_scale with 6 for the max */
-        if (isinf(t)) t = FLT_MAX;
-    }
-    const float tinv = 1.0f / t;
-    float *buf = malloc(2 * BLK_CHUNK * sizeof *buf);
-    uint8_t *codes = malloc(BLK_CHUNK + BLK_CHUNK / 16);
-    if (!buf || !codes) {
-        free(buf), free(codes);
-        return mp_error(MP_ENOMEM, "%s: out of memory", fn);
-    }
-    float *pad = buf, *q = buf + BLK_CHUNK;
-    uint8_t *scales = codes + BLK_CHUNK;
-    mp_quant_stats bst = {0, 0, 0, 0, 0}, tst = {0, 0, 0, 0, 0};
-    mp_convert_stats e2 = {0, 0, 0, 0, 0.0f};
-    double berr = 0, terr = 0;
-    mp_status st = MP_OK;
-    for (size_t i0 = 0; i0 < n && st == MP_OK; i0 += BLK_CHUNK) {
-        const size_t m = n - i0 < BLK_CHUNK ? n - i0 : BLK_CHUNK, mp = (m + bs - 1) / bs * bs;
-        const float *xs = x + i0;
-        memcpy(pad, xs, m * sizeof *pad);
-        memset(pad + m, 0, (mp - m) * sizeof *pad);
-        /* block scaling */
-        if (mx) {
-            st = mp_mx_quantize(codes, scales, pad, mp, elem, rule, &bst);
-            if (st == MP_OK) st = mp_mx_dequantize(q, codes, scales, mp, elem);
-        } else {
-            st = mp_nvfp4_quantize(codes, scales, pad, 1, mp, MP_NVFP4_1X16, amax, NULL, &bst);
-            if (st == MP_OK) st = mp_nvfp4_dequantize(q, codes, scales, 1, mp, MP_NVFP4_1X16, amax);
-        }
-        if (st != MP_OK) break;
-        add_error(&berr, xs, q, m);
-        /* one scale per tensor */
-        if (mx) {
-            st = mp_fp8_quantize(codes, xs, m, elem, t, &tst);
-            if (st == MP_OK) st = mp_fp8_dequantize(q, codes, m, elem, t);
-        } else {
-            st = mp_convert_count(MP_E2M1, xs, MP_F32, m, t, &e2);
-            for (size_t i = 0; i < m; i++) q[i] = mp_e2m1_to_f32(mp_f32_to_e2m1(xs[i] * t)) * tinv;
-        }
-        if (st != MP_OK) break;
-        add_error(&terr, xs, q, m);
-    }
-    free(buf), free(codes);
+    return MP_OK;
+}
+
+mp_status mp_block_compare_values(const float *x, size_t n, mp_block_format f, mp_mx_rule rule,
+                                  mp_block_compare *out) {
+    if (!out) return mp_error(MP_EINVAL, "mp_block_compare_values: NULL result");
+    memset(out, 0, sizeof *out);
+    block_cmp c = {.mx = f != MP_BLOCK_NVFP4, .rule = rule};
+    uint64_t nonzero = 0;
+    mp_status st = compare_args(x, n, f, rule, &c.amax, &nonzero);
     if (st != MP_OK) return st;
-    if (!mx) tst.flushed = e2.underflow, tst.saturated = e2.overflow;
-    out->format = f, out->rule = mx ? rule : MP_MX_FLOOR, out->elem = elem, out->block = bs;
-    out->n = n, out->nonzero_inputs = nonzero, out->amax = amax, out->tensor_scale = t;
-    const mp_quant_stats *s[2] = {&bst, &tst};
-    const double err[2] = {berr, terr};
-    mp_block_counts *c[2] = {&out->block_scaling, &out->per_tensor};
+    c.elem = block_formats[f].elem, c.bs = block_formats[f].block;
+    if (c.mx) {
+        c.t = mp_fp8_scale(c.amax, c.elem, 0, NULL);
+    } else {
+        c.t = c.amax > 0 ? 6.0f / c.amax : 1.0f; /* as mp_fp8_scale with 6 for the max */
+        if (isinf(c.t)) c.t = FLT_MAX;
+    }
+    float *buf = malloc(2 * BLK_CHUNK * sizeof *buf);
+    c.codes = malloc(BLK_CHUNK + BLK_CHUNK / 16);
+    if (!buf || !c.codes) {
+        free(buf), free(c.codes);
+        return mp_error(MP_ENOMEM, "mp_block_compare_values: out of memory");
+    }
+    c.pad = buf, c.q = buf + BLK_CHUNK, c.scales = c.codes + BLK_CHUNK;
+    for (size_t i0 = 0; i0 < n && st == MP_OK; i0 += BLK_CHUNK)
+        st = compare_chunk(&c, x + i0, n - i0 < BLK_CHUNK ? n - i0 : BLK_CHUNK);
+    free(buf), free(c.codes);
+    if (st != MP_OK) return st;
+    if (!c.mx) c.tst.flushed = c.e2.underflow, c.tst.saturated = c.e2.overflow;
+    out->format = f, out->rule = c.mx ? rule : MP_MX_FLOOR, out->elem = c.elem, out->block = c.bs;
+    out->n = n, out->nonzero_inputs = nonzero, out->amax = c.amax, out->tensor_scale = c.t;
+    const mp_quant_stats *s[2] = {&c.bst, &c.tst};
+    const double err[2] = {c.berr, c.terr};
+    mp_block_counts *cnt[2] = {&out->block_scaling, &out->per_tensor};
     for (int k = 0; k < 2; k++) {
-        c[k]->flushed = s[k]->flushed, c[k]->saturated = s[k]->saturated;
-        c[k]->nonzero = nonzero - s[k]->flushed;
-        c[k]->mean_rel_error = nonzero ? err[k] / (double)nonzero : 0;
+        cnt[k]->flushed = s[k]->flushed, cnt[k]->saturated = s[k]->saturated;
+        cnt[k]->nonzero = nonzero - s[k]->flushed;
+        cnt[k]->mean_rel_error = nonzero ? err[k] / (double)nonzero : 0;
     }
     return MP_OK;
 }
