@@ -33,7 +33,7 @@ static void setup(run r[2]) {
     static mp_precision prec;
     FUZZ_CHECK(mp_precision_parse("fp16-dynamic", &prec) == MP_OK);
     const mp_adamw_config ac = mp_adamw_defaults();
-    const mp_train_config tc = {&prec, mp_scaler_defaults(), {1e-3, MP_LR_CONSTANT, 0, 0, 0}, 1, 0, NULL, 0};
+    const mp_train_config tc = {&prec, mp_scaler_defaults(), {1e-3, MP_LR_CONSTANT, 0, 0, 0}, 1, 0, NULL, 0, 0};
     const mp_loader none = {NULL, no_batch, NULL, NULL};
     mp_mlp_config mc;
     mp_gpt_config gc;

@@ -14,6 +14,65 @@ static mp_status gz_fail(gzFile f, const char *path, const char *what) {
                     err != Z_OK && err != Z_ERRNO ? ": " : "", err != Z_OK && err != Z_ERRNO ? msg : "");
 }
 
+/* The header: the magic, unsigned bytes, 1 to 4 dimensions and their sizes;
+ * *total their product. */
+static mp_status read_header(gzFile f, const char *path, uint32_t dims[4], int *ndim, size_t *total) {
+    uint8_t head[4];
+    int got = gzread(f, head, 4);
+    if (got != 4)
+        return got < 0 ? gz_fail(f, path, "cannot read the header") : mp_error(MP_ECORRUPT, "%s: truncated header", path);
+    if (head[0] != 0 || head[1] != 0)
+        return mp_error(MP_ECORRUPT, "%s: not an IDX file (magic %02x %02x)", path, head[0], head[1]);
+    if (head[2] != 0x08)
+        return mp_error(MP_ECORRUPT, "%s: IDX element type 0x%02x, only unsigned bytes (0x08) are read", path, head[2]);
+    if (head[3] < 1 || head[3] > 4) return mp_error(MP_ECORRUPT, "%s: %d dimensions (1 to 4 expected)", path, head[3]);
+    *ndim = head[3];
+    *total = 1;
+    for (int i = 0; i < *ndim; i++) {
+        uint8_t b[4];
+        got = gzread(f, b, 4);
+        if (got != 4)
+            return got < 0 ? gz_fail(f, path, "cannot read the dimensions")
+                           : mp_error(MP_ECORRUPT, "%s: truncated header", path);
+        dims[i] = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+        if (dims[i] == 0 || dims[i] > (1u << 28) || *total > ((size_t)1 << 34) / dims[i])
+            return mp_error(MP_ECORRUPT, "%s: dimension %d is %u", path, i, dims[i]);
+        *total *= dims[i];
+    }
+    return MP_OK;
+}
+
+/* The total data bytes into *data. The header is not trusted with memory:
+ * the buffer grows with the bytes that arrive (a 20-byte file claiming 2^34
+ * bytes allocates 1 MiB). Then nothing may follow them. */
+static mp_status read_data(gzFile f, const char *path, size_t total, uint8_t **data) {
+    size_t cap = total < ((size_t)1 << 20) ? total : (size_t)1 << 20, have = 0;
+    if (!(*data = malloc(cap))) return mp_error(MP_ENOMEM, "%s: out of memory for %zu bytes", path, cap);
+    while (have < total) {
+        if (have == cap) {
+            cap = cap > total / 2 ? total : 2 * cap;
+            uint8_t *more = realloc(*data, cap);
+            if (!more) return mp_error(MP_ENOMEM, "%s: out of memory for %zu bytes", path, cap);
+            *data = more;
+        }
+        const unsigned want = cap - have > (1u << 30) ? 1u << 30 : (unsigned)(cap - have);
+        const int got = gzread(f, *data + have, want);
+        if (got < 0) return gz_fail(f, path, "read error");
+        if (got == 0) break;
+        have += (size_t)got;
+    }
+    if (have < total) return mp_error(MP_ECORRUPT, "%s: truncated: %zu of %zu data bytes", path, have, total);
+    uint8_t extra;
+    const int got = gzread(f, &extra, 1);
+    int zerr = Z_OK;
+    if (got == 0) gzerror(f, &zerr); /* Z_BUF_ERROR: the gzip stream stops before its end (and its checksum) */
+    if (got < 0) return gz_fail(f, path, "read error");
+    if (got > 0) return mp_error(MP_ECORRUPT, "%s: trailing bytes after %zu data bytes", path, total);
+    if (zerr == Z_BUF_ERROR)
+        return mp_error(MP_ECORRUPT, "%s: truncated gzip stream (no checksum after the data)", path);
+    return MP_OK;
+}
+
 mp_status mp_idx_read(const char *path, uint8_t **data, uint32_t dims[4], int *ndim) {
     if (!path || !data || !dims || !ndim) return mp_error(MP_EINVAL, "mp_idx_read: NULL argument");
     *data = NULL;
@@ -25,81 +84,10 @@ mp_status mp_idx_read(const char *path, uint8_t **data, uint32_t dims[4], int *n
         mp_input_close(&in);
         return mp_error(MP_ENOMEM, "%s: out of memory for zlib's buffers", path);
     }
-    uint8_t head[4];
-    int got = gzread(f, head, 4);
-    if (got != 4) {
-        st = got < 0 ? gz_fail(f, path, "cannot read the header") : mp_error(MP_ECORRUPT, "%s: truncated header", path);
-        goto out;
-    }
-    if (head[0] != 0 || head[1] != 0) {
-        st = mp_error(MP_ECORRUPT, "%s: not an IDX file (magic %02x %02x)", path, head[0], head[1]);
-        goto out;
-    }
-    if (head[2] != 0x08) {
-        st = mp_error(MP_ECORRUPT, "%s: IDX element type 0x%02x, only unsigned bytes (0x08) are read", path, head[2]);
-        goto out;
-    }
-    if (head[3] < 1 || head[3] > 4) {
-        st = mp_error(MP_ECORRUPT, "%s: %d dimensions (1 to 4 expected)", path, head[3]);
-        goto out;
-    }
-    *ndim = head[3];
-    size_t total = 1;
-    for (int i = 0; i < *ndim; i++) {
-        uint8_t b[4];
-        got = gzread(f, b, 4);
-        if (got != 4) {
-            st = got < 0 ? gz_fail(f, path, "cannot read the dimensions") : mp_error(MP_ECORRUPT, "%s: truncated header", path);
-            goto out;
-        }
-        dims[i] = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
-        if (dims[i] == 0 || dims[i] > (1u << 28) || total > ((size_t)1 << 34) / dims[i]) {
-            st = mp_error(MP_ECORRUPT, "%s: dimension %d is %u", path, i, dims[i]);
-            goto out;
-        }
-        total *= dims[i];
-    }
-    /* the header is not trusted with memory: the buffer grows with the bytes
-     * that arrive (a 20-byte file claiming 2^34 bytes allocates 1 MiB) */
-    size_t cap = total < ((size_t)1 << 20) ? total : (size_t)1 << 20, have = 0;
-    *data = malloc(cap);
-    if (!*data) {
-        st = mp_error(MP_ENOMEM, "%s: out of memory for %zu bytes", path, cap);
-        goto out;
-    }
-    while (have < total) {
-        if (have == cap) {
-            cap = cap > total / 2 ? total : 2 * cap;
-            uint8_t *more = realloc(*data, cap);
-            if (!more) {
-                st = mp_error(MP_ENOMEM, "%s: out of memory for %zu bytes", path, cap);
-                goto out;
-            }
-            *data = more;
-        }
-        const unsigned want = cap - have > (1u << 30) ? 1u << 30 : (unsigned)(cap - have);
-        got = gzread(f, *data + have, want);
-        if (got < 0) {
-            st = gz_fail(f, path, "read error");
-            goto out;
-        }
-        if (got == 0) break;
-        have += (size_t)got;
-    }
-    if (have < total) {
-        st = mp_error(MP_ECORRUPT, "%s: truncated: %zu of %zu data bytes", path, have, total);
-        goto out;
-    }
-    uint8_t extra;
-    got = gzread(f, &extra, 1);
-    int zerr = Z_OK;
-    if (got == 0) gzerror(f, &zerr); /* Z_BUF_ERROR: the gzip stream stops before its end (and its checksum) */
-    if (got < 0) st = gz_fail(f, path, "read error");
-    else if (got > 0) st = mp_error(MP_ECORRUPT, "%s: trailing bytes after %zu data bytes", path, total);
-    else if (zerr == Z_BUF_ERROR)
-        st = mp_error(MP_ECORRUPT, "%s: truncated gzip stream (no checksum after the data)", path);
+    size_t total = 0;
+    st = read_header(f, path, dims, ndim, &total);
+    if (st == MP_OK) st = read_data(f, path, total, data);
     if (st == MP_OK) st = mp_input_check(&in); /* a file that changed while read (zlib's reads are not counted) */
-out:
     gzclose(f); /* closes in.fd */
     if (st != MP_OK) {
         free(*data);

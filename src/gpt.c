@@ -10,11 +10,9 @@
  *   lnf (N, C), logits (N, V)   (the logits' buffer then holds dlogits)
  *   tmp (N, C)                  a branch's output before its residual add
  *   gradients: g_res, g_a (N, C) and g_big (N, 4C), reused by every block
- * Attention is one fused kernel per (sequence, head) and block of RB query
- * rows (attn_forward_one, attn_backward_one): the block's scores (fp32) and
- * probabilities (ct) live in a per-thread scratch, only the causal part
- * (columns up to the block's last row) is computed, and the backward
- * recomputes the probabilities instead of reading them. The element-wise
+ * Attention is mp_attention_forward/backward (attention.c): one fused kernel
+ * per (sequence, head) and block of query rows, its scratch per thread held
+ * here (att_scr). The element-wise
  * work of the other layers runs in the GEMMs' epilogues: bias + GELU after
  * c_fc, the residual sums after the c_proj layers, GELU's gradient after
  * mlp.c_proj's input gradient.
@@ -28,8 +26,6 @@
 #endif
 
 #include "internal.h"
-
-#define RB 64 /* attention: queries per row block */
 
 /* activations of a block, in forward order: the stats entries "h.{i}.NAME" */
 enum { A_LN1, A_QKV, A_ATT, A_Y, A_APROJ, A_RES1, A_LN2, A_FC, A_GELU, A_MPROJ, A_RES2, A_PER_LAYER };
@@ -87,7 +83,7 @@ struct mp_gpt {
     float *fscratch; /* 2 slots of 4C: fp32 copies of pure-bf16 biases and layer norms */
     float *row;      /* max(2C, V) fp32: embedding rows, eval logits */
     float *dacc;     /* (V + T) x C fp32, on the first accumulating micro-batch: its dwte and dwpe */
-    float *att_scr;  /* per thread: the attention's scratch (attn_scratch) */
+    float *att_scr;  /* per thread: the attention's scratch (mp_attention_scratch_floats) */
     size_t att_stride;
     int att_threads;
     mp_tensor_stats *stats;
@@ -242,12 +238,6 @@ void mp_gpt_free(mp_gpt *g) {
     free(g);
 }
 
-/* floats of one thread's attention scratch (attn_scratch): scores, a row,
- * the dk and dv sums, a block's probabilities and their gradient in ct */
-static size_t scratch_floats(size_t T, size_t hs, size_t es) {
-    return (RB * T + T + 2 * T * hs + (2 * RB * T * es + 3) / 4 + 15) / 16 * 16;
-}
-
 static mp_status ensure_att_scratch(mp_gpt *g, int nt) {
     if (nt <= g->att_threads) return MP_OK;
     free(g->att_scr);
@@ -350,7 +340,7 @@ mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_ma
          (g->g_big = buffer(g, N * 4 * C * es)) && (g->fscratch = buffer(g, 8 * C * sizeof(float))) &&
          (g->row = buffer(g, (2 * C > V ? 2 * C : V) * sizeof(float)));
     if (ok) g->rstdf = g->meanf + N;
-    g->att_stride = scratch_floats(T, C / H, es);
+    g->att_stride = mp_attention_scratch_floats(T, C / H, es);
     ok = ok && ensure_att_scratch(g, att_thread_count()) == MP_OK;
     const size_t maxn = V * C > 4 * C * C ? V * C : 4 * C * C;
     float *init = ok ? malloc((maxn > T * C ? maxn : T * C) * sizeof(float)) : NULL;
@@ -423,190 +413,22 @@ size_t mp_gpt_num_params(const mp_gpt *g, int non_embedding) {
     return non_embedding ? n - g->wpe->n : n;
 }
 
-/* ---- attention ---- */
+/* ---- attention (attention.c) ---- */
 
-typedef struct attn_job {
-    mp_gpt *g;
-    const block *h;
-    size_t B, T;
-    float scale;
-    const void *dy; /* backward: (N, C) */
-    void *dqkv;     /* backward: (N, 3C) */
-    const mp_kernels *kc; /* the step's kernels, read once where the job is made */
-} attn_job;
-
-/* The attention of one (sequence, head) as one fused kernel per block of RB
- * query rows: the block's scores in fp32 and its probabilities in ct stay in
- * the thread's scratch (L1/L2), never in memory; each row keeps its softmax's
- * max and normalizer (sm), from which the backward recomputes the same
- * probabilities. Scratch per thread (attn_scratch): */
-typedef struct attn_scratch {
-    float *S;         /* (RB, T) fp32: scores, then the probabilities' gradient */
-    float *prow;      /* (T,) fp32: a row of probabilities */
-    uint8_t *P, *dS;  /* (RB, T) ct: a block's probabilities, and their gradient */
-    float *dk, *dv;   /* (T, hs) fp32: the sums of dk and dv over the row blocks */
-} attn_scratch;
-
-static attn_scratch scratch_of(const mp_gpt *g, int t) {
-    const size_t T = (size_t)g->cfg.block_size, hs = (size_t)(g->cfg.n_embd / g->cfg.n_head);
-    float *base = g->att_scr + (size_t)t * g->att_stride;
-    attn_scratch a;
-    a.S = base, a.prow = a.S + RB * T, a.dk = a.prow + T, a.dv = a.dk + T * hs;
-    a.P = (uint8_t *)(a.dv + T * hs), a.dS = a.P + RB * T * g->es;
-    return a;
-}
-
-/* Rows [0, rows) of a block's probabilities in ct (row stride i1): row r is
- * query i0 + r, its causal part (n = i0 + r + 1 values) from the fp32 values
- * in S (row stride i1), zeros after it; counted into st (NULL: not counted). */
-static void store_rows(const attn_job *j, uint8_t *P, const float *S, size_t i0, size_t rows, size_t i1,
-                       mp_convert_stats *st) {
-    const mp_gpt *g = j->g;
-    const mp_convert_kernels *k = j->kc->convert;
-    for (size_t r = 0; r < rows; r++) {
-        const size_t n = i0 + r + 1;
-        uint8_t *pr = P + r * i1 * g->es;
-        if (g->ct == MP_F32) {
-            memcpy(pr, S + r * i1, n * 4);
-            if (st) mp_stats_f32(j->kc, st, S + r * i1, n);
-        } else {
-            (g->ct == MP_F16 ? k->f32_to_f16 : k->f32_to_bf16)((uint16_t *)pr, S + r * i1, n, st);
-        }
-        memset(pr + n * g->es, 0, (i1 - n) * g->es);
-    }
-}
-
-/* The scores of query rows [i0, i1) against keys [0, i1), in fp32 (S, row
- * stride i1), as stored in acc. */
-static mp_status scores(const attn_job *j, const uint8_t *q, const uint8_t *k, size_t i0, size_t i1, float *S) {
-    const mp_gpt *g = j->g;
-    const size_t C3 = 3 * (size_t)g->cfg.n_embd, hs = (size_t)(g->cfg.n_embd / g->cfg.n_head), rows = i1 - i0;
-    const mp_status s =
-        mp_gemm_in(j->kc, 0, 1, rows, i1, hs, j->scale, q + i0 * C3 * g->es, g->ct, C3, k, g->ct, C3, 0.0f, S, MP_F32,
-                   i1, NULL);
-    for (size_t r = 0; g->acc != MP_F32 && r < rows; r++)
-        for (size_t c = 0; c <= i0 + r; c++) S[r * i1 + c] = mp_round_to(g->acc, S[r * i1 + c]);
-    return s;
-}
-
-/* Forward of one (sequence, head): y, and the rows' softmax statistics.
- * st[0] counts the probabilities where they are rounded for P V, st[1] y
- * (NULL: no counts). */
-static mp_status attn_forward_one(const attn_job *j, size_t b, size_t hh, const attn_scratch *a,
-                                  mp_convert_stats *st) {
-    const mp_gpt *g = j->g;
-    const mp_dtype ct = g->ct;
-    const size_t T = j->T, C = (size_t)g->cfg.n_embd, H = (size_t)g->cfg.n_head, hs = C / H, C3 = 3 * C;
-    const uint8_t *q = at(g, j->h->qkv, b * T * C3 + hh * hs), *k = q + C * g->es, *v = q + 2 * C * g->es;
-    uint8_t *y = at(g, j->h->y, b * T * C + hh * hs);
-    float *sm = j->h->sm + (b * H + hh) * (size_t)g->cfg.block_size * 2;
-    for (size_t i0 = 0; i0 < T; i0 += RB) {
-        const size_t i1 = T - i0 < RB ? T : i0 + RB, rows = i1 - i0;
-        mp_status s = scores(j, q, k, i0, i1, a->S);
-        if (s != MP_OK) return s;
-        for (size_t r = 0; r < rows; r++)
-            mp_softmax_row_keep(j->kc, a->S + r * i1, i0 + r + 1, g->acc, sm + 2 * (i0 + r));
-        store_rows(j, a->P, a->S, i0, rows, i1, st ? &st[0] : NULL);
-        s = mp_gemm_in(j->kc, 0, 0, rows, hs, i1, 1.0f, a->P, ct, i1, v, ct, C3, 0.0f, y + i0 * C * g->es, ct, C,
-                    st ? &st[1] : NULL);
-        if (s != MP_OK) return s;
-    }
-    return MP_OK;
-}
-
-/* Backward of one (sequence, head): dq, dk, dv into dqkv. Per block of query
- * rows: the probabilities recomputed from the scores and the kept
- * statistics (the forward's bits, not counted again), dp = dy v^T in fp32,
- * ds = p (dp - sum(dp p)) rounded to ct (counted into st[0]), dq = scale ds k
- * (counted into st[1]); dv += p^T dy and dk += scale ds^T q summed in fp32
- * over the blocks, in order, and rounded once at the end (st[1]). */
-static mp_status attn_backward_one(const attn_job *j, size_t b, size_t hh, const attn_scratch *a,
-                                   mp_convert_stats *st) {
-    const mp_gpt *g = j->g;
-    const mp_dtype ct = g->ct;
-    const size_t es = g->es, T = j->T, C = (size_t)g->cfg.n_embd, H = (size_t)g->cfg.n_head, hs = C / H, C3 = 3 * C;
-    const uint8_t *q = at(g, j->h->qkv, b * T * C3 + hh * hs), *k = q + C * es, *v = q + 2 * C * es;
-    const uint8_t *dy = at(g, j->dy, b * T * C + hh * hs);
-    uint8_t *dq = at(g, j->dqkv, b * T * C3 + hh * hs), *dk = dq + C * es, *dv = dq + 2 * C * es;
-    const float *sm = j->h->sm + (b * H + hh) * (size_t)g->cfg.block_size * 2;
-    const mp_kernels *kc = j->kc;
-    memset(a->dk, 0, T * hs * sizeof(float)), memset(a->dv, 0, T * hs * sizeof(float));
-    mp_status s = MP_OK;
-    for (size_t i0 = 0; i0 < T && s == MP_OK; i0 += RB) {
-        const size_t i1 = T - i0 < RB ? T : i0 + RB, rows = i1 - i0;
-        if ((s = scores(j, q, k, i0, i1, a->S)) != MP_OK) break;
-        for (size_t r = 0; r < rows; r++)
-            mp_softmax_row_again(j->kc, a->S + r * i1, i0 + r + 1, g->acc, sm + 2 * (i0 + r));
-        store_rows(j, a->P, a->S, i0, rows, i1, NULL);
-        /* dv[0, i1) += p^T dy */
-        s = mp_gemm_in(j->kc, 1, 0, i1, hs, rows, 1.0f, a->P, ct, i1, dy + i0 * C * es, ct, C, 1.0f, a->dv, MP_F32, hs,
-                       NULL);
-        if (s == MP_OK)
-            s = mp_gemm_in(j->kc, 0, 1, rows, i1, hs, 1.0f, dy + i0 * C * es, ct, C, v, ct, C3, 0.0f, a->S, MP_F32, i1,
-                           NULL);
-        if (s != MP_OK) break;
-        for (size_t r = 0; r < rows; r++) {
-            const size_t n = i0 + r + 1;
-            float *d = a->S + r * i1;
-            mp_to_f32(kc, a->prow, a->P + r * i1 * es, ct, n);
-            for (size_t c = 0; g->acc != MP_F32 && c < n; c++) d[c] = mp_round_to(g->acc, d[c]); /* dp as stored */
-            mp_softmax_backward_row(j->kc, d, a->prow, n, 0, g->acc);
-        }
-        store_rows(j, a->dS, a->S, i0, rows, i1, &st[0]);
-        s = mp_gemm_in(j->kc, 0, 0, rows, hs, i1, j->scale, a->dS, ct, i1, k, ct, C3, 0.0f, dq + i0 * C3 * es, ct, C3,
-                       &st[1]);
-        /* dk[0, i1) += scale ds^T q */
-        if (s == MP_OK)
-            s = mp_gemm_in(j->kc, 1, 0, i1, hs, rows, j->scale, a->dS, ct, i1, q + i0 * C3 * es, ct, C3, 1.0f, a->dk,
-                           MP_F32, hs, NULL);
-    }
-    for (size_t i = 0; i < T && s == MP_OK; i++) {
-        mp_from_f32(kc, dk + i * C3 * es, ct, a->dk + i * hs, hs, &st[1]);
-        mp_from_f32(kc, dv + i * C3 * es, ct, a->dv + i * hs, hs, &st[1]);
-    }
-    return s;
-}
-
-/* Runs the forward (backward != 0: the backward) of every (sequence, head),
- * in parallel; counts into s0 (probabilities or their gradient) and s1 (y or
- * dqkv), either may be NULL. */
-static mp_status attention(attn_job *j, int backward, mp_convert_stats *s0, mp_convert_stats *s1) {
-    mp_gpt *g = j->g;
-    const size_t BH = j->B * (size_t)g->cfg.n_head;
+/* The attention of block h over B sequences of T positions, on at most as
+ * many threads as there are (sequence, head) pairs, with the scratch made
+ * for them; dy and dqkv: the backward's (NULL in the forward). */
+static mp_status attention_of(mp_gpt *g, const block *h, size_t B, size_t T, const void *dy, void *dqkv,
+                              mp_attention *a) {
+    const size_t H = (size_t)g->cfg.n_head, C = (size_t)g->cfg.n_embd;
     int nt = att_thread_count();
-    if ((size_t)nt > BH) nt = (int)BH;
-    mp_status st = ensure_att_scratch(g, nt);
-    if (st != MP_OK) return st;
-    mp_convert_stats part[MP_MAX_THREADS][2];
-    memset(part, 0, sizeof part);
-    const int count = s0 != NULL;
-    int err = MP_OK;
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(nt) schedule(static)
-#endif
-    for (size_t bh = 0; bh < BH; bh++) {
-#ifdef _OPENMP
-        const int t = omp_get_thread_num();
-#else
-        const int t = 0;
-#endif
-        const attn_scratch a = scratch_of(g, t);
-        const size_t b = bh / (size_t)g->cfg.n_head, hh = bh % (size_t)g->cfg.n_head;
-        const mp_status s = backward ? attn_backward_one(j, b, hh, &a, part[t])
-                                     : attn_forward_one(j, b, hh, &a, count ? part[t] : NULL);
-        if (s != MP_OK) {
-#ifdef _OPENMP
-#pragma omp atomic write
-#endif
-            err = (int)s;
-        }
-    }
-    if (err != MP_OK) return mp_error((mp_status)err, "gpt: attention: out of memory");
-    for (int t = 0; t < nt; t++) {
-        if (s0) mp_convert_stats_add(s0, &part[t][0]);
-        if (s1) mp_convert_stats_add(s1, &part[t][1]);
-    }
-    return MP_OK;
+    if ((size_t)nt > B * H) nt = (int)(B * H);
+    const mp_status st = ensure_att_scratch(g, nt);
+    *a = (mp_attention){.B = B, .T = T, .H = H, .C = C, .T_max = (size_t)g->cfg.block_size, .ct = g->ct,
+                        .acc = g->acc, .scale = (float)(1.0 / sqrt((double)(C / H))), .qkv = h->qkv, .y = h->y,
+                        .sm = h->sm, .dy = dy, .dqkv = dqkv, .scratch = g->att_scr, .stride = g->att_stride,
+                        .threads = nt};
+    return st;
 }
 
 /* ---- forward and backward ---- */
@@ -694,10 +516,11 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
                                  N, C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN1), N * C)));
         mp_gemm_epilogue ep = {.bias = fparam(g, h->attb, 0), .stats = fst(g, s_act(g, l, A_QKV), N * 3 * C)};
         TRY(lin_fwd(g, l, W_ATT, N, 3 * C, C, h->ln1, h->attw, h->qkv, &ep));
-        attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), NULL, NULL,
-                      mp_kernels_current()};
+        mp_attention att;
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
-        TRY(attention(&j, 0, fst(g, s_act(g, l, A_ATT), natt), fst(g, s_act(g, l, A_Y), N * C)));
+        TRY(attention_of(g, h, B, T, NULL, NULL, &att));
+        TRY(mp_attention_forward(mp_kernels_current(), &att, fst(g, s_act(g, l, A_ATT), natt),
+                                 fst(g, s_act(g, l, A_Y), N * C)));
         /* the branch's output (tmp, counted) and the residual sum res1 = x + tmp, in c_proj's epilogue */
         ep = (mp_gemm_epilogue){.bias = fparam(g, h->aprb, 0), .stats = fst(g, s_act(g, l, A_APROJ), N * C),
                                 .post = MP_POST_ADD, .post_x = x, .post_out = h->res1,
@@ -778,10 +601,11 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         TRY(lin_wgrad(g, l, W_APR, N, C, C, g->g_res, h->y, beta, h->aprw->grad, &ep));
         TRY(mp_colsum(h->aprb->grad, g->g_res, ct, N, C, accumulate, g->acc));
         TRY(lin_dgrad_st(g, l, W_APR, N, C, C, g->g_res, h->aprw, g->g_a, bst(g, s_act(g, l, A_Y), N * C)));
-        attn_job j = {g, h, B, T, (float)(1.0 / sqrt((double)(C / (size_t)g->cfg.n_head))), g->g_a, g->g_big,
-                      mp_kernels_current()};
+        mp_attention att;
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
-        TRY(attention(&j, 1, bst(g, s_act(g, l, A_ATT), natt), bst(g, s_act(g, l, A_QKV), N * 3 * C)));
+        TRY(attention_of(g, h, B, T, g->g_a, g->g_big, &att));
+        TRY(mp_attention_backward(mp_kernels_current(), &att, bst(g, s_act(g, l, A_ATT), natt),
+                                  bst(g, s_act(g, l, A_QKV), N * 3 * C)));
         ep = wgrad(g, s_w(g, l, W_ATT), 3 * C * C);
         TRY(lin_wgrad(g, l, W_ATT, N, 3 * C, C, g->g_big, h->ln1, beta, h->attw->grad, &ep));
         TRY(mp_colsum(h->attb->grad, g->g_big, ct, N, 3 * C, accumulate, g->acc));

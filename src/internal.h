@@ -93,7 +93,12 @@ static inline uint64_t mp_mix64(uint64_t z) {
 /* splitmix64: the next word of the stream whose state is *s. */
 static inline uint64_t mp_splitmix64(uint64_t *s) { return mp_mix64(*s += 0x9e3779b97f4a7c15ull); }
 
-/* Splits [0, n) into up to mp_get_threads() shares of whole `align`-element
+/* threads.c: MIXPREC_THREADS as a whole decimal number from 1 to
+ * MP_MAX_THREADS; 0 when unset or empty, -1 when it is something else
+ * (mp_cpu_env_check says so). */
+int mp_threads_env(void);
+
+/* threads.c: splits [0, n) into up to mp_get_threads() shares of whole `align`-element
  * blocks (one share when n < min_parallel) and runs fn(ctx, i0, i1, t) for
  * share t on its own thread. Returns the number of shares, at most
  * MP_MAX_THREADS, so callers can keep per-share results in an array. */
@@ -234,6 +239,73 @@ mp_status mp_print_file_atomic(const char *path, void (*print)(FILE *f, const vo
 /* Writes s to f with <, >, &, " and ' escaped for HTML text and quoted
  * attributes (report.c); NULL writes nothing. */
 void mp_html_escape(FILE *f, const char *s);
+
+/* precision.c: a precision mode applied to a training run's parts, in one
+ * place. The model reads the mode when it is created (its compute format,
+ * master weights and recipe: mp_run_model's create); mp_precision_apply,
+ * called by mp_trainer_create once the model and the optimizer exist, sets
+ * the rest and says what it decided, which the trainer reads: */
+typedef struct mp_mode_applied {
+    int scaled;        /* the mode scales the loss: scaler runs */
+    mp_scaler scaler;  /* as mp_precision_scaler configures it */
+    mp_dtype reduce;   /* where the model's reductions round: MP_F32, or the compute format (+reductions=half) */
+    mp_dtype norm;     /* where the gradient norm sums: the compute format only with half reductions and a clip
+                          (the norm is measured either way) */
+} mp_mode_applied;
+/* The loss scaler's config in mode p: base (the run's --init-scale, ...)
+ * made dynamic or static as the mode says, with fp16-static:S's scale. */
+mp_scaler_config mp_precision_scaler(const mp_precision *p, const mp_scaler_config *base);
+/* Applies p to the optimizer (the rounding of its compute copies, with
+ * seed's stream when stochastic; its state format), to the model (where its
+ * reductions round: ops->set_reductions) and to a loss scaler (initialised
+ * from mp_precision_scaler(p, scaler) in a scaled mode), into *out. clip: the
+ * trainer's (> 0: the norm is used). MP_EINVAL + message for half reductions
+ * on a model without set_reductions, or what the optimizer, the scaler or
+ * the model refuses. */
+mp_status mp_precision_apply(const mp_precision *p, const mp_scaler_config *scaler, double clip, uint64_t seed,
+                             mp_model model, mp_optim *opt, mp_mode_applied *out);
+
+/* explore_page.c: the explorer page (mp_explore_write) of the values' log2
+ * histogram (bins of 2^(HLO + b), b < HN) and their counts in each of the
+ * formats at loss scales 2^0 .. 2^(K - 1), all computed by underflow.c. */
+enum { MP_EXPLORE_K = 25, MP_EXPLORE_HLO = -150, MP_EXPLORE_HN = 170 };
+extern const mp_dtype mp_explore_formats[4]; /* fp16, bf16, e5m2, e4m3 */
+typedef struct mp_explore_page {
+    const char *desc;  /* what the values are, escaped into the page */
+    uint64_t n;        /* the finite values */
+    const uint64_t *bins;
+    mp_scale_counts (*counts)[MP_EXPLORE_K]; /* [format][k] */
+} mp_explore_page;
+void mp_explore_print(FILE *f, const void *page); /* page: an mp_explore_page (mp_print_file_atomic's print) */
+
+/* attention.c: causal multi-head self-attention over a GPT block's q, k and
+ * v (gpt.h states its numerics), fused per (sequence, head) and block of
+ * MP_ATTN_RB query rows; its results do not depend on the threads. */
+#define MP_ATTN_RB 64
+typedef struct mp_attention {
+    size_t B, T, H, C;  /* sequences, positions, heads, width (head size C / H) */
+    size_t T_max;       /* positions per (sequence, head) in sm and the scratch: the model's context */
+    mp_dtype ct, acc;   /* the stored format; where the reductions round (MP_F32 or ct) */
+    float scale;        /* the scores' scale: 1 / sqrt(C / H) */
+    const void *qkv;    /* (B T, 3C) ct: q, k, v */
+    void *y;            /* forward: (B T, C) ct, the heads' outputs side by side */
+    float *sm;          /* (B, H, T_max, 2): each row's softmax max and normalizer (forward writes, backward reads) */
+    const void *dy;     /* backward: (B T, C) ct, y's gradient */
+    void *dqkv;         /* backward: (B T, 3C) ct */
+    float *scratch;     /* threads x stride floats (stride >= mp_attention_scratch_floats(T_max, C / H, ct's size)) */
+    size_t stride;
+    int threads;        /* 1 .. MP_MAX_THREADS */
+} mp_attention;
+size_t mp_attention_scratch_floats(size_t T, size_t hs, size_t es);
+/* y and sm; the probabilities, where they are rounded for P V, counted into
+ * probs and y's stores into y (both NULL: nothing counted). MP_ENOMEM. */
+mp_status mp_attention_forward(const struct mp_kernels *kc, const mp_attention *a, mp_convert_stats *probs,
+                               mp_convert_stats *y);
+/* dq, dk and dv into dqkv from dy, the probabilities recomputed from sm (not
+ * counted again); the scores' gradient counted into dscores, dqkv's stores
+ * into dqkv (either may be NULL). MP_ENOMEM. */
+mp_status mp_attention_backward(const struct mp_kernels *kc, const mp_attention *a, mp_convert_stats *dscores,
+                                mp_convert_stats *dqkv);
 
 /* run_spec.c: the spec's mode with its switches into *p (may be NULL),
  * after its options, models, data and loss scaler are checked as they will

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "models.h"
 #include "mixprec/mx.h"
 #include "mixprec/run.h"
 #include "mixprec/text.h"
@@ -340,21 +340,19 @@ const char *mp_run_options_help(void) {
 
 /* ---- the whole ---- */
 
-static int is_gpt(const char *model) { return strncmp(model, "gpt:", 4) == 0; }
-
 /* Options set to something other than their default that do nothing for the
  * chosen model, optimizer, schedule or launch: MP_EINVAL + message saying so
  * (a user who set them meant something the run would not do). */
 static mp_status unused_options(const mp_run_spec *s) {
-    const char *what = s->custom ? "this model" : is_gpt(s->model) ? "the GPT" : "the MLP";
-    const int mlp = !s->custom && !is_gpt(s->model), gpt = !s->custom && is_gpt(s->model);
-    const char *bad = !mlp && s->act != MP_ACT_RELU     ? "--act (the MLP's activation)"
-                      : !mlp && s->layernorm            ? "--layernorm (the MLP's)"
-                      : !mlp && s->hist_every > 0       ? "--hist-every (the MLP's gradient histograms)"
-                      : !gpt && s->gelu != MP_GELU_TANH ? "--gelu (the GPT's)"
-                      : !gpt && s->eval_windows > 0     ? "--eval-windows (the GPT's validation windows)"
-                                                        : NULL;
-    if (bad) return mp_error(MP_EINVAL, "%s does nothing for %s", bad, what);
+    const mp_model_row *row = mp_model_row_of(s);
+    const unsigned has = row->options;
+    const char *bad = !(has & MP_OPT_ACT) && s->act != MP_ACT_RELU            ? "--act (the MLP's activation)"
+                      : !(has & MP_OPT_LAYERNORM) && s->layernorm             ? "--layernorm (the MLP's)"
+                      : !(has & MP_OPT_HIST) && s->hist_every > 0             ? "--hist-every (the MLP's gradient histograms)"
+                      : !(has & MP_OPT_GELU) && s->gelu != MP_GELU_TANH       ? "--gelu (the GPT's)"
+                      : !(has & MP_OPT_EVAL_WINDOWS) && s->eval_windows > 0   ? "--eval-windows (the GPT's validation windows)"
+                                                                              : NULL;
+    if (bad) return mp_error(MP_EINVAL, "%s does nothing for %s", bad, row->what);
     if (s->optimizer == MP_RUN_ADAMW && s->momentum != 0)
         return mp_error(MP_EINVAL, "--momentum is SGD's: AdamW has --betas");
     if (s->optimizer == MP_RUN_SGD && (s->beta1 != 0.9 || s->beta2 != 0.999))
@@ -406,25 +404,24 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
     if (st == MP_OK && s->reductions >= 0) st = mp_precision_set_reductions(&p, (mp_reductions)s->reductions);
     if (st == MP_OK && s->mx_rule >= 0) st = mp_precision_set_mx_rule(&p, (mp_mx_rule)s->mx_rule);
     if (st != MP_OK) return st;
-    mp_mlp_config mc;
-    mp_gpt_config gc;
-    if (s->custom ? !s->custom->create || !s->custom->loader
-                  : (st = is_gpt(s->model) ? mp_gpt_parse(s->model, &gc) : mp_mlp_parse(s->model, &mc)) != MP_OK)
-        return s->custom ? mp_error(MP_EINVAL, "model %s: create and loader are both needed", s->model) : st;
+    const mp_model_row *row = mp_model_row_of(s);
+    void *model;
+    size_t T;
+    if ((st = row->open(s, &model, &T)) != MP_OK) return st; /* the model string parsed */
+    row->close(model);
     if (s->epochs && s->steps) return mp_error(MP_EINVAL, "--epochs and --steps exclude each other");
     if (s->init && s->resume) return mp_error(MP_EINVAL, "--init and --resume exclude each other");
     if (s->batch < 0 || s->accum < 1 || s->epochs < 0 || s->steps < 0 || s->eval_every < 0 || s->eval_windows < 0 ||
         s->hist_every < 0 || s->sample_bytes < 0 || s->check_every < 0 || s->threads < 0 || s->warmup < 0)
         return mp_error(MP_EINVAL, "a count of the run is negative (or --accum below 1)");
     const int size = s->ranks ? s->ranks->size : 1;
-    const long batch = s->batch ? s->batch : is_gpt(s->model) ? 16 : 256;
+    const long batch = s->batch ? s->batch : row->batch;
     if (batch % size != 0)
         return mp_error(MP_EINVAL, "--batch %ld does not split into %d equal shares: with mpirun -np %d each rank "
                                    "takes its contiguous share of every micro-batch, so N must divide --batch",
                         batch, size, size);
-    if (s->data && !s->custom && is_gpt(s->model) != (strncmp(s->data, "text:", 5) == 0))
-        return mp_error(MP_EINVAL, is_gpt(s->model) ? "a GPT trains on text: --data text:PATH[,PATH...]"
-                                                     : "an MLP trains on Fashion-MNIST: --data DIR");
+    if (s->data && row->data && row->text != (strncmp(s->data, "text:", 5) == 0))
+        return mp_error(MP_EINVAL, "%s", row->data_use);
     if ((st = unused_options(s)) != MP_OK) return st;
     const mp_scaler_config d = mp_scaler_defaults();
     const mp_scaler_config *g = &s->scaler;
@@ -442,9 +439,7 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
          g->max_scale != d.max_scale))
         return mp_error(MP_EINVAL, "a static scale never changes: --growth-*, --backoff-factor, --hysteresis, "
                                    "--min-scale and --max-scale do nothing for %s", p.label);
-    mp_scaler_config sc = s->scaler; /* as the trainer will make it */
-    sc.dynamic = p.scaling == MP_SCALING_DYNAMIC;
-    if (!sc.dynamic && p.static_scale > 0) sc.init_scale = p.static_scale;
+    const mp_scaler_config sc = mp_precision_scaler(&p, &s->scaler); /* as the trainer will make it */
     if (p.scaling != MP_SCALING_NONE && sc.init_scale > 0 && !isfinite((float)(1.0 / (double)sc.init_scale)))
         return mp_error(MP_EINVAL, "%s%.3g: 1/S is not finite in fp32, so unscaling would make every gradient inf "
                         "(S must exceed 2^-128)", p.static_scale > 0 ? "fp16-static:" : "--init-scale ",
@@ -459,13 +454,14 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
 
 enum { MAX_INPUTS = 40 };
 
-/* The files the spec reads: --init, --resume, and the data (the MLP's four
- * files, or each path of a text corpus). */
+/* The files the spec reads: --init, --resume, and the data (each path of a
+ * text corpus, or the files its model's row names: the MLP's four). */
 static size_t inputs_of(const mp_run_spec *s, mp_file_id *in, char (*paths)[4096]) {
     size_t n = 0;
     if (s->init) mp_file_identify(&in[n++], "--init", s->init);
     if (s->resume) mp_file_identify(&in[n++], "--resume", s->resume);
-    if (s->custom) return n;
+    const mp_model_row *row = mp_model_row_of(s);
+    if (!row->data) return n; /* the library reads no data for it */
     if (s->data && strncmp(s->data, "text:", 5) == 0) {
         for (const char *p = s->data + 5; *p && n < MAX_INPUTS;) {
             const size_t len = strcspn(p, ",");
@@ -473,15 +469,8 @@ static size_t inputs_of(const mp_run_spec *s, mp_file_id *in, char (*paths)[4096
             mp_file_identify(&in[n], "--data", paths[n]), n++;
             p += len + (p[len] == ',');
         }
-    } else if (!is_gpt(s->model)) {
-        static const char *const names[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                            "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
-        const char *dir = s->data ? s->data : MP_FASHION_MNIST_DIR;
-        for (int k = 0; k < 8 && n < MAX_INPUTS; k++) {
-            snprintf(paths[n], sizeof paths[n], "%s/%s%s", dir, names[k / 2], k % 2 ? ".gz" : "");
-            struct stat st;
-            if (stat(paths[n], &st) == 0) mp_file_identify(&in[n], "--data", paths[n]), n++;
-        }
+    } else if (row->inputs) {
+        n += row->inputs(s, in + n, paths + n, MAX_INPUTS - n);
     }
     return n;
 }

@@ -1,7 +1,7 @@
 /* underflow.c - what a set of values loses in a number format at several loss
  * scales (underflow.h): the counts through mp_convert_count, the order
- * statistics by radix selection, the best power-of-two scale, and the explorer
- * page with every count computed into it. */
+ * statistics by radix selection, the best power-of-two scale, and the counts
+ * the explorer page shows (explore_page.c). */
 #define _POSIX_C_SOURCE 200809L
 #include <float.h>
 #include <math.h>
@@ -214,84 +214,102 @@ static void add_error(double *sum, const float *x, const float *q, size_t m) {
         if (x[i] != 0) *sum += fabs(((double)q[i] - (double)x[i]) / (double)x[i]);
 }
 
-mp_status mp_block_compare_values(const float *x, size_t n, mp_block_format f, mp_mx_rule rule,
-                                  mp_block_compare *out) {
+/* One comparison under way: the format, the per-tensor scale, the buffers of
+ * a chunk, and the counts and summed errors of both scalings. */
+typedef struct {
+    int mx;            /* an MX format (else NVFP4) */
+    mp_dtype elem;
+    size_t bs;         /* the block */
+    mp_mx_rule rule;
+    float amax, t;     /* the tensor's amax; the per-tensor scale */
+    float *pad, *q;    /* (BLK_CHUNK) a chunk padded to whole blocks; its dequantized values */
+    uint8_t *codes, *scales;
+    mp_quant_stats bst, tst;
+    mp_convert_stats e2; /* NVFP4 per tensor: the E2M1 stores' counts */
+    double berr, terr;
+} block_cmp;
+
+/* The chunk xs (m values) both ways: block scaling, then one scale per tensor. */
+static mp_status compare_chunk(block_cmp *c, const float *xs, size_t m) {
+    const size_t mp = (m + c->bs - 1) / c->bs * c->bs;
+    memcpy(c->pad, xs, m * sizeof *c->pad);
+    memset(c->pad + m, 0, (mp - m) * sizeof *c->pad);
+    mp_status st;
+    if (c->mx) {
+        st = mp_mx_quantize(c->codes, c->scales, c->pad, mp, c->elem, c->rule, &c->bst);
+        if (st == MP_OK) st = mp_mx_dequantize(c->q, c->codes, c->scales, mp, c->elem);
+    } else {
+        st = mp_nvfp4_quantize(c->codes, c->scales, c->pad, 1, mp, MP_NVFP4_1X16, c->amax, NULL, &c->bst);
+        if (st == MP_OK) st = mp_nvfp4_dequantize(c->q, c->codes, c->scales, 1, mp, MP_NVFP4_1X16, c->amax);
+    }
+    if (st != MP_OK) return st;
+    add_error(&c->berr, xs, c->q, m);
+    if (c->mx) {
+        st = mp_fp8_quantize(c->codes, xs, m, c->elem, c->t, &c->tst);
+        if (st == MP_OK) st = mp_fp8_dequantize(c->q, c->codes, m, c->elem, c->t);
+    } else {
+        const float tinv = 1.0f / c->t;
+        st = mp_convert_count(MP_E2M1, xs, MP_F32, m, c->t, &c->e2);
+        for (size_t i = 0; i < m; i++) c->q[i] = mp_e2m1_to_f32(mp_f32_to_e2m1(xs[i] * c->t)) * tinv;
+    }
+    if (st == MP_OK) add_error(&c->terr, xs, c->q, m);
+    return st;
+}
+
+/* The arguments checked, the values' amax and nonzero count. */
+static mp_status compare_args(const float *x, size_t n, mp_block_format f, mp_mx_rule rule, float *amax,
+                              uint64_t *nonzero) {
     static const char fn[] = "mp_block_compare_values";
-    if (!out) return mp_error(MP_EINVAL, "%s: NULL result", fn);
-    memset(out, 0, sizeof *out);
     if ((unsigned)f >= 3) return mp_error(MP_EINVAL, "%s: block format %d (mxfp8-e4m3, mxfp8-e5m2 or nvfp4)", fn, (int)f);
-    const int mx = f != MP_BLOCK_NVFP4;
-    if (mx && rule != MP_MX_FLOOR && rule != MP_MX_RCEIL)
+    if (f != MP_BLOCK_NVFP4 && rule != MP_MX_FLOOR && rule != MP_MX_RCEIL)
         return mp_error(MP_EINVAL, "%s: MX rule %d (floor or rceil)", fn, (int)rule);
     if (!x || n == 0) return mp_error(MP_EINVAL, "%s: no values (x %s, n = %zu)", fn, x ? "given" : "NULL", n);
-    float amax = 0;
-    uint64_t nonzero = 0;
+    *amax = 0, *nonzero = 0;
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(x[i]))
             return mp_error(MP_EINVAL, "%s: value %zu is %g (finite values only)", fn, i, (double)x[i]);
-        nonzero += x[i] != 0;
-        amax = fmaxf(amax, fabsf(x[i]));
+        *nonzero += x[i] != 0;
+        *amax = fmaxf(*amax, fabsf(x[i]));
     }
-    const mp_dtype elem = block_formats[f].elem;
-    const size_t bs = block_formats[f].block;
-    float t; /* the per-tensor scale */
-    if (mx) {
-        t = mp_fp8_scale(amax, elem, 0, NULL);
-    } else {
-        t = amax > 0 ? 6.0f / amax : 1.0f; /* as mp_fp8_scale with 6 for the max */
-        if (isinf(t)) t = FLT_MAX;
-    }
-    const float tinv = 1.0f / t;
-    float *buf = malloc(2 * BLK_CHUNK * sizeof *buf);
-    uint8_t *codes = malloc(BLK_CHUNK + BLK_CHUNK / 16);
-    if (!buf || !codes) {
-        free(buf), free(codes);
-        return mp_error(MP_ENOMEM, "%s: out of memory", fn);
-    }
-    float *pad = buf, *q = buf + BLK_CHUNK;
-    uint8_t *scales = codes + BLK_CHUNK;
-    mp_quant_stats bst = {0, 0, 0, 0, 0}, tst = {0, 0, 0, 0, 0};
-    mp_convert_stats e2 = {0, 0, 0, 0, 0.0f};
-    double berr = 0, terr = 0;
-    mp_status st = MP_OK;
-    for (size_t i0 = 0; i0 < n && st == MP_OK; i0 += BLK_CHUNK) {
-        const size_t m = n - i0 < BLK_CHUNK ? n - i0 : BLK_CHUNK, mp = (m + bs - 1) / bs * bs;
-        const float *xs = x + i0;
-        memcpy(pad, xs, m * sizeof *pad);
-        memset(pad + m, 0, (mp - m) * sizeof *pad);
-        /* block scaling */
-        if (mx) {
-            st = mp_mx_quantize(codes, scales, pad, mp, elem, rule, &bst);
-            if (st == MP_OK) st = mp_mx_dequantize(q, codes, scales, mp, elem);
-        } else {
-            st = mp_nvfp4_quantize(codes, scales, pad, 1, mp, MP_NVFP4_1X16, amax, NULL, &bst);
-            if (st == MP_OK) st = mp_nvfp4_dequantize(q, codes, scales, 1, mp, MP_NVFP4_1X16, amax);
-        }
-        if (st != MP_OK) break;
-        add_error(&berr, xs, q, m);
-        /* one scale per tensor */
-        if (mx) {
-            st = mp_fp8_quantize(codes, xs, m, elem, t, &tst);
-            if (st == MP_OK) st = mp_fp8_dequantize(q, codes, m, elem, t);
-        } else {
-            st = mp_convert_count(MP_E2M1, xs, MP_F32, m, t, &e2);
-            for (size_t i = 0; i < m; i++) q[i] = mp_e2m1_to_f32(mp_f32_to_e2m1(xs[i] * t)) * tinv;
-        }
-        if (st != MP_OK) break;
-        add_error(&terr, xs, q, m);
-    }
-    free(buf), free(codes);
+    return MP_OK;
+}
+
+mp_status mp_block_compare_values(const float *x, size_t n, mp_block_format f, mp_mx_rule rule,
+                                  mp_block_compare *out) {
+    if (!out) return mp_error(MP_EINVAL, "mp_block_compare_values: NULL result");
+    memset(out, 0, sizeof *out);
+    block_cmp c = {.mx = f != MP_BLOCK_NVFP4, .rule = rule};
+    uint64_t nonzero = 0;
+    mp_status st = compare_args(x, n, f, rule, &c.amax, &nonzero);
     if (st != MP_OK) return st;
-    if (!mx) tst.flushed = e2.underflow, tst.saturated = e2.overflow;
-    out->format = f, out->rule = mx ? rule : MP_MX_FLOOR, out->elem = elem, out->block = bs;
-    out->n = n, out->nonzero_inputs = nonzero, out->amax = amax, out->tensor_scale = t;
-    const mp_quant_stats *s[2] = {&bst, &tst};
-    const double err[2] = {berr, terr};
-    mp_block_counts *c[2] = {&out->block_scaling, &out->per_tensor};
+    c.elem = block_formats[f].elem, c.bs = block_formats[f].block;
+    if (c.mx) {
+        c.t = mp_fp8_scale(c.amax, c.elem, 0, NULL);
+    } else {
+        c.t = c.amax > 0 ? 6.0f / c.amax : 1.0f; /* as mp_fp8_scale with 6 for the max */
+        if (isinf(c.t)) c.t = FLT_MAX;
+    }
+    float *buf = malloc(2 * BLK_CHUNK * sizeof *buf);
+    c.codes = malloc(BLK_CHUNK + BLK_CHUNK / 16);
+    if (!buf || !c.codes) {
+        free(buf), free(c.codes);
+        return mp_error(MP_ENOMEM, "mp_block_compare_values: out of memory");
+    }
+    c.pad = buf, c.q = buf + BLK_CHUNK, c.scales = c.codes + BLK_CHUNK;
+    for (size_t i0 = 0; i0 < n && st == MP_OK; i0 += BLK_CHUNK)
+        st = compare_chunk(&c, x + i0, n - i0 < BLK_CHUNK ? n - i0 : BLK_CHUNK);
+    free(buf), free(c.codes);
+    if (st != MP_OK) return st;
+    if (!c.mx) c.tst.flushed = c.e2.underflow, c.tst.saturated = c.e2.overflow;
+    out->format = f, out->rule = c.mx ? rule : MP_MX_FLOOR, out->elem = c.elem, out->block = c.bs;
+    out->n = n, out->nonzero_inputs = nonzero, out->amax = c.amax, out->tensor_scale = c.t;
+    const mp_quant_stats *s[2] = {&c.bst, &c.tst};
+    const double err[2] = {c.berr, c.terr};
+    mp_block_counts *cnt[2] = {&out->block_scaling, &out->per_tensor};
     for (int k = 0; k < 2; k++) {
-        c[k]->flushed = s[k]->flushed, c[k]->saturated = s[k]->saturated;
-        c[k]->nonzero = nonzero - s[k]->flushed;
-        c[k]->mean_rel_error = nonzero ? err[k] / (double)nonzero : 0;
+        cnt[k]->flushed = s[k]->flushed, cnt[k]->saturated = s[k]->saturated;
+        cnt[k]->nonzero = nonzero - s[k]->flushed;
+        cnt[k]->mean_rel_error = nonzero ? err[k] / (double)nonzero : 0;
     }
     return MP_OK;
 }
@@ -329,132 +347,7 @@ mp_status mp_log2_histogram(const void *x, mp_dtype xt, size_t n, int lo, int nb
     return MP_OK;
 }
 
-/* ---- the explorer page ---- */
-
-static const mp_dtype page_formats[4] = {MP_F16, MP_BF16, MP_E5M2, MP_E4M3};
-enum { PAGE_K = 25, HLO = -150, HN = 170 }; /* slider 2^0..2^24; histogram bins log2 -150 .. 19 */
-
-static void write_page(FILE *f, const char *desc, uint64_t n, const uint64_t *bins, mp_scale_counts (*counts)[PAGE_K]) {
-    int blo = HN, bhi = 0;
-    for (int b = 0; b < HN; b++)
-        if (bins[b]) blo = b < blo ? b : blo, bhi = b;
-    fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>mixprec explorer: "
-               "gradients against a number format</title>\n<style>\n"
-               "body{font:15px/1.5 system-ui,sans-serif;color:#222;max-width:980px;margin:2em auto;padding:0 1em}\n"
-               "h1{font-size:1.5em}.controls{display:flex;gap:2em;align-items:center;flex-wrap:wrap;margin:1em 0}\n"
-               "input[type=range]{width:360px}.readout{display:grid;grid-template-columns:repeat(4,1fr);gap:.6em}\n"
-               ".box{background:#f5f5f5;border-radius:6px;padding:.6em .8em}.big{font-size:1.4em;font-weight:600}\n"
-               ".zero .big{color:#c62828}.over .big{color:#6a1b9a}.sub .big{color:#ef6c00}.ok .big{color:#2e7d32}\n"
-               "svg{width:100%%;height:auto}.note{color:#555;font-size:.92em}\n</style>\n</head>\n<body>\n"
-               "<h1>Gradients against a number format</h1>\n<p class=\"note\">");
-    mp_html_escape(f, desc);
-    fputs(". Move the loss scale: every gradient is multiplied by it before it is stored; the bars slide right. "
-          "Values left of the floor become zero; right of the ceiling, infinity (NaN in e4m3, which has no infinity). "
-          "Every count below was computed by mixprec's own conversion code (mp_convert), for every slider position and "
-          "format, when this page was written.</p>\n", f);
-    fprintf(f, "<div class=\"controls\"><label>format <select id=\"fmt\">");
-    for (int k = 0; k < 4; k++) fprintf(f, "<option value=\"%s\">%s</option>", mp_format(page_formats[k])->name,
-                                         mp_format(page_formats[k])->name);
-    fprintf(f, "</select></label><label>loss scale <input id=\"k\" type=\"range\" min=\"0\" max=\"%d\" step=\"1\" value=\"0\"> "
-               "<b id=\"scale\">2^0 = 1</b></label></div>\n", PAGE_K - 1);
-    fprintf(f, "<div class=\"readout\"><div class=\"box zero\">become zero<div class=\"big\" id=\"zero\"></div><span id=\"zero_pct\"></span></div>"
-               "<div class=\"box sub\">subnormal<div class=\"big\" id=\"sub\"></div><span id=\"sub_pct\"></span></div>"
-               "<div class=\"box over\">overflow<div class=\"big\" id=\"over\"></div><span id=\"over_pct\"></span></div>"
-               "<div class=\"box ok\">survive<div class=\"big\" id=\"survive\"></div><span id=\"survive_pct\"></span></div></div>\n");
-    /* the chart: bars in a group that the script translates by k bins */
-    const int W = 940, H = 320, ML = 50, MR = 10, MT = 20, MB = 40;
-    const int x0 = blo - 2 < 0 ? 0 : blo - 2, x1 = bhi + PAGE_K + 2 > HN ? HN : bhi + PAGE_K + 2;
-    int lo_lim = x0, hi_lim = x1;
-    for (int k = 0; k < 4; k++) {
-        const mp_format_info *fi = mp_format(page_formats[k]);
-        const int a = (int)floor(log2(fi->min_subnormal)) - HLO - 1, b = (int)ceil(log2(fi->max)) - HLO + 1;
-        lo_lim = a < lo_lim ? (a < 0 ? 0 : a) : lo_lim, hi_lim = b > hi_lim ? (b > HN ? HN : b) : hi_lim;
-    }
-    const double bw = (double)(W - ML - MR) / (hi_lim - lo_lim);
-    uint64_t bmax = 1;
-    for (int b = 0; b < HN; b++) bmax = bins[b] > bmax ? bins[b] : bmax;
-    fprintf(f, "<svg id=\"chart\" viewBox=\"0 0 %d %d\" xmlns=\"http://www.w3.org/2000/svg\">\n"
-               "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n",
-            W, H, ML, MT, W - ML - MR, H - MT - MB);
-    fprintf(f, "<rect id=\"zone_zero\" y=\"%d\" height=\"%d\" fill=\"#c62828\" opacity=\"0.08\"/>"
-               "<rect id=\"zone_over\" y=\"%d\" height=\"%d\" fill=\"#6a1b9a\" opacity=\"0.08\"/>\n",
-            MT, H - MT - MB, MT, H - MT - MB);
-    for (int e = lo_lim; e <= hi_lim; e += 10) {
-        const double x = ML + (e - lo_lim) * bw;
-        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#e5e5e5\"/><text x=\"%.1f\" y=\"%d\" font-size=\"11\" "
-                   "text-anchor=\"middle\" fill=\"#666\">2^%d</text>\n", x, x, MT, H - MB, x, H - MB + 14, e + HLO);
-    }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" text-anchor=\"middle\" fill=\"#444\">magnitude of the scaled gradient (log2 axis)</text>\n",
-            (ML + W - MR) / 2, H - 8);
-    fprintf(f, "<g id=\"bars\">\n");
-    for (int b = blo; b <= bhi; b++) {
-        if (!bins[b]) continue;
-        const double h = (double)(H - MT - MB - 10) * (double)bins[b] / (double)bmax;
-        fprintf(f, "<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#1f77b4\"/>\n",
-                ML + (b - lo_lim) * bw, H - MB - h, bw * 0.9, h);
-    }
-    fprintf(f, "</g>\n<line id=\"floor\" y1=\"%d\" y2=\"%d\" stroke=\"#c62828\" stroke-dasharray=\"5 3\"/>"
-               "<line id=\"ceil\" y1=\"%d\" y2=\"%d\" stroke=\"#6a1b9a\" stroke-dasharray=\"5 3\"/>\n"
-               "<text id=\"floor_t\" y=\"%d\" font-size=\"11\" fill=\"#c62828\"></text><text id=\"ceil_t\" y=\"%d\" font-size=\"11\" "
-               "fill=\"#6a1b9a\" text-anchor=\"end\"></text>\n</svg>\n",
-            MT, H - MB, MT, H - MB, MT + 14, MT + 30);
-    /* the data: every count for every format and scale, computed before the page was opened */
-    fprintf(f, "<script>\nconst N = %llu, GEO = {ml: %d, bw: %.6f, lo: %d, hlo: %d, mt: %d, h: %d, right: %d};\nconst DATA = {\n",
-            (unsigned long long)n, ML, bw, lo_lim, HLO, MT, H - MT - MB, W - MR);
-    for (int k = 0; k < 4; k++) {
-        const mp_format_info *fi = mp_format(page_formats[k]);
-        fprintf(f, "  \"%s\": {floor: %.9g, ceil: %.9g, min_normal: %.9g, counts: [", fi->name, fi->min_subnormal / 2,
-                fi->max, fi->min_normal);
-        for (int s = 0; s < PAGE_K; s++) {
-            const mp_scale_counts *c = &counts[k][s];
-            fprintf(f, "%s[%llu, %llu, %llu, %llu]", s ? ", " : "", (unsigned long long)c->zero,
-                    (unsigned long long)c->subnormal, (unsigned long long)c->overflow, (unsigned long long)c->survive);
-        }
-        fprintf(f, "]}%s\n", k < 3 ? "," : "");
-    }
-    fprintf(f, "};\n"
-               "function pct(x) { return (100 * x / N).toFixed(x && x < N / 1000 ? 4 : 2) + '%%'; }\n"
-               "function xOf(log2v) { return GEO.ml + (log2v - GEO.hlo - GEO.lo) * GEO.bw; }\n"
-               "function update() {\n"
-               "  const fmt = document.getElementById('fmt').value, k = +document.getElementById('k').value;\n"
-               "  const d = DATA[fmt], c = d.counts[k];\n"
-               "  document.getElementById('scale').textContent = '2^' + k + ' = ' + Math.pow(2, k);\n"
-               "  const ids = ['zero', 'sub', 'over', 'survive'];\n"
-               "  ids.forEach((id, i) => { document.getElementById(id).textContent = c[i];\n"
-               "    document.getElementById(id + '_pct').textContent = pct(c[i]); });\n"
-               "  document.getElementById('bars').setAttribute('transform', 'translate(' + (k * GEO.bw).toFixed(2) + ' 0)');\n"
-               "  const fx = xOf(Math.log2(d.floor)), cx = xOf(Math.log2(d.ceil));\n"
-               "  for (const [id, x] of [['floor', fx], ['ceil', cx]]) { const l = document.getElementById(id);\n"
-               "    l.setAttribute('x1', x); l.setAttribute('x2', x); }\n"
-               "  const zz = document.getElementById('zone_zero'); zz.setAttribute('x', GEO.ml); zz.setAttribute('width', Math.max(0, fx - GEO.ml));\n"
-               "  const zo = document.getElementById('zone_over'); zo.setAttribute('x', cx); zo.setAttribute('width', Math.max(0, GEO.right - cx));\n"
-               "  const ft = document.getElementById('floor_t'); ft.setAttribute('x', fx + 4); ft.textContent = fmt + ': 0 below ' + d.floor.toExponential(2);\n"
-               "  const ct = document.getElementById('ceil_t'); ct.setAttribute('x', cx - 4); ct.textContent = fmt + ' max ' + d.ceil.toExponential(2);\n"
-               "}\n"
-               "function fromHash() {\n"
-               "  const p = new URLSearchParams(location.hash.slice(1));\n"
-               "  if (p.has('k')) document.getElementById('k').value = p.get('k');\n"
-               "  if (p.has('fmt') && DATA[p.get('fmt')]) document.getElementById('fmt').value = p.get('fmt');\n"
-               "  update();\n"
-               "}\n"
-               "document.getElementById('k').addEventListener('input', update);\n"
-               "document.getElementById('fmt').addEventListener('change', update);\n"
-               "window.addEventListener('hashchange', fromHash);\n"
-               "fromHash();\n"
-               "</script>\n</body>\n</html>\n");
-}
-
-typedef struct {
-    const char *desc;
-    uint64_t n;
-    const uint64_t *bins;
-    mp_scale_counts (*counts)[PAGE_K];
-} page;
-
-static void print_page(FILE *f, const void *ctx) {
-    const page *p = ctx;
-    write_page(f, p->desc, p->n, p->bins, p->counts);
-}
+/* ---- the explorer page (explore_page.c writes it) ---- */
 
 mp_status mp_explore_write(const char *path, const void *x, mp_dtype xt, size_t n, const char *description) {
     static const char fn[] = "mp_explore_write";
@@ -465,12 +358,12 @@ mp_status mp_explore_write(const char *path, const void *x, mp_dtype xt, size_t 
     const mp_status st = set_init(&s, x, xt, n);
     if (st != MP_OK) return st;
     if (s.finite == 0) return mp_error(MP_EINVAL, "%s: no finite value among %zu", fn, n);
-    uint64_t bins[HN] = {0}, zeros = 0;
-    log2_hist h = {HLO, HN, bins, &zeros};
+    uint64_t bins[MP_EXPLORE_HN] = {0}, zeros = 0;
+    log2_hist h = {MP_EXPLORE_HLO, MP_EXPLORE_HN, bins, &zeros};
     set_chunks(&s, log2_hist_chunk, &h);
-    mp_scale_counts counts[4][PAGE_K];
+    mp_scale_counts counts[4][MP_EXPLORE_K];
     for (int k = 0; k < 4; k++)
-        for (int i = 0; i < PAGE_K; i++) counts[k][i] = set_count(&s, page_formats[k], ldexp(1.0, i));
-    const page p = {description, s.finite, bins, counts};
-    return mp_print_file_atomic(path, print_page, &p);
+        for (int i = 0; i < MP_EXPLORE_K; i++) counts[k][i] = set_count(&s, mp_explore_formats[k], ldexp(1.0, i));
+    const mp_explore_page p = {description, s.finite, bins, counts};
+    return mp_print_file_atomic(path, mp_explore_print, &p);
 }

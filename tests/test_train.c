@@ -647,9 +647,23 @@ static void check_shard(void) {
     CHECK(rig_make_dist(&r, "fp32", 1.0f, 0, &one, 1) == MP_EINVAL && strstr(mp_last_error(), "2 or more ranks"),
           "shard with one rank: %s", mp_last_error());
     rig_free(&r);
+    /* a trainer refused for its mode (a bad scaler) after asking for a shard: nothing held (ASan's leak check) */
+    const mp_train_dist two = {0, 2, NULL, t_sum_grads, t_sum_f64, t_max_f32, t_reduce_scatter, t_all_gather, t_broadcast};
+    mp_scaler_config bad = mp_scaler_defaults();
+    bad.growth_factor = 0.5f;
+    rig s;
+    CHECK(rig_make_dist(&s, "fp16-dynamic", 1.0f, 0, &two, 1) == MP_OK, "shard: %s", mp_last_error());
+    mp_trainer *t = NULL;
+    mp_train_config c = {.precision = &s.prec, .scaler = bad, .lr = {.lr = 0.05}, .accum = 1, .dist = &two,
+                         .shard_optimizer = 1};
+    CHECK(mp_trainer_create(&t, &c, (mp_model){&lin_ops, &s.m}, s.opt, (mp_loader){&s.d, data_batch, NULL, NULL}) ==
+                  MP_EINVAL && !t,
+          "sharded trainer with a bad scaler: %s", mp_last_error());
+    rig_free(&s);
     mp_set_threads(0);
     CHECK_SAY(mark, "sharded optimizer state: 2 ranks (threads) train bit for bit as unsharded (fp32, fp16-dynamic "
-                    "with skips, bf16), the state gathered to rank 0 is the same, a rank holds only its own\n");
+                    "with skips, bf16), the state gathered to rank 0 is the same, a rank holds only its own; a "
+                    "trainer refused after asking for a shard holds nothing\n");
 }
 
 int main(void) {

@@ -368,40 +368,88 @@ static const gemm_shape gemm_shapes[] = {
 };
 #define NSHAPES (sizeof gemm_shapes / sizeof gemm_shapes[0])
 
-static int bench_gemm(int argc, char **argv) {
-    long reps = 7, max_dim = 1L << 30;
-    int json = 0;
+/* bench gemm's options: -1 to go on, else the exit status (0 after --help, or a usage error's). */
+static int gemm_options(int argc, char **argv, long *reps, long *max_dim, int *json) {
     for (int i = 2; i < argc; i++) {
         const char *v;
         if (cli_is_help(&cmd_bench, argv[i])) return 0;
-        if (strcmp(argv[i], "--json") == 0) json = 1;
+        if (strcmp(argv[i], "--json") == 0) *json = 1;
         else if (strcmp(argv[i], "--reps") == 0) {
             if (!(v = cli_value("bench", argc, argv, &i))) return CLI_USAGE;
-            if (cli_parse_long(v, 1, 1000, &reps)) return cli_usage_error("bench", "--reps wants 1 .. 1000, not '%s'", v);
+            if (cli_parse_long(v, 1, 1000, reps)) return cli_usage_error("bench", "--reps wants 1 .. 1000, not '%s'", v);
         } else if (strcmp(argv[i], "--max") == 0) {
             if (!(v = cli_value("bench", argc, argv, &i))) return CLI_USAGE;
-            if (cli_parse_long(v, 1, 1L << 30, &max_dim)) return cli_usage_error("bench", "--max wants a size, not '%s'", v);
+            if (cli_parse_long(v, 1, 1L << 30, max_dim))
+                return cli_usage_error("bench", "--max wants a size, not '%s'", v);
         } else return cli_usage_error("bench", "unknown option '%s'", argv[i]);
     }
+    return -1;
+}
+
+/* The operands (fp32 values, converted into a and b for each type), C and the times. */
+typedef struct {
+    float *a32, *b32, *c;
+    void *a, *b;
+    double *t;
+    long reps;
+    int json, first;
+    double pk_fma, pk_bf16; /* the peaks an fp32 and a bf16 GEMM are measured against */
+} gemm_bench;
+
+/* One shape in each of its types: the median time and the share of the peak. */
+static void bench_shape(gemm_bench *w, const gemm_shape *g) {
+    static const mp_dtype types[3] = {MP_F32, MP_F16, MP_BF16};
+    const double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
+    /* enough repetitions for about 0.2 s of work on small shapes */
+    long r = w->reps;
+    while (2 * r <= 20 * w->reps && (double)r * flops < 2e10) r *= 2;
+    for (int ti = g->gpt ? 2 : 0; ti < 3; ti++) {
+        const mp_dtype dt = types[ti];
+        mp_convert(w->a, dt, w->a32, MP_F32, g->m * g->k, NULL);
+        mp_convert(w->b, dt, w->b32, MP_F32, g->k * g->n, NULL);
+        const size_t lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n;
+        mp_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, w->a, dt, lda, w->b, dt, ldb, 0.0f, w->c, g->ct, g->n, NULL);
+        for (long i = 0; i < r; i++) {
+            const double t0 = now();
+            mp_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, w->a, dt, lda, w->b, dt, ldb, 0.0f, w->c, g->ct, g->n, NULL);
+            w->t[i] = now() - t0;
+        }
+        const double med = median_seconds((int)r, w->t), gf = flops / med * 1e-9;
+        const double peak = dt == MP_BF16 ? w->pk_bf16 : w->pk_fma;
+        if (w->json)
+            printf("%s\n  {\"shape\": \"%s\", \"m\": %zu, \"n\": %zu, \"k\": %zu, \"trans_a\": %d, \"trans_b\": %d, "
+                   "\"type\": \"%s\", \"c_type\": \"%s\", \"gpt\": %d, \"median_s\": %.6e, \"gflops\": %.2f, "
+                   "\"of_peak\": %.3f}",
+                   w->first ? "" : ",", g->name, g->m, g->n, g->k, g->ta, g->tb, mp_format(dt)->name,
+                   mp_format(g->ct)->name, g->gpt, med, gf, peak > 0 ? gf / peak : 0.0);
+        else
+            printf("%-24s %-5s %-5s %10.3f %10.1f %7.0f%%\n", g->name, mp_format(dt)->name, mp_format(g->ct)->name,
+                   med * 1e3, gf, peak > 0 ? 100 * gf / peak : 0.0);
+        w->first = 0;
+    }
+}
+
+static int bench_gemm(int argc, char **argv) {
+    long reps = 7, max_dim = 1L << 30;
+    int json = 0;
+    const int opt = gemm_options(argc, argv, &reps, &max_dim, &json);
+    if (opt >= 0) return opt;
     const size_t maxe = (size_t)4096 * 1536;
-    float *a32 = malloc(maxe * 4), *b32 = malloc(maxe * 4), *c = malloc(maxe * 4);
-    void *a = malloc(maxe * 4), *b = malloc(maxe * 4);
-    double *t = malloc(((size_t)reps + 2) * 20 * sizeof *t);
-    if (!a32 || !b32 || !c || !a || !b || !t) {
+    gemm_bench w = {malloc(maxe * 4), malloc(maxe * 4), malloc(maxe * 4), malloc(maxe * 4), malloc(maxe * 4),
+                    malloc(((size_t)reps + 2) * 20 * sizeof(double)), reps, json, 1, 0, 0};
+    if (!w.a32 || !w.b32 || !w.c || !w.a || !w.b || !w.t) {
         fprintf(stderr, "mixprec bench: out of memory\n");
-        free(a32), free(b32), free(c), free(a), free(b), free(t);
+        free(w.a32), free(w.b32), free(w.c), free(w.a), free(w.b), free(w.t);
         return 1;
     }
     uint64_t s = 42;
     for (size_t i = 0; i < maxe; i++) {
         s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-        a32[i] = (float)((double)(s >> 40) * 0x1p-24 - 0.5);
-        b32[i] = (float)((double)((s >> 16) & 0xffffff) * 0x1p-24 - 0.5);
+        w.a32[i] = (float)((double)(s >> 40) * 0x1p-24 - 0.5);
+        w.b32[i] = (float)((double)((s >> 16) & 0xffffff) * 0x1p-24 - 0.5);
     }
     const double pk_fma = mp_cpu_peak(MP_PEAK_FMA), pk_dp = mp_cpu_peak(MP_PEAK_DPBF16), pk_tdp = mp_cpu_peak(MP_PEAK_TDPBF16);
-    /* a bf16 GEMM's peak: the instruction its kernel runs */
-    const double pk_bf16 = pk_tdp > 0 ? pk_tdp : pk_dp > 0 ? pk_dp : pk_fma;
-    static const mp_dtype types[3] = {MP_F32, MP_F16, MP_BF16};
+    w.pk_fma = pk_fma, w.pk_bf16 = pk_tdp > 0 ? pk_tdp : pk_dp > 0 ? pk_dp : pk_fma; /* the instruction its kernel runs */
     if (json)
         printf("{\"bench\": \"gemm\", \"threads\": %d, \"isa\": \"%s\", \"reps\": %ld, \"peak_fma_gflops\": %.2f, "
                "\"peak_dpbf16_gflops\": %.2f, \"peak_tdpbf16_gflops\": %.2f, \"results\": [",
@@ -413,43 +461,12 @@ static int bench_gemm(int argc, char **argv) {
                "%-24s %-5s %-5s %10s %10s %8s\n",
                mp_get_threads(), mp_isa_name(mp_cpu_isa()), reps, pk_fma, pk_dp, pk_tdp, "shape", "type", "C", "ms",
                "GFLOP/s", "of peak");
-    int first = 1;
     for (size_t si = 0; si < NSHAPES; si++) {
         const gemm_shape *g = &gemm_shapes[si];
-        if (g->m > (size_t)max_dim || g->n > (size_t)max_dim || g->k > (size_t)max_dim) continue;
-        const double flops = 2.0 * (double)g->m * (double)g->n * (double)g->k;
-        /* enough repetitions for about 0.2 s of work on small shapes */
-        long r = reps;
-        while (2 * r <= 20 * reps && (double)r * flops < 2e10) r *= 2;
-        for (int ti = g->gpt ? 2 : 0; ti < 3; ti++) {
-            const mp_dtype dt = types[ti];
-            mp_convert(a, dt, a32, MP_F32, g->m * g->k, NULL);
-            mp_convert(b, dt, b32, MP_F32, g->k * g->n, NULL);
-            const size_t lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n;
-            mp_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, dt, lda, b, dt, ldb, 0.0f, c, g->ct, g->n, NULL);
-            for (long i = 0; i < r; i++) {
-                const double t0 = now();
-                mp_gemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, dt, lda, b, dt, ldb, 0.0f, c, g->ct, g->n, NULL);
-                t[i] = now() - t0;
-            }
-            const double med = median_seconds((int)r, t), gf = flops / med * 1e-9;
-            const double peak = dt == MP_BF16 ? pk_bf16 : pk_fma;
-            if (json)
-                printf("%s\n  {\"shape\": \"%s\", \"m\": %zu, \"n\": %zu, \"k\": %zu, \"trans_a\": %d, \"trans_b\": %d, "
-                       "\"type\": \"%s\", \"c_type\": \"%s\", \"gpt\": %d, \"median_s\": %.6e, \"gflops\": %.2f, "
-                       "\"of_peak\": %.3f}",
-                       first ? "" : ",", g->name, g->m, g->n, g->k, g->ta, g->tb, mp_format(dt)->name,
-                       mp_format(g->ct)->name, g->gpt, med, gf,
-                       peak > 0 ? gf / peak : 0.0);
-            else
-                printf("%-24s %-5s %-5s %10.3f %10.1f %7.0f%%\n", g->name, mp_format(dt)->name, mp_format(g->ct)->name,
-                       med * 1e3, gf,
-                       peak > 0 ? 100 * gf / peak : 0.0);
-            first = 0;
-        }
+        if (g->m <= (size_t)max_dim && g->n <= (size_t)max_dim && g->k <= (size_t)max_dim) bench_shape(&w, g);
     }
     if (json) printf("\n]}\n");
-    free(a32), free(b32), free(c), free(a), free(b), free(t);
+    free(w.a32), free(w.b32), free(w.c), free(w.a), free(w.b), free(w.t);
     return 0;
 }
 

@@ -274,6 +274,7 @@ typedef struct mp_train_config {
      * state and log are bit-identical (with more ranks, as the reduce_scatter adds). The norm must be fp32
      * (no +reductions=half with clip). A checkpoint needs mp_trainer_gather_state first. */
     int shard_optimizer;
+    uint64_t seed;           /* the stream of a mode that rounds stochastically (bf16-pure: mp_optim_set_rounding) */
 } mp_train_config;
 
 /* What one step did. */
@@ -316,7 +317,9 @@ typedef struct mp_trainer mp_trainer;
 
 /* A trainer over a model and its optimizer (the model's parameters must be
  * registered with opt, in the mode's format) and a loader. The trainer does
- * not own them. MP_EINVAL for a bad config (accum < 1, bad scaler config,
+ * not own them. It applies the rest of the mode: the optimizer's rounding
+ * (stochastic from c->seed where the mode says) and state format, where the
+ * model's reductions round (set_reductions), the loss scaler. MP_EINVAL for a bad config (accum < 1, bad scaler config,
  * clip < 0, a dist with size < 1, rank outside [0, size) or, with size > 1,
  * a NULL function). With a dist, every rank creates its trainer from the
  * same model, seed and data. Also MP_EINVAL + message for a NULL argument, a
