@@ -80,6 +80,93 @@ static const char *repeated_name(const cJSON *obj, int *nomem) {
     return dup;
 }
 
+/* The header's __metadata__ object e: string values only, no name twice. */
+static mp_status parse_metadata(const char *path, const cJSON *e, mp_safetensors *s) {
+    if (!cJSON_IsObject(e)) return mp_error(MP_ECORRUPT, "%s: __metadata__ is not an object", path);
+    int nomem = 0;
+    const char *dup = repeated_name(e, &nomem);
+    if (dup || nomem)
+        return nomem ? mp_error(MP_ENOMEM, "%s: out of memory", path)
+                     : mp_error(MP_ECORRUPT, "%s: the metadata names '%s' twice", path, dup);
+    const int m = cJSON_GetArraySize(e);
+    s->meta = calloc(2 * (size_t)m + 2, sizeof *s->meta);
+    if (!s->meta) return mp_error(MP_ENOMEM, "%s: out of memory", path);
+    for (const cJSON *kv = e->child; kv; kv = kv->next) {
+        if (!cJSON_IsString(kv)) return mp_error(MP_ECORRUPT, "%s: metadata '%s' is not a string", path, kv->string);
+        s->meta[2 * s->nmeta] = strdup(kv->string);
+        s->meta[2 * s->nmeta + 1] = strdup(kv->valuestring);
+        s->nmeta++;
+        if (!s->meta[2 * s->nmeta - 2] || !s->meta[2 * s->nmeta - 1]) return mp_error(MP_ENOMEM, "%s: out of memory", path);
+    }
+    return MP_OK;
+}
+
+/* A tensor's shape: at most 4 whole dimensions, *numel their product. */
+static mp_status parse_shape(const char *path, const cJSON *sh, mp_tensor *t, size_t *numel) {
+    t->ndim = cJSON_GetArraySize(sh);
+    if (t->ndim > 4) return mp_error(MP_ECORRUPT, "%s: tensor '%s' has %d dimensions (at most 4)", path, t->name, t->ndim);
+    *numel = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        const cJSON *d = cJSON_GetArrayItem(sh, i);
+        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e12 || d->valuedouble != (double)(size_t)d->valuedouble)
+            return mp_error(MP_ECORRUPT, "%s: tensor '%s' has a bad shape", path, t->name);
+        t->shape[i] = (size_t)d->valuedouble;
+        if (t->shape[i] && *numel > ((size_t)1 << 50) / t->shape[i])
+            return mp_error(MP_ECORRUPT, "%s: tensor '%s' has an impossibly large shape", path, t->name);
+        *numel *= t->shape[i];
+    }
+    return MP_OK;
+}
+
+/* The header's entry e for a tensor into *t, its bytes [range[0], range[1]) of the data (datalen bytes). */
+static mp_status parse_tensor(const char *path, const cJSON *e, size_t datalen, const uint8_t *data, mp_tensor *t,
+                              size_t range[2]) {
+    if (strlen(e->string) >= sizeof t->name) return mp_error(MP_ECORRUPT, "%s: tensor name too long", path);
+    strcpy(t->name, e->string);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *of = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2)
+        return mp_error(MP_ECORRUPT, "%s: tensor '%s' needs dtype, shape and data_offsets", path, t->name);
+    int known = 0;
+    for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
+        if (strcmp(dt->valuestring, st_dtypes[i].name) == 0) t->dtype = st_dtypes[i].t, known = 1;
+    if (!known)
+        return mp_error(MP_ECORRUPT, "%s: tensor '%s' has dtype %s (F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0 are read%s)",
+                        path, t->name, dt->valuestring,
+                        strcmp(dt->valuestring, "F4") == 0 ? "; F4 packs two fp4 codes a byte, mixprec holds one" : "");
+    size_t numel = 1;
+    const mp_status st = parse_shape(path, sh, t, &numel);
+    if (st != MP_OK) return st;
+    const cJSON *b0 = cJSON_GetArrayItem(of, 0), *b1 = cJSON_GetArrayItem(of, 1);
+    if (!cJSON_IsNumber(b0) || !cJSON_IsNumber(b1) || b0->valuedouble < 0 || b1->valuedouble < b0->valuedouble ||
+        b1->valuedouble > (double)datalen || b0->valuedouble != (double)(size_t)b0->valuedouble ||
+        b1->valuedouble != (double)(size_t)b1->valuedouble)
+        return mp_error(MP_ECORRUPT, "%s: tensor '%s' has data offsets out of range or not whole (data is %zu bytes)",
+                        path, t->name, datalen);
+    const size_t begin = (size_t)b0->valuedouble, end = (size_t)b1->valuedouble;
+    t->nbytes = end - begin;
+    if (t->nbytes != numel * elem_size(t->dtype))
+        return mp_error(MP_ECORRUPT, "%s: tensor '%s' has %zu bytes for a shape of %zu %s values", path, t->name,
+                        t->nbytes, numel, dt->valuestring);
+    t->data = data + begin;
+    range[0] = begin, range[1] = end;
+    return MP_OK;
+}
+
+/* The tensors' byte ranges (n pairs) cover the data, datalen bytes, without a gap or an overlap. */
+static mp_status check_ranges(const char *path, size_t *ranges, size_t n, size_t datalen) {
+    qsort(ranges, n, 2 * sizeof *ranges, cmp_range);
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ranges[2 * i] != pos)
+            return mp_error(MP_ECORRUPT, "%s: tensor data %s at byte %zu", path,
+                            ranges[2 * i] < pos ? "overlaps" : "has a gap", pos);
+        pos = ranges[2 * i + 1];
+    }
+    return pos != datalen ? mp_error(MP_ECORRUPT, "%s: %zu bytes after the last tensor", path, datalen - pos) : MP_OK;
+}
+
 static mp_status parse_header(const char *path, const char *json, size_t jsonlen, size_t datalen, const uint8_t *data,
                               mp_safetensors *s) {
     const char *after = NULL;
@@ -97,121 +184,16 @@ static mp_status parse_header(const char *path, const char *json, size_t jsonlen
     const int n = cJSON_GetArraySize(root);
     s->tensors = calloc((size_t)n + 1, sizeof *s->tensors);
     size_t *ranges = calloc((size_t)n + 1, 2 * sizeof *ranges);
-    if (!s->tensors || !ranges) {
-        st = mp_error(MP_ENOMEM, "%s: out of memory", path);
-        goto out;
-    }
     int nomem = 0;
-    const char *dup = repeated_name(root, &nomem);
-    if (dup || nomem) {
-        st = nomem ? mp_error(MP_ENOMEM, "%s: out of memory", path)
-                   : mp_error(MP_ECORRUPT, "%s: the header names '%s' twice", path, dup);
-        goto out;
+    const char *dup = s->tensors && ranges ? repeated_name(root, &nomem) : NULL;
+    if (!s->tensors || !ranges || nomem) st = mp_error(MP_ENOMEM, "%s: out of memory", path);
+    else if (dup) st = mp_error(MP_ECORRUPT, "%s: the header names '%s' twice", path, dup);
+    for (const cJSON *e = root->child; e && st == MP_OK; e = e->next) {
+        if (strcmp(e->string, "__metadata__") == 0) st = parse_metadata(path, e, s);
+        else if ((st = parse_tensor(path, e, datalen, data, &s->tensors[s->count], &ranges[2 * s->count])) == MP_OK)
+            s->count++;
     }
-    for (cJSON *e = root->child; e; e = e->next) {
-        if (strcmp(e->string, "__metadata__") == 0) {
-            if (!cJSON_IsObject(e)) {
-                st = mp_error(MP_ECORRUPT, "%s: __metadata__ is not an object", path);
-                goto out;
-            }
-            if ((dup = repeated_name(e, &nomem)) || nomem) {
-                st = nomem ? mp_error(MP_ENOMEM, "%s: out of memory", path)
-                           : mp_error(MP_ECORRUPT, "%s: the metadata names '%s' twice", path, dup);
-                goto out;
-            }
-            const int m = cJSON_GetArraySize(e);
-            s->meta = calloc(2 * (size_t)m + 2, sizeof *s->meta);
-            if (!s->meta) {
-                st = mp_error(MP_ENOMEM, "%s: out of memory", path);
-                goto out;
-            }
-            for (cJSON *kv = e->child; kv; kv = kv->next) {
-                if (!cJSON_IsString(kv)) {
-                    st = mp_error(MP_ECORRUPT, "%s: metadata '%s' is not a string", path, kv->string);
-                    goto out;
-                }
-                s->meta[2 * s->nmeta] = strdup(kv->string);
-                s->meta[2 * s->nmeta + 1] = strdup(kv->valuestring);
-                s->nmeta++;
-                if (!s->meta[2 * s->nmeta - 2] || !s->meta[2 * s->nmeta - 1]) {
-                    st = mp_error(MP_ENOMEM, "%s: out of memory", path);
-                    goto out;
-                }
-            }
-            continue;
-        }
-        mp_tensor *t = &s->tensors[s->count];
-        if (strlen(e->string) >= sizeof t->name) {
-            st = mp_error(MP_ECORRUPT, "%s: tensor name too long", path);
-            goto out;
-        }
-        strcpy(t->name, e->string);
-        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
-        const cJSON *of = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-        if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2) {
-            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' needs dtype, shape and data_offsets", path, t->name);
-            goto out;
-        }
-        int known = 0;
-        for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
-            if (strcmp(dt->valuestring, st_dtypes[i].name) == 0) t->dtype = st_dtypes[i].t, known = 1;
-        if (!known) {
-            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has dtype %s (F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0 are read%s)",
-                          path, t->name, dt->valuestring,
-                          strcmp(dt->valuestring, "F4") == 0 ? "; F4 packs two fp4 codes a byte, mixprec holds one" : "");
-            goto out;
-        }
-        t->ndim = cJSON_GetArraySize(sh);
-        if (t->ndim > 4) {
-            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has %d dimensions (at most 4)", path, t->name, t->ndim);
-            goto out;
-        }
-        size_t numel = 1;
-        for (int i = 0; i < t->ndim; i++) {
-            const cJSON *d = cJSON_GetArrayItem(sh, i);
-            if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e12 || d->valuedouble != (double)(size_t)d->valuedouble) {
-                st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has a bad shape", path, t->name);
-                goto out;
-            }
-            t->shape[i] = (size_t)d->valuedouble;
-            if (t->shape[i] && numel > ((size_t)1 << 50) / t->shape[i]) {
-                st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has an impossibly large shape", path, t->name);
-                goto out;
-            }
-            numel *= t->shape[i];
-        }
-        const cJSON *b0 = cJSON_GetArrayItem(of, 0), *b1 = cJSON_GetArrayItem(of, 1);
-        if (!cJSON_IsNumber(b0) || !cJSON_IsNumber(b1) || b0->valuedouble < 0 || b1->valuedouble < b0->valuedouble ||
-            b1->valuedouble > (double)datalen || b0->valuedouble != (double)(size_t)b0->valuedouble ||
-            b1->valuedouble != (double)(size_t)b1->valuedouble) {
-            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has data offsets out of range or not whole (data is %zu bytes)",
-                          path, t->name, datalen);
-            goto out;
-        }
-        const size_t begin = (size_t)b0->valuedouble, end = (size_t)b1->valuedouble;
-        t->nbytes = end - begin;
-        if (t->nbytes != numel * elem_size(t->dtype)) {
-            st = mp_error(MP_ECORRUPT, "%s: tensor '%s' has %zu bytes for a shape of %zu %s values", path, t->name,
-                          t->nbytes, numel, dt->valuestring);
-            goto out;
-        }
-        t->data = data + begin;
-        ranges[2 * s->count] = begin, ranges[2 * s->count + 1] = end;
-        s->count++;
-    }
-    qsort(ranges, s->count, 2 * sizeof *ranges, cmp_range);
-    size_t pos = 0;
-    for (size_t i = 0; i < s->count; i++) {
-        if (ranges[2 * i] != pos) {
-            st = mp_error(MP_ECORRUPT, "%s: tensor data %s at byte %zu", path, ranges[2 * i] < pos ? "overlaps" : "has a gap",
-                          pos);
-            goto out;
-        }
-        pos = ranges[2 * i + 1];
-    }
-    if (pos != datalen) st = mp_error(MP_ECORRUPT, "%s: %zu bytes after the last tensor", path, datalen - pos);
-out:
+    if (st == MP_OK) st = check_ranges(path, ranges, s->count, datalen);
     free(ranges);
     cJSON_Delete(root);
     return st;

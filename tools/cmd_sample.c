@@ -31,106 +31,135 @@ static void put_byte(int b) {
     fputs(e, stdout);
 }
 
-static int run(int argc, char **argv) {
-    const char *cmd = "sample", *from = NULL, *model = NULL, *prompt = "\n", *data = NULL;
-    long tokens = 200, topk = 0, seed = 1;
-    float temperature = 1.0f;
-    mp_gelu_form gelu = MP_GELU_TANH;
-    int gelu_given = 0, judge = 0;
+typedef struct {
+    const char *from, *model, *prompt, *data;
+    long tokens, topk, seed;
+    float temperature;
+    mp_gelu_form gelu;
+    int gelu_given, judge;
+} sample_opts;
+
+/* The value of option a: -1 to go on, else the exit status (a usage error's). */
+static int option(sample_opts *o, const char *a, const char *v) {
+    const char *cmd = "sample";
+    if (!strcmp(a, "--from")) o->from = v;
+    else if (!strcmp(a, "--model")) o->model = v;
+    else if (!strcmp(a, "--prompt")) o->prompt = v;
+    else if (!strcmp(a, "--data")) {
+        if (strncmp(v, "text:", 5) || !v[5]) return cli_usage_error(cmd, "--data wants text:PATH[,PATH...], not '%s'", v);
+        o->data = v + 5;
+    }
+    else if (!strcmp(a, "--gelu")) {
+        if (strcmp(v, "tanh") && strcmp(v, "erf")) return cli_usage_error(cmd, "--gelu is tanh or erf, not '%s'", v);
+        o->gelu = strcmp(v, "erf") ? MP_GELU_TANH : MP_GELU_ERF, o->gelu_given = 1;
+    } else if (!strcmp(a, "--tokens")) {
+        if (cli_parse_long(v, 0, 100000000, &o->tokens)) return cli_usage_error(cmd, "--tokens wants 0 .. 1e8, not '%s'", v);
+    } else if (!strcmp(a, "--top-k")) {
+        if (cli_parse_long(v, 0, 1024, &o->topk)) return cli_usage_error(cmd, "--top-k wants 0 .. 1024, not '%s'", v);
+    } else if (!strcmp(a, "--seed")) {
+        if (cli_parse_long(v, 0, 2147483647L, &o->seed))
+            return cli_usage_error(cmd, "--seed wants a whole number, not '%s'", v);
+    } else if (!strcmp(a, "--temperature")) {
+        if (cli_parse_float(v, &o->temperature) || !(o->temperature > 0) || !isfinite(o->temperature))
+            return cli_usage_error(cmd, "--temperature wants a number > 0%s, not '%s'",
+                                   strtod(v, NULL) > 0 ? " within fp32's range (1.4e-45 .. 3.4e38)" : "", v);
+    } else return cli_usage_error(cmd, "unknown option '%s'", a);
+    return -1;
+}
+
+/* The options: -1 to go on, else the exit status (0 after --help). */
+static int parse(int argc, char **argv, sample_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (cli_is_help(&cmd_sample, a)) return 0;
         if (!strcmp(a, "--judge")) {
-            judge = 1;
+            o->judge = 1;
             continue;
         }
-        if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
-        if (!strcmp(a, "--from")) from = v;
-        else if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--prompt")) prompt = v;
-        else if (!strcmp(a, "--data")) {
-            if (strncmp(v, "text:", 5) || !v[5]) return cli_usage_error(cmd, "--data wants text:PATH[,PATH...], not '%s'", v);
-            data = v + 5;
-        }
-        else if (!strcmp(a, "--gelu")) {
-            if (strcmp(v, "tanh") && strcmp(v, "erf")) return cli_usage_error(cmd, "--gelu is tanh or erf, not '%s'", v);
-            gelu = strcmp(v, "erf") ? MP_GELU_TANH : MP_GELU_ERF, gelu_given = 1;
-        } else if (!strcmp(a, "--tokens")) {
-            if (cli_parse_long(v, 0, 100000000, &tokens)) return cli_usage_error(cmd, "--tokens wants 0 .. 1e8, not '%s'", v);
-        } else if (!strcmp(a, "--top-k")) {
-            if (cli_parse_long(v, 0, 1024, &topk)) return cli_usage_error(cmd, "--top-k wants 0 .. 1024, not '%s'", v);
-        } else if (!strcmp(a, "--seed")) {
-            if (cli_parse_long(v, 0, 2147483647L, &seed)) return cli_usage_error(cmd, "--seed wants a whole number, not '%s'", v);
-        } else if (!strcmp(a, "--temperature")) {
-            if (cli_parse_float(v, &temperature) || !(temperature > 0) || !isfinite(temperature))
-                return cli_usage_error(cmd, "--temperature wants a number > 0%s, not '%s'",
-                                       strtod(v, NULL) > 0 ? " within fp32's range (1.4e-45 .. 3.4e38)" : "", v);
-        } else return cli_usage_error(cmd, "unknown option '%s'", a);
+        if (!(v = cli_value("sample", argc, argv, &i))) return CLI_USAGE;
+        const int st = option(o, a, v);
+        if (st >= 0) return st;
     }
-    if (!from) return cli_usage_error(cmd, "--from CKPT is required");
-    if (data && !judge) return cli_usage_error(cmd, "--data is for --judge");
-    mp_text corpus = {0};
-    if (judge && mp_text_load(&corpus, data ? data : MP_TEXT_DEFAULT_CORPUS) != MP_OK)
-        return fprintf(stderr, "mixprec sample: %s%s\n", data ? "--data " : "", mp_last_error()), 1;
-    mp_safetensors st;
-    if (mp_safetensors_read(from, &st) != MP_OK) /* the message starts with the path: the option named before it */
-        return fprintf(stderr, "mixprec sample: %s%s\n", strncmp(mp_last_error(), from, strlen(from)) ? "" : "--from ",
-                       mp_last_error()), 1;
-    const char *mm = mp_safetensors_meta(&st, "model"), *mg = mp_safetensors_meta(&st, "gelu");
-    if (!model) model = mm;
-    if (!gelu_given && mg) gelu = strcmp(mg, "erf") ? MP_GELU_TANH : MP_GELU_ERF;
-    int ret = 1;
+    if (!o->from) return cli_usage_error("sample", "--from CKPT is required");
+    if (o->data && !o->judge) return cli_usage_error("sample", "--data is for --judge");
+    return -1;
+}
+
+/* The GPT of st (its architecture from --model, else from the file) into *g:
+ * 0, or the exit status after a message. */
+static int load_model(sample_opts *o, const mp_safetensors *st, mp_optim **opt, mp_gpt **g) {
+    const char *mm = mp_safetensors_meta(st, "model"), *mg = mp_safetensors_meta(st, "gelu");
+    if (!o->model) o->model = mm;
+    if (!o->gelu_given && mg) o->gelu = strcmp(mg, "erf") ? MP_GELU_TANH : MP_GELU_ERF;
     mp_gpt_config c;
-    mp_optim *opt = NULL;
-    mp_gpt *g = NULL;
+    if (!o->model)
+        return fprintf(stderr, "mixprec sample: %s does not say which model it holds: give --model gpt:L-H-C-T\n",
+                       o->from), 1;
+    if (mp_gpt_parse(o->model, &c) != MP_OK) { /* the file's model is data; a --model given is usage */
+        if (o->model != mm) return cli_usage_error("sample", "%s", mp_last_error());
+        return fprintf(stderr, "mixprec sample: %s holds %s, not a GPT: sample needs one\n", o->from, mm), 1;
+    }
+    c.gelu = o->gelu;
+    if (mp_gpt_check_file(&c, st) != MP_OK) /* before the model's memory is taken from what the file says */
+        return fprintf(stderr, "mixprec sample: %s: its tensors are not those of %s: %s\n", o->from, o->model,
+                       mp_last_error()), 1;
+    if (mp_optim_sgd(opt, NULL) != MP_OK || mp_gpt_create(g, &c, MP_F32, 0, 1, *opt, 0) != MP_OK ||
+        mp_gpt_load(*g, st) != MP_OK)
+        return fprintf(stderr, "mixprec sample: %s: %s\n", o->from, mp_last_error()), 1;
+    return 0;
+}
+
+/* The prompt and the bytes drawn after it on stdout; with --judge, their
+ * judgement against the corpus on stderr. The exit status. */
+static int generate(const sample_opts *o, mp_gpt *g, const mp_text *corpus) {
     mp_sampler smp = {0};
-    if (!model) {
-        fprintf(stderr, "mixprec sample: %s does not say which model it holds: give --model gpt:L-H-C-T\n", from);
-        goto done;
-    }
-    if (mp_gpt_parse(model, &c) != MP_OK) { /* the file's model is data; a --model given is usage */
-        if (model == mm) fprintf(stderr, "mixprec sample: %s holds %s, not a GPT: sample needs one\n", from, mm);
-        else ret = cli_usage_error(cmd, "%s", mp_last_error());
-        goto done;
-    }
-    c.gelu = gelu;
-    if (mp_gpt_check_file(&c, &st) != MP_OK) { /* before the model's memory is taken from what the file says */
-        fprintf(stderr, "mixprec sample: %s: its tensors are not those of %s: %s\n", from, model, mp_last_error());
-        goto done;
-    }
-    if (mp_optim_sgd(&opt, NULL) != MP_OK || mp_gpt_create(&g, &c, MP_F32, 0, 1, opt, 0) != MP_OK ||
-        mp_gpt_load(g, &st) != MP_OK) {
-        fprintf(stderr, "mixprec sample: %s: %s\n", from, mp_last_error());
-        goto done;
-    }
-    const size_t np = strlen(prompt);
-    if (mp_sampler_init(&smp, g, (const uint8_t *)prompt, np, (size_t)tokens, temperature, (int)topk,
-                        (uint64_t)seed) != MP_OK) {
+    const size_t np = strlen(o->prompt);
+    if (mp_sampler_init(&smp, g, (const uint8_t *)o->prompt, np, (size_t)o->tokens, o->temperature, (int)o->topk,
+                        (uint64_t)o->seed) != MP_OK) {
         fprintf(stderr, "mixprec sample: %s\n", np ? mp_last_error() : "--prompt is empty");
-        goto done;
+        return mp_sampler_free(&smp), 1;
     }
-    for (size_t i = 0; i < np; i++) put_byte((uint8_t)prompt[i]);
-    for (long n = 0; n < tokens; n++) {
+    for (size_t i = 0; i < np; i++) put_byte((uint8_t)o->prompt[i]);
+    for (long n = 0; n < o->tokens; n++) {
         const int b = mp_sampler_next(&smp);
         if (b < 0) {
             fprintf(stderr, "\nmixprec sample: %s\n", mp_last_error());
-            goto done;
+            return mp_sampler_free(&smp), 1;
         }
         put_byte(b);
     }
     putchar('\n');
-    ret = fflush(stdout) == 0 ? 0 : 1;
-    if (judge) {
+    const int ret = fflush(stdout) == 0 ? 0 : 1;
+    if (o->judge) {
         uint8_t *gen = (uint8_t *)smp.ctx; /* the generated bytes, narrowed in place */
-        for (long n = 0; n < tokens; n++) gen[n] = (uint8_t)smp.ctx[np + (size_t)n];
-        const mp_text_quality q = mp_text_judge(&corpus, gen, (size_t)tokens);
+        for (long n = 0; n < o->tokens; n++) gen[n] = (uint8_t)smp.ctx[np + (size_t)n];
+        const mp_text_quality q = mp_text_judge(corpus, gen, (size_t)o->tokens);
         fprintf(stderr, "judged: %.1f%% of %zu bytes printable ASCII or newline; %.1f%% of %zu words found in the corpus (%zu bytes)\n",
                 q.bytes ? 100.0 * (double)q.printable / (double)q.bytes : 0.0, q.bytes,
-                q.words ? 100.0 * (double)q.found / (double)q.words : 0.0, q.words, corpus.n);
+                q.words ? 100.0 * (double)q.found / (double)q.words : 0.0, q.words, corpus->n);
     }
-done:
-    mp_text_free(&corpus);
     mp_sampler_free(&smp);
+    return ret;
+}
+
+static int run(int argc, char **argv) {
+    sample_opts o = {.prompt = "\n", .tokens = 200, .seed = 1, .temperature = 1.0f, .gelu = MP_GELU_TANH};
+    const int parsed = parse(argc, argv, &o);
+    if (parsed >= 0) return parsed;
+    mp_text corpus = {0};
+    if (o.judge && mp_text_load(&corpus, o.data ? o.data : MP_TEXT_DEFAULT_CORPUS) != MP_OK)
+        return fprintf(stderr, "mixprec sample: %s%s\n", o.data ? "--data " : "", mp_last_error()), 1;
+    mp_safetensors st;
+    if (mp_safetensors_read(o.from, &st) != MP_OK) { /* the message starts with the path: the option named before it */
+        fprintf(stderr, "mixprec sample: %s%s\n", strncmp(mp_last_error(), o.from, strlen(o.from)) ? "" : "--from ",
+                mp_last_error());
+        return mp_text_free(&corpus), 1;
+    }
+    mp_optim *opt = NULL;
+    mp_gpt *g = NULL;
+    int ret = load_model(&o, &st, &opt, &g);
+    if (ret == 0) ret = generate(&o, g, &corpus);
+    mp_text_free(&corpus);
     mp_gpt_free(g);
     mp_optim_free(opt);
     mp_safetensors_free(&st);

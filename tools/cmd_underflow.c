@@ -64,80 +64,88 @@ typedef struct {
     char desc[256];
 } uf_opts;
 
-static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, const char **out) {
-    double mu = -17.5, sigma = 1.6;
-    long n = 200000, seed = 0;
-    const char *from = NULL, *rule = NULL;
-    int raw = 0;
-    o->fmt = MP_F16, o->nscales = 0, o->json = 0, o->block = 0, o->rule = MP_MX_RCEIL;
-    const char *seen[32];
-    int nseen = 0, n_given = 0, seed_given = 0, dist_given = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        for (int k = 0; k < nseen; k++)
-            if (!strcmp(seen[k], a)) return cli_usage_error(cmd, "%s is given twice", a);
-        if (nseen < 32) seen[nseen++] = a;
-        n_given |= !strcmp(a, "--n"), seed_given |= !strcmp(a, "--seed"), dist_given |= !strcmp(a, "--dist");
-        if (!strcmp(a, "--json") && !out) o->json = 1;
-        else if (!strcmp(a, "--dist")) {
-            if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
-            char *e1, *e2;
-            if (strncmp(v, "lognormal:", 10) != 0) return cli_usage_error(cmd, "--dist is lognormal:MU,SIGMA, not '%s'", v);
-            mu = strtod(v + 10, &e1);
-            if (*e1 != ',') return cli_usage_error(cmd, "--dist is lognormal:MU,SIGMA, not '%s'", v);
-            sigma = strtod(e1 + 1, &e2);
-            /* six sigmas either side must stay inside fp32: ln(FLT_MAX) = 88.7, ln(2^-149) = -103.3 */
-            if (*e2 || !isfinite(mu) || !(sigma >= 0) || mu + 6 * sigma > 88.7 || mu - 6 * sigma < -103.3)
-                return cli_usage_error(cmd, "--dist lognormal:MU,SIGMA must keep MU +- 6 SIGMA within fp32's range "
-                                            "(-103.3 .. 88.7), not '%s'", v);
-        } else if (!strcmp(a, "--from")) {
-            if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
-            from = v;
-        } else if (!strcmp(a, "--raw")) {
-            raw = 1;
-        } else if (!strcmp(a, "--n")) {
-            if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
-            if (cli_parse_long(v, 1, 100000000, &n)) return cli_usage_error(cmd, "--n wants 1 .. 1e8, not '%s'", v);
-        } else if (!strcmp(a, "--seed")) {
-            if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
-            if (cli_parse_long(v, 0, 2147483647L, &seed)) return cli_usage_error(cmd, "--seed wants 0 .. 2^31-1, not '%s'", v);
-        } else if (!strcmp(a, "--format") && !out) {
-            if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
-            o->block = mp_block_format_parse(v, &o->bfmt) == MP_OK;
-            if (o->block) continue;
-            if (mp_dtype_parse(v, &o->fmt) != MP_OK || o->fmt == MP_F32)
-                return cli_usage_error(cmd, "--format is fp16, bf16, e4m3, e5m2, mxfp8-e4m3, mxfp8-e5m2 or nvfp4, not '%s'", v);
-            if (o->fmt == MP_E8M0 || o->fmt == MP_E2M1)
-                return cli_usage_error(cmd, "--format is fp16, bf16, e4m3, e5m2, mxfp8-e4m3, mxfp8-e5m2 or nvfp4, not '%s' (%s)", v,
-                                       o->fmt == MP_E8M0 ? "e8m0 holds block scales, not values"
-                                                         : "fp4 values are scaled per block of 16 or 32, not by one loss "
-                                                           "scale: nvfp4 is fp4 in blocks");
-        } else if (!strcmp(a, "--mx-rule") && !out) {
-            if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
-            if (mp_mx_rule_parse(v, &o->rule) != MP_OK) return cli_usage_error(cmd, "--mx-rule is floor or rceil, not '%s'", v);
-            rule = v;
-        } else if (!strcmp(a, "--scales") && !out) {
-            if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
-            char buf[512];
-            if (strlen(v) >= sizeof buf) return cli_usage_error(cmd, "--scales wants up to 32 positive numbers");
-            snprintf(buf, sizeof buf, "%s", v);
-            for (char *t = buf, *next; t; t = next) { /* every entry, an empty one too (strtok would skip it) */
-                next = strchr(t, ',');
-                if (next) *next++ = '\0';
-                float f;
-                if (!*t) return cli_usage_error(cmd, "--scales '%s' has an empty entry", v);
-                if (o->nscales == MP_UNDERFLOW_MAX_SCALES || cli_parse_float(t, &f) || !(f > 0) || !isfinite(f))
-                    return cli_usage_error(cmd, "--scales wants up to 32 positive numbers, not '%s'", t);
-                o->scales[o->nscales++] = f;
-            }
-        } else if (!strcmp(a, "--out") && out) {
-            if (!(v = cli_value(cmd, argc, argv, &i))) return CLI_USAGE;
-            *out = v;
-        } else {
-            return cli_usage_error(cmd, "unknown option '%s'", a);
-        }
+/* The values' source as the options give it: drawn (--dist, --n, --seed) or read (--from, --raw). */
+typedef struct {
+    double mu, sigma;
+    long n, seed;
+    const char *from, *rule;
+    int raw, n_given, seed_given, dist_given;
+} uf_source;
+
+static int parse_dist(const char *cmd, const char *v, uf_source *p) {
+    char *e1, *e2;
+    if (strncmp(v, "lognormal:", 10) != 0) return cli_usage_error(cmd, "--dist is lognormal:MU,SIGMA, not '%s'", v);
+    p->mu = strtod(v + 10, &e1);
+    if (*e1 != ',') return cli_usage_error(cmd, "--dist is lognormal:MU,SIGMA, not '%s'", v);
+    p->sigma = strtod(e1 + 1, &e2);
+    /* six sigmas either side must stay inside fp32: ln(FLT_MAX) = 88.7, ln(2^-149) = -103.3 */
+    if (*e2 || !isfinite(p->mu) || !(p->sigma >= 0) || p->mu + 6 * p->sigma > 88.7 || p->mu - 6 * p->sigma < -103.3)
+        return cli_usage_error(cmd, "--dist lognormal:MU,SIGMA must keep MU +- 6 SIGMA within fp32's range "
+                                    "(-103.3 .. 88.7), not '%s'", v);
+    return -1;
+}
+
+static int parse_format(const char *cmd, const char *v, uf_opts *o) {
+    o->block = mp_block_format_parse(v, &o->bfmt) == MP_OK;
+    if (o->block) return -1;
+    if (mp_dtype_parse(v, &o->fmt) != MP_OK || o->fmt == MP_F32)
+        return cli_usage_error(cmd, "--format is fp16, bf16, e4m3, e5m2, mxfp8-e4m3, mxfp8-e5m2 or nvfp4, not '%s'", v);
+    if (o->fmt == MP_E8M0 || o->fmt == MP_E2M1)
+        return cli_usage_error(cmd, "--format is fp16, bf16, e4m3, e5m2, mxfp8-e4m3, mxfp8-e5m2 or nvfp4, not '%s' (%s)", v,
+                               o->fmt == MP_E8M0 ? "e8m0 holds block scales, not values"
+                                                 : "fp4 values are scaled per block of 16 or 32, not by one loss "
+                                                   "scale: nvfp4 is fp4 in blocks");
+    return -1;
+}
+
+static int parse_scales(const char *cmd, const char *v, uf_opts *o) {
+    char buf[512];
+    if (strlen(v) >= sizeof buf) return cli_usage_error(cmd, "--scales wants up to 32 positive numbers");
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *t = buf, *next; t; t = next) { /* every entry, an empty one too (strtok would skip it) */
+        next = strchr(t, ',');
+        if (next) *next++ = '\0';
+        float f;
+        if (!*t) return cli_usage_error(cmd, "--scales '%s' has an empty entry", v);
+        if (o->nscales == MP_UNDERFLOW_MAX_SCALES || cli_parse_float(t, &f) || !(f > 0) || !isfinite(f))
+            return cli_usage_error(cmd, "--scales wants up to 32 positive numbers, not '%s'", t);
+        o->scales[o->nscales++] = f;
     }
-    if (rule && !(o->block && o->bfmt != MP_BLOCK_NVFP4))
+    return -1;
+}
+
+/* Option argv[*i] (its value taken): -1 to go on, else the exit status. */
+static int parse_option(const char *cmd, int argc, char **argv, int *i, uf_opts *o, uf_source *p, const char **out) {
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--json") && !out) o->json = 1;
+    else if (!strcmp(a, "--raw")) p->raw = 1;
+    else if (!strcmp(a, "--dist") || !strcmp(a, "--from") || !strcmp(a, "--n") || !strcmp(a, "--seed") ||
+             (!out && (!strcmp(a, "--format") || !strcmp(a, "--mx-rule") || !strcmp(a, "--scales"))) ||
+             (out && !strcmp(a, "--out"))) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return CLI_USAGE;
+        if (!strcmp(a, "--dist")) return parse_dist(cmd, v, p);
+        if (!strcmp(a, "--from")) p->from = v;
+        else if (!strcmp(a, "--n")) {
+            if (cli_parse_long(v, 1, 100000000, &p->n)) return cli_usage_error(cmd, "--n wants 1 .. 1e8, not '%s'", v);
+        } else if (!strcmp(a, "--seed")) {
+            if (cli_parse_long(v, 0, 2147483647L, &p->seed))
+                return cli_usage_error(cmd, "--seed wants 0 .. 2^31-1, not '%s'", v);
+        } else if (!strcmp(a, "--format")) return parse_format(cmd, v, o);
+        else if (!strcmp(a, "--mx-rule")) {
+            if (mp_mx_rule_parse(v, &o->rule) != MP_OK)
+                return cli_usage_error(cmd, "--mx-rule is floor or rceil, not '%s'", v);
+            p->rule = v;
+        } else if (!strcmp(a, "--scales")) return parse_scales(cmd, v, o);
+        else *out = v;
+    } else {
+        return cli_usage_error(cmd, "unknown option '%s'", a);
+    }
+    return -1;
+}
+
+/* The options together: 0, or the exit status after a message. */
+static int check_options(const char *cmd, uf_opts *o, const uf_source *p, const char **out) {
+    if (p->rule && !(o->block && o->bfmt != MP_BLOCK_NVFP4))
         return cli_usage_error(cmd, "--mx-rule applies to --format mxfp8-e4m3 and mxfp8-e5m2 only%s",
                                o->block ? " (nvfp4's block scales are e4m3, rounded to nearest)" : "");
     if (o->block && o->nscales)
@@ -147,28 +155,52 @@ static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, cons
         const double d[5] = {1, 256, 4096, 65536, 1048576};
         for (int k = 0; k < 5; k++) o->scales[o->nscales++] = d[k];
     }
-    if (raw && !from) return cli_usage_error(cmd, "--raw says how --from FILE is read: give --from");
-    if (from && (dist_given || n_given || seed_given))
+    if (p->raw && !p->from) return cli_usage_error(cmd, "--raw says how --from FILE is read: give --from");
+    if (p->from && (p->dist_given || p->n_given || p->seed_given))
         return cli_usage_error(cmd, "%s draws values, which --from FILE replaces: give one or the other",
-                               dist_given ? "--dist" : n_given ? "--n" : "--seed");
-    const mp_status ost = out && *out ? mp_output_check("--out", *out, from ? "--from" : NULL, from) : MP_OK;
+                               p->dist_given ? "--dist" : p->n_given ? "--n" : "--seed");
+    const mp_status ost = out && *out ? mp_output_check("--out", *out, p->from ? "--from" : NULL, p->from) : MP_OK;
     if (ost == MP_EINVAL) return cli_usage_error(cmd, "%s", mp_last_error());
     if (ost != MP_OK) return fprintf(stderr, "mixprec %s: %s\n", cmd, mp_last_error()), 1;
-    if (from) {
+    return 0;
+}
+
+/* The values, read or drawn, and their description: 0, or 1 after a message. */
+static int load_values(const char *cmd, uf_opts *o, const uf_source *p) {
+    if (p->from) {
         char err[600];
-        if (grads_read(&o->g, from, raw, err, sizeof err) != 0) {
+        if (grads_read(&o->g, p->from, p->raw, err, sizeof err) != 0) {
             fprintf(stderr, "mixprec %s: %s\n", cmd, err);
             return 1;
         }
-        snprintf(o->desc, sizeof o->desc, "%zu gradient magnitudes from %s", o->g.n, from);
+        snprintf(o->desc, sizeof o->desc, "%zu gradient magnitudes from %s", o->g.n, p->from);
     } else {
-        if (grads_lognormal(&o->g, mu, sigma, (size_t)n, (uint64_t)seed) != 0 || o->g.n == 0) {
+        if (grads_lognormal(&o->g, p->mu, p->sigma, (size_t)p->n, (uint64_t)p->seed) != 0 || o->g.n == 0) {
             fprintf(stderr, "mixprec %s: out of memory\n", cmd);
             return 1;
         }
-        snprintf(o->desc, sizeof o->desc, "%ld magnitudes |g|, ln|g| ~ N(%g, %g), seed %ld", n, mu, sigma, seed);
+        snprintf(o->desc, sizeof o->desc, "%ld magnitudes |g|, ln|g| ~ N(%g, %g), seed %ld", p->n, p->mu, p->sigma,
+                 p->seed);
     }
     return 0;
+}
+
+static int parse_common(const char *cmd, int argc, char **argv, uf_opts *o, const char **out) {
+    uf_source p = {.mu = -17.5, .sigma = 1.6, .n = 200000};
+    o->fmt = MP_F16, o->nscales = 0, o->json = 0, o->block = 0, o->rule = MP_MX_RCEIL;
+    const char *seen[32];
+    int nseen = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        for (int k = 0; k < nseen; k++)
+            if (!strcmp(seen[k], a)) return cli_usage_error(cmd, "%s is given twice", a);
+        if (nseen < 32) seen[nseen++] = a;
+        p.n_given |= !strcmp(a, "--n"), p.seed_given |= !strcmp(a, "--seed"), p.dist_given |= !strcmp(a, "--dist");
+        const int st = parse_option(cmd, argc, argv, &i, o, &p, out);
+        if (st >= 0) return st;
+    }
+    const int st = check_options(cmd, o, &p, out);
+    return st ? st : load_values(cmd, o, &p);
 }
 
 static void histogram_terminal(const grad_set *g, mp_dtype t) {
