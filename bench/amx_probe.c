@@ -4,7 +4,7 @@
  *
  * Each variant runs the micro-kernel of src/cpu/gemm_amx.c (a 32 x 32 block
  * of C in tiles 4-7, per 32-deep slice of k two A tiles and two B tiles
- * loaded, four TDPBF16PS) over a row block of A (MB panels of 32 rows) and a
+ * loaded, four TDPBF16PS; A's by TILELOADDT1 as the kernel's, or by TILELOADD) over a row block of A (MB panels of 32 rows) and a
  * column block of B (NB panels of 32 columns), kc deep, and stores each
  * block's sums into an L1 buffer as the driver's strip. It prints GFLOP/s
  * and the share of the TDPBF16PS peak (16 x 16 x 32 x 2 flops per 16
@@ -36,7 +36,7 @@ static float sums[32 * 32] __attribute__((aligned(64)));
 /* One 32 x 32 block: A panel (per slice 32 rows x 64 bytes), B panel with its
  * two 16-column halves interleaved (row stride 128 bytes, the driver's
  * layout) or one after the other (compact: row stride 64). */
-static __attribute__((noinline)) void block(size_t kc, const uint8_t *A, const uint8_t *B, int compact) {
+static __attribute__((noinline)) void block(size_t kc, const uint8_t *A, const uint8_t *B, int compact, int stream) {
     _tile_zero(4);
     _tile_zero(5);
     _tile_zero(6);
@@ -44,11 +44,13 @@ static __attribute__((noinline)) void block(size_t kc, const uint8_t *A, const u
     const long bs = compact ? 64 : 128, b1 = compact ? 1024 : 64;
     for (size_t s = 0; s < kc; s += 32, A += 2048, B += 2048) {
         MP_TILE_BARRIER();
-        _tile_loadd(0, A, 64);
+        if (stream) _tile_stream_loadd(0, A, 64);
+        else _tile_loadd(0, A, 64);
         _tile_loadd(2, B, bs);
         _tile_loadd(3, B + b1, bs);
         _tile_dpbf16ps(4, 0, 2);
-        _tile_loadd(1, A + 1024, 64);
+        if (stream) _tile_stream_loadd(1, A + 1024, 64);
+        else _tile_loadd(1, A + 1024, 64);
         _tile_dpbf16ps(5, 0, 3);
         _tile_dpbf16ps(6, 1, 2);
         _tile_dpbf16ps(7, 1, 3);
@@ -81,6 +83,7 @@ typedef struct {
     size_t mb, nb; /* panels of A and B in the blocks */
     int a_outer;   /* loop order: 0 = B panel outer (held in L1 over the row panels), 1 = A panel outer */
     int compact;   /* B halves one after the other */
+    int stream;    /* A tiles by TILELOADDT1 (the library's kernel): a hint not to keep them in L1 */
 } variant;
 
 int main(int argc, char **argv) {
@@ -96,14 +99,15 @@ int main(int argc, char **argv) {
     }
     const double peak = tdp_per_second() * 16 * 16 * 32 * 2; /* flops per TDPBF16PS */
     const variant vs[] = {
-        {"driver: B panel in L1, A block (5 panels) from L2", 5, 36, 0, 0},
-        {"same, B halves compact", 5, 36, 0, 1},
-        {"A panel in L1, B block (36 panels) from L2", 5, 36, 1, 0},
-        {"same, B halves compact", 5, 36, 1, 1},
-        {"A and B in L1 (1 x 1 panels)", 1, 1, 0, 0},
-        {"same, B halves compact", 1, 1, 0, 1},
-        {"A and B from L2 (a new pair of panels each block)", 36, 36, 2, 0},
-        {"same, B halves compact", 36, 36, 2, 1},
+        {"driver: B panel in L1, A block (5 panels) from L2", 5, 36, 0, 0, 1},
+        {"same, A by TILELOADD (kept in L1)", 5, 36, 0, 0, 0},
+        {"same, B halves compact", 5, 36, 0, 1, 0},
+        {"A panel in L1, B block (36 panels) from L2", 5, 36, 1, 0, 0},
+        {"same, B halves compact", 5, 36, 1, 1, 0},
+        {"A and B in L1 (1 x 1 panels)", 1, 1, 0, 0, 0},
+        {"same, B halves compact", 1, 1, 0, 1, 0},
+        {"A and B from L2 (a new pair of panels each block)", 36, 36, 2, 0, 0},
+        {"same, A by TILELOADDT1", 36, 36, 2, 0, 1},
     };
     const size_t maxp = 36, pbytes = 32 * kc * 2;
     uint8_t *A = aligned_alloc(4096, maxp * pbytes), *B = aligned_alloc(4096, maxp * pbytes);
@@ -117,13 +121,13 @@ int main(int argc, char **argv) {
             const double t = now();
             for (size_t rep = 0; rep < reps; rep++) {
                 if (x->a_outer == 2)
-                    for (size_t p = 0; p < x->mb; p++) block(kc, A + p * pbytes, B + ((p * 7) % x->nb) * pbytes, x->compact);
+                    for (size_t p = 0; p < x->mb; p++) block(kc, A + p * pbytes, B + ((p * 7) % x->nb) * pbytes, x->compact, x->stream);
                 else if (x->a_outer)
                     for (size_t ip = 0; ip < x->mb; ip++)
-                        for (size_t jp = 0; jp < x->nb; jp++) block(kc, A + ip * pbytes, B + jp * pbytes, x->compact);
+                        for (size_t jp = 0; jp < x->nb; jp++) block(kc, A + ip * pbytes, B + jp * pbytes, x->compact, x->stream);
                 else
                     for (size_t jp = 0; jp < x->nb; jp++)
-                        for (size_t ip = 0; ip < x->mb; ip++) block(kc, A + ip * pbytes, B + jp * pbytes, x->compact);
+                        for (size_t ip = 0; ip < x->mb; ip++) block(kc, A + ip * pbytes, B + jp * pbytes, x->compact, x->stream);
             }
             const double dt = now() - t;
             if (dt < best) best = dt;

@@ -5,6 +5,10 @@
  * 64-byte row each), 2-3 two 16-column halves of the B slice (16 k pairs x 16
  * columns, read at the packed panel's 128-byte row stride), 4-7 accumulate the
  * 32 x 32 block of C; per 32-deep slice of k: four tile loads, four TDPBF16PS.
+ * A's tiles are loaded by TILELOADDT1 (a hint not to keep them in L1): the
+ * driver holds one B panel in L1 over a block of A panels that stream from
+ * L2, and A's lines would evict it (bench/amx_probe.c: 60% -> 70% of the
+ * TDPBF16PS peak at kc = 384, 50% -> 67% at 512, on the AMX Xeon).
  *
  * GCC 12's intrinsics: _tile_loadd declares no memory operand (a store into a
  * panel could be moved past it) and _tile_loadconfig an 8-byte one (stores
@@ -76,11 +80,11 @@ static void pack_b(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, 
 /* The four products of one 32-deep slice: A tiles 0-1 by B tiles 2-3 into 4-7. */
 static inline void slice(const uint8_t *A, const uint8_t *B) {
     MP_TILE_BARRIER();
-    _tile_loadd(0, A, KB * 2);
+    _tile_stream_loadd(0, A, KB * 2);
     _tile_loadd(2, B, NR * 4);
     _tile_loadd(3, B + 64, NR * 4);
     _tile_dpbf16ps(4, 0, 2);
-    _tile_loadd(1, A + 16 * KB * 2, KB * 2);
+    _tile_stream_loadd(1, A + 16 * KB * 2, KB * 2);
     _tile_dpbf16ps(5, 0, 3);
     _tile_dpbf16ps(6, 1, 2);
     _tile_dpbf16ps(7, 1, 3);
