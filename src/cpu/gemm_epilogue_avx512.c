@@ -58,16 +58,23 @@ static inline __attribute__((always_inline)) void half_rows(const mp_gemm_ep *e,
     const float *b = bias ? e->bias + j0 : NULL;
     mp_counts512 c = MP_COUNTS512_0;
     uint64_t z = 0;
-    for (size_t r = 0; r < rows; r++)
-        for (size_t j = 0; j < cols; j += 16) {
-            const __mmask16 k = mp_tail16(cols - j);
-            __m512 v = _mm512_maskz_loadu_ps(k, tile + r * ts + j);
-            if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b + j));
-            if (count_zeros)
-                z += (uint64_t)__builtin_popcount(
-                    _mm512_mask_testn_epi32_mask(k, _mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
-            _mm256_mask_storeu_epi16(c0 + r * ldc + j, k, round_half(t, v, k, &c, stats));
-        }
+#define HALF_16(J, K)                                                                                         \
+    do {                                                                                                      \
+        __m512 v = _mm512_maskz_loadu_ps(K, tr + (J));                                                        \
+        if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(K, b + (J)));                                    \
+        if (count_zeros)                                                                                      \
+            z += (uint64_t)__builtin_popcount(                                                                \
+                _mm512_mask_testn_epi32_mask(K, _mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));      \
+        _mm256_mask_storeu_epi16(cr + (J), K, round_half(t, v, K, &c, stats));                                \
+    } while (0)
+    for (size_t r = 0; r < rows; r++) { /* whole vectors with a constant mask, then the tail */
+        const float *tr = tile + r * ts;
+        uint16_t *cr = c0 + r * ldc;
+        size_t j = 0;
+        for (; j + 16 <= cols; j += 16) HALF_16(j, (__mmask16)0xffff);
+        if (j < cols) HALF_16(j, mp_tail16(cols - j));
+    }
+#undef HALF_16
     if (stats) mp_counts512_add(st, &c, f16 ? 5 : 8, f16 ? 10 : 7);
     if (count_zeros) *zeros += z;
 }
