@@ -77,12 +77,20 @@ static void slice(float *acc, const uint16_t *A, const uint16_t *B) {
             mp_tdpbf16ps_model(acc + ti * 16 * NR + tj * 16, NR, A + ti * 16 * KB, KB, B + tj * 32, NR * 2);
 }
 
-/* The micro-kernel as cpu/gemm_amx.c's, on arrays: the accumulators zeroed,
- * the slices, then C = alpha acc + beta C. */
+/* The micro-kernel as cpu/gemm_amx.c's, on arrays: the accumulators zeroed
+ * (alpha 1 and beta 1: loaded from C), the slices, then C = alpha acc + beta
+ * C (C = acc when loaded). */
 static void micro(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta) {
     const uint16_t *A = ap, *B = bp;
+    const int from_c = alpha == 1.0f && beta == 1.0f;
     float acc[MR * NR] = {0};
+    if (from_c)
+        for (int i = 0; i < MR; i++) memcpy(acc + i * NR, c + (size_t)i * ldc, NR * sizeof *acc);
     for (size_t s = 0; s < kc; s += KB, A += MR * KB, B += KB / 2 * NR * 2) slice(acc, A, B);
+    if (from_c) {
+        for (int i = 0; i < MR; i++) memcpy(c + (size_t)i * ldc, acc + i * NR, NR * sizeof *acc);
+        return;
+    }
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) {
             float *o = c + (size_t)i * ldc + j;
@@ -90,22 +98,10 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, size_t ld
         }
 }
 
-static void micro_work(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, void (*work)(void *),
-                       void *ctx) {
-    const uint16_t *A = ap, *B = bp;
-    float acc[MR * NR] = {0};
-    for (size_t s = 0; s < kc; s += KB, A += MR * KB, B += KB / 2 * NR * 2) {
-        slice(acc, A, B);
-        work(ctx);
-    }
-    for (int i = 0; i < MR; i++)
-        for (int j = 0; j < NR; j++) c[(size_t)i * ldc + j] = acc[i * NR + j];
-}
-
 const mp_gemm_kernel mp_gemm_amx_model = {
     .name = "amx-model",
     .mr = MR, .nr = NR, .kpack = KB,
     .kc = MP_AMX_KC, .mc = MP_AMX_MC, .nc = MP_AMX_NC, .esize = 2,
-    .pack_a = pack_a, .pack_b = pack_b, .micro = micro, .micro_work = micro_work,
+    .pack_a = pack_a, .pack_b = pack_b, .micro = micro,
     .epilogue = mp_gemm_epilogue_scalar, .zeros = mp_gemm_zeros_scalar,
 };

@@ -546,12 +546,6 @@ typedef struct mp_gemm_kernel {
      * the packed panel's layout along k); NULL: A is always packed */
     void (*micro_rows)(size_t kc, const void *a, size_t lda, const void *bp, float *c, size_t ldc, float alpha,
                        float beta);
-    /* micro with alpha 1 and beta 0 that calls work(ctx) after each kpack-deep
-     * slice of k: the driver runs the previous strip's epilogue in pieces
-     * there, while the tile unit works (AMX); NULL: the epilogue runs after
-     * the strip's last micro-kernel */
-    void (*micro_work)(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, void (*work)(void *),
-                       void *ctx);
     /* C[i0.., j0..] from a rows x cols tile of fp32 sums (row stride ts; the
      * tile is overwritten; rows x ts <= MP_GEMM_STRIP); counts into st[0]
      * (C's store) and st[1] (the post step's) and adds the +-0 results to

@@ -105,12 +105,24 @@ static inline void store_sums(float *c, size_t ldc) {
     _tile_stored(7, c + 16 * ldc + 16, st);
 }
 
+/* The sums so far (alpha 1, beta 1: the driver's earlier blocks of k) are the accumulators' start. */
+static inline void load_sums(const float *c, size_t ldc) {
+    const long st = (long)(ldc * 4);
+    MP_TILE_BARRIER();
+    _tile_loadd(4, c, st);
+    _tile_loadd(5, c + 16, st);
+    _tile_loadd(6, c + 16 * ldc, st);
+    _tile_loadd(7, c + 16 * ldc + 16, st);
+}
+
 static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, ldc) fp32
                   size_t ldc, float alpha, float beta) {
     const uint8_t *A = ap, *B = bp;
-    zero_sums();
+    const int from_c = alpha == 1.0f && beta == 1.0f;
+    if (from_c) load_sums(c, ldc);
+    else zero_sums();
     for (size_t s = 0; s < kc; s += KB, A += MR * KB * 2, B += KB / 2 * NR * 4) slice(A, B);
-    if (alpha == 1.0f && beta == 0.0f) {
+    if (from_c || (alpha == 1.0f && beta == 0.0f)) {
         store_sums(c, ldc);
         return;
     }
@@ -122,23 +134,11 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, l
             _mm512_storeu_ps(c + i * ldc + j, mp_tile_finish(_mm512_load_ps(acc + i * NR + j), va, beta, c + i * ldc + j));
 }
 
-/* The vector work between the slices overlaps the tile unit's products. */
-static void micro_work(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, void (*work)(void *),
-                       void *ctx) {
-    const uint8_t *A = ap, *B = bp;
-    zero_sums();
-    for (size_t s = 0; s < kc; s += KB, A += MR * KB * 2, B += KB / 2 * NR * 4) {
-        slice(A, B);
-        work(ctx);
-    }
-    store_sums(c, ldc);
-}
-
 const mp_gemm_kernel mp_gemm_amx = {
     .name = "amx-tdpbf16",
     .mr = MR, .nr = NR, .kpack = KB,
     .kc = MP_AMX_KC, .mc = MP_AMX_MC, .nc = MP_AMX_NC, .esize = 2,
-    .pack_a = pack_a, .pack_b = pack_b, .micro = micro, .micro_work = micro_work,
+    .pack_a = pack_a, .pack_b = pack_b, .micro = micro,
     .epilogue = mp_gemm_epilogue_avx512bf16, .zeros = mp_gemm_zeros_avx512,
     .begin = begin, .end = end,
 };
