@@ -468,7 +468,7 @@ mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, 
     const int reads_x = epi->post == MP_POST_GELU_GRAD || epi->post == MP_POST_GELU_ERF_GRAD || epi->post == MP_POST_ADD;
     if (m && n && reads_x && !epi->post_x) return mp_error(MP_EINVAL, "mp_gemm: the post step reads x: NULL");
     if (m == 0 || n == 0) return MP_OK;
-    const mp_gemm_ep ep = {alpha, beta, c, ct, ldc, epi->bias, epi->round_to, NULL, 0, 0, epi->post, epi->post_x,
+    const mp_gemm_ep ep = {alpha, beta, c, ct, ldc, epi->bias, epi->round_to, epi->post, epi->post_x,
                            epi->post_out, kc};
     mp_convert_stats part[MP_MAX_THREADS][2];
     uint64_t zpart[MP_MAX_THREADS];

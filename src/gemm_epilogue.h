@@ -8,10 +8,8 @@
  * does the other operations by hand. fmaf is exactly rounded either way, so
  * all give the same bits.
  *
- * Per element, from the tile's sum t of this block of k:
- *   t += part (the earlier blocks), when the driver kept them aside
- *   v  = fma(alpha, t, C)              when C holds alpha (earlier blocks) + beta C
- *      = fma(alpha, t, beta C)         when C is read (beta != 0, no round_to)
+ * Per element, from the tile's sum t over all of k:
+ *   v  = fma(alpha, t, beta C)         when C is read (beta != 0, no round_to)
  *      = alpha t                       otherwise
  *   v += bias[j]
  *   C  = v in C's format (counted), or with round_to: C = beta C + r, r = v
@@ -148,18 +146,11 @@ static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_
                                          size_t rows, size_t cols, mp_convert_stats *st, uint64_t *zeros) {
     const float alpha = e->alpha, beta = e->beta;
     const size_t es = mp_format(e->ct)->size;
-    const int read_c = !e->c_holds_part && beta != 0.0f && e->round_to == MP_F32;
+    const int read_c = beta != 0.0f && e->round_to == MP_F32;
     for (size_t r = 0; r < rows; r++) {
         float *restrict t = tile + r * ts;
         const uint8_t *crow = (const uint8_t *)e->c + ((i0 + r) * e->ldc + j0) * es;
-        if (e->part) {
-            const float *restrict p = e->part + (i0 + r) * e->ldp + j0;
-            for (size_t j = 0; j < cols; j++) t[j] += p[j];
-        }
-        if (e->c_holds_part) {
-            const float *restrict c = (const float *)crow;
-            for (size_t j = 0; j < cols; j++) t[j] = fmaf(alpha, t[j], c[j]);
-        } else if (read_c) {
+        if (read_c) {
             float cold[64];
             const float *restrict c = (const float *)crow;
             if (e->ct == MP_F16) e->k->convert->f16_to_f32(cold, (const uint16_t *)crow, cols, NULL), c = cold;

@@ -501,7 +501,7 @@ mp_status mp_optim_unscale_clip(mp_optim *o, mp_scaler *s, double max_norm, mp_d
 mp_status mp_optim_step_in(const struct mp_kernels *k, mp_optim *o);
 
 /* One GEMM call's epilogue (mp_gemm_epilogue) as the driver hands it to the
- * kernels, for the last block of k: the tile's fp32 sums become C. */
+ * kernels: the tile's fp32 sums over all of k become C. */
 typedef struct mp_gemm_ep {
     float alpha, beta;
     void *c;
@@ -509,9 +509,6 @@ typedef struct mp_gemm_ep {
     size_t ldc;
     const float *bias;      /* (n,) or NULL */
     mp_dtype round_to;      /* MP_F32: none */
-    const float *part;      /* sums of the earlier blocks of k (row stride ldp), or NULL */
-    size_t ldp;
-    int c_holds_part;       /* fp32 C already holds alpha (earlier blocks) + beta C */
     mp_gemm_post post;      /* gemm.h's post step: MP_POST_NONE, or post_x (ldc) and post_out (ldc, or NULL: C) */
     const void *post_x;
     void *post_out;

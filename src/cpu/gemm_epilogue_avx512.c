@@ -44,7 +44,7 @@ static inline __m512 widen_half(mp_dtype t, __m256i r) {
 }
 
 /* The common case of the training step's GEMMs, a half C from the plain sums
- * (alpha 1, beta 0, no earlier block's part, no post step) with or without a
+ * (alpha 1, beta 0, no post step) with or without a
  * bias, counts and zeros: the general loop's operations for that case, with
  * the choices made once per call instead of per vector (a third of the
  * general loop's time on the AMX Xeon). */
@@ -91,7 +91,7 @@ void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i
         mp_gemm_epilogue_body(e, tile, ts, i0, j0, rows, cols, st, zeros);
         return;
     }
-    if (e->post == MP_POST_NONE && e->round_to == MP_F32 && e->ct != MP_F32 && !e->part && !e->c_holds_part &&
+    if (e->post == MP_POST_NONE && e->round_to == MP_F32 && e->ct != MP_F32 &&
         e->alpha == 1.0f && e->beta == 0.0f) {
         if (e->ct == MP_F16) e->bias ? HALF_ROWS(1, 1) : HALF_ROWS(1, 0);
         else e->bias ? HALF_ROWS(0, 1) : HALF_ROWS(0, 0);
@@ -108,7 +108,7 @@ void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i
     mp_counts512 c2 = MP_COUNTS512_0;
     float xb[MP_GEMM_STRIP]; /* the GELU's input x, widened, laid out as the tile */
     const __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta);
-    const int read_c = !e->c_holds_part && e->beta != 0.0f && e->round_to == MP_F32;
+    const int read_c = e->beta != 0.0f && e->round_to == MP_F32;
     const int stats = st != NULL;
     const size_t es = mp_format(e->ct)->size;
     mp_counts512 c = MP_COUNTS512_0;
@@ -117,13 +117,10 @@ void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i
     const __m512i inf32 = _mm512_set1_epi32(0x7f800000), abs32 = _mm512_set1_epi32(0x7fffffff);
     for (size_t r = 0; r < rows; r++) {
         uint8_t *crow = (uint8_t *)e->c + ((i0 + r) * e->ldc + j0) * es;
-        const float *prow = e->part ? e->part + (i0 + r) * e->ldp + j0 : NULL;
         for (size_t j = 0; j < cols; j += 16) {
             const __mmask16 k = mp_tail16(cols - j);
             __m512 t = _mm512_maskz_loadu_ps(k, tile + r * ts + j);
-            if (prow) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(k, prow + j));
-            if (e->c_holds_part) t = _mm512_fmadd_ps(va, t, load_c(MP_F32, crow, j, k));
-            else if (read_c) t = _mm512_fmadd_ps(va, t, _mm512_mul_ps(vb, load_c(e->ct, crow, j, k)));
+            if (read_c) t = _mm512_fmadd_ps(va, t, _mm512_mul_ps(vb, load_c(e->ct, crow, j, k)));
             else if (e->alpha != 1.0f) t = _mm512_mul_ps(va, t);
             if (e->bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(k, e->bias + j0 + j));
             if (zeros) /* +-0: the magnitude bits are 0 */
