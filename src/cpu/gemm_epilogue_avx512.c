@@ -85,28 +85,67 @@ static inline __attribute__((always_inline)) void half_rows(const mp_gemm_ep *e,
         : (zeros ? half_rows(e, tile, ts, i0, j0, rows, cols, st, zeros, F16, B, 0, 1)                              \
                  : half_rows(e, tile, ts, i0, j0, rows, cols, st, zeros, F16, B, 0, 0)))
 
+/* half_rows where it applies (a half C from the plain sums, no post step): 1 when it did. */
+static int half_case(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
+                     mp_convert_stats *st, uint64_t *zeros) {
+    if (e->post != MP_POST_NONE || e->round_to != MP_F32 || e->ct == MP_F32 || e->alpha != 1.0f || e->beta != 0.0f)
+        return 0;
+    if (e->ct == MP_F16) e->bias ? HALF_ROWS(1, 1) : HALF_ROWS(1, 0);
+    else e->bias ? HALF_ROWS(0, 1) : HALF_ROWS(0, 0);
+    return 1;
+}
+
+/* A GELU post step's second pass over a half C's strip (its values as stored, widened into the tile):
+ * the GELU kernel on the strip (whole when its rows are contiguous), then rounded, counted into c2 and
+ * stored into out. */
+static void gelu_pass(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
+                      uint8_t *out, mp_counts512 *c2, int stats) {
+    const size_t es = mp_format(e->ct)->size;
+    float xb[MP_GEMM_STRIP]; /* the GELU's input x, widened, laid out as the tile */
+    if (e->post == MP_POST_GELU_GRAD || e->post == MP_POST_GELU_ERF_GRAD)
+        for (size_t r = 0; r < rows; r++) {
+            const uint8_t *xr = (const uint8_t *)e->post_x + (i0 + r) * e->ldc * es + j0 * es;
+            for (size_t j = 0; j < cols; j += 16) {
+                const __mmask16 k = mp_tail16(cols - j);
+                _mm512_mask_storeu_ps(xb + r * ts + j, k, load_c(e->ct, xr, j, k));
+            }
+        }
+    const size_t nr = cols == ts ? 1 : rows, len = cols == ts ? rows * ts : cols;
+    for (size_t r = 0; r < nr; r++) {
+        float *tr = tile + r * ts;
+        const float *xr = xb + r * ts;
+        switch (e->post) {
+        case MP_POST_GELU: e->k->gelu->tanh_fwd(tr, len); break;
+        case MP_POST_GELU_ERF: e->k->gelu->erf_fwd(tr, len); break;
+        case MP_POST_GELU_GRAD: e->k->gelu->tanh_bwd(tr, xr, len); break;
+        default: e->k->gelu->erf_bwd(tr, xr, len); break;
+        }
+    }
+    for (size_t r = 0; r < rows; r++) {
+        uint16_t *orow = (uint16_t *)(out + ((i0 + r) * e->ldc + j0) * es);
+        for (size_t j = 0; j < cols; j += 16) {
+            const __mmask16 k = mp_tail16(cols - j);
+            _mm256_mask_storeu_epi16(orow + j, k, round_half(e->ct, _mm512_maskz_loadu_ps(k, tile + r * ts + j), k, c2,
+                                                             stats));
+        }
+    }
+}
+
 void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
                              size_t cols, mp_convert_stats *st, uint64_t *zeros) {
     if (e->post != MP_POST_NONE && (e->ct == MP_F32 || e->round_to != MP_F32)) { /* plain C */
         mp_gemm_epilogue_body(e, tile, ts, i0, j0, rows, cols, st, zeros);
         return;
     }
-    if (e->post == MP_POST_NONE && e->round_to == MP_F32 && e->ct != MP_F32 &&
-        e->alpha == 1.0f && e->beta == 0.0f) {
-        if (e->ct == MP_F16) e->bias ? HALF_ROWS(1, 1) : HALF_ROWS(1, 0);
-        else e->bias ? HALF_ROWS(0, 1) : HALF_ROWS(0, 0);
-        return;
-    }
+    if (half_case(e, tile, ts, i0, j0, rows, cols, st, zeros)) return;
     /* a post step on a half C (gemm.h): C's values rounded and counted into st[0], stored unless the post
      * step's results replace them, widened back; then the post step on them and its results rounded, counted
      * into st[1] and stored; the residual's addition in the same pass, GELU on the row in the tile (the GELU
      * kernels take arrays) and a second pass. The operations of gemm_epilogue.h's, in registers. */
     const int post = e->post != MP_POST_NONE, gelu = post && e->post != MP_POST_ADD;
-    const int gelu_x = e->post == MP_POST_GELU_GRAD || e->post == MP_POST_GELU_ERF_GRAD;
     const int keep = !post || e->post_out;
     uint8_t *out = post ? (uint8_t *)(e->post_out ? e->post_out : e->c) : NULL;
     mp_counts512 c2 = MP_COUNTS512_0;
-    float xb[MP_GEMM_STRIP]; /* the GELU's input x, widened, laid out as the tile */
     const __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta);
     const int read_c = e->beta != 0.0f && e->round_to == MP_F32;
     const int stats = st != NULL;
@@ -161,36 +200,7 @@ void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i
             }
         }
     }
-    if (gelu) { /* the strip's values through the GELU kernel (whole when its rows are contiguous), then rounded,
-                 * counted and stored */
-        if (gelu_x)
-            for (size_t r = 0; r < rows; r++) {
-                const uint8_t *xr = (const uint8_t *)e->post_x + (i0 + r) * e->ldc * es + j0 * es;
-                for (size_t j = 0; j < cols; j += 16) {
-                    const __mmask16 k = mp_tail16(cols - j);
-                    _mm512_mask_storeu_ps(xb + r * ts + j, k, load_c(e->ct, xr, j, k));
-                }
-            }
-        const size_t nr = cols == ts ? 1 : rows, len = cols == ts ? rows * ts : cols;
-        for (size_t r = 0; r < nr; r++) {
-            float *tr = tile + r * ts;
-            const float *xr = xb + r * ts;
-            switch (e->post) {
-            case MP_POST_GELU: e->k->gelu->tanh_fwd(tr, len); break;
-            case MP_POST_GELU_ERF: e->k->gelu->erf_fwd(tr, len); break;
-            case MP_POST_GELU_GRAD: e->k->gelu->tanh_bwd(tr, xr, len); break;
-            default: e->k->gelu->erf_bwd(tr, xr, len); break;
-            }
-        }
-        for (size_t r = 0; r < rows; r++) {
-            uint16_t *orow = (uint16_t *)(out + ((i0 + r) * e->ldc + j0) * es);
-            for (size_t j = 0; j < cols; j += 16) {
-                const __mmask16 k = mp_tail16(cols - j);
-                const __m256i h = round_half(e->ct, _mm512_maskz_loadu_ps(k, tile + r * ts + j), k, &c2, stats);
-                _mm256_mask_storeu_epi16(orow + j, k, h);
-            }
-        }
-    }
+    if (gelu) gelu_pass(e, tile, ts, i0, j0, rows, cols, out, &c2, stats);
     if (stats) { /* amax: of the half codes stored, or of an fp32 C's values */
         const int half = e->round_to == MP_F32 && e->ct != MP_F32, f16 = e->ct == MP_F16;
         mp_counts512_add(st, &c, !half ? 0 : f16 ? 5 : 8, f16 ? 10 : 7);
