@@ -51,9 +51,9 @@ test-long: deps-test build build-asan
 	MIXPREC=$$PWD/$(M) bash tests/test_inputs.sh
 	@if [ -x "$$(command -v mpirun)" ] && $(M) --version | grep -q 'MPI: '; then \
 	    echo "MIXPREC_LONG=1 tests/test_mpi.sh"; \
-	    MIXPREC=$$PWD/$(M) MIXPREC_LONG=1 bash tests/test_mpi.sh; \
+	    MIXPREC=$$PWD/$(BUILD)/mixprec-fault MIXPREC_LONG=1 bash tests/test_mpi.sh; \
 	    echo "tests/test_mpi.sh under ASan + UBSan"; \
-	    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 MIXPREC=$$PWD/$(ASAN_BUILD)/mixprec bash tests/test_mpi.sh; \
+	    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 MIXPREC=$$PWD/$(ASAN_BUILD)/mixprec-fault bash tests/test_mpi.sh; \
 	fi
 
 # The GPT at the accuracy budget: fp32, fp16-dynamic, bf16, bf16-pure and bf16

@@ -295,16 +295,22 @@ static mode_t current_umask(void) {
     return u;
 }
 
-/* Test-only fault injection (tests/test_crash.sh), read here and nowhere else:
- * MIXPREC_FAULT_WRITE_KILL_AFTER=N makes the process SIGKILL itself once N
- * bytes of a file's temporary copy are written (N = the file's size: after
- * its last byte, before fsync and rename); MIXPREC_FAULT_WRITE_ENOSPC=N makes
- * the write fail there with ENOSPC, as a full disk does. Counted per file. */
+/* Test-only fault injection (tests/test_crash.sh), compiled only into the
+ * test build of the command (build/mixprec-fault, MP_FAULT_HOOKS; the library
+ * and the mixprec command have none): MIXPREC_FAULT_WRITE_KILL_AFTER=N makes
+ * the process SIGKILL itself once N bytes of a file's temporary copy are
+ * written (N = the file's size: after its last byte, before fsync and
+ * rename); MIXPREC_FAULT_WRITE_ENOSPC=N makes the write fail there with
+ * ENOSPC, as a full disk does. Counted per file. */
 static long fault_at(const char *name) {
+#ifdef MP_FAULT_HOOKS
     const char *v = getenv(name);
     char *end;
     const long n = v && *v ? strtol(v, &end, 10) : -1;
     return n >= 0 && !*end ? n : -1;
+#else
+    return (void)name, -1;
+#endif
 }
 
 typedef struct {

@@ -10,7 +10,9 @@
 # from outside at random times. Full disk: no tmpfs is mounted (the test may not
 # be allowed to); the injected ENOSPC of the same hook
 # (MIXPREC_FAULT_WRITE_ENOSPC=N) and a real file-size limit (ulimit -f, SIGXFSZ
-# ignored, so write(2) fails with EFBIG) stand in for it.
+# ignored, so write(2) fails with EFBIG) stand in for it. The hooks are only in
+# the test build of the command (build/mixprec-fault, $MIXPREC); the release
+# command ($MIXPREC_RELEASE, when given) must ignore them.
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 
@@ -282,6 +284,12 @@ if command -v strace >/dev/null && strace -f -o /dev/null true 2>/dev/null; then
     echo "compare killed at each rename: $olds left DIR old, $cuts cut the commit (completed by the next), $news new"
 else
     echo "strace cannot trace here: the kills of compare's commit are not run"
+fi
+
+# the release command has no fault hooks: the same variables change nothing
+if [ -n "${MIXPREC_RELEASE:-}" ]; then
+    MIXPREC_FAULT_WRITE_ENOSPC=0 MIXPREC_FAULT_WRITE_KILL_AFTER=0 run 0 "$MIXPREC_RELEASE" "${G[@]:1}" --steps 3 \
+        --save rel.st && same rel.st old.st "the release command under MIXPREC_FAULT_*"
 fi
 
 done_

@@ -32,6 +32,9 @@ static int under_mpirun(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv(
 
 /* "R:S" from a fault variable: rank R, step S; 0 when unset or malformed. */
 static int fault_rank_step(const char *name, int *rank, long *step) {
+#ifndef MP_FAULT_HOOKS
+    return (void)name, (void)rank, (void)step, 0;
+#endif
     const char *v = getenv(name);
     char *end;
     if (!v || !*v) return 0;
@@ -70,6 +73,9 @@ const mp_run_ranks *dist_ranks(void) {
 }
 
 int dist_fault_read(void) {
+#ifndef MP_FAULT_HOOKS
+    return 0;
+#endif
     const char *v = getenv("MIXPREC_FAULT_DIST_READ");
     char *end;
     if (!v || !*v) return 0;
