@@ -197,6 +197,55 @@ int mp_run_option_takes_value(const char *name) {
     return !o ? -1 : o->k != K_FLAG && o->k != K_GONE;
 }
 
+const char *mp_run_option_name(size_t i) {
+    for (size_t k = 0; k < NOPTIONS; k++)
+        if (options[k].k != K_GONE && i-- == 0) return options[k].name;
+    return NULL;
+}
+
+int mp_run_option_default(const char *name, char *buf, size_t cap) {
+    const option *o = find(name);
+    if (!o || o->k == K_GONE || !buf || cap == 0) return -1;
+    mp_run_spec d;
+    mp_run_defaults(&d);
+    const void *f = (const char *)&d + o->off;
+    int n = 0;
+    switch (o->k) {
+    case K_STR:
+        if (!*(const char *const *)f) return 0;
+        n = snprintf(buf, cap, "%s", *(const char *const *)f);
+        break;
+    case K_FLAG: n = snprintf(buf, cap, "false"); break;
+    case K_REAL:
+    case K_F32: {
+        const double v = o->k == K_REAL ? *(const double *)f : (double)*(const float *)f;
+        if (o->k == K_REAL && v < o->lo) return 0; /* a sentinel: resolved later */
+        n = snprintf(buf, cap, "%.9g", v);
+        if (n >= 0 && (size_t)n + 2 < cap && !strpbrk(buf, ".en")) strcat(buf, ".0"), n += 2; /* a real: "2.0" */
+        break;
+    }
+    case K_LONG:
+        if (*(const long *)f < o->lo) return 0;
+        n = snprintf(buf, cap, "%ld", *(const long *)f);
+        break;
+    case K_INT:
+    case K_COUNT:
+        if (*(const int *)f < (o->k == K_COUNT ? 1 : o->lo)) return 0;
+        n = snprintf(buf, cap, "%d", *(const int *)f);
+        break;
+    case K_CHOICE: {
+        const choice *c = o->choices;
+        while (c->name && c->value != *(const int *)f) c++;
+        if (!c->name) return 0; /* -1: the mode's own setting */
+        n = snprintf(buf, cap, "%s", c->name);
+        break;
+    }
+    case K_BETAS: n = snprintf(buf, cap, "%.9g,%.9g", d.beta1, d.beta2); break;
+    default: return -1;
+    }
+    return n >= 0 && (size_t)n < cap ? 1 : -1;
+}
+
 /* "relu or gelu", "fp32, fp16 or bf16" */
 static void choice_list(char *out, size_t cap, const choice *c) {
     size_t n = 0, k = 0;

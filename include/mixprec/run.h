@@ -219,6 +219,18 @@ mp_status mp_run_option(mp_run_spec *s, const char *name, const char *value);
 /* 1 when --NAME takes a value, 0 when it is a flag, -1 when it is unknown. */
 int mp_run_option_takes_value(const char *name);
 
+/* The name of option i (0, 1, ...) of the table mp_run_option reads, in the
+ * help's order; NULL past the last. For generated signatures (the Python
+ * package's train and compare). */
+const char *mp_run_option_name(size_t i);
+
+/* The default of --NAME as text mp_run_option takes ("0.001", "adamw",
+ * "0.9,0.999"; "false" for a flag) into buf (cap bytes, NUL-terminated):
+ * 1 when written, 0 when the option has no fixed default (a file, or a
+ * value resolved from the model, mode or optimizer: --batch, --min-lr,
+ * --master-weights, ...), -1 for an unknown name or a buffer too small. */
+int mp_run_option_default(const char *name, char *buf, size_t cap);
+
 /* The options' help, as `mixprec train --help` prints it (the modes from the
  * table, mp_precisions). A static string. */
 const char *mp_run_options_help(void);

@@ -2,6 +2,7 @@
 mp_run and mp_compare (include/mixprec/run.h, compare.h), as `mixprec train`
 and `mixprec compare` do, in this process."""
 import ctypes
+import inspect
 import json
 import numbers
 import os
@@ -17,6 +18,9 @@ for _name, _res, _args in [
         ("mp_run_defaults", None, [_P]),
         ("mp_run_option", ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_char_p]),
         ("mp_run_option_takes_value", ctypes.c_int, [ctypes.c_char_p]),
+        ("mp_run_option_name", ctypes.c_char_p, [ctypes.c_size_t]),
+        ("mp_run_option_default", ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
+        ("mp_run_options_help", ctypes.c_char_p, []),
         ("mp_run", ctypes.c_int, [_P, _P, _P]),
         ("mp_run_result_free", None, [_P]),
         ("mp_run_result_summary", ctypes.c_char_p, [_P]),
@@ -65,7 +69,8 @@ def _options(func, set_option, spec, options):
     """Each keyword argument as the CLI option of the same name (underscores
     for dashes): a flag takes True or False (False and None leave it
     unset), an option with a value anything _value encodes (None leaves the
-    default; a path given as None is a TypeError). An unknown name is a
+    default; a path given as None is a TypeError: train's and compare's
+    own defaults of None never come here, _given leaves them out). An unknown name is a
     TypeError as Python's for an unexpected keyword argument; a value the
     library refuses, a ValueError with its message. Returns the encoded
     values, which must outlive the run (the spec points into them)."""
@@ -102,6 +107,70 @@ def _raise(status):
     raise error(status)
 
 
+def _default(name):
+    """--NAME's default as Python shows it: a flag's False, a number, a name,
+    a pair of numbers; None where the CLI has no fixed default (a file, or a
+    value resolved from the model, mode or optimizer)."""
+    buf = ctypes.create_string_buffer(256)
+    if lib.mp_run_option_default(name, buf, len(buf)) != 1:
+        return None
+    text = buf.value.decode()
+    if text == "false":
+        return False
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if "," in text:
+        return tuple(float(v) for v in text.split(","))
+    return text
+
+
+def _train_defaults():
+    """{keyword: default} of every `mixprec train` option, in the help's order, from the library's table."""
+    out, i = {}, 0
+    while True:
+        name = lib.mp_run_option_name(i)
+        if name is None:
+            return out
+        out[name.decode().replace("-", "_")] = _default(name)
+        i += 1
+
+
+_TRAIN_DEFAULTS = _train_defaults()
+_COMPARE_SETS = ("precision", "log", "summary", "save")  # compare sets these per mode
+
+
+def _is_default(value, default):
+    """value is the signature's default: the same object, or an equal value of the same kind (a number for a
+    number, not a bool for a flag)."""
+    if value is default:
+        return True
+    numeric = all(isinstance(x, numbers.Number) and not isinstance(x, (bool, np.bool_)) for x in (value, default))
+    if not numeric and type(value) is not type(default):
+        return False
+    try:
+        return bool(value == default)
+    except (TypeError, ValueError):
+        return False
+
+
+def _given(options, defaults):
+    """The keyword arguments a caller changed: those equal to the signature's default are left out, so the
+    library applies its own (the CLI's) defaults and checks exactly as `mixprec train` without them."""
+    return {k: v for k, v in options.items() if k not in defaults or not _is_default(v, defaults[k])}
+
+
+def _signature(func, leading, defaults, skip=()):
+    """func's signature: its leading parameters, then every option as a keyword-only parameter with the
+    CLI's default (help() and editors that introspect show them); **options still takes them."""
+    params = list(leading)
+    params += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v)
+               for k, v in defaults.items() if k not in skip and k not in {p.name for p in leading}]
+    func.__signature__ = inspect.Signature(params)
+
+
 def train(**options):
     """Trains as `mixprec train` does, with its options as keyword arguments
     (mixprec train --help): train(model="gpt:2-2-64-64", precision="bf16",
@@ -119,7 +188,7 @@ def train(**options):
     spec = ctypes.create_string_buffer(lib.mp_run_spec_size())
     result = ctypes.create_string_buffer(lib.mp_run_result_size())
     lib.mp_run_defaults(spec)
-    keep = _options("train", lib.mp_run_option, spec, options)
+    keep = _options("train", lib.mp_run_option, spec, _given(options, _TRAIN_DEFAULTS))
     status = lib.mp_run(spec, None, result)
     try:
         summary = lib.mp_run_result_summary(result)
@@ -153,7 +222,8 @@ def compare(precisions=("fp32", "fp16", "fp16-dynamic", "bf16"), out="mixprec-co
     result = ctypes.create_string_buffer(lib.mp_compare_result_size())
     lib.mp_compare_defaults(spec)
     precisions = list(names(precisions, "precisions"))
-    keep = _options("compare", lib.mp_compare_option, spec, dict(options, precisions=precisions, out=out))
+    keep = _options("compare", lib.mp_compare_option, spec,
+                    dict(_given(options, _TRAIN_DEFAULTS), precisions=precisions, out=out))
     status = lib.mp_compare(spec, None, result)
     try:
         if status != 0:
@@ -165,3 +235,14 @@ def compare(precisions=("fp32", "fp16", "fp16-dynamic", "bf16"), out="mixprec-co
     finally:
         lib.mp_compare_result_free(result)
         del keep
+
+
+_signature(train, [], _TRAIN_DEFAULTS)
+_signature(compare, [inspect.Parameter("precisions", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                       default=("fp32", "fp16", "fp16-dynamic", "bf16")),
+                     inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD, default="mixprec-compare"),
+                     inspect.Parameter("checkpoints", inspect.Parameter.KEYWORD_ONLY, default=False)],
+           _TRAIN_DEFAULTS, skip=_COMPARE_SETS)
+_OPTIONS_HELP = "\n\nThe options (mixprec train --help):\n" + lib.mp_run_options_help().decode()
+train.__doc__ += _OPTIONS_HELP
+compare.__doc__ += _OPTIONS_HELP

@@ -51,10 +51,29 @@ def test_train_flags_lists_and_errors(corpus):
         mixprec.train(epochs=1, steps=2)
     with pytest.raises(MixprecError, match="/nonexistent"):
         mixprec.train(data="text:/nonexistent/corpus", steps=1, **GPT)
-    with pytest.raises(TypeError, match="log is a file name .*not None"):
-        mixprec.train(log=None)
+    with pytest.raises(TypeError, match="log is a file name .*not int"):
+        mixprec.train(log=3)
     with pytest.raises(ValueError, match="NUL"):
         mixprec.train(data=corpus, log="a\0b", steps=1, **GPT)
+
+
+def test_signatures_show_every_option_with_the_clis_default(corpus):
+    import inspect
+    t, c = inspect.signature(mixprec.train).parameters, inspect.signature(mixprec.compare).parameters
+    helped = {m.replace("-", "_") for m in
+              __import__("re").findall(r"^  --([a-z][a-z0-9-]*)", mixprec._train._OPTIONS_HELP, flags=8)}
+    assert helped and helped <= set(t) and all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in t.values())
+    assert (t["lr"].default, t["optimizer"].default, t["betas"].default, t["init_scale"].default) == \
+        (0.001, "adamw", (0.9, 0.999), 65536.0)
+    assert (t["no_shuffle"].default, t["growth_interval"].default, t["precision"].default) == (False, 2000, "fp32")
+    assert all(t[k].default is None for k in ("batch", "min_lr", "weight_decay", "master_weights", "log", "steps"))
+    assert not {"precision", "log", "summary", "save"} & set(c) and c["checkpoints"].default is False
+    assert list(c)[:2] == ["precisions", "out"] and set(c) - {"precisions", "out", "checkpoints"} < set(t)
+    # a default given explicitly is the same run as the default left out
+    a = mixprec.train(data=corpus, steps=2, **GPT)
+    b = mixprec.train(data=corpus, steps=2, gelu="tanh", act="relu", log=None, betas=(0.9, 0.999), momentum=0.0,
+                      master_weights=None, **GPT)
+    assert a["loss"] == b["loss"]
 
 
 def test_compare_is_the_ablation(corpus, tmp_path):
