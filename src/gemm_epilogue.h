@@ -93,9 +93,29 @@ static inline void tile_widen(const mp_gemm_ep *e, mp_dtype t, float *tile, cons
         for (size_t r = 0; r < rows; r++) back(tile + r * ts, h + r * ts, cols, NULL);
 }
 
+/* A GELU post step on a half C's values from the table of every code
+ * (gelu_table.c; the kernels' bits): the forward from the codes h of the
+ * tile's values, the backward from x's codes in post_x and its values xb. */
+static inline void gelu_table_rows(const mp_gemm_ep *e, const mp_gelu_table *tb, float *tile, const uint16_t *h,
+                                   const float *xb, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols) {
+    const int fwd = e->post == MP_POST_GELU || e->post == MP_POST_GELU_ERF;
+    for (size_t r = 0; r < rows; r++) {
+        float *restrict t = tile + r * ts;
+        if (fwd) {
+            const uint16_t *c = h + r * ts;
+            for (size_t j = 0; j < cols; j++) t[j] = tb->y[c[j]];
+        } else {
+            const uint16_t *xc = (const uint16_t *)e->post_x + (i0 + r) * e->ldc + j0;
+            const float *x = xb + r * ts;
+            for (size_t j = 0; j < cols; j++) t[j] = mp_gelu_table_bwd1(tb, xc[j], x[j], t[j]);
+        }
+    }
+}
+
 /* gemm.h's post step on the tile's values as stored in C's format: the
  * result replaces them in the tile, is rounded to C's format (counted into
- * st) and stored into post_out, or C. h: scratch codes (row stride ts). */
+ * st) and stored into post_out, or C. h: the codes of the tile's values for
+ * a half C (row stride ts), then scratch. */
 static inline void post_step(const mp_gemm_ep *e, float *tile, uint16_t *h, size_t ts, size_t i0, size_t j0,
                              size_t rows, size_t cols, mp_convert_stats *st) {
     float xb[MP_GEMM_STRIP]; /* x's values in fp32, laid out as the tile */
@@ -107,8 +127,11 @@ static inline void post_step(const mp_gemm_ep *e, float *tile, uint16_t *h, size
             else if (e->ct == MP_F16) e->k->convert->f16_to_f32(xb + r * ts, (const uint16_t *)xr, cols, NULL);
             else e->k->convert->bf16_to_f32(xb + r * ts, (const uint16_t *)xr, cols, NULL);
         }
+    const int erf = e->post == MP_POST_GELU_ERF || e->post == MP_POST_GELU_ERF_GRAD;
+    const mp_gelu_table *tb = e->post != MP_POST_ADD && e->ct != MP_F32 ? mp_gelu_table_of(erf, e->ct) : NULL;
+    if (tb) gelu_table_rows(e, tb, tile, h, xb, ts, i0, j0, rows, cols);
     /* whole rows at once when the tile's rows are contiguous */
-    const size_t nr = cols == ts ? 1 : rows, len = cols == ts ? rows * ts : cols;
+    const size_t nr = tb ? 0 : cols == ts ? 1 : rows, len = cols == ts ? rows * ts : cols;
     for (size_t r = 0; r < nr; r++) {
         float *restrict t = tile + r * ts;
         const float *restrict x = xb + r * ts;

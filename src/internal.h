@@ -658,6 +658,25 @@ extern const mp_gelu_kernels mp_gelu_avx2;
 extern const mp_gelu_kernels mp_gelu_avx512;
 #endif
 
+/* The GELU of every 16-bit input (src/gelu_table.c): y[code] = the kernels'
+ * forward of the code's value, d[code] = the fp64 derivative their backward
+ * multiplies by (the backward of g at x is mp_gelu_table_bwd1). */
+typedef struct mp_gelu_table {
+    float y[65536];
+    double d[65536];
+} mp_gelu_table;
+/* The table of the tanh form (erf 0) or the erf form for bf16 or fp16 codes,
+ * built on first use; NULL for another format or when out of memory (then
+ * the kernels compute). */
+const mp_gelu_table *mp_gelu_table_of(int erf, mp_dtype t);
+
+/* The kernels' backward g * gelu'(x) for x = the code's value xv: the
+ * product in fp64 rounded once, x itself (its quiet bit set, as a
+ * conversion through fp64 sets it) when it is NaN. */
+static inline float mp_gelu_table_bwd1(const mp_gelu_table *tb, uint16_t code, float xv, float g) {
+    return xv != xv ? mp_bits_f32(mp_f32_bits(xv) | 0x00400000u) : (float)((double)g * tb->d[code]);
+}
+
 /* ---- softmax kernels (ops.c; src/cpu/softmax_kernels.h built per ISA) ----
  * e^x on fp32 (<= 0.874 ulp, no libm) and the fp32 softmax rows' loops on it,
  * lanes combined in a fixed order. Every ISA's table gives the same bits. */

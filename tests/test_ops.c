@@ -647,6 +647,41 @@ static void check_gelu_paths(void) {
     free(xf), free(gf), free(yf), free(x16), free(g16), free(y16), free(r16), free(c16);
 }
 
+/* The GEMM epilogue's tables of every 16-bit input (src/gelu_table.c) give
+ * the kernels' bits: every bf16 and fp16 code through the forward, and the
+ * backward of every code with gradients of each magnitude and sign, zero,
+ * subnormal, infinite and NaN (NaN x: x with its quiet bit, whatever g). */
+static void check_gelu_tables(void) {
+    const long mark = check_failures;
+    enum { N = 65536 };
+    const float gs[] = {1.0f, -0.375f, 3e-3f, -7e5f, 0.0f, -0.0f, 1e-40f, 3e38f, INFINITY, -INFINITY, NAN};
+    float *x = malloc(N * 4), *y = malloc(N * 4), *g = malloc(N * 4);
+    long diff = 0;
+    for (int erf = 0; erf < 2; erf++)
+        for (int f16 = 0; f16 < 2; f16++) {
+            const mp_dtype t = f16 ? MP_F16 : MP_BF16;
+            const mp_gelu_table *tb = mp_gelu_table_of(erf, t);
+            CHECK(tb != NULL, "no table for %s %s", erf ? "erf" : "tanh", mp_format(t)->name);
+            if (!tb) continue;
+            for (uint32_t c = 0; c < N; c++) x[c] = f16 ? mp_f16_to_f32((uint16_t)c) : mp_bf16_to_f32((uint16_t)c);
+            memcpy(y, x, N * 4);
+            (erf ? mp_gelu_scalar.erf_fwd : mp_gelu_scalar.tanh_fwd)(y, N);
+            for (uint32_t c = 0; c < N; c++) diff += mp_f32_bits(y[c]) != mp_f32_bits(tb->y[c]);
+            for (size_t k = 0; k < sizeof gs / sizeof gs[0]; k++) {
+                for (uint32_t c = 0; c < N; c++) g[c] = gs[k] * (1.0f + (float)(c % 7) / 8.0f);
+                memcpy(y, g, N * 4);
+                (erf ? mp_gelu_scalar.erf_bwd : mp_gelu_scalar.tanh_bwd)(y, x, N);
+                for (uint32_t c = 0; c < N; c++)
+                    diff += mp_f32_bits(y[c]) != mp_f32_bits(mp_gelu_table_bwd1(tb, (uint16_t)c, x[c], g[c]));
+            }
+        }
+    CHECK(diff == 0, "GELU tables: %ld results differ from the kernels'", diff);
+    CHECK(mp_gelu_table_of(0, MP_F32) == NULL, "a table for fp32 inputs");
+    free(x), free(y), free(g);
+    CHECK_SAY(mark, "  GELU tables: every bf16 and fp16 code, both forms, forward and backward (11 gradients each): "
+                    "the kernels' bits\n");
+}
+
 /* ---- e^x (src/cpu/softmax_kernels.h): against libm's fp64 exp rounded to
  * fp32, special values, and the same bits on every CPU path; the softmax rows
  * built on it, the same bits on every path ---- */
@@ -1031,6 +1066,7 @@ int main(int argc, char **argv) {
     check_gelu_accuracy();
     check_gelu_special();
     check_gelu_paths();
+    check_gelu_tables();
     check_exp();
     check_softmax_paths();
     check_rows_parallel();

@@ -6,9 +6,10 @@
  * could raise a flag; no value changes), and every build of them gives the
  * same bits: src/cpu/gelu_scalar.c (baseline x86-64 or any other CPU: 2
  * doubles per SSE2 register, the portable path), src/cpu/gelu_avx2.c (4 per
- * register) and src/cpu/gelu_avx512.c (8). Included by those three files
- * only: it defines static functions and MP_GELU_KERNELS, an initializer of
- * mp_gelu_kernels (internal.h).
+ * register) and src/cpu/gelu_avx512.c (8); src/gelu_table.c tabulates them
+ * for every 16-bit input. Included by those four files only: it defines
+ * static functions and MP_GELU_KERNELS, an initializer of mp_gelu_kernels
+ * (internal.h).
  *
  * Accuracy: every result is the fp64 value rounded once to fp32, and that
  * fp64 value is within ~1e-15 (relative) of the exact function of the fp32
@@ -48,8 +49,10 @@
 
 #if defined(__GNUC__)
 #define GK_INLINE static inline __attribute__((always_inline))
+#define GK_KERNEL static __attribute__((unused)) /* gelu_table.c uses the pieces, not the kernels */
 #else
 #define GK_INLINE static inline
+#define GK_KERNEL static
 #endif
 
 #define GK_LIM 20.0
@@ -120,7 +123,7 @@ GK_INLINE double gk_phi_from_tail(double xc, double q) { return xc > 0.0 ? 1.0 -
 /* y[i] = x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2, in place:
  * x sigmoid(2u) with t = e^-|2u| = n / d, sigmoid(2u) = d / (d + n) for
  * u >= 0, n / (d + n) for u < 0 (x > lim: y = x) */
-static void gk_tanh_fwd(float *y, size_t n) {
+GK_KERNEL void gk_tanh_fwd(float *y, size_t n) {
     const double lim = gk_lim;
     for (size_t i = 0; i < n; i++) {
         const double x = y[i], xl = gk_lo(x, lim), xc = gk_hi(xl, lim);
@@ -131,17 +134,23 @@ static void gk_tanh_fwd(float *y, size_t n) {
     }
 }
 
-/* g[i] *= d/dx of the above at x[i]: s + x s (1 - s) 2u', s = sigmoid(2u) */
-static void gk_tanh_bwd(float *restrict g, const float *restrict x, size_t n) {
+/* d/dx of the above at the clamped xc, in fp64: s + x s (1 - s) 2u', s = sigmoid(2u) */
+GK_INLINE double gk_tanh_d(double xc) {
+    const double x2 = xc * xc;
+    const double e = (GK_2K + GK_2KC * x2) * xc, de = GK_2K + GK_6KC * x2;
+    double tn, td;
+    gk_exp_nd(-fabs(e), &tn, &td);
+    const double r = 1.0 / (td + tn);
+    const double s = (e < 0.0 ? tn : td) * r, sc = (e < 0.0 ? td : tn) * r; /* s, 1 - s */
+    return s * (1.0 + xc * sc * de);
+}
+
+/* g[i] *= gk_tanh_d(x[i]), the product in fp64 rounded once */
+GK_KERNEL void gk_tanh_bwd(float *restrict g, const float *restrict x, size_t n) {
     const double lim = gk_lim;
     for (size_t i = 0; i < n; i++) {
-        const double xi = x[i], xc = gk_hi(gk_lo(xi, lim), lim), x2 = xc * xc;
-        const double e = (GK_2K + GK_2KC * x2) * xc, de = GK_2K + GK_6KC * x2;
-        double tn, td;
-        gk_exp_nd(-fabs(e), &tn, &td);
-        const double r = 1.0 / (td + tn);
-        const double s = (e < 0.0 ? tn : td) * r, sc = (e < 0.0 ? td : tn) * r; /* s, 1 - s */
-        g[i] = gk_nan(xi, (double)g[i] * (s * (1.0 + xc * sc * de)));
+        const double xi = x[i];
+        g[i] = gk_nan(xi, (double)g[i] * gk_tanh_d(gk_hi(gk_lo(xi, lim), lim)));
     }
 }
 
@@ -155,7 +164,7 @@ GK_INLINE double gk_phi_tail(double xc, double *e) {
 }
 
 /* y[i] = x Phi(x), in place */
-static void gk_erf_fwd(float *y, size_t n) {
+GK_KERNEL void gk_erf_fwd(float *y, size_t n) {
     const double lim = gk_lim;
     for (size_t i = 0; i < n; i++) {
         const double x = y[i], xl = gk_lo(x, lim), xc = gk_hi(xl, lim);
@@ -165,14 +174,19 @@ static void gk_erf_fwd(float *y, size_t n) {
     }
 }
 
-/* g[i] *= Phi(x) + x phi(x) */
-static void gk_erf_bwd(float *restrict g, const float *restrict x, size_t n) {
+/* Phi(x) + x phi(x) at the clamped xc, in fp64 */
+GK_INLINE double gk_erf_d(double xc) {
+    double e;
+    const double q = gk_phi_tail(xc, &e);
+    return gk_phi_from_tail(xc, q) + xc * (GK_INV_SQRT_2PI * e);
+}
+
+/* g[i] *= gk_erf_d(x[i]), the product in fp64 rounded once */
+GK_KERNEL void gk_erf_bwd(float *restrict g, const float *restrict x, size_t n) {
     const double lim = gk_lim;
     for (size_t i = 0; i < n; i++) {
-        const double xi = x[i], xc = gk_hi(gk_lo(xi, lim), lim);
-        double e;
-        const double q = gk_phi_tail(xc, &e);
-        g[i] = gk_nan(xi, (double)g[i] * (gk_phi_from_tail(xc, q) + xc * (GK_INV_SQRT_2PI * e)));
+        const double xi = x[i];
+        g[i] = gk_nan(xi, (double)g[i] * gk_erf_d(gk_hi(gk_lo(xi, lim), lim)));
     }
 }
 

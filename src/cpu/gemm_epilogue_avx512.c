@@ -95,12 +95,71 @@ static int half_case(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, siz
     return 1;
 }
 
+/* The strip's values rounded to C's format, counted into c2 and stored into out. */
+static void round_store(const mp_gemm_ep *e, const float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
+                        size_t cols, uint8_t *out, mp_counts512 *c2, int stats) {
+    const size_t es = mp_format(e->ct)->size;
+    for (size_t r = 0; r < rows; r++) {
+        uint16_t *orow = (uint16_t *)(out + ((i0 + r) * e->ldc + j0) * es);
+        for (size_t j = 0; j < cols; j += 16) {
+            const __mmask16 k = mp_tail16(cols - j);
+            _mm256_mask_storeu_epi16(orow + j, k, round_half(e->ct, _mm512_maskz_loadu_ps(k, tile + r * ts + j), k, c2,
+                                                             stats));
+        }
+    }
+}
+
+/* gelu_table_rows (gemm_epilogue.h) 16 lanes at a time: the forward gathers y by the codes of the tile's
+ * values, the backward gathers the fp64 derivatives by x's codes, multiplies and rounds once, and passes a
+ * NaN x through with its quiet bit set. The same bits. */
+static void gelu_table_pass(const mp_gemm_ep *e, const mp_gelu_table *tb, float *tile, size_t ts, size_t i0,
+                            size_t j0, size_t rows, size_t cols) {
+    const int fwd = e->post == MP_POST_GELU || e->post == MP_POST_GELU_ERF, f16 = e->ct == MP_F16;
+    for (size_t r = 0; r < rows; r++) {
+        const uint16_t *xr = fwd ? NULL : (const uint16_t *)e->post_x + (i0 + r) * e->ldc + j0;
+        for (size_t j = 0; j < cols; j += 16) {
+            const __mmask16 k = mp_tail16(cols - j);
+            float *tr = tile + r * ts + j;
+            const __m512 v = _mm512_maskz_loadu_ps(k, tr);
+            if (fwd) {
+                const __m512i idx = f16 ? _mm512_cvtepu16_epi32(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
+                                        : _mm512_srli_epi32(_mm512_castps_si512(v), 16);
+                _mm512_mask_storeu_ps(tr, k, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, tb->y, 4));
+                continue;
+            }
+            const __m256i codes = _mm256_maskz_loadu_epi16(k, xr + j);
+            const __m512i idx = _mm512_cvtepu16_epi32(codes);
+            const __m512d dlo = _mm512_mask_i32gather_pd(_mm512_setzero_pd(), (__mmask8)k,
+                                                         _mm512_castsi512_si256(idx), tb->d, 8);
+            const __m512d dhi = _mm512_mask_i32gather_pd(_mm512_setzero_pd(), (__mmask8)(k >> 8),
+                                                         _mm512_extracti64x4_epi64(idx, 1), tb->d, 8);
+            const __m256 plo = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), dlo));
+            const __m256 phi =
+                _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(
+                                                  _mm512_castps_pd(v), 1))), dhi));
+            __m512 res = _mm512_insertf32x8(_mm512_castps256_ps512(plo), phi, 1);
+            const __m512 x = load_c(e->ct, xr, j, k);
+            const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+            res = _mm512_mask_mov_ps(res, nan,
+                                     _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x400000))));
+            _mm512_mask_storeu_ps(tr, k, res);
+        }
+    }
+}
+
 /* A GELU post step's second pass over a half C's strip (its values as stored, widened into the tile):
- * the GELU kernel on the strip (whole when its rows are contiguous), then rounded, counted into c2 and
- * stored into out. */
+ * the GELU from the table of every code, or the GELU kernel on the strip (whole when its rows are
+ * contiguous), then rounded, counted into c2 and stored into out. */
 static void gelu_pass(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
                       uint8_t *out, mp_counts512 *c2, int stats) {
     const size_t es = mp_format(e->ct)->size;
+    const int erf = e->post == MP_POST_GELU_ERF || e->post == MP_POST_GELU_ERF_GRAD;
+    const mp_gelu_table *tb = mp_gelu_table_of(erf, e->ct);
+    if (tb) {
+        gelu_table_pass(e, tb, tile, ts, i0, j0, rows, cols);
+        round_store(e, tile, ts, i0, j0, rows, cols, out, c2, stats);
+        return;
+    }
     float xb[MP_GEMM_STRIP]; /* the GELU's input x, widened, laid out as the tile */
     if (e->post == MP_POST_GELU_GRAD || e->post == MP_POST_GELU_ERF_GRAD)
         for (size_t r = 0; r < rows; r++) {
@@ -121,14 +180,7 @@ static void gelu_pass(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, si
         default: e->k->gelu->erf_bwd(tr, xr, len); break;
         }
     }
-    for (size_t r = 0; r < rows; r++) {
-        uint16_t *orow = (uint16_t *)(out + ((i0 + r) * e->ldc + j0) * es);
-        for (size_t j = 0; j < cols; j += 16) {
-            const __mmask16 k = mp_tail16(cols - j);
-            _mm256_mask_storeu_epi16(orow + j, k, round_half(e->ct, _mm512_maskz_loadu_ps(k, tile + r * ts + j), k, c2,
-                                                             stats));
-        }
-    }
+    round_store(e, tile, ts, i0, j0, rows, cols, out, c2, stats);
 }
 
 void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
