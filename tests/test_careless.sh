@@ -20,6 +20,15 @@
 #     did not write
 #   train under mpirun -np 2, where this mixprec has MPI
 . "$(dirname "$0")/lib.sh"
+# held FILE PID: waits until FILE exists and is flock(2)ed (its inode in /proc/locks; probing with a lock of
+# our own could make the writer's non-blocking flock fail), or PID has ended
+held() {
+    local ino
+    while kill -0 "$2" 2>/dev/null; do
+        ino=$(stat -c %i "$1" 2>/dev/null) && grep -q ":$ino " /proc/locks && return
+        sleep 0.002
+    done
+}
 W=$T/w # the user's files; $T holds the test's own
 mkdir -p "$W/corpus" "$W/fm"
 for i in $(seq 1 60); do echo "The cat sat on the mat, and the dog sat on the log number $i."; done > "$W/c.txt"
@@ -185,7 +194,7 @@ cmp -s target target.orig && [ -p l.json.lock ] && [ "$(cat l.st.lock)" = "my no
 # one line naming the output; the first run's files whole once it ends
 "${G[@]}" --steps 600 --log s.csv --summary s.json --save s.st --dump-grads s.g > first.txt 2>&1 &
 pid=$!
-while [ ! -e s.g.lock ] && kill -0 "$pid" 2>/dev/null; do sleep 0.002; done
+held "s.g.lock" "$pid" # the lock file exists before it is flock(2)ed: wait until it is held
 kill -STOP "$pid"
 for o in "--log s.csv" "--summary s.json" "--save s.st" "--dump-grads s.g"; do
     set -- $o
@@ -202,7 +211,7 @@ expect 0 "${G[@]}" --steps 601 --resume s.st # its checkpoint whole
 CK=(compare --model gpt:1-2-16-16 --batch 4 --threads 1 --data "text:$W/c.txt" --precisions fp32)
 "$M" "${CK[@]}" --steps 600 --out d > first.txt 2>&1 &
 pid=$!
-while [ ! -e d/.partial/compare.lock ] && kill -0 "$pid" 2>/dev/null; do sleep 0.002; done
+held "d/.partial/compare.lock" "$pid" # the lock file exists before it is flock(2)ed: wait until it is held
 kill -STOP "$pid"
 expect 1 "$M" "${CK[@]}" --steps 2 --out d && one_line &&
     has "$err" "^mixprec compare: --out d: d/.partial/compare: another mixprec process \\(pid $pid\\) is writing it"
