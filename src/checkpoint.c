@@ -128,7 +128,7 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
     while (meta && meta[nmeta]) nmeta++;
     mp_tensor *ts = calloc(nmodel + 5 * np + nq + 1, sizeof *ts);
     void **conv = calloc(nmodel + 1, sizeof *conv);
-    const char **kv = calloc(nmeta + 20 + 2 * nq, sizeof *kv);
+    const char **kv = calloc(nmeta + 22 + 2 * nq, sizeof *kv);
     mp_named_qtensor *qt = calloc(nq + 1, sizeof *qt);
     char (*qkv)[2][80] = calloc(nq + 1, sizeof *qkv); /* "quant.NAME" and its state in hex */
     mp_status st = ts && conv && kv && qt && qkv ? MP_OK : mp_error(MP_ENOMEM, "checkpoint: out of memory");
@@ -178,6 +178,7 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
         kv[k++] = "step", kv[k++] = step;
         kv[k++] = "optim_steps", kv[k++] = osteps, kv[k++] = "scaler", kv[k++] = blob;
         if (nq) kv[k++] = "recipe", kv[k++] = recipe; /* none: the key is absent, as before recipes */
+        if (t->cfg.precision->layers[0]) kv[k++] = "layers", kv[k++] = t->cfg.precision->layers; /* as recipe */
         for (size_t i = 0; i < nq; i++) kv[k++] = qkv[i][0], kv[k++] = qkv[i][1];
         kv[k] = NULL;
         st = mp_safetensors_write(path, ts, n, kv);
@@ -198,7 +199,8 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
     const char *prec[] = {"precision", t->cfg.precision->name, "master_weights",
                           mp_master_weights_name(t->cfg.precision->master_weights), "reductions",
                           mp_reductions_name(t->cfg.precision->reductions), "recipe", recipe, "optim_state",
-                          mp_state_format_name(mp_precision_state_format(t->cfg.precision)), NULL};
+                          mp_state_format_name(mp_precision_state_format(t->cfg.precision)), "layers",
+                          t->cfg.precision->layers[0] ? t->cfg.precision->layers : "none", NULL};
     const char *const *lists[2] = {expect, prec};
     for (int l = 0; l < 2; l++)
         for (size_t i = 0; lists[l] && lists[l][i]; i += 2) {
@@ -208,6 +210,7 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
             if (!v && l == 1 && i == 4) v = "fp32"; /* written before --reductions */
             if (!v && l == 1 && i == 6) v = "none"; /* no recipe (or written before recipes) */
             if (!v && l == 1 && i == 8) v = mp_state_format_name(own); /* written before --optim-state */
+            if (!v && l == 1 && i == 10) v = "none"; /* no layer assignments (or written before them) */
             if (v && l == 1 && i == 2 && !strcmp(v, "bf16-pure")) v = "sr"; /* its name before the switch */
             if (!v || strcmp(v, lists[l][i + 1]) != 0)
                 return mp_error(MP_EINVAL, "%s: checkpoint has %s '%s', this run asks for '%s'", path, lists[l][i],

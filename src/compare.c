@@ -340,7 +340,8 @@ static mp_report report_of(report_runs *v, const mp_compare_result *res, const c
         rr->precision = p;
         rr->color = distinct_color(v->rr, r, p->color);
         v->rq[r] = (mp_report_quant){u->nquant, (const char (*)[64])u->quant_names, u->quant_totals, u->quant_scale,
-                                     u->quant_saturated, u->quant_flushed};
+                                     u->quant_saturated, u->quant_flushed, u->nassigned,
+                                     (const char (*)[64])u->assigned_names, (const char (*)[16])u->assigned_recipes};
         rr->quant = u->nquant ? &v->rq[r] : NULL;
     }
     const mp_format_info *h = mp_format(MP_F16);

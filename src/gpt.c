@@ -89,7 +89,8 @@ struct mp_gpt {
     mp_tensor_stats *stats;
     size_t nstats;
     int counting;
-    mp_recipe recipe;  /* kind MP_RECIPE_NONE: the Linear layers' GEMMs read ct */
+    mp_recipe recipe;  /* kind MP_RECIPE_NONE: the Linear layers' GEMMs read ct; else the first layer's recipe */
+    mp_recipe *lrec;   /* with a recipe: per block and Linear (W_*), its own (kind NONE: it reads ct) */
     mp_qtensor *q;     /* with a recipe: per block and Linear (W_*), input, weight and gradient */
     uint16_t *qa, *qb; /* the quantized operands of one GEMM (N x 4C and max(N, 4C) x 4C) */
     void **mem;
@@ -225,8 +226,8 @@ static size_t nq(const mp_gpt *g) { return (size_t)g->cfg.n_layer * W_PER_LAYER 
 
 static void free_recipe(mp_gpt *g) {
     for (size_t i = 0; g->q && i < nq(g); i++) mp_qtensor_free(&g->q[i]);
-    free(g->q), free(g->qa), free(g->qb);
-    g->q = NULL, g->qa = g->qb = NULL, g->recipe.kind = MP_RECIPE_NONE;
+    free(g->q), free(g->qa), free(g->qb), free(g->lrec);
+    g->q = NULL, g->qa = g->qb = NULL, g->lrec = NULL, g->recipe.kind = MP_RECIPE_NONE;
 }
 
 void mp_gpt_free(mp_gpt *g) {
@@ -378,20 +379,43 @@ const mp_gpt_config *mp_gpt_get_config(const mp_gpt *g) { return g ? &g->cfg : N
 
 mp_status mp_gpt_set_recipe(mp_gpt *g, const mp_recipe *recipe, uint64_t seed) {
     if (!g) return mp_error(MP_EINVAL, "mp_gpt_set_recipe: NULL model");
-    const mp_recipe none = {.kind = MP_RECIPE_NONE}, copy = recipe ? *recipe : none, *r = &copy; /* may be g's own */
+    const mp_recipe none = {.kind = MP_RECIPE_NONE}, copy = recipe ? *recipe : none; /* may be g's own */
+    const size_t n = (size_t)g->cfg.n_layer * W_PER_LAYER;
+    mp_recipe *each = malloc(n * sizeof *each);
+    if (!each) return mp_error(MP_ENOMEM, "gpt: out of memory for the recipe");
+    for (size_t i = 0; i < n; i++) each[i] = copy;
+    const mp_status st = mp_gpt_set_layer_recipes(g, each, seed);
+    free(each);
+    return st;
+}
+
+mp_status mp_gpt_set_layer_recipes(mp_gpt *g, const mp_recipe *each, uint64_t seed) {
+    if (!g || !each) return mp_error(MP_EINVAL, "mp_gpt_set_layer_recipes: NULL argument");
+    const size_t n = (size_t)g->cfg.n_layer * W_PER_LAYER;
+    size_t first = n;
+    for (size_t i = n; i-- > 0;)
+        if (each[i].kind != MP_RECIPE_NONE) first = i;
+    mp_recipe *lrec = first < n ? malloc(n * sizeof *lrec) : NULL;
+    if (first < n && !lrec) return mp_error(MP_ENOMEM, "gpt: out of memory for the recipe");
+    if (lrec) memcpy(lrec, each, n * sizeof *lrec); /* each may be g's own */
     free_recipe(g);
-    if (r->kind == MP_RECIPE_NONE) return MP_OK;
-    if (g->ct != MP_BF16 || g->master != MP_MASTER_FP32)
-        return mp_error(MP_EINVAL, "gpt: the %s recipe runs with bf16 compute and fp32 master weights",
-                        mp_recipe_name(r->kind));
+    if (!lrec) return MP_OK;
+    g->lrec = lrec;
+    if (g->ct != MP_BF16 || g->master != MP_MASTER_FP32) {
+        const char *name = mp_recipe_name(lrec[first].kind); /* a static string: lrec goes with the recipe */
+        free_recipe(g);
+        return mp_error(MP_EINVAL, "gpt: the %s recipe runs with bf16 compute and fp32 master weights", name);
+    }
     const size_t C = (size_t)g->cfg.n_embd, N = g->max_batch * (size_t)g->cfg.block_size;
     const size_t nb = (N > 4 * C ? N : 4 * C) * 4 * C;
     g->q = calloc(nq(g), sizeof *g->q);
     g->qa = aligned_alloc(64, (N * 4 * C * 2 + 63) / 64 * 64);
     g->qb = aligned_alloc(64, (nb * 2 + 63) / 64 * 64);
     if (!g->q || !g->qa || !g->qb) return free_recipe(g), mp_error(MP_ENOMEM, "gpt: out of memory for the recipe");
-    g->recipe = *r;
+    g->recipe = lrec[first];
     for (size_t i = 0; i < nq(g); i++) {
+        const mp_recipe *r = &lrec[i / 3];
+        if (r->kind == MP_RECIPE_NONE) continue; /* a layer in the compute format: its tensors stay zero */
         const mp_status st = mp_qtensor_init(&g->q[i], r, (mp_qrole)(i % 3), seed + i);
         if (st) return free_recipe(g), st;
     }
@@ -462,19 +486,25 @@ static mp_status check_batch(const mp_gpt *g, const char *fn, const int32_t *tok
 
 static mp_qtensor *qt(mp_gpt *g, int l, int w, mp_qrole role) { return &g->q[((size_t)l * W_PER_LAYER + (size_t)w) * 3 + role]; }
 
+/* The recipe of Linear w of block l, or NULL when it reads ct. */
+static const mp_recipe *lrec(const mp_gpt *g, int l, int w) {
+    const mp_recipe *r = g->lrec ? &g->lrec[(size_t)l * W_PER_LAYER + (size_t)w] : NULL;
+    return r && r->kind != MP_RECIPE_NONE ? r : NULL;
+}
+
 /* y (N x out) = x (N x in) W^T, with ep */
 static mp_status lin_fwd(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *x, const mp_param *W,
                          void *y, const mp_gemm_epilogue *ep) {
-    if (!g->q) return mp_gemm_ex(0, 1, N, out, in, 1.0f, x, g->ct, in, wct(g, W), g->ct, in, 0.0f, y, g->ct, out, ep);
-    return mp_qgemm(&g->recipe, 0, 1, N, out, in, x, g->ct, in, qt(g, l, w, MP_QROLE_INPUT), g->qa, W->master, MP_F32,
+    if (!lrec(g, l, w)) return mp_gemm_ex(0, 1, N, out, in, 1.0f, x, g->ct, in, wct(g, W), g->ct, in, 0.0f, y, g->ct, out, ep);
+    return mp_qgemm(lrec(g, l, w), 0, 1, N, out, in, x, g->ct, in, qt(g, l, w, MP_QROLE_INPUT), g->qa, W->master, MP_F32,
                     in, qt(g, l, w, MP_QROLE_WEIGHT), g->qb, 0.0f, y, g->ct, out, ep);
 }
 
 /* dx (N x in) = dy (N x out) W, with ep */
 static mp_status lin_dgrad(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *dy, const mp_param *W,
                            void *dx, const mp_gemm_epilogue *ep) {
-    if (!g->q) return mp_gemm_ex(0, 0, N, in, out, 1.0f, dy, g->ct, out, wct(g, W), g->ct, in, 0.0f, dx, g->ct, in, ep);
-    return mp_qgemm(&g->recipe, 0, 0, N, in, out, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, W->master, MP_F32,
+    if (!lrec(g, l, w)) return mp_gemm_ex(0, 0, N, in, out, 1.0f, dy, g->ct, out, wct(g, W), g->ct, in, 0.0f, dx, g->ct, in, ep);
+    return mp_qgemm(lrec(g, l, w), 0, 0, N, in, out, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, W->master, MP_F32,
                     in, qt(g, l, w, MP_QROLE_WEIGHT), g->qb, 0.0f, dx, g->ct, in, ep);
 }
 
@@ -488,8 +518,8 @@ static mp_status lin_dgrad_st(mp_gpt *g, int l, int w, size_t N, size_t out, siz
 /* dW (out x in) = beta dW + dy^T x, with ep */
 static mp_status lin_wgrad(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *dy, const void *x,
                            float beta, float *dW, const mp_gemm_epilogue *ep) {
-    if (!g->q) return mp_gemm_ex(1, 0, out, in, N, 1.0f, dy, g->ct, out, x, g->ct, in, beta, dW, MP_F32, in, ep);
-    return mp_qgemm(&g->recipe, 1, 0, out, in, N, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, x, g->ct, in,
+    if (!lrec(g, l, w)) return mp_gemm_ex(1, 0, out, in, N, 1.0f, dy, g->ct, out, x, g->ct, in, beta, dW, MP_F32, in, ep);
+    return mp_qgemm(lrec(g, l, w), 1, 0, out, in, N, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, x, g->ct, in,
                     qt(g, l, w, MP_QROLE_INPUT), g->qb, beta, dW, MP_F32, in, ep);
 }
 
@@ -645,7 +675,8 @@ static mp_status forward_quiet(mp_gpt *g, const int32_t *tok, size_t B, size_t T
 }
 
 const mp_qtensor *mp_gpt_qtensor(const mp_gpt *g, int l, int w, mp_qrole role) {
-    if (!g || !g->q || l < 0 || l >= g->cfg.n_layer || w < 0 || w >= W_PER_LAYER || (unsigned)role > MP_QROLE_GRAD)
+    if (!g || !g->q || l < 0 || l >= g->cfg.n_layer || w < 0 || w >= W_PER_LAYER || (unsigned)role > MP_QROLE_GRAD ||
+        !lrec(g, l, w))
         return NULL;
     return &g->q[((size_t)l * W_PER_LAYER + (size_t)w) * 3 + role];
 }
@@ -669,7 +700,8 @@ mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *ta
         for (int k = 0; k < W_PER_LAYER; k++) weight_amax(g, w[k], s_w(g, i, k));
     }
     count_lost(g);
-    for (size_t i = 0; g->q && i < nq(g); i++) mp_qtensor_end(&g->q[i], &g->recipe);
+    for (size_t i = 0; g->q && i < nq(g); i++)
+        if (g->lrec[i / 3].kind != MP_RECIPE_NONE) mp_qtensor_end(&g->q[i], &g->lrec[i / 3]);
     *loss = l;
     g->last_rows = N;
     return MP_OK;
@@ -886,17 +918,22 @@ static const mp_recipe *model_recipe(const void *impl) {
     return g->q ? &g->recipe : NULL;
 }
 
-/* "h.{l}.attn.c_attn.input|weight|grad", ...: g->q's order (block, Linear, role) */
+/* "h.{l}.attn.c_attn.input|weight|grad", ...: g->q's order (block, Linear,
+ * role), the layers with a recipe only */
 static size_t model_qtensors(void *impl, mp_named_qtensor *out, size_t cap) {
     mp_gpt *g = impl;
-    const size_t n = g->q ? nq(g) : 0;
-    for (size_t i = 0; i < n && i < cap; i++) {
+    size_t k = 0;
+    for (size_t i = 0; g->q && i < nq(g); i++) {
+        if (g->lrec[i / 3].kind == MP_RECIPE_NONE) continue;
         const char *w = w_names[i / 3 % W_PER_LAYER]; /* "attn.c_attn.weight": the layer without ".weight" */
-        snprintf(out[i].name, sizeof out[i].name, "h.%zu.%.*s.%s", i / (3 * W_PER_LAYER),
-                 (int)(strlen(w) - strlen(".weight")), w, mp_qrole_name(g->q[i].role));
-        out[i].q = &g->q[i];
+        if (k < cap) {
+            snprintf(out[k].name, sizeof out[k].name, "h.%zu.%.*s.%s", i / (3 * W_PER_LAYER),
+                     (int)(strlen(w) - strlen(".weight")), w, mp_qrole_name(g->q[i].role));
+            out[k].q = &g->q[i], out[k].recipe = &g->lrec[i / 3];
+        }
+        k++;
     }
-    return n;
+    return k;
 }
 
 static const mp_model_ops gpt_ops = {

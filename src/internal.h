@@ -836,4 +836,9 @@ typedef struct mp_kernels {
 const mp_kernels *mp_kernels_of(mp_isa isa);
 const mp_kernels *mp_kernels_current(void);
 
+/* p->label rebuilt from its base (up to the first '+'), the switches that
+ * differ from its table row, then its layer assignments (precision.c);
+ * MP_EINVAL + message when that is too long for the label (p unchanged). */
+mp_status mp_precision_relabel(mp_precision *p);
+
 #endif

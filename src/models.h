@@ -49,6 +49,15 @@ typedef struct mp_model_row {
      * made so far (the caller frees it). Then the loader of its data. */
     mp_status (*create)(void *ctx, const mp_precision *p, mp_optim *opt, size_t rows, uint64_t seed, mp_model *out);
     mp_status (*loader)(void *ctx, size_t rows, int shuffle, uint64_t seed, mp_loader *out, long *batches_per_epoch);
+    /* Mode p's assignments resolved against the model's layers
+     * (mp_precision_layer_recipes): MP_EINVAL + message for a pattern that
+     * matches none; create resolves them again. NULL: the caller's model,
+     * whose create resolves them (or refuses them) itself. */
+    mp_status (*assign)(void *ctx, const mp_precision *p);
+    /* The model's layers by name, each with the recipe create gave it
+     * (MP_RECIPE_NONE: the compute format), at most cap into names and
+     * kinds; returns how many (0 before create). NULL: the model names none. */
+    size_t (*layers)(const void *ctx, const char **names, mp_recipe_kind *kinds, size_t cap);
     /* The pairs a checkpoint keeps about the model besides its string, into
      * kv (key, value, ...); returns how many strings. */
     int (*meta)(const mp_run_spec *s, const char **kv);

@@ -24,7 +24,8 @@ struct mp_mlp {
     mp_tensor_stats stats[L_MAX];
     uint64_t *hist, *hist_zeros; /* gradient histogram (mp_mlp_histogram) */
     int hist_lo, hist_n;
-    mp_recipe recipe;      /* kind MP_RECIPE_NONE: the Linear layers' GEMMs read ct */
+    mp_recipe recipe;      /* kind MP_RECIPE_NONE: the Linear layers' GEMMs read ct; else the first layer's */
+    mp_recipe lrec[L_MAX]; /* with a recipe: each layer's own (kind NONE: it reads ct) */
     mp_qtensor *q;         /* with a recipe: per layer, input, weight and gradient */
     uint16_t *qa, *qb;     /* the quantized operands of one GEMM */
 };
@@ -154,12 +155,23 @@ const mp_mlp_config *mp_mlp_get_config(const mp_mlp *m) { return &m->cfg; }
 
 mp_status mp_mlp_set_recipe(mp_mlp *m, const mp_recipe *recipe, uint64_t seed) {
     if (!m) return mp_error(MP_EINVAL, "mp_mlp_set_recipe: NULL model");
-    const mp_recipe none = {.kind = MP_RECIPE_NONE}, copy = recipe ? *recipe : none, *r = &copy; /* may be m's own */
+    const mp_recipe none = {.kind = MP_RECIPE_NONE};
+    mp_recipe each[L_MAX];
+    for (int l = 0; l < m->cfg.nlayers; l++) each[l] = recipe ? *recipe : none;
+    return mp_mlp_set_layer_recipes(m, each, seed);
+}
+
+mp_status mp_mlp_set_layer_recipes(mp_mlp *m, const mp_recipe *each, uint64_t seed) {
+    if (!m || !each) return mp_error(MP_EINVAL, "mp_mlp_set_layer_recipes: NULL argument");
+    mp_recipe lrec[L_MAX];
+    int first = -1;
+    for (int l = m->cfg.nlayers; l-- > 0;)
+        if ((lrec[l] = each[l]).kind != MP_RECIPE_NONE) first = l; /* copied: each may be m's own */
     free_recipe(m);
-    if (r->kind == MP_RECIPE_NONE) return MP_OK;
+    if (first < 0) return MP_OK;
     if (m->ct != MP_BF16 || m->master != MP_MASTER_FP32)
         return mp_error(MP_EINVAL, "mlp: the %s recipe runs with bf16 compute and fp32 master weights",
-                        mp_recipe_name(r->kind));
+                        mp_recipe_name(lrec[first].kind));
     size_t maxw = 0, maxwn = 0;
     for (int l = 0; l <= m->cfg.nlayers; l++) maxw = (size_t)m->cfg.widths[l] > maxw ? (size_t)m->cfg.widths[l] : maxw;
     for (int l = 0; l < m->cfg.nlayers; l++) {
@@ -170,9 +182,11 @@ mp_status mp_mlp_set_recipe(mp_mlp *m, const mp_recipe *recipe, uint64_t seed) {
     m->q = calloc(3 * (size_t)m->cfg.nlayers, sizeof *m->q);
     m->qa = buffer(na * 2), m->qb = buffer(nb * 2);
     if (!m->q || !m->qa || !m->qb) return free_recipe(m), mp_error(MP_ENOMEM, "mlp: out of memory for the recipe");
-    m->recipe = *r;
+    memcpy(m->lrec, lrec, sizeof lrec);
+    m->recipe = lrec[first];
     for (int i = 0; i < 3 * m->cfg.nlayers; i++) {
-        const mp_status st = mp_qtensor_init(&m->q[i], r, (mp_qrole)(i % 3), seed + (uint64_t)i);
+        if (lrec[i / 3].kind == MP_RECIPE_NONE) continue; /* a layer in the compute format */
+        const mp_status st = mp_qtensor_init(&m->q[i], &lrec[i / 3], (mp_qrole)(i % 3), seed + (uint64_t)i);
         if (st) return free_recipe(m), st;
     }
     return MP_OK;
@@ -218,29 +232,34 @@ static mp_convert_stats *fst(mp_mlp *m, int l, size_t n, int counting) {
 
 static mp_qtensor *qt(mp_mlp *m, int l, mp_qrole role) { return &m->q[3 * l + (int)role]; }
 
+/* Layer l's recipe, or NULL when its GEMMs read ct. */
+static const mp_recipe *lrec(const mp_mlp *m, int l) {
+    return m->q && m->lrec[l].kind != MP_RECIPE_NONE ? &m->lrec[l] : NULL;
+}
+
 /* z (B x out) = x (B x in) W^T, with ep */
 static mp_status lin_fwd(mp_mlp *m, int l, size_t B, size_t out, size_t in, const mp_gemm_epilogue *ep) {
-    if (!m->q)
+    if (!lrec(m, l))
         return mp_gemm_ex(0, 1, B, out, in, 1.0f, m->act[l], m->ct, in, weights(m, l), m->ct, in, 0.0f, m->z[l], m->ct,
                           out, ep);
-    return mp_qgemm(&m->recipe, 0, 1, B, out, in, m->act[l], m->ct, in, qt(m, l, MP_QROLE_INPUT), m->qa,
+    return mp_qgemm(lrec(m, l), 0, 1, B, out, in, m->act[l], m->ct, in, qt(m, l, MP_QROLE_INPUT), m->qa,
                     m->w[l]->master, MP_F32, in, qt(m, l, MP_QROLE_WEIGHT), m->qb, 0.0f, m->z[l], m->ct, out, ep);
 }
 
 /* c (out x in, fp32) = beta c + dz^T x, with ep */
 static mp_status lin_wgrad(mp_mlp *m, int l, size_t B, size_t out, size_t in, const void *dz, float beta, float *c,
                            const mp_gemm_epilogue *ep) {
-    if (!m->q) return mp_gemm_ex(1, 0, out, in, B, 1.0f, dz, m->ct, out, m->act[l], m->ct, in, beta, c, MP_F32, in, ep);
-    return mp_qgemm(&m->recipe, 1, 0, out, in, B, dz, m->ct, out, qt(m, l, MP_QROLE_GRAD), m->qa, m->act[l], m->ct, in,
+    if (!lrec(m, l)) return mp_gemm_ex(1, 0, out, in, B, 1.0f, dz, m->ct, out, m->act[l], m->ct, in, beta, c, MP_F32, in, ep);
+    return mp_qgemm(lrec(m, l), 1, 0, out, in, B, dz, m->ct, out, qt(m, l, MP_QROLE_GRAD), m->qa, m->act[l], m->ct, in,
                     qt(m, l, MP_QROLE_INPUT), m->qb, beta, c, MP_F32, in, ep);
 }
 
 /* dx (B x in) = dz W */
 static mp_status lin_dgrad(mp_mlp *m, int l, size_t B, size_t out, size_t in, const void *dz, void *dx,
                            mp_convert_stats *st) {
-    if (!m->q) return mp_gemm(0, 0, B, in, out, 1.0f, dz, m->ct, out, weights(m, l), m->ct, in, 0.0f, dx, m->ct, in, st);
+    if (!lrec(m, l)) return mp_gemm(0, 0, B, in, out, 1.0f, dz, m->ct, out, weights(m, l), m->ct, in, 0.0f, dx, m->ct, in, st);
     const mp_gemm_epilogue ep = {.round_to = MP_F32, .stats = st};
-    return mp_qgemm(&m->recipe, 0, 0, B, in, out, dz, m->ct, out, qt(m, l, MP_QROLE_GRAD), m->qa, m->w[l]->master,
+    return mp_qgemm(lrec(m, l), 0, 0, B, in, out, dz, m->ct, out, qt(m, l, MP_QROLE_GRAD), m->qa, m->w[l]->master,
                     MP_F32, in, qt(m, l, MP_QROLE_WEIGHT), m->qb, 0.0f, dx, m->ct, in, &ep);
 }
 
@@ -335,7 +354,8 @@ mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, s
     st = mp_cross_entropy(loss, m->g0, m->ct, m->z[L - 1], m->ct, labels, B, C, grad_scale, m->acc, &m->stats[L - 1].bwd);
     count(m, L - 1, B * C);
     if (st == MP_OK) st = backward(m, B, m->g0, accumulate);
-    for (int i = 0; st == MP_OK && m->q && i < 3 * L; i++) mp_qtensor_end(&m->q[i], &m->recipe);
+    for (int i = 0; st == MP_OK && m->q && i < 3 * L; i++)
+        if (lrec(m, i / 3)) mp_qtensor_end(&m->q[i], lrec(m, i / 3));
     return st;
 }
 
@@ -462,15 +482,19 @@ static const mp_recipe *model_recipe(const void *impl) {
     return m->q ? &m->recipe : NULL;
 }
 
-/* "fc{l}.input|weight|grad": m->q's order (layer, role) */
+/* "fc{l}.input|weight|grad": m->q's order (layer, role), the layers with a recipe only */
 static size_t model_qtensors(void *impl, mp_named_qtensor *out, size_t cap) {
     mp_mlp *m = impl;
-    const size_t n = m->q ? 3 * (size_t)m->cfg.nlayers : 0;
-    for (size_t i = 0; i < n && i < cap; i++) {
-        snprintf(out[i].name, sizeof out[i].name, "fc%zu.%s", i / 3, mp_qrole_name(m->q[i].role));
-        out[i].q = &m->q[i];
+    size_t k = 0;
+    for (size_t i = 0; m->q && i < 3 * (size_t)m->cfg.nlayers; i++) {
+        if (!lrec(m, (int)(i / 3))) continue;
+        if (k < cap) {
+            snprintf(out[k].name, sizeof out[k].name, "fc%zu.%s", i / 3, mp_qrole_name(m->q[i].role));
+            out[k].q = &m->q[i], out[k].recipe = lrec(m, (int)(i / 3));
+        }
+        k++;
     }
-    return n;
+    return k;
 }
 
 static const mp_model_ops mlp_ops = {

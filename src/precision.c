@@ -67,8 +67,8 @@ static const mp_precision *row_of(const char *name) {
     return NULL;
 }
 
-/* p->label: its base (up to the first '+') and the switches that differ from its table row. */
-static mp_status relabel(mp_precision *p) {
+/* p->label: its base (up to the first '+'), the switches that differ from its table row, then its layer assignments. */
+mp_status mp_precision_relabel(mp_precision *p) {
     const mp_precision *row = p->name ? row_of(p->name) : NULL;
     if (!row) return mp_error(MP_EINVAL, "precision '%s' is not a mode of the table", p->name ? p->name : "(null)");
     char lab[sizeof p->label];
@@ -83,7 +83,11 @@ static mp_status relabel(mp_precision *p) {
         k += (size_t)snprintf(lab + k, sizeof lab - k, "+reductions=%s", mp_reductions_name(p->reductions));
     if (p->mx_rule != row->mx_rule && k < sizeof lab)
         k += (size_t)snprintf(lab + k, sizeof lab - k, "+mx-rule=%s", p->mx_rule == MP_MX_FLOOR ? "floor" : "rceil");
-    if (k >= sizeof lab) return mp_error(MP_EINVAL, "precision '%s' is too long", p->label);
+    if (k < sizeof lab && p->layers_from[0]) k += (size_t)snprintf(lab + k, sizeof lab - k, "+layers=%s", p->layers_from);
+    else if (k < sizeof lab) k += (size_t)snprintf(lab + k, sizeof lab - k, "%s", p->layers); /* the assignments last */
+    if (k >= sizeof lab)
+        return mp_error(MP_EINVAL, "precision '%s%s' is too long for a run's label (%zu bytes at most; put the "
+                        "layer assignments in a --layer-precision file)", p->label, p->layers, sizeof lab - 1);
     memcpy(p->label, lab, k + 1);
     return MP_OK;
 }
@@ -95,7 +99,7 @@ mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m) 
     if (!strcmp(p->name, "bf16-pure"))
         return mp_error(MP_EINVAL, "--master-weights %s does not apply to bf16-pure, which is bf16+master-weights=sr: "
                                    "use bf16+master-weights=%s", name, name);
-    if (m != MP_MASTER_FP32 && p->recipe != MP_RECIPE_NONE)
+    if (m != MP_MASTER_FP32 && (p->recipe != MP_RECIPE_NONE || mp_precision_layers_quantize(p)))
         return mp_error(MP_EINVAL, "--master-weights %s does not apply to %s: its recipe quantizes the fp32 master "
                                    "weights", name, p->name);
     if ((m == MP_MASTER_NONE || m == MP_MASTER_KAHAN) && p->compute == MP_F32)
@@ -115,7 +119,7 @@ mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m) 
     }
     if (p->optim_state == mp_precision_state_format(&(mp_precision){.master_weights = m, .compute = p->compute}))
         p->optim_state = MP_STATE_AUTO; /* the setting's default */
-    const mp_status st = relabel(p);
+    const mp_status st = mp_precision_relabel(p);
     if (st != MP_OK) *p = old;
     return st;
 }
@@ -127,7 +131,7 @@ mp_status mp_precision_set_optim_state(mp_precision *p, mp_state_format f) {
     const mp_precision old = *p;
     p->optim_state = MP_STATE_AUTO;
     if (mp_precision_state_format(p) != f) p->optim_state = f; /* the default stays out of the label */
-    const mp_status st = relabel(p);
+    const mp_status st = mp_precision_relabel(p);
     if (st != MP_OK) *p = old;
     return st;
 }
@@ -149,7 +153,7 @@ mp_status mp_precision_set_mx_rule(mp_precision *p, mp_mx_rule r) {
     if (r != MP_MX_FLOOR && r != MP_MX_RCEIL) return mp_error(MP_EINVAL, "mx rule %d: floor or rceil", (int)r);
     const mp_mx_rule old = p->mx_rule;
     p->mx_rule = r;
-    const mp_status st = relabel(p);
+    const mp_status st = mp_precision_relabel(p);
     if (st != MP_OK) p->mx_rule = old;
     return st;
 }
@@ -161,7 +165,7 @@ mp_status mp_precision_set_reductions(mp_precision *p, mp_reductions r) {
         return mp_error(MP_EINVAL, "--reductions half needs fp16 or bf16 compute; %s computes in fp32", p->name);
     const mp_reductions old = p->reductions;
     p->reductions = r;
-    const mp_status st = relabel(p);
+    const mp_status st = mp_precision_relabel(p);
     if (st != MP_OK) p->reductions = old;
     return st;
 }
@@ -215,6 +219,13 @@ mp_status mp_precision_parse(const char *spec, mp_precision *out) {
         const size_t len = next ? (size_t)(next - v) : strlen(v);
         char key[32] = "", val[16] = "";
         const char *eq = memchr(v, '=', len);
+        if (eq && mp_precision_is_layer_target(&p, v, (size_t)(eq - v))) { /* +RECIPE=PATTERN */
+            char target[32], pat[sizeof p.layers];
+            snprintf(target, sizeof target, "%.*s", (int)(eq - v), v);
+            snprintf(pat, sizeof pat, "%.*s", (int)(len - (size_t)(eq - v) - 1), eq + 1);
+            if ((st = mp_precision_add_layers(&p, target, pat)) != MP_OK) return st;
+            continue;
+        }
         if (eq && (size_t)(eq - v) < sizeof key && len - (size_t)(eq - v) - 1 < sizeof val)
             memcpy(key, v, (size_t)(eq - v)), memcpy(val, eq + 1, len - (size_t)(eq - v) - 1);
         mp_mx_rule r;
@@ -233,7 +244,8 @@ mp_status mp_precision_parse(const char *spec, mp_precision *out) {
         else
             st = mp_error(MP_EINVAL,
                           "unknown switch '+%.*s' in precision '%s' (the switches are master-weights=fp32|none|kahan|sr, "
-                          "optim-state=fp32|bf16|fp8|8bit|4bit, reductions=fp32|half and mx-rule=floor|rceil)",
+                          "optim-state=fp32|bf16|fp8|8bit|4bit, reductions=fp32|half, mx-rule=floor|rceil and the "
+                          "layer assignments RECIPE=PATTERN)",
                           (int)len, v, spec);
         if (st != MP_OK) return st;
     }
@@ -245,6 +257,16 @@ const char *mp_precision_formats(const mp_precision *p, char *out, size_t cap) {
     mp_recipe r;
     if (!out || !cap) return out;
     const char *c = p ? mp_format(p->compute)->name : "?";
+    const mp_recipe_kind k = p ? mp_precision_layers_kind(p) : MP_RECIPE_NONE;
+    if (p && p->recipe == MP_RECIPE_NONE && mp_precision_layers_quantize(p)) { /* recipes in some layers */
+        if (k == MP_RECIPE_NONE) snprintf(out, cap, "%s + recipes per layer", c);
+        else if (mp_recipe_parse(mp_recipe_name(k), &r) == MP_OK) {
+            const mp_dtype a = mp_qrole_format(&r, MP_QROLE_INPUT), g = mp_qrole_format(&r, MP_QROLE_GRAD);
+            snprintf(out, cap, "%s + %s %s%s%s per layer", c, mp_recipe_name(k), mp_format(a)->name, a == g ? "" : "/",
+                     a == g ? "" : mp_format(g)->name);
+        }
+        return out;
+    }
     if (!p || p->recipe == MP_RECIPE_NONE || mp_precision_recipe(p, &r) != MP_OK) {
         snprintf(out, cap, "%s", c);
         return out;

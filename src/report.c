@@ -911,6 +911,18 @@ static void charts_quant(FILE *f, const mp_report *r) {
     chart_quant_share(f, r, show, 1);
 }
 
+/* A row per Linear layer of u with the recipe it ran in, in a closed <details> of its own. */
+static void assigned_table(FILE *f, const mp_report_run *u) {
+    const mp_report_quant *qr = u->quant;
+    if (!qr->nassigned) return;
+    hprintf(f, "<details class=\"layers\" data-mode=\"%s\"><summary><b>%s</b>: the recipe of each Linear layer"
+               "</summary>\n<table class=\"tensors layers\">\n<tr><th>layer</th><th>recipe</th></tr>\n", u->name, u->name);
+    for (int k = 0; k < qr->nassigned; k++)
+        hprintf(f, "<tr data-layer=\"%s\"><td>%s</td><td>%s</td></tr>\n", qr->assigned_names[k], qr->assigned_names[k],
+                qr->assigned_recipes[k]);
+    fputs("</table>\n</details>\n", f);
+}
+
 /* u's quantized tensors in a closed <details>: the run's shares in its summary, one row per tensor. */
 static void quant_table(FILE *f, const mp_report_run *u) {
     const mp_report_quant *qr = u->quant;
@@ -932,6 +944,7 @@ static void quant_table(FILE *f, const mp_report_run *u) {
                 (unsigned long long)q->nonfinite);
     }
     fputs("</table>\n</details>\n", f);
+    assigned_table(f, u);
 }
 
 /* Each recipe run's quantized tensors over the whole run. */

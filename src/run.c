@@ -19,6 +19,7 @@ void mp_run_result_free(mp_run_result *r) {
     free(r->loss), free(r->scale), free(r->skipped), free(r->tensor_names), free(r->tensor_underflow);
     free(r->tensor_totals), free(r->skips), free(r->skip_text);
     free(r->eval_steps), free(r->eval_losses), free(r->sample), free(r->summary);
+    free(r->assigned_names), free(r->assigned_recipes);
     free(r->quant_names), free(r->quant_totals), free(r->quant_scale), free(r->quant_saturated), free(r->quant_flushed);
     memset(r, 0, sizeof *r);
 }
@@ -176,6 +177,27 @@ static int begin(run_state *s) {
     return RUN_OK;
 }
 
+/* With a recipe or layer assignments: each layer the row names and its recipe (r->assigned_*). */
+static mp_status assigned_layers(run_state *s) {
+    mp_run_result *r = &s->res;
+    if (!s->row->layers || (s->prec.recipe == MP_RECIPE_NONE && !s->prec.layers[0])) return MP_OK;
+    const size_t n = s->row->layers(s->mctx, NULL, NULL, 0);
+    const char **names = calloc(n + 1, sizeof *names);
+    mp_recipe_kind *kinds = calloc(n + 1, sizeof *kinds);
+    r->assigned_names = calloc(n + 1, sizeof *r->assigned_names);
+    r->assigned_recipes = calloc(n + 1, sizeof *r->assigned_recipes);
+    const int ok = names && kinds && r->assigned_names && r->assigned_recipes;
+    if (ok) s->row->layers(s->mctx, names, kinds, n);
+    for (size_t i = 0; ok && i < n; i++) {
+        const char *rn = kinds[i] == MP_RECIPE_NONE ? mp_format(s->prec.compute)->name : mp_recipe_name(kinds[i]);
+        snprintf(r->assigned_names[i], sizeof r->assigned_names[i], "%s", names[i]);
+        snprintf(r->assigned_recipes[i], sizeof r->assigned_recipes[i], "%s", rn);
+    }
+    if (ok) r->nassigned = (int)n;
+    free(names), free(kinds);
+    return ok ? MP_OK : MP_ENOMEM;
+}
+
 /* The result's arrays for the steps to come, the tensors' names, the log and its header. */
 static int prepare(run_state *s) {
     const mp_run_spec *o = &s->o;
@@ -209,6 +231,7 @@ static int prepare(run_state *s) {
         return mp_run_fail(s, MP_ENOMEM, "out of memory");
     mp_model_qtensors(&s->model, s->qt, s->nq);
     for (size_t i = 0; i < s->nq; i++) snprintf(r->quant_names[i], sizeof r->quant_names[i], "%s", s->qt[i].name);
+    if (assigned_layers(s) != MP_OK) return mp_run_fail(s, MP_ENOMEM, "out of memory");
     for (int i = 0; i < nt; i++) {
         const mp_tensor_stats *ts = s->model.ops->stats(s->model.impl, (size_t)i);
         snprintf(r->tensor_names[i], sizeof r->tensor_names[i], "%s", ts->name);

@@ -11,6 +11,9 @@ typedef struct {
     mp_gpt_config c;
     mp_text text;
     mp_gpt *gpt; /* the model made (its mp_model owns it) */
+    char **names;      /* its layers (gpt_layer_names) and their recipes, once assigned (gpt_assign) */
+    mp_recipe *each;
+    size_t nl;
 } gpt_run;
 
 static mp_status gpt_open(const mp_run_spec *s, void **ctx, size_t *T) {
@@ -27,6 +30,8 @@ static void gpt_close(void *ctx) {
     gpt_run *g = ctx;
     if (!g) return;
     mp_text_free(&g->text);
+    if (g->names) free(g->names[0]);
+    free(g->names), free(g->each);
     free(g);
 }
 
@@ -45,15 +50,48 @@ static mp_status gpt_data(void *ctx, int *bad_spec) {
     return st;
 }
 
+/* The GPT's layer names (nanoGPT's, without ".weight"), its Linear layers
+ * block by block in mp_gpt_set_layer_recipes's order, then the tied lm_head
+ * (no recipe); NULL when out of memory. */
+static char **gpt_layer_names(int L, size_t *n) {
+    static const char *const w[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+    *n = (size_t)L * 4 + 1;
+    char **names = calloc(*n, sizeof *names);
+    char *text = calloc(*n, 48);
+    if (!names || !text) return free(names), free(text), NULL;
+    for (size_t i = 0; i < *n; i++) {
+        names[i] = text + 48 * i;
+        if (i + 1 < *n) snprintf(names[i], 48, "transformer.h.%zu.%s", i / 4, w[i % 4]);
+        else snprintf(names[i], 48, "lm_head");
+    }
+    return names;
+}
+
+/* Mode p's recipe for each layer into g->each (names and recipes made on the first call). */
+static mp_status gpt_assign(void *ctx, const mp_precision *p) {
+    gpt_run *g = ctx;
+    if (!g->names) {
+        g->names = gpt_layer_names(g->c.n_layer, &g->nl);
+        g->each = calloc(g->nl, sizeof *g->each); /* the last, lm_head's, stays NONE */
+        if (!g->names || !g->each) return mp_error(MP_ENOMEM, "out of memory");
+    }
+    return mp_precision_layer_recipes(p, (const char *const *)g->names, g->nl, g->nl - 1, g->each);
+}
+
+static size_t gpt_layers(const void *ctx, const char **names, mp_recipe_kind *kinds, size_t cap) {
+    const gpt_run *g = ctx;
+    for (size_t i = 0; i < g->nl && i < cap; i++) names[i] = g->names[i], kinds[i] = g->each[i].kind;
+    return g->nl;
+}
+
 static mp_status gpt_create(void *ctx, const mp_precision *p, mp_optim *opt, size_t rows, uint64_t seed,
                             mp_model *out) {
     gpt_run *g = ctx;
-    mp_status st = mp_gpt_create(&g->gpt, &g->c, p->compute, p->master_weights, rows, opt, seed);
+    const mp_status st = mp_gpt_create(&g->gpt, &g->c, p->compute, p->master_weights, rows, opt, seed);
     if (st != MP_OK) return st;
     *out = mp_gpt_model(g->gpt);
-    mp_recipe r;
-    if ((st = mp_precision_recipe(p, &r)) == MP_OK) st = mp_gpt_set_recipe(g->gpt, &r, seed);
-    return st;
+    const mp_status sa = gpt_assign(g, p);
+    return sa == MP_OK ? mp_gpt_set_layer_recipes(g->gpt, g->each, seed) : sa;
 }
 
 static mp_status gpt_loader(void *ctx, size_t rows, int shuffle, uint64_t seed, mp_loader *out, long *per) {
@@ -107,5 +145,5 @@ const mp_model_row mp_gpt_row = {
     .prefix = "gpt:", .kind = "gpt", .what = "the GPT", .report = MP_REPORT_LANGUAGE, .batch = 16,
     .options = MP_OPT_GELU | MP_OPT_EVAL_WINDOWS, .text = 1,
     .data_use = "a GPT trains on text: --data text:PATH[,PATH...]", .open = gpt_open, .close = gpt_close,
-    .size = gpt_size, .data = gpt_data, .create = gpt_create, .loader = gpt_loader, .meta = gpt_meta,
+    .size = gpt_size, .data = gpt_data, .create = gpt_create, .loader = gpt_loader, .assign = gpt_assign, .layers = gpt_layers, .meta = gpt_meta,
     .describe = gpt_describe, .print_start = gpt_print_start, .sample = gpt_sample};

@@ -13,6 +13,9 @@ typedef struct {
     mp_mlp_config c;
     mp_dataset train, test;
     mp_mlp *mlp; /* the model made (its mp_model owns it) */
+    char names[MP_MLP_MAX_LAYERS][24]; /* its layers ("fc0", ...) and their recipes, once made */
+    mp_recipe_kind kinds[MP_MLP_MAX_LAYERS];
+    size_t nl;
 } mlp_run;
 
 static mp_status mlp_open(const mp_run_spec *s, void **ctx, size_t *T) {
@@ -60,6 +63,22 @@ static mp_status mlp_data(void *ctx, int *bad_spec) {
     return MP_OK;
 }
 
+/* Mode p's recipe for each layer ("fc0", ...) into each and m->kinds. */
+static mp_status mlp_assign_into(mlp_run *m, const mp_precision *p, mp_recipe *each) {
+    const char *names[MP_MLP_MAX_LAYERS] = {0};
+    const size_t n = (size_t)m->c.nlayers;
+    for (size_t l = 0; l < n; l++) snprintf(m->names[l], sizeof m->names[l], "fc%zu", l), names[l] = m->names[l];
+    const mp_status st = mp_precision_layer_recipes(p, names, n, n, each);
+    for (size_t l = 0; st == MP_OK && l < n; l++) m->kinds[l] = each[l].kind;
+    m->nl = st == MP_OK ? n : 0;
+    return st;
+}
+
+static mp_status mlp_assign(void *ctx, const mp_precision *p) {
+    mp_recipe each[MP_MLP_MAX_LAYERS];
+    return mlp_assign_into(ctx, p, each);
+}
+
 static mp_status mlp_create(void *ctx, const mp_precision *p, mp_optim *opt, size_t rows, uint64_t seed,
                             mp_model *out) {
     mlp_run *m = ctx;
@@ -72,8 +91,8 @@ static mp_status mlp_create(void *ctx, const mp_precision *p, mp_optim *opt, siz
     }
     if (st != MP_OK) return st;
     *out = mp_mlp_model(m->mlp);
-    mp_recipe r;
-    if ((st = mp_precision_recipe(p, &r)) == MP_OK) st = mp_mlp_set_recipe(m->mlp, &r, seed);
+    mp_recipe each[MP_MLP_MAX_LAYERS];
+    if ((st = mlp_assign_into(m, p, each)) == MP_OK) st = mp_mlp_set_layer_recipes(m->mlp, each, seed);
     return st;
 }
 
@@ -81,6 +100,12 @@ static mp_status mlp_loader(void *ctx, size_t rows, int shuffle, uint64_t seed, 
     mlp_run *m = ctx;
     *per = (long)(m->train.n / rows);
     return mp_image_loader(out, &m->train, &m->test, rows, shuffle, seed, EVAL_ROWS);
+}
+
+static size_t mlp_layers(const void *ctx, const char **names, mp_recipe_kind *kinds, size_t cap) {
+    const mlp_run *m = ctx;
+    for (size_t i = 0; i < m->nl && i < cap; i++) names[i] = m->names[i], kinds[i] = m->kinds[i];
+    return m->nl;
 }
 
 static int mlp_meta(const mp_run_spec *s, const char **kv) {
@@ -113,5 +138,5 @@ const mp_model_row mp_mlp_row = {
     .prefix = "mlp:", .kind = "mlp", .what = "the MLP", .report = MP_REPORT_CLASSIFIER, .batch = 256,
     .options = MP_OPT_ACT | MP_OPT_LAYERNORM | MP_OPT_HIST, .text = 0,
     .data_use = "an MLP trains on Fashion-MNIST: --data DIR", .open = mlp_open, .close = mlp_close, .size = mlp_size,
-    .data = mlp_data, .create = mlp_create, .loader = mlp_loader, .meta = mlp_meta, .describe = mlp_describe,
+    .data = mlp_data, .create = mlp_create, .loader = mlp_loader, .assign = mlp_assign, .layers = mlp_layers, .meta = mlp_meta, .describe = mlp_describe,
     .inputs = mlp_inputs, .histogram = mlp_histogram};

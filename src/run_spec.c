@@ -89,7 +89,14 @@ static const option options[] = {
      "fortunes corpus, " MP_TEXT_DEFAULT_CORPUS ")"},
     {"precision", "MODE", K_STR, F(precision), 0, 0, NULL, "precision",
      "one of the modes below (fp32), with optional switches as suffixes:\n"
-     "MODE+master-weights=none+reductions=half+mx-rule=floor (docs/TRAINING.md)"},
+     "MODE+master-weights=none+reductions=half+mx-rule=floor (docs/TRAINING.md);\n"
+     "then per-layer assignments +RECIPE=PATTERN: the Linear layers whose\n"
+     "names match run in RECIPE (fp8-delayed, fp8-current, mxfp8, nvfp4, or\n"
+     "bf16: no recipe), e.g. nvfp4+bf16=transformer.h.3.*+bf16=lm_head or\n"
+     "bf16+mxfp8=transformer.h.0-2.mlp.c_fc; '*' any characters, N-M a range"},
+    {"layer-precision", "FILE", K_STR, F(layer_precision), 0, 0, NULL, NULL,
+     "per-layer assignments, one 'pattern = recipe' per line ('#'\n"
+     "comments), applied after the mode's own; the label ends in +layers=FILE"},
     {"master-weights", "fp32|none|kahan|sr", K_CHOICE, F(master_weights), 0, 0, masters, NULL,
      "fp32: fp32 master weights (the mode's own setting); none:\n"
      "weights (and by default the optimizer state) only in the compute format\n"
@@ -452,12 +459,15 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
                         s->optim_state >= 0 ? "--optim-state" : "+optim-state");
     if (st == MP_OK && s->reductions >= 0) st = mp_precision_set_reductions(&p, (mp_reductions)s->reductions);
     if (st == MP_OK && s->mx_rule >= 0) st = mp_precision_set_mx_rule(&p, (mp_mx_rule)s->mx_rule);
+    if (st == MP_OK && s->layer_precision) st = mp_precision_load_layers(&p, s->layer_precision);
     if (st != MP_OK) return st;
     const mp_model_row *row = mp_model_row_of(s);
     void *model;
     size_t T;
     if ((st = row->open(s, &model, &T)) != MP_OK) return st; /* the model string parsed */
+    if (p.layers[0] && row->assign) st = row->assign(model, &p); /* the assignments against the model's layers */
     row->close(model);
+    if (st != MP_OK) return st;
     if (s->epochs && s->steps) return mp_error(MP_EINVAL, "--epochs and --steps exclude each other");
     if (s->init && s->resume) return mp_error(MP_EINVAL, "--init and --resume exclude each other");
     if (s->batch < 0 || s->accum < 1 || s->epochs < 0 || s->steps < 0 || s->eval_every < 0 || s->eval_windows < 0 ||

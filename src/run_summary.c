@@ -117,7 +117,9 @@ static void add_quantized(cJSON *j, const run_state *s, const mp_recipe *recipe)
         const mp_quant_stats *q = &r->quant_totals[i];
         cJSON *o1 = cJSON_CreateObject();
         cJSON_AddStringToObject(o1, "name", r->quant_names[i]);
-        cJSON_AddStringToObject(o1, "format", mp_format(mp_qrole_format(recipe, s->qt[i].q->role))->name);
+        const mp_recipe *lr = s->qt[i].recipe ? s->qt[i].recipe : recipe; /* its layer's */
+        cJSON_AddStringToObject(o1, "recipe", mp_recipe_name(lr->kind));
+        cJSON_AddStringToObject(o1, "format", mp_format(mp_qrole_format(lr, s->qt[i].q->role))->name);
         cJSON_AddNumberToObject(o1, "amax", q->amax);
         cJSON_AddNumberToObject(o1, "scale", r->quant_scale[i]);
         cJSON_AddNumberToObject(o1, "values", (double)q->n);
@@ -127,6 +129,17 @@ static void add_quantized(cJSON *j, const run_state *s, const mp_recipe *recipe)
         cJSON_AddNumberToObject(o1, "saturated_fraction", frac(q->saturated, q->n));
         cJSON_AddNumberToObject(o1, "flushed_fraction", frac(q->flushed, q->n));
         cJSON_AddItemToArray(qa, o1);
+    }
+}
+
+/* Each Linear layer and the recipe it ran in. */
+static void add_assigned(cJSON *j, const mp_run_result *r) {
+    cJSON *la = cJSON_AddArrayToObject(j, "layer_recipes");
+    for (int i = 0; i < r->nassigned; i++) {
+        cJSON *o1 = cJSON_CreateObject();
+        cJSON_AddStringToObject(o1, "name", r->assigned_names[i]);
+        cJSON_AddStringToObject(o1, "recipe", r->assigned_recipes[i]);
+        cJSON_AddItemToArray(la, o1);
     }
 }
 
@@ -171,6 +184,7 @@ cJSON *mp_run_summary(run_state *s) {
     add_bytes(j, &r->bytes);
     add_tensors(j, s);
     if (s->nq && recipe) add_quantized(j, s, recipe);
+    if (r->nassigned) add_assigned(j, r);
     if (s->row->report == MP_REPORT_CLASSIFIER) add_histograms(j, s);
     cJSON *wa = cJSON_AddArrayToObject(j, "warnings");
     for (int k = 0; k < r->nwarnings; k++) cJSON_AddItemToArray(wa, cJSON_CreateString(r->warnings[k]));

@@ -331,6 +331,35 @@ expect 1 "$M" sample --from "$T/bad.st" && one_line
 expect 2 "$M" sample && one_line
 expect 0 "$M" compare --precisions fp32,bf16 --checkpoints --out "$T/cmp" --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 3
 if [ -s "$T/cmp/fp32.ckpt" ] && [ -s "$T/cmp/bf16.ckpt" ] && [ -s "$T/cmp/summary.json" ]; then ok; else fail "compare --checkpoints"; fi
+# precision per layer: a checkpoint resumes only under its assignment (the same from a file); file errors name FILE:LINE
+expect 0 "$M" "${GT[@]}" --precision 'nvfp4+bf16=transformer.h.0.mlp.*' --steps 3 --save "$T/l3.st"
+expect 1 "$M" "${GT[@]}" --precision nvfp4 --steps 5 --resume "$T/l3.st" && one_line &&
+    has "$err" "checkpoint has layers '\\+bf16=transformer.h.0.mlp.\\*', this run asks for 'none'"
+printf '# the MLP in bf16\ntransformer.h.0.mlp.* = bf16 # both\n' > "$T/keep.layers"
+expect 0 "$M" "${GT[@]}" --precision nvfp4 --layer-precision "$T/keep.layers" --steps 5 --resume "$T/l3.st" &&
+    has "$out" 'nvfp4\+layers=keep'
+printf 'lm_head = bf16\nlm_head nvfp4\n' > "$T/bad.layers"
+expect 2 "$M" "${GT[@]}" --precision nvfp4 --layer-precision "$T/bad.layers" --steps 1 && one_line &&
+    has "$err" "bad.layers:2: 'lm_head nvfp4' is not 'pattern = recipe'"
+expect 2 "$M" "${GT[@]}" --precision 'bf16+nvfp4=transformer.h.1.*' --steps 1 && one_line && has "$err" 'matches no layer'
+expect 2 "$M" compare --precisions 'bf16,bf16+nvfp4=transformer.h.1.*' --out "$T/cmpx" --model gpt:1-2-16-16 --data "text:$T/c.txt" --steps 1 &&
+    one_line && has "$err" 'matches no layer'
+if [ ! -e "$T/cmpx" ]; then ok; else fail "compare ran modes before refusing a pattern that matches no layer"; fi
+expect 0 "$M" compare --precisions 'bf16,nvfp4+bf16=transformer.h.0.mlp.*' --out "$T/cmpl" --model gpt:1-2-16-16 \
+    --data "text:$T/c.txt" --batch 4 --steps 3
+if python3 - "$T/cmpl/nvfp4+bf16=transformer.h.0.mlp.*.json" "$T/cmpl/report.html" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+want = {"transformer.h.0.attn.c_attn": "nvfp4", "transformer.h.0.attn.c_proj": "nvfp4",
+        "transformer.h.0.mlp.c_fc": "bf16", "transformer.h.0.mlp.c_proj": "bf16", "lm_head": "bf16"}
+assert {x["name"]: x["recipe"] for x in s["layer_recipes"]} == want, s["layer_recipes"]
+assert sorted({q["name"].rsplit(".", 1)[0] for q in s["quantized"]}) == ["h.0.attn.c_attn", "h.0.attn.c_proj"], s["quantized"]
+assert all(q["recipe"] == "nvfp4" and q["values"] > 0 for q in s["quantized"])
+html = open(sys.argv[2]).read()
+assert '<tr data-layer="transformer.h.0.mlp.c_fc"><td>transformer.h.0.mlp.c_fc</td><td>bf16</td>' in html
+assert '<tr data-layer="transformer.h.0.attn.c_attn"><td>transformer.h.0.attn.c_attn</td><td>nvfp4</td>' in html
+PY
+then ok; else fail "compare with a per-layer mode: summary and report"; fi
 # a mode that fails before its first step leaves the directory's files as they were
 ( cd "$T/cmp" && sha256sum * > "$T/cmp.sums" )
 expect 1 "$M" compare --precisions fp32 --out "$T/cmp" --model gpt:1-2-16-16 --data "text:$T/nope.txt" --batch 4 --steps 3 &&

@@ -63,7 +63,7 @@ static void check_recipe_run(void) {
     const mp_quant_stats qs[Q] = {{.n = 1000, .saturated = 3, .flushed = 250, .amax = 2.5f},
                                   {.n = 1000, .nonfinite = 2, .amax = 0.001953125f}};
     const float qscale[Q] = {179.2f, 29360128.0f}, sat[S] = {0.01f, 0.02f, 0.04f}, flush[S] = {0.5f, 0.25f, 0.0f};
-    const mp_report_quant quant = {Q, qnames, qs, qscale, sat, flush};
+    const mp_report_quant quant = {Q, qnames, qs, qscale, sat, flush, 0, NULL, NULL};
     mp_report_run runs[2] = {
         {.name = "bf16", .format = "bf16", .color = "#2ca02c", .nsteps = S, .loss = loss, .scale = scale,
          .skipped = skipped, .nlayers = 1, .layer_names = names, .layer_underflow = under, .eval = 1.3},

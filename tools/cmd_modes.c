@@ -12,7 +12,9 @@ static const char usage[] =
     "how the optimizer state is kept, where the reductions run, the loss scale and\n"
     "a line on what it is. The switches +master-weights=fp32|none|kahan|sr,\n"
     "+optim-state=fp32|bf16|fp8|8bit|4bit, +reductions=fp32|half and (mxfp8)\n"
-    "+mx-rule=floor|rceil apply to any of them that can take them.\n"
+    "+mx-rule=floor|rceil apply to any of them that can take them. Then per-layer\n"
+    "assignments +RECIPE=PATTERN put the Linear layers whose names match PATTERN\n"
+    "in another recipe or in bf16 (nvfp4+bf16=transformer.h.3.*; docs/TRAINING.md).\n"
     "  --markdown   as a Markdown table (docs/TRAINING.md's)\n";
 
 static const char *weights(const mp_precision *p) {

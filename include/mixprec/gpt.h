@@ -149,9 +149,17 @@ mp_status mp_gpt_set_reductions(mp_gpt *g, mp_dtype acc);
  * use is dropped first: after a failure the model has none. */
 mp_status mp_gpt_set_recipe(mp_gpt *g, const mp_recipe *r, uint64_t seed);
 
+/* As mp_gpt_set_recipe, a recipe per Linear layer: each[4 l + w] for Linear
+ * w (as mp_gpt_qtensor's) of block l, n_layer * 4 of them (the caller's,
+ * copied); kind MP_RECIPE_NONE keeps that layer's GEMMs in bf16. Every
+ * layer's quantization state is what mp_gpt_set_recipe gives it, so all
+ * layers in one recipe train as mp_gpt_set_recipe does, bit for bit, and
+ * none as without a recipe. Fails as mp_gpt_set_recipe. */
+mp_status mp_gpt_set_layer_recipes(mp_gpt *g, const mp_recipe *each, uint64_t seed);
+
 /* The quantization state of Linear layer w (0 c_attn, 1 attention c_proj,
- * 2 c_fc, 3 MLP c_proj) of block l for role: NULL without a recipe or for
- * an index out of range. Its stats are the last training batch's. */
+ * 2 c_fc, 3 MLP c_proj) of block l for role: NULL when the layer has no
+ * recipe or for an index out of range. Its stats are the last training batch's. */
 const mp_qtensor *mp_gpt_qtensor(const mp_gpt *g, int l, int w, mp_qrole role);
 
 /* Parameters; non_embedding != 0 leaves out the position embedding (as

@@ -62,6 +62,7 @@ typedef struct mp_tensor_stats {
 typedef struct mp_named_qtensor {
     char name[64];
     mp_qtensor *q;
+    const mp_recipe *recipe; /* its layer's recipe; NULL: the model's (ops->recipe) */
 } mp_named_qtensor;
 
 typedef struct mp_model_ops {

@@ -95,6 +95,12 @@ const mp_mlp_config *mp_mlp_get_config(const mp_mlp *m);
  * in use is dropped first: after a failure the model has none. */
 mp_status mp_mlp_set_recipe(mp_mlp *m, const mp_recipe *r, uint64_t seed);
 
+/* As mp_mlp_set_recipe, a recipe per Linear layer: each[l] for layer l
+ * ("fc{l}"), nlayers of them (copied); kind MP_RECIPE_NONE keeps that
+ * layer's GEMMs in bf16. All in one recipe train as mp_mlp_set_recipe does,
+ * bit for bit, none as without a recipe. Fails as mp_mlp_set_recipe. */
+mp_status mp_mlp_set_layer_recipes(mp_mlp *m, const mp_recipe *each, uint64_t seed);
+
 /* Where the reductions round (ops.h's acc: layer norms, the loss's
  * log-sum-exp, bias-gradient column sums): MP_F32 (the default) or the
  * compute format, a naive half loop. Evaluation sums its loss with fp32

@@ -31,6 +31,9 @@ typedef struct mp_report_quant {
     const float *scale;             /* (n,) the scale of the last step */
     const float *saturated, *flushed; /* (nsteps,) fractions of the step's quantized values, all tensors
                                        together, that saturated and that were flushed to zero */
+    int nassigned;                  /* the model's Linear layers (0: not known) */
+    const char (*assigned_names)[64];   /* (nassigned,) "transformer.h.0.attn.c_attn" ... */
+    const char (*assigned_recipes)[16]; /* (nassigned,) the recipe each ran in, or the compute format */
 } mp_report_quant;
 
 /* A per-layer figure measured on every step, drawn in place of a run's layer_underflow in the per-layer and

@@ -89,7 +89,10 @@ typedef struct mp_run_model {
     /* Creates the model for a run: its parameters registered with opt as the
      * mode asks (mp_optim_add_as with p->compute and p->master_weights),
      * rows: the micro-batch's rows (the evaluation's may differ: at most
-     * max(rows, 1000)). A recipe (p->recipe) may be refused with MP_EINVAL. */
+     * max(rows, 1000)). A recipe (p->recipe) may be refused with MP_EINVAL.
+     * Per-layer assignments (p->layers, train.h) are the model's to resolve
+     * against its own layer names with mp_precision_layer_recipes (as the
+     * library's GPT and MLP do), or to refuse with MP_EINVAL. */
     mp_status (*create)(void *ctx, const mp_precision *p, mp_optim *opt, size_t rows, uint64_t seed, mp_model *out);
     /* Its data: a loader of micro-batches of `rows` rows (train.h), shuffled
      * from seed or in order, and how many micro-batches make an epoch. */
@@ -112,6 +115,7 @@ typedef struct mp_run_spec {
     int optim_state;
     int reductions;           /* an mp_reductions, an mp_mx_rule; -1: the mode's own setting */
     int mx_rule;
+    const char *layer_precision; /* a file of per-layer assignments (mp_precision_load_layers), or NULL */
     mp_scaler_config scaler;  /* the loss scaler (scaled modes; fp16-static:S sets init_scale to S) */
     /* optimization */
     mp_run_optimizer optimizer;
@@ -201,6 +205,11 @@ typedef struct mp_run_result {
     float *quant_scale;          /* (nquant,) the scale of the last step */
     float *quant_saturated, *quant_flushed; /* (nsteps,) fractions of the step's quantized values, all tensors */
     double quant_saturated_total, quant_flushed_total; /* the same over the run */
+    /* with a recipe or layer assignments (0 without, and for a model that names no layers): each Linear
+       layer and the recipe it ran in ("nvfp4", or the compute format's name) */
+    int nassigned;
+    char (*assigned_names)[64];  /* (nassigned,) "transformer.h.0.attn.c_attn" ... "lm_head", or "fc0" ... */
+    char (*assigned_recipes)[16];/* (nassigned,) */
     char *summary;               /* the summary document (docs/LOGS.md) as JSON text, written to spec->summary when
                                     named; NULL on rank > 0 or when the run failed before its end */
 } mp_run_result;

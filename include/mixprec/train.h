@@ -67,6 +67,8 @@ typedef struct mp_precision {
     const char *help;       /* one line for --help */
     char label[64];         /* the mode with its switches, as runs are labelled:
                                "fp16-dynamic+master-weights=none", "fp16-static:1024" (name in a table row) */
+    char layers[192];       /* the per-layer assignments in the order given: "+RECIPE=PATTERN..." ("": none) */
+    char layers_from[32];   /* the --layer-precision file's name without directory and extension, or "" */
 } mp_precision;
 
 /* The modes, in the order help and reports list them (fp32 first: the
@@ -85,6 +87,53 @@ const mp_precision *mp_precisions(size_t *count);
  * MP_EINVAL + message (one line) for an unknown name or switch, a bad scale,
  * or a switch the mode cannot take (the setters below). */
 mp_status mp_precision_parse(const char *spec, mp_precision *out);
+
+/* Precision per layer. A mode may end in assignments "+RECIPE=PATTERN":
+ * the Linear layers whose names match PATTERN run in RECIPE (fp8-delayed,
+ * fp8-current, mxfp8, nvfp4, or the compute format's name, "bf16": no
+ * recipe), the later assignment winning where two match; the others run
+ * as the mode does. Names are the model's (the GPT's nanoGPT parameter
+ * names without ".weight": "transformer.h.3.mlp.c_fc", "lm_head"; the MLP's
+ * "fc0", "fc1", ...); in a pattern '*' matches any characters (dots too) and
+ * "N-M" any number from N to M ("transformer.h.0-2.*"). No comma: a mode
+ * stays one item of a comma-separated list.
+ *
+ * mp_precision_add_layers appends one assignment to p (its layers and its
+ * label: the assignments follow the switches). MP_EINVAL + message for an unknown target, a recipe in a mode
+ * without bf16 compute and fp32 master weights, an empty pattern or one with
+ * a character other than letters, digits, '.', '_', '*' and '-', or when the
+ * assignments outgrow p->layers or the label (p then unchanged; a longer
+ * assignment goes into a file). */
+mp_status mp_precision_add_layers(mp_precision *p, const char *recipe, const char *pattern);
+
+/* Reads a --layer-precision file into p: one "pattern = recipe" per line,
+ * '#' to the end of a line a comment, blank lines skipped; the label then
+ * ends in "+layers=NAME", NAME the file's name without its directory and
+ * extension (p->layers_from), in place of the assignments. MP_EIO (cannot
+ * read), or MP_EINVAL + "FILE:LINE: why" for a bad line (p then unchanged). */
+mp_status mp_precision_load_layers(mp_precision *p, const char *path);
+
+/* Whether a mode's assignments put some layer in a recipe. */
+int mp_precision_layers_quantize(const mp_precision *p);
+
+/* The one recipe a mode runs its layers in (its own or its assignments'),
+ * or MP_RECIPE_NONE: none, or several. */
+mp_recipe_kind mp_precision_layers_kind(const mp_precision *p);
+
+/* Whether t (len bytes) names a target of an assignment. */
+int mp_precision_is_layer_target(const mp_precision *p, const char *t, size_t len);
+
+/* 1 when name matches pattern (the syntax above), else 0. */
+int mp_layer_match(const char *pattern, const char *name);
+
+/* The recipe of each of a model's layers under p: names[0..n) the model's
+ * layer names, of which the first nq can take a recipe (the others, as the
+ * GPT's tied lm_head, stay in the compute format); out[0..nq) gets p's own
+ * recipe (mp_precision_recipe) with the assignments applied in order.
+ * MP_EINVAL + message for a pattern that matches no layer, or that names
+ * only layers that take no recipe with a recipe. */
+mp_status mp_precision_layer_recipes(const mp_precision *p, const char *const *names, size_t n, size_t nq,
+                                     mp_recipe *out);
 
 /* Sets how the optimizer state is kept (relabels p): MP_STATE_FP32, BF16,
  * FP8, 8BIT or 4BIT; a setting equal to the mode's default (fp32, or the
