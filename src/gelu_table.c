@@ -16,16 +16,14 @@
 #include "internal.h"
 #include "cpu/gelu_kernels.h"
 
-typedef mp_gelu_table table;
-
 /* [form: 0 tanh, 1 erf][format: 0 bf16, 1 fp16] */
-static table *tables[2][2];
+static mp_gelu_table *tables[2][2];
 static pthread_once_t once[2][2] = {{PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT}, {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT}};
 
 static float widen(int f16, uint16_t code) { return f16 ? mp_f16_to_f32(code) : mp_bf16_to_f32(code); }
 
 static void build(int erf, int f16) {
-    table *t = malloc(sizeof *t);
+    mp_gelu_table *t = malloc(sizeof *t);
     if (!t) return; /* the callers fall back to the kernels */
     const double lim = gk_lim;
     for (uint32_t c = 0; c < 65536; c++) {
@@ -48,6 +46,5 @@ const mp_gelu_table *mp_gelu_table_of(int erf, mp_dtype t) {
     static void (*const builders[2][2])(void) = {{build_tanh_bf16, build_tanh_f16}, {build_erf_bf16, build_erf_f16}};
     const int e = erf != 0, f = t == MP_F16;
     pthread_once(&once[e][f], builders[e][f]);
-    const table *tb = tables[e][f];
-    return tb;
+    return tables[e][f];
 }

@@ -214,7 +214,7 @@ typedef struct {
     void *bpack;
 } gemm_plan;
 
-/* Packed B and A hold the at most this many bytes (a larger k gives narrower column blocks). */
+/* Packed B holds at most this many bytes (a larger k gives narrower column blocks). */
 #define MP_GEMM_BPACK_MAX ((size_t)16 << 20)
 
 static mp_status plan(gemm_plan *g, int nt) {
@@ -302,17 +302,22 @@ static void micro_at(const gemm_plan *g, const void *apack, const void *bp, size
                      beta);
 }
 
-/* C's lines of a tile arrive while its last micro-kernel runs, for the epilogue soon after; not before a tile
- * kernel (one with begin and end: AMX), whose loads need the line fill buffers (on the AMX Xeon the prefetches
- * cost 10%). */
-static void prefetch_c(const gemm_plan *g, size_t i0, size_t j0, size_t rows, size_t cols) {
-    if (g->kr->begin) return;
-    const size_t cs = mp_format(g->ep->ct)->size, ldc = g->ep->ldc;
-    const uint8_t *c0 = (const uint8_t *)g->ep->c + (i0 * ldc + j0) * cs;
-    for (size_t i = 0; i < rows; i++) {
-        for (size_t o = 0; o < cols * cs; o += 64) __builtin_prefetch(c0 + i * ldc * cs + o, 1);
-        __builtin_prefetch(c0 + i * ldc * cs + cols * cs - 1, 1);
+/* The lines of `rows` rows of `bytes` each, ld bytes apart, from p into the cache (for writing or reading). */
+static inline void prefetch_rows(const uint8_t *p, size_t ld, size_t rows, size_t bytes, int write) {
+    for (size_t i = 0; i < rows; i++, p += ld) {
+        for (size_t o = 0; o < bytes; o += 64) write ? __builtin_prefetch(p + o, 1) : __builtin_prefetch(p + o, 0);
+        write ? __builtin_prefetch(p + bytes - 1, 1) : __builtin_prefetch(p + bytes - 1, 0); /* an unaligned row's end */
     }
+}
+
+/* A tile's lines arrive while its last micro-kernel runs, for the epilogue soon after: the post step's x (a
+ * residual, or GELU's input; for every kernel: on the AMX Xeon the GPT's bf16 step took 6% less, the epilogue
+ * had waited on them, one line per row of the strip) and C's, but not before a tile kernel (one with begin and
+ * end: AMX), whose loads need the line fill buffers (there the prefetches of C cost 10%). */
+static void prefetch_tile(const gemm_plan *g, size_t i0, size_t j0, size_t rows, size_t cols) {
+    const size_t cs = mp_format(g->ep->ct)->size, ld = g->ep->ldc * cs, off = (i0 * g->ep->ldc + j0) * cs;
+    if (g->ep->post_x) prefetch_rows((const uint8_t *)g->ep->post_x + off, ld, rows, cols * cs, 0);
+    if (!g->kr->begin) prefetch_rows((const uint8_t *)g->ep->c + off, ld, rows, cols * cs, 1);
 }
 
 /* Trivial (an fp32 C, no epilogue) with one block of k: the micro-kernel writes alpha * sums + beta * C
@@ -334,17 +339,6 @@ static void trivial_panel(const gemm_plan *g, const void *apack, const void *bp,
     }
 }
 
-/* The post step's x (a residual, or GELU's input) for a tile: its lines arrive while the tile's last
- * micro-kernel runs, for every kernel (on the AMX Xeon the GPT's bf16 step took 6% less: the epilogue waited
- * on them, one line per row of the strip). */
-static void prefetch_x(const gemm_plan *g, size_t i0, size_t j0, size_t rows, size_t cols) {
-    if (!g->ep->post_x) return;
-    const size_t cs = mp_format(g->ep->ct)->size, ldc = g->ep->ldc;
-    const uint8_t *x0 = (const uint8_t *)g->ep->post_x + (i0 * ldc + j0) * cs;
-    for (size_t i = 0; i < rows; i++)
-        for (size_t o = 0; o < cols * cs; o += 64) __builtin_prefetch(x0 + i * ldc * cs + o, 0);
-}
-
 /* The epilogue's panel: the sums of every block of k collect in the strip; during the last block, the
  * epilogue runs on pieces of up to MP_GEMM_STRIP values as soon as their rows are complete. */
 static void epilogue_panel(const gemm_plan *g, const void *apack, const void *bp, float *strip, size_t ic,
@@ -355,7 +349,7 @@ static void epilogue_panel(const gemm_plan *g, const void *apack, const void *bp
         size_t s0 = 0, srows = 0;
         for (size_t ip = 0; ip * g->MR < mcur; ip++) {
             const size_t i0 = ic + ip * g->MR, rows = mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR;
-            if (last) prefetch_c(g, i0, j0, rows, cols), prefetch_x(g, i0, j0, rows, cols);
+            if (last) prefetch_tile(g, i0, j0, rows, cols);
             micro_at(g, apack, bp, ic, ip, rows, bi, strip + ip * g->MR * g->NR, g->NR, 1.0f, bi ? 1.0f : 0.0f);
             if (!last) continue;
             srows += rows;
