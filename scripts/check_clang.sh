@@ -16,13 +16,15 @@
 #      and reports a race at the end of every parallel region.
 # Build directories: CLANG_BUILD (build-clang), CLANG_ASAN_BUILD
 # (build-clang-asan), TSAN_BUILD (build-tsan); CLANG (clang), JOBS (2).
-# Needs clang, libclang-rt-dev (the sanitizer runtimes) and libomp-dev (libomp
-# and libarcher); llvm (llvm-symbolizer) for file:line in reports.
+# Needs clang, libclang-rt-dev (the sanitizer runtimes) and libomp-dev
+# (libomp and libarcher); llvm (llvm-symbolizer) for file:line in reports.
+# ctest runs TEST_JOBS (2 x JOBS) tests at a time, as make test does.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 CLANG=${CLANG:-clang}
 JOBS=${JOBS:-2}
+TEST_JOBS=${TEST_JOBS:-$((JOBS * 2))} # ctest in parallel, as make test (its tests wait on files and processes)
 CLANG_BUILD=${CLANG_BUILD:-build-clang}
 CLANG_ASAN_BUILD=${CLANG_ASAN_BUILD:-build-clang-asan}
 TSAN_BUILD=${TSAN_BUILD:-build-tsan}
@@ -45,13 +47,13 @@ configure "$CLANG_BUILD" Release
 cmake --build "$CLANG_BUILD" -j "$JOBS"
 part "clang build"
 CC=$CLANG scripts/test_example.sh "$CLANG_BUILD"
-ctest --test-dir "$CLANG_BUILD" --output-on-failure
+ctest --test-dir "$CLANG_BUILD" --output-on-failure -j "$TEST_JOBS"
 part "clang tests"
 
 # 2. ASan + UBSan
 configure "$CLANG_ASAN_BUILD" RelWithDebInfo -DMP_SANITIZE=ON
 cmake --build "$CLANG_ASAN_BUILD" -j "$JOBS"
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir "$CLANG_ASAN_BUILD" --output-on-failure
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir "$CLANG_ASAN_BUILD" --output-on-failure -j "$TEST_JOBS"
 part "clang ASan + UBSan build and tests"
 
 # 3. ThreadSanitizer
