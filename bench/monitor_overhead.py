@@ -4,7 +4,7 @@
 with Monitor(formats=("fp16", "bf16"), every=N) for each N of --every (and,
 with --shadow, Monitor(every=10, shadow=True)), eager or torch.compile'd,
 in one process, with a second loop without it as the measure's noise. The
-loops take turns block by block (a block is 10 steps, each loop first in turn),
+loops take turns block by block (a block is 10 steps; the loops in a new random order in each block),
 every step timed. Per loop: the median step and the median of its
 unrecorded steps against the plain loop's median step, the mean step against
 the plain loop's mean, and the median of its recorded steps. Prints one JSON object.
@@ -16,6 +16,7 @@ Usage: monitor_overhead.py SPEC BATCH BLOCKS THREADS DTYPE [--every 1,10,100] [-
 Needs the mixprec package importable (PYTHONPATH=python MIXPREC_LIB=build/libmixprec.so)."""
 import argparse
 import json
+import random
 import statistics
 import time
 
@@ -101,9 +102,11 @@ def main():
         for _ in range(2 * BLOCK):
             step(r)
     t_warm = time.perf_counter() - t_warm
-    order = list(runs.values())
-    for b in range(blocks):
-        for r in order[b % len(order):] + order[:b % len(order)]:  # each loop first in turn
+    # the loops in a new random order in each block, so that none always follows the same one (a recording
+    # loop leaves caches cold for whichever runs next: with a fixed order, one loop would always pay for it)
+    rng = random.Random(1)
+    for _ in range(blocks):
+        for r in rng.sample(list(runs.values()), len(runs)):
             for _ in range(BLOCK):
                 r["steps"].append(step(r))
     base = statistics.median(t for t, _ in runs["plain"]["steps"])

@@ -710,11 +710,21 @@ class Monitor:
                           "watches its current parameters and modules from this step on" % (self.step, changed),
                           RuntimeWarning, stacklevel=4)
 
-    def _sync_hook(self, module, args):
-        if self._recording() and self._training(module):
-            self._sync()
+    def _sync_hook(self, module, args, kwargs=None):
+        """The root's pre-hook on a recorded step: at its first training forward, the model read again and the
+        hooks put on its modules; on every training forward, the shadow's record of the inputs."""
+        if not (self._recording() and self._training(module)):
+            return None
+        self._sync()
+        if len(self._hooks) == 1:  # only this pre-hook: the step's first training forward
+            self._hook_modules()
+            self._hooks.append(self.model.register_forward_hook(self._root_hook))
+        if self.shadow and _TORCH2:
+            self._root_pre_hook(module, args, kwargs)
+        return None
 
-    # ---- hooks: attached from the end of the step before a recorded one to its after_backward ----
+    # ---- hooks: the root's pre-hook from the end of the step before a recorded one, the modules' from the
+    # recorded step's first forward, all to its after_backward ----
 
     def _following(self, step):
         """The first step from step on that is recorded (start, start + every, ..., before stop), or None."""
@@ -760,13 +770,12 @@ class Monitor:
         run the graph compiled without hooks. Nothing else in the process changes."""
         if self._hooks or self._closed:
             return
-        # the modules as last read: the root's pre-hook reads the model again as the recorded forward begins (and
-        # moves these hooks where it changed), so that this step, an unrecorded one's end, does not pay for it
-        self._hooks = [self.model.register_forward_pre_hook(self._sync_hook)]  # first: before the shadow's
-        self._hook_modules()
-        self._hooks.append(self.model.register_forward_hook(self._root_hook))
-        if self.shadow and _TORCH2:
-            self._hooks.append(self.model.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
+        # one pre-hook on the root: it reads the model again as the recorded forward begins and hooks its modules
+        # then (_sync_hook), so that this step, an unrecorded one's end, registers one hook, not one per module
+        if _TORCH2:
+            self._hooks = [self.model.register_forward_pre_hook(self._sync_hook, with_kwargs=True)]
+        else:
+            self._hooks = [self.model.register_forward_pre_hook(self._sync_hook)]
         if self._compiled is not None:
             self._compiled_forward = self._compiled.__dict__["forward"]
             self._compiled.forward = self._compiled._orig_mod.__call__  # the model, or the DDP that wraps it
@@ -794,8 +803,8 @@ class Monitor:
         return torch.is_grad_enabled() and module.training
 
     def _hook_modules(self):
-        """A forward hook on each watched module (made when the model is read, not here: this runs at the end of
-        the unrecorded step before a recorded one)."""
+        """A forward hook on each watched module (made when the model is read, not here: this runs as the
+        recorded step's first forward begins)."""
         self._mod_hooks = [m.register_forward_hook(fn) for m, fn in self._watched_hooks]
 
     def _unhook_modules(self):
