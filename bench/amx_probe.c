@@ -4,11 +4,10 @@
  *
  * Each variant runs the micro-kernel of src/cpu/gemm_amx.c (a 32 x 32 block
  * of C in tiles 4-7, per 32-deep slice of k two A tiles and two B tiles
- * loaded, four TDPBF16PS; A's by TILELOADDT1 as the kernel's, or by TILELOADD) over a row block of A (MB panels of 32 rows) and a
- * column block of B (NB panels of 32 columns), kc deep, and stores each
- * block's sums into an L1 buffer as the driver's strip. It prints GFLOP/s
- * and the share of the TDPBF16PS peak (16 x 16 x 32 x 2 flops per 16
- * cycles at the frequency measured by a dependent TDPBF16PS chain).
+ * loaded, four TDPBF16PS; A's by TILELOADDT1 as the kernel's, or by TILELOADD) over a row block of A (MB panels of 32
+ * rows) and a column block of B (NB panels of 32 columns), kc deep, and stores each block's sums into an L1 buffer as
+ * the driver's strip. It prints GFLOP/s and the share of the TDPBF16PS peak (16 x 16 x 32 x 2 flops per 16 cycles at
+ * the frequency measured by a dependent TDPBF16PS chain).
  *
  *   make build && taskset -c 1 build/amx_probe [kc]     (kc: 384 by default)
  *
@@ -115,19 +114,23 @@ int main(int argc, char **argv) {
     printf("kc %zu; TDPBF16PS peak %.0f GFLOP/s on this core\n", kc, peak / 1e9);
     for (size_t v = 0; v < sizeof vs / sizeof vs[0]; v++) {
         const variant *x = &vs[v];
-        const size_t blocks = x->a_outer == 2 ? x->mb : x->mb * x->nb, reps = (size_t)(2e9 / (2.0 * 1024 * kc * blocks)) + 1;
+        const size_t blocks = x->a_outer == 2 ? x->mb : x->mb * x->nb,
+                     reps = (size_t)(2e9 / (2.0 * 1024 * kc * blocks)) + 1;
         double best = 1e9;
         for (int r = 0; r < 7; r++) {
             const double t = now();
             for (size_t rep = 0; rep < reps; rep++) {
                 if (x->a_outer == 2)
-                    for (size_t p = 0; p < x->mb; p++) block(kc, A + p * pbytes, B + ((p * 7) % x->nb) * pbytes, x->compact, x->stream);
+                    for (size_t p = 0; p < x->mb; p++)
+                        block(kc, A + p * pbytes, B + ((p * 7) % x->nb) * pbytes, x->compact, x->stream);
                 else if (x->a_outer)
                     for (size_t ip = 0; ip < x->mb; ip++)
-                        for (size_t jp = 0; jp < x->nb; jp++) block(kc, A + ip * pbytes, B + jp * pbytes, x->compact, x->stream);
+                        for (size_t jp = 0; jp < x->nb; jp++)
+                            block(kc, A + ip * pbytes, B + jp * pbytes, x->compact, x->stream);
                 else
                     for (size_t jp = 0; jp < x->nb; jp++)
-                        for (size_t ip = 0; ip < x->mb; ip++) block(kc, A + ip * pbytes, B + jp * pbytes, x->compact, x->stream);
+                        for (size_t ip = 0; ip < x->mb; ip++)
+                            block(kc, A + ip * pbytes, B + jp * pbytes, x->compact, x->stream);
             }
             const double dt = now() - t;
             if (dt < best) best = dt;

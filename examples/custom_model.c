@@ -20,7 +20,7 @@ enum { N = 1536, D = 8, K = 3 }; /* examples, features, classes */
 typedef struct {
     float x[N * D];
     int32_t y[N];
-    size_t rows;  /* a training micro-batch */
+    size_t rows; /* a training micro-batch */
     int shuffle;
     uint64_t seed;
 } blobs;
@@ -75,12 +75,12 @@ static mp_status data_loader(void *ctx, size_t rows, int shuffle, uint64_t seed,
 /* ---- the model ---- */
 
 typedef struct {
-    mp_dtype ct;         /* the compute format */
-    mp_param *w;         /* fc.weight (K, D) */
+    mp_dtype ct;                /* the compute format */
+    mp_param *w;                /* fc.weight (K, D) */
     void *x, *logits, *dlogits; /* (rows, D), (rows, K), (rows, K) in ct */
-    float *wide;         /* (rows, K) fp32: logits for the evaluation's argmax */
-    size_t cap;          /* rows the buffers hold */
-    mp_tensor_stats st;  /* the stores of the logits (forward), of their gradient and of the weight's (backward) */
+    float *wide;                /* (rows, K) fp32: logits for the evaluation's argmax */
+    size_t cap;                 /* rows the buffers hold */
+    mp_tensor_stats st; /* the stores of the logits (forward), of their gradient and of the weight's (backward) */
 } softmax;
 
 static const void *weights(const softmax *m) { return m->ct == MP_F32 ? m->w->master : m->w->half; }
@@ -121,7 +121,8 @@ static mp_status eval_batch(void *impl, const mp_batch *b, double *loss_sum, dou
     softmax *m = impl;
     float loss;
     mp_status st = forward(m, b, 0);
-    if (st == MP_OK) st = mp_cross_entropy(&loss, NULL, m->ct, m->logits, m->ct, b->targets, b->n, K, 1.0f, MP_F32, NULL);
+    if (st == MP_OK)
+        st = mp_cross_entropy(&loss, NULL, m->ct, m->logits, m->ct, b->targets, b->n, K, 1.0f, MP_F32, NULL);
     if (st == MP_OK) st = mp_convert(m->wide, MP_F32, m->logits, m->ct, b->n * K, NULL);
     if (st != MP_OK) return st;
     for (size_t i = 0; i < b->n; i++) {
@@ -151,8 +152,12 @@ static size_t tensors(const void *impl, mp_tensor *out, size_t cap) {
     const softmax *m = impl;
     if (cap < 1) return 1;
     const int master = m->w->master != NULL;
-    out[0] = (mp_tensor){.name = "fc.weight", .dtype = master ? MP_F32 : m->ct, .ndim = 2, .shape = {K, D},
-                         .nbytes = K * D * (master ? 4u : 2u), .data = master ? (const void *)m->w->master : m->w->half};
+    out[0] = (mp_tensor){.name = "fc.weight",
+                         .dtype = master ? MP_F32 : m->ct,
+                         .ndim = 2,
+                         .shape = {K, D},
+                         .nbytes = K * D * (master ? 4u : 2u),
+                         .data = master ? (const void *)m->w->master : m->w->half};
     return 1;
 }
 
@@ -161,9 +166,15 @@ static void model_free(void *impl) {
     free(m->x), free(m->logits), free(m->dlogits), free(m->wide), free(m);
 }
 
-static const mp_model_ops softmax_ops = {.kind = "softmax", .train_batch = train_batch, .eval_batch = eval_batch,
-                                         .nstats = nstats, .stats = stats, .reset_stats = reset_stats,
-                                         .load = load, .tensors = tensors, .free = model_free};
+static const mp_model_ops softmax_ops = {.kind = "softmax",
+                                         .train_batch = train_batch,
+                                         .eval_batch = eval_batch,
+                                         .nstats = nstats,
+                                         .stats = stats,
+                                         .reset_stats = reset_stats,
+                                         .load = load,
+                                         .tensors = tensors,
+                                         .free = model_free};
 
 /* The model for a run: its weight registered as the mode asks (an fp32 master
  * with a copy in the compute format, or the weights alone), from seed. */

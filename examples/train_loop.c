@@ -58,10 +58,10 @@ int main(void) {
         CHECK(mp_gemm_ex(1, 0, K, D, B, 1.0f, dlogits, MP_F16, K, xb, MP_F16, D, 0.0f, w->grad, MP_F32, D, &ep));
         int found_inf = 0;
         double norm;
-        CHECK(mp_scaler_unscale(&scaler, opt, &found_inf));     /* grad *= 1/S, inf/NaN check */
-        CHECK(mp_clip_grad_norm(opt, &scaler, 1.0, MP_F32, &norm));      /* on unscaled gradients */
-        CHECK(mp_scaler_step(&scaler, opt, &found_inf));         /* skipped on inf/NaN */
-        const mp_status up = mp_scaler_update(&scaler, found_inf); /* grow or back off */
+        CHECK(mp_scaler_unscale(&scaler, opt, &found_inf));         /* grad *= 1/S, inf/NaN check */
+        CHECK(mp_clip_grad_norm(opt, &scaler, 1.0, MP_F32, &norm)); /* on unscaled gradients */
+        CHECK(mp_scaler_step(&scaler, opt, &found_inf));            /* skipped on inf/NaN */
+        const mp_status up = mp_scaler_update(&scaler, found_inf);  /* grow or back off */
         if (up != MP_OK) return fprintf(stderr, "train_loop: %s\n", mp_last_error()), 1;
         if (step == 0) first = loss;
     }
@@ -76,8 +76,8 @@ int main(void) {
         }
         right += arg == y[i];
     }
-    printf("loss %.4f -> %.4f, accuracy %.1f%%, loss scale %g, %llu skipped steps\n", first, loss,
-           100.0 * right / N, mp_scaler_get_scale(&scaler), (unsigned long long)scaler.skipped);
+    printf("loss %.4f -> %.4f, accuracy %.1f%%, loss scale %g, %llu skipped steps\n", first, loss, 100.0 * right / N,
+           mp_scaler_get_scale(&scaler), (unsigned long long)scaler.skipped);
     mp_optim_free(opt);
     return loss < 0.5f * first && right > N * 9 / 10 ? 0 : 1;
 }

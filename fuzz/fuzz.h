@@ -17,13 +17,13 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* A broken invariant is a finding: report it and abort, as a crash would. */
-#define FUZZ_CHECK(cond)                                                                         \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fprintf(stderr, "%s:%d: invariant failed: %s (last error: %s)\n", __FILE__, __LINE__, \
-                    #cond, mp_last_error());                                                     \
-            abort();                                                                             \
-        }                                                                                        \
+#define FUZZ_CHECK(cond)                                                                                 \
+    do {                                                                                                 \
+        if (!(cond)) {                                                                                   \
+            fprintf(stderr, "%s:%d: invariant failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+                    mp_last_error());                                                                    \
+            abort();                                                                                     \
+        }                                                                                                \
     } while (0)
 
 /* The bytes as the contents of a file, returned as its path: one memfd per

@@ -20,8 +20,8 @@ typedef struct {
     const char *const *expect;
 } run;
 
-static const char *const mlp_meta[] = {"model", "mlp:784-2-10", "act", "relu", "layernorm", "0",
-                                       "optimizer", "adamw", NULL};
+static const char *const mlp_meta[] = {"model", "mlp:784-2-10", "act",   "relu", "layernorm",
+                                       "0",     "optimizer",    "adamw", NULL};
 static const char *const gpt_meta[] = {"model", "gpt:1-1-8-4", "gelu", "tanh", "optimizer", "adamw", NULL};
 
 static mp_status no_batch(void *impl, uint64_t s, mp_batch *b) {

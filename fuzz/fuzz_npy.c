@@ -73,7 +73,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     uint64_t hl8 = 0; /* a safetensors file by its bytes: read by mp_safetensors_read (fuzz_safetensors) */
     for (int k = 7; size >= 9 && k >= 0; k--) hl8 = hl8 << 8 | data[k];
-    if (!(size >= 6 && memcmp(data, "\x93NUMPY", 6) == 0) && size >= 9 && hl8 >= 2 && hl8 <= size - 8 && data[8] == '{') {
+    if (!(size >= 6 && memcmp(data, "\x93NUMPY", 6) == 0) && size >= 9 && hl8 >= 2 && hl8 <= size - 8 &&
+        data[8] == '{') {
         grads_free(&s);
         return 0;
     }

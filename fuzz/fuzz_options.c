@@ -41,8 +41,8 @@ static void single(const char *v) {
         FUZZ_CHECK(scale == 0 || (isfinite(scale) && scale > 0));
         FUZZ_CHECK(mp_precision_parse(p.label, &q) == MP_OK && q.static_scale == scale);
         FUZZ_CHECK(!strcmp(p.name, q.name) && !strcmp(p.label, q.label) && p.compute == q.compute &&
-                   p.master_weights == q.master_weights && p.reductions == q.reductions &&
-                   p.rounding == q.rounding && p.scaling == q.scaling);
+                   p.master_weights == q.master_weights && p.reductions == q.reductions && p.rounding == q.rounding &&
+                   p.scaling == q.scaling);
     }
 
     mp_mlp_config m, m2;
@@ -74,7 +74,8 @@ static void single(const char *v) {
  * -1 and 0 where the run resolves a default). */
 static void check_spec(const mp_run_spec *o) {
     mp_precision p;
-    FUZZ_CHECK(o->model && o->precision && mp_run_check(o, &p) == MP_OK && p.name && memchr(p.label, 0, sizeof p.label));
+    FUZZ_CHECK(o->model && o->precision && mp_run_check(o, &p) == MP_OK && p.name &&
+               memchr(p.label, 0, sizeof p.label));
     FUZZ_CHECK(o->lr >= 0 && o->lr <= 1e6 && (o->min_lr >= 0 || o->min_lr == -1) && o->momentum >= 0);
     FUZZ_CHECK(o->weight_decay >= 0 || o->weight_decay == -1);
     FUZZ_CHECK(o->beta1 >= 0 && o->beta1 < 1 && o->beta2 >= 0 && o->beta2 < 1);

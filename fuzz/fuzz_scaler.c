@@ -30,9 +30,9 @@ static void reachable(const mp_scaler *s) {
 
 static int same(const mp_scaler *a, const mp_scaler *b) {
     return !memcmp(&a->cfg, &b->cfg, sizeof a->cfg) && !memcmp(&a->scale, &b->scale, sizeof a->scale) &&
-           a->growth_tracker == b->growth_tracker && a->hysteresis_left == b->hysteresis_left &&
-           a->steps == b->steps && a->skipped == b->skipped && a->growths == b->growths &&
-           a->backoffs == b->backoffs && a->last_overflow_step == b->last_overflow_step;
+           a->growth_tracker == b->growth_tracker && a->hysteresis_left == b->hysteresis_left && a->steps == b->steps &&
+           a->skipped == b->skipped && a->growths == b->growths && a->backoffs == b->backoffs &&
+           a->last_overflow_step == b->last_overflow_step;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # check_clang.sh - mixprec built with Debian's clang, and its threads under
 # ThreadSanitizer. Run from anywhere; builds in the repository root.
+#   0. The house style: every C file as clang-format (Debian's, 14) leaves it
+#      under .clang-format.
 #   1. clang, Release, -Werror: every target builds warning-free; ctest, and
 #      examples/train_loop.c built with clang through pkg-config.
 #   2. clang with ASan + UBSan, -Werror: builds warning-free; ctest (--quick).
@@ -16,8 +18,9 @@
 #      and reports a race at the end of every parallel region.
 # Build directories: CLANG_BUILD (build-clang), CLANG_ASAN_BUILD
 # (build-clang-asan), TSAN_BUILD (build-tsan); CLANG (clang), JOBS (2).
-# Needs clang, libclang-rt-dev (the sanitizer runtimes) and libomp-dev
-# (libomp and libarcher); llvm (llvm-symbolizer) for file:line in reports.
+# Needs clang, libclang-rt-dev (the sanitizer runtimes), libomp-dev (libomp
+# and libarcher) and clang-format; llvm (llvm-symbolizer) for file:line in
+# reports.
 # ctest runs TEST_JOBS (2 x JOBS) tests at a time, as make test does, but
 # one at a time under ASan.
 set -euo pipefail
@@ -38,6 +41,13 @@ archer=$llvm_lib/libarcher.so
 start=$SECONDS
 t0=$SECONDS
 part() { echo "check_clang: $1: $((SECONDS - t0)) s"; t0=$SECONDS; }
+
+# 0. The house style
+command -v clang-format >/dev/null || { echo "check_clang: no clang-format (apt-get install clang-format)" >&2; exit 1; }
+{ git ls-files -z '*.c' '*.h' 2>/dev/null || find src include tools tests fuzz examples -name '*.[ch]' -print0; } |
+    xargs -0 clang-format --dry-run -Werror ||
+    { echo "check_clang: the files above are not as clang-format leaves them (clang-format -i FILE)" >&2; exit 1; }
+part "clang-format"
 configure() { # DIR BUILD_TYPE CMAKE_ARGS...
     local dir=$1 type=$2; shift 2
     cmake -S . -B "$dir" -DCMAKE_C_COMPILER="$CLANG" -DCMAKE_BUILD_TYPE="$type" -DMP_WERROR=ON "$@" >/dev/null

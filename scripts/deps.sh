@@ -20,7 +20,8 @@
 #                           build); numpy and PyTorch as above
 #   scripts/deps.sh clang   test + clang, its sanitizer runtimes (libclang-rt-dev,
 #                           only recommended by clang), LLVM's libomp with its Archer
-#                           tool (ThreadSanitizer), and llvm (llvm-symbolizer)
+#                           tool (ThreadSanitizer), llvm (llvm-symbolizer) and
+#                           clang-format (the house style, .clang-format)
 # Says what it installs; installs nothing when everything is there.
 set -eu
 what=${1:-build}
@@ -33,7 +34,7 @@ case "$what" in
     demo) pkgs=("${demo[@]}") ;;
     test) pkgs=("${test[@]}") ;;
     bench) pkgs=("${test[@]}" libopenblas0-pthread) ;;
-    clang) pkgs=("${test[@]}" clang libclang-rt-dev libomp-dev llvm) ;;
+    clang) pkgs=("${test[@]}" clang libclang-rt-dev libomp-dev llvm clang-format) ;;
     *) echo "deps.sh: unknown set '$what' (build, demo, test, bench or clang)" >&2; exit 2 ;;
 esac
 

@@ -13,7 +13,7 @@
 static uint16_t k_amax16(const uint16_t *h, size_t n, uint16_t inf) {
     uint16_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        const uint16_t a = h[i] & 0x7fff, keep = (uint16_t)-(uint16_t)(a < inf); /* all ones for a finite value */
+        const uint16_t a = h[i] & 0x7fff, keep = (uint16_t) - (uint16_t)(a < inf); /* all ones for a finite value */
         m = (uint16_t)(a & keep) > m ? (uint16_t)(a & keep) : m;
     }
     return m;
@@ -47,6 +47,7 @@ static uint32_t k_stats32(const uint32_t *x, size_t n, uint32_t *subnormal, uint
     return (uint32_t)m;
 }
 
-#define MP_AMAX_KERNELS {k_amax16, k_amax32, k_stats32}
+#define MP_AMAX_KERNELS \
+    { k_amax16, k_amax32, k_stats32 }
 
 #endif

@@ -25,10 +25,10 @@ typedef struct {
 
 /* One thread's scratch: */
 typedef struct attn_scratch {
-    float *S;         /* (RB, T) fp32: scores, then the probabilities' gradient */
-    float *prow;      /* (T,) fp32: a row of probabilities */
-    uint8_t *P, *dS;  /* (RB, T) ct: a block's probabilities, and their gradient */
-    float *dk, *dv;   /* (T, hs) fp32: the sums of dk and dv over the row blocks */
+    float *S;        /* (RB, T) fp32: scores, then the probabilities' gradient */
+    float *prow;     /* (T,) fp32: a row of probabilities */
+    uint8_t *P, *dS; /* (RB, T) ct: a block's probabilities, and their gradient */
+    float *dk, *dv;  /* (T, hs) fp32: the sums of dk and dv over the row blocks */
 } attn_scratch;
 
 size_t mp_attention_scratch_floats(size_t T, size_t hs, size_t es) {
@@ -184,8 +184,8 @@ static mp_status run(const mp_kernels *kc, const mp_attention *a, int backward, 
 #endif
         const attn_scratch s = scratch_of(&j, t);
         const size_t b = bh / a->H, hh = bh % a->H;
-        const mp_status e = backward ? backward_one(&j, b, hh, &s, part[t])
-                                     : forward_one(&j, b, hh, &s, count ? part[t] : NULL);
+        const mp_status e =
+            backward ? backward_one(&j, b, hh, &s, part[t]) : forward_one(&j, b, hh, &s, count ? part[t] : NULL);
         if (e != MP_OK) {
 #ifdef _OPENMP
 #pragma omp atomic write

@@ -16,7 +16,10 @@ static void hex(char *out, const uint8_t *b, size_t n) {
 }
 
 static int hexdigit(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* Exactly 2n hex digits (sscanf's %2x took "0@", " f" and "-1" as bytes). */
@@ -88,14 +91,17 @@ static mp_status quant_restore(const char *path, const mp_safetensors *s, const 
             return mp_error(MP_ECORRUPT, "%s: amax history '%s' missing or not F32 [%zu] (the recipe's length)", path,
                             key, q->hist.len);
         if (pos >= q->hist.len || !(scale > 0) || !isfinite(scale))
-            return mp_error(MP_ECORRUPT, "%s: quantization state 'quant.%s' damaged (history position %llu of %zu, "
-                            "scale %g)", path, nt->name, (unsigned long long)pos, q->hist.len, (double)scale);
+            return mp_error(MP_ECORRUPT,
+                            "%s: quantization state 'quant.%s' damaged (history position %llu of %zu, "
+                            "scale %g)",
+                            path, nt->name, (unsigned long long)pos, q->hist.len, (double)scale);
         for (size_t i = 0; i < q->hist.len; i++) { /* magnitudes: a NaN, an inf or a negative one is no amax */
             float a;
             memcpy(&a, (const uint8_t *)h->data + 4 * i, 4);
             if (!isfinite(a) || a < 0)
-                return mp_error(MP_ECORRUPT, "%s: amax history '%s' holds %g at element %zu: an amax is finite and >= 0",
-                                path, key, (double)a, i);
+                return mp_error(MP_ECORRUPT,
+                                "%s: amax history '%s' holds %g at element %zu: an amax is finite and >= 0", path, key,
+                                (double)a, i);
         }
     }
     if (!apply) return MP_OK;
@@ -130,7 +136,7 @@ mp_status mp_trainer_save(mp_trainer *t, const char *path, const char *const *me
     void **conv = calloc(nmodel + 1, sizeof *conv);
     const char **kv = calloc(nmeta + 22 + 2 * nq, sizeof *kv);
     mp_named_qtensor *qt = calloc(nq + 1, sizeof *qt);
-    char (*qkv)[2][80] = calloc(nq + 1, sizeof *qkv); /* "quant.NAME" and its state in hex */
+    char(*qkv)[2][80] = calloc(nq + 1, sizeof *qkv); /* "quant.NAME" and its state in hex */
     mp_status st = ts && conv && kv && qt && qkv ? MP_OK : mp_error(MP_ENOMEM, "checkpoint: out of memory");
     size_t n = st == MP_OK ? m->tensors(t->model.impl, ts, nmodel) : 0;
     for (size_t i = 0; i < n && st == MP_OK; i++) { /* weights in another dtype when asked: converted copies */
@@ -194,21 +200,29 @@ static mp_status restore(mp_trainer *t, const char *path, const mp_safetensors *
         return mp_error(MP_ECORRUPT, "%s: not a mixprec checkpoint (no format metadata)", path);
     char recipe[160];
     recipe_desc(mp_model_recipe(&t->model), recipe, sizeof recipe);
-    const mp_state_format own = mp_precision_state_format(&(mp_precision){
-        .master_weights = t->cfg.precision->master_weights, .compute = t->cfg.precision->compute});
-    const char *prec[] = {"precision", t->cfg.precision->name, "master_weights",
-                          mp_master_weights_name(t->cfg.precision->master_weights), "reductions",
-                          mp_reductions_name(t->cfg.precision->reductions), "recipe", recipe, "optim_state",
-                          mp_state_format_name(mp_precision_state_format(t->cfg.precision)), "layers",
-                          t->cfg.precision->layers[0] ? t->cfg.precision->layers : "none", NULL};
+    const mp_state_format own = mp_precision_state_format(
+        &(mp_precision){.master_weights = t->cfg.precision->master_weights, .compute = t->cfg.precision->compute});
+    const char *prec[] = {"precision",
+                          t->cfg.precision->name,
+                          "master_weights",
+                          mp_master_weights_name(t->cfg.precision->master_weights),
+                          "reductions",
+                          mp_reductions_name(t->cfg.precision->reductions),
+                          "recipe",
+                          recipe,
+                          "optim_state",
+                          mp_state_format_name(mp_precision_state_format(t->cfg.precision)),
+                          "layers",
+                          t->cfg.precision->layers[0] ? t->cfg.precision->layers : "none",
+                          NULL};
     const char *const *lists[2] = {expect, prec};
     for (int l = 0; l < 2; l++)
         for (size_t i = 0; lists[l] && lists[l][i]; i += 2) {
             const char *v = mp_safetensors_meta(s, lists[l][i]);
             if (!v && l == 1 && i == 2) /* written before the switch: the mode's own setting */
                 v = strcmp(mp_safetensors_meta(s, "precision"), "bf16-pure") == 0 ? "bf16-pure" : "fp32";
-            if (!v && l == 1 && i == 4) v = "fp32"; /* written before --reductions */
-            if (!v && l == 1 && i == 6) v = "none"; /* no recipe (or written before recipes) */
+            if (!v && l == 1 && i == 4) v = "fp32";                    /* written before --reductions */
+            if (!v && l == 1 && i == 6) v = "none";                    /* no recipe (or written before recipes) */
             if (!v && l == 1 && i == 8) v = mp_state_format_name(own); /* written before --optim-state */
             if (!v && l == 1 && i == 10) v = "none"; /* no layer assignments (or written before them) */
             if (v && l == 1 && i == 2 && !strcmp(v, "bf16-pure")) v = "sr"; /* its name before the switch */
@@ -253,4 +267,3 @@ mp_status mp_trainer_resume(mp_trainer *t, const char *path, const char *const *
     mp_safetensors_free(&s);
     return st;
 }
-

@@ -39,8 +39,8 @@ static int color_taken(const mp_report_run *rr, int n, const char *c) {
 /* want, unless one of the first n runs has it already (a mode with switches has its mode's colour): then the first
  * colour of a spare palette that none of them has. */
 static const char *distinct_color(const mp_report_run *rr, int n, const char *want) {
-    static const char *const spare[] = {"#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#9467bd", "#8c564b", "#ff7f0e",
-                                        "#2ca02c", "#393b79", "#8c6d31", "#843c39", "#637939"};
+    static const char *const spare[] = {"#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#9467bd", "#8c564b",
+                                        "#ff7f0e", "#2ca02c", "#393b79", "#8c6d31", "#843c39", "#637939"};
     _Static_assert(sizeof spare / sizeof spare[0] >= MP_COMPARE_MAX, "a spare colour for every mode");
     if (!color_taken(rr, n, want)) return want;
     for (size_t k = 0; k < sizeof spare / sizeof spare[0]; k++)
@@ -157,8 +157,8 @@ static mp_status modes(cmp *x, const mp_compare_spec *c, char list[LIST_MAX], mp
     const char *stage_pending = staged ? NULL : x->stage;
     if (read_by(x, c, "report", ".html") || read_by(x, c, "summary", ".json")) return x->status;
     if (c->precisions && strlen(c->precisions) >= LIST_MAX)
-        return invalid(x, "--precisions is %zu bytes long: at most %d modes of up to 63 bytes each", strlen(c->precisions),
-                       MP_COMPARE_MAX);
+        return invalid(x, "--precisions is %zu bytes long: at most %d modes of up to 63 bytes each",
+                       strlen(c->precisions), MP_COMPARE_MAX);
     snprintf(list, LIST_MAX, "%s", c->precisions ? c->precisions : "fp32,fp16,fp16-dynamic,bf16");
     const size_t ll = strlen(list);
     if (ll == 0 || list[0] == ',' || list[ll - 1] == ',' || strstr(list, ",,"))
@@ -236,8 +236,10 @@ static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, const
         if (x->writer && (wbad || !trained)) unlink(txt); /* nothing to show, or not whole */
         if (out)
             fprintf(out, " %s in %.1f s (log: %s)\n",
-                    st == MP_OK ? "done" : runs[r].result.invalid || !trained ? "failed" : "stopped early", mp_now() - t0,
-                    shown);
+                    st == MP_OK                          ? "done"
+                    : runs[r].result.invalid || !trained ? "failed"
+                                                         : "stopped early",
+                    mp_now() - t0, shown);
         res->invalid |= runs[r].result.invalid;
         if (st != MP_OK && st != MP_EOVERFLOW && runs[r].result.nsteps > 0 && !x->status) /* said by mp_run */
             x->status = st, snprintf(x->msg, sizeof x->msg, "%s: %s", runs[r].name, mp_last_error());
@@ -248,8 +250,7 @@ static void run_modes(cmp *x, const mp_compare_spec *c, mp_run_spec *opts, const
             add_failed(x, runs[r].name, why);
         }
         if (st != MP_OK && runs[r].result.nsteps == 0) { /* nothing to show; mp_run said why, in one line */
-            if (!x->status)
-                x->status = st, snprintf(x->msg, sizeof x->msg, "%s: %s", runs[r].name, mp_last_error());
+            if (!x->status) x->status = st, snprintf(x->msg, sizeof x->msg, "%s: %s", runs[r].name, mp_last_error());
             mp_run_result_free(&runs[r].result);
             break;
         }
@@ -310,7 +311,8 @@ typedef struct {
     const char *warn_ptr[MP_COMPARE_MAX][MP_RUN_WARNINGS];
 } report_runs;
 
-static mp_report report_of(report_runs *v, const mp_compare_result *res, const char *command, const char *reading_text) {
+static mp_report report_of(report_runs *v, const mp_compare_result *res, const char *command,
+                           const char *reading_text) {
     const mp_compare_mode *runs = res->modes;
     const int n = res->n, gpt = mp_compare_language(&runs[0].result);
     int baseline = -1;
@@ -320,36 +322,66 @@ static mp_report report_of(report_runs *v, const mp_compare_result *res, const c
         for (int k = 0; k < u->nwarnings; k++) v->warn_ptr[r][k] = u->warnings[k];
         if (p->compute == MP_F32 && baseline < 0) baseline = r;
         mp_report_run *rr = &v->rr[r];
-        *rr = (mp_report_run){.name = runs[r].name, .format = u->format, .color = p->color,
-                              .nsteps = u->nsteps, .loss = u->loss, .scale = u->scale, .skipped = u->skipped,
-                              .nlayers = u->ntensors, .layer_names = (const char (*)[64])u->tensor_names,
-                              .layer_underflow = u->tensor_underflow, .eval = gpt ? u->eval_loss : u->eval_accuracy,
-                              .last_loss = u->last_loss, .underflow = u->underflow,
-                              .lost_gradients = u->lost_gradients, .dead_gradients = u->dead_gradients,
+        *rr = (mp_report_run){.name = runs[r].name,
+                              .format = u->format,
+                              .color = p->color,
+                              .nsteps = u->nsteps,
+                              .loss = u->loss,
+                              .scale = u->scale,
+                              .skipped = u->skipped,
+                              .nlayers = u->ntensors,
+                              .layer_names = (const char(*)[64])u->tensor_names,
+                              .layer_underflow = u->tensor_underflow,
+                              .eval = gpt ? u->eval_loss : u->eval_accuracy,
+                              .last_loss = u->last_loss,
+                              .underflow = u->underflow,
+                              .lost_gradients = u->lost_gradients,
+                              .dead_gradients = u->dead_gradients,
                               .lost_updates = u->lost_updates,
-                              .ms_per_step = u->ms_per_step, .memory_mib = u->memory_mib,
+                              .ms_per_step = u->ms_per_step,
+                              .memory_mib = u->memory_mib,
                               .bytes_per_param = mp_bytes_per_param(&u->bytes),
-                              .final_scale = u->final_scale, .skipped_total = u->skipped_total,
-                              .has_hist = u->has_hist, .hist_lo = MP_RUN_HIST_LO, .hist_zeros = u->hist_zeros,
-                              .hist_scale = u->hist_scale, .warnings = v->warn_ptr[r], .nwarnings = u->nwarnings,
-                              .tensors = u->tensor_totals, .headroom_format = u->headroom_format,
-                              .skips = u->skips, .nskips = u->nskips};
+                              .final_scale = u->final_scale,
+                              .skipped_total = u->skipped_total,
+                              .has_hist = u->has_hist,
+                              .hist_lo = MP_RUN_HIST_LO,
+                              .hist_zeros = u->hist_zeros,
+                              .hist_scale = u->hist_scale,
+                              .warnings = v->warn_ptr[r],
+                              .nwarnings = u->nwarnings,
+                              .tensors = u->tensor_totals,
+                              .headroom_format = u->headroom_format,
+                              .skips = u->skips,
+                              .nskips = u->nskips};
         memcpy(rr->hist, u->hist, sizeof rr->hist);
         rr->neval = u->neval, rr->eval_steps = u->eval_steps, rr->eval_losses = u->eval_losses;
         rr->sample = u->sample, rr->sample_printable = u->sample_printable, rr->sample_words = u->sample_words;
         rr->precision = p;
         rr->color = distinct_color(v->rr, r, p->color);
-        v->rq[r] = (mp_report_quant){u->nquant, (const char (*)[64])u->quant_names, u->quant_totals, u->quant_scale,
-                                     u->quant_saturated, u->quant_flushed, u->nassigned,
-                                     (const char (*)[64])u->assigned_names, (const char (*)[16])u->assigned_recipes};
+        v->rq[r] = (mp_report_quant){u->nquant,
+                                     (const char(*)[64])u->quant_names,
+                                     u->quant_totals,
+                                     u->quant_scale,
+                                     u->quant_saturated,
+                                     u->quant_flushed,
+                                     u->nassigned,
+                                     (const char(*)[64])u->assigned_names,
+                                     (const char(*)[16])u->assigned_recipes};
         rr->quant = u->nquant ? &v->rq[r] : NULL;
     }
     const mp_format_info *h = mp_format(MP_F16);
-    return (mp_report){.title = "mixprec: the same network in several precisions", .command = command,
-                       .reading = reading_text, .fp16_min_subnormal = h->min_subnormal, .fp16_min_normal = h->min_normal,
-                       .fp16_max = h->max, .eval_name = gpt ? "validation loss" : "test accuracy",
-                       .eval_percent = !gpt, .eval_loss_name = gpt ? "validation loss" : "test loss",
-                       .baseline = baseline, .runs = v->rr, .nruns = n};
+    return (mp_report){.title = "mixprec: the same network in several precisions",
+                       .command = command,
+                       .reading = reading_text,
+                       .fp16_min_subnormal = h->min_subnormal,
+                       .fp16_min_normal = h->min_normal,
+                       .fp16_max = h->max,
+                       .eval_name = gpt ? "validation loss" : "test accuracy",
+                       .eval_percent = !gpt,
+                       .eval_loss_name = gpt ? "validation loss" : "test loss",
+                       .baseline = baseline,
+                       .runs = v->rr,
+                       .nruns = n};
 }
 
 /* The table, the ablation, the reading, the report and summary.json (rank
@@ -389,9 +421,10 @@ static void conclude(cmp *x, const mp_compare_spec *c, mp_compare_result *res) {
         const mp_status cs = mp_compare_commit(x, &c->run, names, n);
         if (cs == MP_OK && out) fprintf(out, "\nreport: %.4000s/report.html\n", c->out);
         if (cs == MP_OK && nworse && !x->status) /* as train's --save: a state that ended worse fails the command */
-            fail(x, MP_EOVERFLOW, "--checkpoints: %s ended worse: %s in %s, beside any earlier comparison's "
-                 "checkpoint, which is kept", worse, nworse > 1 ? "their states are MODE.ckpt.rejected" :
-                 "its state is MODE.ckpt.rejected", c->out);
+            fail(x, MP_EOVERFLOW,
+                 "--checkpoints: %s ended worse: %s in %s, beside any earlier comparison's "
+                 "checkpoint, which is kept",
+                 worse, nworse > 1 ? "their states are MODE.ckpt.rejected" : "its state is MODE.ckpt.rejected", c->out);
     } else { /* the write's own "the previous file is untouched" is about DIR/.partial: DIR is the point */
         char *tail = strstr(why, "; the previous file is untouched");
         if (tail) *tail = 0;
@@ -416,7 +449,8 @@ mp_status mp_compare(const mp_compare_spec *c, const mp_run_io *io, mp_compare_r
     int first;
     if (ranks && ranks->size > 1) { /* rank 0 alone checks DIR: every rank stops with it, with its status */
         const mp_status agreed = (mp_status)ranks->agree(ranks->ctx, (int)st, &first);
-        if (st == MP_OK && agreed != MP_OK) st = agreed, snprintf(x.msg, sizeof x.msg, "rank %d refused the comparison", first);
+        if (st == MP_OK && agreed != MP_OK)
+            st = agreed, snprintf(x.msg, sizeof x.msg, "rank %d refused the comparison", first);
     }
     if (st == MP_OK) st = mp_compare_make_dirs(&x, c, res);
     if (st != MP_OK) {

@@ -69,7 +69,8 @@ int mp_compare_staged_files(const cmp *x, const mp_compare_result *res, int repo
             char path[4200];
             struct stat st;
             path_of(path, x->stage, res->modes[r].name, mp_compare_mode_ext[e]);
-            if (!strcmp(mp_compare_mode_ext[e], ".csv.partial")) { /* the run's own PATH.partial.PID: its rows, by DIR's name */
+            if (!strcmp(mp_compare_mode_ext[e],
+                        ".csv.partial")) { /* the run's own PATH.partial.PID: its rows, by DIR's name */
                 char own[4300];
                 snprintf(own, sizeof own, "%s.%ld", path, (long)getpid());
                 if (lstat(own, &st) == 0 && S_ISREG(st.st_mode)) rename(own, path);
@@ -86,7 +87,7 @@ int mp_compare_staged_files(const cmp *x, const mp_compare_result *res, int repo
  * new summary too, so that the commit neither replaces nor removes it.
  * Returns how many modes ended worse, with their names in `which`. */
 int mp_compare_keep_checkpoints(const cmp *x, const mp_compare_result *res, file_name *names, int *n, char *which,
-                            size_t cap) {
+                                size_t cap) {
     file_name old[MAX_FILES];
     const int nold = old_files(x->dir, old, MAX_FILES);
     int worse = 0;
@@ -112,7 +113,8 @@ int mp_compare_keep_checkpoints(const cmp *x, const mp_compare_result *res, file
 void mp_compare_discard(const cmp *x, const mp_compare_result *res, int nmodes) {
     char path[4300];
     for (int r = 0; r < nmodes; r++) {
-        for (int e = 0; e < MODE_EXT; e++) path_of(path, x->stage, res->modes[r].name, mp_compare_mode_ext[e]), unlink(path);
+        for (int e = 0; e < MODE_EXT; e++)
+            path_of(path, x->stage, res->modes[r].name, mp_compare_mode_ext[e]), unlink(path);
         path_of(path, x->stage, res->modes[r].name, ".csv.partial");
         snprintf(path + strlen(path), sizeof path - strlen(path), ".%ld", (long)getpid()), unlink(path);
         char base[80];
@@ -153,7 +155,8 @@ static mp_status finish_commit(cmp *x, const mp_run_spec *base, const file_name 
         struct stat st;
         if (i < n && lstat(from, &st) != 0 && errno == ENOENT) continue; /* moved before the last cut */
         if (rename(from, to) != 0)
-            return fail(x, MP_EIO, "%s: cannot move it from %s (%s): the comparison is decided (%s/" DECIDED " names "
+            return fail(x, MP_EIO,
+                        "%s: cannot move it from %s (%s): the comparison is decided (%s/" DECIDED " names "
                         "its files, in %s or %s), the next comparison into %s completes it",
                         to, x->stage, strerror(errno), x->stage, x->dir, x->stage, x->dir);
     }
@@ -171,7 +174,8 @@ static mp_status lock_names(cmp *x, const file_name *names, int n, int lock) {
         snprintf(path, sizeof path, "%.4000s/%.79s", x->dir, i < n ? names[i] : "summary.json");
         if (!lock) mp_output_unlock(path);
         else if (mp_output_lock(NULL, path) != MP_OK) {
-            fail(x, MP_EIO, "%s: %s is as it was, this comparison's files are in %s", mp_last_error(), x->dir, x->stage);
+            fail(x, MP_EIO, "%s: %s is as it was, this comparison's files are in %s", mp_last_error(), x->dir,
+                 x->stage);
             for (int k = 0; k < i; k++) {
                 snprintf(path, sizeof path, "%.4000s/%.79s", x->dir, names[k]);
                 mp_output_unlock(path);
@@ -203,8 +207,10 @@ static mp_status commit_locked(cmp *x, const mp_run_spec *base, const file_name 
         int known = i < 0 ? nold >= 0 : 0; /* summary.json: replaced when it is mixprec's (or absent) */
         for (int k = 0; i >= 0 && k < nold && !known; k++) known = !strcmp(old[k], names[i]);
         if (!known && lstat(to, &st) == 0)
-            return fail(x, MP_EIO, "%s came while this comparison ran and is not a file that mixprec compare wrote: "
-                        "it is not replaced; %s is as it was, this comparison's files are in %s", to, x->dir, x->stage);
+            return fail(x, MP_EIO,
+                        "%s came while this comparison ran and is not a file that mixprec compare wrote: "
+                        "it is not replaced; %s is as it was, this comparison's files are in %s",
+                        to, x->dir, x->stage);
     }
     path_of(from, x->stage, "summary", ".json");
     path_of(to, x->stage, DECIDED, "");
@@ -225,9 +231,12 @@ static mp_status complete_cut_commit(cmp *x, const mp_run_spec *base) {
     file_name names[MAX_FILES];
     const int n = manifest_files(path, names, MAX_FILES);
     struct stat st;
-    if (n < 0 || (n == 0 && lstat(path, &st) != 0)) return n < 0 ? fail(x, MP_EIO, "%s is not a summary mixprec compare "
-                                                                          "wrote: it is left alone (remove it)", path)
-                                                                 : MP_OK;
+    if (n < 0 || (n == 0 && lstat(path, &st) != 0))
+        return n < 0 ? fail(x, MP_EIO,
+                            "%s is not a summary mixprec compare "
+                            "wrote: it is left alone (remove it)",
+                            path)
+                     : MP_OK;
     if (lock_names(x, names, n, 1) != MP_OK) return MP_EIO;
     const mp_status done = finish_commit(x, base, names, n);
     lock_names(x, names, n, 0);
@@ -244,20 +253,25 @@ static mp_status foreign_files(cmp *x, const mp_compare_result *res) {
     file_name old[MAX_FILES];
     const int nold = manifest_files(path, old, MAX_FILES);
     if (nold < 0)
-        return fail(x, MP_EIO, "--out %s: %s is not a summary that mixprec compare wrote: it is not replaced "
-                    "(choose another --out)", x->dir, path);
+        return fail(x, MP_EIO,
+                    "--out %s: %s is not a summary that mixprec compare wrote: it is not replaced "
+                    "(choose another --out)",
+                    x->dir, path);
     for (int r = -1; r < res->n; r++)
         for (int e = 0; e < (r < 0 ? 1 : MODE_EXT); e++) {
             char name[80];
-            snprintf(name, sizeof name, "%.63s%s", r < 0 ? "report" : res->modes[r].name, r < 0 ? ".html" : mp_compare_mode_ext[e]);
+            snprintf(name, sizeof name, "%.63s%s", r < 0 ? "report" : res->modes[r].name,
+                     r < 0 ? ".html" : mp_compare_mode_ext[e]);
             snprintf(path, sizeof path, "%.4000s/%s", x->dir, name);
             struct stat st;
             if (lstat(path, &st) != 0) continue;
             int known = 0;
             for (int k = 0; k < nold && !known; k++) known = !strcmp(old[k], name);
             if (!known)
-                return fail(x, MP_EIO, "--out %s: %s is not a file that mixprec compare wrote there (its summary.json "
-                            "does not name it): it is not replaced (choose another --out)", x->dir, path);
+                return fail(x, MP_EIO,
+                            "--out %s: %s is not a file that mixprec compare wrote there (its summary.json "
+                            "does not name it): it is not replaced (choose another --out)",
+                            x->dir, path);
         }
     return MP_OK;
 }
@@ -275,7 +289,8 @@ mp_status mp_compare_make_dirs(cmp *x, const mp_compare_spec *c, const mp_compar
         snprintf(x->lock, sizeof x->lock, "%.4000s/compare", x->stage);
         if (mkdir(c->out, 0755) != 0 && errno != EEXIST) bad = 1, err = errno;
         else if (mkdir(x->stage, 0755) != 0 && errno != EEXIST) bad = 1, err = errno, what = x->stage;
-        else if (mp_output_lock(NULL, x->lock) != MP_OK) bad = 2, fail(x, MP_EIO, "--out %s: %s", c->out, mp_last_error());
+        else if (mp_output_lock(NULL, x->lock) != MP_OK)
+            bad = 2, fail(x, MP_EIO, "--out %s: %s", c->out, mp_last_error());
         else if (complete_cut_commit(x, &c->run) != MP_OK || foreign_files(x, res) != MP_OK) bad = 2;
         else mp_compare_discard(x, res, res->n);
     }

@@ -14,11 +14,11 @@ typedef struct cmp cmp;
 /* A comparison under way: where it prints, and its first failure. */
 struct cmp {
     mp_run_io io;
-    FILE *out;       /* io.out, or NULL */
-    int writer;      /* rank 0: writes DIR and prints the table */
+    FILE *out;  /* io.out, or NULL */
+    int writer; /* rank 0: writes DIR and prints the table */
     mp_status status;
     char msg[960];
-    int nfailed;                           /* modes whose run failed (an early stop is no failure) */
+    int nfailed; /* modes whose run failed (an early stop is no failure) */
     char failed[MP_COMPARE_MAX][64], failed_why[MP_COMPARE_MAX][512];
     const char *dir;  /* DIR */
     char stage[4200]; /* DIR/.partial, where the files are written before they replace DIR's */

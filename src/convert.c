@@ -7,7 +7,7 @@
 
 /* ---- scalar kernels: the reference for every fast path ---- */
 
-static void f32_to_f16_scalar(uint16_t *dst, // (n,) fp16
+static void f32_to_f16_scalar(uint16_t *dst,    // (n,) fp16
                               const float *src, // (n,) fp32
                               size_t n, mp_convert_stats *st) {
     for (size_t i = 0; i < n; i++) {
@@ -42,7 +42,10 @@ static void bf16_to_f32_scalar(float *dst, const uint16_t *src, size_t n, mp_con
 }
 
 const mp_convert_kernels mp_convert_scalar = {
-    f32_to_f16_scalar, f16_to_f32_scalar, f32_to_bf16_scalar, bf16_to_f32_scalar,
+    f32_to_f16_scalar,
+    f16_to_f32_scalar,
+    f32_to_bf16_scalar,
+    bf16_to_f32_scalar,
 };
 
 /* ---- any format to fp32 and fp32 to any format ---- */
@@ -78,7 +81,7 @@ static inline void stats_e8m0(mp_convert_stats *st, uint32_t x, uint8_t y) {
     const uint32_t a = x & 0x7fffffffu;
     const int positive = x - 1u < 0x7f7fffffu; /* 2^-149 .. FLT_MAX */
     st->nan += (uint64_t)(a > 0x7f800000u || (a < 0x7f800000u && !positive));
-    st->overflow += (uint64_t)(positive && y == 0xffu); /* 1.5 * 2^127 .. FLT_MAX */
+    st->overflow += (uint64_t)(positive && y == 0xffu);                     /* 1.5 * 2^127 .. FLT_MAX */
     if (y != 0xffu) mp_stats_amax(st, y ? (uint32_t)y << 23 : 0x00400000u); /* 2^(y - 127) */
 }
 
@@ -149,9 +152,18 @@ void mp_from_f32(const mp_kernels *k, void *dst, mp_dtype t, const float *src, s
 /* Converts elements [0, n) of one thread's share. */
 static void convert_range(const mp_kernels *k, void *dst, mp_dtype dt, const void *src, mp_dtype st_, size_t n,
                           mp_convert_stats *st) {
-    if (st_ == MP_F32) { mp_from_f32(k, dst, dt, src, n, st); return; }
-    if (dt == MP_F32 && st_ == MP_F16) { k->convert->f16_to_f32(dst, src, n, st); return; }
-    if (dt == MP_F32 && st_ == MP_BF16) { k->convert->bf16_to_f32(dst, src, n, st); return; }
+    if (st_ == MP_F32) {
+        mp_from_f32(k, dst, dt, src, n, st);
+        return;
+    }
+    if (dt == MP_F32 && st_ == MP_F16) {
+        k->convert->f16_to_f32(dst, src, n, st);
+        return;
+    }
+    if (dt == MP_F32 && st_ == MP_BF16) {
+        k->convert->bf16_to_f32(dst, src, n, st);
+        return;
+    }
     /* Everything else goes through an fp32 block that stays in L1. */
     enum { BLOCK = 1024 };
     float tmp[BLOCK];
@@ -227,16 +239,14 @@ mp_status mp_convert(void *dst, mp_dtype dst_type, const void *src, mp_dtype src
     return mp_convert_in(mp_kernels_current(), dst, dst_type, src, src_type, n, stats);
 }
 
-mp_status mp_convert_in(const mp_kernels *k, void *dst, mp_dtype dst_type, const void *src, mp_dtype src_type,
-                        size_t n, mp_convert_stats *stats) {
+mp_status mp_convert_in(const mp_kernels *k, void *dst, mp_dtype dst_type, const void *src, mp_dtype src_type, size_t n,
+                        mp_convert_stats *stats) {
     const mp_format_info *df = mp_format(dst_type), *sf = mp_format(src_type);
-    if (!df || !sf)
-        return mp_error(MP_EINVAL, "mp_convert: unknown dtype %d", !df ? (int)dst_type : (int)src_type);
+    if (!df || !sf) return mp_error(MP_EINVAL, "mp_convert: unknown dtype %d", !df ? (int)dst_type : (int)src_type);
     if (n == 0) return MP_OK;
     if (!dst || !src) return mp_error(MP_EINVAL, "mp_convert: NULL buffer for %zu elements", n);
     if (dst == src && df->size != sf->size)
-        return mp_error(MP_EINVAL, "mp_convert: in place needs formats of one size (%s -> %s)", sf->name,
-                        df->name);
+        return mp_error(MP_EINVAL, "mp_convert: in place needs formats of one size (%s -> %s)", sf->name, df->name);
     mp_convert_stats part[MP_MAX_THREADS];
     memset(part, 0, sizeof part);
     convert_job job = {k, dst, src, dst_type, src_type, df->size, sf->size, stats ? part : NULL};

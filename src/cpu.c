@@ -72,10 +72,18 @@ const mp_cpu_feature_set *mp_cpu_features(void) {
 
 char *mp_cpu_describe(char *buf, size_t size) {
     const mp_cpu_feature_set *f = mp_cpu_features();
-    const struct { int on; const char *name; } w[] = {
-        {f->avx2, "avx2"},         {f->avx512, "avx512"},     {f->avx512_bf16, "avx512_bf16"}, {f->avx512_vbmi, "avx512_vbmi"},
-        {f->avx512_fp16, "avx512_fp16"}, {f->amx_tile, "amx_tile"}, {f->amx_bf16, "amx_bf16"},
-        {f->amx_fp16, "amx_fp16"},  {f->amx_tile && !f->amx_allowed, "(amx not permitted by the OS)"}};
+    const struct {
+        int on;
+        const char *name;
+    } w[] = {{f->avx2, "avx2"},
+             {f->avx512, "avx512"},
+             {f->avx512_bf16, "avx512_bf16"},
+             {f->avx512_vbmi, "avx512_vbmi"},
+             {f->avx512_fp16, "avx512_fp16"},
+             {f->amx_tile, "amx_tile"},
+             {f->amx_bf16, "amx_bf16"},
+             {f->amx_fp16, "amx_fp16"},
+             {f->amx_tile && !f->amx_allowed, "(amx not permitted by the OS)"}};
     size_t len = 0;
     if (size) buf[0] = 0;
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
@@ -102,13 +110,14 @@ static mp_isa detect(void) {
 static const char *const isa_names[] = {"scalar", "avx2", "avx512", "avx512bf16", "amx"};
 enum { NISA = sizeof isa_names / sizeof isa_names[0] };
 
-const char *mp_isa_name(mp_isa isa) {
-    return (unsigned)isa < NISA ? isa_names[isa] : "unknown";
-}
+const char *mp_isa_name(mp_isa isa) { return (unsigned)isa < NISA ? isa_names[isa] : "unknown"; }
 
 mp_status mp_isa_parse(const char *name, mp_isa *out) {
     for (int i = 0; name && i < NISA; i++)
-        if (strcmp(name, isa_names[i]) == 0) { *out = (mp_isa)i; return MP_OK; }
+        if (strcmp(name, isa_names[i]) == 0) {
+            *out = (mp_isa)i;
+            return MP_OK;
+        }
     return mp_error(MP_EINVAL, "unknown ISA '%s' (expected scalar, avx2, avx512, avx512bf16 or amx)",
                     name ? name : "(null)");
 }
@@ -138,8 +147,7 @@ mp_isa mp_cpu_isa(void) {
 }
 
 mp_status mp_cpu_set_isa(mp_isa isa) {
-    if ((unsigned)isa >= NISA)
-        return mp_error(MP_EINVAL, "mp_cpu_set_isa: %d is not an mp_isa", (int)isa);
+    if ((unsigned)isa >= NISA) return mp_error(MP_EINVAL, "mp_cpu_set_isa: %d is not an mp_isa", (int)isa);
     if (isa > mp_cpu_detected())
         return mp_error(MP_EUNSUPPORTED, "this CPU does not support %s (best: %s)", mp_isa_name(isa),
                         mp_isa_name(mp_cpu_detected()));
@@ -160,4 +168,3 @@ mp_status mp_cpu_env_check(void) {
     }
     return MP_OK;
 }
-

@@ -20,7 +20,8 @@ static mp_status read_header(gzFile f, const char *path, uint32_t dims[4], int *
     uint8_t head[4];
     int got = gzread(f, head, 4);
     if (got != 4)
-        return got < 0 ? gz_fail(f, path, "cannot read the header") : mp_error(MP_ECORRUPT, "%s: truncated header", path);
+        return got < 0 ? gz_fail(f, path, "cannot read the header")
+                       : mp_error(MP_ECORRUPT, "%s: truncated header", path);
     if (head[0] != 0 || head[1] != 0)
         return mp_error(MP_ECORRUPT, "%s: not an IDX file (magic %02x %02x)", path, head[0], head[1]);
     if (head[2] != 0x08)
@@ -88,7 +89,7 @@ mp_status mp_idx_read(const char *path, uint8_t **data, uint32_t dims[4], int *n
     st = read_header(f, path, dims, ndim, &total);
     if (st == MP_OK) st = read_data(f, path, total, data);
     if (st == MP_OK) st = mp_input_check(&in); /* a file that changed while read (zlib's reads are not counted) */
-    gzclose(f); /* closes in.fd */
+    gzclose(f);                                /* closes in.fd */
     if (st != MP_OK) {
         free(*data);
         *data = NULL;

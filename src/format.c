@@ -16,15 +16,13 @@
  * ieee_nan: NaN keeps its top payload bits and gets the quiet bit; otherwise
  * the format has one NaN, all exponent and mantissa bits set (E4M3). E2M1,
  * which has no NaN, handles NaN before calling this. */
-static inline uint32_t narrow(uint32_t x, const int E, const int M, const int bias,
-                              const uint32_t max_code, const uint32_t ovf_code,
-                              const uint32_t inf_code, const int ieee_nan) {
+static inline uint32_t narrow(uint32_t x, const int E, const int M, const int bias, const uint32_t max_code,
+                              const uint32_t ovf_code, const uint32_t inf_code, const int ieee_nan) {
     const uint32_t sign = (x >> 31) << (E + M);
     const uint32_t a = x & 0x7fffffffu;
     if (a >= 0x7f800000u) {
         if (a == 0x7f800000u) return sign | inf_code;
-        if (ieee_nan)
-            return sign | (((1u << E) - 1) << M) | (1u << (M - 1)) | ((a & 0x7fffffu) >> (23 - M));
+        if (ieee_nan) return sign | (((1u << E) - 1) << M) | (1u << (M - 1)) | ((a & 0x7fffffu) >> (23 - M));
         return sign | ((1u << (E + M)) - 1);
     }
     /* fp32 zeros and subnormals (< 2^-126) are below half the smallest
@@ -39,7 +37,7 @@ static inline uint32_t narrow(uint32_t x, const int E, const int M, const int bi
         shift = 23 - M;
         v = ((uint32_t)e << M) | (m >> shift);
     } else {
-        shift = 24 - M - e; /* quanta of the subnormal range */
+        shift = 24 - M - e;          /* quanta of the subnormal range */
         if (shift > 24) return sign; /* below half the smallest subnormal */
         m |= 0x800000u;
         v = m >> shift;
@@ -71,22 +69,14 @@ static inline uint32_t widen(uint32_t h, const int E, const int M, const int bia
     return sign | ((uint32_t)(p + 1 - bias - M + 127) << 23) | ((m << (23 - p)) & 0x7fffffu);
 }
 
-uint16_t mp_f32_to_f16(float x) {
-    return (uint16_t)narrow(mp_f32_bits(x), 5, 10, 15, 0x7bffu, 0x7c00u, 0x7c00u, 1);
-}
+uint16_t mp_f32_to_f16(float x) { return (uint16_t)narrow(mp_f32_bits(x), 5, 10, 15, 0x7bffu, 0x7c00u, 0x7c00u, 1); }
 float mp_f16_to_f32(uint16_t h) { return mp_bits_f32(widen(h, 5, 10, 15, TOP_IEEE)); }
 
-uint8_t mp_f32_to_e5m2(float x) {
-    return (uint8_t)narrow(mp_f32_bits(x), 5, 2, 15, 0x7bu, 0x7cu, 0x7cu, 1);
-}
+uint8_t mp_f32_to_e5m2(float x) { return (uint8_t)narrow(mp_f32_bits(x), 5, 2, 15, 0x7bu, 0x7cu, 0x7cu, 1); }
 float mp_e5m2_to_f32(uint8_t v) { return mp_bits_f32(widen(v, 5, 2, 15, TOP_IEEE)); }
 
-uint8_t mp_f32_to_e4m3(float x) {
-    return (uint8_t)narrow(mp_f32_bits(x), 4, 3, 7, 0x7eu, 0x7fu, 0x7fu, 0);
-}
-uint8_t mp_f32_to_e4m3_sat(float x) {
-    return (uint8_t)narrow(mp_f32_bits(x), 4, 3, 7, 0x7eu, 0x7eu, 0x7eu, 0);
-}
+uint8_t mp_f32_to_e4m3(float x) { return (uint8_t)narrow(mp_f32_bits(x), 4, 3, 7, 0x7eu, 0x7fu, 0x7fu, 0); }
+uint8_t mp_f32_to_e4m3_sat(float x) { return (uint8_t)narrow(mp_f32_bits(x), 4, 3, 7, 0x7eu, 0x7eu, 0x7eu, 0); }
 float mp_e4m3_to_f32(uint8_t v) { return mp_bits_f32(widen(v, 4, 3, 7, TOP_ONE_NAN)); }
 
 /* E2M1 (ml_dtypes.float4_e2m1fn): the generic rounding with every overflow,
@@ -143,17 +133,36 @@ const mp_format_info *mp_format(mp_dtype t) {
 }
 
 mp_status mp_dtype_parse(const char *name, mp_dtype *out) {
-    static const struct { const char *name; mp_dtype t; } names[] = {
-        {"fp32", MP_F32}, {"f32", MP_F32}, {"float32", MP_F32},
-        {"fp16", MP_F16}, {"f16", MP_F16}, {"float16", MP_F16}, {"half", MP_F16},
-        {"bf16", MP_BF16}, {"bfloat16", MP_BF16},
-        {"e4m3", MP_E4M3}, {"fp8e4m3", MP_E4M3}, {"float8_e4m3fn", MP_E4M3},
-        {"e5m2", MP_E5M2}, {"fp8e5m2", MP_E5M2}, {"float8_e5m2", MP_E5M2},
-        {"e8m0", MP_E8M0}, {"float8_e8m0fnu", MP_E8M0},
-        {"e2m1", MP_E2M1}, {"fp4", MP_E2M1}, {"float4_e2m1fn", MP_E2M1},
+    static const struct {
+        const char *name;
+        mp_dtype t;
+    } names[] = {
+        {"fp32", MP_F32},
+        {"f32", MP_F32},
+        {"float32", MP_F32},
+        {"fp16", MP_F16},
+        {"f16", MP_F16},
+        {"float16", MP_F16},
+        {"half", MP_F16},
+        {"bf16", MP_BF16},
+        {"bfloat16", MP_BF16},
+        {"e4m3", MP_E4M3},
+        {"fp8e4m3", MP_E4M3},
+        {"float8_e4m3fn", MP_E4M3},
+        {"e5m2", MP_E5M2},
+        {"fp8e5m2", MP_E5M2},
+        {"float8_e5m2", MP_E5M2},
+        {"e8m0", MP_E8M0},
+        {"float8_e8m0fnu", MP_E8M0},
+        {"e2m1", MP_E2M1},
+        {"fp4", MP_E2M1},
+        {"float4_e2m1fn", MP_E2M1},
     };
     for (size_t i = 0; name && i < sizeof names / sizeof names[0]; i++)
-        if (strcmp(name, names[i].name) == 0) { *out = names[i].t; return MP_OK; }
+        if (strcmp(name, names[i].name) == 0) {
+            *out = names[i].t;
+            return MP_OK;
+        }
     return mp_error(MP_EINVAL, "unknown format '%s' (expected fp32, fp16, bf16, e4m3, e5m2, e8m0 or e2m1)",
                     name ? name : "(null)");
 }

@@ -45,10 +45,9 @@
  * fp8 anyway).
  *
  * Speed: the element loops are plain C on bit patterns (the training
- * recipes quantize through recipe.c's fused kernels instead); large tensors are split over threads (integer counts and a max:
- * the same result for any thread count). There is one path, so nothing to
- * keep equal: tests/test_fp8_scale.c checks it against format.h's scalar
- * conversions of fp32(x * scale).
+ * recipes quantize through recipe.c's fused kernels instead); large tensors are split over threads (integer counts and
+ * a max: the same result for any thread count). There is one path, so nothing to keep equal: tests/test_fp8_scale.c
+ * checks it against format.h's scalar conversions of fp32(x * scale).
  */
 #include <float.h>
 #include <math.h>
@@ -186,14 +185,13 @@ void mp_fp8_history_update(mp_fp8_history *h, mp_dtype fmt, float amax) {
  * normal); E5M2: q = 16, codes 1..4 (4 is 2^-14). Signed: SSE2 compares
  * int32 lanes, and magnitudes are below 2^31. */
 static void sub_thresholds(int32_t *t, int kmax, int q) {
-    for (int k = 1; k <= kmax; k++)
-        t[k - 1] = (int32_t)mp_f32_bits(ldexpf((float)(2 * k - 1), -q - 1)) - 1 + (k & 1);
+    for (int k = 1; k <= kmax; k++) t[k - 1] = (int32_t)mp_f32_bits(ldexpf((float)(2 * k - 1), -q - 1)) - 1 + (k & 1);
 }
 
 typedef struct {
-    int32_t t[8];   /* subnormal thresholds (sub_thresholds) */
+    int32_t t[8]; /* subnormal thresholds (sub_thresholds) */
     float scale;
-    int scale_sub;  /* the scale is an fp32 subnormal: every product exactly */
+    int scale_sub; /* the scale is an fp32 subnormal: every product exactly */
 } qparams;
 
 /* What a share has counted so far. Per chunk (CHUNK elements) the counts
@@ -209,8 +207,7 @@ typedef struct {
  * (or the scale) is subnormal and DAZ is on: there the multiply would read
  * it as 0, so those are formed exactly. (FTZ only flushes products below
  * 2^-126, which round to +-0 in fp8 anyway.) */
-static void products(float *restrict p, const float *restrict x, size_t m, const qparams *q, const int daz,
-                     qcount *k) {
+static void products(float *restrict p, const float *restrict x, size_t m, const qparams *q, const int daz, qcount *k) {
     const float s = q->scale;
     int32_t sub = 0, nf = 0, zero = 0, am = k->amax;
     for (size_t i = 0; i < m; i++) {
@@ -249,7 +246,8 @@ static inline void codes32(int32_t *restrict v, const float *restrict p, size_t 
     for (size_t i = 0; i < m; i++) {
         const uint32_t b = mp_f32_bits(p[i]);
         const int32_t u = (int32_t)b, a = u & 0x7fffffff;
-        const int32_t rn = (int32_t)(((b & 0x7fffffffu) + half + ((b >> sh) & 1u)) >> sh) - rebias; /* no signed overflow */
+        /* no signed overflow */
+        const int32_t rn = (int32_t)(((b & 0x7fffffffu) + half + ((b >> sh) & 1u)) >> sh) - rebias;
         int32_t ks = (a > t0) + (a > t1) + (a > t2) + (a > t3);
         if (!e5) ks += (a > t4) + (a > t5) + (a > t6) + (a > t7);
         int32_t c = a < minnorm ? ks : rn;

@@ -93,8 +93,8 @@ static void run_f32(float *out, const void *p, mp_dtype t, size_t off, size_t le
  * (p0+p)*ld + w0 + w), 0 when each of them is a run over k (element
  * (w0+w)*ld + p0 + p). op(A) is "along" when transposed, op(B) when not. */
 static void pack_f32(float *d, // (kc, width) fp32
-                     const void *src, mp_dtype t, size_t ld, int along, size_t w0, size_t valid, size_t p0,
-                     size_t kc, size_t width) {
+                     const void *src, mp_dtype t, size_t ld, int along, size_t w0, size_t valid, size_t p0, size_t kc,
+                     size_t width) {
     if (along) {
         for (size_t p = 0; p < kc; p++) {
             run_f32(d + p * width, src, t, (p0 + p) * ld + w0, valid);
@@ -131,8 +131,8 @@ static void pack_a_scalar(void *dst, const void *a, mp_dtype t, size_t lda, int 
     pack_f32(dst, a, t, lda, trans, i0, rows, p0, kc, SCALAR_MR);
 }
 
-static void pack_b_scalar(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc,
-                          size_t j0, size_t cols) {
+static void pack_b_scalar(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc, size_t j0,
+                          size_t cols) {
     pack_f32(dst, b, t, ldb, !trans, j0, cols, p0, kc, SCALAR_NR);
 }
 
@@ -148,8 +148,18 @@ static void micro_scalar(size_t kc, const void *ap, const void *bp, float *c, si
 }
 
 const mp_gemm_kernel mp_gemm_scalar = {
-    .name = "scalar", .mr = SCALAR_MR, .nr = SCALAR_NR, .kpack = 1, .kc = 512, .mc = 64, .nc = 2048, .esize = 4,
-    .pack_a = pack_a_scalar, .pack_b = pack_b_scalar, .micro = micro_scalar, .epilogue = mp_gemm_epilogue_scalar,
+    .name = "scalar",
+    .mr = SCALAR_MR,
+    .nr = SCALAR_NR,
+    .kpack = 1,
+    .kc = 512,
+    .mc = 64,
+    .nc = 2048,
+    .esize = 4,
+    .pack_a = pack_a_scalar,
+    .pack_b = pack_b_scalar,
+    .micro = micro_scalar,
+    .epilogue = mp_gemm_epilogue_scalar,
     .zeros = mp_gemm_zeros_scalar,
 };
 
@@ -265,8 +275,8 @@ static void pack_b_block(const gemm_plan *g, size_t jc, size_t ncur) {
         for (size_t bi = 0; bi < g->nk; bi++) {
             size_t kcur, kpad;
             const size_t pc = kblock(g, bi, &kcur, &kpad);
-            g->kr->pack_b((uint8_t *)g->bpack + (jp * g->K2 + bi * g->kcp) * g->NR * g->es, g->b, g->bt, g->ldb,
-                          g->tb, pc, kcur, j0, cols);
+            g->kr->pack_b((uint8_t *)g->bpack + (jp * g->K2 + bi * g->kcp) * g->NR * g->es, g->b, g->bt, g->ldb, g->tb,
+                          pc, kcur, j0, cols);
         }
     }
 }
@@ -281,8 +291,8 @@ static void pack_a_block(const gemm_plan *g, void *apack, size_t ic, size_t mcur
         for (size_t ip = 0; ip * g->MR < mcur; ip++) {
             const size_t rows = mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR;
             if (!direct_rows(g, kcur, rows))
-                g->kr->pack_a((uint8_t *)apack + (ip * g->K2 + bi * g->kcp) * g->MR * g->es, g->a, g->at, g->lda,
-                              g->ta, ic + ip * g->MR, rows, pc, kcur);
+                g->kr->pack_a((uint8_t *)apack + (ip * g->K2 + bi * g->kcp) * g->MR * g->es, g->a, g->at, g->lda, g->ta,
+                              ic + ip * g->MR, rows, pc, kcur);
         }
     }
 }
@@ -306,7 +316,8 @@ static void micro_at(const gemm_plan *g, const void *apack, const void *bp, size
 static inline void prefetch_rows(const uint8_t *p, size_t ld, size_t rows, size_t bytes, int write) {
     for (size_t i = 0; i < rows; i++, p += ld) {
         for (size_t o = 0; o < bytes; o += 64) write ? __builtin_prefetch(p + o, 1) : __builtin_prefetch(p + o, 0);
-        write ? __builtin_prefetch(p + bytes - 1, 1) : __builtin_prefetch(p + bytes - 1, 0); /* an unaligned row's end */
+        write ? __builtin_prefetch(p + bytes - 1, 1)
+              : __builtin_prefetch(p + bytes - 1, 0); /* an unaligned row's end */
     }
 }
 
@@ -323,8 +334,8 @@ static void prefetch_tile(const gemm_plan *g, size_t i0, size_t j0, size_t rows,
 /* Trivial (an fp32 C, no epilogue) with one block of k: the micro-kernel writes alpha * sums + beta * C
  * into whole tiles of C (counting the zeros of C's final values into *z); an edge tile goes through the strip
  * and the epilogue, which does the same arithmetic on its part. */
-static void trivial_panel(const gemm_plan *g, const void *apack, const void *bp, float *strip, size_t ic,
-                          size_t mcur, size_t j0, size_t cols, uint64_t *z) {
+static void trivial_panel(const gemm_plan *g, const void *apack, const void *bp, float *strip, size_t ic, size_t mcur,
+                          size_t j0, size_t cols, uint64_t *z) {
     const mp_gemm_ep *ep = g->ep;
     for (size_t ip = 0; ip * g->MR < mcur; ip++) {
         const size_t i0 = ic + ip * g->MR, rows = mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR;
@@ -341,8 +352,8 @@ static void trivial_panel(const gemm_plan *g, const void *apack, const void *bp,
 
 /* The epilogue's panel: the sums of every block of k collect in the strip; during the last block, the
  * epilogue runs on pieces of up to MP_GEMM_STRIP values as soon as their rows are complete. */
-static void epilogue_panel(const gemm_plan *g, const void *apack, const void *bp, float *strip, size_t ic,
-                           size_t mcur, size_t j0, size_t cols, mp_convert_stats *st, uint64_t *z) {
+static void epilogue_panel(const gemm_plan *g, const void *apack, const void *bp, float *strip, size_t ic, size_t mcur,
+                           size_t j0, size_t cols, mp_convert_stats *st, uint64_t *z) {
     const size_t piece_rows = MP_GEMM_STRIP / g->NR;
     for (size_t bi = 0; bi < g->nk; bi++) {
         const int last = bi + 1 == g->nk;
@@ -385,8 +396,20 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
     int nt = mp_get_threads();
     if (nt > MP_MAX_THREADS) nt = MP_MAX_THREADS;
     if ((double)m * (double)n * (double)k < 2e6) nt = 1; /* too small to share */
-    gemm_plan g = {.kr = kr, .ta = ta, .tb = tb, .trivial = trivial, .m = m, .n = n, .k = k, .lda = lda,
-                   .ldb = ldb, .a = a, .b = b, .at = at, .bt = bt, .ep = ep};
+    gemm_plan g = {.kr = kr,
+                   .ta = ta,
+                   .tb = tb,
+                   .trivial = trivial,
+                   .m = m,
+                   .n = n,
+                   .k = k,
+                   .lda = lda,
+                   .ldb = ldb,
+                   .a = a,
+                   .b = b,
+                   .at = at,
+                   .bt = bt,
+                   .ep = ep};
     mp_status s = plan(&g, nt);
     if (s != MP_OK) return s;
     int oom = 0;
@@ -448,11 +471,11 @@ mp_status mp_gemm_in(const mp_kernels *kc, int trans_a, int trans_b, size_t m, s
     return mp_gemm_run(kc, trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, &ep);
 }
 
-mp_status mp_gemm_ex(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a,
-                     mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c,
-                     mp_dtype ct, size_t ldc, const mp_gemm_epilogue *epi) {
-    return mp_gemm_run(mp_kernels_current(), trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct,
-                       ldc, epi);
+mp_status mp_gemm_ex(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a, mp_dtype at,
+                     size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta, void *c, mp_dtype ct, size_t ldc,
+                     const mp_gemm_epilogue *epi) {
+    return mp_gemm_run(mp_kernels_current(), trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc,
+                       epi);
 }
 
 mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
@@ -470,11 +493,12 @@ mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, 
     if ((unsigned)epi->post > MP_POST_ADD) return mp_error(MP_EINVAL, "mp_gemm: unknown post step %d", (int)epi->post);
     if (epi->post != MP_POST_NONE && epi->round_to != MP_F32)
         return mp_error(MP_EINVAL, "mp_gemm: a post step needs C without round_to");
-    const int reads_x = epi->post == MP_POST_GELU_GRAD || epi->post == MP_POST_GELU_ERF_GRAD || epi->post == MP_POST_ADD;
+    const int reads_x =
+        epi->post == MP_POST_GELU_GRAD || epi->post == MP_POST_GELU_ERF_GRAD || epi->post == MP_POST_ADD;
     if (m && n && reads_x && !epi->post_x) return mp_error(MP_EINVAL, "mp_gemm: the post step reads x: NULL");
     if (m == 0 || n == 0) return MP_OK;
-    const mp_gemm_ep ep = {alpha, beta, c, ct, ldc, epi->bias, epi->round_to, epi->post, epi->post_x,
-                           epi->post_out, kc};
+    const mp_gemm_ep ep = {alpha,       beta,          c, ct, ldc, epi->bias, epi->round_to, epi->post,
+                           epi->post_x, epi->post_out, kc};
     mp_convert_stats part[MP_MAX_THREADS][2];
     uint64_t zpart[MP_MAX_THREADS];
     memset(part, 0, sizeof part);

@@ -100,8 +100,16 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, size_t ld
 
 const mp_gemm_kernel mp_gemm_amx_model = {
     .name = "amx-model",
-    .mr = MR, .nr = NR, .kpack = KB,
-    .kc = MP_AMX_KC, .mc = MP_AMX_MC, .nc = MP_AMX_NC, .esize = 2,
-    .pack_a = pack_a, .pack_b = pack_b, .micro = micro,
-    .epilogue = mp_gemm_epilogue_scalar, .zeros = mp_gemm_zeros_scalar,
+    .mr = MR,
+    .nr = NR,
+    .kpack = KB,
+    .kc = MP_AMX_KC,
+    .mc = MP_AMX_MC,
+    .nc = MP_AMX_NC,
+    .esize = 2,
+    .pack_a = pack_a,
+    .pack_b = pack_b,
+    .micro = micro,
+    .epilogue = mp_gemm_epilogue_scalar,
+    .zeros = mp_gemm_zeros_scalar,
 };

@@ -28,8 +28,8 @@
 
 /* The tile's rows (cols values, row stride ts) to 16-bit codes of format t in h
  * (same stride): one call when the rows are contiguous. */
-static inline void tile_to_half(const mp_gemm_ep *e, mp_dtype t, uint16_t *h, const float *tile, size_t ts,
-                                size_t rows, size_t cols, mp_convert_stats *st) {
+static inline void tile_to_half(const mp_gemm_ep *e, mp_dtype t, uint16_t *h, const float *tile, size_t ts, size_t rows,
+                                size_t cols, mp_convert_stats *st) {
     void (*f)(uint16_t *, const float *, size_t, mp_convert_stats *) =
         t == MP_F16 ? e->k->convert->f32_to_f16 : e->k->convert->f32_to_bf16;
     if (cols == ts) {
@@ -84,8 +84,8 @@ static inline void tile_store(const mp_gemm_ep *e, void *p, mp_dtype t, size_t l
 }
 
 /* 16-bit codes of format t (row stride ts) widened into the tile. */
-static inline void tile_widen(const mp_gemm_ep *e, mp_dtype t, float *tile, const uint16_t *h, size_t ts,
-                              size_t rows, size_t cols) {
+static inline void tile_widen(const mp_gemm_ep *e, mp_dtype t, float *tile, const uint16_t *h, size_t ts, size_t rows,
+                              size_t cols) {
     void (*back)(float *, const uint16_t *, size_t, mp_convert_stats *) =
         t == MP_F16 ? e->k->convert->f16_to_f32 : e->k->convert->bf16_to_f32;
     if (cols == ts) back(tile, h, rows * ts, NULL);
@@ -165,8 +165,8 @@ static inline uint32_t tile_amax32(const float *x, size_t n) {
     return m;
 }
 
-static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0,
-                                         size_t rows, size_t cols, mp_convert_stats *st, uint64_t *zeros) {
+static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
+                                         size_t cols, mp_convert_stats *st, uint64_t *zeros) {
     const float alpha = e->alpha, beta = e->beta;
     const size_t es = mp_format(e->ct)->size;
     const int read_c = beta != 0.0f && e->round_to == MP_F32;
@@ -207,7 +207,8 @@ static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_
         }
         if (st) { /* the rounding's counts; the amax of C as it now stands */
             rs.amax = 0.0f;
-            for (size_t r = 0; r < rows; r++) mp_stats_amax(&rs, tile_amax32((float *)e->c + (i0 + r) * e->ldc + j0, cols));
+            for (size_t r = 0; r < rows; r++)
+                mp_stats_amax(&rs, tile_amax32((float *)e->c + (i0 + r) * e->ldc + j0, cols));
             mp_convert_stats_add(st, &rs);
         }
     } else {
@@ -215,8 +216,7 @@ static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_
         const int keep = e->post == MP_POST_NONE || e->post_out;
         if (e->ct == MP_F32) {
             if (keep) tile_store(e, e->c, MP_F32, e->ldc, tile, NULL, ts, i0, j0, rows, cols, st);
-            else if (st)
-                tile_stats32(e, st, tile, ts, rows, cols);
+            else if (st) tile_stats32(e, st, tile, ts, rows, cols);
         } else {
             tile_to_half(e, e->ct, h, tile, ts, rows, cols, st);
             if (keep) tile_store(e, e->c, e->ct, e->ldc, NULL, h, ts, i0, j0, rows, cols, NULL);

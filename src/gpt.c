@@ -29,9 +29,9 @@
 
 /* activations of a block, in forward order: the stats entries "h.{i}.NAME" */
 enum { A_LN1, A_QKV, A_ATT, A_Y, A_APROJ, A_RES1, A_LN2, A_FC, A_GELU, A_MPROJ, A_RES2, A_PER_LAYER };
-static const char *const act_names[A_PER_LAYER] = {"ln_1",   "attn.c_attn", "attn.att",   "attn.y",
-                                                   "attn.c_proj", "res_1",  "ln_2",       "mlp.c_fc",
-                                                   "mlp.gelu", "mlp.c_proj", "res_2"};
+static const char *const act_names[A_PER_LAYER] = {"ln_1",        "attn.c_attn", "attn.att", "attn.y",
+                                                   "attn.c_proj", "res_1",       "ln_2",     "mlp.c_fc",
+                                                   "mlp.gelu",    "mlp.c_proj",  "res_2"};
 /* weights of a block whose gradients are rounded to ct: "h.{i}.NAME" */
 enum { W_ATT, W_APR, W_FC, W_MPR, W_PER_LAYER };
 static const char *const w_names[W_PER_LAYER] = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
@@ -67,10 +67,10 @@ static const block_param block_params[P_PER_LAYER] = {
 struct mp_gpt {
     mp_gpt_config cfg;
     mp_dtype ct;
-    mp_dtype acc;           /* where reductions round: MP_F32 or ct (mp_gpt_set_reductions) */
+    mp_dtype acc;             /* where reductions round: MP_F32 or ct (mp_gpt_set_reductions) */
     mp_master_weights master; /* where the parameters live */
     size_t max_batch, es;
-    size_t last_rows;       /* B T of the last mp_gpt_train_batch (mp_gpt_activation) */
+    size_t last_rows; /* B T of the last mp_gpt_train_batch (mp_gpt_activation) */
     mp_param *wte, *wpe, *lnfw, *lnfb;
     mp_param **params; /* registration order */
     size_t (*shape)[2];
@@ -106,7 +106,10 @@ static void *buffer(mp_gpt *g, size_t bytes) {
     return p;
 }
 
-static size_t s_act(const mp_gpt *g, int l, int a) { (void)g; return 1 + (size_t)l * A_PER_LAYER + (size_t)a; }
+static size_t s_act(const mp_gpt *g, int l, int a) {
+    (void)g;
+    return 1 + (size_t)l * A_PER_LAYER + (size_t)a;
+}
 static size_t s_lnf(const mp_gpt *g) { return 1 + (size_t)g->cfg.n_layer * A_PER_LAYER; }
 static size_t s_head(const mp_gpt *g) { return s_lnf(g) + 1; }
 static size_t s_wte_w(const mp_gpt *g) { return s_lnf(g) + 2; }
@@ -147,7 +150,9 @@ static void count_lost(mp_gpt *g) {
 }
 
 /* The compute-format values a GEMM reads. */
-static const void *wct(const mp_gpt *g, const mp_param *p) { return g->ct == MP_F32 ? (const void *)p->master : p->half; }
+static const void *wct(const mp_gpt *g, const mp_param *p) {
+    return g->ct == MP_F32 ? (const void *)p->master : p->half;
+}
 
 /* An fp32 view of a small parameter: the master, or the pure bf16 values in scratch slot k. */
 static const float *fparam(mp_gpt *g, const mp_param *p, int k) {
@@ -158,7 +163,6 @@ static const float *fparam(mp_gpt *g, const mp_param *p, int k) {
 }
 
 static uint8_t *at(const mp_gpt *g, const void *p, size_t i) { return (uint8_t *)p + i * g->es; }
-
 
 /* ---- configuration ---- */
 
@@ -179,7 +183,8 @@ mp_status mp_gpt_parse(const char *spec, mp_gpt_config *c) {
     if (!c) return mp_error(MP_EINVAL, "mp_gpt_parse: NULL config");
     memset(c, 0, sizeof *c);
     if (!spec || strncmp(spec, "gpt:", 4) != 0)
-        return mp_error(MP_EINVAL, "model '%s': expected gpt:L-H-C-T (layers, heads, width, context), e.g. gpt:6-6-384-256",
+        return mp_error(MP_EINVAL,
+                        "model '%s': expected gpt:L-H-C-T (layers, heads, width, context), e.g. gpt:6-6-384-256",
                         spec ? spec : "");
     const size_t len = strlen(spec);
     if (spec[len - 1] == '-') return mp_error(MP_EINVAL, "model '%s': trailing '-'", spec);
@@ -208,14 +213,14 @@ bad:
 
 /* ---- creation ---- */
 
-
 /* n values of N(0, std^2): Box-Muller on pairs of splitmix64 uniforms
  * u1, u2 in [0, 1) (53 bits): r = sqrt(-2 ln(1 - u1)), v[2i] = std r cos(2 pi u2),
  * v[2i+1] = std r sin(2 pi u2), in double, rounded to fp32; an odd n drops
  * the last sine. */
 static void normal_fill(float *v, size_t n, double std, uint64_t *rng) {
     for (size_t i = 0; i < n; i += 2) {
-        const double u1 = (double)(mp_splitmix64(rng) >> 11) * 0x1p-53, u2 = (double)(mp_splitmix64(rng) >> 11) * 0x1p-53;
+        const double u1 = (double)(mp_splitmix64(rng) >> 11) * 0x1p-53,
+                     u2 = (double)(mp_splitmix64(rng) >> 11) * 0x1p-53;
         const double r = sqrt(-2.0 * log(1.0 - u1)), th = 6.283185307179586 * u2;
         v[i] = (float)(std * r * cos(th));
         if (i + 1 < n) v[i + 1] = (float)(std * r * sin(th));
@@ -296,8 +301,8 @@ static void reset_stats(mp_gpt *g) {
     name_stats(g);
 }
 
-mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_master_weights master, size_t max_batch, mp_optim *opt,
-                        uint64_t seed) {
+mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_master_weights master, size_t max_batch,
+                        mp_optim *opt, uint64_t seed) {
     if (!out || !c || !opt || max_batch == 0) return mp_error(MP_EINVAL, "mp_gpt_create: bad argument");
     *out = NULL;
     if (ct != MP_F32 && ct != MP_F16 && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_gpt_create: compute format");
@@ -337,8 +342,8 @@ mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_ma
     ok = ok && (g->x0 = buffer(g, N * C * es)) && (g->lnf = buffer(g, N * C * es)) &&
          (g->logits = buffer(g, N * V * es)) && (g->tmp = buffer(g, N * C * es)) &&
          (g->meanf = buffer(g, 2 * N * sizeof(float))) && (g->g_res = buffer(g, N * C * es)) &&
-         (g->g_a = buffer(g, N * C * es)) &&
-         (g->g_big = buffer(g, N * 4 * C * es)) && (g->fscratch = buffer(g, 8 * C * sizeof(float))) &&
+         (g->g_a = buffer(g, N * C * es)) && (g->g_big = buffer(g, N * 4 * C * es)) &&
+         (g->fscratch = buffer(g, 8 * C * sizeof(float))) &&
          (g->row = buffer(g, (2 * C > V ? 2 * C : V) * sizeof(float)));
     if (ok) g->rstdf = g->meanf + N;
     g->att_stride = mp_attention_scratch_floats(T, C / H, es);
@@ -360,7 +365,10 @@ mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype ct, mp_ma
             const block_param *b = &block_params[k];
             char name[64];
             snprintf(name, sizeof name, "transformer.h.%d.%s", l, b->name);
-            st = add_param(g, opt, name, (size_t)b->d0 * C, (size_t)b->d1 * C, b->init == 1 ? sd : b->init ? sd_proj : 0,
+            st = add_param(g, opt, name, (size_t)b->d0 * C, (size_t)b->d1 * C,
+                           b->init == 1 ? sd
+                           : b->init    ? sd_proj
+                                        : 0,
                            b->c, init, &rng, (mp_param **)((char *)&g->h[l] + b->field));
         }
     if (st == MP_OK) st = add_param(g, opt, "transformer.ln_f.weight", C, 0, 0, 1, init, &rng, &g->lnfw);
@@ -448,26 +456,39 @@ static mp_status attention_of(mp_gpt *g, const block *h, size_t B, size_t T, con
     int nt = att_thread_count();
     if ((size_t)nt > B * H) nt = (int)(B * H);
     const mp_status st = ensure_att_scratch(g, nt);
-    *a = (mp_attention){.B = B, .T = T, .H = H, .C = C, .T_max = (size_t)g->cfg.block_size, .ct = g->ct,
-                        .acc = g->acc, .scale = (float)(1.0 / sqrt((double)(C / H))), .qkv = h->qkv, .y = h->y,
-                        .sm = h->sm, .dy = dy, .dqkv = dqkv, .scratch = g->att_scr, .stride = g->att_stride,
+    *a = (mp_attention){.B = B,
+                        .T = T,
+                        .H = H,
+                        .C = C,
+                        .T_max = (size_t)g->cfg.block_size,
+                        .ct = g->ct,
+                        .acc = g->acc,
+                        .scale = (float)(1.0 / sqrt((double)(C / H))),
+                        .qkv = h->qkv,
+                        .y = h->y,
+                        .sm = h->sm,
+                        .dy = dy,
+                        .dqkv = dqkv,
+                        .scratch = g->att_scr,
+                        .stride = g->att_stride,
                         .threads = nt};
     return st;
 }
 
 /* ---- forward and backward ---- */
 
-#define TRY(x)                                                                                                         \
-    do {                                                                                                               \
-        const mp_status s_ = (x);                                                                                      \
-        if (s_ != MP_OK) return s_;                                                                                    \
+#define TRY(x)                      \
+    do {                            \
+        const mp_status s_ = (x);   \
+        if (s_ != MP_OK) return s_; \
     } while (0)
 
 static mp_status check_tokens(const mp_gpt *g, const char *fn, const char *what, const int32_t *v, size_t n) {
     if (!v) return mp_error(MP_EINVAL, "%s: NULL %s", fn, what);
     for (size_t i = 0; i < n; i++)
         if (v[i] < 0 || v[i] >= g->cfg.vocab_size)
-            return mp_error(MP_EINVAL, "%s: %s[%zu] = %d is outside [0, %d)", fn, what, i, (int)v[i], g->cfg.vocab_size);
+            return mp_error(MP_EINVAL, "%s: %s[%zu] = %d is outside [0, %d)", fn, what, i, (int)v[i],
+                            g->cfg.vocab_size);
     return MP_OK;
 }
 
@@ -484,7 +505,9 @@ static mp_status check_batch(const mp_gpt *g, const char *fn, const int32_t *tok
 
 /* ---- the Linear layers' GEMMs: plain, or on quantized operands (recipe.h) ---- */
 
-static mp_qtensor *qt(mp_gpt *g, int l, int w, mp_qrole role) { return &g->q[((size_t)l * W_PER_LAYER + (size_t)w) * 3 + role]; }
+static mp_qtensor *qt(mp_gpt *g, int l, int w, mp_qrole role) {
+    return &g->q[((size_t)l * W_PER_LAYER + (size_t)w) * 3 + role];
+}
 
 /* The recipe of Linear w of block l, or NULL when it reads ct. */
 static const mp_recipe *lrec(const mp_gpt *g, int l, int w) {
@@ -495,17 +518,19 @@ static const mp_recipe *lrec(const mp_gpt *g, int l, int w) {
 /* y (N x out) = x (N x in) W^T, with ep */
 static mp_status lin_fwd(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *x, const mp_param *W,
                          void *y, const mp_gemm_epilogue *ep) {
-    if (!lrec(g, l, w)) return mp_gemm_ex(0, 1, N, out, in, 1.0f, x, g->ct, in, wct(g, W), g->ct, in, 0.0f, y, g->ct, out, ep);
-    return mp_qgemm(lrec(g, l, w), 0, 1, N, out, in, x, g->ct, in, qt(g, l, w, MP_QROLE_INPUT), g->qa, W->master, MP_F32,
-                    in, qt(g, l, w, MP_QROLE_WEIGHT), g->qb, 0.0f, y, g->ct, out, ep);
+    if (!lrec(g, l, w))
+        return mp_gemm_ex(0, 1, N, out, in, 1.0f, x, g->ct, in, wct(g, W), g->ct, in, 0.0f, y, g->ct, out, ep);
+    return mp_qgemm(lrec(g, l, w), 0, 1, N, out, in, x, g->ct, in, qt(g, l, w, MP_QROLE_INPUT), g->qa, W->master,
+                    MP_F32, in, qt(g, l, w, MP_QROLE_WEIGHT), g->qb, 0.0f, y, g->ct, out, ep);
 }
 
 /* dx (N x in) = dy (N x out) W, with ep */
 static mp_status lin_dgrad(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *dy, const mp_param *W,
                            void *dx, const mp_gemm_epilogue *ep) {
-    if (!lrec(g, l, w)) return mp_gemm_ex(0, 0, N, in, out, 1.0f, dy, g->ct, out, wct(g, W), g->ct, in, 0.0f, dx, g->ct, in, ep);
-    return mp_qgemm(lrec(g, l, w), 0, 0, N, in, out, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, W->master, MP_F32,
-                    in, qt(g, l, w, MP_QROLE_WEIGHT), g->qb, 0.0f, dx, g->ct, in, ep);
+    if (!lrec(g, l, w))
+        return mp_gemm_ex(0, 0, N, in, out, 1.0f, dy, g->ct, out, wct(g, W), g->ct, in, 0.0f, dx, g->ct, in, ep);
+    return mp_qgemm(lrec(g, l, w), 0, 0, N, in, out, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, W->master,
+                    MP_F32, in, qt(g, l, w, MP_QROLE_WEIGHT), g->qb, 0.0f, dx, g->ct, in, ep);
 }
 
 /* lin_dgrad counted into st */
@@ -518,7 +543,8 @@ static mp_status lin_dgrad_st(mp_gpt *g, int l, int w, size_t N, size_t out, siz
 /* dW (out x in) = beta dW + dy^T x, with ep */
 static mp_status lin_wgrad(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *dy, const void *x,
                            float beta, float *dW, const mp_gemm_epilogue *ep) {
-    if (!lrec(g, l, w)) return mp_gemm_ex(1, 0, out, in, N, 1.0f, dy, g->ct, out, x, g->ct, in, beta, dW, MP_F32, in, ep);
+    if (!lrec(g, l, w))
+        return mp_gemm_ex(1, 0, out, in, N, 1.0f, dy, g->ct, out, x, g->ct, in, beta, dW, MP_F32, in, ep);
     return mp_qgemm(lrec(g, l, w), 1, 0, out, in, N, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, x, g->ct, in,
                     qt(g, l, w, MP_QROLE_INPUT), g->qb, beta, dW, MP_F32, in, ep);
 }
@@ -542,8 +568,8 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
     const void *x = g->x0;
     for (int l = 0; l < L; l++) {
         block *h = &g->h[l];
-        TRY(mp_layernorm_forward(h->ln1, ct, h->mean1, h->rstd1, x, ct, fparam(g, h->ln1w, 0), fparam(g, h->ln1b, 1),
-                                 N, C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN1), N * C)));
+        TRY(mp_layernorm_forward(h->ln1, ct, h->mean1, h->rstd1, x, ct, fparam(g, h->ln1w, 0), fparam(g, h->ln1b, 1), N,
+                                 C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN1), N * C)));
         mp_gemm_epilogue ep = {.bias = fparam(g, h->attb, 0), .stats = fst(g, s_act(g, l, A_QKV), N * 3 * C)};
         TRY(lin_fwd(g, l, W_ATT, N, 3 * C, C, h->ln1, h->attw, h->qkv, &ep));
         mp_attention att;
@@ -552,26 +578,35 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
         TRY(mp_attention_forward(mp_kernels_current(), &att, fst(g, s_act(g, l, A_ATT), natt),
                                  fst(g, s_act(g, l, A_Y), N * C)));
         /* the branch's output (tmp, counted) and the residual sum res1 = x + tmp, in c_proj's epilogue */
-        ep = (mp_gemm_epilogue){.bias = fparam(g, h->aprb, 0), .stats = fst(g, s_act(g, l, A_APROJ), N * C),
-                                .post = MP_POST_ADD, .post_x = x, .post_out = h->res1,
+        ep = (mp_gemm_epilogue){.bias = fparam(g, h->aprb, 0),
+                                .stats = fst(g, s_act(g, l, A_APROJ), N * C),
+                                .post = MP_POST_ADD,
+                                .post_x = x,
+                                .post_out = h->res1,
                                 .post_stats = fst(g, s_act(g, l, A_RES1), N * C)};
         TRY(lin_fwd(g, l, W_APR, N, C, C, h->y, h->aprw, g->tmp, &ep));
         TRY(mp_layernorm_forward(h->ln2, ct, h->mean2, h->rstd2, h->res1, ct, fparam(g, h->ln2w, 0),
                                  fparam(g, h->ln2b, 1), N, C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN2), N * C)));
         /* bias and GELU in c_fc's epilogue: fc (its input, kept for the backward) and gelu */
-        ep = (mp_gemm_epilogue){.bias = fparam(g, h->fcb, 0), .stats = fst(g, s_act(g, l, A_FC), N * 4 * C),
+        ep = (mp_gemm_epilogue){.bias = fparam(g, h->fcb, 0),
+                                .stats = fst(g, s_act(g, l, A_FC), N * 4 * C),
                                 .post = g->cfg.gelu == MP_GELU_ERF ? MP_POST_GELU_ERF : MP_POST_GELU,
-                                .post_out = h->gelu, .post_stats = fst(g, s_act(g, l, A_GELU), N * 4 * C)};
+                                .post_out = h->gelu,
+                                .post_stats = fst(g, s_act(g, l, A_GELU), N * 4 * C)};
         TRY(lin_fwd(g, l, W_FC, N, 4 * C, C, h->ln2, h->fcw, h->fc, &ep));
-        ep = (mp_gemm_epilogue){.bias = fparam(g, h->mprb, 0), .stats = fst(g, s_act(g, l, A_MPROJ), N * C),
-                                .post = MP_POST_ADD, .post_x = h->res1, .post_out = h->res2,
+        ep = (mp_gemm_epilogue){.bias = fparam(g, h->mprb, 0),
+                                .stats = fst(g, s_act(g, l, A_MPROJ), N * C),
+                                .post = MP_POST_ADD,
+                                .post_x = h->res1,
+                                .post_out = h->res2,
                                 .post_stats = fst(g, s_act(g, l, A_RES2), N * C)};
         TRY(lin_fwd(g, l, W_MPR, N, C, 4 * C, h->gelu, h->mprw, g->tmp, &ep));
         x = h->res2;
     }
     const size_t r0 = head_last ? N - 1 : 0, nr = N - r0;
     TRY(mp_layernorm_forward(at(g, g->lnf, r0 * C), ct, g->meanf + r0, g->rstdf + r0, at(g, x, r0 * C), ct,
-                             fparam(g, g->lnfw, 0), fparam(g, g->lnfb, 1), nr, C, 1e-5f, g->acc, fst(g, s_lnf(g), nr * C)));
+                             fparam(g, g->lnfw, 0), fparam(g, g->lnfb, 1), nr, C, 1e-5f, g->acc,
+                             fst(g, s_lnf(g), nr * C)));
     TRY(mp_gemm(0, 1, nr, V, C, 1.0f, at(g, g->lnf, r0 * C), ct, C, wte, ct, C, 0.0f, at(g, g->logits, r0 * V), ct, V,
                 fst(g, s_head(g), nr * V)));
     return MP_OK;
@@ -589,8 +624,8 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
      * accumulating: the sums of micro-batches come out as the ranks'
      * all-reduce of their gradients gives them (train.h), and as PyTorch
      * adds a micro-batch's gradient to .grad */
-    if (accumulate && !g->dacc && !(g->dacc = malloc(((size_t)g->cfg.vocab_size + (size_t)g->cfg.block_size) * C *
-                                                     sizeof(float))))
+    if (accumulate && !g->dacc &&
+        !(g->dacc = malloc(((size_t)g->cfg.vocab_size + (size_t)g->cfg.block_size) * C * sizeof(float))))
         return mp_error(MP_ENOMEM, "gpt: out of memory");
     float *dwte = accumulate ? g->dacc : g->wte->grad, *dwpe = accumulate ? g->dacc + V * C : g->wpe->grad;
     /* the head: dwte (written first), d ln_f = dlogits wte */
@@ -616,7 +651,8 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         /* the gradient of gelu's output (counted, never stored) and through GELU, in the epilogue */
         ep = (mp_gemm_epilogue){.stats = bst(g, s_act(g, l, A_GELU), N * 4 * C),
                                 .post = g->cfg.gelu == MP_GELU_ERF ? MP_POST_GELU_ERF_GRAD : MP_POST_GELU_GRAD,
-                                .post_x = h->fc, .post_stats = bst(g, s_act(g, l, A_FC), N * 4 * C)};
+                                .post_x = h->fc,
+                                .post_stats = bst(g, s_act(g, l, A_FC), N * 4 * C)};
         TRY(lin_dgrad(g, l, W_MPR, N, C, 4 * C, g->g_res, h->mprw, g->g_big, &ep));
         ep = wgrad(g, s_w(g, l, W_FC), 4 * C * C);
         TRY(lin_wgrad(g, l, W_FC, N, 4 * C, C, g->g_big, h->ln2, beta, h->fcw->grad, &ep));
@@ -666,7 +702,7 @@ static mp_status forward_quiet(mp_gpt *g, const int32_t *tok, size_t B, size_t T
     if (!g->q) return forward(g, tok, B, T, head_last);
     mp_qtensor *keep = malloc(nq(g) * sizeof *keep);
     if (!keep) return mp_error(MP_ENOMEM, "gpt: out of memory");
-    memcpy(keep, g->q, nq(g) * sizeof *keep); /* the delayed histories are only read by forward */
+    memcpy(keep, g->q, nq(g) * sizeof *keep);              /* the delayed histories are only read by forward */
     for (size_t i = 0; i < nq(g); i++) g->q[i].scaled = 0; /* current scaling: this batch's own amax */
     const mp_status st = forward(g, tok, B, T, head_last);
     memcpy(g->q, keep, nq(g) * sizeof *keep);
@@ -691,7 +727,8 @@ mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *ta
     for (size_t i = 0; g->q && i < nq(g); i++) mp_qtensor_begin(&g->q[i], !accumulate);
     TRY(forward(g, tokens, B, T, 0));
     float l;
-    TRY(mp_cross_entropy(&l, g->logits, g->ct, g->logits, g->ct, targets, N, V, grad_scale, g->acc, bst(g, s_head(g), N * V)));
+    TRY(mp_cross_entropy(&l, g->logits, g->ct, g->logits, g->ct, targets, N, V, grad_scale, g->acc,
+                         bst(g, s_head(g), N * V)));
     TRY(backward(g, tokens, B, T, accumulate));
     weight_amax(g, g->wte, s_wte_w(g)); /* the tied head's gradient has the embedding rows' added */
     for (int i = 0; g->ct == MP_F32 && i < g->cfg.n_layer; i++) {
@@ -718,9 +755,12 @@ mp_status mp_gpt_activation(const mp_gpt *g, const char *name, const void **data
     if (strcmp(name, g->stats[s_act(g, L - 1, A_MPROJ)].name) == 0) *data = g->tmp, *n = N * C;
     for (int l = 0; l < L && !*data; l++) {
         const block *h = &g->h[l];
-        const struct { int a; void *p; size_t width; } kept[] = {
-            {A_LN1, h->ln1, C}, {A_QKV, h->qkv, 3 * C}, {A_Y, h->y, C}, {A_RES1, h->res1, C},
-            {A_LN2, h->ln2, C}, {A_FC, h->fc, 4 * C}, {A_GELU, h->gelu, 4 * C}, {A_RES2, h->res2, C}};
+        const struct {
+            int a;
+            void *p;
+            size_t width;
+        } kept[] = {{A_LN1, h->ln1, C}, {A_QKV, h->qkv, 3 * C}, {A_Y, h->y, C},           {A_RES1, h->res1, C},
+                    {A_LN2, h->ln2, C}, {A_FC, h->fc, 4 * C},   {A_GELU, h->gelu, 4 * C}, {A_RES2, h->res2, C}};
         for (size_t k = 0; k < sizeof kept / sizeof kept[0] && !*data; k++)
             if (strcmp(name, g->stats[s_act(g, l, kept[k].a)].name) == 0) *data = kept[k].p, *n = N * kept[k].width;
     }
@@ -800,7 +840,8 @@ mp_status mp_gpt_load(mp_gpt *g, const mp_safetensors *st) {
     for (size_t i = 0; i < st->count && s == MP_OK; i++) {
         unsigned long l;
         int end = 0;
-        if (sscanf(st->tensors[i].name, "transformer.h.%lu.%n", &l, &end) == 1 && end > 0 && l >= (unsigned long)g->cfg.n_layer)
+        if (sscanf(st->tensors[i].name, "transformer.h.%lu.%n", &l, &end) == 1 && end > 0 &&
+            l >= (unsigned long)g->cfg.n_layer)
             s = mp_error(MP_ECORRUPT, "weights: '%s' is beyond the model's %d layer%s", st->tensors[i].name,
                          g->cfg.n_layer, g->cfg.n_layer == 1 ? "" : "s");
     }
@@ -815,7 +856,8 @@ mp_status mp_gpt_load(mp_gpt *g, const mp_safetensors *st) {
                 s = tensor_values(t, p->name, d0, d1, 2, a);
                 for (size_t k = 0; k < p->n && s == MP_OK; k++)
                     if (a[k] != b[k])
-                        s = mp_error(MP_ECORRUPT, "weights: lm_head.weight differs from %s (the head is tied)", p->name);
+                        s = mp_error(MP_ECORRUPT, "weights: lm_head.weight differs from %s (the head is tied)",
+                                     p->name);
             }
             if (!t) t = lm;
         }
@@ -851,7 +893,8 @@ mp_status mp_gpt_check_file(const mp_gpt_config *c, const mp_safetensors *st) {
     mp_status s = check_config(c, "mp_gpt_check_file");
     if (s != MP_OK) return s;
     const size_t L = (size_t)c->n_layer, C = (size_t)c->n_embd, T = (size_t)c->block_size, V = (size_t)c->vocab_size;
-    const mp_tensor *wte = mp_safetensors_find(st, "transformer.wte.weight"), *lm = mp_safetensors_find(st, "lm_head.weight");
+    const mp_tensor *wte = mp_safetensors_find(st, "transformer.wte.weight"),
+                    *lm = mp_safetensors_find(st, "lm_head.weight");
     if (!wte && !lm) return mp_error(MP_ECORRUPT, "weights: no tensor 'transformer.wte.weight' (nor lm_head.weight)");
     if (wte) s = tensor_fits(wte, "transformer.wte.weight", V, C);
     if (s == MP_OK && lm) s = tensor_fits(lm, "lm_head.weight", V, C);
@@ -937,9 +980,18 @@ static size_t model_qtensors(void *impl, mp_named_qtensor *out, size_t cap) {
 }
 
 static const mp_model_ops gpt_ops = {
-    .kind = "gpt", .train_batch = model_train, .eval_batch = model_eval, .nstats = model_nstats,
-    .stats = model_stats, .reset_stats = model_reset, .set_reductions = model_reductions, .load = model_load, .tensors = model_tensors,
-    .free = model_free, .recipe = model_recipe, .qtensors = model_qtensors,
+    .kind = "gpt",
+    .train_batch = model_train,
+    .eval_batch = model_eval,
+    .nstats = model_nstats,
+    .stats = model_stats,
+    .reset_stats = model_reset,
+    .set_reductions = model_reductions,
+    .load = model_load,
+    .tensors = model_tensors,
+    .free = model_free,
+    .recipe = model_recipe,
+    .qtensors = model_qtensors,
 };
 
 mp_model mp_gpt_model(mp_gpt *g) {

@@ -17,8 +17,12 @@ void (*mp_input_test_hook)(int fd, uint64_t done);
 #define WHO(in) (in)->what ? (in)->what : "", (in)->what ? " " : "", (in)->path
 
 static const char *kind_of(mode_t m) {
-    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) || S_ISBLK(m) ? "a device" : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link"
-           : "not a plain file";
+    return S_ISDIR(m)                 ? "a directory"
+           : S_ISFIFO(m)              ? "a FIFO"
+           : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+           : S_ISSOCK(m)              ? "a socket"
+           : S_ISLNK(m)               ? "a symbolic link"
+                                      : "not a plain file";
 }
 
 static void keep_stat(mp_input *in, const struct stat *sb) {
@@ -30,12 +34,14 @@ static void keep_stat(mp_input *in, const struct stat *sb) {
 mp_status mp_input_open(mp_input *in, const char *what, const char *path) {
     memset(in, 0, sizeof *in);
     in->fd = -1, in->what = what, in->path = path ? path : "";
-    if (!path || !*path) return mp_error(MP_EINVAL, "%s%sno file named (an empty path)", what ? what : "", what ? ": " : "");
+    if (!path || !*path)
+        return mp_error(MP_EINVAL, "%s%sno file named (an empty path)", what ? what : "", what ? ": " : "");
     struct stat sb;
     /* a look first, so that a device is not even opened (some act on open) */
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
         return mp_error(MP_EIO, "%s%s%s is %s, not a regular file", WHO(in), kind_of(sb.st_mode));
-    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY); /* O_NONBLOCK: a FIFO put there meanwhile opens at once */
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC |
+                                  O_NOCTTY); /* O_NONBLOCK: a FIFO put there meanwhile opens at once */
     if (fd < 0) {
         const int e = errno;
         if (e == ENXIO && stat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
@@ -44,9 +50,9 @@ mp_status mp_input_open(mp_input *in, const char *what, const char *path) {
     }
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         const int e = errno;
-        const mp_status st = S_ISREG(sb.st_mode) ? mp_error(MP_EIO, "%s%s%s: cannot stat (%s)", WHO(in), strerror(e))
-                                                 : mp_error(MP_EIO, "%s%s%s is %s, not a regular file", WHO(in),
-                                                            kind_of(sb.st_mode));
+        const mp_status st = S_ISREG(sb.st_mode)
+                                 ? mp_error(MP_EIO, "%s%s%s: cannot stat (%s)", WHO(in), strerror(e))
+                                 : mp_error(MP_EIO, "%s%s%s is %s, not a regular file", WHO(in), kind_of(sb.st_mode));
         close(fd);
         return st;
     }
@@ -110,7 +116,8 @@ mp_status mp_read_file(const char *what, const char *path, size_t max, uint8_t *
     mp_status st = mp_input_open(&in, what, path);
     if (st != MP_OK) return st;
     if (in.size > max || in.size > SIZE_MAX - 1)
-        st = mp_error(MP_EINVAL, "%s%s%s: %llu bytes, more than the %zu read", WHO(&in), (unsigned long long)in.size, max);
+        st = mp_error(MP_EINVAL, "%s%s%s: %llu bytes, more than the %zu read", WHO(&in), (unsigned long long)in.size,
+                      max);
     uint8_t *b = st == MP_OK ? malloc((size_t)in.size + 1) : NULL;
     if (st == MP_OK && !b)
         st = mp_error(MP_ENOMEM, "%s%s%s: out of memory for %llu bytes", WHO(&in), (unsigned long long)in.size);

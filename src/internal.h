@@ -103,8 +103,8 @@ int mp_threads_env(void);
  * share t on its own thread. Returns the number of shares, at most
  * MP_MAX_THREADS, so callers can keep per-share results in an array. */
 #define MP_MAX_THREADS 64
-int mp_parallel_for(size_t n, size_t min_parallel, size_t align,
-                    void (*fn)(void *ctx, size_t i0, size_t i1, int t), void *ctx);
+int mp_parallel_for(size_t n, size_t min_parallel, size_t align, void (*fn)(void *ctx, size_t i0, size_t i1, int t),
+                    void *ctx);
 
 /* x rounded to acc (nearest even) and widened back: one step of a naive
  * reduction in a half format (train.h's MP_REDUCE_HALF); MP_F32 leaves x.
@@ -160,15 +160,18 @@ mp_status mp_layernorm_backward_add(void *out, mp_dtype t, float *dw, float *db,
 void mp_softmax_row_again(const struct mp_kernels *kc, float *r, size_t C, mp_dtype acc, const float keep[2]);
 /* One row of ops.h's softmax backward in place: g (dy in, dx out) from the
  * forward's output y, sums in acc. */
-void mp_softmax_backward_row(const struct mp_kernels *kc, float *g, const float *y, size_t C, int log,
-                             mp_dtype acc);
+void mp_softmax_backward_row(const struct mp_kernels *kc, float *g, const float *y, size_t C, int log, mp_dtype acc);
 
 /* CRC-32 of data, continuing from crc (start with 0); zlib's crc32. */
 uint32_t mp_crc32(uint32_t crc, const void *data, size_t len);
 
 /* Little-endian stores and loads for blobs and files. */
-static inline void mp_put_u32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static inline void mp_put_u64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static inline void mp_put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void mp_put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
 static inline uint32_t mp_get_u32(const uint8_t *p) {
     uint32_t v = 0;
     for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
@@ -180,8 +183,16 @@ static inline uint64_t mp_get_u64(const uint8_t *p) {
     return v;
 }
 
-static inline uint32_t mp_f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static inline float mp_bits_f32(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+static inline uint32_t mp_f32_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+static inline float mp_bits_f32(uint32_t u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
 
 /* mp_f32_to_bf16 and mp_bf16_to_f32 (format.h), inline for loops the
  * compiler vectorizes: integer bit arithmetic, the same under FTZ/DAZ. */
@@ -223,12 +234,11 @@ void mp_stats_f32(const struct mp_kernels *k, mp_convert_stats *st, const float 
  * fp32 elements narrowed into dst (type t) with statistics added to st (may
  * be NULL); for t = MP_F32, dst may be src. */
 void mp_to_f32(const struct mp_kernels *k, float *dst, const void *src, mp_dtype t, size_t n);
-void mp_from_f32(const struct mp_kernels *k, void *dst, mp_dtype t, const float *src, size_t n,
-                 mp_convert_stats *st);
+void mp_from_f32(const struct mp_kernels *k, void *dst, mp_dtype t, const float *src, size_t n, mp_convert_stats *st);
 
 /* mp_convert (convert.h) with k's kernels: what the library's own work calls. */
-mp_status mp_convert_in(const struct mp_kernels *k, void *dst, mp_dtype dst_type, const void *src,
-                        mp_dtype src_type, size_t n, mp_convert_stats *stats);
+mp_status mp_convert_in(const struct mp_kernels *k, void *dst, mp_dtype dst_type, const void *src, mp_dtype src_type,
+                        size_t n, mp_convert_stats *stats);
 
 /* Writes what print(f, ctx) prints (an HTML page) to path atomically: into
  * memory first, made valid UTF-8 (a byte that starts no UTF-8 sequence, from
@@ -246,11 +256,11 @@ void mp_html_escape(FILE *f, const char *s);
  * called by mp_trainer_create once the model and the optimizer exist, sets
  * the rest and says what it decided, which the trainer reads: */
 typedef struct mp_mode_applied {
-    int scaled;        /* the mode scales the loss: scaler runs */
-    mp_scaler scaler;  /* as mp_precision_scaler configures it */
-    mp_dtype reduce;   /* where the model's reductions round: MP_F32, or the compute format (+reductions=half) */
-    mp_dtype norm;     /* where the gradient norm sums: the compute format only with half reductions and a clip
-                          (the norm is measured either way) */
+    int scaled;       /* the mode scales the loss: scaler runs */
+    mp_scaler scaler; /* as mp_precision_scaler configures it */
+    mp_dtype reduce;  /* where the model's reductions round: MP_F32, or the compute format (+reductions=half) */
+    mp_dtype norm;    /* where the gradient norm sums: the compute format only with half reductions and a clip
+                         (the norm is measured either way) */
 } mp_mode_applied;
 /* The loss scaler's config in mode p: base (the run's --init-scale, ...)
  * made dynamic or static as the mode says, with fp16-static:S's scale. */
@@ -271,8 +281,8 @@ mp_status mp_precision_apply(const mp_precision *p, const mp_scaler_config *scal
 enum { MP_EXPLORE_K = 25, MP_EXPLORE_HLO = -150, MP_EXPLORE_HN = 170 };
 extern const mp_dtype mp_explore_formats[4]; /* fp16, bf16, e5m2, e4m3 */
 typedef struct mp_explore_page {
-    const char *desc;  /* what the values are, escaped into the page */
-    uint64_t n;        /* the finite values */
+    const char *desc; /* what the values are, escaped into the page */
+    uint64_t n;       /* the finite values */
     const uint64_t *bins;
     mp_scale_counts (*counts)[MP_EXPLORE_K]; /* [format][k] */
 } mp_explore_page;
@@ -283,18 +293,18 @@ void mp_explore_print(FILE *f, const void *page); /* page: an mp_explore_page (m
  * MP_ATTN_RB query rows; its results do not depend on the threads. */
 #define MP_ATTN_RB 64
 typedef struct mp_attention {
-    size_t B, T, H, C;  /* sequences, positions, heads, width (head size C / H) */
-    size_t T_max;       /* positions per (sequence, head) in sm and the scratch: the model's context */
-    mp_dtype ct, acc;   /* the stored format; where the reductions round (MP_F32 or ct) */
-    float scale;        /* the scores' scale: 1 / sqrt(C / H) */
-    const void *qkv;    /* (B T, 3C) ct: q, k, v */
-    void *y;            /* forward: (B T, C) ct, the heads' outputs side by side */
-    float *sm;          /* (B, H, T_max, 2): each row's softmax max and normalizer (forward writes, backward reads) */
-    const void *dy;     /* backward: (B T, C) ct, y's gradient */
-    void *dqkv;         /* backward: (B T, 3C) ct */
-    float *scratch;     /* threads x stride floats (stride >= mp_attention_scratch_floats(T_max, C / H, ct's size)) */
+    size_t B, T, H, C; /* sequences, positions, heads, width (head size C / H) */
+    size_t T_max;      /* positions per (sequence, head) in sm and the scratch: the model's context */
+    mp_dtype ct, acc;  /* the stored format; where the reductions round (MP_F32 or ct) */
+    float scale;       /* the scores' scale: 1 / sqrt(C / H) */
+    const void *qkv;   /* (B T, 3C) ct: q, k, v */
+    void *y;           /* forward: (B T, C) ct, the heads' outputs side by side */
+    float *sm;         /* (B, H, T_max, 2): each row's softmax max and normalizer (forward writes, backward reads) */
+    const void *dy;    /* backward: (B T, C) ct, y's gradient */
+    void *dqkv;        /* backward: (B T, 3C) ct */
+    float *scratch;    /* threads x stride floats (stride >= mp_attention_scratch_floats(T_max, C / H, ct's size)) */
     size_t stride;
-    int threads;        /* 1 .. MP_MAX_THREADS */
+    int threads; /* 1 .. MP_MAX_THREADS */
 } mp_attention;
 size_t mp_attention_scratch_floats(size_t T, size_t hs, size_t es);
 /* y and sm; the probabilities, where they are rounded for P V, counted into
@@ -365,7 +375,7 @@ typedef struct mp_sgd_coef {
 
 typedef struct mp_adamw_coef {
     float decay, w1, beta2, c2, bc2_sqrt, eps, neg_step_size;
-    float bc2_inv;  /* 1 / bc2_sqrt rounded (optim_kernels.h's unbiased_sqrt) */
+    float bc2_inv; /* 1 / bc2_sqrt rounded (optim_kernels.h's unbiased_sqrt) */
 } mp_adamw_coef;
 
 /* The updates (sgd, adamw and their bf16 and half variants) return how many
@@ -393,13 +403,13 @@ typedef struct mp_adamw_coef {
  * update 1e8 times the moment: docs/TRAINING.md); 0 for the others. */
 #define MP_MAP_BUCKETS 8192
 typedef struct mp_state_map {
-    float value[256];  /* each code's value (e4m3: the format's values, sign included) */
+    float value[256]; /* each code's value (e4m3: the format's values, sign included) */
     uint32_t lut[2 * MP_MAP_BUCKETS];
     uint32_t lo, shift;
-    int32_t top;       /* the last bucket */
+    int32_t top; /* the last bucket */
     int entries, sign_magnitude, nan_code;
     int least_positive; /* the least code of a y > 0 (0: torchao's code as it is) */
-    float thresh[257]; /* thresh[entries] is NaN: no y reaches it */
+    float thresh[257];  /* thresh[entries] is NaN: no y reaches it */
     /* The thresholds as a search tree in heap order, for a branch-free binary
      * search in registers (cpu/quant_avx512.c): levels = log2 of entries
      * rounded up; node h (1 <= h < 2^levels) at depth d holds thresh[(2 (h -
@@ -507,9 +517,9 @@ typedef struct mp_gemm_ep {
     void *c;
     mp_dtype ct;
     size_t ldc;
-    const float *bias;      /* (n,) or NULL */
-    mp_dtype round_to;      /* MP_F32: none */
-    mp_gemm_post post;      /* gemm.h's post step: MP_POST_NONE, or post_x (ldc) and post_out (ldc, or NULL: C) */
+    const float *bias; /* (n,) or NULL */
+    mp_dtype round_to; /* MP_F32: none */
+    mp_gemm_post post; /* gemm.h's post step: MP_POST_NONE, or post_x (ldc) and post_out (ldc, or NULL: C) */
     const void *post_x;
     void *post_out;
     const struct mp_kernels *k; /* the conversions, counts and GELU of the call's context */
@@ -564,13 +574,13 @@ extern const mp_gemm_kernel mp_gemm_scalar;
  * mp_gemm_ex's checks and results (MP_EINVAL too for a bf16-only kernel given
  * other inputs); mp_gemm_ex passes the context of the CPU path in use. Tests
  * run contexts no path has (the AMX model's). */
-mp_status mp_gemm_run(const struct mp_kernels *kc, int trans_a, int trans_b, size_t m, size_t n, size_t k,
-                      float alpha, const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb,
-                      float beta, void *c, mp_dtype ct, size_t ldc, const mp_gemm_epilogue *ep);
+mp_status mp_gemm_run(const struct mp_kernels *kc, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
+                      const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
+                      void *c, mp_dtype ct, size_t ldc, const mp_gemm_epilogue *ep);
 /* mp_gemm (gemm.h) in the context kc. */
-mp_status mp_gemm_in(const struct mp_kernels *kc, int trans_a, int trans_b, size_t m, size_t n, size_t k,
-                     float alpha, const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb,
-                     float beta, void *c, mp_dtype ct, size_t ldc, mp_convert_stats *st);
+mp_status mp_gemm_in(const struct mp_kernels *kc, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
+                     const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
+                     void *c, mp_dtype ct, size_t ldc, mp_convert_stats *st);
 
 /* ---- AMX (gemm_amx_model.c, cpu/gemm_amx.c) ----
  * The bf16 x bf16 kernel on AMX tiles: a 32 x 32 block of C in four 16 x 16
@@ -615,8 +625,8 @@ extern const mp_gemm_kernel mp_gemm_avx2;
 extern const mp_gemm_kernel mp_gemm_avx512;
 extern const mp_gemm_kernel mp_gemm_avx512bf16;
 extern const mp_gemm_kernel mp_gemm_amx;
-void mp_gemm_epilogue_avx2(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
-                           size_t cols, mp_convert_stats *st, uint64_t *zeros);
+void mp_gemm_epilogue_avx2(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
+                           mp_convert_stats *st, uint64_t *zeros);
 void mp_gemm_epilogue_avx512(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
                              size_t cols, mp_convert_stats *st, uint64_t *zeros);
 void mp_gemm_epilogue_avx512bf16(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
@@ -681,11 +691,11 @@ static inline float mp_gelu_table_bwd1(const mp_gelu_table *tb, uint16_t code, f
  * e^x on fp32 (<= 0.874 ulp, no libm) and the fp32 softmax rows' loops on it,
  * lanes combined in a fixed order. Every ISA's table gives the same bits. */
 typedef struct mp_softmax_kernels {
-    void (*exp)(float *y, const float *x, size_t n);           /* y[i] = e^x[i]; y may be x */
-    float (*max)(const float *r, size_t n);                    /* NaNs skipped; -inf when none */
-    float (*exp_sum)(float *r, size_t n, float mx);            /* sum of e^(r[j] - mx), r unchanged */
-    float (*exp_sum_store)(float *r, size_t n, float mx);      /* the same, r[j] = e^(r[j] - mx) */
-    void (*exp_scale)(float *r, size_t n, float mx, float k);  /* r[j] = e^(r[j] - mx) k */
+    void (*exp)(float *y, const float *x, size_t n);                  /* y[i] = e^x[i]; y may be x */
+    float (*max)(const float *r, size_t n);                           /* NaNs skipped; -inf when none */
+    float (*exp_sum)(float *r, size_t n, float mx);                   /* sum of e^(r[j] - mx), r unchanged */
+    float (*exp_sum_store)(float *r, size_t n, float mx);             /* the same, r[j] = e^(r[j] - mx) */
+    void (*exp_scale)(float *r, size_t n, float mx, float k);         /* r[j] = e^(r[j] - mx) k */
     void (*exp_sub_mul)(float *g, const float *y, size_t n, float d); /* g[j] -= e^y[j] d */
 } mp_softmax_kernels;
 extern const mp_softmax_kernels mp_softmax_scalar;
@@ -736,19 +746,19 @@ static inline void mp_quant_amax(mp_quant_stats *st, uint32_t a) {
  * block) after the transform. Every table gives the bits and counts of the
  * reference, mp_recipe_ref. */
 typedef struct mp_qop {
-    uint16_t *dst;        /* (rows, ldd) bf16 */
-    const void *src;      /* (rows, lds) fp32 or bf16 */
+    uint16_t *dst;   /* (rows, ldd) bf16 */
+    const void *src; /* (rows, lds) fp32 or bf16 */
     size_t ldd, lds, rows, cols;
-    mp_dtype st;          /* MP_F32 or MP_BF16 */
-    mp_recipe_kind kind;  /* MP_RECIPE_FP8_DELAYED and _CURRENT alike: one per-tensor scale */
-    int k_rows;           /* mxfp8, nvfp4 1x16: the blocks run down the columns */
-    mp_dtype fmt;         /* per-tensor fp8: MP_E4M3 or MP_E5M2 */
-    float scale;          /* per-tensor fp8: x * scale is coded; nvfp4: the amax of the global scale */
-    mp_mx_rule rule;      /* mxfp8 */
-    int tile16;           /* nvfp4: 16x16 blocks */
-    int rht;              /* nvfp4: each column's 16-row blocks are transformed first (mp_rht16) */
-    uint16_t signs;       /* the transform's sign mask */
-    const mp_rng *rng;    /* nvfp4 stochastic rounding (recipe.h: each element's byte), or NULL */
+    mp_dtype st;         /* MP_F32 or MP_BF16 */
+    mp_recipe_kind kind; /* MP_RECIPE_FP8_DELAYED and _CURRENT alike: one per-tensor scale */
+    int k_rows;          /* mxfp8, nvfp4 1x16: the blocks run down the columns */
+    mp_dtype fmt;        /* per-tensor fp8: MP_E4M3 or MP_E5M2 */
+    float scale;         /* per-tensor fp8: x * scale is coded; nvfp4: the amax of the global scale */
+    mp_mx_rule rule;     /* mxfp8 */
+    int tile16;          /* nvfp4: 16x16 blocks */
+    int rht;             /* nvfp4: each column's 16-row blocks are transformed first (mp_rht16) */
+    uint16_t signs;      /* the transform's sign mask */
+    const mp_rng *rng;   /* nvfp4 stochastic rounding (recipe.h: each element's byte), or NULL */
 } mp_qop;
 typedef struct mp_recipe_kernels {
     mp_status (*quantize)(const mp_qop *op, size_t r0, size_t r1, mp_quant_stats *st);
@@ -771,16 +781,16 @@ mp_status mp_qoperand_with(const mp_recipe_kernels *k, uint16_t *dst, size_t ldd
 /* Philox4x32-10's ten rounds on the words c0..c3 with the key k0, k1 (all
  * lvalues of type T, scalar or vector: the same steps lane by lane);
  * MULHILO(a, K, &lo) returns the high half of a * K and stores the low. */
-#define MP_PHILOX4X32_10(T, MULHILO, c0, c1, c2, c3, k0, k1)                                   \
-    for (int round_ = 0; round_ < 10; round_++) {                                              \
-        T lo0_, lo1_;                                                                          \
+#define MP_PHILOX4X32_10(T, MULHILO, c0, c1, c2, c3, k0, k1)                                    \
+    for (int round_ = 0; round_ < 10; round_++) {                                               \
+        T lo0_, lo1_;                                                                           \
         const T hi0_ = MULHILO(c0, 0xD2511F53u, &lo0_), hi1_ = MULHILO(c2, 0xCD9E8D57u, &lo1_); \
-        c0 = hi1_ ^ c1 ^ k0;                                                                   \
-        c1 = lo1_;                                                                             \
-        c2 = hi0_ ^ c3 ^ k1;                                                                   \
-        c3 = lo0_;                                                                             \
-        k0 += 0x9E3779B9u;                                                                     \
-        k1 += 0xBB67AE85u;                                                                     \
+        c0 = hi1_ ^ c1 ^ k0;                                                                    \
+        c1 = lo1_;                                                                              \
+        c2 = hi0_ ^ c3 ^ k1;                                                                    \
+        c3 = lo0_;                                                                              \
+        k0 += 0x9E3779B9u;                                                                      \
+        k1 += 0xBB67AE85u;                                                                      \
     }
 
 /* Bytes j0 .. j0 + n - 1 of the stochastic-rounding stream of seed (nvfp4.c:

@@ -16,9 +16,12 @@
 /* safetensors' names. Its "F4" (E2M1) is 4 bits an element, two to a byte;
  * mixprec's MP_E2M1 buffers hold one code per byte, so neither side maps to
  * the other and both are refused by name. */
-static const struct { const char *name; mp_dtype t; } st_dtypes[] = {
-    {"F32", MP_F32}, {"F16", MP_F16}, {"BF16", MP_BF16}, {"F8_E4M3", MP_E4M3}, {"F8_E5M2", MP_E5M2},
-    {"F8_E8M0", MP_E8M0}, {"U8", MP_U8},
+static const struct {
+    const char *name;
+    mp_dtype t;
+} st_dtypes[] = {
+    {"F32", MP_F32},      {"F16", MP_F16},      {"BF16", MP_BF16}, {"F8_E4M3", MP_E4M3},
+    {"F8_E5M2", MP_E5M2}, {"F8_E8M0", MP_E8M0}, {"U8", MP_U8},
 };
 
 /* Bytes per element of a dtype a file may hold. */
@@ -96,7 +99,8 @@ static mp_status parse_metadata(const char *path, const cJSON *e, mp_safetensors
         s->meta[2 * s->nmeta] = strdup(kv->string);
         s->meta[2 * s->nmeta + 1] = strdup(kv->valuestring);
         s->nmeta++;
-        if (!s->meta[2 * s->nmeta - 2] || !s->meta[2 * s->nmeta - 1]) return mp_error(MP_ENOMEM, "%s: out of memory", path);
+        if (!s->meta[2 * s->nmeta - 2] || !s->meta[2 * s->nmeta - 1])
+            return mp_error(MP_ENOMEM, "%s: out of memory", path);
     }
     return MP_OK;
 }
@@ -104,11 +108,13 @@ static mp_status parse_metadata(const char *path, const cJSON *e, mp_safetensors
 /* A tensor's shape: at most 4 whole dimensions, *numel their product. */
 static mp_status parse_shape(const char *path, const cJSON *sh, mp_tensor *t, size_t *numel) {
     t->ndim = cJSON_GetArraySize(sh);
-    if (t->ndim > 4) return mp_error(MP_ECORRUPT, "%s: tensor '%s' has %d dimensions (at most 4)", path, t->name, t->ndim);
+    if (t->ndim > 4)
+        return mp_error(MP_ECORRUPT, "%s: tensor '%s' has %d dimensions (at most 4)", path, t->name, t->ndim);
     *numel = 1;
     for (int i = 0; i < t->ndim; i++) {
         const cJSON *d = cJSON_GetArrayItem(sh, i);
-        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e12 || d->valuedouble != (double)(size_t)d->valuedouble)
+        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e12 ||
+            d->valuedouble != (double)(size_t)d->valuedouble)
             return mp_error(MP_ECORRUPT, "%s: tensor '%s' has a bad shape", path, t->name);
         t->shape[i] = (size_t)d->valuedouble;
         if (t->shape[i] && *numel > ((size_t)1 << 50) / t->shape[i])
@@ -132,8 +138,9 @@ static mp_status parse_tensor(const char *path, const cJSON *e, size_t datalen, 
     for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
         if (strcmp(dt->valuestring, st_dtypes[i].name) == 0) t->dtype = st_dtypes[i].t, known = 1;
     if (!known)
-        return mp_error(MP_ECORRUPT, "%s: tensor '%s' has dtype %s (F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0 are read%s)",
-                        path, t->name, dt->valuestring,
+        return mp_error(MP_ECORRUPT,
+                        "%s: tensor '%s' has dtype %s (F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0 are read%s)", path,
+                        t->name, dt->valuestring,
                         strcmp(dt->valuestring, "F4") == 0 ? "; F4 packs two fp4 codes a byte, mixprec holds one" : "");
     size_t numel = 1;
     const mp_status st = parse_shape(path, sh, t, &numel);
@@ -208,12 +215,13 @@ mp_status mp_safetensors_read(const char *path, mp_safetensors *s) {
     s->buffer = buf;
     const long size = (long)nread;
     uint8_t *b = s->buffer;
-    if (st == MP_OK && size < 8) st = mp_error(MP_ECORRUPT, "%s: %ld bytes, too short for a safetensors file", path, size);
+    if (st == MP_OK && size < 8)
+        st = mp_error(MP_ECORRUPT, "%s: %ld bytes, too short for a safetensors file", path, size);
     if (st == MP_OK) {
         const uint64_t n = mp_get_u64(b);
         if (n < 2 || n > (uint64_t)size - 8 || n > (100u << 20)) {
-            st = mp_error(MP_ECORRUPT, "%s: header length %llu does not fit a %ld-byte file", path, (unsigned long long)n,
-                          size);
+            st = mp_error(MP_ECORRUPT, "%s: header length %llu does not fit a %ld-byte file", path,
+                          (unsigned long long)n, size);
         } else {
             char *json = malloc(n + 1);
             if (!json) st = mp_error(MP_ENOMEM, "%s: out of memory", path);
@@ -242,10 +250,13 @@ mp_status mp_safetensors_write(const char *path, const mp_tensor *ts, size_t cou
         const char *dn = dtype_name(ts[i].dtype);
         if (ts[i].dtype == MP_E2M1) {
             cJSON_Delete(root);
-            return mp_error(MP_EINVAL, "%s: tensor '%s' is e2m1, one code a byte; safetensors' F4 packs two a byte "
-                                       "(not written: widen it with mp_convert first)", path, ts[i].name);
+            return mp_error(MP_EINVAL,
+                            "%s: tensor '%s' is e2m1, one code a byte; safetensors' F4 packs two a byte "
+                            "(not written: widen it with mp_convert first)",
+                            path, ts[i].name);
         }
-        if (!dn || ts[i].ndim < 0 || ts[i].ndim > 4 || ts[i].nbytes != mp_tensor_numel(&ts[i]) * elem_size(ts[i].dtype)) {
+        if (!dn || ts[i].ndim < 0 || ts[i].ndim > 4 ||
+            ts[i].nbytes != mp_tensor_numel(&ts[i]) * elem_size(ts[i].dtype)) {
             cJSON_Delete(root);
             return mp_error(MP_EINVAL, "%s: tensor '%s' has a bad dtype, shape or size", path, ts[i].name);
         }
@@ -355,9 +366,7 @@ void mp_remove_stale(const char *dir, const char *base, const char *infix) {
     if (d) closedir(d);
 }
 
-int mp_create_excl(const char *path) {
-    return open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-}
+int mp_create_excl(const char *path) { return open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666); }
 
 /* ---- one writer per output: PATH.lock, flock(2)ed while the output is written ----
  * The locks this thread holds (a run locks its outputs at its start, and its
@@ -366,8 +375,8 @@ int mp_create_excl(const char *path) {
 enum { HELD_MAX = 128 }; /* a comparison's commit locks each file it moves into DIR: 12 modes x 6 + 2 */
 static _Thread_local struct {
     int fd;
-    long pid;        /* the process that took it: a child made by fork() holds none of its parent's locks */
-    char *path;      /* the output's (malloc'd) */
+    long pid;   /* the process that took it: a child made by fork() holds none of its parent's locks */
+    char *path; /* the output's (malloc'd) */
 } held[HELD_MAX];
 static _Thread_local int nheld;
 
@@ -389,7 +398,8 @@ mp_status mp_output_lock(const char *option, const char *path) {
     for (int i = 0; i < nheld; i++) /* a parent's, copied by fork(): not this process's (its descriptor is left
                                        as it is: the child may have closed it and reused the number) */
         if (held[i].pid != (long)getpid()) free(held[i].path), held[i--] = held[--nheld];
-    if (nheld == HELD_MAX) return mp_error(MP_ENOMEM, "%s%s%s: more than %d outputs locked at once", opt, sp, path, HELD_MAX);
+    if (nheld == HELD_MAX)
+        return mp_error(MP_ENOMEM, "%s%s%s: more than %d outputs locked at once", opt, sp, path, HELD_MAX);
     char lk[4300];
     snprintf(lk, sizeof lk, "%s.lock", path);
     for (int tries = 0; tries < 100; tries++) {
@@ -414,8 +424,8 @@ mp_status mp_output_lock(const char *option, const char *path) {
             const long pid = ours && got > 0 ? strtol(text + sizeof lock_text - 1, NULL, 10) : 0;
             char who[64] = "another process";
             if (pid > 0) snprintf(who, sizeof who, "another mixprec process (pid %ld)", pid);
-            return mp_error(MP_EIO, "%s%s%s: %s is writing it (it holds %s); one writer per output", opt, sp, path,
-                            who, lk);
+            return mp_error(MP_EIO, "%s%s%s: %s is writing it (it holds %s); one writer per output", opt, sp, path, who,
+                            lk);
         }
         if (lstat(lk, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino) { /* its last holder removed it */
             close(fd);
@@ -423,8 +433,10 @@ mp_status mp_output_lock(const char *option, const char *path) {
         }
         if (!ours) {
             close(fd);
-            return mp_error(MP_EIO, "%s%s%s: %s is a file mixprec did not write, not a lock: it is left alone "
-                            "(remove it, or choose another path)", opt, sp, path, lk);
+            return mp_error(MP_EIO,
+                            "%s%s%s: %s is a file mixprec did not write, not a lock: it is left alone "
+                            "(remove it, or choose another path)",
+                            opt, sp, path, lk);
         }
         char mine[64];
         const int len = snprintf(mine, sizeof mine, "%s%ld\n", lock_text, (long)getpid());
@@ -469,7 +481,9 @@ mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t 
     struct stat st; /* a device, a FIFO or a directory is never replaced by a regular file */
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return mp_error(MP_EIO, "%s is %s, not a regular file: it is not replaced", path,
-                        S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device");
+                        S_ISDIR(st.st_mode)    ? "a directory"
+                        : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                               : "a device");
     /* one writer: a lock this thread holds (a run's output) is used as it is, else taken for the write */
     const int locked_here = held_at(path) < 0;
     if (locked_here && mp_output_lock(NULL, path) != MP_OK) return MP_EIO;
@@ -498,8 +512,8 @@ mp_status mp_write_file_atomic(const char *path, const mp_chunk *chunks, size_t 
     if (!failed && no_replace) { /* link(2) fails with EEXIST where a file is: nothing is replaced */
         if (link(tmp, path) == 0) unlink(tmp);
         else if (errno == EEXIST) failed = "a file is there already, and it is not replaced", err = EEXIST;
-        else if (lstat(path, &st) != 0 && errno == ENOENT && rename(tmp, path) == 0) { /* no hard links here */
-        } else failed = "cannot move the new file into place", err = errno;
+        else if (lstat(path, &st) != 0 && errno == ENOENT && rename(tmp, path) == 0) { /* no hard links here */ } else
+            failed = "cannot move the new file into place", err = errno;
     } else if (!failed && rename(tmp, path) != 0) failed = "cannot rename the new file into place", err = errno;
     if (failed) {
         unlink(tmp);

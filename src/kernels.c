@@ -24,11 +24,16 @@ static const mp_kernels ctx_scalar = {
  * of 2 flops each); 4 TDPBF16PS of 16 x 16 x 32 products a turn */
 static const mp_peak_kernels peak_avx2 = {.fma = mp_peak_fma_avx2, .fma_flops = 20.0 * 8 * 2};
 static const mp_peak_kernels peak_avx512 = {.fma = mp_peak_fma_avx512, .fma_flops = 20.0 * 16 * 2};
-static const mp_peak_kernels peak_avx512bf16 = {.fma = mp_peak_fma_avx512, .dpbf16 = mp_peak_dpbf16_avx512,
-                                                .fma_flops = 20.0 * 16 * 2, .dpbf16_flops = 20.0 * 16 * 4};
-static const mp_peak_kernels peak_amx = {.fma = mp_peak_fma_avx512, .dpbf16 = mp_peak_dpbf16_avx512,
-                                         .tdpbf16 = mp_peak_tdpbf16_amx, .fma_flops = 20.0 * 16 * 2,
-                                         .dpbf16_flops = 20.0 * 16 * 4, .tdpbf16_flops = 4.0 * 16 * 16 * 32 * 2};
+static const mp_peak_kernels peak_avx512bf16 = {.fma = mp_peak_fma_avx512,
+                                                .dpbf16 = mp_peak_dpbf16_avx512,
+                                                .fma_flops = 20.0 * 16 * 2,
+                                                .dpbf16_flops = 20.0 * 16 * 4};
+static const mp_peak_kernels peak_amx = {.fma = mp_peak_fma_avx512,
+                                         .dpbf16 = mp_peak_dpbf16_avx512,
+                                         .tdpbf16 = mp_peak_tdpbf16_amx,
+                                         .fma_flops = 20.0 * 16 * 2,
+                                         .dpbf16_flops = 20.0 * 16 * 4,
+                                         .tdpbf16_flops = 4.0 * 16 * 16 * 32 * 2};
 
 static const mp_kernels ctx_avx2 = {
     .isa = MP_ISA_AVX2,
@@ -80,9 +85,7 @@ static const mp_kernels ctx_amx = {
 static const mp_kernels *const contexts[] = {
     [MP_ISA_SCALAR] = &ctx_scalar,
 #ifdef MP_X86
-    [MP_ISA_AVX2] = &ctx_avx2,
-    [MP_ISA_AVX512] = &ctx_avx512,
-    [MP_ISA_AVX512_BF16] = &ctx_avx512bf16,
+    [MP_ISA_AVX2] = &ctx_avx2,     [MP_ISA_AVX512] = &ctx_avx512, [MP_ISA_AVX512_BF16] = &ctx_avx512bf16,
     [MP_ISA_AMX] = &ctx_amx,
 #endif
 };

@@ -47,8 +47,10 @@ mp_status mp_precision_add_layers(mp_precision *p, const char *target, const cha
     if (!p || !target || !pattern) return mp_error(MP_EINVAL, "mp_precision_add_layers: NULL argument");
     const int kind = known_target(p, target, strlen(target));
     if (!kind)
-        return mp_error(MP_EINVAL, "layers in '%s': the recipe is fp8-delayed, fp8-current, mxfp8, nvfp4 or %s "
-                        "(the compute format)", target, mp_format(p->compute)->name);
+        return mp_error(MP_EINVAL,
+                        "layers in '%s': the recipe is fp8-delayed, fp8-current, mxfp8, nvfp4 or %s "
+                        "(the compute format)",
+                        target, mp_format(p->compute)->name);
     if (kind == 1 && (p->compute != MP_BF16 || p->master_weights != MP_MASTER_FP32))
         return mp_error(MP_EINVAL, "layers in %s: the recipe runs with bf16 compute and fp32 master weights, not in %s",
                         target, p->label);
@@ -168,8 +170,10 @@ static mp_status apply_one(const mp_precision *p, const char *s, const char **ne
         else fixed++;
     }
     if (!hits && fixed && r.kind != MP_RECIPE_NONE)
-        return mp_error(MP_EINVAL, "layer pattern '%s': %s stays in the compute format in every mode (its GEMM takes "
-                        "no recipe)", pat, names[nq]);
+        return mp_error(MP_EINVAL,
+                        "layer pattern '%s': %s stays in the compute format in every mode (its GEMM takes "
+                        "no recipe)",
+                        pat, names[nq]);
     if (!hits && !fixed)
         return mp_error(MP_EINVAL, "layer pattern '%s' matches no layer of the model (its layers: %s ... %s)", pat,
                         names[0], names[n - 1]);

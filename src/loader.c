@@ -65,7 +65,8 @@ mp_status mp_image_loader(mp_loader *out, const mp_dataset *train, const mp_data
                           uint64_t seed, size_t eval_b) {
     if (!out || !train || train->n == 0 || B == 0 || eval_b == 0)
         return mp_error(MP_EINVAL, "mp_image_loader: bad argument");
-    if (B > train->n) return mp_error(MP_EINVAL, "a batch of %zu is larger than the %zu training examples", B, train->n);
+    if (B > train->n)
+        return mp_error(MP_EINVAL, "a batch of %zu is larger than the %zu training examples", B, train->n);
     if (eval && eval->rows * eval->cols != train->rows * train->cols)
         return mp_error(MP_EINVAL, "mp_image_loader: training and evaluation images differ in size");
     image_loader *l = calloc(1, sizeof *l);
@@ -122,7 +123,8 @@ mp_status mp_text_loader(mp_loader *out, const mp_text *text, size_t B, size_t T
     text_loader *l = calloc(1, sizeof *l);
     if (l) {
         const size_t all = mp_text_val_windows(text, T);
-        *l = (text_loader){text, B, T, eval_windows && eval_windows < all ? eval_windows : all, shuffle, seed, NULL, NULL};
+        *l = (text_loader){text,    B,    T,    eval_windows && eval_windows < all ? eval_windows : all,
+                           shuffle, seed, NULL, NULL};
         l->tokens = malloc(B * T * sizeof *l->tokens), l->targets = malloc(B * T * sizeof *l->targets);
     }
     if (!l || !l->tokens || !l->targets) {

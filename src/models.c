@@ -28,9 +28,15 @@ static int custom_meta(const mp_run_spec *s, const char **kv) { return (void)s, 
 static const char *custom_describe(const mp_run_spec *s) { return (void)s, ""; }
 
 /* Its evaluation is reported as a classifier's (run.h). */
-static const mp_model_row custom_row = {
-    .what = "this model", .report = MP_REPORT_CLASSIFIER, .batch = 256, .open = custom_open, .close = custom_close,
-    .create = custom_create, .loader = custom_loader, .meta = custom_meta, .describe = custom_describe};
+static const mp_model_row custom_row = {.what = "this model",
+                                        .report = MP_REPORT_CLASSIFIER,
+                                        .batch = 256,
+                                        .open = custom_open,
+                                        .close = custom_close,
+                                        .create = custom_create,
+                                        .loader = custom_loader,
+                                        .meta = custom_meta,
+                                        .describe = custom_describe};
 
 /* ---- the table ---- */
 

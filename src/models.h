@@ -23,14 +23,14 @@ typedef enum mp_model_report {
 enum { MP_OPT_ACT = 1, MP_OPT_LAYERNORM = 2, MP_OPT_HIST = 4, MP_OPT_GELU = 8, MP_OPT_EVAL_WINDOWS = 16 };
 
 typedef struct mp_model_row {
-    const char *prefix;       /* "mlp:", "gpt:"; NULL: the caller's model */
-    const char *kind;         /* its mp_model_ops.kind ("mlp"); NULL: the caller's */
-    const char *what;         /* "the MLP", as messages name it */
+    const char *prefix; /* "mlp:", "gpt:"; NULL: the caller's model */
+    const char *kind;   /* its mp_model_ops.kind ("mlp"); NULL: the caller's */
+    const char *what;   /* "the MLP", as messages name it */
     mp_model_report report;
-    long batch;               /* --batch's default: examples, or sequences */
-    unsigned options;         /* the MP_OPT_* it uses */
-    int text;                 /* it trains on text (--data text:PATH...), else on a directory */
-    const char *data_use;     /* the message for --data of the other kind */
+    long batch;           /* --batch's default: examples, or sequences */
+    unsigned options;     /* the MP_OPT_* it uses */
+    int text;             /* it trains on text (--data text:PATH...), else on a directory */
+    const char *data_use; /* the message for --data of the other kind */
     /* The model string parsed (MP_EINVAL + message) into a new context for
      * the functions below, which keeps s (by pointer: the run's spec with its
      * defaults resolved); *T: positions per row (1, or the GPT's context). */

@@ -33,16 +33,16 @@
  * magnitude's bits. */
 static uint32_t round_f32(uint64_t m, int e) {
     const int msb = 63 - __builtin_clzll(m);
-    const int L = msb + e;                /* the value is in [2^L, 2^(L+1)) */
+    const int L = msb + e; /* the value is in [2^L, 2^(L+1)) */
     if (L > 127) return 0x7f800000u;
-    const int lo = L < -126 ? -126 : L;   /* the binade whose quantum applies */
-    const int q = lo - 23;                /* quantum 2^q */
+    const int lo = L < -126 ? -126 : L; /* the binade whose quantum applies */
+    const int q = lo - 23;              /* quantum 2^q */
     uint64_t r;
     if (q <= e) {
-        r = m << (e - q);                 /* exact */
+        r = m << (e - q); /* exact */
     } else {
         const int sh = q - e;
-        if (sh > 63) return 0;            /* below 2^(q-15): rounds to 0 */
+        if (sh > 63) return 0; /* below 2^(q-15): rounds to 0 */
         const uint64_t rem = m & ((1ull << sh) - 1), half = 1ull << (sh - 1);
         r = m >> sh;
         r += (rem > half) | ((rem == half) & r);
@@ -72,14 +72,14 @@ static uint32_t mul_pow2(uint32_t x, int k) {
 }
 
 typedef struct {
-    int emax;            /* floor(log2(max)) */
-    uint32_t max;        /* the largest finite value, fp32 bits */
-    uint8_t nan;         /* the positive NaN code */
+    int emax;     /* floor(log2(max)) */
+    uint32_t max; /* the largest finite value, fp32 bits */
+    uint8_t nan;  /* the positive NaN code */
 } elem_info;
 
 static elem_info info(mp_dtype elem) {
-    if (elem == MP_E4M3) return (elem_info){8, 0x43e00000u, 0x7f};   /* 448 */
-    return (elem_info){15, 0x47600000u, 0x7e};                       /* 57344 */
+    if (elem == MP_E4M3) return (elem_info){8, 0x43e00000u, 0x7f}; /* 448 */
+    return (elem_info){15, 0x47600000u, 0x7e};                     /* 57344 */
 }
 
 /* The E8M0 scale of a finite amax (bits, sign clear). */
@@ -99,14 +99,14 @@ static uint8_t scale_ref(uint32_t amax, mp_dtype elem, mp_mx_rule rule) {
     return (uint8_t)((d >> 23) + ((d & 0x7fffffu) != 0));
 }
 
-static void scales_scalar(uint8_t *s, // (n,) E8M0
+static void scales_scalar(uint8_t *s,           // (n,) E8M0
                           const uint32_t *amax, // (n,) fp32 bits, finite, sign clear
                           size_t n, mp_dtype elem, mp_mx_rule rule) {
     for (size_t i = 0; i < n; i++) s[i] = scale_ref(amax[i], elem, rule);
 }
 
-static void quantize_scalar(uint8_t *codes, // (nb * 32,) elem
-                            uint8_t *scales, // (nb,) E8M0
+static void quantize_scalar(uint8_t *codes,   // (nb * 32,) elem
+                            uint8_t *scales,  // (nb,) E8M0
                             const float *src, // (nb * 32,) fp32
                             size_t nb, mp_dtype elem, mp_mx_rule rule, mp_quant_stats *st) {
     const elem_info E = info(elem);
@@ -154,15 +154,16 @@ static void quantize_scalar(uint8_t *codes, // (nb * 32,) elem
     if (st) st->n += (uint64_t)nb * MP_MX_BLOCK;
 }
 
-static void dequantize_scalar(float *dst, // (nb * 32,) fp32
-                              const uint8_t *codes, // (nb * 32,) elem
+static void dequantize_scalar(float *dst,            // (nb * 32,) fp32
+                              const uint8_t *codes,  // (nb * 32,) elem
                               const uint8_t *scales, // (nb,) E8M0
                               size_t nb, mp_dtype elem) {
     for (size_t b = 0; b < nb; b++)
         for (int i = 0; i < MP_MX_BLOCK; i++) {
             const size_t j = b * MP_MX_BLOCK + (size_t)i;
             const float v = elem == MP_E4M3 ? mp_e4m3_to_f32(codes[j]) : mp_e5m2_to_f32(codes[j]);
-            dst[j] = scales[b] == 0xff ? mp_bits_f32(0x7fc00000u) : mp_bits_f32(mul_pow2(mp_f32_bits(v), scales[b] - 127));
+            dst[j] =
+                scales[b] == 0xff ? mp_bits_f32(0x7fc00000u) : mp_bits_f32(mul_pow2(mp_f32_bits(v), scales[b] - 127));
         }
 }
 
@@ -222,8 +223,13 @@ mp_status mp_mx_quantize(uint8_t *codes, uint8_t *scales, const float *src, size
     if (n == 0) return MP_OK;
     mp_quant_stats part[MP_MAX_THREADS];
     memset(part, 0, sizeof part);
-    mx_job job = {.k = mp_kernels_current()->mx, .codes = codes, .scales = scales, .src = src, .elem = elem,
-                  .rule = rule, .part = st ? part : NULL};
+    mx_job job = {.k = mp_kernels_current()->mx,
+                  .codes = codes,
+                  .scales = scales,
+                  .src = src,
+                  .elem = elem,
+                  .rule = rule,
+                  .part = st ? part : NULL};
     const int shares = mp_parallel_for(n, PARALLEL_MIN, MP_MX_BLOCK, quantize_share, &job);
     if (st)
         for (int t = 0; t < shares; t++) {
@@ -246,8 +252,14 @@ mp_status mp_mx_dequantize(float *dst, const uint8_t *codes, const uint8_t *scal
 
 mp_status mp_mx_rule_parse(const char *name, mp_mx_rule *out) {
     if (name && out) {
-        if (strcmp(name, "floor") == 0) { *out = MP_MX_FLOOR; return MP_OK; }
-        if (strcmp(name, "rceil") == 0) { *out = MP_MX_RCEIL; return MP_OK; }
+        if (strcmp(name, "floor") == 0) {
+            *out = MP_MX_FLOOR;
+            return MP_OK;
+        }
+        if (strcmp(name, "rceil") == 0) {
+            *out = MP_MX_RCEIL;
+            return MP_OK;
+        }
     }
     return mp_error(MP_EINVAL, "unknown MX scale rule '%s' (expected floor or rceil)", name ? name : "(null)");
 }

@@ -10,17 +10,17 @@
 struct mp_mlp {
     mp_mlp_config cfg;
     mp_dtype ct;
-    mp_dtype acc;           /* where reductions round: MP_F32 or ct (mp_mlp_set_reductions) */
+    mp_dtype acc;             /* where reductions round: MP_F32 or ct (mp_mlp_set_reductions) */
     mp_master_weights master; /* where the parameters live */
     size_t max_batch;
     mp_param *w[L_MAX], *b[L_MAX], *lnw[L_MAX], *lnb[L_MAX];
-    void *act[L_MAX + 1];  /* act[l]: input of Linear l (B, widths[l]), compute format */
-    void *z[L_MAX];        /* output of Linear l (B, widths[l+1]) */
-    void *h[L_MAX];        /* after layer norm (== z without it): the activation's input */
+    void *act[L_MAX + 1]; /* act[l]: input of Linear l (B, widths[l]), compute format */
+    void *z[L_MAX];       /* output of Linear l (B, widths[l+1]) */
+    void *h[L_MAX];       /* after layer norm (== z without it): the activation's input */
     float *mean[L_MAX], *rstd[L_MAX];
-    void *g0, *g1;         /* gradient buffers (B, max width) */
-    float *dwf;            /* a weight gradient in fp32 before its rounding (histogram), eval rows */
-    float *fscratch;       /* fp32 copies of pure-bf16 biases and layer-norm parameters */
+    void *g0, *g1;   /* gradient buffers (B, max width) */
+    float *dwf;      /* a weight gradient in fp32 before its rounding (histogram), eval rows */
+    float *fscratch; /* fp32 copies of pure-bf16 biases and layer-norm parameters */
     mp_tensor_stats stats[L_MAX];
     uint64_t *hist, *hist_zeros; /* gradient histogram (mp_mlp_histogram) */
     int hist_lo, hist_n;
@@ -34,11 +34,11 @@ void mp_mlp_histogram(mp_mlp *m, uint64_t *bins, int lo, int nbins, uint64_t *ze
     m->hist = bins, m->hist_lo = lo, m->hist_n = nbins, m->hist_zeros = zeros;
 }
 
-
 mp_status mp_mlp_parse(const char *spec, mp_mlp_config *c) {
     memset(c, 0, sizeof *c);
     if (!spec || strncmp(spec, "mlp:", 4) != 0)
-        return mp_error(MP_EINVAL, "model '%s': expected mlp:IN-H1-...-OUT, e.g. mlp:784-1024-1024-10", spec ? spec : "");
+        return mp_error(MP_EINVAL, "model '%s': expected mlp:IN-H1-...-OUT, e.g. mlp:784-1024-1024-10",
+                        spec ? spec : "");
     const char *p = spec + 4;
     int n = 0;
     while (*p) {
@@ -87,8 +87,8 @@ static mp_status add(mp_mlp *m, mp_optim *opt, const char *fmt, int l, const flo
     return mp_optim_add_as(opt, name, init, n, m->ct, m->master, half, out);
 }
 
-mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, mp_master_weights master, size_t max_batch, mp_optim *opt,
-                        uint64_t seed) {
+mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, mp_master_weights master, size_t max_batch,
+                        mp_optim *opt, uint64_t seed) {
     if (!out || !c || !opt || max_batch == 0) return mp_error(MP_EINVAL, "mp_mlp_create: bad argument");
     *out = NULL;
     if (ct != MP_F32 && ct != MP_F16 && ct != MP_BF16) return mp_error(MP_EINVAL, "mp_mlp_create: compute format");
@@ -116,8 +116,8 @@ mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype ct, mp_ma
         const size_t wn = w * (size_t)c->widths[l];
         maxwn = wn > maxwn ? wn : maxwn;
     }
-    ok = ok && (m->g0 = buffer(B * maxw * es)) && (m->g1 = buffer(B * maxw * es)) &&
-         (m->dwf = malloc(maxwn * 4)) && (m->fscratch = malloc(3 * maxw * 4));
+    ok = ok && (m->g0 = buffer(B * maxw * es)) && (m->g1 = buffer(B * maxw * es)) && (m->dwf = malloc(maxwn * 4)) &&
+         (m->fscratch = malloc(3 * maxw * 4));
     float *init = ok ? malloc((maxwn > maxw ? maxwn : maxw) * 4) : NULL;
     if (!ok || !init) {
         free(init);
@@ -199,7 +199,9 @@ mp_status mp_mlp_set_reductions(mp_mlp *m, mp_dtype acc) {
     m->acc = acc;
     return MP_OK;
 }
-const mp_tensor_stats *mp_mlp_stats(const mp_mlp *m, int l) { return l >= 0 && l < m->cfg.nlayers ? &m->stats[l] : NULL; }
+const mp_tensor_stats *mp_mlp_stats(const mp_mlp *m, int l) {
+    return l >= 0 && l < m->cfg.nlayers ? &m->stats[l] : NULL;
+}
 
 void mp_mlp_reset_stats(mp_mlp *m) {
     memset(m->stats, 0, sizeof m->stats);
@@ -249,7 +251,8 @@ static mp_status lin_fwd(mp_mlp *m, int l, size_t B, size_t out, size_t in, cons
 /* c (out x in, fp32) = beta c + dz^T x, with ep */
 static mp_status lin_wgrad(mp_mlp *m, int l, size_t B, size_t out, size_t in, const void *dz, float beta, float *c,
                            const mp_gemm_epilogue *ep) {
-    if (!lrec(m, l)) return mp_gemm_ex(1, 0, out, in, B, 1.0f, dz, m->ct, out, m->act[l], m->ct, in, beta, c, MP_F32, in, ep);
+    if (!lrec(m, l))
+        return mp_gemm_ex(1, 0, out, in, B, 1.0f, dz, m->ct, out, m->act[l], m->ct, in, beta, c, MP_F32, in, ep);
     return mp_qgemm(lrec(m, l), 1, 0, out, in, B, dz, m->ct, out, qt(m, l, MP_QROLE_GRAD), m->qa, m->act[l], m->ct, in,
                     qt(m, l, MP_QROLE_INPUT), m->qb, beta, c, MP_F32, in, ep);
 }
@@ -257,7 +260,8 @@ static mp_status lin_wgrad(mp_mlp *m, int l, size_t B, size_t out, size_t in, co
 /* dx (B x in) = dz W */
 static mp_status lin_dgrad(mp_mlp *m, int l, size_t B, size_t out, size_t in, const void *dz, void *dx,
                            mp_convert_stats *st) {
-    if (!lrec(m, l)) return mp_gemm(0, 0, B, in, out, 1.0f, dz, m->ct, out, weights(m, l), m->ct, in, 0.0f, dx, m->ct, in, st);
+    if (!lrec(m, l))
+        return mp_gemm(0, 0, B, in, out, 1.0f, dz, m->ct, out, weights(m, l), m->ct, in, 0.0f, dx, m->ct, in, st);
     const mp_gemm_epilogue ep = {.round_to = MP_F32, .stats = st};
     return mp_qgemm(lrec(m, l), 0, 0, B, in, out, dz, m->ct, out, qt(m, l, MP_QROLE_GRAD), m->qa, m->w[l]->master,
                     MP_F32, in, qt(m, l, MP_QROLE_WEIGHT), m->qb, 0.0f, dx, m->ct, in, &ep);
@@ -274,7 +278,8 @@ static mp_status forward(mp_mlp *m, const float *x, size_t B, int counting) {
     mp_status st = mp_convert(m->act[0], ct, x, MP_F32, B * (size_t)c->widths[0], NULL);
     for (int l = 0; l < c->nlayers && st == MP_OK; l++) {
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
-        const mp_gemm_epilogue ep = {.bias = fparam(m, m->b[l], 0), .round_to = MP_F32, .stats = fst(m, l, B * out, counting), .zeros = NULL};
+        const mp_gemm_epilogue ep = {
+            .bias = fparam(m, m->b[l], 0), .round_to = MP_F32, .stats = fst(m, l, B * out, counting), .zeros = NULL};
         st = lin_fwd(m, l, B, out, in, &ep);
         if (st != MP_OK || l == c->nlayers - 1) continue;
         if (m->h[l] != m->z[l]) {
@@ -312,9 +317,9 @@ static mp_status backward(mp_mlp *m, size_t B, void *dz, int accumulate) {
             mp_log2_histogram(m->dwf, MP_F32, out * in, m->hist_lo, m->hist_n, m->hist, m->hist_zeros);
         }
         mp_convert_stats ws = {0, 0, 0, 0, 0.0f}; /* the weight gradient's share of the layer's stores */
-        const mp_gemm_epilogue ep = {.bias = NULL, .round_to = ct, .stats = ct == MP_F32 ? NULL : &ws, .zeros = &ls->wgrad_dead};
-        if (st == MP_OK)
-            st = lin_wgrad(m, l, B, out, in, dz, accumulate ? 1.0f : 0.0f, m->w[l]->grad, &ep);
+        const mp_gemm_epilogue ep = {
+            .bias = NULL, .round_to = ct, .stats = ct == MP_F32 ? NULL : &ws, .zeros = &ls->wgrad_dead};
+        if (st == MP_OK) st = lin_wgrad(m, l, B, out, in, dz, accumulate ? 1.0f : 0.0f, m->w[l]->grad, &ep);
         mp_convert_stats_add(&ls->bwd, &ws);
         ls->wgrad_lost += ws.underflow, ls->wgrad_elements += out * in;
         count(m, l, out * in);
@@ -351,7 +356,8 @@ mp_status mp_mlp_train_batch(mp_mlp *m, const float *x, const int32_t *labels, s
     mp_status st = forward(m, x, B, 1);
     if (st != MP_OK) return st;
     const size_t C = (size_t)m->cfg.widths[L];
-    st = mp_cross_entropy(loss, m->g0, m->ct, m->z[L - 1], m->ct, labels, B, C, grad_scale, m->acc, &m->stats[L - 1].bwd);
+    st = mp_cross_entropy(loss, m->g0, m->ct, m->z[L - 1], m->ct, labels, B, C, grad_scale, m->acc,
+                          &m->stats[L - 1].bwd);
     count(m, L - 1, B * C);
     if (st == MP_OK) st = backward(m, B, m->g0, accumulate);
     for (int i = 0; st == MP_OK && m->q && i < 3 * L; i++)
@@ -366,7 +372,7 @@ static mp_status forward_quiet(mp_mlp *m, const float *x, size_t B) {
     const size_t nq = 3 * (size_t)m->cfg.nlayers;
     mp_qtensor *keep = malloc(nq * sizeof *keep);
     if (!keep) return mp_error(MP_ENOMEM, "mlp: out of memory");
-    memcpy(keep, m->q, nq * sizeof *keep); /* the delayed histories are only read by forward */
+    memcpy(keep, m->q, nq * sizeof *keep);              /* the delayed histories are only read by forward */
     for (size_t i = 0; i < nq; i++) m->q[i].scaled = 0; /* current scaling: this batch's own amax */
     const mp_status st = forward(m, x, B, 0);
     memcpy(m->q, keep, nq * sizeof *keep);
@@ -498,9 +504,18 @@ static size_t model_qtensors(void *impl, mp_named_qtensor *out, size_t cap) {
 }
 
 static const mp_model_ops mlp_ops = {
-    .kind = "mlp", .train_batch = model_train, .eval_batch = model_eval, .nstats = model_nstats,
-    .stats = model_stats, .reset_stats = model_reset, .set_reductions = model_reductions, .load = model_load, .tensors = model_tensors,
-    .free = model_free, .recipe = model_recipe, .qtensors = model_qtensors,
+    .kind = "mlp",
+    .train_batch = model_train,
+    .eval_batch = model_eval,
+    .nstats = model_nstats,
+    .stats = model_stats,
+    .reset_stats = model_reset,
+    .set_reductions = model_reductions,
+    .load = model_load,
+    .tensors = model_tensors,
+    .free = model_free,
+    .recipe = model_recipe,
+    .qtensors = model_qtensors,
 };
 
 mp_model mp_mlp_model(mp_mlp *m) {

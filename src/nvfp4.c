@@ -220,8 +220,7 @@ static mp_status check_args(const char *fn, const void *a, const void *b, const 
                             mp_nvfp4_block block, float amax) {
     if (block != MP_NVFP4_1X16 && block != MP_NVFP4_16X16)
         return mp_error(MP_EINVAL, "%s: block must be MP_NVFP4_1X16 or MP_NVFP4_16X16, not %d", fn, (int)block);
-    if (cols % 16)
-        return mp_error(MP_EINVAL, "%s: cols (%zu) must be a multiple of 16", fn, cols);
+    if (cols % 16) return mp_error(MP_EINVAL, "%s: cols (%zu) must be a multiple of 16", fn, cols);
     if (block == MP_NVFP4_16X16 && rows % 16)
         return mp_error(MP_EINVAL, "%s: rows (%zu) must be a multiple of 16 for 16x16 blocks", fn, rows);
     if (cols && rows > SIZE_MAX / cols)

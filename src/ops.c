@@ -24,8 +24,7 @@ static void load(const mp_kernels *k, float *out, const void *p, mp_dtype t, siz
 }
 
 /* Stores n fp32 values into element i of p, counting into st (may be NULL). */
-static void store(const mp_kernels *k, void *p, mp_dtype t, size_t i, const float *v, size_t n,
-                  mp_convert_stats *st) {
+static void store(const mp_kernels *k, void *p, mp_dtype t, size_t i, const float *v, size_t n, mp_convert_stats *st) {
     mp_from_f32(k, (uint8_t *)p + i * mp_format(t)->size, t, v, n, st);
 }
 
@@ -41,7 +40,7 @@ static void add_parts(mp_convert_stats *st, const mp_convert_stats *part, int sh
 
 typedef float (*unary_fn)(float x);
 typedef float (*binary_fn)(float dy, float x);
-typedef void (*unary_chunk)(float *y, size_t n);                /* y in place */
+typedef void (*unary_chunk)(float *y, size_t n);                  /* y in place */
 typedef void (*binary_chunk)(float *g, const float *x, size_t n); /* g = f(g, x) in place */
 
 /* Element-wise work in parallel: shares of whole chunks, per-share statistics
@@ -71,8 +70,7 @@ static void elem_share(void *ctx, size_t i0, size_t i1, int t) {
         load(j->k, g, j->a, j->at, i, m);
         if (j->b) {
             load(j->k, v, j->b, j->bt, i, m);
-            if (j->k2)
-                j->k2(g, v, m);
+            if (j->k2) j->k2(g, v, m);
             else if (j->f2 == relu_grad) /* the common case, inlined so that it vectorizes */
                 for (size_t k = 0; k < m; k++) g[k] = v[k] > 0.0f ? g[k] : 0.0f;
             else if (j->f2 == add2)
@@ -113,7 +111,7 @@ typedef struct {
 
 /* The portable kernel, without branches on the data (signs are random). */
 void mp_relu16_scalar(uint16_t *out, const uint16_t *a, const uint16_t *x, size_t n, const mp_relu16_codes *k,
-                          uint64_t *sub, uint64_t *nan) {
+                      uint64_t *sub, uint64_t *nan) {
     uint64_t ns = 0, nn = 0;
     for (size_t i = 0; i < n; i++) {
         const uint16_t xi = x ? x[i] : a[i];
@@ -145,16 +143,17 @@ static void relu16_share(void *ctx, size_t i0, size_t i1, int t) {
 static int relu16(const mp_kernels *k, void *out, mp_dtype ot, const void *a, mp_dtype at, const void *b, mp_dtype bt,
                   size_t n, mp_convert_stats *st) {
     if (ot != at || (b && bt != at) || (ot != MP_F16 && ot != MP_BF16)) return 0;
-    relu16_job j = {out, a, b, {ot == MP_F16 ? 0x7c00 : 0x7f80, ot == MP_F16 ? 0x0200 : 0x0040, ot == MP_F16 ? 0x03ff : 0x007f},
-                    {{0}}, k};
+    relu16_job j = {
+        out,   a, b, {ot == MP_F16 ? 0x7c00 : 0x7f80, ot == MP_F16 ? 0x0200 : 0x0040, ot == MP_F16 ? 0x03ff : 0x007f},
+        {{0}}, k};
     const int shares = mp_parallel_for(n, ELEM_PARALLEL_MIN, 64, relu16_share, &j);
     add_parts(st, j.part, shares);
     return 1;
 }
 
 /* f per element, or c per chunk when f is NULL, with the kernels k */
-static mp_status unary(const mp_kernels *k, const char *fn, void *y, mp_dtype yt, const void *x, mp_dtype xt,
-                       size_t n, unary_fn f, unary_chunk c, mp_convert_stats *st) {
+static mp_status unary(const mp_kernels *k, const char *fn, void *y, mp_dtype yt, const void *x, mp_dtype xt, size_t n,
+                       unary_fn f, unary_chunk c, mp_convert_stats *st) {
     mp_status s = check_types(fn, yt, xt, MP_F32);
     if (s != MP_OK) return s;
     if (n && (!y || !x)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
@@ -251,7 +250,6 @@ static float lanes_dot(const float *a, const float *b, size_t n) {
     for (int k = 0; j + (size_t)k < n; k++) l[k] += a[j + (size_t)k] * b[j + (size_t)k];
     return fold16(l);
 }
-
 
 static mp_status rows_args(const char *fn, const void *p, const void *q, size_t B, size_t C) {
     if (B && C && (!p || !q)) return mp_error(MP_EINVAL, "%s: NULL buffer", fn);
@@ -559,15 +557,15 @@ static void ce_share(void *ctx, size_t r0, size_t r1, int t) {
 }
 
 mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt, const void *logits, mp_dtype lt,
-                           const int32_t *labels, size_t B, size_t C, float scale, mp_dtype acc,
-                           mp_convert_stats *st) {
+                           const int32_t *labels, size_t B, size_t C, float scale, mp_dtype acc, mp_convert_stats *st) {
     mp_status s = check_types("mp_cross_entropy", dlogits ? dt : MP_F32, lt, acc);
     if (s != MP_OK || (s = rows_args("mp_cross_entropy", logits, labels, B, C)) != MP_OK) return s;
     if (!loss) return mp_error(MP_EINVAL, "mp_cross_entropy: NULL loss");
     if (B == 0 || C == 0) return mp_error(MP_EINVAL, "mp_cross_entropy: empty batch (B %zu, C %zu)", B, C);
     for (size_t b = 0; b < B; b++)
         if (labels[b] < 0 || (size_t)labels[b] >= C)
-            return mp_error(MP_EINVAL, "mp_cross_entropy: label %d of row %zu is outside [0, %zu)", (int)labels[b], b, C);
+            return mp_error(MP_EINVAL, "mp_cross_entropy: label %d of row %zu is outside [0, %zu)", (int)labels[b], b,
+                            C);
     float stack[ROW_STACK], *terms = row_scratch(stack, B);
     if (!terms) return mp_error(MP_ENOMEM, "mp_cross_entropy: out of memory");
     ce_job j = {terms, dlogits, dt, lt, acc, logits, labels, C, scale / (float)B, 0, {{0}}, mp_kernels_current()};
@@ -595,7 +593,7 @@ typedef struct {
     mp_convert_stats part[MP_MAX_THREADS];
     const void *res;                        /* backward: the residual stream's gradient (yt), or NULL */
     mp_convert_stats part2[MP_MAX_THREADS]; /* backward with res: the sums' stores */
-    const mp_kernels *k; /* the op's kernels, read once at its entry */
+    const mp_kernels *k;                    /* the op's kernels, read once at its entry */
 } ln_job;
 
 /* A row's mean and rstd as a naive loop in acc computes them (ops.h). */
@@ -648,8 +646,29 @@ mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, c
     if (s != MP_OK || (s = rows_args("mp_layernorm_forward", y, x, B, C)) != MP_OK) return s;
     if (B && (!mean || !rstd)) return mp_error(MP_EINVAL, "mp_layernorm_forward: NULL mean or rstd");
     if (C == 0 && B) return mp_error(MP_EINVAL, "mp_layernorm_forward: rows of 0 values");
-    ln_job J = {y, yt, xt, MP_F32, acc, x, NULL, mean, rstd, NULL, NULL, w, b, NULL, NULL, B, C, eps, 0, {{0}},
-                NULL, {{0}}, mp_kernels_current()};
+    ln_job J = {y,
+                yt,
+                xt,
+                MP_F32,
+                acc,
+                x,
+                NULL,
+                mean,
+                rstd,
+                NULL,
+                NULL,
+                w,
+                b,
+                NULL,
+                NULL,
+                B,
+                C,
+                eps,
+                0,
+                {{0}},
+                NULL,
+                {{0}},
+                mp_kernels_current()};
     const int shares = mp_parallel_for(B, rows_min_parallel(B, C), 1, ln_fwd_share, &J);
     if (J.oom) return mp_error(MP_ENOMEM, "mp_layernorm_forward: out of memory");
     add_parts(st, J.part, shares);
@@ -680,7 +699,8 @@ static void ln_dwdb_share(void *ctx, size_t j0, size_t j1, int t) {
             if (acc == MP_F32)
                 for (size_t k = 0; k < m; k++) dw[k] += g[k] * ((n[k] - mi) * ri);
             else
-                for (size_t k = 0; k < m; k++) dw[k] = mp_round_to(acc, dw[k] + mp_round_to(acc, g[k] * ((n[k] - mi) * ri)));
+                for (size_t k = 0; k < m; k++)
+                    dw[k] = mp_round_to(acc, dw[k] + mp_round_to(acc, g[k] * ((n[k] - mi) * ri)));
         }
         if (db && acc == MP_F32)
             for (size_t k = 0; k < m; k++) db[k] += g[k];
@@ -699,7 +719,8 @@ static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
     const size_t C = J->C;
     const float *w = J->w, *mean = J->mean, *rstd = J->rstd;
     float stack[ROW_STACK], *r = row_scratch(stack, 2 * C);
-    uint16_t hstack[ROW_STACK], *h = J->res && J->yt != MP_F32 && C > ROW_STACK ? malloc(C * sizeof *h) : hstack; /* dx's codes */
+    uint16_t hstack[ROW_STACK]; /* dx's codes */
+    uint16_t *h = J->res && J->yt != MP_F32 && C > ROW_STACK ? malloc(C * sizeof *h) : hstack;
     if (!r || !h) {
         J->oom = 1;
         row_scratch_free(r, stack);
@@ -744,9 +765,9 @@ static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
     if (h != hstack) free(h);
 }
 
-static mp_status ln_backward(void *dx, mp_dtype dxt, float *dw, float *db, const void *dy, mp_dtype dyt,
-                             const void *x, mp_dtype xt, const float *mean, const float *rstd, const float *w,
-                             size_t B, size_t C, int accumulate, mp_dtype acc, mp_convert_stats *st, const void *res,
+static mp_status ln_backward(void *dx, mp_dtype dxt, float *dw, float *db, const void *dy, mp_dtype dyt, const void *x,
+                             mp_dtype xt, const float *mean, const float *rstd, const float *w, size_t B, size_t C,
+                             int accumulate, mp_dtype acc, mp_convert_stats *st, const void *res,
                              mp_convert_stats *st_sum) {
     mp_status s = check_types("mp_layernorm_backward", dxt, dyt, xt);
     if (s == MP_OK) s = check_types("mp_layernorm_backward", acc, acc, acc);
@@ -754,7 +775,28 @@ static mp_status ln_backward(void *dx, mp_dtype dxt, float *dw, float *db, const
     if (B && (!x || !mean || !rstd)) return mp_error(MP_EINVAL, "mp_layernorm_backward: NULL x, mean or rstd");
     if (!accumulate && dw) memset(dw, 0, C * sizeof *dw);
     if (!accumulate && db) memset(db, 0, C * sizeof *db);
-    ln_job J = {dx, dxt, xt, dyt, acc, x, dy, NULL, NULL, mean, rstd, w, NULL, dw, db, B, C, 0.0f, 0, {{0}}, res, {{0}},
+    ln_job J = {dx,
+                dxt,
+                xt,
+                dyt,
+                acc,
+                x,
+                dy,
+                NULL,
+                NULL,
+                mean,
+                rstd,
+                w,
+                NULL,
+                dw,
+                db,
+                B,
+                C,
+                0.0f,
+                0,
+                {{0}},
+                res,
+                {{0}},
                 mp_kernels_current()};
     /* dw and db first: dx may alias dy or x */
     if (dw || db) mp_parallel_for(C, B * C >= ELEM_PARALLEL_MIN ? 64 : C + 1, 16, ln_dwdb_share, &J);

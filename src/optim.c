@@ -22,15 +22,15 @@ struct mp_optim {
     mp_adamw_config adamw;
     mp_param **params; /* each allocated on its own: pointers to them stay valid */
     size_t count, cap;
-    uint64_t steps;        /* real steps taken */
-    mp_rounding rounding;  /* for bf16 half copies */
+    uint64_t steps;       /* real steps taken */
+    mp_rounding rounding; /* for bf16 half copies */
     uint64_t seed;
-    int scaled;            /* driven by a scaler (mp_scaler_unscale / mp_scaler_step seen) */
-    int keep_denormal;     /* 0 (default): updates run with FTZ/DAZ */
-    mp_stage stage;        /* valid while stage_epoch == the scaler's steps */
+    int scaled;        /* driven by a scaler (mp_scaler_unscale / mp_scaler_step seen) */
+    int keep_denormal; /* 0 (default): updates run with FTZ/DAZ */
+    mp_stage stage;    /* valid while stage_epoch == the scaler's steps */
     uint64_t stage_epoch;
-    int found_inf;         /* from the unscale of this epoch */
-    float clip_coef;       /* a clip coefficient below 1 the next update applies (mp_optim_unscale_clip), else 1 */
+    int found_inf;   /* from the unscale of this epoch */
+    float clip_coef; /* a clip coefficient below 1 the next update applies (mp_optim_unscale_clip), else 1 */
     uint64_t lost_updates, updated; /* the last step's (mp_optim_lost_updates) */
     mp_state_format state_format;   /* as asked (mp_optim_set_state_format); each parameter's in its state_format */
     /* a shard (mp_optim_set_shard): this rank updates parameters [own0, own1); ranks_sum joins the ranks' values */
@@ -308,10 +308,10 @@ typedef struct {
     const mp_sgd_coef *sc;
     const mp_adamw_coef *ac;
     uint64_t key;
-    float coef;  /* JOB_SCALE: the factor; JOB_UNSCALE_SUMSQ: the inverse scale; an update: the clip
-                    coefficient applied to the gradient first (1: none) */
-    int flush;   /* FTZ/DAZ during the work */
-    int refresh; /* after an update: round the share's master into the half copy */
+    float coef;                  /* JOB_SCALE: the factor; JOB_UNSCALE_SUMSQ: the inverse scale; an update: the clip
+                                    coefficient applied to the gradient first (1: none) */
+    int flush;                   /* FTZ/DAZ during the work */
+    int refresh;                 /* after an update: round the share's master into the half copy */
     double part[MP_MAX_THREADS]; /* per share: the sum of squares (JOB_SUMSQ, JOB_UNSCALE_SUMSQ) or the updates
                                     lost (JOB_SGD, JOB_ADAMW; whole numbers, exact in a double) */
     int found[MP_MAX_THREADS];   /* JOB_UNSCALE_SUMSQ: the share held inf or NaN */
@@ -365,7 +365,8 @@ static uint64_t update_weights(const param_job *j, size_t i0, size_t i1, float *
     uint16_t *h = p->half ? (uint16_t *)p->half + i0 : NULL;
     const int bf = p->half_type == MP_BF16, sgd = j->kind == JOB_SGD;
     switch (p->weights) {
-    case MP_MASTER_FP32: return sgd ? k->sgd(p->master + i0, g, m, n, j->sc) : k->adamw(p->master + i0, g, m, v, n, j->ac);
+    case MP_MASTER_FP32:
+        return sgd ? k->sgd(p->master + i0, g, m, n, j->sc) : k->adamw(p->master + i0, g, m, v, n, j->ac);
     case MP_MASTER_PURE_BF16:
         return sgd ? k->sgd_bf16(h, g, m, n, j->sc, j->key, i0) : k->adamw_bf16(h, g, m, v, n, j->ac, j->key, i0);
     case MP_MASTER_NONE: return sgd ? k->sgd_half(h, g, m, n, j->sc, bf) : k->adamw_half(h, g, m, v, n, j->ac, bf);
@@ -407,7 +408,7 @@ static uint64_t update(const param_job *j, size_t i0, size_t i1) {
         return update_weights(j, i0, i1, p->state1 ? p->state1 + i0 : NULL, p->state2 ? p->state2 + i0 : NULL);
     if (p->hstate2 && p->weights == MP_MASTER_FP32 && j->kind == JOB_ADAMW) /* the common case, fused */
         return j->k->optim->adamw_hstate(p->master + i0, p->grad + i0, p->hstate1 + i0, p->hstate2 + i0, i1 - i0, j->ac,
-                                  p->state_format == MP_STATE_BF16);
+                                         p->state_format == MP_STATE_BF16);
     float m[PIECE], v[PIECE];
     uint64_t lost = 0;
     for (size_t c = i0; c < i1; c += PIECE) {
@@ -497,7 +498,7 @@ static mp_status add_param(mp_optim *o, const char *name, const float *init, siz
                         master == MP_MASTER_KAHAN ? "kahan" : "half");
     if (half_type != MP_F32 && half_type != MP_F16 && half_type != MP_BF16)
         return mp_error(MP_EINVAL, "mp_optim_add: half copies are fp16 or bf16 (or MP_F32 for none)");
-    if (strlen(name) >= sizeof ((mp_param *)0)->name)
+    if (strlen(name) >= sizeof((mp_param *)0)->name)
         return mp_error(MP_EINVAL, "mp_optim_add: name '%s' is longer than 63 bytes", name);
     for (size_t i = 0; i < n; i++)
         if (!isfinite(init[i]))
@@ -536,8 +537,7 @@ static mp_status add_param(mp_optim *o, const char *name, const float *init, siz
     return MP_OK;
 }
 
-mp_status mp_optim_add(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
-                       mp_param **out) {
+mp_status mp_optim_add(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type, mp_param **out) {
     return add_param(o, name, init, n, half_type, MP_MASTER_FP32, out);
 }
 
@@ -556,7 +556,8 @@ mp_status mp_optim_add_kahan(mp_optim *o, const char *name, const float *init, s
 }
 
 mp_status mp_master_weights_check(const char *who, mp_dtype compute, mp_master_weights m) {
-    if (m == MP_MASTER_PURE_BF16 && compute != MP_BF16) return mp_error(MP_EINVAL, "%s: pure weights are bf16 only", who);
+    if (m == MP_MASTER_PURE_BF16 && compute != MP_BF16)
+        return mp_error(MP_EINVAL, "%s: pure weights are bf16 only", who);
     if ((m == MP_MASTER_NONE || m == MP_MASTER_KAHAN) && compute == MP_F32)
         return mp_error(MP_EINVAL, "%s: weights without an fp32 master need fp16 or bf16", who);
     if ((unsigned)m > MP_MASTER_KAHAN) return mp_error(MP_EINVAL, "%s: master weights %d", who, (int)m);
@@ -691,8 +692,11 @@ size_t mp_optim_state_tensors(const mp_param *p, mp_tensor *out) {
     const int blocks = block_format(f);
     const void *const fp32[2] = {p->state1, p->state2}, *const half[2] = {p->hstate1, p->hstate2};
     const void *const codes[2] = {p->qstate1, p->qstate2}, *const scales[2] = {p->qscale1, p->qscale2};
-    const mp_dtype t = f == MP_STATE_FP32 ? MP_F32 : f == MP_STATE_BF16 ? MP_BF16 : f == MP_STATE_FP16 ? MP_F16
-                       : f == MP_STATE_FP8 ? MP_E4M3 : MP_U8;
+    const mp_dtype t = f == MP_STATE_FP32   ? MP_F32
+                       : f == MP_STATE_BF16 ? MP_BF16
+                       : f == MP_STATE_FP16 ? MP_F16
+                       : f == MP_STATE_FP8  ? MP_E4M3
+                                            : MP_U8;
     const size_t count = f == MP_STATE_4BIT ? p->n / 2 : p->n, esize = f == MP_STATE_FP32 ? 4 : blocks ? 1 : 2;
     static const char *const name[2] = {"state1", "state2"}, *const scale_name[2] = {"state1.scale", "state2.scale"};
     for (int k = 0; k < 2; k++) {
@@ -736,15 +740,19 @@ mp_status mp_optim_state_check(const mp_optim *o, size_t i) {
             const size_t block = block_of(f);
             for (size_t b = 0; b < p->n / block; b++)
                 if (!isfinite(scale[b]) || !(scale[b] > 0))
-                    return mp_error(MP_ECORRUPT, "optimizer state 'optim.%s.state%d.scale' (%s) holds %g at block %zu: "
-                                    "a block's scale is finite and > 0", p->name, k, what, (double)scale[b], b);
+                    return mp_error(MP_ECORRUPT,
+                                    "optimizer state 'optim.%s.state%d.scale' (%s) holds %g at block %zu: "
+                                    "a block's scale is finite and > 0",
+                                    p->name, k, what, (double)scale[b], b);
             const mp_state_map *map = mp_optim_state_map(f, k);
             for (size_t j = 0; j < p->n; j++) {
                 const int c = bits == 4 ? (j % 2 ? codes[j / 2] & 15 : codes[j / 2] >> 4) : codes[j];
                 const float v = map->value[c];
                 if (!isfinite(v) || (bits && c >= map->entries) || (second && v < 0))
-                    return mp_error(MP_ECORRUPT, "optimizer state 'optim.%s.state%d' (%s) holds code %d (%g) at element "
-                                    "%zu: %s", p->name, k, what, c, (double)v, j,
+                    return mp_error(MP_ECORRUPT,
+                                    "optimizer state 'optim.%s.state%d' (%s) holds code %d (%g) at element "
+                                    "%zu: %s",
+                                    p->name, k, what, c, (double)v, j,
                                     !isfinite(v) || (bits && c >= map->entries) ? "not a value of the format's map"
                                                                                 : "a second moment is >= 0");
             }
@@ -754,8 +762,10 @@ mp_status mp_optim_state_check(const mp_optim *o, size_t i) {
         for (size_t j = 0; j < p->n; j++) {
             const float v = p->half_type == MP_BF16 ? mp_bf16_to_f32(p->comp[j]) : mp_f16_to_f32(p->comp[j]);
             if (!isfinite(v))
-                return mp_error(MP_ECORRUPT, "optimizer state 'optim.%s.comp' (the Kahan compensation) holds %g at "
-                                "element %zu: its values are finite", p->name, (double)v, j);
+                return mp_error(MP_ECORRUPT,
+                                "optimizer state 'optim.%s.comp' (the Kahan compensation) holds %g at "
+                                "element %zu: its values are finite",
+                                p->name, (double)v, j);
         }
     return MP_OK;
 }
@@ -848,8 +858,17 @@ static mp_status apply_step(const mp_kernels *k, mp_optim *o) {
         ac.decay = p->no_decay ? 1.0f : (float)(1.0 - o->adamw.lr * o->adamw.weight_decay);
         /* nearest-even half copies are refreshed inside the update's pass */
         const int fused = p->master && p->half && !(p->half_type == MP_BF16 && o->rounding == MP_ROUND_STOCHASTIC);
-        param_job j = {o->kind == KIND_SGD ? JOB_SGD : JOB_ADAMW, k, NULL, &sc, &ac, sr_key(o, i), clip_coef,
-                       !o->keep_denormal, fused, {0}, {0}};
+        param_job j = {o->kind == KIND_SGD ? JOB_SGD : JOB_ADAMW,
+                       k,
+                       NULL,
+                       &sc,
+                       &ac,
+                       sr_key(o, i),
+                       clip_coef,
+                       !o->keep_denormal,
+                       fused,
+                       {0},
+                       {0}};
         o->lost_updates += (uint64_t)run_param(&j, p);
         o->updated += p->n;
         p->has_state = 1;
@@ -896,7 +915,8 @@ mp_status mp_scaler_unscale(mp_scaler *s, mp_optim *o, int *found_inf) {
     int found = 0;
     o->clip_coef = 1.0f; /* the separate calls clip in memory (mp_clip_grad_norm) */
     for (size_t i = 0; i < o->count; i++) {
-        const mp_status st = owns(o, i) ? mp_unscale_check(o->params[i]->grad, MP_F32, o->params[i]->n, inv, &found) : MP_OK;
+        const mp_status st =
+            owns(o, i) ? mp_unscale_check(o->params[i]->grad, MP_F32, o->params[i]->n, inv, &found) : MP_OK;
         if (st != MP_OK) return st;
     }
     if (o->sharded) { /* an inf or NaN on any rank's parameters skips the step everywhere */
@@ -989,8 +1009,7 @@ mp_status mp_optim_unscale_clip(mp_optim *o, mp_scaler *s, double max_norm, mp_d
             return mp_error(MP_ESTATE, "unscale called twice for this optimizer since the last update");
         if (stage == MP_STAGE_STEPPED) return mp_error(MP_ESTATE, "unscale called after step; call update first");
         inv = mp_scaler_inv_scale(s);
-        if (!isfinite(inv))
-            return mp_error(MP_EINVAL, "mp_unscale_check: inv_scale %g is not finite", (double)inv);
+        if (!isfinite(inv)) return mp_error(MP_EINVAL, "mp_unscale_check: inv_scale %g is not finite", (double)inv);
     } else if (o->scaled) {
         return mp_error(MP_ESTATE, "clip_grad_norm: gradients are still multiplied by the loss scale; call "
                                    "mp_scaler_unscale first (and pass the scaler)");

@@ -68,7 +68,7 @@ static inline float unbiased_sqrt(float v, const mp_adamw_coef *c) {
 
 /* AdamW's moments updated and its step (-step_size m / denom) returned. */
 static inline float adamw_step(float g, float *m, float *v, const mp_adamw_coef *c) {
-    const float mm = fmaf(c->w1, g - *m, *m);      /* exp_avg.lerp_(grad, 1 - beta1) */
+    const float mm = fmaf(c->w1, g - *m, *m); /* exp_avg.lerp_(grad, 1 - beta1) */
     /* exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1-beta2): PyTorch's kernel computes
      * self + value * t1 * t2, which its GCC build fuses into fma(value * t1, t2, self) */
     const float vv = fmaf(c->c2 * g, g, *v * c->beta2);
@@ -91,14 +91,12 @@ static inline float adamw_elem(float w, float g, float *m, float *v, const mp_ad
 static inline uint64_t mp_lost32(float u, float old, float now) {
     return u != 0.0f && isfinite(u) && mp_f32_bits(old) == mp_f32_bits(now);
 }
-static inline uint64_t mp_lost16(float u, uint16_t old, uint16_t now) {
-    return u != 0.0f && isfinite(u) && old == now;
-}
+static inline uint64_t mp_lost16(float u, uint16_t old, uint16_t now) { return u != 0.0f && isfinite(u) && old == now; }
 
 /* Each kernel returns its updates lost: mp_lost32 / mp_lost16 over the elements. */
-static uint64_t k_sgd(float *w, // (n,) fp32 master weights
+static uint64_t k_sgd(float *w,       // (n,) fp32 master weights
                       const float *g, // (n,) fp32 gradients
-                      float *buf, // (n,) momentum buffer, or NULL without momentum
+                      float *buf,     // (n,) momentum buffer, or NULL without momentum
                       size_t n, const mp_sgd_coef *c) {
     float dummy = 0.0f, u;
     uint64_t lost = 0;
@@ -110,8 +108,8 @@ static uint64_t k_sgd(float *w, // (n,) fp32 master weights
     return lost;
 }
 
-static uint64_t k_adamw(float *w, // (n,) fp32 master weights
-                        const float *g, // (n,) fp32 gradients
+static uint64_t k_adamw(float *w,           // (n,) fp32 master weights
+                        const float *g,     // (n,) fp32 gradients
                         float *m, float *v, // (n,) exp_avg, exp_avg_sq
                         size_t n, const mp_adamw_coef *c) {
     float u;
@@ -159,9 +157,9 @@ static uint64_t k_adamw_bf16(uint16_t *w, // (n,) bf16 weights (no master)
 static inline float mp_half_widen(uint16_t h, int bf) { return bf ? mp_bf16_widen(h) : mp_f16_to_f32(h); }
 static inline uint16_t mp_half_round(float x, int bf) { return bf ? mp_bf16_round(x) : mp_f32_to_f16(x); }
 
-static uint64_t k_sgd_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
+static uint64_t k_sgd_half(uint16_t *w,    // (n,) fp16/bf16 weights (no master)
                            const float *g, // (n,) fp32 gradients
-                           float *buf, // (n,) momentum buffer, or NULL without momentum
+                           float *buf,     // (n,) momentum buffer, or NULL without momentum
                            size_t n, const mp_sgd_coef *c, int bf) {
     float dummy = 0.0f, u;
     uint64_t lost = 0;
@@ -186,8 +184,8 @@ static inline uint64_t adamw_half_loop(uint16_t *w, const float *g, float *m, fl
 }
 
 /* (a loop for each format: the bf16 one vectorizes) */
-static uint64_t k_adamw_half(uint16_t *w, // (n,) fp16/bf16 weights (no master)
-                             const float *g, // (n,) fp32 gradients
+static uint64_t k_adamw_half(uint16_t *w,        // (n,) fp16/bf16 weights (no master)
+                             const float *g,     // (n,) fp32 gradients
                              float *m, float *v, // (n,) exp_avg, exp_avg_sq
                              size_t n, const mp_adamw_coef *c, int bf) {
     return bf ? adamw_half_loop(w, g, m, v, n, c, 1) : adamw_half_loop(w, g, m, v, n, c, 0);
@@ -291,16 +289,18 @@ static void k_scale(float *g, size_t n, float c) {
     for (size_t i = 0; i < n; i++) g[i] *= c;
 }
 
-static void k_round_sr(uint16_t *dst, // (n,) bf16
+static void k_round_sr(uint16_t *dst,    // (n,) bf16
                        const float *src, // (n,) fp32
                        size_t n, uint64_t key, uint64_t base) {
     for (size_t i = 0; i < n; i++) dst[i] = mp_sr_bf16(src[i], key, base + i);
 }
 
 /* The table of a build; dequant and quant as given (k_dequant, k_quant, or
- * the AVX2 intrinsics of cpu/quant_avx2.c) */
+ * the AVX2 intrinsics of cpu/quant_avx2.c), in columns */
+// clang-format off
 #define MP_OPTIM_KERNELS(dequant, quant)                                                                        \
     {k_sgd,        k_adamw,       k_sgd_bf16, k_adamw_bf16, k_sumsq, k_scale, k_round_sr, k_sgd_half, k_adamw_half, \
      k_sgd_kahan,  k_adamw_kahan, k_widen,    k_narrow,     dequant, quant, k_adamw_hstate}
+// clang-format on
 
 #endif

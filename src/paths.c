@@ -55,7 +55,9 @@ mp_status mp_file_writable(const mp_file_id *f, const char *pending) {
     struct stat st;
     if (f->exists && stat(f->path, &st) == 0 && !S_ISREG(st.st_mode))
         return mp_error(MP_EIO, "%s %s is %s, not a regular file: it would be replaced", f->option, f->path,
-                        S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device");
+                        S_ISDIR(st.st_mode)    ? "a directory"
+                        : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                               : "a device");
     const char *slash = strrchr(f->path, '/');
     char dir[4096];
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - f->path) + (slash == f->path) : 1, slash ? f->path : ".");
@@ -66,8 +68,10 @@ mp_status mp_file_writable(const mp_file_id *f, const char *pending) {
     const size_t base = strlen(slash ? slash + 1 : f->path);
     const long name_max = pathconf(dir, _PC_NAME_MAX);
     if (name_max > 0 && base + BESIDE_MAX > (size_t)name_max)
-        return mp_error(MP_EINVAL, "%s %s: a name of %zu bytes is too long for the files written beside it "
-                        "(%zu bytes more, at most %ld in %s)", f->option, f->path, base, BESIDE_MAX, name_max, dir);
+        return mp_error(MP_EINVAL,
+                        "%s %s: a name of %zu bytes is too long for the files written beside it "
+                        "(%zu bytes more, at most %ld in %s)",
+                        f->option, f->path, base, BESIDE_MAX, name_max, dir);
     if (strlen(f->path) + BESIDE_MAX >= PATH_MAX)
         return mp_error(MP_EINVAL, "%s %s: the path is too long for the files written beside it (at most %zu bytes)",
                         f->option, f->path, (size_t)PATH_MAX - 1 - BESIDE_MAX);

@@ -9,12 +9,12 @@
 
 double mp_cpu_peak(mp_peak_unit unit) {
     const mp_peak_kernels *p = mp_kernels_current()->peak;
-    double (*loop)(uint64_t) = !p                            ? NULL
+    double (*loop)(uint64_t) = !p                        ? NULL
                                : unit == MP_PEAK_TDPBF16 ? p->tdpbf16
                                : unit == MP_PEAK_DPBF16  ? p->dpbf16
                                                          : p->fma;
     if (!loop) return 0.0;
-    const double per_iter = unit == MP_PEAK_TDPBF16 ? p->tdpbf16_flops
+    const double per_iter = unit == MP_PEAK_TDPBF16  ? p->tdpbf16_flops
                             : unit == MP_PEAK_DPBF16 ? p->dpbf16_flops
                                                      : p->fma_flops;
     const int nt = mp_get_threads();

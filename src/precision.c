@@ -9,38 +9,88 @@
 /* ---- the precision modes: one table ---- */
 
 static const mp_precision modes[] = {
-    {.name = "fp32", .compute = MP_F32, .master_weights = MP_MASTER_FP32,
-     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#3b3b3b",
+    {.name = "fp32",
+     .compute = MP_F32,
+     .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_NONE,
+     .color = "#3b3b3b",
      .help = "fp32 everywhere (the baseline)"},
-    {.name = "fp16-naive", .compute = MP_F16, .master_weights = MP_MASTER_NONE,
-     .reductions = MP_REDUCE_HALF, .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#8c564b",
+    {.name = "fp16-naive",
+     .compute = MP_F16,
+     .master_weights = MP_MASTER_NONE,
+     .reductions = MP_REDUCE_HALF,
+     .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_NONE,
+     .color = "#8c564b",
      .help = "everything cast to fp16: no master weights, fp16 reductions, no loss scaling"},
-    {.name = "fp16", .compute = MP_F16, .master_weights = MP_MASTER_FP32,
-     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#d62728",
+    {.name = "fp16",
+     .compute = MP_F16,
+     .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_NONE,
+     .color = "#d62728",
      .help = "fp16 compute, fp32 master weights, NO loss scaling"},
-    {.name = "fp16-static", .compute = MP_F16, .master_weights = MP_MASTER_FP32,
-     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_STATIC, .color = "#ff7f0e",
+    {.name = "fp16-static",
+     .compute = MP_F16,
+     .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_STATIC,
+     .color = "#ff7f0e",
      .help = "fp16 with a fixed loss scale S (65536 without :S)"},
-    {.name = "fp16-dynamic", .compute = MP_F16, .master_weights = MP_MASTER_FP32,
-     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_DYNAMIC, .color = "#1f77b4",
+    {.name = "fp16-dynamic",
+     .compute = MP_F16,
+     .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_DYNAMIC,
+     .color = "#1f77b4",
      .help = "fp16 with dynamic loss scaling: the AMP recipe"},
-    {.name = "bf16", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
-     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .color = "#2ca02c",
+    {.name = "bf16",
+     .compute = MP_BF16,
+     .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_NONE,
+     .color = "#2ca02c",
      .help = "bf16 compute, fp32 master weights"},
-    {.name = "bf16-pure", .compute = MP_BF16, .master_weights = MP_MASTER_PURE_BF16,
-     .rounding = MP_ROUND_STOCHASTIC, .scaling = MP_SCALING_NONE, .color = "#9467bd",
+    {.name = "bf16-pure",
+     .compute = MP_BF16,
+     .master_weights = MP_MASTER_PURE_BF16,
+     .rounding = MP_ROUND_STOCHASTIC,
+     .scaling = MP_SCALING_NONE,
+     .color = "#9467bd",
      .help = "bf16 weights only, updates rounded stochastically"},
-    {.name = "fp8-delayed", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
-     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .recipe = MP_RECIPE_FP8_DELAYED, .color = "#e377c2",
+    {.name = "fp8-delayed",
+     .compute = MP_BF16,
+     .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_NONE,
+     .recipe = MP_RECIPE_FP8_DELAYED,
+     .color = "#e377c2",
      .help = "bf16 with fp8 Linear GEMMs, per-tensor scales from a 1024-step amax history (TE DelayedScaling)"},
-    {.name = "fp8-current", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
-     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .recipe = MP_RECIPE_FP8_CURRENT, .color = "#bcbd22",
+    {.name = "fp8-current",
+     .compute = MP_BF16,
+     .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_NONE,
+     .recipe = MP_RECIPE_FP8_CURRENT,
+     .color = "#bcbd22",
      .help = "bf16 with fp8 Linear GEMMs, per-tensor scales from each tensor's amax (TE Float8CurrentScaling)"},
-    {.name = "mxfp8", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
-     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .recipe = MP_RECIPE_MXFP8, .mx_rule = MP_MX_RCEIL,
-     .color = "#17becf", .help = "bf16 with MXFP8 Linear GEMMs: E4M3 in blocks of 32 with E8M0 scales"},
-    {.name = "nvfp4", .compute = MP_BF16, .master_weights = MP_MASTER_FP32,
-     .rounding = MP_ROUND_NEAREST, .scaling = MP_SCALING_NONE, .recipe = MP_RECIPE_NVFP4, .color = "#7f7f7f",
+    {.name = "mxfp8",
+     .compute = MP_BF16,
+     .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_NONE,
+     .recipe = MP_RECIPE_MXFP8,
+     .mx_rule = MP_MX_RCEIL,
+     .color = "#17becf",
+     .help = "bf16 with MXFP8 Linear GEMMs: E4M3 in blocks of 32 with E8M0 scales"},
+    {.name = "nvfp4",
+     .compute = MP_BF16,
+     .master_weights = MP_MASTER_FP32,
+     .rounding = MP_ROUND_NEAREST,
+     .scaling = MP_SCALING_NONE,
+     .recipe = MP_RECIPE_NVFP4,
+     .color = "#7f7f7f",
      .help = "bf16 with NVFP4 Linear GEMMs: E2M1 in blocks of 16, E4M3 and fp32 scales (TE's NVFP4 recipe)"},
 };
 
@@ -83,11 +133,14 @@ mp_status mp_precision_relabel(mp_precision *p) {
         k += (size_t)snprintf(lab + k, sizeof lab - k, "+reductions=%s", mp_reductions_name(p->reductions));
     if (p->mx_rule != row->mx_rule && k < sizeof lab)
         k += (size_t)snprintf(lab + k, sizeof lab - k, "+mx-rule=%s", p->mx_rule == MP_MX_FLOOR ? "floor" : "rceil");
-    if (k < sizeof lab && p->layers_from[0]) k += (size_t)snprintf(lab + k, sizeof lab - k, "+layers=%s", p->layers_from);
+    if (k < sizeof lab && p->layers_from[0])
+        k += (size_t)snprintf(lab + k, sizeof lab - k, "+layers=%s", p->layers_from);
     else if (k < sizeof lab) k += (size_t)snprintf(lab + k, sizeof lab - k, "%s", p->layers); /* the assignments last */
     if (k >= sizeof lab)
-        return mp_error(MP_EINVAL, "precision '%s%s' is too long for a run's label (%zu bytes at most; put the "
-                        "layer assignments in a --layer-precision file)", p->label, p->layers, sizeof lab - 1);
+        return mp_error(MP_EINVAL,
+                        "precision '%s%s' is too long for a run's label (%zu bytes at most; put the "
+                        "layer assignments in a --layer-precision file)",
+                        p->label, p->layers, sizeof lab - 1);
     memcpy(p->label, lab, k + 1);
     return MP_OK;
 }
@@ -97,17 +150,23 @@ mp_status mp_precision_set_master_weights(mp_precision *p, mp_master_weights m) 
     if ((unsigned)m > MP_MASTER_KAHAN) return mp_error(MP_EINVAL, "--master-weights is fp32, none, kahan or sr");
     const char *name = mp_master_weights_name(m);
     if (!strcmp(p->name, "bf16-pure"))
-        return mp_error(MP_EINVAL, "--master-weights %s does not apply to bf16-pure, which is bf16+master-weights=sr: "
-                                   "use bf16+master-weights=%s", name, name);
+        return mp_error(MP_EINVAL,
+                        "--master-weights %s does not apply to bf16-pure, which is bf16+master-weights=sr: "
+                        "use bf16+master-weights=%s",
+                        name, name);
     if (m != MP_MASTER_FP32 && (p->recipe != MP_RECIPE_NONE || mp_precision_layers_quantize(p)))
-        return mp_error(MP_EINVAL, "--master-weights %s does not apply to %s: its recipe quantizes the fp32 master "
-                                   "weights", name, p->name);
+        return mp_error(MP_EINVAL,
+                        "--master-weights %s does not apply to %s: its recipe quantizes the fp32 master "
+                        "weights",
+                        name, p->name);
     if ((m == MP_MASTER_NONE || m == MP_MASTER_KAHAN) && p->compute == MP_F32)
         return mp_error(MP_EINVAL, "--master-weights %s needs fp16 or bf16 compute; %s has no half copy to keep alone",
                         name, p->name);
     if (m == MP_MASTER_PURE_BF16 && p->compute != MP_BF16)
-        return mp_error(MP_EINVAL, "--master-weights sr rounds updates stochastically into bf16 weights: it needs bf16 "
-                                   "compute, not %s", p->name);
+        return mp_error(MP_EINVAL,
+                        "--master-weights sr rounds updates stochastically into bf16 weights: it needs bf16 "
+                        "compute, not %s",
+                        p->name);
     const mp_precision old = *p;
     p->master_weights = m;
     if (m == MP_MASTER_PURE_BF16 && !strcmp(p->name, "bf16")) { /* the mode bf16-pure */
@@ -149,7 +208,8 @@ mp_status mp_precision_recipe(const mp_precision *p, mp_recipe *out) {
 
 mp_status mp_precision_set_mx_rule(mp_precision *p, mp_mx_rule r) {
     if (!p) return mp_error(MP_EINVAL, "mp_precision_set_mx_rule: NULL argument");
-    if (p->recipe != MP_RECIPE_MXFP8) return mp_error(MP_EINVAL, "%s: the MX scale rule applies to mxfp8 only", p->label);
+    if (p->recipe != MP_RECIPE_MXFP8)
+        return mp_error(MP_EINVAL, "%s: the MX scale rule applies to mxfp8 only", p->label);
     if (r != MP_MX_FLOOR && r != MP_MX_RCEIL) return mp_error(MP_EINVAL, "mx rule %d: floor or rceil", (int)r);
     const mp_mx_rule old = p->mx_rule;
     p->mx_rule = r;
@@ -180,8 +240,10 @@ static const mp_precision *find_mode(const char *base, float *static_scale, mp_s
         const double s = strtod(base + 12, &end);
         if (end == base + 12 || *end || !((float)s > 0) || !isfinite((float)s) || /* 1e-50 > 0 is 0 in fp32 */
             !isfinite((float)(1.0 / (double)(float)s))) {
-            *st = mp_error(MP_EINVAL, "fp16-static:S wants a positive finite scale whose inverse is finite in fp32 "
-                           "(S above 2^-128), not '%s'", base + 12);
+            *st = mp_error(MP_EINVAL,
+                           "fp16-static:S wants a positive finite scale whose inverse is finite in fp32 "
+                           "(S above 2^-128), not '%s'",
+                           base + 12);
             return NULL;
         }
         if (static_scale) *static_scale = (float)s;
@@ -193,8 +255,9 @@ static const mp_precision *find_mode(const char *base, float *static_scale, mp_s
     for (size_t i = 0; i < n; i++)
         k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? (i + 1 == n ? " or " : ", ") : "",
                               modes[i].scaling == MP_SCALING_STATIC ? "fp16-static[:S]" : modes[i].name);
-    *st = mp_error(MP_EINVAL, "the precision is %s (with +master-weights=..., +optim-state=..., +reductions=...), not '%s'",
-                   names, base);
+    *st = mp_error(MP_EINVAL,
+                   "the precision is %s (with +master-weights=..., +optim-state=..., +reductions=...), not '%s'", names,
+                   base);
     return NULL;
 }
 
@@ -229,7 +292,8 @@ mp_status mp_precision_parse(const char *spec, mp_precision *out) {
         if (eq && (size_t)(eq - v) < sizeof key && len - (size_t)(eq - v) - 1 < sizeof val)
             memcpy(key, v, (size_t)(eq - v)), memcpy(val, eq + 1, len - (size_t)(eq - v) - 1);
         mp_mx_rule r;
-        const int mw = !strcmp(key, "master-weights"), os = !strcmp(key, "optim-state"), rd = !strcmp(key, "reductions");
+        const int mw = !strcmp(key, "master-weights"), os = !strcmp(key, "optim-state"),
+                  rd = !strcmp(key, "reductions");
         mp_state_format f = MP_STATE_AUTO;
         for (int k = MP_STATE_FP32; os && k <= MP_STATE_4BIT; k++)
             if (k != MP_STATE_FP16 && !strcmp(val, mp_state_format_name((mp_state_format)k))) f = (mp_state_format)k;
@@ -242,11 +306,12 @@ mp_status mp_precision_parse(const char *spec, mp_precision *out) {
         else if (rd && !strcmp(val, "half")) st = mp_precision_set_reductions(&p, MP_REDUCE_HALF);
         else if (rd && !strcmp(val, "fp32")) st = mp_precision_set_reductions(&p, MP_REDUCE_FP32);
         else
-            st = mp_error(MP_EINVAL,
-                          "unknown switch '+%.*s' in precision '%s' (the switches are master-weights=fp32|none|kahan|sr, "
-                          "optim-state=fp32|bf16|fp8|8bit|4bit, reductions=fp32|half, mx-rule=floor|rceil and the "
-                          "layer assignments RECIPE=PATTERN)",
-                          (int)len, v, spec);
+            st = mp_error(
+                MP_EINVAL,
+                "unknown switch '+%.*s' in precision '%s' (the switches are master-weights=fp32|none|kahan|sr, "
+                "optim-state=fp32|bf16|fp8|8bit|4bit, reductions=fp32|half, mx-rule=floor|rceil and the "
+                "layer assignments RECIPE=PATTERN)",
+                (int)len, v, spec);
         if (st != MP_OK) return st;
     }
     *out = p;

@@ -28,8 +28,8 @@ static inline int map_code(float y, const mp_state_map *m) {
     return m->sign_magnitude ? (int)(u >> 31 << 7) | c : c;
 }
 
-static inline void k_dequant(float *out, const uint8_t *codes, const float *scale, const mp_state_map *map, int bits, size_t n,
-                             size_t block) {
+static inline void k_dequant(float *out, const uint8_t *codes, const float *scale, const mp_state_map *map, int bits,
+                             size_t n, size_t block) {
     const float *q = map->value;
     for (size_t b = 0; b < n / block; b++) {
         const float s = scale[b];
@@ -61,7 +61,7 @@ static inline float block_scale(float amax, int bits) {
 }
 
 static inline void k_quant(uint8_t *codes, float *scale, const float *x, const mp_state_map *map, int bits, size_t n,
-                    size_t block) {
+                           size_t block) {
     for (size_t b = 0; b < n / block; b++) {
         const float *xb = x + b * block;
         const float s = block_scale(block_amax(xb, block), bits);

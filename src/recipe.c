@@ -34,13 +34,22 @@
 #define PR 8      /* rows in a tile when it runs along the columns and a row is short */
 
 mp_status mp_recipe_parse(const char *name, mp_recipe *out) {
-    static const struct { const char *name; mp_recipe_kind k; } names[] = {
-        {"fp8-delayed", MP_RECIPE_FP8_DELAYED}, {"fp8-current", MP_RECIPE_FP8_CURRENT},
-        {"mxfp8", MP_RECIPE_MXFP8}, {"nvfp4", MP_RECIPE_NVFP4}};
+    static const struct {
+        const char *name;
+        mp_recipe_kind k;
+    } names[] = {{"fp8-delayed", MP_RECIPE_FP8_DELAYED},
+                 {"fp8-current", MP_RECIPE_FP8_CURRENT},
+                 {"mxfp8", MP_RECIPE_MXFP8},
+                 {"nvfp4", MP_RECIPE_NVFP4}};
     for (size_t i = 0; name && i < sizeof names / sizeof names[0]; i++)
         if (strcmp(name, names[i].name) == 0) {
-            *out = (mp_recipe){.kind = names[i].k, .mx_rule = MP_MX_RCEIL, .amax_history_len = 1024,
-                               .nvfp4_2d_weights = 1, .nvfp4_sr = 1, .nvfp4_rht = 1, .rht_signs = 0xD7E8};
+            *out = (mp_recipe){.kind = names[i].k,
+                               .mx_rule = MP_MX_RCEIL,
+                               .amax_history_len = 1024,
+                               .nvfp4_2d_weights = 1,
+                               .nvfp4_sr = 1,
+                               .nvfp4_rht = 1,
+                               .rht_signs = 0xD7E8};
             return MP_OK;
         }
     return mp_error(MP_EINVAL, "unknown recipe '%s' (expected fp8-delayed, fp8-current, mxfp8 or nvfp4)",
@@ -76,9 +85,13 @@ mp_dtype mp_qrole_format(const mp_recipe *r, mp_qrole role) {
 mp_status mp_qtensor_init(mp_qtensor *q, const mp_recipe *r, mp_qrole role, uint64_t seed) {
     *q = (mp_qtensor){.role = role, .rng = {seed, 0}, .scale = 1.0f};
     if (r->kind == MP_RECIPE_FP8_DELAYED) {
-        if (r->amax_history_len == 0) return mp_error(MP_EINVAL, "fp8-delayed: the amax history needs at least 1 entry");
-        q->hist = (mp_fp8_history){.amax = calloc(r->amax_history_len, sizeof(float)), .len = r->amax_history_len,
-                                   .most_recent = r->amax_most_recent, .margin = r->margin, .scale = 1.0f};
+        if (r->amax_history_len == 0)
+            return mp_error(MP_EINVAL, "fp8-delayed: the amax history needs at least 1 entry");
+        q->hist = (mp_fp8_history){.amax = calloc(r->amax_history_len, sizeof(float)),
+                                   .len = r->amax_history_len,
+                                   .most_recent = r->amax_most_recent,
+                                   .margin = r->margin,
+                                   .scale = 1.0f};
         if (!q->hist.amax) return mp_error(MP_ENOMEM, "fp8-delayed: out of memory for the amax history");
     }
     return MP_OK;
@@ -138,13 +151,13 @@ static mp_status quantize_values(const mp_qop *op, float *x, float *v, size_t n,
     case MP_RECIPE_FP8_CURRENT:
         if ((s = mp_fp8_quantize(codes, x, n, op->fmt, op->scale, st))) return s;
         /* the codes' values, without the per-tensor scale (it goes into the GEMM's alpha) */
-        for (size_t i = 0; i < n; i++)
-            v[i] = op->fmt == MP_E4M3 ? mp_e4m3_to_f32(codes[i]) : mp_e5m2_to_f32(codes[i]);
+        for (size_t i = 0; i < n; i++) v[i] = op->fmt == MP_E4M3 ? mp_e4m3_to_f32(codes[i]) : mp_e5m2_to_f32(codes[i]);
         return MP_OK;
     case MP_RECIPE_MXFP8:
         if ((s = mp_mx_quantize(codes, scales, x, n, MP_E4M3, op->rule, st))) return s;
         if ((s = mp_mx_dequantize(v, codes, scales, n, MP_E4M3))) return s;
-        for (size_t i = 0; i < n; i++) { /* below bf16's normal range: read as 0 by vdpbf16ps (on the bits: DAZ-proof) */
+        for (size_t i = 0; i < n;
+             i++) { /* below bf16's normal range: read as 0 by vdpbf16ps (on the bits: DAZ-proof) */
             const uint32_t a = mp_f32_bits(v[i]) & 0x7fffffffu;
             if (a != 0 && a < 0x00800000u) v[i] = copysignf(0.0f, v[i]), st->flushed++;
         }
@@ -173,8 +186,7 @@ static mp_status quantize_values(const mp_qop *op, float *x, float *v, size_t n,
             }
         return MP_OK;
     }
-    default:
-        return mp_error(MP_EINVAL, "mp_qoperand: no recipe");
+    default: return mp_error(MP_EINVAL, "mp_qoperand: no recipe");
     }
 }
 
@@ -313,8 +325,7 @@ mp_status mp_qoperand(uint16_t *dst, size_t ldd, float *factor, const void *src,
 mp_status mp_qoperand_with(const mp_recipe_kernels *kern, uint16_t *dst, size_t ldd, float *factor, const void *src,
                            mp_dtype src_type, size_t lds, size_t rows, size_t cols, int k_along_rows,
                            const mp_recipe *r, mp_qtensor *q) {
-    if (!dst || !factor || !src || !r || !q || (src_type != MP_F32 && src_type != MP_BF16) || ldd < cols ||
-        lds < cols)
+    if (!dst || !factor || !src || !r || !q || (src_type != MP_F32 && src_type != MP_BF16) || ldd < cols || lds < cols)
         return mp_error(MP_EINVAL, "mp_qoperand: bad argument");
     if (!per_tensor(r->kind) && r->kind != MP_RECIPE_MXFP8 && r->kind != MP_RECIPE_NVFP4)
         return mp_error(MP_EINVAL, "mp_qoperand: no recipe");
@@ -322,9 +333,18 @@ mp_status mp_qoperand_with(const mp_recipe_kernels *kern, uint16_t *dst, size_t 
         return mp_error(MP_EINVAL, "mp_qoperand: MX scale rule %d (floor or rceil)", (int)r->mx_rule);
     qjob j;
     memset(&j, 0, sizeof j);
-    j.op = (mp_qop){.dst = dst, .ldd = ldd, .src = src, .st = src_type, .lds = lds, .rows = rows, .cols = cols,
-                    .kind = r->kind, .k_rows = k_along_rows && !per_tensor(r->kind), /* one scale: no direction */
-                    .fmt = mp_qrole_format(r, q->role), .rule = r->mx_rule, .signs = r->rht_signs};
+    j.op = (mp_qop){.dst = dst,
+                    .ldd = ldd,
+                    .src = src,
+                    .st = src_type,
+                    .lds = lds,
+                    .rows = rows,
+                    .cols = cols,
+                    .kind = r->kind,
+                    .k_rows = k_along_rows && !per_tensor(r->kind), /* one scale: no direction */
+                    .fmt = mp_qrole_format(r, q->role),
+                    .rule = r->mx_rule,
+                    .signs = r->rht_signs};
     j.k = kern;
     mp_qop *op = &j.op;
     if (r->kind == MP_RECIPE_NVFP4) {
@@ -340,11 +360,10 @@ mp_status mp_qoperand_with(const mp_recipe_kernels *kern, uint16_t *dst, size_t 
     /* the per-tensor scale: fp8's, or the amax nvfp4's global scale comes from
      * (the weight-gradient operands' is the transform's) */
     switch (r->kind) {
-    case MP_RECIPE_FP8_DELAYED:
-        op->scale = q->scale = q->hist.scale;
-        break;
+    case MP_RECIPE_FP8_DELAYED: op->scale = q->scale = q->hist.scale; break;
     case MP_RECIPE_FP8_CURRENT:
-        if (!q->scaled) q->amax = operand_amax(op), q->scale = mp_fp8_scale(q->amax, op->fmt, 0.0f, NULL), q->scaled = 1;
+        if (!q->scaled)
+            q->amax = operand_amax(op), q->scale = mp_fp8_scale(q->amax, op->fmt, 0.0f, NULL), q->scaled = 1;
         op->scale = q->scale;
         break;
     case MP_RECIPE_NVFP4:
@@ -354,8 +373,7 @@ mp_status mp_qoperand_with(const mp_recipe_kernels *kern, uint16_t *dst, size_t 
             op->scale = q->amax;
         }
         break;
-    default:
-        break;
+    default: break;
     }
     if (per_tensor(r->kind) && mp_f32_bits(op->scale) - 1u >= 0x7f7fffffu)
         return mp_error(MP_EINVAL, "mp_qoperand: scale %g (finite and > 0)", (double)op->scale);
@@ -371,7 +389,7 @@ mp_status mp_qoperand_with(const mp_recipe_kernels *kern, uint16_t *dst, size_t 
     }
     if (s) return s;
     q->stats.n += (uint64_t)rows * cols; /* the padding's zeros are not elements of the operand */
-    if (op->rng) /* the stream moves past the padded operand */
+    if (op->rng)                         /* the stream moves past the padded operand */
         q->rng.counter += op->k_rows ? (rows + 15) / 16 * 16 * cols : (op->tile16 ? (rows + 15) / 16 * 16 : rows) * cp;
     if (r->kind == MP_RECIPE_NVFP4) *factor = 1.0f / mp_nvfp4_global_scale(op->scale);
     else if (per_tensor(r->kind)) *factor = 1.0f / q->scale;
@@ -379,10 +397,10 @@ mp_status mp_qoperand_with(const mp_recipe_kernels *kern, uint16_t *dst, size_t 
     return MP_OK;
 }
 
-mp_status mp_qgemm(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_t n, size_t k,
-                   const void *a, mp_dtype a_type, size_t lda, mp_qtensor *qa, uint16_t *wa,
-                   const void *b, mp_dtype b_type, size_t ldb, mp_qtensor *qb, uint16_t *wb,
-                   float beta, void *c, mp_dtype c_type, size_t ldc, const mp_gemm_epilogue *ep) {
+mp_status mp_qgemm(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_t n, size_t k, const void *a,
+                   mp_dtype a_type, size_t lda, mp_qtensor *qa, uint16_t *wa, const void *b, mp_dtype b_type,
+                   size_t ldb, mp_qtensor *qb, uint16_t *wb, float beta, void *c, mp_dtype c_type, size_t ldc,
+                   const mp_gemm_epilogue *ep) {
     /* as stored: A is m x k (k x m when trans_a), B k x n (n x k when trans_b) */
     const size_t ra = trans_a ? k : m, ca = trans_a ? m : k, rb = trans_b ? n : k, cb = trans_b ? k : n;
     float fa, fb;

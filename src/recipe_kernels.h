@@ -46,9 +46,9 @@
 #define RK_E5M2_MAX 0x47600000u /* 57344 */
 #define RK_AI static inline __attribute__((always_inline))
 
-typedef uint32_t rk_v __attribute__((vector_size(4 * RK_LANES)));  /* fp32 bit patterns, counts */
-typedef int32_t rk_m __attribute__((vector_size(4 * RK_LANES)));   /* masks, signed integers */
-typedef float rk_fv __attribute__((vector_size(4 * RK_LANES)));    /* fp32 values */
+typedef uint32_t rk_v __attribute__((vector_size(4 * RK_LANES))); /* fp32 bit patterns, counts */
+typedef int32_t rk_m __attribute__((vector_size(4 * RK_LANES)));  /* masks, signed integers */
+typedef float rk_fv __attribute__((vector_size(4 * RK_LANES)));   /* fp32 values */
 
 RK_AI rk_v rk_sel(rk_m m, rk_v a, rk_v b) { return ((rk_v)m & a) | (~(rk_v)m & b); }
 RK_AI rk_v rk_splat(uint32_t x) { return (rk_v){0} + x; }
@@ -60,7 +60,7 @@ RK_AI rk_v rk_ld(const uint32_t *p) {
 }
 RK_AI void rk_st(uint32_t *p, rk_v v) { memcpy(p, &v, sizeof v); }
 RK_AI rk_v rk_max(rk_v a, rk_v b) { return rk_sel(a > b, a, b); }
-RK_AI rk_v rk_tofloat_bits(rk_v q) { return (rk_v)__builtin_convertvector((rk_m)q, rk_fv); } /* exact: q < 2^24 */
+RK_AI rk_v rk_tofloat_bits(rk_v q) { return (rk_v) __builtin_convertvector((rk_m)q, rk_fv); } /* exact: q < 2^24 */
 static inline size_t rk_whole(size_t n) { return (n + RK_LANES - 1) / RK_LANES * RK_LANES; }
 
 static inline uint32_t rk_bits(float x) {
@@ -158,7 +158,8 @@ RK_AI rk_v rk_round_sat(rk_v a, rk_m lo, int M, rk_v maxb, rk_m *sat, rk_m *zero
 RK_AI rk_v rk_fp8_vec(rk_v x, rk_fv s, const int e5, rk_counts *k) {
     const rk_v xa = x & RK_ABS, p = (rk_v)((rk_fv)x * s), pa = p & RK_ABS;
     rk_m zero, fin = (rk_m)(xa < RK_INF);
-    rk_v r = rk_round_grid(pa, rk_isplat(e5 ? 134 : 141), e5 ? 2 : 3, &zero); /* lo: the smallest normal's field + 23 - M */
+    /* lo: the smallest normal's field + 23 - M */
+    rk_v r = rk_round_grid(pa, rk_isplat(e5 ? 134 : 141), e5 ? 2 : 3, &zero);
     const rk_m sat = (rk_m)(pa > (e5 ? 0x476fffffu : 0x43e80000u));
     r = rk_sel(sat, rk_splat(e5 ? RK_E5M2_MAX : RK_E4M3_MAX), rk_sel(zero, rk_splat(0), r));
     k->sat -= (rk_v)(fin & sat);
@@ -236,7 +237,8 @@ static void rk_mx_rows(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
             for (size_t b = 0; b < nb; b++) {
                 const rk_m lo = rk_isplat((int32_t)s8[b] + 14), nm = rk_isplat(-nan[b]);
                 const rk_v maxb = rk_splat(rk_mx_max(s8[b]));
-                for (size_t j = 32 * b; j < 32 * b + 32; j += RK_LANES) rk_st(x + j, rk_mx_vec(rk_ld(x + j), lo, maxb, nm, k));
+                for (size_t j = 32 * b; j < 32 * b + 32; j += RK_LANES)
+                    rk_st(x + j, rk_mx_vec(rk_ld(x + j), lo, maxb, nm, k));
             }
             rk_store(op, i, c0, n, x);
         }
@@ -268,7 +270,8 @@ static void rk_mx_cols(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
             for (size_t r = 0; r < nr; r++) {
                 rk_load(op, i0 + r, c0, n, x);
                 for (size_t c = 0; c < nw; c += RK_LANES)
-                    rk_st(x + c, rk_mx_vec(rk_ld(x + c), (rk_m)rk_ld(lo + c), rk_ld(maxb + c), (rk_m)rk_ld(nan + c), k));
+                    rk_st(x + c,
+                          rk_mx_vec(rk_ld(x + c), (rk_m)rk_ld(lo + c), rk_ld(maxb + c), (rk_m)rk_ld(nan + c), k));
                 rk_store(op, i0 + r, c0, n, x);
             }
         }
@@ -310,7 +313,8 @@ static void rk_sr_bytes(uint64_t seed, uint64_t j0, size_t n, uint8_t *restrict 
         for (int l = 0; l < RK_LANES; l++) {
             const uint32_t w[4] = {c0[l], c1[l], c2[l], c3[l]};
             for (int q = 0; q < 4; q++)
-                for (int b = 0; b < 4; b++) r[o + 16 * (size_t)l + 4 * (size_t)q + (size_t)b] = (uint8_t)(w[q] >> (8 * b));
+                for (int b = 0; b < 4; b++)
+                    r[o + 16 * (size_t)l + 4 * (size_t)q + (size_t)b] = (uint8_t)(w[q] >> (8 * b));
         }
     }
     mp_sr_bytes(seed, j0 + o, n - o, r + o);
@@ -328,7 +332,7 @@ static void rk_sr_bytes(uint64_t seed, uint64_t j0, size_t n, uint8_t *restrict 
 
 /* The parameters of the blocks of the lanes, from their amaxes (bits). */
 typedef struct {
-    rk_fv inv, s;          /* the element multiplier; the block scale's value */
+    rk_fv inv, s; /* the element multiplier; the block scale's value */
     rk_m special, nan, gone;
 } rk_nvpar;
 
@@ -358,7 +362,7 @@ RK_AI rk_v rk_e2m1_half(rk_v a, const rk_v *r, rk_m *past) {
         const rk_v M = rk_sel((rk_m)(a < 0x40000000u), rk_splat(0x4a800000u),
                               rk_sel((rk_m)(a < 0x40800000u), rk_splat(0x4b000000u), rk_splat(0x4b800000u)));
         const rk_fv q = ((rk_fv)a + (rk_fv)M) - (rk_fv)M;
-        const rk_v h = (rk_v)__builtin_convertvector(q * 2.0f, rk_m);
+        const rk_v h = (rk_v) __builtin_convertvector(q * 2.0f, rk_m);
         *past = (rk_m)(a >= 0x41000000u) | (rk_m)(h > 12u);
         return rk_sel(*past, rk_splat(12), h);
     }
@@ -423,7 +427,7 @@ static void rk_nv_rows(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
                 k->amax = rk_max(a & (rk_v)~Q.special, k->amax);
                 for (int l = 0; l < RK_LANES; l++)
                     inv[b + l] = Q.inv[l], sv[b + l] = Q.s[l], special[b + l] = Q.special[l], nan[b + l] = Q.nan[l],
-                    gone[b + l] = Q.gone[l];
+                            gone[b + l] = Q.gone[l];
             }
             rk_nvpar P[W / 16];
             for (size_t b = 0; b < nb; b++)
@@ -500,7 +504,8 @@ static void rk_nv_cols(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
                 for (int r = 0; r < 16; r++) {
                     rk_v rv;
                     if (op->rng) {
-                        for (int l = 0; l < RK_LANES; l++) rb[l] = c + (size_t)l < n ? rnd[16 * (c + (size_t)l) + (size_t)r] : 0;
+                        for (int l = 0; l < RK_LANES; l++)
+                            rb[l] = c + (size_t)l < n ? rnd[16 * (c + (size_t)l) + (size_t)r] : 0;
                         rv = rk_ld(rb);
                     }
                     rk_st(x[r] + c, rk_nv_vec(rk_ld(x[r] + c), &P, op->rng ? &rv : NULL, k));
@@ -547,6 +552,7 @@ static uint32_t rk_rht_amax(const mp_qop *op, size_t r0, size_t r1) {
     return r;
 }
 
-#define MP_RECIPE_KERNELS {.quantize = rk_quantize, .rht_amax = rk_rht_amax}
+#define MP_RECIPE_KERNELS \
+    { .quantize = rk_quantize, .rht_amax = rk_rht_amax }
 
 #endif

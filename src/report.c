@@ -53,19 +53,24 @@ __attribute__((format(printf, 2, 3))) static void hprintf(FILE *f, const char *f
         spec[k++] = c, spec[k] = 0;
         switch (c) {
         case 's': mp_html_escape(f, va_arg(ap, const char *)); break;
-        case 'd': case 'i': case 'c':
+        case 'd':
+        case 'i':
+        case 'c':
             if (z) fprintf(f, spec, va_arg(ap, ptrdiff_t));
             else if (l == 2) fprintf(f, spec, va_arg(ap, long long));
             else if (l == 1) fprintf(f, spec, va_arg(ap, long));
             else fprintf(f, spec, va_arg(ap, int));
             break;
-        case 'u': case 'x':
+        case 'u':
+        case 'x':
             if (z) fprintf(f, spec, va_arg(ap, size_t));
             else if (l == 2) fprintf(f, spec, va_arg(ap, unsigned long long));
             else if (l == 1) fprintf(f, spec, va_arg(ap, unsigned long));
             else fprintf(f, spec, va_arg(ap, unsigned));
             break;
-        case 'e': case 'f': case 'g': fprintf(f, spec, va_arg(ap, double)); break;
+        case 'e':
+        case 'f':
+        case 'g': fprintf(f, spec, va_arg(ap, double)); break;
         case '%': fputc('%', f); break;
         default: abort(); /* a conversion this function does not take: it would misread the arguments */
         }
@@ -97,8 +102,9 @@ static double tick_step(double range, int want) {
 /* The figure and its plot area, x ticks (when xticks), y ticks every ystep (none when ystep <= 0), the axis labels. */
 static void frame(FILE *f, const axes *a, const char *id, const char *title, const char *xlabel, const char *ylabel,
                   double ystep, const char *yfmt, int ylog2, int xticks) {
-    hprintf(f, "<figure><figcaption>%s</figcaption>\n<svg class=\"chart\" id=\"%s\" viewBox=\"0 0 %d %d\" "
-               "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"%s\">\n",
+    hprintf(f,
+            "<figure><figcaption>%s</figcaption>\n<svg class=\"chart\" id=\"%s\" viewBox=\"0 0 %d %d\" "
+            "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"%s\">\n",
             title, id, a->w, a->h, title);
     hprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n", a->ml, a->mt,
             a->w - a->ml - a->mr, a->h - a->mt - a->mb);
@@ -106,18 +112,20 @@ static void frame(FILE *f, const axes *a, const char *id, const char *title, con
     for (double x = ceil(a->x0 / xs) * xs; xticks && x <= a->x1 + 1e-9; x += xs) {
         hprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#e3e3e3\"/>", px(a, x), px(a, x), a->mt,
                 a->h - a->mb);
-        hprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%g</text>\n", px(a, x), a->h - a->mb + 14, x);
+        hprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\">%g</text>\n", px(a, x),
+                a->h - a->mb + 14, x);
     }
     for (double y = ystep > 0 ? ceil(a->y0 / ystep) * ystep : a->y1 + 1; y <= a->y1 + 1e-12; y += ystep) {
-        hprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e3e3\"/>", a->ml, a->w - a->mr, py(a, y),
-                py(a, y));
+        hprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e3e3e3\"/>", a->ml, a->w - a->mr,
+                py(a, y), py(a, y));
         char lab[32];
         if (ylog2) snprintf(lab, sizeof lab, "2^%.0f", y);
         else snprintf(lab, sizeof lab, yfmt, y);
-        hprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"tick\" text-anchor=\"end\">%s</text>\n", a->ml - 5, py(a, y) + 4, lab);
+        hprintf(f, "<text x=\"%d\" y=\"%.1f\" class=\"tick\" text-anchor=\"end\">%s</text>\n", a->ml - 5, py(a, y) + 4,
+                lab);
     }
-    hprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"label\" text-anchor=\"middle\">%s</text>\n", (a->ml + a->w - a->mr) / 2.0,
-            a->h - 6, xlabel);
+    hprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"label\" text-anchor=\"middle\">%s</text>\n",
+            (a->ml + a->w - a->mr) / 2.0, a->h - 6, xlabel);
     hprintf(f, "<text transform=\"translate(14 %.1f) rotate(-90)\" class=\"label\" text-anchor=\"middle\">%s</text>\n",
             (a->mt + a->h - a->mb) / 2.0, ylabel);
 }
@@ -151,8 +159,10 @@ static int legend_flow(FILE *f, const axes *a, const keys *k, int y) {
         const double w = 34 + 6.6 * (double)strlen(k->label[i]);
         if (x > 0 && a->ml + 10 + x + w - 16 > a->w - a->mr) rows++, y += LEGEND_ROW, x = 0;
         if (f) {
-            hprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
-                       "class=\"legend\">", a->ml + 10 + x, y, k->color[i], a->ml + 28 + x, y + 5);
+            hprintf(f,
+                    "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
+                    "class=\"legend\">",
+                    a->ml + 10 + x, y, k->color[i], a->ml + 28 + x, y + 5);
             mp_html_escape(f, k->label[i]);
             fputs("</text>\n", f);
         }
@@ -191,7 +201,8 @@ static void polyline_begin(FILE *f, const char *color, int dash) {
 static void polyline_end(FILE *f) { fputs("\"/>\n", f); }
 
 /* A polyline of y over steps, averaged into at most 400 points. */
-static void series(FILE *f, const axes *a, const float *y, long n, size_t stride, const char *color, int log2y, int dash) {
+static void series(FILE *f, const axes *a, const float *y, long n, size_t stride, const char *color, int log2y,
+                   int dash) {
     const long per = n > 400 ? (n + 399) / 400 : 1;
     polyline_begin(f, color, dash);
     for (long i = 0; i < n; i += per) {
@@ -233,23 +244,25 @@ static double hist_total(const mp_report_run *u) {
 static void section_head(FILE *f, const mp_report *r) {
     hprintf(f, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>");
     mp_html_escape(f, r->title);
-    hprintf(f, "</title>\n<style>\n"
-               "body{font:15px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#222;max-width:1020px;"
-               "margin:2em auto;padding:0 1em;background:#fff}\n"
-               "h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd}\n"
-               "table{border-collapse:collapse;width:100%%;font-size:.92em}th,td{padding:.35em .6em;text-align:right;"
-               "border-bottom:1px solid #e5e5e5}th:first-child,td:first-child{text-align:left;white-space:nowrap}th{background:#f4f4f4}\n"
-               "figure{margin:1.2em 0}figcaption{font-weight:600;margin-bottom:.3em}svg.chart{width:100%%;height:auto}\n"
-               ".tick{font-size:11px;fill:#666}.label{font-size:12px;fill:#444}.legend{font-size:12px;fill:#222}\n"
-               ".note{color:#555;font-size:.92em}.warn{color:#a00}code{background:#f3f3f3;padding:0 .25em}\n"
-               ".swatch{display:inline-block;width:.8em;height:.8em;border-radius:2px;margin-right:.4em}\n"
-               "#ablation td:nth-child(2),#ablation th:nth-child(2){text-align:left}\n"
-               "h3{font-size:1em;margin:1.2em 0 .2em}pre.sample{white-space:pre-wrap;background:#f6f6f6;padding:.6em;"
-               "font-size:.88em;margin:.3em 0}\n"
-               "details.tensors,details.quant{margin:.5em 0}details summary{cursor:pointer}table.tensors{font-size:.82em}"
-               "table.tensors th{text-align:center}tr.bad td{background:#fde0dc}\n"
-               "#summary{font-size:.84em}#summary th,#summary td{padding:.35em .4em}#summary .format{text-align:left}\n"
-               "</style>\n</head>\n<body>\n");
+    hprintf(f,
+            "</title>\n<style>\n"
+            "body{font:15px/1.5 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;color:#222;max-width:1020px;"
+            "margin:2em auto;padding:0 1em;background:#fff}\n"
+            "h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd}\n"
+            "table{border-collapse:collapse;width:100%%;font-size:.92em}th,td{padding:.35em .6em;text-align:right;"
+            "border-bottom:1px solid "
+            "#e5e5e5}th:first-child,td:first-child{text-align:left;white-space:nowrap}th{background:#f4f4f4}\n"
+            "figure{margin:1.2em 0}figcaption{font-weight:600;margin-bottom:.3em}svg.chart{width:100%%;height:auto}\n"
+            ".tick{font-size:11px;fill:#666}.label{font-size:12px;fill:#444}.legend{font-size:12px;fill:#222}\n"
+            ".note{color:#555;font-size:.92em}.warn{color:#a00}code{background:#f3f3f3;padding:0 .25em}\n"
+            ".swatch{display:inline-block;width:.8em;height:.8em;border-radius:2px;margin-right:.4em}\n"
+            "#ablation td:nth-child(2),#ablation th:nth-child(2){text-align:left}\n"
+            "h3{font-size:1em;margin:1.2em 0 .2em}pre.sample{white-space:pre-wrap;background:#f6f6f6;padding:.6em;"
+            "font-size:.88em;margin:.3em 0}\n"
+            "details.tensors,details.quant{margin:.5em 0}details summary{cursor:pointer}table.tensors{font-size:.82em}"
+            "table.tensors th{text-align:center}tr.bad td{background:#fde0dc}\n"
+            "#summary{font-size:.84em}#summary th,#summary td{padding:.35em .4em}#summary .format{text-align:left}\n"
+            "</style>\n</head>\n<body>\n");
 }
 
 /* The heading and the command that reproduces the comparison. */
@@ -282,22 +295,29 @@ static void summary_row(FILE *f, const mp_report *r, const mp_report_run *u, con
     else if (base) snprintf(speed, sizeof speed, "<td></td>");
     if (isfinite(u->memory_mib) && u->memory_mib > 0) snprintf(mem, sizeof mem, "%.0f MiB", u->memory_mib);
     snprintf(loss, sizeof loss, isfinite(u->last_loss) ? "%.4f" : "NaN/inf", u->last_loss);
-    snprintf(ev, sizeof ev, !isfinite(u->eval) ? "NaN/inf" : r->eval_percent ? "%.2f%%" : "%.4f",
+    snprintf(ev, sizeof ev,
+             !isfinite(u->eval) ? "NaN/inf"
+             : r->eval_percent  ? "%.2f%%"
+                                : "%.4f",
              r->eval_percent ? 100 * u->eval : u->eval);
-    hprintf(f, "<tr data-mode=\"%s\"><td><span class=\"swatch\" style=\"background:%s\"></span>%s</td>"
-               "<td class=\"format\">%s</td><td>%s</td><td class=\"acc\">%s</td><td>%ld</td><td>%g</td><td class=\"under\">%.4f%%</td>"
-               "<td>%.4f%%</td><td>%.2f%%</td><td>%.4f%%</td><td>%.1f</td><td>%s</td>%s</tr>\n",
-            u->name, u->color, u->name, u->format ? u->format : "", loss, ev, u->skipped_total,
-            u->final_scale, 100 * u->underflow, 100 * u->lost_gradients, 100 * u->dead_gradients,
-            100 * u->lost_updates, u->ms_per_step, mem, speed);
+    hprintf(f,
+            "<tr data-mode=\"%s\"><td><span class=\"swatch\" style=\"background:%s\"></span>%s</td>"
+            "<td class=\"format\">%s</td><td>%s</td><td class=\"acc\">%s</td><td>%ld</td><td>%g</td><td "
+            "class=\"under\">%.4f%%</td>"
+            "<td>%.4f%%</td><td>%.2f%%</td><td>%.4f%%</td><td>%.1f</td><td>%s</td>%s</tr>\n",
+            u->name, u->color, u->name, u->format ? u->format : "", loss, ev, u->skipped_total, u->final_scale,
+            100 * u->underflow, 100 * u->lost_gradients, 100 * u->dead_gradients, 100 * u->lost_updates, u->ms_per_step,
+            mem, speed);
 }
 
 /* The summary table: one row per run, speed-ups against the baseline run. */
 static void section_summary(FILE *f, const mp_report *r) {
     const mp_report_run *base = r->baseline >= 0 && r->baseline < r->nruns ? &r->runs[r->baseline] : NULL;
-    fputs("<h2>Summary</h2>\n<table id=\"summary\">\n<tr><th>mode</th><th class=\"format\" title=\"the compute format, and the formats "
+    fputs("<h2>Summary</h2>\n<table id=\"summary\">\n<tr><th>mode</th><th class=\"format\" title=\"the compute format, "
+          "and the formats "
           "of the Linear layers' quantized GEMM operands (inputs and weights / gradients)\">format</th>"
-          "<th>final train loss</th><th>", f);
+          "<th>final train loss</th><th>",
+          f);
     mp_html_escape(f, r->eval_name);
     hprintf(f, "</th><th>skipped steps</th><th>final scale</th><th>gradients underflowed</th>"
                "<th title=\"weight-gradient values nonzero in fp32 and 0 when stored\">weight gradients lost</th>"
@@ -345,7 +365,9 @@ static const char *removed_protection(const mp_precision *ref, const mp_precisio
     const int dm = p->master_weights != ref->master_weights, dr = p->reductions != ref->reductions,
               ds = p->scaling != ref->scaling;
     if (dm + dr + ds != 1) return NULL;
-    if (dm) return ref->master_weights == MP_MASTER_FP32 && p->master_weights == MP_MASTER_NONE ? "fp32 master weights" : NULL;
+    if (dm)
+        return ref->master_weights == MP_MASTER_FP32 && p->master_weights == MP_MASTER_NONE ? "fp32 master weights"
+                                                                                            : NULL;
     if (dr) return ref->reductions == MP_REDUCE_FP32 && p->reductions == MP_REDUCE_HALF ? "fp32 reductions" : NULL;
     return ref->scaling != MP_SCALING_NONE && p->scaling == MP_SCALING_NONE ? "loss scaling" : NULL;
 }
@@ -371,12 +393,14 @@ static void section_ablation(FILE *f, const mp_report *r) {
     if (n == 0) return;
     const mp_report_run *b = &r->runs[ref];
     fputs("<h2>What each protection buys</h2>\n<p class=\"note\">The reference is <b>fp16-dynamic</b>: fp16 compute "
-          "with fp32 master weights, fp32 reductions and dynamic loss scaling, ", f);
+          "with fp32 master weights, fp32 reductions and dynamic loss scaling, ",
+          f);
     mp_html_escape(f, r->eval_name);
     fputc(' ', f);
     eval_value(f, r, b->eval);
-    hprintf(f, " with %ld skipped step%s. Each row is a run of this comparison with one of these protections removed "
-               "and nothing else changed.</p>\n<table id=\"ablation\">\n<tr><th>protection removed</th><th>run</th><th>",
+    hprintf(f,
+            " with %ld skipped step%s. Each row is a run of this comparison with one of these protections removed "
+            "and nothing else changed.</p>\n<table id=\"ablation\">\n<tr><th>protection removed</th><th>run</th><th>",
             b->skipped_total, b->skipped_total == 1 ? "" : "s");
     mp_html_escape(f, r->eval_name);
     fputs("</th><th>difference from fp16-dynamic</th><th>skipped steps</th></tr>\n", f);
@@ -400,8 +424,7 @@ static void chart_loss(FILE *f, const mp_report *r) {
     const axes a = with_legend(plot_axes(0, (double)max_steps(r), 0, lmax * 1.05, 300), r, NULL);
     frame(f, &a, "loss", "Training loss per step (all modes)", "step", "loss", tick_step(lmax, 5), "%g", 0, 1);
     legend(f, &a, r, NULL);
-    for (int i = 0; i < r->nruns; i++)
-        series(f, &a, r->runs[i].loss, r->runs[i].nsteps, 1, r->runs[i].color, 0, 0);
+    for (int i = 0; i < r->nruns; i++) series(f, &a, r->runs[i].loss, r->runs[i].nsteps, 1, r->runs[i].color, 0, 0);
     chart_end(f);
 }
 
@@ -419,7 +442,8 @@ static int eval_runs(const mp_report *r, int show[64], double *lo, double *top) 
         const mp_report_run *u = &r->runs[i];
         double hi = -INFINITY;
         for (long k = 0; k < u->neval; k++)
-            if (isfinite(u->eval_losses[k])) show[i] = 1, *lo = fmin(*lo, u->eval_losses[k]), hi = fmax(hi, u->eval_losses[k]);
+            if (isfinite(u->eval_losses[k]))
+                show[i] = 1, *lo = fmin(*lo, u->eval_losses[k]), hi = fmax(hi, u->eval_losses[k]);
         if (show[i]) most[n++] = hi;
     }
     qsort(most, (size_t)n, sizeof *most, cmp_double);
@@ -431,7 +455,8 @@ static int eval_runs(const mp_report *r, int show[64], double *lo, double *top) 
  * and a marker with its figure at each. Returns how many were above. */
 static long eval_points(FILE *f, const axes *a, const mp_report_run *u) {
     long nf = 0, above = 0;
-    for (long k = 0; k < u->neval; k++) nf += isfinite(u->eval_losses[k]) != 0, above += isfinite(u->eval_losses[k]) && u->eval_losses[k] > a->y1;
+    for (long k = 0; k < u->neval; k++)
+        nf += isfinite(u->eval_losses[k]) != 0, above += isfinite(u->eval_losses[k]) && u->eval_losses[k] > a->y1;
     if (nf >= 2) {
         polyline_begin(f, u->color, 0);
         for (long k = 0; k < u->neval; k++)
@@ -441,8 +466,9 @@ static long eval_points(FILE *f, const axes *a, const mp_report_run *u) {
     }
     for (long k = 0; k < u->neval; k++)
         if (isfinite(u->eval_losses[k]))
-            hprintf(f, "<circle class=\"series\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s step %ld: %.4f"
-                       "</title></circle>\n",
+            hprintf(f,
+                    "<circle class=\"series\" cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s step %ld: %.4f"
+                    "</title></circle>\n",
                     px(a, (double)u->eval_steps[k]), py(a, fmin(u->eval_losses[k], a->y1)), u->color, u->name,
                     u->eval_steps[k], u->eval_losses[k]);
     return above;
@@ -470,9 +496,9 @@ static void chart_val_loss(FILE *f, const mp_report *r) {
         fputs("<p class=\"note\">", f);
         mp_html_escape(f, r->runs[i].name);
         if (above[i])
-            hprintf(f, ": %ld evaluation%s above %.4g, drawn on the top edge.</p>\n", above[i], above[i] == 1 ? "" : "s", a.y1);
-        else
-            hprintf(f, ": the %s was not finite (inf or NaN) at any evaluation.</p>\n", what);
+            hprintf(f, ": %ld evaluation%s above %.4g, drawn on the top edge.</p>\n", above[i],
+                    above[i] == 1 ? "" : "s", a.y1);
+        else hprintf(f, ": the %s was not finite (inf or NaN) at any evaluation.</p>\n", what);
     }
 }
 
@@ -484,15 +510,18 @@ static void chart_bytes(FILE *f, const mp_report *r) {
     for (int i = 0; i < r->nruns; i++) {
         const mp_report_run *u = &r->runs[i];
         if (!(u->bytes_per_param > 0) || !isfinite(u->eval)) continue;
-        x0 = fmin(x0, u->bytes_per_param), x1 = fmax(x1, u->bytes_per_param), y0 = fmin(y0, u->eval), y1 = fmax(y1, u->eval);
+        x0 = fmin(x0, u->bytes_per_param), x1 = fmax(x1, u->bytes_per_param), y0 = fmin(y0, u->eval),
+        y1 = fmax(y1, u->eval);
         n++;
     }
     if (n < 2) return;
     const double xp = x1 > x0 ? 0.08 * (x1 - x0) : 1, yp = y1 > y0 ? 0.12 * (y1 - y0) : 0.05 * fabs(y1) + 1e-3;
     const char *what = r->eval_name ? r->eval_name : "evaluation";
     char title[160];
-    snprintf(title, sizeof title, "%s against the bytes each parameter holds (weights, copies, gradient, compensation, "
-                                  "optimizer state)", what);
+    snprintf(title, sizeof title,
+             "%s against the bytes each parameter holds (weights, copies, gradient, compensation, "
+             "optimizer state)",
+             what);
     title[0] = (char)toupper((unsigned char)title[0]);
     const axes a = plot_axes(fmax(0, x0 - xp), x1 + xp, y0 - yp, y1 + yp, 260);
     frame(f, &a, "bytes", title, "bytes per parameter", what, tick_step(y1 - y0 + 2 * yp, 5),
@@ -500,8 +529,8 @@ static void chart_bytes(FILE *f, const mp_report *r) {
     for (int i = 0; i < r->nruns; i++) {
         const mp_report_run *u = &r->runs[i];
         if (!(u->bytes_per_param > 0) || !isfinite(u->eval)) continue;
-        hprintf(f, "<circle class=\"series\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\"><title>", px(&a, u->bytes_per_param),
-                py(&a, u->eval), u->color);
+        hprintf(f, "<circle class=\"series\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\"><title>",
+                px(&a, u->bytes_per_param), py(&a, u->eval), u->color);
         mp_html_escape(f, u->name);
         hprintf(f, ": %.2f bytes per parameter, %.4g</title></circle><text x=\"%.1f\" y=\"%.1f\" class=\"legend\">",
                 u->bytes_per_param, u->eval, px(&a, u->bytes_per_param) + 8, py(&a, u->eval) - 6);
@@ -624,8 +653,9 @@ static void layer_bars(FILE *f, const axes *a, const layer_src *c, int i, double
     for (int l = 0; l < c->u->nlayers; l++) {
         const double m = 100 * src_mean(c, l);
         const double x = px(a, l + 0.1) + gw * i, h = m > 0 ? fmax(py(a, 0) - py(a, m), 1.0) : 0.0;
-        hprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s %s: "
-                   "%.4g%%</title></rect>\n",
+        hprintf(f,
+                "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s %s: "
+                "%.4g%%</title></rect>\n",
                 x, py(a, 0) - h, gw * 0.92, h, c->color, c->label, c->u->layer_names[l], m);
     }
 }
@@ -646,7 +676,7 @@ static void chart_layers(FILE *f, const mp_report *r) {
     }
     int nl = 0;
     double umax = 1e-4;
-    const char (*names)[64] = NULL;
+    const char(*names)[64] = NULL;
     for (int i = 0; i < r->nruns; i++)
         if (r->runs[i].nlayers > nl) nl = r->runs[i].nlayers, names = r->runs[i].layer_names;
     for (int i = 0; i < ns; i++)
@@ -671,8 +701,11 @@ static void chart_layers(FILE *f, const mp_report *r) {
         const double x = px(&c, l + 0.5);
         const int y = c.h - c.mb + 14;
         const size_t len = strlen(names[l]);
-        if (turn) hprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"end\" "
-                             "transform=\"rotate(-40 %.1f %d)\"><title>", x, y, x, y);
+        if (turn)
+            hprintf(f,
+                    "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"end\" "
+                    "transform=\"rotate(-40 %.1f %d)\"><title>",
+                    x, y, x, y);
         else hprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"tick\" text-anchor=\"middle\"><title>", x, y);
         mp_html_escape(f, names[l]);
         fputs("</title>", f);
@@ -703,7 +736,7 @@ static uint64_t overflowed(const mp_report_run *u, int l) {
 static void chart_headroom(FILE *f, const mp_report *r) {
     int nl = 0, col[1024], ncol = 0;
     double hmin = 0, hmax = 1;
-    const char (*names)[64] = NULL;
+    const char(*names)[64] = NULL;
     for (int i = 0; i < r->nruns; i++)
         if (r->runs[i].tensors && r->runs[i].nlayers > nl) nl = r->runs[i].nlayers, names = r->runs[i].layer_names;
     for (int l = 0; l < nl && ncol < 1024; l++) { /* the tensors with a figure in some run, in the model's order */
@@ -730,8 +763,10 @@ static void chart_headroom(FILE *f, const mp_report *r) {
             const double x = px(&c, k + 0.1) + gw * i, y0 = py(&c, 0);
             const uint64_t inf = overflowed(u, col[k]);
             if (inf) { /* an overflowed tensor: drawn, not a zero-height bar */
-                hprintf(f, "<rect class=\"series overflow\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
-                           "fill=\"#d62728\"><title>", x, y0, gw * 0.92, fabs(py(&c, -1) - y0));
+                hprintf(f,
+                        "<rect class=\"series overflow\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                        "fill=\"#d62728\"><title>",
+                        x, y0, gw * 0.92, fabs(py(&c, -1) - y0));
                 mp_html_escape(f, u->name);
                 fputc(' ', f);
                 mp_html_escape(f, u->layer_names[col[k]]);
@@ -741,7 +776,8 @@ static void chart_headroom(FILE *f, const mp_report *r) {
             const double h = headroom16(r, u, col[k]);
             if (isnan(h)) continue;
             const double y = py(&c, h);
-            hprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>",
+            hprintf(f,
+                    "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>",
                     x, fmin(y, y0), gw * 0.92, fabs(y0 - y), u->color);
             mp_html_escape(f, u->name);
             fputc(' ', f);
@@ -799,8 +835,7 @@ static void tensor_row(FILE *f, const mp_report_run *u, int l) {
     if (t->has_wgrad)
         hprintf(f, "<td>%.4f%%</td><td>%.2f%%</td></tr>\n", 100 * share(t->wgrad_lost, t->wgrad_elements),
                 100 * share(t->wgrad_dead, t->wgrad_elements));
-    else
-        fputs("<td>-</td><td>-</td></tr>\n", f);
+    else fputs("<td>-</td><td>-</td></tr>\n", f);
 }
 
 /* u's tensors in one line: the one with the largest share of gradient values that became zero (the first of
@@ -841,7 +876,8 @@ static void tensor_table(FILE *f, const mp_report_run *u) {
     fputs("</b>: ", f);
     tensor_digest(f, u);
     fputs("</summary>\n<table class=\"tensors\">\n<tr><th rowspan=\"2\">tensor</th><th colspan=\"5\">activation "
-          "stores</th><th colspan=\"5\">gradient stores</th><th colspan=\"2\">weight gradients</th></tr>\n<tr>", f);
+          "stores</th><th colspan=\"5\">gradient stores</th><th colspan=\"2\">weight gradients</th></tr>\n<tr>",
+          f);
     for (int k = 0; k < 2; k++) {
         fputs("<th>underflow</th><th>subnormal</th><th>overflow</th><th>NaN</th><th>headroom vs ", f);
         mp_html_escape(f, u->headroom_format->name);
@@ -863,7 +899,8 @@ static void section_tensors(FILE *f, const mp_report *r) {
           "format's largest value over the largest finite magnitude stored (doublings left before an overflow; "
           "gradients with the loss scale in them). For a weight: the shares of its weight-gradient values lost "
           "(nonzero in fp32, 0 when stored) and dead (0 in fp32 already). Highlighted rows stored an overflow or a "
-          "NaN; \"-\": the tensor has no such store, or (headroom) stored nothing finite and nonzero.</p>\n", f);
+          "NaN; \"-\": the tensor has no such store, or (headroom) stored nothing finite and nonzero.</p>\n",
+          f);
     for (int i = 0; i < r->nruns; i++)
         if (r->runs[i].tensors) tensor_table(f, &r->runs[i]);
 }
@@ -892,9 +929,10 @@ static void chart_quant_share(FILE *f, const mp_report *r, const int *show, int 
     }
     const axes a = with_legend(plot_axes(0, (double)maxn, 0, vmax * 1.1, 240), r, show);
     frame(f, &a, flushed ? "quant_flushed" : "quant_saturated",
-          flushed ? "Quantized values flushed to zero (nonzero, stored as 0), per step: all quantized tensors together"
-                  : "Quantized values saturated (clamped to the format's largest value), per step: all quantized tensors "
-                    "together",
+          flushed
+              ? "Quantized values flushed to zero (nonzero, stored as 0), per step: all quantized tensors together"
+              : "Quantized values saturated (clamped to the format's largest value), per step: all quantized tensors "
+                "together",
           "step", "% of values", tick_step(vmax * 1.1, 5), "%g%%", 0, 1);
     legend(f, &a, r, show);
     for (int i = 0; pct && i < r->nruns; i++)
@@ -915,8 +953,10 @@ static void charts_quant(FILE *f, const mp_report *r) {
 static void assigned_table(FILE *f, const mp_report_run *u) {
     const mp_report_quant *qr = u->quant;
     if (!qr->nassigned) return;
-    hprintf(f, "<details class=\"layers\" data-mode=\"%s\"><summary><b>%s</b>: the recipe of each Linear layer"
-               "</summary>\n<table class=\"tensors layers\">\n<tr><th>layer</th><th>recipe</th></tr>\n", u->name, u->name);
+    hprintf(f,
+            "<details class=\"layers\" data-mode=\"%s\"><summary><b>%s</b>: the recipe of each Linear layer"
+            "</summary>\n<table class=\"tensors layers\">\n<tr><th>layer</th><th>recipe</th></tr>\n",
+            u->name, u->name);
     for (int k = 0; k < qr->nassigned; k++)
         hprintf(f, "<tr data-layer=\"%s\"><td>%s</td><td>%s</td></tr>\n", qr->assigned_names[k], qr->assigned_names[k],
                 qr->assigned_recipes[k]);
@@ -928,20 +968,23 @@ static void quant_table(FILE *f, const mp_report_run *u) {
     const mp_report_quant *qr = u->quant;
     uint64_t n = 0, sat = 0, fl = 0, nonfinite = 0;
     for (int k = 0; k < qr->n; k++)
-        n += qr->stats[k].n, sat += qr->stats[k].saturated, fl += qr->stats[k].flushed, nonfinite += qr->stats[k].nonfinite;
-    hprintf(f, "<details class=\"quant\" data-mode=\"%s\"><summary><b>%s</b> (%s): %.4f%% of the quantized values "
-               "saturated, %.4f%% flushed to zero",
+        n += qr->stats[k].n, sat += qr->stats[k].saturated, fl += qr->stats[k].flushed,
+            nonfinite += qr->stats[k].nonfinite;
+    hprintf(f,
+            "<details class=\"quant\" data-mode=\"%s\"><summary><b>%s</b> (%s): %.4f%% of the quantized values "
+            "saturated, %.4f%% flushed to zero",
             u->name, u->name, u->format ? u->format : "", 100 * share(sat, n), 100 * share(fl, n));
     if (nonfinite) hprintf(f, ", %llu inf or NaN", (unsigned long long)nonfinite);
     fputs("</summary>\n<table class=\"tensors quant\">\n<tr><th>tensor</th><th>max amax</th><th>last scale</th>"
-          "<th>saturated</th><th>flushed</th><th>inf/NaN</th></tr>\n", f);
+          "<th>saturated</th><th>flushed</th><th>inf/NaN</th></tr>\n",
+          f);
     for (int k = 0; k < qr->n; k++) {
         const mp_quant_stats *q = &qr->stats[k];
         hprintf(f, "<tr data-quant=\"%s\"", qr->names[k]);
         if (q->nonfinite) fputs(" class=\"bad\"", f);
         hprintf(f, "><td>%s</td><td>%.6g</td><td>%.6g</td><td>%.4f%%</td><td>%.4f%%</td><td>%llu</td></tr>\n",
-                qr->names[k], (double)q->amax, (double)qr->scale[k], 100 * share(q->saturated, q->n), 100 * share(q->flushed, q->n),
-                (unsigned long long)q->nonfinite);
+                qr->names[k], (double)q->amax, (double)qr->scale[k], 100 * share(q->saturated, q->n),
+                100 * share(q->flushed, q->n), (unsigned long long)q->nonfinite);
     }
     fputs("</table>\n</details>\n", f);
     assigned_table(f, u);
@@ -951,13 +994,15 @@ static void quant_table(FILE *f, const mp_report_run *u) {
 static void section_quant(FILE *f, const mp_report *r) {
     int show[64] = {0};
     if (!quant_runs(r, show)) return;
-    fputs("<h2>Quantized tensors</h2>\n<p class=\"note\">The runs with an fp8 or fp4 recipe quantize the operands of "
-          "each Linear layer's three GEMMs: its input, its weight and the gradient of its output (input, weight, grad). "
-          "Per tensor over the whole run: max amax, the largest finite magnitude quantized; last scale, the per-tensor "
-          "scale of the last step (x times it is coded: fp8's scale, NVFP4's global scale; 1 for MXFP8, whose scales "
-          "are per block); saturated, the share of its values clamped to the format's largest value; flushed, the "
-          "share of its nonzero values stored as zero; inf/NaN, such inputs (highlighted). The other runs quantize "
-          "nothing.</p>\n", f);
+    fputs(
+        "<h2>Quantized tensors</h2>\n<p class=\"note\">The runs with an fp8 or fp4 recipe quantize the operands of "
+        "each Linear layer's three GEMMs: its input, its weight and the gradient of its output (input, weight, grad). "
+        "Per tensor over the whole run: max amax, the largest finite magnitude quantized; last scale, the per-tensor "
+        "scale of the last step (x times it is coded: fp8's scale, NVFP4's global scale; 1 for MXFP8, whose scales "
+        "are per block); saturated, the share of its values clamped to the format's largest value; flushed, the "
+        "share of its nonzero values stored as zero; inf/NaN, such inputs (highlighted). The other runs quantize "
+        "nothing.</p>\n",
+        f);
     for (int i = 0; i < r->nruns; i++)
         if (show[i]) quant_table(f, &r->runs[i]);
 }
@@ -968,7 +1013,8 @@ static void section_skips(FILE *f, const mp_report *r) {
     for (int i = 0; i < r->nruns; i++) total += r->runs[i].nskips;
     if (total == 0) return;
     fputs("<h2>Skipped steps</h2>\n<table><tr><th>mode</th><th>step</th><th>loss scale</th><th>where the inf/NaN was"
-          "</th></tr>\n", f);
+          "</th></tr>\n",
+          f);
     for (int i = 0; i < r->nruns; i++) {
         const mp_report_run *u = &r->runs[i];
         for (long k = 0; k < u->nskips && k < 20; k++) {
@@ -1009,8 +1055,7 @@ static void chart_underflow(FILE *f, const mp_report *r) {
     const keys k = src_keys(src, ns);
     const axes d = with_keys(plot_axes(0, (double)maxn, 0, tmax * 1.1, 240), &k);
     char title[400];
-    snprintf(title, sizeof title, "%s, over time (mean over layers)",
-             what ? what : "Gradient values that became zero");
+    snprintf(title, sizeof title, "%s, over time (mean over layers)", what ? what : "Gradient values that became zero");
     frame(f, &d, "underflow", title, "step", "% of values", tick_step(tmax * 1.1, 5), "%g%%", 0, 1);
     legend_keys(f, &d, &k);
     for (int i = 0; tot && i < ns; i++)
@@ -1022,13 +1067,16 @@ static void chart_underflow(FILE *f, const mp_report *r) {
 /* The fp16 limits on a log2 |g| axis: the flush-to-zero region shaded, and where zero, normal and inf begin. */
 static void fp16_limits(FILE *f, const axes *e, const mp_report *r, int lo) {
     const double lsub = log2(r->fp16_min_subnormal), lnorm = log2(r->fp16_min_normal), lmaxv = log2(r->fp16_max);
-    hprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"#d62728\" opacity=\"0.08\"/>\n", px(e, lo),
-            e->mt, px(e, lsub - 1) - px(e, lo), e->h - e->mt - e->mb);
-    const struct { double x; const char *t; } lines[3] = {
-        {lsub - 1, "fp16: below this, 0"}, {lnorm, "fp16 smallest normal"}, {lmaxv + 1, "fp16: inf above"}};
+    hprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"#d62728\" opacity=\"0.08\"/>\n",
+            px(e, lo), e->mt, px(e, lsub - 1) - px(e, lo), e->h - e->mt - e->mb);
+    const struct {
+        double x;
+        const char *t;
+    } lines[3] = {{lsub - 1, "fp16: below this, 0"}, {lnorm, "fp16 smallest normal"}, {lmaxv + 1, "fp16: inf above"}};
     for (int k = 0; k < 3; k++)
-        hprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#a00\" stroke-dasharray=\"4 3\"/>"
-                   "<text x=\"%.1f\" y=\"%d\" class=\"tick\" fill=\"#a00\">%s</text>\n",
+        hprintf(f,
+                "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#a00\" stroke-dasharray=\"4 3\"/>"
+                "<text x=\"%.1f\" y=\"%d\" class=\"tick\" fill=\"#a00\">%s</text>\n",
                 px(e, lines[k].x), px(e, lines[k].x), e->mt, e->h - e->mb, px(e, lines[k].x) + 3, e->mt + 12 + 12 * k,
                 lines[k].t);
 }
@@ -1053,21 +1101,25 @@ static void chart_histogram(FILE *f, const mp_report *r) {
         if (!u->has_hist) continue;
         nh++;
         const double tot = hist_total(u);
-        for (int b = 0; b < MP_REPORT_HIST_BINS; b++) hmax = 100 * u->hist[b] / tot > hmax ? 100 * u->hist[b] / tot : hmax;
+        for (int b = 0; b < MP_REPORT_HIST_BINS; b++)
+            hmax = 100 * u->hist[b] / tot > hmax ? 100 * u->hist[b] / tot : hmax;
     }
     if (!nh) return;
     const int lo = r->runs[0].hist_lo;
     const axes e = with_legend(plot_axes(lo, lo + MP_REPORT_HIST_BINS, 0, hmax * 1.1, 300), r, NULL);
-    frame(f, &e, "histogram", "Where the weight gradients are: log2 |g| as computed, before the store (loss scale included)",
+    frame(f, &e, "histogram",
+          "Where the weight gradients are: log2 |g| as computed, before the store (loss scale included)",
           "log2 of the magnitude", "% of values", tick_step(hmax * 1.1, 5), "%g%%", 0, 1);
     legend(f, &e, r, NULL);
     fp16_limits(f, &e, r, lo);
     for (int i = 0; i < r->nruns; i++)
         if (r->runs[i].has_hist) hist_curve(f, &e, &r->runs[i], lo);
     chart_end(f);
-    fputs("<p class=\"note\">Each curve is one training step's weight gradients, as the backward pass computed them in "
-          "fp32 just before they are stored in the mode's format. A loss scale S shifts the whole curve right by log2 S. "
-          "The shaded region is where fp16 rounds to zero.</p>\n", f);
+    fputs(
+        "<p class=\"note\">Each curve is one training step's weight gradients, as the backward pass computed them in "
+        "fp32 just before they are stored in the mode's format. A loss scale S shifts the whole curve right by log2 S. "
+        "The shaded region is where fp16 rounds to zero.</p>\n",
+        f);
 }
 
 /* The heat maps' colours: ColorBrewer's YlOrRd, light to dark, for nonzero
@@ -1121,26 +1173,32 @@ static int heat_color_of(double v, double lo, double hi) {
 
 /* The colour scale across the top: zero, then each colour with the values it stands for (data-lo, data-hi). */
 static void heat_legend(FILE *f, double lo, double hi) {
-    hprintf(f, "<rect class=\"scale\" x=\"10\" y=\"8\" width=\"14\" height=\"12\" fill=\"%s\" data-lo=\"0\" data-hi=\"0\"/>"
-               "<text x=\"28\" y=\"18\" class=\"legend\">0</text>\n", heat_zero);
+    hprintf(
+        f,
+        "<rect class=\"scale\" x=\"10\" y=\"8\" width=\"14\" height=\"12\" fill=\"%s\" data-lo=\"0\" data-hi=\"0\"/>"
+        "<text x=\"28\" y=\"18\" class=\"legend\">0</text>\n",
+        heat_zero);
     const int nc = heat_ncolors(lo, hi);
     for (int k = 0; k < nc; k++) {
-        const double a = lo * pow(hi / lo, (double)k / nc), b = k == nc - 1 ? hi : lo * pow(hi / lo, (double)(k + 1) / nc);
+        const double a = lo * pow(hi / lo, (double)k / nc),
+                     b = k == nc - 1 ? hi : lo * pow(hi / lo, (double)(k + 1) / nc);
         const double x = 50 + 145 * k;
-        hprintf(f, "<rect class=\"scale\" x=\"%.0f\" y=\"8\" width=\"14\" height=\"12\" fill=\"%s\" data-lo=\"%.6g\" "
-                   "data-hi=\"%.6g\"/><text x=\"%.0f\" y=\"18\" class=\"legend\">%.2g&#8211;%.2g%%</text>\n",
+        hprintf(f,
+                "<rect class=\"scale\" x=\"%.0f\" y=\"8\" width=\"14\" height=\"12\" fill=\"%s\" data-lo=\"%.6g\" "
+                "data-hi=\"%.6g\"/><text x=\"%.0f\" y=\"18\" class=\"legend\">%.2g&#8211;%.2g%%</text>\n",
                 x, heat_colors[HEAT_COLORS - nc + k], a, b, x + 18, 100 * a, 100 * b);
     }
 }
 
 /* One cell: tensor l over column c, coloured by its value, with the figures in its title. */
-static void heat_cell(FILE *f, const axes *a, const mp_report_run *u, const heat *h, int l, long c, double lo, double hi) {
+static void heat_cell(FILE *f, const axes *a, const mp_report_run *u, const heat *h, int l, long c, double lo,
+                      double hi) {
     const double v = h->v[(size_t)l * (size_t)h->ncols + (size_t)c];
     const long s0 = c * h->per + 1, s1 = s0 + h->per - 1 < u->nsteps ? s0 + h->per - 1 : u->nsteps;
     const char *fill = v > 0 ? heat_colors[HEAT_COLORS - heat_ncolors(lo, hi) + heat_color_of(v, lo, hi)] : heat_zero;
     const double x0 = px(a, (double)(s0 - 1)), y0 = py(a, (double)(u->nlayers - l));
-    hprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>", x0, y0,
-            px(a, (double)s1) - x0, py(a, (double)(u->nlayers - l - 1)) - y0, fill);
+    hprintf(f, "<rect class=\"series\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>", x0,
+            y0, px(a, (double)s1) - x0, py(a, (double)(u->nlayers - l - 1)) - y0, fill);
     mp_html_escape(f, u->layer_names[l]);
     if (s1 > s0) hprintf(f, ", steps %ld-%ld: %.4g%%</title></rect>\n", s0, s1, 100 * v);
     else hprintf(f, ", step %ld: %.4g%%</title></rect>\n", s0, 100 * v);
@@ -1149,15 +1207,18 @@ static void heat_cell(FILE *f, const axes *a, const mp_report_run *u, const heat
 /* u's heat map: one row per tensor (first at the top), one column per h->per steps. */
 static void heat_chart(FILE *f, const mp_report_run *u, const heat *h, double lo, double hi) {
     size_t longest = 1;
-    for (int l = 0; l < u->nlayers; l++) longest = strlen(u->layer_names[l]) > longest ? strlen(u->layer_names[l]) : longest;
+    for (int l = 0; l < u->nlayers; l++)
+        longest = strlen(u->layer_names[l]) > longest ? strlen(u->layer_names[l]) : longest;
     int rh = 360 / (u->nlayers > 0 ? u->nlayers : 1); /* row height: 9 .. 18 */
     rh = rh < 9 ? 9 : rh > 18 ? 18 : rh;
     const int font = rh - 1 < 11 ? rh - 1 : 11, ml = 16 + (int)((double)longest * 0.62 * font);
     const axes a = {0, (double)u->nsteps, 0, (double)u->nlayers, 960, 48 + rh * u->nlayers + 40, ml, 20, 48, 40};
     char id[96], title[256];
     snprintf(id, sizeof id, "heatmap-%s", u->name);
-    snprintf(title, sizeof title, "%s: gradient values that became zero when stored, per tensor and step (share of the "
-                                  "tensor's stores; one colour scale for all the heat maps)", u->name);
+    snprintf(title, sizeof title,
+             "%s: gradient values that became zero when stored, per tensor and step (share of the "
+             "tensor's stores; one colour scale for all the heat maps)",
+             u->name);
     frame(f, &a, id, title, "step", "", 0, "%g", 0, 1);
     heat_legend(f, lo, hi);
     fputs("<g shape-rendering=\"crispEdges\">\n", f);
@@ -1186,7 +1247,8 @@ static void charts_heatmap(FILE *f, const mp_report *r) {
         if (has[i]) heat_chart(f, &r->runs[i], &h[i], lo, hi);
     if (nzero) {
         fputs(ndrawn ? "<p class=\"note\">No gradient value became zero in "
-                     : "<p class=\"note\">No gradient value became zero in any mode (", f);
+                     : "<p class=\"note\">No gradient value became zero in any mode (",
+              f);
         for (int i = 0, k = 0; i < r->nruns; i++)
             if (!has[i] && h[i].v) {
                 if (k++) fputs(", ", f);
@@ -1202,10 +1264,12 @@ static void section_samples(FILE *f, const mp_report *r) {
     int any = 0;
     for (int i = 0; i < r->nruns; i++) any |= r->runs[i].sample != NULL;
     if (!any) return;
-    fputs("<h2>Text from each final model</h2>\n<p class=\"note\">What each run's model wrote after a newline, every "
-          "byte drawn from its predicted distribution (temperature 1, seed 1); bytes other than printable ASCII, newline "
-          "and tab are shown as \\xNN. Printable: the share of bytes that are printable ASCII or a newline. Words found: "
-          "the share of its words (split at whitespace) that occur as words in the corpus.</p>\n", f);
+    fputs(
+        "<h2>Text from each final model</h2>\n<p class=\"note\">What each run's model wrote after a newline, every "
+        "byte drawn from its predicted distribution (temperature 1, seed 1); bytes other than printable ASCII, newline "
+        "and tab are shown as \\xNN. Printable: the share of bytes that are printable ASCII or a newline. Words found: "
+        "the share of its words (split at whitespace) that occur as words in the corpus.</p>\n",
+        f);
     for (int i = 0; i < r->nruns; i++) {
         const mp_report_run *u = &r->runs[i];
         if (!u->sample) continue;

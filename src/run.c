@@ -88,7 +88,8 @@ static int setup(run_state *s) {
     if ((st = row->create(s->mctx, &s->prec, s->opt, B, (uint64_t)o->seed, &s->model)) != MP_OK ||
         (st = row->loader(s->mctx, B, o->shuffle, (uint64_t)o->seed, &s->loader, &per)) != MP_OK)
         return mp_run_failed(s, st);
-    if (!s->model.ops || !s->loader.train_batch) return mp_run_fail(s, MP_ESTATE, "model %s: no model or loader made", o->model);
+    if (!s->model.ops || !s->loader.train_batch)
+        return mp_run_fail(s, MP_ESTATE, "model %s: no model or loader made", o->model);
     s->steps_per_epoch = per / o->accum > 0 ? per / o->accum : 1;
     return RUN_OK;
 }
@@ -120,7 +121,7 @@ static int begin(run_state *s) {
     if (o->threads) mp_set_threads(o->threads);
     mp_run_peak_reset();
     s->writer = rank_of(s) == 0; /* with ranks, rank 0 alone writes files and the console */
-    if (s->writer) { /* one writer per output: each locked for the whole run, before anything is read */
+    if (s->writer) {             /* one writer per output: each locked for the whole run, before anything is read */
         const char *const opt[4] = {"--log", "--summary", "--save", "--dump-grads"};
         const char *const path[4] = {o->log, o->summary, o->save, o->dump_grads};
         for (int k = 0; k < 4; k++) {
@@ -135,15 +136,22 @@ static int begin(run_state *s) {
     s->T = 1, s->steps_per_epoch = 1;
     int ret = setup(s);
     if (ret != RUN_OK) return ret;
-    mp_train_config tc = {.precision = &s->prec, .scaler = o->scaler, .lr = {o->lr, o->schedule, o->warmup, 0, o->min_lr},
-                          .accum = o->accum, .clip = o->clip, .dist = s->ranks->dist,
-                          .shard_optimizer = o->shard_optimizer, .seed = (uint64_t)o->seed};
+    mp_train_config tc = {.precision = &s->prec,
+                          .scaler = o->scaler,
+                          .lr = {o->lr, o->schedule, o->warmup, 0, o->min_lr},
+                          .accum = o->accum,
+                          .clip = o->clip,
+                          .dist = s->ranks->dist,
+                          .shard_optimizer = o->shard_optimizer,
+                          .seed = (uint64_t)o->seed};
     s->total = o->steps ? o->steps : (o->epochs ? o->epochs : 1) * s->steps_per_epoch;
-    tc.lr.decay_steps = s->total; /* the cosine reaches min_lr at the last step, as nanoGPT's lr_decay_iters = max_iters */
+    /* the cosine reaches min_lr at the last step, as nanoGPT's lr_decay_iters = max_iters */
+    tc.lr.decay_steps = s->total;
     if (o->warmup >= s->total) {
         char msg[200];
-        snprintf(msg, sizeof msg, "--warmup %ld is not shorter than the run's %ld steps: the rate would never reach --lr",
-                 o->warmup, s->total);
+        snprintf(msg, sizeof msg,
+                 "--warmup %ld is not shorter than the run's %ld steps: the rate would never reach --lr", o->warmup,
+                 s->total);
         return mp_run_invalid(s, msg);
     }
     if (mp_trainer_create(&s->tr, &tc, s->model, s->opt, s->loader) != MP_OK) return mp_run_invalid(s, mp_last_error());
@@ -151,17 +159,18 @@ static int begin(run_state *s) {
     const mp_optim_bytes held = mp_optim_bytes_held(s->opt);
     const double ckpt = held.weights + held.comp + held.params * mp_run_state_bytes(s);
     if (o->save && getrlimit(RLIMIT_FSIZE, &fl) == 0 && fl.rlim_cur != RLIM_INFINITY && (double)fl.rlim_cur < ckpt)
-        return mp_run_fail(s, MP_EIO, "--save %s: the checkpoint holds at least %.0f bytes (weights and optimizer state), "
-                    "and this process may write files of at most %llu bytes (ulimit -f)", o->save, ckpt,
-                    (unsigned long long)fl.rlim_cur);
+        return mp_run_fail(s, MP_EIO,
+                           "--save %s: the checkpoint holds at least %.0f bytes (weights and optimizer state), "
+                           "and this process may write files of at most %llu bytes (ulimit -f)",
+                           o->save, ckpt, (unsigned long long)fl.rlim_cur);
     model_meta(s->row, o, s->meta);
     if (o->init) {
         mp_safetensors st;
         mp_status e = mp_safetensors_read(o->init, &st);
         const char *holds = e == MP_OK ? mp_safetensors_meta(&st, "model") : NULL;
         if (holds && s->row->prefix && strcmp(holds, o->model) != 0) { /* a checkpoint of a model named by its string */
-            const int r = mp_run_fail(s, MP_EINVAL, "--init %s holds the weights of model %s, this run's model is %s", o->init,
-                               holds, o->model);
+            const int r = mp_run_fail(s, MP_EINVAL, "--init %s holds the weights of model %s, this run's model is %s",
+                                      o->init, holds, o->model);
             mp_safetensors_free(&st);
             return r;
         }
@@ -172,8 +181,8 @@ static int begin(run_state *s) {
     if (e != MP_OK) return mp_run_failed_file(s, e, o->resume);
     s->step = mp_trainer_step_count(s->tr);
     if (s->step >= s->total)
-        return mp_run_fail(s, MP_ESTATE, "%s is at step %ld already; ask for more steps than that (this run: %ld)", o->resume,
-                    s->step, s->total);
+        return mp_run_fail(s, MP_ESTATE, "%s is at step %ld already; ask for more steps than that (this run: %ld)",
+                           o->resume, s->step, s->total);
     return RUN_OK;
 }
 
@@ -214,20 +223,24 @@ static int prepare(run_state *s) {
     r->tensor_underflow = calloc(cap * (size_t)(nt ? nt : 1), sizeof *r->tensor_underflow);
     s->ms = malloc(cap * sizeof *s->ms), s->mpi_ms = malloc(cap * sizeof *s->mpi_ms);
     s->skips = cJSON_CreateArray();
-    r->skips = calloc(MP_RUN_SKIPS_KEPT, sizeof *r->skips), r->skip_text = calloc(MP_RUN_SKIPS_KEPT, sizeof *r->skip_text);
+    r->skips = calloc(MP_RUN_SKIPS_KEPT, sizeof *r->skips),
+    r->skip_text = calloc(MP_RUN_SKIPS_KEPT, sizeof *r->skip_text);
     r->tensor_totals = calloc((size_t)nt + 1, sizeof *r->tensor_totals);
     const size_t neval_max = (o->eval_every ? cap / (size_t)o->eval_every : 0) + 2; /* the last one: the end's */
-    r->eval_steps = malloc(neval_max * sizeof *r->eval_steps), r->eval_losses = malloc(neval_max * sizeof *r->eval_losses);
+    r->eval_steps = malloc(neval_max * sizeof *r->eval_steps),
+    r->eval_losses = malloc(neval_max * sizeof *r->eval_losses);
     r->nquant = (int)s->nq;
     s->qt = calloc(s->nq + 1, sizeof *s->qt), r->quant_names = calloc(s->nq + 1, sizeof *r->quant_names);
-    r->quant_totals = calloc(s->nq + 1, sizeof *r->quant_totals), r->quant_scale = calloc(s->nq + 1, sizeof *r->quant_scale);
-    r->quant_saturated = calloc(cap, sizeof *r->quant_saturated), r->quant_flushed = calloc(cap, sizeof *r->quant_flushed);
+    r->quant_totals = calloc(s->nq + 1, sizeof *r->quant_totals),
+    r->quant_scale = calloc(s->nq + 1, sizeof *r->quant_scale);
+    r->quant_saturated = calloc(cap, sizeof *r->quant_saturated),
+    r->quant_flushed = calloc(cap, sizeof *r->quant_flushed);
     s->hist_on = s->row->histogram && o->hist_every > 0;
     s->nh_max = s->hist_on ? (long)cap / o->hist_every + 2 : 0;
     s->hs = calloc((size_t)s->nh_max + 1, sizeof *s->hs);
-    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s->ms || !s->mpi_ms || !s->skips || !r->skips || !r->skip_text || !r->tensor_totals ||
-        !r->eval_steps || !r->eval_losses || !s->hs || !s->qt || !r->quant_names || !r->quant_totals || !r->quant_scale ||
-        !r->quant_saturated || !r->quant_flushed)
+    if (!r->loss || !r->scale || !r->skipped || !r->tensor_names || !r->tensor_underflow || !s->ms || !s->mpi_ms ||
+        !s->skips || !r->skips || !r->skip_text || !r->tensor_totals || !r->eval_steps || !r->eval_losses || !s->hs ||
+        !s->qt || !r->quant_names || !r->quant_totals || !r->quant_scale || !r->quant_saturated || !r->quant_flushed)
         return mp_run_fail(s, MP_ENOMEM, "out of memory");
     mp_model_qtensors(&s->model, s->qt, s->nq);
     for (size_t i = 0; i < s->nq; i++) snprintf(r->quant_names[i], sizeof r->quant_names[i], "%s", s->qt[i].name);
@@ -322,11 +335,13 @@ static int train_steps(run_state *s) {
         mp_run_log_step(s, &si, ms, eval_loss);
         r->last_loss = si.loss;
         mp_run_print_step(s, &si, eval_now, eval_loss, eval_acc);
-        if (s->ranks->any(rctx, s->stopped != NULL) && !s->stopped) { /* rank 0's log failed: every rank stops with it */
+        if (s->ranks->any(rctx, s->stopped != NULL) &&
+            !s->stopped) { /* rank 0's log failed: every rank stops with it */
             snprintf(s->stop_msg, sizeof s->stop_msg, "rank 0 stopped"), s->stopped = s->stop_msg;
             s->status = s->status ? s->status : MP_EIO;
         }
-        if (!s->stopped && o->check_every && si.step % o->check_every == 0 && si.step < s->total && mp_run_check_ranks(s))
+        if (!s->stopped && o->check_every && si.step % o->check_every == 0 && si.step < s->total &&
+            mp_run_check_ranks(s))
             return RUN_FAILED;
         if (s->stopped) {
             s->done_steps++;
@@ -351,13 +366,15 @@ static int finish(run_state *s) {
     }
     if (mp_run_check_ranks(s)) return RUN_FAILED; /* at the end, before the checkpoint and the results */
     r->eval_steps[r->neval] = n, r->eval_losses[r->neval++] = r->eval_loss;
-    if (s->row->sample && o->sample_bytes > 0 && s->writer && take_sample(s, o->sample_bytes, r) != 0) return RUN_FAILED;
+    if (s->row->sample && o->sample_bytes > 0 && s->writer && take_sample(s, o->sample_bytes, r) != 0)
+        return RUN_FAILED;
     qsort(s->ms, (size_t)n, sizeof *s->ms, cmp_d);
     r->ms_per_step = n ? s->ms[n / 2] : 0.0;
     qsort(s->mpi_ms, (size_t)n, sizeof *s->mpi_ms, cmp_d);
     s->mpi_median = n ? s->mpi_ms[n / 2] : 0.0;
     r->tokens_per_s = s->row->report == MP_REPORT_LANGUAGE && r->ms_per_step > 0
-                          ? (double)o->batch * (double)s->T * (double)o->accum / (r->ms_per_step / 1e3) : 0;
+                          ? (double)o->batch * (double)s->T * (double)o->accum / (r->ms_per_step / 1e3)
+                          : 0;
     r->memory_mib = mp_run_peak_mib();
     r->bytes = mp_optim_bytes_held(s->opt);
     const mp_scaler *sc = mp_trainer_scaler(s->tr);
@@ -399,7 +416,9 @@ mp_status mp_run(const mp_run_spec *spec, const mp_run_io *io, mp_run_result *re
     s.deferring = size_of(&s) > 1; /* until every rank is ready: agree_ready */
     mp_status cst = mp_run_resolve(spec, &s.prec);
     if (cst == MP_OK) cst = mp_run_check_files(spec);
-    int ret = cst == MP_OK ? begin(&s) : cst == MP_EINVAL ? mp_run_invalid(&s, mp_last_error()) : mp_run_failed(&s, cst);
+    int ret = cst == MP_OK       ? begin(&s)
+              : cst == MP_EINVAL ? mp_run_invalid(&s, mp_last_error())
+                                 : mp_run_failed(&s, cst);
     if (ret == RUN_OK) ret = prepare(&s);
     /* every rank is ready, or the job stops here: the lowest rank that failed says why */
     ret = mp_run_agree_ready(&s, ret);

@@ -7,13 +7,21 @@
 #include "run_state.h"
 
 /* One process: the ranks of a run that is not data-parallel. */
-static int one_agree(void *ctx, int code, int *first) { (void)ctx; return *first = code ? 0 : -1, code; }
+static int one_agree(void *ctx, int code, int *first) {
+    (void)ctx;
+    return *first = code ? 0 : -1, code;
+}
 
-static int one_any(void *ctx, int flag) { (void)ctx; return flag != 0; }
+static int one_any(void *ctx, int flag) {
+    (void)ctx;
+    return flag != 0;
+}
 
 static void one_abort(void *ctx, int code) { (void)ctx, (void)code; }
 
-static void one_set_allreduce(void *ctx, mp_dtype wire) { *(mp_allreduce_stats *)ctx = (mp_allreduce_stats){.wire = wire}; }
+static void one_set_allreduce(void *ctx, mp_dtype wire) {
+    *(mp_allreduce_stats *)ctx = (mp_allreduce_stats){.wire = wire};
+}
 
 static const mp_allreduce_stats *one_stats(void *ctx) { return ctx; }
 
@@ -60,8 +68,9 @@ int mp_run_agree_ready(run_state *s, int code) {
             fprintf(s->io.err, "%s: rank %d: its options could not be used (exit status %d)\n", s->io.prefix, first,
                     code);
     }
-    if (agreed && !s->status) s->status = agreed == RUN_INVALID ? MP_EINVAL : MP_EIO,
-                                 snprintf(s->msg, sizeof s->msg, "rank %d failed before training", first);
+    if (agreed && !s->status)
+        s->status = agreed == RUN_INVALID ? MP_EINVAL : MP_EIO,
+        snprintf(s->msg, sizeof s->msg, "rank %d failed before training", first);
     s->deferring = 0, s->deferred[0] = '\0';
     return agreed;
 }
@@ -79,7 +88,8 @@ int mp_run_failed(run_state *s, mp_status st) { return mp_run_fail(s, st, "%s", 
 /* An output written at the end that could not be: the run's status as mp_run_fail()
  * keeps it, the message kept for say_outputs' one line. */
 void mp_run_output_failed(run_state *s, mp_status st, const char *msg) {
-    if (!s->status || s->status == MP_EOVERFLOW) s->status = st ? st : MP_EIO, snprintf(s->msg, sizeof s->msg, "%s", msg);
+    if (!s->status || s->status == MP_EOVERFLOW)
+        s->status = st ? st : MP_EIO, snprintf(s->msg, sizeof s->msg, "%s", msg);
     const size_t n = strlen(s->out_why);
     snprintf(s->out_why + n, sizeof s->out_why - n, "%s%s", n ? "; " : "", msg);
     s->out_failed = 1;

@@ -10,8 +10,8 @@ typedef struct {
     const mp_run_spec *s;
     mp_gpt_config c;
     mp_text text;
-    mp_gpt *gpt; /* the model made (its mp_model owns it) */
-    char **names;      /* its layers (gpt_layer_names) and their recipes, once assigned (gpt_assign) */
+    mp_gpt *gpt;  /* the model made (its mp_model owns it) */
+    char **names; /* its layers (gpt_layer_names) and their recipes, once assigned (gpt_assign) */
     mp_recipe *each;
     size_t nl;
 } gpt_run;
@@ -141,9 +141,23 @@ static mp_status gpt_sample(void *ctx, long n, char **text, double *printable, d
     return st;
 }
 
-const mp_model_row mp_gpt_row = {
-    .prefix = "gpt:", .kind = "gpt", .what = "the GPT", .report = MP_REPORT_LANGUAGE, .batch = 16,
-    .options = MP_OPT_GELU | MP_OPT_EVAL_WINDOWS, .text = 1,
-    .data_use = "a GPT trains on text: --data text:PATH[,PATH...]", .open = gpt_open, .close = gpt_close,
-    .size = gpt_size, .data = gpt_data, .create = gpt_create, .loader = gpt_loader, .assign = gpt_assign, .layers = gpt_layers, .meta = gpt_meta,
-    .describe = gpt_describe, .print_start = gpt_print_start, .sample = gpt_sample};
+const mp_model_row mp_gpt_row = {.prefix = "gpt:",
+                                 .kind = "gpt",
+                                 .what = "the GPT",
+                                 .report = MP_REPORT_LANGUAGE,
+                                 .batch = 16,
+                                 .options = MP_OPT_GELU | MP_OPT_EVAL_WINDOWS,
+                                 .text = 1,
+                                 .data_use = "a GPT trains on text: --data text:PATH[,PATH...]",
+                                 .open = gpt_open,
+                                 .close = gpt_close,
+                                 .size = gpt_size,
+                                 .data = gpt_data,
+                                 .create = gpt_create,
+                                 .loader = gpt_loader,
+                                 .assign = gpt_assign,
+                                 .layers = gpt_layers,
+                                 .meta = gpt_meta,
+                                 .describe = gpt_describe,
+                                 .print_start = gpt_print_start,
+                                 .sample = gpt_sample};

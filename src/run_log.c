@@ -124,8 +124,9 @@ static int log_commit(run_state *s, const char *path, FILE *m) {
         return 0;
     }
     const int cut = ftruncate(s->log_fd, s->log_size) == 0;
-    return mp_run_fail(s, MP_EIO, "%s: cannot append to the log (%s); %s keeps the %ld complete lines before%s, %s is as it was",
-                path, strerror(err), s->log_partial, s->log_rows, cut ? "" : " and part of the next", path);
+    return mp_run_fail(s, MP_EIO,
+                       "%s: cannot append to the log (%s); %s keeps the %ld complete lines before%s, %s is as it was",
+                       path, strerror(err), s->log_partial, s->log_rows, cut ? "" : " and part of the next", path);
 }
 
 /* The log whole: synced, closed and renamed over its path. RUN_OK, or
@@ -138,14 +139,14 @@ static int log_finish(run_state *s) {
         const int e = errno;
         close(fd);
         return mp_run_fail(s, MP_EIO, "%s: the log could not be written (%s); its rows are in %s", path, strerror(e),
-                    s->log_partial);
+                           s->log_partial);
     }
     if (close(fd) != 0)
-        return mp_run_fail(s, MP_EIO, "%s: the log could not be written (%s); its rows are in %s", path, strerror(errno),
-                    s->log_partial);
+        return mp_run_fail(s, MP_EIO, "%s: the log could not be written (%s); its rows are in %s", path,
+                           strerror(errno), s->log_partial);
     if (rename(s->log_partial, path) != 0)
-        return mp_run_fail(s, MP_EIO, "%s: the log could not replace it (%s); its rows are in %s", path, strerror(errno),
-                    s->log_partial);
+        return mp_run_fail(s, MP_EIO, "%s: the log could not replace it (%s); its rows are in %s", path,
+                           strerror(errno), s->log_partial);
     return RUN_OK;
 }
 

@@ -68,8 +68,10 @@ static uint64_t memory_available(void) {
 double mp_run_state_bytes(const run_state *s) {
     const mp_state_format sf = mp_precision_state_format(&s->prec);
     const double nstates = s->o.optimizer == MP_RUN_ADAMW ? 2 : s->o.momentum != 0 ? 1 : 0;
-    const double sb = sf == MP_STATE_FP32 ? 4 : sf == MP_STATE_BF16 || sf == MP_STATE_FP16 ? 2
-                      : sf == MP_STATE_4BIT ? 0.5 + 4.0 / 128 : 1 + 4.0 / 256;
+    const double sb = sf == MP_STATE_FP32                          ? 4
+                      : sf == MP_STATE_BF16 || sf == MP_STATE_FP16 ? 2
+                      : sf == MP_STATE_4BIT                        ? 0.5 + 4.0 / 128
+                                                                   : 1 + 4.0 / 256;
     return nstates * sb;
 }
 
@@ -93,7 +95,8 @@ int mp_run_fits(run_state *s) {
     if (!s->row->size) return RUN_OK;
     const uint64_t need = model_bytes(s), avail = memory_available();
     if (!avail || need <= avail) return RUN_OK;
-    return mp_run_fail(s, MP_ENOMEM, "model %s with batch %ld needs about %.1f GiB (parameters, gradients, optimizer state "
-                              "and activations), and %.1f GiB are available", s->o.model, s->o.batch,
-                (double)need / 1073741824.0, (double)avail / 1073741824.0);
+    return mp_run_fail(s, MP_ENOMEM,
+                       "model %s with batch %ld needs about %.1f GiB (parameters, gradients, optimizer state "
+                       "and activations), and %.1f GiB are available",
+                       s->o.model, s->o.batch, (double)need / 1073741824.0, (double)avail / 1073741824.0);
 }

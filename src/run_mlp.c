@@ -12,7 +12,7 @@ typedef struct {
     const mp_run_spec *s;
     mp_mlp_config c;
     mp_dataset train, test;
-    mp_mlp *mlp; /* the model made (its mp_model owns it) */
+    mp_mlp *mlp;                       /* the model made (its mp_model owns it) */
     char names[MP_MLP_MAX_LAYERS][24]; /* its layers ("fc0", ...) and their recipes, once made */
     mp_recipe_kind kinds[MP_MLP_MAX_LAYERS];
     size_t nl;
@@ -82,8 +82,8 @@ static mp_status mlp_assign(void *ctx, const mp_precision *p) {
 static mp_status mlp_create(void *ctx, const mp_precision *p, mp_optim *opt, size_t rows, uint64_t seed,
                             mp_model *out) {
     mlp_run *m = ctx;
-    mp_status st = mp_mlp_create(&m->mlp, &m->c, p->compute, p->master_weights, rows > EVAL_ROWS ? rows : EVAL_ROWS,
-                                 opt, seed);
+    mp_status st =
+        mp_mlp_create(&m->mlp, &m->c, p->compute, p->master_weights, rows > EVAL_ROWS ? rows : EVAL_ROWS, opt, seed);
     if (st == MP_ENOMEM && rows < EVAL_ROWS) {
         char why[512];
         snprintf(why, sizeof why, "%s", mp_last_error());
@@ -134,9 +134,23 @@ static void mlp_histogram(void *ctx, uint64_t *bins, int lo, int nbins, uint64_t
     mp_mlp_histogram(((mlp_run *)ctx)->mlp, bins, lo, nbins, zeros);
 }
 
-const mp_model_row mp_mlp_row = {
-    .prefix = "mlp:", .kind = "mlp", .what = "the MLP", .report = MP_REPORT_CLASSIFIER, .batch = 256,
-    .options = MP_OPT_ACT | MP_OPT_LAYERNORM | MP_OPT_HIST, .text = 0,
-    .data_use = "an MLP trains on Fashion-MNIST: --data DIR", .open = mlp_open, .close = mlp_close, .size = mlp_size,
-    .data = mlp_data, .create = mlp_create, .loader = mlp_loader, .assign = mlp_assign, .layers = mlp_layers, .meta = mlp_meta, .describe = mlp_describe,
-    .inputs = mlp_inputs, .histogram = mlp_histogram};
+const mp_model_row mp_mlp_row = {.prefix = "mlp:",
+                                 .kind = "mlp",
+                                 .what = "the MLP",
+                                 .report = MP_REPORT_CLASSIFIER,
+                                 .batch = 256,
+                                 .options = MP_OPT_ACT | MP_OPT_LAYERNORM | MP_OPT_HIST,
+                                 .text = 0,
+                                 .data_use = "an MLP trains on Fashion-MNIST: --data DIR",
+                                 .open = mlp_open,
+                                 .close = mlp_close,
+                                 .size = mlp_size,
+                                 .data = mlp_data,
+                                 .create = mlp_create,
+                                 .loader = mlp_loader,
+                                 .assign = mlp_assign,
+                                 .layers = mlp_layers,
+                                 .meta = mlp_meta,
+                                 .describe = mlp_describe,
+                                 .inputs = mlp_inputs,
+                                 .histogram = mlp_histogram};

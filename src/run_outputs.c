@@ -32,8 +32,10 @@ static int ended_worse(const run_state *s, char *why, size_t cap) {
     /* a last step skipped for its inf/NaN (loss scaling) changed nothing: its loss says nothing of the state */
     const int last_skipped = s->done_steps > 0 && r->skipped[s->done_steps - 1];
     if ((!isfinite(r->last_loss) && !last_skipped) || !isfinite(r->eval_loss))
-        return snprintf(why, cap, "the run ended with a %s loss of %s", isfinite(r->last_loss) ? "evaluation" : "training",
-                        isnan(isfinite(r->last_loss) ? r->eval_loss : (double)r->last_loss) ? "NaN" : "inf"), 1;
+        return snprintf(why, cap, "the run ended with a %s loss of %s",
+                        isfinite(r->last_loss) ? "evaluation" : "training",
+                        isnan(isfinite(r->last_loss) ? r->eval_loss : (double)r->last_loss) ? "NaN" : "inf"),
+               1;
     for (size_t i = 0; i < mp_optim_count(s->opt); i++) {
         const mp_param *p = mp_optim_param(s->opt, i);
         if (any_nonfinite(p->master, MP_F32, p->n) || any_nonfinite(p->half, p->half_type, p->n) ||
@@ -79,8 +81,10 @@ static void save_checkpoint(run_state *s, mp_status gathered) {
         snprintf(msg, sizeof msg, "%.300s: %s, so it is not written over; this run's state (step %ld) is in %.300s",
                  name, why, mp_trainer_step_count(s->tr), side_name);
     else
-        snprintf(msg, sizeof msg, "%.300s: %s, so it is not written over; this run's state is not written "
-                 "either (%.600s)", name, why, mp_last_error());
+        snprintf(msg, sizeof msg,
+                 "%.300s: %s, so it is not written over; this run's state is not written "
+                 "either (%.600s)",
+                 name, why, mp_last_error());
     mp_run_output_failed(s, MP_EOVERFLOW, msg);
     s->wrote[2] = -1;
 }
@@ -102,7 +106,7 @@ void mp_run_write_outputs(run_state *s) {
         cJSON *j = mp_run_summary(s);
         r->summary = j ? mp_json_print(j, 1) : NULL;
         cJSON_Delete(j);
-        e = !r->summary ? mp_error(MP_ENOMEM, "%s: out of memory", o->summary ? o->summary : "the summary")
+        e = !r->summary  ? mp_error(MP_ENOMEM, "%s: out of memory", o->summary ? o->summary : "the summary")
             : o->summary ? mp_write_file_atomic(o->summary, &(mp_chunk){r->summary, strlen(r->summary)}, 1)
                          : MP_OK;
         if (e != MP_OK && (o->summary || !s->status)) mp_run_output_failed(s, e, mp_last_error());
@@ -139,8 +143,8 @@ void mp_run_say_outputs(const run_state *s) {
     for (int k = 0; k < 4; k++)
         if (s->wrote[k] > 0 && n < sizeof written) {
             char name[4200];
-            n += (size_t)snprintf(written + n, sizeof written - n, "%s%.500s", n ? ", " : "; written: ",
-                                  shown(s, opt[k], path[k], name, sizeof name));
+            n += (size_t)snprintf(written + n, sizeof written - n, "%s%.500s",
+                                  n ? ", " : "; written: ", shown(s, opt[k], path[k], name, sizeof name));
         }
     char rank[32] = "";
     if (size_of(s) > 1 && rank_of(s) > 0) snprintf(rank, sizeof rank, "rank %d: ", rank_of(s));

@@ -28,9 +28,8 @@ int mp_run_report_nonfinite(run_state *s, const mp_step_info *si) {
     const mp_scaler *sc = mp_trainer_scaler(s->tr);
     if (si->skipped)
         OUT("  step %ld skipped, scale %g -> %g: %s\n", si->step, (double)si->scale,
-                sc ? (double)mp_scaler_get_scale(sc) : 1.0, where);
-    else
-        OUT("  step %ld: loss %g, gradient norm %g: %s\n", si->step, (double)si->loss, si->grad_norm, where);
+            sc ? (double)mp_scaler_get_scale(sc) : 1.0, where);
+    else OUT("  step %ld: loss %g, gradient norm %g: %s\n", si->step, (double)si->loss, si->grad_norm, where);
     if (!si->skipped) return 0;
     if (res->nskips < MP_RUN_SKIPS_KEPT && res->skips && res->skip_text) { /* for the report */
         snprintf(res->skip_text[res->nskips], sizeof res->skip_text[0], "%s", where);
@@ -42,7 +41,8 @@ int mp_run_report_nonfinite(run_state *s, const mp_step_info *si) {
     cJSON_AddNumberToObject(e, "step", (double)si->step);
     cJSON_AddNumberToObject(e, "scale", (double)si->scale);
     cJSON_AddItemToObject(e, "tensors", names);
-    for (size_t i = 0; i < si->nbad && i < MP_STEP_NAMES; i++) cJSON_AddItemToArray(names, cJSON_CreateString(si->bad_grads[i]));
+    for (size_t i = 0; i < si->nbad && i < MP_STEP_NAMES; i++)
+        cJSON_AddItemToArray(names, cJSON_CreateString(si->bad_grads[i]));
     if (si->nbad > MP_STEP_NAMES) cJSON_AddNumberToObject(e, "tensors_total", (double)si->nbad);
     if (si->first_activation) cJSON_AddStringToObject(e, "first_activation", si->first_activation);
     else cJSON_AddNullToObject(e, "first_activation");
@@ -69,8 +69,9 @@ void mp_run_print_step(const run_state *s, const mp_step_info *si, int eval_now,
     const long total = s->total, every = total / 20 > 0 ? total / 20 : 1;
     if (bar) {
         const int w = 30, fill = (int)((double)si->step / (double)total * w);
-        fprintf(bar, "\r  [%-*.*s] %ld/%ld loss %.4f scale %g %.1f steps/s ", w, fill, "==============================",
-                si->step, total, (double)si->loss, (double)si->scale, (double)(s->done_steps + 1) / (mp_now() - s->t_start));
+        fprintf(bar, "\r  [%-*.*s] %ld/%ld loss %.4f scale %g %.1f steps/s ", w, fill,
+                "==============================", si->step, total, (double)si->loss, (double)si->scale,
+                (double)(s->done_steps + 1) / (mp_now() - s->t_start));
         fflush(bar);
     } else if (si->step % every == 0 || si->step == total) {
         OUT("  step %ld/%ld loss %.4f scale %g%s\n", si->step, total, (double)si->loss, (double)si->scale,
@@ -79,9 +80,9 @@ void mp_run_print_step(const run_state *s, const mp_step_info *si, int eval_now,
     if (!eval_now) return;
     if (bar) fputc('\n', bar);
     if (s->row->report == MP_REPORT_LANGUAGE)
-        OUT("  eval at step %ld: validation loss %.4f (%.4f bits per byte)\n", si->step, eval_loss, eval_loss / log(2.0));
-    else
-        OUT("  eval at step %ld: test accuracy %.2f%%, loss %.4f\n", si->step, 100 * eval_acc, eval_loss);
+        OUT("  eval at step %ld: validation loss %.4f (%.4f bits per byte)\n", si->step, eval_loss,
+            eval_loss / log(2.0));
+    else OUT("  eval at step %ld: test accuracy %.2f%%, loss %.4f\n", si->step, 100 * eval_acc, eval_loss);
 }
 
 /* The all-reduce's figures: rank 0's values on the wire, and what each rank
@@ -114,18 +115,19 @@ void mp_run_print_results(const run_state *s) {
     const mp_optim_bytes *b = &r->bytes;
     if (b->params > 0)
         OUT("        bytes per parameter %.2f: weights %.2f, copies %.2f, gradients %.2f, compensation %.2f, "
-            "optimizer state %.2f%s\n", mp_bytes_per_param(b), b->weights / b->params, b->copy / b->params,
-            b->grad / b->params, b->comp / b->params, b->state / b->params,
+            "optimizer state %.2f%s\n",
+            mp_bytes_per_param(b), b->weights / b->params, b->copy / b->params, b->grad / b->params,
+            b->comp / b->params, b->state / b->params,
             s->o.shard_optimizer ? " (rank 0's share: --shard-optimizer)" : "");
     if (size_of(s) > 1) {
         OUT("        all-reduce %s: %llu gradient values, %.1f MB summed per step (each rank sends %.1f MB in a "
-            "ring), %.2f ms/step in MPI (median)", mp_format(ds->wire)->name, (unsigned long long)ds->values,
-            (double)ds->wire_bytes / 1e6, mp_run_ring_bytes(s, ds) / 1e6, s->mpi_median);
+            "ring), %.2f ms/step in MPI (median)",
+            mp_format(ds->wire)->name, (unsigned long long)ds->values, (double)ds->wire_bytes / 1e6,
+            mp_run_ring_bytes(s, ds) / 1e6, s->mpi_median);
         if (ds->wire != MP_F32)
             OUT("; rank 0's values on the wire: %.4f%% underflowed to 0, %llu overflowed",
                 100 * frac(ds->packed.underflow, mp_run_wire_values(ds)), (unsigned long long)ds->packed.overflow);
-        if (ds->wire != MP_F32 && sc)
-            OUT("; %ld of %ld skipped steps lost to it", ds->lost_sums, r->skipped_total);
+        if (ds->wire != MP_F32 && sc) OUT("; %ld of %ld skipped steps lost to it", ds->lost_sums, r->skipped_total);
         else if (ds->wire != MP_F32) /* no loss scaling: nothing skips, an inf reaches the update */
             OUT("; %ld steps' sums not finite because of it", ds->lost_sums);
         if (out) fputc('\n', out);
@@ -166,7 +168,8 @@ void mp_run_print_results(const run_state *s) {
         if (r->quant_saturated_total > 0)
             OUT(" (most in %s: %.4f%%)", r->quant_names[ws], 100 * frac(qs[ws].saturated, qs[ws].n));
         OUT(", %.4f%% flushed to zero", 100 * r->quant_flushed_total);
-        if (r->quant_flushed_total > 0) OUT(" (most in %s: %.4f%%)", r->quant_names[wf], 100 * frac(qs[wf].flushed, qs[wf].n));
+        if (r->quant_flushed_total > 0)
+            OUT(" (most in %s: %.4f%%)", r->quant_names[wf], 100 * frac(qs[wf].flushed, qs[wf].n));
         if (out) fputc('\n', out);
     }
 }
@@ -178,7 +181,8 @@ void mp_run_add_warnings(run_state *s) {
     const mp_allreduce_stats *ds = s->ranks->stats(s->ranks->ctx);
     const mp_scaler *sc = mp_trainer_scaler(s->tr);
     FILE *out = s->io.out;
-#define WARN(...) if (r->nwarnings < MP_RUN_WARNINGS) snprintf(r->warnings[r->nwarnings++], sizeof r->warnings[0], __VA_ARGS__)
+#define WARN(...) \
+    if (r->nwarnings < MP_RUN_WARNINGS) snprintf(r->warnings[r->nwarnings++], sizeof r->warnings[0], __VA_ARGS__)
     if (s->nan_step >= 0) WARN("the loss became NaN/inf at step %ld", s->nan_step);
     if (sc && s->prec.scaling == MP_SCALING_DYNAMIC && mp_scaler_get_scale(sc) < o->scaler.init_scale / 1024.0f)
         WARN("the loss scale collapsed from %g to %g (%ld skipped steps)", (double)o->scaler.init_scale,
@@ -189,10 +193,11 @@ void mp_run_add_warnings(run_state *s) {
              sc ? "" : ": use loss scaling (fp16-dynamic)");
     if (ds->lost_sums)
         WARN("%ld steps %s because the gradients overflowed in the %s all-reduce (cast or sum) where every rank's "
-             "fp32 gradients were finite (--allreduce fp32 keeps them)", ds->lost_sums,
-             sc ? "were skipped" : "took an inf update", mp_format(ds->wire)->name);
-    if (s->act_over) WARN("%llu activation values overflowed to inf when stored in %s", (unsigned long long)s->act_over,
-                          r->compute_format);
+             "fp32 gradients were finite (--allreduce fp32 keeps them)",
+             ds->lost_sums, sc ? "were skipped" : "took an inf update", mp_format(ds->wire)->name);
+    if (s->act_over)
+        WARN("%llu activation values overflowed to inf when stored in %s", (unsigned long long)s->act_over,
+             r->compute_format);
 #undef WARN
     for (int k = 0; k < r->nwarnings; k++) OUT("warning: %s\n", r->warnings[k]);
 }

@@ -53,11 +53,11 @@ typedef struct {
     const char *name;    /* without the dashes */
     const char *metavar; /* NULL: none (a flag), or the value's name in the help */
     kind k;
-    size_t off;          /* of the field in mp_run_spec (K_BETAS: beta1; K_GONE: unused) */
+    size_t off; /* of the field in mp_run_spec (K_BETAS: beta1; K_GONE: unused) */
     double lo, hi;
     const choice *choices; /* K_CHOICE: NULL-terminated */
-    const char *section; /* the help's heading, when it starts one */
-    const char *help;    /* lines after the first indented by the help's column */
+    const char *section;   /* the help's heading, when it starts one */
+    const char *help;      /* lines after the first indented by the help's column */
 } option;
 
 #define F(field) offsetof(mp_run_spec, field)
@@ -67,8 +67,11 @@ static const choice acts[] = {{"relu", MP_ACT_RELU}, {"gelu", MP_ACT_GELU}, {NUL
 static const choice gelus[] = {{"tanh", MP_GELU_TANH}, {"erf", MP_GELU_ERF}, {NULL, 0}};
 static const choice optimizers[] = {{"sgd", MP_RUN_SGD}, {"adamw", MP_RUN_ADAMW}, {NULL, 0}};
 static const choice schedules[] = {{"constant", MP_LR_CONSTANT}, {"cosine", MP_LR_COSINE}, {NULL, 0}};
-static const choice masters[] = {{"fp32", MP_MASTER_FP32}, {"none", MP_MASTER_NONE}, {"kahan", MP_MASTER_KAHAN},
-                                 {"sr", MP_MASTER_PURE_BF16}, {NULL, 0}};
+static const choice masters[] = {{"fp32", MP_MASTER_FP32},
+                                 {"none", MP_MASTER_NONE},
+                                 {"kahan", MP_MASTER_KAHAN},
+                                 {"sr", MP_MASTER_PURE_BF16},
+                                 {NULL, 0}};
 static const choice states[] = {{"fp32", MP_STATE_FP32}, {"bf16", MP_STATE_BF16}, {"fp8", MP_STATE_FP8},
                                 {"8bit", MP_STATE_8BIT}, {"4bit", MP_STATE_4BIT}, {NULL, 0}};
 static const choice reductions[] = {{"fp32", MP_REDUCE_FP32}, {"half", MP_REDUCE_HALF}, {NULL, 0}};
@@ -84,7 +87,8 @@ static const option options[] = {
     {"layernorm", NULL, K_FLAG, F(layernorm), 1, 0, NULL, NULL, "MLP: layer norm after each hidden layer"},
     {"gelu", "tanh|erf", K_CHOICE, F(gelu), 0, 0, gelus, NULL,
      "GPT: GELU's tanh approximation (GPT-2, llm.c; default) or erf (nanoGPT)"},
-    {"data", "DIR", K_STR, F(data), 0, 0, NULL, NULL, "MLP: the four Fashion-MNIST files (.gz or plain)\n"
+    {"data", "DIR", K_STR, F(data), 0, 0, NULL, NULL,
+     "MLP: the four Fashion-MNIST files (.gz or plain)\n"
      "text:PATH[,PATH...]: GPT: text files or directories (default: the\n"
      "fortunes corpus, " MP_TEXT_DEFAULT_CORPUS ")"},
     {"precision", "MODE", K_STR, F(precision), 0, 0, NULL, "precision",
@@ -121,17 +125,20 @@ static const option options[] = {
      "mxfp8's block-scale rule: rceil (default, as Transformer\n"
      "Engine and cuBLAS) or floor (OCP MX v1.0, torchao's default)"},
     {"init-scale", "S", K_F32, SCALER(init_scale), 0, 0, NULL, "loss scaling", "initial loss scale (65536)"},
-    {"growth-interval", "N", K_COUNT, SCALER(growth_interval), 0, 0, NULL, NULL, "clean steps before the scale grows (2000)"},
+    {"growth-interval", "N", K_COUNT, SCALER(growth_interval), 0, 0, NULL, NULL,
+     "clean steps before the scale grows (2000)"},
     {"growth-factor", "F", K_F32, SCALER(growth_factor), 0, 0, NULL, NULL, "growth multiplier, > 1 (2)"},
     {"backoff-factor", "F", K_F32, SCALER(backoff_factor), 0, 0, NULL, NULL, "multiplier on overflow, in (0, 1) (0.5)"},
-    {"hysteresis", "N", K_COUNT, SCALER(hysteresis), 0, 0, NULL, NULL, "overflows tolerated before backing off (1 = PyTorch)"},
+    {"hysteresis", "N", K_COUNT, SCALER(hysteresis), 0, 0, NULL, NULL,
+     "overflows tolerated before backing off (1 = PyTorch)"},
     {"min-scale", "S", K_F32, SCALER(min_scale), 0, 0, NULL, NULL, "floor for the scale (0 = none)"},
     {"max-scale", "S", K_F32, SCALER(max_scale), 0, 0, NULL, NULL, "ceiling for the scale (0 = none)"},
     {"optimizer", "sgd|adamw", K_CHOICE, F(optimizer), 0, 0, optimizers, "optimization", "(adamw)"},
     {"lr", "LR", K_REAL, F(lr), 0, 1e6, NULL, NULL, "(peak) learning rate (1e-3)"},
     {"lr-schedule", "constant|cosine", K_CHOICE, F(schedule), 0, 0, schedules, NULL,
      "(constant); cosine decays to --min-lr at the last step"},
-    {"warmup", "N", K_LONG, F(warmup), 0, 100000000, NULL, NULL, "linear warmup steps (0), as nanoGPT: lr (step+1) / (N+1)"},
+    {"warmup", "N", K_LONG, F(warmup), 0, 100000000, NULL, NULL,
+     "linear warmup steps (0), as nanoGPT: lr (step+1) / (N+1)"},
     {"min-lr", "LR", K_REAL, F(min_lr), 0, 1e6, NULL, NULL, "the end of the cosine schedule (lr / 10)"},
     {"betas", "B1,B2", K_BETAS, F(beta1), 0, 0, NULL, NULL, "AdamW betas (0.9,0.999)"},
     {"momentum", "M", K_REAL, F(momentum), 0, 1e6, NULL, NULL, "SGD momentum (0)"},
@@ -151,7 +158,8 @@ static const option options[] = {
      "of micro-batch s is the window at ((sB + b) T) mod (N_train - T)"},
     {"threads", "N", K_INT, F(threads), 1, MP_MAX_THREADS, NULL, NULL, "threads for the kernels"},
     {"init", "FILE", K_STR, F(init), 0, 0, NULL, "files", "initial weights (safetensors, PyTorch's names)"},
-    {"save", "FILE", K_STR, F(save), 0, 0, NULL, NULL, "checkpoint at the end: weights, optimizer state, scaler, step\n"
+    {"save", "FILE", K_STR, F(save), 0, 0, NULL, NULL,
+     "checkpoint at the end: weights, optimizer state, scaler, step\n"
      "(a run that stops early or ends NaN/inf writes FILE.rejected\n"
      "instead, never over FILE, and exits 1)"},
     {"save-dtype", "fp32|fp16|bf16", K_CHOICE, F(save_dtype), 0, 0, save_dtypes, NULL,
@@ -159,7 +167,8 @@ static const option options[] = {
      "is smaller but does not resume bit-identically)"},
     {"resume", "FILE", K_STR, F(resume), 0, 0, NULL, NULL, "continue a checkpoint (bit-identical to not stopping)"},
     {"log", "FILE", K_STR, F(log), 0, 0, NULL, NULL, "CSV, one row per step (docs/LOGS.md)"},
-    {"eval-every", "N", K_LONG, F(eval_every), 0, 100000000, NULL, NULL, "evaluation every N steps (0: only at the end)"},
+    {"eval-every", "N", K_LONG, F(eval_every), 0, 100000000, NULL, NULL,
+     "evaluation every N steps (0: only at the end)"},
     {"eval-windows", "K", K_LONG, F(eval_windows), 0, 100000000, NULL, NULL,
      "GPT: evaluate on the first K validation windows (0: all)"},
     {"summary", "FILE", K_STR, F(summary), 0, 0, NULL, "diagnostics",
@@ -269,7 +278,6 @@ static mp_status overflowed(const char *name, const char *v) {
     return mp_error(MP_EINVAL, "--%s %s is past fp32's largest finite value (3.4e38)", name, v);
 }
 
-
 mp_status mp_run_option(mp_run_spec *s, const char *name, const char *v) {
     if (!s || !name) return mp_error(MP_EINVAL, "mp_run_option: NULL argument");
     const option *o = find(name);
@@ -312,8 +320,9 @@ mp_status mp_run_option(mp_run_spec *s, const char *name, const char *v) {
         const long x = strtol(v, &end, 10);
         const double lo = o->k == K_COUNT ? 1 : o->lo, hi = o->k == K_COUNT ? (double)(1L << 30) : o->hi;
         if (end == v || *end || errno == ERANGE || x < lo || x > hi)
-            return o->k == K_COUNT ? mp_error(MP_EINVAL, "--%s wants a whole number >= 1, not '%s'", name, v)
-                                   : mp_error(MP_EINVAL, "--%s wants %ld .. %ld, not '%s'", name, (long)lo, (long)hi, v);
+            return o->k == K_COUNT
+                       ? mp_error(MP_EINVAL, "--%s wants a whole number >= 1, not '%s'", name, v)
+                       : mp_error(MP_EINVAL, "--%s wants %ld .. %ld, not '%s'", name, (long)lo, (long)hi, v);
         if (o->k == K_LONG) *(long *)dst = x;
         else *(int *)dst = (int)x;
         return MP_OK;
@@ -383,8 +392,8 @@ static void build_help(void) {
             size_t n;
             const mp_precision *m = mp_precisions(&n);
             for (size_t j = 0; j < n; j++)
-                k = put(k, "%*s%-15s %s\n", COL + 2, "", m[j].scaling == MP_SCALING_STATIC ? "fp16-static[:S]" : m[j].name,
-                        m[j].help);
+                k = put(k, "%*s%-15s %s\n", COL + 2, "",
+                        m[j].scaling == MP_SCALING_STATIC ? "fp16-static[:S]" : m[j].name, m[j].help);
         }
     }
 }
@@ -402,12 +411,13 @@ const char *mp_run_options_help(void) {
 static mp_status unused_options(const mp_run_spec *s) {
     const mp_model_row *row = mp_model_row_of(s);
     const unsigned has = row->options;
-    const char *bad = !(has & MP_OPT_ACT) && s->act != MP_ACT_RELU            ? "--act (the MLP's activation)"
-                      : !(has & MP_OPT_LAYERNORM) && s->layernorm             ? "--layernorm (the MLP's)"
-                      : !(has & MP_OPT_HIST) && s->hist_every > 0             ? "--hist-every (the MLP's gradient histograms)"
-                      : !(has & MP_OPT_GELU) && s->gelu != MP_GELU_TANH       ? "--gelu (the GPT's)"
-                      : !(has & MP_OPT_EVAL_WINDOWS) && s->eval_windows > 0   ? "--eval-windows (the GPT's validation windows)"
-                                                                              : NULL;
+    const char *bad = !(has & MP_OPT_ACT) && s->act != MP_ACT_RELU      ? "--act (the MLP's activation)"
+                      : !(has & MP_OPT_LAYERNORM) && s->layernorm       ? "--layernorm (the MLP's)"
+                      : !(has & MP_OPT_HIST) && s->hist_every > 0       ? "--hist-every (the MLP's gradient histograms)"
+                      : !(has & MP_OPT_GELU) && s->gelu != MP_GELU_TANH ? "--gelu (the GPT's)"
+                      : !(has & MP_OPT_EVAL_WINDOWS) && s->eval_windows > 0
+                          ? "--eval-windows (the GPT's validation windows)"
+                          : NULL;
     if (bad) return mp_error(MP_EINVAL, "%s does nothing for %s", bad, row->what);
     if (s->optimizer == MP_RUN_ADAMW && s->momentum != 0)
         return mp_error(MP_EINVAL, "--momentum is SGD's: AdamW has --betas");
@@ -444,15 +454,18 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
     const struct {
         int set;
         const char *key;
-    } sw[] = {{s->master_weights >= 0, "master-weights"}, {s->optim_state >= 0, "optim-state"},
-              {s->reductions >= 0, "reductions"}, {s->mx_rule >= 0, "mx-rule"}};
+    } sw[] = {{s->master_weights >= 0, "master-weights"},
+              {s->optim_state >= 0, "optim-state"},
+              {s->reductions >= 0, "reductions"},
+              {s->mx_rule >= 0, "mx-rule"}};
     for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++)
         if (sw[i].set && mode_sets(s->precision, sw[i].key))
-            return mp_error(MP_EINVAL, "+%s in the mode %s and --%s both given: say it once", sw[i].key,
-                            s->precision, sw[i].key);
+            return mp_error(MP_EINVAL, "+%s in the mode %s and --%s both given: say it once", sw[i].key, s->precision,
+                            sw[i].key);
     mp_precision p;
     mp_status st = mp_precision_parse(s->precision, &p);
-    if (st == MP_OK && s->master_weights >= 0) st = mp_precision_set_master_weights(&p, (mp_master_weights)s->master_weights);
+    if (st == MP_OK && s->master_weights >= 0)
+        st = mp_precision_set_master_weights(&p, (mp_master_weights)s->master_weights);
     if (st == MP_OK && s->optim_state >= 0) st = mp_precision_set_optim_state(&p, (mp_state_format)s->optim_state);
     if (st == MP_OK && p.optim_state != MP_STATE_AUTO && s->optimizer == MP_RUN_SGD && s->momentum == 0)
         return mp_error(MP_EINVAL, "SGD without --momentum keeps no optimizer state: %s does nothing",
@@ -464,7 +477,7 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
     const mp_model_row *row = mp_model_row_of(s);
     void *model;
     size_t T;
-    if ((st = row->open(s, &model, &T)) != MP_OK) return st; /* the model string parsed */
+    if ((st = row->open(s, &model, &T)) != MP_OK) return st;     /* the model string parsed */
     if (p.layers[0] && row->assign) st = row->assign(model, &p); /* the assignments against the model's layers */
     row->close(model);
     if (st != MP_OK) return st;
@@ -476,8 +489,9 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
     const int size = s->ranks ? s->ranks->size : 1;
     const long batch = s->batch ? s->batch : row->batch;
     if (batch % size != 0)
-        return mp_error(MP_EINVAL, "--batch %ld does not split into %d equal shares: with mpirun -np %d each rank "
-                                   "takes its contiguous share of every micro-batch, so N must divide --batch",
+        return mp_error(MP_EINVAL,
+                        "--batch %ld does not split into %d equal shares: with mpirun -np %d each rank "
+                        "takes its contiguous share of every micro-batch, so N must divide --batch",
                         batch, size, size);
     if (s->data && row->data && row->text != (strncmp(s->data, "text:", 5) == 0))
         return mp_error(MP_EINVAL, "%s", row->data_use);
@@ -488,21 +502,26 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
                            g->backoff_factor != d.backoff_factor || g->growth_interval != d.growth_interval ||
                            g->hysteresis != d.hysteresis || g->min_scale != d.min_scale || g->max_scale != d.max_scale;
     if (p.scaling == MP_SCALING_NONE && scaler_set)
-        return mp_error(MP_EINVAL, "the loss-scaling options (--init-scale, --growth-interval, ...) do nothing for %s: "
-                                   "it has no loss scaling (fp16-static, fp16-dynamic)", p.label);
+        return mp_error(MP_EINVAL,
+                        "the loss-scaling options (--init-scale, --growth-interval, ...) do nothing for %s: "
+                        "it has no loss scaling (fp16-static, fp16-dynamic)",
+                        p.label);
     if (p.scaling == MP_SCALING_STATIC && p.static_scale > 0 && g->init_scale != d.init_scale)
         return mp_error(MP_EINVAL, "--init-scale does nothing for %s: the mode's S is its scale", p.label);
     if (p.scaling == MP_SCALING_STATIC &&
         (g->growth_factor != d.growth_factor || g->backoff_factor != d.backoff_factor ||
          g->growth_interval != d.growth_interval || g->hysteresis != d.hysteresis || g->min_scale != d.min_scale ||
          g->max_scale != d.max_scale))
-        return mp_error(MP_EINVAL, "a static scale never changes: --growth-*, --backoff-factor, --hysteresis, "
-                                   "--min-scale and --max-scale do nothing for %s", p.label);
+        return mp_error(MP_EINVAL,
+                        "a static scale never changes: --growth-*, --backoff-factor, --hysteresis, "
+                        "--min-scale and --max-scale do nothing for %s",
+                        p.label);
     const mp_scaler_config sc = mp_precision_scaler(&p, &s->scaler); /* as the trainer will make it */
     if (p.scaling != MP_SCALING_NONE && sc.init_scale > 0 && !isfinite((float)(1.0 / (double)sc.init_scale)))
-        return mp_error(MP_EINVAL, "%s%.3g: 1/S is not finite in fp32, so unscaling would make every gradient inf "
-                        "(S must exceed 2^-128)", p.static_scale > 0 ? "fp16-static:" : "--init-scale ",
-                        (double)sc.init_scale);
+        return mp_error(MP_EINVAL,
+                        "%s%.3g: 1/S is not finite in fp32, so unscaling would make every gradient inf "
+                        "(S must exceed 2^-128)",
+                        p.static_scale > 0 ? "fp16-static:" : "--init-scale ", (double)sc.init_scale);
     mp_scaler scaler;
     if (p.scaling != MP_SCALING_NONE && (st = mp_scaler_init(&scaler, &sc)) != MP_OK) return st;
     if (out) *out = p;
@@ -561,8 +580,8 @@ mp_status mp_run_check_files_in(const mp_run_spec *s, const char *pending) {
     mp_status st = MP_OK;
     int nout = 0;
     for (size_t i = 0; i < nin && st == MP_OK; i++) /* every input a regular file (a text corpus: or a directory) */
-        st = mp_input_kind(in[i].option, in[i].path, !strcmp(in[i].option, "--data") && s->data &&
-                                                         !strncmp(s->data, "text:", 5));
+        st = mp_input_kind(in[i].option, in[i].path,
+                           !strcmp(in[i].option, "--data") && s->data && !strncmp(s->data, "text:", 5));
     for (int k = 0; k < 4 && st == MP_OK; k++) {
         if (!path[k]) continue;
         if (!*path[k]) {
@@ -572,7 +591,8 @@ mp_status mp_run_check_files_in(const mp_run_spec *s, const char *pending) {
         mp_file_id *o = &out[nout++];
         mp_file_identify(o, opt[k], path[k]);
         for (size_t i = 0; i < nin && st == MP_OK; i++)
-            if (mp_file_same(o, &in[i]) && !(k == 2 && !strcmp(in[i].option, "--resume"))) /* a checkpoint advanced in place */
+            if (mp_file_same(o, &in[i]) &&
+                !(k == 2 && !strcmp(in[i].option, "--resume"))) /* a checkpoint advanced in place */
                 st = mp_error(MP_EINVAL, "%s %s is the file %s reads: an output never replaces an input", opt[k],
                               path[k], in[i].option);
             else if (in[i].is_dir && mp_file_inside(o, &in[i]))

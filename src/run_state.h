@@ -28,45 +28,45 @@ typedef struct {
     mp_model model;
     mp_loader loader;
     mp_trainer *tr;
-    int log_fd;          /* the CSV log, written as log_partial; -1: none */
+    int log_fd;             /* the CSV log, written as log_partial; -1: none */
     char log_partial[4200]; /* PATH.partial.PID: the rows as they come, renamed to PATH when the log is whole */
     const char *locked[4];  /* the outputs whose locks this run holds (mp_output_lock) */
-    off_t log_size;      /* its complete rows, in bytes */
+    off_t log_size;         /* its complete rows, in bytes */
     long log_rows;
-    char *line;          /* the log's row being written */
+    char *line; /* the log's row being written */
     size_t line_len;
     double *ms;
-    double *mpi_ms;      /* with ranks: each step's time in MPI */
-    cJSON *skips; /* the skipped steps, for the summary: {step, scale, tensors, first_activation} */
+    double *mpi_ms; /* with ranks: each step's time in MPI */
+    cJSON *skips;   /* the skipped steps, for the summary: {step, scale, tensors, first_activation} */
     hist_snap *hs;
     mp_named_qtensor *qt; /* with a recipe: the quantized tensors (nq) */
     size_t nq;
     mp_run_result res;
     /* the spec resolved, and where the run prints */
-    mp_run_spec o;       /* the caller's, its defaults resolved (weight decay, min_lr, batch; the mode's scale) */
-    mp_precision prec;   /* the mode with its switches */
+    mp_run_spec o;     /* the caller's, its defaults resolved (weight decay, min_lr, batch; the mode's scale) */
+    mp_precision prec; /* the mode with its switches */
     const mp_run_ranks *ranks;
     mp_run_io io;
     /* failures: the first one's status and message (what mp_run returns) */
     mp_status status;
     char msg[960];
-    int deferring;       /* with ranks, before training: messages are held until the ranks agree */
+    int deferring; /* with ranks, before training: messages are held until the ranks agree */
     char deferred[1024];
     /* the run under way */
-    int writer, hist_on;        /* rank 0; gradient histograms taken */
-    size_t T;                   /* positions per row (the GPT's context; 1 for the MLP) */
+    int writer, hist_on;         /* rank 0; gradient histograms taken */
+    size_t T;                    /* positions per row (the GPT's context; 1 for the MLP) */
     long steps_per_epoch, total; /* steps: per epoch, and to the end of the run (counted from 0) */
-    long step, done_steps;      /* the next step's number, and the steps this run took */
-    long nan_step;              /* the first step whose loss was not finite, or -1 */
-    long nh, nh_max;            /* gradient histograms taken, and room for them */
-    const char *meta[16];       /* what checkpoints keep about the model */
+    long step, done_steps;       /* the next step's number, and the steps this run took */
+    long nan_step;               /* the first step whose loss was not finite, or -1 */
+    long nh, nh_max;             /* gradient histograms taken, and room for them */
+    const char *meta[16];        /* what checkpoints keep about the model */
     uint64_t lost_updates, params_updated, act_over, grad_over; /* over the run */
-    const char *stopped;        /* why the run stopped early (in stop_msg), or NULL */
+    const char *stopped;                                        /* why the run stopped early (in stop_msg), or NULL */
     char stop_msg[512];
-    int out_failed;             /* an output (the log, the checkpoint, the summary) could not be written */
-    signed char wrote[4];       /* --log, --summary, --save, --dump-grads: 1 written, -1 not (as it was), 0 not asked */
-    char out_why[2048];         /* why the outputs written at the end were not, said in one line (say_outputs) */
-    int finished;               /* the training ended (every step taken, or stopped early): outputs follow */
+    int out_failed;       /* an output (the log, the checkpoint, the summary) could not be written */
+    signed char wrote[4]; /* --log, --summary, --save, --dump-grads: 1 written, -1 not (as it was), 0 not asked */
+    char out_why[2048];   /* why the outputs written at the end were not, said in one line (say_outputs) */
+    int finished;         /* the training ended (every step taken, or stopped early): outputs follow */
     double t_start, elapsed, mpi_median;
 } run_state;
 

@@ -34,13 +34,19 @@ static int draw(const float *logits, int V, double temperature, int k, uint64_t 
 }
 
 mp_status mp_sampler_init(mp_sampler *s, mp_gpt *g, const uint8_t *prompt, size_t np, size_t tokens, double temperature,
-                         int topk, uint64_t seed) {
+                          int topk, uint64_t seed) {
     const mp_gpt_config *c = mp_gpt_get_config(g);
     memset(s, 0, sizeof *s);
     if (np == 0) return mp_error(MP_EINVAL, "the prompt is empty");
     if (c->vocab_size > 1024) return mp_error(MP_EINVAL, "the vocabulary is over 1024 bytes");
-    *s = (mp_sampler){.g = g, .n = np, .cap = np + tokens, .T = (size_t)c->block_size, .V = c->vocab_size, .topk = topk,
-                   .temperature = temperature, .rng = seed};
+    *s = (mp_sampler){.g = g,
+                      .n = np,
+                      .cap = np + tokens,
+                      .T = (size_t)c->block_size,
+                      .V = c->vocab_size,
+                      .topk = topk,
+                      .temperature = temperature,
+                      .rng = seed};
     s->ctx = malloc(s->cap * sizeof *s->ctx);
     s->logits = malloc((size_t)s->V * sizeof *s->logits);
     if (!s->ctx || !s->logits) return mp_error(MP_ENOMEM, "sampling: out of memory");

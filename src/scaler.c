@@ -170,10 +170,11 @@ mp_status mp_scaler_load(mp_scaler *s, const uint8_t *b, size_t len) {
     if (t.skipped > t.steps || t.growths > t.steps - t.skipped || t.backoffs > t.skipped ||
         (t.skipped ? t.last_overflow_step < 0 || (uint64_t)t.last_overflow_step >= t.steps
                    : t.last_overflow_step != -1))
-        return mp_error(MP_ECORRUPT, "scaler blob: counters out of range (steps %llu, skipped %llu, growths %llu, "
-                        "backoffs %llu, last overflow at %lld)", (unsigned long long)t.steps,
-                        (unsigned long long)t.skipped, (unsigned long long)t.growths, (unsigned long long)t.backoffs,
-                        (long long)t.last_overflow_step);
+        return mp_error(MP_ECORRUPT,
+                        "scaler blob: counters out of range (steps %llu, skipped %llu, growths %llu, "
+                        "backoffs %llu, last overflow at %lld)",
+                        (unsigned long long)t.steps, (unsigned long long)t.skipped, (unsigned long long)t.growths,
+                        (unsigned long long)t.backoffs, (long long)t.last_overflow_step);
     if (!c->dynamic && (t.scale != c->init_scale || t.growth_tracker != 0 || t.hysteresis_left != c->hysteresis ||
                         t.growths != 0 || t.backoffs != 0))
         return mp_error(MP_ECORRUPT, "scaler blob: a static scaler's state has moved (scale %g, init_scale %g)",

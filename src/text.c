@@ -211,7 +211,6 @@ mp_status mp_text_check(const mp_text *t, size_t T) {
 
 /* ---- windows ---- */
 
-
 /* The 128-bit product a * b as hi:lo, in portable C. */
 static void mul64(uint64_t a, uint64_t b, uint64_t *hi, uint64_t *lo) {
     const uint64_t al = a & 0xffffffffu, ah = a >> 32, bl = b & 0xffffffffu, bh = b >> 32;
@@ -259,8 +258,8 @@ static void fill_row(const uint8_t *src, size_t T, int32_t *tokens, int32_t *tar
     for (size_t i = 0; i < T; i++) tokens[i] = src[i], targets[i] = src[i + 1];
 }
 
-void mp_text_train_batch(const mp_text *t, uint64_t s, size_t B, size_t T, int shuffle, uint64_t seed,
-                         int32_t *tokens, int32_t *targets) {
+void mp_text_train_batch(const mp_text *t, uint64_t s, size_t B, size_t T, int shuffle, uint64_t seed, int32_t *tokens,
+                         int32_t *targets) {
     if (!t || !t->data || T == 0 || t->n_train < T + 2) { /* mp_text_check fails: defined output all the same */
         if (B && T) {
             memset(tokens, 0, B * T * sizeof *tokens);

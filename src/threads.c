@@ -89,13 +89,15 @@ mp_status mp_threads_check(void) {
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     pthread_attr_destroy(&attr);
     if (err)
-        return mp_error(MP_ENOMEM, "cannot start %d threads (the thread %d: %s): fewer with --threads or "
-                        "MIXPREC_THREADS, or more memory (ulimit -v, ulimit -s)", nt, started + 2, strerror(err));
+        return mp_error(MP_ENOMEM,
+                        "cannot start %d threads (the thread %d: %s): fewer with --threads or "
+                        "MIXPREC_THREADS, or more memory (ulimit -v, ulimit -s)",
+                        nt, started + 2, strerror(err));
     return MP_OK;
 }
 
-int mp_parallel_for(size_t n, size_t min_parallel, size_t align,
-                    void (*fn)(void *ctx, size_t i0, size_t i1, int t), void *ctx) {
+int mp_parallel_for(size_t n, size_t min_parallel, size_t align, void (*fn)(void *ctx, size_t i0, size_t i1, int t),
+                    void *ctx) {
     int nt = mp_get_threads();
     if (nt > MP_MAX_THREADS) nt = MP_MAX_THREADS;
     if (n < min_parallel || nt < 2) {

@@ -31,14 +31,16 @@ mp_status mp_trainer_create(mp_trainer **out, const mp_train_config *c, mp_model
     if (!(c->clip >= 0)) return mp_error(MP_EINVAL, "clip must be >= 0 (got %g)", c->clip);
     if (!(c->lr.lr >= 0) || !(c->lr.min_lr >= 0) || c->lr.warmup < 0 ||
         (c->lr.schedule == MP_LR_COSINE && c->lr.decay_steps < c->lr.warmup))
-        return mp_error(MP_EINVAL, "learning-rate schedule: lr %g, min_lr %g, warmup %ld, decay_steps %ld",
-                        c->lr.lr, c->lr.min_lr, c->lr.warmup, c->lr.decay_steps);
+        return mp_error(MP_EINVAL, "learning-rate schedule: lr %g, min_lr %g, warmup %ld, decay_steps %ld", c->lr.lr,
+                        c->lr.min_lr, c->lr.warmup, c->lr.decay_steps);
     const int half = c->precision->reductions == MP_REDUCE_HALF;
     const mp_train_dist *d = c->dist;
     if (d && (d->size < 1 || d->rank < 0 || d->rank >= d->size ||
               (d->size > 1 && (!d->sum_grads || !d->sum_f64 || !d->max_f32))))
-        return mp_error(MP_EINVAL, "mp_trainer_create: a dist needs size >= 1, 0 <= rank < size and, with size > 1, "
-                                   "its three functions (size %d, rank %d)", d->size, d->rank);
+        return mp_error(MP_EINVAL,
+                        "mp_trainer_create: a dist needs size >= 1, 0 <= rank < size and, with size > 1, "
+                        "its three functions (size %d, rank %d)",
+                        d->size, d->rank);
     if (c->shard_optimizer && (!d || d->size < 2 || !d->reduce_scatter || !d->all_gather || !d->broadcast))
         return mp_error(MP_EINVAL, "mp_trainer_create: shard_optimizer needs a dist of 2 or more ranks with its "
                                    "reduce_scatter, all_gather and broadcast");
@@ -153,7 +155,8 @@ mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
     if (t->dist) TRY(mp_train_dist_prepare(t));
     TRY(backward_step(t, r.scale, &r.loss));
     if (t->first) /* each rank's parameters' sums on that rank */
-        TRY(mp_train_reduced(t->dist->reduce_scatter(t->dist->ctx, t->gx, t->gn, t->ngrads, t->first), "the gradients"));
+        TRY(mp_train_reduced(t->dist->reduce_scatter(t->dist->ctx, t->gx, t->gn, t->ngrads, t->first),
+                             "the gradients"));
     else if (t->dist) /* before the unscale, as DDP */
         TRY(mp_train_reduced(t->dist->sum_grads(t->dist->ctx, t->gx, t->gn, t->ngrads), "the gradients"));
     mp_status st = MP_OK;
@@ -163,8 +166,10 @@ mp_status mp_trainer_step(mp_trainer *t, mp_step_info *info) {
         if (r.skipped || !isfinite(r.loss)) locate_nonfinite(t, &r);
         TRY(mp_scaler_step(&t->mode.scaler, t->opt, &r.skipped));
         st = mp_scaler_update(&t->mode.scaler, r.skipped); /* MP_EOVERFLOW: the step counts, the run should stop */
-        if (st == MP_OK && !isfinite(mp_scaler_inv_scale(&t->mode.scaler))) /* GradScaler would skip every step from here */
-            st = mp_error(MP_EOVERFLOW, "loss scale backed off to %g, whose inverse is not finite in fp32, and "
+        if (st == MP_OK &&
+            !isfinite(mp_scaler_inv_scale(&t->mode.scaler))) /* GradScaler would skip every step from here */
+            st = mp_error(MP_EOVERFLOW,
+                          "loss scale backed off to %g, whose inverse is not finite in fp32, and "
                           "gradients still overflow: the model produces inf/NaN at any scale",
                           (double)mp_scaler_get_scale(&t->mode.scaler));
     } else {
@@ -185,7 +190,8 @@ mp_status mp_trainer_evaluate(mp_trainer *t, double *loss, double *accuracy) {
     if (!t->loader.eval_batch) return mp_error(MP_EINVAL, "evaluate: the loader has no evaluation data");
     const mp_train_dist *d = t->dist;
     double sums[3] = {0, 0, 0}; /* loss, count, correct */
-    for (size_t i = d ? (size_t)d->rank : 0;; i += d ? (size_t)d->size : 1) { /* with ranks: batch i on rank i mod size */
+    for (size_t i = d ? (size_t)d->rank : 0;;
+         i += d ? (size_t)d->size : 1) { /* with ranks: batch i on rank i mod size */
         mp_batch b;
         TRY(t->loader.eval_batch(t->loader.impl, i, &b));
         if (b.n == 0) break;

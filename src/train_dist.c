@@ -134,14 +134,16 @@ mp_status mp_trainer_gather_state(mp_trainer *t, int hold) {
     const size_t np = mp_optim_count(t->opt);
     /* rank 0 makes room for the others' states first, and every rank learns whether it could, before any transfer */
     mp_status made = MP_OK;
-    for (size_t i = t->first[1]; d->rank == 0 && i < np && made == MP_OK; i++) made = mp_optim_hold_state(t->opt, i, hold);
+    for (size_t i = t->first[1]; d->rank == 0 && i < np && made == MP_OK; i++)
+        made = mp_optim_hold_state(t->opt, i, hold);
     if (!hold) return made;
     double failed = made != MP_OK;
     const mp_status agreed = d->sum_f64(d->ctx, &failed, 1);
     if (agreed != MP_OK || failed > 0) {
         for (size_t i = t->first[1]; d->rank == 0 && i < np; i++) mp_optim_hold_state(t->opt, i, 0);
-        if (agreed != MP_OK) return mp_error(agreed, "the ranks could not agree to gather the optimizer state (%s)",
-                                             mp_status_str(agreed));
+        if (agreed != MP_OK)
+            return mp_error(agreed, "the ranks could not agree to gather the optimizer state (%s)",
+                            mp_status_str(agreed));
         return made != MP_OK ? made : mp_error(MP_ENOMEM, "rank 0 has no room for the other ranks' optimizer state");
     }
     /* Every rank makes the calls the owner's header (its tensors' count and sizes) asks for, whatever it
@@ -158,8 +160,9 @@ mp_status mp_trainer_gather_state(mp_trainer *t, int hold) {
         double own[6];
         memcpy(own, hdr, sizeof own);
         const mp_status st = d->broadcast(d->ctx, hdr, sizeof hdr, from);
-        if (st != MP_OK) return mp_error(st, "the ranks' transfer of the optimizer state of '%s' failed (%s)", p->name,
-                                         mp_status_str(st));
+        if (st != MP_OK)
+            return mp_error(st, "the ranks' transfer of the optimizer state of '%s' failed (%s)", p->name,
+                            mp_status_str(st));
         const int same = memcmp(own, hdr, sizeof own) == 0, mine = d->rank == from || (d->rank == 0 && same);
         if (d->rank == 0 && !same && hdr[0] == 0) mp_optim_hold_state(t->opt, i, 0);
         else if (d->rank == 0 && !same && bad == MP_OK)
@@ -167,8 +170,9 @@ mp_status mp_trainer_gather_state(mp_trainer *t, int hold) {
                            p->name, from);
         for (size_t j = 0; j < (size_t)hdr[0]; j++) {
             const mp_status tr = d->broadcast(d->ctx, mine ? (void *)ts[j].data : NULL, (size_t)hdr[j + 1], from);
-            if (tr != MP_OK) return mp_error(tr, "the ranks' transfer of the optimizer state of '%s' failed (%s)",
-                                             p->name, mp_status_str(tr));
+            if (tr != MP_OK)
+                return mp_error(tr, "the ranks' transfer of the optimizer state of '%s' failed (%s)", p->name,
+                                mp_status_str(tr));
         }
     }
     return bad;
@@ -219,8 +223,10 @@ mp_status mp_trainer_check_ranks(mp_trainer *t) {
                           t->step, r);
     for (int r = 1; st == MP_OK && r < d->size; r++)
         if (h[r] != h[0])
-            st = mp_error(MP_ECORRUPT, "step %ld: the ranks' weights, optimizer and scaler state differ: CRC-32 0x%08lx "
-                          "on rank 0, 0x%08lx on rank %d", t->step, (unsigned long)h[0], (unsigned long)h[r], r);
+            st = mp_error(MP_ECORRUPT,
+                          "step %ld: the ranks' weights, optimizer and scaler state differ: CRC-32 0x%08lx "
+                          "on rank 0, 0x%08lx on rank %d",
+                          t->step, (unsigned long)h[0], (unsigned long)h[r], r);
     free(h);
     return st;
 }

@@ -11,8 +11,8 @@ struct mp_trainer {
     mp_model model;
     mp_optim *opt;
     mp_loader loader;
-    mp_mode_applied mode; /* what the precision mode decided (mp_precision_apply): the scaler, the norm's sums */
-    long step; /* steps taken */
+    mp_mode_applied mode;      /* what the precision mode decided (mp_precision_apply): the scaler, the norm's sums */
+    long step;                 /* steps taken */
     const mp_train_dist *dist; /* size > 1, or NULL */
     /* with dist: the gradients' addresses and sizes for sum_grads, and the
      * quantized tensors (fp8-delayed: their amaxes go through max_f32) */
@@ -22,15 +22,15 @@ struct mp_trainer {
     mp_fp8_history *hsave; /* (nq,) each tensor's history before a micro-batch */
     float *hslot, *amax;   /* (nq,) the history slot it may overwrite; the amaxes reduced */
     size_t nq;
-    size_t *first;         /* shard_optimizer: rank r owns parameters [first[r], first[r + 1]); else NULL */
-    void **wx;             /* shard_optimizer: each parameter's weights as the ranks share them (fp32 masters, or */
-    size_t *wbytes;        /* the half weights without them) and their size */
+    size_t *first;  /* shard_optimizer: rank r owns parameters [first[r], first[r + 1]); else NULL */
+    void **wx;      /* shard_optimizer: each parameter's weights as the ranks share them (fp32 masters, or */
+    size_t *wbytes; /* the half weights without them) and their size */
 };
 
-#define TRY(call)                          \
-    do {                                   \
-        const mp_status st_ = (call);      \
-        if (st_ != MP_OK) return st_;      \
+#define TRY(call)                     \
+    do {                              \
+        const mp_status st_ = (call); \
+        if (st_ != MP_OK) return st_; \
     } while (0)
 
 /* train_dist.c */

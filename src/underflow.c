@@ -18,8 +18,8 @@
 typedef struct {
     const void *x;
     mp_dtype xt;
-    size_t n;                     /* elements of x */
-    uint64_t finite, zeros, inf;  /* among them */
+    size_t n;                    /* elements of x */
+    uint64_t finite, zeros, inf; /* among them */
 } value_set;
 
 static mp_status set_init(value_set *s, const void *x, mp_dtype xt, size_t n) {
@@ -80,12 +80,12 @@ static void set_chunks(const value_set *s, void (*fn)(void *ctx, const float *v,
  * The bits of a nonnegative float are ordered as its value, so the element of
  * rank r is found from a histogram of the top 16 bits of the finite
  * magnitudes, then one of the low 16 bits within the bin that holds it. */
-#define HI_BINS 0x7f80u   /* top 16 bits of a finite magnitude: below inf's 0x7f80 */
+#define HI_BINS 0x7f80u /* top 16 bits of a finite magnitude: below inf's 0x7f80 */
 #define LO_BINS 0x10000u
 
 typedef struct {
     uint64_t *h;
-    int low;      /* 0: top bits of all; 1: low bits of those in bin hi */
+    int low; /* 0: top bits of all; 1: low bits of those in bin hi */
     uint32_t hi;
 } key_hist;
 
@@ -150,8 +150,7 @@ mp_status mp_underflow_analyze(const void *x, mp_dtype xt, size_t n, mp_dtype t,
         return mp_error(MP_EINVAL, "%s: format %s (fp16, bf16, e4m3 or e5m2; %s)", fn, dtype_name(t),
                         t == MP_E8M0 ? "e8m0 holds block scales, not values"
                                      : "fp4 values are scaled per block of 16 or 32, not by one loss scale");
-    if (!is_store_format(t))
-        return mp_error(MP_EINVAL, "%s: format %s (fp16, bf16, e4m3 or e5m2)", fn, dtype_name(t));
+    if (!is_store_format(t)) return mp_error(MP_EINVAL, "%s: format %s (fp16, bf16, e4m3 or e5m2)", fn, dtype_name(t));
     if (nscales < 0 || nscales > MP_UNDERFLOW_MAX_SCALES)
         return mp_error(MP_EINVAL, "%s: %d scales (0 .. %d)", fn, nscales, MP_UNDERFLOW_MAX_SCALES);
     if (nscales && !scales) return mp_error(MP_EINVAL, "%s: NULL scales", fn);
@@ -198,14 +197,15 @@ static const struct {
 
 mp_status mp_block_format_parse(const char *name, mp_block_format *out) {
     for (int f = 0; name && out && f < 3; f++)
-        if (strcmp(name, block_formats[f].name) == 0) { *out = (mp_block_format)f; return MP_OK; }
+        if (strcmp(name, block_formats[f].name) == 0) {
+            *out = (mp_block_format)f;
+            return MP_OK;
+        }
     return mp_error(MP_EINVAL, "unknown block format '%s' (expected mxfp8-e4m3, mxfp8-e5m2 or nvfp4)",
                     name ? name : "(null)");
 }
 
-const char *mp_block_format_name(mp_block_format f) {
-    return (unsigned)f < 3 ? block_formats[f].name : NULL;
-}
+const char *mp_block_format_name(mp_block_format f) { return (unsigned)f < 3 ? block_formats[f].name : NULL; }
 
 /* Adds |q - x| / |x| over the nonzero inputs x of a chunk, q their
  * dequantized values (the counts come from the quantizers' statistics). */
@@ -217,12 +217,12 @@ static void add_error(double *sum, const float *x, const float *q, size_t m) {
 /* One comparison under way: the format, the per-tensor scale, the buffers of
  * a chunk, and the counts and summed errors of both scalings. */
 typedef struct {
-    int mx;            /* an MX format (else NVFP4) */
+    int mx; /* an MX format (else NVFP4) */
     mp_dtype elem;
-    size_t bs;         /* the block */
+    size_t bs; /* the block */
     mp_mx_rule rule;
-    float amax, t;     /* the tensor's amax; the per-tensor scale */
-    float *pad, *q;    /* (BLK_CHUNK) a chunk padded to whole blocks; its dequantized values */
+    float amax, t;  /* the tensor's amax; the per-tensor scale */
+    float *pad, *q; /* (BLK_CHUNK) a chunk padded to whole blocks; its dequantized values */
     uint8_t *codes, *scales;
     mp_quant_stats bst, tst;
     mp_convert_stats e2; /* NVFP4 per tensor: the E2M1 stores' counts */
@@ -260,7 +260,8 @@ static mp_status compare_chunk(block_cmp *c, const float *xs, size_t m) {
 static mp_status compare_args(const float *x, size_t n, mp_block_format f, mp_mx_rule rule, float *amax,
                               uint64_t *nonzero) {
     static const char fn[] = "mp_block_compare_values";
-    if ((unsigned)f >= 3) return mp_error(MP_EINVAL, "%s: block format %d (mxfp8-e4m3, mxfp8-e5m2 or nvfp4)", fn, (int)f);
+    if ((unsigned)f >= 3)
+        return mp_error(MP_EINVAL, "%s: block format %d (mxfp8-e4m3, mxfp8-e5m2 or nvfp4)", fn, (int)f);
     if (f != MP_BLOCK_NVFP4 && rule != MP_MX_FLOOR && rule != MP_MX_RCEIL)
         return mp_error(MP_EINVAL, "%s: MX rule %d (floor or rceil)", fn, (int)rule);
     if (!x || n == 0) return mp_error(MP_EINVAL, "%s: no values (x %s, n = %zu)", fn, x ? "given" : "NULL", n);
@@ -274,8 +275,7 @@ static mp_status compare_args(const float *x, size_t n, mp_block_format f, mp_mx
     return MP_OK;
 }
 
-mp_status mp_block_compare_values(const float *x, size_t n, mp_block_format f, mp_mx_rule rule,
-                                  mp_block_compare *out) {
+mp_status mp_block_compare_values(const float *x, size_t n, mp_block_format f, mp_mx_rule rule, mp_block_compare *out) {
     if (!out) return mp_error(MP_EINVAL, "mp_block_compare_values: NULL result");
     memset(out, 0, sizeof *out);
     block_cmp c = {.mx = f != MP_BLOCK_NVFP4, .rule = rule};

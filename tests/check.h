@@ -12,21 +12,21 @@
 
 static long check_failures;
 
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            if (check_failures++ < 20) {                                        \
+#define CHECK(cond, ...)                                                                 \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            if (check_failures++ < 20) {                                                 \
                 fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-                fprintf(stderr, __VA_ARGS__);                                   \
-                fputc('\n', stderr);                                            \
-            }                                                                   \
-        }                                                                       \
+                fprintf(stderr, __VA_ARGS__);                                            \
+                fputc('\n', stderr);                                                     \
+            }                                                                            \
+        }                                                                                \
     } while (0)
 
 /* A line saying what passed, printed only when no check failed since mark
  * (check_failures at the start of the part it sums up). */
-#define CHECK_SAY(mark, ...)                            \
-    do {                                                \
+#define CHECK_SAY(mark, ...)                               \
+    do {                                                   \
         if (check_failures == (mark)) printf(__VA_ARGS__); \
     } while (0)
 
@@ -47,8 +47,16 @@ static inline int check_report(const char *name) {
     return 0;
 }
 
-static inline uint32_t f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static inline float u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+static inline uint32_t f2u(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+static inline float u2f(uint32_t u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
 
 /* Field by field (amax to the bit): the struct's tail padding is no result. */
 static inline int convert_stats_eq(const mp_convert_stats *a, const mp_convert_stats *b) {

@@ -9,7 +9,7 @@
 
 enum { F32_F16, F16_F32, F32_BF16, BF16_F32, STATS32, AMAX16, GELU_FWD, ADAMW, NCALLS };
 static long calls[NCALLS];
-static const char *const call_names[NCALLS] = {"f32_to_f16", "f16_to_f32", "f32_to_bf16", "bf16_to_f32",
+static const char *const call_names[NCALLS] = {"f32_to_f16", "f16_to_f32", "f32_to_bf16",   "bf16_to_f32",
                                                "stats32",    "amax16",     "gelu tanh_fwd", "adamw"};
 
 static void hit(int which) { __atomic_fetch_add(&calls[which], 1, __ATOMIC_RELAXED); }
@@ -78,15 +78,13 @@ static void check_gemm(const mp_kernels *counted, const mp_kernels *plain) {
     for (int w = 0; w < 2; w++) {
         const mp_kernels *k = w ? plain : counted;
         /* bias and GELU in the epilogue of a bf16 C, counted */
-        const mp_gemm_epilogue ep = {.bias = bias, .stats = &st[w][0], .post = MP_POST_GELU, .post_out = o[w],
-                                     .post_stats = &st[w][1]};
-        CHECK(mp_gemm_run(k, 0, 1, M, N, K, 1.0f, a, MP_BF16, K, b, MP_BF16, K, 0.0f, c[w], MP_BF16, N, &ep) ==
-                  MP_OK,
+        const mp_gemm_epilogue ep = {
+            .bias = bias, .stats = &st[w][0], .post = MP_POST_GELU, .post_out = o[w], .post_stats = &st[w][1]};
+        CHECK(mp_gemm_run(k, 0, 1, M, N, K, 1.0f, a, MP_BF16, K, b, MP_BF16, K, 0.0f, c[w], MP_BF16, N, &ep) == MP_OK,
               "gemm: %s", mp_last_error());
         /* an fp32 C with GELU (a half C's GELU comes from the table of every code, gelu_table.c), counted */
         const mp_gemm_epilogue e32 = {.stats = &st[w][2], .post = MP_POST_GELU};
-        CHECK(mp_gemm_run(k, 0, 1, M, N, K, 1.0f, a, MP_BF16, K, b, MP_BF16, K, 0.0f, c32[w], MP_F32, N, &e32) ==
-                  MP_OK,
+        CHECK(mp_gemm_run(k, 0, 1, M, N, K, 1.0f, a, MP_BF16, K, b, MP_BF16, K, 0.0f, c32[w], MP_F32, N, &e32) == MP_OK,
               "gemm fp32: %s", mp_last_error());
     }
     const int same = !memcmp(c[0], c[1], sizeof c[0]) && !memcmp(o[0], o[1], sizeof o[0]) &&
@@ -111,8 +109,8 @@ static void check_convert(const mp_kernels *counted, const mp_kernels *plain) {
         CHECK(mp_convert_in(k, h[w], MP_F16, x, MP_F32, N, &st[w][0]) == MP_OK, "convert: %s", mp_last_error());
         CHECK(mp_convert_in(k, y[w], MP_F32, x, MP_F32, N, &st[w][1]) == MP_OK, "convert: %s", mp_last_error());
     }
-    CHECK(!memcmp(h[0], h[1], sizeof h[0]) && !memcmp(y[0], y[1], sizeof y[0]) &&
-              !memcmp(st[0], st[1], sizeof st[0]) && st[0][1].subnormal == 1,
+    CHECK(!memcmp(h[0], h[1], sizeof h[0]) && !memcmp(y[0], y[1], sizeof y[0]) && !memcmp(st[0], st[1], sizeof st[0]) &&
+              st[0][1].subnormal == 1,
           "conversions with the counting context differ from the portable context's");
     CHECK(calls[F32_F16] > 0 && calls[STATS32] > 0,
           "conversion on the given context: f32_to_f16 %ld, stats32 %ld calls", calls[F32_F16], calls[STATS32]);

@@ -11,7 +11,11 @@
 #include "check.h"
 #include "internal.h"
 
-typedef struct { const char *name; mp_isa isa; const mp_convert_kernels *k; } path;
+typedef struct {
+    const char *name;
+    mp_isa isa;
+    const mp_convert_kernels *k;
+} path;
 
 static int npaths;
 static path paths[4];
@@ -62,7 +66,8 @@ static void check_narrow_paths(int mode) {
                     memset(got, 0xa5, (BLOCK + 1) * sizeof *got);
                     fast(got, x, cut, &fs);
                     fast(got + cut, x + cut, n - cut, &fs);
-                    my_bad[p][t] += memcmp(got, ref, n * sizeof *got) != 0 || !convert_stats_eq(&fs, &rs) || got[n] != 0xa5a5;
+                    my_bad[p][t] +=
+                        memcmp(got, ref, n * sizeof *got) != 0 || !convert_stats_eq(&fs, &rs) || got[n] != 0xa5a5;
                     fast(got, x, n, NULL); /* the no-stats variant gives the same bits */
                     my_bad[p][t] += memcmp(got, ref, n * sizeof *got) != 0;
                 }
@@ -70,11 +75,16 @@ static void check_narrow_paths(int mode) {
         }
 #pragma omp critical
         {
-            for (int p = 0; p < 4; p++) { bad[p][0] += my_bad[p][0]; bad[p][1] += my_bad[p][1]; }
+            for (int p = 0; p < 4; p++) {
+                bad[p][0] += my_bad[p][0];
+                bad[p][1] += my_bad[p][1];
+            }
             mp_convert_stats_add(&total_ref[0], &my_total[0]);
             mp_convert_stats_add(&total_ref[1], &my_total[1]);
         }
-        free(x); free(ref); free(got);
+        free(x);
+        free(ref);
+        free(got);
     }
     const long mark = check_failures;
     for (int p = 0; p < npaths; p++) {
@@ -125,7 +135,8 @@ static void check_widen_paths(void) {
                 t == 0 ? paths[p].k->f16_to_f32 : paths[p].k->bf16_to_f32;
             mp_convert_stats fs = {0};
             fast(got, h, 65536, &fs);
-            CHECK(memcmp(got, ref, 65536 * sizeof *got) == 0 && convert_stats_eq(&fs, &rs), "%s widen t=%d", paths[p].name, t);
+            CHECK(memcmp(got, ref, 65536 * sizeof *got) == 0 && convert_stats_eq(&fs, &rs), "%s widen t=%d",
+                  paths[p].name, t);
             for (size_t n = 1; n <= 33; n++) {
                 mp_convert_stats a = {0}, b = {0};
                 float tail_ref[33], tail_got[34];
@@ -133,12 +144,15 @@ static void check_widen_paths(void) {
                 tail_got[n] = -1.0f;
                 scalar(tail_ref, h + off, n, &a);
                 fast(tail_got, h + off, n, &b);
-                CHECK(memcmp(tail_got, tail_ref, n * sizeof(float)) == 0 && convert_stats_eq(&a, &b) && tail_got[n] == -1.0f,
+                CHECK(memcmp(tail_got, tail_ref, n * sizeof(float)) == 0 && convert_stats_eq(&a, &b) &&
+                          tail_got[n] == -1.0f,
                       "%s widen t=%d n=%zu", paths[p].name, t, n);
             }
         }
     }
-    free(h); free(ref); free(got);
+    free(h);
+    free(ref);
+    free(got);
 }
 
 /* The scalar kernel's stats against counting with float classification. */
@@ -148,7 +162,9 @@ static void check_stats_independent(void) {
     uint16_t *y = malloc(N * sizeof *y);
     uint64_t s = 88172645463325252ull;
     for (size_t i = 0; i < N; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
         x[i] = u2f((uint32_t)s);
     }
     for (int t = 0; t < 2; t++) {
@@ -163,13 +179,17 @@ static void check_stats_independent(void) {
             want.overflow += isfinite(x[i]) && !isfinite(r);
             if (isfinite(r) && fabsf(r) > want.amax) want.amax = fabsf(r);
         }
-        CHECK(convert_stats_eq(&st, &want), "t=%d stats %" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 " amax %g vs counted %" PRIu64
-              "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 " amax %g", t, st.underflow, st.subnormal, st.overflow, st.nan,
-              (double)st.amax, want.underflow, want.subnormal, want.overflow, want.nan, (double)want.amax);
-        CHECK(st.amax == mp_amax(y, t == 0 ? MP_F16 : MP_BF16, N), "t=%d: the counts' amax is mp_amax of the result", t);
+        CHECK(convert_stats_eq(&st, &want),
+              "t=%d stats %" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 " amax %g vs counted %" PRIu64 "/%" PRIu64
+              "/%" PRIu64 "/%" PRIu64 " amax %g",
+              t, st.underflow, st.subnormal, st.overflow, st.nan, (double)st.amax, want.underflow, want.subnormal,
+              want.overflow, want.nan, (double)want.amax);
+        CHECK(st.amax == mp_amax(y, t == 0 ? MP_F16 : MP_BF16, N), "t=%d: the counts' amax is mp_amax of the result",
+              t);
         CHECK(want.underflow + want.subnormal + want.overflow + want.nan > 1000, "sample has special values");
     }
-    free(x); free(y);
+    free(x);
+    free(y);
 }
 
 static uint32_t narrow_code(float v, mp_dtype t) {
@@ -219,9 +239,12 @@ static void check_all_pairs(void) {
     void *src = malloc(n * 4), *dst = malloc(n * 4);
     uint64_t s = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < n; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
         /* magnitudes from 2^-30 to 2^20 with some specials: every format under- and overflows */
-        x[i] = ldexpf(1.0f + (float)(s & 0xffff) / 65536.0f, (int)((s >> 16) % 51) - 30) * ((s >> 40) & 1 ? -1.0f : 1.0f);
+        x[i] =
+            ldexpf(1.0f + (float)(s & 0xffff) / 65536.0f, (int)((s >> 16) % 51) - 30) * ((s >> 40) & 1 ? -1.0f : 1.0f);
         if (i % 997 == 0) x[i] = (s >> 20) & 1 ? NAN : -INFINITY;
         if (i % 1013 == 0) x[i] = (s >> 21) & 1 ? 0.0f : -0.0f;
     }
@@ -250,17 +273,20 @@ static void check_all_pairs(void) {
                         const float v = elem_f32(src, st, i);
                         bad += code_at(dst, dt, i) != narrow_code(v, dt);
                     }
-                    CHECK(bad == 0 && convert_stats_eq(&got, &want), "%s -> %s on %s, %d thread(s): %ld wrong", mp_format(st)->name,
-                          df->name, mp_isa_name(mp_cpu_isa()), threads, bad);
+                    CHECK(bad == 0 && convert_stats_eq(&got, &want), "%s -> %s on %s, %d thread(s): %ld wrong",
+                          mp_format(st)->name, df->name, mp_isa_name(mp_cpu_isa()), threads, bad);
                 }
             }
             if ((dt == MP_F16 || dt == MP_E2M1) && st == MP_F32)
-                CHECK(want.underflow > 0 && want.subnormal > 0 && want.overflow > 0 && want.nan > 0, "sample is interesting");
+                CHECK(want.underflow > 0 && want.subnormal > 0 && want.overflow > 0 && want.nan > 0,
+                      "sample is interesting");
         }
     }
     mp_set_threads(0);
     mp_cpu_set_isa(mp_cpu_detected());
-    free(x); free(src); free(dst);
+    free(x);
+    free(src);
+    free(dst);
 }
 
 static void check_api(void) {
@@ -274,7 +300,8 @@ static void check_api(void) {
     st.amax = 1.0f;
     CHECK(mp_convert(h, MP_F16, x, MP_F32, 40, &st) == MP_OK && st.amax == mp_f16_to_f32(mp_f32_to_f16(3.9f)),
           "amax: the largest value stored (3.9 in fp16)");
-    CHECK(mp_convert(h, (mp_dtype)7, x, MP_F32, 40, NULL) == MP_EINVAL && strstr(mp_last_error(), "dtype"), "bad dtype");
+    CHECK(mp_convert(h, (mp_dtype)7, x, MP_F32, 40, NULL) == MP_EINVAL && strstr(mp_last_error(), "dtype"),
+          "bad dtype");
     CHECK(mp_convert(NULL, MP_F16, x, MP_F32, 40, NULL) == MP_EINVAL, "NULL dst");
     CHECK(mp_convert(NULL, MP_F16, NULL, MP_F32, 0, NULL) == MP_OK, "n = 0 is a no-op");
     CHECK(mp_convert(x, MP_F16, x, MP_F32, 40, NULL) == MP_EINVAL, "in place across sizes refused");
@@ -287,7 +314,8 @@ static void check_api(void) {
     CHECK(bad == 0, "in-place fp16 -> bf16");
     CHECK(mp_cpu_set_isa((mp_isa)9) == MP_EINVAL, "bad isa");
     mp_isa isa;
-    CHECK(mp_isa_parse("avx512", &isa) == MP_OK && isa == MP_ISA_AVX512 && mp_isa_parse("sse", &isa) == MP_EINVAL, "isa names");
+    CHECK(mp_isa_parse("avx512", &isa) == MP_OK && isa == MP_ISA_AVX512 && mp_isa_parse("sse", &isa) == MP_EINVAL,
+          "isa names");
     CHECK(mp_isa_parse("amx", &isa) == MP_OK && isa == MP_ISA_AMX && strcmp(mp_isa_name(MP_ISA_AMX), "amx") == 0,
           "amx name");
     /* one context per path the CPU has, every table filled, the path in use reads its own */
@@ -298,7 +326,8 @@ static void check_api(void) {
                   k->mx && k->recipe && k->gemm && k->gemm_bf16,
               "context of %s", mp_isa_name((mp_isa)i));
         mp_cpu_set_isa((mp_isa)i);
-        CHECK(mp_kernels_current() == k && mp_kernels_current()->convert == k->convert, "%s in use", mp_isa_name((mp_isa)i));
+        CHECK(mp_kernels_current() == k && mp_kernels_current()->convert == k->convert, "%s in use",
+              mp_isa_name((mp_isa)i));
     }
     mp_cpu_set_isa(best);
     CHECK(best >= MP_ISA_AMX || mp_cpu_set_isa(MP_ISA_AMX) == MP_EUNSUPPORTED, "amx refused without AMX");
@@ -320,7 +349,8 @@ static void check_amax(void) {
     for (int i = 0; i < 7; i++) h[i] = mp_f32_to_f16(f[i]), b[i] = mp_f32_to_bf16(f[i]);
     h[4] = 0xfbff; /* -65504 */
     CHECK(mp_amax(f, MP_F32, 7) == 3.0f && mp_amax(h, MP_F16, 7) == 65504.0f && mp_amax(b, MP_BF16, 7) == 3.0f,
-          "amax %g %g %g", (double)mp_amax(f, MP_F32, 7), (double)mp_amax(h, MP_F16, 7), (double)mp_amax(b, MP_BF16, 7));
+          "amax %g %g %g", (double)mp_amax(f, MP_F32, 7), (double)mp_amax(h, MP_F16, 7),
+          (double)mp_amax(b, MP_BF16, 7));
     CHECK(mp_amax(f, MP_F32, 0) == 0.0f && mp_amax(f + 2, MP_F32, 2) == 0.0f && mp_amax(h + 2, MP_F16, 2) == 0.0f,
           "amax of nothing finite is 0");
     const uint16_t sub[] = {0x8001, 0x0000}; /* -2^-24 */
@@ -352,7 +382,9 @@ static void check_streaming(void) {
     uint16_t *a = malloc(n * 2), *bbuf = malloc(n * 2 + 128);
     uint64_t s = 12345;
     for (size_t i = 0; i < n; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
         x[i] = u2f((uint32_t)s);
     }
     for (int t = 0; t < 2; t++) {
@@ -371,7 +403,11 @@ static void check_streaming(void) {
             CHECK(memcmp(w0, w1, n * 4) == 0 && convert_stats_eq(&w0s, &w1s), "%s t=%d streaming widen", q->name, t);
         }
     }
-    free(x); free(w0); free(w1buf); free(a); free(bbuf);
+    free(x);
+    free(w0);
+    free(w1buf);
+    free(a);
+    free(bbuf);
 }
 
 /* FTZ/DAZ must not change what the fast paths produce. */
@@ -381,10 +417,14 @@ static void check_ftz_daz(void) {
     uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
     for (int p = 0; p < npaths; p++) {
         for (int t = 0; t < 2; t++) {
-            for (size_t i = 0; i < n; i++) x[i] = u2f((uint32_t)(i * 0x10001u) ^ (uint32_t)(i << 7)); /* many fp32 subnormals */
-            for (size_t i = 0; i < n; i++) if (i % 2) x[i] = u2f((uint32_t)i * 7u); /* tiny patterns: subnormals */
-            void (*nar)(uint16_t *, const float *, size_t, mp_convert_stats *) = t ? paths[p].k->f32_to_bf16 : paths[p].k->f32_to_f16;
-            void (*wid)(float *, const uint16_t *, size_t, mp_convert_stats *) = t ? paths[p].k->bf16_to_f32 : paths[p].k->f16_to_f32;
+            for (size_t i = 0; i < n; i++)
+                x[i] = u2f((uint32_t)(i * 0x10001u) ^ (uint32_t)(i << 7)); /* many fp32 subnormals */
+            for (size_t i = 0; i < n; i++)
+                if (i % 2) x[i] = u2f((uint32_t)i * 7u); /* tiny patterns: subnormals */
+            void (*nar)(uint16_t *, const float *, size_t, mp_convert_stats *) =
+                t ? paths[p].k->f32_to_bf16 : paths[p].k->f32_to_f16;
+            void (*wid)(float *, const uint16_t *, size_t, mp_convert_stats *) =
+                t ? paths[p].k->bf16_to_f32 : paths[p].k->f16_to_f32;
             mp_convert_stats s0 = {0}, s1 = {0};
             nar(a, x, n, &s0);
             wid(w0, a, n, NULL);
@@ -393,11 +433,15 @@ static void check_ftz_daz(void) {
             nar(b, x, n, &s1);
             wid(w1, b, n, NULL);
             _mm_setcsr(csr);
-            CHECK(memcmp(a, b, n * 2) == 0 && convert_stats_eq(&s0, &s1) && memcmp(w0, w1, n * 4) == 0, "%s t=%d under FTZ/DAZ",
-                  paths[p].name, t);
+            CHECK(memcmp(a, b, n * 2) == 0 && convert_stats_eq(&s0, &s1) && memcmp(w0, w1, n * 4) == 0,
+                  "%s t=%d under FTZ/DAZ", paths[p].name, t);
         }
     }
-    free(x); free(w0); free(w1); free(a); free(b);
+    free(x);
+    free(w0);
+    free(w1);
+    free(a);
+    free(b);
 }
 
 /* fp32 -> E8M0 and E2M1 through mp_convert, each code against the scalar
@@ -449,8 +493,8 @@ static void check_mx_narrow(int quick, int all_inputs) {
                 mp_convert_stats_add(&want, &w);
             }
             const long mark = check_failures;
-            CHECK(bad == 0 && bad_stats == 0, "fp32 -> %s on %s: %ld codes, %ld blocks' stats differ", mp_format(dt)->name,
-                  mp_isa_name(isa), bad, bad_stats);
+            CHECK(bad == 0 && bad_stats == 0, "fp32 -> %s on %s: %ld codes, %ld blocks' stats differ",
+                  mp_format(dt)->name, mp_isa_name(isa), bad, bad_stats);
             if (!all) {
                 CHECK(convert_stats_eq(&total, &want), "%s totals", mp_format(dt)->name);
             } else if (dt == MP_E8M0) {
@@ -540,10 +584,11 @@ static void check_mx_widen(void) {
     CHECK(bad == 0, "every e2m1 value is an e4m3 value");
     /* E8M0 into E2M1: 2^-2 and below become 0 (2^-2 is a tie), 2^-1 .. 2^2 exact, 2^3 and up saturate */
     memset(&s, 0, sizeof s);
-    CHECK(mp_convert(ip, MP_E2M1, src, MP_E8M0, 256, &s) == MP_OK && ip[125] == 0x0 && ip[126] == 0x1 && ip[127] == 0x2 &&
-              ip[128] == 0x4 && ip[129] == 0x6 && ip[130] == 0x7 && ip[255] == 0x8 && s.nan == 1 && s.overflow == 254 - 130 + 1 &&
-              s.underflow == 126 && s.subnormal == 1,
-          "e8m0 -> e2m1 (%" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 ")", s.underflow, s.subnormal, s.overflow, s.nan);
+    CHECK(mp_convert(ip, MP_E2M1, src, MP_E8M0, 256, &s) == MP_OK && ip[125] == 0x0 && ip[126] == 0x1 &&
+              ip[127] == 0x2 && ip[128] == 0x4 && ip[129] == 0x6 && ip[130] == 0x7 && ip[255] == 0x8 && s.nan == 1 &&
+              s.overflow == 254 - 130 + 1 && s.underflow == 126 && s.subnormal == 1,
+          "e8m0 -> e2m1 (%" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 ")", s.underflow, s.subnormal, s.overflow,
+          s.nan);
 }
 
 /* Where the new formats make no sense: refused with MP_EINVAL. */

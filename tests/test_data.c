@@ -62,9 +62,13 @@ static void check_idx(void) {
         CHECK(x[0] == 160.0f / 255.0f && y[0] == 2 && y[1] == 0 && x[4] == 0.0f, "batch: pixel / 255");
         mp_dataset_free(&d);
     }
-    struct { const char *what; size_t len; int mutate; } cases[] = {
-        {"not an IDX file", ni, 0}, {"element type", ni, 2}, {"dimensions", ni, 3}, {"truncated", ni - 3, -1},
-        {"trailing bytes", ni + 2, -2}, {"truncated header", 6, -1},
+    struct {
+        const char *what;
+        size_t len;
+        int mutate;
+    } cases[] = {
+        {"not an IDX file", ni, 0}, {"element type", ni, 2},        {"dimensions", ni, 3},
+        {"truncated", ni - 3, -1},  {"trailing bytes", ni + 2, -2}, {"truncated header", 6, -1},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         size_t len = idx(bad, 1, 3, cases[c].mutate == -2 ? 2 : 0);
@@ -77,7 +81,8 @@ static void check_idx(void) {
         uint32_t dims[4];
         int nd;
         const mp_status st = mp_idx_read(p("bad"), &data, dims, &nd);
-        CHECK(st == MP_ECORRUPT && strstr(mp_last_error(), cases[c].what) && strstr(mp_last_error(), "test_data_files/bad"),
+        CHECK(st == MP_ECORRUPT && strstr(mp_last_error(), cases[c].what) &&
+                  strstr(mp_last_error(), "test_data_files/bad"),
               "%s: got %d '%s'", cases[c].what, (int)st, mp_last_error());
     }
     /* a damaged gzip stream */
@@ -100,15 +105,15 @@ static void check_idx(void) {
     uint8_t lab4[64];
     write_file("lab4", lab4, idx(lab4, 0, 4, 0), 0);
     mp_dataset d;
-    CHECK(mp_dataset_load(&d, p("img"), p("lab4")) == MP_ECORRUPT && strstr(mp_last_error(), "4 labels"), "mismatch: %s",
-          mp_last_error());
+    CHECK(mp_dataset_load(&d, p("img"), p("lab4")) == MP_ECORRUPT && strstr(mp_last_error(), "4 labels"),
+          "mismatch: %s", mp_last_error());
 }
 
 static void check_fashion_mnist(void) {
     mp_dataset train, test;
     const mp_status st = mp_fashion_mnist_load(&train, &test, NULL);
-    CHECK(st == MP_OK, "Fashion-MNIST from %s (scripts/deps.sh installs dataset-fashion-mnist): %s", MP_FASHION_MNIST_DIR,
-          mp_last_error());
+    CHECK(st == MP_OK, "Fashion-MNIST from %s (scripts/deps.sh installs dataset-fashion-mnist): %s",
+          MP_FASHION_MNIST_DIR, mp_last_error());
     if (st != MP_OK) return;
     long sum_l = 0, sum_p = 0;
     for (size_t i = 0; i < train.n; i++) sum_l += train.labels[i];
@@ -119,7 +124,8 @@ static void check_fashion_mnist(void) {
     CHECK(sum_l == 270000 && train.labels[0] == 9 && test.labels[0] == 9 && test.labels[1] == 2 && sum_p == 76247,
           "contents: %ld %ld", sum_l, sum_p);
     mp_dataset_free(&train), mp_dataset_free(&test);
-    CHECK(mp_fashion_mnist_load(&train, &test, dir) == MP_EIO && strstr(mp_last_error(), "train-images"), "missing dir");
+    CHECK(mp_fashion_mnist_load(&train, &test, dir) == MP_EIO && strstr(mp_last_error(), "train-images"),
+          "missing dir");
 }
 
 static void check_safetensors(void) {
@@ -165,7 +171,10 @@ static void check_safetensors(void) {
               strstr(mp_last_error(), "F4"),
           "e2m1 refused: %s", mp_last_error());
 
-    struct { const char *json; const char *what; } bad[] = {
+    struct {
+        const char *json;
+        const char *what;
+    } bad[] = {
         {"{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]", "not a JSON object"},
         {"[1, 2]", "not a JSON object"},
         {"{\"w\": {\"dtype\": \"F99\", \"shape\": [2], \"data_offsets\": [0, 8]}}", "dtype F99"},
@@ -173,12 +182,15 @@ static void check_safetensors(void) {
         {"{\"w\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 8]}}", "8 bytes for a shape of 3"},
         {"{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 800]}}", "out of range"},
         {"{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", "after the last tensor"},
-        {"{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, \"v\": {\"dtype\": \"F32\", \"shape\": [1], "
-         "\"data_offsets\": [4, 8]}}", "overlaps"},
+        {"{\"w\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, \"v\": {\"dtype\": \"F32\", "
+         "\"shape\": [1], "
+         "\"data_offsets\": [4, 8]}}",
+         "overlaps"},
         {"{\"w\": {\"dtype\": \"F32\", \"shape\": [-2], \"data_offsets\": [0, 8]}}", "bad shape"},
         {"{\"w\": {\"shape\": [2]}}", "needs dtype"},
         {"{\"__metadata__\": {\"a\": \"b\", \"c\": \"d\"}, \"__metadata__\": {\"e\": \"f\"}, \"w\": {\"dtype\": "
-         "\"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}", "names '__metadata__' twice"},
+         "\"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}",
+         "names '__metadata__' twice"},
         {"{\"w\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296], \"data_offsets\": [0, 8]}}",
          "impossibly large shape"},
     };

@@ -42,7 +42,10 @@ static uint32_t ref_narrow(uint32_t x, const fmt *f, int ovf) {
     /* exact value = sig * 2^exp2 */
     uint64_t sig = a & 0x7fffffu;
     int exp2 = -149;
-    if (a >> 23) { sig |= 0x800000u; exp2 = (int)(a >> 23) - 150; }
+    if (a >> 23) {
+        sig |= 0x800000u;
+        exp2 = (int)(a >> 23) - 150;
+    }
     const int lg = exp2 + 63 - __builtin_clzll(sig); /* floor(log2(value)) */
     const int emin = 1 - f->bias;                    /* exponent of the smallest normal */
     int q = (lg < emin ? emin : lg) - f->M;          /* quantum: one unit in the last place */
@@ -59,7 +62,10 @@ static uint32_t ref_narrow(uint32_t x, const fmt *f, int ovf) {
         if (rem > half || (rem == half && (n & 1))) n++;
     }
     if (n == 0) return sign;
-    if (n == (2ull << f->M)) { n >>= 1; q++; } /* rounded up into the next binade */
+    if (n == (2ull << f->M)) {
+        n >>= 1;
+        q++;
+    }                                                  /* rounded up into the next binade */
     if (n < (1ull << f->M)) return sign | (uint32_t)n; /* subnormal */
     const long e = (long)q + f->M + f->bias;
     if (e > (long)(f->max_code >> f->M)) return sign | over;
@@ -95,8 +101,6 @@ static uint32_t expected(uint32_t x, const fmt *f, int sat) {
     return ref_narrow(x, f, f->ieee ? OVF_INF : sat ? OVF_SAT : OVF_NAN);
 }
 
-
-
 /* Compares lib and reference on the inputs of `mode` (check.h's slice holds
  * every fp8, fp16 and bf16 rounding tie). */
 static void check_narrow_all(const fmt *f, int sat, int mode) {
@@ -128,15 +132,18 @@ static void check_codes(const fmt *f) {
         const int is_inf = f->ieee && e == (1u << f->E) - 1 && m == 0;
         const float w = lib_widen(c, f);
         if (is_nan) {
-            CHECK(isnan(w) && (f2u(w) >> 31) == s && (f2u(w) & 0x400000u), "%s 0x%x: not a quiet NaN with its sign", f->name, c);
+            CHECK(isnan(w) && (f2u(w) >> 31) == s && (f2u(w) & 0x400000u), "%s 0x%x: not a quiet NaN with its sign",
+                  f->name, c);
             CHECK(lib_narrow(f2u(w), f, 0) == ref_nan(f2u(w), f), "%s 0x%x: NaN round trip", f->name, c);
             continue;
         }
-        double v = is_inf ? INFINITY : e == 0 ? ldexp((double)m, 1 - f->bias - f->M)
-                                               : ldexp((double)(m | (1u << f->M)), (int)e - f->bias - f->M);
+        double v = is_inf   ? INFINITY
+                   : e == 0 ? ldexp((double)m, 1 - f->bias - f->M)
+                            : ldexp((double)(m | (1u << f->M)), (int)e - f->bias - f->M);
         if (s) v = -v;
         CHECK(f2u(w) == f2u((float)v), "%s 0x%x widens to %a, expected %a", f->name, c, (double)w, v);
-        CHECK(lib_narrow(f2u(w), f, 0) == c, "%s 0x%x does not round-trip (got 0x%x)", f->name, c, lib_narrow(f2u(w), f, 0));
+        CHECK(lib_narrow(f2u(w), f, 0) == c, "%s 0x%x does not round-trip (got 0x%x)", f->name, c,
+              lib_narrow(f2u(w), f, 0));
     }
 }
 
@@ -196,10 +203,10 @@ static void check_mx_narrow_all(int mode) {
         }
     }
     const long mark = check_failures;
-    CHECK(bad2 == 0, "e2m1: %ld of %" PRIu64 " inputs differ from the reference; e.g. 0x%08x -> 0x%x, expected 0x%x", bad2,
-          count, first2, mp_f32_to_e2m1(u2f(first2)), ref_e2m1(first2));
-    CHECK(bad8 == 0, "e8m0: %ld of %" PRIu64 " inputs differ from the reference; e.g. 0x%08x -> 0x%x, expected 0x%x", bad8,
-          count, first8, mp_f32_to_e8m0(u2f(first8)), ref_e8m0(first8));
+    CHECK(bad2 == 0, "e2m1: %ld of %" PRIu64 " inputs differ from the reference; e.g. 0x%08x -> 0x%x, expected 0x%x",
+          bad2, count, first2, mp_f32_to_e2m1(u2f(first2)), ref_e2m1(first2));
+    CHECK(bad8 == 0, "e8m0: %ld of %" PRIu64 " inputs differ from the reference; e.g. 0x%08x -> 0x%x, expected 0x%x",
+          bad8, count, first8, mp_f32_to_e8m0(u2f(first8)), ref_e8m0(first8));
     CHECK_SAY(mark, "  e2m1, e8m0: %" PRIu64 " inputs equal to the reference\n", count);
 }
 
@@ -211,8 +218,7 @@ static void check_mx_codes(void) {
         const double v = (c & 8 ? -1 : 1) * e2m1_mag[c & 7];
         const float w = mp_e2m1_to_f32((uint8_t)b);
         CHECK(f2u(w) == f2u((float)v), "e2m1 byte 0x%02x widens to %a, expected %a", b, (double)w, v);
-        if (b < 16)
-            CHECK(mp_f32_to_e2m1(w) == b, "e2m1 0x%x does not round-trip (got 0x%x)", b, mp_f32_to_e2m1(w));
+        if (b < 16) CHECK(mp_f32_to_e2m1(w) == b, "e2m1 0x%x does not round-trip (got 0x%x)", b, mp_f32_to_e2m1(w));
         /* E8M0: 2^(b - 127), 0xFF NaN */
         const float w8 = mp_e8m0_to_f32((uint8_t)b);
         if (b == 0xff) {
@@ -231,7 +237,8 @@ static void check_mx_values(void) {
     CHECK(mp_f32_to_e2m1(1e30f) == 0x7 && mp_f32_to_e2m1(-7.0f) == 0xf, "e2m1 saturates");
     CHECK(mp_f32_to_e2m1(INFINITY) == 0x7 && mp_f32_to_e2m1(-INFINITY) == 0xf, "e2m1 +-inf -> +-6");
     CHECK(mp_f32_to_e2m1(NAN) == 0x8 && mp_f32_to_e2m1(u2f(0x7f800001u)) == 0x8, "e2m1 +NaN -> 0x8 (-0), as ml_dtypes");
-    CHECK(mp_f32_to_e2m1(-NAN) == 0x0 && mp_f32_to_e2m1(u2f(0xffffffffu)) == 0x0, "e2m1 -NaN -> 0x0 (+0), as ml_dtypes");
+    CHECK(mp_f32_to_e2m1(-NAN) == 0x0 && mp_f32_to_e2m1(u2f(0xffffffffu)) == 0x0,
+          "e2m1 -NaN -> 0x0 (+0), as ml_dtypes");
     CHECK(mp_f32_to_e2m1(5.0f) == 0x6 && mp_f32_to_e2m1(5.0001f) == 0x7, "5 ties to 4; above it, 6");
     CHECK(mp_f32_to_e2m1(0.25f) == 0x0 && mp_f32_to_e2m1(0.2500001f) == 0x1, "0.25 ties to 0; above it, 0.5");
     CHECK(mp_f32_to_e2m1(0.75f) == 0x2 && mp_f32_to_e2m1(1.25f) == 0x2 && mp_f32_to_e2m1(1.75f) == 0x4,
@@ -320,7 +327,8 @@ static void check_info(void) {
               f->min_subnormal == 1.401298464324817e-45,
           "fp32 info");
     CHECK(b->max == 3.3895313892515355e+38 && b->eps == 0.0078125 && b->min_normal == (double)FLT_MIN, "bf16 info");
-    CHECK(e4->max == 448.0 && e4->min_normal == 0.015625 && e4->min_subnormal == 0.001953125 && e4->eps == 0.125 && !e4->has_inf,
+    CHECK(e4->max == 448.0 && e4->min_normal == 0.015625 && e4->min_subnormal == 0.001953125 && e4->eps == 0.125 &&
+              !e4->has_inf,
           "e4m3 info");
     CHECK(e5->max == 57344.0 && e5->min_subnormal == 1.52587890625e-05 && e5->eps == 0.25 && e5->has_inf, "e5m2 info");
     /* the table agrees with the conversions */
@@ -347,9 +355,12 @@ static void check_info(void) {
     for (int k = 0; k < MP_NUM_DTYPES; k++) CHECK(mp_format((mp_dtype)k)->dtype == (mp_dtype)k, "table row %d", k);
     mp_dtype t;
     CHECK(mp_dtype_parse("bfloat16", &t) == MP_OK && t == MP_BF16, "parse bfloat16");
-    static const struct { const char *name; mp_dtype t; } names[] = {
-        {"e8m0", MP_E8M0}, {"float8_e8m0fnu", MP_E8M0}, {"e2m1", MP_E2M1}, {"fp4", MP_E2M1}, {"float4_e2m1fn", MP_E2M1},
-        {"e4m3", MP_E4M3}, {"float8_e5m2", MP_E5M2},
+    static const struct {
+        const char *name;
+        mp_dtype t;
+    } names[] = {
+        {"e8m0", MP_E8M0},          {"float8_e8m0fnu", MP_E8M0}, {"e2m1", MP_E2M1},        {"fp4", MP_E2M1},
+        {"float4_e2m1fn", MP_E2M1}, {"e4m3", MP_E4M3},           {"float8_e5m2", MP_E5M2},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         CHECK(mp_dtype_parse(names[i].name, &t) == MP_OK && t == names[i].t, "parse %s", names[i].name);
@@ -371,7 +382,8 @@ static void check_fpu_independence(void) {
     uint32_t wide2[256], wide8[256];
     CHECK(want2 && want8, "memory");
     if (!want2 || !want8) return;
-    for (size_t j = 0; j < nmx; j++) want2[j] = ref_e2m1((uint32_t)(j * STEP)), want8[j] = ref_e8m0((uint32_t)(j * STEP));
+    for (size_t j = 0; j < nmx; j++)
+        want2[j] = ref_e2m1((uint32_t)(j * STEP)), want8[j] = ref_e8m0((uint32_t)(j * STEP));
     for (uint32_t c = 0; c < 256; c++) {
         wide8[c] = c == 0xff ? 0x7fc00000u : f2u((float)ldexp(1.0, (int)c - 127));
         wide2[c] = f2u((float)((c & 8 ? -1 : 1) * e2m1_mag[c & 7]));

@@ -18,7 +18,9 @@
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static uint32_t rnd(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return (uint32_t)(rng >> 32);
 }
 static float rnd_unit(void) { return (float)(rnd() >> 8) * 0x1p-24f; } /* [0, 1) */
@@ -68,7 +70,13 @@ static int stats_eq(const mp_quant_stats *a, const mp_quant_stats *b) {
 static void check_scale(void) {
     const long mark = check_failures;
     const float prev = 0.25f;
-    struct { float amax; mp_dtype fmt; float margin; const float *prev; float want; } t[] = {
+    struct {
+        float amax;
+        mp_dtype fmt;
+        float margin;
+        const float *prev;
+        float want;
+    } t[] = {
         {448.0f, MP_E4M3, 0, NULL, 1.0f},
         {1.0f, MP_E4M3, 0, NULL, 448.0f},
         {2.0f, MP_E4M3, 0, NULL, 224.0f},
@@ -96,7 +104,7 @@ static void check_scale(void) {
         {-2.0f, MP_E4M3, 1, &prev, 0.25f},
         /* a quotient past fp32's range: FLT_MAX */
         {1e-38f, MP_E4M3, 0, NULL, FLT_MAX},
-        {0x1p-120f, MP_E4M3, 0, &prev, FLT_MAX}, /* 1.75 * 2^128 */
+        {0x1p-120f, MP_E4M3, 0, &prev, FLT_MAX},   /* 1.75 * 2^128 */
         {0x1p-119f, MP_E4M3, 0, NULL, 0x1.cp127f}, /* 1.75 * 2^127: still finite */
         {0x1p-149f, MP_E5M2, 0, NULL, FLT_MAX},
         {0x1p-140f, MP_E4M3, 20, NULL, FLT_MAX},
@@ -186,7 +194,8 @@ static void check_history(void) {
         mp_fp8_history_update(&h, MP_E4M3, seq[i]);
         CHECK(h.scale == want_max[i], "max: step %zu amax %g: scale %g, want %g", i + 1, (double)seq[i],
               (double)h.scale, (double)want_max[i]);
-        if (i == 3) CHECK(h.pos == 0 && buf[0] == 1 && buf[1] == 2 && buf[2] == 0.5f && buf[3] == 4, "ring after 4 steps");
+        if (i == 3)
+            CHECK(h.pos == 0 && buf[0] == 1 && buf[1] == 2 && buf[2] == 0.5f && buf[3] == 4, "ring after 4 steps");
         if (i == 7) CHECK(h.pos == 0 && buf[0] == 0.25f && buf[3] == 0.125f, "ring after 8 steps");
         if (i == 8) CHECK(h.pos == 0 && buf[0] == 0.25f, "a zero amax neither writes nor advances");
     }
@@ -248,7 +257,8 @@ static void check_history(void) {
             }
     CHECK(bad == 0, "%ld of %ld steps differ from TE's kernel", bad, steps);
     CHECK(layout_bad == 0, "%ld of %ld steps: the ring is not TE's rolled history", layout_bad, steps);
-    CHECK_SAY(mark, "  history: hand sequence (max, most_recent, roll order, zero steps), %ld steps equal TE's kernel_bulk "
+    CHECK_SAY(mark,
+              "  history: hand sequence (max, most_recent, roll order, zero steps), %ld steps equal TE's kernel_bulk "
               "(scales and rows)\n",
               steps);
 }
@@ -273,9 +283,11 @@ static void check_roundtrip(void) {
             }
             mp_quant_stats st = {0};
             CHECK(mp_fp8_quantize(got, x, n, fmt, scale, &st) == MP_OK, "quantize");
-            CHECK(memcmp(got, want, n) == 0, "%s scale 2^%d: codes do not round-trip", fmt == MP_E4M3 ? "e4m3" : "e5m2", e);
+            CHECK(memcmp(got, want, n) == 0, "%s scale 2^%d: codes do not round-trip", fmt == MP_E4M3 ? "e4m3" : "e5m2",
+                  e);
             CHECK(mp_fp8_dequantize(back, got, n, fmt, scale) == MP_OK, "dequantize");
-            CHECK(memcmp(back, x, n * 4) == 0, "%s scale 2^%d: values do not round-trip", fmt == MP_E4M3 ? "e4m3" : "e5m2", e);
+            CHECK(memcmp(back, x, n * 4) == 0, "%s scale 2^%d: values do not round-trip",
+                  fmt == MP_E4M3 ? "e4m3" : "e5m2", e);
             CHECK(st.n == n && st.saturated == 0 && st.flushed == 0 && st.nonfinite == 0 &&
                       st.amax == ldexpf(fmax_of(fmt), -e),
                   "round-trip stats: " STATS_FMT, SAY_STATS(st));
@@ -287,15 +299,16 @@ static void check_roundtrip(void) {
 /* a constructed array: codes and every count by hand */
 static void check_constructed(void) {
     const long mark = check_failures;
-    const float x4[] = {0.0f, -0.0f, 1.0f, 448.0f, 460.0f, 464.0f, 465.0f, -1e30f, FLT_MAX, INFINITY, -INFINITY,
-                        NAN, -NAN, 0x1p-10f, 0x1.002p-10f, 1e-40f, -0x1.8p-9f, 0x1.ep-7f};
-    const uint8_t c4[] = {0x00, 0x80, 0x38, 0x7e, 0x7e, 0x7e, 0x7e, 0xfe, 0x7e, 0x7e, 0xfe,
-                          0x7f, 0xff, 0x00, 0x01, 0x00, 0x82, 0x08};
+    const float x4[] = {0.0f,     -0.0f,     1.0f, 448.0f, 460.0f,   464.0f,       465.0f, -1e30f,     FLT_MAX,
+                        INFINITY, -INFINITY, NAN,  -NAN,   0x1p-10f, 0x1.002p-10f, 1e-40f, -0x1.8p-9f, 0x1.ep-7f};
+    const uint8_t c4[] = {0x00, 0x80, 0x38, 0x7e, 0x7e, 0x7e, 0x7e, 0xfe, 0x7e,
+                          0x7e, 0xfe, 0x7f, 0xff, 0x00, 0x01, 0x00, 0x82, 0x08};
     const size_t n4 = sizeof x4 / sizeof x4[0];
     uint8_t got[32];
     mp_quant_stats st = {0};
     CHECK(mp_fp8_quantize(got, x4, n4, MP_E4M3, 1.0f, &st) == MP_OK, "e4m3 constructed");
-    for (size_t i = 0; i < n4; i++) CHECK(got[i] == c4[i], "e4m3 x=%a: code 0x%02x, want 0x%02x", (double)x4[i], got[i], c4[i]);
+    for (size_t i = 0; i < n4; i++)
+        CHECK(got[i] == c4[i], "e4m3 x=%a: code 0x%02x, want 0x%02x", (double)x4[i], got[i], c4[i]);
     /* saturated: 465, -1e30, FLT_MAX (460, 464 round to 448: not past it);
      * flushed: 2^-10 (a tie to 0) and 1e-40; nonfinite: inf, -inf, NaN, -NaN */
     CHECK(st.n == n4 && st.saturated == 3 && st.flushed == 2 && st.nonfinite == 4 && st.amax == FLT_MAX,
@@ -303,18 +316,20 @@ static void check_constructed(void) {
     /* the product overflows fp32 from a finite input: saturated, not nonfinite */
     const float big[] = {FLT_MAX, -3e38f, 1.0f};
     mp_quant_stats sb = {0};
-    CHECK(mp_fp8_quantize(got, big, 3, MP_E4M3, 4.0f, &sb) == MP_OK && got[0] == 0x7e && got[1] == 0xfe && got[2] == 0x48,
+    CHECK(mp_fp8_quantize(got, big, 3, MP_E4M3, 4.0f, &sb) == MP_OK && got[0] == 0x7e && got[1] == 0xfe &&
+              got[2] == 0x48,
           "fp32 overflow of the product");
     CHECK(sb.saturated == 2 && sb.nonfinite == 0, "product overflow counts as saturated");
 
-    const float x5[] = {57344.0f, 61439.0f, 61440.0f, -1e9f, INFINITY, -INFINITY, NAN, 0x1p-17f, 0x1.8p-17f,
-                        0x1p-16f, 1e-30f, -0.0f, 1.5f};
+    const float x5[] = {57344.0f, 61439.0f,   61440.0f, -1e9f,  INFINITY, -INFINITY, NAN,
+                        0x1p-17f, 0x1.8p-17f, 0x1p-16f, 1e-30f, -0.0f,    1.5f};
     const uint8_t c5[] = {0x7b, 0x7b, 0x7b, 0xfb, 0x7b, 0xfb, 0x7e, 0x00, 0x01, 0x01, 0x00, 0x80, 0x3e};
     const size_t n5 = sizeof x5 / sizeof x5[0];
     mp_quant_stats s5 = {0};
     s5.amax = 1e10f; /* added to: the max with what is there */
     CHECK(mp_fp8_quantize(got, x5, n5, MP_E5M2, 1.0f, &s5) == MP_OK, "e5m2 constructed");
-    for (size_t i = 0; i < n5; i++) CHECK(got[i] == c5[i], "e5m2 x=%a: code 0x%02x, want 0x%02x", (double)x5[i], got[i], c5[i]);
+    for (size_t i = 0; i < n5; i++)
+        CHECK(got[i] == c5[i], "e5m2 x=%a: code 0x%02x, want 0x%02x", (double)x5[i], got[i], c5[i]);
     /* 61439 rounds to 57344; 61440 (the tie) and -1e9 round past it */
     CHECK(s5.n == n5 && s5.saturated == 2 && s5.flushed == 2 && s5.nonfinite == 3 && s5.amax == 1e10f,
           "e5m2 counts: " STATS_FMT, SAY_STATS(s5));
@@ -342,23 +357,27 @@ static void check_all_inputs(int mode) {
 #pragma omp for schedule(dynamic, 1)
         for (uint64_t b = 0; b < (count + BLOCK - 1) / BLOCK; b++) {
             const size_t n = (size_t)(count - b * BLOCK < BLOCK ? count - b * BLOCK : BLOCK);
-            for (size_t i = 0; i < n; i++)
-                x[i] = u2f(mode_input(mode, b * BLOCK + i));
+            for (size_t i = 0; i < n; i++) x[i] = u2f(mode_input(mode, b * BLOCK + i));
             for (int f = 0; f < 2; f++) {
                 const mp_dtype fmt = f ? MP_E5M2 : MP_E4M3;
                 mp_quant_stats rs = {0}, gs = {0};
                 ref_quantize(ref, x, n, fmt, 1.0f, &rs);
-                if (mp_fp8_quantize(got, x, n, fmt, 1.0f, &gs) != MP_OK || memcmp(ref, got, n) != 0 || !stats_eq(&rs, &gs))
+                if (mp_fp8_quantize(got, x, n, fmt, 1.0f, &gs) != MP_OK || memcmp(ref, got, n) != 0 ||
+                    !stats_eq(&rs, &gs))
                     my_bad[f]++;
             }
         }
 #pragma omp critical
         bad[0] += my_bad[0], bad[1] += my_bad[1];
-        free(x); free(ref); free(got);
+        free(x);
+        free(ref);
+        free(got);
     }
     CHECK(bad[0] == 0 && bad[1] == 0, "%ld e4m3 and %ld e5m2 blocks differ from format.h", bad[0], bad[1]);
     CHECK_SAY(mark, "  all inputs: %s fp32 patterns x 1 equal format.h's e4m3_sat / e5m2 saturated, with stats\n",
-              quick ? "the quick sample of" : mode == SLICE ? "make test's slice of the" : "all 2^32");
+              quick           ? "the quick sample of"
+              : mode == SLICE ? "make test's slice of the"
+                              : "all 2^32");
 }
 
 /* a random scale: any positive finite fp32 (subnormals included), a power of
@@ -429,8 +448,13 @@ static void check_random(int quick) {
     }
     mp_set_threads(0);
     CHECK_SAY(mark2, "  threads: %zu elements, 1 and 2 threads, equal bits and counts\n", big);
-    free(xb); free(r1); free(r2); free(rr);
-    free(x); free(ref); free(got);
+    free(xb);
+    free(r1);
+    free(r2);
+    free(rr);
+    free(x);
+    free(ref);
+    free(got);
 }
 
 /* TE dequantizes with scale_inv = fp32(1 / scale), then code * scale_inv */
@@ -457,8 +481,9 @@ static void check_dequantize(void) {
     }
     CHECK(bad == 0, "%ld values differ from code * fp32(1 / scale)", bad);
     CHECK(differ_div > 0, "code / scale never differs: the test cannot tell the rules apart");
-    CHECK_SAY(mark, "  dequantize: code * fp32(1/scale) on 3000 scales x 256 codes x 2 formats (%ld values differ "
-                    "from code / scale, as TE's differ from torchao's)\n",
+    CHECK_SAY(mark,
+              "  dequantize: code * fp32(1/scale) on 3000 scales x 256 codes x 2 formats (%ld values differ "
+              "from code / scale, as TE's differ from torchao's)\n",
               differ_div);
 }
 
@@ -488,7 +513,8 @@ static void check_ftz_daz(void) {
             const mp_status q2 = mp_fp8_dequantize(d1, c0, N, fmt, scale);
             _mm_setcsr(csr);
             CHECK(memcmp(c0, cr, N) == 0 && stats_eq(&s0, &sr), "scale %a: differs from the reference", (double)scale);
-            CHECK(q1 == MP_OK && q2 == MP_OK && memcmp(c0, c1, N) == 0 && stats_eq(&s0, &s1) && memcmp(d0, d1, sizeof d0) == 0,
+            CHECK(q1 == MP_OK && q2 == MP_OK && memcmp(c0, c1, N) == 0 && stats_eq(&s0, &s1) &&
+                      memcmp(d0, d1, sizeof d0) == 0,
                   "%s scale %a: FTZ/DAZ change the result", f ? "e5m2" : "e4m3", (double)scale);
         }
     }
@@ -540,20 +566,25 @@ static void check_errors(void) {
     for (size_t i = 0; i < sizeof bad_scale / sizeof bad_scale[0]; i++) {
         CHECK(mp_fp8_quantize(c, x, 8, MP_E4M3, bad_scale[i], &st) == MP_EINVAL && strstr(mp_last_error(), "scale"),
               "quantize scale %g", (double)bad_scale[i]);
-        CHECK(mp_fp8_dequantize(y, c, 8, MP_E5M2, bad_scale[i]) == MP_EINVAL, "dequantize scale %g", (double)bad_scale[i]);
+        CHECK(mp_fp8_dequantize(y, c, 8, MP_E5M2, bad_scale[i]) == MP_EINVAL, "dequantize scale %g",
+              (double)bad_scale[i]);
     }
-    CHECK(mp_fp8_quantize(c, x, 8, MP_E4M3, 1e-45f, NULL) == MP_OK && mp_fp8_quantize(c, x, 8, MP_E4M3, FLT_MAX, NULL) == MP_OK,
+    CHECK(mp_fp8_quantize(c, x, 8, MP_E4M3, 1e-45f, NULL) == MP_OK &&
+              mp_fp8_quantize(c, x, 8, MP_E4M3, FLT_MAX, NULL) == MP_OK,
           "the smallest and largest scales are valid");
-    CHECK(mp_fp8_quantize(NULL, x, 8, MP_E4M3, 1.0f, &st) == MP_EINVAL && mp_fp8_quantize(c, NULL, 8, MP_E4M3, 1.0f, &st) == MP_EINVAL,
+    CHECK(mp_fp8_quantize(NULL, x, 8, MP_E4M3, 1.0f, &st) == MP_EINVAL &&
+              mp_fp8_quantize(c, NULL, 8, MP_E4M3, 1.0f, &st) == MP_EINVAL,
           "NULL buffers");
-    CHECK(mp_fp8_dequantize(NULL, c, 8, MP_E4M3, 1.0f) == MP_EINVAL && mp_fp8_dequantize(y, NULL, 8, MP_E4M3, 1.0f) == MP_EINVAL,
+    CHECK(mp_fp8_dequantize(NULL, c, 8, MP_E4M3, 1.0f) == MP_EINVAL &&
+              mp_fp8_dequantize(y, NULL, 8, MP_E4M3, 1.0f) == MP_EINVAL,
           "NULL buffers (dequantize)");
     CHECK(st.n == 0, "failed calls count nothing");
     CHECK(mp_fp8_quantize(NULL, NULL, 0, MP_E4M3, 1.0f, &st) == MP_OK && st.n == 0, "n = 0");
     CHECK(mp_fp8_dequantize(NULL, NULL, 0, MP_E5M2, 2.0f) == MP_OK, "n = 0 (dequantize)");
     CHECK(mp_fp8_quantize(NULL, NULL, 0, MP_E4M3, 0.0f, &st) == MP_EINVAL, "n = 0 still checks the scale");
     /* the codes inside the fp32 buffer */
-    CHECK(mp_fp8_quantize((uint8_t *)x + 5, x, 8, MP_E4M3, 1.0f, NULL) == MP_EINVAL && strstr(mp_last_error(), "overlap"),
+    CHECK(mp_fp8_quantize((uint8_t *)x + 5, x, 8, MP_E4M3, 1.0f, NULL) == MP_EINVAL &&
+              strstr(mp_last_error(), "overlap"),
           "overlap");
     CHECK(mp_fp8_dequantize(x, (const uint8_t *)x + 28, 8, MP_E4M3, 1.0f) == MP_EINVAL, "overlap (dequantize)");
     CHECK(mp_fp8_quantize(c, x, 8, MP_E4M3, 1.0f, NULL) == MP_OK, "separate buffers are fine");

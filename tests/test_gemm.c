@@ -10,7 +10,9 @@
 
 static uint64_t rng = 0x1234567887654321ull;
 static uint32_t rnd(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return (uint32_t)(rng >> 32);
 }
 static float frand(void) { return (float)((double)rnd() * 0x1p-32 * 2.0 - 1.0); }
@@ -61,9 +63,11 @@ static void reference(const shape *s, bufs *b, int dpbf16) {
     double *ra = malloc(((s->m + s->n) * s->k + 1) * sizeof *ra), *rb = ra + s->m * s->k;
     if (!ra) abort();
     for (size_t i = 0; i < s->m; i++)
-        for (size_t p = 0; p < s->k; p++) ra[i * s->k + p] = elem_f32(b->a, s->at, s->ta ? p * s->lda + i : i * s->lda + p);
+        for (size_t p = 0; p < s->k; p++)
+            ra[i * s->k + p] = elem_f32(b->a, s->at, s->ta ? p * s->lda + i : i * s->lda + p);
     for (size_t j = 0; j < s->n; j++)
-        for (size_t p = 0; p < s->k; p++) rb[j * s->k + p] = elem_f32(b->b, s->bt, s->tb ? j * s->ldb + p : p * s->ldb + j);
+        for (size_t p = 0; p < s->k; p++)
+            rb[j * s->k + p] = elem_f32(b->b, s->bt, s->tb ? j * s->ldb + p : p * s->ldb + j);
     for (size_t i = 0; i < s->m; i++)
         for (size_t j = 0; j < s->n; j++) {
             double sum = 0, mag = 0, flushed = 0;
@@ -144,8 +148,8 @@ static void check_shape(const shape *s, size_t kc_exact, int tiny) {
         void *fast = malloc(s->m * s->ldc * 4 + 4);
         memcpy(fast, b.c, s->m * s->ldc * mp_format(s->ct)->size);
         run(s, &b, 1, &st_ref);
-        CHECK(memcmp(fast, b.c, s->m * s->ldc * mp_format(s->ct)->size) == 0 &&
-                  st.underflow == st_ref.underflow && st.subnormal == st_ref.subnormal && st.overflow == st_ref.overflow,
+        CHECK(memcmp(fast, b.c, s->m * s->ldc * mp_format(s->ct)->size) == 0 && st.underflow == st_ref.underflow &&
+                  st.subnormal == st_ref.subnormal && st.overflow == st_ref.overflow,
               "%s on %s differs from mp_gemm_ref", shape_str(s), mp_isa_name(mp_cpu_isa()));
         free(fast);
     }
@@ -196,8 +200,18 @@ static void check_paths(int quick) {
         for (int d = 0; d < 2; d++)
             for (int f = 0; f < 3; f++) {
                 const mp_dtype ts[3] = {MP_F32, MP_F16, MP_BF16};
-                const shape edge = {f & 1, d, 29, 37, kc_exact + (size_t)d, f & 1 ? 29 : kc_exact + (size_t)d,
-                                    d ? kc_exact + 1 : 37, 37, 1.0f, f == 2 ? 0.5f : 0.0f, ts[f], ts[(f + 1) % 3],
+                const shape edge = {f & 1,
+                                    d,
+                                    29,
+                                    37,
+                                    kc_exact + (size_t)d,
+                                    f & 1 ? 29 : kc_exact + (size_t)d,
+                                    d ? kc_exact + 1 : 37,
+                                    37,
+                                    1.0f,
+                                    f == 2 ? 0.5f : 0.0f,
+                                    ts[f],
+                                    ts[(f + 1) % 3],
                                     ts[(f + 2) % 3]};
                 check_shape(&edge, kc_exact, 0);
             }
@@ -254,7 +268,8 @@ static void check_epilogue_case(mp_dtype in, size_t m, size_t n, size_t k, float
             if (isfinite(want[i]) && fabsf(want[i]) > want_st.amax) want_st.amax = fabsf(want[i]);
     }
     memcpy(c, c0, mn * mp_format(ct)->size);
-    const mp_gemm_epilogue ep = {.bias = with_bias ? bias : NULL, .round_to = round_to, .stats = stats ? &got_st : NULL, .zeros = &got_z};
+    const mp_gemm_epilogue ep = {
+        .bias = with_bias ? bias : NULL, .round_to = round_to, .stats = stats ? &got_st : NULL, .zeros = &got_z};
     const mp_status rc = mp_gemm_ex(0, 1, m, n, k, alpha, a, in, k, b, in, k, beta, c, ct, n, &ep);
     long bad = 0;
     for (size_t i = 0; i < mn; i++) {
@@ -312,8 +327,7 @@ static void check_epilogue(void) {
     const mp_gemm_epilogue rb = {.bias = bias2, .round_to = MP_F16, .stats = &st, .zeros = NULL};
     CHECK(mp_gemm_ex(0, 0, 1, 2, 0, 1.0f, NULL, MP_F32, 0, NULL, MP_F32, 2, 1.0f, c2, MP_F32, 2, &rb) == MP_OK &&
               c2[0] == 3.5f && c2[1] == 5.0f && st.underflow == 1,
-          "k = 0 with round_to: %g %g, %llu underflow", (double)c2[0], (double)c2[1],
-          (unsigned long long)st.underflow);
+          "k = 0 with round_to: %g %g, %llu underflow", (double)c2[0], (double)c2[1], (unsigned long long)st.underflow);
     CHECK_SAY(mark, "  epilogue: bias, half C, round_to (beta 0/1), counts, deep k: equal to the steps one at a time "
                     "on every path\n");
 }
@@ -321,8 +335,8 @@ static void check_epilogue(void) {
 /* One post step (gemm.h) against the GEMM and then the separate op: the same
  * bits in C and in the output, the same counts (amax included), with the
  * output apart or in place of C, through kernel kr. */
-static void check_post_case(const mp_gemm_kernel *kr, mp_dtype ct, mp_gemm_post post, int in_place, size_t m,
-                            size_t n, size_t k) {
+static void check_post_case(const mp_gemm_kernel *kr, mp_dtype ct, mp_gemm_post post, int in_place, size_t m, size_t n,
+                            size_t k) {
     const size_t mn = m * n, es = mp_format(ct)->size;
     const mp_dtype in = kr->esize == 2 ? MP_BF16 : ct;
     void *a = malloc(m * k * 4), *b = malloc(k * n * 4), *x = malloc(mn * es);
@@ -342,14 +356,14 @@ static void check_post_case(const mp_gemm_kernel *kr, mp_dtype ct, mp_gemm_post 
     default: mp_add(oref, ct, x, ct, cref, ct, mn, &w1); break;
     }
     memset(c, 0x55, mn * es), memset(o, 0x55, mn * es);
-    const mp_gemm_epilogue ep = {.bias = bias, .stats = &g0, .post = post, .post_x = x,
-                                 .post_out = in_place ? NULL : o, .post_stats = &g1};
+    const mp_gemm_epilogue ep = {
+        .bias = bias, .stats = &g0, .post = post, .post_x = x, .post_out = in_place ? NULL : o, .post_stats = &g1};
     const mp_status rc = mp_gemm_run(WITH(kr), 0, 1, m, n, k, 1.0f, a, in, k, b, in, k, 0.0f, c, ct, n, &ep);
     const int same = in_place ? !memcmp(c, oref, mn * es) : !memcmp(c, cref, mn * es) && !memcmp(o, oref, mn * es);
     const int counts = convert_stats_eq(&g0, &w0) && convert_stats_eq(&g1, &w1);
     CHECK(rc == MP_OK && same && counts && w1.amax > 0, "post %d %s (%s, %s C, %zux%zux%zu): values %s, counts %s",
-          (int)post, in_place ? "in place" : "apart", kr->name, mp_format(ct)->name, m, n, k,
-          same ? "equal" : "differ", counts ? "equal" : "differ");
+          (int)post, in_place ? "in place" : "apart", kr->name, mp_format(ct)->name, m, n, k, same ? "equal" : "differ",
+          counts ? "equal" : "differ");
     free(a), free(b), free(x), free(cref), free(oref), free(c), free(o);
 }
 
@@ -382,8 +396,10 @@ static void check_post(void) {
           "post with round_to");
     CHECK(mp_gemm_ex(0, 0, 1, 1, 1, 1.0f, &v, MP_F32, 1, &v, MP_F32, 1, 0.0f, &y, MP_F32, 1, &unknown) == MP_EINVAL,
           "unknown post");
-    CHECK_SAY(mark, "  post steps (GELU, its gradient, both forms; residual add), apart and in place: equal to the "
-                    "separate ops on every path and the AMX model (%d cases)\n", cases);
+    CHECK_SAY(mark,
+              "  post steps (GELU, its gradient, both forms; residual add), apart and in place: equal to the "
+              "separate ops on every path and the AMX model (%d cases)\n",
+              cases);
 }
 
 /* Counting zeros into an fp32 C (a weight gradient in fp32 training) keeps
@@ -486,12 +502,12 @@ static void check_special(void) {
               cc[0] == 2 && cc[3] == 8,
           "k = 0 scales C by beta");
     float an[4] = {NAN, 1, 1, 1}, bn[4] = {1, 1, 1, 1}, cn[4] = {NAN, NAN, 5, 5};
-    CHECK(mp_gemm(0, 0, 2, 2, 2, 0.0f, an, MP_F32, 2, bn, MP_F32, 2, 1.0f, cn, MP_F32, 2, NULL) == MP_OK && isnan(cn[0]) &&
-              cn[2] == 5,
+    CHECK(mp_gemm(0, 0, 2, 2, 2, 0.0f, an, MP_F32, 2, bn, MP_F32, 2, 1.0f, cn, MP_F32, 2, NULL) == MP_OK &&
+              isnan(cn[0]) && cn[2] == 5,
           "alpha = 0 does not read A");
     float c2[4] = {NAN, NAN, NAN, NAN}, a2[4] = {1, 2, 3, 4}, b2[4] = {1, 0, 0, 1};
-    CHECK(mp_gemm(0, 0, 2, 2, 2, 1.0f, a2, MP_F32, 2, b2, MP_F32, 2, 0.0f, c2, MP_F32, 2, NULL) == MP_OK && c2[0] == 1 &&
-              c2[3] == 4,
+    CHECK(mp_gemm(0, 0, 2, 2, 2, 1.0f, a2, MP_F32, 2, b2, MP_F32, 2, 0.0f, c2, MP_F32, 2, NULL) == MP_OK &&
+              c2[0] == 1 && c2[3] == 4,
           "beta = 0 overwrites NaN in C");
     /* inf and NaN propagate as IEEE says, on every path */
     for (int half = 0; half < 2; half++) {
@@ -517,11 +533,13 @@ static void check_special(void) {
     mp_gemm(0, 0, 2, 2, 2, 1.0f, tiny, MP_F32, 2, tiny, MP_F32, 2, 0.0f, h, MP_F16, 2, &st);
     CHECK(st.underflow == 4 && h[0] == 0, "2e-8 underflows in fp16 C: %llu", (unsigned long long)st.underflow);
     /* bad arguments */
-    CHECK(mp_gemm(0, 0, 2, 2, 2, 1.0f, a2, MP_E4M3, 2, b2, MP_F32, 2, 0.0f, c2, MP_F32, 2, NULL) == MP_EINVAL, "e4m3 A");
+    CHECK(mp_gemm(0, 0, 2, 2, 2, 1.0f, a2, MP_E4M3, 2, b2, MP_F32, 2, 0.0f, c2, MP_F32, 2, NULL) == MP_EINVAL,
+          "e4m3 A");
     CHECK(mp_gemm(0, 0, 2, 3, 2, 1.0f, a2, MP_F32, 2, b2, MP_F32, 2, 0.0f, c2, MP_F32, 2, NULL) == MP_EINVAL &&
               strstr(mp_last_error(), "leading dimension"),
           "ldb < n");
-    CHECK(mp_gemm(0, 0, 2, 2, 2, 1.0f, NULL, MP_F32, 2, b2, MP_F32, 2, 0.0f, c2, MP_F32, 2, NULL) == MP_EINVAL, "NULL A");
+    CHECK(mp_gemm(0, 0, 2, 2, 2, 1.0f, NULL, MP_F32, 2, b2, MP_F32, 2, 0.0f, c2, MP_F32, 2, NULL) == MP_EINVAL,
+          "NULL A");
 }
 
 /* One TDPBF16PS on a 16 x 16 x 32 block through mp_gemm on the AMX path, or
@@ -534,9 +552,9 @@ static float one_tile(const mp_gemm_kernel *kr, const float *a_row, const float 
         mp_convert(&a[p], MP_BF16, &a_row[p], MP_F32, 1, NULL);
         mp_convert(&b[p * 16], MP_BF16, &b_col[p], MP_F32, 1, NULL);
     }
-    const mp_status s = kr ? mp_gemm_run(WITH(kr), 0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 0.0f, c,
-                                         MP_F32, 16, NULL)
-                           : mp_gemm(0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 0.0f, c, MP_F32, 16, NULL);
+    const mp_status s =
+        kr ? mp_gemm_run(WITH(kr), 0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 0.0f, c, MP_F32, 16, NULL)
+           : mp_gemm(0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 0.0f, c, MP_F32, 16, NULL);
     CHECK(s == MP_OK, "one tile: %s", mp_last_error());
     return c[0];
 }
@@ -562,10 +580,10 @@ static void check_amx(int quick) {
             mp_convert(&b[p * 16], MP_BF16, &b1[p], MP_F32, 1, NULL);
         }
         for (int i = 0; i < 256; i++) c[i] = 1.0f;
-        const mp_status s = kr ? mp_gemm_run(WITH(kr), 0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 1.0f, c,
-                                             MP_F32, 16, NULL)
-                               : mp_gemm(0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 1.0f, c, MP_F32, 16,
-                                         NULL);
+        const mp_status s =
+            kr ? mp_gemm_run(WITH(kr), 0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 1.0f, c, MP_F32, 16,
+                             NULL)
+               : mp_gemm(0, 0, 16, 16, 32, 1.0f, a, MP_BF16, 32, b, MP_BF16, 16, 1.0f, c, MP_F32, 16, NULL);
         CHECK(s == MP_OK && c[0] == 1.0f + 0x1p-23f, "%s: 1 + 2 x 2^-24 = %a", who, (double)c[0]);
         /* even and odd k summed apart: 2^24 (k 0) + 1 (k 1) - 2^24 (k 2) is 1, where k order gives 0 */
         const float a2[4] = {0x1p24f, 1, -0x1p24f, 0}, b2[4] = {1, 1, 1, 1};
@@ -645,9 +663,11 @@ static void check_amx(int quick) {
 #else
     const long packs = 0;
 #endif
-    CHECK_SAY(mark, "  amx: %s; the model within the fp64 bound (random shapes, edges, k past %d); %s; %ld packings "
+    CHECK_SAY(mark,
+              "  amx: %s; the model within the fp64 bound (random shapes, edges, k past %d); %s; %ld packings "
               "equal to the portable ones\n",
-              hw ? "ran on AMX tiles and on the C model of the tiles" : "no AMX on this CPU: ran on the C model of the tiles only",
+              hw ? "ran on AMX tiles and on the C model of the tiles"
+                 : "no AMX on this CPU: ran on the C model of the tiles only",
               MP_AMX_KC, hw ? "the tiles equal the model bit for bit" : "tiles not run", packs);
 }
 
@@ -685,16 +705,18 @@ static void check_blocks_of_k(void) {
             long diff = 0;
             for (size_t i = 0; i < mn; i++)
                 diff += h[i] != mp_f32_to_bf16(x[i]) || mp_f32_bits(c0[i]) != mp_f32_bits(c1[i]);
-            CHECK(diff == 0 && st.amax > 0, "%s, %zux%zux%zu: %ld elements differ between the outputs", kr->name, m,
-                  n, k, diff);
+            CHECK(diff == 0 && st.amax > 0, "%s, %zux%zux%zu: %ld elements differ between the outputs", kr->name, m, n,
+                  k, diff);
             free(a), free(b), free(h), free(c0), free(c1), free(x);
             cases++;
         }
     }
     mp_set_threads(0);
     mp_cpu_set_isa(best);
-    CHECK_SAY(mark, "  k across blocks of kc: bf16 C = the fp32 C rounded; fp32 C alike with and without counts (%d "
-                    "cases, every path and the AMX model)\n", cases);
+    CHECK_SAY(mark,
+              "  k across blocks of kc: bf16 C = the fp32 C rounded; fp32 C alike with and without counts (%d "
+              "cases, every path and the AMX model)\n",
+              cases);
 }
 
 int main(int argc, char **argv) {

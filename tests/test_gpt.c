@@ -173,7 +173,8 @@ static void check_gradients(mp_gelu_form gelu, size_t T) {
     CHECK(mp_gpt_train_batch(g, tok, tgt, B, T, 1.0f, 0, &loss) == MP_OK, "train: %s", mp_last_error());
     ref_model r = ref_from(&c, o);
     const double l64 = ref_loss(&r, tok, tgt, B, T, NULL);
-    CHECK(fabs(loss - l64) <= 2e-6 * fabs(l64), "gelu %d T %zu: loss %.9g vs fp64 %.9g", (int)gelu, T, (double)loss, l64);
+    CHECK(fabs(loss - l64) <= 2e-6 * fabs(l64), "gelu %d T %zu: loss %.9g vs fp64 %.9g", (int)gelu, T, (double)loss,
+          l64);
     long bad = 0, checked = 0;
     double worst = 0;
     for (size_t i = 0; i < r.np; i++) {
@@ -233,15 +234,16 @@ static void check_half_gradients(void) {
     }
     static const double tol[4] = {0, 8e-3, 6e-2, 6e-2}; /* ~16 units of roundoff: the randomized weights amplify */
     for (int k = 1; k < 4; k++) {
-        CHECK(fabs(loss[k] - loss[0]) < 10 * tol[k] * fabs(loss[0]), "%s%s: loss %g vs fp32 %g", mp_format(cts[k])->name,
-              k == 3 ? " pure" : "", (double)loss[k], (double)loss[0]);
+        CHECK(fabs(loss[k] - loss[0]) < 10 * tol[k] * fabs(loss[0]), "%s%s: loss %g vs fp32 %g",
+              mp_format(cts[k])->name, k == 3 ? " pure" : "", (double)loss[k], (double)loss[0]);
         double worst = 0;
         const char *where = "";
         for (size_t i = 0; i < mp_optim_count(o[0]); i++) {
             const mp_param *p = mp_optim_param(o[k], i), *q = mp_optim_param(o[0], i);
             double d = 0, n = 0;
-            for (size_t e = 0; e < p->n; e++) d += (p->grad[e] - q->grad[e]) * (double)(p->grad[e] - q->grad[e]),
-                                              n += (double)q->grad[e] * q->grad[e];
+            for (size_t e = 0; e < p->n; e++)
+                d += (p->grad[e] - q->grad[e]) * (double)(p->grad[e] - q->grad[e]),
+                    n += (double)q->grad[e] * q->grad[e];
             if (n > 0 && sqrt(d / n) > worst) worst = sqrt(d / n), where = q->name;
         }
         CHECK(worst < tol[k], "%s%s: gradients differ from fp32 by %g (relative L2, %s)", mp_format(cts[k])->name,
@@ -269,19 +271,20 @@ static void check_accumulate(mp_dtype ct) {
     mp_gpt *g;
     CHECK(mp_gpt_create(&g, &c, ct, 0, B, o, 3) == MP_OK, "create");
     int32_t t1[B * T], y1[B * T], t2[B * T], y2[B * T];
-    random_tokens(t1, B * T, 40), random_tokens(y1, B * T, 40), random_tokens(t2, B * T, 40), random_tokens(y2, B * T, 40);
+    random_tokens(t1, B * T, 40), random_tokens(y1, B * T, 40), random_tokens(t2, B * T, 40),
+        random_tokens(y2, B * T, 40);
     size_t total = 0;
     for (size_t i = 0; i < mp_optim_count(o); i++) total += mp_optim_param(o, i)->n;
     float *g1 = malloc(total * 4), *g2 = malloc(total * 4), loss;
-#define EACH(body)                                                                                                     \
-    do {                                                                                                               \
-        size_t off_ = 0;                                                                                               \
-        for (size_t i = 0; i < mp_optim_count(o); i++) {                                                               \
-            mp_param *p = mp_optim_param(o, i);                                                                        \
-            body;                                                                                                      \
-            off_ += p->n;                                                                                              \
-            (void)off_;                                                                                                \
-        }                                                                                                              \
+#define EACH(body)                                       \
+    do {                                                 \
+        size_t off_ = 0;                                 \
+        for (size_t i = 0; i < mp_optim_count(o); i++) { \
+            mp_param *p = mp_optim_param(o, i);          \
+            body;                                        \
+            off_ += p->n;                                \
+            (void)off_;                                  \
+        }                                                \
     } while (0)
     EACH(for (size_t k = 0; k < p->n; k++) p->grad[k] = NAN);
     CHECK(mp_gpt_train_batch(g, t2, y2, B, T, 1.0f, 0, &loss) == MP_OK, "batch 2");
@@ -322,9 +325,10 @@ static void check_accumulate(mp_dtype ct) {
             not_added += !(fabsf(p->grad[k] - (g1[off_ + k] + g2[off_ + k])) <= 1e-6f * big);
         }
     });
-    CHECK(differ == 0 && not_added == 0 && nonzero > (long)total / 2,
-          "%s: accumulate 0 vs zero_grad + 1: %ld tensors differ; second micro-batch not added: %ld of %zu (%ld nonzero)",
-          mp_format(ct)->name, differ, not_added, total, nonzero);
+    CHECK(
+        differ == 0 && not_added == 0 && nonzero > (long)total / 2,
+        "%s: accumulate 0 vs zero_grad + 1: %ld tensors differ; second micro-batch not added: %ld of %zu (%ld nonzero)",
+        mp_format(ct)->name, differ, not_added, total, nonzero);
 #undef EACH
     free(g1), free(g2);
     mp_gpt_free(g), mp_optim_free(o);
@@ -380,11 +384,26 @@ static void check_stats(void) {
         mp_model m = mp_gpt_model(g);
         CHECK(strcmp(m.ops->kind, "gpt") == 0 && m.ops->nstats(m.impl) == 5 + 15 * 2, "%zu entries",
               m.ops->nstats(m.impl));
-        static const char *const names[] = {"wte", "h.0.ln_1", "h.0.attn.c_attn", "h.0.attn.att", "h.0.attn.y",
-                                            "h.0.attn.c_proj", "h.0.res_1", "h.0.ln_2", "h.0.mlp.c_fc", "h.0.mlp.gelu",
-                                            "h.0.mlp.c_proj", "h.1.res_2", "ln_f", "lm_head", "wte.weight",
-                                            "wpe.weight", "h.0.attn.c_attn.weight", "h.1.attn.c_proj.weight",
-                                            "h.1.mlp.c_fc.weight", "h.1.mlp.c_proj.weight"};
+        static const char *const names[] = {"wte",
+                                            "h.0.ln_1",
+                                            "h.0.attn.c_attn",
+                                            "h.0.attn.att",
+                                            "h.0.attn.y",
+                                            "h.0.attn.c_proj",
+                                            "h.0.res_1",
+                                            "h.0.ln_2",
+                                            "h.0.mlp.c_fc",
+                                            "h.0.mlp.gelu",
+                                            "h.0.mlp.c_proj",
+                                            "h.1.res_2",
+                                            "ln_f",
+                                            "lm_head",
+                                            "wte.weight",
+                                            "wpe.weight",
+                                            "h.0.attn.c_attn.weight",
+                                            "h.1.attn.c_proj.weight",
+                                            "h.1.mlp.c_fc.weight",
+                                            "h.1.mlp.c_proj.weight"};
         for (size_t i = 0; i < sizeof names / sizeof *names; i++) CHECK(stat(&m, names[i]), "no entry %s", names[i]);
         const float scale = k ? 1e-12f : 1.0f;
         float loss;
@@ -480,10 +499,10 @@ static void check_threads(mp_dtype ct, mp_dtype acc) {
             memcpy(grads[k] + off, mp_optim_param(o, i)->grad, mp_optim_param(o, i)->n * 4);
             off += mp_optim_param(o, i)->n;
         }
-        if (k == 1) CHECK(memcmp(grads[0], grads[1], total * 4) == 0 && f2u(loss[0]) == f2u(loss[1]),
-                          "%s (reductions %s): 1 and 2 threads differ (loss %.9g vs %.9g)", mp_format(ct)->name,
-                          mp_format(acc)->name, (double)loss[0],
-                          (double)loss[1]);
+        if (k == 1)
+            CHECK(memcmp(grads[0], grads[1], total * 4) == 0 && f2u(loss[0]) == f2u(loss[1]),
+                  "%s (reductions %s): 1 and 2 threads differ (loss %.9g vs %.9g)", mp_format(ct)->name,
+                  mp_format(acc)->name, (double)loss[0], (double)loss[1]);
         mp_gpt_free(g), mp_optim_free(o);
     }
     mp_set_threads(0);
@@ -539,19 +558,21 @@ static void check_recount(void) {
         CHECK(e->fwd_elements == n && e->fwd.subnormal == sub && e->fwd.overflow == inf && e->fwd.nan == nan &&
                   e->fwd.amax == amax,
               "%s: counted %llu subnormal %llu overflow %llu NaN, amax %g; recount %llu %llu %llu, %g", e->name,
-              (unsigned long long)e->fwd.subnormal, (unsigned long long)e->fwd.overflow,
-              (unsigned long long)e->fwd.nan, (double)e->fwd.amax, (unsigned long long)sub, (unsigned long long)inf,
-              (unsigned long long)nan, (double)amax);
+              (unsigned long long)e->fwd.subnormal, (unsigned long long)e->fwd.overflow, (unsigned long long)e->fwd.nan,
+              (double)e->fwd.amax, (unsigned long long)sub, (unsigned long long)inf, (unsigned long long)nan,
+              (double)amax);
         subn += sub, over += inf;
     }
     CHECK(checked == 1 + 8 * 2 + 2 && subn > 0 && over > 0, "%d tensors recounted, %llu subnormal, %llu inf", checked,
           (unsigned long long)subn, (unsigned long long)over);
     /* underflow by threshold: gelu(fc) and res_1 + c_proj in fp32, stored as zero though nonzero */
-    const char *const pairs[2][3] = {{"h.1.mlp.c_fc", NULL, "h.1.mlp.gelu"}, {"h.1.res_1", "h.1.mlp.c_proj", "h.1.res_2"}};
+    const char *const pairs[2][3] = {{"h.1.mlp.c_fc", NULL, "h.1.mlp.gelu"},
+                                     {"h.1.res_1", "h.1.mlp.c_proj", "h.1.res_2"}};
     for (int q = 0; q < 2; q++) {
         const void *a, *b, *y;
         size_t na, nb = 0, ny;
-        CHECK(mp_gpt_activation(g, pairs[q][0], &a, &na) == MP_OK && mp_gpt_activation(g, pairs[q][2], &y, &ny) == MP_OK &&
+        CHECK(mp_gpt_activation(g, pairs[q][0], &a, &na) == MP_OK &&
+                  mp_gpt_activation(g, pairs[q][2], &y, &ny) == MP_OK &&
                   (!pairs[q][1] || mp_gpt_activation(g, pairs[q][1], &b, &nb) == MP_OK),
               "kept");
         if (q == 0) mp_gelu_forward(v, MP_F32, a, MP_F16, na, NULL);
@@ -568,9 +589,10 @@ static void check_recount(void) {
         const mp_tensor_stats *e = NULL;
         for (size_t i = 0; i < m.ops->nstats(m.impl); i++)
             if (!strcmp(m.ops->stats(m.impl, i)->name, pairs[q][2])) e = m.ops->stats(m.impl, i);
-        CHECK(e && wrong == 0 && e->fwd.underflow == u, "%s: stored values recomputed (%ld differ); %llu underflows "
-              "counted, %llu recounted", pairs[q][2], wrong, e ? (unsigned long long)e->fwd.underflow : 0ull,
-              (unsigned long long)u);
+        CHECK(e && wrong == 0 && e->fwd.underflow == u,
+              "%s: stored values recomputed (%ld differ); %llu underflows "
+              "counted, %llu recounted",
+              pairs[q][2], wrong, e ? (unsigned long long)e->fwd.underflow : 0ull, (unsigned long long)u);
         under += u;
     }
     CHECK(under > 0, "the recount saw underflows");
@@ -613,7 +635,8 @@ static void check_naive_reductions(void) {
         for (size_t i = 0; i < mp_optim_count(o[0]); i++) {
             const mp_param *p = mp_optim_param(o[k], i), *q = mp_optim_param(o[0], i), *r = mp_optim_param(o[1], i);
             for (size_t e = 0; e < p->n; e++) {
-                d += (p->grad[e] - q->grad[e]) * (double)(p->grad[e] - q->grad[e]), n += (double)q->grad[e] * q->grad[e];
+                d += (p->grad[e] - q->grad[e]) * (double)(p->grad[e] - q->grad[e]),
+                    n += (double)q->grad[e] * q->grad[e];
                 differ += k == 2 && p->grad[e] != r->grad[e];
             }
         }
@@ -621,7 +644,8 @@ static void check_naive_reductions(void) {
     }
     CHECK(differ > 0 && loss[2] != loss[1] && dist[2] < 0.1 && dist[1] < 8e-3,
           "naive fp16 reductions: %g gradient values differ from fp32 reductions; relative L2 to fp32 %g (fp32 "
-          "reductions %g); loss %.7g vs %.7g", differ, dist[2], dist[1], (double)loss[2], (double)loss[1]);
+          "reductions %g); loss %.7g vs %.7g",
+          differ, dist[2], dist[1], (double)loss[2], (double)loss[1]);
     printf("fp16 gradients, relative L2 distance to fp32: %.2g with fp32 reductions, %.2g with fp16 reductions\n",
            dist[1], dist[2]);
     /* q and k biases of 300: scores 4 * 300^2 / sqrt(4) = 180000, stored in fp16 as inf */
@@ -643,11 +667,25 @@ static void check_parse(void) {
     CHECK(mp_gpt_parse("gpt:6-6-384-256", &c) == MP_OK && c.n_layer == 6 && c.n_head == 6 && c.n_embd == 384 &&
               c.block_size == 256 && c.vocab_size == 256 && c.gelu == MP_GELU_TANH,
           "parse");
-    static const char *const bad[] = {"gpt:6-5-384-256", "gpt:0-6-384-256", "gpt:6-0-384-256", "gpt:6-6-0-256",
-                                      "gpt:6-6-384-0",   "gpt:6-6-384-256-", "gpt:6-6-384",    "gpt:6-6-384-256-1",
-                                      "gpt:a-6-384-256", "gpt:6--6-384-256", "mlp:6-6-384-256", "gpt:",
-                                      "gpt:65-1-8-8",    "gpt:1-1-8193-8",  "gpt:1-1-8-8193",  "gpt:1-1-8-8x",
-                                      "gpt:-1-1-8-8",    "gpt:1-1-8-99999999999999999999", ""};
+    static const char *const bad[] = {"gpt:6-5-384-256",
+                                      "gpt:0-6-384-256",
+                                      "gpt:6-0-384-256",
+                                      "gpt:6-6-0-256",
+                                      "gpt:6-6-384-0",
+                                      "gpt:6-6-384-256-",
+                                      "gpt:6-6-384",
+                                      "gpt:6-6-384-256-1",
+                                      "gpt:a-6-384-256",
+                                      "gpt:6--6-384-256",
+                                      "mlp:6-6-384-256",
+                                      "gpt:",
+                                      "gpt:65-1-8-8",
+                                      "gpt:1-1-8193-8",
+                                      "gpt:1-1-8-8193",
+                                      "gpt:1-1-8-8x",
+                                      "gpt:-1-1-8-8",
+                                      "gpt:1-1-8-99999999999999999999",
+                                      ""};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         const mp_status s = mp_gpt_parse(bad[i], &c);
         CHECK(s == MP_EINVAL && strlen(mp_last_error()) > 10, "'%s': %d '%s'", bad[i], (int)s, mp_last_error());
@@ -720,11 +758,13 @@ static void check_load(void) {
     CHECK(wte_b->master[5] == keep, "a refused file changed the weights");
     mp_safetensors_free(&st);
     CHECK(mp_safetensors_write(path, ts + 1, NT, NULL) == MP_OK && mp_safetensors_read(path, &st) == MP_OK, "write");
-    CHECK(mp_gpt_load(b, &st) == MP_OK && wte_b->master[5] == 5.0f && mp_f16_to_f32(((uint16_t *)wte_b->half)[7]) == 7.0f,
+    CHECK(mp_gpt_load(b, &st) == MP_OK && wte_b->master[5] == 5.0f &&
+              mp_f16_to_f32(((uint16_t *)wte_b->half)[7]) == 7.0f,
           "lm_head alone: %s", mp_last_error());
     mp_safetensors_free(&st);
     /* missing, wrong shape, non-finite */
-    CHECK(mp_safetensors_write(path, ts + 1, NT - 1, NULL) == MP_OK && mp_safetensors_read(path, &st) == MP_OK, "write");
+    CHECK(mp_safetensors_write(path, ts + 1, NT - 1, NULL) == MP_OK && mp_safetensors_read(path, &st) == MP_OK,
+          "write");
     CHECK(mp_gpt_load(b, &st) == MP_ECORRUPT && strstr(mp_last_error(), "transformer.wte.weight"), "missing wte: %s",
           mp_last_error());
     mp_safetensors_free(&st);
@@ -762,7 +802,8 @@ static void check_load(void) {
     CHECK(mp_gpt_load(e, &st) == MP_OK, "pure load: %s", mp_last_error());
     mp_gpt_tensors(e, ts, NT);
     CHECK(ts[0].dtype == MP_BF16 && ts[0].nbytes == 13 * 8 * 2 &&
-              mp_bf16_to_f32(((const uint16_t *)ts[0].data)[3]) == mp_bf16_to_f32(mp_f32_to_bf16(param(o1, "transformer.wte.weight")->master[3])),
+              mp_bf16_to_f32(((const uint16_t *)ts[0].data)[3]) ==
+                  mp_bf16_to_f32(mp_f32_to_bf16(param(o1, "transformer.wte.weight")->master[3])),
           "pure tensors");
     mp_safetensors_free(&st);
     remove(path);

@@ -23,9 +23,13 @@ static void syntax(void) {
     CHECK(!strcmp(p.label, "bf16+mxfp8=transformer.h.0-2.mlp.c_fc") && mp_precision_layers_quantize(&p), "%s", p.label);
     CHECK(mp_precision_set_master_weights(&p, MP_MASTER_NONE) == MP_EINVAL, "master-weights none under a recipe");
     CHECK(mp_precision_parse("nvfp4+bf16=*", &p) == MP_OK && !mp_precision_layers_quantize(&p), "bf16 only");
-    const struct { const char *spec, *says; } bad[] = {
-        {"fp16+nvfp4=lm_head", "bf16 compute"},       {"bf16+nvfp4=", "empty pattern"},
-        {"bf16+nvfp4=h,3", "pattern"},                {"bf16+fp4=lm_head", "unknown switch"},
+    const struct {
+        const char *spec, *says;
+    } bad[] = {
+        {"fp16+nvfp4=lm_head", "bf16 compute"},
+        {"bf16+nvfp4=", "empty pattern"},
+        {"bf16+nvfp4=h,3", "pattern"},
+        {"bf16+fp4=lm_head", "unknown switch"},
         {"bf16+master-weights=none+fp8-current=*", "fp32 master"},
         {"bf16+nvfp4=transformer.h.0.attn.c_attn+nvfp4=transformer.h.1.attn.c_attn+nvfp4=transformer.h.2.attn.c_attn",
          "too long"}};
@@ -34,12 +38,20 @@ static void syntax(void) {
         CHECK(strstr(mp_last_error(), bad[i].says) && !strchr(mp_last_error(), '\n'), "%s: %s", bad[i].spec,
               mp_last_error());
     }
-    const struct { const char *pat, *name; int m; } mt[] = {
-        {"transformer.h.3.*", "transformer.h.3.mlp.c_fc", 1}, {"transformer.h.3.*", "transformer.h.13.mlp.c_fc", 0},
-        {"transformer.h.0-2.mlp.c_fc", "transformer.h.2.mlp.c_fc", 1},
-        {"transformer.h.0-2.mlp.c_fc", "transformer.h.3.mlp.c_fc", 0},
-        {"transformer.h.0-2.mlp.c_fc", "transformer.h.1.mlp.c_proj", 0}, {"*c_proj", "transformer.h.1.attn.c_proj", 1},
-        {"*", "lm_head", 1}, {"lm_head", "lm_head", 1}, {"lm_hea", "lm_head", 0}, {"fc1-2", "fc2", 1}, {"fc1-2", "fc0", 0}};
+    const struct {
+        const char *pat, *name;
+        int m;
+    } mt[] = {{"transformer.h.3.*", "transformer.h.3.mlp.c_fc", 1},
+              {"transformer.h.3.*", "transformer.h.13.mlp.c_fc", 0},
+              {"transformer.h.0-2.mlp.c_fc", "transformer.h.2.mlp.c_fc", 1},
+              {"transformer.h.0-2.mlp.c_fc", "transformer.h.3.mlp.c_fc", 0},
+              {"transformer.h.0-2.mlp.c_fc", "transformer.h.1.mlp.c_proj", 0},
+              {"*c_proj", "transformer.h.1.attn.c_proj", 1},
+              {"*", "lm_head", 1},
+              {"lm_head", "lm_head", 1},
+              {"lm_hea", "lm_head", 0},
+              {"fc1-2", "fc2", 1},
+              {"fc1-2", "fc0", 0}};
     for (size_t i = 0; i < sizeof mt / sizeof mt[0]; i++)
         CHECK(mp_layer_match(mt[i].pat, mt[i].name) == mt[i].m, "%s against %s", mt[i].pat, mt[i].name);
     /* resolution: the later assignment wins; patterns that match nothing, or a recipe on lm_head alone */
@@ -47,7 +59,8 @@ static void syntax(void) {
     mp_recipe out[2];
     CHECK(mp_precision_parse("bf16+nvfp4=*+mxfp8=*mlp*", &p) == MP_OK, "%s", mp_last_error());
     CHECK(mp_precision_layer_recipes(&p, names, 3, 2, out) == MP_OK && out[0].kind == MP_RECIPE_NVFP4 &&
-          out[1].kind == MP_RECIPE_MXFP8 && out[1].mx_rule == MP_MX_RCEIL, "resolved");
+              out[1].kind == MP_RECIPE_MXFP8 && out[1].mx_rule == MP_MX_RCEIL,
+          "resolved");
     CHECK(mp_precision_parse("bf16+nvfp4=transformer.h.9.*", &p) == MP_OK, "parse");
     CHECK(mp_precision_layer_recipes(&p, names, 3, 2, out) == MP_EINVAL && strstr(mp_last_error(), "matches no layer"),
           "%s", mp_last_error());
@@ -74,12 +87,13 @@ static void files(void) {
     mp_precision p;
     CHECK(mp_precision_parse("nvfp4", &p) == MP_OK && mp_precision_load_layers(&p, path) == MP_OK, "%s",
           mp_last_error());
-    CHECK(!strcmp(p.layers, "+bf16=transformer.h.3.*+bf16=lm_head") && !strcmp(p.label, "nvfp4+layers=keep"),
-          "%s / %s", p.layers, p.label);
-    const struct { const char *text, *says; } bad[] = {
-        {"# ok\ntransformer.h.3.*\n", "keep.txt:2: 'transformer.h.3.*' is not 'pattern = recipe'"},
-        {"lm_head = bf16\nfc1 = fp4\n", "keep.txt:2: layers in 'fp4': the recipe is"},
-        {"a b = nvfp4\n", "keep.txt:1: layer pattern 'a b'"}};
+    CHECK(!strcmp(p.layers, "+bf16=transformer.h.3.*+bf16=lm_head") && !strcmp(p.label, "nvfp4+layers=keep"), "%s / %s",
+          p.layers, p.label);
+    const struct {
+        const char *text, *says;
+    } bad[] = {{"# ok\ntransformer.h.3.*\n", "keep.txt:2: 'transformer.h.3.*' is not 'pattern = recipe'"},
+               {"lm_head = bf16\nfc1 = fp4\n", "keep.txt:2: layers in 'fp4': the recipe is"},
+               {"a b = nvfp4\n", "keep.txt:1: layer pattern 'a b'"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         file_with(path, bad[i].text);
         CHECK(mp_precision_parse("bf16", &p) == MP_OK && mp_precision_load_layers(&p, path) == MP_EINVAL, "taken");
@@ -122,8 +136,8 @@ static void gpt_train(const char *spec, const char *whole, float *w, size_t n) {
     if (whole) {
         mp_recipe_parse(whole, &r);
         CHECK(mp_gpt_set_recipe(g, &r, 1) == MP_OK, "%s", mp_last_error());
-    }
-    else if (spec && mp_precision_parse(spec, &p) == MP_OK && mp_precision_layer_recipes(&p, names, 9, 8, each) == MP_OK)
+    } else if (spec && mp_precision_parse(spec, &p) == MP_OK &&
+               mp_precision_layer_recipes(&p, names, 9, 8, each) == MP_OK)
         CHECK(mp_gpt_set_layer_recipes(g, each, 1) == MP_OK, "%s", mp_last_error());
     else if (spec) CHECK(0, "%s: %s", spec, mp_last_error());
     float l;
@@ -177,7 +191,8 @@ static void mlp_train(const char *spec, const char *whole, float *w, size_t n) {
     int32_t y[B];
     for (size_t i = 0; i < B; i++) {
         y[i] = (int32_t)(i % 10);
-        for (size_t k = 0; k < 50; k++) x[i * 50 + k] = (float)((k % 10 == (size_t)y[i]) + 0.01 * (double)((i * 7 + k) % 13));
+        for (size_t k = 0; k < 50; k++)
+            x[i * 50 + k] = (float)((k % 10 == (size_t)y[i]) + 0.01 * (double)((i * 7 + k) % 13));
     }
     mp_optim *opt;
     mp_adamw_config ac = mp_adamw_defaults();
@@ -191,8 +206,8 @@ static void mlp_train(const char *spec, const char *whole, float *w, size_t n) {
     if (whole) {
         mp_recipe_parse(whole, &r);
         CHECK(mp_mlp_set_recipe(m, &r, 1) == MP_OK, "%s", mp_last_error());
-    }
-    else if (spec && mp_precision_parse(spec, &p) == MP_OK && mp_precision_layer_recipes(&p, names, 3, 3, each) == MP_OK)
+    } else if (spec && mp_precision_parse(spec, &p) == MP_OK &&
+               mp_precision_layer_recipes(&p, names, 3, 3, each) == MP_OK)
         CHECK(mp_mlp_set_layer_recipes(m, each, 1) == MP_OK, "%s", mp_last_error());
     float l;
     for (int s = 0; s < 5; s++) {

@@ -12,7 +12,11 @@
 
 #define B MP_MX_BLOCK
 
-typedef struct { const char *name; mp_isa isa; const mp_mx_kernels *k; } path;
+typedef struct {
+    const char *name;
+    mp_isa isa;
+    const mp_mx_kernels *k;
+} path;
 static int npaths;
 static path paths[2];
 
@@ -62,7 +66,7 @@ static void gen_block(float *x, int kind, uint64_t *r) {
     case K_BITS: /* any bit pattern: NaN, inf, subnormal, zero included */
         for (int i = 0; i < B; i++) u[i] = (uint32_t)rnd(r);
         break;
-    case K_WIDE: /* a block magnitude 2^-150..2^127, elements up to 40 binades below, some zeros */
+    case K_WIDE:   /* a block magnitude 2^-150..2^127, elements up to 40 binades below, some zeros */
     case K_TINY: { /* where the scale is 0 or 1 and d is an fp32 subnormal */
         const int top = kind == K_WIDE ? (int)(r0 % 278) - 23 : (int)(r0 % 30) - 4;
         for (int i = 0; i < B; i++) {
@@ -118,7 +122,7 @@ static int scale_fpu(float amax, mp_dtype e, mp_mx_rule rule) {
         return s < 0 ? 0 : s;
     }
     const volatile float inv = 1.0f / max_of(e); /* fp32(1/max) */
-    const float d = amax * inv;                   /* rounded to fp32, subnormal or not */
+    const float d = amax * inv;                  /* rounded to fp32, subnormal or not */
     if (d == 0.0f) return 0;
     const int s = ilogbf(d) + 127 + (d != ldexpf(1.0f, ilogbf(d)));
     return s < 0 ? 0 : s;
@@ -233,7 +237,8 @@ static void check_random(int quick) {
     CHECK(bad_deq == 0, "%ld dequantized values differ from the FPU computation", bad_deq);
     CHECK(nonfinite_blocks > 0, "no NaN blocks generated");
     printf("  random: %" PRIu64 " elements (%ld blocks with inf/NaN) x %d path(s): quantize, counts and dequantize "
-           "equal; reference == FPU rules\n", total_elems, nonfinite_blocks, npaths);
+           "equal; reference == FPU rules\n",
+           total_elems, nonfinite_blocks, npaths);
 }
 
 /* The scale rules swept over amax: in every binade the edges, around 1.75
@@ -252,17 +257,18 @@ static void check_scale_sweep(int quick) {
         for (int ri = 0; ri < 2; ri++) {
             const mp_dtype e = elems[ei];
             for (int f = 0; f <= 254; f++) {
-                const int whole = !quick && rules[ri] == MP_MX_RCEIL && ((f >= emax_of(e) - 1 && f <= emax_of(e) + 2) || f == 100);
+                const int whole =
+                    !quick && rules[ri] == MP_MX_RCEIL && ((f >= emax_of(e) - 1 && f <= emax_of(e) + 2) || f == 100);
                 for (uint32_t m0 = 0; m0 < (whole ? 0x800000u : 5 * L); m0 += N) {
                     const uint32_t n = whole ? N : 5 * L;
                     for (uint32_t i = 0; i < n; i++) {
                         const uint32_t j = i % L, run = i / L;
-                        const uint32_t m = whole ? m0 + i
-                                         : run == 0 ? j
-                                         : run == 1 ? 0x600000u - L / 2 + j
-                                         : run == 2 ? 0x7fffffu - j
-                                         : run == 3 ? 0x400000u - L / 2 + j
-                                                    : (uint32_t)rnd(&r);
+                        const uint32_t m = whole      ? m0 + i
+                                           : run == 0 ? j
+                                           : run == 1 ? 0x600000u - L / 2 + j
+                                           : run == 2 ? 0x7fffffu - j
+                                           : run == 3 ? 0x400000u - L / 2 + j
+                                                      : (uint32_t)rnd(&r);
                         a[i] = mk(f, m, 0);
                     }
                     mp_mx_scalar.scales(sr, a, n, e, rules[ri]);
@@ -350,20 +356,22 @@ static void check_zero_nan_inf_subnormal(void) {
             /* fp32 subnormals: amax 2^-130 gives scale 0 under both rules, and
              * x * 2^127 is what is rounded */
             for (int i = 0; i < B; i++) x[i] = 0.0f;
-            x[0] = ldexpf(1.0f, -130);             /* 2^-3 */
-            x[1] = -ldexpf(3.0f, -136);            /* -3 * 2^-9: e4m3 subnormal, e5m2 normal */
-            x[2] = ldexpf(1.0f, -149);             /* 2^-22: flushed */
-            x[3] = ldexpf(1.0f, -144);             /* 2^-17: half e5m2's smallest: a tie to 0 */
-            x[4] = ldexpf(3.0f, -145);             /* 1.5 * 2^-17 -> e5m2 2^-16; 0 in e4m3 */
+            x[0] = ldexpf(1.0f, -130);  /* 2^-3 */
+            x[1] = -ldexpf(3.0f, -136); /* -3 * 2^-9: e4m3 subnormal, e5m2 normal */
+            x[2] = ldexpf(1.0f, -149);  /* 2^-22: flushed */
+            x[3] = ldexpf(1.0f, -144);  /* 2^-17: half e5m2's smallest: a tie to 0 */
+            x[4] = ldexpf(3.0f, -145);  /* 1.5 * 2^-17 -> e5m2 2^-16; 0 in e4m3 */
             st = (mp_quant_stats){0};
             quant(c, &s, x, 1, e, rules[ri], &st);
             CHECK(s == 0, "subnormal block: scale %d", s);
             if (e == MP_E4M3)
                 CHECK(c[0] == 0x20 && c[1] == 0x83 && c[2] == 0 && c[3] == 0 && c[4] == 0 && st.flushed == 3,
-                      "e4m3 subnormal block: %02x %02x %02x %02x %02x flushed %" PRIu64, c[0], c[1], c[2], c[3], c[4], st.flushed);
+                      "e4m3 subnormal block: %02x %02x %02x %02x %02x flushed %" PRIu64, c[0], c[1], c[2], c[3], c[4],
+                      st.flushed);
             else
                 CHECK(c[0] == 0x30 && c[1] == 0x9e && c[2] == 0 && c[3] == 0 && c[4] == 0x01 && st.flushed == 2,
-                      "e5m2 subnormal block: %02x %02x %02x %02x %02x flushed %" PRIu64, c[0], c[1], c[2], c[3], c[4], st.flushed);
+                      "e5m2 subnormal block: %02x %02x %02x %02x %02x flushed %" PRIu64, c[0], c[1], c[2], c[3], c[4],
+                      st.flushed);
             CHECK(f2u(st.amax) == f2u(x[0]), "subnormal block amax");
             dequant(y, c, &s, 1, e);
             CHECK(f2u(y[0]) == f2u(x[0]) && f2u(y[1]) == f2u(x[1]), "subnormal block: values %a %a", y[0], y[1]);
@@ -389,13 +397,17 @@ static void check_binades(void) {
         const int e4 = e == MP_E4M3, M = e4 ? 3 : 2;
         const float mx = max_of(e), tie = e4 ? 464.0f : 61440.0f;
         const uint8_t top = e4 ? 0x7e : 0x7b, half_top = e4 ? 0x76 : 0x77; /* max, max / 2 */
-        const uint8_t one = e4 ? 0x38 : 0x3c;                                /* 1.0; 0.5 is one - (1 << M) */
+        const uint8_t one = e4 ? 0x38 : 0x3c;                              /* 1.0; 0.5 is one - (1 << M) */
         /* RCEIL's x0 code one binade up: (max + ulps) / 2 -> max / 2; tie / 2 (232: a tie -> 224 in E4M3; 30720: a
          * tie -> 32768 in E5M2); just above -> 240 | 32768; 2^emax - tiny -> 2^emax */
         const uint8_t up[6] = {0, half_top, half_top, e4 ? 0x76 : 0x78, e4 ? 0x77 : 0x78, 0x78};
         for (int k = -127; k <= (e4 ? 119 : 112); k++) {
             const uint32_t m = f2u(ldexpf(mx, k));
-            const uint32_t x0[6] = {m, m + 1, m + 2, f2u(ldexpf(tie, k)), f2u(ldexpf(tie, k)) + 1,
+            const uint32_t x0[6] = {m,
+                                    m + 1,
+                                    m + 2,
+                                    f2u(ldexpf(tie, k)),
+                                    f2u(ldexpf(tie, k)) + 1,
                                     f2u(ldexpf(1.0f, k + emax_of(e) + 1)) - 1}; /* FLT_MAX at the top */
             for (int v = 0; v < 6; v++)
                 for (int ri = 0; ri < 2; ri++) {
@@ -419,7 +431,8 @@ static void check_binades(void) {
                 }
         }
     }
-    CHECK_SAY(mark, "  the element max times 2^k and just above (k = -127..119 / 112): %ld blocks as computed by hand\n",
+    CHECK_SAY(mark,
+              "  the element max times 2^k and just above (k = -127..119 / 112): %ld blocks as computed by hand\n",
               cases);
 }
 
@@ -427,19 +440,22 @@ static void check_binades(void) {
  * element at the max, so the elements are the listed values exactly. */
 static void check_ties(void) {
     const long mark = check_failures;
-    static const struct { float v; uint8_t c4, c5; } t[] = {
-        {1.0625f, 0x38, 0x3c},   /* e4m3 tie 1 | 1.125 -> 1; e5m2 1 */
-        {1.1875f, 0x3a, 0x3d},   /* e4m3 tie 1.125 | 1.25 -> 1.25; e5m2 above the tie 1.125 -> 1.25 */
-        {1.125f, 0x39, 0x3c},    /* e5m2 tie 1 | 1.25 -> 1 */
-        {1.375f, 0x3b, 0x3e},    /* e5m2 tie 1.25 | 1.5 -> 1.5; e4m3 exact */
-        {1.875f, 0x3f, 0x40},    /* e5m2 tie 1.75 | 2 -> 2 (a carry into the exponent) */
-        {232.0f, 0x76, 0x5b},    /* e4m3 tie 224 | 240 -> 224; e5m2 below the tie 240 -> 224 */
-        {248.0f, 0x78, 0x5c},    /* e4m3 tie 240 | 256 -> 256 (a carry); e5m2 256 */
-        {0x1p-10f, 0x00, 0x14},  /* e4m3: half the smallest subnormal -> 0 */
-        {0x3p-10f, 0x02, 0x1a},  /* e4m3 tie 2^-9 | 2^-8 -> 2^-8 */
-        {0x5p-10f, 0x02, 0x1d},  /* e4m3 tie 2 | 3 * 2^-9 -> 2 * 2^-9 */
-        {0x1p-17f, 0x00, 0x00},  /* e5m2: half the smallest subnormal -> 0 */
-        {0x3p-17f, 0x00, 0x02},  /* e5m2 tie 2^-16 | 2^-15 -> 2^-15 */
+    static const struct {
+        float v;
+        uint8_t c4, c5;
+    } t[] = {
+        {1.0625f, 0x38, 0x3c},  /* e4m3 tie 1 | 1.125 -> 1; e5m2 1 */
+        {1.1875f, 0x3a, 0x3d},  /* e4m3 tie 1.125 | 1.25 -> 1.25; e5m2 above the tie 1.125 -> 1.25 */
+        {1.125f, 0x39, 0x3c},   /* e5m2 tie 1 | 1.25 -> 1 */
+        {1.375f, 0x3b, 0x3e},   /* e5m2 tie 1.25 | 1.5 -> 1.5; e4m3 exact */
+        {1.875f, 0x3f, 0x40},   /* e5m2 tie 1.75 | 2 -> 2 (a carry into the exponent) */
+        {232.0f, 0x76, 0x5b},   /* e4m3 tie 224 | 240 -> 224; e5m2 below the tie 240 -> 224 */
+        {248.0f, 0x78, 0x5c},   /* e4m3 tie 240 | 256 -> 256 (a carry); e5m2 256 */
+        {0x1p-10f, 0x00, 0x14}, /* e4m3: half the smallest subnormal -> 0 */
+        {0x3p-10f, 0x02, 0x1a}, /* e4m3 tie 2^-9 | 2^-8 -> 2^-8 */
+        {0x5p-10f, 0x02, 0x1d}, /* e4m3 tie 2 | 3 * 2^-9 -> 2 * 2^-9 */
+        {0x1p-17f, 0x00, 0x00}, /* e5m2: half the smallest subnormal -> 0 */
+        {0x3p-17f, 0x00, 0x02}, /* e5m2 tie 2^-16 | 2^-15 -> 2^-15 */
         {-1.0625f, 0xb8, 0xbc},
     };
     const int nt = (int)(sizeof t / sizeof t[0]);
@@ -455,8 +471,8 @@ static void check_ties(void) {
                 CHECK(s == k + 127, "ties %s k %d: scale %d", mp_format(e)->name, k, s);
                 for (int i = 0; i < nt; i++) {
                     const uint8_t want = e == MP_E4M3 ? t[i].c4 : t[i].c5;
-                    CHECK(c[i] == want, "ties %s %s k %d: %a -> %02x, want %02x", mp_format(e)->name, rule_name[ri],
-                          k, t[i].v, c[i], want);
+                    CHECK(c[i] == want, "ties %s %s k %d: %a -> %02x, want %02x", mp_format(e)->name, rule_name[ri], k,
+                          t[i].v, c[i], want);
                 }
             }
     CHECK_SAY(mark, "  ties to even (normal, subnormal, carries) in 76 binades: as computed by hand\n");
@@ -481,8 +497,9 @@ static void check_round_trip(int quick) {
                         if ((code & 0x7f) > (e == MP_E4M3 ? 0x7e : 0x7b)) code &= 0x8f;
                         x[i] = ldexpf(val(code, e), k);
                     }
-                    const uint8_t topc = (uint8_t)(rules[ri] == MP_MX_RCEIL ? (e == MP_E4M3 ? 0x7e : 0x7b)
-                                                                         : (e == MP_E4M3 ? 0x78 + rnd(&r) % 7 : 0x78 + rnd(&r) % 4));
+                    const uint8_t topc =
+                        (uint8_t)(rules[ri] == MP_MX_RCEIL ? (e == MP_E4M3 ? 0x7e : 0x7b)
+                                                           : (e == MP_E4M3 ? 0x78 + rnd(&r) % 7 : 0x78 + rnd(&r) % 4));
                     x[rnd(&r) % B] = ldexpf(val(topc, e), k) * (rnd(&r) & 1 ? -1.0f : 1.0f);
                     mp_quant_stats st = {0};
                     quant(c, &s, x, 1, e, rules[ri], &st);
@@ -513,7 +530,8 @@ static void check_stats(void) {
                            e4 ? 0x1p-10f : 0x1p-17f,   /* a tie to 0: flushed */
                            e4 ? 0x3p-11f : 0x3p-18f,   /* rounds up to the smallest subnormal */
                            e4 ? -0x1p-12f : -0x1p-19f, /* flushed to -0 */
-                           0.0f, -0.0f};
+                           0.0f,
+                           -0.0f};
         for (int i = 0; i < 10; i++) x[i] = v[i];
         /* block 1: NaN and infinities next to finite values */
         x[B + 3] = NAN;
@@ -524,8 +542,8 @@ static void check_stats(void) {
         quant(c, s, x, 2, e, MP_MX_FLOOR, &st);
         CHECK(s[0] == 127 && s[1] == 0xff, "stats %s: scales %d %d", mp_format(e)->name, s[0], s[1]);
         const uint8_t top = e4 ? 0x7e : 0x7b;
-        CHECK(c[0] == top && c[1] == (0x80 | top) && c[2] == top && c[3] == top && c[4] == 0 && c[5] == 0 && c[6] == 1 &&
-                  c[7] == 0x80 && c[8] == 0 && c[9] == 0x80,
+        CHECK(c[0] == top && c[1] == (0x80 | top) && c[2] == top && c[3] == top && c[4] == 0 && c[5] == 0 &&
+                  c[6] == 1 && c[7] == 0x80 && c[8] == 0 && c[9] == 0x80,
               "stats %s: codes %02x %02x %02x %02x %02x %02x %02x %02x", mp_format(e)->name, c[0], c[1], c[2], c[3],
               c[4], c[5], c[6], c[7]);
         CHECK(st.n == 5 + 64 && st.saturated == 1 + 2 && st.flushed == 1 + 3 && st.nonfinite == 1 + 3 &&
@@ -534,8 +552,8 @@ static void check_stats(void) {
               mp_format(e)->name, st.n, st.saturated, st.flushed, st.nonfinite, st.amax);
         st = (mp_quant_stats){0};
         quant(c, s, x, 2, e, MP_MX_FLOOR, &st);
-        CHECK(st.amax == 1.0e6f, "stats %s: amax %g, want 1e6 (finite values of a NaN block count)",
-              mp_format(e)->name, st.amax);
+        CHECK(st.amax == 1.0e6f, "stats %s: amax %g, want 1e6 (finite values of a NaN block count)", mp_format(e)->name,
+              st.amax);
         st = (mp_quant_stats){0};
         quant(c, s, x, 1, e, MP_MX_FLOOR, &st);
         CHECK(st.amax == v[0] && st.n == B, "stats %s: amax %g", mp_format(e)->name, st.amax);

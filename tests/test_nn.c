@@ -17,7 +17,8 @@ static double loss64(const mp_mlp_config *c, mp_optim *o, const float *x, const 
         const size_t in = (size_t)c->widths[l], out = (size_t)c->widths[l + 1];
         const float *W = mp_optim_param(o, pi++)->master, *bias = mp_optim_param(o, pi++)->master;
         const float *lw = NULL, *lb = NULL;
-        if (c->layernorm && l < c->nlayers - 1) lw = mp_optim_param(o, pi++)->master, lb = mp_optim_param(o, pi++)->master;
+        if (c->layernorm && l < c->nlayers - 1)
+            lw = mp_optim_param(o, pi++)->master, lb = mp_optim_param(o, pi++)->master;
         for (size_t b = 0; b < B; b++)
             for (size_t j = 0; j < out; j++) {
                 double s = bias[j];
@@ -45,8 +46,9 @@ static double loss64(const mp_mlp_config *c, mp_optim *o, const float *x, const 
             }
             for (size_t j = 0; j < out; j++) {
                 const double t = r[j];
-                a[b * out + j] = c->act == MP_ACT_GELU ? 0.5 * t * (1 + tanh(0.7978845608028654 * (t + 0.044715 * t * t * t)))
-                                                       : (t > 0 ? t : 0);
+                a[b * out + j] = c->act == MP_ACT_GELU
+                                     ? 0.5 * t * (1 + tanh(0.7978845608028654 * (t + 0.044715 * t * t * t)))
+                                     : (t > 0 ? t : 0);
             }
         }
     }
@@ -66,7 +68,9 @@ static void check_gradients(int act, int ln) {
     const int32_t y[B] = {0, 2, 1, 2};
     uint64_t s = 99;
     for (int i = 0; i < B * 6; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
         x[i] = (float)((double)(s >> 11) * 0x1p-53 * 2 - 1);
     }
     float loss;
@@ -118,7 +122,9 @@ static void check_loss_falls(void) {
             for (int b = 0; b < 64; b++) {
                 y[b] = b % 4;
                 for (int j = 0; j < 8; j++) {
-                    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
                     x[b * 8 + j] = (float)((double)(s >> 11) * 0x1p-53) + (j % 4 == y[b] ? 1.0f : 0.0f);
                 }
             }
@@ -129,8 +135,8 @@ static void check_loss_falls(void) {
             if (step == 0) first = loss;
             last = loss;
         }
-        CHECK(last < 0.25f * first, "%s%s: loss %g -> %g", mp_format(k == 3 ? MP_BF16 : cts[k])->name, k == 3 ? "-pure+ln" : "",
-              (double)first, (double)last);
+        CHECK(last < 0.25f * first, "%s%s: loss %g -> %g", mp_format(k == 3 ? MP_BF16 : cts[k])->name,
+              k == 3 ? "-pure+ln" : "", (double)first, (double)last);
         const mp_tensor_stats *ls = mp_mlp_stats(m, 0);
         /* fc0's backward stores per step: its weight gradient (32 x 8), the gradient of its output
          * from fc1 (64 x 32) and through the activation (64 x 32), and through the layer norm */
@@ -183,7 +189,8 @@ static void check_parse_and_load(void) {
     mp_mlp *d;
     mp_mlp_create(&d, &c2, MP_F32, 0, 4, o3, 1);
     mp_safetensors_read(path, &st);
-    CHECK(mp_mlp_load(d, &st) == MP_ECORRUPT && strstr(mp_last_error(), "fc0.weight"), "shape mismatch: %s", mp_last_error());
+    CHECK(mp_mlp_load(d, &st) == MP_ECORRUPT && strstr(mp_last_error(), "fc0.weight"), "shape mismatch: %s",
+          mp_last_error());
     mp_safetensors_free(&st);
     remove(path);
     mp_mlp_free(a), mp_mlp_free(b), mp_mlp_free(d);
@@ -197,7 +204,8 @@ static void check_parse_and_load(void) {
     mp_mlp *e;
     mp_mlp_parse("mlp:5-3", &c);
     mp_mlp_create(&e, &c, MP_F32, 0, 1, o4, 1);
-    CHECK(mp_mlp_train_batch(e, x, &y, 1, 1.0f, 0, &loss) == MP_EINVAL && strstr(mp_last_error(), "not finite"), "NaN input");
+    CHECK(mp_mlp_train_batch(e, x, &y, 1, 1.0f, 0, &loss) == MP_EINVAL && strstr(mp_last_error(), "not finite"),
+          "NaN input");
     mp_mlp_free(e), mp_optim_free(o4);
 }
 
@@ -293,7 +301,9 @@ static void check_wgrad_counts(void) {
     for (int b = 0; b < B; b++) {
         y[b] = b % 4;
         for (int j = 0; j < IN; j++) {
-            s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
             x[b * IN + j] = (float)((double)(s >> 11) * 0x1p-53);
         }
     }

@@ -136,10 +136,8 @@ static void ref_quantize(uint8_t *codes, uint8_t *scales, const float *x, size_t
             for (size_t r = br * tile; r < (br + 1) * (size_t)tile; r++)
                 for (size_t c = bc * 16; c < bc * 16 + 16; c++) {
                     const float a = fabsf(x[r * cols + c]);
-                    if (a != a)
-                        nan = 1;
-                    else if (a > vmax)
-                        vmax = a;
+                    if (a != a) nan = 1;
+                    else if (a > vmax) vmax = a;
                 }
             float dec = nan ? NAN : vmax * mult;
             if (dec > FLT_MAX) dec = FLT_MAX; /* torch.min(dec, finfo.max) */
@@ -269,10 +267,8 @@ static void test_random_vs_reference(int quick) {
         float amax = 0.0f;
         for (size_t i = 0; i < n; i++)
             if (isfinite(x[i]) && fabsf(x[i]) > amax) amax = fabsf(x[i]);
-        if (t % 7 == 0)
-            amax *= 0.125f; /* a stale, too small amax: saturation */
-        else if (t % 7 == 1)
-            amax = fminf(amax * 3.0f, FLT_MAX); /* too large: small codes */
+        if (t % 7 == 0) amax *= 0.125f;                          /* a stale, too small amax: saturation */
+        else if (t % 7 == 1) amax = fminf(amax * 3.0f, FLT_MAX); /* too large: small codes */
         char what[80];
         const mp_rng sr = {sm_next(), sm_next()};
         const int use_sr = (t / 2) % 2; /* every block shape with both roundings */

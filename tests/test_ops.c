@@ -11,14 +11,16 @@
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static double drand(void) { /* [-1, 1) */
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return (double)(rng >> 11) * 0x1p-52 - 1.0;
 }
 
 static const mp_dtype types[3] = {MP_F32, MP_F16, MP_BF16};
 static const double u = 0x1p-24;
 static int quick; /* --quick: sanitizer builds sample fewer inputs */
-static int mode; /* check.h's test_mode: --long checks e^x on every fp32 input */
+static int mode;  /* check.h's test_mode: --long checks e^x on every fp32 input */
 
 /* e^x as the softmax computes it: the portable build of src/cpu/softmax_kernels.h
  * (checked against libm in check_exp) */
@@ -67,7 +69,8 @@ static void check_elementwise(void) {
             mp_gelu_backward(out, yt, pg, yt, px, xt, N, NULL);
             for (int i = 0; i < N; i++) {
                 const double h = 1e-5, d = (gelu64(x[i] + h) - gelu64(x[i] - h)) / (2 * h), want = dy[i] * d;
-                bad += fabs(elem_f32(out, yt, i) - want) > 32 * u * (fabs(dy[i]) * (1 + fabs(x[i]))) + 1e-9 + store_err(yt, want);
+                bad += fabs(elem_f32(out, yt, i) - want) >
+                       32 * u * (fabs(dy[i]) * (1 + fabs(x[i]))) + 1e-9 + store_err(yt, want);
             }
             /* bias add and column sums */
             const size_t B = 37, C = 81;
@@ -76,7 +79,8 @@ static void check_elementwise(void) {
             mp_bias_add(out, yt, px, xt, bias, B, C, NULL);
             for (size_t i = 0; i < B * C; i++) {
                 const double want = x[i] + (double)bias[i % C];
-                bad += fabs(elem_f32(out, yt, i) - want) > 2 * u * fabs(want) + store_err(yt, want) + u * (fabs(x[i]) + fabs(bias[i % C]));
+                bad += fabs(elem_f32(out, yt, i) - want) >
+                       2 * u * fabs(want) + store_err(yt, want) + u * (fabs(x[i]) + fabs(bias[i % C]));
             }
             float cs[81];
             mp_colsum(cs, px, xt, B, C, 0, MP_F32);
@@ -86,7 +90,8 @@ static void check_elementwise(void) {
                 for (size_t i = 0; i < B; i++) want += x[i * C + j], mag += fabs(x[i * C + j]);
                 bad += fabs(cs[j] - 2 * want) > 2 * (B + 2) * u * mag;
             }
-            CHECK(bad == 0, "element-wise ops %s -> %s: %ld values out of bound", mp_format(xt)->name, mp_format(yt)->name, bad);
+            CHECK(bad == 0, "element-wise ops %s -> %s: %ld values out of bound", mp_format(xt)->name,
+                  mp_format(yt)->name, bad);
             free(px), free(pg), free(out);
         }
 }
@@ -112,7 +117,8 @@ static void check_softmax(void) {
             long bad = 0;
             for (size_t r = 0; r < B; r++) softmax64(x + r * C, y + r * C, C, lg);
             for (size_t i = 0; i < B * C; i++)
-                bad += fabs(elem_f32(out, t, i) - y[i]) > (C + 8) * u * (fabs(y[i]) + (lg ? 20.0 : 0)) + store_err(t, y[i]);
+                bad += fabs(elem_f32(out, t, i) - y[i]) >
+                       (C + 8) * u * (fabs(y[i]) + (lg ? 20.0 : 0)) + store_err(t, y[i]);
             /* backward from the fp64 forward, fed with the stored y */
             mp_softmax_backward(dx, t, out, t, pg, t, B, C, lg, MP_F32, NULL);
             for (size_t r = 0; r < B; r++) {
@@ -157,7 +163,8 @@ static void check_cross_entropy(void) {
             }
         }
         want /= B;
-        CHECK(fabs(loss - want) <= (B + C + 8) * u * (want + 8), "%s loss %.9g vs %.9g", mp_format(t)->name, (double)loss, want);
+        CHECK(fabs(loss - want) <= (B + C + 8) * u * (want + 8), "%s loss %.9g vs %.9g", mp_format(t)->name,
+              (double)loss, want);
         CHECK(bad == 0, "%s dlogits: %ld out of bound", mp_format(t)->name, bad);
         free(px), free(d);
     }
@@ -171,8 +178,8 @@ static void check_cross_entropy(void) {
     float loss;
     mp_cross_entropy(&loss, d16, MP_F16, logits, MP_F32, lab, 2, C, 1.0f, MP_F32, &s1);
     mp_cross_entropy(&loss, d16, MP_F16, logits, MP_F32, lab, 2, C, 65536.0f, MP_F32, &s2);
-    CHECK(s1.underflow >= 16 && s2.underflow == 0, "underflow unscaled %llu, scaled %llu", (unsigned long long)s1.underflow,
-          (unsigned long long)s2.underflow);
+    CHECK(s1.underflow >= 16 && s2.underflow == 0, "underflow unscaled %llu, scaled %llu",
+          (unsigned long long)s1.underflow, (unsigned long long)s2.underflow);
     const int32_t bad_lab[2] = {0, 10};
     CHECK(mp_cross_entropy(&loss, NULL, MP_F32, logits, MP_F32, bad_lab, 2, C, 1.0f, MP_F32, NULL) == MP_EINVAL &&
               strstr(mp_last_error(), "label 10"),
@@ -197,7 +204,8 @@ static void check_layernorm(void) {
     for (int j = 0; j < C; j++) w[j] = (float)(1 + 0.5 * drand()), bb[j] = (float)drand();
     for (int a = 0; a < 3; a++) {
         const mp_dtype t = types[a];
-        void *px = make(t, B * C, 3.0, x), *pg = make(t, B * C, 1.0, g), *y = malloc(B * C * 4), *dx = malloc(B * C * 4);
+        void *px = make(t, B * C, 3.0, x), *pg = make(t, B * C, 1.0, g), *y = malloc(B * C * 4),
+             *dx = malloc(B * C * 4);
         float mean[B], rstd[B], dw[C] = {0}, db[C] = {0};
         const float eps = 1e-5f;
         for (int i = 0; i < B * C; i++) x[i] += 10.0 * (i / C); /* offsets: the two-pass variance matters */
@@ -215,7 +223,8 @@ static void check_layernorm(void) {
             bad += fabs(rstd[r] - rs) > 4 * C * u * rs;
             for (int j = 0; j < C; j++) {
                 const double want = n[j] * w[j] + bb[j];
-                bad += fabs(elem_f32(y, t, r * C + j) - want) > (2 * C + 16) * u * (fabs(n[j]) + 1) * 2 + store_err(t, want);
+                bad += fabs(elem_f32(y, t, r * C + j) - want) >
+                       (2 * C + 16) * u * (fabs(n[j]) + 1) * 2 + store_err(t, want);
                 dw64[j] += g[r * C + j] * n[j];
             }
             /* dx by central differences of the fp64 loss sum(g * y) */
@@ -258,8 +267,10 @@ static void check_fp16_failures(void) {
     mp_convert(x16, MP_F16, logits, MP_F32, C, NULL);
     mp_softmax_forward(y16, MP_F16, x16, MP_F16, 1, C, 0, MP_F32, NULL);
     long bad = 0;
-    for (int j = 0; j < C; j++) bad += fabs(mp_f16_to_f32(y16[j]) - want[j]) > (C + 8) * u * want[j] + store_err(MP_F16, want[j]);
-    CHECK(naive_nan > 0 && bad == 0, "softmax: fp16 arithmetic gives %d inf/NaN; mixprec %ld out of bound", naive_nan, bad);
+    for (int j = 0; j < C; j++)
+        bad += fabs(mp_f16_to_f32(y16[j]) - want[j]) > (C + 8) * u * want[j] + store_err(MP_F16, want[j]);
+    CHECK(naive_nan > 0 && bad == 0, "softmax: fp16 arithmetic gives %d inf/NaN; mixprec %ld out of bound", naive_nan,
+          bad);
     printf("  softmax of 64 logits up to 15.75: fp16 arithmetic -> %d of 64 inf/NaN; mixprec within (C+8)u of fp64\n",
            naive_nan);
 
@@ -276,7 +287,9 @@ static void check_fp16_failures(void) {
     mp_convert(a16, MP_F16, act, MP_F32, C, NULL);
     mp_layernorm_forward(o16, MP_F16, &mean, &rstd, a16, MP_F16, NULL, NULL, 1, C, 1e-5f, MP_F32, NULL);
     bad = 0;
-    for (int j = 0; j < C; j++) bad += fabs(mp_f16_to_f32(o16[j]) - an[j]) > (2 * C + 16) * u * (fabs(an[j]) + 1) * 2 + store_err(MP_F16, an[j]);
+    for (int j = 0; j < C; j++)
+        bad +=
+            fabs(mp_f16_to_f32(o16[j]) - an[j]) > (2 * C + 16) * u * (fabs(an[j]) + 1) * 2 + store_err(MP_F16, an[j]);
     CHECK(!isfinite(var16) && bad == 0, "layernorm: fp16 variance %g; mixprec %ld out of bound", (double)var16, bad);
     printf("  layer norm of 64 values near 300: fp16 variance = %g; mixprec within bound of fp64\n", (double)var16);
 
@@ -322,8 +335,9 @@ static void check_naive_reductions(void) {
             wrong += isnan(want) ? !isnan(got) : memcmp(&want, &got, 4) != 0;
         }
     }
-    const float edges[] = {65504.0f, 65519.99f, 65520.0f, -65520.0f, 0x1p-14f, 0x1.ffcp-15f, 0x1p-25f, 0x1.0001p-25f,
-                           -0x1p-25f, 0x3p-25f, 0x1p-24f, -0.0f, 3.3895e38f, 3.4e38f, 1.0f + 0x1p-11f};
+    const float edges[] = {65504.0f,     65519.99f, 65520.0f,      -65520.0f, 0x1p-14f,
+                           0x1.ffcp-15f, 0x1p-25f,  0x1.0001p-25f, -0x1p-25f, 0x3p-25f,
+                           0x1p-24f,     -0.0f,     3.3895e38f,    3.4e38f,   1.0f + 0x1p-11f};
     for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++)
         for (int ti = 1; ti < 3; ti++) {
             const float want = rt(types[ti], edges[e]), got = mp_round_to(types[ti], edges[e]);
@@ -371,7 +385,8 @@ static void check_naive_reductions(void) {
         mp_layernorm_forward(ys, t, mean, rstd, xs, t, NULL, NULL, B, C, 1e-5f, t, NULL);
         mp_convert(y, MP_F32, ys, t, B * C, NULL);
         CHECK(memcmp(mean, wm, sizeof mean) == 0 && memcmp(rstd, wr, sizeof rstd) == 0 &&
-                  memcmp(y, want, sizeof y) == 0, "%s naive layer norm differs from the reference loop", tn);
+                  memcmp(y, want, sizeof y) == 0,
+              "%s naive layer norm differs from the reference loop", tn);
         for (int j = 0; j < C; j++) wdw[j] = wdb[j] = 0, dw[j] = db[j] = 0.5f; /* accumulate onto 0.5 */
         for (int b = 0; b < B; b++) {
             float a = 0, c = 0;
@@ -410,7 +425,8 @@ static void check_naive_reductions(void) {
         float cs, cs32;
         mp_colsum(&cs, ones, t, NSAT, 1, 0, t);
         mp_colsum(&cs32, ones, t, NSAT, 1, 0, MP_F32);
-        CHECK(cs == stop && cs32 == NSAT, "%s colsum of %d ones: naive %g, fp32 %g", tn, NSAT, (double)cs, (double)cs32);
+        CHECK(cs == stop && cs32 == NSAT, "%s colsum of %d ones: naive %g, fp32 %g", tn, NSAT, (double)cs,
+              (double)cs32);
         /* a softmax over NSAT equal logits: the sum stops there, every probability is 1/stop, not 1/NSAT */
         float p0;
         mp_softmax_forward(p16, t, zeros, t, 1, NSAT, 0, t, NULL);
@@ -422,11 +438,12 @@ static void check_naive_reductions(void) {
         /* the loss of NSAT equal logits: log(stop), not log(NSAT) */
         const int32_t l0 = 0;
         CHECK(mp_cross_entropy(&loss, NULL, MP_F32, zeros, t, &l0, 1, NSAT, 1.0f, t, NULL) == MP_OK &&
-                  loss == rt(t, logf(stop)), "%s naive loss over %d equal logits: %g", tn, NSAT, (double)loss);
+                  loss == rt(t, logf(stop)),
+              "%s naive loss over %d equal logits: %g", tn, NSAT, (double)loss);
         if (t == MP_F16)
             printf("  --reductions half (fp16): %d ones sum to %g; softmax of %d equal logits gives %g each (not %g); "
-                   "loss %g (not %g)\n", NSAT, (double)cs, NSAT, 1.0 / stop, 1.0 / NSAT, (double)loss,
-                   log((double)NSAT));
+                   "loss %g (not %g)\n",
+                   NSAT, (double)cs, NSAT, 1.0 / stop, 1.0 / NSAT, (double)loss, log((double)NSAT));
     }
     CHECK(mp_colsum(&(float){0}, &(float){1}, MP_F32, 1, 1, 0, MP_E4M3) == MP_EINVAL, "colsum: acc e4m3 refused");
 }
@@ -545,8 +562,10 @@ static void check_gelu_accuracy(void) {
             bad += e > 2.0;
             if (e > worst) worst = e, wx = x[i];
         }
-        CHECK(bad == 0, "%s: %ld of %zu values beyond 2 ulps (worst %.3g at x = %a)", gc->name, bad, n, worst, (double)wx);
-        printf("  %s: max error %.4f ulp (at x = %.9g) over %zu fp32 values in [-20, 20]\n", gc->name, worst, (double)wx, n);
+        CHECK(bad == 0, "%s: %ld of %zu values beyond 2 ulps (worst %.3g at x = %a)", gc->name, bad, n, worst,
+              (double)wx);
+        printf("  %s: max error %.4f ulp (at x = %.9g) over %zu fp32 values in [-20, 20]\n", gc->name, worst,
+               (double)wx, n);
         for (int isa = MP_ISA_SCALAR + 1; isa <= (int)mp_cpu_detected(); isa++) {
             mp_cpu_set_isa((mp_isa)isa);
             gelu_run(gc, y, x, NULL, n, NULL);
@@ -561,8 +580,9 @@ static void check_gelu_accuracy(void) {
 /* limits and special values; dy large (a loss scale) times a tiny derivative */
 static void check_gelu_special(void) {
     const float inf = INFINITY, nan = NAN;
-    const float xs[] = {0.0f, -0.0f, 0x1p-149f, -0x1p-149f, 1e-30f, -1e-30f, 1e-10f, -1e-10f, 20.0f, -20.0f, 25.0f,
-                        -25.0f, 1e30f, -1e30f, 0x1.fffffep127f, -0x1.fffffep127f, inf, -inf, nan, -10.0f, -13.0f, -14.2f};
+    const float xs[] = {0.0f,  -0.0f,  0x1p-149f, -0x1p-149f, 1e-30f, -1e-30f, 1e-10f,          -1e-10f,
+                        20.0f, -20.0f, 25.0f,     -25.0f,     1e30f,  -1e30f,  0x1.fffffep127f, -0x1.fffffep127f,
+                        inf,   -inf,   nan,       -10.0f,     -13.0f, -14.2f};
     enum { N = sizeof xs / sizeof xs[0] };
     float y[N], dyb[N], dy1[N];
     for (int c = 0; c < 4; c++) {
@@ -582,11 +602,13 @@ static void check_gelu_special(void) {
                     ok = ulp_err(y[i], want) <= 2.0 &&
                          ((float)want != 0 || gc->bwd || (y[i] == 0 && signbit(y[i]) == signbit((float)want)));
                 }
-                CHECK(ok, "%s (%s) at x = %a: %a, want %La", gc->name, mp_isa_name((mp_isa)isa), (double)x, (double)y[i],
-                      isinf(x) || isnan(x) ? 0.0L : gc->ref(x));
+                CHECK(ok, "%s (%s) at x = %a: %a, want %La", gc->name, mp_isa_name((mp_isa)isa), (double)x,
+                      (double)y[i], isinf(x) || isnan(x) ? 0.0L : gc->ref(x));
             }
             /* gelu(+-0) = +-0 */
-            if (!gc->bwd) CHECK(f2u(y[0]) == 0 && f2u(y[1]) == 0x80000000u, "%s: gelu(+-0) = %a, %a", gc->name, (double)y[0], (double)y[1]);
+            if (!gc->bwd)
+                CHECK(f2u(y[0]) == 0 && f2u(y[1]) == 0x80000000u, "%s: gelu(+-0) = %a, %a", gc->name, (double)y[0],
+                      (double)y[1]);
             if (gc->bwd) {
                 /* dy * derivative rounded once: a loss-scaled dy keeps tiny products alive */
                 for (int i = 0; i < N; i++) dyb[i] = 0x1p100f, dy1[i] = nan;
@@ -598,7 +620,8 @@ static void check_gelu_special(void) {
                           (double)y[i], want);
                 }
                 gelu_run(gc, y, xs, dy1, N, NULL);
-                for (int i = 0; i < N; i++) CHECK(isnan(y[i]), "%s: NaN dy at x = %a gives %a", gc->name, (double)xs[i], (double)y[i]);
+                for (int i = 0; i < N; i++)
+                    CHECK(isnan(y[i]), "%s: NaN dy at x = %a gives %a", gc->name, (double)xs[i], (double)y[i]);
             }
         }
     }
@@ -610,7 +633,8 @@ static void check_gelu_special(void) {
 static void check_gelu_paths(void) {
     enum { N = 300001 };
     float *xf = malloc(N * 4), *gf = malloc(N * 4), *yf = malloc(N * 4);
-    uint16_t *x16 = malloc(N * 2), *g16 = malloc(N * 2), *y16 = malloc(N * 2), *r16 = malloc(N * 2), *c16 = malloc(N * 2);
+    uint16_t *x16 = malloc(N * 2), *g16 = malloc(N * 2), *y16 = malloc(N * 2), *r16 = malloc(N * 2),
+             *c16 = malloc(N * 2);
     for (int t = 0; t < 2; t++) {
         const mp_dtype dt = t ? MP_BF16 : MP_F16;
         for (int i = 0; i < N; i++) xf[i] = (float)(12.0 * drand()), gf[i] = (float)(1e-3 * drand());
@@ -697,10 +721,10 @@ static double exp_ulp_err(float got, double ref) {
 }
 
 typedef struct {
-    double worst;      /* largest error in ulps of the exact value */
+    double worst; /* largest error in ulps of the exact value */
     float worst_x;
-    uint64_t n, off1;  /* inputs; results 1 ulp from the correctly rounded one */
-    long bad, differ;  /* beyond the bound; paths differing from the portable one */
+    uint64_t n, off1; /* inputs; results 1 ulp from the correctly rounded one */
+    long bad, differ; /* beyond the bound; paths differing from the portable one */
 } exp_tally;
 
 /* Every input b0, b0 + stride, ... <= b1 (bit patterns of one sign): each
@@ -741,35 +765,55 @@ static void exp_sweep(exp_tally *t, uint32_t b0, uint32_t b1, uint32_t stride) {
  * (65521st). Within 0.875 ulp of exact (softmax_kernels.h says 0.874) and so
  * within 1 ulp of correctly rounded. */
 static void check_exp(void) {
-    const uint32_t stride = mode == ALL ? 1u : quick ? 4099u : 127u, other = mode == ALL ? 127u : quick ? 65521u : 1021u;
+    const uint32_t stride = mode == ALL ? 1u
+                            : quick     ? 4099u
+                                        : 127u,
+                   other = mode == ALL ? 127u
+                           : quick     ? 65521u
+                                       : 1021u;
     exp_tally in = {0}, out = {0};
     exp_sweep(&in, 0x80000000u, 0xc2d00000u, stride); /* -0 .. -104 */
     const uint32_t ends[] = {f2u(-103.972076f), f2u(88.7228394f), f2u(-87.3365479f), 0x80000000u, 0};
     for (size_t e = 0; e < sizeof ends / sizeof ends[0]; e++) {
         const uint32_t c = ends[e] & 0x7fffffffu, sign = ends[e] & 0x80000000u;
-        exp_sweep(ends[e] < 0xc2d00000u && (sign || c == 0) ? &in : &out, sign | (c < 8192 ? 0 : c - 8192), sign | (c + 8192),
-                  1);
+        exp_sweep(ends[e] < 0xc2d00000u && (sign || c == 0) ? &in : &out, sign | (c < 8192 ? 0 : c - 8192),
+                  sign | (c + 8192), 1);
     }
-    exp_sweep(&out, 0, 0x7fffffffu, other);          /* x >= +0, +inf, NaNs */
+    exp_sweep(&out, 0, 0x7fffffffu, other);           /* x >= +0, +inf, NaNs */
     exp_sweep(&out, 0xc2d00001u, 0xffffffffu, other); /* x < -104, -inf, NaNs */
-    CHECK(in.bad == 0 && out.bad == 0, "e^x: %ld of %" PRIu64 " in [-104, 0] and %ld of %" PRIu64
-          " elsewhere beyond 0.875 ulp or 1 ulp from correctly rounded", in.bad, in.n, out.bad, out.n);
+    CHECK(in.bad == 0 && out.bad == 0,
+          "e^x: %ld of %" PRIu64 " in [-104, 0] and %ld of %" PRIu64
+          " elsewhere beyond 0.875 ulp or 1 ulp from correctly rounded",
+          in.bad, in.n, out.bad, out.n);
     CHECK(in.differ == 0 && out.differ == 0, "e^x: %ld blocks differ between the paths and the portable one",
           in.differ + out.differ);
     printf("  e^x: max error %.4f ulp (at x = %.9g) over %" PRIu64 " fp32 values in [-104, 0]%s, %.3f%% 1 ulp from "
-           "correctly rounded; %.4f ulp (at x = %.9g) over %" PRIu64 " others\n", in.worst, (double)in.worst_x, in.n,
-           mode == ALL ? " (all)" : "", 100.0 * (double)in.off1 / (double)in.n, out.worst, (double)out.worst_x, out.n);
+           "correctly rounded; %.4f ulp (at x = %.9g) over %" PRIu64 " others\n",
+           in.worst, (double)in.worst_x, in.n, mode == ALL ? " (all)" : "", 100.0 * (double)in.off1 / (double)in.n,
+           out.worst, (double)out.worst_x, out.n);
     /* special values and limits, on every path */
     static const struct {
         float x, want; /* to the bit */
-    } sv[] = {{0.0f, 1.0f}, {-0.0f, 1.0f}, {0x1p-149f, 1.0f}, {-0x1p-149f, 1.0f}, {-INFINITY, 0.0f},
-              {INFINITY, INFINITY}, {-0x1.fffffep127f, 0.0f}, {0x1.fffffep127f, INFINITY}, {-104.0f, 0.0f},
-              {-200.0f, 0.0f}, {89.0f, INFINITY}, {100.0f, INFINITY},
+    } sv[] = {{0.0f, 1.0f},
+              {-0.0f, 1.0f},
+              {0x1p-149f, 1.0f},
+              {-0x1p-149f, 1.0f},
+              {-INFINITY, 0.0f},
+              {INFINITY, INFINITY},
+              {-0x1.fffffep127f, 0.0f},
+              {0x1.fffffep127f, INFINITY},
+              {-104.0f, 0.0f},
+              {-200.0f, 0.0f},
+              {89.0f, INFINITY},
+              {100.0f, INFINITY},
               /* either side of e^x = 2^-150: 0, then the smallest subnormal */
-              {-0x1.9fe36ap+6f, 0.0f}, {-0x1.9fe368p+6f, 0x1p-149f},
+              {-0x1.9fe36ap+6f, 0.0f},
+              {-0x1.9fe368p+6f, 0x1p-149f},
               /* either side of the overflow */
-              {0x1.62e42ep+6f, 0x1.ffff08p+127f}, {0x1.62e43p+6f, INFINITY},
-              {1.0f, 0x1.5bf0a8p+1f}, {-1.0f, 0x1.78b564p-2f}};
+              {0x1.62e42ep+6f, 0x1.ffff08p+127f},
+              {0x1.62e43p+6f, INFINITY},
+              {1.0f, 0x1.5bf0a8p+1f},
+              {-1.0f, 0x1.78b564p-2f}};
     enum { NS = sizeof sv / sizeof sv[0] };
     for (int isa = MP_ISA_SCALAR; isa <= (int)mp_cpu_detected(); isa++) {
         const mp_softmax_kernels *k = mp_kernels_of((mp_isa)isa)->softmax;
@@ -978,8 +1022,9 @@ static void check_rows_parallel(void) {
                 mp_convert((uint8_t *)x + i * es, t, &v, MP_F32, 1, NULL);
             }
             void *y0 = malloc(bytes), *y1 = malloc(bytes), *d0 = malloc(bytes), *d1 = malloc(bytes);
-            float *w = malloc(C * 4), *b = malloc(C * 4), *dw0 = malloc(C * 4), *db0 = malloc(C * 4), *dw1 = malloc(C * 4),
-                  *db1 = malloc(C * 4), *m0 = malloc(B * 4), *r0 = malloc(B * 4), *m1 = malloc(B * 4), *r1 = malloc(B * 4);
+            float *w = malloc(C * 4), *b = malloc(C * 4), *dw0 = malloc(C * 4), *db0 = malloc(C * 4),
+                  *dw1 = malloc(C * 4), *db1 = malloc(C * 4), *m0 = malloc(B * 4), *r0 = malloc(B * 4),
+                  *m1 = malloc(B * 4), *r1 = malloc(B * 4);
             int32_t *lab = malloc(B * 4);
             for (size_t j = 0; j < C; j++) w[j] = (float)(1 + 0.5 * drand()), b[j] = (float)drand();
             for (size_t i = 0; i < B; i++) lab[i] = (int32_t)((i * 7919) % C);
@@ -1002,7 +1047,8 @@ static void check_rows_parallel(void) {
                     mp_convert_stats s0 = {0}, s1 = {0};
                     float l0, l1;
                     old_cross_entropy(&l0, with_d ? d0 : NULL, t, x, t, lab, B, C, 1024.0f, &s0);
-                    CHECK(mp_cross_entropy(&l1, with_d ? d1 : NULL, t, x, t, lab, B, C, 1024.0f, MP_F32, &s1) == MP_OK, "ce");
+                    CHECK(mp_cross_entropy(&l1, with_d ? d1 : NULL, t, x, t, lab, B, C, 1024.0f, MP_F32, &s1) == MP_OK,
+                          "ce");
                     bad += f2u(l0) != f2u(l1) || !convert_stats_eq(&s0, &s1) || (with_d && !same(d0, d1, bytes));
                 }
                 {
@@ -1017,12 +1063,15 @@ static void check_rows_parallel(void) {
                     mp_convert_stats s0 = {0}, s1 = {0};
                     old_layernorm_forward(y0, t, m0, r0, x, t, wv, bv, B, C, 1e-5f, &s0);
                     mp_layernorm_forward(y1, t, m1, r1, x, t, wv, bv, B, C, 1e-5f, MP_F32, &s1);
-                    bad += !same(y0, y1, bytes) || !same(m0, m1, B * 4) || !same(r0, r1, B * 4) || !convert_stats_eq(&s0, &s1);
+                    bad += !same(y0, y1, bytes) || !same(m0, m1, B * 4) || !same(r0, r1, B * 4) ||
+                           !convert_stats_eq(&s0, &s1);
                     for (size_t j = 0; j < C; j++) dw0[j] = dw1[j] = (float)drand(), db0[j] = db1[j] = (float)drand();
-                    float *dwa = v == 2 ? NULL : dw0, *dba = v == 1 ? NULL : db0, *dwb = v == 2 ? NULL : dw1, *dbb = v == 1 ? NULL : db1;
+                    float *dwa = v == 2 ? NULL : dw0, *dba = v == 1 ? NULL : db0, *dwb = v == 2 ? NULL : dw1,
+                          *dbb = v == 1 ? NULL : db1;
                     old_layernorm_backward(d0, t, dwa, dba, dy, t, x, t, m0, r0, wv, B, C, v & 1, &s0);
                     mp_layernorm_backward(d1, t, dwb, dbb, dy, t, x, t, m1, r1, wv, B, C, v & 1, MP_F32, &s1);
-                    bad += !same(d0, d1, bytes) || !same(dw0, dw1, C * 4) || !same(db0, db1, C * 4) || !convert_stats_eq(&s0, &s1);
+                    bad += !same(d0, d1, bytes) || !same(dw0, dw1, C * 4) || !same(db0, db1, C * 4) ||
+                           !convert_stats_eq(&s0, &s1);
                     memcpy(d1, dy, bytes); /* dx aliasing dy */
                     mp_layernorm_backward(d1, t, NULL, NULL, d1, t, x, t, m1, r1, wv, B, C, 0, MP_F32, NULL);
                     bad += !same(d0, d1, bytes);
@@ -1035,15 +1084,16 @@ static void check_rows_parallel(void) {
                     memcpy(y0, x, bytes);
                     mp_add(y0, t, y0, t, d0, t, B * C, &c0);
                     memcpy(y1, x, bytes);
-                    CHECK(mp_layernorm_backward_add(y1, t, dwb, dbb, dy, x, m1, r1, wv, B, C, 1, MP_F32, y1, &a1, &c1) ==
-                              MP_OK, "layernorm backward into a residual");
+                    CHECK(mp_layernorm_backward_add(y1, t, dwb, dbb, dy, x, m1, r1, wv, B, C, 1, MP_F32, y1, &a1,
+                                                    &c1) == MP_OK,
+                          "layernorm backward into a residual");
                     bad += !same(y0, y1, bytes) || !convert_stats_eq(&a0, &a1) || !convert_stats_eq(&c0, &c1) ||
                            !same(dw0, dw1, C * 4) || !same(db0, db1, C * 4);
                 }
             }
             mp_set_threads(0);
-            CHECK(bad == 0, "row ops %s (%zu, %zu): %ld results differ from the sequential implementation", mp_format(t)->name,
-                  B, C, bad);
+            CHECK(bad == 0, "row ops %s (%zu, %zu): %ld results differ from the sequential implementation",
+                  mp_format(t)->name, B, C, bad);
             free(xd), free(x), free(dy), free(y0), free(y1), free(d0), free(d1), free(w), free(b), free(dw0), free(db0),
                 free(dw1), free(db1), free(m0), free(r0), free(m1), free(r1), free(lab);
         }
@@ -1055,9 +1105,11 @@ static void check_bad_args(void) {
     CHECK(mp_softmax_forward(NULL, MP_F32, x, MP_F32, 1, 4, 0, MP_F32, NULL) == MP_EINVAL, "NULL y");
     float loss;
     const int32_t lab = -1;
-    CHECK(mp_cross_entropy(&loss, NULL, MP_F32, x, MP_F32, &lab, 1, 4, 1.0f, MP_F32, NULL) == MP_EINVAL, "negative label");
+    CHECK(mp_cross_entropy(&loss, NULL, MP_F32, x, MP_F32, &lab, 1, 4, 1.0f, MP_F32, NULL) == MP_EINVAL,
+          "negative label");
     float m, r;
-    CHECK(mp_layernorm_forward(y, MP_F32, &m, &r, x, MP_F32, NULL, NULL, 1, 0, 1e-5f, MP_F32, NULL) == MP_EINVAL, "C = 0");
+    CHECK(mp_layernorm_forward(y, MP_F32, &m, &r, x, MP_F32, NULL, NULL, 1, 0, 1e-5f, MP_F32, NULL) == MP_EINVAL,
+          "C = 0");
 }
 
 int main(int argc, char **argv) {
@@ -1079,4 +1131,3 @@ int main(int argc, char **argv) {
     check_bad_args();
     return check_report("test_ops");
 }
-

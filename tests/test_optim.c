@@ -10,7 +10,9 @@
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static float frand(void) { /* uniform in [-1, 1) */
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return (float)((double)(rng >> 11) * 0x1p-52 - 1.0);
 }
 
@@ -55,8 +57,12 @@ static void fill(float *x, size_t n, float scale) {
 }
 
 static void check_sgd_variants(void) {
-    const struct { double lr, mom, damp, wd; int nesterov; } cases[] = {
-        {0.1, 0, 0, 0, 0}, {0.05, 0.9, 0, 0, 0}, {0.05, 0.9, 0.1, 1e-4, 0}, {0.01, 0.9, 0, 5e-4, 1}, {0.3, 0, 0, 0.01, 0},
+    const struct {
+        double lr, mom, damp, wd;
+        int nesterov;
+    } cases[] = {
+        {0.1, 0, 0, 0, 0},       {0.05, 0.9, 0, 0, 0}, {0.05, 0.9, 0.1, 1e-4, 0},
+        {0.01, 0.9, 0, 5e-4, 1}, {0.3, 0, 0, 0.01, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         mp_sgd_config cfg = mp_sgd_defaults();
@@ -74,7 +80,8 @@ static void check_sgd_variants(void) {
             fill(g, N, 0.1f);
             memcpy(p->grad, g, sizeof g);
             CHECK(mp_optim_step(o) == MP_OK, "step");
-            ref_sgd(ref, g, buf, N, step == 0, cases[c].lr, cases[c].mom, cases[c].damp, cases[c].wd, cases[c].nesterov);
+            ref_sgd(ref, g, buf, N, step == 0, cases[c].lr, cases[c].mom, cases[c].damp, cases[c].wd,
+                    cases[c].nesterov);
             bad += memcmp(p->master, ref, sizeof ref) != 0;
             if (cases[c].mom != 0) bad += memcmp(p->state1, buf, sizeof buf) != 0;
         }
@@ -101,8 +108,12 @@ static void check_sgd_variants(void) {
 }
 
 static void check_adamw(void) {
-    const struct { double lr, b1, b2, eps, wd; } cases[] = {
-        {1e-3, 0.9, 0.999, 1e-8, 1e-2}, {3e-4, 0.8, 0.95, 1e-6, 0.1}, {1e-2, 0.9, 0.999, 1e-8, 0},
+    const struct {
+        double lr, b1, b2, eps, wd;
+    } cases[] = {
+        {1e-3, 0.9, 0.999, 1e-8, 1e-2},
+        {3e-4, 0.8, 0.95, 1e-6, 0.1},
+        {1e-2, 0.9, 0.999, 1e-8, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         mp_adamw_config cfg = {cases[c].lr, cases[c].b1, cases[c].b2, cases[c].eps, cases[c].wd};
@@ -169,7 +180,8 @@ static void check_unbiased_sqrt_of(const mp_optim_kernels *k, const char *path) 
         mp_optim_scalar.adamw(w1, g, m1, v1, M, &ac);
         k->adamw(w2, g, m2, v2, M, &ac);
         int bad = 0;
-        for (int i = 0; i < M; i++) bad += f2u(w1[i]) != f2u(w2[i]) || f2u(m1[i]) != f2u(m2[i]) || f2u(v1[i]) != f2u(v2[i]);
+        for (int i = 0; i < M; i++)
+            bad += f2u(w1[i]) != f2u(w2[i]) || f2u(m1[i]) != f2u(m2[i]) || f2u(v1[i]) != f2u(v2[i]);
         CHECK(bad == 0, "%s: bc2_sqrt %a: %d of %d AdamW updates differ from the division's", path, (double)ac.bc2_sqrt,
               bad, M);
     }
@@ -206,7 +218,8 @@ static void check_kernel_paths_of(const mp_optim_kernels *k, const char *path) {
     mp_optim_scalar.sumsq(a1, g, M);
     k->sumsq(a2, g, M);
     k->sumsq(a3, g, 4096), k->sumsq(a3, g + 4096, M - 4096); /* in pieces */
-    CHECK(mp_sumsq_total(a1) == mp_sumsq_total(a2) && mp_sumsq_total(a1) == mp_sumsq_total(a3), "%s: sumsq differs", path);
+    CHECK(mp_sumsq_total(a1) == mp_sumsq_total(a2) && mp_sumsq_total(a1) == mp_sumsq_total(a3), "%s: sumsq differs",
+          path);
     mp_optim_scalar.round_sr(h1, w1, M, 42, 0);
     k->round_sr(h2, w1, M, 42, 0);
     CHECK(memcmp(h1, h2, sizeof h1) == 0, "%s: stochastic rounding differs", path);
@@ -268,7 +281,8 @@ static void check_protocol(void) {
     CHECK(mp_optim_stage(o, &s) == MP_STAGE_READY, "ready");
     for (size_t i = 0; i < N; i++) p->grad[i] = frand() * 0.01f * s.scale;
     double norm;
-    CHECK(mp_clip_grad_norm(o, &s, 1.0, MP_F32, &norm) == MP_ESTATE && strstr(mp_last_error(), "unscale"), "clip before unscale");
+    CHECK(mp_clip_grad_norm(o, &s, 1.0, MP_F32, &norm) == MP_ESTATE && strstr(mp_last_error(), "unscale"),
+          "clip before unscale");
     CHECK(mp_scaler_unscale(&s, o, &found) == MP_OK && found == 0, "unscale");
     CHECK(mp_optim_stage(o, &s) == MP_STAGE_UNSCALED, "unscaled");
     CHECK(mp_scaler_unscale(&s, o, &found) == MP_ESTATE && strstr(mp_last_error(), "twice"), "unscale twice");
@@ -330,7 +344,7 @@ static void check_accumulation(void) {
         for (int micro = 0; micro < 3; micro++)
             for (size_t i = 0; i < N; i++) {
                 const float g = ldexpf((float)(int)(frand() * 1000), -12); /* exact in sums */
-                pa->grad[i] += g * s.scale;                              /* backward of scale * loss */
+                pa->grad[i] += g * s.scale;                                /* backward of scale * loss */
                 pb->grad[i] += g;
             }
         int found;
@@ -363,7 +377,8 @@ static void check_clip(void) {
     float before[N];
     memcpy(before, p->grad, sizeof before);
     double norm;
-    CHECK(mp_clip_grad_norm(o, NULL, 1.0, MP_F32, &norm) == MP_OK && isfinite(norm) && fabs(norm - want) <= 1e-12 * want,
+    CHECK(mp_clip_grad_norm(o, NULL, 1.0, MP_F32, &norm) == MP_OK && isfinite(norm) &&
+              fabs(norm - want) <= 1e-12 * want,
           "fp64 norm %g vs %g", norm, want);
     const float coef = (float)(1.0 / (norm + 1e-6));
     long bad = 0;
@@ -375,7 +390,8 @@ static void check_clip(void) {
     CHECK(bad == 0 && fabs(sqrt(after) - 1.0) < 1e-5, "clipped to norm 1 (%g)", sqrt(after));
     /* below max_norm: untouched */
     memcpy(before, p->grad, sizeof before);
-    CHECK(mp_clip_grad_norm(o, NULL, 10.0, MP_F32, &norm) == MP_OK && memcmp(before, p->grad, sizeof before) == 0, "no-op");
+    CHECK(mp_clip_grad_norm(o, NULL, 10.0, MP_F32, &norm) == MP_OK && memcmp(before, p->grad, sizeof before) == 0,
+          "no-op");
     p->grad[3] = NAN;
     memcpy(before, p->grad, sizeof before);
     CHECK(mp_clip_grad_norm(o, NULL, 1.0, MP_F32, &norm) == MP_OK && isnan(norm), "NaN norm reported");
@@ -404,7 +420,8 @@ static void check_clip(void) {
     const double want_bf = mp_bf16_to_f32(mp_f32_to_bf16(sqrtf(sb)));
     CHECK(mp_clip_grad_norm(q, NULL, 1.0, MP_BF16, &nbf) == MP_OK && nbf == want_bf && nbf < 0.5 * 1e-4 * sqrt(M),
           "bf16 naive norm %g (loop %g, exact %g)", nbf, want_bf, 1e-4 * sqrt(M));
-    CHECK(mp_clip_grad_norm(q, NULL, 1.0, MP_F32, &n32) == MP_OK && fabs(n32 - 1e-4 * sqrt(M)) < 1e-9, "fp32 norm %g", n32);
+    CHECK(mp_clip_grad_norm(q, NULL, 1.0, MP_F32, &n32) == MP_OK && fabs(n32 - 1e-4 * sqrt(M)) < 1e-9, "fp32 norm %g",
+          n32);
     /* gradients of 8: squares of 64 sum past 65504 in fp16 after 1024 of them; the
      * naive norm is inf and its clip coefficient 0 (fp32's norm is 512) */
     for (int k = 0; k < 2; k++)
@@ -472,8 +489,7 @@ static void check_unscale_clip(void) {
                     for (int q = 0; q < P; q++) {
                         const mp_param *a = p[0][q], *b = p[1][q];
                         bad += memcmp(a->master, b->master, a->n * 4) != 0 || memcmp(a->grad, b->grad, a->n * 4) != 0 ||
-                               memcmp(a->half, b->half, a->n * 2) != 0 ||
-                               memcmp(a->state1, b->state1, a->n * 4) != 0 ||
+                               memcmp(a->half, b->half, a->n * 2) != 0 || memcmp(a->state1, b->state1, a->n * 4) != 0 ||
                                (adam && memcmp(a->state2, b->state2, a->n * 4) != 0);
                     }
                     CHECK(bad == 0 && (kind < 2 || step != 1 || f1 == scaled) && (kind != 1 || n1 > 1.0),
@@ -497,10 +513,12 @@ static void check_unscale_clip(void) {
             for (size_t i = 0; i < 100; i++) p[v]->grad[i] = (float)i * 1e-3f;
         mp_clip_grad_norm(o[0], NULL, 10.0, MP_F32, &n0), mp_clip_grad_norm(o[1], NULL, 10.0, MP_F32, &n1);
         mp_optim_step(o[0]), mp_optim_step(o[1]);
-        CHECK(memcmp(p[0]->master, p[1]->master, 100 * 4) == 0, "a clip left behind by mp_optim_unscale_clip was applied");
+        CHECK(memcmp(p[0]->master, p[1]->master, 100 * 4) == 0,
+              "a clip left behind by mp_optim_unscale_clip was applied");
         mp_optim_free(o[0]), mp_optim_free(o[1]);
     }
-    CHECK_SAY(mark, "  fused unscale + check + norm, clip in the update's pass: equal to the separate calls (%d cases)\n",
+    CHECK_SAY(mark,
+              "  fused unscale + check + norm, clip in the update's pass: equal to the separate calls (%d cases)\n",
               cases);
 }
 
@@ -698,7 +716,8 @@ static void check_half_only(void) {
         mp_optim_add_half(h, "w", &one, 1, t, &ph), mp_optim_add(m, "w", &one, 1, t, &pm);
         ph->grad[0] = pm->grad[0] = 1.0f; /* update 1e-4 < half an ulp of 1 (2^-11 fp16, 2^-8 bf16) */
         mp_optim_step(h), mp_optim_step(m);
-        CHECK(((uint16_t *)ph->half)[0] == hr(1.0f, t), "%s: a sub-half-ulp update changed the weight", t == MP_BF16 ? "bf16" : "fp16");
+        CHECK(((uint16_t *)ph->half)[0] == hr(1.0f, t), "%s: a sub-half-ulp update changed the weight",
+              t == MP_BF16 ? "bf16" : "fp16");
         CHECK(pm->master[0] != 1.0f, "%s: fp32 master did not move", t == MP_BF16 ? "bf16" : "fp16");
         mp_optim_free(h), mp_optim_free(m);
     }
@@ -742,8 +761,8 @@ static uint64_t lost_once(mp_optim *o, mp_param *p, const char *what) {
         want += p->grad[i] != 0.0f && memcmp(w + i * es, before + i * es, es) == 0;
     const uint64_t lost = mp_optim_lost_updates(o, &updated);
     CHECK(lost == want && want > LK / 4 && want < LK / 2 && updated == LK,
-          "%s (isa %d, %d threads): %llu lost, %llu recounted, %llu updated", what, (int)mp_cpu_isa(), mp_get_threads(), (unsigned long long)lost, (unsigned long long)want,
-          (unsigned long long)updated);
+          "%s (isa %d, %d threads): %llu lost, %llu recounted, %llu updated", what, (int)mp_cpu_isa(), mp_get_threads(),
+          (unsigned long long)lost, (unsigned long long)want, (unsigned long long)updated);
     return lost;
 }
 
@@ -772,9 +791,11 @@ static void check_lost_updates(void) {
                     p->grad[i] = i % 3 ? frand() * 0.1f : 0.0f;
                     if (i % 2) most = fmaxf(most, fabsf(p->grad[i]) * (float)sc.lr);
                 }
-                if (k != 1)
-                    CHECK(most < 0x1p-12f, "the updates of 1.0 are under half an ulp: %g", (double)most);
-                by_threads[th][k] = lost_once(o, p, k == 0 ? "fp16 half-only sgd" : k == 1 ? "fp32 adamw" : "bf16-pure sgd");
+                if (k != 1) CHECK(most < 0x1p-12f, "the updates of 1.0 are under half an ulp: %g", (double)most);
+                by_threads[th][k] = lost_once(o, p,
+                                              k == 0   ? "fp16 half-only sgd"
+                                              : k == 1 ? "fp32 adamw"
+                                                       : "bf16-pure sgd");
                 mp_optim_free(o);
             }
         }
@@ -810,72 +831,66 @@ static void check_lost_updates(void) {
  * multiply-adds) makes them: create_dynamic_map(True) and (False), and the
  * 4-bit create_dynamic_map(True, 3, 4), as fp32 bits. */
 static const uint32_t torchao_q8_signed[256] = {
-    0xbf7e3333, 0xbf7a999a, 0xbf770000, 0xbf736666, 0xbf6fcccd, 0xbf6c3333, 0xbf68999a, 0xbf650000,
-    0xbf616666, 0xbf5dcccd, 0xbf5a3333, 0xbf56999a, 0xbf530000, 0xbf4f6666, 0xbf4bcccd, 0xbf483333,
-    0xbf44999a, 0xbf410000, 0xbf3d6666, 0xbf39cccd, 0xbf363334, 0xbf32999a, 0xbf2f0000, 0xbf2b6666,
-    0xbf27cccd, 0xbf243334, 0xbf20999a, 0xbf1d0000, 0xbf196666, 0xbf15cccd, 0xbf123334, 0xbf0e999a,
-    0xbf0b0000, 0xbf076666, 0xbf03cccc, 0xbf003333, 0xbef93332, 0xbef20000, 0xbeeacccc, 0xbee3999a,
-    0xbedc6666, 0xbed53333, 0xbece0000, 0xbec6cccc, 0xbebf999a, 0xbeb86666, 0xbeb13333, 0xbeaa0000,
-    0xbea2cccc, 0xbe9b999a, 0xbe946666, 0xbe8d3334, 0xbe860000, 0xbe7d9999, 0xbe6f3333, 0xbe60cccd,
-    0xbe526666, 0xbe440000, 0xbe35999a, 0xbe273333, 0xbe18cccd, 0xbe0a6666, 0xbdf80000, 0xbddb3334,
-    0xbdc9eb85, 0xbdc428f7, 0xbdbe6667, 0xbdb8a3d7, 0xbdb2e148, 0xbdad1eb8, 0xbda75c2a, 0xbda1999a,
-    0xbd9bd70a, 0xbd96147b, 0xbd9051eb, 0xbd8a8f5d, 0xbd84cccd, 0xbd7e147b, 0xbd728f5d, 0xbd670a3d,
-    0xbd5b851f, 0xbd500000, 0xbd447ae1, 0xbd38f5c3, 0xbd2d70a3, 0xbd21eb85, 0xbd166667, 0xbd0ae148,
-    0xbcfeb852, 0xbce7ae15, 0xbcd0a3d7, 0xbcb9999a, 0xbca28f5d, 0xbc8b851f, 0xbc68f5c3, 0xbc3ae148,
-    0xbc1f3b64, 0xbc160418, 0xbc0ccccd, 0xbc039581, 0xbbf4bc6a, 0xbbe24dd3, 0xbbcfdf3b, 0xbbbd70a4,
-    0xbbab020d, 0xbb989374, 0xbb8624dd, 0xbb676c8a, 0xbb428f5c, 0xbb1db22d, 0xbaf1a9fc, 0xbaa7ef9d,
-    0xba7765ff, 0xba59e83e, 0xba3c6a80, 0xba1eecc1, 0xba016f01, 0xb9c7e283, 0xb98ce705, 0xb923d70b,
-    0xb8ba1f4b, 0xb88aefb3, 0xb8378034, 0xb7b24206, 0xb70205ff, 0xb65a1a94, 0xb513a3b7, 0x00000000,
-    0x3513a3b7, 0x365a1a94, 0x370205ff, 0x37b24206, 0x38378034, 0x388aefb3, 0x38ba1f4b, 0x3923d70b,
-    0x398ce705, 0x39c7e283, 0x3a016f01, 0x3a1eecc1, 0x3a3c6a80, 0x3a59e83e, 0x3a7765ff, 0x3aa7ef9d,
-    0x3af1a9fc, 0x3b1db22d, 0x3b428f5c, 0x3b676c8a, 0x3b8624dd, 0x3b989374, 0x3bab020d, 0x3bbd70a4,
-    0x3bcfdf3b, 0x3be24dd3, 0x3bf4bc6a, 0x3c039581, 0x3c0ccccd, 0x3c160418, 0x3c1f3b64, 0x3c3ae148,
-    0x3c68f5c3, 0x3c8b851f, 0x3ca28f5d, 0x3cb9999a, 0x3cd0a3d7, 0x3ce7ae15, 0x3cfeb852, 0x3d0ae148,
-    0x3d166667, 0x3d21eb85, 0x3d2d70a3, 0x3d38f5c3, 0x3d447ae1, 0x3d500000, 0x3d5b851f, 0x3d670a3d,
-    0x3d728f5d, 0x3d7e147b, 0x3d84cccd, 0x3d8a8f5d, 0x3d9051eb, 0x3d96147b, 0x3d9bd70a, 0x3da1999a,
-    0x3da75c2a, 0x3dad1eb8, 0x3db2e148, 0x3db8a3d7, 0x3dbe6667, 0x3dc428f7, 0x3dc9eb85, 0x3ddb3334,
-    0x3df80000, 0x3e0a6666, 0x3e18cccd, 0x3e273333, 0x3e35999a, 0x3e440000, 0x3e526666, 0x3e60cccd,
-    0x3e6f3333, 0x3e7d9999, 0x3e860000, 0x3e8d3334, 0x3e946666, 0x3e9b999a, 0x3ea2cccc, 0x3eaa0000,
-    0x3eb13333, 0x3eb86666, 0x3ebf999a, 0x3ec6cccc, 0x3ece0000, 0x3ed53333, 0x3edc6666, 0x3ee3999a,
-    0x3eeacccc, 0x3ef20000, 0x3ef93332, 0x3f003333, 0x3f03cccc, 0x3f076666, 0x3f0b0000, 0x3f0e999a,
-    0x3f123334, 0x3f15cccd, 0x3f196666, 0x3f1d0000, 0x3f20999a, 0x3f243334, 0x3f27cccd, 0x3f2b6666,
-    0x3f2f0000, 0x3f32999a, 0x3f363334, 0x3f39cccd, 0x3f3d6666, 0x3f410000, 0x3f44999a, 0x3f483333,
-    0x3f4bcccd, 0x3f4f6666, 0x3f530000, 0x3f56999a, 0x3f5a3333, 0x3f5dcccd, 0x3f616666, 0x3f650000,
-    0x3f68999a, 0x3f6c3333, 0x3f6fcccd, 0x3f736666, 0x3f770000, 0x3f7a999a, 0x3f7e3333, 0x3f800000,
+    0xbf7e3333, 0xbf7a999a, 0xbf770000, 0xbf736666, 0xbf6fcccd, 0xbf6c3333, 0xbf68999a, 0xbf650000, 0xbf616666,
+    0xbf5dcccd, 0xbf5a3333, 0xbf56999a, 0xbf530000, 0xbf4f6666, 0xbf4bcccd, 0xbf483333, 0xbf44999a, 0xbf410000,
+    0xbf3d6666, 0xbf39cccd, 0xbf363334, 0xbf32999a, 0xbf2f0000, 0xbf2b6666, 0xbf27cccd, 0xbf243334, 0xbf20999a,
+    0xbf1d0000, 0xbf196666, 0xbf15cccd, 0xbf123334, 0xbf0e999a, 0xbf0b0000, 0xbf076666, 0xbf03cccc, 0xbf003333,
+    0xbef93332, 0xbef20000, 0xbeeacccc, 0xbee3999a, 0xbedc6666, 0xbed53333, 0xbece0000, 0xbec6cccc, 0xbebf999a,
+    0xbeb86666, 0xbeb13333, 0xbeaa0000, 0xbea2cccc, 0xbe9b999a, 0xbe946666, 0xbe8d3334, 0xbe860000, 0xbe7d9999,
+    0xbe6f3333, 0xbe60cccd, 0xbe526666, 0xbe440000, 0xbe35999a, 0xbe273333, 0xbe18cccd, 0xbe0a6666, 0xbdf80000,
+    0xbddb3334, 0xbdc9eb85, 0xbdc428f7, 0xbdbe6667, 0xbdb8a3d7, 0xbdb2e148, 0xbdad1eb8, 0xbda75c2a, 0xbda1999a,
+    0xbd9bd70a, 0xbd96147b, 0xbd9051eb, 0xbd8a8f5d, 0xbd84cccd, 0xbd7e147b, 0xbd728f5d, 0xbd670a3d, 0xbd5b851f,
+    0xbd500000, 0xbd447ae1, 0xbd38f5c3, 0xbd2d70a3, 0xbd21eb85, 0xbd166667, 0xbd0ae148, 0xbcfeb852, 0xbce7ae15,
+    0xbcd0a3d7, 0xbcb9999a, 0xbca28f5d, 0xbc8b851f, 0xbc68f5c3, 0xbc3ae148, 0xbc1f3b64, 0xbc160418, 0xbc0ccccd,
+    0xbc039581, 0xbbf4bc6a, 0xbbe24dd3, 0xbbcfdf3b, 0xbbbd70a4, 0xbbab020d, 0xbb989374, 0xbb8624dd, 0xbb676c8a,
+    0xbb428f5c, 0xbb1db22d, 0xbaf1a9fc, 0xbaa7ef9d, 0xba7765ff, 0xba59e83e, 0xba3c6a80, 0xba1eecc1, 0xba016f01,
+    0xb9c7e283, 0xb98ce705, 0xb923d70b, 0xb8ba1f4b, 0xb88aefb3, 0xb8378034, 0xb7b24206, 0xb70205ff, 0xb65a1a94,
+    0xb513a3b7, 0x00000000, 0x3513a3b7, 0x365a1a94, 0x370205ff, 0x37b24206, 0x38378034, 0x388aefb3, 0x38ba1f4b,
+    0x3923d70b, 0x398ce705, 0x39c7e283, 0x3a016f01, 0x3a1eecc1, 0x3a3c6a80, 0x3a59e83e, 0x3a7765ff, 0x3aa7ef9d,
+    0x3af1a9fc, 0x3b1db22d, 0x3b428f5c, 0x3b676c8a, 0x3b8624dd, 0x3b989374, 0x3bab020d, 0x3bbd70a4, 0x3bcfdf3b,
+    0x3be24dd3, 0x3bf4bc6a, 0x3c039581, 0x3c0ccccd, 0x3c160418, 0x3c1f3b64, 0x3c3ae148, 0x3c68f5c3, 0x3c8b851f,
+    0x3ca28f5d, 0x3cb9999a, 0x3cd0a3d7, 0x3ce7ae15, 0x3cfeb852, 0x3d0ae148, 0x3d166667, 0x3d21eb85, 0x3d2d70a3,
+    0x3d38f5c3, 0x3d447ae1, 0x3d500000, 0x3d5b851f, 0x3d670a3d, 0x3d728f5d, 0x3d7e147b, 0x3d84cccd, 0x3d8a8f5d,
+    0x3d9051eb, 0x3d96147b, 0x3d9bd70a, 0x3da1999a, 0x3da75c2a, 0x3dad1eb8, 0x3db2e148, 0x3db8a3d7, 0x3dbe6667,
+    0x3dc428f7, 0x3dc9eb85, 0x3ddb3334, 0x3df80000, 0x3e0a6666, 0x3e18cccd, 0x3e273333, 0x3e35999a, 0x3e440000,
+    0x3e526666, 0x3e60cccd, 0x3e6f3333, 0x3e7d9999, 0x3e860000, 0x3e8d3334, 0x3e946666, 0x3e9b999a, 0x3ea2cccc,
+    0x3eaa0000, 0x3eb13333, 0x3eb86666, 0x3ebf999a, 0x3ec6cccc, 0x3ece0000, 0x3ed53333, 0x3edc6666, 0x3ee3999a,
+    0x3eeacccc, 0x3ef20000, 0x3ef93332, 0x3f003333, 0x3f03cccc, 0x3f076666, 0x3f0b0000, 0x3f0e999a, 0x3f123334,
+    0x3f15cccd, 0x3f196666, 0x3f1d0000, 0x3f20999a, 0x3f243334, 0x3f27cccd, 0x3f2b6666, 0x3f2f0000, 0x3f32999a,
+    0x3f363334, 0x3f39cccd, 0x3f3d6666, 0x3f410000, 0x3f44999a, 0x3f483333, 0x3f4bcccd, 0x3f4f6666, 0x3f530000,
+    0x3f56999a, 0x3f5a3333, 0x3f5dcccd, 0x3f616666, 0x3f650000, 0x3f68999a, 0x3f6c3333, 0x3f6fcccd, 0x3f736666,
+    0x3f770000, 0x3f7a999a, 0x3f7e3333, 0x3f800000,
 };
 static const uint32_t torchao_q8_unsigned[256] = {
-    0x00000000, 0x34ae7baa, 0x35500998, 0x360e9b38, 0x3692ccf6, 0x36de4c51, 0x3714e5d5, 0x3783126e,
-    0x37e171a0, 0x381fe868, 0x384f1800, 0x387e479a, 0x3896bb99, 0x38ae5364, 0x38c5eb31, 0x3906594b,
-    0x394154ca, 0x397c5049, 0x399ba5e4, 0x39b923a2, 0x39d6a163, 0x39f41f22, 0x3a08ce71, 0x3a178d50,
-    0x3a264c30, 0x3a350b10, 0x3a43c9ef, 0x3a5288d0, 0x3a6147af, 0x3a70068e, 0x3a7ec56e, 0x3a958106,
-    0x3aba5e35, 0x3adf3b64, 0x3b020c4a, 0x3b147ae1, 0x3b26e978, 0x3b395810, 0x3b4bc6a7, 0x3b5e3540,
-    0x3b70a3d7, 0x3b818937, 0x3b8ac082, 0x3b93f7cf, 0x3b9d2f1a, 0x3ba66666, 0x3baf9db2, 0x3bb8d4fd,
-    0x3bc20c4a, 0x3bcb4395, 0x3bd47ae1, 0x3bddb22e, 0x3be6e978, 0x3bf020c5, 0x3bf9580f, 0x3c0147ae,
-    0x3c05e354, 0x3c0a7ef9, 0x3c0f1aa0, 0x3c13b645, 0x3c1851eb, 0x3c1ced92, 0x3c218937, 0x3c2f5c2a,
-    0x3c466667, 0x3c5d70a3, 0x3c747ae2, 0x3c85c28f, 0x3c9147af, 0x3c9ccccd, 0x3ca851eb, 0x3cb3d70b,
-    0x3cbf5c29, 0x3ccae147, 0x3cd66667, 0x3ce1eb87, 0x3ced70a3, 0x3cf8f5c3, 0x3d023d70, 0x3d080000,
-    0x3d0dc28f, 0x3d13851f, 0x3d1947af, 0x3d1f0a3d, 0x3d24cccd, 0x3d2a8f5c, 0x3d3051eb, 0x3d36147b,
-    0x3d3bd70a, 0x3d41999a, 0x3d475c28, 0x3d4d1eb8, 0x3d52e147, 0x3d58a3d7, 0x3d5e6667, 0x3d6428f7,
-    0x3d69eb87, 0x3d6fae15, 0x3d7570a3, 0x3d7b3333, 0x3d807ae2, 0x3d835c2a, 0x3d863d71, 0x3d891eb8,
-    0x3d8c0000, 0x3d8ee148, 0x3d91c290, 0x3d94a3d7, 0x3d97851f, 0x3d9a6667, 0x3d9d47af, 0x3da028f6,
-    0x3da30a3e, 0x3da5eb85, 0x3da8cccd, 0x3dabae15, 0x3dae8f5c, 0x3db170a4, 0x3db451eb, 0x3db73333,
-    0x3dba147b, 0x3dbcf5c3, 0x3dbfd70b, 0x3dc2b852, 0x3dc5999a, 0x3dc87ae2, 0x3dcb5c29, 0x3dd40000,
-    0x3de26666, 0x3df0cccd, 0x3dff3333, 0x3e06cccc, 0x3e0e0000, 0x3e153334, 0x3e1c6666, 0x3e23999a,
-    0x3e2acccc, 0x3e320000, 0x3e393334, 0x3e406666, 0x3e47999a, 0x3e4ecccc, 0x3e560000, 0x3e5d3334,
-    0x3e646666, 0x3e6b999a, 0x3e72cccc, 0x3e7a0000, 0x3e809999, 0x3e843333, 0x3e87cccd, 0x3e8b6666,
-    0x3e8f0000, 0x3e92999a, 0x3e963333, 0x3e99cccc, 0x3e9d6666, 0x3ea10000, 0x3ea4999a, 0x3ea83333,
-    0x3eabcccc, 0x3eaf6666, 0x3eb30000, 0x3eb6999a, 0x3eba3333, 0x3ebdcccc, 0x3ec16666, 0x3ec50000,
-    0x3ec8999a, 0x3ecc3333, 0x3ecfcccc, 0x3ed36666, 0x3ed70000, 0x3eda999a, 0x3ede3333, 0x3ee1cccc,
-    0x3ee56666, 0x3ee90000, 0x3eec999a, 0x3ef03333, 0x3ef3cccc, 0x3ef76666, 0x3efb0000, 0x3efe9999,
-    0x3f01199a, 0x3f02e666, 0x3f04b333, 0x3f068000, 0x3f084ccc, 0x3f0a199a, 0x3f0be666, 0x3f0db334,
-    0x3f0f8000, 0x3f114ccd, 0x3f13199a, 0x3f14e666, 0x3f16b334, 0x3f188000, 0x3f1a4ccd, 0x3f1c199a,
-    0x3f1de666, 0x3f1fb334, 0x3f218000, 0x3f234ccd, 0x3f25199a, 0x3f26e666, 0x3f28b334, 0x3f2a8000,
-    0x3f2c4ccd, 0x3f2e199a, 0x3f2fe666, 0x3f31b334, 0x3f338000, 0x3f354ccd, 0x3f37199a, 0x3f38e666,
-    0x3f3ab334, 0x3f3c8000, 0x3f3e4ccd, 0x3f40199a, 0x3f41e666, 0x3f43b334, 0x3f458000, 0x3f474ccc,
-    0x3f49199a, 0x3f4ae666, 0x3f4cb334, 0x3f4e8000, 0x3f504ccc, 0x3f52199a, 0x3f53e666, 0x3f55b334,
-    0x3f578000, 0x3f594ccc, 0x3f5b199a, 0x3f5ce666, 0x3f5eb334, 0x3f608000, 0x3f624ccc, 0x3f64199a,
-    0x3f65e666, 0x3f67b334, 0x3f698000, 0x3f6b4ccc, 0x3f6d199a, 0x3f6ee666, 0x3f70b334, 0x3f728000,
-    0x3f744ccc, 0x3f76199a, 0x3f77e666, 0x3f79b334, 0x3f7b8000, 0x3f7d4ccc, 0x3f7f199a, 0x3f800000,
+    0x00000000, 0x34ae7baa, 0x35500998, 0x360e9b38, 0x3692ccf6, 0x36de4c51, 0x3714e5d5, 0x3783126e, 0x37e171a0,
+    0x381fe868, 0x384f1800, 0x387e479a, 0x3896bb99, 0x38ae5364, 0x38c5eb31, 0x3906594b, 0x394154ca, 0x397c5049,
+    0x399ba5e4, 0x39b923a2, 0x39d6a163, 0x39f41f22, 0x3a08ce71, 0x3a178d50, 0x3a264c30, 0x3a350b10, 0x3a43c9ef,
+    0x3a5288d0, 0x3a6147af, 0x3a70068e, 0x3a7ec56e, 0x3a958106, 0x3aba5e35, 0x3adf3b64, 0x3b020c4a, 0x3b147ae1,
+    0x3b26e978, 0x3b395810, 0x3b4bc6a7, 0x3b5e3540, 0x3b70a3d7, 0x3b818937, 0x3b8ac082, 0x3b93f7cf, 0x3b9d2f1a,
+    0x3ba66666, 0x3baf9db2, 0x3bb8d4fd, 0x3bc20c4a, 0x3bcb4395, 0x3bd47ae1, 0x3bddb22e, 0x3be6e978, 0x3bf020c5,
+    0x3bf9580f, 0x3c0147ae, 0x3c05e354, 0x3c0a7ef9, 0x3c0f1aa0, 0x3c13b645, 0x3c1851eb, 0x3c1ced92, 0x3c218937,
+    0x3c2f5c2a, 0x3c466667, 0x3c5d70a3, 0x3c747ae2, 0x3c85c28f, 0x3c9147af, 0x3c9ccccd, 0x3ca851eb, 0x3cb3d70b,
+    0x3cbf5c29, 0x3ccae147, 0x3cd66667, 0x3ce1eb87, 0x3ced70a3, 0x3cf8f5c3, 0x3d023d70, 0x3d080000, 0x3d0dc28f,
+    0x3d13851f, 0x3d1947af, 0x3d1f0a3d, 0x3d24cccd, 0x3d2a8f5c, 0x3d3051eb, 0x3d36147b, 0x3d3bd70a, 0x3d41999a,
+    0x3d475c28, 0x3d4d1eb8, 0x3d52e147, 0x3d58a3d7, 0x3d5e6667, 0x3d6428f7, 0x3d69eb87, 0x3d6fae15, 0x3d7570a3,
+    0x3d7b3333, 0x3d807ae2, 0x3d835c2a, 0x3d863d71, 0x3d891eb8, 0x3d8c0000, 0x3d8ee148, 0x3d91c290, 0x3d94a3d7,
+    0x3d97851f, 0x3d9a6667, 0x3d9d47af, 0x3da028f6, 0x3da30a3e, 0x3da5eb85, 0x3da8cccd, 0x3dabae15, 0x3dae8f5c,
+    0x3db170a4, 0x3db451eb, 0x3db73333, 0x3dba147b, 0x3dbcf5c3, 0x3dbfd70b, 0x3dc2b852, 0x3dc5999a, 0x3dc87ae2,
+    0x3dcb5c29, 0x3dd40000, 0x3de26666, 0x3df0cccd, 0x3dff3333, 0x3e06cccc, 0x3e0e0000, 0x3e153334, 0x3e1c6666,
+    0x3e23999a, 0x3e2acccc, 0x3e320000, 0x3e393334, 0x3e406666, 0x3e47999a, 0x3e4ecccc, 0x3e560000, 0x3e5d3334,
+    0x3e646666, 0x3e6b999a, 0x3e72cccc, 0x3e7a0000, 0x3e809999, 0x3e843333, 0x3e87cccd, 0x3e8b6666, 0x3e8f0000,
+    0x3e92999a, 0x3e963333, 0x3e99cccc, 0x3e9d6666, 0x3ea10000, 0x3ea4999a, 0x3ea83333, 0x3eabcccc, 0x3eaf6666,
+    0x3eb30000, 0x3eb6999a, 0x3eba3333, 0x3ebdcccc, 0x3ec16666, 0x3ec50000, 0x3ec8999a, 0x3ecc3333, 0x3ecfcccc,
+    0x3ed36666, 0x3ed70000, 0x3eda999a, 0x3ede3333, 0x3ee1cccc, 0x3ee56666, 0x3ee90000, 0x3eec999a, 0x3ef03333,
+    0x3ef3cccc, 0x3ef76666, 0x3efb0000, 0x3efe9999, 0x3f01199a, 0x3f02e666, 0x3f04b333, 0x3f068000, 0x3f084ccc,
+    0x3f0a199a, 0x3f0be666, 0x3f0db334, 0x3f0f8000, 0x3f114ccd, 0x3f13199a, 0x3f14e666, 0x3f16b334, 0x3f188000,
+    0x3f1a4ccd, 0x3f1c199a, 0x3f1de666, 0x3f1fb334, 0x3f218000, 0x3f234ccd, 0x3f25199a, 0x3f26e666, 0x3f28b334,
+    0x3f2a8000, 0x3f2c4ccd, 0x3f2e199a, 0x3f2fe666, 0x3f31b334, 0x3f338000, 0x3f354ccd, 0x3f37199a, 0x3f38e666,
+    0x3f3ab334, 0x3f3c8000, 0x3f3e4ccd, 0x3f40199a, 0x3f41e666, 0x3f43b334, 0x3f458000, 0x3f474ccc, 0x3f49199a,
+    0x3f4ae666, 0x3f4cb334, 0x3f4e8000, 0x3f504ccc, 0x3f52199a, 0x3f53e666, 0x3f55b334, 0x3f578000, 0x3f594ccc,
+    0x3f5b199a, 0x3f5ce666, 0x3f5eb334, 0x3f608000, 0x3f624ccc, 0x3f64199a, 0x3f65e666, 0x3f67b334, 0x3f698000,
+    0x3f6b4ccc, 0x3f6d199a, 0x3f6ee666, 0x3f70b334, 0x3f728000, 0x3f744ccc, 0x3f76199a, 0x3f77e666, 0x3f79b334,
+    0x3f7b8000, 0x3f7d4ccc, 0x3f7f199a, 0x3f800000,
 };
 static const uint32_t torchao_q4_signed[16] = {
     0xbf633333, 0xbf29999a, 0xbee00000, 0xbe599999, 0xbd9eb852, 0xbd051eb9, 0xbbb43958, 0x00000000,
@@ -916,7 +931,8 @@ static void check_map_codes_of(const mp_optim_kernels *k, const char *path) {
     static float y[2 * MP_MAP_BUCKETS * 2 + 257 * 7 + 200000 + 16384];
     static uint8_t codes[sizeof y / sizeof y[0]];
     static float scale[sizeof y / sizeof y[0] / 128 + 1];
-    const mp_state_format fmts[6] = {MP_STATE_8BIT, MP_STATE_8BIT, MP_STATE_4BIT, MP_STATE_4BIT, MP_STATE_FP8, MP_STATE_FP8};
+    const mp_state_format fmts[6] = {MP_STATE_8BIT, MP_STATE_8BIT, MP_STATE_4BIT,
+                                     MP_STATE_4BIT, MP_STATE_FP8,  MP_STATE_FP8};
     for (int f = 0; f < 6; f++) {
         const mp_state_map *m = mp_optim_state_map(fmts[f], 1 + f % 2);
         const int bits = fmts[f] == MP_STATE_8BIT ? 8 : fmts[f] == MP_STATE_4BIT ? 4 : 0;
@@ -969,8 +985,8 @@ static int ref_code(float y, const float *q, int entries) {
  * codes one a byte (4-bit: one a byte too, unpacked), scales; then a
  * positive quotient whose code is under `floor` takes `floor` (the second
  * moment's maps that hold a 0: a positive exp_avg_sq is never stored as 0). */
-static void ref_quant_floor(int *codes, float *scale, const float *x, const float *map, int bits, size_t n, size_t block,
-                            int floor) {
+static void ref_quant_floor(int *codes, float *scale, const float *x, const float *map, int bits, size_t n,
+                            size_t block, int floor) {
     for (size_t b = 0; b < n / block; b++) {
         float amax = 0;
         for (size_t i = 0; i < block; i++) amax = fmaxf(amax, fabsf(x[b * block + i]));
@@ -1008,7 +1024,7 @@ static void check_quantizers_of(const mp_optim_kernels *k, const char *path) {
             for (size_t i = 0; i < M; i++) {
                 const size_t b = i / block;
                 float v = frand() * powf(10.0f, (float)(b % 5) - 4.0f);
-                if (st == 2) v = fabsf(v) * fabsf(v); /* exp_avg_sq: squares */
+                if (st == 2) v = fabsf(v) * fabsf(v);              /* exp_avg_sq: squares */
                 if (b == 2) v = i % block == 7 ? 1e3f : v * 1e-3f; /* one outlier */
                 if (b == 3) v = 0.0f;
                 if (b == 4) v = (float)(i % 11) * 0x1p-140f; /* subnormals */
@@ -1027,7 +1043,8 @@ static void check_quantizers_of(const mp_optim_kernels *k, const char *path) {
             }
             k->dequant(back, codes, scale, sm, bits, M, block);
             for (size_t i = 0; i < M; i++)
-                bad += f2u(back[i]) != f2u((bits ? map[want[i]] : mp_e4m3_to_f32((uint8_t)want[i])) * want_scale[i / block]);
+                bad += f2u(back[i]) !=
+                       f2u((bits ? map[want[i]] : mp_e4m3_to_f32((uint8_t)want[i])) * want_scale[i / block]);
             CHECK(bad == 0, "%s: %s state %d: %d codes, scales or values differ from the reference", path,
                   mp_state_format_name(fmts[f]), st, bad);
             if (k == &mp_optim_scalar) continue;
@@ -1035,7 +1052,8 @@ static void check_quantizers_of(const mp_optim_kernels *k, const char *path) {
             for (size_t b = 0; b < M / block; b++) x[b * block + 3 + b] = odd[b % 4];
             mp_optim_scalar.quant(port, want_scale, x, sm, bits, M, block);
             k->quant(codes, scale, x, sm, bits, M, block);
-            CHECK(memcmp(codes, port, bits == 4 ? M / 2 : M) == 0 && memcmp(scale, want_scale, M / block * sizeof(float)) == 0,
+            CHECK(memcmp(codes, port, bits == 4 ? M / 2 : M) == 0 &&
+                      memcmp(scale, want_scale, M / block * sizeof(float)) == 0,
                   "%s: %s state %d: blocks with NaN or inf differ from the portable loops", path,
                   mp_state_format_name(fmts[f]), st);
         }
@@ -1083,7 +1101,8 @@ static void check_quotients_of(const mp_optim_kernels *k, const char *path) {
                         if (round % 2) { /* within two ulps of a threshold times the scale */
                             const int c = 1 + (int)((rng >> 20) % (uint64_t)(sm->entries - 1));
                             v = sm->thresh[c] * (bits ? top : top / 448.0f);
-                            for (int u = (int)((rng >> 50) % 5); u > 0; u--) v = nextafterf(v, u > 2 ? INFINITY : -INFINITY);
+                            for (int u = (int)((rng >> 50) % 5); u > 0; u--)
+                                v = nextafterf(v, u > 2 ? INFINITY : -INFINITY);
                             v = fabsf(v) > top ? copysignf(top, v) : v;
                         }
                         if (st == 2) v = fabsf(v);
@@ -1158,7 +1177,8 @@ static void check_state_format_steps(mp_state_format f) {
     CHECK(mp_optim_adamw(&o, &ac) == MP_OK && mp_optim_set_state_format(o, f) == MP_OK, "optim %d", (int)f);
     mp_optim_set_flush_denormal(o, 0);
     mp_param *p, *small;
-    CHECK(mp_optim_add(o, "w", init, K, MP_F32, &p) == MP_OK && mp_optim_add(o, "b", init, SMALL, MP_F32, &small) == MP_OK,
+    CHECK(mp_optim_add(o, "w", init, K, MP_F32, &p) == MP_OK &&
+              mp_optim_add(o, "b", init, SMALL, MP_F32, &small) == MP_OK,
           "add");
     memcpy(w, init, sizeof w), memset(mc, 0, sizeof mc), memset(vc, 0, sizeof vc), memset(ms, 0, sizeof ms),
         memset(vs, 0, sizeof vs);
@@ -1172,7 +1192,8 @@ static void check_state_format_steps(mp_state_format f) {
             v[i] = (bits ? map2[vc[i]] : mp_e4m3_to_f32((uint8_t)vc[i])) * vs[i / block];
         }
         ref_adamw(w, g, m, v, K, s, ac.lr, ac.beta1, ac.beta2, ac.eps, ac.weight_decay);
-        ref_quant_floor(mc, ms, m, map1, bits, K, block, 0), ref_quant_floor(vc, vs, v, map2, bits, K, block, sq_floor(f, 2));
+        ref_quant_floor(mc, ms, m, map1, bits, K, block, 0),
+            ref_quant_floor(vc, vs, v, map2, bits, K, block, sq_floor(f, 2));
         same &= memcmp(w, p->master, sizeof w) == 0 && memcmp(ms, p->qscale1, K / block * 4) == 0 &&
                 memcmp(vs, p->qscale2, K / block * 4) == 0;
         for (int i = 0; i < K; i++) {
@@ -1237,15 +1258,16 @@ static void check_kahan(mp_dtype t) {
     CHECK(mp_optim_sgd(&a, &sc) == MP_OK && mp_optim_sgd(&b, &sc) == MP_OK, "sgd");
     mp_param *pk, *pn;
     for (int i = 0; i < K; i++) wf[i] = 1.0f;
-    CHECK(mp_optim_add_kahan(a, "w", wf, K, MP_BF16, &pk) == MP_OK && mp_optim_add_half(b, "w", wf, K, MP_BF16, &pn) == MP_OK,
+    CHECK(mp_optim_add_kahan(a, "w", wf, K, MP_BF16, &pk) == MP_OK &&
+              mp_optim_add_half(b, "w", wf, K, MP_BF16, &pn) == MP_OK,
           "add");
     for (int s = 0; s < 1000; s++) {
         for (int i = 0; i < K; i++) pk->grad[i] = pn->grad[i] = 1.0f;
         mp_optim_step(a), mp_optim_step(b);
     }
     const float wk = mp_bf16_to_f32(((uint16_t *)pk->half)[0]), wn = mp_bf16_to_f32(((uint16_t *)pn->half)[0]);
-    CHECK(wn == 1.0f && fabsf(wk - 0.9f) < 0.004f, "1000 updates of -1e-4 from 1: kahan %g (want 0.9), nearest %g (want 1)",
-          (double)wk, (double)wn);
+    CHECK(wn == 1.0f && fabsf(wk - 0.9f) < 0.004f,
+          "1000 updates of -1e-4 from 1: kahan %g (want 0.9), nearest %g (want 1)", (double)wk, (double)wn);
     mp_optim_free(a), mp_optim_free(b);
 }
 
@@ -1290,9 +1312,10 @@ static void check_second_moment_floor(void) {
                 mp_optim_free(o);
             }
             for (int f = 1; f < 4; f++)
-                CHECK(step2[f] <= 4 * step2[0] + 1e-6, "isa %d, %s weights, %s state: the second step moved the "
-                      "weight by %.3g against %.3g with fp32 moments", isa, w ? "kahan" : "fp32",
-                      mp_state_format_name(fmts[f]), step2[f], step2[0]);
+                CHECK(step2[f] <= 4 * step2[0] + 1e-6,
+                      "isa %d, %s weights, %s state: the second step moved the "
+                      "weight by %.3g against %.3g with fp32 moments",
+                      isa, w ? "kahan" : "fp32", mp_state_format_name(fmts[f]), step2[f], step2[0]);
         }
     }
     mp_cpu_set_isa(saved);
@@ -1311,7 +1334,8 @@ static void check_state_formats(void) {
     mp_optim *o;
     mp_sgd_config sc = {1e-2, 0.0, 0.0, 0.0, 0};
     CHECK(mp_optim_sgd(&o, &sc) == MP_OK && mp_optim_set_state_format(o, MP_STATE_8BIT) == MP_EINVAL &&
-              mp_optim_set_state_format(o, MP_STATE_FP32) == MP_OK && mp_optim_set_state_format(o, (mp_state_format)99) == MP_EINVAL,
+              mp_optim_set_state_format(o, MP_STATE_FP32) == MP_OK &&
+              mp_optim_set_state_format(o, (mp_state_format)99) == MP_EINVAL,
           "sgd without momentum keeps no state");
     mp_optim_free(o);
 }

@@ -61,12 +61,14 @@ static void expect_rows(float *v, float *factor, const float *src, size_t rows, 
             nvfp4_values(out, codes, scales, 1, cp, 0);
         } else {
             mp_fp8_quantize(codes, row, cols, fmt, scale, NULL);
-            for (size_t c = 0; c < cols; c++) out[c] = fmt == MP_E4M3 ? mp_e4m3_to_f32(codes[c]) : mp_e5m2_to_f32(codes[c]);
+            for (size_t c = 0; c < cols; c++)
+                out[c] = fmt == MP_E4M3 ? mp_e4m3_to_f32(codes[c]) : mp_e5m2_to_f32(codes[c]);
         }
         memcpy(v + i * cols, out, cols * sizeof *out);
     }
-    *factor = r->kind == MP_RECIPE_MXFP8 ? 1.0f : r->kind == MP_RECIPE_NVFP4 ? 1.0f / mp_nvfp4_global_scale(amax)
-                                                                                  : 1.0f / scale;
+    *factor = r->kind == MP_RECIPE_MXFP8   ? 1.0f
+              : r->kind == MP_RECIPE_NVFP4 ? 1.0f / mp_nvfp4_global_scale(amax)
+                                           : 1.0f / scale;
     free(row), free(out), free(codes), free(scales);
 }
 
@@ -109,12 +111,13 @@ static void test_operands(const char *name) {
                 CHECK(mp_qtensor_init(&qt, &r, (mp_qrole)role, 7) == MP_OK, "init");
                 mp_qtensor_begin(&qt, 1);
                 float f = 0.0f, fe = 0.0f;
-                const mp_status st = mp_qoperand(q, K, &f, role == 1 ? (const void *)x : xb, role == 1 ? MP_F32 : MP_BF16,
-                                                 K, R, K, dir, &r, &qt);
+                const mp_status st = mp_qoperand(q, K, &f, role == 1 ? (const void *)x : xb,
+                                                 role == 1 ? MP_F32 : MP_BF16, K, R, K, dir, &r, &qt);
                 CHECK(st == MP_OK, "%s %zux%zu dir %d: %s", name, R, K, dir, mp_last_error());
                 const float amax = amax_of(x, R * K);
-                const float scale = r.kind == MP_RECIPE_FP8_CURRENT ? mp_fp8_scale(amax, mp_qrole_format(&r, role), 0, NULL)
-                                                                    : 1.0f; /* delayed: the first step's scale */
+                const float scale = r.kind == MP_RECIPE_FP8_CURRENT
+                                        ? mp_fp8_scale(amax, mp_qrole_format(&r, role), 0, NULL)
+                                        : 1.0f; /* delayed: the first step's scale */
                 if (dir == 0 || r.kind == MP_RECIPE_FP8_DELAYED || r.kind == MP_RECIPE_FP8_CURRENT) {
                     expect_rows(v, &fe, x, R, K, &r, (mp_qrole)role, scale, amax);
                     CHECK(diff(q, v, R * K) == 0, "%s %zux%zu dir %d role %d: %zu values differ", name, R, K, dir, role,
@@ -134,7 +137,8 @@ static void test_operands(const char *name) {
             }
         free(x), free(xt), free(v), free(vt), free(q), free(xb);
     }
-    CHECK_SAY(mark, "%s: operands in both directions, 5 shapes (padded ones too), bf16 and fp32 sources, as mx.h by hand\n",
+    CHECK_SAY(mark,
+              "%s: operands in both directions, 5 shapes (padded ones too), bf16 and fp32 sources, as mx.h by hand\n",
               name);
 }
 
@@ -172,8 +176,8 @@ static void test_gemm(const char *name) {
     CHECK(rel < limit, "%s: mean error against the unquantized product %.3g (limit %.3g)", name, rel, limit);
     mp_qtensor_free(&ta), mp_qtensor_free(&tb);
     free(a), free(b), free(c), free(qa), free(qb);
-    CHECK_SAY(mark, "%s: GEMM within fp32 summation of the quantized values; %.3g relative error vs unquantized\n", name,
-              rel);
+    CHECK_SAY(mark, "%s: GEMM within fp32 summation of the quantized values; %.3g relative error vs unquantized\n",
+              name, rel);
 }
 
 /* Delayed scaling: step 1 codes with scale 1, then the history's max. */
@@ -343,8 +347,10 @@ static void fill_kind(float *x, size_t n, size_t lds, int kind) {
             const size_t t = (i / lds / 32) * 977 + i % lds / 32;
             const int E = (int)(t * 2654435761u % 48), e = E < 26 ? E - 125 : E + 84;
             if (u < 0.05) v = ldexp(1.0, e);
-            else if (u < 0.2) { x[i] = u2f((uint32_t)(urand() * 0x800000) | (urand() < 0.5 ? 0x80000000u : 0)); continue; }
-            else if (u < 0.3) v = (1.0 + (urand() - 0.5) * 0x1p-6) * 0x1p-126;
+            else if (u < 0.2) {
+                x[i] = u2f((uint32_t)(urand() * 0x800000) | (urand() < 0.5 ? 0x80000000u : 0));
+                continue;
+            } else if (u < 0.3) v = (1.0 + (urand() - 0.5) * 0x1p-6) * 0x1p-126;
             else v = (urand() - 0.5) * ldexp(1.0, e - (int)(urand() * 24));
             break;
         }
@@ -354,9 +360,10 @@ static void fill_kind(float *x, size_t n, size_t lds, int kind) {
             else if (u < 0.05) { /* NaNs with payloads */
                 x[i] = u2f(0x7fc00000u | (uint32_t)(urand() * 0x3fffff) | (urand() < 0.5 ? 0x80000000u : 0));
                 continue;
-            }
-            else if (u < 0.10) { x[i] = u2f((uint32_t)(urand() * 0x7fffff) | (urand() < 0.5 ? 0x80000000u : 0)); continue; }
-            else if (u < 0.15) v = urand() < 0.5 ? -0.0 : 0.0;
+            } else if (u < 0.10) {
+                x[i] = u2f((uint32_t)(urand() * 0x7fffff) | (urand() < 0.5 ? 0x80000000u : 0));
+                continue;
+            } else if (u < 0.15) v = urand() < 0.5 ? -0.0 : 0.0;
             else v = (urand() - 0.5) * ldexp(1.0, (int)(urand() * 40) + 88);
             break;
         }
@@ -373,8 +380,8 @@ typedef struct {
 } qresult;
 
 /* run_q through the kernel table k (NULL: the CPU path's) */
-static void run_qk(const mp_recipe_kernels *k, qresult *o, const void *src, mp_dtype t, size_t lds, size_t ldd, size_t R,
-                   size_t K, int dir, const mp_recipe *r, mp_qrole role, float dscale, uint64_t counter) {
+static void run_qk(const mp_recipe_kernels *k, qresult *o, const void *src, mp_dtype t, size_t lds, size_t ldd,
+                   size_t R, size_t K, int dir, const mp_recipe *r, mp_qrole role, float dscale, uint64_t counter) {
     mp_qtensor qt;
     mp_qtensor_init(&qt, r, role, 0x1234567887654321ull);
     mp_qtensor_begin(&qt, 1);
@@ -396,21 +403,22 @@ static void run_q(qresult *o, const void *src, mp_dtype t, size_t lds, size_t ld
 static int same_result(const qresult *a, const qresult *b, size_t n) {
     return a->s == b->s && memcmp(a->q, b->q, n * 2) == 0 && f2u(a->factor) == f2u(b->factor) &&
            f2u(a->scale) == f2u(b->scale) && f2u(a->amax) == f2u(b->amax) && a->st.n == b->st.n &&
-           a->st.saturated == b->st.saturated && a->st.flushed == b->st.flushed &&
-           a->st.nonfinite == b->st.nonfinite && f2u(a->st.amax) == f2u(b->st.amax) && a->counter == b->counter;
+           a->st.saturated == b->st.saturated && a->st.flushed == b->st.flushed && a->st.nonfinite == b->st.nonfinite &&
+           f2u(a->st.amax) == f2u(b->st.amax) && a->counter == b->counter;
 }
 
 static void say_diff(const char *what, const qresult *a, const qresult *b, size_t n) {
     size_t bad = 0, first = n;
     for (size_t i = 0; i < n; i++)
         if (a->q[i] != b->q[i]) bad++, first = first < n ? first : i;
-    CHECK(0, "%s: %zu values differ (first at %zu: %04x, reference %04x); factor %08x/%08x; stats n %llu/%llu "
-             "sat %llu/%llu flushed %llu/%llu nonfinite %llu/%llu amax %08x/%08x; counter %llu/%llu; status %d/%d",
+    CHECK(0,
+          "%s: %zu values differ (first at %zu: %04x, reference %04x); factor %08x/%08x; stats n %llu/%llu "
+          "sat %llu/%llu flushed %llu/%llu nonfinite %llu/%llu amax %08x/%08x; counter %llu/%llu; status %d/%d",
           what, bad, first, first < n ? a->q[first] : 0, first < n ? b->q[first] : 0, f2u(a->factor), f2u(b->factor),
           (unsigned long long)a->st.n, (unsigned long long)b->st.n, (unsigned long long)a->st.saturated,
           (unsigned long long)b->st.saturated, (unsigned long long)a->st.flushed, (unsigned long long)b->st.flushed,
-          (unsigned long long)a->st.nonfinite, (unsigned long long)b->st.nonfinite, f2u(a->st.amax),
-          f2u(b->st.amax), (unsigned long long)a->counter, (unsigned long long)b->counter, (int)a->s, (int)b->s);
+          (unsigned long long)a->st.nonfinite, (unsigned long long)b->st.nonfinite, f2u(a->st.amax), f2u(b->st.amax),
+          (unsigned long long)a->counter, (unsigned long long)b->counter, (int)a->s, (int)b->s);
 }
 
 /* Every kernel table this CPU can run (the portable one, AVX2's, AVX-512's)
@@ -419,7 +427,11 @@ static void say_diff(const char *what, const qresult *a, const qresult *b, size_
 static void test_fast_vs_ref(int daz) {
     const long mark = check_failures;
     const mp_isa best = mp_cpu_detected();
-    struct { const char *name; const mp_recipe_kernels *k; mp_isa needs; } tables[] = {
+    struct {
+        const char *name;
+        const mp_recipe_kernels *k;
+        mp_isa needs;
+    } tables[] = {
         {"portable", &mp_recipe_portable, MP_ISA_SCALAR},
 #ifdef MP_X86
         {"avx2", &mp_recipe_avx2, MP_ISA_AVX2},
@@ -427,8 +439,8 @@ static void test_fast_vs_ref(int daz) {
 #endif
     };
     /* the last: wider than mxfp8's column chunks (2048), for mxfp8 and kinds 0 and 4 only */
-    const size_t shapes[][2] = {{1, 1},  {3, 40}, {16, 16}, {33, 70},   {64, 96},
-                                {17, 527}, {0, 9}, {9, 0},   {48, 1100}, {35, 2085}};
+    const size_t shapes[][2] = {{1, 1},    {3, 40}, {16, 16}, {33, 70},   {64, 96},
+                                {17, 527}, {0, 9},  {9, 0},   {48, 1100}, {35, 2085}};
     const size_t nshapes = quick || daz ? 6 : sizeof shapes / sizeof shapes[0];
     const float dscales[] = {1.0f, 0x1p-20f, 3.7e5f, 1e-40f, 0x1.8p100f, 0.0f}; /* fp8-delayed's; 0: MP_EINVAL */
     const uint64_t counters[] = {0, 7, ((uint64_t)0xffffffffu << 4) - 37, UINT64_MAX - 1000};
@@ -480,10 +492,10 @@ static void test_fast_vs_ref(int daz) {
                                     calls++;
                                     if (!same_result(&fast, &ref, R * ldd + 1)) {
                                         char what[200];
-                                        snprintf(what, sizeof what, "%s: %s%s %zux%zu kind %d part %d role %d dir %d %s%s",
-                                                 tables[tb].name, recipes[k], k == 2 && part ? " floor" : "", R, K,
-                                                 kind, part, role, dir, src ? "fp32" : "bf16",
-                                                 daz ? ", FTZ and DAZ" : "");
+                                        snprintf(
+                                            what, sizeof what, "%s: %s%s %zux%zu kind %d part %d role %d dir %d %s%s",
+                                            tables[tb].name, recipes[k], k == 2 && part ? " floor" : "", R, K, kind,
+                                            part, role, dir, src ? "fp32" : "bf16", daz ? ", FTZ and DAZ" : "");
                                         say_diff(what, &fast, &ref, R * ldd + 1);
                                     }
                                 }
@@ -496,11 +508,11 @@ static void test_fast_vs_ref(int daz) {
     }
     mp_set_threads(0);
     if (daz)
-        CHECK_SAY(mark, "kernel tables (%s) = the reference panels with FTZ and DAZ on too: %zu calls\n", names,
-                  calls);
+        CHECK_SAY(mark, "kernel tables (%s) = the reference panels with FTZ and DAZ on too: %zu calls\n", names, calls);
     else
-        CHECK_SAY(mark, "kernel tables (%s) = the reference panels bit for bit: %zu calls, every recipe, role, "
-                        "direction, mx rule and nvfp4 part, 5 kinds of data, bf16 and fp32\n",
+        CHECK_SAY(mark,
+                  "kernel tables (%s) = the reference panels bit for bit: %zu calls, every recipe, role, "
+                  "direction, mx rule and nvfp4 part, 5 kinds of data, bf16 and fp32\n",
                   names, calls);
 }
 
@@ -524,7 +536,8 @@ static void test_threads(void) {
                             mp_recipe r;
                             mp_recipe_parse(recipes[k], &r);
                             if (k == 2) r.mx_rule = part ? MP_MX_FLOOR : MP_MX_RCEIL;
-                            if (k == 3) r.nvfp4_sr = part & 1, r.nvfp4_rht = !(part & 2), r.nvfp4_2d_weights = !(part & 1);
+                            if (k == 3)
+                                r.nvfp4_sr = part & 1, r.nvfp4_rht = !(part & 2), r.nvfp4_2d_weights = !(part & 1);
                             const void *sp = src ? (const void *)x : xb;
                             const mp_dtype t = src ? MP_F32 : MP_BF16;
                             /* the fast path (if any) on 1 and 2 threads; the reference on 2 now and then */
@@ -536,8 +549,9 @@ static void test_threads(void) {
                             run_q(&b, sp, t, lds, K, R, K, dir, &r, (mp_qrole)role, 0x1p-3f, 7);
                             mp_cpu_set_isa(prev);
                             calls++;
-                            CHECK(same_result(&a, &b, R * K + 1), "%s part %d role %d dir %d %s kind %d: 2 threads%s differ",
-                                  recipes[k], part, role, dir, src ? "fp32" : "bf16", kind, ref2 ? " (reference)" : "");
+                            CHECK(same_result(&a, &b, R * K + 1),
+                                  "%s part %d role %d dir %d %s kind %d: 2 threads%s differ", recipes[k], part, role,
+                                  dir, src ? "fp32" : "bf16", kind, ref2 ? " (reference)" : "");
                         }
     }
     mp_set_threads(0);
@@ -552,7 +566,8 @@ static void test_gpt(void) {
     mp_gpt_config c = {2, 2, 64, 32, 256, MP_GELU_TANH};
     const size_t B = 4, T = 32;
     int32_t tok[4 * 33];
-    for (size_t i = 0; i < sizeof tok / sizeof tok[0]; i++) tok[i] = (int32_t)("the quick brown fox jumps over "[i % 31]);
+    for (size_t i = 0; i < sizeof tok / sizeof tok[0]; i++)
+        tok[i] = (int32_t)("the quick brown fox jumps over "[i % 31]);
     int32_t in[4 * 32], tg[4 * 32];
     for (size_t b = 0; b < B; b++)
         for (size_t t = 0; t < T; t++) in[b * T + t] = tok[b + t], tg[b * T + t] = tok[b + t + 1];
@@ -583,8 +598,8 @@ static void test_gpt(void) {
             CHECK(fabsf(l0 - first_bf16) < 0.05f * first_bf16, "%s: first loss %g, bf16's %g", nm, (double)l0,
                   (double)first_bf16);
             const mp_qtensor *q = mp_gpt_qtensor(g, 1, 2, MP_QROLE_GRAD);
-            CHECK(q && q->stats.n == B * T * 4 * (size_t)c.n_embd * 2, "%s: c_fc's gradient quantized %llu values",
-                  nm, q ? (unsigned long long)q->stats.n : 0ull);
+            CHECK(q && q->stats.n == B * T * 4 * (size_t)c.n_embd * 2, "%s: c_fc's gradient quantized %llu values", nm,
+                  q ? (unsigned long long)q->stats.n : 0ull);
             printf("  %-12s loss %.4f -> %.4f (bf16 %.4f -> %.4f)\n", nm, (double)l0, (double)l, (double)first_bf16,
                    (double)last_bf16);
         }
@@ -649,7 +664,8 @@ static void test_mlp(void) {
         CHECK(mp_mlp_eval_batch(m, x, y, B, &ls, &right) == MP_OK && right >= B / 2, "%s: eval %zu right", recipes[k],
               right);
         for (int i = 0; i < 9; i++)
-            CHECK(memcmp(&before[i], q[i].q, sizeof before[i]) == 0, "%s: evaluation changed %s", recipes[k], q[i].name);
+            CHECK(memcmp(&before[i], q[i].q, sizeof before[i]) == 0, "%s: evaluation changed %s", recipes[k],
+                  q[i].name);
         mp_mlp_free(m);
         mp_optim_free(opt);
     }

@@ -52,8 +52,8 @@ static mp_status rig_make(rig *r, const mp_text *text) {
     if (st == MP_OK) st = mp_optim_adamw(&r->opt, &ac);
     if (st == MP_OK) st = mp_gpt_create(&r->gpt, &c, r->prec.compute, r->prec.master_weights, B, r->opt, SEED);
     if (st == MP_OK) st = mp_text_loader(&r->loader, text, B, (size_t)c.block_size, 1, SEED, 1);
-    const mp_train_config tc = {.precision = &r->prec, .scaler = mp_scaler_defaults(), .lr = {.lr = LR}, .accum = 1,
-                                .seed = SEED};
+    const mp_train_config tc = {
+        .precision = &r->prec, .scaler = mp_scaler_defaults(), .lr = {.lr = LR}, .accum = 1, .seed = SEED};
     if (st == MP_OK) st = mp_trainer_create(&r->t, &tc, mp_gpt_model(r->gpt), r->opt, r->loader);
     return st;
 }

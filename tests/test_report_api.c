@@ -26,12 +26,30 @@ static void check_heat_one_value(void) {
     const uint8_t skipped[S] = {0};
     const char names[L][64] = {"fc0", "fc1"};
     const float under[S * L] = {0, 0, 0, 0.25f, 0, 0};
-    mp_report_run run = {.name = "fp16", .format = "fp16", .color = "#d62728", .nsteps = S, .loss = loss,
-                         .scale = scale, .skipped = skipped, .nlayers = L, .layer_names = names,
-                         .layer_underflow = under, .eval = 0.5, .last_loss = 1.2, .underflow = 0.04};
-    mp_report r = {.title = "t", .command = "c", .reading = "r", .fp16_min_subnormal = 0x1p-24,
-                   .fp16_min_normal = 0x1p-14, .fp16_max = 65504, .eval_name = "test accuracy", .eval_percent = 1,
-                   .baseline = -1, .runs = &run, .nruns = 1};
+    mp_report_run run = {.name = "fp16",
+                         .format = "fp16",
+                         .color = "#d62728",
+                         .nsteps = S,
+                         .loss = loss,
+                         .scale = scale,
+                         .skipped = skipped,
+                         .nlayers = L,
+                         .layer_names = names,
+                         .layer_underflow = under,
+                         .eval = 0.5,
+                         .last_loss = 1.2,
+                         .underflow = 0.04};
+    mp_report r = {.title = "t",
+                   .command = "c",
+                   .reading = "r",
+                   .fp16_min_subnormal = 0x1p-24,
+                   .fp16_min_normal = 0x1p-14,
+                   .fp16_max = 65504,
+                   .eval_name = "test accuracy",
+                   .eval_percent = 1,
+                   .baseline = -1,
+                   .runs = &run,
+                   .nruns = 1};
     char path[] = "/tmp/mp_report_api_XXXXXX";
     const int fd = mkstemp(path);
     CHECK(fd >= 0, "temporary file");
@@ -64,15 +82,39 @@ static void check_recipe_run(void) {
                                   {.n = 1000, .nonfinite = 2, .amax = 0.001953125f}};
     const float qscale[Q] = {179.2f, 29360128.0f}, sat[S] = {0.01f, 0.02f, 0.04f}, flush[S] = {0.5f, 0.25f, 0.0f};
     const mp_report_quant quant = {Q, qnames, qs, qscale, sat, flush, 0, NULL, NULL};
-    mp_report_run runs[2] = {
-        {.name = "bf16", .format = "bf16", .color = "#2ca02c", .nsteps = S, .loss = loss, .scale = scale,
-         .skipped = skipped, .nlayers = 1, .layer_names = names, .layer_underflow = under, .eval = 1.3},
-        {.name = "fp8-current", .format = "bf16 + fp8 e4m3/e5m2", .color = "#bcbd22", .nsteps = S, .loss = loss,
-         .scale = scale, .skipped = skipped, .nlayers = 1, .layer_names = names, .layer_underflow = under, .eval = 1.3,
-         .quant = &quant}};
-    mp_report r = {.title = "t", .command = "c", .reading = "r", .fp16_min_subnormal = 0x1p-24,
-                   .fp16_min_normal = 0x1p-14, .fp16_max = 65504, .eval_name = "validation loss", .baseline = -1,
-                   .runs = runs, .nruns = 2};
+    mp_report_run runs[2] = {{.name = "bf16",
+                              .format = "bf16",
+                              .color = "#2ca02c",
+                              .nsteps = S,
+                              .loss = loss,
+                              .scale = scale,
+                              .skipped = skipped,
+                              .nlayers = 1,
+                              .layer_names = names,
+                              .layer_underflow = under,
+                              .eval = 1.3},
+                             {.name = "fp8-current",
+                              .format = "bf16 + fp8 e4m3/e5m2",
+                              .color = "#bcbd22",
+                              .nsteps = S,
+                              .loss = loss,
+                              .scale = scale,
+                              .skipped = skipped,
+                              .nlayers = 1,
+                              .layer_names = names,
+                              .layer_underflow = under,
+                              .eval = 1.3,
+                              .quant = &quant}};
+    mp_report r = {.title = "t",
+                   .command = "c",
+                   .reading = "r",
+                   .fp16_min_subnormal = 0x1p-24,
+                   .fp16_min_normal = 0x1p-14,
+                   .fp16_max = 65504,
+                   .eval_name = "validation loss",
+                   .baseline = -1,
+                   .runs = runs,
+                   .nruns = 2};
     char path[] = "/tmp/mp_report_api_XXXXXX", sat_svg[4096], flush_svg[4096];
     const int fd = mkstemp(path);
     CHECK(fd >= 0, "temporary file");
@@ -80,7 +122,8 @@ static void check_recipe_run(void) {
     CHECK(mp_report_write(path, &r) == MP_OK, "write: %s", mp_last_error());
     const char *html = slurp(path);
     CHECK(html && strstr(html, "<td class=\"format\">bf16</td>") &&
-              strstr(html, "<td class=\"format\">bf16 + fp8 e4m3/e5m2</td>"), "the format column");
+              strstr(html, "<td class=\"format\">bf16 + fp8 e4m3/e5m2</td>"),
+          "the format column");
     /* y = 30 + (1 - v / (1.1 vmax)) 170 at x = 60 + 880 step / 3: saturated 1, 2, 4 %, flushed 50, 25, 0 % */
     between(html, "id=\"quant_saturated\"", "</svg>", sat_svg, sizeof sat_svg);
     between(html, "id=\"quant_flushed\"", "</svg>", flush_svg, sizeof flush_svg);
@@ -90,15 +133,18 @@ static void check_recipe_run(void) {
           "the flushed share per step: %s", flush_svg);
     CHECK(!strstr(sat_svg, "#2ca02c") && !strstr(flush_svg, "#2ca02c") && strstr(sat_svg, ">fp8-current</text>"),
           "only the recipe run has a line and a legend entry");
-    CHECK(html && strstr(html, "<details class=\"quant\" data-mode=\"fp8-current\"><summary><b>fp8-current</b> (bf16 + "
-                               "fp8 e4m3/e5m2): 0.1500% of the quantized values saturated, 12.5000% flushed to zero, "
-                               "2 inf or NaN</summary>") && !strstr(html, "data-mode=\"bf16\"><summary>"),
+    CHECK(html &&
+              strstr(html, "<details class=\"quant\" data-mode=\"fp8-current\"><summary><b>fp8-current</b> (bf16 + "
+                           "fp8 e4m3/e5m2): 0.1500% of the quantized values saturated, 12.5000% flushed to zero, "
+                           "2 inf or NaN</summary>") &&
+              !strstr(html, "data-mode=\"bf16\"><summary>"),
           "the recipe run's table, and none for bf16");
     CHECK(html && strstr(html, "<tr data-quant=\"h.0.attn.c_attn.input\"><td>h.0.attn.c_attn.input</td><td>2.5</td>"
                                "<td>179.2</td><td>0.3000%</td><td>25.0000%</td><td>0</td></tr>"),
           "a quantized tensor's row");
-    CHECK(html && strstr(html, "<tr data-quant=\"h.0.&lt;b&gt;.grad\" class=\"bad\"><td>h.0.&lt;b&gt;.grad</td>"
-                               "<td>0.00195312</td><td>2.93601e+07</td><td>0.0000%</td><td>0.0000%</td><td>2</td></tr>") &&
+    CHECK(html &&
+              strstr(html, "<tr data-quant=\"h.0.&lt;b&gt;.grad\" class=\"bad\"><td>h.0.&lt;b&gt;.grad</td>"
+                           "<td>0.00195312</td><td>2.93601e+07</td><td>0.0000%</td><td>0.0000%</td><td>2</td></tr>") &&
               !strstr(html, "<b>.grad"),
           "a tensor with inf/NaN inputs is highlighted, its name escaped");
     remove(path);
@@ -119,15 +165,31 @@ static void check_layer_series(void) {
     const uint8_t skipped[S] = {0};
     const char names[L][64] = {"fc0", "fc1"};
     const float zero16[S * L] = {0.5f, 0, 0.25f, 0}, sub16[S * L] = {0, 0.125f, 0, 0.375f}, none[S * L] = {0};
-    const mp_report_layer_series ser[3] = {{"fp16: 0", "#1f77b4", zero16}, {"fp16: subnormal", "#aec7e8", sub16},
-                                           {"bf16: 0", "#ff7f0e", none}};
-    mp_report_run run = {.name = "pytorch-fp16", .format = "fp16", .color = "#1f77b4", .nsteps = S, .loss = loss,
-                         .scale = scale, .skipped = skipped, .nlayers = L, .layer_names = names,
-                         .layer_underflow = under, .layer_series = ser, .nlayer_series = 3,
+    const mp_report_layer_series ser[3] = {
+        {"fp16: 0", "#1f77b4", zero16}, {"fp16: subnormal", "#aec7e8", sub16}, {"bf16: 0", "#ff7f0e", none}};
+    mp_report_run run = {.name = "pytorch-fp16",
+                         .format = "fp16",
+                         .color = "#1f77b4",
+                         .nsteps = S,
+                         .loss = loss,
+                         .scale = scale,
+                         .skipped = skipped,
+                         .nlayers = L,
+                         .layer_names = names,
+                         .layer_underflow = under,
+                         .layer_series = ser,
+                         .nlayer_series = 3,
                          .layer_title = "Values that would become 0 or subnormal"};
-    mp_report r = {.title = "t", .command = "c", .reading = "r", .fp16_min_subnormal = 0x1p-24,
-                   .fp16_min_normal = 0x1p-14, .fp16_max = 65504, .eval_name = "loss", .baseline = -1,
-                   .runs = &run, .nruns = 1};
+    mp_report r = {.title = "t",
+                   .command = "c",
+                   .reading = "r",
+                   .fp16_min_subnormal = 0x1p-24,
+                   .fp16_min_normal = 0x1p-14,
+                   .fp16_max = 65504,
+                   .eval_name = "loss",
+                   .baseline = -1,
+                   .runs = &run,
+                   .nruns = 1};
     char path[] = "/tmp/mp_report_api_XXXXXX", svg[8192];
     const int fd = mkstemp(path);
     CHECK(fd >= 0, "temporary file");

@@ -123,7 +123,8 @@ static void checks(void) {
     /* files: an output is never an input, nor another output */
     mp_run_defaults(&s);
     s.model = "gpt:1-2-16-16", s.data = "text:/etc/hostname", s.log = "/etc/hostname";
-    CHECK(mp_run_check(&s, NULL) == MP_EINVAL && strstr(mp_last_error(), "--log /etc/hostname is the file --data reads"),
+    CHECK(mp_run_check(&s, NULL) == MP_EINVAL &&
+              strstr(mp_last_error(), "--log /etc/hostname is the file --data reads"),
           "%s", mp_last_error());
     s.log = "/tmp/../tmp/mixprec_x.csv", s.save = "/tmp/mixprec_x.csv";
     CHECK(mp_run_check_files(&s) == MP_EINVAL && strstr(mp_last_error(), "--log and --save name the same file"), "%s",
@@ -275,9 +276,15 @@ static void f_reset(void *impl) { (void)impl; }
 static mp_status f_load(void *impl, const mp_safetensors *st) { return (void)impl, (void)st, MP_EUNSUPPORTED; }
 static size_t f_tensors(const void *impl, mp_tensor *out, size_t cap) { return (void)impl, (void)out, (void)cap, 0; }
 static void f_free(void *impl) { free(impl); }
-static const mp_model_ops failing_ops = {.kind = "failing", .train_batch = f_train, .eval_batch = f_eval,
-                                         .nstats = f_nstats, .stats = f_stats, .reset_stats = f_reset, .load = f_load,
-                                         .tensors = f_tensors, .free = f_free};
+static const mp_model_ops failing_ops = {.kind = "failing",
+                                         .train_batch = f_train,
+                                         .eval_batch = f_eval,
+                                         .nstats = f_nstats,
+                                         .stats = f_stats,
+                                         .reset_stats = f_reset,
+                                         .load = f_load,
+                                         .tensors = f_tensors,
+                                         .free = f_free};
 static mp_status f_create(void *ctx, const mp_precision *p, mp_optim *opt, size_t rows, uint64_t seed, mp_model *out) {
     (void)ctx, (void)rows, (void)seed;
     failing *m = calloc(1, sizeof *m);
@@ -320,8 +327,8 @@ static void compares(void) {
     CHECK(st == MP_OK && r.n == 2 && !r.invalid && !strcmp(r.modes[1].name, "fp16-dynamic+master-weights=none") &&
               r.modes[0].result.nsteps == 3 && r.modes[1].result.precision.master_weights == MP_MASTER_NONE,
           "compare: %s", mp_last_error());
-    static const char *const files[] = {"fp32.csv", "fp32.json", "fp32.txt", "fp16-dynamic+master-weights=none.json",
-                                        "summary.json", "report.html"};
+    static const char *const files[] = {
+        "fp32.csv", "fp32.json", "fp32.txt", "fp16-dynamic+master-weights=none.json", "summary.json", "report.html"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[800];
         snprintf(path, sizeof path, "%s/%s", c.out, files[i]);
@@ -350,7 +357,8 @@ static void compares(void) {
               strstr(r.summary, "\"failed\"") && strstr(r.summary, "the model's disk is gone"),
           "a failed mode in summary.json: %s", mp_last_error());
     mp_compare_result_free(&r);
-    CHECK_SAY(mark, "mp_compare: modes side by side, their files, summary.json, the reading, bad specs, failed modes\n");
+    CHECK_SAY(mark,
+              "mp_compare: modes side by side, their files, summary.json, the reading, bad specs, failed modes\n");
 }
 
 /* Whether a child process (another writer) gets MP_EIO with a message holding
@@ -358,7 +366,8 @@ static void compares(void) {
 static int refused_in_child(const char *path, int write, const char *want) {
     const pid_t c = fork();
     if (c == 0) {
-        const mp_status st = write ? mp_write_file_atomic(path, &(mp_chunk){"child\n", 6}, 1) : mp_output_lock("--log", path);
+        const mp_status st =
+            write ? mp_write_file_atomic(path, &(mp_chunk){"child\n", 6}, 1) : mp_output_lock("--log", path);
         if (st == MP_OK && !write) mp_output_unlock(path);
         _exit(st == MP_EIO && strstr(mp_last_error(), want) ? 0 : 1);
     }

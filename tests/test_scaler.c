@@ -27,7 +27,9 @@ static void torch_update(float *scale, int32_t *tracker, int found_inf, double g
 
 static uint64_t rng = 0x853c49e6748fea9bull;
 static uint32_t next_u32(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return (uint32_t)(rng >> 32);
 }
 
@@ -169,11 +171,14 @@ static void check_hysteresis_and_bounds(void) {
 static void check_configs(void) {
     mp_scaler s;
     const mp_scaler_config d = mp_scaler_defaults();
-    CHECK(d.init_scale == 65536.0f && d.growth_factor == 2.0f && d.backoff_factor == 0.5f && d.growth_interval == 2000 &&
-              d.hysteresis == 1 && d.min_scale == 0 && d.max_scale == 0 && d.dynamic == 1,
+    CHECK(d.init_scale == 65536.0f && d.growth_factor == 2.0f && d.backoff_factor == 0.5f &&
+              d.growth_interval == 2000 && d.hysteresis == 1 && d.min_scale == 0 && d.max_scale == 0 && d.dynamic == 1,
           "defaults");
     CHECK(mp_scaler_init(&s, NULL) == MP_OK && s.scale == 65536.0f, "NULL config = defaults");
-    struct { const char *field; mp_scaler_config c; } bad[12];
+    struct {
+        const char *field;
+        mp_scaler_config c;
+    } bad[12];
     for (int i = 0; i < 12; i++) bad[i].c = d;
     bad[0].field = "init_scale", bad[0].c.init_scale = 0;
     bad[1].field = "init_scale", bad[1].c.init_scale = INFINITY;
@@ -188,8 +193,8 @@ static void check_configs(void) {
     bad[10].field = "init_scale", bad[10].c.max_scale = 1000;
     bad[11].field = "dynamic", bad[11].c.dynamic = 2;
     for (int i = 0; i < 12; i++)
-        CHECK(mp_scaler_init(&s, &bad[i].c) == MP_EINVAL && strstr(mp_last_error(), bad[i].field), "bad config %d: %s", i,
-              mp_last_error());
+        CHECK(mp_scaler_init(&s, &bad[i].c) == MP_EINVAL && strstr(mp_last_error(), bad[i].field), "bad config %d: %s",
+              i, mp_last_error());
 }
 
 static void check_blob(void) {
@@ -241,8 +246,8 @@ static void check_unscale(void) {
         if (dt == MP_E8M0 || dt == MP_E2M1) { /* block scales and fp4 elements: refused, the buffer untouched */
             uint8_t b[4] = {0x7f, 0xff, 0x07, 0x0f};
             int found = 0;
-            CHECK(mp_unscale_check(b, dt, 4, inv, &found) == MP_EINVAL && strstr(mp_last_error(), mp_format(dt)->name) &&
-                      !found && b[1] == 0xff && b[3] == 0x0f,
+            CHECK(mp_unscale_check(b, dt, 4, inv, &found) == MP_EINVAL &&
+                      strstr(mp_last_error(), mp_format(dt)->name) && !found && b[1] == 0xff && b[3] == 0x0f,
                   "%s refused", mp_format(dt)->name);
             void *const bufs[1] = {b};
             const size_t ns[1] = {4};
@@ -261,7 +266,8 @@ static void check_unscale(void) {
             /* clean buffer: values are x * inv rounded to the format, found_inf stays 0 */
             memcpy(buf, orig, n * es);
             int found = 0;
-            CHECK(mp_unscale_check(buf, dt, n, inv, &found) == MP_OK && found == 0, "%s n=%zu clean", mp_format(dt)->name, n);
+            CHECK(mp_unscale_check(buf, dt, n, inv, &found) == MP_OK && found == 0, "%s n=%zu clean",
+                  mp_format(dt)->name, n);
             long bad = 0;
             for (size_t i = 0; i < n; i++) {
                 const float want = elem_f32(orig, dt, i) * inv;
@@ -284,7 +290,8 @@ static void check_unscale(void) {
                     mp_convert(buf + where[w] * es, dt, &bad_v, MP_F32, 1, NULL);
                     found = 0;
                     mp_unscale_check(buf, dt, n, inv, &found);
-                    CHECK(found == 1, "%s n=%zu: %s at %zu not found", mp_format(dt)->name, n, kind ? "NaN" : "inf", where[w]);
+                    CHECK(found == 1, "%s n=%zu: %s at %zu not found", mp_format(dt)->name, n, kind ? "NaN" : "inf",
+                          where[w]);
                 }
             /* inv == 1: a check only, bits untouched (PyTorch skips the multiply), NaN payloads included */
             memcpy(buf, orig, n * es);
@@ -299,11 +306,13 @@ static void check_unscale(void) {
                     memcpy(orig, buf, n * es); /* orig now holds the inf/NaN */
                     found = 0;
                     mp_unscale_check(buf, dt, n, 1.0f, &found);
-                    CHECK(found == 1 && memcmp(buf, orig, n * es) == 0, "%s n=%zu inv 1: %s at %zu", mp_format(dt)->name,
-                          n, kind ? "NaN" : "inf", where[w]);
+                    CHECK(found == 1 && memcmp(buf, orig, n * es) == 0, "%s n=%zu inv 1: %s at %zu",
+                          mp_format(dt)->name, n, kind ? "NaN" : "inf", where[w]);
                     mp_convert(orig, dt, x, MP_F32, n, NULL);
                 }
-            free(x); free(buf); free(orig);
+            free(x);
+            free(buf);
+            free(orig);
         }
     }
     float g[3] = {1.0f, 2.0f, 3.0f};
@@ -319,7 +328,8 @@ static void check_unscale(void) {
     size_t ns[3] = {2, 2, 5};
     found = 0;
     CHECK(mp_unscale_check_list(bufs, types, ns, 3, 0.5f, &found) == MP_EINVAL && a[0] == 2, "list refused untouched");
-    CHECK(mp_unscale_check_list(bufs, types, ns, 2, 0.5f, &found) == MP_OK && found == 1 && a[0] == 1 && b[0] == 4, "list");
+    CHECK(mp_unscale_check_list(bufs, types, ns, 2, 0.5f, &found) == MP_OK && found == 1 && a[0] == 1 && b[0] == 4,
+          "list");
 }
 
 /* The AVX-512 kernels against the scalar ones, bit for bit, with subnormals,
@@ -341,7 +351,8 @@ static void check_unscale_paths(void) {
             memcpy(h2, h, n * 2);
             const int g1 = t ? mp_unscale_scalar.bf16(h, n, invs[k]) : mp_unscale_scalar.f16(h, n, invs[k]);
             const int g2 = t ? mp_unscale_avx512.bf16(h2, n, invs[k]) : mp_unscale_avx512.f16(h2, n, invs[k]);
-            CHECK(g1 == g2 && memcmp(h, h2, n * 2) == 0, "%s paths differ (inv %g)", t ? "bf16" : "f16", (double)invs[k]);
+            CHECK(g1 == g2 && memcmp(h, h2, n * 2) == 0, "%s paths differ (inv %g)", t ? "bf16" : "f16",
+                  (double)invs[k]);
         }
     }
     /* the checks alone (inv_scale 1): one inf/NaN code at every position of every length up to 300,
@@ -353,7 +364,8 @@ static void check_unscale_paths(void) {
             const int want = at < len;
             CHECK(mp_unscale_avx512.check32((const uint32_t *)a, len) == want &&
                       mp_unscale_scalar.check32((const uint32_t *)a, len) == want &&
-                      mp_unscale_avx512.check16(h, len, 0x7c00) == want && mp_unscale_scalar.check16(h, len, 0x7c00) == want,
+                      mp_unscale_avx512.check16(h, len, 0x7c00) == want &&
+                      mp_unscale_scalar.check16(h, len, 0x7c00) == want,
                   "check at %zu of %zu", at, len);
         }
     for (int r = 0; r < 20; r++) {
@@ -367,7 +379,10 @@ static void check_unscale_paths(void) {
                   mp_unscale_scalar.check32((const uint32_t *)a, n) == r % 2,
               "check32 paths differ");
     }
-    free(a); free(b); free(h); free(h2);
+    free(a);
+    free(b);
+    free(h);
+    free(h2);
 #endif
 }
 

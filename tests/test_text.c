@@ -88,7 +88,7 @@ static void check_order(void) {
     mkdir_p("d");
     puts_file("d/b", "bbb");
     puts_file("d/a", "aa");
-    puts_file("d/c.dat", "DAT");  /* fortunes index: skipped */
+    puts_file("d/c.dat", "DAT");   /* fortunes index: skipped */
     puts_file("d/.hidden", "HID"); /* hidden: skipped */
     puts_file("d/xdat", "");       /* ends in "dat", not ".dat": read (empty) */
     mkdir_p("d/sub");              /* no recursion */
@@ -119,7 +119,9 @@ static void check_order(void) {
 }
 
 static void check_split(void) {
-    const struct { size_t n, train; } cases[] = {
+    const struct {
+        size_t n, train;
+    } cases[] = {
         {1, 0}, {2, 1}, {9, 8}, {10, 9}, {11, 9}, {19, 17}, {20, 18}, {1000003, 900002},
     };
     uint8_t *bytes = random_bytes(1000003, 7);
@@ -163,8 +165,7 @@ static void check_errors(void) {
     CHECK(symlink(p("f1"), p("skipdir/l")) == 0, "symlink: %s", strerror(errno));
     const char *empties[] = {"empty", "emptydir", "skipdir"};
     for (int i = 0; i < 3; i++) {
-        CHECK(mp_text_load(&t, p(empties[i])) == MP_ECORRUPT && strstr(mp_last_error(), "is empty") &&
-                  is_zeroed(&t),
+        CHECK(mp_text_load(&t, p(empties[i])) == MP_ECORRUPT && strstr(mp_last_error(), "is empty") && is_zeroed(&t),
               "%s: '%s'", empties[i], mp_last_error());
     }
     snprintf(list, sizeof list, "%s,%s,%s", p("empty"), p("emptydir"), p("skipdir"));
@@ -189,8 +190,8 @@ static void check_errors(void) {
     CHECK(mp_text_check(&t, 1) == MP_OK, "T = 1: %s", mp_last_error());
     CHECK(mp_text_check(&t, 9) == MP_EINVAL, "T = 9");
     CHECK(strstr(mp_last_error(), "corpus of 100 bytes") &&
-              strstr(mp_last_error(), "validation split holds 10 bytes") &&
-              strstr(mp_last_error(), "T=9") && strstr(mp_last_error(), "at least 11"),
+              strstr(mp_last_error(), "validation split holds 10 bytes") && strstr(mp_last_error(), "T=9") &&
+              strstr(mp_last_error(), "at least 11"),
           "message '%s'", mp_last_error());
     CHECK(mp_text_check(&t, 0) == MP_EINVAL, "T = 0");
     CHECK(mp_text_check(&t, SIZE_MAX) == MP_EINVAL, "T = SIZE_MAX");
@@ -235,13 +236,16 @@ static void check_ordered(void) {
     free(bytes);
     mp_text t;
     CHECK(mp_text_load(&t, p("big")) == MP_OK, "load: %s", mp_last_error());
-    const struct { uint64_t s; size_t B, T; } cases[] = {
+    const struct {
+        uint64_t s;
+        size_t B, T;
+    } cases[] = {
         {0, 1, 1},
         {0, 4, 64},
         {1, 4, 64},
         {3, 8, 256},
-        {439, 8, 256},                /* (439*8 + b)*256 passes m = 899746: wraps */
-        {1000, 16, 1000},             /* wraps many times */
+        {439, 8, 256},    /* (439*8 + b)*256 passes m = 899746: wraps */
+        {1000, 16, 1000}, /* wraps many times */
         {12345, 3, 7},
         {(1ull << 40) + 12345, 16, 64},
         {(1ull << 44) + 3, 16, 65536}, /* (s*B + b)*T above 2^64 */
@@ -403,7 +407,9 @@ static void check_val(void) {
     CHECK(mp_text_load(&t, p("val")) == MP_OK, "load: %s", mp_last_error());
     CHECK(t.n_train == 900, "n_train %zu", t.n_train);
     /* validation split of 100 bytes: windows at w*T while w*T + T + 1 <= 100 */
-    const struct { size_t T, count; } cases[] = {
+    const struct {
+        size_t T, count;
+    } cases[] = {
         {1, 99}, {8, 12}, {9, 11}, {10, 9}, {33, 3}, {49, 2}, {50, 1}, {98, 1}, {99, 1}, {100, 0}, {0, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -438,8 +444,24 @@ static void check_words(void) {
     mp_text t;
     CHECK(mp_text_load(&t, p("words")) == MP_OK, "load: %s", mp_last_error());
     const char *yes[] = {"hello", "world", "cat", "sat", "on", "the", "bathe", "end", "theory", "mat;", "hello world"};
-    const char *no[] = {"hell", "ello", "hello world\nc", "wor", "ld", "conca", "catenate", "at", "mat", "theor",
-                        "heory", "bath", "athe", "en", "nd", "xyz", "the mat", "e",
+    const char *no[] = {"hell",
+                        "ello",
+                        "hello world\nc",
+                        "wor",
+                        "ld",
+                        "conca",
+                        "catenate",
+                        "at",
+                        "mat",
+                        "theor",
+                        "heory",
+                        "bath",
+                        "athe",
+                        "en",
+                        "nd",
+                        "xyz",
+                        "the mat",
+                        "e",
                         "concatenate the cat\tsat on\r\nthe mat; theory bathe\n\nend!"};
     for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
         CHECK(mp_text_has_word(&t, yes[i], strlen(yes[i])) == 1, "'%s' is a word", yes[i]);
@@ -528,19 +550,23 @@ static void check_inputs(void) {
     for (int k = 0; k < 3; k++) {
         if (k < 2) { /* a directory is a corpus of its files: IDX and safetensors only */
             mp_status st = mp_text_load(&t, special[k][0]);
-            CHECK(st == MP_EIO && strstr(mp_last_error(), special[k][1]), "corpus %s: %s", special[k][0], mp_last_error());
+            CHECK(st == MP_EIO && strstr(mp_last_error(), special[k][1]), "corpus %s: %s", special[k][0],
+                  mp_last_error());
         }
         uint8_t *d = NULL;
         uint32_t dims[4];
         int nd;
         mp_status st = mp_idx_read(special[k][0], &d, dims, &nd);
-        CHECK(st == MP_EIO && !d && strstr(mp_last_error(), special[k][1]), "IDX %s: %s", special[k][0], mp_last_error());
+        CHECK(st == MP_EIO && !d && strstr(mp_last_error(), special[k][1]), "IDX %s: %s", special[k][0],
+              mp_last_error());
         mp_safetensors sf;
         st = mp_safetensors_read(special[k][0], &sf);
-        CHECK(st == MP_EIO && strstr(mp_last_error(), special[k][1]), "safetensors %s: %s", special[k][0], mp_last_error());
+        CHECK(st == MP_EIO && strstr(mp_last_error(), special[k][1]), "safetensors %s: %s", special[k][0],
+              mp_last_error());
         size_t n = 1;
         st = mp_read_file("--from", special[k][0], 1 << 20, &d, &n);
-        CHECK(st == MP_EIO && !d && n == 0 && strstr(mp_last_error(), "--from ") && strstr(mp_last_error(), special[k][1]),
+        CHECK(st == MP_EIO && !d && n == 0 && strstr(mp_last_error(), "--from ") &&
+                  strstr(mp_last_error(), special[k][1]),
               "mp_read_file %s: %s", special[k][0], mp_last_error());
     }
     remove(p("fifo"));
@@ -586,21 +612,22 @@ static void check_inputs(void) {
         int nd;
         mp_status st = mp_idx_read(hook_path, &d, dims, &nd);
         CHECK(st != MP_OK && !d && strstr(mp_last_error(), "img.idx") &&
-              (strstr(mp_last_error(), "changed while read") || strstr(mp_last_error(), "truncated")),
+                  (strstr(mp_last_error(), "changed while read") || strstr(mp_last_error(), "truncated")),
               "IDX changed while read (%d): %s", mode, mp_last_error());
         free(d);
     }
     /* unchanged, the same files read whole */
     mp_input_test_hook = NULL;
     put("big.txt", text, big);
-    CHECK(mp_text_load(&t, p("big.txt")) == MP_OK && t.n == big && memcmp(t.data, text, big) == 0, "corpus read whole: %s",
-          mp_last_error());
+    CHECK(mp_text_load(&t, p("big.txt")) == MP_OK && t.n == big && memcmp(t.data, text, big) == 0,
+          "corpus read whole: %s", mp_last_error());
     mp_text_free(&t);
     uint8_t *d = NULL;
     uint32_t dims[4];
     int nd;
     CHECK(mp_idx_read(hook_path, &d, dims, &nd) == MP_OK && nd == 3 && dims[0] == nimg &&
-              memcmp(d, idx + 16, nimg * side * side) == 0, "IDX read whole: %s", mp_last_error());
+              memcmp(d, idx + 16, nimg * side * side) == 0,
+          "IDX read whole: %s", mp_last_error());
     free(d), free(idx), free(text);
     remove(p("big.txt")), remove(p("img.idx"));
     alarm(0);

@@ -63,8 +63,14 @@ static mp_status lin_eval(void *impl, const mp_batch *b, double *ls, double *cou
     return st;
 }
 
-static size_t lin_nstats(const void *impl) { (void)impl; return 1; }
-static const mp_tensor_stats *lin_stats(const void *impl, size_t i) { (void)i; return &((const lin *)impl)->st; }
+static size_t lin_nstats(const void *impl) {
+    (void)impl;
+    return 1;
+}
+static const mp_tensor_stats *lin_stats(const void *impl, size_t i) {
+    (void)i;
+    return &((const lin *)impl)->st;
+}
 static void lin_reset(void *impl) {
     lin *m = impl;
     memset(&m->st, 0, sizeof m->st);
@@ -89,9 +95,15 @@ static size_t lin_tensors(const void *impl, mp_tensor *out, size_t cap) {
 }
 static void lin_free(void *impl) { (void)impl; }
 
-static const mp_model_ops lin_ops = {.kind = "lin", .train_batch = lin_train, .eval_batch = lin_eval,
-                                     .nstats = lin_nstats, .stats = lin_stats, .reset_stats = lin_reset,
-                                     .load = lin_load, .tensors = lin_tensors, .free = lin_free};
+static const mp_model_ops lin_ops = {.kind = "lin",
+                                     .train_batch = lin_train,
+                                     .eval_batch = lin_eval,
+                                     .nstats = lin_nstats,
+                                     .stats = lin_stats,
+                                     .reset_stats = lin_reset,
+                                     .load = lin_load,
+                                     .tensors = lin_tensors,
+                                     .free = lin_free};
 
 /* ---- its data: targets = x . (1, -2, 3, 0.5), rounded ---- */
 
@@ -141,12 +153,18 @@ static mp_status rig_make_dist(rig *r, const char *prec, float boost, double cli
     ac.lr = 0.05;
     if ((st = mp_optim_adamw(&r->opt, &ac)) != MP_OK) return st;
     const float w0[D] = {0.1f, 0.2f, -0.1f, 0.0f};
-    if ((st = mp_optim_add(r->opt, "w", w0, D, p->compute == MP_F32 ? MP_F32 : p->compute, &r->m.w)) != MP_OK) return st;
+    if ((st = mp_optim_add(r->opt, "w", w0, D, p->compute == MP_F32 ? MP_F32 : p->compute, &r->m.w)) != MP_OK)
+        return st;
     r->m.ct = p->compute, r->m.boost = boost;
     lin_reset(&r->m);
     r->d.fail_at = -1;
-    mp_train_config c = {.precision = p, .scaler = mp_scaler_defaults(), .lr = {.lr = 0.05}, .accum = 2, .clip = clip,
-                         .dist = dist, .shard_optimizer = shard};
+    mp_train_config c = {.precision = p,
+                         .scaler = mp_scaler_defaults(),
+                         .lr = {.lr = 0.05},
+                         .accum = 2,
+                         .clip = clip,
+                         .dist = dist,
+                         .shard_optimizer = shard};
     const mp_model model = {&lin_ops, &r->m};
     const mp_loader loader = {&r->d, data_batch, data_eval, NULL};
     return mp_trainer_create(&r->t, &c, model, r->opt, loader);
@@ -192,9 +210,9 @@ static void check_table(void) {
     CHECK(mp_precision_parse("nvfp4+master-weights=none", &pv) == MP_EINVAL, "nvfp4 without masters");
     CHECK(mp_precision_parse("fp8-current", &pv) == MP_OK && p->recipe == MP_RECIPE_FP8_CURRENT, "fp8-current");
     CHECK(mp_precision_parse("fp16-dynamic", &pv) == MP_OK && p->recipe == MP_RECIPE_NONE, "no recipe");
-    CHECK(mp_precision_parse("fp16-dynamic+master-weights=none", &pv) == MP_OK &&
-              p->master_weights == MP_MASTER_NONE && p->scaling == MP_SCALING_DYNAMIC &&
-              strcmp(p->label, "fp16-dynamic+master-weights=none") == 0 && strcmp(p->name, "fp16-dynamic") == 0,
+    CHECK(mp_precision_parse("fp16-dynamic+master-weights=none", &pv) == MP_OK && p->master_weights == MP_MASTER_NONE &&
+              p->scaling == MP_SCALING_DYNAMIC && strcmp(p->label, "fp16-dynamic+master-weights=none") == 0 &&
+              strcmp(p->name, "fp16-dynamic") == 0,
           "fp16-dynamic+master-weights=none: %s", p->label);
     CHECK(mp_precision_set_master_weights(&pv, MP_MASTER_FP32) == MP_OK && strcmp(p->label, "fp16-dynamic") == 0,
           "back to fp32 masters");
@@ -219,14 +237,17 @@ static void check_table(void) {
               strcmp(p->label, "fp16-dynamic+master-weights=none+reductions=half") == 0,
           "both switches, labelled in order: %s", p->label);
     CHECK(mp_precision_set_reductions(&pv, MP_REDUCE_FP32) == MP_OK &&
-              strcmp(p->label, "fp16-dynamic+master-weights=none") == 0, "reductions back to fp32: %s", p->label);
+              strcmp(p->label, "fp16-dynamic+master-weights=none") == 0,
+          "reductions back to fp32: %s", p->label);
     CHECK(mp_precision_parse("fp16-static:1024+reductions=half", &pv) == MP_OK && p->static_scale == 1024 &&
-              strcmp(p->label, "fp16-static:1024+reductions=half") == 0, "static with a switch: %s", p->label);
+              strcmp(p->label, "fp16-static:1024+reductions=half") == 0,
+          "static with a switch: %s", p->label);
     CHECK(mp_precision_parse("fp32+reductions=half", &pv) == MP_EINVAL && strstr(mp_last_error(), "fp32"),
           "half reductions on fp32");
     CHECK(mp_precision_parse("bf16+reductions=fp16", &pv) == MP_EINVAL && strstr(mp_last_error(), "reductions"),
           "unknown reductions value");
-    CHECK(strcmp(mp_reductions_name(MP_REDUCE_HALF), "half") == 0 && strcmp(mp_reductions_name(MP_REDUCE_FP32), "fp32") == 0,
+    CHECK(strcmp(mp_reductions_name(MP_REDUCE_HALF), "half") == 0 &&
+              strcmp(mp_reductions_name(MP_REDUCE_FP32), "fp32") == 0,
           "reductions names");
     for (size_t i = 0; i < n; i++) CHECK(t[i].color && t[i].color[0] == '#' && t[i].help, "%s colour", t[i].name);
 }
@@ -384,7 +405,8 @@ static void check_precision_losses(void) {
     mp_mlp *m;
     mp_trainer *t;
     CHECK(mp_precision_parse("fp16+master-weights=none", &p) == MP_OK && mp_optim_sgd(&o, &sc) == MP_OK &&
-              mp_mlp_parse("mlp:8-16-4", &c) == MP_OK && mp_mlp_create(&m, &c, MP_F16, MP_MASTER_NONE, 16, o, 1) == MP_OK,
+              mp_mlp_parse("mlp:8-16-4", &c) == MP_OK &&
+              mp_mlp_create(&m, &c, MP_F16, MP_MASTER_NONE, 16, o, 1) == MP_OK,
           "mlp");
     mlp_data d;
     for (int i = 0; i < 16 * 8; i++) d.x[i] = (float)((i * 37) % 101) / 101.0f;
@@ -414,8 +436,9 @@ static void check_precision_losses(void) {
             const mp_tensor_stats *e = mp_mlp_stats(m, l);
             lg += e->wgrad_lost, dg += e->wgrad_dead, wn += e->wgrad_elements;
         }
-        CHECK(si.lost_updates == lost && lost > 0 && lost < nonzero && si.params_updated == off && wn == 8 * 16 + 16 * 4 &&
-                  si.wgrad_elements == wn && si.lost_gradients == lg && si.dead_gradients == dg,
+        CHECK(si.lost_updates == lost && lost > 0 && lost < nonzero && si.params_updated == off &&
+                  wn == 8 * 16 + 16 * 4 && si.wgrad_elements == wn && si.lost_gradients == lg &&
+                  si.dead_gradients == dg,
               "step %ld: %llu lost updates (recount %llu, %llu nonzero) of %llu; weight gradients %llu/%llu lost, "
               "%llu/%llu dead",
               si.step, (unsigned long long)si.lost_updates, (unsigned long long)lost, (unsigned long long)nonzero,
@@ -444,9 +467,9 @@ typedef struct {
     int steps;
     float loss[40];
     int skipped[40];
-    mp_status check;  /* mp_trainer_check_ranks after the last step */
-    float w[8];       /* the weights after the last step */
-    uint8_t state[64];/* rank 0's optimizer state after the last step (gathered when sharded) */
+    mp_status check;                /* mp_trainer_check_ranks after the last step */
+    float w[8];                     /* the weights after the last step */
+    uint8_t state[64];              /* rank 0's optimizer state after the last step (gathered when sharded) */
     size_t state_bytes, held_bytes; /* its size; the state this rank held before the gather */
     char msg[256];
     uint32_t crc;
@@ -454,7 +477,8 @@ typedef struct {
 } rank_run;
 
 /* every rank gets op(rank 0's values, rank 1's values), in that order */
-static void exchange(rank_run *r, void *x, size_t n, size_t es, void (*op)(void *, const void *, const void *, size_t)) {
+static void exchange(rank_run *r, void *x, size_t n, size_t es,
+                     void (*op)(void *, const void *, const void *, size_t)) {
     void *tmp = malloc(n * es + 1);
     r->c->buf[r->rank] = x;
     pthread_barrier_wait(&r->c->bar);
@@ -523,7 +547,8 @@ static mp_status t_all_gather(void *ctx, void *const *x, const size_t *bytes, si
 
 static void *rank_main(void *arg) {
     rank_run *r = arg;
-    const mp_train_dist d = {r->rank, 2, r, t_sum_grads, t_sum_f64, t_max_f32, t_reduce_scatter, t_all_gather, t_broadcast};
+    const mp_train_dist d = {r->rank,      2,          r, t_sum_grads, t_sum_f64, t_max_f32, t_reduce_scatter,
+                             t_all_gather, t_broadcast};
     rig g;
     if ((r->st = rig_make_dist(&g, r->prec, r->boost, 0, &d, r->shard)) != MP_OK) return NULL; /* both fail alike */
     for (int s = 0; s < r->steps && r->st == MP_OK; s++) {
@@ -555,8 +580,8 @@ static void run_ranks(rank_run rr[2], const char *prec, float boost, int steps, 
     pthread_barrier_init(&c.bar, NULL, 2);
     pthread_t th[2];
     for (int k = 0; k < 2; k++) {
-        rr[k] = (rank_run){.c = &c, .rank = k, .prec = prec, .boost = boost, .steps = steps, .diverge_at = diverge_at,
-                           .shard = shard};
+        rr[k] = (rank_run){
+            .c = &c, .rank = k, .prec = prec, .boost = boost, .steps = steps, .diverge_at = diverge_at, .shard = shard};
         pthread_create(&th[k], NULL, rank_main, &rr[k]);
     }
     for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
@@ -632,8 +657,8 @@ static void check_shard(void) {
         int same = 1, skips = 0;
         for (int r = 0; r < 2; r++)
             same &= a[r].st == MP_OK && b[r].st == MP_OK && !memcmp(a[r].loss, b[r].loss, sizeof a[r].loss) &&
-                    !memcmp(a[r].skipped, b[r].skipped, sizeof a[r].skipped) && !memcmp(a[r].w, b[r].w, sizeof a[r].w) &&
-                    a[r].check == MP_OK && b[r].check == MP_OK;
+                    !memcmp(a[r].skipped, b[r].skipped, sizeof a[r].skipped) &&
+                    !memcmp(a[r].w, b[r].w, sizeof a[r].w) && a[r].check == MP_OK && b[r].check == MP_OK;
         for (int s = 0; s < 20; s++) skips += b[0].skipped[s];
         same &= a[0].state_bytes > 0 && a[0].state_bytes == b[0].state_bytes &&
                 !memcmp(a[0].state, b[0].state, a[0].state_bytes);
@@ -643,21 +668,24 @@ static void check_shard(void) {
               mp_status_str(b[0].st), mp_last_error(), b[0].held_bytes, b[1].held_bytes, skips);
     }
     rig r;
-    const mp_train_dist one = {0, 1, NULL, t_sum_grads, t_sum_f64, t_max_f32, t_reduce_scatter, t_all_gather, t_broadcast};
+    const mp_train_dist one = {0,          1, NULL, t_sum_grads, t_sum_f64, t_max_f32, t_reduce_scatter, t_all_gather,
+                               t_broadcast};
     CHECK(rig_make_dist(&r, "fp32", 1.0f, 0, &one, 1) == MP_EINVAL && strstr(mp_last_error(), "2 or more ranks"),
           "shard with one rank: %s", mp_last_error());
     rig_free(&r);
     /* a trainer refused for its mode (a bad scaler) after asking for a shard: nothing held (ASan's leak check) */
-    const mp_train_dist two = {0, 2, NULL, t_sum_grads, t_sum_f64, t_max_f32, t_reduce_scatter, t_all_gather, t_broadcast};
+    const mp_train_dist two = {0,          2, NULL, t_sum_grads, t_sum_f64, t_max_f32, t_reduce_scatter, t_all_gather,
+                               t_broadcast};
     mp_scaler_config bad = mp_scaler_defaults();
     bad.growth_factor = 0.5f;
     rig s;
     CHECK(rig_make_dist(&s, "fp16-dynamic", 1.0f, 0, &two, 1) == MP_OK, "shard: %s", mp_last_error());
     mp_trainer *t = NULL;
-    mp_train_config c = {.precision = &s.prec, .scaler = bad, .lr = {.lr = 0.05}, .accum = 1, .dist = &two,
-                         .shard_optimizer = 1};
+    mp_train_config c = {
+        .precision = &s.prec, .scaler = bad, .lr = {.lr = 0.05}, .accum = 1, .dist = &two, .shard_optimizer = 1};
     CHECK(mp_trainer_create(&t, &c, (mp_model){&lin_ops, &s.m}, s.opt, (mp_loader){&s.d, data_batch, NULL, NULL}) ==
-                  MP_EINVAL && !t,
+                  MP_EINVAL &&
+              !t,
           "sharded trainer with a bad scaler: %s", mp_last_error());
     rig_free(&s);
     mp_set_threads(0);

@@ -71,8 +71,8 @@ static void check_count_against_ref(const char *what, const void *x, mp_dtype t,
             CHECK(stats_counts_eq(&got, &want),
                   "%s %s -> %s x %g: got u%" PRIu64 " s%" PRIu64 " o%" PRIu64 " n%" PRIu64 ", want u%" PRIu64
                   " s%" PRIu64 " o%" PRIu64 " n%" PRIu64,
-                  what, mp_format(t)->name, mp_format(fmts[f])->name, (double)scales[s], got.underflow,
-                  got.subnormal, got.overflow, got.nan, want.underflow, want.subnormal, want.overflow, want.nan);
+                  what, mp_format(t)->name, mp_format(fmts[f])->name, (double)scales[s], got.underflow, got.subnormal,
+                  got.overflow, got.nan, want.underflow, want.subnormal, want.overflow, want.nan);
         }
 }
 
@@ -80,17 +80,43 @@ static void check_count_against_ref(const char *what, const void *x, mp_dtype t,
  * fp32's own extremes and specials, and random bit patterns. */
 static size_t threshold_values(float *v, size_t cap) {
     size_t n = 0;
-#define PUT(x) do { if (n < cap) v[n++] = (x); } while (0)
-    const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, u2f(0x7f800001u), u2f(0xffc00001u),
-                              0x1p-149f, -0x1p-149f, 0x1p-148f, 0x1.8p-148f, 0x1.fffffcp-127f, FLT_MIN, FLT_MAX,
-                              -FLT_MAX, 0x1.fffffcp127f, 1.0f, -1.0f, 3.0f};
+#define PUT(x)                     \
+    do {                           \
+        if (n < cap) v[n++] = (x); \
+    } while (0)
+    const float specials[] = {0.0f,
+                              -0.0f,
+                              INFINITY,
+                              -INFINITY,
+                              NAN,
+                              -NAN,
+                              u2f(0x7f800001u),
+                              u2f(0xffc00001u),
+                              0x1p-149f,
+                              -0x1p-149f,
+                              0x1p-148f,
+                              0x1.8p-148f,
+                              0x1.fffffcp-127f,
+                              FLT_MIN,
+                              FLT_MAX,
+                              -FLT_MAX,
+                              0x1.fffffcp127f,
+                              1.0f,
+                              -1.0f,
+                              3.0f};
     for (size_t i = 0; i < sizeof specials / sizeof *specials; i++) PUT(specials[i]);
     for (int f = 0; f < 4; f++) {
         const mp_format_info *fi = mp_format(fmts[f]);
         const double ulp_max = ldexp(1.0, (int)floor(log2(fi->max)) - fi->mantissa_bits);
-        const double t[] = {fi->min_subnormal / 2, fi->min_subnormal, fi->min_subnormal * 1.5,
-                            fi->min_normal - fi->min_subnormal / 2, fi->min_normal, fi->max, fi->max + ulp_max / 2,
-                            fi->max + ulp_max, fi->max * 4};
+        const double t[] = {fi->min_subnormal / 2,
+                            fi->min_subnormal,
+                            fi->min_subnormal * 1.5,
+                            fi->min_normal - fi->min_subnormal / 2,
+                            fi->min_normal,
+                            fi->max,
+                            fi->max + ulp_max / 2,
+                            fi->max + ulp_max,
+                            fi->max * 4};
         for (size_t k = 0; k < sizeof t / sizeof *t; k++)
             for (int s = 0; s < 4; s++) {
                 const float c = (float)(t[k] / scales[s]); /* lands on the threshold after the scale */
@@ -128,10 +154,11 @@ static void check_convert_count(void) {
     const float prod_under[2] = {0x1p-149f, -0x1p-140f}; /* x 2^-30: 0 in fp32 already */
     mp_convert_stats st = {0, 0, 0, 0, 0.0f};
     CHECK(mp_convert_count(MP_F32, prod_under, MP_F32, 2, 0x1p-30f, &st) == MP_OK && st.underflow == 2 &&
-              st.subnormal == 0 && st.overflow == 0, "fp32 product underflow: u%" PRIu64, st.underflow);
+              st.subnormal == 0 && st.overflow == 0,
+          "fp32 product underflow: u%" PRIu64, st.underflow);
     memset(&st, 0, sizeof st);
-    CHECK(mp_convert_count(MP_F32, prod_under, MP_F32, 2, 1.0f, &st) == MP_OK && st.underflow == 0 &&
-              st.subnormal == 2, "fp32 identity: u%" PRIu64 " s%" PRIu64, st.underflow, st.subnormal);
+    CHECK(mp_convert_count(MP_F32, prod_under, MP_F32, 2, 1.0f, &st) == MP_OK && st.underflow == 0 && st.subnormal == 2,
+          "fp32 identity: u%" PRIu64 " s%" PRIu64, st.underflow, st.subnormal);
     const float infs[4] = {INFINITY, -INFINITY, FLT_MAX, NAN};
     for (int f = 0; f < 5; f++) {
         memset(&st, 0, sizeof st);
@@ -184,7 +211,8 @@ static void check_convert_count(void) {
         memset(&st, 0, sizeof st);
         mp_error(MP_OK, "%s", "");
         CHECK(mp_convert_count(MP_F16, v, MP_F32, n, bad_scales[k], &st) == MP_EINVAL && mp_last_error()[0] &&
-                  st.overflow == 0 && st.nan == 0, "scale %g", (double)bad_scales[k]);
+                  st.overflow == 0 && st.nan == 0,
+              "scale %g", (double)bad_scales[k]);
     }
     CHECK(mp_convert_count((mp_dtype)9, v, MP_F32, n, 1.0f, &st) == MP_EINVAL, "bad fmt");
     CHECK(mp_convert_count(MP_F16, v, (mp_dtype)-1, n, 1.0f, &st) == MP_EINVAL, "bad type");
@@ -216,8 +244,9 @@ static void check_values_one(const char *what, const void *x, mp_dtype t, size_t
     CHECK(mp_count_values(x, t, n, &got) == MP_OK, "%s", mp_last_error());
     CHECK(got.zero == want.zero && got.subnormal == want.subnormal && got.inf == want.inf && got.nan == want.nan,
           "%s %s: z%" PRIu64 " s%" PRIu64 " i%" PRIu64 " n%" PRIu64 ", want z%" PRIu64 " s%" PRIu64 " i%" PRIu64
-          " n%" PRIu64, what, mp_format(t)->name, got.zero, got.subnormal, got.inf, got.nan, want.zero,
-          want.subnormal, want.inf, want.nan);
+          " n%" PRIu64,
+          what, mp_format(t)->name, got.zero, got.subnormal, got.inf, got.nan, want.zero, want.subnormal, want.inf,
+          want.nan);
     const float am = mp_amax(x, t, n);
     CHECK(f2u(got.amax) == f2u(am) && got.amax == want.amax, "%s %s: amax %g, mp_amax %g, recount %g", what,
           mp_format(t)->name, (double)got.amax, (double)am, (double)want.amax);
@@ -236,9 +265,9 @@ static void check_count_values(void) {
     if (!u) abort();
     size_t k = 0;
     for (uint64_t p = 0; p < (1ull << 32) && k < n - 16; p += 4099) u[k++] = (uint32_t)p;
-    const uint32_t edge[16] = {0, 0x80000000u, 1, 0x807fffffu, 0x00800000u, 0x7f7fffffu, 0x7f800000u, 0xff800000u,
-                               0x7f800001u, 0xffffffffu, 0x7fc00000u, 0x3f800000u, 0x80000001u, 0x007fffffu,
-                               0xff7fffffu, 0x00000002u};
+    const uint32_t edge[16] = {0,           0x80000000u, 1,           0x807fffffu, 0x00800000u, 0x7f7fffffu,
+                               0x7f800000u, 0xff800000u, 0x7f800001u, 0xffffffffu, 0x7fc00000u, 0x3f800000u,
+                               0x80000001u, 0x007fffffu, 0xff7fffffu, 0x00000002u};
     for (int e = 0; e < 16; e++) u[k++] = edge[e];
     check_values_one("stride", u, MP_F32, k);
     mp_set_threads(4);
@@ -335,14 +364,15 @@ static void check_analyze_set(const char *what, const void *x, mp_dtype xt, size
               one.zero);
         const double best = brute_best(m, nf, fmts[f]);
         const mp_scale_counts bc = brute_counts(m, nf, fmts[f], best);
-        CHECK(u.best_scale == best && counts_eq(&u.best, &bc), "%s %s: best scale %g, want %g", what, fn,
-              u.best_scale, best);
+        CHECK(u.best_scale == best && counts_eq(&u.best, &bc), "%s %s: best scale %g, want %g", what, fn, u.best_scale,
+              best);
         for (int s = 0; s < 4; s++) {
             const mp_scale_counts want = brute_counts(m, nf, fmts[f], sc[s]);
             CHECK(counts_eq(&u.scales[s], &want),
                   "%s %s x %g: z%" PRIu64 " s%" PRIu64 " o%" PRIu64 " v%" PRIu64 ", want z%" PRIu64 " s%" PRIu64
-                  " o%" PRIu64 " v%" PRIu64, what, fn, sc[s], u.scales[s].zero, u.scales[s].subnormal,
-                  u.scales[s].overflow, u.scales[s].survive, want.zero, want.subnormal, want.overflow, want.survive);
+                  " o%" PRIu64 " v%" PRIu64,
+                  what, fn, sc[s], u.scales[s].zero, u.scales[s].subnormal, u.scales[s].overflow, u.scales[s].survive,
+                  want.zero, want.subnormal, want.overflow, want.survive);
             if (xt == MP_F32 && nf == n) { /* the magnitudes themselves */
                 const mp_scale_counts c = mp_underflow_count(m, nf, fmts[f], sc[s]);
                 CHECK(counts_eq(&c, &want), "%s %s: mp_underflow_count x %g", what, fn, sc[s]);
@@ -404,14 +434,15 @@ static void check_analyze(void) {
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         mp_error(MP_OK, "%s", "");
         CHECK(mp_underflow_analyze(bad[i].x, bad[i].xt, bad[i].n, bad[i].t, bad[i].s, bad[i].ns, &u) == MP_EINVAL &&
-                  mp_last_error()[0] && !strchr(mp_last_error(), '\n'), "%s: '%s'", bad[i].what, mp_last_error());
+                  mp_last_error()[0] && !strchr(mp_last_error(), '\n'),
+              "%s: '%s'", bad[i].what, mp_last_error());
     }
     const double bad_scales[6] = {0, -1, NAN, INFINITY, 1e-50, 1e39}; /* the last two: 0 and inf in fp32 */
     for (int k = 0; k < 6; k++) {
         const double s2[2] = {1, bad_scales[k]};
         mp_error(MP_OK, "%s", "");
-        CHECK(mp_underflow_analyze(x, MP_F32, N, MP_F16, s2, 2, &u) == MP_EINVAL && mp_last_error()[0],
-              "scale %g", bad_scales[k]);
+        CHECK(mp_underflow_analyze(x, MP_F32, N, MP_F16, s2, 2, &u) == MP_EINVAL && mp_last_error()[0], "scale %g",
+              bad_scales[k]);
     }
     CHECK(mp_underflow_analyze(x, MP_F32, N, MP_F16, NULL, 0, &u) == MP_OK && u.nscales == 0, "no scales");
     CHECK(mp_underflow_analyze(x, MP_F32, N, MP_F16, &one, 1, NULL) == MP_EINVAL, "NULL result");
@@ -452,7 +483,8 @@ static void check_explore(void) {
     }
     enum { N = 3000 };
     float x[N];
-    for (int i = 0; i < N; i++) x[i] = (float)ldexp(1.0 + (double)(rnd() % 1000) / 1000.0, -(int)(rnd() % 40)) * (i % 2 ? 1 : -1);
+    for (int i = 0; i < N; i++)
+        x[i] = (float)ldexp(1.0 + (double)(rnd() % 1000) / 1000.0, -(int)(rnd() % 40)) * (i % 2 ? 1 : -1);
     x[5] = NAN, x[6] = INFINITY, x[7] = 0.0f;
     char path[512], names[1024];
     snprintf(path, sizeof path, "%s/page.html", dir);
@@ -461,7 +493,8 @@ static void check_explore(void) {
     char *html = slurp(path);
     CHECK(html != NULL, "page not written");
     if (html) {
-        CHECK(strstr(html, "<p class=\"note\">&lt;script&gt;x&lt;/script&gt; &amp; &quot;q&quot; &#39;a&#39;. Move") != NULL,
+        CHECK(strstr(html, "<p class=\"note\">&lt;script&gt;x&lt;/script&gt; &amp; &quot;q&quot; &#39;a&#39;. Move") !=
+                  NULL,
               "description not escaped");
         CHECK(strstr(html, "<script>x") == NULL, "raw description in the page");
         CHECK(strstr(html, "const N = 2998,") != NULL, "N is the finite count");
@@ -551,7 +584,10 @@ static void check_log2_histogram(void) {
         h[i] = (uint16_t)rnd();
     }
     v[0] = 0, v[1] = -0.0f, v[2] = INFINITY, v[3] = NAN, v[4] = 0x1p-149f, v[5] = FLT_MAX, v[6] = 0x1p-127f;
-    const struct { const void *x; mp_dtype t; } in[3] = {{v, MP_F32}, {h, MP_F16}, {h, MP_BF16}};
+    const struct {
+        const void *x;
+        mp_dtype t;
+    } in[3] = {{v, MP_F32}, {h, MP_F16}, {h, MP_BF16}};
     const int ranges[3][2] = {{-150, 300}, {-20, 10}, {5, 1}}; /* every exponent; both ends clamped; one bin */
     for (int k = 0; k < 3; k++) {
         CHECK(mp_convert(w, MP_F32, in[k].x, in[k].t, N, NULL) == MP_OK, "widen");
@@ -560,8 +596,9 @@ static void check_log2_histogram(void) {
             const int lo = ranges[r][0], nb = ranges[r][1];
             CHECK(mp_log2_histogram(in[k].x, in[k].t, N, lo, nb, got, &gz) == MP_OK, "%s", mp_last_error());
             ref_log2_histogram(w, N, lo, nb, want, &wz);
-            CHECK(gz == wz && !memcmp(got, want, sizeof got), "log2 histogram of %s from 2^%d, %d bins: %" PRIu64
-                  " zeros against %" PRIu64, mp_format(in[k].t)->name, lo, nb, gz, wz);
+            CHECK(gz == wz && !memcmp(got, want, sizeof got),
+                  "log2 histogram of %s from 2^%d, %d bins: %" PRIu64 " zeros against %" PRIu64,
+                  mp_format(in[k].t)->name, lo, nb, gz, wz);
         }
     }
     uint64_t b[4] = {0}, z = 0;
@@ -597,7 +634,8 @@ static void recount_block(const float *x, size_t n, mp_block_format f, mp_mx_rul
         CHECK(mp_mx_quantize(codes, bscale, p, np, elem, rule, NULL) == MP_OK, "%s", mp_last_error());
         CHECK(mp_mx_dequantize(q, codes, bscale, np, elem) == MP_OK, "%s", mp_last_error());
     } else {
-        CHECK(mp_nvfp4_quantize(codes, bscale, p, 1, np, MP_NVFP4_1X16, amax, NULL, NULL) == MP_OK, "%s", mp_last_error());
+        CHECK(mp_nvfp4_quantize(codes, bscale, p, 1, np, MP_NVFP4_1X16, amax, NULL, NULL) == MP_OK, "%s",
+              mp_last_error());
         CHECK(mp_nvfp4_dequantize(q, codes, bscale, 1, np, MP_NVFP4_1X16, amax) == MP_OK, "%s", mp_last_error());
     }
     const float g = mp_nvfp4_global_scale(amax);
@@ -607,14 +645,14 @@ static void recount_block(const float *x, size_t n, mp_block_format f, mp_mx_rul
         if (x[i] == 0) continue;
         /* block scaling: x times the inverse of its block's scale */
         const uint8_t s = bscale[i / bs];
-        const double y = mx ? fabs(ldexp(x[i], 127 - s))
-                            : fabs(x[i] * fminf(1.0f / (mp_e4m3_to_f32(s) * (1.0f / g)), FLT_MAX));
+        const double y =
+            mx ? fabs(ldexp(x[i], 127 - s)) : fabs(x[i] * fminf(1.0f / (mp_e4m3_to_f32(s) * (1.0f / g)), FLT_MAX));
         r->block_scaling.flushed += q[i] == 0;
         r->block_scaling.saturated += q[i] != 0 && y >= past && (y > past || elem != MP_E4M3);
         err[0] += fabs(((double)q[i] - x[i]) / x[i]);
         /* one scale per tensor */
         const float yt = x[i] * t;
-        const float v = elem == MP_E4M3 ? mp_e4m3_to_f32(mp_f32_to_e4m3_sat(yt)) * tinv
+        const float v = elem == MP_E4M3   ? mp_e4m3_to_f32(mp_f32_to_e4m3_sat(yt)) * tinv
                         : elem == MP_E5M2 ? mp_e5m2_to_f32(mp_f32_to_e5m2(yt)) * tinv
                                           : mp_e2m1_to_f32(mp_f32_to_e2m1(yt)) * tinv;
         r->per_tensor.flushed += v == 0;
@@ -635,8 +673,8 @@ static void check_counts(const char *what, const mp_block_counts *got, uint64_t 
     CHECK(got->flushed == flushed && got->saturated == saturated && got->nonzero == nonzero &&
               fabs(got->mean_rel_error - err) <= tol,
           "%s: flushed %" PRIu64 " saturated %" PRIu64 " nonzero %" PRIu64 " error %.9g; expected %" PRIu64 " %" PRIu64
-          " %" PRIu64 " %.9g", what, got->flushed, got->saturated, got->nonzero, got->mean_rel_error, flushed, saturated,
-          nonzero, err);
+          " %" PRIu64 " %.9g",
+          what, got->flushed, got->saturated, got->nonzero, got->mean_rel_error, flushed, saturated, nonzero, err);
 }
 
 static void check_block_compare(void) {
@@ -652,11 +690,13 @@ static void check_block_compare(void) {
     for (int i = 0; i < 64; i++) two[i] = i < 32 ? 256.0f : 0x1p-30f;
     for (int f = 0; f < 2; f++)
         for (int rule = 0; rule < 2; rule++) {
-            CHECK(mp_block_compare_values(two, 64, (mp_block_format)f, (mp_mx_rule)rule, &c) == MP_OK, "%s", mp_last_error());
+            CHECK(mp_block_compare_values(two, 64, (mp_block_format)f, (mp_mx_rule)rule, &c) == MP_OK, "%s",
+                  mp_last_error());
             check_counts("two blocks, block scaling", &c.block_scaling, 0, 0, 64, 0, 0);
             check_counts("two blocks, per tensor", &c.per_tensor, 32, 0, 32, 0.5, 1e-7);
             CHECK(c.n == 64 && c.nonzero_inputs == 64 && c.amax == 256 && c.block == 32 &&
-                      c.tensor_scale == (f ? 224.0f : 1.75f) && c.elem == (f ? MP_E5M2 : MP_E4M3) && c.rule == (mp_mx_rule)rule,
+                      c.tensor_scale == (f ? 224.0f : 1.75f) && c.elem == (f ? MP_E5M2 : MP_E4M3) &&
+                      c.rule == (mp_mx_rule)rule,
                   "two blocks: header figures");
         }
     /* 480 and 31 ones in E4M3: FLOOR gives the block 2^(8-8) = 1, and 480 rounds
@@ -680,13 +720,15 @@ static void check_block_compare(void) {
     CHECK(mp_block_compare_values(nv, 32, MP_BLOCK_NVFP4, MP_MX_RCEIL, &c) == MP_OK, "%s", mp_last_error());
     check_counts("nvfp4 two blocks, block scaling", &c.block_scaling, 0, 0, 32, 0.0234375 / 2, 1e-6);
     check_counts("nvfp4 two blocks, per tensor", &c.per_tensor, 16, 0, 16, 0.5, 1e-6);
-    CHECK(c.block == 16 && c.elem == MP_E2M1 && c.tensor_scale == 1.0f && c.rule == MP_MX_FLOOR, "nvfp4 header figures");
+    CHECK(c.block == 16 && c.elem == MP_E2M1 && c.tensor_scale == 1.0f && c.rule == MP_MX_FLOOR,
+          "nvfp4 header figures");
     /* a partial last block, and zeros: padding is in no count */
     const float part[3] = {1.0f, 0.0f, -0x1p-12f};
     CHECK(mp_block_compare_values(part, 3, MP_BLOCK_NVFP4, 0, &c) == MP_OK, "%s", mp_last_error());
     CHECK(c.n == 3 && c.nonzero_inputs == 2 && c.block_scaling.nonzero + c.block_scaling.flushed == 2, "partial block");
     CHECK(mp_block_compare_values(part + 1, 1, MP_BLOCK_MXFP8_E4M3, MP_MX_RCEIL, &c) == MP_OK &&
-              c.nonzero_inputs == 0 && c.block_scaling.mean_rel_error == 0 && c.tensor_scale == 1.0f, "all zero");
+              c.nonzero_inputs == 0 && c.block_scaling.mean_rel_error == 0 && c.tensor_scale == 1.0f,
+          "all zero");
 
     /* against the recount: signed values over 2^-40 .. 2^12 with zeros, sizes
      * that end mid-block and one past the library's chunk (16384) */
@@ -697,26 +739,32 @@ static void check_block_compare(void) {
         const size_t n = sizes[k];
         for (size_t i = 0; i < n; i++) {
             const uint32_t r = rnd();
-            x[i] = r % 17 == 0 ? 0.0f : ldexpf(1.0f + (float)(r >> 8 & 0xffff) / 65536.0f, (int)(r % 53) - 40) * (r & 1 ? -1 : 1);
+            x[i] = r % 17 == 0
+                       ? 0.0f
+                       : ldexpf(1.0f + (float)(r >> 8 & 0xffff) / 65536.0f, (int)(r % 53) - 40) * (r & 1 ? -1 : 1);
         }
         for (int f = 0; f < 3; f++)
             for (int rule = 0; rule < (f < 2 ? 2 : 1); rule++) {
                 mp_block_compare want;
                 recount_block(x, n, (mp_block_format)f, (mp_mx_rule)rule, &want);
-                CHECK(mp_block_compare_values(x, n, (mp_block_format)f, (mp_mx_rule)rule, &c) == MP_OK, "%s", mp_last_error());
+                CHECK(mp_block_compare_values(x, n, (mp_block_format)f, (mp_mx_rule)rule, &c) == MP_OK, "%s",
+                      mp_last_error());
                 char what[96];
-                snprintf(what, sizeof what, "%s %s, n %zu", mp_block_format_name((mp_block_format)f), rule ? "rceil" : "floor", n);
+                snprintf(what, sizeof what, "%s %s, n %zu", mp_block_format_name((mp_block_format)f),
+                         rule ? "rceil" : "floor", n);
                 CHECK(c.n == n && c.nonzero_inputs == want.nonzero_inputs && c.amax == want.amax &&
-                          c.tensor_scale == want.tensor_scale, "%s: header figures", what);
+                          c.tensor_scale == want.tensor_scale,
+                      "%s: header figures", what);
                 check_counts(what, &c.block_scaling, want.block_scaling.flushed, want.block_scaling.saturated,
                              want.block_scaling.nonzero, want.block_scaling.mean_rel_error, 1e-12);
                 check_counts(what, &c.per_tensor, want.per_tensor.flushed, want.per_tensor.saturated,
                              want.per_tensor.nonzero, want.per_tensor.mean_rel_error, 1e-12);
                 if (n == 40000) /* the wide spread: one scale per tensor loses more; MX saturates
-                                      * under FLOOR only (NVFP4: in blocks with a subnormal scale) */
+                                 * under FLOOR only (NVFP4: in blocks with a subnormal scale) */
                     CHECK(c.block_scaling.flushed < c.per_tensor.flushed &&
                               (f == 2 || (c.block_scaling.saturated > 0) == (rule == MP_MX_FLOOR)) &&
-                              c.block_scaling.mean_rel_error < c.per_tensor.mean_rel_error, "%s: block scaling saves nothing", what);
+                              c.block_scaling.mean_rel_error < c.per_tensor.mean_rel_error,
+                          "%s: block scaling saves nothing", what);
             }
     }
     free(x);
@@ -726,9 +774,11 @@ static void check_block_compare(void) {
     CHECK(mp_block_format_parse("mxfp8-e5m2", &f) == MP_OK && f == MP_BLOCK_MXFP8_E5M2, "parse");
     CHECK(mp_block_format_parse("mxfp8", &f) == MP_EINVAL && strstr(mp_last_error(), "'mxfp8'"), "parse mxfp8");
     CHECK(mp_block_format_parse(NULL, &f) == MP_EINVAL, "parse NULL");
-    CHECK(!strcmp(mp_block_format_name(MP_BLOCK_NVFP4), "nvfp4") && mp_block_format_name((mp_block_format)3) == NULL, "names");
+    CHECK(!strcmp(mp_block_format_name(MP_BLOCK_NVFP4), "nvfp4") && mp_block_format_name((mp_block_format)3) == NULL,
+          "names");
     const float bad[2] = {1.0f, NAN}, inf[2] = {INFINITY, 1.0f};
-    CHECK(mp_block_compare_values(bad, 2, MP_BLOCK_NVFP4, 0, &c) == MP_EINVAL && strstr(mp_last_error(), "value 1"), "NaN");
+    CHECK(mp_block_compare_values(bad, 2, MP_BLOCK_NVFP4, 0, &c) == MP_EINVAL && strstr(mp_last_error(), "value 1"),
+          "NaN");
     CHECK(mp_block_compare_values(inf, 2, MP_BLOCK_MXFP8_E4M3, 0, &c) == MP_EINVAL, "inf");
     CHECK(mp_block_compare_values(NULL, 2, MP_BLOCK_NVFP4, 0, &c) == MP_EINVAL, "NULL x");
     CHECK(mp_block_compare_values(bad, 0, MP_BLOCK_NVFP4, 0, &c) == MP_EINVAL, "n = 0");

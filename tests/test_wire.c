@@ -10,7 +10,9 @@
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t next_u32(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
     return (uint32_t)(rng >> 32);
 }
 
@@ -24,9 +26,9 @@ static uint16_t round_once(double s, mp_dtype t) {
     const int p = t == MP_BF16 ? 8 : 11, emin = t == MP_BF16 ? -126 : -14; /* precision, smallest normal exponent */
     if (s == 0) return narrow((float)s, t);
     int e;
-    frexp(s, &e); /* |s| in [2^(e-1), 2^e) */
+    frexp(s, &e);                                                       /* |s| in [2^(e-1), 2^e) */
     const double q = ldexp(1.0, (e - 1 < emin ? emin : e - 1) - p + 1); /* the spacing of t at s */
-    const double r = nearbyint(s / q) * q; /* ties to even: the default rounding mode */
+    const double r = nearbyint(s / q) * q;                              /* ties to even: the default rounding mode */
     if (fabs(r) > mp_format(t)->max) return narrow(s > 0 ? INFINITY : -INFINITY, t);
     return narrow((float)r, t); /* r is a value of t: exact */
 }
@@ -41,7 +43,10 @@ static void combine_all(mp_dtype t, int partners) {
     for (int p = 0; p < partners; p++) {
         for (int i = 0; i < N; i++) in[i] = (uint16_t)i, io[i] = (uint16_t)next_u32();
         if (p & 1) /* the other operand's side */
-            for (int i = 0; i < N; i++) { const uint16_t s = in[i]; in[i] = io[i], io[i] = s; }
+            for (int i = 0; i < N; i++) {
+                const uint16_t s = in[i];
+                in[i] = io[i], io[i] = s;
+            }
         uint16_t want[N];
         for (int i = 0; i < N; i++) want[i] = narrow(widen(in[i], t) + widen(io[i], t), t);
         uint16_t once[N];
@@ -57,8 +62,9 @@ static void combine_all(mp_dtype t, int partners) {
                   once[i], p, i);
         }
     }
-    CHECK_SAY(mark, "combine %s: every code against %d partners: widen, add in fp32, round once (= the exact sum "
-                    "rounded once)\n",
+    CHECK_SAY(mark,
+              "combine %s: every code against %d partners: widen, add in fp32, round once (= the exact sum "
+              "rounded once)\n",
               mp_format(t)->name, partners);
 }
 
@@ -95,7 +101,7 @@ static void ranks(mp_dtype t) {
     for (int r = 0; r < R; r++)
         for (int i = 0; i < A + B; i++) g[r][i] = (float)(r + 1) * 0.25f * (float)(i + 1);
     g[0][A] = 3e4f, g[1][A] = 3e4f, g[2][A] = 3e4f; /* 90000: past fp16's range, not bf16's */
-    g[1][A + 1] = 1e-9f;                              /* below fp16's smallest subnormal: 0 on the wire */
+    g[1][A + 1] = 1e-9f;                            /* below fp16's smallest subnormal: 0 on the wire */
     uint16_t buf[R][A + B + 1];
     mp_convert_stats st = {0};
     for (int r = 0; r < R; r++) {
@@ -111,13 +117,14 @@ static void ranks(mp_dtype t) {
     const int flags = wire_unpack(x, n, 2, buf[0], t, &nonfinite);
     CHECK(flags == 0, "%s: flags %d, want 0", mp_format(t)->name, flags);
     for (int i = 0; i < A; i++) {
-        const float want = widen(narrow(widen(narrow(g[0][i], t), t) + widen(narrow(g[1][i], t), t), t), t) + widen(narrow(g[2][i], t), t);
+        const float want = widen(narrow(widen(narrow(g[0][i], t), t) + widen(narrow(g[1][i], t), t), t), t) +
+                           widen(narrow(g[2][i], t), t);
         CHECK(out[i] == widen(narrow(want, t), t), "%s: value %d is %g, want %g", mp_format(t)->name, i, out[i], want);
     }
     if (t == MP_F16) {
         CHECK(isinf(out[A]) && nonfinite == 1, "fp16: 90000 is %g (nonfinite %d), want inf", out[A], nonfinite);
-        CHECK(st.underflow == 1 && st.overflow == 0, "fp16 pack: underflow %llu, overflow %llu", (unsigned long long)st.underflow,
-              (unsigned long long)st.overflow);
+        CHECK(st.underflow == 1 && st.overflow == 0, "fp16 pack: underflow %llu, overflow %llu",
+              (unsigned long long)st.underflow, (unsigned long long)st.overflow);
     } else {
         CHECK(out[A] == 90112.0f && nonfinite == 0, "bf16: 90000 is %g (nonfinite %d), want 90112", out[A], nonfinite);
         CHECK(st.underflow == 0 && st.overflow == 0, "bf16 pack: underflow %llu", (unsigned long long)st.underflow);
@@ -132,7 +139,8 @@ static void ranks(mp_dtype t) {
     CHECK(wire_unpack(x, n, 2, buf[0], t, &nonfinite) == 2 && nonfinite == 1, "%s: flags of an inf and a NaN rank",
           mp_format(t)->name);
     CHECK(isinf(out[2]) && isnan(out[A + 2]), "%s: inf and NaN travel: %g %g", mp_format(t)->name, out[2], out[A + 2]);
-    CHECK_SAY(mark, "%s: 3 ranks packed, combined and unpacked; flags count the non-finite ranks\n", mp_format(t)->name);
+    CHECK_SAY(mark, "%s: 3 ranks packed, combined and unpacked; flags count the non-finite ranks\n",
+              mp_format(t)->name);
 }
 
 int main(int argc, char **argv) {

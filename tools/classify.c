@@ -8,7 +8,11 @@ cast_result cast_one(float x, mp_dtype t, int sat) {
     cast_result r = {0, x, ""};
     mp_convert_stats st = {0, 0, 0, 0, 0.0f};
     /* the code (a uint8_t, uint16_t or uint32_t element) and its value, widened exactly */
-    union { uint8_t b; uint16_t h; uint32_t w; } code = {0};
+    union {
+        uint8_t b;
+        uint16_t h;
+        uint32_t w;
+    } code = {0};
     mp_convert(&code, t, &x, MP_F32, 1, &st);
     if (sat && t == MP_E4M3) code.b = mp_f32_to_e4m3_sat(x);
     mp_convert(&r.value, MP_F32, &code, t, 1, NULL);

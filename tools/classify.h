@@ -7,10 +7,10 @@
 #include "mixprec/mixprec.h"
 
 typedef struct cast_result {
-    uint32_t bits;       /* the code in the destination format */
-    float value;         /* the code widened back to fp32 */
-    const char *status;  /* "exact", "rounded", "subnormal", "underflow", "overflow", "saturated",
-                            "invalid" (E8M0: zero or negative), "nan" */
+    uint32_t bits;      /* the code in the destination format */
+    float value;        /* the code widened back to fp32 */
+    const char *status; /* "exact", "rounded", "subnormal", "underflow", "overflow", "saturated",
+                           "invalid" (E8M0: zero or negative), "nan" */
 } cast_result;
 
 /* Casts x to t (E4M3 saturating if sat; E2M1 always saturates) and classifies

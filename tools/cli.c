@@ -60,9 +60,9 @@ int cli_given_before(int argc, char **argv, int i) {
     for (int k = 1; k < i; k++) {
         if (strcmp(argv[k], argv[i]) != 0) continue;
         const char *prev = argv[k - 1]; /* argv[k] is an option unless it is the value of the option before it */
-        const int is_value = k > 1 && strncmp(prev, "--", 2) == 0 &&
-                             (mp_run_option_takes_value(prev + 2) == 1 || !strcmp(prev, "--precisions") ||
-                              !strcmp(prev, "--out"));
+        const int is_value =
+            k > 1 && strncmp(prev, "--", 2) == 0 &&
+            (mp_run_option_takes_value(prev + 2) == 1 || !strcmp(prev, "--precisions") || !strcmp(prev, "--out"));
         if (!is_value) return 1;
     }
     return 0;

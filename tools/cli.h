@@ -9,9 +9,9 @@
 
 typedef struct cli_command {
     const char *name;
-    const char *summary;                /* one line for `mixprec --help` */
-    const char *usage;                  /* full text for `mixprec NAME --help` */
-    int (*run)(int argc, char **argv);  /* argv[0] is the command name */
+    const char *summary;               /* one line for `mixprec --help` */
+    const char *usage;                 /* full text for `mixprec NAME --help` */
+    int (*run)(int argc, char **argv); /* argv[0] is the command name */
 } cli_command;
 
 extern const cli_command cmd_formats, cmd_cast, cmd_bench, cmd_scaler_sim, cmd_train, cmd_compare, cmd_demo,

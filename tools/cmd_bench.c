@@ -74,7 +74,7 @@ typedef struct {
 } conv_case;
 
 static const conv_case cases[] = {
-    {"f32->f16", MP_F32, MP_F16, 0}, {"f32->f16+stats", MP_F32, MP_F16, 1}, {"f16->f32", MP_F16, MP_F32, 0},
+    {"f32->f16", MP_F32, MP_F16, 0},   {"f32->f16+stats", MP_F32, MP_F16, 1},   {"f16->f32", MP_F16, MP_F32, 0},
     {"f32->bf16", MP_F32, MP_BF16, 0}, {"f32->bf16+stats", MP_F32, MP_BF16, 1}, {"bf16->f32", MP_BF16, MP_F32, 0},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
@@ -97,10 +97,12 @@ static int parse_opts(int argc, char **argv, bench_opts *o) {
         if (strcmp(argv[i], "--json") == 0) o->json = 1;
         else if (strcmp(argv[i], "--n") == 0) {
             if (!(v = cli_value("bench", argc, argv, &i))) return CLI_USAGE;
-            if (cli_parse_long(v, 1, 1L << 31, &o->n)) return cli_usage_error("bench", "--n wants 1 .. 2^31, not '%s'", v);
+            if (cli_parse_long(v, 1, 1L << 31, &o->n))
+                return cli_usage_error("bench", "--n wants 1 .. 2^31, not '%s'", v);
         } else if (strcmp(argv[i], "--reps") == 0) {
             if (!(v = cli_value("bench", argc, argv, &i))) return CLI_USAGE;
-            if (cli_parse_long(v, 1, 10000, &o->reps)) return cli_usage_error("bench", "--reps wants 1 .. 10000, not '%s'", v);
+            if (cli_parse_long(v, 1, 10000, &o->reps))
+                return cli_usage_error("bench", "--reps wants 1 .. 10000, not '%s'", v);
         } else return cli_usage_error("bench", "unknown option '%s'", argv[i]);
     }
     return 0;
@@ -130,13 +132,18 @@ static int bench_convert(int argc, char **argv) {
     double *t = malloc((size_t)reps * sizeof *t);
     if (!f32 || !f32b || !h || !t) {
         fprintf(stderr, "mixprec bench: out of memory for %ld elements\n", n);
-        free(f32); free(f32b); free(h); free(t);
+        free(f32);
+        free(f32b);
+        free(h);
+        free(t);
         return 1;
     }
     /* gradient-like data: a spread of magnitudes, some tiny */
     uint64_t s = 0x2545f4914f6cdd1dull;
     for (long i = 0; i < n; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
         f32[i] = (float)((double)(int32_t)(s >> 32) * 0x1p-31 * 0x1p-6 * (double)(1u << ((s >> 8) & 15)));
     }
     memset(f32b, 0, bytes);
@@ -150,8 +157,8 @@ static int bench_convert(int argc, char **argv) {
     else
         printf("bench convert: n = %ld (%.0f MiB of fp32), %d thread(s), path %s, median of %ld\n\n"
                "%-16s %10s %10s %9s\n%-16s %10.3f %10.2f %9s\n",
-               n, (double)bytes / (1 << 20), nt, mp_isa_name(mp_cpu_isa()), reps, "op", "ms", "GB/s", "vs copy",
-               "copy", copy_s * 1e3, copy_traffic / copy_s * 1e-9, "1.00");
+               n, (double)bytes / (1 << 20), nt, mp_isa_name(mp_cpu_isa()), reps, "op", "ms", "GB/s", "vs copy", "copy",
+               copy_s * 1e3, copy_traffic / copy_s * 1e-9, "1.00");
     for (size_t c = 0; c < NCASES; c++) {
         const void *src = cases[c].src == MP_F32 ? (const void *)f32 : (const void *)h;
         void *dst = cases[c].dst == MP_F32 ? (void *)f32b : (void *)h;
@@ -168,11 +175,13 @@ static int bench_convert(int argc, char **argv) {
         if (json)
             printf(",\n  {\"op\": \"%s\", \"median_s\": %.6e, \"gbps\": %.3f, \"vs_copy\": %.3f}", cases[c].name, med,
                    traffic / med * 1e-9, vs_copy);
-        else
-            printf("%-16s %10.3f %10.2f %9.2f\n", cases[c].name, med * 1e3, traffic / med * 1e-9, vs_copy);
+        else printf("%-16s %10.3f %10.2f %9.2f\n", cases[c].name, med * 1e3, traffic / med * 1e-9, vs_copy);
     }
     if (json) printf("\n]}\n");
-    free(f32); free(f32b); free(h); free(t);
+    free(f32);
+    free(f32b);
+    free(h);
+    free(t);
     return 0;
 }
 
@@ -187,16 +196,19 @@ static int bench_unscale(int argc, char **argv) {
     double *t = malloc((size_t)o.reps * sizeof *t);
     if (!buf || !tmp || !t) {
         fprintf(stderr, "mixprec bench: out of memory for %ld elements\n", o.n);
-        free(buf); free(tmp); free(t);
+        free(buf);
+        free(tmp);
+        free(t);
         return 1;
     }
     memset(tmp, 0, bytes);
     const double copy_s = time_copy(tmp, buf, bytes, o.reps, t);
     static const mp_dtype types[3] = {MP_F32, MP_F16, MP_BF16};
     if (o.json)
-        printf("{\"bench\": \"unscale\", \"bytes\": %zu, \"threads\": %d, \"isa\": \"%s\", \"reps\": %ld, \"results\": [\n"
-               "  {\"op\": \"copy\", \"median_s\": %.6e, \"gbps\": %.3f}",
-               bytes, mp_get_threads(), mp_isa_name(mp_cpu_isa()), o.reps, copy_s, 2.0 * (double)bytes / copy_s * 1e-9);
+        printf(
+            "{\"bench\": \"unscale\", \"bytes\": %zu, \"threads\": %d, \"isa\": \"%s\", \"reps\": %ld, \"results\": [\n"
+            "  {\"op\": \"copy\", \"median_s\": %.6e, \"gbps\": %.3f}",
+            bytes, mp_get_threads(), mp_isa_name(mp_cpu_isa()), o.reps, copy_s, 2.0 * (double)bytes / copy_s * 1e-9);
     else
         printf("bench unscale: %.0f MiB buffers, in place, %d thread(s), path %s, median of %ld\n\n"
                "%-16s %10s %10s %9s\n%-16s %10.3f %10.2f %9s\n",
@@ -206,12 +218,15 @@ static int bench_unscale(int argc, char **argv) {
         const size_t n = bytes / mp_format(types[k])->size;
         uint64_t s = 0x9e3779b97f4a7c15ull;
         for (size_t i = 0; i < (size_t)o.n; i++) { /* scaled-gradient-like values */
-            s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
             tmp[i] = (float)((double)(int32_t)(s >> 32) * 0x1p-31 * 8.0);
         }
         if (types[k] == MP_F32) memcpy(buf, tmp, bytes);
         else
-            for (size_t h = 0; h < 2; h++) mp_convert((uint16_t *)buf + h * (size_t)o.n, types[k], tmp, MP_F32, (size_t)o.n, NULL);
+            for (size_t h = 0; h < 2; h++)
+                mp_convert((uint16_t *)buf + h * (size_t)o.n, types[k], tmp, MP_F32, (size_t)o.n, NULL);
         int found = 0;
         mp_unscale_check(buf, types[k], n, 0x1p-16f, &found);
         mp_unscale_check(buf, types[k], n, 0x1p16f, &found);
@@ -233,13 +248,15 @@ static int bench_unscale(int argc, char **argv) {
             const double m = c ? med1 : med, moved = c ? (double)bytes : 2.0 * (double)bytes;
             if (o.json)
                 printf(",\n  {\"op\": \"%s\", \"n\": %zu, \"median_s\": %.6e, \"gbps\": %.3f, \"vs_copy\": %.3f, "
-                       "\"found_inf\": %d}", name, n, m, moved / m * 1e-9, m / copy_s, found);
-            else
-                printf("%-16s %10.3f %10.2f %9.2f\n", name, m * 1e3, moved / m * 1e-9, m / copy_s);
+                       "\"found_inf\": %d}",
+                       name, n, m, moved / m * 1e-9, m / copy_s, found);
+            else printf("%-16s %10.3f %10.2f %9.2f\n", name, m * 1e3, moved / m * 1e-9, m / copy_s);
         }
     }
     if (o.json) printf("\n]}\n");
-    free(buf); free(tmp); free(t);
+    free(buf);
+    free(tmp);
+    free(t);
     return 0;
 }
 
@@ -254,12 +271,10 @@ static int bench_optim(int argc, char **argv) {
     bench_opts o;
     int rc = parse_opts(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    static const optim_case settings[] = {{"fp32 state", MP_MASTER_FP32, MP_STATE_FP32},
-                                       {"bf16 state", MP_MASTER_FP32, MP_STATE_BF16},
-                                       {"fp8 state", MP_MASTER_FP32, MP_STATE_FP8},
-                                       {"8bit state", MP_MASTER_FP32, MP_STATE_8BIT},
-                                       {"4bit state", MP_MASTER_FP32, MP_STATE_4BIT},
-                                       {"kahan+8bit", MP_MASTER_KAHAN, MP_STATE_8BIT}};
+    static const optim_case settings[] = {
+        {"fp32 state", MP_MASTER_FP32, MP_STATE_FP32}, {"bf16 state", MP_MASTER_FP32, MP_STATE_BF16},
+        {"fp8 state", MP_MASTER_FP32, MP_STATE_FP8},   {"8bit state", MP_MASTER_FP32, MP_STATE_8BIT},
+        {"4bit state", MP_MASTER_FP32, MP_STATE_4BIT}, {"kahan+8bit", MP_MASTER_KAHAN, MP_STATE_8BIT}};
     const size_t n = ((size_t)o.n + 255) / 256 * 256;
     enum { NSET = sizeof settings / sizeof settings[0] };
     float *init = malloc(n * sizeof *init);
@@ -271,16 +286,18 @@ static int bench_optim(int argc, char **argv) {
     }
     uint64_t s = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < n; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
         init[i] = (float)((double)(int32_t)(s >> 32) * 0x1p-31 * 0.02);
     }
     if (o.json)
-        printf("{\"bench\": \"optim\", \"n\": %zu, \"threads\": %d, \"isa\": \"%s\", \"reps\": %ld, \"results\": [",
-               n, mp_get_threads(), mp_isa_name(mp_cpu_isa()), o.reps);
+        printf("{\"bench\": \"optim\", \"n\": %zu, \"threads\": %d, \"isa\": \"%s\", \"reps\": %ld, \"results\": [", n,
+               mp_get_threads(), mp_isa_name(mp_cpu_isa()), o.reps);
     else
         printf("bench optim: AdamW step of %zu parameters, bf16 compute, %d thread(s), path %s, median of %ld\n\n"
-               "%-14s %10s %12s %9s\n", n, mp_get_threads(), mp_isa_name(mp_cpu_isa()), o.reps, "setting", "ms",
-               "bytes/param", "vs fp32");
+               "%-14s %10s %12s %9s\n",
+               n, mp_get_threads(), mp_isa_name(mp_cpu_isa()), o.reps, "setting", "ms", "bytes/param", "vs fp32");
     /* every setting held at once and stepped in turn, round after round: each median comes from the same
      * moments of the machine as the others */
     mp_optim *opt[NSET] = {NULL};
@@ -353,10 +370,14 @@ typedef struct {
 } gemm_shape;
 
 static const gemm_shape gemm_shapes[] = {
-    {"square 256", 0, 0, 256, 256, 256, 0, MP_F32},       {"square 512", 0, 0, 512, 512, 512, 0, MP_F32},
-    {"square 1024", 0, 0, 1024, 1024, 1024, 0, MP_F32},   {"square 2048", 0, 0, 2048, 2048, 2048, 0, MP_F32},
-    {"fwd 256x1024x784", 0, 1, 256, 1024, 784, 0, MP_F32}, {"fwd 256x1024x1024", 0, 1, 256, 1024, 1024, 0, MP_F32},
-    {"dX 256x784x1024", 0, 0, 256, 784, 1024, 0, MP_F32}, {"dW 1024x784x256", 1, 0, 1024, 784, 256, 0, MP_F32},
+    {"square 256", 0, 0, 256, 256, 256, 0, MP_F32},
+    {"square 512", 0, 0, 512, 512, 512, 0, MP_F32},
+    {"square 1024", 0, 0, 1024, 1024, 1024, 0, MP_F32},
+    {"square 2048", 0, 0, 2048, 2048, 2048, 0, MP_F32},
+    {"fwd 256x1024x784", 0, 1, 256, 1024, 784, 0, MP_F32},
+    {"fwd 256x1024x1024", 0, 1, 256, 1024, 1024, 0, MP_F32},
+    {"dX 256x784x1024", 0, 0, 256, 784, 1024, 0, MP_F32},
+    {"dW 1024x784x256", 1, 0, 1024, 784, 256, 0, MP_F32},
     /* gpt:6-6-384-256, 16 sequences: 4096 rows of x */
     {"gpt 2048^3", 0, 0, 2048, 2048, 2048, 1, MP_BF16},
     {"gpt qkv 4096x1152x384", 0, 1, 4096, 1152, 384, 1, MP_BF16},
@@ -376,7 +397,8 @@ static int gemm_options(int argc, char **argv, long *reps, long *max_dim, int *j
         if (strcmp(argv[i], "--json") == 0) *json = 1;
         else if (strcmp(argv[i], "--reps") == 0) {
             if (!(v = cli_value("bench", argc, argv, &i))) return CLI_USAGE;
-            if (cli_parse_long(v, 1, 1000, reps)) return cli_usage_error("bench", "--reps wants 1 .. 1000, not '%s'", v);
+            if (cli_parse_long(v, 1, 1000, reps))
+                return cli_usage_error("bench", "--reps wants 1 .. 1000, not '%s'", v);
         } else if (strcmp(argv[i], "--max") == 0) {
             if (!(v = cli_value("bench", argc, argv, &i))) return CLI_USAGE;
             if (cli_parse_long(v, 1, 1L << 30, max_dim))
@@ -435,8 +457,17 @@ static int bench_gemm(int argc, char **argv) {
     const int opt = gemm_options(argc, argv, &reps, &max_dim, &json);
     if (opt >= 0) return opt;
     const size_t maxe = (size_t)4096 * 1536;
-    gemm_bench w = {malloc(maxe * 4), malloc(maxe * 4), malloc(maxe * 4), malloc(maxe * 4), malloc(maxe * 4),
-                    malloc(((size_t)reps + 2) * 20 * sizeof(double)), reps, json, 1, 0, 0};
+    gemm_bench w = {malloc(maxe * 4),
+                    malloc(maxe * 4),
+                    malloc(maxe * 4),
+                    malloc(maxe * 4),
+                    malloc(maxe * 4),
+                    malloc(((size_t)reps + 2) * 20 * sizeof(double)),
+                    reps,
+                    json,
+                    1,
+                    0,
+                    0};
     if (!w.a32 || !w.b32 || !w.c || !w.a || !w.b || !w.t) {
         fprintf(stderr, "mixprec bench: out of memory\n");
         free(w.a32), free(w.b32), free(w.c), free(w.a), free(w.b), free(w.t);
@@ -444,12 +475,17 @@ static int bench_gemm(int argc, char **argv) {
     }
     uint64_t s = 42;
     for (size_t i = 0; i < maxe; i++) {
-        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
         w.a32[i] = (float)((double)(s >> 40) * 0x1p-24 - 0.5);
         w.b32[i] = (float)((double)((s >> 16) & 0xffffff) * 0x1p-24 - 0.5);
     }
-    const double pk_fma = mp_cpu_peak(MP_PEAK_FMA), pk_dp = mp_cpu_peak(MP_PEAK_DPBF16), pk_tdp = mp_cpu_peak(MP_PEAK_TDPBF16);
-    w.pk_fma = pk_fma, w.pk_bf16 = pk_tdp > 0 ? pk_tdp : pk_dp > 0 ? pk_dp : pk_fma; /* the instruction its kernel runs */
+    const double pk_fma = mp_cpu_peak(MP_PEAK_FMA), pk_dp = mp_cpu_peak(MP_PEAK_DPBF16),
+                 pk_tdp = mp_cpu_peak(MP_PEAK_TDPBF16);
+    w.pk_fma = pk_fma, w.pk_bf16 = pk_tdp > 0  ? pk_tdp
+                                   : pk_dp > 0 ? pk_dp
+                                               : pk_fma; /* the instruction its kernel runs */
     if (json)
         printf("{\"bench\": \"gemm\", \"threads\": %d, \"isa\": \"%s\", \"reps\": %ld, \"peak_fma_gflops\": %.2f, "
                "\"peak_dpbf16_gflops\": %.2f, \"peak_tdpbf16_gflops\": %.2f, \"results\": [",
@@ -502,10 +538,13 @@ static int bench_allreduce(int argc, char **argv) {
     float *g = malloc(max_n * sizeof *g);
     double *t = malloc((size_t)reps * sizeof *t), *tm = malloc((size_t)reps * sizeof *tm);
     int bad = !g || !t || !tm;
-    if (dist_agree(bad, &(int){0})) return free(g), free(t), free(tm), fprintf(stderr, "mixprec bench: out of memory\n"), 1;
-    for (size_t i = 0; i < max_n; i++) g[i] = 1e-3f * (float)((i * 2654435761u) % 1000u) - 0.5f; /* finite, mixed signs */
-    if (!json) printf("all-reduce on %d ranks, median of %ld: us for the whole sum / in MPI / one combine on one rank\n",
-                      d->size, reps);
+    if (dist_agree(bad, &(int){0}))
+        return free(g), free(t), free(tm), fprintf(stderr, "mixprec bench: out of memory\n"), 1;
+    for (size_t i = 0; i < max_n; i++)
+        g[i] = 1e-3f * (float)((i * 2654435761u) % 1000u) - 0.5f; /* finite, mixed signs */
+    if (!json)
+        printf("all-reduce on %d ranks, median of %ld: us for the whole sum / in MPI / one combine on one rank\n",
+               d->size, reps);
     static const mp_dtype wires[] = {MP_F32, MP_BF16, MP_F16};
     for (size_t n = 256; n <= max_n && !bad; n *= 2)
         for (size_t w = 0; w < 3 && !bad; w++) {
@@ -531,8 +570,9 @@ static int bench_allreduce(int argc, char **argv) {
             const uint64_t bytes = dist_get_stats()->wire_bytes;
             if (json)
                 printf("{\"bench\": \"allreduce\", \"ranks\": %d, \"wire\": \"%s\", \"values\": %zu, \"bytes\": %llu, "
-                       "\"us\": %.2f, \"mpi_us\": %.2f, \"combine_us\": %.2f}\n", d->size, mp_format(wires[w])->name, n,
-                       (unsigned long long)bytes, all * 1e6, mpi * 1e6, comb * 1e6);
+                       "\"us\": %.2f, \"mpi_us\": %.2f, \"combine_us\": %.2f}\n",
+                       d->size, mp_format(wires[w])->name, n, (unsigned long long)bytes, all * 1e6, mpi * 1e6,
+                       comb * 1e6);
             else
                 printf("%9zu values  %-4s %10llu bytes  %10.1f us  %10.1f us in MPI  %9.1f us combine\n", n,
                        mp_format(wires[w])->name, (unsigned long long)bytes, all * 1e6, mpi * 1e6, comb * 1e6);

@@ -11,36 +11,35 @@
 #include "classify.h"
 #include "cli.h"
 
-static const char usage[] =
-    "usage: mixprec cast [--to fp16|bf16|e4m3|e5m2|e8m0|e2m1|fp32] [--saturate] VALUE...\n"
-    "       mixprec cast --to mxfp8-e4m3|mxfp8-e5m2|nvfp4 [--mx-rule floor|rceil] VALUE...\n\n"
-    "Rounds each VALUE (a decimal or hex float, inf or nan, first read as fp32) to the\n"
-    "format, round to nearest even (e8m0: the nearest power of two, ties up), and\n"
-    "prints the bits in hex, the value they hold, the relative error and what\n"
-    "happened (e2m1: one code per byte, in the low 4 bits):\n"
-    "  exact      the value is representable\n"
-    "  rounded    rounded to a nearby normal value\n"
-    "  subnormal  landed in the subnormal range: fewer significant bits\n"
-    "  underflow  a nonzero value became 0\n"
-    "  overflow   a finite value became inf (or NaN in e4m3, which has no inf)\n"
-    "  saturated  clamped to +-448 (e4m3 with --saturate) or +-6 (e2m1, always)\n"
-    "  invalid    e8m0 has no zero and no negative numbers: NaN (0xff)\n"
-    "  nan        a NaN input (e2m1 has no NaN: +nan becomes 0x8, -0; -nan 0x0)\n\n"
-    "  --to FORMAT   destination format (default fp16)\n"
-    "  --saturate    e4m3 only: clamp overflow and inf to +-448 instead of NaN\n\n"
-    "A block format takes the VALUEs (finite) as one tensor in blocks of consecutive\n"
-    "values, the last padded with zeros: mxfp8-e4m3 and mxfp8-e5m2 (MX: 32 values\n"
-    "per E8M0 scale 2^k, the byte and 2^k printed), nvfp4 (16 E2M1 values per E4M3\n"
-    "scale, times amax/2688 from the fp32 global scale 2688/amax). Each value's\n"
-    "element code, the value it dequantizes to, the relative error and one of\n"
-    "  exact      the value is representable\n"
-    "  rounded    rounded to a nearby value of the block\n"
-    "  flushed    a nonzero value became 0\n"
-    "  saturated  rounded past the element's max (448, 57344, 6) and clamped to it\n"
-    "then block scaling against one scale per tensor in the element format, as\n"
-    "`mixprec underflow --format BLOCK` prints it.\n\n"
-    "  --mx-rule floor|rceil   MX block-scale rule (rceil, Transformer Engine's;\n"
-    "                          floor: OCP v1.0, torchao's)\n";
+static const char usage[] = "usage: mixprec cast [--to fp16|bf16|e4m3|e5m2|e8m0|e2m1|fp32] [--saturate] VALUE...\n"
+                            "       mixprec cast --to mxfp8-e4m3|mxfp8-e5m2|nvfp4 [--mx-rule floor|rceil] VALUE...\n\n"
+                            "Rounds each VALUE (a decimal or hex float, inf or nan, first read as fp32) to the\n"
+                            "format, round to nearest even (e8m0: the nearest power of two, ties up), and\n"
+                            "prints the bits in hex, the value they hold, the relative error and what\n"
+                            "happened (e2m1: one code per byte, in the low 4 bits):\n"
+                            "  exact      the value is representable\n"
+                            "  rounded    rounded to a nearby normal value\n"
+                            "  subnormal  landed in the subnormal range: fewer significant bits\n"
+                            "  underflow  a nonzero value became 0\n"
+                            "  overflow   a finite value became inf (or NaN in e4m3, which has no inf)\n"
+                            "  saturated  clamped to +-448 (e4m3 with --saturate) or +-6 (e2m1, always)\n"
+                            "  invalid    e8m0 has no zero and no negative numbers: NaN (0xff)\n"
+                            "  nan        a NaN input (e2m1 has no NaN: +nan becomes 0x8, -0; -nan 0x0)\n\n"
+                            "  --to FORMAT   destination format (default fp16)\n"
+                            "  --saturate    e4m3 only: clamp overflow and inf to +-448 instead of NaN\n\n"
+                            "A block format takes the VALUEs (finite) as one tensor in blocks of consecutive\n"
+                            "values, the last padded with zeros: mxfp8-e4m3 and mxfp8-e5m2 (MX: 32 values\n"
+                            "per E8M0 scale 2^k, the byte and 2^k printed), nvfp4 (16 E2M1 values per E4M3\n"
+                            "scale, times amax/2688 from the fp32 global scale 2688/amax). Each value's\n"
+                            "element code, the value it dequantizes to, the relative error and one of\n"
+                            "  exact      the value is representable\n"
+                            "  rounded    rounded to a nearby value of the block\n"
+                            "  flushed    a nonzero value became 0\n"
+                            "  saturated  rounded past the element's max (448, 57344, 6) and clamped to it\n"
+                            "then block scaling against one scale per tensor in the element format, as\n"
+                            "`mixprec underflow --format BLOCK` prints it.\n\n"
+                            "  --mx-rule floor|rceil   MX block-scale rule (rceil, Transformer Engine's;\n"
+                            "                          floor: OCP v1.0, torchao's)\n";
 
 /* What value x of a block became: q its dequantized value; mult the factor
  * the quantizer multiplied it by before rounding to elem (mx.h: 2^(127 - s)
@@ -140,7 +139,8 @@ static int run(int argc, char **argv) {
         } else if (strcmp(argv[i], "--mx-rule") == 0) {
             const char *v = cli_value("cast", argc, argv, &i);
             if (!v) return CLI_USAGE;
-            if (mp_mx_rule_parse(v, &rule) != MP_OK) return cli_usage_error("cast", "--mx-rule is floor or rceil, not '%s'", v);
+            if (mp_mx_rule_parse(v, &rule) != MP_OK)
+                return cli_usage_error("cast", "--mx-rule is floor or rceil, not '%s'", v);
             rule_set = 1;
         } else if (strcmp(argv[i], "--saturate") == 0) {
             sat = 1;
@@ -158,11 +158,12 @@ static int run(int argc, char **argv) {
     if (block && sat) return cli_usage_error("cast", "--saturate applies to e4m3 only (block formats always saturate)");
     if (block) return cast_block(bf, rule, values, texts, nvalues);
     if (sat && to != MP_E4M3)
-        return cli_usage_error("cast", "--saturate applies to e4m3 only%s", to == MP_E2M1 ? " (e2m1 always saturates)" : "");
+        return cli_usage_error("cast", "--saturate applies to e4m3 only%s",
+                               to == MP_E2M1 ? " (e2m1 always saturates)" : "");
     const mp_format_info *f = mp_format(to);
     const int hexw = (int)f->size * 2;
-    printf("%-16s %-16s %-*s %-16s %-10s %s\n", "input", "as fp32", hexw + 2 > 6 ? hexw + 2 : 6, "bits",
-           f->name, "rel.error", "status");
+    printf("%-16s %-16s %-*s %-16s %-10s %s\n", "input", "as fp32", hexw + 2 > 6 ? hexw + 2 : 6, "bits", f->name,
+           "rel.error", "status");
     for (int i = 0; i < nvalues; i++) {
         const float x = values[i];
         const cast_result r = cast_one(x, to, sat);

@@ -25,21 +25,21 @@ static const char usage_head[] =
     "DIR/summary.json (docs/LOGS.md).\n"
     "The modes run one after the other in this process; peak memory is measured\n"
     "per mode (the kernel's high-water mark, reset before each).\n\n"
-    "  --precisions LIST   comma-separated modes, at most " DIGITS(MP_COMPARE_MAX) " (see below)\n"
-    "  --out DIR           output directory (mixprec-compare)\n"
-    "  --checkpoints       also write each mode's checkpoint, DIR/MODE.ckpt (as --save)\n\n"
-    "The training options (all but --precision, --log, --summary and --save, which\n"
-    "compare sets):\n";
+    "  --precisions LIST   comma-separated modes, at most " DIGITS(
+        MP_COMPARE_MAX) " (see below)\n"
+                        "  --out DIR           output directory (mixprec-compare)\n"
+                        "  --checkpoints       also write each mode's checkpoint, DIR/MODE.ckpt (as --save)\n\n"
+                        "The training options (all but --precision, --log, --summary and --save, which\n"
+                        "compare sets):\n";
 
-static const char demo_usage[] =
-    "usage: mixprec demo [--mlp] [--out DIR]\n\n"
-    "The main job: what each protection of mixed precision buys. A small GPT\n"
-    "trained on the fortunes corpus in fp32, fp16-naive (everything cast to fp16),\n"
-    "fp16 (fp32 master weights and reductions, no loss scaling), fp16-dynamic (the\n"
-    "AMP recipe), fp16-dynamic without master weights, fp16-dynamic with fp16\n"
-    "reductions, and bf16; about 2 minutes on 2 cores. --mlp runs the earlier demo\n"
-    "instead: a deep MLP on Fashion-MNIST where fp16's gradient underflow costs\n"
-    "accuracy. It prints the `mixprec compare` command that reproduces it.\n";
+static const char demo_usage[] = "usage: mixprec demo [--mlp] [--out DIR]\n\n"
+                                 "The main job: what each protection of mixed precision buys. A small GPT\n"
+                                 "trained on the fortunes corpus in fp32, fp16-naive (everything cast to fp16),\n"
+                                 "fp16 (fp32 master weights and reductions, no loss scaling), fp16-dynamic (the\n"
+                                 "AMP recipe), fp16-dynamic without master weights, fp16-dynamic with fp16\n"
+                                 "reductions, and bf16; about 2 minutes on 2 cores. --mlp runs the earlier demo\n"
+                                 "instead: a deep MLP on Fashion-MNIST where fp16's gradient underflow costs\n"
+                                 "accuracy. It prints the `mixprec compare` command that reproduces it.\n";
 
 static int run_compare(int argc, char **argv);
 
@@ -57,7 +57,7 @@ static int run_compare(int argc, char **argv) {
             return fputs(usage_head, stdout), fputs(mp_run_options_help(), stdout), 0;
         const int takes = !strcmp(name, "precisions") || !strcmp(name, "out") ? 1
                           : !strcmp(name, "checkpoints")                      ? 0
-                                                                               : mp_run_option_takes_value(name);
+                                                                              : mp_run_option_takes_value(name);
         if (takes < 0) return cli_usage_error("compare", "unknown option '%s'", a);
         if (cli_given_before(argc, argv, i)) return cli_usage_error("compare", "%s is given twice", a);
         const char *v = takes ? cli_value("compare", argc, argv, &i) : NULL;
@@ -81,13 +81,38 @@ static int run_compare(int argc, char **argv) {
  * shrink through six ReLU layers, so in fp16 many fall below 6e-8. */
 /* The two demos as `mixprec compare` arguments. */
 static char *const demo_gpt_args[] = {
-    "compare", "--model", "gpt:2-4-64-64", "--batch", "16", "--steps", "400", "--lr", "6e-3", "--lr-schedule",
-    "cosine", "--warmup", "20", "--weight-decay", "0.1", "--betas", "0.9,0.95", "--clip", "1", "--seed", "1",
-    "--eval-every", "100", "--precisions",
-    "fp32,fp16-naive,fp16,fp16-dynamic,fp16-dynamic+master-weights=none,fp16-dynamic+reductions=half,bf16", NULL};
-static char *const demo_mlp_args[] = {"compare", "--model", "mlp:784-256-256-256-256-256-256-10", "--optimizer",
-                                      "adamw", "--lr", "2e-3", "--weight-decay", "0", "--batch", "2048", "--epochs",
-                                      "20", "--seed", "1", NULL};
+    "compare",
+    "--model",
+    "gpt:2-4-64-64",
+    "--batch",
+    "16",
+    "--steps",
+    "400",
+    "--lr",
+    "6e-3",
+    "--lr-schedule",
+    "cosine",
+    "--warmup",
+    "20",
+    "--weight-decay",
+    "0.1",
+    "--betas",
+    "0.9,0.95",
+    "--clip",
+    "1",
+    "--seed",
+    "1",
+    "--eval-every",
+    "100",
+    "--precisions",
+    "fp32,fp16-naive,fp16,fp16-dynamic,fp16-dynamic+master-weights=none,fp16-dynamic+reductions=half,bf16",
+    NULL};
+static char *const demo_mlp_args[] = {"compare",     "--model",        "mlp:784-256-256-256-256-256-256-10",
+                                      "--optimizer", "adamw",          "--lr",
+                                      "2e-3",        "--weight-decay", "0",
+                                      "--batch",     "2048",           "--epochs",
+                                      "20",          "--seed",         "1",
+                                      NULL};
 
 static int run_demo(int argc, char **argv) {
     const char *out = "mixprec-demo";
@@ -112,8 +137,9 @@ static int run_demo(int argc, char **argv) {
     args[n++] = (char *)out;
     args[n] = NULL;
     if (mlp)
-        printf("mixprec demo --mlp: the same deep MLP trained in fp32, fp16 without loss scaling, fp16 with dynamic loss\n"
-               "scaling and bf16, on Fashion-MNIST. Reproduce with:\n  mixprec");
+        printf(
+            "mixprec demo --mlp: the same deep MLP trained in fp32, fp16 without loss scaling, fp16 with dynamic loss\n"
+            "scaling and bf16, on Fashion-MNIST. Reproduce with:\n  mixprec");
     else
         printf("mixprec demo: a GPT trained on text with each protection of mixed precision removed in turn (fp32\n"
                "master weights, fp32 reductions, loss scaling), with all three removed at once (fp16-naive), and in\n"

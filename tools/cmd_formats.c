@@ -6,15 +6,14 @@
 #include "classify.h"
 #include "cli.h"
 
-static const char usage[] =
-    "usage: mixprec formats [--json]\n\n"
-    "The number formats mixprec knows: bytes, exponent and mantissa bits, largest\n"
-    "finite value, smallest normal, smallest subnormal and epsilon (numpy.finfo's\n"
-    "and ml_dtypes.finfo's numbers), with the MX formats e8m0 (block scales: powers\n"
-    "of two, no zero, no sign) and e2m1 (fp4). Then what the gradient-sized values\n"
-    "1e-4 .. 1e-8 become in fp16 and bf16: kept, rounded into the subnormal range\n"
-    "(precision lost) or gone (zero).\n\n"
-    "  --json   one JSON object instead of the tables\n";
+static const char usage[] = "usage: mixprec formats [--json]\n\n"
+                            "The number formats mixprec knows: bytes, exponent and mantissa bits, largest\n"
+                            "finite value, smallest normal, smallest subnormal and epsilon (numpy.finfo's\n"
+                            "and ml_dtypes.finfo's numbers), with the MX formats e8m0 (block scales: powers\n"
+                            "of two, no zero, no sign) and e2m1 (fp4). Then what the gradient-sized values\n"
+                            "1e-4 .. 1e-8 become in fp16 and bf16: kept, rounded into the subnormal range\n"
+                            "(precision lost) or gone (zero).\n\n"
+                            "  --json   one JSON object instead of the tables\n";
 
 static const double small_values[] = {1e-4, 1e-5, 1e-6, 1e-7, 1e-8};
 #define NSMALL (sizeof small_values / sizeof small_values[0])
@@ -81,7 +80,8 @@ void small_values_table(void) {
                 snprintf(cell, sizeof cell, "0  GONE (underflow)");
                 gone16 += k == 0;
             } else {
-                snprintf(cell, sizeof cell, "%-12.6g %s, err %.2g%%", (double)r.value, r.status, 100 * rel_err(x, r.value));
+                snprintf(cell, sizeof cell, "%-12.6g %s, err %.2g%%", (double)r.value, r.status,
+                         100 * rel_err(x, r.value));
             }
             printf("  %-36s", cell);
         }

@@ -7,31 +7,30 @@
 
 #include "cli.h"
 
-static const char usage[] =
-    "usage: mixprec scaler-sim [options] [--json | --csv]\n\n"
-    "Runs mixprec's dynamic loss scaler over a synthetic gradient stream: each step\n"
-    "draws N gradient magnitudes, log-normal around a median that drifts from\n"
-    "--start to --end (gradients shrink as training goes on), with occasional spikes\n"
-    "(a step whose gradients are --spike times larger). Each step the gradients are\n"
-    "multiplied by the current scale and stored in fp16 by mp_convert, which counts\n"
-    "what underflows to 0, what lands in the subnormal range and what overflows; an\n"
-    "overflow means inf in the gradients: the step is skipped and the scale backs off;\n"
-    "after --growth-interval clean steps it grows. The textbook 'start high, halve on\n"
-    "overflow, double after N clean steps', computed.\n\n"
-    "  --steps T           steps to simulate (3000)\n"
-    "  --n N               gradients per step (16384)\n"
-    "  --start M           median |g| at the first step (1e-3)\n"
-    "  --end M             median |g| at the last step (1e-7)\n"
-    "  --sigma S           spread, in decades (0.8)\n"
-    "  --spike-prob P      chance of a spike per step (0.003)\n"
-    "  --spike F           spike size (1e4)\n"
-    "  --seed S            random seed (1)\n"
-    "  --every K           table row every K steps (T/25); skipped steps always shown\n"
-    "  --static            a static scale (--init-scale), never changes\n"
-    "  --json              one JSON object with every step\n"
-    "  --csv               one CSV row per step\n"
-    "\nDefaults differ from PyTorch's only in --growth-interval (200 here, 2000 there),\n"
-    "so that growth shows within a short run.\n\n";
+static const char usage[] = "usage: mixprec scaler-sim [options] [--json | --csv]\n\n"
+                            "Runs mixprec's dynamic loss scaler over a synthetic gradient stream: each step\n"
+                            "draws N gradient magnitudes, log-normal around a median that drifts from\n"
+                            "--start to --end (gradients shrink as training goes on), with occasional spikes\n"
+                            "(a step whose gradients are --spike times larger). Each step the gradients are\n"
+                            "multiplied by the current scale and stored in fp16 by mp_convert, which counts\n"
+                            "what underflows to 0, what lands in the subnormal range and what overflows; an\n"
+                            "overflow means inf in the gradients: the step is skipped and the scale backs off;\n"
+                            "after --growth-interval clean steps it grows. The textbook 'start high, halve on\n"
+                            "overflow, double after N clean steps', computed.\n\n"
+                            "  --steps T           steps to simulate (3000)\n"
+                            "  --n N               gradients per step (16384)\n"
+                            "  --start M           median |g| at the first step (1e-3)\n"
+                            "  --end M             median |g| at the last step (1e-7)\n"
+                            "  --sigma S           spread, in decades (0.8)\n"
+                            "  --spike-prob P      chance of a spike per step (0.003)\n"
+                            "  --spike F           spike size (1e4)\n"
+                            "  --seed S            random seed (1)\n"
+                            "  --every K           table row every K steps (T/25); skipped steps always shown\n"
+                            "  --static            a static scale (--init-scale), never changes\n"
+                            "  --json              one JSON object with every step\n"
+                            "  --csv               one CSV row per step\n"
+                            "\nDefaults differ from PyTorch's only in --growth-interval (200 here, 2000 there),\n"
+                            "so that growth shows within a short run.\n\n";
 
 typedef struct {
     long steps, n, every;
@@ -46,12 +45,17 @@ typedef struct {
 } gauss_rng;
 
 static double uniform(gauss_rng *r) {
-    r->s ^= r->s << 13; r->s ^= r->s >> 7; r->s ^= r->s << 17;
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
     return ((double)(r->s >> 11) + 0.5) * 0x1p-53;
 }
 
 static double gauss(gauss_rng *r) { /* Box-Muller */
-    if (r->have) { r->have = 0; return r->spare; }
+    if (r->have) {
+        r->have = 0;
+        return r->spare;
+    }
     const double u = uniform(r), v = uniform(r), m = sqrt(-2.0 * log(u));
     const double two_pi = 6.283185307179586;
     r->spare = m * sin(two_pi * v);
@@ -80,7 +84,8 @@ static int parse_double(const char *cmd, int argc, char **argv, int *i, double *
 static int parse_long_opt(const char *cmd, int argc, char **argv, int *i, long *out, long lo, long hi) {
     const char *opt = argv[*i], *v = cli_value(cmd, argc, argv, i);
     if (!v) return CLI_USAGE;
-    if (cli_parse_long(v, lo, hi, out) != 0) return cli_usage_error(cmd, "%s wants %ld .. %ld, not '%s'", opt, lo, hi, v);
+    if (cli_parse_long(v, lo, hi, out) != 0)
+        return cli_usage_error(cmd, "%s wants %ld .. %ld, not '%s'", opt, lo, hi, v);
     return 0;
 }
 
@@ -98,16 +103,26 @@ static int parse(int argc, char **argv, sim_opts *o, mp_scaler_config *cfg, int 
         } else if (!strcmp(a, "--json")) *json = 1;
         else if (!strcmp(a, "--csv")) *csv = 1;
         else if (!strcmp(a, "--static")) cfg->dynamic = 0;
-        else if (!strcmp(a, "--steps")) { if ((rc = parse_long_opt(cmd, argc, argv, &i, &o->steps, 1, 10000000))) return rc; }
-        else if (!strcmp(a, "--n")) { if ((rc = parse_long_opt(cmd, argc, argv, &i, &o->n, 1, 1L << 26))) return rc; }
-        else if (!strcmp(a, "--every")) { if ((rc = parse_long_opt(cmd, argc, argv, &i, &o->every, 1, 10000000))) return rc; }
-        else if (!strcmp(a, "--seed")) { if ((rc = parse_long_opt(cmd, argc, argv, &i, &seed, 0, 2147483647L))) return rc; o->seed = (unsigned long long)seed; }
-        else if (!strcmp(a, "--start")) { if ((rc = parse_double(cmd, argc, argv, &i, &o->start, 1e-30, 1e30))) return rc; }
-        else if (!strcmp(a, "--end")) { if ((rc = parse_double(cmd, argc, argv, &i, &o->end, 1e-30, 1e30))) return rc; }
-        else if (!strcmp(a, "--sigma")) { if ((rc = parse_double(cmd, argc, argv, &i, &o->sigma, 0, 10))) return rc; }
-        else if (!strcmp(a, "--spike-prob")) { if ((rc = parse_double(cmd, argc, argv, &i, &o->spike_prob, 0, 1))) return rc; }
-        else if (!strcmp(a, "--spike")) { if ((rc = parse_double(cmd, argc, argv, &i, &o->spike, 1, 1e30))) return rc; }
-        else return cli_usage_error(cmd, "unknown option '%s'", a);
+        else if (!strcmp(a, "--steps")) {
+            if ((rc = parse_long_opt(cmd, argc, argv, &i, &o->steps, 1, 10000000))) return rc;
+        } else if (!strcmp(a, "--n")) {
+            if ((rc = parse_long_opt(cmd, argc, argv, &i, &o->n, 1, 1L << 26))) return rc;
+        } else if (!strcmp(a, "--every")) {
+            if ((rc = parse_long_opt(cmd, argc, argv, &i, &o->every, 1, 10000000))) return rc;
+        } else if (!strcmp(a, "--seed")) {
+            if ((rc = parse_long_opt(cmd, argc, argv, &i, &seed, 0, 2147483647L))) return rc;
+            o->seed = (unsigned long long)seed;
+        } else if (!strcmp(a, "--start")) {
+            if ((rc = parse_double(cmd, argc, argv, &i, &o->start, 1e-30, 1e30))) return rc;
+        } else if (!strcmp(a, "--end")) {
+            if ((rc = parse_double(cmd, argc, argv, &i, &o->end, 1e-30, 1e30))) return rc;
+        } else if (!strcmp(a, "--sigma")) {
+            if ((rc = parse_double(cmd, argc, argv, &i, &o->sigma, 0, 10))) return rc;
+        } else if (!strcmp(a, "--spike-prob")) {
+            if ((rc = parse_double(cmd, argc, argv, &i, &o->spike_prob, 0, 1))) return rc;
+        } else if (!strcmp(a, "--spike")) {
+            if ((rc = parse_double(cmd, argc, argv, &i, &o->spike, 1, 1e30))) return rc;
+        } else return cli_usage_error(cmd, "unknown option '%s'", a);
     }
     if (*json && *csv) return cli_usage_error(cmd, "--json and --csv exclude each other");
     if (!o->every) o->every = o->steps / 25 > 0 ? o->steps / 25 : 1;
@@ -117,9 +132,9 @@ static int parse(int argc, char **argv, sim_opts *o, mp_scaler_config *cfg, int 
 /* What a simulation leaves. */
 typedef struct {
     sim_row *rows;
-    long done;                             /* steps taken */
-    double sum_under, sum_under_unscaled;  /* of the steps' underflow fractions */
-    const char *stopped;                   /* why the scaler stopped early, or NULL */
+    long done;                            /* steps taken */
+    double sum_under, sum_under_unscaled; /* of the steps' underflow fractions */
+    const char *stopped;                  /* why the scaler stopped early, or NULL */
 } sim_out;
 
 /* The steps of o through scaler s: each step's gradients drawn, scaled, stored

@@ -8,15 +8,14 @@
 #include "cli.h"
 #include "gradients.h"
 
-static const char usage[] =
-    "usage: mixprec tour [--step N]\n\n"
-    "Six short steps, with numbers computed live by mixprec's own code:\n"
-    "  1 the formats         2 what small gradients become in fp16\n"
-    "  3 a realistic gradient distribution meets fp16, and loss scaling\n"
-    "  4 too large a scale overflows: dynamic scaling, the real scaler running\n"
-    "  5 accumulation in fp16 loses small updates: fp32 master weights\n"
-    "  6 bf16 has fp32's range and needs no scaling\n"
-    "  --step N   show only step N\n";
+static const char usage[] = "usage: mixprec tour [--step N]\n\n"
+                            "Six short steps, with numbers computed live by mixprec's own code:\n"
+                            "  1 the formats         2 what small gradients become in fp16\n"
+                            "  3 a realistic gradient distribution meets fp16, and loss scaling\n"
+                            "  4 too large a scale overflows: dynamic scaling, the real scaler running\n"
+                            "  5 accumulation in fp16 loses small updates: fp32 master weights\n"
+                            "  6 bf16 has fp32's range and needs no scaling\n"
+                            "  --step N   show only step N\n";
 
 static float h16(float x) { return mp_f16_to_f32(mp_f32_to_f16(x)); }
 
@@ -44,8 +43,8 @@ static void step3(void) {
     const float x = h16(0.000123f);
     const float up = h16(x * 1024.0f), back = up / 1024.0f;
     printf("   A power of two only changes the exponent, so it is exact: 0.000123 in fp16 is %.9g;\n"
-           "   times 1024 stored in fp16 is %.9g; divided by 1024 again: %.9g (%s).\n\n", (double)x, (double)up,
-           (double)back, back == x ? "the same bits" : "DIFFERENT");
+           "   times 1024 stored in fp16 is %.9g; divided by 1024 again: %.9g (%s).\n\n",
+           (double)x, (double)up, (double)back, back == x ? "the same bits" : "DIFFERENT");
     grads_free(&g);
 }
 
@@ -77,13 +76,15 @@ static void step4(void) {
         const int inf = c.overflow > 0;
         static int shown_skips = 0;
         if (t % 80 == 0 || (inf && shown_skips++ < 4))
-            printf("     step %3d: scale %8g, %s\n", t, (double)S, inf ? "inf in the gradients: step skipped, scale halved" : "clean");
+            printf("     step %3d: scale %8g, %s\n", t, (double)S,
+                   inf ? "inf in the gradients: step skipped, scale halved" : "clean");
         mp_scaler_update(&s, inf);
         grads_free(&b);
     }
     printf("   after %d steps: %llu skipped, %llu growths, final scale %g; gradients lost to zero: %.3f%% with\n"
-           "   the scaler, %.3f%% at scale 1.\n\n", steps, (unsigned long long)s.skipped, (unsigned long long)s.growths,
-           (double)s.scale, 100.0 * (double)lost_scaled / (double)total, 100.0 * (double)lost_plain / (double)total);
+           "   the scaler, %.3f%% at scale 1.\n\n",
+           steps, (unsigned long long)s.skipped, (unsigned long long)s.growths, (double)s.scale,
+           100.0 * (double)lost_scaled / (double)total, 100.0 * (double)lost_plain / (double)total);
 }
 
 static void step5(void) {
@@ -91,7 +92,8 @@ static void step5(void) {
     const float small = h16(0.4f);
     for (int i = 0; i < 64; i++) acc16 = h16(acc16 + small), acc32 += 0.4f;
     printf("5. The second failure is accumulation. 1024 + 0.4, sixty-four times:\n"
-           "     in fp16: %.4f   in fp32: %.4f   (exact: %.1f)\n", (double)acc16, (double)acc32, 1024 + 64 * 0.4);
+           "     in fp16: %.4f   in fp32: %.4f   (exact: %.1f)\n",
+           (double)acc16, (double)acc32, 1024 + 64 * 0.4);
     printf("   Near 1024 fp16 values are %g apart, so each + 0.4 rounds back. That is why the optimizer\n"
            "   updates fp32 MASTER weights and refreshes the fp16 copy from them (mixprec's optim module).\n\n",
            (double)(mp_f16_to_f32(mp_f32_to_f16(1024.0f) + 1) - 1024.0f));
@@ -103,12 +105,12 @@ static void step6(void) {
     const mp_scale_counts b = mp_underflow_count(g.g, g.n, MP_BF16, 1), h = mp_underflow_count(g.g, g.n, MP_F16, 1);
     const mp_format_info *bf = mp_format(MP_BF16), *f16 = mp_format(MP_F16);
     printf("6. bf16 spends its 16 bits differently: 8 exponent bits like fp32, 7 mantissa bits.\n"
-           "     smallest subnormal: bf16 %.3g, fp16 %.3g; largest: bf16 %.3g, fp16 %g\n", bf->min_subnormal,
-           f16->min_subnormal, bf->max, f16->max);
+           "     smallest subnormal: bf16 %.3g, fp16 %.3g; largest: bf16 %.3g, fp16 %g\n",
+           bf->min_subnormal, f16->min_subnormal, bf->max, f16->max);
     printf("   The same 200000 gradients at scale 1: %.2f%% become zero in bf16 (%.2f%% in fp16).\n"
            "   bf16 needs no loss scaling; it pays with precision (eps %g against %g), which gradients\n"
-           "   mostly tolerate.\n\n", 100.0 * (double)b.zero / (double)g.n, 100.0 * (double)h.zero / (double)g.n,
-           bf->eps, f16->eps);
+           "   mostly tolerate.\n\n",
+           100.0 * (double)b.zero / (double)g.n, 100.0 * (double)h.zero / (double)g.n, bf->eps, f16->eps);
     grads_free(&g);
 }
 

@@ -5,18 +5,17 @@
 
 #include "run.h"
 
-static const char usage_head[] =
-    "usage: mixprec train [options]\n\n"
-    "Trains an MLP on Fashion-MNIST (Debian's dataset-fashion-mnist, or --data DIR) or a\n"
-    "GPT on text (--model gpt:L-H-C-T; bytes are tokens) and reports the evaluation loss\n"
-    "(test accuracy for the MLP, validation loss in nats and bits per byte for the GPT),\n"
-    "skipped steps, the loss scale, gradient and activation stores lost to underflow or\n"
-    "overflow per tensor, time per step and peak memory.\n\n";
+static const char usage_head[] = "usage: mixprec train [options]\n\n"
+                                 "Trains an MLP on Fashion-MNIST (Debian's dataset-fashion-mnist, or --data DIR) or a\n"
+                                 "GPT on text (--model gpt:L-H-C-T; bytes are tokens) and reports the evaluation loss\n"
+                                 "(test accuracy for the MLP, validation loss in nats and bits per byte for the GPT),\n"
+                                 "skipped steps, the loss scale, gradient and activation stores lost to underflow or\n"
+                                 "overflow per tensor, time per step and peak memory.\n\n";
 
 static int run(int argc, char **argv);
 
-const cli_command cmd_train = {"train", "train an MLP on Fashion-MNIST or a GPT on text in any precision mode",
-                               NULL, run};
+const cli_command cmd_train = {"train", "train an MLP on Fashion-MNIST or a GPT on text in any precision mode", NULL,
+                               run};
 
 static int run(int argc, char **argv) {
     for (int i = 1; i < argc; i++)

@@ -56,7 +56,7 @@ static const char explore_usage[] =
 typedef struct {
     grad_set g;
     mp_dtype fmt;
-    int block;              /* 1: --format is a block format, bfmt */
+    int block; /* 1: --format is a block format, bfmt */
     mp_block_format bfmt;
     mp_mx_rule rule;
     double scales[MP_UNDERFLOW_MAX_SCALES];
@@ -80,8 +80,10 @@ static int parse_dist(const char *cmd, const char *v, uf_source *p) {
     p->sigma = strtod(e1 + 1, &e2);
     /* six sigmas either side must stay inside fp32: ln(FLT_MAX) = 88.7, ln(2^-149) = -103.3 */
     if (*e2 || !isfinite(p->mu) || !(p->sigma >= 0) || p->mu + 6 * p->sigma > 88.7 || p->mu - 6 * p->sigma < -103.3)
-        return cli_usage_error(cmd, "--dist lognormal:MU,SIGMA must keep MU +- 6 SIGMA within fp32's range "
-                                    "(-103.3 .. 88.7), not '%s'", v);
+        return cli_usage_error(cmd,
+                               "--dist lognormal:MU,SIGMA must keep MU +- 6 SIGMA within fp32's range "
+                               "(-103.3 .. 88.7), not '%s'",
+                               v);
     return -1;
 }
 
@@ -91,7 +93,8 @@ static int parse_format(const char *cmd, const char *v, uf_opts *o) {
     if (mp_dtype_parse(v, &o->fmt) != MP_OK || o->fmt == MP_F32)
         return cli_usage_error(cmd, "--format is fp16, bf16, e4m3, e5m2, mxfp8-e4m3, mxfp8-e5m2 or nvfp4, not '%s'", v);
     if (o->fmt == MP_E8M0 || o->fmt == MP_E2M1)
-        return cli_usage_error(cmd, "--format is fp16, bf16, e4m3, e5m2, mxfp8-e4m3, mxfp8-e5m2 or nvfp4, not '%s' (%s)", v,
+        return cli_usage_error(cmd,
+                               "--format is fp16, bf16, e4m3, e5m2, mxfp8-e4m3, mxfp8-e5m2 or nvfp4, not '%s' (%s)", v,
                                o->fmt == MP_E8M0 ? "e8m0 holds block scales, not values"
                                                  : "fp4 values are scaled per block of 16 or 32, not by one loss "
                                                    "scale: nvfp4 is fp4 in blocks");
@@ -158,7 +161,9 @@ static int check_options(const char *cmd, uf_opts *o, const uf_source *p, const 
     if (p->raw && !p->from) return cli_usage_error(cmd, "--raw says how --from FILE is read: give --from");
     if (p->from && (p->dist_given || p->n_given || p->seed_given))
         return cli_usage_error(cmd, "%s draws values, which --from FILE replaces: give one or the other",
-                               p->dist_given ? "--dist" : p->n_given ? "--n" : "--seed");
+                               p->dist_given ? "--dist"
+                               : p->n_given  ? "--n"
+                                             : "--seed");
     const mp_status ost = out && *out ? mp_output_check("--out", *out, p->from ? "--from" : NULL, p->from) : MP_OK;
     if (ost == MP_EINVAL) return cli_usage_error(cmd, "%s", mp_last_error());
     if (ost != MP_OK) return fprintf(stderr, "mixprec %s: %s\n", cmd, mp_last_error()), 1;
@@ -228,7 +233,8 @@ static void histogram_terminal(const grad_set *g, mp_dtype t) {
         const double x0 = a + k * 0.5;
         char mark[80] = "";
         for (int m = 0; m < 3; m++)
-            if (marks[m] >= x0 && marks[m] < x0 + 0.5) snprintf(mark, sizeof mark, "  <-- %s %s (%.3g)", f->name, names[m], pow(10, marks[m]));
+            if (marks[m] >= x0 && marks[m] < x0 + 0.5)
+                snprintf(mark, sizeof mark, "  <-- %s %s (%.3g)", f->name, names[m], pow(10, marks[m]));
         if (!c[k] && !mark[0]) continue;
         const int w = (int)(50.0 * (double)c[k] / (double)mx + 0.5);
         printf("%6.1f %-50.*s %7.3f%%%s\n", x0, w, "##################################################",
@@ -250,8 +256,9 @@ void block_compare_print(const mp_block_compare *c) {
     printf("%-40s %17s %17s %17s %15s\n", "", "flushed to 0", "saturated", "kept nonzero", "mean rel.error");
     for (int k = 0; k < 2; k++)
         printf("%-40s %9llu %6.2f%% %9llu %6.2f%% %9llu %6.2f%% %15.4g\n", label[k], (unsigned long long)r[k]->flushed,
-               100 * (double)r[k]->flushed / nz, (unsigned long long)r[k]->saturated, 100 * (double)r[k]->saturated / nz,
-               (unsigned long long)r[k]->nonzero, 100 * (double)r[k]->nonzero / nz, r[k]->mean_rel_error);
+               100 * (double)r[k]->flushed / nz, (unsigned long long)r[k]->saturated,
+               100 * (double)r[k]->saturated / nz, (unsigned long long)r[k]->nonzero, 100 * (double)r[k]->nonzero / nz,
+               r[k]->mean_rel_error);
     const uint64_t b = c->block_scaling.nonzero, t = c->per_tensor.nonzero;
     if (b == t) printf("block scaling keeps as many values nonzero");
     else {
@@ -275,9 +282,11 @@ static int run_block(const uf_opts *o) {
         return 1;
     }
     const char *name = mp_block_format_name(c.format), *rule = c.format == MP_BLOCK_NVFP4 ? NULL
-                                                                : c.rule == MP_MX_RCEIL ? "rceil" : "floor";
+                                                               : c.rule == MP_MX_RCEIL    ? "rceil"
+                                                                                          : "floor";
     if (o->json) {
-        printf("{\"format\": \"%s\", \"rule\": %s%s%s, \"element\": \"%s\", \"block\": %zu, \"n\": %zu, \"nonzero\": %llu, "
+        printf("{\"format\": \"%s\", \"rule\": %s%s%s, \"element\": \"%s\", \"block\": %zu, \"n\": %zu, \"nonzero\": "
+               "%llu, "
                "\"amax\": %.9g, \"tensor_scale\": %.9g, ",
                name, rule ? "\"" : "", rule ? rule : "null", rule ? "\"" : "", mp_format(c.elem)->name, c.block, c.n,
                (unsigned long long)c.nonzero_inputs, (double)c.amax, (double)c.tensor_scale);
@@ -315,7 +324,8 @@ static int run_underflow(int argc, char **argv) {
     const mp_format_info *f = mp_format(o.fmt);
     const double n = (double)u.n;
     if (o.json) {
-        printf("{\"format\": \"%s\", \"n\": %zu, \"median\": %.9g, \"p5\": %.9g, \"zero_fraction\": %.9g, \"zero_count\": %llu, "
+        printf("{\"format\": \"%s\", \"n\": %zu, \"median\": %.9g, \"p5\": %.9g, \"zero_fraction\": %.9g, "
+               "\"zero_count\": %llu, "
                "\"scales\": [",
                f->name, u.n, u.median, u.p5, (double)u.zero_count / n, (unsigned long long)u.zero_count);
         for (int k = 0; k < u.nscales; k++) {

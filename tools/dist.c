@@ -66,9 +66,15 @@ static void ranks_after_step(void *ctx, long step, mp_optim *opt) { (void)ctx, d
 
 const mp_run_ranks *dist_ranks(void) {
     static mp_run_ranks r;
-    r = (mp_run_ranks){.rank = dist_rank(), .size = dist_size(), .dist = dist_hook(), .agree = ranks_agree,
-                       .any = ranks_any, .abort = ranks_abort, .set_allreduce = ranks_set_allreduce,
-                       .stats = ranks_stats, .after_step = ranks_after_step};
+    r = (mp_run_ranks){.rank = dist_rank(),
+                       .size = dist_size(),
+                       .dist = dist_hook(),
+                       .agree = ranks_agree,
+                       .any = ranks_any,
+                       .abort = ranks_abort,
+                       .set_allreduce = ranks_set_allreduce,
+                       .stats = ranks_stats,
+                       .after_step = ranks_after_step};
     return &r;
 }
 
@@ -93,7 +99,7 @@ typedef struct {
 } grad_buffer;
 
 static grad_buffer g_grads;
-static int g_mpi = 0;         /* dist_init initialised MPI */
+static int g_mpi = 0;                   /* dist_init initialised MPI */
 static MPI_Op g_wire_sum = MPI_OP_NULL; /* the 16-bit formats' sum (wire_combine) */
 
 /* MPI's signature for a user-defined reduction: inout = in + inout. */
@@ -305,7 +311,8 @@ int dist_init(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     if (g_size == 1) return 0;
-    g_hook = (mp_train_dist){g_rank, g_size, &g_grads, sum_grads, sum_f64, max_f32, reduce_scatter, all_gather, broadcast};
+    g_hook =
+        (mp_train_dist){g_rank, g_size, &g_grads, sum_grads, sum_f64, max_f32, reduce_scatter, all_gather, broadcast};
     MPI_Op_create(wire_sum, 1, &g_wire_sum); /* commutative: fp32 addition is, and each combine rounds once */
     if (g_rank != 0) {
         /* the other ranks' standard output goes to /dev/null: the descriptor under the command's own stream
@@ -329,8 +336,10 @@ int dist_init(int argc, char **argv) {
     free(all);
     if (all_same) return 0;
     if (g_rank == 0)
-        fprintf(stderr, "mixprec: the ranks were started with different options (rank %d's command line differs from "
-                        "rank 0's): every rank must run the same command\n", other);
+        fprintf(stderr,
+                "mixprec: the ranks were started with different options (rank %d's command line differs from "
+                "rank 0's): every rank must run the same command\n",
+                other);
     return CLI_USAGE;
 }
 
@@ -385,8 +394,10 @@ int dist_init(int argc, char **argv) {
     (void)argc, (void)argv;
     const char *n = getenv("OMPI_COMM_WORLD_SIZE");
     if (!under_mpirun() || !n || atoi(n) <= 1) return 0;
-    fprintf(stderr, "mixprec: started by mpirun with %s ranks, but this mixprec was built without MPI (install "
-                    "libopenmpi-dev and rebuild: scripts/deps.sh build)\n", n);
+    fprintf(stderr,
+            "mixprec: started by mpirun with %s ranks, but this mixprec was built without MPI (install "
+            "libopenmpi-dev and rebuild: scripts/deps.sh build)\n",
+            n);
     return 1;
 }
 

@@ -65,9 +65,8 @@ int dist_agree(int rc, int *first);
 void dist_abort(int rc);
 
 /* Fault injection for the tests (tests/test_mpi.sh), as MIXPREC_FAULT_WRITE_*
- * (io.c), only in build/mixprec-fault (MP_FAULT_HOOKS): MIXPREC_FAULT_DIST_DIVERGE=R:S makes rank R change one weight after
- * step S (the next comparison of the ranks' state finds it). Called after
- * each step. */
+ * (io.c), only in build/mixprec-fault (MP_FAULT_HOOKS): MIXPREC_FAULT_DIST_DIVERGE=R:S makes rank R change one weight
+ * after step S (the next comparison of the ranks' state finds it). Called after each step. */
 void dist_fault_step(long step, mp_optim *opt);
 
 /* MIXPREC_FAULT_DIST_READ=R: 1 on rank R, whose data then cannot be read. */

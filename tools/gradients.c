@@ -13,7 +13,9 @@ int grads_lognormal(grad_set *s, double mu, double sigma, size_t n, uint64_t see
     for (size_t i = 0; i < n; i += 2) {
         double u[2];
         for (int k = 0; k < 2; k++) {
-            r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
             u[k] = ((double)(r >> 11) + 0.5) * 0x1p-53;
         }
         const double m = sqrt(-2.0 * log(u[0])), a = 6.283185307179586 * u[1];
@@ -83,10 +85,14 @@ static int npy_parse(const char *h, npy_header *out, char *why, size_t whylen) {
         npy_space(&p);
         if (*p == '}') break;
         char key[64];
-        if (npy_string(&p, key, sizeof key) != 0) return snprintf(why, whylen, "a key of the header is not a string"), -1;
+        if (npy_string(&p, key, sizeof key) != 0)
+            return snprintf(why, whylen, "a key of the header is not a string"), -1;
         int k = 0;
         while (k < 3 && strcmp(key, keys[k]) != 0) k++;
-        if (k == 3) return snprintf(why, whylen, "the header has the key '%.40s' (numpy's are descr, fortran_order, shape)", key), -1;
+        if (k == 3)
+            return snprintf(why, whylen, "the header has the key '%.40s' (numpy's are descr, fortran_order, shape)",
+                            key),
+                   -1;
         if (seen[k]++) return snprintf(why, whylen, "the header gives '%s' twice", key), -1;
         npy_space(&p);
         if (*p++ != ':') return snprintf(why, whylen, "no ':' after '%s' in the header", key), -1;
@@ -106,7 +112,8 @@ static int npy_parse(const char *h, npy_header *out, char *why, size_t whylen) {
             for (;;) {
                 npy_space(&p);
                 if (*p == ')') break;
-                if (*p < '0' || *p > '9') return snprintf(why, whylen, "'shape' holds something other than integers"), -1;
+                if (*p < '0' || *p > '9')
+                    return snprintf(why, whylen, "'shape' holds something other than integers"), -1;
                 size_t d = 0;
                 for (; *p >= '0' && *p <= '9'; p++) {
                     if (d > ((size_t)1 << 40)) return snprintf(why, whylen, "'shape' is too large"), -1;
@@ -119,7 +126,8 @@ static int npy_parse(const char *h, npy_header *out, char *why, size_t whylen) {
                 else if (*p != ')') return snprintf(why, whylen, "'shape' is not a tuple of integers"), -1;
             }
             p++;
-            if (dims > 32) return snprintf(why, whylen, "'shape' has %d dimensions (numpy allows 32 at most)", dims), -1;
+            if (dims > 32)
+                return snprintf(why, whylen, "'shape' has %d dimensions (numpy allows 32 at most)", dims), -1;
             out->count = n;
         }
         npy_space(&p);
@@ -156,10 +164,12 @@ static int read_safetensors(grad_set *s, const char *path, char *err, size_t err
 
 /* An .npy file's values (b: its size bytes): float32, float16 or float64, C or Fortran order. */
 static int read_npy(grad_set *s, const char *path, const uint8_t *b, size_t size, char *err, size_t errlen) {
-    if (size >= 7 && (b[6] < 1 || b[6] > 3)) return snprintf(err, errlen, "%s: .npy version %d (1 to 3 are read)", path, b[6]), -1;
+    if (size >= 7 && (b[6] < 1 || b[6] > 3))
+        return snprintf(err, errlen, "%s: .npy version %d (1 to 3 are read)", path, b[6]), -1;
     const size_t ho = size >= 7 && b[6] == 1 ? 10 : 12;
     if (size < ho) return snprintf(err, errlen, "%s: truncated .npy header", path), -1;
-    const size_t hl = ho == 10 ? (size_t)(b[8] | b[9] << 8) : (size_t)(b[8] | b[9] << 8 | b[10] << 16 | (size_t)b[11] << 24);
+    const size_t hl =
+        ho == 10 ? (size_t)(b[8] | b[9] << 8) : (size_t)(b[8] | b[9] << 8 | b[10] << 16 | (size_t)b[11] << 24);
     if (hl > size - ho) return snprintf(err, errlen, "%s: truncated .npy header", path), -1;
     char *hdr = malloc(hl + 1);
     if (!hdr) return snprintf(err, errlen, "%s: out of memory", path), -1;
@@ -175,13 +185,20 @@ static int read_npy(grad_set *s, const char *path, const uint8_t *b, size_t size
     const char *d = h.descr; /* numpy's '=' and '<' are both little-endian on the machines mixprec runs on */
     const int le = d[0] == '<' || d[0] == '=', be = d[0] == '>'; /* big-endian ('>'): read byte-swapped */
     const int ok = le || be;
-    const size_t es = ok && !strcmp(d + 1, "f4") ? 4 : ok && !strcmp(d + 1, "f2") ? 2 : ok && !strcmp(d + 1, "f8") ? 8 : 0;
+    const size_t es = ok && !strcmp(d + 1, "f4")   ? 4
+                      : ok && !strcmp(d + 1, "f2") ? 2
+                      : ok && !strcmp(d + 1, "f8") ? 8
+                                                   : 0;
     if (!es && strchr(d, 'O'))
-        return snprintf(err, errlen, "%s: .npy dtype '%s' is Python objects (pickled): not read (float32, float16 or "
-                                     "float64 are)", path, d), -1;
+        return snprintf(err, errlen,
+                        "%s: .npy dtype '%s' is Python objects (pickled): not read (float32, float16 or "
+                        "float64 are)",
+                        path, d),
+               -1;
     if (!es) return snprintf(err, errlen, "%s: .npy dtype '%s' (float32, float16 or float64 are read)", path, d), -1;
     if (count > body / es) /* short: numpy refuses it too; bytes after the data it ignores, as here */
-        return snprintf(err, errlen, "%s: %zu bytes of .npy data for a shape of %zu '%s' values", path, body, count, d), -1;
+        return snprintf(err, errlen, "%s: %zu bytes of .npy data for a shape of %zu '%s' values", path, body, count, d),
+               -1;
     /* fortran_order: True changes only the values' order, which a set of magnitudes does not have: read as well */
     int rc;
     if (es == 4 && !be) rc = keep(s, p, count);
@@ -225,9 +242,13 @@ int grads_read(grad_set *s, const char *path, int raw, char *err, size_t errlen)
     if (size >= 6 && memcmp(b, "\x93NUMPY", 6) == 0) rc = read_npy(s, path, b, (size_t)size, err, errlen);
     else if (looks_safetensors(b, (size_t)size)) rc = read_safetensors(s, path, err, errlen);
     else if (!raw)
-        rc = (snprintf(err, errlen, "%s: neither .npy nor safetensors by its bytes (raw little-endian float32 is read "
-                                    "with --raw)", path), -1);
-    else if (size % 4) rc = (snprintf(err, errlen, "%s: %ld bytes is not a whole number of float32 values", path, size), -1);
+        rc = (snprintf(err, errlen,
+                       "%s: neither .npy nor safetensors by its bytes (raw little-endian float32 is read "
+                       "with --raw)",
+                       path),
+              -1);
+    else if (size % 4)
+        rc = (snprintf(err, errlen, "%s: %ld bytes is not a whole number of float32 values", path, size), -1);
     else if ((rc = keep(s, b, (size_t)size / 4)) != 0) rc = (snprintf(err, errlen, "%s: no finite values", path), -1);
     free(b);
     return rc;

@@ -10,7 +10,7 @@
 #include "mixprec/mixprec.h"
 
 typedef struct {
-    float *g;   /* magnitudes, fp32 */
+    float *g; /* magnitudes, fp32 */
     size_t n;
 } grad_set;
 

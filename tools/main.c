@@ -10,19 +10,22 @@
 #include "cli.h"
 #include "dist.h"
 
-static const cli_command *const commands[] = {&cmd_demo, &cmd_compare, &cmd_train, &cmd_modes, &cmd_sample, &cmd_formats, &cmd_cast, &cmd_underflow,
-                                                  &cmd_tour, &cmd_explore, &cmd_scaler_sim, &cmd_bench};
+static const cli_command *const commands[] = {&cmd_demo,   &cmd_compare, &cmd_train,      &cmd_modes,
+                                              &cmd_sample, &cmd_formats, &cmd_cast,       &cmd_underflow,
+                                              &cmd_tour,   &cmd_explore, &cmd_scaler_sim, &cmd_bench};
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
 static void help(FILE *f) {
-    fprintf(f, "mixprec %s - mixed-precision training: formats, loss scaling, fp32 master weights\n\n"
-           "usage: mixprec COMMAND [options]\n       mixprec COMMAND --help\n       mixprec --version\n\n"
-           "commands:\n",
-           mp_version());
+    fprintf(f,
+            "mixprec %s - mixed-precision training: formats, loss scaling, fp32 master weights\n\n"
+            "usage: mixprec COMMAND [options]\n       mixprec COMMAND --help\n       mixprec --version\n\n"
+            "commands:\n",
+            mp_version());
     for (size_t i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-11s %s\n", commands[i]->name, commands[i]->summary);
-    fprintf(f, "\nenvironment: MIXPREC_ISA=scalar|avx2|avx512|avx512bf16|amx caps the CPU path (now: %s),\n"
-           "             MIXPREC_THREADS=N sets the number of threads (now: %d)\n",
-           mp_isa_name(mp_cpu_isa()), mp_get_threads());
+    fprintf(f,
+            "\nenvironment: MIXPREC_ISA=scalar|avx2|avx512|avx512bf16|amx caps the CPU path (now: %s),\n"
+            "             MIXPREC_THREADS=N sets the number of threads (now: %d)\n",
+            mp_isa_name(mp_cpu_isa()), mp_get_threads());
 }
 
 static int dispatch(int argc, char **argv) {

@@ -38,7 +38,9 @@ void run_ranks(mp_run_spec *s) {
 mp_run_io run_io(const char *cmd, FILE *out) {
     static char prefix[64];
     snprintf(prefix, sizeof prefix, "mixprec %s", cmd);
-    return (mp_run_io){.out = out, .err = stderr, .prefix = prefix,
+    return (mp_run_io){.out = out,
+                       .err = stderr,
+                       .prefix = prefix,
                        .bar = dist_rank() == 0 && out == stdout && isatty(2) ? stderr : NULL};
 }
 

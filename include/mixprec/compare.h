@@ -47,25 +47,25 @@ extern "C" {
 #define MP_COMPARE_MAX 12 /* modes in one comparison */
 
 typedef struct mp_compare_spec {
-    mp_run_spec run;          /* every mode's run; compare sets precision, log, summary and save per mode, so
-                                 those must be NULL, and dump_grads too (each mode would write over the last's) */
-    const char *precisions;   /* comma-separated modes with their switches: "fp32,fp16,fp16-dynamic,bf16" */
-    const char *out;          /* the directory (created when missing) */
-    int checkpoints;          /* also write DIR/MODE.ckpt */
-    const char *command;      /* the command line the report and summary.json name (NULL: "mixprec compare") */
+    mp_run_spec run;        /* every mode's run; compare sets precision, log, summary and save per mode, so
+                               those must be NULL, and dump_grads too (each mode would write over the last's) */
+    const char *precisions; /* comma-separated modes with their switches: "fp32,fp16,fp16-dynamic,bf16" */
+    const char *out;        /* the directory (created when missing) */
+    int checkpoints;        /* also write DIR/MODE.ckpt */
+    const char *command;    /* the command line the report and summary.json name (NULL: "mixprec compare") */
 } mp_compare_spec;
 
 typedef struct mp_compare_mode {
-    char name[64];            /* the mode's label: "fp16-dynamic+master-weights=none" */
+    char name[64]; /* the mode's label: "fp16-dynamic+master-weights=none" */
     mp_run_result result;
 } mp_compare_mode;
 
 typedef struct mp_compare_result {
-    int n;                    /* modes that ran (a mode that failed before its first step ends the comparison) */
-    int invalid;              /* the spec, or a mode's, could not work (MP_EINVAL from mp_compare or mp_run) */
+    int n;       /* modes that ran (a mode that failed before its first step ends the comparison) */
+    int invalid; /* the spec, or a mode's, could not work (MP_EINVAL from mp_compare or mp_run) */
     mp_compare_mode modes[MP_COMPARE_MAX];
-    char *summary;            /* DIR/summary.json's text; NULL on rank > 0 or when it could not be made */
-    char *reading;            /* the reading of the numbers in words, as printed */
+    char *summary; /* DIR/summary.json's text; NULL on rank > 0 or when it could not be made */
+    char *reading; /* the reading of the numbers in words, as printed */
 } mp_compare_result;
 
 /* Runs the comparison c describes, printing its progress, table and reading

@@ -37,13 +37,13 @@ extern "C" {
  * which E8M0 cannot hold and which become NaN): every 0xFF result from a finite
  * or NaN input is in exactly one of overflow and nan. */
 typedef struct mp_convert_stats {
-    uint64_t underflow;  /* nonzero finite inputs that became +-0 */
-    uint64_t subnormal;  /* results that are subnormal in the destination format */
-    uint64_t overflow;   /* finite inputs that became inf or NaN; into E2M1: that saturated */
-    uint64_t nan;        /* NaN inputs; into E8M0 also finite inputs <= 0 */
-    float amax;          /* the largest finite magnitude among the results (mp_amax of what was
-                            stored); 0 when there is none. Counted wherever the other fields are,
-                            so a tensor's amax needs no pass of its own */
+    uint64_t underflow; /* nonzero finite inputs that became +-0 */
+    uint64_t subnormal; /* results that are subnormal in the destination format */
+    uint64_t overflow;  /* finite inputs that became inf or NaN; into E2M1: that saturated */
+    uint64_t nan;       /* NaN inputs; into E8M0 also finite inputs <= 0 */
+    float amax;         /* the largest finite magnitude among the results (mp_amax of what was
+                           stored); 0 when there is none. Counted wherever the other fields are,
+                           so a tensor's amax needs no pass of its own */
 } mp_convert_stats;
 
 /* Converts n elements of src (src_type) into dst (dst_type). src and dst must
@@ -55,8 +55,8 @@ typedef struct mp_convert_stats {
  * Every dtype is accepted, E8M0 and E2M1 included (one code per byte; E2M1
  * sources are read from the low 4 bits, E2M1 results have the high 4 bits 0):
  * those two always take the scalar functions of format.h, on every CPU path. */
-mp_status mp_convert(void *dst, mp_dtype dst_type, const void *src, mp_dtype src_type,
-                     size_t n, mp_convert_stats *stats);
+mp_status mp_convert(void *dst, mp_dtype dst_type, const void *src, mp_dtype src_type, size_t n,
+                     mp_convert_stats *stats);
 
 /* Adds b's counts to a; a's amax becomes the larger of the two. */
 void mp_convert_stats_add(mp_convert_stats *a, const mp_convert_stats *b);
@@ -84,7 +84,7 @@ typedef struct mp_value_counts {
     uint64_t subnormal; /* subnormal in t */
     uint64_t inf;       /* +-inf */
     uint64_t nan;
-    float amax;         /* the largest finite magnitude (mp_amax); 0 when none */
+    float amax; /* the largest finite magnitude (mp_amax); 0 when none */
 } mp_value_counts;
 
 /* Counts n elements of x (type t: fp32, fp16 or bf16) into *c (overwritten).

@@ -19,11 +19,11 @@ extern "C" {
 #endif
 
 typedef enum mp_isa {
-    MP_ISA_SCALAR = 0,     /* portable C */
-    MP_ISA_AVX2,           /* AVX2 + FMA + F16C */
-    MP_ISA_AVX512,         /* AVX-512 F/BW/VL/DQ + FMA + F16C */
-    MP_ISA_AVX512_BF16,    /* the above + AVX512_BF16 (vcvtneps2bf16, vdpbf16ps) */
-    MP_ISA_AMX             /* the above + AMX-TILE + AMX-BF16 (TDPBF16PS), with the OS's permission */
+    MP_ISA_SCALAR = 0,  /* portable C */
+    MP_ISA_AVX2,        /* AVX2 + FMA + F16C */
+    MP_ISA_AVX512,      /* AVX-512 F/BW/VL/DQ + FMA + F16C */
+    MP_ISA_AVX512_BF16, /* the above + AVX512_BF16 (vcvtneps2bf16, vdpbf16ps) */
+    MP_ISA_AMX          /* the above + AMX-TILE + AMX-BF16 (TDPBF16PS), with the OS's permission */
 } mp_isa;
 
 /* What the CPU and the OS offer, read once (CPUID, XCR0 and, for AMX on
@@ -74,7 +74,7 @@ double mp_cpu_peak(mp_peak_unit unit);
  * (the number of CPUs, or OMP_NUM_THREADS); MIXPREC_THREADS overrides it.
  * n < 1 restores the default. */
 void mp_set_threads(int n);
-int  mp_get_threads(void);
+int mp_get_threads(void);
 
 /* Whether the threads the library's kernels will use (mp_get_threads) can be
  * started: that many threads, the stack OpenMP gives them (OMP_STACKSIZE or

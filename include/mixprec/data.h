@@ -16,10 +16,10 @@ extern "C" {
 
 /* An image classification set: n images of rows x cols uint8 pixels, labels. */
 typedef struct mp_dataset {
-    size_t   n, rows, cols;
-    uint8_t *pixels;      /* (n, rows * cols) */
-    uint8_t *labels;      /* (n,) */
-    int      num_classes; /* max label + 1 */
+    size_t n, rows, cols;
+    uint8_t *pixels; /* (n, rows * cols) */
+    uint8_t *labels; /* (n,) */
+    int num_classes; /* max label + 1 */
 } mp_dataset;
 
 /* Reads an IDX file of unsigned bytes (type 0x08), gzip-compressed or plain:

@@ -77,35 +77,35 @@ typedef enum mp_dtype {
 #define MP_NUM_DTYPES 7 /* the number formats: MP_F32 .. MP_E2M1 */
 
 uint16_t mp_f32_to_f16(float x);
-float    mp_f16_to_f32(uint16_t h);
+float mp_f16_to_f32(uint16_t h);
 uint16_t mp_f32_to_bf16(float x);
-float    mp_bf16_to_f32(uint16_t h);
-uint8_t  mp_f32_to_e4m3(float x);
-uint8_t  mp_f32_to_e4m3_sat(float x); /* overflow and +-inf clamp to +-448 */
-float    mp_e4m3_to_f32(uint8_t v);
-uint8_t  mp_f32_to_e5m2(float x);
-float    mp_e5m2_to_f32(uint8_t v);
-uint8_t  mp_f32_to_e8m0(float x);   /* nearest power of two, ties up; x <= 0, inf, NaN -> 0xFF */
-float    mp_e8m0_to_f32(uint8_t v); /* 2^(v - 127); 0xFF -> NaN */
-uint8_t  mp_f32_to_e2m1(float x);   /* saturating to +-6; +NaN -> 0x8 (-0), -NaN -> 0x0 */
-float    mp_e2m1_to_f32(uint8_t v); /* reads the low 4 bits of v */
+float mp_bf16_to_f32(uint16_t h);
+uint8_t mp_f32_to_e4m3(float x);
+uint8_t mp_f32_to_e4m3_sat(float x); /* overflow and +-inf clamp to +-448 */
+float mp_e4m3_to_f32(uint8_t v);
+uint8_t mp_f32_to_e5m2(float x);
+float mp_e5m2_to_f32(uint8_t v);
+uint8_t mp_f32_to_e8m0(float x); /* nearest power of two, ties up; x <= 0, inf, NaN -> 0xFF */
+float mp_e8m0_to_f32(uint8_t v); /* 2^(v - 127); 0xFF -> NaN */
+uint8_t mp_f32_to_e2m1(float x); /* saturating to +-6; +NaN -> 0x8 (-0), -NaN -> 0x0 */
+float mp_e2m1_to_f32(uint8_t v); /* reads the low 4 bits of v */
 
 /* Limits of a format, the numbers numpy.finfo (and ml_dtypes.finfo) print. */
 typedef struct mp_format_info {
-    mp_dtype    dtype;
-    const char *name;          /* "fp32", "fp16", "bf16", "e4m3", "e5m2", "e8m0", "e2m1" */
-    size_t      size;          /* bytes per element in a buffer (E2M1: 1, a code per byte) */
-    int         exponent_bits;
-    int         mantissa_bits; /* stored fraction bits, without the hidden bit */
-    int         bias;          /* exponent bias */
-    int         has_inf;       /* 0 for E4M3, E8M0 and E2M1 */
-    double      max;           /* largest finite value */
-    double      min_normal;    /* smallest positive normal value (finfo.tiny) */
-    double      min_subnormal; /* smallest positive subnormal value; E8M0 has no
-                                  subnormals: 2^-127, its min_normal, as
-                                  ml_dtypes.finfo's smallest_subnormal says */
-    double      eps;           /* distance from 1.0 to the next larger value
-                                  (E8M0: 1, from 1 to 2; E2M1: 0.5) */
+    mp_dtype dtype;
+    const char *name; /* "fp32", "fp16", "bf16", "e4m3", "e5m2", "e8m0", "e2m1" */
+    size_t size;      /* bytes per element in a buffer (E2M1: 1, a code per byte) */
+    int exponent_bits;
+    int mantissa_bits;    /* stored fraction bits, without the hidden bit */
+    int bias;             /* exponent bias */
+    int has_inf;          /* 0 for E4M3, E8M0 and E2M1 */
+    double max;           /* largest finite value */
+    double min_normal;    /* smallest positive normal value (finfo.tiny) */
+    double min_subnormal; /* smallest positive subnormal value; E8M0 has no
+                             subnormals: 2^-127, its min_normal, as
+                             ml_dtypes.finfo's smallest_subnormal says */
+    double eps;           /* distance from 1.0 to the next larger value
+                             (E8M0: 1, from 1 to 2; E2M1: 0.5) */
 } mp_format_info;
 
 /* The limits of `t`, or NULL if `t` is not an mp_dtype. */

@@ -54,11 +54,9 @@ extern "C" {
 /* C = alpha op(A) op(B) + beta C, as above. MP_EINVAL + message for a format other than fp32/fp16/bf16, a NULL
  * pointer with m, n (and k) nonzero or a leading dimension smaller than its row (nothing written); MP_ENOMEM for a
  * packing buffer (C may then be partly written). */
-mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k,
-                  float alpha, const void *a, mp_dtype a_type, size_t lda,
-                           const void *b, mp_dtype b_type, size_t ldb,
-                  float beta,        void *c, mp_dtype c_type, size_t ldc,
-                  mp_convert_stats *c_stats /* may be NULL */);
+mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a, mp_dtype a_type,
+                  size_t lda, const void *b, mp_dtype b_type, size_t ldb, float beta, void *c, mp_dtype c_type,
+                  size_t ldc, mp_convert_stats *c_stats /* may be NULL */);
 
 /* An element-wise step fused after C's store (oneDNN's post-op), on C's
  * values as stored (rounded to C's format) and, where it reads one, x: a
@@ -100,21 +98,17 @@ typedef struct mp_gemm_epilogue {
 /* mp_gemm with an epilogue (ep may be NULL: mp_gemm without counts). mp_gemm's statuses, and MP_EINVAL + message
  * for a bad epilogue (nothing written): a round_to other than fp16/bf16 or without an fp32 C, or a post step with
  * round_to, of an unknown kind, or without the post_x it reads. */
-mp_status mp_gemm_ex(int trans_a, int trans_b, size_t m, size_t n, size_t k,
-                     float alpha, const void *a, mp_dtype a_type, size_t lda,
-                              const void *b, mp_dtype b_type, size_t ldb,
-                     float beta,        void *c, mp_dtype c_type, size_t ldc,
-                     const mp_gemm_epilogue *ep);
+mp_status mp_gemm_ex(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a,
+                     mp_dtype a_type, size_t lda, const void *b, mp_dtype b_type, size_t ldb, float beta, void *c,
+                     mp_dtype c_type, size_t ldc, const mp_gemm_epilogue *ep);
 
 /* The same with plain loops: for each C element, acc = 0; acc = fmaf(a, b, acc)
  * in k order; then alpha/beta; then the store. For tests and as the definition.
  * MP_EINVAL + message as mp_gemm; MP_ENOMEM for its one row of fp32 results
  * (C not yet written). */
-mp_status mp_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k,
-                      float alpha, const void *a, mp_dtype a_type, size_t lda,
-                               const void *b, mp_dtype b_type, size_t ldb,
-                      float beta,        void *c, mp_dtype c_type, size_t ldc,
-                      mp_convert_stats *c_stats);
+mp_status mp_gemm_ref(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a,
+                      mp_dtype a_type, size_t lda, const void *b, mp_dtype b_type, size_t ldb, float beta, void *c,
+                      mp_dtype c_type, size_t ldc, mp_convert_stats *c_stats);
 
 #ifdef __cplusplus
 }

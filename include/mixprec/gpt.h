@@ -11,10 +11,10 @@
  *
  * Precision: matrix multiplies read the compute format (fp32, fp16, bf16)
  * and accumulate in fp32; softmax, layer-norm statistics and the loss are
- * computed in fp32 (or naively in the compute format: mp_gpt_set_reductions); activations (the residual stream included) and their
- * gradients are stored in the compute format, every store counted per named
- * tensor (mp_tensor_stats). Weight gradients are rounded to the compute
- * format and added to the fp32 gradients, as autocast + AccumulateGrad do.
+ * computed in fp32 (or naively in the compute format: mp_gpt_set_reductions); activations (the residual stream
+ * included) and their gradients are stored in the compute format, every store counted per named tensor
+ * (mp_tensor_stats). Weight gradients are rounded to the compute format and added to the fp32 gradients, as autocast +
+ * AccumulateGrad do.
  *
  * In detail (N = B T rows, ct the compute format):
  *  - x0 = wte[tok] + wpe[pos] is added in fp32 and rounded once to ct. A
@@ -120,8 +120,8 @@ typedef struct mp_gpt mp_gpt;
  * token and layer. MP_EINVAL for a bad configuration, MP_ENOMEM. *out is
  * NULL on failure; on MP_OK the caller owns *out (mp_gpt_free). A failure
  * while registering leaves the parameters added so far in opt. */
-mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype compute, mp_master_weights master, size_t max_batch,
-                        mp_optim *opt, uint64_t seed);
+mp_status mp_gpt_create(mp_gpt **out, const mp_gpt_config *c, mp_dtype compute, mp_master_weights master,
+                        size_t max_batch, mp_optim *opt, uint64_t seed);
 void mp_gpt_free(mp_gpt *g); /* NULL is a no-op */
 
 const mp_gpt_config *mp_gpt_get_config(const mp_gpt *g);

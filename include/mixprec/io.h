@@ -19,21 +19,21 @@ extern "C" {
 #endif
 
 typedef struct mp_tensor {
-    char        name[128];
-    mp_dtype    dtype;    /* F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0, U8 (raw bytes); not MP_E2M1 (safetensors'
-                             F4 packs two codes a byte, mixprec's buffers hold one) */
-    int         ndim;     /* 0 to 4 */
-    size_t      shape[4];
-    size_t      nbytes;
-    const void *data;     /* writing: the caller's; reading: inside the file's buffer */
+    char name[128];
+    mp_dtype dtype; /* F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E8M0, U8 (raw bytes); not MP_E2M1 (safetensors'
+                       F4 packs two codes a byte, mixprec's buffers hold one) */
+    int ndim;       /* 0 to 4 */
+    size_t shape[4];
+    size_t nbytes;
+    const void *data; /* writing: the caller's; reading: inside the file's buffer */
 } mp_tensor;
 
 typedef struct mp_safetensors {
     mp_tensor *tensors;
-    size_t     count;
-    char     **meta;      /* key, value, key, value, ... */
-    size_t     nmeta;     /* pairs */
-    void      *buffer;    /* the whole file */
+    size_t count;
+    char **meta;  /* key, value, key, value, ... */
+    size_t nmeta; /* pairs */
+    void *buffer; /* the whole file */
 } mp_safetensors;
 
 /* Writes tensors and metadata (meta: key, value, ..., NULL; may be NULL)
@@ -47,7 +47,7 @@ mp_status mp_safetensors_write(const char *path, const mp_tensor *tensors, size_
 /* One piece of a file for mp_write_file_atomic. */
 typedef struct mp_chunk {
     const void *data;
-    size_t      size;
+    size_t size;
 } mp_chunk;
 
 /* Writes the n chunks, one after another, to path atomically: to a temporary
@@ -106,10 +106,10 @@ void mp_output_unlock(const char *path);
  * MP_ENOMEM naming the file. On failure *out is zeroed; on MP_OK it owns the
  * whole file (tensor data points into out->buffer): mp_safetensors_free. */
 mp_status mp_safetensors_read(const char *path, mp_safetensors *out);
-void      mp_safetensors_free(mp_safetensors *s); /* NULL-safe */
+void mp_safetensors_free(mp_safetensors *s); /* NULL-safe */
 
 const mp_tensor *mp_safetensors_find(const mp_safetensors *s, const char *name);
-const char      *mp_safetensors_meta(const mp_safetensors *s, const char *key);
+const char *mp_safetensors_meta(const mp_safetensors *s, const char *key);
 
 /* Number of elements of a tensor (product of its shape). */
 size_t mp_tensor_numel(const mp_tensor *t);

@@ -39,10 +39,10 @@ typedef struct mp_batch {
 
 /* The stores into one named tensor since the last reset_stats. */
 typedef struct mp_tensor_stats {
-    char name[64];            /* "fc0", "h.3.mlp.c_fc" ... */
-    mp_convert_stats fwd;     /* activation stores in the forward pass */
-    mp_convert_stats bwd;     /* gradient stores in the backward pass; bwd.amax of a weight is its
-                                 gradient's, as accumulated in fp32 after each micro-batch */
+    char name[64];        /* "fc0", "h.3.mlp.c_fc" ... */
+    mp_convert_stats fwd; /* activation stores in the forward pass */
+    mp_convert_stats bwd; /* gradient stores in the backward pass; bwd.amax of a weight is its
+                             gradient's, as accumulated in fp32 after each micro-batch */
     uint64_t fwd_elements, bwd_elements;
     /* An entry that stores a weight matrix's gradient (has_wgrad = 1, set when
      * the model is created): the values of that gradient stored into the

@@ -63,8 +63,8 @@ typedef enum mp_mx_rule { MP_MX_FLOOR = 0, MP_MX_RCEIL } mp_mx_rule;
 
 /* Quantize and dequantize: MP_EINVAL + message for the cases above (and, quantizing, a rule other than
  * MP_MX_FLOOR or MP_MX_RCEIL), nothing written or counted then; nothing else fails. */
-mp_status mp_mx_quantize(uint8_t *codes, uint8_t *scales, const float *src, size_t n,
-                         mp_dtype elem, mp_mx_rule rule, mp_quant_stats *st);
+mp_status mp_mx_quantize(uint8_t *codes, uint8_t *scales, const float *src, size_t n, mp_dtype elem, mp_mx_rule rule,
+                         mp_quant_stats *st);
 mp_status mp_mx_dequantize(float *dst, const uint8_t *codes, const uint8_t *scales, size_t n, mp_dtype elem);
 
 /* "floor" or "rceil" into *out; MP_EINVAL with a message otherwise. */
@@ -195,12 +195,12 @@ float mp_fp8_scale(float amax, mp_dtype fmt, float margin, const float *prev);
  * row len - 1 is amax[(pos + len - 1) % len]; amax[pos], which the next
  * amax overwrites, is the entry TE has already dropped. */
 typedef struct mp_fp8_history {
-    float *amax;   /* len entries, caller-owned, zero at the start */
-    size_t len;    /* TE's default 1024 */
-    size_t pos;    /* the slot the next amax goes into (the oldest entry) */
+    float *amax;     /* len entries, caller-owned, zero at the start */
+    size_t len;      /* TE's default 1024 */
+    size_t pos;      /* the slot the next amax goes into (the oldest entry) */
     int most_recent; /* 0: scale from the history's max; 1: from the newest amax */
     float margin;
-    float scale;   /* the scale to quantize with now; 1 at the start */
+    float scale; /* the scale to quantize with now; 1 at the start */
 } mp_fp8_history;
 
 /* Records this step's amax and computes the next step's scale as TE's fused

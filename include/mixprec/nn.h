@@ -27,10 +27,10 @@ extern "C" {
 typedef enum mp_act { MP_ACT_RELU = 0, MP_ACT_GELU } mp_act;
 
 typedef struct mp_mlp_config {
-    int    nlayers;                        /* Linear layers */
-    int    widths[MP_MLP_MAX_LAYERS + 1];  /* widths[0] inputs ... widths[nlayers] outputs */
+    int nlayers;                       /* Linear layers */
+    int widths[MP_MLP_MAX_LAYERS + 1]; /* widths[0] inputs ... widths[nlayers] outputs */
     mp_act act;
-    int    layernorm;                      /* layer norm after each hidden Linear, before the activation */
+    int layernorm; /* layer norm after each hidden Linear, before the activation */
 } mp_mlp_config;
 
 /* Parses "mlp:784-1024-1024-10" (2 to 17 widths, each 1 to 65536). MP_EINVAL
@@ -52,9 +52,9 @@ typedef struct mp_mlp mp_mlp;
  * layer count or width (1 .. 65536), or mp_optim_add's refusal; MP_ENOMEM. On
  * MP_OK the caller owns *out (mp_mlp_free); on failure *out is NULL and the
  * parameters registered so far stay in opt. */
-mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype compute, mp_master_weights master, size_t max_batch,
-                        mp_optim *opt, uint64_t seed);
-void      mp_mlp_free(mp_mlp *m);
+mp_status mp_mlp_create(mp_mlp **out, const mp_mlp_config *c, mp_dtype compute, mp_master_weights master,
+                        size_t max_batch, mp_optim *opt, uint64_t seed);
+void mp_mlp_free(mp_mlp *m);
 
 /* Forward, loss, backward for one (micro-)batch: x (B, in) fp32, labels (B,);
  * the gradients of grad_scale * mean loss go into the parameters' gradients:
@@ -113,7 +113,7 @@ mp_status mp_mlp_set_reductions(mp_mlp *m, mp_dtype acc);
  * whose share is also in the wgrad_* fields (has_wgrad = 1). NULL for a
  * layer out of range. */
 const mp_tensor_stats *mp_mlp_stats(const mp_mlp *m, int layer);
-void                   mp_mlp_reset_stats(mp_mlp *m);
+void mp_mlp_reset_stats(mp_mlp *m);
 
 /* Copies fc/ln tensors (F32, F16 or BF16; shapes must match) into the
  * parameters and refreshes the half copies. MP_ECORRUPT names a missing

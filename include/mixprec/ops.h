@@ -35,17 +35,17 @@ extern "C" {
 /* y = x + bias (bias broadcast over rows). MP_EINVAL + message for a format
  * other than fp32/fp16/bf16 or a NULL buffer (B, C > 0); MP_ENOMEM (y may then
  * be partly written). */
-mp_status mp_bias_add(void *y, mp_dtype yt,        // (B, C)
-                      const void *x, mp_dtype xt,  // (B, C)
-                      const float *bias,           // (C,)
+mp_status mp_bias_add(void *y, mp_dtype yt,       // (B, C)
+                      const void *x, mp_dtype xt, // (B, C)
+                      const float *bias,          // (C,)
                       size_t B, size_t C, mp_convert_stats *st);
 
 /* out[j] (+)= sum over rows of x[b][j], summed in acc (above); accumulate
  * != 0 adds to out (bias gradients over several micro-batches). MP_EINVAL +
  * message for a format (xt, acc) other than fp32/fp16/bf16 or a NULL out or x
  * (C > 0, even with B = 0); MP_ENOMEM (out may then be partly summed). */
-mp_status mp_colsum(float *out,                    // (C,)
-                    const void *x, mp_dtype xt,    // (B, C)
+mp_status mp_colsum(float *out,                 // (C,)
+                    const void *x, mp_dtype xt, // (B, C)
                     size_t B, size_t C, int accumulate, mp_dtype acc);
 
 /* ReLU: y = max(x, 0); backward dx = dy where x > 0, else 0. MP_EINVAL +
@@ -91,9 +91,9 @@ mp_status mp_gelu_erf_backward(void *dx, mp_dtype dxt, const void *dy, mp_dtype 
  * (a residual connection, or the two gradients of a residual stream). y may
  * alias a or b (same format). MP_EINVAL + message for a format other than
  * fp32/fp16/bf16 or a NULL buffer with n > 0; nothing else fails. */
-mp_status mp_add(void *y, mp_dtype yt,              // (n,)
-                 const void *a, mp_dtype at,        // (n,)
-                 const void *b, mp_dtype bt,        // (n,)
+mp_status mp_add(void *y, mp_dtype yt,       // (n,)
+                 const void *a, mp_dtype at, // (n,)
+                 const void *b, mp_dtype bt, // (n,)
                  size_t n, mp_convert_stats *st);
 
 /* Row-wise softmax (log_softmax when log != 0), max-subtracted, sums in acc.
@@ -127,9 +127,9 @@ mp_status mp_softmax_backward(void *dx, mp_dtype dxt, const void *y, mp_dtype yt
  * does not depend on the thread count. MP_EINVAL if a label is outside [0, C).
  * Also MP_EINVAL + message for a bad format (acc too), a NULL loss, logits or
  * labels, or B or C = 0; MP_ENOMEM. *loss is written only on MP_OK. */
-mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt,   // dlogits (B, C) or NULL
-                           const void *logits, mp_dtype lt,          // (B, C)
-                           const int32_t *labels,                    // (B,)
+mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt, // dlogits (B, C) or NULL
+                           const void *logits, mp_dtype lt,         // (B, C)
+                           const int32_t *labels,                   // (B,)
                            size_t B, size_t C, float scale, mp_dtype acc, mp_convert_stats *st);
 
 /* Layer norm over each row: y = (x - mean) * rstd * w + b with
@@ -142,9 +142,9 @@ mp_status mp_cross_entropy(float *loss, void *dlogits, mp_dtype dt,   // dlogits
  * (thread-count independent). MP_EINVAL + message for a format (acc too)
  * other than fp32/fp16/bf16, a NULL y, x, mean or rstd, or C = 0 with B > 0;
  * MP_ENOMEM (outputs may then be partly written). */
-mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd,  // y (B, C); mean, rstd (B,)
-                               const void *x, mp_dtype xt,                      // (B, C)
-                               const float *w, const float *b,                  // (C,) or NULL
+mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd, // y (B, C); mean, rstd (B,)
+                               const void *x, mp_dtype xt,                     // (B, C)
+                               const float *w, const float *b,                 // (C,) or NULL
                                size_t B, size_t C, float eps, mp_dtype acc, mp_convert_stats *st);
 /* dx = rstd (dn - mean(dn) - n mean(dn n)) with n the normalized x and
  * dn = dy w (the two means in acc, in 16 lanes with acc MP_F32, as the
@@ -155,10 +155,10 @@ mp_status mp_layernorm_forward(void *y, mp_dtype yt, float *mean, float *rstd,  
  * after row (the same bits on any thread count). MP_EINVAL + message for a
  * format (acc too) other than fp32/fp16/bf16 or a NULL dx, dy, x, mean or rstd
  * (B, C > 0); MP_ENOMEM (dx, dw and db may then be partly written). */
-mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db,   // dx (B, C); dw, db (C,)
-                                const void *dy, mp_dtype dyt, const void *x, mp_dtype xt,
-                                const float *mean, const float *rstd, const float *w,
-                                size_t B, size_t C, int accumulate, mp_dtype acc, mp_convert_stats *st);
+mp_status mp_layernorm_backward(void *dx, mp_dtype dxt, float *dw, float *db, // dx (B, C); dw, db (C,)
+                                const void *dy, mp_dtype dyt, const void *x, mp_dtype xt, const float *mean,
+                                const float *rstd, const float *w, size_t B, size_t C, int accumulate, mp_dtype acc,
+                                mp_convert_stats *st);
 
 #ifdef __cplusplus
 }

@@ -40,7 +40,7 @@ typedef struct mp_sgd_config {
     double momentum;     /* 0 */
     double dampening;    /* 0 */
     double weight_decay; /* 0: L2 term added to the gradient */
-    int    nesterov;     /* 0; needs momentum > 0 and dampening == 0 */
+    int nesterov;        /* 0; needs momentum > 0 and dampening == 0 */
 } mp_sgd_config;
 
 typedef struct mp_adamw_config {
@@ -50,7 +50,7 @@ typedef struct mp_adamw_config {
     double weight_decay; /* 1e-2: decoupled, w *= 1 - lr * weight_decay */
 } mp_adamw_config;
 
-mp_sgd_config   mp_sgd_defaults(void);
+mp_sgd_config mp_sgd_defaults(void);
 mp_adamw_config mp_adamw_defaults(void);
 
 typedef enum mp_rounding { MP_ROUND_NEAREST = 0, MP_ROUND_STOCHASTIC } mp_rounding;
@@ -77,12 +77,12 @@ typedef enum mp_state_format {
     MP_STATE_AUTO = 0, /* fp32, or for a parameter without fp32 weights its compute format (what
                           --master-weights none stores, as torch.optim on a model.half()) */
     MP_STATE_FP32,
-    MP_STATE_BF16,     /* rounded to nearest even */
-    MP_STATE_FP16,     /* the same (a half-only fp16 parameter's AUTO) */
-    MP_STATE_FP8,      /* e4m3, one fp32 scale per block of 256 (torchao's AdamWFp8) */
-    MP_STATE_8BIT,     /* 8-bit codes into torchao's dynamic maps, one fp32 scale per block of 256 (AdamW8bit) */
-    MP_STATE_4BIT,     /* 4-bit codes, blocks of 128: exp_avg into a signed dynamic map, exp_avg_sq into the
-                          linear map k/16, k = 1..16 (AdamW4bit) */
+    MP_STATE_BF16, /* rounded to nearest even */
+    MP_STATE_FP16, /* the same (a half-only fp16 parameter's AUTO) */
+    MP_STATE_FP8,  /* e4m3, one fp32 scale per block of 256 (torchao's AdamWFp8) */
+    MP_STATE_8BIT, /* 8-bit codes into torchao's dynamic maps, one fp32 scale per block of 256 (AdamW8bit) */
+    MP_STATE_4BIT, /* 4-bit codes, blocks of 128: exp_avg into a signed dynamic map, exp_avg_sq into the
+                      linear map k/16, k = 1..16 (AdamW4bit) */
 } mp_state_format;
 
 /* "fp32", "bf16", "fp16", "fp8", "8bit", "4bit" ("auto" for MP_STATE_AUTO). */
@@ -92,30 +92,30 @@ const char *mp_state_format_name(mp_state_format f);
 typedef enum mp_stage { MP_STAGE_READY = 0, MP_STAGE_UNSCALED, MP_STAGE_STEPPED } mp_stage;
 
 typedef struct mp_param {
-    char     name[64];
-    size_t   n;
-    float   *master;    /* (n,) fp32 master weights; NULL in pure-bf16 mode and for half-only parameters */
-    float   *grad;      /* (n,) fp32 gradient: backward adds into it */
-    void    *half;      /* (n,) the compute copy in half_type; NULL when half_type is MP_F32 */
-    mp_dtype half_type; /* MP_F32 (no copy), MP_F16 or MP_BF16 */
-    uint16_t *comp;     /* (n,) the Kahan compensation in half_type (MP_MASTER_KAHAN), else NULL */
+    char name[64];
+    size_t n;
+    float *master;             /* (n,) fp32 master weights; NULL in pure-bf16 mode and for half-only parameters */
+    float *grad;               /* (n,) fp32 gradient: backward adds into it */
+    void *half;                /* (n,) the compute copy in half_type; NULL when half_type is MP_F32 */
+    mp_dtype half_type;        /* MP_F32 (no copy), MP_F16 or MP_BF16 */
+    uint16_t *comp;            /* (n,) the Kahan compensation in half_type (MP_MASTER_KAHAN), else NULL */
     mp_master_weights weights; /* how the weights are kept */
     /* The optimizer state (state1: SGD's momentum buffer or AdamW's exp_avg; state2: exp_avg_sq), all NULL
      * until the first step (or mp_optim_restore) allocates it in state_format: */
     mp_state_format state_format; /* MP_STATE_FP32, BF16, FP16, FP8, 8BIT or 4BIT (the optimizer's format, or
                                      the fallback of a parameter too small for its blocks: mp_optim_add) */
-    float   *state1;    /* (n,) fp32 (MP_STATE_FP32) */
-    float   *state2;
-    uint16_t *hstate1;  /* (n,) fp16 or bf16 bits (MP_STATE_FP16, MP_STATE_BF16) */
+    float *state1;                /* (n,) fp32 (MP_STATE_FP32) */
+    float *state2;
+    uint16_t *hstate1; /* (n,) fp16 or bf16 bits (MP_STATE_FP16, MP_STATE_BF16) */
     uint16_t *hstate2;
-    uint8_t *qstate1;   /* block formats: (n,) e4m3 or 8-bit codes, (n/2,) 4-bit codes (two a byte, the
-                           first in the high nibble) */
+    uint8_t *qstate1; /* block formats: (n,) e4m3 or 8-bit codes, (n/2,) 4-bit codes (two a byte, the
+                         first in the high nibble) */
     uint8_t *qstate2;
-    float   *qscale1;   /* (n/block,) their fp32 scales */
-    float   *qscale2;
-    int      has_state; /* state holds values (SGD's buffer starts as the first gradient) */
-    int      no_decay;  /* weight decay is not applied to this parameter (0 when added; a model
-                           sets it for biases and layer norms, as nanoGPT's configure_optimizers) */
+    float *qscale1; /* (n/block,) their fp32 scales */
+    float *qscale2;
+    int has_state; /* state holds values (SGD's buffer starts as the first gradient) */
+    int no_decay;  /* weight decay is not applied to this parameter (0 when added; a model
+                      sets it for biases and layer norms, as nanoGPT's configure_optimizers) */
 } mp_param;
 
 typedef struct mp_optim mp_optim;
@@ -126,7 +126,7 @@ struct mp_tensor; /* io.h */
  * (and every parameter in it) with mp_optim_free. cfg NULL: the defaults. */
 mp_status mp_optim_sgd(mp_optim **out, const mp_sgd_config *cfg);
 mp_status mp_optim_adamw(mp_optim **out, const mp_adamw_config *cfg);
-void      mp_optim_free(mp_optim *o); /* NULL is a no-op */
+void mp_optim_free(mp_optim *o); /* NULL is a no-op */
 
 /* Adds a parameter of n elements, master weights copied from init (fp32),
  * gradient zeroed, half copy (half_type MP_F16 or MP_BF16; MP_F32 for none)
@@ -135,8 +135,7 @@ void      mp_optim_free(mp_optim *o); /* NULL is a no-op */
  * NULL init with n > 0, another half_type, a name of 64 bytes or more, or a
  * non-finite init value; MP_ENOMEM. Nothing is added on failure. Names are not
  * checked for uniqueness. */
-mp_status mp_optim_add(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type,
-                       mp_param **out);
+mp_status mp_optim_add(mp_optim *o, const char *name, const float *init, size_t n, mp_dtype half_type, mp_param **out);
 
 /* Adds a pure-bf16 parameter: weights only in bf16 (param->half), no master;
  * each update is rounded stochastically to bf16. Statuses and *out as
@@ -192,12 +191,12 @@ mp_status mp_optim_set_state_format(mp_optim *o, mp_state_format f);
 /* The bytes the optimizer's parameters hold, by part, as allocated (the
  * state once the first step or mp_optim_restore made it). */
 typedef struct mp_optim_bytes {
-    double params;   /* parameter values */
-    double weights;  /* the weights as kept: fp32 masters, or the compute-format weights without them */
-    double copy;     /* the compute copies beside fp32 masters */
-    double grad;     /* the fp32 gradients */
-    double comp;     /* Kahan compensation buffers */
-    double state;    /* the optimizer state, block scales included */
+    double params;  /* parameter values */
+    double weights; /* the weights as kept: fp32 masters, or the compute-format weights without them */
+    double copy;    /* the compute copies beside fp32 masters */
+    double grad;    /* the fp32 gradients */
+    double comp;    /* Kahan compensation buffers */
+    double state;   /* the optimizer state, block scales included */
 } mp_optim_bytes;
 mp_optim_bytes mp_optim_bytes_held(const mp_optim *o);
 /* (weights + copy + grad + comp + state) / params; 0 without parameters. */
@@ -238,9 +237,9 @@ mp_status mp_optim_set_flush_denormal(mp_optim *o, int flush);
  * MP_EINVAL + message for another r (o must not be NULL). */
 mp_status mp_optim_set_rounding(mp_optim *o, mp_rounding r, uint64_t seed);
 
-size_t    mp_optim_count(const mp_optim *o);
+size_t mp_optim_count(const mp_optim *o);
 mp_param *mp_optim_param(mp_optim *o, size_t i);
-uint64_t  mp_optim_steps(const mp_optim *o);  /* steps taken (skipped ones not counted) */
+uint64_t mp_optim_steps(const mp_optim *o); /* steps taken (skipped ones not counted) */
 
 /* The last mp_optim_step or mp_scaler_step: returns its lost updates, the
  * parameter elements whose update was nonzero in fp32 but left the stored
@@ -253,10 +252,10 @@ uint64_t  mp_optim_steps(const mp_optim *o);  /* steps taken (skipped ones not c
  * is the fp32 master, or for a parameter without one the half weight after
  * its rounding (nearest even; stochastic for pure bf16). Both 0 before the
  * first step and after a skipped one. Counting does not change any result. */
-uint64_t  mp_optim_lost_updates(const mp_optim *o, uint64_t *updated);
+uint64_t mp_optim_lost_updates(const mp_optim *o, uint64_t *updated);
 /* MP_EINVAL + message (lr unchanged) unless lr is finite and >= 0; o must not be NULL. */
 mp_status mp_optim_set_lr(mp_optim *o, double lr);
-double    mp_optim_lr(const mp_optim *o);
+double mp_optim_lr(const mp_optim *o);
 
 /* For checkpoints: sets the number of steps taken and allocates (zeroed) the
  * optimizer state of every parameter (with a shard: of this rank's) so that the caller can fill it

@@ -76,12 +76,12 @@ mp_dtype mp_qrole_format(const mp_recipe *r, mp_qrole role);
  * diagnostics. */
 typedef struct mp_qtensor {
     mp_qrole role;
-    mp_fp8_history hist;   /* fp8-delayed (hist.amax allocated by mp_qtensor_init) */
-    mp_rng rng;            /* nvfp4 stochastic rounding */
-    float scale;           /* this step's per-tensor scale: fp8's (x * scale is coded), nvfp4's global g; 1 for mxfp8 */
-    float amax;            /* the amax scale was taken from (current scaling and nvfp4) */
-    int scaled;            /* scale is set for this step (current scaling and nvfp4 take the amax once per step) */
-    mp_quant_stats stats;  /* this step's counts, every quantization of the tensor summed */
+    mp_fp8_history hist;  /* fp8-delayed (hist.amax allocated by mp_qtensor_init) */
+    mp_rng rng;           /* nvfp4 stochastic rounding */
+    float scale;          /* this step's per-tensor scale: fp8's (x * scale is coded), nvfp4's global g; 1 for mxfp8 */
+    float amax;           /* the amax scale was taken from (current scaling and nvfp4) */
+    int scaled;           /* scale is set for this step (current scaling and nvfp4 take the amax once per step) */
+    mp_quant_stats stats; /* this step's counts, every quantization of the tensor summed */
 } mp_qtensor;
 
 /* seed starts the stochastic-rounding stream. MP_ENOMEM (fp8-delayed's amax
@@ -141,10 +141,10 @@ mp_status mp_qoperand(uint16_t *dst, size_t ldd, float *factor, const void *src,
  * trans_a, B's rows unless trans_b), A first; the GEMM reads them with alpha
  * the product of their factors. MP_EINVAL as mp_qoperand and mp_gemm_ex;
  * MP_ENOMEM as mp_gemm_ex. */
-mp_status mp_qgemm(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_t n, size_t k,
-                   const void *a, mp_dtype a_type, size_t lda, mp_qtensor *qa, uint16_t *wa,
-                   const void *b, mp_dtype b_type, size_t ldb, mp_qtensor *qb, uint16_t *wb,
-                   float beta, void *c, mp_dtype c_type, size_t ldc, const mp_gemm_epilogue *ep);
+mp_status mp_qgemm(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_t n, size_t k, const void *a,
+                   mp_dtype a_type, size_t lda, mp_qtensor *qa, uint16_t *wa, const void *b, mp_dtype b_type,
+                   size_t ldb, mp_qtensor *qb, uint16_t *wb, float beta, void *c, mp_dtype c_type, size_t ldc,
+                   const mp_gemm_epilogue *ep);
 
 #ifdef __cplusplus
 }

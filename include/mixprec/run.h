@@ -62,9 +62,9 @@ typedef struct mp_allreduce_stats {
  * mp_run with the same spec; each trains on its contiguous share batch /
  * size of every micro-batch; rank 0 alone writes files and the results. */
 typedef struct mp_run_ranks {
-    int rank, size;              /* this process, and how many (size >= 1) */
-    const mp_train_dist *dist;   /* the trainer's reductions; NULL with one rank */
-    void *ctx;                   /* passed to each function */
+    int rank, size;            /* this process, and how many (size >= 1) */
+    const mp_train_dist *dist; /* the trainer's reductions; NULL with one rank */
+    void *ctx;                 /* passed to each function */
     /* Collective: every rank's code (0: ready); returns the code of the lowest
      * rank whose code is nonzero (0 when none), that rank in *first. */
     int (*agree)(void *ctx, int code, int *first);
@@ -85,7 +85,7 @@ typedef struct mp_run_ranks {
  * MLP or the GPT, with its data. Its evaluation is reported as a
  * classifier's (test loss and accuracy), as the MLP's. */
 typedef struct mp_run_model {
-    void *ctx;                /* passed to each function */
+    void *ctx; /* passed to each function */
     /* Creates the model for a run: its parameters registered with opt as the
      * mode asks (mp_optim_add_as with p->compute and p->master_weights),
      * rows: the micro-batch's rows (the evaluation's may differ: at most
@@ -102,34 +102,34 @@ typedef struct mp_run_model {
 /* A run. Strings are the caller's and must outlive mp_run. */
 typedef struct mp_run_spec {
     /* model and data */
-    const char *model;        /* "mlp:784-1024-1024-10" (widths) or "gpt:L-H-C-T"; with custom, its name */
+    const char *model;          /* "mlp:784-1024-1024-10" (widths) or "gpt:L-H-C-T"; with custom, its name */
     const mp_run_model *custom; /* the caller's own model and data, or NULL */
-    mp_act act;               /* MLP activation */
-    int layernorm;            /* MLP: layer norm after each hidden layer */
-    mp_gelu_form gelu;        /* GPT: tanh (GPT-2) or erf (nanoGPT) */
-    const char *data;         /* MLP: a Fashion-MNIST directory (NULL: Debian's); GPT: "text:PATH[,PATH...]"
-                                 (NULL: MP_TEXT_DEFAULT_CORPUS) */
+    mp_act act;                 /* MLP activation */
+    int layernorm;              /* MLP: layer norm after each hidden layer */
+    mp_gelu_form gelu;          /* GPT: tanh (GPT-2) or erf (nanoGPT) */
+    const char *data;           /* MLP: a Fashion-MNIST directory (NULL: Debian's); GPT: "text:PATH[,PATH...]"
+                                   (NULL: MP_TEXT_DEFAULT_CORPUS) */
     /* precision */
-    const char *precision;    /* MODE[:S][+switch=...] (mp_precision_parse) */
-    int master_weights;       /* switches applied to the mode: an mp_master_weights, an mp_state_format, */
+    const char *precision; /* MODE[:S][+switch=...] (mp_precision_parse) */
+    int master_weights;    /* switches applied to the mode: an mp_master_weights, an mp_state_format, */
     int optim_state;
-    int reductions;           /* an mp_reductions, an mp_mx_rule; -1: the mode's own setting */
+    int reductions; /* an mp_reductions, an mp_mx_rule; -1: the mode's own setting */
     int mx_rule;
     const char *layer_precision; /* a file of per-layer assignments (mp_precision_load_layers), or NULL */
-    mp_scaler_config scaler;  /* the loss scaler (scaled modes; fp16-static:S sets init_scale to S) */
+    mp_scaler_config scaler;     /* the loss scaler (scaled modes; fp16-static:S sets init_scale to S) */
     /* optimization */
     mp_run_optimizer optimizer;
-    double lr, min_lr;        /* min_lr < 0: lr / 10 */
+    double lr, min_lr; /* min_lr < 0: lr / 10 */
     mp_lr_schedule schedule;
     long warmup;
     double beta1, beta2, momentum;
-    double weight_decay;      /* < 0: 0.01 for AdamW, 0 for SGD */
-    double clip;              /* 0: no clipping */
-    long batch;               /* 0: 256 examples (MLP), 16 sequences (GPT) */
-    long accum, epochs, steps;/* steps 0: epochs (0: 1) epochs */
+    double weight_decay;       /* < 0: 0.01 for AdamW, 0 for SGD */
+    double clip;               /* 0: no clipping */
+    long batch;                /* 0: 256 examples (MLP), 16 sequences (GPT) */
+    long accum, epochs, steps; /* steps 0: epochs (0: 1) epochs */
     long seed;
     int shuffle;
-    int threads;              /* 0: as set (mp_set_threads) */
+    int threads; /* 0: as set (mp_set_threads) */
     long eval_every, eval_windows;
     /* files (NULL: none) */
     const char *init, *save, *resume, *log, *summary, *dump_grads;
@@ -138,21 +138,21 @@ typedef struct mp_run_spec {
                                      its DIR): the directory the messages name them in, by file name and
                                      without the option (NULL: the outputs as given) */
     /* diagnostics */
-    long hist_every;          /* MLP: a gradient histogram every this many steps (0: none) */
-    long sample_bytes;        /* GPT: bytes sampled from the final model into the result (0: none) */
+    long hist_every;   /* MLP: a gradient histogram every this many steps (0: none) */
+    long sample_bytes; /* GPT: bytes sampled from the final model into the result (0: none) */
     /* data parallelism */
-    const mp_run_ranks *ranks;/* NULL: one process */
-    mp_dtype allreduce;       /* the gradients' format on the wire: fp32, bf16 or fp16 */
-    long check_every;         /* compare the ranks' state every this many steps (0: at the end only) */
-    int shard_optimizer;      /* the optimizer state sharded over the ranks (train.h's mp_train_config) */
+    const mp_run_ranks *ranks; /* NULL: one process */
+    mp_dtype allreduce;        /* the gradients' format on the wire: fp32, bf16 or fp16 */
+    long check_every;          /* compare the ranks' state every this many steps (0: at the end only) */
+    int shard_optimizer;       /* the optimizer state sharded over the ranks (train.h's mp_train_config) */
 } mp_run_spec;
 
 /* Where a run prints. Every stream may be NULL (nothing printed there). */
 typedef struct mp_run_io {
-    FILE *out;                /* the run's progress and results, as `mixprec train` prints them */
-    FILE *err;                /* each failure, one line: "PREFIX: message" */
-    const char *prefix;       /* "mixprec train" (NULL: "mixprec") */
-    FILE *bar;                /* a progress bar redrawn in place (a terminal) instead of out's step lines */
+    FILE *out;          /* the run's progress and results, as `mixprec train` prints them */
+    FILE *err;          /* each failure, one line: "PREFIX: message" */
+    const char *prefix; /* "mixprec train" (NULL: "mixprec") */
+    FILE *bar;          /* a progress bar redrawn in place (a terminal) instead of out's step lines */
 } mp_run_io;
 
 #define MP_RUN_HIST_LO (-64)
@@ -163,55 +163,55 @@ typedef struct mp_run_io {
 /* What a run leaves: the figures of its summary, per step and per tensor,
  * for tables and the report. Owned by the result (mp_run_result_free). */
 typedef struct mp_run_result {
-    mp_precision precision;      /* the mode with its switches; precision.label names the run */
-    int invalid;                 /* mp_run failed because the spec cannot work (an option out of range, options
-                                    that exclude each other): nothing was run */
-    char model_kind[8];          /* "mlp" or "gpt" */
+    mp_precision precision; /* the mode with its switches; precision.label names the run */
+    int invalid;            /* mp_run failed because the spec cannot work (an option out of range, options
+                               that exclude each other): nothing was run */
+    char model_kind[8];     /* "mlp" or "gpt" */
     const char *compute_format;
-    long nsteps;                 /* steps taken in this run */
-    float *loss, *scale;         /* (nsteps,) */
-    uint8_t *skipped;            /* (nsteps,) */
+    long nsteps;         /* steps taken in this run */
+    float *loss, *scale; /* (nsteps,) */
+    uint8_t *skipped;    /* (nsteps,) */
     int ntensors;
-    char (*tensor_names)[64];    /* (ntensors,) */
-    float *tensor_underflow;     /* (nsteps, ntensors): fraction of gradient stores that became 0 */
+    char (*tensor_names)[64]; /* (ntensors,) */
+    float *tensor_underflow;  /* (nsteps, ntensors): fraction of gradient stores that became 0 */
     double eval_loss, eval_accuracy, last_loss, underflow, ms_per_step, memory_mib, final_scale;
-    mp_optim_bytes bytes;        /* what the parameters hold, by part (bytes_per_param: their sum / params) */
+    mp_optim_bytes bytes;                  /* what the parameters hold, by part (bytes_per_param: their sum / params) */
     double lost_gradients, dead_gradients; /* fractions of the run's weight-gradient values (model.h) */
-    double lost_updates;         /* fraction of the run's parameter updates (mp_optim_lost_updates) */
-    double tokens_per_s;         /* gpt */
+    double lost_updates;                   /* fraction of the run's parameter updates (mp_optim_lost_updates) */
+    double tokens_per_s;                   /* gpt */
     long skipped_total;
     int has_hist;
     double hist[MP_RUN_HIST_N], hist_zeros, hist_scale;
     char warnings[MP_RUN_WARNINGS][256];
     int nwarnings;
-    mp_tensor_stats *tensor_totals; /* (ntensors,): each tensor's counts and largest magnitudes over the run */
+    mp_tensor_stats *tensor_totals;        /* (ntensors,): each tensor's counts and largest magnitudes over the run */
     const mp_format_info *headroom_format; /* the format the headroom figures are against: the compute format,
                                               fp16 in an fp32 run */
-    mp_report_skip *skips;       /* the first MP_RUN_SKIPS_KEPT skipped steps, where pointing into skip_text */
+    mp_report_skip *skips; /* the first MP_RUN_SKIPS_KEPT skipped steps, where pointing into skip_text */
     char (*skip_text)[512];
     long nskips;
-    long neval;                  /* evaluations: each eval_every step's, then the one at the end */
-    long *eval_steps;            /* (neval,) the step each followed, counted from the start of this run */
-    double *eval_losses;         /* (neval,) its mean loss (GPT: validation, MLP: test) */
-    char *sample;                /* with sample_bytes: the text the final model wrote after "\n" (temperature 1,
-                                    seed 1), escaped as mp_sample_escape_byte does; else NULL */
-    double sample_printable;     /* mp_text_judge on the sample against the corpus: the share of printable bytes */
-    double sample_words;         /* and of words found in the corpus (NAN: no words) */
-    char format[48];             /* the formats in words: "bf16", or with a recipe "bf16 + fp8 e4m3/e5m2" */
+    long neval;              /* evaluations: each eval_every step's, then the one at the end */
+    long *eval_steps;        /* (neval,) the step each followed, counted from the start of this run */
+    double *eval_losses;     /* (neval,) its mean loss (GPT: validation, MLP: test) */
+    char *sample;            /* with sample_bytes: the text the final model wrote after "\n" (temperature 1,
+                                seed 1), escaped as mp_sample_escape_byte does; else NULL */
+    double sample_printable; /* mp_text_judge on the sample against the corpus: the share of printable bytes */
+    double sample_words;     /* and of words found in the corpus (NAN: no words) */
+    char format[48];         /* the formats in words: "bf16", or with a recipe "bf16 + fp8 e4m3/e5m2" */
     /* with a recipe (recipe.h; nquant 0 without): the quantized tensors */
     int nquant;
-    char (*quant_names)[64];     /* (nquant,) "h.0.attn.c_attn.input" ... */
-    mp_quant_stats *quant_totals;/* (nquant,) counts summed over the run, amax the largest */
-    float *quant_scale;          /* (nquant,) the scale of the last step */
+    char (*quant_names)[64];                /* (nquant,) "h.0.attn.c_attn.input" ... */
+    mp_quant_stats *quant_totals;           /* (nquant,) counts summed over the run, amax the largest */
+    float *quant_scale;                     /* (nquant,) the scale of the last step */
     float *quant_saturated, *quant_flushed; /* (nsteps,) fractions of the step's quantized values, all tensors */
     double quant_saturated_total, quant_flushed_total; /* the same over the run */
     /* with a recipe or layer assignments (0 without, and for a model that names no layers): each Linear
        layer and the recipe it ran in ("nvfp4", or the compute format's name) */
     int nassigned;
-    char (*assigned_names)[64];  /* (nassigned,) "transformer.h.0.attn.c_attn" ... "lm_head", or "fc0" ... */
-    char (*assigned_recipes)[16];/* (nassigned,) */
-    char *summary;               /* the summary document (docs/LOGS.md) as JSON text, written to spec->summary when
-                                    named; NULL on rank > 0 or when the run failed before its end */
+    char (*assigned_names)[64];   /* (nassigned,) "transformer.h.0.attn.c_attn" ... "lm_head", or "fc0" ... */
+    char (*assigned_recipes)[16]; /* (nassigned,) */
+    char *summary;                /* the summary document (docs/LOGS.md) as JSON text, written to spec->summary when
+                                     named; NULL on rank > 0 or when the run failed before its end */
 } mp_run_result;
 
 /* The defaults of `mixprec train` into *s: mlp:784-1024-1024-10 on
@@ -276,11 +276,9 @@ mp_status mp_run_check_files(const mp_run_spec *s);
  *                loss scale at its floor; results and outputs as at the end;
  *                also a run with s->save that ended worse (stopped early,
  *                or the last step's loss unless it was skipped, the final
- *                evaluation, a weight or fp32 optimizer state not finite): the file at s->save is left as it was and the
- *                state is written to SAVE.rejected where no file is (never
- *                over one), the message naming both;
- *   another      the data, a file or memory failed, or an output could not be
- *                written (the others still are), or ranks disagreed, or
+ *                evaluation, a weight or fp32 optimizer state not finite): the file at s->save is left as it was and
+ * the state is written to SAVE.rejected where no file is (never over one), the message naming both; another      the
+ * data, a file or memory failed, or an output could not be written (the others still are), or ranks disagreed, or
  *                (MP_EIO, before anything is read) an output is being
  *                written by another process (each output is locked for the
  *                whole run: mp_output_lock): the message in mp_last_error()

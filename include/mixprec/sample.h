@@ -17,9 +17,9 @@ extern "C" {
 
 typedef struct mp_sampler {
     mp_gpt *g;
-    int32_t *ctx;      /* (cap,) the prompt, then the bytes drawn */
-    size_t n, cap, T;  /* bytes in ctx, its room, the model's context */
-    float *logits;     /* (V,) */
+    int32_t *ctx;     /* (cap,) the prompt, then the bytes drawn */
+    size_t n, cap, T; /* bytes in ctx, its room, the model's context */
+    float *logits;    /* (V,) */
     int V, topk;
     double temperature;
     uint64_t rng;
@@ -30,7 +30,7 @@ typedef struct mp_sampler {
  * MP_EINVAL + message for an empty prompt or a vocabulary over 1024 bytes,
  * MP_ENOMEM; free s with mp_sampler_free in every case. g must outlive s. */
 mp_status mp_sampler_init(mp_sampler *s, mp_gpt *g, const uint8_t *prompt, size_t np, size_t tokens, double temperature,
-                         int topk, uint64_t seed);
+                          int topk, uint64_t seed);
 
 /* The next byte (0 .. V-1), or -1 when the model fails (mp_last_error says
  * why) or `tokens` bytes were drawn already. */

@@ -40,28 +40,28 @@ extern "C" {
 #endif
 
 typedef struct mp_scaler_config {
-    float init_scale;      /* 65536 */
-    float growth_factor;   /* 2.0, must be > 1 */
-    float backoff_factor;  /* 0.5, must be in (0, 1) */
-    int   growth_interval; /* 2000, must be >= 1 */
-    int   hysteresis;      /* 1 = PyTorch behaviour; N = back off only after N overflows (DeepSpeed/Megatron) */
-    float min_scale;       /* 0 = no floor */
-    float max_scale;       /* 0 = no ceiling (growth still never reaches inf) */
-    int   dynamic;         /* 0 = static scale init_scale, never changes */
+    float init_scale;     /* 65536 */
+    float growth_factor;  /* 2.0, must be > 1 */
+    float backoff_factor; /* 0.5, must be in (0, 1) */
+    int growth_interval;  /* 2000, must be >= 1 */
+    int hysteresis;       /* 1 = PyTorch behaviour; N = back off only after N overflows (DeepSpeed/Megatron) */
+    float min_scale;      /* 0 = no floor */
+    float max_scale;      /* 0 = no ceiling (growth still never reaches inf) */
+    int dynamic;          /* 0 = static scale init_scale, never changes */
 } mp_scaler_config;
 
 /* The scaler: a plain struct, embed it anywhere. Fields are readable; change
  * them only through the functions. */
 typedef struct mp_scaler {
     mp_scaler_config cfg;
-    float    scale;              /* current loss scale S */
-    int32_t  growth_tracker;     /* clean steps since the last growth or overflow */
-    int32_t  hysteresis_left;    /* overflows still tolerated before backing off */
-    uint64_t steps;              /* calls to mp_scaler_update */
-    uint64_t skipped;            /* of those, steps with inf/NaN (optimizer step skipped) */
-    uint64_t growths;            /* times the scale grew */
-    uint64_t backoffs;           /* times the scale was reduced */
-    int64_t  last_overflow_step; /* step index (0-based) of the last overflow, -1 if none */
+    float scale;                /* current loss scale S */
+    int32_t growth_tracker;     /* clean steps since the last growth or overflow */
+    int32_t hysteresis_left;    /* overflows still tolerated before backing off */
+    uint64_t steps;             /* calls to mp_scaler_update */
+    uint64_t skipped;           /* of those, steps with inf/NaN (optimizer step skipped) */
+    uint64_t growths;           /* times the scale grew */
+    uint64_t backoffs;          /* times the scale was reduced */
+    int64_t last_overflow_step; /* step index (0-based) of the last overflow, -1 if none */
 } mp_scaler;
 
 /* PyTorch GradScaler's defaults: 65536, x2, x0.5, 2000, hysteresis 1, no
@@ -72,7 +72,7 @@ mp_scaler_config mp_scaler_defaults(void);
 mp_status mp_scaler_init(mp_scaler *s, const mp_scaler_config *cfg);
 
 float mp_scaler_get_scale(const mp_scaler *s);
-int   mp_scaler_growth_tracker(const mp_scaler *s);
+int mp_scaler_growth_tracker(const mp_scaler *s);
 
 /* The fp32 multiplier for unscaling: 1/S computed in double, rounded to fp32
  * (what GradScaler uses). */

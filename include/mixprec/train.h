@@ -52,23 +52,23 @@ typedef enum mp_reductions { MP_REDUCE_FP32 = 0, MP_REDUCE_HALF } mp_reductions;
 /* A precision mode: one row of the table, or a row with switches applied
  * (a value the caller holds, from mp_precision_parse). */
 typedef struct mp_precision {
-    const char *name;       /* the table row: "fp16-dynamic" */
-    mp_dtype compute;       /* activations, gradients and the weight copies the kernels read */
+    const char *name;                 /* the table row: "fp16-dynamic" */
+    mp_dtype compute;                 /* activations, gradients and the weight copies the kernels read */
     mp_master_weights master_weights; /* how the weights are kept */
-    mp_state_format optim_state; /* how the optimizer state is kept (MP_STATE_AUTO: fp32, or the compute
-                                    format under master-weights none; mp_precision_state_format) */
-    mp_reductions reductions; /* fp32 accumulators, or the compute format */
-    mp_rounding rounding;   /* how the fp32 masters are rounded into the compute copies */
-    mp_scaling scaling;     /* loss scaling */
-    float static_scale;     /* fp16-static:S: the scale S; 0 when not given (the scaler config's init_scale) */
-    mp_recipe_kind recipe;  /* fp8/fp4 Linear GEMMs (recipe.h; bf16 compute, fp32 masters), or MP_RECIPE_NONE */
-    mp_mx_rule mx_rule;     /* mxfp8's scale rule (MP_MX_RCEIL by default) */
-    const char *color;      /* the report's colour for this mode */
-    const char *help;       /* one line for --help */
-    char label[64];         /* the mode with its switches, as runs are labelled:
-                               "fp16-dynamic+master-weights=none", "fp16-static:1024" (name in a table row) */
-    char layers[192];       /* the per-layer assignments in the order given: "+RECIPE=PATTERN..." ("": none) */
-    char layers_from[32];   /* the --layer-precision file's name without directory and extension, or "" */
+    mp_state_format optim_state;      /* how the optimizer state is kept (MP_STATE_AUTO: fp32, or the compute
+                                         format under master-weights none; mp_precision_state_format) */
+    mp_reductions reductions;         /* fp32 accumulators, or the compute format */
+    mp_rounding rounding;             /* how the fp32 masters are rounded into the compute copies */
+    mp_scaling scaling;               /* loss scaling */
+    float static_scale;    /* fp16-static:S: the scale S; 0 when not given (the scaler config's init_scale) */
+    mp_recipe_kind recipe; /* fp8/fp4 Linear GEMMs (recipe.h; bf16 compute, fp32 masters), or MP_RECIPE_NONE */
+    mp_mx_rule mx_rule;    /* mxfp8's scale rule (MP_MX_RCEIL by default) */
+    const char *color;     /* the report's colour for this mode */
+    const char *help;      /* one line for --help */
+    char label[64];        /* the mode with its switches, as runs are labelled:
+                              "fp16-dynamic+master-weights=none", "fp16-static:1024" (name in a table row) */
+    char layers[192];      /* the per-layer assignments in the order given: "+RECIPE=PATTERN..." ("": none) */
+    char layers_from[32];  /* the --layer-precision file's name without directory and extension, or "" */
 } mp_precision;
 
 /* The modes, in the order help and reports list them (fp32 first: the
@@ -186,10 +186,10 @@ const char *mp_reductions_name(mp_reductions r);
 typedef enum mp_lr_schedule { MP_LR_CONSTANT = 0, MP_LR_COSINE } mp_lr_schedule;
 
 typedef struct mp_lr_config {
-    double lr;               /* the peak learning rate */
+    double lr; /* the peak learning rate */
     mp_lr_schedule schedule;
-    long warmup;             /* steps of linear warmup: lr (step + 1) / (warmup + 1) */
-    long decay_steps;        /* cosine: reaches min_lr at this step, stays there after */
+    long warmup;      /* steps of linear warmup: lr (step + 1) / (warmup + 1) */
+    long decay_steps; /* cosine: reaches min_lr at this step, stays there after */
     double min_lr;
 } mp_lr_config;
 
@@ -308,11 +308,11 @@ typedef struct mp_train_dist {
 
 typedef struct mp_train_config {
     const mp_precision *precision; /* must outlive the trainer (a table row or the caller's value) */
-    mp_scaler_config scaler; /* scaled modes: static uses init_scale (or the mode's static_scale when it has one)
-                                and never changes it */
+    mp_scaler_config scaler;       /* scaled modes: static uses init_scale (or the mode's static_scale when it has one)
+                                      and never changes it */
     mp_lr_config lr;
-    long accum;              /* micro-batches per step (>= 1) */
-    double clip;             /* clip the unscaled gradients' global norm to this; 0: off */
+    long accum;                /* micro-batches per step (>= 1) */
+    double clip;               /* clip the unscaled gradients' global norm to this; 0: off */
     const mp_train_dist *dist; /* the data-parallel ranks (must outlive the trainer), or NULL: one process */
     /* With dist (size > 1): the optimizer state sharded over the ranks (ZeRO stage 1, mp_optim_set_shard). Each
      * rank owns a contiguous run of parameters in registration order, about 1/size of the elements, on parameter
@@ -323,17 +323,17 @@ typedef struct mp_train_config {
      * state and log are bit-identical (with more ranks, as the reduce_scatter adds). The norm must be fp32
      * (no +reductions=half with clip). A checkpoint needs mp_trainer_gather_state first. */
     int shard_optimizer;
-    uint64_t seed;           /* the stream of a mode that rounds stochastically (bf16-pure: mp_optim_set_rounding) */
+    uint64_t seed; /* the stream of a mode that rounds stochastically (bf16-pure: mp_optim_set_rounding) */
 } mp_train_config;
 
 /* What one step did. */
 typedef struct mp_step_info {
-    long step;               /* 1-based number of the step just taken (skipped ones count) */
-    float loss;              /* mean over the micro-batches, unscaled */
-    float scale;             /* the loss scale used (1 without scaling) */
+    long step;   /* 1-based number of the step just taken (skipped ones count) */
+    float loss;  /* mean over the micro-batches, unscaled */
+    float scale; /* the loss scale used (1 without scaling) */
     double lr;
-    double grad_norm;        /* global norm of the unscaled gradients before clipping (inf/NaN on overflow) */
-    int skipped;             /* the optimizer step was skipped (inf/NaN in the scaled gradients) */
+    double grad_norm;          /* global norm of the unscaled gradients before clipping (inf/NaN on overflow) */
+    int skipped;               /* the optimizer step was skipped (inf/NaN in the scaled gradients) */
     mp_convert_stats fwd, bwd; /* this step's stores, all tensors together */
     uint64_t fwd_elements, bwd_elements;
     /* What the precision lost in this step (docs/LOGS.md). Weight gradients
@@ -425,7 +425,7 @@ mp_status mp_trainer_check_ranks(mp_trainer *t);
  * none on rank 0 either. */
 mp_status mp_trainer_gather_state(mp_trainer *t, int hold);
 
-long mp_trainer_step_count(const mp_trainer *t);        /* steps taken, skipped ones included */
+long mp_trainer_step_count(const mp_trainer *t);         /* steps taken, skipped ones included */
 const mp_scaler *mp_trainer_scaler(const mp_trainer *t); /* NULL in modes without loss scaling */
 
 /* Checkpoints: the model's tensors (weights converted to weights_dtype:

@@ -46,11 +46,11 @@ double mp_underflow_best_scale(const float *g, size_t n, mp_dtype t);
 /* A set of values against one format: the figures of `mixprec underflow --json`. */
 typedef struct mp_underflow {
     mp_dtype format;
-    size_t n;                  /* finite values kept */
-    double median, p5;         /* of the magnitudes (linear interpolation between order statistics) */
-    uint64_t zero_count;       /* stored as 0 at scale 1 */
-    double best_scale;         /* mp_underflow_best_scale */
-    mp_scale_counts best;      /* the counts at best_scale */
+    size_t n;             /* finite values kept */
+    double median, p5;    /* of the magnitudes (linear interpolation between order statistics) */
+    uint64_t zero_count;  /* stored as 0 at scale 1 */
+    double best_scale;    /* mp_underflow_best_scale */
+    mp_scale_counts best; /* the counts at best_scale */
     int nscales;
     mp_scale_counts scales[MP_UNDERFLOW_MAX_SCALES]; /* at each requested scale, in order */
 } mp_underflow;
@@ -114,13 +114,13 @@ typedef struct mp_block_counts {
 /* A tensor in a block format against one scale per tensor. */
 typedef struct mp_block_compare {
     mp_block_format format;
-    mp_mx_rule rule;           /* MX's scale rule; MP_MX_FLOOR for nvfp4, which has none */
-    mp_dtype elem;             /* the element format: MP_E4M3, MP_E5M2 or MP_E2M1 */
-    size_t block;              /* values per block scale: 32 (MX) or 16 (NVFP4) */
-    size_t n;                  /* values compared */
-    uint64_t nonzero_inputs;   /* of them nonzero */
-    float amax;                /* the largest |x| */
-    float tensor_scale;        /* the per-tensor scale: 448 / amax, 57344 / amax or 6 / amax in fp32 */
+    mp_mx_rule rule;         /* MX's scale rule; MP_MX_FLOOR for nvfp4, which has none */
+    mp_dtype elem;           /* the element format: MP_E4M3, MP_E5M2 or MP_E2M1 */
+    size_t block;            /* values per block scale: 32 (MX) or 16 (NVFP4) */
+    size_t n;                /* values compared */
+    uint64_t nonzero_inputs; /* of them nonzero */
+    float amax;              /* the largest |x| */
+    float tensor_scale;      /* the per-tensor scale: 448 / amax, 57344 / amax or 6 / amax in fp32 */
     mp_block_counts block_scaling, per_tensor;
 } mp_block_compare;
 
@@ -130,8 +130,7 @@ typedef struct mp_block_compare {
  * does not grow with n. MP_EINVAL (message in mp_last_error()) for out NULL,
  * x NULL, n == 0, an infinity or NaN in x, another f, or (MX) another rule;
  * MP_ENOMEM. */
-mp_status mp_block_compare_values(const float *x, size_t n, mp_block_format f, mp_mx_rule rule,
-                                  mp_block_compare *out);
+mp_status mp_block_compare_values(const float *x, size_t n, mp_block_format f, mp_mx_rule rule, mp_block_compare *out);
 
 /* Adds the n elements of x (fp32, fp16 or bf16) to a histogram of
  * floor(log2 |x|), read from the exponent bits (subnormals included): bins[b]

@@ -11,12 +11,19 @@
 #include "../convert_stats.h"
 
 /* amax: per lane, the largest finite result magnitude code */
-typedef struct { uint64_t under, sub, over, nan; __m256i amax; } counts;
-#define COUNTS0 {0, 0, 0, 0, _mm256_setzero_si256()}
+typedef struct {
+    uint64_t under, sub, over, nan;
+    __m256i amax;
+} counts;
+#define COUNTS0 \
+    { 0, 0, 0, 0, _mm256_setzero_si256() }
 
 /* E, M: the result format's fields (for the amax's value) */
 static inline void add_counts(mp_convert_stats *st, const counts *c, int E, int M) {
-    st->underflow += c->under; st->subnormal += c->sub; st->overflow += c->over; st->nan += c->nan;
+    st->underflow += c->under;
+    st->subnormal += c->sub;
+    st->overflow += c->over;
+    st->nan += c->nan;
     __m128i m = _mm_max_epu32(_mm256_castsi256_si128(c->amax), _mm256_extracti128_si256(c->amax, 1));
     m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
     m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
@@ -43,20 +50,20 @@ static inline void count8(counts *c, __m256i x, __m256i ay, uint32_t min_normal_
     c->over += (uint64_t)pop8(_mm256_and_si256(x_finite, y_nonfinite));
 }
 
-static inline void f32_to_f16_body(uint16_t *dst, // (n,) fp16
+static inline void f32_to_f16_body(uint16_t *dst,    // (n,) fp16
                                    const float *src, // (n,) fp32
                                    size_t n, mp_convert_stats *st, const int stats) {
     counts c = COUNTS0;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-            const __m256 x = _mm256_loadu_ps(src + i);
-            const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-            _mm_storeu_si128((__m128i *)(dst + i), h);
-            if (stats) {
-                const __m256i ay = _mm256_and_si256(_mm256_cvtepu16_epi32(h), _mm256_set1_epi32(0x7fff));
-                count8(&c, _mm256_castps_si256(x), ay, 0x400, 0x7c00);
-            }
+        const __m256 x = _mm256_loadu_ps(src + i);
+        const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)(dst + i), h);
+        if (stats) {
+            const __m256i ay = _mm256_and_si256(_mm256_cvtepu16_epi32(h), _mm256_set1_epi32(0x7fff));
+            count8(&c, _mm256_castps_si256(x), ay, 0x400, 0x7c00);
         }
+    }
     if (stats) add_counts(st, &c, 5, 10);
     mp_convert_scalar.f32_to_f16(dst + i, src + i, n - i, stats ? st : NULL);
 }
@@ -101,23 +108,22 @@ static inline __m256i bf16_round8(__m256i x, __m256i *is_nan) {
     return _mm256_blendv_epi8(r, q, *is_nan);
 }
 
-static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st,
-                                    const int stats) {
+static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, const int stats) {
     counts c = COUNTS0;
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-            __m256i nan0, nan1;
-            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(src + i));
-            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(src + i + 8));
-            const __m256i r0 = bf16_round8(x0, &nan0), r1 = bf16_round8(x1, &nan1);
-            const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xd8);
-            _mm256_storeu_si256((__m256i *)(dst + i), packed);
-            if (stats) {
-                const __m256i m = _mm256_set1_epi32(0x7fff);
-                count8(&c, x0, _mm256_and_si256(r0, m), 0x80, 0x7f80);
-                count8(&c, x1, _mm256_and_si256(r1, m), 0x80, 0x7f80);
-            }
+        __m256i nan0, nan1;
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(src + i));
+        const __m256i x1 = _mm256_loadu_si256((const __m256i *)(src + i + 8));
+        const __m256i r0 = bf16_round8(x0, &nan0), r1 = bf16_round8(x1, &nan1);
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xd8);
+        _mm256_storeu_si256((__m256i *)(dst + i), packed);
+        if (stats) {
+            const __m256i m = _mm256_set1_epi32(0x7fff);
+            count8(&c, x0, _mm256_and_si256(r0, m), 0x80, 0x7f80);
+            count8(&c, x1, _mm256_and_si256(r1, m), 0x80, 0x7f80);
         }
+    }
     if (stats) add_counts(st, &c, 8, 7);
     mp_convert_scalar.f32_to_bf16(dst + i, src + i, n - i, stats ? st : NULL);
 }

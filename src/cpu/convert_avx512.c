@@ -3,7 +3,7 @@
  * Every result and count equals the scalar path's (tests check all 2^32 inputs). */
 #include "convert_avx512.h"
 
-static inline void f32_to_f16_body(uint16_t *dst, // (n,) fp16
+static inline void f32_to_f16_body(uint16_t *dst,    // (n,) fp16
                                    const float *src, // (n,) fp32
                                    size_t n, mp_convert_stats *st, const int stats) {
     mp_counts512 c = MP_COUNTS512_0;
@@ -27,7 +27,7 @@ void mp_f32_to_f16_avx512(uint16_t *dst, const float *src, size_t n, mp_convert_
     else f32_to_f16_body(dst, src, n, NULL, 0);
 }
 
-void mp_f16_to_f32_avx512(float *dst, // (n,) fp32
+void mp_f16_to_f32_avx512(float *dst,          // (n,) fp32
                           const uint16_t *src, // (n,) fp16
                           size_t n, mp_convert_stats *st) {
     uint64_t nan = 0;
@@ -52,8 +52,7 @@ void mp_f16_to_f32_avx512(float *dst, // (n,) fp32
     }
 }
 
-static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st,
-                                    const int stats) {
+static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, const int stats) {
     mp_counts512 c = MP_COUNTS512_0;
     const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
     for (size_t i = 0, m; i < n; i += m) {
@@ -72,7 +71,7 @@ static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_st
     else f32_to_bf16_body(dst, src, n, NULL, 0);
 }
 
-void mp_bf16_to_f32_avx512(float *dst, // (n,) fp32
+void mp_bf16_to_f32_avx512(float *dst,          // (n,) fp32
                            const uint16_t *src, // (n,) bf16
                            size_t n, mp_convert_stats *st) {
     mp_counts512 c = MP_COUNTS512_0;
@@ -88,5 +87,8 @@ void mp_bf16_to_f32_avx512(float *dst, // (n,) fp32
 }
 
 const mp_convert_kernels mp_convert_avx512 = {
-    mp_f32_to_f16_avx512, mp_f16_to_f32_avx512, f32_to_bf16, mp_bf16_to_f32_avx512,
+    mp_f32_to_f16_avx512,
+    mp_f16_to_f32_avx512,
+    f32_to_bf16,
+    mp_bf16_to_f32_avx512,
 };

@@ -8,21 +8,28 @@
 #include "../convert_stats.h"
 
 /* amax: per lane, the largest finite result magnitude code */
-typedef struct { uint64_t under, sub, over, nan; __m512i amax; } mp_counts512;
-#define MP_COUNTS512_0 {0, 0, 0, 0, _mm512_setzero_si512()}
+typedef struct {
+    uint64_t under, sub, over, nan;
+    __m512i amax;
+} mp_counts512;
+#define MP_COUNTS512_0 \
+    { 0, 0, 0, 0, _mm512_setzero_si512() }
 
 /* Adds c to st; E, M: the result format's fields, for the amax's value (E = 0:
  * the amax is not added) */
 static inline void mp_counts512_add(mp_convert_stats *st, const mp_counts512 *c, int E, int M) {
-    st->underflow += c->under; st->subnormal += c->sub; st->overflow += c->over; st->nan += c->nan;
+    st->underflow += c->under;
+    st->subnormal += c->sub;
+    st->overflow += c->over;
+    st->nan += c->nan;
     if (E) mp_stats_amax(st, mp_code_f32_bits(_mm512_reduce_max_epu32(c->amax), E, M));
 }
 
 /* Counts lanes of `valid`: x is the fp32 input bits, ay the result's magnitude
  * bits (sign cleared, widened to 32); min_normal_code / inf_code are the
  * destination's smallest normal and infinity magnitudes. */
-static inline void mp_count16(mp_counts512 *c, __mmask16 valid, __m512i x, __m512i ay,
-                              uint32_t min_normal_code, uint32_t inf_code) {
+static inline void mp_count16(mp_counts512 *c, __mmask16 valid, __m512i x, __m512i ay, uint32_t min_normal_code,
+                              uint32_t inf_code) {
     /* the usual vector: every result normal and finite, or a zero from a zero, which count nothing but the amax */
     const __mmask16 y_normal = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(ay, _mm512_set1_epi32((int)min_normal_code)),
                                                        _mm512_set1_epi32((int)(inf_code - min_normal_code)));
@@ -34,8 +41,8 @@ static inline void mp_count16(mp_counts512 *c, __mmask16 valid, __m512i x, __m51
     const __m512i ax = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
     const __m512i inf32 = _mm512_set1_epi32(0x7f800000);
     const __mmask16 x_nan = _mm512_mask_cmpgt_epu32_mask(valid, ax, inf32);
-    const __mmask16 x_finite_nz = _mm512_mask_cmplt_epu32_mask(valid, _mm512_sub_epi32(ax, _mm512_set1_epi32(1)),
-                                                              _mm512_set1_epi32(0x7f7fffff));
+    const __mmask16 x_finite_nz =
+        _mm512_mask_cmplt_epu32_mask(valid, _mm512_sub_epi32(ax, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7f7fffff));
     const __mmask16 x_finite = _mm512_mask_cmplt_epu32_mask(valid, ax, inf32);
     const __mmask16 y_zero = _mm512_cmpeq_epu32_mask(ay, _mm512_setzero_si512());
     const __mmask16 y_sub = _mm512_mask_cmplt_epu32_mask(valid & ~y_zero, ay, _mm512_set1_epi32((int)min_normal_code));
@@ -47,7 +54,9 @@ static inline void mp_count16(mp_counts512 *c, __mmask16 valid, __m512i x, __m51
     c->over += (uint64_t)__builtin_popcount(x_finite & y_nonfinite);
 }
 
-static inline __mmask16 mp_tail16(size_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
+static inline __mmask16 mp_tail16(size_t left) {
+    return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+}
 
 /* The lanes of the iteration at element i (sets *m to their count): 16, or
  * what is left at the end. When streaming, the first iteration stops where
@@ -75,8 +84,8 @@ static inline __m512i mp_load16x32(const void *p, __mmask16 k) {
 /* 16 bf16 codes widened to fp32 bit patterns, NaN quieted (as mp_bf16_to_f32). */
 static inline __m512i mp_bf16_widen16(__m256i h) {
     const __m512i x = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
-    const __mmask16 is_nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                                     _mm512_set1_epi32(0x7f800000));
+    const __mmask16 is_nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
     return _mm512_mask_or_epi32(x, is_nan, x, _mm512_set1_epi32(0x400000));
 }
 

@@ -2,7 +2,7 @@
  * (mp_bf16_round16_cvt: equal to the scalar function for every input). */
 #include "convert_avx512.h"
 
-static inline void f32_to_bf16_body(uint16_t *dst, // (n,) bf16
+static inline void f32_to_bf16_body(uint16_t *dst,    // (n,) bf16
                                     const float *src, // (n,) fp32
                                     size_t n, mp_convert_stats *st, const int stats) {
     mp_counts512 c = MP_COUNTS512_0;
@@ -27,5 +27,8 @@ static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_st
 }
 
 const mp_convert_kernels mp_convert_avx512bf16 = {
-    mp_f32_to_f16_avx512, mp_f16_to_f32_avx512, f32_to_bf16, mp_bf16_to_f32_avx512,
+    mp_f32_to_f16_avx512,
+    mp_f16_to_f32_avx512,
+    f32_to_bf16,
+    mp_bf16_to_f32_avx512,
 };

@@ -23,8 +23,9 @@ void mp_dequant8_vbmi(float *out, const uint8_t *codes, const float *scale, cons
         for (size_t i = 0; i < block; i += 64) {
             const __m512i c = _mm512_loadu_si512((const void *)(codes + b * block + i));
             const __mmask64 high = _mm512_movepi8_mask(c);
-#define BYTES(k) _mm512_mask_blend_epi8(high, _mm512_permutex2var_epi8(t##k##0, c, t##k##1), \
-                                         _mm512_permutex2var_epi8(t##k##2, c, t##k##3))
+#define BYTES(k)                                                                \
+    _mm512_mask_blend_epi8(high, _mm512_permutex2var_epi8(t##k##0, c, t##k##1), \
+                           _mm512_permutex2var_epi8(t##k##2, c, t##k##3))
             const __m512i p0 = BYTES(0), p1 = BYTES(1), p2 = BYTES(2), p3 = BYTES(3);
 #undef BYTES
             /* bytes to dwords: within each 128-bit lane L, d[j] holds values 16 L + 4 j .. 16 L + 4 j + 3 */

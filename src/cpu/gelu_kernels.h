@@ -56,9 +56,9 @@
 #endif
 
 #define GK_LIM 20.0
-#define GK_2K 1.5957691216057308     /* 2 sqrt(2/pi) */
-#define GK_2KC 0.071354816272600249  /* 2 sqrt(2/pi) 0.044715 */
-#define GK_6KC 0.21406444881780073   /* 6 sqrt(2/pi) 0.044715 */
+#define GK_2K 1.5957691216057308    /* 2 sqrt(2/pi) */
+#define GK_2KC 0.071354816272600249 /* 2 sqrt(2/pi) 0.044715 */
+#define GK_6KC 0.21406444881780073  /* 6 sqrt(2/pi) 0.044715 */
 #define GK_INV_SQRT_2PI 0.3989422804014327
 #define GK_SQRT1_2 0.70710678118654757
 
@@ -190,9 +190,7 @@ GK_KERNEL void gk_erf_bwd(float *restrict g, const float *restrict x, size_t n) 
     }
 }
 
-#define MP_GELU_KERNELS                                                                           \
-    {                                                                                             \
-        .tanh_fwd = gk_tanh_fwd, .tanh_bwd = gk_tanh_bwd, .erf_fwd = gk_erf_fwd, .erf_bwd = gk_erf_bwd \
-    }
+#define MP_GELU_KERNELS \
+    { .tanh_fwd = gk_tanh_fwd, .tanh_bwd = gk_tanh_bwd, .erf_fwd = gk_erf_fwd, .erf_bwd = gk_erf_bwd }
 
 #endif

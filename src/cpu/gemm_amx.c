@@ -131,14 +131,24 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, l
     const __m512 va = _mm512_set1_ps(alpha);
     for (size_t i = 0; i < MR; i++)
         for (size_t j = 0; j < NR; j += 16)
-            _mm512_storeu_ps(c + i * ldc + j, mp_tile_finish(_mm512_load_ps(acc + i * NR + j), va, beta, c + i * ldc + j));
+            _mm512_storeu_ps(c + i * ldc + j,
+                             mp_tile_finish(_mm512_load_ps(acc + i * NR + j), va, beta, c + i * ldc + j));
 }
 
 const mp_gemm_kernel mp_gemm_amx = {
     .name = "amx-tdpbf16",
-    .mr = MR, .nr = NR, .kpack = KB,
-    .kc = MP_AMX_KC, .mc = MP_AMX_MC, .nc = MP_AMX_NC, .esize = 2,
-    .pack_a = pack_a, .pack_b = pack_b, .micro = micro,
-    .epilogue = mp_gemm_epilogue_avx512bf16, .zeros = mp_gemm_zeros_avx512,
-    .begin = begin, .end = end,
+    .mr = MR,
+    .nr = NR,
+    .kpack = KB,
+    .kc = MP_AMX_KC,
+    .mc = MP_AMX_MC,
+    .nc = MP_AMX_NC,
+    .esize = 2,
+    .pack_a = pack_a,
+    .pack_b = pack_b,
+    .micro = micro,
+    .epilogue = mp_gemm_epilogue_avx512bf16,
+    .zeros = mp_gemm_zeros_avx512,
+    .begin = begin,
+    .end = end,
 };

@@ -25,8 +25,7 @@ enum { MR = 6, NR = 16, KC = 512, MC = 72, NC = 3072 };
 static inline __m256 widen(mp_dtype t, __m256i raw) {
     switch (t) {
     case MP_F16: return _mm256_cvtph_ps(_mm256_castsi256_si128(raw));
-    case MP_BF16:
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(raw)), 16));
+    case MP_BF16: return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(raw)), 16));
     default: return _mm256_castsi256_ps(raw);
     }
 }
@@ -186,22 +185,33 @@ static void micro(size_t kc, const void *ap, // (kc, MR) fp32
     for (size_t p = 0; p < kc; p++, A += MR, B += NR) {
         const __m256 b0 = _mm256_load_ps(B), b1 = _mm256_load_ps(B + 8);
         __m256 a;
-#define ROW(r, x0, x1)                   \
-    a = _mm256_broadcast_ss(A + (r));    \
-    x0 = _mm256_fmadd_ps(a, b0, x0);     \
+#define ROW(r, x0, x1)                \
+    a = _mm256_broadcast_ss(A + (r)); \
+    x0 = _mm256_fmadd_ps(a, b0, x0);  \
     x1 = _mm256_fmadd_ps(a, b1, x1);
         ROW(0, c00, c01) ROW(1, c10, c11) ROW(2, c20, c21) ROW(3, c30, c31) ROW(4, c40, c41) ROW(5, c50, c51)
 #undef ROW
     }
     const __m256 va = _mm256_set1_ps(alpha);
-#define STORE(r, x0, x1)                                                                  \
-    _mm256_storeu_ps(c + (r) * ldc, finish(x0, va, beta, c + (r) * ldc));               \
-    _mm256_storeu_ps(c + (r) * ldc + 8, finish(x1, va, beta, c + (r) * ldc + 8));
+#define STORE(r, x0, x1)                                              \
+    _mm256_storeu_ps(c + (r)*ldc, finish(x0, va, beta, c + (r)*ldc)); \
+    _mm256_storeu_ps(c + (r)*ldc + 8, finish(x1, va, beta, c + (r)*ldc + 8));
     STORE(0, c00, c01) STORE(1, c10, c11) STORE(2, c20, c21) STORE(3, c30, c31) STORE(4, c40, c41) STORE(5, c50, c51)
 #undef STORE
 }
 
 const mp_gemm_kernel mp_gemm_avx2 = {
-    .name = "avx2-fp32", .mr = MR, .nr = NR, .kpack = 1, .kc = KC, .mc = MC, .nc = NC, .esize = 4,
-    .pack_a = pack_a, .pack_b = pack_b, .micro = micro, .epilogue = mp_gemm_epilogue_avx2, .zeros = mp_gemm_zeros_avx2,
+    .name = "avx2-fp32",
+    .mr = MR,
+    .nr = NR,
+    .kpack = 1,
+    .kc = KC,
+    .mc = MC,
+    .nc = NC,
+    .esize = 4,
+    .pack_a = pack_a,
+    .pack_b = pack_b,
+    .micro = micro,
+    .epilogue = mp_gemm_epilogue_avx2,
+    .zeros = mp_gemm_zeros_avx2,
 };

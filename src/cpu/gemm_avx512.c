@@ -35,8 +35,7 @@ static void pack_a(void *dst, // (kc, MR) fp32
     float *d = dst;
     if (trans) { /* op(A)[i][p] = A[p][i]: MR consecutive values per p */
         const __mmask16 k = lanes(rows);
-        for (size_t p = 0; p < kc; p++)
-            _mm512_mask_storeu_ps(d + p * MR, 0x0fff, ld16(a, t, (p0 + p) * lda + i0, k));
+        for (size_t p = 0; p < kc; p++) _mm512_mask_storeu_ps(d + p * MR, 0x0fff, ld16(a, t, (p0 + p) * lda + i0, k));
         return;
     }
     for (size_t p = 0; p < kc; p++)
@@ -76,9 +75,9 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, l
         _mm_prefetch((const char *)(B + 8 * NR), _MM_HINT_T0);
         _mm_prefetch((const char *)(B + 8 * NR + 16), _MM_HINT_T0);
         __m512 a;
-#define ROW(r, x0, x1)                        \
-    a = _mm512_set1_ps(A[r]);                 \
-    x0 = _mm512_fmadd_ps(a, b0, x0);          \
+#define ROW(r, x0, x1)               \
+    a = _mm512_set1_ps(A[r]);        \
+    x0 = _mm512_fmadd_ps(a, b0, x0); \
     x1 = _mm512_fmadd_ps(a, b1, x1);
         MP_TILE_ROWS
 #undef ROW
@@ -87,6 +86,17 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, l
 }
 
 const mp_gemm_kernel mp_gemm_avx512 = {
-    .name = "avx512-fp32", .mr = MR, .nr = NR, .kpack = 1, .kc = 2048, .mc = 144, .nc = 3072, .esize = 4,
-    .pack_a = pack_a, .pack_b = pack_b, .micro = micro, .epilogue = mp_gemm_epilogue_avx512, .zeros = mp_gemm_zeros_avx512,
+    .name = "avx512-fp32",
+    .mr = MR,
+    .nr = NR,
+    .kpack = 1,
+    .kc = 2048,
+    .mc = 144,
+    .nc = 3072,
+    .esize = 4,
+    .pack_a = pack_a,
+    .pack_b = pack_b,
+    .micro = micro,
+    .epilogue = mp_gemm_epilogue_avx512,
+    .zeros = mp_gemm_zeros_avx512,
 };

@@ -35,9 +35,9 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, l
         _mm_prefetch((const char *)(B + 8 * NR * 2), _MM_HINT_T0);
         _mm_prefetch((const char *)(B + 8 * NR * 2 + 32), _MM_HINT_T0);
         __m512bh a;
-#define ROW(r, x0, x1)                                  \
-    a = (__m512bh)_mm512_set1_epi32((int)A[r]);         \
-    x0 = _mm512_dpbf16_ps(x0, a, b0);                   \
+#define ROW(r, x0, x1)                          \
+    a = (__m512bh)_mm512_set1_epi32((int)A[r]); \
+    x0 = _mm512_dpbf16_ps(x0, a, b0);           \
     x1 = _mm512_dpbf16_ps(x1, a, b1);
         MP_TILE_ROWS
 #undef ROW
@@ -62,10 +62,10 @@ static void micro_rows(size_t kc, const void *a, size_t lda, const void *bp, flo
         _mm_prefetch((const char *)(B + 8 * NR * 2 + 32), _MM_HINT_T0);
         __m512bh x;
         uint32_t v;
-#define ROW(r, x0, x1)                                                                                   \
+#define ROW(r, x0, x1)                                                                                \
     memcpy(&v, ((r) < 4 ? A0 : (r) < 8 ? A4 : A8) + ((r) % 4 == 3 ? l3 : (size_t)((r) % 4) * l1), 4); \
-    x = (__m512bh)_mm512_set1_epi32((int)v);                                                             \
-    x0 = _mm512_dpbf16_ps(x0, x, b0);                                                                    \
+    x = (__m512bh)_mm512_set1_epi32((int)v);                                                          \
+    x0 = _mm512_dpbf16_ps(x0, x, b0);                                                                 \
     x1 = _mm512_dpbf16_ps(x1, x, b1);
         MP_TILE_ROWS
 #undef ROW
@@ -75,7 +75,18 @@ static void micro_rows(size_t kc, const void *a, size_t lda, const void *bp, flo
 
 /* kc counts k values (pairs: 256 pairs = 32 KiB of B micro-panel) */
 const mp_gemm_kernel mp_gemm_avx512bf16 = {
-    .name = "avx512bf16-dpbf16", .mr = MR, .nr = NR, .kpack = 2, .kc = 4096, .mc = 192, .nc = 3072, .esize = 2,
-    .pack_a = pack_a, .pack_b = pack_b, .micro = micro, .micro_rows = micro_rows,
-    .epilogue = mp_gemm_epilogue_avx512bf16, .zeros = mp_gemm_zeros_avx512,
+    .name = "avx512bf16-dpbf16",
+    .mr = MR,
+    .nr = NR,
+    .kpack = 2,
+    .kc = 4096,
+    .mc = 192,
+    .nc = 3072,
+    .esize = 2,
+    .pack_a = pack_a,
+    .pack_b = pack_b,
+    .micro = micro,
+    .micro_rows = micro_rows,
+    .epilogue = mp_gemm_epilogue_avx512bf16,
+    .zeros = mp_gemm_zeros_avx512,
 };

@@ -3,8 +3,8 @@
  * operations as the portable build in gemm.c, hence the same bits. */
 #include "../gemm_epilogue.h"
 
-void mp_gemm_epilogue_avx2(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
-                           size_t cols, mp_convert_stats *st, uint64_t *zeros) {
+void mp_gemm_epilogue_avx2(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
+                           mp_convert_stats *st, uint64_t *zeros) {
     mp_gemm_epilogue_body(e, tile, ts, i0, j0, rows, cols, st, zeros);
 }
 

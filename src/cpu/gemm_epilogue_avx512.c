@@ -58,14 +58,14 @@ static inline __attribute__((always_inline)) void half_rows(const mp_gemm_ep *e,
     const float *b = bias ? e->bias + j0 : NULL;
     mp_counts512 c = MP_COUNTS512_0;
     uint64_t z = 0;
-#define HALF_16(J, K)                                                                                         \
-    do {                                                                                                      \
-        __m512 v = _mm512_maskz_loadu_ps(K, tr + (J));                                                        \
-        if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(K, b + (J)));                                    \
-        if (count_zeros)                                                                                      \
-            z += (uint64_t)__builtin_popcount(                                                                \
-                _mm512_mask_testn_epi32_mask(K, _mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));      \
-        _mm256_mask_storeu_epi16(cr + (J), K, round_half(t, v, K, &c, stats));                                \
+#define HALF_16(J, K)                                                                                    \
+    do {                                                                                                 \
+        __m512 v = _mm512_maskz_loadu_ps(K, tr + (J));                                                   \
+        if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(K, b + (J)));                               \
+        if (count_zeros)                                                                                 \
+            z += (uint64_t)__builtin_popcount(                                                           \
+                _mm512_mask_testn_epi32_mask(K, _mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff))); \
+        _mm256_mask_storeu_epi16(cr + (J), K, round_half(t, v, K, &c, stats));                           \
     } while (0)
     for (size_t r = 0; r < rows; r++) { /* whole vectors with a constant mask, then the tail */
         const float *tr = tile + r * ts;
@@ -79,10 +79,10 @@ static inline __attribute__((always_inline)) void half_rows(const mp_gemm_ep *e,
     if (count_zeros) *zeros += z;
 }
 
-#define HALF_ROWS(F16, B)                                                                                            \
-    (st ? (zeros ? half_rows(e, tile, ts, i0, j0, rows, cols, st, zeros, F16, B, 1, 1)                              \
-                 : half_rows(e, tile, ts, i0, j0, rows, cols, st, zeros, F16, B, 1, 0))                             \
-        : (zeros ? half_rows(e, tile, ts, i0, j0, rows, cols, st, zeros, F16, B, 0, 1)                              \
+#define HALF_ROWS(F16, B)                                                               \
+    (st ? (zeros ? half_rows(e, tile, ts, i0, j0, rows, cols, st, zeros, F16, B, 1, 1)  \
+                 : half_rows(e, tile, ts, i0, j0, rows, cols, st, zeros, F16, B, 1, 0)) \
+        : (zeros ? half_rows(e, tile, ts, i0, j0, rows, cols, st, zeros, F16, B, 0, 1)  \
                  : half_rows(e, tile, ts, i0, j0, rows, cols, st, zeros, F16, B, 0, 0)))
 
 /* half_rows where it applies (a half C from the plain sums, no post step): 1 when it did. */
@@ -103,8 +103,8 @@ static void round_store(const mp_gemm_ep *e, const float *tile, size_t ts, size_
         uint16_t *orow = (uint16_t *)(out + ((i0 + r) * e->ldc + j0) * es);
         for (size_t j = 0; j < cols; j += 16) {
             const __mmask16 k = mp_tail16(cols - j);
-            _mm256_mask_storeu_epi16(orow + j, k, round_half(e->ct, _mm512_maskz_loadu_ps(k, tile + r * ts + j), k, c2,
-                                                             stats));
+            _mm256_mask_storeu_epi16(orow + j, k,
+                                     round_half(e->ct, _mm512_maskz_loadu_ps(k, tile + r * ts + j), k, c2, stats));
         }
     }
 }
@@ -112,8 +112,8 @@ static void round_store(const mp_gemm_ep *e, const float *tile, size_t ts, size_
 /* gelu_table_rows (gemm_epilogue.h) 16 lanes at a time: the forward gathers y by the codes of the tile's
  * values, the backward gathers the fp64 derivatives by x's codes, multiplies and rounds once, and passes a
  * NaN x through with its quiet bit set. The same bits. */
-static void gelu_table_pass(const mp_gemm_ep *e, const mp_gelu_table *tb, float *tile, size_t ts, size_t i0,
-                            size_t j0, size_t rows, size_t cols) {
+static void gelu_table_pass(const mp_gemm_ep *e, const mp_gelu_table *tb, float *tile, size_t ts, size_t i0, size_t j0,
+                            size_t rows, size_t cols) {
     const int fwd = e->post == MP_POST_GELU || e->post == MP_POST_GELU_ERF, f16 = e->ct == MP_F16;
     for (size_t r = 0; r < rows; r++) {
         const uint16_t *xr = fwd ? NULL : (const uint16_t *)e->post_x + (i0 + r) * e->ldc + j0;
@@ -129,19 +129,18 @@ static void gelu_table_pass(const mp_gemm_ep *e, const mp_gelu_table *tb, float 
             }
             const __m256i codes = _mm256_maskz_loadu_epi16(k, xr + j);
             const __m512i idx = _mm512_cvtepu16_epi32(codes);
-            const __m512d dlo = _mm512_mask_i32gather_pd(_mm512_setzero_pd(), (__mmask8)k,
-                                                         _mm512_castsi512_si256(idx), tb->d, 8);
+            const __m512d dlo =
+                _mm512_mask_i32gather_pd(_mm512_setzero_pd(), (__mmask8)k, _mm512_castsi512_si256(idx), tb->d, 8);
             const __m512d dhi = _mm512_mask_i32gather_pd(_mm512_setzero_pd(), (__mmask8)(k >> 8),
                                                          _mm512_extracti64x4_epi64(idx, 1), tb->d, 8);
             const __m256 plo = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), dlo));
-            const __m256 phi =
-                _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(
-                                                  _mm512_castps_pd(v), 1))), dhi));
+            const __m256 phi = _mm512_cvtpd_ps(
+                _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))), dhi));
             __m512 res = _mm512_insertf32x8(_mm512_castps256_ps512(plo), phi, 1);
             const __m512 x = load_c(e->ct, xr, j, k);
             const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-            res = _mm512_mask_mov_ps(res, nan,
-                                     _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x400000))));
+            res = _mm512_mask_mov_ps(
+                res, nan, _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x400000))));
             _mm512_mask_storeu_ps(tr, k, res);
         }
     }
@@ -183,8 +182,8 @@ static void gelu_pass(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, si
     round_store(e, tile, ts, i0, j0, rows, cols, out, c2, stats);
 }
 
-void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
-                             size_t cols, mp_convert_stats *st, uint64_t *zeros) {
+void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
+                           mp_convert_stats *st, uint64_t *zeros) {
     if (e->post != MP_POST_NONE && (e->ct == MP_F32 || e->round_to != MP_F32)) { /* plain C */
         mp_gemm_epilogue_body(e, tile, ts, i0, j0, rows, cols, st, zeros);
         return;
@@ -215,8 +214,8 @@ void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i
             else if (e->alpha != 1.0f) t = _mm512_mul_ps(va, t);
             if (e->bias) t = _mm512_add_ps(t, _mm512_maskz_loadu_ps(k, e->bias + j0 + j));
             if (zeros) /* +-0: the magnitude bits are 0 */
-                z += (uint64_t)__builtin_popcount(_mm512_mask_testn_epi32_mask(
-                    k, _mm512_castps_si512(t), _mm512_set1_epi32(0x7fffffff)));
+                z += (uint64_t)__builtin_popcount(
+                    _mm512_mask_testn_epi32_mask(k, _mm512_castps_si512(t), _mm512_set1_epi32(0x7fffffff)));
             if (e->round_to != MP_F32) { /* C = beta C + (t rounded to round_to) */
                 __m512 y = widen_half(e->round_to, round_half(e->round_to, t, k, &c, stats));
                 if (e->beta != 0.0f) y = _mm512_add_ps(_mm512_mul_ps(vb, load_c(MP_F32, crow, j, k)), y);
@@ -229,9 +228,8 @@ void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i
                 _mm512_mask_storeu_ps((float *)crow + j, k, t);
                 if (stats) {
                     const __m512i a = _mm512_and_si512(_mm512_castps_si512(t), _mm512_set1_epi32(0x7fffffff));
-                    sub32 += (uint64_t)__builtin_popcount(
-                        _mm512_mask_cmplt_epu32_mask(k, _mm512_sub_epi32(a, _mm512_set1_epi32(1)),
-                                                     _mm512_set1_epi32(0x7fffff)));
+                    sub32 += (uint64_t)__builtin_popcount(_mm512_mask_cmplt_epu32_mask(
+                        k, _mm512_sub_epi32(a, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fffff)));
                     nan32 += (uint64_t)__builtin_popcount(_mm512_mask_cmpgt_epu32_mask(k, a, inf32));
                     am32 = _mm512_mask_max_epu32(am32, _mm512_mask_cmplt_epu32_mask(k, a, inf32), am32, a);
                 }

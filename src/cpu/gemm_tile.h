@@ -12,6 +12,8 @@ static inline __m512 mp_tile_finish(__m512 acc, __m512 va, float beta, const flo
     return _mm512_fmadd_ps(va, acc, _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_loadu_ps(c)));
 }
 
+/* laid out by hand: clang-format breaks a list of macro calls unevenly */
+// clang-format off
 #define MP_TILE_DECLARE                                                                                       \
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00,       \
            c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00, \
@@ -41,4 +43,5 @@ static inline __m512 mp_tile_finish(__m512 acc, __m512 va, float beta, const flo
     MP_TILE_STORE_ROW(c, ldc, beta, 8, c80, c81) MP_TILE_STORE_ROW(c, ldc, beta, 9, c90, c91)                    \
     MP_TILE_STORE_ROW(c, ldc, beta, 10, ca0, ca1) MP_TILE_STORE_ROW(c, ldc, beta, 11, cb0, cb1)
 
+// clang-format on
 #endif

@@ -7,8 +7,8 @@
 #include "../internal.h"
 
 typedef struct {
-    int M, bias, emax;  /* mantissa bits, exponent bias, floor(log2(max)) */
-    int maxcode, nan;   /* the largest finite magnitude code; the positive NaN code */
+    int M, bias, emax; /* mantissa bits, exponent bias, floor(log2(max)) */
+    int maxcode, nan;  /* the largest finite magnitude code; the positive NaN code */
 } fmt;
 
 static inline fmt format_of(mp_dtype elem) {
@@ -35,7 +35,7 @@ static inline int scale_of(uint32_t a, int emax, int rceil) {
     return s < 0 ? 0 : s;
 }
 
-static void scales_avx512(uint8_t *s, // (n,) E8M0
+static void scales_avx512(uint8_t *s,           // (n,) E8M0
                           const uint32_t *amax, // (n,) fp32 bits, finite, sign clear
                           size_t n, mp_dtype elem, mp_mx_rule rule) {
     const fmt F = format_of(elem);
@@ -76,7 +76,8 @@ static inline __m512i elems16(__m512i x, __m512i a, __m512i c, const fmt F, __mm
 }
 
 static inline void store32(uint8_t *c, __m512i y0, __m512i y1) {
-    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(y0)), _mm512_cvtepi32_epi8(y1), 1);
+    const __m256i v =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(y0)), _mm512_cvtepi32_epi8(y1), 1);
     _mm256_storeu_si256((__m256i *)c, v);
 }
 
@@ -95,8 +96,8 @@ static inline void quantize_blocks(uint8_t *codes, uint8_t *scales, const float 
             if (stats) {
                 const __mmask16 f0 = _mm512_cmplt_epu32_mask(a0, inf), f1 = _mm512_cmplt_epu32_mask(a1, inf);
                 nonfinite += (uint64_t)(32 - __builtin_popcount(f0) - __builtin_popcount(f1));
-                const uint32_t m = _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_maskz_mov_epi32(f0, a0),
-                                                                            _mm512_maskz_mov_epi32(f1, a1)));
+                const uint32_t m = _mm512_reduce_max_epu32(
+                    _mm512_max_epu32(_mm512_maskz_mov_epi32(f0, a0), _mm512_maskz_mov_epi32(f1, a1)));
                 fin = m > fin ? m : fin;
             }
             continue;
@@ -122,8 +123,8 @@ static inline void quantize_blocks(uint8_t *codes, uint8_t *scales, const float 
     }
 }
 
-static void quantize_avx512(uint8_t *codes, // (nb * 32,) elem
-                            uint8_t *scales, // (nb,) E8M0
+static void quantize_avx512(uint8_t *codes,   // (nb * 32,) elem
+                            uint8_t *scales,  // (nb,) E8M0
                             const float *src, // (nb * 32,) fp32
                             size_t nb, mp_dtype elem, mp_mx_rule rule, mp_quant_stats *st) {
     /* one specialised loop per format, rule and counting */
@@ -147,7 +148,8 @@ static inline __m512 deq16(__m128i c8, __m512i sa, const fmt F) {
     const __m512i e = _mm512_srli_epi32(mag, F.M), m = _mm512_and_si512(mag, _mm512_set1_epi32((1 << F.M) - 1));
     const __mmask16 normal = _mm512_test_epi32_mask(e, e);
     const __m512i sig = _mm512_mask_or_epi32(m, normal, m, _mm512_set1_epi32(1 << F.M));
-    const __m512i E = _mm512_add_epi32(_mm512_max_epi32(e, _mm512_set1_epi32(1)), _mm512_add_epi32(sa, _mm512_set1_epi32(-F.bias - F.M)));
+    const __m512i E = _mm512_add_epi32(_mm512_max_epi32(e, _mm512_set1_epi32(1)),
+                                       _mm512_add_epi32(sa, _mm512_set1_epi32(-F.bias - F.M)));
     const __m512i f = _mm512_castps_si512(_mm512_cvtepi32_ps(sig));
     const __m512i field = _mm512_add_epi32(_mm512_srli_epi32(f, 23), E);
     const __mmask16 tiny = _mm512_cmple_epi32_mask(field, _mm512_setzero_si512()) | ~_mm512_test_epi32_mask(sig, sig);
@@ -156,11 +158,14 @@ static inline __m512 deq16(__m128i c8, __m512i sa, const fmt F) {
     r = _mm512_mask_mov_epi32(r, _mm512_cmpge_epi32_mask(field, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7f800000));
     /* the format's own inf and NaN codes, as mp_e4m3_to_f32 / mp_e5m2_to_f32 give them */
     if (F.M == 3) {
-        r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7fc00000));
+        r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7f)),
+                                  _mm512_set1_epi32(0x7fc00000));
     } else {
         const __mmask16 special = _mm512_cmpge_epi32_mask(mag, _mm512_set1_epi32(0x7c));
         const __m512i nan = _mm512_or_si512(_mm512_set1_epi32(0x7fc00000), _mm512_slli_epi32(m, 21));
-        r = _mm512_mask_mov_epi32(r, special, _mm512_mask_mov_epi32(nan, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7c)), _mm512_set1_epi32(0x7f800000)));
+        r = _mm512_mask_mov_epi32(r, special,
+                                  _mm512_mask_mov_epi32(nan, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7c)),
+                                                        _mm512_set1_epi32(0x7f800000)));
     }
     r = _mm512_or_si512(r, _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24));
     return _mm512_castsi512_ps(r);
@@ -182,8 +187,8 @@ static inline void dequantize_blocks(float *dst, const uint8_t *codes, const uin
     }
 }
 
-static void dequantize_avx512(float *dst, // (nb * 32,) fp32
-                              const uint8_t *codes, // (nb * 32,) elem
+static void dequantize_avx512(float *dst,            // (nb * 32,) fp32
+                              const uint8_t *codes,  // (nb * 32,) elem
                               const uint8_t *scales, // (nb,) E8M0
                               size_t nb, mp_dtype elem) {
     if (elem == MP_E4M3) dequantize_blocks(dst, codes, scales, nb, format_of(MP_E4M3));

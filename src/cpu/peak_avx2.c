@@ -9,7 +9,7 @@
 #define V __m256
 #define ADD _mm256_add_ps
 #define SUM sum8
-#define INIT(i) _mm256_set1_ps(1.0f + (float)(i) * 1e-3f)
+#define INIT(i) _mm256_set1_ps(1.0f + (float)(i)*1e-3f)
 #define FMA1(a) _mm256_fmadd_ps(a, _mm256_set1_ps(0.999999f), _mm256_set1_ps(1e-7f))
 #define STEP(a) FMA1(FMA1(a))
 

@@ -14,10 +14,10 @@
 
 /* A map's constants, broadcast once per call. */
 typedef struct {
-    __m512 heap;                    /* a 16-entry map's thresholds in heap order */
+    __m512 heap; /* a 16-entry map's thresholds in heap order */
     __m512i lo, top, mask, nan_code, least_positive;
     __m128i shift;
-    const uint32_t *lut;            /* an 8-bit map's buckets */
+    const uint32_t *lut; /* an 8-bit map's buckets */
 } map_consts;
 
 static map_consts consts_of(const mp_state_map *m) {
@@ -68,9 +68,9 @@ ALWAYS_INLINE __m512i codes16(__m512 y, const map_consts *k, const int how) {
 ALWAYS_INLINE __m512i e4m3_codes16(__m512 y, const map_consts *k, const int how) {
     const __m512i u = _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(0x7fffffff));
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 20), _mm512_set1_epi32(1));
-    const __m512i normal = _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb,
-                                                                   _mm512_set1_epi32(0x7ffff))), 20),
-                                            _mm512_set1_epi32(120 << 3));
+    const __m512i normal =
+        _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7ffff))), 20),
+                         _mm512_set1_epi32(120 << 3));
     const __m512i sub = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(u), _mm512_set1_ps(512.0f)),
                                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __mmask16 small = _mm512_cmplt_epu32_mask(u, _mm512_set1_epi32(0x3c800000)); /* 2^-6 */
@@ -86,10 +86,12 @@ ALWAYS_INLINE __m512 e4m3_values16(__m512i c) {
     const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(c, _mm512_set1_epi32(0x80)), 24);
     const __m512i e = _mm512_and_si512(_mm512_srli_epi32(c, 3), _mm512_set1_epi32(15));
     const __m512i m = _mm512_and_si512(c, _mm512_set1_epi32(7));
-    __m512i v = _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23), _mm512_slli_epi32(m, 20));
+    __m512i v =
+        _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23), _mm512_slli_epi32(m, 20));
     const __m512 sub = _mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1p-9f));
     v = _mm512_mask_mov_epi32(v, _mm512_testn_epi32_mask(e, e), _mm512_castps_si512(sub));
-    const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(c, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7f));
+    const __mmask16 nan =
+        _mm512_cmpeq_epi32_mask(_mm512_and_si512(c, _mm512_set1_epi32(0x7f)), _mm512_set1_epi32(0x7f));
     v = _mm512_mask_mov_epi32(v, nan, _mm512_set1_epi32(0x7fc00000));
     return _mm512_castsi512_ps(_mm512_or_si512(v, sign));
 }
@@ -156,7 +158,7 @@ ALWAYS_INLINE void quant_blocks(uint8_t *codes, float *scale, const float *x, co
     }
 }
 
-#define QUANT_BLOCKS(bits) \
+#define QUANT_BLOCKS(bits)                                                           \
     (map->least_positive ? quant_blocks(codes, scale, x, map, n, block, bits, FLOOR) \
                          : quant_blocks(codes, scale, x, map, n, block, bits, 0))
 
@@ -169,8 +171,8 @@ void mp_quant_avx512(uint8_t *codes, float *scale, const float *x, const mp_stat
     else mp_quant_avx2(codes, scale, x, map, bits, n, block);
 }
 
-void mp_dequant_avx512(float *out, const uint8_t *codes, const float *scale, const mp_state_map *map, int bits, size_t n,
-                       size_t block) {
+void mp_dequant_avx512(float *out, const uint8_t *codes, const float *scale, const mp_state_map *map, int bits,
+                       size_t n, size_t block) {
     if (block % 16) {
         k_dequant(out, codes, scale, map, bits, n, block);
         return;
@@ -196,7 +198,8 @@ void mp_dequant_avx512(float *out, const uint8_t *codes, const float *scale, con
         for (size_t b = 0; b < n / block; b++) {
             const __m512 sv = _mm512_set1_ps(scale[b]);
             for (size_t i = 0; i < block; i += 16) {
-                const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(codes + b * block + i)));
+                const __m512i c =
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(codes + b * block + i)));
                 _mm512_storeu_ps(out + b * block + i, _mm512_mul_ps(e4m3_values16(c), sv));
             }
         }
@@ -204,6 +207,5 @@ void mp_dequant_avx512(float *out, const uint8_t *codes, const float *scale, con
     }
     if (bits == 8 && block % 64 == 0 && mp_cpu_features()->avx512_vbmi)
         mp_dequant8_vbmi(out, codes, scale, map, n, block);
-    else
-        mp_dequant_avx2(out, codes, scale, map, bits, n, block);
+    else mp_dequant_avx2(out, codes, scale, map, bits, n, block);
 }

@@ -159,8 +159,8 @@ AI __m512i round_grid(__m512i a, __m512i lo, const int M, __mmask16 *zero) {
  * *sat gets the lanes that rounded past it; flushed lanes become +0. */
 AI __m512i round_sat(__m512i a, __m512i lo, const int M, __m512i maxb, __mmask16 *sat, __mmask16 *zero) {
     const __m512i v = round_grid(a, lo, M, zero);
-    *sat = _mm512_mask_cmpgt_epi32_mask((__mmask16)~*zero, v, maxb);
-    return _mm512_mask_mov_epi32(_mm512_maskz_mov_epi32((__mmask16)~*zero, v), *sat, maxb);
+    *sat = _mm512_mask_cmpgt_epi32_mask((__mmask16) ~*zero, v, maxb);
+    return _mm512_mask_mov_epi32(_mm512_maskz_mov_epi32((__mmask16) ~*zero, v), *sat, maxb);
 }
 
 /* Nearest even onto a grid with M mantissa bits down to minnorm (bits) and
@@ -201,8 +201,9 @@ AI void load32(const void *row, size_t c, size_t cols, __m512i x[2], const int f
     if (f32) {
         const float *p = (const float *)row + c;
         if (c + 32 <= cols) x[0] = _mm512_loadu_si512(p), x[1] = _mm512_loadu_si512(p + 16);
-        else x[0] = _mm512_maskz_loadu_epi32(cols_mask(cols, c), p),
-             x[1] = _mm512_maskz_loadu_epi32(cols_mask(cols, c + 16), p + 16);
+        else
+            x[0] = _mm512_maskz_loadu_epi32(cols_mask(cols, c), p),
+            x[1] = _mm512_maskz_loadu_epi32(cols_mask(cols, c + 16), p + 16);
         return;
     }
     const uint16_t *p = (const uint16_t *)row + c;
@@ -277,8 +278,9 @@ typedef struct {
 
 AI mxgrid mx_grid(__m512i s) {
     const __m512i e = _mm512_slli_epi32(s, 23);
-    return (mxgrid){_mm512_add_epi32(e, set1(E4M3_MAX - (127 << 23))), _mm512_add_epi32(e, set1(0x43e80000 - (127 << 23))),
-                    _mm512_sub_epi32(e, set1(6 << 23)), _mm512_add_epi32(s, set1(14))};
+    return (mxgrid){_mm512_add_epi32(e, set1(E4M3_MAX - (127 << 23))),
+                    _mm512_add_epi32(e, set1(0x43e80000 - (127 << 23))), _mm512_sub_epi32(e, set1(6 << 23)),
+                    _mm512_add_epi32(s, set1(14))};
 }
 
 /* The edge blocks among 16 with scales s and finite amaxes am (0 for NaN blocks). */
@@ -303,8 +305,8 @@ AI __m512i mx_vec(__m512i x, const mxgrid *g, __mmask16 nan, int slow, counts *k
     const __mmask16 sat = _mm512_cmpgt_epi32_mask(a, g->past);
     const __m512i v = _mm512_mask_mov_epi32(round_fast(a, g->minnorm, 3), sat, g->maxb);
     k->sat = _mm512_mask_add_epi32(k->sat, sat, k->sat, set1(1));
-    k->flush = _mm512_mask_add_epi32(k->flush, _mm512_mask_testn_epi32_mask(_mm512_test_epi32_mask(a, a), v, v), k->flush,
-                                     set1(1));
+    k->flush = _mm512_mask_add_epi32(k->flush, _mm512_mask_testn_epi32_mask(_mm512_test_epi32_mask(a, a), v, v),
+                                     k->flush, set1(1));
     return with_sign(v, x);
 }
 
@@ -326,7 +328,8 @@ AI void mx_rows(const mp_qop *op, size_t r0, size_t r1, mp_quant_stats *st, cons
         for (size_t c0 = 0; c0 < cp; c0 += 512) {
             const size_t nb = (cp - c0) / 32 < 16 ? (cp - c0) / 32 : 16;
             __m512i bm[16];
-            for (size_t b = 0; b < 16; b++) bm[b] = b < nb ? amax32(row, c0 + 32 * b, cols, f32) : _mm512_setzero_si512();
+            for (size_t b = 0; b < 16; b++)
+                bm[b] = b < nb ? amax32(row, c0 + 32 * b, cols, f32) : _mm512_setzero_si512();
             const __m512i am = hmax16(bm);
             const __mmask16 nanb = _mm512_cmpge_epu32_mask(am, set1(INF));
             const __m512i fin = _mm512_maskz_mov_epi32((__mmask16)~nanb, am);
@@ -423,7 +426,8 @@ AI nvpar nv_params(__m512i am, __m512 mult, __m512 gd) {
     const __m512i prod = bits(_mm512_mul_ps(flt(am), mult)); /* >= 0 (or NaN) */
     __mmask16 sat, zero;
     const __m512 s = flt(round_sat(_mm512_and_si512(prod, set1(ABS)), set1(141), 3, set1(E4M3_MAX), &sat, &zero));
-    const __m512 inv = _mm512_min_ps(_mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(s, gd)), _mm512_set1_ps(FLT_MAX));
+    const __m512 inv =
+        _mm512_min_ps(_mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(s, gd)), _mm512_set1_ps(FLT_MAX));
     return (nvpar){inv, _mm512_mask_mov_ps(s, _mm512_cmpgt_epu32_mask(am, set1(INF)), flt(set1(QNAN)))};
 }
 
@@ -449,7 +453,8 @@ AI __m512 e2m1_rne(__m512i a, __mmask16 *past) {
  * saturates: *past, and 6. A y that DAZ reads as 0 is below 2^-126, where
  * F = 0 either way. */
 AI __m512 e2m1_sr(__m512i a, __m512i r, __mmask16 *past) {
-    const __m512i cb = _mm512_add_epi32(_mm512_max_epi32(_mm512_and_si512(a, set1(INF)), set1(0x3f800000)), set1(22 << 23));
+    const __m512i cb =
+        _mm512_add_epi32(_mm512_max_epi32(_mm512_and_si512(a, set1(INF)), set1(0x3f800000)), set1(22 << 23));
     const __m512 C = flt(cb), step = flt(_mm512_sub_epi32(cb, set1(23 << 23)));
     const __m512 t = _mm512_sub_round_ps(_mm512_add_round_ps(flt(a), C, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), C,
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -539,13 +544,13 @@ AI void sr_bytes256(__m512i o[4], uint64_t seed, uint64_t blk) {
 AI void sr_pair(__m512i r[2], const __m512i o[8], unsigned off, size_t p, const int f32) {
     __m256i b;
     if (off == 0) b = p & 1 ? _mm512_extracti64x4_epi64(o[p / 2], 1) : _mm512_castsi512_si256(o[p / 2]);
-    else { /* not on a block boundary: through memory */
-        uint8_t buf[512];
+    else { /* not on a block boundary: through memory */ uint8_t buf[512];
         for (int i = 0; i < 8; i++) _mm512_storeu_si512(buf + 64 * i, o[i]);
         b = _mm256_loadu_si256((const __m256i *)(buf + off + 32 * p));
     }
     if (f32) {
-        r[0] = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(b)), r[1] = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(b, 1));
+        r[0] = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(b)),
+        r[1] = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(b, 1));
     } else { /* the even and the odd columns' bytes */
         const __m512i w = _mm512_cvtepu8_epi16(b);
         r[0] = _mm512_and_si512(w, set1(0xffff)), r[1] = _mm512_srli_epi32(w, 16);
@@ -580,7 +585,8 @@ AI void nv_rows(const mp_qop *op, size_t r0, size_t r1, mp_quant_stats *st, cons
                     load32(row, c0 + 32 * p, cols, x, f32);
                     const __m512i a0 = _mm512_and_si512(x[0], set1(ABS)), a1 = _mm512_and_si512(x[1], set1(ABS));
                     if (f32) {
-                        bm[2 * p] = _mm512_max_epu32(bm[2 * p], a0), bm[2 * p + 1] = _mm512_max_epu32(bm[2 * p + 1], a1);
+                        bm[2 * p] = _mm512_max_epu32(bm[2 * p], a0),
+                               bm[2 * p + 1] = _mm512_max_epu32(bm[2 * p + 1], a1);
                     } else {
                         const __m512i m = _mm512_max_epu32(a0, a1);
                         bm[2 * p] = _mm512_mask_max_epu32(bm[2 * p], 0x00ff, bm[2 * p], m);
@@ -611,8 +617,8 @@ AI void nv_rows(const mp_qop *op, size_t r0, size_t r1, mp_quant_stats *st, cons
                     const int sp = (special >> (2 * p)) & 3;
                     for (int h = 0; h < 2; h++) {
                         const __m512i lb = _mm512_add_epi32(lane_block[h], set1((int)(2 * p)));
-                        x[h] = nv_vec(x[h], _mm512_permutexvar_ps(lb, P.inv), _mm512_permutexvar_ps(lb, P.s), rnd[h], sr,
-                                      sp != 0, &k);
+                        x[h] = nv_vec(x[h], _mm512_permutexvar_ps(lb, P.inv), _mm512_permutexvar_ps(lb, P.s), rnd[h],
+                                      sr, sp != 0, &k);
                     }
                     store32(out, c0 + 32 * p, cols, x, f32);
                 }
@@ -659,7 +665,8 @@ AI void halve(__m512 x[16]) {
  * (a + b, a - b), halving after the second and the fourth. */
 AI void rht16(__m512 x[16], uint16_t signs) {
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) x[i] = flt(_mm512_xor_si512(bits(x[i]), set1((int)((uint32_t)((signs >> i) & 1u) << 31))));
+    for (int i = 0; i < 16; i++)
+        x[i] = flt(_mm512_xor_si512(bits(x[i]), set1((int)((uint32_t)((signs >> i) & 1u) << 31))));
     butterflies(x, 1), butterflies(x, 2), halve(x);
     butterflies(x, 4), butterflies(x, 8), halve(x);
 }
@@ -738,8 +745,7 @@ static mp_status quantize_avx512(const mp_qop *op, size_t r0, size_t r1, mp_quan
         }
         return MP_OK;
     }
-    default:
-        return mp_error(MP_EINVAL, "mp_qoperand: no recipe");
+    default: return mp_error(MP_EINVAL, "mp_qoperand: no recipe");
     }
 }
 

@@ -57,16 +57,16 @@
 
 /* e^x on fp32, <= 0.874 ulp from exact over all inputs (above) */
 SK_INLINE float sk_exp(float x) {
-    const float shifter = 0x1.8p23f; /* adding it rounds to an integer, kept in the low bits */
+    const float shifter = 0x1.8p23f;      /* adding it rounds to an integer, kept in the low bits */
     float xc = x > -104.0f ? x : -104.0f; /* NaN -> -104: the arithmetic never sees it */
     xc = xc < 89.0f ? xc : 89.0f;
     const float kd = fmaf(xc, 0x1.715476p0f, shifter), kf = kd - shifter;
     const float r = fmaf(kf, 0x1.05c61p-29f, fmaf(kf, -0x1.62e43p-1f, xc)); /* x - k (ln2_hi + ln2_lo) */
-    float p = 0x1.a057b4p-13f;       /* 0.000198527617612853646278381 */
-    p = fmaf(p, r, 0x1.6d2d92p-10f);  /* 0.00139304355252534151077271 */
-    p = fmaf(p, r, 0x1.11114cp-7f);  /* 0.00833336077630519866943359 */
-    p = fmaf(p, r, 0x1.5554f4p-5f);  /* 0.0416664853692054748535156 */
-    p = fmaf(p, r, 0x1.555556p-3f);  /* 0.166666671633720397949219 */
+    float p = 0x1.a057b4p-13f;                                              /* 0.000198527617612853646278381 */
+    p = fmaf(p, r, 0x1.6d2d92p-10f);                                        /* 0.00139304355252534151077271 */
+    p = fmaf(p, r, 0x1.11114cp-7f);                                         /* 0.00833336077630519866943359 */
+    p = fmaf(p, r, 0x1.5554f4p-5f);                                         /* 0.0416664853692054748535156 */
+    p = fmaf(p, r, 0x1.555556p-3f);                                         /* 0.166666671633720397949219 */
     p = fmaf(p, r, 0.5f);
     p = fmaf(p, r, 1.0f);
     p = fmaf(p, r, 1.0f);
@@ -148,10 +148,10 @@ static void sk_exp_sub_mul(float *restrict g, const float *restrict y, size_t n,
     for (size_t j = 0; j < n; j++) g[j] -= sk_exp(y[j]) * d;
 }
 
-#define MP_SOFTMAX_KERNELS                                                                              \
-    {                                                                                                   \
-        .exp = sk_exp_n, .max = sk_max, .exp_sum = sk_exp_sum, .exp_sum_store = sk_exp_sum_store,      \
-        .exp_scale = sk_exp_scale, .exp_sub_mul = sk_exp_sub_mul                                        \
+#define MP_SOFTMAX_KERNELS                                                                        \
+    {                                                                                             \
+        .exp = sk_exp_n, .max = sk_max, .exp_sum = sk_exp_sum, .exp_sum_store = sk_exp_sum_store, \
+        .exp_scale = sk_exp_scale, .exp_sub_mul = sk_exp_sub_mul                                  \
     }
 
 #endif

@@ -27,7 +27,8 @@ static int unscale_f32(float *x, // (n,) fp32, in place
 
 /* 16 fp16 or bf16 codes widened exactly, multiplied in fp32, rounded back */
 static inline __m256i scale16(__m256i h, __m512 vinv, const int f16) {
-    if (f16) return _mm512_cvtps_ph(_mm512_mul_ps(_mm512_cvtph_ps(h), vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (f16)
+        return _mm512_cvtps_ph(_mm512_mul_ps(_mm512_cvtph_ps(h), vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     return _mm512_cvtepi32_epi16(mp_bf16_round16(_mm512_castps_si512(_mm512_mul_ps(v, vinv))));
 }
