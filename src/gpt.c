@@ -93,6 +93,11 @@ struct mp_gpt {
     mp_recipe *lrec;   /* with a recipe: per block and Linear (W_*), its own (kind NONE: it reads ct) */
     mp_qtensor *q;     /* with a recipe: per block and Linear (W_*), input, weight and gradient */
     uint16_t *qa, *qb; /* the quantized operands of one GEMM (N x 4C and max(N, 4C) x 4C) */
+    mp_recipe probe;   /* kind MP_RECIPE_NONE: no probe; else the recipe the bf16 GEMMs are measured against */
+    mp_qtensor *pq;    /* with a probe: its tensors, as q's */
+    mp_qprobe *pst;    /* with a probe: per block, Linear and direction (forward, input and weight gradient) */
+    uint16_t *pa, *pb; /* with a probe: its quantized operands, as qa and qb */
+    float *pscr;       /* with a probe: 2 products of max(N x 4C, 4C x 4C) */
     void **mem;
     size_t nmem, capmem;
 };
@@ -229,6 +234,12 @@ static void normal_fill(float *v, size_t n, double std, uint64_t *rng) {
 
 static size_t nq(const mp_gpt *g) { return (size_t)g->cfg.n_layer * W_PER_LAYER * 3; }
 
+static void free_probe(mp_gpt *g) {
+    for (size_t i = 0; g->pq && i < nq(g); i++) mp_qtensor_free(&g->pq[i]);
+    free(g->pq), free(g->pst), free(g->pa), free(g->pb), free(g->pscr);
+    g->pq = NULL, g->pst = NULL, g->pa = g->pb = NULL, g->pscr = NULL, g->probe.kind = MP_RECIPE_NONE;
+}
+
 static void free_recipe(mp_gpt *g) {
     for (size_t i = 0; g->q && i < nq(g); i++) mp_qtensor_free(&g->q[i]);
     free(g->q), free(g->qa), free(g->qb), free(g->lrec);
@@ -240,6 +251,7 @@ void mp_gpt_free(mp_gpt *g) {
     for (size_t i = 0; i < g->nmem; i++) free(g->mem[i]);
     free(g->att_scr), free(g->dacc);
     free_recipe(g);
+    free_probe(g);
     free(g->mem), free(g->h), free(g->params), free(g->shape), free(g->ndim), free(g->stats);
     free(g);
 }
@@ -515,11 +527,25 @@ static const mp_recipe *lrec(const mp_gpt *g, int l, int w) {
     return r && r->kind != MP_RECIPE_NONE ? r : NULL;
 }
 
+/* The probe of a training GEMM in bf16 (mp_qgemm_probe): direction dir of Linear w of block l, A quantized as
+ * role ra and B as rb, each from its source (the fp32 master for a weight). */
+static mp_status probe(mp_gpt *g, int l, int w, int dir, int ta, int tb, size_t m, size_t n, size_t k, const void *a,
+                       size_t lda, const void *as, mp_dtype ast, mp_qrole ra, const void *b, size_t ldb, const void *bs,
+                       mp_dtype bst_, mp_qrole rb) {
+    if (!g->pq || !g->counting || lrec(g, l, w)) return MP_OK;
+    mp_qtensor *q = &g->pq[((size_t)l * W_PER_LAYER + (size_t)w) * 3];
+    return mp_qgemm_probe(&g->probe, ta, tb, m, n, k, a, g->ct, lda, as, ast, lda, &q[ra], g->pa, b, g->ct, ldb, bs,
+                          bst_, ldb, &q[rb], g->pb, g->pscr, &g->pst[((size_t)l * W_PER_LAYER + (size_t)w) * 3 + dir]);
+}
+
 /* y (N x out) = x (N x in) W^T, with ep */
 static mp_status lin_fwd(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *x, const mp_param *W,
                          void *y, const mp_gemm_epilogue *ep) {
-    if (!lrec(g, l, w))
-        return mp_gemm_ex(0, 1, N, out, in, 1.0f, x, g->ct, in, wct(g, W), g->ct, in, 0.0f, y, g->ct, out, ep);
+    if (!lrec(g, l, w)) {
+        TRY(mp_gemm_ex(0, 1, N, out, in, 1.0f, x, g->ct, in, wct(g, W), g->ct, in, 0.0f, y, g->ct, out, ep));
+        return probe(g, l, w, 0, 0, 1, N, out, in, x, in, x, g->ct, MP_QROLE_INPUT, wct(g, W), in, W->master, MP_F32,
+                     MP_QROLE_WEIGHT);
+    }
     return mp_qgemm(lrec(g, l, w), 0, 1, N, out, in, x, g->ct, in, qt(g, l, w, MP_QROLE_INPUT), g->qa, W->master,
                     MP_F32, in, qt(g, l, w, MP_QROLE_WEIGHT), g->qb, 0.0f, y, g->ct, out, ep);
 }
@@ -527,8 +553,11 @@ static mp_status lin_fwd(mp_gpt *g, int l, int w, size_t N, size_t out, size_t i
 /* dx (N x in) = dy (N x out) W, with ep */
 static mp_status lin_dgrad(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *dy, const mp_param *W,
                            void *dx, const mp_gemm_epilogue *ep) {
-    if (!lrec(g, l, w))
-        return mp_gemm_ex(0, 0, N, in, out, 1.0f, dy, g->ct, out, wct(g, W), g->ct, in, 0.0f, dx, g->ct, in, ep);
+    if (!lrec(g, l, w)) {
+        TRY(mp_gemm_ex(0, 0, N, in, out, 1.0f, dy, g->ct, out, wct(g, W), g->ct, in, 0.0f, dx, g->ct, in, ep));
+        return probe(g, l, w, 1, 0, 0, N, in, out, dy, out, dy, g->ct, MP_QROLE_GRAD, wct(g, W), in, W->master, MP_F32,
+                     MP_QROLE_WEIGHT);
+    }
     return mp_qgemm(lrec(g, l, w), 0, 0, N, in, out, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, W->master,
                     MP_F32, in, qt(g, l, w, MP_QROLE_WEIGHT), g->qb, 0.0f, dx, g->ct, in, ep);
 }
@@ -543,8 +572,10 @@ static mp_status lin_dgrad_st(mp_gpt *g, int l, int w, size_t N, size_t out, siz
 /* dW (out x in) = beta dW + dy^T x, with ep */
 static mp_status lin_wgrad(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *dy, const void *x,
                            float beta, float *dW, const mp_gemm_epilogue *ep) {
-    if (!lrec(g, l, w))
-        return mp_gemm_ex(1, 0, out, in, N, 1.0f, dy, g->ct, out, x, g->ct, in, beta, dW, MP_F32, in, ep);
+    if (!lrec(g, l, w)) {
+        TRY(mp_gemm_ex(1, 0, out, in, N, 1.0f, dy, g->ct, out, x, g->ct, in, beta, dW, MP_F32, in, ep));
+        return probe(g, l, w, 2, 1, 0, out, in, N, dy, out, dy, g->ct, MP_QROLE_GRAD, x, in, x, g->ct, MP_QROLE_INPUT);
+    }
     return mp_qgemm(lrec(g, l, w), 1, 0, out, in, N, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, x, g->ct, in,
                     qt(g, l, w, MP_QROLE_INPUT), g->qb, beta, dW, MP_F32, in, ep);
 }
@@ -710,6 +741,35 @@ static mp_status forward_quiet(mp_gpt *g, const int32_t *tok, size_t B, size_t T
     return st;
 }
 
+mp_status mp_gpt_set_probe(mp_gpt *g, const mp_recipe *r, uint64_t seed) {
+    if (!g) return mp_error(MP_EINVAL, "mp_gpt_set_probe: NULL model");
+    free_probe(g);
+    if (!r || r->kind == MP_RECIPE_NONE) return MP_OK;
+    if (g->ct != MP_BF16 || g->master != MP_MASTER_FP32)
+        return mp_error(MP_EINVAL, "gpt: the %s probe measures bf16 compute with fp32 master weights",
+                        mp_recipe_name(r->kind));
+    const size_t C = (size_t)g->cfg.n_embd, N = g->max_batch * (size_t)g->cfg.block_size;
+    const size_t nb = (N > 4 * C ? N : 4 * C) * 4 * C, np = N * 4 * C > 16 * C * C ? N * 4 * C : 16 * C * C;
+    g->probe = *r;
+    g->pq = calloc(nq(g), sizeof *g->pq);
+    g->pst = calloc(nq(g), sizeof *g->pst); /* 3 directions per Linear, as 3 roles */
+    g->pa = aligned_alloc(64, (N * 4 * C * 2 + 63) / 64 * 64);
+    g->pb = aligned_alloc(64, (nb * 2 + 63) / 64 * 64);
+    g->pscr = aligned_alloc(64, (2 * np * sizeof(float) + 63) / 64 * 64);
+    if (!g->pq || !g->pst || !g->pa || !g->pb || !g->pscr)
+        return free_probe(g), mp_error(MP_ENOMEM, "gpt: out of memory for the probe");
+    for (size_t i = 0; i < nq(g); i++) {
+        const mp_status st = mp_qtensor_init(&g->pq[i], r, (mp_qrole)(i % 3), seed + i);
+        if (st) return free_probe(g), st;
+    }
+    return MP_OK;
+}
+
+const mp_qprobe *mp_gpt_probe(const mp_gpt *g, int l, int w, int dir) {
+    if (!g || !g->pst || l < 0 || l >= g->cfg.n_layer || w < 0 || w >= W_PER_LAYER || dir < 0 || dir > 2) return NULL;
+    return &g->pst[((size_t)l * W_PER_LAYER + (size_t)w) * 3 + (size_t)dir];
+}
+
 const mp_qtensor *mp_gpt_qtensor(const mp_gpt *g, int l, int w, mp_qrole role) {
     if (!g || !g->q || l < 0 || l >= g->cfg.n_layer || w < 0 || w >= W_PER_LAYER || (unsigned)role > MP_QROLE_GRAD ||
         !lrec(g, l, w))
@@ -725,6 +785,7 @@ mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *ta
     g->counting = 1;
     g->last_rows = 0;
     for (size_t i = 0; g->q && i < nq(g); i++) mp_qtensor_begin(&g->q[i], !accumulate);
+    for (size_t i = 0; g->pq && i < nq(g); i++) mp_qtensor_begin(&g->pq[i], !accumulate);
     TRY(forward(g, tokens, B, T, 0));
     float l;
     TRY(mp_cross_entropy(&l, g->logits, g->ct, g->logits, g->ct, targets, N, V, grad_scale, g->acc,
@@ -739,6 +800,7 @@ mp_status mp_gpt_train_batch(mp_gpt *g, const int32_t *tokens, const int32_t *ta
     count_lost(g);
     for (size_t i = 0; g->q && i < nq(g); i++)
         if (g->lrec[i / 3].kind != MP_RECIPE_NONE) mp_qtensor_end(&g->q[i], &g->lrec[i / 3]);
+    for (size_t i = 0; g->pq && i < nq(g); i++) mp_qtensor_end(&g->pq[i], &g->probe);
     *loss = l;
     g->last_rows = N;
     return MP_OK;

@@ -409,3 +409,75 @@ mp_status mp_qgemm(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_
     if (st != MP_OK) return st;
     return mp_gemm_ex(trans_a, trans_b, m, n, k, fa * fb, wa, MP_BF16, ca, wb, MP_BF16, cb, beta, c, c_type, ldc, ep);
 }
+
+double mp_qprobe_error(const mp_qprobe *p, int operand) {
+    if (!p || operand < -1 || operand > 1) return NAN;
+    const double d2 = operand < 0 ? p->out_d2 : p->op_d2[operand], r2 = operand < 0 ? p->out_r2 : p->op_r2[operand];
+    return r2 > 0 ? sqrt(d2 / r2) : d2 > 0 ? INFINITY : NAN;
+}
+
+static inline float value_at(const void *x, mp_dtype t, size_t ld, size_t i, size_t j) {
+    return t == MP_F32 ? ((const float *)x)[i * ld + j] : mp_bf16_widen(((const uint16_t *)x)[i * ld + j]);
+}
+
+/* Operand o (rows x cols, as quantized into w with factor f) against src: its sums into p. */
+static void probe_operand(mp_qprobe *p, int o, const uint16_t *w, float f, const void *src, mp_dtype st, size_t lds,
+                          size_t rows, size_t cols) {
+    double d2 = 0, r2 = 0;
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++) {
+            const double x = value_at(src, st, lds, i, j), d = (double)mp_bf16_widen(w[i * cols + j]) * f - x;
+            d2 += d * d, r2 += x * x;
+        }
+    p->op_d2[o] += d2, p->op_r2[o] += r2;
+}
+
+/* Whether mp_qoperand applies NVFP4's Hadamard transform to this operand (as it decides). */
+static int transformed(const mp_recipe *r, const mp_qtensor *q, size_t rows, int k_along_rows) {
+    return r->kind == MP_RECIPE_NVFP4 && r->nvfp4_rht && k_along_rows && q->role != MP_QROLE_WEIGHT && rows % 16 == 0;
+}
+
+mp_status mp_qgemm_probe(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_t n, size_t k, const void *a,
+                         mp_dtype a_type, size_t lda, const void *a_src, mp_dtype a_src_type, size_t lda_src,
+                         mp_qtensor *qa, uint16_t *wa, const void *b, mp_dtype b_type, size_t ldb, const void *b_src,
+                         mp_dtype b_src_type, size_t ldb_src, mp_qtensor *qb, uint16_t *wb, float *scratch,
+                         mp_qprobe *p) {
+    if (!r || !a || !a_src || !qa || !wa || !b || !b_src || !qb || !wb || !scratch || !p)
+        return mp_error(MP_EINVAL, "mp_qgemm_probe: NULL argument");
+    const size_t ra = trans_a ? k : m, ca = trans_a ? m : k, rb = trans_b ? n : k, cb = trans_b ? k : n;
+    const mp_quant_stats sa = qa->stats, sb = qb->stats;
+    float fa, fb;
+    mp_status st = mp_qoperand(wa, ca, &fa, a_src, a_src_type, lda_src, ra, ca, trans_a, r, qa);
+    if (st == MP_OK) st = mp_qoperand(wb, cb, &fb, b_src, b_src_type, ldb_src, rb, cb, !trans_b, r, qb);
+    float *ref = scratch, *q = scratch + m * n;
+    if (st == MP_OK)
+        st = mp_gemm_ex(trans_a, trans_b, m, n, k, 1.0f, a, a_type, lda, b, b_type, ldb, 0.0f, ref, MP_F32, n, NULL);
+    if (st == MP_OK)
+        st = mp_gemm_ex(trans_a, trans_b, m, n, k, fa * fb, wa, MP_BF16, ca, wb, MP_BF16, cb, 0.0f, q, MP_F32, n, NULL);
+    if (st != MP_OK) return st;
+    double d2 = 0, r2 = 0;
+    for (size_t i = 0; i < m * n; i++) {
+        const double d = (double)q[i] - ref[i];
+        d2 += d * d, r2 += (double)ref[i] * ref[i];
+    }
+    p->out_d2 += d2, p->out_r2 += r2, p->calls++;
+    const struct {
+        const uint16_t *w;
+        float f;
+        const void *src;
+        mp_dtype st;
+        size_t ld, rows, cols;
+        int kr;
+        const mp_qtensor *q;
+        mp_quant_stats before;
+    } ops[2] = {{wa, fa, a_src, a_src_type, lda_src, ra, ca, trans_a, qa, sa},
+                {wb, fb, b_src, b_src_type, ldb_src, rb, cb, !trans_b, qb, sb}};
+    for (int o = 0; o < 2; o++) {
+        p->op_n[o] += ops[o].rows * ops[o].cols;
+        p->flushed[o] += ops[o].q->stats.flushed - ops[o].before.flushed;
+        p->saturated[o] += ops[o].q->stats.saturated - ops[o].before.saturated;
+        if (transformed(r, ops[o].q, ops[o].rows, ops[o].kr)) p->transformed[o]++;
+        else probe_operand(p, o, ops[o].w, ops[o].f, ops[o].src, ops[o].st, ops[o].ld, ops[o].rows, ops[o].cols);
+    }
+    return MP_OK;
+}

@@ -162,6 +162,23 @@ mp_status mp_gpt_set_layer_recipes(mp_gpt *g, const mp_recipe *each, uint64_t se
  * recipe or for an index out of range. Its stats are the last training batch's. */
 const mp_qtensor *mp_gpt_qtensor(const mp_gpt *g, int l, int w, mp_qrole role);
 
+/* Measures, without changing the training, what the recipe r would do to
+ * each Linear layer's GEMMs that run in bf16: every training batch's
+ * forward, input-gradient and weight-gradient GEMMs are computed again on
+ * operands quantized by r (the weight from its fp32 master), with tensors of
+ * the probe's own (its scales and histories as a recipe's, streams from
+ * seed), and mp_qgemm_probe's sums kept per layer and direction. The
+ * training's bits are those without the probe. NULL or MP_RECIPE_NONE
+ * turns it off (and drops the sums). MP_EINVAL unless the model computes in
+ * bf16 with fp32 master weights; MP_ENOMEM. */
+mp_status mp_gpt_set_probe(mp_gpt *g, const mp_recipe *r, uint64_t seed);
+
+/* The probe's sums for Linear layer w of block l (as mp_gpt_qtensor's) in
+ * direction dir (0 forward, 1 input gradient, 2 weight gradient): NULL
+ * without a probe or for an index out of range. A layer under a recipe of
+ * its own is not probed (calls 0). */
+const mp_qprobe *mp_gpt_probe(const mp_gpt *g, int l, int w, int dir);
+
 /* Parameters; non_embedding != 0 leaves out the position embedding (as
  * nanoGPT's get_num_params, used for its MFU estimate). */
 size_t mp_gpt_num_params(const mp_gpt *g, int non_embedding);

@@ -146,6 +146,37 @@ mp_status mp_qgemm(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_
                    size_t ldb, mp_qtensor *qb, uint16_t *wb, float beta, void *c, mp_dtype c_type, size_t ldc,
                    const mp_gemm_epilogue *ep);
 
+/* What quantizing one GEMM's operands by a recipe does to them and to the
+ * product, summed over the calls of mp_qgemm_probe: the product against the
+ * GEMM on the operands as given (in their own format, fp32 accumulation),
+ * each operand (0: A, 1: B) dequantized against the values it was quantized
+ * from. An operand that NVFP4's Hadamard transform mixed has no element-wise
+ * counterpart: its errors are not summed, and transformed counts the calls. */
+typedef struct mp_qprobe {
+    double out_d2, out_r2;                      /* sums of (quantized product - product)^2 and of product^2 */
+    double op_d2[2], op_r2[2];                  /* per operand: sums of (dequantized - value)^2 and of value^2 */
+    uint64_t op_n[2], flushed[2], saturated[2]; /* per operand: elements, and mp_quant_stats's counts */
+    uint64_t transformed[2];                    /* per operand: calls whose operand was transformed */
+    uint64_t calls;
+} mp_qprobe;
+
+/* The relative errors of a probe: sqrt(d2 / r2) for the product (operand -1)
+ * or operand 0 / 1; NAN where nothing was summed. */
+double mp_qprobe_error(const mp_qprobe *p, int operand);
+
+/* One GEMM C = op(A) op(B) (m x n x k, as mp_qgemm) measured, not used:
+ * the product of a and b as given (a_type, b_type: bf16 or fp32), against
+ * the product of the operands quantized as mp_qgemm would, a from a_src and
+ * b from b_src (the same values, or the fp32 master of b's bf16 copy), into
+ * qa's and qb's tensors (their scales, histories and stats move as in
+ * mp_qgemm) through wa and wb. scratch: 2 m n floats. The sums are added
+ * to p. MP_EINVAL as mp_qgemm; MP_ENOMEM. */
+mp_status mp_qgemm_probe(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_t n, size_t k, const void *a,
+                         mp_dtype a_type, size_t lda, const void *a_src, mp_dtype a_src_type, size_t lda_src,
+                         mp_qtensor *qa, uint16_t *wa, const void *b, mp_dtype b_type, size_t ldb, const void *b_src,
+                         mp_dtype b_src_type, size_t ldb_src, mp_qtensor *qb, uint16_t *wb, float *scratch,
+                         mp_qprobe *p);
+
 #ifdef __cplusplus
 }
 #endif
