@@ -234,6 +234,16 @@ static void normal_fill(float *v, size_t n, double std, uint64_t *rng) {
 
 static size_t nq(const mp_gpt *g) { return (size_t)g->cfg.n_layer * W_PER_LAYER * 3; }
 
+/* The quantized operands of one Linear GEMM, in elements: A (N x 4C) and B
+ * (max(N, 4C) x 4C), N the largest batch's rows; into 64-byte-aligned bf16 buffers. */
+static mp_status alloc_operands(const mp_gpt *g, uint16_t **a, uint16_t **b) {
+    const size_t C = (size_t)g->cfg.n_embd, N = g->max_batch * (size_t)g->cfg.block_size;
+    const size_t na = N * 4 * C, nb = (N > 4 * C ? N : 4 * C) * 4 * C;
+    *a = aligned_alloc(64, (na * 2 + 63) / 64 * 64);
+    *b = aligned_alloc(64, (nb * 2 + 63) / 64 * 64);
+    return *a && *b ? MP_OK : MP_ENOMEM;
+}
+
 static void free_probe(mp_gpt *g) {
     for (size_t i = 0; g->pq && i < nq(g); i++) mp_qtensor_free(&g->pq[i]);
     free(g->pq), free(g->pst), free(g->pa), free(g->pb), free(g->pscr);
@@ -426,12 +436,9 @@ mp_status mp_gpt_set_layer_recipes(mp_gpt *g, const mp_recipe *each, uint64_t se
         free_recipe(g);
         return mp_error(MP_EINVAL, "gpt: the %s recipe runs with bf16 compute and fp32 master weights", name);
     }
-    const size_t C = (size_t)g->cfg.n_embd, N = g->max_batch * (size_t)g->cfg.block_size;
-    const size_t nb = (N > 4 * C ? N : 4 * C) * 4 * C;
     g->q = calloc(nq(g), sizeof *g->q);
-    g->qa = aligned_alloc(64, (N * 4 * C * 2 + 63) / 64 * 64);
-    g->qb = aligned_alloc(64, (nb * 2 + 63) / 64 * 64);
-    if (!g->q || !g->qa || !g->qb) return free_recipe(g), mp_error(MP_ENOMEM, "gpt: out of memory for the recipe");
+    if (!g->q || alloc_operands(g, &g->qa, &g->qb) != MP_OK)
+        return free_recipe(g), mp_error(MP_ENOMEM, "gpt: out of memory for the recipe");
     g->recipe = lrec[first];
     for (size_t i = 0; i < nq(g); i++) {
         const mp_recipe *r = &lrec[i / 3];
@@ -533,9 +540,9 @@ static mp_status probe(mp_gpt *g, int l, int w, int dir, int ta, int tb, size_t 
                        size_t lda, const void *as, mp_dtype ast, mp_qrole ra, const void *b, size_t ldb, const void *bs,
                        mp_dtype bst_, mp_qrole rb) {
     if (!g->pq || !g->counting || lrec(g, l, w)) return MP_OK;
-    mp_qtensor *q = &g->pq[((size_t)l * W_PER_LAYER + (size_t)w) * 3];
-    return mp_qgemm_probe(&g->probe, ta, tb, m, n, k, a, g->ct, lda, as, ast, lda, &q[ra], g->pa, b, g->ct, ldb, bs,
-                          bst_, ldb, &q[rb], g->pb, g->pscr, &g->pst[((size_t)l * W_PER_LAYER + (size_t)w) * 3 + dir]);
+    const size_t i = ((size_t)l * W_PER_LAYER + (size_t)w) * 3; /* its tensors, as q's, and its directions */
+    return mp_qgemm_probe(&g->probe, ta, tb, m, n, k, a, g->ct, lda, as, ast, lda, &g->pq[i + ra], g->pa, b, g->ct, ldb,
+                          bs, bst_, ldb, &g->pq[i + rb], g->pb, g->pscr, &g->pst[i + (size_t)dir]);
 }
 
 /* y (N x out) = x (N x in) W^T, with ep */
@@ -749,14 +756,12 @@ mp_status mp_gpt_set_probe(mp_gpt *g, const mp_recipe *r, uint64_t seed) {
         return mp_error(MP_EINVAL, "gpt: the %s probe measures bf16 compute with fp32 master weights",
                         mp_recipe_name(r->kind));
     const size_t C = (size_t)g->cfg.n_embd, N = g->max_batch * (size_t)g->cfg.block_size;
-    const size_t nb = (N > 4 * C ? N : 4 * C) * 4 * C, np = N * 4 * C > 16 * C * C ? N * 4 * C : 16 * C * C;
+    const size_t np = N * 4 * C > 16 * C * C ? N * 4 * C : 16 * C * C; /* the largest product */
     g->probe = *r;
     g->pq = calloc(nq(g), sizeof *g->pq);
     g->pst = calloc(nq(g), sizeof *g->pst); /* 3 directions per Linear, as 3 roles */
-    g->pa = aligned_alloc(64, (N * 4 * C * 2 + 63) / 64 * 64);
-    g->pb = aligned_alloc(64, (nb * 2 + 63) / 64 * 64);
     g->pscr = aligned_alloc(64, (2 * np * sizeof(float) + 63) / 64 * 64);
-    if (!g->pq || !g->pst || !g->pa || !g->pb || !g->pscr)
+    if (!g->pq || !g->pst || !g->pscr || alloc_operands(g, &g->pa, &g->pb) != MP_OK)
         return free_probe(g), mp_error(MP_ENOMEM, "gpt: out of memory for the probe");
     for (size_t i = 0; i < nq(g); i++) {
         const mp_status st = mp_qtensor_init(&g->pq[i], r, (mp_qrole)(i % 3), seed + i);

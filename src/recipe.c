@@ -316,6 +316,14 @@ static float operand_amax(const mp_qop *op) {
     return m.amax;
 }
 
+/* Whether mp_qoperand applies NVFP4's Hadamard transform to an operand of rows
+ * rows quantized as q's: along the reduction, not a weight, whole 16-row
+ * blocks only (a zero-padded last block would carry nonzero values into rows
+ * the GEMM does not sum; TE requires whole blocks). */
+static int transformed(const mp_recipe *r, const mp_qtensor *q, size_t rows, int k_along_rows) {
+    return r->kind == MP_RECIPE_NVFP4 && r->nvfp4_rht && k_along_rows && q->role != MP_QROLE_WEIGHT && rows % 16 == 0;
+}
+
 mp_status mp_qoperand(uint16_t *dst, size_t ldd, float *factor, const void *src, mp_dtype src_type, size_t lds,
                       size_t rows, size_t cols, int k_along_rows, const mp_recipe *r, mp_qtensor *q) {
     return mp_qoperand_with(mp_kernels_current()->recipe, dst, ldd, factor, src, src_type, lds, rows, cols,
@@ -348,10 +356,7 @@ mp_status mp_qoperand_with(const mp_recipe_kernels *kern, uint16_t *dst, size_t 
     j.k = kern;
     mp_qop *op = &j.op;
     if (r->kind == MP_RECIPE_NVFP4) {
-        /* the transform mixes 16 rows: a zero-padded last block would carry
-         * nonzero values into rows the GEMM does not sum, so (as TE, which
-         * requires whole blocks) it applies to whole blocks only */
-        op->rht = r->nvfp4_rht && k_along_rows && q->role != MP_QROLE_WEIGHT && rows % 16 == 0;
+        op->rht = transformed(r, q, rows, k_along_rows);
         if (r->nvfp4_sr && q->role == MP_QROLE_GRAD) op->rng = &q->rng;
         if (q->role == MP_QROLE_WEIGHT && r->nvfp4_2d_weights) op->tile16 = 1, op->k_rows = 0;
     }
@@ -397,17 +402,25 @@ mp_status mp_qoperand_with(const mp_recipe_kernels *kern, uint16_t *dst, size_t 
     return MP_OK;
 }
 
+/* mp_qgemm's operands: A into wa and B into wb, each along the reduction, A first; their factors into f[2]. */
+static mp_status qoperands(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_t n, size_t k, const void *a,
+                           mp_dtype a_type, size_t lda, mp_qtensor *qa, uint16_t *wa, const void *b, mp_dtype b_type,
+                           size_t ldb, mp_qtensor *qb, uint16_t *wb, float f[2]) {
+    /* as stored: A is m x k (k x m when trans_a), B k x n (n x k when trans_b) */
+    const size_t ra = trans_a ? k : m, ca = trans_a ? m : k, rb = trans_b ? n : k, cb = trans_b ? k : n;
+    const mp_status st = mp_qoperand(wa, ca, &f[0], a, a_type, lda, ra, ca, trans_a, r, qa);
+    return st == MP_OK ? mp_qoperand(wb, cb, &f[1], b, b_type, ldb, rb, cb, !trans_b, r, qb) : st;
+}
+
 mp_status mp_qgemm(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_t n, size_t k, const void *a,
                    mp_dtype a_type, size_t lda, mp_qtensor *qa, uint16_t *wa, const void *b, mp_dtype b_type,
                    size_t ldb, mp_qtensor *qb, uint16_t *wb, float beta, void *c, mp_dtype c_type, size_t ldc,
                    const mp_gemm_epilogue *ep) {
-    /* as stored: A is m x k (k x m when trans_a), B k x n (n x k when trans_b) */
-    const size_t ra = trans_a ? k : m, ca = trans_a ? m : k, rb = trans_b ? n : k, cb = trans_b ? k : n;
-    float fa, fb;
-    mp_status st = mp_qoperand(wa, ca, &fa, a, a_type, lda, ra, ca, trans_a, r, qa);
-    if (st == MP_OK) st = mp_qoperand(wb, cb, &fb, b, b_type, ldb, rb, cb, !trans_b, r, qb);
+    float f[2];
+    const mp_status st = qoperands(r, trans_a, trans_b, m, n, k, a, a_type, lda, qa, wa, b, b_type, ldb, qb, wb, f);
     if (st != MP_OK) return st;
-    return mp_gemm_ex(trans_a, trans_b, m, n, k, fa * fb, wa, MP_BF16, ca, wb, MP_BF16, cb, beta, c, c_type, ldc, ep);
+    return mp_gemm_ex(trans_a, trans_b, m, n, k, f[0] * f[1], wa, MP_BF16, trans_a ? m : k, wb, MP_BF16,
+                      trans_b ? k : n, beta, c, c_type, ldc, ep);
 }
 
 double mp_qprobe_error(const mp_qprobe *p, int operand) {
@@ -432,11 +445,6 @@ static void probe_operand(mp_qprobe *p, int o, const uint16_t *w, float f, const
     p->op_d2[o] += d2, p->op_r2[o] += r2;
 }
 
-/* Whether mp_qoperand applies NVFP4's Hadamard transform to this operand (as it decides). */
-static int transformed(const mp_recipe *r, const mp_qtensor *q, size_t rows, int k_along_rows) {
-    return r->kind == MP_RECIPE_NVFP4 && r->nvfp4_rht && k_along_rows && q->role != MP_QROLE_WEIGHT && rows % 16 == 0;
-}
-
 mp_status mp_qgemm_probe(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_t n, size_t k, const void *a,
                          mp_dtype a_type, size_t lda, const void *a_src, mp_dtype a_src_type, size_t lda_src,
                          mp_qtensor *qa, uint16_t *wa, const void *b, mp_dtype b_type, size_t ldb, const void *b_src,
@@ -446,14 +454,15 @@ mp_status mp_qgemm_probe(const mp_recipe *r, int trans_a, int trans_b, size_t m,
         return mp_error(MP_EINVAL, "mp_qgemm_probe: NULL argument");
     const size_t ra = trans_a ? k : m, ca = trans_a ? m : k, rb = trans_b ? n : k, cb = trans_b ? k : n;
     const mp_quant_stats sa = qa->stats, sb = qb->stats;
-    float fa, fb;
-    mp_status st = mp_qoperand(wa, ca, &fa, a_src, a_src_type, lda_src, ra, ca, trans_a, r, qa);
-    if (st == MP_OK) st = mp_qoperand(wb, cb, &fb, b_src, b_src_type, ldb_src, rb, cb, !trans_b, r, qb);
+    float f[2];
+    mp_status st = qoperands(r, trans_a, trans_b, m, n, k, a_src, a_src_type, lda_src, qa, wa, b_src, b_src_type,
+                             ldb_src, qb, wb, f);
     float *ref = scratch, *q = scratch + m * n;
     if (st == MP_OK)
         st = mp_gemm_ex(trans_a, trans_b, m, n, k, 1.0f, a, a_type, lda, b, b_type, ldb, 0.0f, ref, MP_F32, n, NULL);
     if (st == MP_OK)
-        st = mp_gemm_ex(trans_a, trans_b, m, n, k, fa * fb, wa, MP_BF16, ca, wb, MP_BF16, cb, 0.0f, q, MP_F32, n, NULL);
+        st = mp_gemm_ex(trans_a, trans_b, m, n, k, f[0] * f[1], wa, MP_BF16, ca, wb, MP_BF16, cb, 0.0f, q, MP_F32, n,
+                        NULL);
     if (st != MP_OK) return st;
     double d2 = 0, r2 = 0;
     for (size_t i = 0; i < m * n; i++) {
@@ -470,8 +479,8 @@ mp_status mp_qgemm_probe(const mp_recipe *r, int trans_a, int trans_b, size_t m,
         int kr;
         const mp_qtensor *q;
         mp_quant_stats before;
-    } ops[2] = {{wa, fa, a_src, a_src_type, lda_src, ra, ca, trans_a, qa, sa},
-                {wb, fb, b_src, b_src_type, ldb_src, rb, cb, !trans_b, qb, sb}};
+    } ops[2] = {{wa, f[0], a_src, a_src_type, lda_src, ra, ca, trans_a, qa, sa},
+                {wb, f[1], b_src, b_src_type, ldb_src, rb, cb, !trans_b, qb, sb}};
     for (int o = 0; o < 2; o++) {
         p->op_n[o] += ops[o].rows * ops[o].cols;
         p->flushed[o] += ops[o].q->stats.flushed - ops[o].before.flushed;
