@@ -21,8 +21,7 @@
 # Needs clang, libclang-rt-dev (the sanitizer runtimes), libomp-dev (libomp
 # and libarcher) and clang-format; llvm (llvm-symbolizer) for file:line in
 # reports.
-# ctest runs TEST_JOBS (2 x JOBS) tests at a time, as make test does, but
-# one at a time under ASan.
+# ctest runs TEST_JOBS (2 x JOBS) tests at a time, as make test does.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -64,9 +63,11 @@ part "clang tests"
 # 2. ASan + UBSan
 configure "$CLANG_ASAN_BUILD" RelWithDebInfo -DMP_SANITIZE=ON
 cmake --build "$CLANG_ASAN_BUILD" -j "$JOBS"
-# one test at a time: LeakSanitizer's exit-time check, which stops libomp's threads
-# under ptrace, crashed once ("Tracer caught signal 11") with 4 tests on 2 cores
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir "$CLANG_ASAN_BUILD" --output-on-failure
+# intercept_tls_get_addr=0, as make test (Makefile, SAN_ENV): LLVM 14's __tls_get_addr
+# interceptor mistakes a malloc'd dynamic TLS block 16 bytes past a 4 KiB boundary for
+# glibc 2.19's layout, and LeakSanitizer's exit-time check dies reading the range it
+# recorded ("Tracer caught signal 11")
+ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir "$CLANG_ASAN_BUILD" --output-on-failure -j "$TEST_JOBS"
 part "clang ASan + UBSan build and tests"
 
 # 3. ThreadSanitizer
