@@ -64,14 +64,14 @@ test-long: deps-test build build-asan
 	fi
 
 # The GPT at the accuracy budget: fp32, fp16-dynamic, bf16, bf16-pure and bf16
-# with 8-bit optimizer state, Kahan-compensated weights and both, trained side
-# by side; the accuracy, sample and bytes-per-parameter targets asserted
+# with 8-bit optimizer state, Kahan-compensated weights and both, trained two
+# at a time; the accuracy, sample and bytes-per-parameter targets asserted
 # (docs/TRAINING.md); about 24 minutes on 2 Zen 3 cores.
 check-gpt: deps-test build
 	CHECK_ALSO= scripts/check_gpt.sh $(M) $(BUILD)/check-gpt
 
 # The fp8/fp4 recipes on the GPT at the same budget: bf16, fp8-delayed,
-# fp8-current, mxfp8 and nvfp4 side by side, their accuracy targets asserted
+# fp8-current, mxfp8 and nvfp4 two at a time, their accuracy targets asserted
 # (docs/TRAINING.md); about 5 minutes on 2 Zen 5 cores, 20 on Zen 3.
 check-fp8: deps-test build
 	CHECK_FROM= scripts/check_fp8.sh $(M) $(BUILD)/check-fp8
@@ -121,7 +121,9 @@ check: check-package check-stability check-torch check-budget check-clang
 check-stability: deps-test build
 	scripts/check_stability.sh $(M) $(BUILD)/check-stability
 
-# check-gpt and check-fp8 in one comparison, so that bf16 trains once for both.
+# check-gpt's modes and check-fp8's recipes trained together, bf16 once for
+# both, two runs at a time with one thread each (scripts/budget.sh); 24m33s on
+# 2 quiet Zen 3 cores.
 check-budget: deps-test build
 	CHECK_ALSO=fp8-delayed,fp8-current,mxfp8,nvfp4 scripts/check_gpt.sh $(M) $(BUILD)/check-budget
 	CHECK_FROM=$(BUILD)/check-budget scripts/check_fp8.sh $(M)

@@ -1,27 +1,27 @@
 #!/usr/bin/env bash
 # check_fp8.sh [MIXPREC] [OUT] - the fp8/fp4 recipes on the GPT at the accuracy
 # budget of check_gpt.sh (docs/TRAINING.md, "fp8 and fp4 recipes"): bf16 and
-# the four recipes side by side in one `mixprec compare`, then issue 15's
-# targets, asserted on what the run wrote: fp8-delayed, fp8-current and
-# mxfp8 end within 3% of bf16's validation loss; nvfp4 is reported as it comes
-# out, with the share of its quantized values saturated and flushed.
-# CHECK_FROM=DIR asserts them on a comparison already made (`make
-# check-budget` trains these modes in check_gpt.sh's comparison, bf16 once
-# for both), after checking that it was made with this budget and nothing
-# else that changes training.
+# the four recipes trained side by side, each in a comparison of its own,
+# OUT/MODE (budget.sh's budget_train), then the targets, asserted on what the
+# runs wrote: fp8-delayed, fp8-current and mxfp8 end within 3% of bf16's
+# validation loss; nvfp4 is reported as it comes out, with the share of its
+# quantized values saturated and flushed.
+# CHECK_FROM=DIR asserts them on runs already made (`make check-budget`
+# trains these modes in check_gpt.sh's run, bf16 once for both), after
+# checking that each was made with this budget and nothing else that changes
+# training.
 # `make check-fp8` runs it; `.ci/run` runs it through `make check` (`make
 # check-budget`) after `make test`.
 set -euo pipefail
 M=${1:-build/mixprec}
 out=${CHECK_FROM:-${2:-mixprec-fp8}}
-budget=(--model gpt:4-4-128-128 --batch 16 --steps 1000 --lr 6e-3 --lr-schedule cosine --warmup 50
-        --weight-decay 0.1 --betas 0.9,0.95 --clip 1 --seed 1)
-[ -n "${CHECK_FROM:-}" ] || "$M" compare --precisions bf16,fp8-delayed,fp8-current,mxfp8,nvfp4 --out "$out" "${budget[@]}"
+. "$(dirname "$0")/budget.sh"
+modes=(bf16 fp8-delayed fp8-current mxfp8 nvfp4)
+[ -n "${CHECK_FROM:-}" ] || budget_train "$M" "$out" "${modes[@]}" || true # a mode not run fails below
 echo
-python3 - "$out" "${budget[*]}" <<'PY'
-import json, sys
-out, budget = sys.argv[1], sys.argv[2]
-summary = json.load(open(out + "/summary.json"))
+python3 - "$out" "${budget[*]}" "${modes[@]}" <<'PY'
+import json, os, sys
+out, budget, modes = sys.argv[1], sys.argv[2], sys.argv[3:]
 def same_budget(words, want):
     """compare, the budget's options in order, and only options that do not change training"""
     at = next((i for i in range(len(words)) if words[i:i + len(want)] == want), None)
@@ -29,19 +29,27 @@ def same_budget(words, want):
         return False
     rest, i = words[2:at] + words[at + len(want):], 0
     while i < len(rest):
-        if rest[i] in ("--precisions", "--out") and i + 1 < len(rest):
+        if rest[i] in ("--precisions", "--out", "--threads") and i + 1 < len(rest):
             i += 2
         elif rest[i] == "--checkpoints":
             i += 1
         else:
             return False
     return True
-if not same_budget(summary["command"].split(), budget.split()):
-    print(f"FAIL: {out}/summary.json was not made with the budget's options alone ({budget}): {summary['command']}")
+runs, bad = {}, 0
+for mode in modes:
+    if not os.path.exists(f"{out}/{mode}/summary.json"):
+        continue
+    summary = json.load(open(f"{out}/{mode}/summary.json"))
+    if not same_budget(summary["command"].split(), budget.split()):
+        print(f"FAIL: {out}/{mode}/summary.json was not made with the budget's options alone ({budget}): "
+              f"{summary['command']}")
+        bad = 1
+    runs.update({r["precision"]: r for r in summary["runs"]})
+if "bf16" not in runs:
+    print("FAIL: bf16 was not run")
     sys.exit(1)
-runs = {r["precision"]: r for r in summary["runs"]}
 base = runs["bf16"]["val_loss"]
-bad = 0
 print("mode           val loss  vs bf16   saturated  flushed   ms/step")
 for mode, limit in (("bf16", None), ("fp8-delayed", 3.0), ("fp8-current", 3.0), ("mxfp8", 3.0), ("nvfp4", None)):
     if mode not in runs:
@@ -59,4 +67,4 @@ for mode, limit in (("bf16", None), ("fp8-delayed", 3.0), ("fp8-current", 3.0), 
         bad = 1
 sys.exit(bad)
 PY
-echo "check-fp8: the targets hold (report: $out/report.html)"
+echo "check-fp8: the targets hold (reports: $out/MODE/report.html)"

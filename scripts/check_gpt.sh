@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # check_gpt.sh [MIXPREC] [OUT] - the GPT at the accuracy budget (docs/TRAINING.md,
-# "The GPT at the accuracy budget"): the precision modes side by side in one
-# `mixprec compare` (fp32, fp16-dynamic, bf16, bf16-pure, and bf16 with 8-bit
-# optimizer state, with Kahan-compensated weights and no master copy, and
-# with both; PRECISIONS=LIST for others, e.g. with fp16; CHECK_ALSO=LIST adds
-# modes to the comparison, as `make check-budget` adds check_fp8.sh's recipes
-# so that bf16 is trained once for both), then the targets, asserted on what
-# the run wrote:
+# "The GPT at the accuracy budget"): the precision modes trained side by side
+# (fp32, fp16-dynamic, bf16, bf16-pure, and bf16 with 8-bit optimizer state,
+# with Kahan-compensated weights and no master copy, and with both;
+# PRECISIONS=LIST for others, e.g. with fp16; CHECK_ALSO=LIST adds modes, as
+# `make check-budget` adds check_fp8.sh's recipes so that bf16 is trained once
+# for both), each in a comparison of its own, OUT/MODE (budget.sh's
+# budget_train: JOBS at a time), then the targets, asserted on what the runs
+# wrote:
 #   - fp16-dynamic and bf16 end within 2% of fp32's validation loss, bf16-pure
 #     within 4%; fp16 without loss scaling, if run, is reported as it comes out;
 #   - the ways of holding fewer bytes end within 3% of bf16's (fp32 masters,
@@ -22,22 +23,30 @@
 set -euo pipefail
 M=${1:-build/mixprec}
 out=${2:-mixprec-gpt}
-budget=(--model gpt:4-4-128-128 --batch 16 --steps 1000 --lr 6e-3 --lr-schedule cosine --warmup 50
-        --weight-decay 0.1 --betas 0.9,0.95 --clip 1 --seed 1)
+. "$(dirname "$0")/budget.sh"
 # (bf16-pure is bf16+master-weights=sr: stochastically rounded bf16 weights, fp32 state)
 LEAN=(bf16+optim-state=8bit bf16+master-weights=kahan bf16+master-weights=kahan+optim-state=8bit)
 modes=${PRECISIONS:-fp32,fp16-dynamic,bf16,bf16-pure$(printf ',%s' "${LEAN[@]}")}${CHECK_ALSO:+,$CHECK_ALSO}
-"$M" compare --precisions "$modes" --checkpoints --out "$out" "${budget[@]}"
-echo
 fails=0
+IFS=, read -r -a list <<< "$modes"
+budget_train "$M" "$out" "${list[@]}" || fails=1
+echo
 for mode in fp32 fp16-dynamic bf16 bf16-pure; do
-    [ -f "$out/$mode.ckpt" ] || continue
-    "$M" sample --from "$out/$mode.ckpt" --tokens 4000 --judge > "$out/$mode.sample" 2> "$out/$mode.judged"
+    [ -f "$out/$mode/$mode.ckpt" ] || continue
+    "$M" sample --from "$out/$mode/$mode.ckpt" --tokens 4000 --judge > "$out/$mode.sample" 2> "$out/$mode.judged"
 done
-python3 - "$out" <<'PY' || fails=1
-import json, re, sys
-out = sys.argv[1]
-runs = {r["precision"]: r for r in json.load(open(out + "/summary.json"))["runs"]}
+python3 - "$out" "${list[@]}" <<'PY' || fails=1
+import json, os, re, sys
+out, modes = sys.argv[1], sys.argv[2:]
+runs, failed = {}, []
+for mode in modes:
+    if os.path.exists(f"{out}/{mode}/summary.json"):
+        s = json.load(open(f"{out}/{mode}/summary.json"))
+        runs.update({r["precision"]: r for r in s["runs"]})
+        failed += s.get("failed", [])
+if "fp32" not in runs:
+    print("FAIL: fp32 was not run")
+    sys.exit(1)
 base = runs["fp32"]["val_loss"]
 bad = 0
 print("mode           val loss  vs fp32   printable  words found")
@@ -61,7 +70,7 @@ for mode, limit in (("fp32", None), ("fp16", None), ("fp16-dynamic", 2.0), ("bf1
     if limit is not None and abs(rel) > limit:
         print(f"FAIL: {mode}: validation loss {v:.4f} differs by {rel:+.2f}% from fp32's {base:.4f} (at most {limit}%)")
         bad = 1
-for f in json.load(open(out + "/summary.json")).get("failed", []):
+for f in failed:
     print(f"FAIL: {f['mode']} did not finish: {f['error']}")
     bad = 1
 if "bf16" in runs:
