@@ -58,6 +58,14 @@ typedef struct mp_model_row {
      * (MP_RECIPE_NONE: the compute format), at most cap into names and
      * kinds; returns how many (0 before create). NULL: the model names none. */
     size_t (*layers)(const void *ctx, const char **names, mp_recipe_kind *kinds, size_t cap);
+    /* Measures what recipe r would do to each Linear layer's GEMMs from the
+     * next training batch on, training unchanged (mp_gpt_set_probe; streams
+     * from seed): MP_EINVAL + message where the mode cannot take it. Then
+     * the probed layers' names and their sums per direction (forward, input
+     * gradient, weight gradient), at most cap; returns how many. NULL: the
+     * model has no probe. */
+    mp_status (*probe)(void *ctx, const mp_recipe *r, uint64_t seed);
+    size_t (*probed)(const void *ctx, const char **names, mp_qprobe (*sums)[3], size_t cap);
     /* The pairs a checkpoint keeps about the model besides its string, into
      * kv (key, value, ...); returns how many strings. */
     int (*meta)(const mp_run_spec *s, const char **kv);

@@ -20,6 +20,7 @@ void mp_run_result_free(mp_run_result *r) {
     free(r->tensor_totals), free(r->skips), free(r->skip_text);
     free(r->eval_steps), free(r->eval_losses), free(r->sample), free(r->summary);
     free(r->assigned_names), free(r->assigned_recipes);
+    free(r->probe_names), free(r->probe_sums);
     free(r->quant_names), free(r->quant_totals), free(r->quant_scale), free(r->quant_saturated), free(r->quant_flushed);
     memset(r, 0, sizeof *r);
 }
@@ -90,6 +91,10 @@ static int setup(run_state *s) {
         return mp_run_failed(s, st);
     if (!s->model.ops || !s->loader.train_batch)
         return mp_run_fail(s, MP_ESTATE, "model %s: no model or loader made", o->model);
+    mp_recipe pr;
+    if (o->probe && ((st = mp_recipe_parse(o->probe, &pr)) != MP_OK ||
+                     (st = row->probe(s->mctx, &pr, (uint64_t)o->seed ^ 0x9E3779B97F4A7C15ull)) != MP_OK))
+        return st == MP_EINVAL ? mp_run_invalid(s, mp_last_error()) : mp_run_failed(s, st);
     s->steps_per_epoch = per / o->accum > 0 ? per / o->accum : 1;
     return RUN_OK;
 }
@@ -353,6 +358,20 @@ static int train_steps(run_state *s) {
     return RUN_OK;
 }
 
+/* With a probe: its sums per layer and direction into the result. */
+static int take_probe(run_state *s, mp_run_result *r) {
+    const size_t n = s->row->probed(s->mctx, NULL, NULL, 0);
+    const char **names = calloc(n + 1, sizeof *names);
+    r->probe_names = calloc(n + 1, sizeof *r->probe_names), r->probe_sums = calloc(n + 1, sizeof *r->probe_sums);
+    if (!names || !r->probe_names || !r->probe_sums) return free(names), mp_run_fail(s, MP_ENOMEM, "out of memory");
+    s->row->probed(s->mctx, names, r->probe_sums, n);
+    for (size_t i = 0; i < n; i++) snprintf(r->probe_names[i], sizeof r->probe_names[i], "%s", names[i]);
+    snprintf(r->probe_recipe, sizeof r->probe_recipe, "%s", s->o.probe);
+    r->nprobe = (int)n;
+    free(names);
+    return RUN_OK;
+}
+
 /* The end: the evaluation, the ranks compared, the sample, the medians and the totals. */
 static int finish(run_state *s) {
     const mp_run_spec *o = &s->o;
@@ -368,6 +387,7 @@ static int finish(run_state *s) {
     r->eval_steps[r->neval] = n, r->eval_losses[r->neval++] = r->eval_loss;
     if (s->row->sample && o->sample_bytes > 0 && s->writer && take_sample(s, o->sample_bytes, r) != 0)
         return RUN_FAILED;
+    if (o->probe && take_probe(s, r) != RUN_OK) return RUN_FAILED;
     qsort(s->ms, (size_t)n, sizeof *s->ms, cmp_d);
     r->ms_per_step = n ? s->ms[n / 2] : 0.0;
     qsort(s->mpi_ms, (size_t)n, sizeof *s->mpi_ms, cmp_d);

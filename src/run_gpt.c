@@ -94,6 +94,24 @@ static mp_status gpt_create(void *ctx, const mp_precision *p, mp_optim *opt, siz
     return sa == MP_OK ? mp_gpt_set_layer_recipes(g->gpt, g->each, seed) : sa;
 }
 
+static mp_status gpt_probe(void *ctx, const mp_recipe *r, uint64_t seed) {
+    return mp_gpt_set_probe(((gpt_run *)ctx)->gpt, r, seed);
+}
+
+/* The blocks' Linear layers (lm_head, the tied embedding, runs in bf16 in every mode: not probed). */
+static size_t gpt_probed(const void *ctx, const char **names, mp_qprobe (*sums)[3], size_t cap) {
+    const gpt_run *g = ctx;
+    const size_t n = g->nl ? g->nl - 1 : 0;
+    for (size_t i = 0; i < n && i < cap; i++) {
+        names[i] = g->names[i];
+        for (int d = 0; d < 3; d++) {
+            const mp_qprobe *p = mp_gpt_probe(g->gpt, (int)(i / 4), (int)(i % 4), d);
+            sums[i][d] = p ? *p : (mp_qprobe){0};
+        }
+    }
+    return n;
+}
+
 static mp_status gpt_loader(void *ctx, size_t rows, int shuffle, uint64_t seed, mp_loader *out, long *per) {
     gpt_run *g = ctx;
     const size_t T = (size_t)g->c.block_size;
@@ -157,6 +175,8 @@ const mp_model_row mp_gpt_row = {.prefix = "gpt:",
                                  .loader = gpt_loader,
                                  .assign = gpt_assign,
                                  .layers = gpt_layers,
+                                 .probe = gpt_probe,
+                                 .probed = gpt_probed,
                                  .meta = gpt_meta,
                                  .describe = gpt_describe,
                                  .print_start = gpt_print_start,

@@ -94,6 +94,22 @@ double mp_run_ring_bytes(const run_state *s, const mp_allreduce_stats *ds) {
     return 2.0 * (size_of(s) - 1) / size_of(s) * (double)ds->wire_bytes;
 }
 
+/* With a probe: each layer's product error per direction. */
+static void print_probe(const mp_run_result *r, FILE *out) {
+    int w = 0;
+    for (int i = 0; i < r->nprobe; i++) w = (int)strlen(r->probe_names[i]) > w ? (int)strlen(r->probe_names[i]) : w;
+    OUT("        probe %s, the relative error of each GEMM's product (forward / input gradient / weight gradient):\n",
+        r->probe_recipe);
+    for (int i = 0; i < r->nprobe; i++) {
+        if (!r->probe_sums[i][0].calls) { /* the layer ran in a recipe of its own */
+            OUT("          %-*s - (in its own recipe)\n", w, r->probe_names[i]);
+            continue;
+        }
+        OUT("          %-*s %.4f / %.4f / %.4f\n", w, r->probe_names[i], mp_qprobe_error(&r->probe_sums[i][0], -1),
+            mp_qprobe_error(&r->probe_sums[i][1], -1), mp_qprobe_error(&r->probe_sums[i][2], -1));
+    }
+}
+
 /* The results, as `mixprec train` prints them. */
 void mp_run_print_results(const run_state *s) {
     const mp_run_result *r = &s->res;
@@ -172,6 +188,7 @@ void mp_run_print_results(const run_state *s) {
             OUT(" (most in %s: %.4f%%)", r->quant_names[wf], 100 * frac(qs[wf].flushed, qs[wf].n));
         if (out) fputc('\n', out);
     }
+    if (r->nprobe) print_probe(r, out);
 }
 
 /* The warnings the literature describes, into the result and printed. */

@@ -180,6 +180,12 @@ static const option options[] = {
     {"dump-grads", "FILE", K_STR, F(dump_grads), 0, 0, NULL, NULL,
      "the last step's fp32 weight gradients (unscaled) as safetensors\n"
      "(NAME.grad), for mixprec underflow --from FILE"},
+    {"probe", "RECIPE", K_STR, F(probe), 0, 0, NULL, NULL,
+     "GPT in bf16: what RECIPE (fp8-delayed, fp8-current, mxfp8, nvfp4)\n"
+     "would do to each Linear layer's GEMMs, measured on every training\n"
+     "batch without changing the training: the relative error of each\n"
+     "operand and of the product per layer and direction (forward, input\n"
+     "and weight gradient), printed and in the summary (mixprec advise)"},
     {"check-every", "K", K_LONG, F(check_every), 0, 100000000, NULL,
      "data parallelism (mpirun -np N mixprec train ...: N ranks, each on its contiguous share\n"
      "B / N of every micro-batch, the gradients summed before the unscale; rank 0 writes)",
@@ -441,6 +447,20 @@ static mp_status unused_options(const mp_run_spec *s) {
     return MP_OK;
 }
 
+/* --probe: a recipe, a model that has a probe, a mode in bf16 with fp32 master weights. */
+static mp_status probe_fits(const mp_run_spec *s, const mp_model_row *row, const mp_precision *p) {
+    mp_recipe r;
+    if (mp_recipe_parse(s->probe, &r) != MP_OK)
+        return mp_error(MP_EINVAL, "--probe %s: the recipe is fp8-delayed, fp8-current, mxfp8 or nvfp4", s->probe);
+    if (!row->probe) return mp_error(MP_EINVAL, "--probe measures the GPT's Linear layers: %s has no probe", row->what);
+    if (p->compute != MP_BF16 || p->master_weights != MP_MASTER_FP32)
+        return mp_error(MP_EINVAL, "--probe measures GEMMs in bf16 with fp32 master weights: not in %s", p->label);
+    if (p->recipe != MP_RECIPE_NONE && !p->layers[0])
+        return mp_error(MP_EINVAL, "--probe measures the Linear layers that run in bf16: in %s every one runs in %s",
+                        p->label, mp_recipe_name(p->recipe));
+    return MP_OK;
+}
+
 /* Whether the mode string sets switch `key` itself ("...+key=value..."). */
 static int mode_sets(const char *mode, const char *key) {
     const size_t kl = strlen(key);
@@ -481,6 +501,7 @@ mp_status mp_run_resolve(const mp_run_spec *s, mp_precision *out) {
     if (p.layers[0] && row->assign) st = row->assign(model, &p); /* the assignments against the model's layers */
     row->close(model);
     if (st != MP_OK) return st;
+    if (s->probe && (st = probe_fits(s, row, &p)) != MP_OK) return st;
     if (s->epochs && s->steps) return mp_error(MP_EINVAL, "--epochs and --steps exclude each other");
     if (s->init && s->resume) return mp_error(MP_EINVAL, "--init and --resume exclude each other");
     if (s->batch < 0 || s->accum < 1 || s->epochs < 0 || s->steps < 0 || s->eval_every < 0 || s->eval_windows < 0 ||

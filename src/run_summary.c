@@ -143,6 +143,34 @@ static void add_assigned(cJSON *j, const mp_run_result *r) {
     }
 }
 
+/* The probe's measures per layer and direction: the product's relative error and each operand's, with the
+ * shares of its values flushed to zero and saturated (errors null where nothing was summed). */
+static void add_probe(cJSON *j, const mp_run_result *r) {
+    static const char *const dir[3] = {"forward", "input_gradient", "weight_gradient"};
+    static const char *const operand[3][2] = {{"input", "weight"}, {"grad_output", "weight"}, {"grad_output", "input"}};
+    cJSON *pj = cJSON_AddObjectToObject(j, "probe");
+    cJSON_AddStringToObject(pj, "recipe", r->probe_recipe);
+    cJSON *la = cJSON_AddArrayToObject(pj, "layers");
+    for (int i = 0; i < r->nprobe; i++) {
+        cJSON *o1 = cJSON_CreateObject();
+        cJSON_AddStringToObject(o1, "name", r->probe_names[i]);
+        for (int d = 0; d < 3; d++) {
+            const mp_qprobe *p = &r->probe_sums[i][d];
+            cJSON *dj = cJSON_AddObjectToObject(o1, dir[d]);
+            cJSON_AddNumberToObject(dj, "gemms", (double)p->calls);
+            cJSON_AddNumberToObject(dj, "output_error", mp_qprobe_error(p, -1));
+            for (int o = 0; o < 2; o++) {
+                cJSON *oj = cJSON_AddObjectToObject(dj, operand[d][o]);
+                cJSON_AddNumberToObject(oj, "error", mp_qprobe_error(p, o));
+                cJSON_AddNumberToObject(oj, "flushed_fraction", frac(p->flushed[o], p->op_n[o]));
+                cJSON_AddNumberToObject(oj, "saturated_fraction", frac(p->saturated[o], p->op_n[o]));
+                cJSON_AddNumberToObject(oj, "transformed_gemms", (double)p->transformed[o]);
+            }
+        }
+        cJSON_AddItemToArray(la, o1);
+    }
+}
+
 /* A classifier's gradient histograms (none taken: no snapshots), with the
  * limits of the format they are against: the compute format, fp16 in fp32. */
 static void add_histograms(cJSON *j, const run_state *s) {
@@ -185,6 +213,7 @@ cJSON *mp_run_summary(run_state *s) {
     add_tensors(j, s);
     if (s->nq && recipe) add_quantized(j, s, recipe);
     if (r->nassigned) add_assigned(j, r);
+    if (r->nprobe) add_probe(j, r);
     if (s->row->report == MP_REPORT_CLASSIFIER) add_histograms(j, s);
     cJSON *wa = cJSON_AddArrayToObject(j, "warnings");
     for (int k = 0; k < r->nwarnings; k++) cJSON_AddItemToArray(wa, cJSON_CreateString(r->warnings[k]));

@@ -360,6 +360,36 @@ assert '<tr data-layer="transformer.h.0.mlp.c_fc"><td>transformer.h.0.mlp.c_fc</
 assert '<tr data-layer="transformer.h.0.attn.c_attn"><td>transformer.h.0.attn.c_attn</td><td>nvfp4</td>' in html
 PY
 then ok; else fail "compare with a per-layer mode: summary and report"; fi
+# the recipe probe: the training's bits unchanged, every bf16 Linear layer measured in each direction, a layer
+# in its own recipe not; the modes and models it cannot measure refused
+expect 0 "$M" "${GT[@]}" --precision bf16 --steps 4 --log "$T/np.csv"
+expect 0 "$M" "${GT[@]}" --precision 'bf16+mxfp8=transformer.h.0.mlp.c_fc' --probe nvfp4 --steps 4 --log "$T/pr0.csv" \
+    --summary "$T/pr0.json" && has "$out" '^ +transformer.h.0.mlp.c_fc +- \(in its own recipe\)$' &&
+    has "$out" '^ +transformer.h.0.attn.c_attn +0\.[0-9]+ / 0\.[0-9]+ / 0\.[0-9]+$'
+expect 0 "$M" "${GT[@]}" --precision bf16 --probe nvfp4 --steps 4 --log "$T/pr.csv" --summary "$T/pr.json"
+expect 0 "$M" "${GT[@]}" --precision bf16 --probe fp8-current --steps 4 --summary "$T/pr8.json"
+if cmp -s <(cut -d, -f1-12 "$T/np.csv") <(cut -d, -f1-12 "$T/pr.csv") &&
+   python3 - "$T/pr.json" "$T/pr8.json" "$T/pr0.json" <<'PY'
+import json, math, sys
+nv, f8, mixed = (json.load(open(f))["probe"] for f in sys.argv[1:])
+names = ["transformer.h.0." + w for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")]
+assert nv["recipe"] == "nvfp4" and [x["name"] for x in nv["layers"]] == names, nv
+for a, b in zip(nv["layers"], f8["layers"]):
+    for d, ops in (("forward", ("input", "weight")), ("input_gradient", ("grad_output", "weight")),
+                   ("weight_gradient", ("grad_output", "input"))):
+        assert a[d]["gemms"] == 4 and 0 < a[d]["output_error"] < 1, a
+        assert a[d]["output_error"] > 2 * b[d]["output_error"] > 0, (a[d], b[d])  # 4 bits against 8
+        assert all(0 <= b[d][o]["flushed_fraction"] < 1 and b[d][o]["error"] > 0 for o in ops), b[d]
+m = {x["name"]: x for x in mixed["layers"]}
+assert m[names[2]]["forward"]["gemms"] == 0 and m[names[2]]["forward"]["output_error"] is None, m[names[2]]
+assert m[names[0]]["forward"]["gemms"] == 4
+PY
+then ok; else fail "the recipe probe"; fi
+expect 2 "$M" "${GT[@]}" --precision fp32 --probe nvfp4 --steps 1 && one_line && has "$err" 'bf16 with fp32 master weights'
+expect 2 "$M" "${GT[@]}" --precision bf16-pure --probe nvfp4 --steps 1 && one_line && has "$err" 'not in bf16-pure'
+expect 2 "$M" "${GT[@]}" --precision mxfp8 --probe nvfp4 --steps 1 && one_line && has "$err" 'every one runs in mxfp8'
+expect 2 "$M" "${GT[@]}" --precision bf16 --probe fp16 --steps 1 && one_line && has "$err" "--probe fp16: the recipe is"
+expect 2 "$M" train --model mlp:784-16-10 --precision bf16 --probe nvfp4 --steps 1 && one_line && has "$err" 'the MLP has no probe'
 # a mode that fails before its first step leaves the directory's files as they were
 ( cd "$T/cmp" && sha256sum * > "$T/cmp.sums" )
 expect 1 "$M" compare --precisions fp32 --out "$T/cmp" --model gpt:1-2-16-16 --data "text:$T/nope.txt" --batch 4 --steps 3 &&

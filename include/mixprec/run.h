@@ -140,6 +140,9 @@ typedef struct mp_run_spec {
     /* diagnostics */
     long hist_every;   /* MLP: a gradient histogram every this many steps (0: none) */
     long sample_bytes; /* GPT: bytes sampled from the final model into the result (0: none) */
+    const char *probe; /* a recipe's name (fp8-delayed, fp8-current, mxfp8, nvfp4): what it would do to each
+                          Linear layer's GEMMs measured on every training batch, the training's bits unchanged
+                          (mp_gpt_set_probe; bf16 compute with fp32 master weights); NULL: none */
     /* data parallelism */
     const mp_run_ranks *ranks; /* NULL: one process */
     mp_dtype allreduce;        /* the gradients' format on the wire: fp32, bf16 or fp16 */
@@ -210,8 +213,14 @@ typedef struct mp_run_result {
     int nassigned;
     char (*assigned_names)[64];   /* (nassigned,) "transformer.h.0.attn.c_attn" ... "lm_head", or "fc0" ... */
     char (*assigned_recipes)[16]; /* (nassigned,) */
-    char *summary;                /* the summary document (docs/LOGS.md) as JSON text, written to spec->summary when
-                                     named; NULL on rank > 0 or when the run failed before its end */
+    /* with spec->probe: each Linear layer the model probed (nprobe, in the model's order) and, per direction
+       (0 forward, 1 input gradient, 2 weight gradient), mp_qgemm_probe's sums over the run */
+    int nprobe;
+    char probe_recipe[16];      /* the recipe's name */
+    char (*probe_names)[64];    /* (nprobe,) "transformer.h.0.attn.c_attn" ... */
+    mp_qprobe (*probe_sums)[3]; /* (nprobe,) */
+    char *summary;              /* the summary document (docs/LOGS.md) as JSON text, written to spec->summary when
+                                   named; NULL on rank > 0 or when the run failed before its end */
 } mp_run_result;
 
 /* The defaults of `mixprec train` into *s: mlp:784-1024-1024-10 on
