@@ -390,6 +390,50 @@ expect 2 "$M" "${GT[@]}" --precision bf16-pure --probe nvfp4 --steps 1 && one_li
 expect 2 "$M" "${GT[@]}" --precision mxfp8 --probe nvfp4 --steps 1 && one_line && has "$err" 'every one runs in mxfp8'
 expect 2 "$M" "${GT[@]}" --precision bf16 --probe fp16 --steps 1 && one_line && has "$err" "--probe fp16: the recipe is"
 expect 2 "$M" train --model mlp:784-16-10 --precision bf16 --probe nvfp4 --steps 1 && one_line && has "$err" 'the MLP has no probe'
+# mixprec advise: the runs, (b) from their losses, the proposal as its rule says from (a) and the whole recipe's
+# cost, the proposal's file taken by --layer-precision
+ADV=(advise --recipe nvfp4 --model gpt:1-2-16-16 --data "text:$T/c.txt" --batch 4 --steps 30 --lr 1e-2 --threads 1)
+advise_check() { # BUDGET: advise's output in $out, checked
+    ADVISED="$out" python3 - "$1" <<'PY'
+import os, re, sys
+budget, text = float(sys.argv[1]), os.environ["ADVISED"]
+runs = {}
+for mode, seed, v in re.findall(r"^  (\S.*?)\s+seed (\d): validation loss ([0-9.]+|nan)", text, re.M):
+    runs[(mode.replace(", with the probe", ""), int(seed))] = float(v)
+names = ["transformer.h.0." + w for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")]
+assert len(runs) >= 2 * (len(names) + 2), runs
+rel = lambda mode: sum(100 * (runs[(mode, k)] - runs[("bf16", k)]) / runs[("bf16", k)] for k in (1, 2)) / 2
+rows = re.findall(r"^  (transformer\S+) +([0-9.]+) / ([0-9.]+) / ([0-9.]+) +([0-9.]+) +([-+][0-9.]+)% \+-([0-9.]+)% +([-+][0-9.]+)%$",
+                  text, re.M)
+assert sorted(r[0] for r in rows) == names, rows
+score = {}
+for name, f, d, w, sc, b, spread, pred in rows:
+    assert abs(float(sc) - ((float(f)**2 + float(d)**2 + float(w)**2) / 3) ** 0.5) < 2e-4, (name, sc)
+    assert abs(float(b) - rel(f"bf16+nvfp4={name}")) < 3e-3, (name, b, rel(f"bf16+nvfp4={name}"))
+    score[name] = float(sc)
+assert [r[0] for r in rows] == sorted(score, key=lambda n: -score[n]), "ranked by the score"
+whole = rel("nvfp4")
+kept = int(re.search(r"^the proposal: (\d+) of 4 layers kept in bf16$", text, re.M).group(1))
+total, order = sum(v * v for v in score.values()), sorted(score, key=lambda n: -score[n])
+want = next(k for k in range(5) if k == 4 or whole * sum(score[n] ** 2 for n in order[k:]) / total <= budget)
+assert kept == want, (kept, want, whole, budget)
+assert re.search(r"^(held|did not hold): the advised assignment \(%d of 4 layers in nvfp4\)" % (4 - kept), text, re.M)
+assert re.search(r"Spearman\): (-?[0-9.]+|nan) over 4 layers$", text, re.M)
+print(whole)
+PY
+}
+if expect 0 "$M" "${ADV[@]}" --budget 0 --layers-out "$T/adv.layers" && whole=$(advise_check 0) && [ -n "$whole" ]; then ok
+else fail "mixprec advise --budget 0: $out"; fi
+half=$(python3 -c "print(max(float('$whole') / 2, 0))")
+if expect 0 "$M" "${ADV[@]}" --budget "$half" --layers-out "$T/adv.layers" && advise_check "$half" > /dev/null; then ok
+else fail "mixprec advise --budget $half: $out"; fi
+mode=$(sed -n '1s/.*with --precision \([a-z0-9-]*\)$/\1/p' "$T/adv.layers")
+expect 0 "$M" "${GT[@]}" --precision "$mode" --layer-precision "$T/adv.layers" --steps 2
+expect 2 "$M" advise --model gpt:1-2-16-16 && one_line && has "$err" '--recipe is needed'
+expect 2 "$M" "${ADV[@]}" --precision bf16 && one_line && has "$err" '--precision is set by advise itself'
+expect 2 "$M" "${ADV[@]}" --budget x && one_line && has "$err" "--budget wants a percentage"
+expect 2 "$M" advise --recipe nvfp4 --model mlp:784-16-10 && one_line && has "$err" 'the MLP has no probe'
+expect 1 "$M" "${ADV[@]}" --layers-out "$T/nodir/x.layers" && one_line && has "$err" 'does not exist'
 # a mode that fails before its first step leaves the directory's files as they were
 ( cd "$T/cmp" && sha256sum * > "$T/cmp.sums" )
 expect 1 "$M" compare --precisions fp32 --out "$T/cmp" --model gpt:1-2-16-16 --data "text:$T/nope.txt" --batch 4 --steps 3 &&

@@ -15,7 +15,7 @@ typedef struct cli_command {
 } cli_command;
 
 extern const cli_command cmd_formats, cmd_cast, cmd_bench, cmd_scaler_sim, cmd_train, cmd_compare, cmd_demo,
-    cmd_underflow, cmd_explore, cmd_tour, cmd_sample, cmd_modes;
+    cmd_underflow, cmd_explore, cmd_tour, cmd_sample, cmd_modes, cmd_advise;
 
 /* The tables of `mixprec formats` (also shown by `mixprec tour`). */
 void formats_table(void);

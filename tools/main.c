@@ -10,9 +10,9 @@
 #include "cli.h"
 #include "dist.h"
 
-static const cli_command *const commands[] = {&cmd_demo,   &cmd_compare, &cmd_train,      &cmd_modes,
-                                              &cmd_sample, &cmd_formats, &cmd_cast,       &cmd_underflow,
-                                              &cmd_tour,   &cmd_explore, &cmd_scaler_sim, &cmd_bench};
+static const cli_command *const commands[] = {&cmd_demo,       &cmd_compare, &cmd_train,     &cmd_modes, &cmd_sample,
+                                              &cmd_formats,    &cmd_cast,    &cmd_underflow, &cmd_tour,  &cmd_explore,
+                                              &cmd_scaler_sim, &cmd_bench,   &cmd_advise};
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
 static void help(FILE *f) {
