@@ -425,8 +425,18 @@ PY
 if expect 0 "$M" "${ADV[@]}" --budget 0 --layers-out "$T/adv.layers" && whole=$(advise_check 0) && [ -n "$whole" ]; then ok
 else fail "mixprec advise --budget 0: $out"; fi
 half=$(python3 -c "print(max(float('$whole') / 2, 0))")
-if expect 0 "$M" "${ADV[@]}" --budget "$half" --layers-out "$T/adv.layers" && advise_check "$half" > /dev/null; then ok
-else fail "mixprec advise --budget $half: $out"; fi
+if expect 0 "$M" "${ADV[@]}" --budget "$half" --layers-out "$T/adv.layers" --summary "$T/adv.json" &&
+   advise_check "$half" > /dev/null && python3 - "$T/adv.json" "$T/adv.layers" "$half" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["recipe"] == "nvfp4" and j["budget"] == float(sys.argv[3]) and j["seeds"] == [1, 2], j
+assert len(j["layers"]) == 4 and j["kept"] == sum(x["kept_in_bf16"] for x in j["layers"]), j
+assert j["layer_precision"] == open(sys.argv[2]).read(), j["layer_precision"]
+for x in j["layers"]:
+    v, b = x["alone"]["val_loss"], j["bf16"]["val_loss"]
+    assert abs(x["alone"]["vs_bf16"] - sum(100 * (v[k] - b[k]) / b[k] for k in (0, 1)) / 2) < 1e-9, x
+PY
+then ok; else fail "mixprec advise --budget $half: $out"; fi
 mode=$(sed -n '1s/.*with --precision \([a-z0-9-]*\)$/\1/p' "$T/adv.layers")
 expect 0 "$M" "${GT[@]}" --precision "$mode" --layer-precision "$T/adv.layers" --steps 2
 expect 2 "$M" advise --model gpt:1-2-16-16 && one_line && has "$err" '--recipe is needed'

@@ -33,13 +33,14 @@ static const char usage[] =
     "Runs: 2 x (layers + 3), each as `mixprec train` with the options given.\n\n"
     "  --recipe RECIPE     fp8-delayed, fp8-current, mxfp8 or nvfp4\n"
     "  --budget PCT        the validation loss allowed above bf16's, percent (1)\n"
-    "  --layers-out FILE   the proposal as a --layer-precision file\n\n"
+    "  --layers-out FILE   the proposal as a --layer-precision file\n"
+    "  --summary FILE      everything measured, as JSON (docs/LOGS.md)\n\n"
     "The training options (all but --precision, --layer-precision, --probe, --log,\n"
-    "--summary, --save, --resume and --dump-grads, which advise sets or excludes):\n";
+    "--save, --resume and --dump-grads, which advise sets or excludes):\n";
 
 typedef struct {
     mp_run_spec base;
-    const char *recipe, *layers_out;
+    const char *recipe, *layers_out, *summary;
     double budget;
 } advise_opts;
 
@@ -54,13 +55,13 @@ const cli_command cmd_advise = {"advise", "which layers of a GPT can take an fp8
                                 NULL, run_advise};
 
 static int parse(int argc, char **argv, advise_opts *a) {
-    static const char *const taken[] = {"precision", "layer-precision", "probe",     "log", "summary",
-                                        "save",      "resume",          "dump-grads"};
+    static const char *const taken[] = {"precision", "layer-precision", "probe", "log", "save", "resume", "dump-grads"};
     mp_run_defaults(&a->base);
     a->budget = 1.0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *name = strncmp(arg, "--", 2) == 0 ? arg + 2 : "";
-        const int own = !strcmp(name, "recipe") || !strcmp(name, "budget") || !strcmp(name, "layers-out");
+        const int own = !strcmp(name, "recipe") || !strcmp(name, "budget") || !strcmp(name, "layers-out") ||
+                        !strcmp(name, "summary");
         const int takes = own ? 1 : mp_run_option_takes_value(name);
         if (takes < 0) return cli_usage_error("advise", "unknown option '%s'", arg);
         for (size_t k = 0; k < sizeof taken / sizeof taken[0]; k++)
@@ -68,13 +69,14 @@ static int parse(int argc, char **argv, advise_opts *a) {
         if (cli_given_before(argc, argv, i)) return cli_usage_error("advise", "%s is given twice", arg);
         const char *v = takes ? cli_value("advise", argc, argv, &i) : NULL;
         if (takes && !v) return CLI_USAGE;
-        float f;
+        char *end;
         if (!strcmp(name, "recipe")) a->recipe = v;
         else if (!strcmp(name, "layers-out")) a->layers_out = v;
+        else if (!strcmp(name, "summary")) a->summary = v;
         else if (!strcmp(name, "budget")) {
-            if (cli_parse_float(v, &f) || !(f >= 0 && f <= 100))
+            a->budget = strtod(v, &end);
+            if (end == v || *end || !(a->budget >= 0 && a->budget <= 100))
                 return cli_usage_error("advise", "--budget wants a percentage in [0, 100], not '%s'", v);
-            a->budget = f;
         } else if (mp_run_option(&a->base, name, v) != MP_OK) return cli_usage_error("advise", "%s", mp_last_error());
     }
     mp_recipe r;
@@ -83,10 +85,14 @@ static int parse(int argc, char **argv, advise_opts *a) {
     a->base.precision = "bf16", a->base.probe = a->recipe; /* the first run's: checked whole before any runs */
     if (mp_run_check(&a->base, NULL) != MP_OK) return cli_usage_error("advise", "%s", mp_last_error());
     a->base.probe = NULL;
-    if (a->layers_out) { /* checked, and held for the whole of advise, before the first run */
-        const mp_status st = mp_output_check("--layers-out", a->layers_out, NULL, NULL);
+    if (a->layers_out && a->summary && mp_output_check("--summary", a->summary, "--layers-out", a->layers_out))
+        return cli_usage_error("advise", "%s", mp_last_error());
+    const char *const opt[2] = {"--layers-out", "--summary"}, *const path[2] = {a->layers_out, a->summary};
+    for (int k = 0; k < 2; k++) { /* checked, and held for the whole of advise, before the first run */
+        if (!path[k]) continue;
+        const mp_status st = mp_output_check(opt[k], path[k], NULL, NULL);
         if (st == MP_EINVAL) return cli_usage_error("advise", "%s", mp_last_error());
-        if (st != MP_OK || mp_output_lock("--layers-out", a->layers_out) != MP_OK)
+        if (st != MP_OK || mp_output_lock(opt[k], path[k]) != MP_OK)
             return fprintf(stderr, "mixprec advise: %s\n", mp_last_error()), 1;
     }
     return 0;
@@ -213,6 +219,10 @@ typedef struct {
     char (*names)[64];
     double err[MAXL][3], score[MAXL], cost[MAXL], spread[MAXL];
     outcome base[2], whole[2], alone[MAXL][2], advised[2];
+    int keep[MAXL], kept; /* the proposal: the layers kept in bf16 */
+    double predicted;     /* (a)'s prediction of its cost */
+    const char *mode;     /* its --precision */
+    char text[8192];      /* its --layer-precision file */
 } measures;
 
 /* (a) and (b) for every layer: the probe's bf16 run (seed S), bf16 with seed S + 1, the whole recipe, each
@@ -297,10 +307,11 @@ static int write_proposal(const advise_opts *a, const char *text, char *path, si
 }
 
 /* The proposal trained with both seeds (the whole recipe's or bf16's runs where it is one of them). */
-static int verify(const advise_opts *a, measures *m, const int *keep, int kept) {
-    const char *mode;
-    char text[8192], path[4200], shown[96];
-    proposal_text(a, m, keep, &mode, text, sizeof text);
+static int verify(const advise_opts *a, measures *m) {
+    const int *keep = m->keep, kept = m->kept;
+    char *text = m->text, path[4200], shown[96];
+    proposal_text(a, m, keep, &m->mode, text, sizeof m->text);
+    const char *mode = m->mode;
     printf("\nthe proposal: %d of %d layers kept in bf16\n%s", kept, m->n, text);
     int tmp = 0, rc = 0;
     if ((a->layers_out || (kept > 0 && kept < m->n)) && write_proposal(a, text, path, sizeof path, &tmp)) return 1;
@@ -336,6 +347,53 @@ static void print_outcome(const advise_opts *a, const measures *m, int kept, dou
            held ? "held" : "did not hold", m->n - kept, m->n, a->recipe, got, spread, predicted, a->budget);
 }
 
+static void jval(FILE *f, double v) {
+    if (isfinite(v)) fprintf(f, "%.17g", v);
+    else fputs("null", f);
+}
+
+static void jnum(FILE *f, const char *key, double v) { fprintf(f, "\"%s\": ", key), jval(f, v); }
+
+/* A mode's two runs: {"val_loss": [s, s + 1], "vs_bf16", "spread", "ms_per_step", "bytes_per_param"}. */
+static void jruns(FILE *f, const char *key, const outcome o[2], const outcome b[2]) {
+    double spread;
+    const double c = cost(o, b, &spread);
+    fprintf(f, "\"%s\": {\"val_loss\": [", key);
+    for (int k = 0; k < 2; k++) fputs(k ? ", " : "", f), jval(f, o[k].val);
+    fprintf(f, "], "), jnum(f, "vs_bf16", c), fprintf(f, ", "), jnum(f, "spread", spread), fprintf(f, ", ");
+    jnum(f, "ms_per_step", (o[0].ms + o[1].ms) / 2), fprintf(f, ", "), jnum(f, "bytes_per_param", o[0].bytes);
+    fprintf(f, "}");
+}
+
+/* Everything measured (docs/LOGS.md, "mixprec advise --summary"). Names and the file's text are the model's
+ * and ours: no character in them needs escaping but the newline. */
+static int write_summary(const advise_opts *a, const measures *m) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return fprintf(stderr, "mixprec advise: out of memory\n"), 1;
+    fprintf(f, "{\"recipe\": \"%s\", ", a->recipe), jnum(f, "budget", a->budget);
+    fprintf(f, ", \"model\": \"%s\", \"seeds\": [%ld, %ld],\n ", a->base.model, a->base.seed, a->base.seed + 1);
+    jruns(f, "bf16", m->base, m->base), fprintf(f, ",\n "), jruns(f, "whole", m->whole, m->base);
+    fprintf(f, ",\n \"layers\": [");
+    for (int i = 0; i < m->n; i++) {
+        fprintf(f, "%s\n  {\"name\": \"%s\", \"probe_error\": [", i ? "," : "", m->names[i]);
+        for (int d = 0; d < 3; d++) fputs(d ? ", " : "", f), jval(f, m->err[i][d]);
+        fprintf(f, "], "), jnum(f, "score", m->score[i]), fprintf(f, ", "), jruns(f, "alone", m->alone[i], m->base);
+        fprintf(f, ", \"kept_in_bf16\": %s}", m->keep[i] ? "true" : "false");
+    }
+    fprintf(f, "],\n "), jnum(f, "spearman", spearman(m->score, m->cost, m->n));
+    fprintf(f, ", \"kept\": %d, ", m->kept), jnum(f, "predicted", m->predicted);
+    fprintf(f, ", \"precision\": \"%s\", \"layer_precision\": \"", m->mode);
+    for (const char *c = m->text; *c; c++) *c == '\n' ? fputs("\\n", f) : fputc(*c, f);
+    fprintf(f, "\",\n "), jruns(f, "advised", m->advised, m->base), fprintf(f, "}\n");
+    if (fclose(f) != 0) return free(buf), fprintf(stderr, "mixprec advise: out of memory\n"), 1;
+    const mp_chunk c = {buf, len};
+    const mp_status st = mp_write_file_atomic(a->summary, &c, 1);
+    free(buf);
+    return st == MP_OK ? 0 : (fprintf(stderr, "mixprec advise: %s\n", mp_last_error()), 1);
+}
+
 static int run_advise(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
@@ -348,15 +406,17 @@ static int run_advise(int argc, char **argv) {
     static measures m;
     mp_run_result probed;
     memset(&probed, 0, sizeof probed);
-    int keep[MAXL], bad = measure(&a, &m, &probed);
+    int bad = measure(&a, &m, &probed);
     if (!bad) {
         print_ranking(&a, &m);
-        double spread, predicted;
-        const int kept = propose(m.score, m.n, cost(m.whole, m.base, &spread), a.budget, keep, &predicted);
-        bad = verify(&a, &m, keep, kept);
-        if (!bad) print_outcome(&a, &m, kept, predicted);
+        double spread;
+        m.kept = propose(m.score, m.n, cost(m.whole, m.base, &spread), a.budget, m.keep, &m.predicted);
+        bad = verify(&a, &m);
+        if (!bad) print_outcome(&a, &m, m.kept, m.predicted);
+        if (!bad && a.summary) bad = write_summary(&a, &m);
     }
     mp_run_result_free(&probed);
     if (a.layers_out) mp_output_unlock(a.layers_out);
+    if (a.summary) mp_output_unlock(a.summary);
     return bad;
 }
