@@ -6,7 +6,7 @@ PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
 M          := $(BUILD)/mixprec
 
-.PHONY: all deps deps-test build build-asan test test-long crosscheck-fp8 check check-stability check-budget check-gpt check-fp8 check-package check-torch check-clang fuzz demo bench bench-dist crosscheck-optim install clean
+.PHONY: all deps deps-test build build-asan test test-long crosscheck-fp8 check check-stability check-budget check-layers check-layers-quick check-gpt check-fp8 check-package check-torch check-clang fuzz demo bench bench-dist crosscheck-optim install clean
 
 all: build
 
@@ -113,13 +113,25 @@ fuzz:
 	scripts/fuzz.sh
 
 # The longer checks .ci/run runs after `make test`.
-check: check-package check-stability check-torch check-budget check-clang
+check: check-package check-stability check-torch check-budget check-layers-quick check-clang
 
 # The lean settings against bf16 on short runs where a blow-up shows, with
 # bf16 from perturbed initial weights as the chaos floor (docs/TRAINING.md,
 # "Loss spikes and the stability sweep"); 1m42s on 2 idle AMX Xeon cores.
 check-stability: deps-test build
 	scripts/check_stability.sh $(M) $(BUILD)/check-stability
+
+# Which Linear layers of the GPT can take each recipe: mixprec advise at the
+# accuracy budget per recipe and the NVFP4 paper's rule, the table of
+# docs/TRAINING.md ("Which layers can take a recipe") into
+# $(BUILD)/check-layers/table.md; 2 x (16 + 3) runs of 1000 steps per recipe.
+check-layers: deps-test build
+	scripts/check_layers.sh $(M) $(BUILD)/check-layers
+
+# The same for nvfp4 alone on the demo's GPT (gpt:2-4-64-64, 400 steps): what
+# CI runs.
+check-layers-quick: deps-test build
+	LAYERS_QUICK=1 scripts/check_layers.sh $(M) $(BUILD)/check-layers-quick
 
 # check-gpt's modes and check-fp8's recipes trained together, bf16 once for
 # both, two runs at a time with one thread each (scripts/budget.sh); 24m33s on
