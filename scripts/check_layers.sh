@@ -9,7 +9,8 @@
 # advised assignment, layers kept, validation loss per seed and its
 # difference from bf16, bytes per parameter, step time, and the rank
 # correlation of the probe's scores with the losses. `make check-layers`
-# runs it for the docs: 2 x (16 + 3) runs of 1000 steps per recipe.
+# runs it for the docs: 2 x (16 + 3) runs of 1000 steps per recipe, the
+# recipes JOBS (the CPU count) at a time with one thread each on 2 cores.
 # LAYERS_QUICK=1 (`make check-layers-quick`, which CI runs): nvfp4 alone on
 # the demo's GPT (gpt:2-4-64-64, 400 steps; 2 x (8 + 3) + 2 runs).
 # Asserted on what advise wrote (--summary): every run has a finite loss;
@@ -29,12 +30,28 @@ if [ -n "${LAYERS_QUICK:-}" ]; then
             --weight-decay 0.1 --betas 0.9,0.95 --clip 1 --seed 1)
 fi
 mkdir -p "$out"
+# the recipes' advise JOBS at a time (the CPU count, at most one per recipe), each with CPUs / JOBS threads
+cpus=$(nproc 2> /dev/null || echo 1)
+set -- $recipes
+jobs=${JOBS:-$cpus}
+[ "$jobs" -le $# ] || jobs=$#
+threads=$((cpus / jobs > 0 ? cpus / jobs : 1))
+advise() { # RECIPE
+    echo "check_layers: mixprec advise --recipe $1 --budget ${BUDGET:-1} --threads $threads ${budget[*]}"
+    if ! "$M" advise --recipe "$1" --budget "${BUDGET:-1}" --layers-out "$out/$1.layers" --summary "$out/$1.json" \
+        --threads "$threads" "${budget[@]}" > "$out/$1.txt"; then
+        echo "check_layers: advise --recipe $1 failed ($out/$1.txt)" >&2
+        return 1
+    fi
+    tail -n 6 "$out/$1.txt"
+}
+pids=() failed=0
 for r in $recipes; do
-    echo "check_layers: mixprec advise --recipe $r --budget ${BUDGET:-1} ${budget[*]}"
-    "$M" advise --recipe "$r" --budget "${BUDGET:-1}" --layers-out "$out/$r.layers" --summary "$out/$r.json" \
-        "${budget[@]}" > "$out/$r.txt"
-    tail -n 6 "$out/$r.txt"
+    if [ ${#pids[@]} -ge "$jobs" ]; then wait "${pids[0]}" || failed=1; pids=("${pids[@]:1}"); fi
+    advise "$r" & pids+=($!)
 done
+for p in "${pids[@]}"; do wait "$p" || failed=1; done
+[ "$failed" = 0 ] || exit 1
 rule="nvfp4+bf16=transformer.h.$((blocks - 1)).*"
 if [[ " $recipes " == *" nvfp4 "* ]]; then
     for seed in 1 2; do
