@@ -37,8 +37,9 @@ budget_train() { # MIXPREC OUT MODE...
     for mode in "$@"; do order+=("$(budget_cost "$mode") $mode"); done
     mapfile -t order < <(printf '%s\n' "${order[@]}" | sort -s -k1,1nr | cut -d' ' -f2-)
     local pids=() names=() failed=0 i
-    one() { # MODE
+    one() { # MODE: an earlier run's files go first (a run that fails leaves none to be read as its)
         local t0=$SECONDS
+        rm -rf "${out:?}/$1" "$out/$1.txt"
         if "$m" compare --precisions "$1" --checkpoints --threads "$threads" --out "$out/$1" "${budget[@]}" \
             > "$out/$1.txt" 2>&1; then
             echo "  $1: trained in $((SECONDS - t0)) s ($threads thread(s), $jobs at a time)"
@@ -48,9 +49,13 @@ budget_train() { # MIXPREC OUT MODE...
         fi
     }
     for mode in "${order[@]}"; do
-        if [ ${#pids[@]} -ge "$jobs" ]; then # wait for the first of the running ones to end
-            local done_pid=
-            wait -n -p done_pid "${pids[@]}" || failed=1
+        if [ ${#pids[@]} -ge "$jobs" ]; then # wait for the first of the running ones to end (bash 5.1: -p)
+            local done_pid=${pids[0]}
+            if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)); then
+                wait -n -p done_pid "${pids[@]}" || failed=1
+            else
+                wait "$done_pid" || failed=1
+            fi
             for i in "${!pids[@]}"; do [ "${pids[$i]}" != "$done_pid" ] || unset "pids[$i]"; done
             pids=("${pids[@]}")
         fi

@@ -17,7 +17,8 @@ M=${1:-build/mixprec}
 out=${CHECK_FROM:-${2:-mixprec-fp8}}
 . "$(dirname "$0")/budget.sh"
 modes=(bf16 fp8-delayed fp8-current mxfp8 nvfp4)
-[ -n "${CHECK_FROM:-}" ] || budget_train "$M" "$out" "${modes[@]}" || true # a mode not run fails below
+trained=0
+[ -n "${CHECK_FROM:-}" ] || budget_train "$M" "$out" "${modes[@]}" || trained=1 # said; what ran is still shown
 echo
 python3 - "$out" "${budget[*]}" "${modes[@]}" <<'PY'
 import json, os, sys
@@ -67,4 +68,5 @@ for mode, limit in (("bf16", None), ("fp8-delayed", 3.0), ("fp8-current", 3.0), 
         bad = 1
 sys.exit(bad)
 PY
+[ "$trained" = 0 ] || { echo "check-fp8: FAILED (a mode did not train)"; exit 1; }
 echo "check-fp8: the targets hold (reports: $out/MODE/report.html)"

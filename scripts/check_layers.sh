@@ -35,6 +35,7 @@ cpus=$(nproc 2> /dev/null || echo 1)
 set -- $recipes
 jobs=${JOBS:-$cpus}
 [ "$jobs" -le $# ] || jobs=$#
+[ "$jobs" -ge 1 ] || jobs=1
 threads=$((cpus / jobs > 0 ? cpus / jobs : 1))
 advise() { # RECIPE
     echo "check_layers: mixprec advise --recipe $1 --budget ${BUDGET:-1} --threads $threads ${budget[*]}"
@@ -84,7 +85,10 @@ for i, rec in enumerate(recipes):
     for x in layers:
         if not all(e is not None and 0 < e < 1 for e in x["probe_error"]):
             bad.append(f"{rec}: {x['name']} was not probed in every direction: {x['probe_error']}")
-    total = sum(x["score"] ** 2 for x in layers)
+    if any(x["score"] is None for x in layers) or j["whole"]["vs_bf16"] is None:
+        bad.append(f"{rec}: a score or the whole recipe's cost is not finite")
+        continue
+    total = sum(x["score"] ** 2 for x in layers) or 1.0
     order = sorted(range(n), key=lambda k: -layers[k]["score"])
     whole = j["whole"]["vs_bf16"]
     want = next(k for k in range(n + 1)

@@ -115,7 +115,7 @@ static int train(const advise_opts *a, const char *precision, const char *layers
     mp_run_result r;
     const double t0 = now();
     const mp_status st = mp_run(&s, &io, &r);
-    if (st != MP_OK && st != MP_EOVERFLOW && r.nsteps == 0) return mp_run_result_free(&r), 1;
+    if (st != MP_OK && st != MP_EOVERFLOW) return mp_run_result_free(&r), 1; /* said by mp_run */
     *o = (outcome){st == MP_OK ? r.eval_loss : NAN, r.ms_per_step, mp_bytes_per_param(&r.bytes)};
     printf("  %-52s seed %ld: validation loss %.4f, %.1f ms/step (%.0f s)\n", shown, seed, o->val, o->ms, now() - t0);
     fflush(stdout);
@@ -150,6 +150,8 @@ static void ranks_of(const double *x, int n, double *rank) {
 /* Spearman's rank correlation of x and y: Pearson's on their ranks. */
 static double spearman(const double *x, const double *y, int n) {
     double rx[MAXL], ry[MAXL], mx = 0, my = 0, sxy = 0, sxx = 0, syy = 0;
+    for (int i = 0; i < n; i++)
+        if (!isfinite(x[i]) || !isfinite(y[i])) return NAN; /* a run that diverged, a layer not probed */
     ranks_of(x, n, rx), ranks_of(y, n, ry);
     for (int i = 0; i < n; i++) mx += rx[i] / n, my += ry[i] / n;
     for (int i = 0; i < n; i++)
@@ -188,7 +190,7 @@ static int pattern_lines(char (*names)[64], int n, const int *in, const char *ta
         else k += (size_t)snprintf(buf + k, k < cap ? cap - k : 0, "transformer.h.%d.%s = %s\n", blk, sub, target);
         lines++;
     }
-    return lines;
+    return k < cap ? lines : -1; /* -1: buf was too small */
 }
 
 /* The proposal from the probe's scores: the layers kept in bf16 (keep[i]), the largest squared scores first,
@@ -197,16 +199,17 @@ static int pattern_lines(char (*names)[64], int n, const int *in, const char *ta
 static int propose(const double *score, int n, double whole_cost, double budget, int *keep, double *predicted) {
     double total = 0, left;
     int order[MAXL], kept = 0;
-    for (int i = 0; i < n; i++) total += score[i] * score[i], order[i] = i, keep[i] = 0;
+    for (int i = 0; i < n; i++) total += isfinite(score[i]) ? score[i] * score[i] : 0, order[i] = i, keep[i] = 0;
     for (int i = 1; i < n; i++) /* insertion sort, the largest score first */
-        for (int j = i; j > 0 && score[order[j]] > score[order[j - 1]]; j--) {
+        for (int j = i; j > 0 && !(score[order[j]] <= score[order[j - 1]]); j--) { /* not finite: first */
             const int t = order[j];
             order[j] = order[j - 1], order[j - 1] = t;
         }
     left = total;
+    while (kept < n && !isfinite(score[order[kept]])) keep[order[kept++]] = 1; /* not measured: kept in bf16 */
     while (kept < n && !(total > 0 ? whole_cost * left / total <= budget : whole_cost <= budget)) {
         keep[order[kept]] = 1;
-        left -= score[order[kept]] * score[order[kept]];
+        left -= isfinite(score[order[kept]]) ? score[order[kept]] * score[order[kept]] : 0;
         kept++;
     }
     *predicted = total > 0 ? whole_cost * (left > 0 ? left : 0) / total : whole_cost;
@@ -222,7 +225,7 @@ typedef struct {
     int keep[MAXL], kept; /* the proposal: the layers kept in bf16 */
     double predicted;     /* (a)'s prediction of its cost */
     const char *mode;     /* its --precision */
-    char text[8192];      /* its --layer-precision file */
+    char text[33000];     /* its --layer-precision file */
 } measures;
 
 /* (a) and (b) for every layer: the probe's bf16 run (seed S), bf16 with seed S + 1, the whole recipe, each
@@ -234,7 +237,11 @@ static int measure(const advise_opts *a, measures *m, mp_run_result *probed) {
         return 1;
     m->base[0].ms = m->base[1].ms; /* bf16's step time is its run without the probe's (the probe computes every
                                        GEMM again, quantized) */
-    m->n = probed->nprobe < MAXL ? probed->nprobe : MAXL, m->names = probed->probe_names;
+    if (probed->nprobe == 0 || probed->nprobe > MAXL)
+        return fprintf(stderr, "mixprec advise: the probe measured %d Linear layers (advise takes 1 to %d)\n",
+                       probed->nprobe, MAXL),
+               1;
+    m->n = probed->nprobe, m->names = probed->probe_names;
     for (int i = 0; i < m->n; i++) {
         double ss = 0;
         for (int d = 0; d < 3; d++)
@@ -278,16 +285,18 @@ static void print_ranking(const advise_opts *a, const measures *m) {
 
 /* The proposal as a --layer-precision file's text, in the form with fewer lines: the recipe with the kept
  * layers in bf16, or bf16 with the others in the recipe; *mode the --precision it goes with. */
-static void proposal_text(const advise_opts *a, const measures *m, const int *keep, const char **mode, char *buf,
-                          size_t cap) {
+static int proposal_text(const advise_opts *a, const measures *m, const int *keep, const char **mode, char *buf,
+                         size_t cap) {
     int quant[MAXL];
-    char kept_lines[4096] = "", quant_lines[4096] = "";
+    char kept_lines[16384] = "", quant_lines[16384] = "";
     for (int i = 0; i < m->n; i++) quant[i] = !keep[i];
     const int nk = pattern_lines(m->names, m->n, keep, "bf16", kept_lines, sizeof kept_lines);
     const int nq = pattern_lines(m->names, m->n, quant, a->recipe, quant_lines, sizeof quant_lines);
+    if (nk < 0 || nq < 0) return fprintf(stderr, "mixprec advise: the proposal's file is too long\n"), 1;
     *mode = nk <= nq ? a->recipe : "bf16";
     snprintf(buf, cap, "# mixprec advise: %s within %g%% of bf16's validation loss (%s), with --precision %s\n%s",
              a->recipe, a->budget, a->base.model, *mode, nk <= nq ? kept_lines : quant_lines);
+    return 0;
 }
 
 /* The file the proposal is trained from: --layers-out, else a temporary one (*tmp set: the caller removes it). */
@@ -312,11 +321,20 @@ static int write_proposal(const advise_opts *a, const char *text, char *path, si
 static int verify(const advise_opts *a, measures *m) {
     const int *keep = m->keep, kept = m->kept;
     char *text = m->text, path[4200], shown[96];
-    proposal_text(a, m, keep, &m->mode, text, sizeof m->text);
+    for (int k = 0; k < 2; k++) m->advised[k] = (outcome){NAN, NAN, NAN};
+    if (proposal_text(a, m, keep, &m->mode, text, sizeof m->text)) return 1;
     const char *mode = m->mode;
     printf("\nthe proposal: %d of %d layers kept in bf16\n%s", kept, m->n, text);
+    fflush(stdout);
     int tmp = 0, rc = 0;
     if ((a->layers_out || (kept > 0 && kept < m->n)) && write_proposal(a, text, path, sizeof path, &tmp)) return 1;
+    mp_precision p; /* a mode holds 191 bytes of assignments: refused here, before its runs */
+    if (kept > 0 && kept < m->n &&
+        (mp_precision_parse(mode, &p) != MP_OK || mp_precision_load_layers(&p, path) != MP_OK)) {
+        fprintf(stderr, "mixprec advise: the proposal cannot be trained as one mode: %s\n", mp_last_error());
+        if (tmp) unlink(path);
+        return 1;
+    }
     if (kept == 0) memcpy(m->advised, m->whole, sizeof m->advised);
     else if (kept == m->n) memcpy(m->advised, m->base, sizeof m->advised);
     else {
@@ -413,9 +431,11 @@ static int run_advise(int argc, char **argv) {
         print_ranking(&a, &m);
         double spread;
         m.kept = propose(m.score, m.n, cost(m.whole, m.base, &spread), a.budget, m.keep, &m.predicted);
+        if (!isfinite(cost(m.whole, m.base, &spread)))
+            printf("\nthe whole recipe's validation loss is not finite: every layer is kept in bf16\n");
         bad = verify(&a, &m);
         if (!bad) print_outcome(&a, &m, m.kept, m.predicted);
-        if (!bad && a.summary) bad = write_summary(&a, &m);
+        if (a.summary && write_summary(&a, &m)) bad = 1; /* what was measured, the proposal's runs or not */
     }
     mp_run_result_free(&probed);
     if (a.layers_out) mp_output_unlock(a.layers_out);
