@@ -455,6 +455,8 @@ static mp_status probe_fits(const mp_run_spec *s, const mp_model_row *row, const
     if (!row->probe) return mp_error(MP_EINVAL, "--probe measures the GPT's Linear layers: %s has no probe", row->what);
     if (p->compute != MP_BF16 || p->master_weights != MP_MASTER_FP32)
         return mp_error(MP_EINVAL, "--probe measures GEMMs in bf16 with fp32 master weights: not in %s", p->label);
+    if (s->ranks && s->ranks->size > 1) /* each rank would measure its share of the batch alone */
+        return mp_error(MP_EINVAL, "--probe measures one process's GEMMs: run it without mpirun");
     if (p->recipe != MP_RECIPE_NONE && !p->layers[0])
         return mp_error(MP_EINVAL, "--probe measures the Linear layers that run in bf16: in %s every one runs in %s",
                         p->label, mp_recipe_name(p->recipe));

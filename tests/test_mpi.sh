@@ -281,6 +281,8 @@ status 2 "${MPI[@]}" -np 2 "$M" train --steps 1 --batch 8 --shard-optimizer --al
 
 # no start: the ranks cannot share a micro-batch of 7, were given different options, or one cannot read its data
 status 2 "${MPI[@]}" -np 2 "$M" train --batch 7 --steps 1 && one_message '--batch 7 does not split into 2 equal shares'
+status 2 "${MPI[@]}" -np 2 "$M" train --model gpt:1-2-16-16 --batch 4 --steps 1 --precision bf16 --probe nvfp4 &&
+    one_message '--probe measures one process.s GEMMs: run it without mpirun'
 status 2 "${MPI[@]}" -np 1 "$M" train --batch 8 --steps 1 : -np 1 "$M" train --batch 16 --steps 1 &&
     one_message 'different options'
 status 1 env MIXPREC_FAULT_DIST_READ=1 "${MPI[@]}" -np 2 "$M" train --batch 8 --steps 1 &&
