@@ -1,6 +1,7 @@
 # budget.sh - sourced by check_gpt.sh and check_fp8.sh: the GPT at the
-# accuracy budget (docs/TRAINING.md, "The GPT at the accuracy budget") and
-# budget_train, which trains modes at it.
+# accuracy budget (docs/TRAINING.md, "The GPT at the accuracy budget"),
+# budget_train, which trains modes at it, and each_at_once, which runs jobs
+# side by side (check_layers.sh's too).
 #
 # budget_train MIXPREC OUT MODE...: each mode in a comparison of its own,
 # `mixprec compare --precisions MODE --checkpoints --out OUT/MODE` with the
@@ -36,7 +37,6 @@ budget_train() { # MIXPREC OUT MODE...
     local order=() mode
     for mode in "$@"; do order+=("$(budget_cost "$mode") $mode"); done
     mapfile -t order < <(printf '%s\n' "${order[@]}" | sort -s -k1,1nr | cut -d' ' -f2-)
-    local pids=() names=() failed=0 i
     one() { # MODE: an earlier run's files go first (a run that fails leaves none to be read as its)
         local t0=$SECONDS
         rm -rf "${out:?}/$1" "$out/$1.txt"
@@ -48,9 +48,18 @@ budget_train() { # MIXPREC OUT MODE...
             return 1
         fi
     }
-    for mode in "${order[@]}"; do
-        if [ ${#pids[@]} -ge "$jobs" ]; then # wait for the first of the running ones to end (bash 5.1: -p)
-            local done_pid=${pids[0]}
+    each_at_once "$jobs" one "${order[@]}"
+}
+
+# each_at_once JOBS FUNC ITEM...: FUNC ITEM for every item in the background,
+# JOBS at a time, the next starting as soon as one ends (before bash 5.1: as
+# the oldest ends); 1 when any failed.
+each_at_once() {
+    local jobs=$1 fn=$2 pids=() failed=0 i item done_pid
+    shift 2
+    for item in "$@"; do
+        if [ ${#pids[@]} -ge "$jobs" ]; then
+            done_pid=${pids[0]}
             if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)); then
                 wait -n -p done_pid "${pids[@]}" || failed=1
             else
@@ -59,7 +68,7 @@ budget_train() { # MIXPREC OUT MODE...
             for i in "${!pids[@]}"; do [ "${pids[$i]}" != "$done_pid" ] || unset "pids[$i]"; done
             pids=("${pids[@]}")
         fi
-        one "$mode" &
+        "$fn" "$item" &
         pids+=($!)
     done
     for i in "${pids[@]}"; do wait "$i" || failed=1; done

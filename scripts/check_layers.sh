@@ -46,13 +46,7 @@ advise() { # RECIPE
     fi
     tail -n 6 "$out/$1.txt"
 }
-pids=() failed=0
-for r in $recipes; do
-    if [ ${#pids[@]} -ge "$jobs" ]; then wait "${pids[0]}" || failed=1; pids=("${pids[@]:1}"); fi
-    advise "$r" & pids+=($!)
-done
-for p in "${pids[@]}"; do wait "$p" || failed=1; done
-[ "$failed" = 0 ] || exit 1
+each_at_once "$jobs" advise $recipes || exit 1
 rule="nvfp4+bf16=transformer.h.$((blocks - 1)).*"
 if [[ " $recipes " == *" nvfp4 "* ]]; then
     for seed in 1 2; do

@@ -159,36 +159,41 @@ static double spearman(const double *x, const double *y, int n) {
     return sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : NAN;
 }
 
+/* The layers' indices into order, the largest score first (one that is not finite before all). */
+static void by_score(const double *score, int n, int *order) {
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 1; i < n; i++) /* insertion sort */
+        for (int j = i; j > 0 && !(score[order[j]] <= score[order[j - 1]]); j--) {
+            const int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+}
+
 /* The layers of set (in[i] != 0) as --layer-precision lines "PATTERN = target" into buf: the GPT's
  * "transformer.h.N.SUB" of consecutive blocks as one range N-M per SUB, other names as they are. Returns the
  * number of lines. */
 static int pattern_lines(char (*names)[64], int n, const int *in, const char *target, char *buf, size_t cap) {
-    int lines = 0, done[MAXL] = {0};
+    int lines = 0, done[MAXL] = {0}, blk[MAXL], at[MAXL]; /* at: where SUB begins, 0 for another name */
+    for (int i = 0; i < n; i++)
+        if (at[i] = 0, sscanf(names[i], "transformer.h.%d.%n", &blk[i], &at[i]) != 1) at[i] = 0;
     size_t k = strlen(buf);
     for (int i = 0; i < n; i++) {
         if (!in[i] || done[i]) continue;
-        int blk, at = 0;
-        if (sscanf(names[i], "transformer.h.%d.%n", &blk, &at) != 1 || at == 0) {
-            k += (size_t)snprintf(buf + k, k < cap ? cap - k : 0, "%s = %s\n", names[i], target), lines++;
+        done[i] = 1, lines++;
+        if (!at[i]) {
+            k += (size_t)snprintf(buf + k, k < cap ? cap - k : 0, "%s = %s\n", names[i], target);
             continue;
         }
-        const char *sub = names[i] + at;
-        int last = blk; /* the run of consecutive blocks from blk with this SUB in the set */
-        for (int more = 1; more;) {
-            more = 0;
-            for (int j = 0; j < n; j++) {
-                int b2, at2 = 0;
-                if (in[j] && !done[j] && sscanf(names[j], "transformer.h.%d.%n", &b2, &at2) == 1 && at2 &&
-                    b2 == last + 1 && !strcmp(names[j] + at2, sub))
-                    last = b2, done[j] = 1, more = 1;
-            }
-        }
-        done[i] = 1;
-        if (last > blk)
-            k += (size_t)snprintf(buf + k, k < cap ? cap - k : 0, "transformer.h.%d-%d.%s = %s\n", blk, last, sub,
-                                  target);
-        else k += (size_t)snprintf(buf + k, k < cap ? cap - k : 0, "transformer.h.%d.%s = %s\n", blk, sub, target);
-        lines++;
+        int last = blk[i]; /* the run of consecutive blocks from blk[i] with this SUB in the set */
+        for (int j = 0; j < n; j++)
+            if (in[j] && !done[j] && at[j] && blk[j] == last + 1 && !strcmp(names[j] + at[j], names[i] + at[i]))
+                last = blk[j], done[j] = 1, j = -1; /* the next block's, from the first layer again */
+        if (last > blk[i])
+            k += (size_t)snprintf(buf + k, k < cap ? cap - k : 0, "transformer.h.%d-%d.%s = %s\n", blk[i], last,
+                                  names[i] + at[i], target);
+        else
+            k += (size_t)snprintf(buf + k, k < cap ? cap - k : 0, "transformer.h.%d.%s = %s\n", blk[i],
+                                  names[i] + at[i], target);
     }
     return k < cap ? lines : -1; /* -1: buf was too small */
 }
@@ -199,12 +204,8 @@ static int pattern_lines(char (*names)[64], int n, const int *in, const char *ta
 static int propose(const double *score, int n, double whole_cost, double budget, int *keep, double *predicted) {
     double total = 0, left;
     int order[MAXL], kept = 0;
-    for (int i = 0; i < n; i++) total += isfinite(score[i]) ? score[i] * score[i] : 0, order[i] = i, keep[i] = 0;
-    for (int i = 1; i < n; i++) /* insertion sort, the largest score first */
-        for (int j = i; j > 0 && !(score[order[j]] <= score[order[j - 1]]); j--) { /* not finite: first */
-            const int t = order[j];
-            order[j] = order[j - 1], order[j - 1] = t;
-        }
+    for (int i = 0; i < n; i++) total += isfinite(score[i]) ? score[i] * score[i] : 0, keep[i] = 0;
+    by_score(score, n, order);
     left = total;
     while (kept < n && !isfinite(score[order[kept]])) keep[order[kept++]] = 1; /* not measured: kept in bf16 */
     while (kept < n && !(total > 0 ? whole_cost * left / total <= budget : whole_cost <= budget)) {
@@ -260,12 +261,8 @@ static void print_ranking(const advise_opts *a, const measures *m) {
     int order[MAXL];
     double whole_spread, share = 0;
     const double whole = cost(m->whole, m->base, &whole_spread);
-    for (int i = 0; i < m->n; i++) order[i] = i, share += m->score[i] * m->score[i];
-    for (int i = 1; i < m->n; i++)
-        for (int j = i; j > 0 && m->score[order[j]] > m->score[order[j - 1]]; j--) {
-            const int t = order[j];
-            order[j] = order[j - 1], order[j - 1] = t;
-        }
+    for (int i = 0; i < m->n; i++) share += m->score[i] * m->score[i];
+    by_score(m->score, m->n, order);
     printf("\nthe layers ranked by (a), the probe: %s's relative error of the product (forward / input gradient /\n"
            "weight gradient) and its root mean square; (b) the validation loss with the layer alone in %s, against\n"
            "bf16's (mean of the two seeds, +- half their difference); (a)'s prediction of (b): the whole recipe's\n"
