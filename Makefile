@@ -117,7 +117,7 @@ check: check-package check-stability check-torch check-budget check-layers-quick
 
 # The lean settings against bf16 on short runs where a blow-up shows, with
 # bf16 from perturbed initial weights as the chaos floor (docs/TRAINING.md,
-# "Loss spikes and the stability sweep"); 1m42s on 2 idle AMX Xeon cores.
+# "Loss spikes and the stability sweep"); 2m22s on 2 quiet Zen 3 cores.
 check-stability: deps-test build
 	scripts/check_stability.sh $(M) $(BUILD)/check-stability
 

@@ -1,7 +1,6 @@
 # budget.sh - sourced by check_gpt.sh and check_fp8.sh: the GPT at the
 # accuracy budget (docs/TRAINING.md, "The GPT at the accuracy budget"),
-# budget_train, which trains modes at it, and each_at_once, which runs jobs
-# side by side (check_layers.sh's too).
+# budget_train, which trains modes at it (with jobs.sh's each_at_once).
 #
 # budget_train MIXPREC OUT MODE...: each mode in a comparison of its own,
 # `mixprec compare --precisions MODE --checkpoints --out OUT/MODE` with the
@@ -14,6 +13,7 @@
 # threads each (the GEMMs at this size spend less in OpenMP's barriers and
 # more in their kernels). One line per mode as it ends; 1 when any failed
 # (its reason on stderr).
+. "$(dirname "${BASH_SOURCE[0]}")/jobs.sh"
 budget=(--model gpt:4-4-128-128 --batch 16 --steps 1000 --lr 6e-3 --lr-schedule cosine --warmup 50
         --weight-decay 0.1 --betas 0.9,0.95 --clip 1 --seed 1)
 
@@ -49,28 +49,4 @@ budget_train() { # MIXPREC OUT MODE...
         fi
     }
     each_at_once "$jobs" one "${order[@]}"
-}
-
-# each_at_once JOBS FUNC ITEM...: FUNC ITEM for every item in the background,
-# JOBS at a time, the next starting as soon as one ends (before bash 5.1: as
-# the oldest ends); 1 when any failed.
-each_at_once() {
-    local jobs=$1 fn=$2 pids=() failed=0 i item done_pid
-    shift 2
-    for item in "$@"; do
-        if [ ${#pids[@]} -ge "$jobs" ]; then
-            done_pid=${pids[0]}
-            if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)); then
-                wait -n -p done_pid "${pids[@]}" || failed=1
-            else
-                wait "$done_pid" || failed=1
-            fi
-            for i in "${!pids[@]}"; do [ "${pids[$i]}" != "$done_pid" ] || unset "pids[$i]"; done
-            pids=("${pids[@]}")
-        fi
-        "$fn" "$item" &
-        pids+=($!)
-    done
-    for i in "${pids[@]}"; do wait "$i" || failed=1; done
-    return "$failed"
 }

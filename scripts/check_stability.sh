@@ -20,8 +20,10 @@
 # peak is within 1.0 of bf16's (else the bound does not sit above the chaos
 # on this machine). Single-step peaks are printed against the floor's, not
 # asserted: a rounding-size perturbation of bf16 alone moves them by several
-# nats (docs/TRAINING.md). Jobs run two at a time, one thread each.
+# nats (docs/TRAINING.md). Jobs run JOBS (the CPU count) at a time, one
+# thread each, the comparisons first.
 set -euo pipefail
+. "$(dirname "$0")/jobs.sh"
 M=${1:-build/mixprec}
 out=${2:-mixprec-stability}
 copies=${CHAOS_COPIES:-2}
@@ -90,20 +92,21 @@ for seed in 1 2 3 4 5; do
     for k in $(seq 1 "$copies"); do perturbed "$seed" "$k"; done
     rm -f "$out/init-s$seed.st.tmp"
 done
-jobs=()
+# The comparisons (twelve settings each) first, then bf16's copies, CPUs at a
+# time: a core that ends a short job takes the next at once.
+runs=() copies_jobs=()
 for lr in 3e-3 6e-3; do
     for seed in 1 2 3 4 5; do
-        jobs+=("run $seed $lr")
-        for k in $(seq 1 "$copies"); do jobs+=("chaos $seed $lr $k"); done
+        runs+=("run $seed $lr")
+        for k in $(seq 1 "$copies"); do copies_jobs+=("chaos $seed $lr $k"); done
     done
 done
-pids=() failed=0
-for j in "${jobs[@]}"; do
-    $j & pids+=($!)
-    if [ ${#pids[@]} -ge 2 ]; then wait "${pids[0]}" || failed=1; pids=("${pids[@]:1}"); fi
-done
-for p in "${pids[@]}"; do wait "$p" || failed=1; done
-[ "$failed" = 0 ] || exit 1
+job() { # "FUNC ARG..."
+    local a
+    read -r -a a <<< "$1"
+    "${a[@]}"
+}
+each_at_once "${JOBS:-$(nproc 2> /dev/null || echo 1)}" job "${runs[@]}" "${copies_jobs[@]}" || exit 1
 python3 - "$out" "$copies" <<'PY'
 import csv, json, statistics, sys
 out, copies = sys.argv[1], int(sys.argv[2])
