@@ -727,35 +727,59 @@ typedef struct {
     long bad, differ; /* beyond the bound; paths differing from the portable one */
 } exp_tally;
 
-/* Every input b0, b0 + stride, ... <= b1 (bit patterns of one sign): each
- * path's e^x against the portable one, which is checked against libm. */
-static void exp_sweep(exp_tally *t, uint32_t b0, uint32_t b1, uint32_t stride) {
-    enum { N = 1 << 16 };
-    static float x[N], y0[N], y[N];
-    uint64_t b = b0;
-    while (b <= b1) {
-        size_t n = 0;
-        for (; n < N && b <= b1; b += stride) x[n++] = u2f((uint32_t)b);
-        mp_softmax_scalar.exp(y0, x, n);
-        for (int isa = MP_ISA_SCALAR + 1; isa <= (int)mp_cpu_detected(); isa++) {
-            mp_kernels_of((mp_isa)isa)->softmax->exp(y, x, n);
-            t->differ += memcmp(y, y0, n * sizeof *y) != 0;
-        }
-        for (size_t i = 0; i < n; i++) {
-            if (isnan(x[i])) { /* NaN in, NaN out */
-                t->bad += !isnan(y0[i]);
-                continue;
-            }
-            const double ref = exp((double)x[i]);
-            const double e = exp_ulp_err(y0[i], ref);
-            const float cr = (float)ref; /* correctly rounded unless exp(x) is within ~2^-29 ulp of a tie */
-            const uint32_t d = f2u(y0[i]) > f2u(cr) ? f2u(y0[i]) - f2u(cr) : f2u(cr) - f2u(y0[i]);
-            t->bad += e > 0.875 || d > 1;
-            t->off1 += d == 1;
-            if (e > t->worst) t->worst = e, t->worst_x = x[i];
-        }
-        t->n += n;
+enum { EXP_BLOCK = 1 << 16 };
+
+/* Inputs b, b + stride, ... (n of them) into t: each path's e^x against the
+ * portable one, which is checked against libm; x, y0, y hold EXP_BLOCK. */
+static void exp_block(exp_tally *t, uint64_t b, size_t n, uint32_t stride, float *x, float *y0, float *y) {
+    for (size_t i = 0; i < n; i++) x[i] = u2f((uint32_t)(b + i * (uint64_t)stride));
+    mp_softmax_scalar.exp(y0, x, n);
+    for (int isa = MP_ISA_SCALAR + 1; isa <= (int)mp_cpu_detected(); isa++) {
+        mp_kernels_of((mp_isa)isa)->softmax->exp(y, x, n);
+        t->differ += memcmp(y, y0, n * sizeof *y) != 0;
     }
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(x[i])) { /* NaN in, NaN out */
+            t->bad += !isnan(y0[i]);
+            continue;
+        }
+        const double ref = exp((double)x[i]);
+        const double e = exp_ulp_err(y0[i], ref);
+        const float cr = (float)ref; /* correctly rounded unless exp(x) is within ~2^-29 ulp of a tie */
+        const uint32_t d = f2u(y0[i]) > f2u(cr) ? f2u(y0[i]) - f2u(cr) : f2u(cr) - f2u(y0[i]);
+        t->bad += e > 0.875 || d > 1;
+        t->off1 += d == 1;
+        if (e > t->worst) t->worst = e, t->worst_x = x[i];
+    }
+    t->n += n;
+}
+
+/* Every input b0, b0 + stride, ... <= b1 (bit patterns of one sign), in
+ * blocks on the threads; the blocks' tallies summed in order, so the worst
+ * input is the first of the largest error, as one thread would find it. */
+static void exp_sweep(exp_tally *t, uint32_t b0, uint32_t b1, uint32_t stride) {
+    const uint64_t count = ((uint64_t)b1 - b0) / stride + 1, blocks = (count + EXP_BLOCK - 1) / EXP_BLOCK;
+    exp_tally *part = calloc(blocks, sizeof *part);
+    int nomem = !part;
+#pragma omp parallel reduction(| : nomem)
+    {
+        float *buf = malloc(3 * EXP_BLOCK * sizeof *buf);
+        nomem |= !buf;
+#pragma omp for schedule(dynamic)
+        for (uint64_t k = 0; k < blocks; k++) {
+            const uint64_t first = k * EXP_BLOCK, n = count - first < EXP_BLOCK ? count - first : EXP_BLOCK;
+            if (part && buf)
+                exp_block(part + k, b0 + first * stride, (size_t)n, stride, buf, buf + EXP_BLOCK, buf + 2 * EXP_BLOCK);
+        }
+        free(buf);
+    }
+    CHECK(!nomem, "e^x sweep: out of memory");
+    for (uint64_t k = 0; part && k < blocks; k++) {
+        const exp_tally *p = part + k;
+        t->n += p->n, t->off1 += p->off1, t->bad += p->bad, t->differ += p->differ;
+        if (p->worst > t->worst) t->worst = p->worst, t->worst_x = p->worst_x;
+    }
+    free(part);
 }
 
 /* The softmax's range, x in [-104, 0]: every input with --long (make
