@@ -12,7 +12,9 @@
 # side take 8-14% less time than the same two one after the other with two
 # threads each (the GEMMs at this size spend less in OpenMP's barriers and
 # more in their kernels). One line per mode as it ends; 1 when any failed
-# (its reason on stderr).
+# (its reason on stderr). A caller's function budget_after MODE, if defined,
+# runs in the mode's job once it trained (MIXPREC_THREADS its threads), its
+# failure the job's.
 . "$(dirname "${BASH_SOURCE[0]}")/jobs.sh"
 budget=(--model gpt:4-4-128-128 --batch 16 --steps 1000 --lr 6e-3 --lr-schedule cosine --warmup 50
         --weight-decay 0.1 --betas 0.9,0.95 --clip 1 --seed 1)
@@ -47,6 +49,7 @@ budget_train() { # MIXPREC OUT MODE...
             echo "budget: $1 failed: $(tail -2 "$out/$1.txt")" >&2
             return 1
         fi
+        if declare -F budget_after > /dev/null; then MIXPREC_THREADS=$threads budget_after "$1"; fi
     }
     each_at_once "$jobs" one "${order[@]}"
 }

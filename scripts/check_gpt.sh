@@ -29,12 +29,17 @@ LEAN=(bf16+optim-state=8bit bf16+master-weights=kahan bf16+master-weights=kahan+
 modes=${PRECISIONS:-fp32,fp16-dynamic,bf16,bf16-pure$(printf ',%s' "${LEAN[@]}")}${CHECK_ALSO:+,$CHECK_ALSO}
 fails=0
 IFS=, read -r -a list <<< "$modes"
+budget_after() { # MODE: the sample of the four modes held to the sample targets, in the mode's job
+    case $1 in
+    fp32 | fp16-dynamic | bf16 | bf16-pure)
+        rm -f "$out/$1.sample" "$out/$1.judged"
+        "$M" sample --from "$out/$1/$1.ckpt" --tokens 4000 --judge > "$out/$1.sample" 2> "$out/$1.judged" ||
+            { echo "check-gpt: the sample of $1 failed: $(tail -1 "$out/$1.judged")" >&2; return 1; }
+        ;;
+    esac
+}
 budget_train "$M" "$out" "${list[@]}" || fails=1
 echo
-for mode in fp32 fp16-dynamic bf16 bf16-pure; do
-    [ -f "$out/$mode/$mode.ckpt" ] || continue
-    "$M" sample --from "$out/$mode/$mode.ckpt" --tokens 4000 --judge > "$out/$mode.sample" 2> "$out/$mode.judged"
-done
 python3 - "$out" "${list[@]}" <<'PY' || fails=1
 import json, os, re, sys
 out, modes = sys.argv[1], sys.argv[2:]
