@@ -49,7 +49,7 @@ test: deps-test build build-asan
 # input in [-104, 0] on every path (make test: every 127th), every tensor of every kind of
 # checkpoint damaged and a socket as every input (tests/test_inputs.sh), the data-parallel test's longer
 # comparisons (SGD, the benchmark GPT over 50 steps, 3 and 4 ranks), and the
-# data-parallel test under ASan + UBSan. .ci/run runs it; about 8 minutes on 2 cores.
+# data-parallel test under ASan + UBSan. .ci/run runs it; 430 s on 2 Zen 3 cores.
 test-long: deps-test build build-asan
 	$(BUILD)/tests/test_format --long
 	$(BUILD)/tests/test_convert --long
