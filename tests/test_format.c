@@ -30,9 +30,10 @@ static const fmt F16 = {"fp16", 5, 10, 15, 1, 0x7bff}, BF16 = {"bf16", 8, 7, 127
 
 enum { OVF_INF, OVF_NAN, OVF_SAT };
 
+#define ALWAYS static inline __attribute__((always_inline)) /* constant formats fold into the sweeps */
+
 /* Reference rounding of a finite, non-NaN fp32 to format f; ovf says what a
  * value beyond the largest finite becomes. Returns the code with sign. */
-#define ALWAYS static inline __attribute__((always_inline)) /* constant formats fold into the sweeps */
 ALWAYS uint32_t ref_narrow(uint32_t x, const fmt *f, int ovf) {
     const uint32_t sign = (x >> 31) << (f->E + f->M);
     const uint32_t a = x & 0x7fffffffu;
