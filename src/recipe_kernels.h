@@ -12,7 +12,9 @@
  *  - rounding onto a format's grid is integer-only (rk_round_grid: the
  *    magnitude's significand shifted right by the grid's quantum, nearest
  *    even; exact int -> float conversions), so the FPU's rounding mode and
- *    FTZ/DAZ change nothing there;
+ *    FTZ/DAZ change nothing there; per-tensor fp8's grid (rk_fp8_grid) is
+ *    on the bits above the subnormals and an exact fp32 addition below them,
+ *    in the default rounding, with FTZ/DAZ changing nothing either;
  *  - the floating-point operations are the reference's own, one for one and
  *    in its order: x * scale for per-tensor fp8 (recipe.c sends operands
  *    under DAZ to the reference, which forms products of subnormals
@@ -151,23 +153,33 @@ RK_AI rk_v rk_round_sat(rk_v a, rk_m lo, int M, rk_v maxb, rk_m *sat, rk_m *zero
 
 /* ---- per-tensor fp8 ----
  * p = fp32(x * scale), then E4M3 / E5M2 with satfinite (fp8_scale.c): p on
- * the format's grid (normal from 2^-6 / 2^-14), past the max's rounding
- * threshold (E4M3: above 464, which ties down to 448; E5M2: from 61440,
- * which ties up; inf included) the max; a NaN keeps its sign and, in E5M2,
- * the payload's top bit. */
+ * the format's grid, past the max's rounding threshold (E4M3: above 464,
+ * which ties down to 448; E5M2: from 61440, which ties up; inf included) the
+ * max; a NaN keeps its sign and, in E5M2, the payload's top bit. The grid,
+ * nearest even: from the smallest normal (2^-6, 2^-14) on the bits (the 20 or
+ * 21 below the mantissa dropped, a carry moving into the exponent); below it
+ * by adding and subtracting 2^14 or 2^7 (the subnormals' quantum 2^-9,
+ * 2^-16, times 2^23), exact in the default rounding, which mixprec never
+ * changes (an fp32 subnormal gives 0 either way, so DAZ changes nothing). */
+RK_AI rk_v rk_fp8_grid(rk_v pa, const int e5) {
+    const uint32_t drop = e5 ? 21 : 20;
+    const rk_v up = (pa + ((1u << (drop - 1)) - 1u) + ((pa >> drop) & 1u)) & ~((1u << drop) - 1u);
+    const rk_fv c = (rk_fv){0} + (e5 ? 0x1p7f : 0x1p14f);
+    const rk_v sub = (rk_v)(((rk_fv)pa + c) - c);
+    return rk_sel((rk_m)pa < (int32_t)(e5 ? 0x38800000u : 0x3c800000u), sub, up);
+}
+
 RK_AI rk_v rk_fp8_vec(rk_v x, rk_fv s, const int e5, rk_counts *k) {
     const rk_v xa = x & RK_ABS, p = (rk_v)((rk_fv)x * s), pa = p & RK_ABS;
-    rk_m zero, fin = (rk_m)(xa < RK_INF);
-    /* lo: the smallest normal's field + 23 - M */
-    rk_v r = rk_round_grid(pa, rk_isplat(e5 ? 134 : 141), e5 ? 2 : 3, &zero);
-    const rk_m sat = (rk_m)(pa > (e5 ? 0x476fffffu : 0x43e80000u));
-    r = rk_sel(sat, rk_splat(e5 ? RK_E5M2_MAX : RK_E4M3_MAX), rk_sel(zero, rk_splat(0), r));
+    const rk_m fin = (rk_m)xa < (int32_t)RK_INF;
+    const rk_m sat = (rk_m)pa > (int32_t)(e5 ? 0x476fffffu : 0x43e80000u);
+    const rk_v r = rk_sel(sat, rk_splat(e5 ? RK_E5M2_MAX : RK_E4M3_MAX), rk_fp8_grid(pa, e5));
     k->sat -= (rk_v)(fin & sat);
     k->flush -= (rk_v)(fin & (rk_m)(xa != 0u) & (rk_m)(r == 0u));
     k->nonfinite -= (rk_v)~fin;
     k->amax = rk_max(xa & (rk_v)fin, k->amax);
     const rk_v nan = e5 ? RK_QNAN | (pa & 0x200000u) : rk_splat(RK_QNAN);
-    return rk_sel((rk_m)(pa > RK_INF), nan, r) | (p & RK_SIGN);
+    return rk_sel((rk_m)pa > (int32_t)RK_INF, nan, r) | (p & RK_SIGN);
 }
 
 static void rk_fp8(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
