@@ -18,20 +18,15 @@ deps:
 deps-test:
 	@scripts/deps.sh test
 
-# A build holds DIR/.lock (flock) from its configure to its end, so that two
-# makes at once (.ci/run runs check-budget beside the other checks) build a
-# directory one after the other.
 build: deps
-	@mkdir -p $(BUILD) && exec 9> $(BUILD)/.lock && flock 9 && \
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DMP_WERROR=ON $(CMAKE_ARGS) >/dev/null && \
-	cmake --build $(BUILD) -j $(JOBS)
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DMP_WERROR=ON $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
 
 # The same sources with AddressSanitizer + UndefinedBehaviorSanitizer, at -O1
 # (CMakeLists.txt); its tests run on a fixed sample of inputs (--quick).
 build-asan: deps
-	@mkdir -p $(ASAN_BUILD) && exec 9> $(ASAN_BUILD)/.lock && flock 9 && \
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMP_WERROR=ON -DMP_SANITIZE=ON $(CMAKE_ARGS) >/dev/null && \
-	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMP_WERROR=ON -DMP_SANITIZE=ON $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 # Twice JOBS tests at a time: much of the time in the shell tests is spent
 # waiting on the processes they start (on 2 Zen 3 cores the plain tests take
