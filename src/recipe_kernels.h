@@ -203,13 +203,33 @@ static void rk_fp8(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
  * 2^(s-127), which is what coding x * 2^(127-s) and multiplying back gives
  * (mx.c); values below 2^-126 become +-0 (recipe.c). A block holding an inf
  * or a NaN is all NaN (+0x7fc0), its finite elements' amax and its
- * nonfinite ones counted (a finite block's amax is its caller's). Per lane:
- * its block's lo, saturation value maxb (bits) and NaN mask. */
-RK_AI rk_v rk_mx_vec(rk_v x, rk_m lo, rk_v maxb, rk_m nan, rk_counts *k) {
+ * nonfinite ones counted (a finite block's amax is its caller's). */
+
+/* rk_round_sat's result for E4M3's grid at lo = s + 14 when 11 <= s <= 240
+ * (rk_mx_fast): on the bits from the grid's smallest normal 2^(s-133) (an
+ * fp32 normal), below it by adding and subtracting C = 2^(s-113) (2^23 times
+ * the quantum; bits lo << 23), exact in the default rounding. An fp32
+ * subnormal is below half the quantum (at least 2^-125) and gives 0 either
+ * way, and every result is 0 or an fp32 normal, so DAZ and FTZ change
+ * nothing. */
+RK_AI rk_v rk_mx_grid_fast(rk_v a, rk_m lo, rk_v maxb, rk_m *sat, rk_m *zero) {
+    const rk_v up = (a + 0x7ffffu + ((a >> 20) & 1u)) & ~0xfffffu;
+    const rk_fv c = (rk_fv)((rk_v)lo << 23);
+    const rk_v v = rk_sel((rk_m)a < ((lo - 20) << 23), (rk_v)(((rk_fv)a + c) - c), up);
+    *zero = (rk_m)(v == 0u);
+    *sat = (rk_m)v > (rk_m)maxb;
+    return rk_sel(*sat, maxb, v);
+}
+
+static inline int rk_mx_fast(uint32_t lo) { return lo >= 25 && lo <= 254; }
+
+/* Elements x, with per lane its block's lo, saturation value maxb (bits) and
+ * NaN mask; fast: every lane's lo passes rk_mx_fast. */
+RK_AI rk_v rk_mx_vec(rk_v x, rk_m lo, rk_v maxb, rk_m nan, rk_counts *k, const int fast) {
     const rk_v xa = x & RK_ABS;
-    const rk_m fin = (rk_m)(xa < RK_INF);
+    const rk_m fin = (rk_m)xa < (int32_t)RK_INF;
     rk_m sat, zero;
-    const rk_v r = rk_round_sat(xa, lo, 3, maxb, &sat, &zero);
+    const rk_v r = fast ? rk_mx_grid_fast(xa, lo, maxb, &sat, &zero) : rk_round_sat(xa, lo, 3, maxb, &sat, &zero);
     k->sat -= (rk_v)(sat & ~nan);
     k->flush -= (rk_v)(zero & (rk_m)(xa != 0u) & ~nan);
     k->nonfinite -= (rk_v)~fin; /* only a NaN block holds one */
@@ -249,8 +269,12 @@ static void rk_mx_rows(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
             for (size_t b = 0; b < nb; b++) {
                 const rk_m lo = rk_isplat((int32_t)s8[b] + 14), nm = rk_isplat(-nan[b]);
                 const rk_v maxb = rk_splat(rk_mx_max(s8[b]));
-                for (size_t j = 32 * b; j < 32 * b + 32; j += RK_LANES)
-                    rk_st(x + j, rk_mx_vec(rk_ld(x + j), lo, maxb, nm, k));
+                if (rk_mx_fast((uint32_t)s8[b] + 14))
+                    for (size_t j = 32 * b; j < 32 * b + 32; j += RK_LANES)
+                        rk_st(x + j, rk_mx_vec(rk_ld(x + j), lo, maxb, nm, k, 1));
+                else
+                    for (size_t j = 32 * b; j < 32 * b + 32; j += RK_LANES)
+                        rk_st(x + j, rk_mx_vec(rk_ld(x + j), lo, maxb, nm, k, 0));
             }
             rk_store(op, i, c0, n, x);
         }
@@ -262,7 +286,7 @@ static void rk_mx_rows(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
  * is in L2 by then); a lane's grid is its column's. */
 static void rk_mx_cols(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
     uint32_t x[RK_CHUNK], am[RK_CHUNK], fa[RK_CHUNK], maxb[RK_CHUNK], nan[RK_CHUNK], lo[RK_CHUNK];
-    uint8_t s8[RK_CHUNK];
+    uint8_t s8[RK_CHUNK], fast[RK_CHUNK / RK_LANES];
     for (size_t i0 = r0; i0 < r1; i0 += 32) {
         const size_t nr = op->rows - i0 < 32 ? op->rows - i0 : 32; /* the zero rows change nothing */
         for (size_t c0 = 0; c0 < op->cols; c0 += RK_CHUNK) {
@@ -279,11 +303,17 @@ static void rk_mx_cols(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
             mp_mx_scalar.scales(s8, fa, nw, MP_E4M3, op->rule);
             for (size_t c = 0; c < nw; c++)
                 lo[c] = (uint32_t)s8[c] + 14, maxb[c] = rk_mx_max(s8[c]), nan[c] = am[c] >= RK_INF ? ~0u : 0u;
+            for (size_t c = 0; c < nw; c += RK_LANES) { /* a vector is fast when each of its lanes is */
+                fast[c / RK_LANES] = 1;
+                for (size_t l = c; l < c + RK_LANES; l++) fast[c / RK_LANES] &= rk_mx_fast(lo[l]);
+            }
             for (size_t r = 0; r < nr; r++) {
                 rk_load(op, i0 + r, c0, n, x);
-                for (size_t c = 0; c < nw; c += RK_LANES)
-                    rk_st(x + c,
-                          rk_mx_vec(rk_ld(x + c), (rk_m)rk_ld(lo + c), rk_ld(maxb + c), (rk_m)rk_ld(nan + c), k));
+                for (size_t c = 0; c < nw; c += RK_LANES) {
+                    const rk_v v = rk_ld(x + c), mb = rk_ld(maxb + c);
+                    const rk_m l = (rk_m)rk_ld(lo + c), nm = (rk_m)rk_ld(nan + c);
+                    rk_st(x + c, fast[c / RK_LANES] ? rk_mx_vec(v, l, mb, nm, k, 1) : rk_mx_vec(v, l, mb, nm, k, 0));
+                }
                 rk_store(op, i0 + r, c0, n, x);
             }
         }
