@@ -12,9 +12,10 @@
  *  - rounding onto a format's grid is integer-only (rk_round_grid: the
  *    magnitude's significand shifted right by the grid's quantum, nearest
  *    even; exact int -> float conversions), so the FPU's rounding mode and
- *    FTZ/DAZ change nothing there; per-tensor fp8's grid (rk_fp8_grid) is
- *    on the bits above the subnormals and an exact fp32 addition below them,
- *    in the default rounding, with FTZ/DAZ changing nothing either;
+ *    FTZ/DAZ change nothing there; where a grid's quantum is at least
+ *    2^-125 (per-tensor fp8, most MX blocks), rk_round_grid_fast gives the
+ *    same on the bits and by an exact fp32 addition in the default rounding,
+ *    FTZ/DAZ changing nothing either;
  *  - the floating-point operations are the reference's own, one for one and
  *    in its order: x * scale for per-tensor fp8 (recipe.c sends operands
  *    under DAZ to the reference, which forms products of subnormals
@@ -143,10 +144,30 @@ RK_AI rk_v rk_round_grid(rk_v a, rk_m lo, int M, rk_m *zero) {
     return v;
 }
 
-/* rk_round_grid saturated at maxb (the format's largest value, bits): *sat
- * for the lanes that rounded past it; flushed lanes become +0. */
-RK_AI rk_v rk_round_sat(rk_v a, rk_m lo, int M, rk_v maxb, rk_m *sat, rk_m *zero) {
-    const rk_v v = rk_round_grid(a, lo, M, zero);
+/* rk_round_grid's result where the grid's quantum 2^(lo - 150) is at least
+ * 2^-125 and 2^23 quantums are finite (lo in [25, 254]: rk_grid_fast): from
+ * the grid's smallest normal 2^(lo - 150 + M), an fp32 normal, on the bits
+ * (the 23 - M below the mantissa dropped, nearest even, a carry moving into
+ * the exponent); below it by adding and subtracting 2^23 quantums (bits lo <<
+ * 23), exact in the default rounding, which mixprec never changes. An fp32
+ * subnormal is below half the quantum and gives 0 either way, and every
+ * result is 0 or an fp32 normal, so DAZ and FTZ change nothing. */
+RK_AI rk_v rk_round_grid_fast(rk_v a, rk_m lo, int M, rk_m *zero) {
+    const uint32_t drop = 23u - (uint32_t)M;
+    const rk_v up = (a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) & ~((1u << drop) - 1u);
+    const rk_fv c = (rk_fv)((rk_v)lo << 23);
+    const rk_v v = rk_sel((rk_m)a < ((lo - (int32_t)drop) << 23), (rk_v)(((rk_fv)a + c) - c), up);
+    *zero = (rk_m)(v == 0u);
+    return v;
+}
+
+static inline int rk_grid_fast(uint32_t lo) { return lo >= 25 && lo <= 254; }
+
+/* rk_round_grid (fast: rk_round_grid_fast) saturated at maxb (the format's
+ * largest value, bits): *sat for the lanes that rounded past it; flushed
+ * lanes become +0. */
+RK_AI rk_v rk_round_sat(rk_v a, rk_m lo, int M, rk_v maxb, rk_m *sat, rk_m *zero, const int fast) {
+    const rk_v v = fast ? rk_round_grid_fast(a, lo, M, zero) : rk_round_grid(a, lo, M, zero);
     *sat = ~*zero & ((rk_m)v > (rk_m)maxb);
     return rk_sel(*zero, rk_splat(0), rk_sel(*sat, maxb, v));
 }
@@ -155,25 +176,16 @@ RK_AI rk_v rk_round_sat(rk_v a, rk_m lo, int M, rk_v maxb, rk_m *sat, rk_m *zero
  * p = fp32(x * scale), then E4M3 / E5M2 with satfinite (fp8_scale.c): p on
  * the format's grid, past the max's rounding threshold (E4M3: above 464,
  * which ties down to 448; E5M2: from 61440, which ties up; inf included) the
- * max; a NaN keeps its sign and, in E5M2, the payload's top bit. The grid,
- * nearest even: from the smallest normal (2^-6, 2^-14) on the bits (the 20 or
- * 21 below the mantissa dropped, a carry moving into the exponent); below it
- * by adding and subtracting 2^14 or 2^7 (the subnormals' quantum 2^-9,
- * 2^-16, times 2^23), exact in the default rounding, which mixprec never
- * changes (an fp32 subnormal gives 0 either way, so DAZ changes nothing). */
-RK_AI rk_v rk_fp8_grid(rk_v pa, const int e5) {
-    const uint32_t drop = e5 ? 21 : 20;
-    const rk_v up = (pa + ((1u << (drop - 1)) - 1u) + ((pa >> drop) & 1u)) & ~((1u << drop) - 1u);
-    const rk_fv c = (rk_fv){0} + (e5 ? 0x1p7f : 0x1p14f);
-    const rk_v sub = (rk_v)(((rk_fv)pa + c) - c);
-    return rk_sel((rk_m)pa < (int32_t)(e5 ? 0x38800000u : 0x3c800000u), sub, up);
-}
-
+ * max; a NaN keeps its sign and, in E5M2, the payload's top bit. The grid
+ * (lo: the smallest normal's field + 23 - M) has a quantum of 2^-9 or 2^-16:
+ * rk_round_grid_fast's. */
 RK_AI rk_v rk_fp8_vec(rk_v x, rk_fv s, const int e5, rk_counts *k) {
     const rk_v xa = x & RK_ABS, p = (rk_v)((rk_fv)x * s), pa = p & RK_ABS;
     const rk_m fin = (rk_m)xa < (int32_t)RK_INF;
     const rk_m sat = (rk_m)pa > (int32_t)(e5 ? 0x476fffffu : 0x43e80000u);
-    const rk_v r = rk_sel(sat, rk_splat(e5 ? RK_E5M2_MAX : RK_E4M3_MAX), rk_fp8_grid(pa, e5));
+    rk_m zero; /* r is 0 there */
+    const rk_v r = rk_sel(sat, rk_splat(e5 ? RK_E5M2_MAX : RK_E4M3_MAX),
+                          rk_round_grid_fast(pa, rk_isplat(e5 ? 134 : 141), e5 ? 2 : 3, &zero));
     k->sat -= (rk_v)(fin & sat);
     k->flush -= (rk_v)(fin & (rk_m)(xa != 0u) & (rk_m)(r == 0u));
     k->nonfinite -= (rk_v)~fin;
@@ -203,33 +215,14 @@ static void rk_fp8(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
  * 2^(s-127), which is what coding x * 2^(127-s) and multiplying back gives
  * (mx.c); values below 2^-126 become +-0 (recipe.c). A block holding an inf
  * or a NaN is all NaN (+0x7fc0), its finite elements' amax and its
- * nonfinite ones counted (a finite block's amax is its caller's). */
-
-/* rk_round_sat's result for E4M3's grid at lo = s + 14 when 11 <= s <= 240
- * (rk_mx_fast): on the bits from the grid's smallest normal 2^(s-133) (an
- * fp32 normal), below it by adding and subtracting C = 2^(s-113) (2^23 times
- * the quantum; bits lo << 23), exact in the default rounding. An fp32
- * subnormal is below half the quantum (at least 2^-125) and gives 0 either
- * way, and every result is 0 or an fp32 normal, so DAZ and FTZ change
- * nothing. */
-RK_AI rk_v rk_mx_grid_fast(rk_v a, rk_m lo, rk_v maxb, rk_m *sat, rk_m *zero) {
-    const rk_v up = (a + 0x7ffffu + ((a >> 20) & 1u)) & ~0xfffffu;
-    const rk_fv c = (rk_fv)((rk_v)lo << 23);
-    const rk_v v = rk_sel((rk_m)a < ((lo - 20) << 23), (rk_v)(((rk_fv)a + c) - c), up);
-    *zero = (rk_m)(v == 0u);
-    *sat = (rk_m)v > (rk_m)maxb;
-    return rk_sel(*sat, maxb, v);
-}
-
-static inline int rk_mx_fast(uint32_t lo) { return lo >= 25 && lo <= 254; }
-
-/* Elements x, with per lane its block's lo, saturation value maxb (bits) and
- * NaN mask; fast: every lane's lo passes rk_mx_fast. */
+ * nonfinite ones counted (a finite block's amax is its caller's). Per lane:
+ * its block's lo, saturation value maxb (bits) and NaN mask; fast: every
+ * lane's lo passes rk_grid_fast (a scale s in [11, 240]). */
 RK_AI rk_v rk_mx_vec(rk_v x, rk_m lo, rk_v maxb, rk_m nan, rk_counts *k, const int fast) {
     const rk_v xa = x & RK_ABS;
     const rk_m fin = (rk_m)xa < (int32_t)RK_INF;
     rk_m sat, zero;
-    const rk_v r = fast ? rk_mx_grid_fast(xa, lo, maxb, &sat, &zero) : rk_round_sat(xa, lo, 3, maxb, &sat, &zero);
+    const rk_v r = rk_round_sat(xa, lo, 3, maxb, &sat, &zero, fast);
     k->sat -= (rk_v)(sat & ~nan);
     k->flush -= (rk_v)(zero & (rk_m)(xa != 0u) & ~nan);
     k->nonfinite -= (rk_v)~fin; /* only a NaN block holds one */
@@ -269,7 +262,7 @@ static void rk_mx_rows(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
             for (size_t b = 0; b < nb; b++) {
                 const rk_m lo = rk_isplat((int32_t)s8[b] + 14), nm = rk_isplat(-nan[b]);
                 const rk_v maxb = rk_splat(rk_mx_max(s8[b]));
-                if (rk_mx_fast((uint32_t)s8[b] + 14))
+                if (rk_grid_fast((uint32_t)s8[b] + 14))
                     for (size_t j = 32 * b; j < 32 * b + 32; j += RK_LANES)
                         rk_st(x + j, rk_mx_vec(rk_ld(x + j), lo, maxb, nm, k, 1));
                 else
@@ -305,7 +298,7 @@ static void rk_mx_cols(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
                 lo[c] = (uint32_t)s8[c] + 14, maxb[c] = rk_mx_max(s8[c]), nan[c] = am[c] >= RK_INF ? ~0u : 0u;
             for (size_t c = 0; c < nw; c += RK_LANES) { /* a vector is fast when each of its lanes is */
                 fast[c / RK_LANES] = 1;
-                for (size_t l = c; l < c + RK_LANES; l++) fast[c / RK_LANES] &= rk_mx_fast(lo[l]);
+                for (size_t l = c; l < c + RK_LANES; l++) fast[c / RK_LANES] &= rk_grid_fast(lo[l]);
             }
             for (size_t r = 0; r < nr; r++) {
                 rk_load(op, i0 + r, c0, n, x);
@@ -381,7 +374,7 @@ typedef struct {
 RK_AI rk_nvpar rk_nv_params(rk_v am, float mult, float gd) {
     const rk_v prod = (rk_v)((rk_fv)am * mult) & RK_ABS;
     rk_m sat, zero;
-    const rk_fv s = (rk_fv)rk_round_sat(prod, rk_isplat(141), 3, rk_splat(RK_E4M3_MAX), &sat, &zero);
+    const rk_fv s = (rk_fv)rk_round_sat(prod, rk_isplat(141), 3, rk_splat(RK_E4M3_MAX), &sat, &zero, 0);
     const rk_fv q = 1.0f / (s * gd);
     const rk_fv inv = (rk_fv)rk_sel(q < FLT_MAX, (rk_v)q, rk_splat(rk_bits(FLT_MAX))); /* fminf(q, FLT_MAX): NaN too */
     const rk_m nan = (rk_m)(am > RK_INF);
