@@ -61,45 +61,50 @@ static inline __m256 gelu_bwd8(const mp_gelu_table *tb, int f16, const uint16_t 
     return _mm256_blendv_ps(_mm256_set_m128(phi, plo), quiet, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+/* The post steps half_c does (P): */
+enum { P_NONE, P_ADD, P_GELU, P_GELU_GRAD };
+
 /* A half C, round_to fp32, columns in whole vectors; tb: the GELU table of a GELU post step. C's values
  * rounded and counted into st[0], stored unless the post step's results replace them; the post step on
  * them as stored, its results rounded, counted into st[1] and stored. Counted by the codes' range; the
- * values are kept (C's in the tile, the post step's in yb) for counting again should it not be clean. */
+ * values are kept (C's in the tile, the post step's in yb) for counting again should it not be clean.
+ * Inlined with constants for the format, the post step and the usual case (plain: alpha 1, beta 0, no
+ * zeros counted; bias: with a bias), so that the loop holds no other branch and its constants stay in
+ * registers. */
 static inline __attribute__((always_inline)) void half_c(const mp_gemm_ep *e, const mp_gelu_table *tb, float *tile,
                                                          size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
                                                          mp_convert_stats *st, uint64_t *zeros, const int f16,
-                                                         const int stats) {
-    const int post = e->post != MP_POST_NONE, keep = !post || e->post_out;
-    const int fwd = e->post == MP_POST_GELU || e->post == MP_POST_GELU_ERF;
-    const int read_c = e->beta != 0.0f, scale = e->alpha != 1.0f;
+                                                         const int P, const int plain, const int bias) {
+    const int keep = P == P_NONE || e->post_out, stats = st != NULL;
+    const int read_c = !plain && e->beta != 0.0f, scale = !plain && e->alpha != 1.0f;
     const __m256 va = _mm256_set1_ps(e->alpha), vb = _mm256_set1_ps(e->beta);
     uint16_t *c0 = (uint16_t *)e->c + i0 * e->ldc + j0;
     uint16_t *o0 = (uint16_t *)(e->post_out ? e->post_out : e->c) + i0 * e->ldc + j0;
-    const uint16_t *x0 = post ? (const uint16_t *)e->post_x + i0 * e->ldc + j0 : NULL;
-    const float *b = e->bias ? e->bias + j0 : NULL;
+    const uint16_t *x0 = P != P_NONE ? (const uint16_t *)e->post_x + i0 * e->ldc + j0 : NULL;
+    const float *b = (plain ? bias : e->bias != NULL) ? e->bias + j0 : NULL;
     float yb[MP_GEMM_STRIP]; /* the post step's values, laid out as the tile */
     mp_range256 rg = mp_range0(), rg2 = mp_range0();
     uint64_t z = 0;
     for (size_t r = 0; r < rows; r++) {
         float *tr = tile + r * ts, *yr = yb + r * ts;
         uint16_t *cr = c0 + r * e->ldc, *orow = o0 + r * e->ldc;
-        const uint16_t *xr = post ? x0 + r * e->ldc : NULL;
+        const uint16_t *xr = P != P_NONE ? x0 + r * e->ldc : NULL;
         for (size_t j = 0; j < cols; j += 8) {
             __m256 t = _mm256_loadu_ps(tr + j);
             if (read_c) t = _mm256_fmadd_ps(va, t, _mm256_mul_ps(vb, load_half8(f16, cr + j)));
             else if (scale) t = _mm256_mul_ps(va, t);
-            if (b) t = _mm256_add_ps(t, _mm256_loadu_ps(b + j));
-            if (zeros)
+            if (plain ? bias : b != NULL) t = _mm256_add_ps(t, _mm256_loadu_ps(b + j));
+            if (!plain && zeros)
                 z += (uint64_t)mp_pop8(_mm256_cmpeq_epi32(
                     _mm256_and_si256(_mm256_castps_si256(t), _mm256_set1_epi32(0x7fffffff)), _mm256_setzero_si256()));
             __m256i ay;
             const __m128i h = round8(f16, t, &ay);
             if (stats) mp_range_add(&rg, ay), _mm256_storeu_ps(tr + j, t);
             if (keep) _mm_storeu_si128((__m128i *)(cr + j), h);
-            if (!post) continue;
+            if (P == P_NONE) continue;
             __m256 y;
-            if (e->post == MP_POST_ADD) y = _mm256_add_ps(load_half8(f16, xr + j), widen8(f16, h)); /* x + c */
-            else if (fwd) y = _mm256_i32gather_ps(tb->y, _mm256_cvtepu16_epi32(h), 4);
+            if (P == P_ADD) y = _mm256_add_ps(load_half8(f16, xr + j), widen8(f16, h)); /* x + c */
+            else if (P == P_GELU) y = _mm256_i32gather_ps(tb->y, _mm256_cvtepu16_epi32(h), 4);
             else y = gelu_bwd8(tb, f16, xr + j, widen8(f16, h));
             _mm_storeu_si128((__m128i *)(orow + j), round8(f16, y, &ay));
             if (stats) mp_range_add(&rg2, ay), _mm256_storeu_ps(yr + j, y);
@@ -109,7 +114,7 @@ static inline __attribute__((always_inline)) void half_c(const mp_gemm_ep *e, co
         mp_counts256 c = MP_COUNTS256_0;
         count_rows(f16, &rg, &c, tile, ts, rows, cols);
         mp_counts256_add(st, &c, f16 ? 5 : 8, f16 ? 10 : 7);
-        if (post) {
+        if (P != P_NONE) {
             mp_counts256 c2 = MP_COUNTS256_0;
             count_rows(f16, &rg2, &c2, yb, ts, rows, cols);
             mp_counts256_add(st + 1, &c2, f16 ? 5 : 8, f16 ? 10 : 7);
@@ -117,6 +122,14 @@ static inline __attribute__((always_inline)) void half_c(const mp_gemm_ep *e, co
     }
     if (zeros) *zeros += z;
 }
+
+/* half_c for the format F16 and post step P: the usual case with or without a bias, or the general one */
+#define HALF_C(F16, P)                                                                          \
+    do {                                                                                        \
+        if (!plain) half_c(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 0, 0);       \
+        else if (e->bias) half_c(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 1, 1); \
+        else half_c(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 1, 0);              \
+    } while (0)
 
 void mp_gemm_epilogue_avx2(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
                            mp_convert_stats *st, uint64_t *zeros) {
@@ -127,13 +140,23 @@ void mp_gemm_epilogue_avx2(const mp_gemm_ep *e, float *tile, size_t ts, size_t i
         mp_gemm_epilogue_body(e, tile, ts, i0, j0, rows, cols, st, zeros);
         return;
     }
-    const int f16 = e->ct == MP_F16;
-    if (st)
-        f16 ? half_c(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, 1, 1)
-            : half_c(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, 0, 1);
-    else
-        f16 ? half_c(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, 1, 0)
-            : half_c(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, 0, 0);
+    const int plain = e->alpha == 1.0f && e->beta == 0.0f && !zeros;
+    const int p = e->post == MP_POST_NONE                                  ? P_NONE
+                  : e->post == MP_POST_ADD                                 ? P_ADD
+                  : e->post == MP_POST_GELU || e->post == MP_POST_GELU_ERF ? P_GELU
+                                                                           : P_GELU_GRAD;
+    if (e->ct == MP_F16) switch (p) {
+        case P_NONE: HALF_C(1, P_NONE); break;
+        case P_ADD: HALF_C(1, P_ADD); break;
+        case P_GELU: HALF_C(1, P_GELU); break;
+        default: HALF_C(1, P_GELU_GRAD); break;
+        }
+    else switch (p) {
+        case P_NONE: HALF_C(0, P_NONE); break;
+        case P_ADD: HALF_C(0, P_ADD); break;
+        case P_GELU: HALF_C(0, P_GELU); break;
+        default: HALF_C(0, P_GELU_GRAD); break;
+        }
 }
 
 uint64_t mp_gemm_zeros_avx2(const float *c, size_t ldc, size_t rows, size_t cols) {
