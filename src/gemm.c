@@ -214,7 +214,7 @@ static void *pack_buffer(int which, size_t bytes) {
  * NR fp32, in cache) rather than in C: each C element is written once. */
 typedef struct {
     const mp_gemm_kernel *kr;
-    int ta, tb, trivial;
+    int ta, tb, trivial, team; /* team: run by an OpenMP team (else by the calling thread alone) */
     size_t m, n, k, MR, NR, KP, es, lda, ldb;
     const void *a, *b;
     mp_dtype at, bt;
@@ -264,21 +264,28 @@ static int direct_rows(const gemm_plan *g, size_t kcur, size_t rows) {
     return g->kr->micro_rows && !g->ta && kcur % g->KP == 0 && rows == g->MR;
 }
 
-/* Packs B's columns [jc, jc + ncur), every block of k; the threads share the panels. */
+/* Packs B's column panel jp of the block at jc, every block of k. */
+static void pack_b_panel(const gemm_plan *g, size_t jc, size_t jp) {
+    const size_t j0 = jc + jp * g->NR, cols = g->n - j0 < g->NR ? g->n - j0 : g->NR;
+    for (size_t bi = 0; bi < g->nk; bi++) {
+        size_t kcur, kpad;
+        const size_t pc = kblock(g, bi, &kcur, &kpad);
+        g->kr->pack_b((uint8_t *)g->bpack + (jp * g->K2 + bi * g->kcp) * g->NR * g->es, g->b, g->bt, g->ldb, g->tb, pc,
+                      kcur, j0, cols);
+    }
+}
+
+/* Packs B's columns [jc, jc + ncur), every block of k; the team's threads share the panels. */
 static void pack_b_block(const gemm_plan *g, size_t jc, size_t ncur) {
     const size_t npanels = (ncur + g->NR - 1) / g->NR;
+    if (!g->team) {
+        for (size_t jp = 0; jp < npanels; jp++) pack_b_panel(g, jc, jp);
+        return;
+    }
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-    for (size_t jp = 0; jp < npanels; jp++) {
-        const size_t j0 = jc + jp * g->NR, cols = g->n - j0 < g->NR ? g->n - j0 : g->NR;
-        for (size_t bi = 0; bi < g->nk; bi++) {
-            size_t kcur, kpad;
-            const size_t pc = kblock(g, bi, &kcur, &kpad);
-            g->kr->pack_b((uint8_t *)g->bpack + (jp * g->K2 + bi * g->kcp) * g->NR * g->es, g->b, g->bt, g->ldb, g->tb,
-                          pc, kcur, j0, cols);
-        }
-    }
+    for (size_t jp = 0; jp < npanels; jp++) pack_b_panel(g, jc, jp);
 }
 
 /* Packs the row block [ic, ic + mcur), every block of k (whole panels read in place are skipped); the
@@ -386,6 +393,37 @@ static void row_block(const gemm_plan *g, void *apack, float *strip, size_t ib, 
     }
 }
 
+/* Thread t's part of the GEMM: every column block of B packed by the team (an implicit barrier), then the
+ * row blocks it takes; without a team, all of it. Counts into part[t] and zpart[t]; *oom set when a
+ * buffer could not be had. */
+static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], uint64_t *zpart, int *oom) {
+    void *apack = pack_buffer(1, g->mc * g->K2 * g->es);
+    float *strip = pack_buffer(2, g->mc * g->NR * sizeof *strip);
+    if (!apack || !strip) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+        *oom = 1;
+    }
+    if (g->kr->begin) g->kr->begin();
+    for (size_t jc = 0; jc < g->n; jc += g->nc) {
+        const size_t ncur = g->n - jc < g->nc ? g->n - jc : g->nc;
+        pack_b_block(g, jc, ncur); /* implicit barrier: B is packed */
+        if (!g->team) {
+            for (size_t ib = 0; ib < g->nblocks && apack && strip; ib++)
+                row_block(g, apack, strip, ib, jc, ncur, part ? part[t] : NULL, zpart ? &zpart[t] : NULL);
+            continue;
+        }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+        for (size_t ib = 0; ib < g->nblocks; ib++)
+            if (apack && strip)
+                row_block(g, apack, strip, ib, jc, ncur, part ? part[t] : NULL, zpart ? &zpart[t] : NULL);
+    }
+    if (g->kr->end) g->kr->end();
+}
+
 /* C = alpha op(A) op(B) + beta C through the kernel, with the epilogue ep on the complete sums. trivial: an
  * fp32 C with no epilogue but alpha and beta, which one block of k writes straight from the micro-kernel
  * (and zpart[] counts the zeros of C's final values). Counts per thread into part[] (C's and the post step's) and
@@ -413,6 +451,11 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
     mp_status s = plan(&g, nt);
     if (s != MP_OK) return s;
     int oom = 0;
+    g.team = nt > 1;
+    if (!g.team) { /* one thread: no team to start (the attention's small GEMMs run inside its own team) */
+        gemm_thread(&g, 0, part, zpart, &oom);
+        return oom ? mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed A block") : MP_OK;
+    }
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nt)
 #endif
@@ -422,26 +465,7 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
 #else
         const int t = 0;
 #endif
-        void *apack = pack_buffer(1, g.mc * g.K2 * g.es);
-        float *strip = pack_buffer(2, g.mc * g.NR * sizeof *strip);
-        if (!apack || !strip) {
-#ifdef _OPENMP
-#pragma omp atomic write
-#endif
-            oom = 1;
-        }
-        if (kr->begin) kr->begin();
-        for (size_t jc = 0; jc < n; jc += g.nc) {
-            const size_t ncur = n - jc < g.nc ? n - jc : g.nc;
-            pack_b_block(&g, jc, ncur); /* implicit barrier: B is packed */
-#ifdef _OPENMP
-#pragma omp for schedule(dynamic, 1)
-#endif
-            for (size_t ib = 0; ib < g.nblocks; ib++)
-                if (apack && strip)
-                    row_block(&g, apack, strip, ib, jc, ncur, part ? part[t] : NULL, zpart ? &zpart[t] : NULL);
-        }
-        if (kr->end) kr->end();
+        gemm_thread(&g, t, part, zpart, &oom);
     }
     return oom ? mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed A block") : MP_OK;
 }
