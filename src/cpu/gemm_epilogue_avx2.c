@@ -80,7 +80,8 @@ static inline __attribute__((always_inline)) void half_c(const mp_gemm_ep *e, co
     const __m256 va = _mm256_set1_ps(e->alpha), vb = _mm256_set1_ps(e->beta);
     uint16_t *c0 = (uint16_t *)e->c + i0 * e->ldc + j0;
     uint16_t *o0 = (uint16_t *)(e->post_out ? e->post_out : e->c) + i0 * e->ldc + j0;
-    const uint16_t *x0 = P != P_NONE ? (const uint16_t *)e->post_x + i0 * e->ldc + j0 : NULL;
+    const int read_x = P == P_ADD || P == P_GELU_GRAD; /* GELU's forward reads only C */
+    const uint16_t *x0 = read_x ? (const uint16_t *)e->post_x + i0 * e->ldc + j0 : NULL;
     const float *b = (plain ? bias : e->bias != NULL) ? e->bias + j0 : NULL;
     float yb[MP_GEMM_STRIP]; /* the post step's values, laid out as the tile */
     mp_range256 rg = mp_range0(), rg2 = mp_range0();
@@ -88,7 +89,7 @@ static inline __attribute__((always_inline)) void half_c(const mp_gemm_ep *e, co
     for (size_t r = 0; r < rows; r++) {
         float *tr = tile + r * ts, *yr = yb + r * ts;
         uint16_t *cr = c0 + r * e->ldc, *orow = o0 + r * e->ldc;
-        const uint16_t *xr = P != P_NONE ? x0 + r * e->ldc : NULL;
+        const uint16_t *xr = read_x ? x0 + r * e->ldc : NULL;
         for (size_t j = 0; j < cols; j += 8) {
             __m256 t = _mm256_loadu_ps(tr + j);
             if (read_c) t = _mm256_fmadd_ps(va, t, _mm256_mul_ps(vb, load_half8(f16, cr + j)));
