@@ -5,17 +5,9 @@
 
 #include "../internal.h"
 #include "gemm_tile.h"
+#include "transpose_avx512.h"
 
 enum { MR = 12, NR = 32 };
-
-/* One value of any input format as fp32 (F16C for fp16). */
-static inline float ld1(const void *p, mp_dtype t, size_t i) {
-    switch (t) {
-    case MP_F16: return _cvtsh_ss(((const uint16_t *)p)[i]);
-    case MP_BF16: return mp_bits_f32((uint32_t)((const uint16_t *)p)[i] << 16);
-    default: return ((const float *)p)[i];
-    }
-}
 
 /* Up to 16 consecutive values (mask k) of any input format as fp32 lanes. */
 static inline __m512 ld16(const void *p, mp_dtype t, size_t i, __mmask16 k) {
@@ -30,40 +22,70 @@ static inline __m512 ld16(const void *p, mp_dtype t, size_t i, __mmask16 k) {
 
 static inline __mmask16 lanes(size_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1); }
 
-static void pack_a(void *dst, // (kc, MR) fp32
-                   const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0, size_t kc) {
-    float *d = dst;
-    if (trans) { /* op(A)[i][p] = A[p][i]: MR consecutive values per p */
-        const __mmask16 k = lanes(rows);
-        for (size_t p = 0; p < kc; p++) _mm512_mask_storeu_ps(d + p * MR, 0x0fff, ld16(a, t, (p0 + p) * lda + i0, k));
+/* The first n (at most 16) lanes of v stored at d. */
+static inline void store_n(float *d, __m512 v, size_t n) {
+    if (n == 16) _mm512_storeu_ps(d, v);
+    else _mm512_mask_storeu_ps(d, lanes(n), v);
+}
+
+/* One micro-panel in fp32, (kc, width) with width MR or NR, as gemm.c's
+ * pack_f32: for each k, `width` lines (rows of op(A) or columns of op(B))
+ * starting at w0, of which `valid` are real and the rest zero. along = 1: the
+ * lines of one k are consecutive in memory (element (p0+p)*ld + w0 + w), read
+ * one k at a time; along = 0: each line is a run over k (element
+ * (w0+w)*ld + p0 + p), packed 16 lines x 16 k at a time through a transpose.
+ * Inlined with a constant format and width (pack_a/b). */
+static inline __attribute__((always_inline)) void pack_t(float *d, // (kc, width) fp32
+                                                         const void *src, mp_dtype t, size_t ld, int along, size_t w0,
+                                                         size_t valid, size_t p0, size_t kc, size_t width) {
+    const size_t es = t == MP_F32 ? 4 : 2;
+    if (along) {
+        for (size_t p = 0; p < kc; p++) {
+            const size_t r = (p0 + p) * ld + w0;
+            /* 8 rows ahead (rows often 4 KiB apart defeat the hardware prefetchers) */
+            _mm_prefetch((const char *)src + (r + 8 * ld) * es, _MM_HINT_T0);
+            for (size_t lb = 0; lb < width; lb += 16) {
+                const size_t nl = width - lb < 16 ? width - lb : 16, nv = valid > lb ? valid - lb : 0;
+                store_n(d + p * width + lb, ld16(src, t, r + lb, lanes(nv < nl ? nv : nl)), nl);
+            }
+        }
         return;
     }
-    for (size_t p = 0; p < kc; p++)
-        for (size_t i = 0; i < MR; i++) d[p * MR + i] = i < rows ? ld1(a, t, (i0 + i) * lda + p0 + p) : 0.0f;
+    for (size_t lb = 0; lb < width; lb += 16) {
+        const size_t nl = width - lb < 16 ? width - lb : 16, nv = valid > lb ? valid - lb : 0;
+        for (size_t p = 0; p < kc; p += 16) {
+            const size_t np = kc - p < 16 ? kc - p : 16;
+            const __mmask16 km = lanes(np);
+            __m512i r[16];
+            for (size_t w = 0; w < 16; w++) {
+                const size_t at = (w0 + lb + w) * ld + p0 + p;
+                if (w < nv && w < nl) _mm_prefetch((const char *)src + (at + 64) * es, _MM_HINT_T0);
+                r[w] = w < nv && w < nl ? _mm512_castps_si512(ld16(src, t, at, km)) : _mm512_setzero_si512();
+            }
+            transpose16(r);
+            for (size_t q = 0; q < np; q++) store_n(d + (p + q) * width + lb, _mm512_castsi512_ps(r[q]), nl);
+        }
+    }
+}
+
+/* pack_t with the format as a constant. */
+static inline __attribute__((always_inline)) void pack(float *d, const void *src, mp_dtype t, size_t ld, int along,
+                                                       size_t w0, size_t valid, size_t p0, size_t kc, size_t width) {
+    switch (t) {
+    case MP_F16: pack_t(d, src, MP_F16, ld, along, w0, valid, p0, kc, width); break;
+    case MP_BF16: pack_t(d, src, MP_BF16, ld, along, w0, valid, p0, kc, width); break;
+    default: pack_t(d, src, MP_F32, ld, along, w0, valid, p0, kc, width); break;
+    }
+}
+
+static void pack_a(void *dst, // (kc, MR) fp32
+                   const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0, size_t kc) {
+    pack(dst, a, t, lda, trans, i0, rows, p0, kc, MR);
 }
 
 static void pack_b(void *dst, // (kc, NR) fp32
                    const void *b, mp_dtype t, size_t ldb, int trans, size_t p0, size_t kc, size_t j0, size_t cols) {
-    float *d = dst;
-    if (!trans) { /* rows of B: NR consecutive values per p */
-        const __mmask16 k0 = lanes(cols), k1 = lanes(cols > 16 ? cols - 16 : 0);
-        for (size_t p = 0; p < kc; p++) {
-            const size_t r = (p0 + p) * ldb + j0;
-            _mm512_store_ps(d + p * NR, ld16(b, t, r, k0));
-            _mm512_store_ps(d + p * NR + 16, ld16(b, t, r + 16, k1));
-        }
-        return;
-    }
-    /* op(B)[p][j] = B[j][p]: 16 x 16 blocks, read along rows of B, written
-     * with a scatter down the panel */
-    const __m512i stride = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                              _mm512_set1_epi32(NR));
-    for (size_t j = 0; j < NR; j++)
-        for (size_t p = 0; p < kc; p += 16) {
-            const __mmask16 k = lanes(kc - p);
-            const __m512 v = j < cols ? ld16(b, t, (j0 + j) * ldb + p0 + p, k) : _mm512_setzero_ps();
-            _mm512_mask_i32scatter_ps(d + p * NR + j, k, stride, v, 4);
-        }
+    pack(dst, b, t, ldb, !trans, j0, cols, p0, kc, NR);
 }
 
 static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, ldc) fp32
