@@ -57,12 +57,14 @@ static inline __attribute__((always_inline)) void pack_t(float *d, // (kc, width
             const size_t np = kc - p < 16 ? kc - p : 16;
             const __mmask16 km = lanes(np);
             __m512i r[16];
+#pragma GCC unroll 16
             for (size_t w = 0; w < 16; w++) {
                 const size_t at = (w0 + lb + w) * ld + p0 + p;
                 if (w < nv && w < nl) _mm_prefetch((const char *)src + (at + 64) * es, _MM_HINT_T0);
                 r[w] = w < nv && w < nl ? _mm512_castps_si512(ld16(src, t, at, km)) : _mm512_setzero_si512();
             }
             transpose16(r);
+#pragma GCC unroll 16
             for (size_t q = 0; q < np; q++) store_n(d + (p + q) * width + lb, _mm512_castsi512_ps(r[q]), nl);
         }
     }
