@@ -334,20 +334,31 @@ static void check_epilogue(void) {
 
 /* One post step (gemm.h) against the GEMM and then the separate op: the same
  * bits in C and in the output, the same counts (amax included), with the
- * output apart or in place of C, through kernel kr. */
+ * output apart or in place of C, through kernel kr. Variant v: 0 with a bias,
+ * 1 without, 2 with a bias, alpha 0.75, beta 0.5 (C read) and zeros counted.
+ * x holds a NaN with a payload and an infinity. */
 static void check_post_case(const mp_gemm_kernel *kr, mp_dtype ct, mp_gemm_post post, int in_place, size_t m, size_t n,
-                            size_t k) {
+                            size_t k, int v) {
     const size_t mn = m * n, es = mp_format(ct)->size;
     const mp_dtype in = kr->esize == 2 ? MP_BF16 : ct;
     void *a = malloc(m * k * 4), *b = malloc(k * n * 4), *x = malloc(mn * es);
     void *cref = malloc(mn * es), *oref = malloc(mn * es), *c = malloc(mn * es), *o = malloc(mn * es);
     float bias[64];
     fill(a, in, m * k, 0), fill(b, in, k * n, 0), fill(x, ct, mn, 0);
+    if (es == 2) { /* a NaN with a payload and an infinity among the GELU's inputs (or the residual) */
+        ((uint16_t *)x)[3] = ct == MP_F16 ? 0x7e05 : 0x7fc5;
+        ((uint16_t *)x)[mn - 2] = ct == MP_F16 ? 0xfc00 : 0xff80;
+    }
     for (size_t j = 0; j < n; j++) bias[j] = frand();
+    const float alpha = v == 2 ? 0.75f : 1.0f, beta = v == 2 ? 0.5f : 0.0f;
+    memset(c, 0x55, mn * es);
+    if (beta != 0.0f) fill(c, ct, mn, 0);
+    memcpy(cref, c, mn * es);
     /* the steps one at a time */
     mp_convert_stats w0 = {0}, w1 = {0}, g0 = {0}, g1 = {0};
-    const mp_gemm_epilogue plain = {.bias = bias, .stats = &w0};
-    mp_gemm_run(WITH(kr), 0, 1, m, n, k, 1.0f, a, in, k, b, in, k, 0.0f, cref, ct, n, &plain);
+    uint64_t z0 = 0, z1 = 0;
+    const mp_gemm_epilogue plain = {.bias = v == 1 ? NULL : bias, .stats = &w0, .zeros = v == 2 ? &z0 : NULL};
+    mp_gemm_run(WITH(kr), 0, 1, m, n, k, alpha, a, in, k, b, in, k, beta, cref, ct, n, &plain);
     switch (post) {
     case MP_POST_GELU: mp_gelu_forward(oref, ct, cref, ct, mn, &w1); break;
     case MP_POST_GELU_ERF: mp_gelu_erf_forward(oref, ct, cref, ct, mn, &w1); break;
@@ -355,14 +366,20 @@ static void check_post_case(const mp_gemm_kernel *kr, mp_dtype ct, mp_gemm_post 
     case MP_POST_GELU_ERF_GRAD: mp_gelu_erf_backward(oref, ct, cref, ct, x, ct, mn, &w1); break;
     default: mp_add(oref, ct, x, ct, cref, ct, mn, &w1); break;
     }
-    memset(c, 0x55, mn * es), memset(o, 0x55, mn * es);
-    const mp_gemm_epilogue ep = {
-        .bias = bias, .stats = &g0, .post = post, .post_x = x, .post_out = in_place ? NULL : o, .post_stats = &g1};
-    const mp_status rc = mp_gemm_run(WITH(kr), 0, 1, m, n, k, 1.0f, a, in, k, b, in, k, 0.0f, c, ct, n, &ep);
+    memset(o, 0x55, mn * es);
+    const mp_gemm_epilogue ep = {.bias = v == 1 ? NULL : bias,
+                                 .stats = &g0,
+                                 .zeros = v == 2 ? &z1 : NULL,
+                                 .post = post,
+                                 .post_x = x,
+                                 .post_out = in_place ? NULL : o,
+                                 .post_stats = &g1};
+    const mp_status rc = mp_gemm_run(WITH(kr), 0, 1, m, n, k, alpha, a, in, k, b, in, k, beta, c, ct, n, &ep);
     const int same = in_place ? !memcmp(c, oref, mn * es) : !memcmp(c, cref, mn * es) && !memcmp(o, oref, mn * es);
-    const int counts = convert_stats_eq(&g0, &w0) && convert_stats_eq(&g1, &w1);
-    CHECK(rc == MP_OK && same && counts && w1.amax > 0, "post %d %s (%s, %s C, %zux%zux%zu): values %s, counts %s",
-          (int)post, in_place ? "in place" : "apart", kr->name, mp_format(ct)->name, m, n, k, same ? "equal" : "differ",
+    const int counts = convert_stats_eq(&g0, &w0) && convert_stats_eq(&g1, &w1) && z0 == z1;
+    CHECK(rc == MP_OK && same && counts && w1.amax > 0,
+          "post %d %s, variant %d (%s, %s C, %zux%zux%zu): values %s, counts %s", (int)post,
+          in_place ? "in place" : "apart", v, kr->name, mp_format(ct)->name, m, n, k, same ? "equal" : "differ",
           counts ? "equal" : "differ");
     free(a), free(b), free(x), free(cref), free(oref), free(c), free(o);
 }
@@ -379,10 +396,13 @@ static void check_post(void) {
             const mp_gemm_kernel *kr = isa > (int)best ? &mp_gemm_amx_model : f == 2 ? kc->gemm_bf16 : kc->gemm;
             if (isa > (int)best && cts[f] != MP_BF16) continue;
             for (int p = MP_POST_GELU; p <= MP_POST_ADD; p++)
-                for (int ip = 0; ip < 2; ip++, cases++) {
-                    check_post_case(kr, cts[f], (mp_gemm_post)p, ip, 37, 45, 70);
-                    if (p == MP_POST_ADD) check_post_case(kr, cts[f], (mp_gemm_post)p, ip, 13, 33, 5000); /* deep k */
-                }
+                for (int ip = 0; ip < 2; ip++)
+                    for (int v = 0; v < 3; v++, cases++) {
+                        check_post_case(kr, cts[f], (mp_gemm_post)p, ip, 37, 45, 70, v);
+                        check_post_case(kr, cts[f], (mp_gemm_post)p, ip, 20, 64, 70, v); /* whole vectors */
+                        if (p == MP_POST_ADD)                                            /* deep k */
+                            check_post_case(kr, cts[f], (mp_gemm_post)p, ip, 13, 33, 5000, v);
+                    }
         }
     }
     mp_cpu_set_isa(best);

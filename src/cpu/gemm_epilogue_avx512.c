@@ -182,6 +182,112 @@ static void gelu_pass(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, si
     round_store(e, tile, ts, i0, j0, rows, cols, out, c2, stats);
 }
 
+/* gelu_table_pass's backward on 16 lanes of mask k: g times the fp64 derivative of x's code, rounded once;
+ * a NaN x passes through with its quiet bit set. */
+static inline __m512 gelu_bwd16(const mp_gelu_table *tb, mp_dtype t, const uint16_t *xc, __m512 g, __mmask16 k) {
+    const __m256i codes = _mm256_maskz_loadu_epi16(k, xc);
+    const __m512i idx = _mm512_cvtepu16_epi32(codes);
+    const __m512d dlo =
+        _mm512_mask_i32gather_pd(_mm512_setzero_pd(), (__mmask8)k, _mm512_castsi512_si256(idx), tb->d, 8);
+    const __m512d dhi =
+        _mm512_mask_i32gather_pd(_mm512_setzero_pd(), (__mmask8)(k >> 8), _mm512_extracti64x4_epi64(idx, 1), tb->d, 8);
+    const __m256 plo = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(g)), dlo));
+    const __m256 phi = _mm512_cvtpd_ps(
+        _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(g), 1))), dhi));
+    const __m512 x = t == MP_F16 ? _mm512_cvtph_ps(codes) : _mm512_castsi512_ps(mp_bf16_widen16(codes));
+    const __m512 quiet = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x400000)));
+    return _mm512_mask_mov_ps(_mm512_insertf32x8(_mm512_castps256_ps512(plo), phi, 1),
+                              _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), quiet);
+}
+
+/* The post steps post_rows does (P): */
+enum { P_ADD, P_GELU, P_GELU_GRAD };
+
+/* A half C with a post step, round_to fp32, GELU's from its table tb, in one pass: C's values rounded,
+ * counted into st[0] and stored unless the post step's results replace them; the post step on them as
+ * stored, its results rounded, counted into st[1] and stored. The operations of the general loop below,
+ * gelu_table_pass and round_store, in registers. Inlined with constants for the format, the post step and
+ * the usual case (plain: alpha 1, beta 0, no zeros counted; bias: with a bias), so that the loop holds no
+ * other branch. */
+static inline __attribute__((always_inline)) void post_rows(const mp_gemm_ep *e, const mp_gelu_table *tb,
+                                                            const float *tile, size_t ts, size_t i0, size_t j0,
+                                                            size_t rows, size_t cols, mp_convert_stats *st,
+                                                            uint64_t *zeros, const int f16, const int P,
+                                                            const int plain, const int bias) {
+    const mp_dtype t = f16 ? MP_F16 : MP_BF16;
+    const int keep = e->post_out != NULL, stats = st != NULL;
+    const int read_c = !plain && e->beta != 0.0f, scale = !plain && e->alpha != 1.0f;
+    const __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta);
+    const size_t ldc = e->ldc;
+    uint16_t *c0 = (uint16_t *)e->c + i0 * ldc + j0;
+    uint16_t *o0 = (uint16_t *)(e->post_out ? e->post_out : e->c) + i0 * ldc + j0;
+    const int read_x = P != P_GELU; /* GELU's forward reads only C */
+    const uint16_t *x0 = read_x ? (const uint16_t *)e->post_x + i0 * ldc + j0 : NULL;
+    const float *b = (plain ? bias : e->bias != NULL) ? e->bias + j0 : NULL;
+    mp_counts512 c = MP_COUNTS512_0, c2 = MP_COUNTS512_0;
+    uint64_t z = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const float *tr = tile + r * ts;
+        uint16_t *cr = c0 + r * ldc, *orow = o0 + r * ldc;
+        const uint16_t *xr = read_x ? x0 + r * ldc : NULL;
+        for (size_t j = 0; j < cols; j += 16) {
+            const __mmask16 k = mp_tail16(cols - j);
+            __m512 v = _mm512_maskz_loadu_ps(k, tr + j);
+            if (read_c) v = _mm512_fmadd_ps(va, v, _mm512_mul_ps(vb, load_c(t, cr, j, k)));
+            else if (scale) v = _mm512_mul_ps(va, v);
+            if (plain ? bias : b != NULL) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b + j));
+            if (!plain && zeros)
+                z += (uint64_t)__builtin_popcount(
+                    _mm512_mask_testn_epi32_mask(k, _mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+            const __m256i h = round_half(t, v, k, &c, stats);
+            if (keep) _mm256_mask_storeu_epi16(cr + j, k, h);
+            __m512 y;
+            if (P == P_ADD) y = _mm512_add_ps(load_c(t, xr, j, k), widen_half(t, h)); /* x + c */
+            else if (P == P_GELU)
+                y = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, _mm512_cvtepu16_epi32(h), tb->y, 4);
+            else y = gelu_bwd16(tb, t, xr + j, widen_half(t, h), k);
+            _mm256_mask_storeu_epi16(orow + j, k, round_half(t, y, k, &c2, stats));
+        }
+    }
+    if (stats) {
+        mp_counts512_add(st, &c, f16 ? 5 : 8, f16 ? 10 : 7);
+        mp_counts512_add(st + 1, &c2, f16 ? 5 : 8, f16 ? 10 : 7);
+    }
+    if (zeros) *zeros += z;
+}
+
+/* post_rows for the format F16 and post step P: the usual case with or without a bias, or the general one */
+#define POST_ROWS(F16, P)                                                                          \
+    do {                                                                                           \
+        if (!plain) post_rows(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 0, 0);       \
+        else if (e->bias) post_rows(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 1, 1); \
+        else post_rows(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 1, 0);              \
+    } while (0)
+
+/* post_rows where it applies (a half C with a post step, GELU's table at hand): 1 when it did. */
+static int post_case(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
+                     mp_convert_stats *st, uint64_t *zeros) {
+    if (e->post == MP_POST_NONE || e->ct == MP_F32 || e->round_to != MP_F32) return 0;
+    const int p = e->post == MP_POST_ADD                                   ? P_ADD
+                  : e->post == MP_POST_GELU || e->post == MP_POST_GELU_ERF ? P_GELU
+                                                                           : P_GELU_GRAD;
+    const int erf = e->post == MP_POST_GELU_ERF || e->post == MP_POST_GELU_ERF_GRAD;
+    const mp_gelu_table *tb = p == P_ADD ? NULL : mp_gelu_table_of(erf, e->ct);
+    if (p != P_ADD && !tb) return 0;
+    const int plain = e->alpha == 1.0f && e->beta == 0.0f && !zeros;
+    if (e->ct == MP_F16) switch (p) {
+        case P_ADD: POST_ROWS(1, P_ADD); break;
+        case P_GELU: POST_ROWS(1, P_GELU); break;
+        default: POST_ROWS(1, P_GELU_GRAD); break;
+        }
+    else switch (p) {
+        case P_ADD: POST_ROWS(0, P_ADD); break;
+        case P_GELU: POST_ROWS(0, P_GELU); break;
+        default: POST_ROWS(0, P_GELU_GRAD); break;
+        }
+    return 1;
+}
+
 void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
                            mp_convert_stats *st, uint64_t *zeros) {
     if (e->post != MP_POST_NONE && (e->ct == MP_F32 || e->round_to != MP_F32)) { /* plain C */
@@ -189,6 +295,7 @@ void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i
         return;
     }
     if (half_case(e, tile, ts, i0, j0, rows, cols, st, zeros)) return;
+    if (post_case(e, tile, ts, i0, j0, rows, cols, st, zeros)) return;
     /* a post step on a half C (gemm.h): C's values rounded and counted into st[0], stored unless the post
      * step's results replace them, widened back; then the post step on them and its results rounded, counted
      * into st[1] and stored; the residual's addition in the same pass, GELU on the row in the tile (the GELU
