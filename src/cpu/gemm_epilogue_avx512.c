@@ -2,7 +2,9 @@
  * AVX-512, 16 lanes at a time in one pass over the tile, for the AVX-512 and
  * AMX kernels. The same fp32 operations in the same order and the same exact
  * conversions and counts (convert_avx512.h), so the same bits (tested). A
- * post step (gemm.h) runs gemm_epilogue.h's plain C, built here for AVX-512.
+ * half C's post step (gemm.h) runs in the same pass (post_rows, GELU from the
+ * table of every code); on an fp32 C, with round_to, or without a GELU table
+ * it runs gemm_epilogue.h's plain C, built here for AVX-512.
  * Built twice: as mp_gemm_epilogue_avx512, and with AVX512_BF16 as
  * mp_gemm_epilogue_avx512bf16 (gemm_epilogue_avx512bf16.c), where bf16 codes
  * come from vcvtneps2bf16 (mp_bf16_round16_cvt: the same codes). */
@@ -95,95 +97,8 @@ static int half_case(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, siz
     return 1;
 }
 
-/* The strip's values rounded to C's format, counted into c2 and stored into out. */
-static void round_store(const mp_gemm_ep *e, const float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
-                        size_t cols, uint8_t *out, mp_counts512 *c2, int stats) {
-    const size_t es = mp_format(e->ct)->size;
-    for (size_t r = 0; r < rows; r++) {
-        uint16_t *orow = (uint16_t *)(out + ((i0 + r) * e->ldc + j0) * es);
-        for (size_t j = 0; j < cols; j += 16) {
-            const __mmask16 k = mp_tail16(cols - j);
-            _mm256_mask_storeu_epi16(orow + j, k,
-                                     round_half(e->ct, _mm512_maskz_loadu_ps(k, tile + r * ts + j), k, c2, stats));
-        }
-    }
-}
-
-/* gelu_table_rows (gemm_epilogue.h) 16 lanes at a time: the forward gathers y by the codes of the tile's
- * values, the backward gathers the fp64 derivatives by x's codes, multiplies and rounds once, and passes a
- * NaN x through with its quiet bit set. The same bits. */
-static void gelu_table_pass(const mp_gemm_ep *e, const mp_gelu_table *tb, float *tile, size_t ts, size_t i0, size_t j0,
-                            size_t rows, size_t cols) {
-    const int fwd = e->post == MP_POST_GELU || e->post == MP_POST_GELU_ERF, f16 = e->ct == MP_F16;
-    for (size_t r = 0; r < rows; r++) {
-        const uint16_t *xr = fwd ? NULL : (const uint16_t *)e->post_x + (i0 + r) * e->ldc + j0;
-        for (size_t j = 0; j < cols; j += 16) {
-            const __mmask16 k = mp_tail16(cols - j);
-            float *tr = tile + r * ts + j;
-            const __m512 v = _mm512_maskz_loadu_ps(k, tr);
-            if (fwd) {
-                const __m512i idx = f16 ? _mm512_cvtepu16_epi32(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT))
-                                        : _mm512_srli_epi32(_mm512_castps_si512(v), 16);
-                _mm512_mask_storeu_ps(tr, k, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, tb->y, 4));
-                continue;
-            }
-            const __m256i codes = _mm256_maskz_loadu_epi16(k, xr + j);
-            const __m512i idx = _mm512_cvtepu16_epi32(codes);
-            const __m512d dlo =
-                _mm512_mask_i32gather_pd(_mm512_setzero_pd(), (__mmask8)k, _mm512_castsi512_si256(idx), tb->d, 8);
-            const __m512d dhi = _mm512_mask_i32gather_pd(_mm512_setzero_pd(), (__mmask8)(k >> 8),
-                                                         _mm512_extracti64x4_epi64(idx, 1), tb->d, 8);
-            const __m256 plo = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), dlo));
-            const __m256 phi = _mm512_cvtpd_ps(
-                _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))), dhi));
-            __m512 res = _mm512_insertf32x8(_mm512_castps256_ps512(plo), phi, 1);
-            const __m512 x = load_c(e->ct, xr, j, k);
-            const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-            res = _mm512_mask_mov_ps(
-                res, nan, _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x400000))));
-            _mm512_mask_storeu_ps(tr, k, res);
-        }
-    }
-}
-
-/* A GELU post step's second pass over a half C's strip (its values as stored, widened into the tile):
- * the GELU from the table of every code, or the GELU kernel on the strip (whole when its rows are
- * contiguous), then rounded, counted into c2 and stored into out. */
-static void gelu_pass(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
-                      uint8_t *out, mp_counts512 *c2, int stats) {
-    const size_t es = mp_format(e->ct)->size;
-    const int erf = e->post == MP_POST_GELU_ERF || e->post == MP_POST_GELU_ERF_GRAD;
-    const mp_gelu_table *tb = mp_gelu_table_of(erf, e->ct);
-    if (tb) {
-        gelu_table_pass(e, tb, tile, ts, i0, j0, rows, cols);
-        round_store(e, tile, ts, i0, j0, rows, cols, out, c2, stats);
-        return;
-    }
-    float xb[MP_GEMM_STRIP]; /* the GELU's input x, widened, laid out as the tile */
-    if (e->post == MP_POST_GELU_GRAD || e->post == MP_POST_GELU_ERF_GRAD)
-        for (size_t r = 0; r < rows; r++) {
-            const uint8_t *xr = (const uint8_t *)e->post_x + (i0 + r) * e->ldc * es + j0 * es;
-            for (size_t j = 0; j < cols; j += 16) {
-                const __mmask16 k = mp_tail16(cols - j);
-                _mm512_mask_storeu_ps(xb + r * ts + j, k, load_c(e->ct, xr, j, k));
-            }
-        }
-    const size_t nr = cols == ts ? 1 : rows, len = cols == ts ? rows * ts : cols;
-    for (size_t r = 0; r < nr; r++) {
-        float *tr = tile + r * ts;
-        const float *xr = xb + r * ts;
-        switch (e->post) {
-        case MP_POST_GELU: e->k->gelu->tanh_fwd(tr, len); break;
-        case MP_POST_GELU_ERF: e->k->gelu->erf_fwd(tr, len); break;
-        case MP_POST_GELU_GRAD: e->k->gelu->tanh_bwd(tr, xr, len); break;
-        default: e->k->gelu->erf_bwd(tr, xr, len); break;
-        }
-    }
-    round_store(e, tile, ts, i0, j0, rows, cols, out, c2, stats);
-}
-
-/* gelu_table_pass's backward on 16 lanes of mask k: g times the fp64 derivative of x's code, rounded once;
- * a NaN x passes through with its quiet bit set. */
+/* GELU's backward from its table on 16 lanes of mask k (gelu_table_rows in gemm_epilogue.h): g times the fp64
+ * derivative of x's code, rounded once; a NaN x passes through with its quiet bit set. */
 static inline __m512 gelu_bwd16(const mp_gelu_table *tb, mp_dtype t, const uint16_t *xc, __m512 g, __mmask16 k) {
     const __m256i codes = _mm256_maskz_loadu_epi16(k, xc);
     const __m512i idx = _mm512_cvtepu16_epi32(codes);
@@ -205,8 +120,8 @@ enum { P_ADD, P_GELU, P_GELU_GRAD };
 
 /* A half C with a post step, round_to fp32, GELU's from its table tb, in one pass: C's values rounded,
  * counted into st[0] and stored unless the post step's results replace them; the post step on them as
- * stored, its results rounded, counted into st[1] and stored. The operations of the general loop below,
- * gelu_table_pass and round_store, in registers. Inlined with constants for the format, the post step and
+ * stored, its results rounded, counted into st[1] and stored. The operations of gemm_epilogue.h's plain C
+ * (gelu_table_rows for GELU), in registers. Inlined with constants for the format, the post step and
  * the usual case (plain: alpha 1, beta 0, no zeros counted; bias: with a bias), so that the loop holds no
  * other branch. */
 static inline __attribute__((always_inline)) void post_rows(const mp_gemm_ep *e, const mp_gelu_table *tb,
@@ -290,20 +205,13 @@ static int post_case(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, siz
 
 void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,
                            mp_convert_stats *st, uint64_t *zeros) {
-    if (e->post != MP_POST_NONE && (e->ct == MP_F32 || e->round_to != MP_F32)) { /* plain C */
-        mp_gemm_epilogue_body(e, tile, ts, i0, j0, rows, cols, st, zeros);
+    if (e->post != MP_POST_NONE) { /* post_rows, or plain C (an fp32 C, round_to, no GELU table) */
+        if (!post_case(e, tile, ts, i0, j0, rows, cols, st, zeros))
+            mp_gemm_epilogue_body(e, tile, ts, i0, j0, rows, cols, st, zeros);
         return;
     }
     if (half_case(e, tile, ts, i0, j0, rows, cols, st, zeros)) return;
-    if (post_case(e, tile, ts, i0, j0, rows, cols, st, zeros)) return;
-    /* a post step on a half C (gemm.h): C's values rounded and counted into st[0], stored unless the post
-     * step's results replace them, widened back; then the post step on them and its results rounded, counted
-     * into st[1] and stored; the residual's addition in the same pass, GELU on the row in the tile (the GELU
-     * kernels take arrays) and a second pass. The operations of gemm_epilogue.h's, in registers. */
-    const int post = e->post != MP_POST_NONE, gelu = post && e->post != MP_POST_ADD;
-    const int keep = !post || e->post_out;
-    uint8_t *out = post ? (uint8_t *)(e->post_out ? e->post_out : e->c) : NULL;
-    mp_counts512 c2 = MP_COUNTS512_0;
+    /* no post step: gemm_epilogue.h's operations in registers */
     const __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta);
     const int read_c = e->beta != 0.0f && e->round_to == MP_F32;
     const int stats = st != NULL;
@@ -341,27 +249,13 @@ void MP_EPILOGUE_AVX512_FN(const mp_gemm_ep *e, float *tile, size_t ts, size_t i
                     am32 = _mm512_mask_max_epu32(am32, _mm512_mask_cmplt_epu32_mask(k, a, inf32), am32, a);
                 }
             } else {
-                const __m256i h = round_half(e->ct, t, k, &c, stats);
-                if (keep) _mm256_mask_storeu_epi16((uint16_t *)crow + j, k, h);
-                if (post) {
-                    __m512 y = widen_half(e->ct, h); /* C's value as stored */
-                    if (gelu) {
-                        _mm512_mask_storeu_ps(tile + r * ts + j, k, y);
-                        continue;
-                    }
-                    const uint8_t *xr = (const uint8_t *)e->post_x + (i0 + r) * e->ldc * es + j0 * es;
-                    y = _mm512_add_ps(load_c(e->ct, xr, j, k), y); /* x + c */
-                    _mm256_mask_storeu_epi16((uint16_t *)(out + ((i0 + r) * e->ldc + j0) * es) + j, k,
-                                             round_half(e->ct, y, k, &c2, stats));
-                }
+                _mm256_mask_storeu_epi16((uint16_t *)crow + j, k, round_half(e->ct, t, k, &c, stats));
             }
         }
     }
-    if (gelu) gelu_pass(e, tile, ts, i0, j0, rows, cols, out, &c2, stats);
     if (stats) { /* amax: of the half codes stored, or of an fp32 C's values */
         const int half = e->round_to == MP_F32 && e->ct != MP_F32, f16 = e->ct == MP_F16;
         mp_counts512_add(st, &c, !half ? 0 : f16 ? 5 : 8, f16 ? 10 : 7);
-        if (post) mp_counts512_add(st + 1, &c2, f16 ? 5 : 8, f16 ? 10 : 7);
         st->subnormal += sub32, st->nan += nan32;
         mp_stats_amax(st, _mm512_reduce_max_epu32(am32));
     }
