@@ -327,6 +327,20 @@ RK_AI rk_v rk_mulhilo(rk_v a, uint32_t k, rk_v *lo) {
     return (rk_v)((even >> 32) | (odd & ~lo32));
 }
 
+/* The words of the stream's blocks blk .. blk + RK_LANES - 1, a block per
+ * lane: block blk + l's byte 4 q + b is byte b of w[q] lane l. The counter
+ * (low word, high word, 0, 0) wraps at 2^60 as mp_sr_bytes's does. */
+RK_AI void rk_philox(uint64_t seed, uint64_t blk, rk_v w[4]) {
+    rk_v c0 = rk_splat(0), c1 = rk_splat(0), c2 = rk_splat(0), c3 = rk_splat(0);
+    for (int l = 0; l < RK_LANES; l++) {
+        const uint64_t c = (blk + (uint64_t)l) & 0x0fffffffffffffffull;
+        c0[l] = (uint32_t)c, c1[l] = (uint32_t)(c >> 32);
+    }
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    MP_PHILOX4X32_10(rk_v, rk_mulhilo, c0, c1, c2, c3, k0, k1)
+    w[0] = c0, w[1] = c1, w[2] = c2, w[3] = c3;
+}
+
 static void rk_sr_bytes(uint64_t seed, uint64_t j0, size_t n, uint8_t *restrict r) {
     const size_t head = (16 - (size_t)(j0 & 15u)) & 15u;
     if (n <= head + 16 * RK_LANES) {
@@ -337,20 +351,18 @@ static void rk_sr_bytes(uint64_t seed, uint64_t j0, size_t n, uint8_t *restrict 
     size_t o = head;
     uint64_t blk = (j0 + head) >> 4;
     for (; n - o >= 16 * RK_LANES; o += 16 * RK_LANES, blk += RK_LANES) {
-        /* counters blk + l: (low word, high word, 0, 0), wrapping at 2^60 as mp_sr_bytes does */
-        rk_v c0 = rk_splat(0), c1 = rk_splat(0), c2 = rk_splat(0), c3 = rk_splat(0);
-        for (int l = 0; l < RK_LANES; l++) {
-            const uint64_t c = (blk + (uint64_t)l) & 0x0fffffffffffffffull;
-            c0[l] = (uint32_t)c, c1[l] = (uint32_t)(c >> 32);
-        }
-        uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-        MP_PHILOX4X32_10(rk_v, rk_mulhilo, c0, c1, c2, c3, k0, k1)
-        for (int l = 0; l < RK_LANES; l++) {
-            const uint32_t w[4] = {c0[l], c1[l], c2[l], c3[l]};
-            for (int q = 0; q < 4; q++)
+        rk_v w[4];
+        rk_philox(seed, blk, w);
+        for (int l = 0; l < RK_LANES; l++)
+            for (int q = 0; q < 4; q++) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                const uint32_t word = w[q][l]; /* its bytes in memory order are bytes 0 .. 3 */
+                memcpy(r + o + 16 * (size_t)l + 4 * (size_t)q, &word, 4);
+#else
                 for (int b = 0; b < 4; b++)
-                    r[o + 16 * (size_t)l + 4 * (size_t)q + (size_t)b] = (uint8_t)(w[q] >> (8 * b));
-        }
+                    r[o + 16 * (size_t)l + 4 * (size_t)q + (size_t)b] = (uint8_t)(w[q][l] >> (8 * b));
+#endif
+            }
     }
     mp_sr_bytes(seed, j0 + o, n - o, r + o);
 }
@@ -394,12 +406,15 @@ RK_AI rk_v rk_e2m1_half(rk_v a, const rk_v *r, rk_m *past) {
          * the even multiple, which is the even E2M1 code (fp32 addition, the
          * default rounding; |y| < 2^-126 is 0 either way, so DAZ changes
          * nothing); beyond 8, inf included, the clamp below decides */
-        const rk_v M = rk_sel((rk_m)(a < 0x40000000u), rk_splat(0x4a800000u),
-                              rk_sel((rk_m)(a < 0x40800000u), rk_splat(0x4b000000u), rk_splat(0x4b800000u)));
+        /* M's exponent: a's clamped to [1, 4) (biased 127 .. 129), plus 22; a < 2^31, so the integer
+         * comparisons are signed ones */
+        const rk_m e = (rk_m)(a >> 23);
+        const rk_m ec = (rk_m)rk_sel(e < 127, rk_splat(127), (rk_v)e);
+        const rk_v M = (rk_sel(ec > 129, rk_splat(129), (rk_v)ec) + 22u) << 23;
         const rk_fv q = ((rk_fv)a + (rk_fv)M) - (rk_fv)M;
-        const rk_v h = (rk_v) __builtin_convertvector(q * 2.0f, rk_m);
-        *past = (rk_m)(a >= 0x41000000u) | (rk_m)(h > 12u);
-        return rk_sel(*past, rk_splat(12), h);
+        const rk_m h = __builtin_convertvector(q * 2.0f, rk_m);
+        *past = ((rk_m)a >= 0x41000000) | (h > 12); /* h is negative only for an a >= 8 */
+        return rk_sel(*past, rk_splat(12), (rk_v)h);
     }
     const rk_v e = a >> 23;
     const rk_m nz = (rk_m)(e != 0u);
@@ -417,18 +432,45 @@ RK_AI rk_v rk_e2m1_half(rk_v a, const rk_v *r, rk_m *past) {
 }
 
 /* The values of elements x with their blocks' parameters and random bytes r
- * (NULL: nearest even), counted. */
-RK_AI rk_v rk_nv_vec(rk_v x, const rk_nvpar *P, const rk_v *r, rk_counts *k) {
+ * (NULL: nearest even), counted. plain (a constant): no lane's block is
+ * special or gone (so every x is finite and no block NaN), which leaves
+ * only the saturated and flushed counts. */
+RK_AI rk_v rk_nv_vec(rk_v x, const rk_nvpar *P, const rk_v *r, rk_counts *k, const int plain) {
     const rk_v xa = x & RK_ABS, y = (rk_v)((rk_fv)x * P->inv);
     rk_m past;
     const rk_v h = rk_e2m1_half(y & RK_ABS, r, &past);
     const rk_fv u = (rk_fv)((rk_v)(__builtin_convertvector((rk_m)h, rk_fv) * 0.5f) | (y & RK_SIGN));
+    if (plain) {
+        k->sat -= (rk_v)past;
+        k->flush -= (rk_v)((rk_m)(xa != 0u) & (rk_m)(h == 0u));
+        return (rk_v)(u * P->s);
+    }
     const rk_m zero = P->gone | (rk_m)(h == 0u), fin = (rk_m)(xa < RK_INF), sp = P->special;
     k->nonfinite -= (rk_v)(sp & ~fin);
     k->amax = rk_max(xa & (rk_v)(sp & fin), k->amax);
     k->sat -= (rk_v)(fin & past & ~P->gone);
     k->flush -= (rk_v)(fin & (rk_m)(xa != 0u) & zero);
     return rk_sel(P->nan, rk_splat(RK_QNAN), (rk_v)(u * P->s));
+}
+
+/* Whether no lane of P is special or gone (rk_nv_vec's plain). */
+RK_AI int rk_nv_plain(const rk_nvpar *P) {
+    const rk_m any = P->special | P->gone;
+    for (int l = 0; l < RK_LANES; l++)
+        if (any[l]) return 0;
+    return 1;
+}
+
+/* One row of a chunk, nb blocks of 16 values x with their parameters P and,
+ * when sr, their random bytes rb; plain a constant (rk_nv_vec). */
+RK_AI void rk_nv_row(uint32_t *x, const uint32_t *rb, const rk_nvpar *P, size_t nb, int sr, rk_counts *k,
+                     const int plain) {
+    for (size_t b = 0; b < nb; b++)
+        for (size_t j = 16 * b; j < 16 * b + 16; j += RK_LANES) {
+            rk_v rv;
+            if (sr) rv = rk_ld(rb + j);
+            rk_st(x + j, rk_nv_vec(rk_ld(x + j), &P[b], sr ? &rv : NULL, k, plain));
+        }
 }
 
 /* Blocks along the rows: 1x16, or 16x16 tiles (a band of 16 rows; the rows
@@ -465,20 +507,19 @@ static void rk_nv_rows(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
                             gone[b + l] = Q.gone[l];
             }
             rk_nvpar P[W / 16];
-            for (size_t b = 0; b < nb; b++)
+            int plain = 1;
+            for (size_t b = 0; b < nb; b++) {
                 P[b] = (rk_nvpar){(rk_fv){0} + inv[b], (rk_fv){0} + sv[b], rk_isplat(special[b]), rk_isplat(nan[b]),
                                   rk_isplat(gone[b])};
+                plain &= !special[b] && !gone[b];
+            }
             for (size_t r = 0; r < nr; r++) {
                 if (op->rng) {
                     rk_sr_bytes(op->rng->seed, op->rng->counter + (uint64_t)((i + r) * cp + c0), n, rnd);
                     for (size_t c = 0; c < n; c++) rb[c] = rnd[c];
                 }
-                for (size_t b = 0; b < nb; b++)
-                    for (size_t j = 16 * b; j < 16 * b + 16; j += RK_LANES) {
-                        rk_v rv;
-                        if (op->rng) rv = rk_ld(rb + j);
-                        rk_st(x[r] + j, rk_nv_vec(rk_ld(x[r] + j), &P[b], op->rng ? &rv : NULL, k));
-                    }
+                if (plain) rk_nv_row(x[r], rb, P, nb, op->rng != NULL, k, 1);
+                else rk_nv_row(x[r], rb, P, nb, op->rng != NULL, k, 0);
                 rk_store(op, i + r, c0, n, x[r]);
             }
         }
@@ -490,21 +531,25 @@ static void rk_nv_rows(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
  * (a + b, a - b), halving after the second and the fourth (the same
  * operations in the same order). */
 static inline void rk_rht16(uint32_t x[16][RK_CHUNK / 2], size_t n, uint16_t signs) {
-    for (int r = 0; r < 16; r++) {
-        const uint32_t flip = (uint32_t)((signs >> r) & 1u) << 31;
-        for (size_t c = 0; c < n; c += RK_LANES) rk_st(x[r] + c, rk_ld(x[r] + c) ^ flip);
-    }
-    for (int h = 1; h < 16; h <<= 1) {
-        for (int r = 0; r < 16; r += 2 * h)
-            for (int q = r; q < r + h; q++)
-                for (size_t c = 0; c < n; c += RK_LANES) {
-                    const rk_fv a = (rk_fv)rk_ld(x[q] + c), b = (rk_fv)rk_ld(x[q + h] + c);
-                    rk_st(x[q] + c, (rk_v)(a + b));
-                    rk_st(x[q + h] + c, (rk_v)(a - b));
+    for (size_t c = 0; c < n; c += RK_LANES) { /* a vector of columns, its 16 rows in registers */
+        rk_fv v[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) v[r] = (rk_fv)(rk_ld(x[r] + c) ^ ((uint32_t)((signs >> r) & 1u) << 31));
+#pragma GCC unroll 4
+        for (int h = 1; h < 16; h <<= 1) {
+#pragma GCC unroll 8
+            for (int r = 0; r < 16; r += 2 * h)
+#pragma GCC unroll 8
+                for (int q = r; q < r + h; q++) {
+                    const rk_fv a = v[q], b = v[q + h];
+                    v[q] = a + b, v[q + h] = a - b;
                 }
-        if (h == 2 || h == 8)
-            for (int r = 0; r < 16; r++)
-                for (size_t c = 0; c < n; c += RK_LANES) rk_st(x[r] + c, (rk_v)((rk_fv)rk_ld(x[r] + c) * 0.5f));
+            if (h == 2 || h == 8)
+#pragma GCC unroll 16
+                for (int r = 0; r < 16; r++) v[r] = v[r] * 0.5f;
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) rk_st(x[r] + c, (rk_v)v[r]);
     }
 }
 
@@ -529,21 +574,28 @@ static void rk_nv_cols(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
         for (size_t c0 = 0; c0 < op->cols; c0 += W) {
             const size_t n = op->cols - c0 < W ? op->cols - c0 : W, nw = rk_whole(n);
             rk_nv_block_row(op, i0, c0, n, x);
-            if (op->rng)
-                rk_sr_bytes(op->rng->seed, op->rng->counter + (uint64_t)(i0 * op->cols + 16 * c0), 16 * n, rnd);
+            /* column c's 16 bytes: one block of the stream when j0 is a block's first byte (the usual case:
+             * mp_qoperand advances the counter by multiples of 16), taken from Philox's words in the lanes */
+            const uint64_t j0 = op->rng ? op->rng->counter + (uint64_t)(i0 * op->cols + 16 * c0) : 0;
+            const int words = op->rng && j0 % 16 == 0;
+            if (op->rng && !words) rk_sr_bytes(op->rng->seed, j0, 16 * n, rnd);
             for (size_t c = 0; c < nw; c += RK_LANES) {
-                rk_v am = rk_splat(0);
+                rk_v am = rk_splat(0), w[4];
                 for (int r = 0; r < 16; r++) am = rk_max(rk_ld(x[r] + c) & RK_ABS, am);
                 const rk_nvpar P = rk_nv_params(am, mult, gd);
                 k->amax = rk_max(am & (rk_v)~P.special, k->amax); /* the padding columns' am is 0 */
+                if (words) rk_philox(op->rng->seed, j0 / 16 + c, w);
+                const int plain = rk_nv_plain(&P);
                 for (int r = 0; r < 16; r++) {
                     rk_v rv;
-                    if (op->rng) {
+                    if (words) rv = (w[r / 4] >> (uint32_t)(8 * (r % 4))) & 0xffu; /* padding columns: x is 0 */
+                    else if (op->rng) {
                         for (int l = 0; l < RK_LANES; l++)
                             rb[l] = c + (size_t)l < n ? rnd[16 * (c + (size_t)l) + (size_t)r] : 0;
                         rv = rk_ld(rb);
                     }
-                    rk_st(x[r] + c, rk_nv_vec(rk_ld(x[r] + c), &P, op->rng ? &rv : NULL, k));
+                    rk_st(x[r] + c, plain ? rk_nv_vec(rk_ld(x[r] + c), &P, op->rng ? &rv : NULL, k, 1)
+                                          : rk_nv_vec(rk_ld(x[r] + c), &P, op->rng ? &rv : NULL, k, 0));
                 }
             }
             for (int r = 0; r < 16; r++) rk_store(op, i0 + (size_t)r, c0, n, x[r]);
