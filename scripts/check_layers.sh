@@ -11,6 +11,9 @@
 # correlation of the probe's scores with the losses. `make check-layers`
 # runs it for the docs: 2 x (16 + 3) runs of 1000 steps per recipe, the
 # recipes JOBS (the CPU count) at a time with one thread each on 2 cores.
+# LAYERS_KEEP=1: a recipe whose OUT/RECIPE.json is there, and a rule run
+# whose summary is, are not run again (the table is made from their files), so
+# that the table can be filled a few recipes at a time (RECIPES).
 # LAYERS_QUICK=1 (`make check-layers-quick`, which CI runs): nvfp4 alone on
 # the demo's GPT (gpt:2-4-64-64, 400 steps; 2 x (8 + 3) + 2 runs).
 # Asserted on what advise wrote (--summary): every run has a finite loss;
@@ -38,6 +41,10 @@ jobs=${JOBS:-$cpus}
 [ "$jobs" -ge 1 ] || jobs=1
 threads=$((cpus / jobs > 0 ? cpus / jobs : 1))
 advise() { # RECIPE
+    if [ -n "${LAYERS_KEEP:-}" ] && [ -s "$out/$1.json" ]; then
+        echo "check_layers: $out/$1.json kept (LAYERS_KEEP)"
+        return 0
+    fi
     echo "check_layers: mixprec advise --recipe $1 --budget ${BUDGET:-1} --threads $threads ${budget[*]}"
     if ! "$M" advise --recipe "$1" --budget "${BUDGET:-1}" --layers-out "$out/$1.layers" --summary "$out/$1.json" \
         --threads "$threads" "${budget[@]}" > "$out/$1.txt"; then
@@ -52,6 +59,7 @@ if [[ " $recipes " == *" nvfp4 "* ]]; then
     for seed in 1 2; do
         args=("${budget[@]}")
         args[${#args[@]}-1]=$seed
+        [ -n "${LAYERS_KEEP:-}" ] && [ -s "$out/rule-s$seed/summary.json" ] && continue
         "$M" compare --precisions "$rule" --out "$out/rule-s$seed" "${args[@]}" > "$out/rule-s$seed.txt"
     done
 fi
