@@ -14,7 +14,11 @@
 # more in their kernels). One line per mode as it ends; 1 when any failed
 # (its reason on stderr). A caller's function budget_after MODE, if defined,
 # runs in the mode's job once it trained (MIXPREC_THREADS its threads), its
-# failure the job's.
+# failure the job's. BUDGET_BESIDE: a command (for bash -c) that runs as one
+# more job of the pool, ranked as the costliest modes, with THREADS and
+# MIXPREC_THREADS set to the jobs' threads; its output in OUT/beside.txt,
+# printed when it ends, its failure the pool's (`make check-budget` runs
+# check-layers-quick so, in the cores that the budget's last runs leave idle).
 . "$(dirname "${BASH_SOURCE[0]}")/jobs.sh"
 budget=(--model gpt:4-4-128-128 --batch 16 --steps 1000 --lr 6e-3 --lr-schedule cosine --warmup 50
         --weight-decay 0.1 --betas 0.9,0.95 --clip 1 --seed 1)
@@ -38,9 +42,20 @@ budget_train() { # MIXPREC OUT MODE...
     mkdir -p "$out"
     local order=() mode
     for mode in "$@"; do order+=("$(budget_cost "$mode") $mode"); done
+    if [ -n "${BUDGET_BESIDE:-}" ]; then order+=("4 @beside"); fi
     mapfile -t order < <(printf '%s\n' "${order[@]}" | sort -s -k1,1nr | cut -d' ' -f2-)
     one() { # MODE: an earlier run's files go first (a run that fails leaves none to be read as its)
         local t0=$SECONDS
+        if [ "$1" = @beside ]; then
+            if THREADS=$threads MIXPREC_THREADS=$threads bash -c "$BUDGET_BESIDE" > "$out/beside.txt" 2>&1; then
+                cat "$out/beside.txt"
+                echo "  beside: $BUDGET_BESIDE: done in $((SECONDS - t0)) s ($threads thread(s))"
+                return 0
+            fi
+            cat "$out/beside.txt" >&2
+            echo "budget: beside: $BUDGET_BESIDE failed after $((SECONDS - t0)) s" >&2
+            return 1
+        fi
         rm -rf "${out:?}/$1" "$out/$1.txt"
         if "$m" compare --precisions "$1" --checkpoints --threads "$threads" --out "$out/$1" "${budget[@]}" \
             > "$out/$1.txt" 2>&1; then

@@ -10,7 +10,8 @@
 # difference from bf16, bytes per parameter, step time, and the rank
 # correlation of the probe's scores with the losses. `make check-layers`
 # runs it for the docs: 2 x (16 + 3) runs of 1000 steps per recipe, the
-# recipes JOBS (the CPU count) at a time with one thread each on 2 cores.
+# recipes JOBS (the CPU count) at a time with one thread each on 2 cores
+# (THREADS: the threads of each advise and rule run, else CPUs / JOBS).
 # LAYERS_KEEP=1: a recipe whose OUT/RECIPE.json is there, and a rule run
 # whose summary is, are not run again (the table is made from their files), so
 # that the table can be filled a few recipes at a time (RECIPES).
@@ -39,7 +40,7 @@ set -- $recipes
 jobs=${JOBS:-$cpus}
 [ "$jobs" -le $# ] || jobs=$#
 [ "$jobs" -ge 1 ] || jobs=1
-threads=$((cpus / jobs > 0 ? cpus / jobs : 1))
+threads=${THREADS:-$((cpus / jobs > 0 ? cpus / jobs : 1))}
 advise() { # RECIPE
     if [ -n "${LAYERS_KEEP:-}" ] && [ -s "$out/$1.json" ]; then
         echo "check_layers: $out/$1.json kept (LAYERS_KEEP)"
@@ -60,7 +61,8 @@ if [[ " $recipes " == *" nvfp4 "* ]]; then
         args=("${budget[@]}")
         args[${#args[@]}-1]=$seed
         [ -n "${LAYERS_KEEP:-}" ] && [ -s "$out/rule-s$seed/summary.json" ] && continue
-        "$M" compare --precisions "$rule" --out "$out/rule-s$seed" "${args[@]}" > "$out/rule-s$seed.txt"
+        "$M" compare --precisions "$rule" --threads "$threads" --out "$out/rule-s$seed" "${args[@]}" \
+            > "$out/rule-s$seed.txt"
     done
 fi
 python3 - "$out" "$rule" $recipes <<'PY'
