@@ -25,7 +25,7 @@ budget=(--model gpt:4-4-128-128 --batch 16 --steps 1000 --lr 6e-3 --lr-schedule 
 
 budget_cost() { # MODE: a rank of its step time (Zen 3: nvfp4 1.5x bf16's, fp8-current 1.3x, ...)
     case $1 in
-    nvfp4*) echo 4 ;;
+    nvfp4* | @beside) echo 4 ;;
     fp8-current*) echo 3 ;;
     mxfp8* | fp8-delayed*) echo 2 ;;
     *) echo 1 ;;
@@ -41,8 +41,8 @@ budget_train() { # MIXPREC OUT MODE...
     threads=$((cpus / jobs > 0 ? cpus / jobs : 1))
     mkdir -p "$out"
     local order=() mode
+    [ -z "${BUDGET_BESIDE:-}" ] || set -- "$@" @beside
     for mode in "$@"; do order+=("$(budget_cost "$mode") $mode"); done
-    if [ -n "${BUDGET_BESIDE:-}" ]; then order+=("4 @beside"); fi
     mapfile -t order < <(printf '%s\n' "${order[@]}" | sort -s -k1,1nr | cut -d' ' -f2-)
     one() { # MODE: an earlier run's files go first (a run that fails leaves none to be read as its)
         local t0=$SECONDS
