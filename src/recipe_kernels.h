@@ -511,7 +511,7 @@ static void rk_nv_rows(const mp_qop *op, size_t r0, size_t r1, rk_counts *k) {
             for (size_t b = 0; b < nb; b++) {
                 P[b] = (rk_nvpar){(rk_fv){0} + inv[b], (rk_fv){0} + sv[b], rk_isplat(special[b]), rk_isplat(nan[b]),
                                   rk_isplat(gone[b])};
-                plain &= !special[b] && !gone[b];
+                plain &= rk_nv_plain(&P[b]);
             }
             for (size_t r = 0; r < nr; r++) {
                 if (op->rng) {
