@@ -423,6 +423,17 @@ typedef struct mp_state_map {
     uint8_t plane[4][256];
 } mp_state_map;
 
+/* Block-formatted AdamW moments from an update's first element: the codes
+ * and scales of exp_avg ([0]) and exp_avg_sq ([1]), their maps, the codes'
+ * bits (8, 4 or 0 for e4m3) and the block. */
+typedef struct mp_qstate {
+    uint8_t *codes[2];
+    float *scale[2];
+    const mp_state_map *map[2];
+    int bits;
+    size_t block;
+} mp_qstate;
+
 typedef struct mp_optim_kernels {
     uint64_t (*sgd)(float *w, const float *g, float *buf, size_t n, const mp_sgd_coef *c);
     uint64_t (*adamw)(float *w, const float *g, float *m, float *v, size_t n, const mp_adamw_coef *c);
@@ -453,6 +464,10 @@ typedef struct mp_optim_kernels {
     /* fp32 master weights, the moments in fp16 (bf = 0) or bf16 (bf = 1): widen, adamw, narrow in one pass */
     uint64_t (*adamw_hstate)(float *w, const float *g, uint16_t *m, uint16_t *v, size_t n, const mp_adamw_coef *c,
                              int bf);
+    /* fp32 master weights, the moments in a block format (n whole blocks): dequantized, updated and quantized
+     * block by block, the same bits as dequant, adamw and quant in turn; NULL where no build has one (optim.c
+     * then does those in turn) */
+    uint64_t (*adamw_qstate)(float *w, const float *g, const mp_qstate *s, size_t n, const mp_adamw_coef *c);
 } mp_optim_kernels;
 
 extern const mp_optim_kernels mp_optim_scalar;
@@ -486,6 +501,8 @@ void mp_quant_avx512(uint8_t *codes, float *scale, const float *x, const mp_stat
  * maps where the CPU has VBMI. */
 void mp_dequant8_vbmi(float *out, const uint8_t *codes, const float *scale, const mp_state_map *map, size_t n,
                       size_t block);
+/* mp_optim_kernels.adamw_qstate for the avx512 paths (cpu/quant_avx512.c). */
+uint64_t mp_adamw_qstate_avx512(float *w, const float *g, const mp_qstate *s, size_t n, const mp_adamw_coef *c);
 
 /* The eight partial sums of mp_optim_kernels.sumsq, added in a fixed order. */
 static inline double mp_sumsq_total(const double acc[8]) {

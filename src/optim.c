@@ -12,7 +12,7 @@
 #include <xmmintrin.h>
 #endif
 
-const mp_optim_kernels mp_optim_scalar = MP_OPTIM_KERNELS(k_dequant, k_quant);
+const mp_optim_kernels mp_optim_scalar = MP_OPTIM_KERNELS(k_dequant, k_quant, NULL);
 
 typedef enum { KIND_SGD, KIND_ADAMW } optim_kind;
 
@@ -409,6 +409,17 @@ static uint64_t update(const param_job *j, size_t i0, size_t i1) {
     if (p->hstate2 && p->weights == MP_MASTER_FP32 && j->kind == JOB_ADAMW) /* the common case, fused */
         return j->k->optim->adamw_hstate(p->master + i0, p->grad + i0, p->hstate1 + i0, p->hstate2 + i0, i1 - i0, j->ac,
                                          p->state_format == MP_STATE_BF16);
+    if (j->kind == JOB_ADAMW && p->weights == MP_MASTER_FP32 && p->qstate1 && j->k->optim->adamw_qstate) {
+        const mp_state_format f = p->state_format;
+        const size_t block = block_of(f);
+        const int bits = bits_of(f);
+        const mp_qstate s = {{p->qstate1 + (bits == 4 ? i0 / 2 : i0), p->qstate2 + (bits == 4 ? i0 / 2 : i0)},
+                             {p->qscale1 + i0 / block, p->qscale2 + i0 / block},
+                             {mp_optim_state_map(f, 1), mp_optim_state_map(f, 2)},
+                             bits,
+                             block};
+        return j->k->optim->adamw_qstate(p->master + i0, p->grad + i0, &s, i1 - i0, j->ac);
+    }
     float m[PIECE], v[PIECE];
     uint64_t lost = 0;
     for (size_t c = i0; c < i1; c += PIECE) {

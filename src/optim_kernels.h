@@ -295,12 +295,13 @@ static void k_round_sr(uint16_t *dst,    // (n,) bf16
     for (size_t i = 0; i < n; i++) dst[i] = mp_sr_bf16(src[i], key, base + i);
 }
 
-/* The table of a build; dequant and quant as given (k_dequant, k_quant, or
- * the AVX2 intrinsics of cpu/quant_avx2.c), in columns */
+/* The table of a build; dequant, quant and adamw_qstate as given (k_dequant,
+ * k_quant and NULL, or intrinsics of cpu/quant_avx2.c and cpu/quant_avx512.c),
+ * in columns */
 // clang-format off
-#define MP_OPTIM_KERNELS(dequant, quant)                                                                        \
+#define MP_OPTIM_KERNELS(dequant, quant, adamw_qstate)                                                          \
     {k_sgd,        k_adamw,       k_sgd_bf16, k_adamw_bf16, k_sumsq, k_scale, k_round_sr, k_sgd_half, k_adamw_half, \
-     k_sgd_kahan,  k_adamw_kahan, k_widen,    k_narrow,     dequant, quant, k_adamw_hstate}
+     k_sgd_kahan,  k_adamw_kahan, k_widen,    k_narrow,     dequant, quant, k_adamw_hstate, adamw_qstate}
 // clang-format on
 
 #endif

@@ -7,6 +7,9 @@
 
 #include "check.h"
 #include "internal.h"
+#ifdef MP_X86
+#include <xmmintrin.h>
+#endif
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -1143,6 +1146,65 @@ static void check_dequant_vbmi(void) {
 }
 #endif
 
+/* A path's fused AdamW with block-formatted moments (adamw_qstate) against
+ * its own dequant, adamw and quant in turn, which it replaces (those equal the
+ * portable loops on finite values: check_kernel_paths, check_quantizers_of),
+ * over three steps: the weights, codes, scales and lost updates bit for bit,
+ * NaNs' signs included, on blocks of every kind (a gradient NaN or infinite,
+ * zero, subnormal, or an update too small to move its weight), with and
+ * without FTZ/DAZ. */
+static void check_adamw_qstate_of(const mp_optim_kernels *k, const char *path) {
+#ifdef MP_X86
+    enum { M = 256 * 8 };
+    static float w[2][M], g[M], m[M], v[M], sc[2][2][M / 128];
+    static uint8_t codes[2][2][M];
+    const mp_state_format fmts[3] = {MP_STATE_8BIT, MP_STATE_4BIT, MP_STATE_FP8};
+    const mp_adamw_coef ac = {1.0f, 0.1f, 0.999f, 0.001f, 0.03f, 1e-8f, -0.01f, 1.0f / 0.03f}; /* no decay */
+    const unsigned csr = _mm_getcsr();
+    for (int flush = 0; flush < 2; flush++)
+        for (int f = 0; f < 3; f++) {
+            _mm_setcsr(flush ? csr | 0x8040 : csr);
+            const size_t block = fmts[f] == MP_STATE_4BIT ? 128 : 256;
+            const int bits = fmts[f] == MP_STATE_8BIT ? 8 : fmts[f] == MP_STATE_4BIT ? 4 : 0;
+            const mp_state_map *m1 = mp_optim_state_map(fmts[f], 1), *m2 = mp_optim_state_map(fmts[f], 2);
+            fill(w[0], M, 1);
+            for (size_t i = 0; i < M; i++) w[0][i] += i / block == 5 ? 1e6f : 0.0f; /* updates lost */
+            memcpy(w[1], w[0], sizeof w[0]);
+            for (size_t i = 0; i < M; i++) m[i] = frand() * 0.01f, v[i] = m[i] * m[i];
+            for (int c = 0; c < 2; c++)
+                mp_optim_scalar.quant(codes[c][0], sc[c][0], m, m1, bits, M, block),
+                    mp_optim_scalar.quant(codes[c][1], sc[c][1], v, m2, bits, M, block);
+            uint64_t lost[2] = {0, 0};
+            for (int step = 0; step < 3; step++) {
+                fill(g, M, 0.1f);
+                for (size_t i = 0; i < M; i++) {
+                    const size_t b = i / block;
+                    if (b == 1 && i % block == 9) g[i] = step == 1 ? NAN : INFINITY;
+                    if (b == 2) g[i] = 0.0f;
+                    if (b == 3) g[i] = (float)(i % 13) * 0x1p-140f;
+                }
+                k->dequant(m, codes[0][0], sc[0][0], m1, bits, M, block);
+                k->dequant(v, codes[0][1], sc[0][1], m2, bits, M, block);
+                lost[0] += k->adamw(w[0], g, m, v, M, &ac);
+                k->quant(codes[0][0], sc[0][0], m, m1, bits, M, block);
+                k->quant(codes[0][1], sc[0][1], v, m2, bits, M, block);
+                const mp_qstate qs = {{codes[1][0], codes[1][1]}, {sc[1][0], sc[1][1]}, {m1, m2}, bits, block};
+                lost[1] += k->adamw_qstate(w[1], g, &qs, M, &ac);
+            }
+            _mm_setcsr(csr);
+            const size_t ns = M / block * sizeof(float);
+            CHECK(memcmp(w[0], w[1], sizeof w[0]) == 0 && memcmp(codes[0], codes[1], sizeof codes[0]) == 0 &&
+                      memcmp(sc[0][0], sc[1][0], ns) == 0 && memcmp(sc[0][1], sc[1][1], ns) == 0 &&
+                      lost[0] == lost[1] && lost[0] >= 3 * block,
+                  "%s: fused %s-state adamw differs from its dequant, adamw and quant in turn (lost %llu, %llu%s)",
+                  path, mp_state_format_name(fmts[f]), (unsigned long long)lost[0], (unsigned long long)lost[1],
+                  flush ? ", FTZ/DAZ" : "");
+        }
+#else
+    (void)k, (void)path;
+#endif
+}
+
 static void check_quantizers(void) {
     check_dequant_codes_of(&mp_optim_scalar, "portable");
 #ifdef MP_X86
@@ -1157,6 +1219,8 @@ static void check_quantizers(void) {
     if (mp_cpu_detected() >= MP_ISA_AVX512) check_quantizers_of(&mp_optim_avx512, "avx512");
     if (mp_cpu_detected() >= MP_ISA_AVX2) check_quotients_of(&mp_optim_avx2, "avx2");
     if (mp_cpu_detected() >= MP_ISA_AVX512) check_quotients_of(&mp_optim_avx512, "avx512");
+    if (mp_cpu_detected() >= MP_ISA_AVX512) check_adamw_qstate_of(&mp_optim_avx512, "avx512");
+    else printf("  (no AVX-512 on this CPU: the fused block-state adamw is built, not run)\n");
 #endif
 }
 

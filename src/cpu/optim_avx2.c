@@ -3,4 +3,4 @@
 #define MP_OPTIM_FMA /* the unbiased root by FMAs: optim_kernels.h */
 #include "../optim_kernels.h"
 
-const mp_optim_kernels mp_optim_avx2 = MP_OPTIM_KERNELS(mp_dequant_avx2, mp_quant_avx2);
+const mp_optim_kernels mp_optim_avx2 = MP_OPTIM_KERNELS(mp_dequant_avx2, mp_quant_avx2, NULL);

@@ -138,6 +138,19 @@ ALWAYS_INLINE void store_codes16(uint8_t *codes, size_t at, __m512 y, const map_
     _mm_storeu_si128((__m128i *)(void *)(codes + at), _mm512_cvtepi32_epi8(c));
 }
 
+/* One block's codes for the scale s: quotients by IEEE division, as
+ * k_quant. bits (8, 4 or 0) and floor (FLOOR or 0) are constants. */
+ALWAYS_INLINE void code_block(uint8_t *codes, const float *x, float s, const map_consts *k, size_t block,
+                              const int bits, const int floor) {
+    const __m512 sv = _mm512_set1_ps(s);
+    if (isfinite(s)) /* every quotient finite */
+        for (size_t i = 0; i < block; i += 16)
+            store_codes16(codes, i, _mm512_div_ps(_mm512_loadu_ps(x + i), sv), k, bits, floor);
+    else /* an infinite or NaN scale: NaN quotients */
+        for (size_t i = 0; i < block; i += 16)
+            store_codes16(codes, i, _mm512_div_ps(_mm512_loadu_ps(x + i), sv), k, bits, floor | CAN_NAN);
+}
+
 /* Blocks of an 8-bit map (bits 8), a 16-entry map (bits 4) or of e4m3
  * (bits 0), with or without the floor (floor: FLOOR or 0); both constants. */
 ALWAYS_INLINE void quant_blocks(uint8_t *codes, float *scale, const float *x, const mp_state_map *map, size_t n,
@@ -147,14 +160,7 @@ ALWAYS_INLINE void quant_blocks(uint8_t *codes, float *scale, const float *x, co
         const float *xb = x + b * block;
         const float s = block_scale(amax_of(xb, block), bits);
         scale[b] = s;
-        const __m512 sv = _mm512_set1_ps(s);
-        if (isfinite(s)) /* every quotient finite */
-            for (size_t i = 0; i < block; i += 16)
-                store_codes16(codes, b * block + i, _mm512_div_ps(_mm512_loadu_ps(xb + i), sv), &k, bits, floor);
-        else /* an infinite or NaN scale: NaN quotients */
-            for (size_t i = 0; i < block; i += 16)
-                store_codes16(codes, b * block + i, _mm512_div_ps(_mm512_loadu_ps(xb + i), sv), &k, bits,
-                              floor | CAN_NAN);
+        code_block(codes + (bits == 4 ? b * block / 2 : b * block), xb, s, &k, block, bits, floor);
     }
 }
 
@@ -162,13 +168,26 @@ ALWAYS_INLINE void quant_blocks(uint8_t *codes, float *scale, const float *x, co
     (map->least_positive ? quant_blocks(codes, scale, x, map, n, block, bits, FLOOR) \
                          : quant_blocks(codes, scale, x, map, n, block, bits, 0))
 
+/* Which of quant_blocks' forms codes a map's blocks: its bits (8, 4 or 0),
+ * or -1 (none: mp_quant_avx2's or the portable loop's). */
+static int quant_form(const mp_state_map *map, int bits, size_t block) {
+    if (block % 64) return -1;
+    if (bits == 4 && map->levels == 4 && !map->sign_magnitude) return 4;
+    if (bits == 0 && map->sign_magnitude) return 0;
+    if (bits == 8 && !map->sign_magnitude) return 8;
+    return -1;
+}
+
 void mp_quant_avx512(uint8_t *codes, float *scale, const float *x, const mp_state_map *map, int bits, size_t n,
                      size_t block) {
-    if (block % 64) k_quant(codes, scale, x, map, bits, n, block);
-    else if (bits == 4 && map->levels == 4 && !map->sign_magnitude) QUANT_BLOCKS(4);
-    else if (bits == 0 && map->sign_magnitude) QUANT_BLOCKS(0);
-    else if (bits == 8 && !map->sign_magnitude) QUANT_BLOCKS(8);
-    else mp_quant_avx2(codes, scale, x, map, bits, n, block);
+    switch (quant_form(map, bits, block)) {
+    case 4: QUANT_BLOCKS(4); break;
+    case 0: QUANT_BLOCKS(0); break;
+    case 8: QUANT_BLOCKS(8); break;
+    default:
+        block % 64 ? k_quant(codes, scale, x, map, bits, n, block)
+                   : mp_quant_avx2(codes, scale, x, map, bits, n, block);
+    }
 }
 
 void mp_dequant_avx512(float *out, const uint8_t *codes, const float *scale, const mp_state_map *map, int bits,
@@ -208,4 +227,106 @@ void mp_dequant_avx512(float *out, const uint8_t *codes, const float *scale, con
     if (bits == 8 && block % 64 == 0 && mp_cpu_features()->avx512_vbmi)
         mp_dequant8_vbmi(out, codes, scale, map, n, block);
     else mp_dequant_avx2(out, codes, scale, map, bits, n, block);
+}
+
+/* AdamW's constants, broadcast once per call. */
+typedef struct {
+    __m512 decay, w1, beta2, c2, bc2_sqrt, bc2_inv, eps, neg_step_size;
+} adamw_consts;
+
+/* 16 fp32 master weights updated with their moments (m, v: in and out), as
+ * optim_kernels.h's adamw_elem built with MP_OPTIM_FMA: the same fp32
+ * operations in the same order. *lost gets the lanes whose update was lost
+ * (mp_lost32: a finite nonzero update that left the weight's bits). */
+ALWAYS_INLINE __m512 adamw16(__m512 w, __m512 g, __m512 *m, __m512 *v, const adamw_consts *c, __mmask16 *lost) {
+    const __m512 inf = _mm512_set1_ps(INFINITY);
+    const __m512 wd = _mm512_mul_ps(w, c->decay);
+    const __m512 mm = _mm512_fmadd_ps(c->w1, _mm512_sub_ps(g, *m), *m);
+    const __m512 vv = _mm512_fmadd_ps(_mm512_mul_ps(c->c2, g), g, _mm512_mul_ps(*v, c->beta2));
+    const __m512 a = _mm512_sqrt_ps(vv), q = _mm512_mul_ps(a, c->bc2_inv);
+    const __m512 r = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, c->bc2_sqrt, a), c->bc2_inv, q);
+    const __m512 root = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(_mm512_abs_ps(q), inf, _CMP_LT_OQ), r);
+    const __m512 step = _mm512_div_ps(_mm512_mul_ps(c->neg_step_size, mm), _mm512_add_ps(root, c->eps));
+    const __m512 u = _mm512_add_ps(_mm512_sub_ps(wd, w), step), now = _mm512_add_ps(wd, step);
+    *lost = _mm512_cmp_ps_mask(u, _mm512_setzero_ps(), _CMP_NEQ_OQ) &
+            _mm512_cmp_ps_mask(_mm512_abs_ps(u), inf, _CMP_LT_OQ) &
+            _mm512_cmpeq_epi32_mask(_mm512_castps_si512(w), _mm512_castps_si512(now));
+    *m = mm, *v = vv;
+    return now;
+}
+
+/* The bytes ahead of the update that it asks for while it computes: about
+ * what the memory delivers in the time a block takes, so the next blocks'
+ * weights, gradients and codes arrive while this one is coded. */
+enum { AHEAD = 4096 };
+
+/* One block's codes for the scale of its largest magnitude amax (bits: the
+ * unsigned maximum of the magnitudes' bits), as k_quant. */
+static void code_block_of(uint8_t *codes, float *scale, const float *x, uint32_t amax, const mp_state_map *map,
+                          const map_consts *k, int bits, size_t block) {
+    const int form = quant_form(map, bits, block);
+    if (form < 0) {
+        mp_quant_avx512(codes, scale, x, map, bits, block, block);
+        return;
+    }
+    const float s = block_scale(amax > 0x7f800000u ? block_amax(x, block) : mp_bits_f32(amax), bits);
+    *scale = s;
+    const int floor = map->least_positive ? FLOOR : 0;
+    if (form == 8) floor ? code_block(codes, x, s, k, block, 8, FLOOR) : code_block(codes, x, s, k, block, 8, 0);
+    else if (form == 4) floor ? code_block(codes, x, s, k, block, 4, FLOOR) : code_block(codes, x, s, k, block, 4, 0);
+    else floor ? code_block(codes, x, s, k, block, 0, FLOOR) : code_block(codes, x, s, k, block, 0, 0);
+}
+
+/* Values a turn of mp_adamw_qstate_avx512: the moments of a piece of
+ * optim.c's update, dequantized in one call each (the 8-bit maps' permute
+ * tables loaded once a turn). A multiple of both formats' blocks. */
+enum { TURN = 1024 };
+
+/* mp_optim_kernels.adamw_qstate: per turn of TURN values, the moments
+ * dequantized into buffers in L1; per block, the weights updated with them in
+ * registers while the new moments' largest magnitudes are taken, and the
+ * moments coded; the lines AHEAD bytes on asked for as the update goes. The
+ * same bits as dequant, k_adamw and quant in turn (tests/test_optim.c). The
+ * block divides TURN and is a multiple of 16 (the formats' are 128 and 256). */
+uint64_t mp_adamw_qstate_avx512(float *w, const float *g, const mp_qstate *s, size_t n, const mp_adamw_coef *c) {
+    const size_t block = s->block;
+    const adamw_consts ac = {_mm512_set1_ps(c->decay), _mm512_set1_ps(c->w1),           _mm512_set1_ps(c->beta2),
+                             _mm512_set1_ps(c->c2),    _mm512_set1_ps(c->bc2_sqrt),     _mm512_set1_ps(c->bc2_inv),
+                             _mm512_set1_ps(c->eps),   _mm512_set1_ps(c->neg_step_size)};
+    const map_consts k1 = consts_of(s->map[0]), k2 = consts_of(s->map[1]);
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+    const size_t cb = s->bits == 4 ? block / 2 : block; /* code bytes a block */
+    float m[TURN] __attribute__((aligned(64))), v[TURN] __attribute__((aligned(64)));
+    uint64_t lost = 0;
+    for (size_t t = 0; t < n; t += TURN) {
+        const size_t nt = n - t < TURN ? n - t : TURN;
+        mp_dequant_avx512(m, s->codes[0] + t / block * cb, s->scale[0] + t / block, s->map[0], s->bits, nt, block);
+        mp_dequant_avx512(v, s->codes[1] + t / block * cb, s->scale[1] + t / block, s->map[1], s->bits, nt, block);
+        for (size_t b0 = 0; b0 < nt; b0 += block) {
+            const size_t b = (t + b0) / block;
+            float *wb = w + t + b0, *mb = m + b0, *vb = v + b0;
+            const float *gb = g + t + b0;
+            uint8_t *q1 = s->codes[0] + b * cb, *q2 = s->codes[1] + b * cb;
+            __m512i mx1 = _mm512_setzero_si512(), mx2 = _mm512_setzero_si512();
+            for (size_t i = 0; i < block; i += 16) {
+                _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(wb + i) + AHEAD), _MM_HINT_T0);
+                _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(gb + i) + AHEAD), _MM_HINT_T0);
+                if (i % 64 == 0) { /* a byte a value or less */
+                    _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(q1 + i * cb / block) + AHEAD / 4), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(q2 + i * cb / block) + AHEAD / 4), _MM_HINT_T0);
+                }
+                __m512 mv = _mm512_load_ps(mb + i), vv = _mm512_load_ps(vb + i);
+                __mmask16 gone;
+                _mm512_storeu_ps(wb + i,
+                                 adamw16(_mm512_loadu_ps(wb + i), _mm512_loadu_ps(gb + i), &mv, &vv, &ac, &gone));
+                lost += (uint64_t)__builtin_popcount(gone);
+                _mm512_store_ps(mb + i, mv), _mm512_store_ps(vb + i, vv);
+                mx1 = _mm512_max_epu32(mx1, _mm512_and_si512(_mm512_castps_si512(mv), abs));
+                mx2 = _mm512_max_epu32(mx2, _mm512_and_si512(_mm512_castps_si512(vv), abs));
+            }
+            code_block_of(q1, s->scale[0] + b, mb, _mm512_reduce_max_epu32(mx1), s->map[0], &k1, s->bits, block);
+            code_block_of(q2, s->scale[1] + b, vb, _mm512_reduce_max_epu32(mx2), s->map[1], &k2, s->bits, block);
+        }
+    }
+    return lost;
 }
