@@ -7,7 +7,8 @@
 # is bf16 in every mode) with the same two seeds, then the table of
 # docs/TRAINING.md into OUT/table.md: per recipe the whole model and the
 # advised assignment, layers kept, validation loss per seed and its
-# difference from bf16, bytes per parameter, step time, and the rank
+# difference from bf16, bytes per parameter, step time (each row's assignment
+# trained alone for TIME_STEPS steps after the advise runs), and the rank
 # correlation of the probe's scores with the losses. `make check-layers`
 # runs it for the docs: 2 x (16 + 3) runs of 1000 steps per recipe, the
 # recipes JOBS (the CPU count) at a time with one thread each on 2 cores
@@ -65,27 +66,49 @@ if [[ " $recipes " == *" nvfp4 "* ]]; then
             > "$out/rule-s$seed.txt"
     done
 fi
+# Each row's step time from its assignment trained alone (the runs above share the cores): TIME_STEPS (100)
+# steps with the budget's other options and THREADS, one run after another, the summary's median step; kept
+# under LAYERS_KEEP as the runs are.
+targs=("${budget[@]}")
+for i in "${!targs[@]}"; do [ "${targs[$i]}" != --steps ] || targs[i+1]=${TIME_STEPS:-100}; done
+time_row() { # TAG PRECISION [LAYER FILE]
+    [ -n "${LAYERS_KEEP:-}" ] && [ -s "$out/time-$1.json" ] && return 0
+    if ! "$M" train "${targs[@]}" --threads "$threads" --precision "$2" ${3:+--layer-precision "$3"} \
+        --summary "$out/time-$1.json" > "$out/time-$1.txt"; then
+        echo "check_layers: the timing run of $1 failed ($out/time-$1.txt)" >&2
+        return 1
+    fi
+}
+time_row bf16 bf16
+for rec in $recipes; do
+    time_row "$rec" "$rec"
+    time_row "$rec-advised" "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["precision"])' \
+        "$out/$rec.json")" "$out/$rec.layers"
+done
+[[ " $recipes " != *" nvfp4 "* ]] || time_row rule "$rule"
 python3 - "$out" "$rule" $recipes <<'PY'
 import json, math, os, sys
 out, rule, recipes = sys.argv[1], sys.argv[2], sys.argv[3:]
+def ms(tag):
+    return json.load(open(f"{out}/time-{tag}.json"))["ms_per_step"]
 bad = []
 rows = ["| assignment | layers in the recipe | val loss seed 1 | seed 2 | vs bf16 (mean, +- half the difference) "
         "| bytes/param | ms/step |", "|---|---|---|---|---|---|---|"]
-def row(name, layers, r, bf16):
+def row(name, layers, r, bf16, tag):
     v, b = r["val_loss"], bf16["val_loss"]
     if any(x is None or not math.isfinite(x) for x in v):
         bad.append(f"{name}: a run's validation loss is not finite: {v}")
         return
     d = [100 * (v[k] - b[k]) / b[k] for k in (0, 1)]
     rows.append(f"| {name} | {layers} | {v[0]:.4f} | {v[1]:.4f} | {(d[0] + d[1]) / 2:+.2f}% +- {abs(d[0] - d[1]) / 2:.2f}% "
-                f"| {r['bytes_per_param']:.2f} | {r['ms_per_step']:.0f} |")
+                f"| {r['bytes_per_param']:.2f} | {ms(tag):.0f} |")
 corr = []
 for i, rec in enumerate(recipes):
     j = json.load(open(f"{out}/{rec}.json"))
     n, layers = len(j["layers"]), j["layers"]
     if i == 0:
-        row("bf16", "0", j["bf16"], j["bf16"])
-    row(f"{rec}, whole", f"{n}/{n}", j["whole"], j["bf16"])
+        row("bf16", "0", j["bf16"], j["bf16"], "bf16")
+    row(f"{rec}, whole", f"{n}/{n}", j["whole"], j["bf16"], rec)
     for x in layers:
         if not all(e is not None and 0 < e < 1 for e in x["probe_error"]):
             bad.append(f"{rec}: {x['name']} was not probed in every direction: {x['probe_error']}")
@@ -106,13 +129,13 @@ for i, rec in enumerate(recipes):
         if not any(pat == nm or (pat.startswith("transformer.h.") and pat.split(".", 3)[3] == nm.split(".", 3)[3])
                    for nm in names):
             bad.append(f"{rec}: the advised file names {pat}, no layer of the model")
-    row(f"{rec}, advised ({j['precision']} + {out}/{rec}.layers)", f"{n - j['kept']}/{n}", j["advised"], j["bf16"])
+    row(f"{rec}, advised ({j['precision']} + {out}/{rec}.layers)", f"{n - j['kept']}/{n}", j["advised"], j["bf16"],
+        f"{rec}-advised")
     corr.append(f"{rec}: {j['spearman']:+.2f}" if j["spearman"] is not None else f"{rec}: -")
     if rec == "nvfp4":
         runs = [json.load(open(f"{out}/rule-s{s}/summary.json"))["runs"][0] for s in (1, 2)]
-        r = {"val_loss": [x["val_loss"] for x in runs], "bytes_per_param": runs[0]["bytes_per_param"],
-             "ms_per_step": (runs[0]["ms_per_step"] + runs[1]["ms_per_step"]) / 2}
-        row(f"nvfp4, the paper's rule ({rule})", f"{n - 4}/{n}", r, j["bf16"])
+        r = {"val_loss": [x["val_loss"] for x in runs], "bytes_per_param": runs[0]["bytes_per_param"]}
+        row(f"nvfp4, the paper's rule ({rule})", f"{n - 4}/{n}", r, j["bf16"], "rule")
 table = "\n".join(rows) + "\n\nrank correlation of the probe's scores with each layer's loss alone (Spearman): " + \
     ", ".join(corr) + "\n"
 open(f"{out}/table.md", "w").write(table)
