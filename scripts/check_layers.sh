@@ -8,7 +8,8 @@
 # docs/TRAINING.md into OUT/table.md: per recipe the whole model and the
 # advised assignment, layers kept, validation loss per seed and its
 # difference from bf16, bytes per parameter, step time (each row's assignment
-# trained alone for TIME_STEPS steps after the advise runs), and the rank
+# trained alone for TIME_STEPS steps after the advise runs, the median of
+# TIME_ROUNDS rounds), and the rank
 # correlation of the probe's scores with the losses. `make check-layers`
 # runs it for the docs: 2 x (16 + 3) runs of 1000 steps per recipe, the
 # recipes JOBS (the CPU count) at a time with one thread each on 2 cores
@@ -67,30 +68,36 @@ if [[ " $recipes " == *" nvfp4 "* ]]; then
     done
 fi
 # Each row's step time from its assignment trained alone (the runs above share the cores): TIME_STEPS (100)
-# steps with the budget's other options and THREADS, one run after another, the summary's median step; kept
-# under LAYERS_KEEP as the runs are.
+# steps with the budget's other options and THREADS, one run after another, the summary's median step, in
+# TIME_ROUNDS (3) rounds over the rows; the table takes the median round. Kept under LAYERS_KEEP as the
+# runs are.
 targs=("${budget[@]}")
 for i in "${!targs[@]}"; do [ "${targs[$i]}" != --steps ] || targs[i+1]=${TIME_STEPS:-100}; done
 time_row() { # TAG PRECISION [LAYER FILE]
-    [ -n "${LAYERS_KEEP:-}" ] && [ -s "$out/time-$1.json" ] && return 0
+    [ -n "${LAYERS_KEEP:-}" ] && [ -s "$out/time-$1-$round.json" ] && return 0
     if ! "$M" train "${targs[@]}" --threads "$threads" --precision "$2" ${3:+--layer-precision "$3"} \
-        --summary "$out/time-$1.json" > "$out/time-$1.txt"; then
-        echo "check_layers: the timing run of $1 failed ($out/time-$1.txt)" >&2
+        --summary "$out/time-$1-$round.json" > "$out/time-$1-$round.txt"; then
+        echo "check_layers: the timing run of $1 failed ($out/time-$1-$round.txt)" >&2
         return 1
     fi
 }
-time_row bf16 bf16
-for rec in $recipes; do
-    time_row "$rec" "$rec"
-    time_row "$rec-advised" "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["precision"])' \
-        "$out/$rec.json")" "$out/$rec.layers"
+for round in $(seq "${TIME_ROUNDS:-3}"); do
+    time_row bf16 bf16
+    for rec in $recipes; do
+        time_row "$rec" "$rec"
+        time_row "$rec-advised" "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["precision"])' \
+            "$out/$rec.json")" "$out/$rec.layers"
+    done
+    [[ " $recipes " != *" nvfp4 "* ]] || time_row rule "$rule"
 done
-[[ " $recipes " != *" nvfp4 "* ]] || time_row rule "$rule"
+export TIME_ROUNDS=${TIME_ROUNDS:-3}
 python3 - "$out" "$rule" $recipes <<'PY'
 import json, math, os, sys
 out, rule, recipes = sys.argv[1], sys.argv[2], sys.argv[3:]
-def ms(tag):
-    return json.load(open(f"{out}/time-{tag}.json"))["ms_per_step"]
+def ms(tag): # the median round
+    rounds = range(1, int(os.environ["TIME_ROUNDS"]) + 1)
+    t = sorted(json.load(open(f"{out}/time-{tag}-{r}.json"))["ms_per_step"] for r in rounds)
+    return t[len(t) // 2]
 bad = []
 rows = ["| assignment | layers in the recipe | val loss seed 1 | seed 2 | vs bf16 (mean, +- half the difference) "
         "| bytes/param | ms/step |", "|---|---|---|---|---|---|---|"]
