@@ -423,9 +423,10 @@ typedef struct mp_state_map {
     uint8_t plane[4][256];
 } mp_state_map;
 
-/* Block-formatted AdamW moments from an update's first element: the codes
- * and scales of exp_avg ([0]) and exp_avg_sq ([1]), their maps, the codes'
- * bits (8, 4 or 0 for e4m3) and the block. */
+/* Block-formatted optimizer state from an update's first element: the codes
+ * and scales of exp_avg or the momentum buffer ([0]) and of exp_avg_sq ([1];
+ * NULL for SGD), their maps, the codes' bits (8, 4 or 0 for e4m3) and the
+ * block. */
 typedef struct mp_qstate {
     uint8_t *codes[2];
     float *scale[2];

@@ -377,6 +377,19 @@ static uint64_t update_weights(const param_job *j, size_t i0, size_t i1, float *
     return 0;
 }
 
+/* p's block-formatted moments from element c (a whole number of blocks). */
+static mp_qstate qstate_at(const mp_param *p, size_t c) {
+    const mp_state_format f = p->state_format;
+    const size_t block = block_of(f);
+    const int bits = bits_of(f);
+    const size_t at = bits == 4 ? c / 2 : c;
+    return (mp_qstate){{p->qstate1 + at, p->qstate2 ? p->qstate2 + at : NULL},
+                       {p->qscale1 + c / block, p->qscale2 ? p->qscale2 + c / block : NULL},
+                       {mp_optim_state_map(f, 1), mp_optim_state_map(f, 2)},
+                       bits,
+                       block};
+}
+
 /* State k (1 or 2) of p, elements [c, c + n), widened or dequantized into x
  * (store 0), or x stored into it (store 1). c and n are whole blocks. */
 static void state_io(const param_job *j, int k, float *x, size_t c, size_t n, int store) {
@@ -388,13 +401,9 @@ static void state_io(const param_job *j, int k, float *x, size_t c, size_t n, in
         else j->k->optim->widen(x, h, n, f == MP_STATE_BF16);
         return;
     }
-    const size_t block = block_of(f);
-    const int bits = bits_of(f);
-    uint8_t *codes = (k == 1 ? p->qstate1 : p->qstate2) + (bits == 4 ? c / 2 : c);
-    float *scale = (k == 1 ? p->qscale1 : p->qscale2) + c / block;
-    const mp_state_map *map = mp_optim_state_map(f, k);
-    if (store) j->k->optim->quant(codes, scale, x, map, bits, n, block);
-    else j->k->optim->dequant(x, codes, scale, map, bits, n, block);
+    const mp_qstate q = qstate_at(p, c);
+    if (store) j->k->optim->quant(q.codes[k - 1], q.scale[k - 1], x, q.map[k - 1], q.bits, n, q.block);
+    else j->k->optim->dequant(x, q.codes[k - 1], q.scale[k - 1], q.map[k - 1], q.bits, n, q.block);
 }
 
 /* The update of elements [i0, i1) of j->p: a state kept in fp32 is updated
@@ -410,14 +419,7 @@ static uint64_t update(const param_job *j, size_t i0, size_t i1) {
         return j->k->optim->adamw_hstate(p->master + i0, p->grad + i0, p->hstate1 + i0, p->hstate2 + i0, i1 - i0, j->ac,
                                          p->state_format == MP_STATE_BF16);
     if (j->kind == JOB_ADAMW && p->weights == MP_MASTER_FP32 && p->qstate1 && j->k->optim->adamw_qstate) {
-        const mp_state_format f = p->state_format;
-        const size_t block = block_of(f);
-        const int bits = bits_of(f);
-        const mp_qstate s = {{p->qstate1 + (bits == 4 ? i0 / 2 : i0), p->qstate2 + (bits == 4 ? i0 / 2 : i0)},
-                             {p->qscale1 + i0 / block, p->qscale2 + i0 / block},
-                             {mp_optim_state_map(f, 1), mp_optim_state_map(f, 2)},
-                             bits,
-                             block};
+        const mp_qstate s = qstate_at(p, i0);
         return j->k->optim->adamw_qstate(p->master + i0, p->grad + i0, &s, i1 - i0, j->ac);
     }
     float m[PIECE], v[PIECE];

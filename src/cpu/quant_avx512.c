@@ -271,10 +271,14 @@ static void code_block_of(uint8_t *codes, float *scale, const float *x, uint32_t
     }
     const float s = block_scale(amax > 0x7f800000u ? block_amax(x, block) : mp_bits_f32(amax), bits);
     *scale = s;
-    const int floor = map->least_positive ? FLOOR : 0;
-    if (form == 8) floor ? code_block(codes, x, s, k, block, 8, FLOOR) : code_block(codes, x, s, k, block, 8, 0);
-    else if (form == 4) floor ? code_block(codes, x, s, k, block, 4, FLOOR) : code_block(codes, x, s, k, block, 4, 0);
-    else floor ? code_block(codes, x, s, k, block, 0, FLOOR) : code_block(codes, x, s, k, block, 0, 0);
+#define CODE_BLOCK(b) \
+    (map->least_positive ? code_block(codes, x, s, k, block, b, FLOOR) : code_block(codes, x, s, k, block, b, 0))
+    switch (form) {
+    case 8: CODE_BLOCK(8); break;
+    case 4: CODE_BLOCK(4); break;
+    default: CODE_BLOCK(0);
+    }
+#undef CODE_BLOCK
 }
 
 /* Values a turn of mp_adamw_qstate_avx512: the moments of a piece of
