@@ -81,7 +81,8 @@ time_row() { # TAG PRECISION [LAYER FILE]
         return 1
     fi
 }
-for round in $(seq "${TIME_ROUNDS:-3}"); do
+rounds=${TIME_ROUNDS:-3}
+for round in $(seq "$rounds"); do
     time_row bf16 bf16
     for rec in $recipes; do
         time_row "$rec" "$rec"
@@ -90,13 +91,11 @@ for round in $(seq "${TIME_ROUNDS:-3}"); do
     done
     [[ " $recipes " != *" nvfp4 "* ]] || time_row rule "$rule"
 done
-export TIME_ROUNDS=${TIME_ROUNDS:-3}
-python3 - "$out" "$rule" $recipes <<'PY'
+python3 - "$out" "$rule" "$rounds" $recipes <<'PY'
 import json, math, os, sys
-out, rule, recipes = sys.argv[1], sys.argv[2], sys.argv[3:]
+out, rule, rounds, recipes = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 def ms(tag): # the median round
-    rounds = range(1, int(os.environ["TIME_ROUNDS"]) + 1)
-    t = sorted(json.load(open(f"{out}/time-{tag}-{r}.json"))["ms_per_step"] for r in rounds)
+    t = sorted(json.load(open(f"{out}/time-{tag}-{r}.json"))["ms_per_step"] for r in range(1, rounds + 1))
     return t[len(t) // 2]
 bad = []
 rows = ["| assignment | layers in the recipe | val loss seed 1 | seed 2 | vs bf16 (mean, +- half the difference) "
