@@ -109,7 +109,8 @@ check-torch: deps-test build
 
 # clang builds (-Werror) and their tests, plain and with ASan + UBSan; the
 # threaded tests and short training runs under ThreadSanitizer with LLVM's
-# libomp and its Archer tool (about 5 minutes on 2 cores).
+# libomp and its Archer tool (7-8 minutes from clean builds on 2 cores of an
+# Intel Xeon VM).
 check-clang:
 	@scripts/deps.sh clang
 	scripts/check_clang.sh
