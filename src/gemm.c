@@ -151,8 +151,9 @@ static inline __attribute__((always_inline)) void micro_scalar_body(size_t kc, c
 #if defined(__x86_64__) && defined(__GNUC__)
 /* The same loops where fmaf is one instruction: on x86-64 CPUs with FMA (those
  * of the avx2 path), where the baseline build calls libm's fmaf for each
- * product. fmaf is correctly rounded either way: the same bits, 10x faster
- * under the sanitizers, where every build's tests run this path. */
+ * product. fmaf is correctly rounded either way: the same bits. Every build's
+ * tests run this path (test_gemm on it alone under gcc's ASan + UBSan: 48.7 s
+ * with the libm calls, 17.3 s with the instruction, on an Intel Xeon VM). */
 __attribute__((target("fma"))) static void micro_scalar_fma(size_t kc, const void *ap, const void *bp, float *c,
                                                             size_t ldc, float alpha, float beta) {
     micro_scalar_body(kc, ap, bp, c, ldc, alpha, beta);
