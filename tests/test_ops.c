@@ -22,11 +22,10 @@ static const double u = 0x1p-24;
 static int quick; /* --quick: sanitizer builds sample fewer inputs */
 static int mode;  /* check.h's test_mode: --long checks e^x on every fp32 input */
 
-/* e^x as the softmax computes it: src/cpu/softmax_kernels.h built for the best
- * path of this CPU, which gives the portable build's bits (check_exp, against
- * libm too) with its fmaf an instruction, not a libm call: the references
- * take it for every element, and it was most of this test's time under the
- * sanitizers */
+/* e^x as the softmax computes it, for the references (every element):
+ * src/cpu/softmax_kernels.h built for the best path of this CPU, which gives
+ * the portable build's bits (check_exp, against libm too) with its fmaf an
+ * instruction rather than a libm call */
 static float ref_exp(float x) {
     float y;
     mp_kernels_of(mp_cpu_detected())->softmax->exp(&y, &x, 1);
