@@ -387,12 +387,13 @@ typedef struct mp_adamw_coef {
  * the least y whose code is c or above, so the code of y is the number of
  * thresholds at or below it. The buckets of |y| by its bits above `shift`
  * hold at most one threshold each; lut[] holds each bucket's code at its
- * least y (code, bits 0-7) and where in the bucket the next code begins
- * (cut, bits 8-24: the low `shift` bits of that threshold's |t|, counted
- * down from the bucket's top for negative y; 2^shift when none does):
+ * least y (code, bits 24-31) and where in the bucket the next code begins
+ * (cut: the low `shift` bits of that threshold's |t|, counted down from
+ * the bucket's top for negative y; 2^shift when none does) as 2^24 - cut
+ * (bits 0-24), so that l >= cut carries into the code:
  *   b = clamp((bits(|y|) >> shift) - lo, 0, top) (+ MP_MAP_BUCKETS if y < 0)
  *   l = bits(|y|) mod 2^shift (negative y: 2^shift - 1 - that)
- *   code = lut[b] & 255 + (l >= lut[b] >> 8)
+ *   code = (lut[b] + l) >> 24
  * The first and last buckets (everything under and over) hold no threshold.
  * e4m3 (sign_magnitude) codes |y| so and puts y's sign in bit 7. NaN codes
  * nan_code (with its sign for e4m3). The thresholds and buckets are

@@ -147,7 +147,7 @@ static int build_buckets(mp_state_map *m, uint32_t shift) {
             } else if (c1 != c) {
                 return 0;
             }
-            m->lut[k + sign * MP_MAP_BUCKETS] = (uint32_t)c | cut << 8;
+            m->lut[k + sign * MP_MAP_BUCKETS] = ((uint32_t)c << 24) + ((1u << 24) - cut);
         }
     return 1;
 }

@@ -23,7 +23,7 @@ static inline int map_code(float y, const mp_state_map *m) {
     int32_t b = (int32_t)(mag >> m->shift) - (int32_t)m->lo;
     b = b < 0 ? 0 : b > m->top ? m->top : b;
     const uint32_t e = m->lut[b + (int32_t)neg * MP_MAP_BUCKETS], l = (mag & mask) ^ (neg ? mask : 0);
-    int c = y != y ? m->nan_code : (int)(e & 255) + (l >= e >> 8);
+    int c = y != y ? m->nan_code : (int)((e + l) >> 24);
     c = y > 0.0f && c < m->least_positive ? m->least_positive : c;
     return m->sign_magnitude ? (int)(u >> 31 << 7) | c : c;
 }

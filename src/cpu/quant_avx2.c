@@ -1,6 +1,6 @@
 /* quant_avx2.c - the optimizer state's block formats (optim_kernels.h's
  * k_dequant, k_quant) with AVX2 intrinsics: 8 codes at a time through the
- * map's tables (two gathers: the bucket's code, then its next threshold).
+ * map's bucket table (one gather: the bucket's code and its next threshold).
  * The same bits as the portable loops; used by the avx2 path. */
 #include <immintrin.h>
 
@@ -17,9 +17,7 @@ static inline __m256i codes8(__m256 y, const mp_state_map *m) {
     b = _mm256_add_epi32(b, _mm256_and_si256(neg, _mm256_set1_epi32(MP_MAP_BUCKETS)));
     const __m256i e = _mm256_i32gather_epi32((const int *)(const void *)m->lut, b, 4);
     const __m256i l = _mm256_xor_si256(_mm256_and_si256(mag, mask), _mm256_and_si256(neg, mask));
-    /* code + (l >= cut) = code + 1 + (cut > l ? -1 : 0) */
-    __m256i c = _mm256_add_epi32(_mm256_and_si256(e, _mm256_set1_epi32(255)), _mm256_set1_epi32(1));
-    c = _mm256_add_epi32(c, _mm256_cmpgt_epi32(_mm256_srli_epi32(e, 8), l));
+    __m256i c = _mm256_srli_epi32(_mm256_add_epi32(e, l), 24);
     c = _mm256_blendv_epi8(c, _mm256_set1_epi32(m->nan_code), _mm256_castps_si256(_mm256_cmp_ps(y, y, _CMP_UNORD_Q)));
     const __m256i pos = _mm256_castps_si256(_mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_GT_OQ)); /* y > 0 */
     c = _mm256_blendv_epi8(c, _mm256_max_epi32(c, _mm256_set1_epi32(m->least_positive)), pos);

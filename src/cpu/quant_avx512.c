@@ -98,18 +98,19 @@ ALWAYS_INLINE __m512 e4m3_values16(__m512i c) {
 
 /* The codes of 16 quotients y of an 8-bit map, as map_code: the bucket of
  * |y|'s bits (one gather from the map's table) gives a code and the bucket's
- * one threshold, which the low bits reach or not. */
+ * one threshold, which the low bits reach or not (a carry into the code).
+ * A finite scale gives |y| <= 1, in bucket top or under: the clamp to top
+ * only where y can be NaN. */
 ALWAYS_INLINE __m512i map_codes16(__m512 y, const map_consts *k, const int how) {
     const __m512i u = _mm512_castps_si512(y), mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
     const __m512i neg = _mm512_srai_epi32(u, 31);
-    __m512i b = _mm512_sub_epi32(_mm512_srl_epi32(mag, k->shift), k->lo);
-    b = _mm512_min_epi32(_mm512_max_epi32(b, _mm512_setzero_si512()), k->top);
-    b = _mm512_add_epi32(b, _mm512_and_si512(neg, _mm512_set1_epi32(MP_MAP_BUCKETS)));
+    __m512i b = _mm512_max_epi32(_mm512_sub_epi32(_mm512_srl_epi32(mag, k->shift), k->lo), _mm512_setzero_si512());
+    if (how & CAN_NAN) b = _mm512_min_epi32(b, k->top);
+    /* b | (neg & MP_MAP_BUCKETS): b < MP_MAP_BUCKETS */
+    b = _mm512_ternarylogic_epi32(b, neg, _mm512_set1_epi32(MP_MAP_BUCKETS), 0xf8);
     const __m512i e = _mm512_i32gather_epi32(b, (const void *)k->lut, 4);
     const __m512i l = _mm512_xor_si512(_mm512_and_si512(mag, k->mask), _mm512_and_si512(neg, k->mask));
-    __m512i c = _mm512_and_si512(e, _mm512_set1_epi32(255));
-    c = _mm512_mask_add_epi32(c, _mm512_cmpge_epu32_mask(l, _mm512_srli_epi32(e, 8)), c, _mm512_set1_epi32(1));
-    return nan_and_floor(c, y, k, how);
+    return nan_and_floor(_mm512_srli_epi32(_mm512_add_epi32(e, l), 24), y, k, how);
 }
 
 /* The largest magnitude of a block (a multiple of 32 values), as
