@@ -650,6 +650,25 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
     return MP_OK;
 }
 
+/* The embeddings' gradients from the residual stream's (g_res): dwte[tok]
+ * += its row, dwpe[t] += its rows of position t, in fp32, rows in order (no
+ * rounding to the compute format: nothing is counted); added to the
+ * parameters' gradients when accumulating. */
+static void embeddings_backward(mp_gpt *g, const int32_t *tok, size_t N, size_t T, float *dwte, float *dwpe,
+                                int accumulate) {
+    const size_t C = (size_t)g->cfg.n_embd, V = (size_t)g->cfg.vocab_size;
+    memset(dwpe, 0, g->wpe->n * sizeof(float));
+    float *r = g->row;
+    for (size_t n = 0; n < N; n++) {
+        mp_convert(r, MP_F32, at(g, g->g_res, n * C), g->ct, C, NULL);
+        float *dw = dwte + (size_t)tok[n] * C, *dp = dwpe + (n % T) * C;
+        for (size_t c = 0; c < C; c++) dw[c] += r[c];
+        for (size_t c = 0; c < C; c++) dp[c] += r[c];
+    }
+    for (size_t i = 0; accumulate && i < V * C; i++) g->wte->grad[i] += dwte[i];
+    for (size_t i = 0; accumulate && i < g->wpe->n; i++) g->wpe->grad[i] += dwpe[i];
+}
+
 /* Backward from dlogits (in the logits buffer) to every parameter gradient. */
 static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int accumulate) {
     const mp_dtype ct = g->ct;
@@ -718,18 +737,7 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
                                       fparam(g, h->ln1w, 0), N, C, accumulate, g->acc, g->g_res, bst(g, sx, N * C),
                                       bst(g, sx, N * C)));
     }
-    /* embeddings: dwte[tok] += dx0 row, dwpe[t] += dx0 rows of position t,
-     * in fp32, rows in order (no rounding to ct: nothing is counted) */
-    memset(dwpe, 0, g->wpe->n * sizeof(float));
-    float *r = g->row;
-    for (size_t n = 0; n < N; n++) {
-        mp_convert(r, MP_F32, at(g, g->g_res, n * C), ct, C, NULL);
-        float *dw = dwte + (size_t)tok[n] * C, *dp = dwpe + (n % T) * C;
-        for (size_t c = 0; c < C; c++) dw[c] += r[c];
-        for (size_t c = 0; c < C; c++) dp[c] += r[c];
-    }
-    for (size_t i = 0; accumulate && i < V * C; i++) g->wte->grad[i] += dwte[i];
-    for (size_t i = 0; accumulate && i < g->wpe->n; i++) g->wpe->grad[i] += dwpe[i];
+    embeddings_backward(g, tok, N, T, dwte, dwpe, accumulate);
     return MP_OK;
 }
 
