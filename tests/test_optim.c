@@ -1155,7 +1155,8 @@ static void check_dequant_vbmi(void) {
  * subnormal moments, an update too small to move its weight, a NaN weight
  * whose step is a NaN of the other sign), with and
  * without FTZ/DAZ, over 9 blocks of 256 (a last turn of the kernel shorter
- * than the others). */
+ * than the others); and with the two moments' maps swapped, which takes the
+ * kernel's path for maps without a pipeline of their own. */
 static void check_adamw_qstate_of(const mp_optim_kernels *k, const char *path) {
 #ifdef MP_X86
     enum { M = 256 * 9 };
@@ -1163,12 +1164,13 @@ static void check_adamw_qstate_of(const mp_optim_kernels *k, const char *path) {
     static uint8_t codes[2][2][M];
     const mp_state_format fmts[3] = {MP_STATE_8BIT, MP_STATE_4BIT, MP_STATE_FP8};
     const unsigned csr = _mm_getcsr();
-    for (int flush = 0; flush < 2; flush++)
+    for (int run = 0; run < 4; run++)
         for (int f = 0; f < 3; f++) {
+            const int flush = run % 2, swap = run / 2;
             _mm_setcsr(flush ? csr | 0x8040 : csr);
             const size_t block = fmts[f] == MP_STATE_4BIT ? 128 : 256;
             const int bits = fmts[f] == MP_STATE_8BIT ? 8 : fmts[f] == MP_STATE_4BIT ? 4 : 0;
-            const mp_state_map *m1 = mp_optim_state_map(fmts[f], 1), *m2 = mp_optim_state_map(fmts[f], 2);
+            const mp_state_map *m1 = mp_optim_state_map(fmts[f], 1 + swap), *m2 = mp_optim_state_map(fmts[f], 2 - swap);
             fill(w[0], M, 1);
             for (size_t i = 0; i < M; i++) w[0][i] += i / block == 5 ? 1e6f : 0.0f; /* updates lost */
             w[0][7 * block + 3] = NAN; /* + the invalid inf / inf step's -NaN: the order of the last addition */
@@ -1206,9 +1208,9 @@ static void check_adamw_qstate_of(const mp_optim_kernels *k, const char *path) {
             CHECK(memcmp(w[0], w[1], sizeof w[0]) == 0 && memcmp(codes[0], codes[1], sizeof codes[0]) == 0 &&
                       memcmp(sc[0][0], sc[1][0], ns) == 0 && memcmp(sc[0][1], sc[1][1], ns) == 0 &&
                       lost[0] == lost[1] && lost[0] >= 2 * block,
-                  "%s: fused %s-state adamw differs from its dequant, adamw and quant in turn (lost %llu, %llu%s)",
+                  "%s: fused %s-state adamw differs from its dequant, adamw and quant in turn (lost %llu, %llu%s%s)",
                   path, mp_state_format_name(fmts[f]), (unsigned long long)lost[0], (unsigned long long)lost[1],
-                  flush ? ", FTZ/DAZ" : "");
+                  flush ? ", FTZ/DAZ" : "", swap ? ", maps swapped" : "");
         }
 #else
     (void)k, (void)path;

@@ -287,51 +287,110 @@ static void code_block_of(uint8_t *codes, float *scale, const float *x, uint32_t
  * tables loaded once a turn). A multiple of both formats' blocks. */
 enum { TURN = 1024 };
 
-/* mp_optim_kernels.adamw_qstate: per turn of TURN values, the moments
- * dequantized into buffers in L1; per block, the weights updated with them in
- * registers while the new moments' largest magnitudes are taken, and the
- * moments coded; the lines AHEAD bytes on asked for as the update goes. The
- * same bits as dequant, k_adamw and quant in turn (tests/test_optim.c). The
- * block divides TURN and is a multiple of 16 (the formats' are 128 and 256). */
-uint64_t mp_adamw_qstate_avx512(float *w, const float *g, const mp_qstate *s, size_t n, const mp_adamw_coef *c) {
+/* The update of 16 values at i of a block (weights wb, gradients gb, the
+ * moments mb, vb in the turn's buffers, their codes q1, q2 of cb bytes a
+ * block); the lines AHEAD bytes on asked for; the lanes whose update was
+ * lost counted into *lost, the new moments' magnitudes into the unsigned
+ * maxima mx1, mx2. */
+ALWAYS_INLINE void update16(float *wb, const float *gb, float *mb, float *vb, const uint8_t *q1, const uint8_t *q2,
+                            size_t i, size_t cb, size_t block, const adamw_consts *ac, __m512i *mx1, __m512i *mx2,
+                            uint64_t *lost) {
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff);
+    _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(wb + i) + AHEAD), _MM_HINT_T0);
+    _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(gb + i) + AHEAD), _MM_HINT_T0);
+    if (i % 64 == 0) { /* a byte a value or less */
+        _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(q1 + i * cb / block) + AHEAD / 4), _MM_HINT_T0);
+        _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(q2 + i * cb / block) + AHEAD / 4), _MM_HINT_T0);
+    }
+    __m512 mv = _mm512_load_ps(mb + i), vv = _mm512_load_ps(vb + i);
+    __mmask16 gone;
+    _mm512_storeu_ps(wb + i, adamw16(_mm512_loadu_ps(wb + i), _mm512_loadu_ps(gb + i), &mv, &vv, ac, &gone));
+    *lost += (uint64_t)__builtin_popcount(gone);
+    _mm512_store_ps(mb + i, mv), _mm512_store_ps(vb + i, vv);
+    *mx1 = _mm512_max_epu32(*mx1, _mm512_and_si512(_mm512_castps_si512(mv), abs));
+    *mx2 = _mm512_max_epu32(*mx2, _mm512_and_si512(_mm512_castps_si512(vv), abs));
+}
+
+/* A block waiting for its codes: where they go, its moments in the turn's
+ * buffers and its scales (finite), broadcast. */
+typedef struct {
+    uint8_t *q1, *q2;
+    const float *m, *v;
+    __m512 s1, s2;
+} pending;
+
+/* The codes of a pending block's 16 values at i of both moments. */
+ALWAYS_INLINE void code16(const pending *p, size_t i, const map_consts *k1, const map_consts *k2, const int bits,
+                          const int how1, const int how2) {
+    store_codes16(p->q1, i, _mm512_div_ps(_mm512_load_ps(p->m + i), p->s1), k1, bits, how1);
+    store_codes16(p->q2, i, _mm512_div_ps(_mm512_load_ps(p->v + i), p->s2), k2, bits, how2);
+}
+
+/* The pass with the maps' vector coder (bits as quant_form's, how1, how2 their floors; all constants) or,
+ * pipe 0, without (any map: code_block_of). Per turn, the blocks in a pipeline: while a block is updated, the
+ * one before it, whose largest magnitudes its update gave, is coded, 16 values of each at a time, so that the
+ * update's divider work (its sqrt and division) and the codes' (the quotients by the scale) overlap instead of
+ * taking turns. A block whose scale is not finite (NaN quotients) is coded alone by code_block_of. */
+ALWAYS_INLINE uint64_t qstate_pass(float *w, const float *g, const mp_qstate *s, size_t n, const mp_adamw_coef *c,
+                                   const int bits, const int how1, const int how2, const int pipe) {
     const size_t block = s->block;
     const adamw_consts ac = {_mm512_set1_ps(c->decay), _mm512_set1_ps(c->w1),           _mm512_set1_ps(c->beta2),
                              _mm512_set1_ps(c->c2),    _mm512_set1_ps(c->bc2_sqrt),     _mm512_set1_ps(c->bc2_inv),
                              _mm512_set1_ps(c->eps),   _mm512_set1_ps(c->neg_step_size)};
     const map_consts k1 = consts_of(s->map[0]), k2 = consts_of(s->map[1]);
-    const __m512i abs = _mm512_set1_epi32(0x7fffffff);
-    const size_t cb = s->bits == 4 ? block / 2 : block; /* code bytes a block */
+    const size_t cb = bits == 4 ? block / 2 : block; /* code bytes a block */
     float m[TURN] __attribute__((aligned(64))), v[TURN] __attribute__((aligned(64)));
     uint64_t lost = 0;
     for (size_t t = 0; t < n; t += TURN) {
         const size_t nt = n - t < TURN ? n - t : TURN;
-        mp_dequant_avx512(m, s->codes[0] + t / block * cb, s->scale[0] + t / block, s->map[0], s->bits, nt, block);
-        mp_dequant_avx512(v, s->codes[1] + t / block * cb, s->scale[1] + t / block, s->map[1], s->bits, nt, block);
+        mp_dequant_avx512(m, s->codes[0] + t / block * cb, s->scale[0] + t / block, s->map[0], bits, nt, block);
+        mp_dequant_avx512(v, s->codes[1] + t / block * cb, s->scale[1] + t / block, s->map[1], bits, nt, block);
+        pending p = {NULL, NULL, NULL, NULL, _mm512_setzero_ps(), _mm512_setzero_ps()};
         for (size_t b0 = 0; b0 < nt; b0 += block) {
             const size_t b = (t + b0) / block;
             float *wb = w + t + b0, *mb = m + b0, *vb = v + b0;
             const float *gb = g + t + b0;
             uint8_t *q1 = s->codes[0] + b * cb, *q2 = s->codes[1] + b * cb;
             __m512i mx1 = _mm512_setzero_si512(), mx2 = _mm512_setzero_si512();
-            for (size_t i = 0; i < block; i += 16) {
-                _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(wb + i) + AHEAD), _MM_HINT_T0);
-                _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(gb + i) + AHEAD), _MM_HINT_T0);
-                if (i % 64 == 0) { /* a byte a value or less */
-                    _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(q1 + i * cb / block) + AHEAD / 4), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(uintptr_t)((uintptr_t)(q2 + i * cb / block) + AHEAD / 4), _MM_HINT_T0);
+            if (p.q1)
+                for (size_t i = 0; i < block; i += 16) {
+                    update16(wb, gb, mb, vb, q1, q2, i, cb, block, &ac, &mx1, &mx2, &lost);
+                    code16(&p, i, &k1, &k2, bits, how1, how2);
                 }
-                __m512 mv = _mm512_load_ps(mb + i), vv = _mm512_load_ps(vb + i);
-                __mmask16 gone;
-                _mm512_storeu_ps(wb + i,
-                                 adamw16(_mm512_loadu_ps(wb + i), _mm512_loadu_ps(gb + i), &mv, &vv, &ac, &gone));
-                lost += (uint64_t)__builtin_popcount(gone);
-                _mm512_store_ps(mb + i, mv), _mm512_store_ps(vb + i, vv);
-                mx1 = _mm512_max_epu32(mx1, _mm512_and_si512(_mm512_castps_si512(mv), abs));
-                mx2 = _mm512_max_epu32(mx2, _mm512_and_si512(_mm512_castps_si512(vv), abs));
+            else
+                for (size_t i = 0; i < block; i += 16)
+                    update16(wb, gb, mb, vb, q1, q2, i, cb, block, &ac, &mx1, &mx2, &lost);
+            const uint32_t a1 = _mm512_reduce_max_epu32(mx1), a2 = _mm512_reduce_max_epu32(mx2);
+            p.q1 = NULL;
+            if (pipe && a1 < 0x7f800000u && a2 < 0x7f800000u) { /* finite: k_quant's scales */
+                const float s1 = block_scale(mp_bits_f32(a1), bits), s2 = block_scale(mp_bits_f32(a2), bits);
+                s->scale[0][b] = s1, s->scale[1][b] = s2;
+                p = (pending){q1, q2, mb, vb, _mm512_set1_ps(s1), _mm512_set1_ps(s2)};
+            } else {
+                code_block_of(q1, s->scale[0] + b, mb, a1, s->map[0], &k1, bits, block);
+                code_block_of(q2, s->scale[1] + b, vb, a2, s->map[1], &k2, bits, block);
             }
-            code_block_of(q1, s->scale[0] + b, mb, _mm512_reduce_max_epu32(mx1), s->map[0], &k1, s->bits, block);
-            code_block_of(q2, s->scale[1] + b, vb, _mm512_reduce_max_epu32(mx2), s->map[1], &k2, s->bits, block);
         }
+        if (p.q1)
+            for (size_t i = 0; i < block; i += 16) code16(&p, i, &k1, &k2, bits, how1, how2);
     }
     return lost;
+}
+
+/* mp_optim_kernels.adamw_qstate: per turn of TURN values, the moments
+ * dequantized into buffers in L1; per block, the weights updated with them in
+ * registers while the new moments' largest magnitudes are taken and the block
+ * before it is coded (qstate_pass); the lines AHEAD bytes on asked for as the
+ * update goes. The same bits as dequant, k_adamw and quant in turn
+ * (tests/test_optim.c). The block divides TURN and is a multiple of 16 (the
+ * formats' are 128 and 256). The formats' maps have a vector coder each: an
+ * 8-bit or e4m3 first moment without a floor and a second moment with one,
+ * or two 16-entry maps without. */
+uint64_t mp_adamw_qstate_avx512(float *w, const float *g, const mp_qstate *s, size_t n, const mp_adamw_coef *c) {
+    const int f1 = quant_form(s->map[0], s->bits, s->block), f2 = quant_form(s->map[1], s->bits, s->block);
+    const int floor1 = s->map[0]->least_positive != 0, floor2 = s->map[1]->least_positive != 0;
+    if (f1 == 8 && f2 == 8 && !floor1 && floor2) return qstate_pass(w, g, s, n, c, 8, 0, FLOOR, 1);
+    if (f1 == 0 && f2 == 0 && !floor1 && floor2) return qstate_pass(w, g, s, n, c, 0, 0, FLOOR, 1);
+    if (f1 == 4 && f2 == 4 && !floor1 && !floor2) return qstate_pass(w, g, s, n, c, 4, 0, 0, 1);
+    return qstate_pass(w, g, s, n, c, s->bits, 0, 0, 0);
 }
