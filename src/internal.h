@@ -407,7 +407,8 @@ typedef struct mp_state_map {
     float value[256]; /* each code's value (e4m3: the format's values, sign included) */
     uint32_t lut[2 * MP_MAP_BUCKETS];
     uint32_t lo, shift;
-    int32_t top; /* the last bucket */
+    int32_t top; /* the last bucket: 1.0's or above, so that a quotient by a finite block scale (at most 1
+                  * in magnitude) needs no clamp from above (cpu/quant_avx512.c) */
     int entries, sign_magnitude, nan_code;
     int least_positive; /* the least code of a y > 0 (0: torchao's code as it is) */
     float thresh[257];  /* thresh[entries] is NaN: no y reaches it */

@@ -130,6 +130,8 @@ static int build_buckets(mp_state_map *m, uint32_t shift) {
     }
     m->shift = shift, m->lo = (mp_f32_bits(tmin) >> shift) - 1;
     m->top = (int32_t)((mp_f32_bits(tmax) >> shift) + 1 - m->lo);
+    const int32_t one = (int32_t)((mp_f32_bits(1.0f) >> shift) - m->lo); /* the bucket of 1.0 (internal.h) */
+    if (m->top < one) m->top = one;
     if (m->top >= MP_MAP_BUCKETS) return 0;
     const uint32_t span = 1u << shift; /* cut: a bucket of `span` magnitudes has none past span - 1 */
     for (int sign = 0; sign < (m->sign_magnitude ? 1 : 2); sign++)

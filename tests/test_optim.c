@@ -1150,13 +1150,16 @@ static void check_dequant_vbmi(void) {
  * its own dequant, adamw and quant in turn, which it replaces (those equal the
  * portable loops on finite values: check_kernel_paths, check_quantizers_of),
  * over three steps (the first with weight decay, the others without): the
- * weights, codes, scales and lost updates bit for bit, NaNs' signs included,
+ * weights, codes and scales after each step and the lost updates bit for
+ * bit, NaNs' signs included,
  * on blocks of every kind (a gradient NaN or infinite, zero, subnormal,
  * subnormal moments, an update too small to move its weight, a NaN weight
  * whose step is a NaN of the other sign), with and
  * without FTZ/DAZ, over 9 blocks of 256 (a last turn of the kernel shorter
  * than the others); and with the two moments' maps swapped, which takes the
- * kernel's path for maps without a pipeline of their own. */
+ * kernel's path for maps without a pipeline of their own (8-bit and fp8: a
+ * floor on the first moment's map; the 4-bit maps, neither with a floor,
+ * take the pipeline either way). */
 static void check_adamw_qstate_of(const mp_optim_kernels *k, const char *path) {
 #ifdef MP_X86
     enum { M = 256 * 9 };
@@ -1183,6 +1186,7 @@ static void check_adamw_qstate_of(const mp_optim_kernels *k, const char *path) {
                 mp_optim_scalar.quant(codes[c][0], sc[c][0], m, m1, bits, M, block),
                     mp_optim_scalar.quant(codes[c][1], sc[c][1], v, m2, bits, M, block);
             uint64_t lost[2] = {0, 0};
+            int same = 1;
             for (int step = 0; step < 3; step++) {
                 /* decay (step 0) moves every weight, block 5's too */
                 const mp_adamw_coef ac = {
@@ -1202,12 +1206,12 @@ static void check_adamw_qstate_of(const mp_optim_kernels *k, const char *path) {
                 k->quant(codes[0][1], sc[0][1], v, m2, bits, M, block);
                 const mp_qstate qs = {{codes[1][0], codes[1][1]}, {sc[1][0], sc[1][1]}, {m1, m2}, bits, block};
                 lost[1] += k->adamw_qstate(w[1], g, &qs, M, &ac);
+                const size_t ns = M / block * sizeof(float);
+                same &= memcmp(w[0], w[1], sizeof w[0]) == 0 && memcmp(codes[0], codes[1], sizeof codes[0]) == 0 &&
+                        memcmp(sc[0][0], sc[1][0], ns) == 0 && memcmp(sc[0][1], sc[1][1], ns) == 0;
             }
             _mm_setcsr(csr);
-            const size_t ns = M / block * sizeof(float);
-            CHECK(memcmp(w[0], w[1], sizeof w[0]) == 0 && memcmp(codes[0], codes[1], sizeof codes[0]) == 0 &&
-                      memcmp(sc[0][0], sc[1][0], ns) == 0 && memcmp(sc[0][1], sc[1][1], ns) == 0 &&
-                      lost[0] == lost[1] && lost[0] >= 2 * block,
+            CHECK(same && lost[0] == lost[1] && lost[0] >= 2 * block,
                   "%s: fused %s-state adamw differs from its dequant, adamw and quant in turn (lost %llu, %llu%s%s)",
                   path, mp_state_format_name(fmts[f]), (unsigned long long)lost[0], (unsigned long long)lost[1],
                   flush ? ", FTZ/DAZ" : "", swap ? ", maps swapped" : "");

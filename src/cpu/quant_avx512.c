@@ -326,11 +326,11 @@ ALWAYS_INLINE void code16(const pending *p, size_t i, const map_consts *k1, cons
     store_codes16(p->q2, i, _mm512_div_ps(_mm512_load_ps(p->v + i), p->s2), k2, bits, how2);
 }
 
-/* The pass with the maps' vector coder (bits as quant_form's, how1, how2 their floors; all constants) or,
- * pipe 0, without (any map: code_block_of). Per turn, the blocks in a pipeline: while a block is updated, the
- * one before it, whose largest magnitudes its update gave, is coded, 16 values of each at a time, so that the
- * update's divider work (its sqrt and division) and the codes' (the quotients by the scale) overlap instead of
- * taking turns. A block whose scale is not finite (NaN quotients) is coded alone by code_block_of. */
+/* The pass with the maps' vector coder (bits as quant_form's, how1, how2 their floors; constants) or, pipe 0,
+ * without (any map, bits at run time: code_block_of). Per turn, the blocks in a pipeline: while a block is
+ * updated, the one before it, whose largest magnitudes its update gave, is coded, 16 values of each at a time,
+ * so that the update's divider work (its sqrt and division) and the codes' (the quotients by the scale)
+ * overlap instead of taking turns. A block whose scale is infinite or NaN is coded alone by code_block_of. */
 ALWAYS_INLINE uint64_t qstate_pass(float *w, const float *g, const mp_qstate *s, size_t n, const mp_adamw_coef *c,
                                    const int bits, const int how1, const int how2, const int pipe) {
     const size_t block = s->block;
