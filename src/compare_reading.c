@@ -115,7 +115,8 @@ void mp_compare_print_ablation(FILE *out, const mp_report *rep, const mp_report_
 /* What half precision bought in time on this CPU, and why: bf16 GEMMs run on
  * the CPU's bf16 units where it has them (vdpbf16ps, AMX tiles), widened to
  * fp32 for the FMA units where not; fp16 is widened on every CPU (mixprec
- * has no AVX512_FP16 or AMX-FP16 kernels), so it saves memory, not time. */
+ * has no AVX512_FP16 or AMX-FP16 kernels), so what it saves is memory and
+ * memory traffic, not arithmetic. */
 static void speed(text *t, const mp_run_result *f32, const mp_run_result *bf, const mp_run_result *h,
                   const char *hname) {
     const size_t at = t->k;
@@ -139,7 +140,7 @@ static void speed(text *t, const mp_run_result *f32, const mp_run_result *bf, co
         const mp_cpu_feature_set *f = mp_cpu_features();
         add(t,
             "%s%s: %.1f ms a step against fp32's %.1f (%.2fx as fast). mixprec widens fp16 to fp32 for the FMA units "
-            "on every CPU%s, so fp16 saves memory, not time.",
+            "on every CPU%s, so fp16 saves memory and memory traffic, not arithmetic.",
             t->k > at ? "\n\n" : "", hname, h->ms_per_step, f32->ms_per_step, f32->ms_per_step / h->ms_per_step,
             f->avx512_fp16 || f->amx_fp16 ? " (it has no AVX512_FP16 or AMX-FP16 kernels, which this CPU would run)"
                                           : " (this one has no fp16 arithmetic units)");
