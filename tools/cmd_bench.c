@@ -457,7 +457,8 @@ static int bench_gemm(int argc, char **argv) {
     const int opt = gemm_options(argc, argv, &reps, &max_dim, &json);
     if (opt >= 0) return opt;
     /* operands 64-byte aligned, as the library's models and torch's allocator give them (malloc's 16 bytes
-     * past a page split every 64-byte row of a tile's C in two lines: 5% of qkv's time on the AMX Xeon) */
+     * past a page split every 64-byte row of a tile's C in two lines; on the AMX Xeon that cost 0-5% of the
+     * GPT's GEMMs, about the VM's spread) */
     const size_t maxe = (size_t)4096 * 1536;
     gemm_bench w = {aligned_alloc(64, maxe * 4),
                     aligned_alloc(64, maxe * 4),
