@@ -9,6 +9,15 @@
  * the driver's strip. It prints GFLOP/s and the share of the TDPBF16PS peak (16 x 16 x 32 x 2 flops per 16 cycles at
  * the frequency measured by a dependent TDPBF16PS chain).
  *
+ * A second table places the stores of C (one 64-byte line per row of a tile,
+ * as a bf16 C's; a 4096-row C of 36 column panels, 9 MiB, as the GPT's qkv)
+ * around the same products, as the driver visits the tiles (a row block of
+ * MB panels at a time, each column panel over its row panels, the sums of a
+ * column panel's tiles in a strip): none; after every second tile, as the
+ * driver's epilogue runs; or each tile's rows stored in pieces between the
+ * slices of the next tile's products (the first tile of a column panel
+ * without, the last one's after it).
+ *
  *   make build && taskset -c 1 build/amx_probe [kc]     (kc: 384 by default)
  *
  * Needs a CPU with AMX-BF16 and Linux 5.16+ (arch_prctl permission). */
@@ -60,6 +69,71 @@ static __attribute__((noinline)) void block(size_t kc, const uint8_t *A, const u
     _tile_stored(6, sums + 512, 128);
     _tile_stored(7, sums + 528, 128);
     MP_TILE_BARRIER();
+}
+
+/* One tile's products into out (row stride 32 floats), with rows [part rows / parts, ...) of the tile before
+ * (prev, NULL: none) stored to its lines of C (ldc bytes apart) after each slice's products. */
+static __attribute__((noinline)) void tile_beside(size_t kc, const uint8_t *A, const uint8_t *B, float *out,
+                                                  const float *prev, uint8_t *prev_c, size_t ldc) {
+    const size_t parts = kc / 32;
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (size_t s = 0; s < parts; s++, A += 2048, B += 2048) {
+        MP_TILE_BARRIER();
+        _tile_stream_loadd(0, A, 64);
+        _tile_loadd(2, B, 128);
+        _tile_loadd(3, B + 64, 128);
+        _tile_dpbf16ps(4, 0, 2);
+        _tile_stream_loadd(1, A + 1024, 64);
+        _tile_dpbf16ps(5, 0, 3);
+        _tile_dpbf16ps(6, 1, 2);
+        _tile_dpbf16ps(7, 1, 3);
+        MP_TILE_BARRIER();
+        if (prev)
+            for (size_t r = s * 32 / parts; r < (s + 1) * 32 / parts; r++)
+                _mm512_storeu_si512(prev_c + r * ldc, _mm512_loadu_si512(prev + r * 32));
+    }
+    MP_TILE_BARRIER();
+    _tile_stored(4, out, 128);
+    _tile_stored(5, out + 16, 128);
+    _tile_stored(6, out + 512, 128);
+    _tile_stored(7, out + 528, 128);
+    MP_TILE_BARRIER();
+}
+
+/* The lines of C of a tile's 32 rows from its sums. */
+static void store_tile(uint8_t *c, size_t ldc, const float *t) {
+    for (size_t r = 0; r < 32; r++) _mm512_storeu_si512(c + r * ldc, _mm512_loadu_si512(t + r * 32));
+}
+
+/* ns per 32 x 32 tile with C's stores placed as `how` says (0: none, 1: after every second tile, 2: beside). */
+static double c_stores(size_t kc, const uint8_t *A, const uint8_t *B, float *strip, uint8_t *C, int how) {
+    enum { M = 4096, MB = 5, NB = 36 };
+    const size_t pb = 32 * kc * 2, ldc = NB * 64;
+    double best = 1e9;
+    for (int r = 0; r < 5; r++) {
+        const double t = now();
+        size_t tiles = 0;
+        for (size_t i0 = 0; i0 < M; i0 += 32 * MB)
+            for (size_t jp = 0; jp < NB; jp++) {
+                const size_t nt = (M - i0) / 32 < MB ? (M - i0) / 32 : MB;
+                for (size_t ip = 0; ip < nt; ip++, tiles++) {
+                    uint8_t *c = C + (i0 + ip * 32) * ldc + jp * 64;
+                    const int beside = how == 2 && ip > 0;
+                    tile_beside(kc, A + ip * pb, B + jp * pb, strip + ip * 1024,
+                                beside ? strip + (ip - 1) * 1024 : NULL, beside ? c - 32 * ldc : NULL, ldc);
+                    if (how == 1 && (ip % 2 == 1 || ip + 1 == nt))
+                        for (size_t q = ip % 2 == 1 ? ip - 1 : ip; q <= ip; q++)
+                            store_tile(C + (i0 + q * 32) * ldc + jp * 64, ldc, strip + q * 1024);
+                    if (how == 2 && ip + 1 == nt) store_tile(c, ldc, strip + ip * 1024);
+                }
+            }
+        const double dt = (now() - t) / (double)tiles;
+        if (dt < best) best = dt;
+    }
+    return best * 1e9;
 }
 
 /* Dependent TDPBF16PS: one every 16 cycles at the core's clock. */
@@ -138,7 +212,19 @@ int main(int argc, char **argv) {
         const double gf = 2.0 * 1024 * (double)kc * (double)blocks * (double)reps / best;
         printf("%-52s %7.0f GFLOP/s  %3.0f%% of peak\n", x->name, gf / 1e9, 100 * gf / peak);
     }
+    const size_t csize = (size_t)4096 * 36 * 64;
+    uint8_t *C = aligned_alloc(4096, csize);
+    float *strip = aligned_alloc(64, 5 * 1024 * sizeof(float));
+    memset(C, 0, csize), memset(strip, 0, 5 * 1024 * sizeof(float));
+    static const char *const how[3] = {"no stores of C", "C stored after every second tile (the driver's epilogue)",
+                                       "each tile's C stored between the next tile's slices"};
+    printf("\nC's stores, 4096 x 1152 bf16 (9 MiB): row blocks of 5 panels by 36 column panels, kc %zu\n", kc);
+    for (int h = 0; h < 3; h++) {
+        const double ns = c_stores(kc, A, B, strip, C, h);
+        printf("%-58s %6.1f ns a tile  %3.0f%% of peak\n", how[h], ns,
+               100 * 2.0 * 1024 * (double)kc / (ns * 1e-9) / peak);
+    }
     _tile_release();
-    free(A), free(B);
+    free(A), free(B), free(C), free(strip);
     return 0;
 }
