@@ -41,14 +41,29 @@ static double now(void) {
 
 static float sums[32 * 32] __attribute__((aligned(64)));
 
-/* One 32 x 32 block: A panel (per slice 32 rows x 64 bytes), B panel with its
- * two 16-column halves interleaved (row stride 128 bytes, the driver's
- * layout) or one after the other (compact: row stride 64). */
-static __attribute__((noinline)) void block(size_t kc, const uint8_t *A, const uint8_t *B, int compact, int stream) {
+/* The accumulators, tiles 4-7, zeroed. */
+static inline void zero_tiles(void) {
     _tile_zero(4);
     _tile_zero(5);
     _tile_zero(6);
     _tile_zero(7);
+}
+
+/* The 32 x 32 sums in tiles 4-7 stored at out, row stride 32 floats. */
+static inline void store_tiles(float *out) {
+    MP_TILE_BARRIER();
+    _tile_stored(4, out, 128);
+    _tile_stored(5, out + 16, 128);
+    _tile_stored(6, out + 512, 128);
+    _tile_stored(7, out + 528, 128);
+    MP_TILE_BARRIER();
+}
+
+/* One 32 x 32 block: A panel (per slice 32 rows x 64 bytes), B panel with its
+ * two 16-column halves interleaved (row stride 128 bytes, the driver's
+ * layout) or one after the other (compact: row stride 64). */
+static __attribute__((noinline)) void block(size_t kc, const uint8_t *A, const uint8_t *B, int compact, int stream) {
+    zero_tiles();
     const long bs = compact ? 64 : 128, b1 = compact ? 1024 : 64;
     for (size_t s = 0; s < kc; s += 32, A += 2048, B += 2048) {
         MP_TILE_BARRIER();
@@ -63,12 +78,7 @@ static __attribute__((noinline)) void block(size_t kc, const uint8_t *A, const u
         _tile_dpbf16ps(6, 1, 2);
         _tile_dpbf16ps(7, 1, 3);
     }
-    MP_TILE_BARRIER();
-    _tile_stored(4, sums, 128);
-    _tile_stored(5, sums + 16, 128);
-    _tile_stored(6, sums + 512, 128);
-    _tile_stored(7, sums + 528, 128);
-    MP_TILE_BARRIER();
+    store_tiles(sums);
 }
 
 /* One tile's products into out (row stride 32 floats), with rows [part rows / parts, ...) of the tile before
@@ -76,10 +86,7 @@ static __attribute__((noinline)) void block(size_t kc, const uint8_t *A, const u
 static __attribute__((noinline)) void tile_beside(size_t kc, const uint8_t *A, const uint8_t *B, float *out,
                                                   const float *prev, uint8_t *prev_c, size_t ldc) {
     const size_t parts = kc / 32;
-    _tile_zero(4);
-    _tile_zero(5);
-    _tile_zero(6);
-    _tile_zero(7);
+    zero_tiles();
     for (size_t s = 0; s < parts; s++, A += 2048, B += 2048) {
         MP_TILE_BARRIER();
         _tile_stream_loadd(0, A, 64);
@@ -95,12 +102,7 @@ static __attribute__((noinline)) void tile_beside(size_t kc, const uint8_t *A, c
             for (size_t r = s * 32 / parts; r < (s + 1) * 32 / parts; r++)
                 _mm512_storeu_si512(prev_c + r * ldc, _mm512_loadu_si512(prev + r * 32));
     }
-    MP_TILE_BARRIER();
-    _tile_stored(4, out, 128);
-    _tile_stored(5, out + 16, 128);
-    _tile_stored(6, out + 512, 128);
-    _tile_stored(7, out + 528, 128);
-    MP_TILE_BARRIER();
+    store_tiles(out);
 }
 
 /* The lines of C of a tile's 32 rows from its sums. */
