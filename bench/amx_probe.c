@@ -59,55 +59,48 @@ static inline void store_tiles(float *out) {
     MP_TILE_BARRIER();
 }
 
-/* One 32 x 32 block: A panel (per slice 32 rows x 64 bytes), B panel with its
- * two 16-column halves interleaved (row stride 128 bytes, the driver's
- * layout) or one after the other (compact: row stride 64). */
+/* One 32-deep slice's loads and products: A panel (32 rows x 64 bytes), B
+ * panel with its two 16-column halves interleaved (row stride 128 bytes, the
+ * driver's layout) or one after the other (compact: row stride 64). */
+static inline __attribute__((always_inline)) void slice(const uint8_t *A, const uint8_t *B, int compact, int stream) {
+    const long bs = compact ? 64 : 128, b1 = compact ? 1024 : 64;
+    MP_TILE_BARRIER();
+    if (stream) _tile_stream_loadd(0, A, 64);
+    else _tile_loadd(0, A, 64);
+    _tile_loadd(2, B, bs);
+    _tile_loadd(3, B + b1, bs);
+    _tile_dpbf16ps(4, 0, 2);
+    if (stream) _tile_stream_loadd(1, A + 1024, 64);
+    else _tile_loadd(1, A + 1024, 64);
+    _tile_dpbf16ps(5, 0, 3);
+    _tile_dpbf16ps(6, 1, 2);
+    _tile_dpbf16ps(7, 1, 3);
+    MP_TILE_BARRIER();
+}
+
+/* One 32 x 32 block over kc, its sums stored as the driver's strip. */
 static __attribute__((noinline)) void block(size_t kc, const uint8_t *A, const uint8_t *B, int compact, int stream) {
     zero_tiles();
-    const long bs = compact ? 64 : 128, b1 = compact ? 1024 : 64;
-    for (size_t s = 0; s < kc; s += 32, A += 2048, B += 2048) {
-        MP_TILE_BARRIER();
-        if (stream) _tile_stream_loadd(0, A, 64);
-        else _tile_loadd(0, A, 64);
-        _tile_loadd(2, B, bs);
-        _tile_loadd(3, B + b1, bs);
-        _tile_dpbf16ps(4, 0, 2);
-        if (stream) _tile_stream_loadd(1, A + 1024, 64);
-        else _tile_loadd(1, A + 1024, 64);
-        _tile_dpbf16ps(5, 0, 3);
-        _tile_dpbf16ps(6, 1, 2);
-        _tile_dpbf16ps(7, 1, 3);
-    }
+    for (size_t s = 0; s < kc; s += 32, A += 2048, B += 2048) slice(A, B, compact, stream);
     store_tiles(sums);
 }
 
-/* One tile's products into out (row stride 32 floats), with rows [part rows / parts, ...) of the tile before
- * (prev, NULL: none) stored to its lines of C (ldc bytes apart) after each slice's products. */
+/* Rows [r0, r1) of a tile's sums t (row stride 32 floats) stored to their lines of C, ldc bytes apart. */
+static inline void store_rows(uint8_t *c, size_t ldc, const float *t, size_t r0, size_t r1) {
+    for (size_t r = r0; r < r1; r++) _mm512_storeu_si512(c + r * ldc, _mm512_loadu_si512(t + r * 32));
+}
+
+/* One tile's products (the driver's kernel: A by TILELOADDT1) into out (row stride 32 floats), with rows
+ * [s 32 / parts, (s + 1) 32 / parts) of the tile before (prev, NULL: none) stored to prev_c after slice s. */
 static __attribute__((noinline)) void tile_beside(size_t kc, const uint8_t *A, const uint8_t *B, float *out,
                                                   const float *prev, uint8_t *prev_c, size_t ldc) {
     const size_t parts = kc / 32;
     zero_tiles();
     for (size_t s = 0; s < parts; s++, A += 2048, B += 2048) {
-        MP_TILE_BARRIER();
-        _tile_stream_loadd(0, A, 64);
-        _tile_loadd(2, B, 128);
-        _tile_loadd(3, B + 64, 128);
-        _tile_dpbf16ps(4, 0, 2);
-        _tile_stream_loadd(1, A + 1024, 64);
-        _tile_dpbf16ps(5, 0, 3);
-        _tile_dpbf16ps(6, 1, 2);
-        _tile_dpbf16ps(7, 1, 3);
-        MP_TILE_BARRIER();
-        if (prev)
-            for (size_t r = s * 32 / parts; r < (s + 1) * 32 / parts; r++)
-                _mm512_storeu_si512(prev_c + r * ldc, _mm512_loadu_si512(prev + r * 32));
+        slice(A, B, 0, 1);
+        if (prev) store_rows(prev_c, ldc, prev, s * 32 / parts, (s + 1) * 32 / parts);
     }
     store_tiles(out);
-}
-
-/* The lines of C of a tile's 32 rows from its sums. */
-static void store_tile(uint8_t *c, size_t ldc, const float *t) {
-    for (size_t r = 0; r < 32; r++) _mm512_storeu_si512(c + r * ldc, _mm512_loadu_si512(t + r * 32));
 }
 
 /* ns per 32 x 32 tile with C's stores placed as `how` says (0: none, 1: after every second tile, 2: beside). */
@@ -128,8 +121,8 @@ static double c_stores(size_t kc, const uint8_t *A, const uint8_t *B, float *str
                                 beside ? strip + (ip - 1) * 1024 : NULL, beside ? c - 32 * ldc : NULL, ldc);
                     if (how == 1 && (ip % 2 == 1 || ip + 1 == nt))
                         for (size_t q = ip % 2 == 1 ? ip - 1 : ip; q <= ip; q++)
-                            store_tile(C + (i0 + q * 32) * ldc + jp * 64, ldc, strip + q * 1024);
-                    if (how == 2 && ip + 1 == nt) store_tile(c, ldc, strip + ip * 1024);
+                            store_rows(C + (i0 + q * 32) * ldc + jp * 64, ldc, strip + q * 1024, 0, 32);
+                    if (how == 2 && ip + 1 == nt) store_rows(c, ldc, strip + ip * 1024, 0, 32);
                 }
             }
         const double dt = (now() - t) / (double)tiles;
