@@ -284,7 +284,8 @@ static size_t kblock(const gemm_plan *g, size_t bi, size_t *kcur, size_t *kpad) 
 
 /* op(A)'s rows along k are the packed layout already: the kernel reads whole panels in place */
 static int direct_rows(const gemm_plan *g, size_t kcur, size_t rows) {
-    return g->kr->micro_rows && !g->ta && kcur % g->KP == 0 && rows == g->MR;
+    return g->kr->micro_rows && !g->ta && kcur % g->KP == 0 && rows == g->MR &&
+           (!g->kr->rows_max_n || g->n <= g->kr->rows_max_n);
 }
 
 /* Packs B's column panel jp of the block at jc, every block of k. */

@@ -70,23 +70,25 @@ static void pack_b(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, 
 }
 
 /* The four products of one 32-deep slice, in cpu/gemm_amx.c's order, into
- * acc (rows 0-15: tiles 4 and 5; rows 16-31: 6 and 7). */
-static void slice(float *acc, const uint16_t *A, const uint16_t *B) {
+ * acc (rows 0-15: tiles 4 and 5; rows 16-31: 6 and 7): A's 32 rows sa
+ * values apart. */
+static void slice(float *acc, const uint16_t *A, size_t sa, const uint16_t *B) {
     for (int ti = 0; ti < 2; ti++)
         for (int tj = 0; tj < 2; tj++)
-            mp_tdpbf16ps_model(acc + ti * 16 * NR + tj * 16, NR, A + ti * 16 * KB, KB, B + tj * 32, NR * 2);
+            mp_tdpbf16ps_model(acc + ti * 16 * NR + tj * 16, NR, A + ti * 16 * sa, sa, B + tj * 32, NR * 2);
 }
 
 /* The micro-kernel as cpu/gemm_amx.c's, on arrays: the accumulators zeroed
- * (alpha 1 and beta 1: loaded from C), the slices, then C = alpha acc + beta
- * C (C = acc when loaded). */
-static void micro(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta) {
-    const uint16_t *A = ap, *B = bp;
+ * (alpha 1 and beta 1: loaded from C), the slices (A's rows sa values apart,
+ * the next slice step values on), then C = alpha acc + beta C (C = acc when
+ * loaded). */
+static void run(size_t kc, const uint16_t *A, size_t sa, size_t step, const uint16_t *B, float *c, size_t ldc,
+                float alpha, float beta) {
     const int from_c = alpha == 1.0f && beta == 1.0f;
     float acc[MR * NR] = {0};
     if (from_c)
         for (int i = 0; i < MR; i++) memcpy(acc + i * NR, c + (size_t)i * ldc, NR * sizeof *acc);
-    for (size_t s = 0; s < kc; s += KB, A += MR * KB, B += KB / 2 * NR * 2) slice(acc, A, B);
+    for (size_t s = 0; s < kc; s += KB, A += step, B += KB / 2 * NR * 2) slice(acc, A, sa, B);
     if (from_c) {
         for (int i = 0; i < MR; i++) memcpy(c + (size_t)i * ldc, acc + i * NR, NR * sizeof *acc);
         return;
@@ -96,6 +98,16 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, size_t ld
             float *o = c + (size_t)i * ldc + j;
             *o = beta == 0.0f ? alpha * acc[i * NR + j] : fmaf(alpha, acc[i * NR + j], beta * *o);
         }
+}
+
+static void micro(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta) {
+    run(kc, ap, KB, MR * KB, bp, c, ldc, alpha, beta);
+}
+
+/* cpu/gemm_amx.c's micro_rows: A's tiles read where A is (MR rows lda apart, kc whole slices). */
+static void micro_rows(size_t kc, const void *a, size_t lda, const void *bp, float *c, size_t ldc, float alpha,
+                       float beta) {
+    run(kc, a, lda, KB, bp, c, ldc, alpha, beta);
 }
 
 const mp_gemm_kernel mp_gemm_amx_model = {
@@ -110,6 +122,8 @@ const mp_gemm_kernel mp_gemm_amx_model = {
     .pack_a = pack_a,
     .pack_b = pack_b,
     .micro = micro,
+    .micro_rows = micro_rows,
+    .rows_max_n = MP_AMX_ROWS_MAX_N,
     .epilogue = mp_gemm_epilogue_scalar,
     .zeros = mp_gemm_zeros_scalar,
 };

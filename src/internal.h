@@ -573,6 +573,10 @@ typedef struct mp_gemm_kernel {
      * the packed panel's layout along k); NULL: A is always packed */
     void (*micro_rows)(size_t kc, const void *a, size_t lda, const void *bp, float *c, size_t ldc, float alpha,
                        float beta);
+    /* micro_rows only for GEMMs of at most this many columns (0: any), where
+     * a packed block of A would be reused by fewer column panels than pay
+     * for its copy */
+    size_t rows_max_n;
     /* C[i0.., j0..] from a rows x cols tile of fp32 sums (row stride ts; the
      * tile is overwritten; rows x ts <= MP_GEMM_STRIP); counts into st[0]
      * (C's store) and st[1] (the post step's) and adds the +-0 results to
@@ -615,6 +619,8 @@ enum { MP_AMX_MR = 32, MP_AMX_NR = 32, MP_AMX_KB = 32 };
 #define MP_AMX_KC 512
 #define MP_AMX_MC 128
 #define MP_AMX_NC 3072
+/* A's tiles read in place (micro_rows) for at most this many columns (docs/GEMM.md) */
+#define MP_AMX_ROWS_MAX_N 512
 extern const mp_gemm_kernel mp_gemm_amx_model;
 
 /* One TDPBF16PS as measured on an Intel Xeon (docs/GEMM.md): for each of the

@@ -629,6 +629,9 @@ static void check_amx(int quick) {
         {0, 1, 33, 47, MP_AMX_KC + 1, MP_AMX_KC + 1, MP_AMX_KC + 1, 47, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_BF16},
         {1, 0, 97, 31, MP_AMX_KC + 33, 97, 31, 33, 1.0f, 1.0f, MP_BF16, MP_BF16, MP_F32},
         {0, 0, 64, 64, 31, 31, 64, 64, -0.5f, 0.5f, MP_BF16, MP_BF16, MP_F32},
+        /* whole slices of k in every block and few columns: A's tiles read in place (micro_rows), the
+         * last 4 rows packed */
+        {0, 0, 100, 200, 2 * MP_AMX_KC + 96, 2 * MP_AMX_KC + 104, 200, 200, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_BF16},
     };
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) check_shape(&edges[i], 0, 0);
     forced = NULL;
@@ -638,6 +641,7 @@ static void check_amx(int quick) {
             shape s = random_shape();
             s.at = s.bt = MP_BF16;
             if (t < 4) s.m = 100 + rnd() % 200, s.n = 50 + rnd() % 300, s.k = 700 + rnd() % 900;
+            if (t < 2) s.ta = 0, s.k = s.k / MP_AMX_KB * MP_AMX_KB; /* A's tiles read in place */
             s.lda = s.ta ? s.m : s.k, s.ldb = s.tb ? s.k : s.n, s.ldc = s.n;
             bufs b;
             alloc_fill(&s, &b, 0);

@@ -77,14 +77,15 @@ static void pack_b(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, 
     memset((uint32_t *)dst + have * NR, 0, (kpad / 2 - have) * NR * 4);
 }
 
-/* The four products of one 32-deep slice: A tiles 0-1 by B tiles 2-3 into 4-7. */
-static inline void slice(const uint8_t *A, const uint8_t *B) {
+/* The four products of one 32-deep slice: A tiles 0-1 (32 rows of 64 bytes, sa bytes apart) by B tiles 2-3
+ * into 4-7. */
+static inline void slice(const uint8_t *A, long sa, const uint8_t *B) {
     MP_TILE_BARRIER();
-    _tile_stream_loadd(0, A, KB * 2);
+    _tile_stream_loadd(0, A, sa);
     _tile_loadd(2, B, NR * 4);
     _tile_loadd(3, B + 64, NR * 4);
     _tile_dpbf16ps(4, 0, 2);
-    _tile_stream_loadd(1, A + 16 * KB * 2, KB * 2);
+    _tile_stream_loadd(1, A + 16 * sa, sa);
     _tile_dpbf16ps(5, 0, 3);
     _tile_dpbf16ps(6, 1, 2);
     _tile_dpbf16ps(7, 1, 3);
@@ -115,13 +116,13 @@ static inline void load_sums(const float *c, size_t ldc) {
     _tile_loadd(7, c + 16 * ldc + 16, st);
 }
 
-static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, ldc) fp32
-                  size_t ldc, float alpha, float beta) {
-    const uint8_t *A = ap, *B = bp;
+/* The micro-kernel on A's slices: 32 rows sa bytes apart, the next slice `step` bytes on. */
+static inline void run(size_t kc, const uint8_t *A, long sa, size_t step, const uint8_t *B, float *c, // (MR, ldc) fp32
+                       size_t ldc, float alpha, float beta) {
     const int from_c = alpha == 1.0f && beta == 1.0f;
     if (from_c) load_sums(c, ldc);
     else zero_sums();
-    for (size_t s = 0; s < kc; s += KB, A += MR * KB * 2, B += KB / 2 * NR * 4) slice(A, B);
+    for (size_t s = 0; s < kc; s += KB, A += step, B += KB / 2 * NR * 4) slice(A, sa, B);
     if (from_c || (alpha == 1.0f && beta == 0.0f)) {
         store_sums(c, ldc);
         return;
@@ -133,6 +134,17 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, l
         for (size_t j = 0; j < NR; j += 16)
             _mm512_storeu_ps(c + i * ldc + j,
                              mp_tile_finish(_mm512_load_ps(acc + i * NR + j), va, beta, c + i * ldc + j));
+}
+
+static void micro(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta) {
+    run(kc, ap, KB * 2, MR * KB * 2, bp, c, ldc, alpha, beta);
+}
+
+/* micro with A's tiles loaded where A is: MR rows lda bf16 apart from the block's first k (op(A) not
+ * transposed, kc whole slices), each slice's two tiles at the row stride instead of a packed copy's. */
+static void micro_rows(size_t kc, const void *a, size_t lda, const void *bp, float *c, size_t ldc, float alpha,
+                       float beta) {
+    run(kc, a, (long)(lda * 2), KB * 2, bp, c, ldc, alpha, beta);
 }
 
 const mp_gemm_kernel mp_gemm_amx = {
@@ -147,6 +159,8 @@ const mp_gemm_kernel mp_gemm_amx = {
     .pack_a = pack_a,
     .pack_b = pack_b,
     .micro = micro,
+    .micro_rows = micro_rows,
+    .rows_max_n = MP_AMX_ROWS_MAX_N,
     .epilogue = mp_gemm_epilogue_avx512bf16,
     .zeros = mp_gemm_zeros_avx512,
     .begin = begin,
