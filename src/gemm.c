@@ -122,6 +122,13 @@ uint64_t mp_gemm_zeros_scalar(const float *c, size_t ldc, size_t rows, size_t co
     return tile_zeros(c, ldc, rows, cols);
 }
 
+void mp_gemm_row_sums_scalar(float *sums, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows,
+                             size_t p0, size_t kc) {
+    for (size_t p = 0; p < kc; p++)
+        for (size_t r = 0; r < rows; r++)
+            sums[r] += load_f32(a, t, trans ? (p0 + p) * lda + i0 + r : (i0 + r) * lda + p0 + p);
+}
+
 /* ---- portable kernel ---- */
 
 enum { SCALAR_MR = 4, SCALAR_NR = 16 };
@@ -193,8 +200,8 @@ const mp_gemm_kernel mp_gemm_scalar = {
  * 2 MiB and marked for transparent huge pages (fewer TLB misses on panels).
  * A thread-specific key frees them when the thread exits. */
 typedef struct {
-    void *buf[3]; /* packed B, packed A, the strip of a row block's sums */
-    size_t cap[3];
+    void *buf[4]; /* packed B, packed A, the strip of a row block's sums, a row block's sums of A's rows */
+    size_t cap[4];
 } pack_buffers;
 
 static pthread_key_t pack_key;
@@ -202,7 +209,7 @@ static pthread_once_t pack_once = PTHREAD_ONCE_INIT;
 
 static void pack_free(void *v) {
     pack_buffers *b = v;
-    for (int i = 0; i < 3; i++) free(b->buf[i]);
+    for (int i = 0; i < 4; i++) free(b->buf[i]);
     free(b);
 }
 
@@ -242,6 +249,7 @@ typedef struct {
     const void *a, *b;
     mp_dtype at, bt;
     const mp_gemm_ep *ep;
+    float *row_sums;        /* (m,): op(A)'s row sums added (mp_gemm_epilogue's a_row_sums), or NULL */
     size_t kc, kcp, nk, K2; /* block depth, its packed depth, blocks of k, packed depth of all of k */
     size_t nc, panels, nblocks, mc;
     void *bpack;
@@ -314,18 +322,25 @@ static void pack_b_block(const gemm_plan *g, size_t jc, size_t ncur) {
 
 /* Packs the row block [ic, ic + mcur), every block of k (whole panels read in place are skipped); the
  * panels of one block of k after another, so that a transposed A's pages are visited once (all of k at once
- * would miss the TLB for every row of A: 2.6x the time at 1536 x 384 x 4096 on the AMX Xeon). */
-static void pack_a_block(const gemm_plan *g, void *apack, size_t ic, size_t mcur) {
+ * would miss the TLB for every row of A: 2.6x the time at 1536 x 384 x 4096 on the AMX Xeon). With sums
+ * (mcur fp32 of scratch), op(A)'s rows are also summed, each panel's right after its packing while its
+ * lines are in cache, and the sums added to g->row_sums. */
+static void pack_a_block(const gemm_plan *g, void *apack, size_t ic, size_t mcur, float *sums) {
+    void (*const row_sums)(float *, const void *, mp_dtype, size_t, int, size_t, size_t, size_t, size_t) =
+        g->kr->row_sums ? g->kr->row_sums : mp_gemm_row_sums_scalar;
+    if (sums) memset(sums, 0, mcur * sizeof *sums);
     for (size_t bi = 0; bi < g->nk; bi++) {
         size_t kcur, kpad;
         const size_t pc = kblock(g, bi, &kcur, &kpad);
         for (size_t ip = 0; ip * g->MR < mcur; ip++) {
-            const size_t rows = mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR;
+            const size_t rows = mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR, i0 = ic + ip * g->MR;
             if (!direct_rows(g, kcur, rows))
                 g->kr->pack_a((uint8_t *)apack + (ip * g->K2 + bi * g->kcp) * g->MR * g->es, g->a, g->at, g->lda, g->ta,
-                              ic + ip * g->MR, rows, pc, kcur);
+                              i0, rows, pc, kcur);
+            if (sums) row_sums(sums + ip * g->MR, g->a, g->at, g->lda, g->ta, i0, rows, pc, kcur);
         }
     }
+    for (size_t i = 0; sums && i < mcur; i++) g->row_sums[ic + i] += sums[i];
 }
 
 /* The micro-kernel on panel ip of the row block at ic (rows of it) by the column panel bp, block bi of k,
@@ -403,12 +418,12 @@ static void epilogue_panel(const gemm_plan *g, const void *apack, const void *bp
     }
 }
 
-/* A thread's row block ib by the column block at jc. */
-static void row_block(const gemm_plan *g, void *apack, float *strip, size_t ib, size_t jc, size_t ncur,
+/* A thread's row block ib by the column block at jc (op(A)'s rows summed in the first, into sums: scratch). */
+static void row_block(const gemm_plan *g, void *apack, float *strip, float *sums, size_t ib, size_t jc, size_t ncur,
                       mp_convert_stats *st, uint64_t *z) {
     const size_t ic = ib * g->panels / g->nblocks * g->MR;
     const size_t iend = (ib + 1) * g->panels / g->nblocks * g->MR, mcur = (iend < g->m ? iend : g->m) - ic;
-    pack_a_block(g, apack, ic, mcur);
+    pack_a_block(g, apack, ic, mcur, jc == 0 ? sums : NULL);
     for (size_t jp = 0; jp * g->NR < ncur; jp++) {
         const size_t j0 = jc + jp * g->NR, cols = g->n - j0 < g->NR ? g->n - j0 : g->NR;
         const void *bp = (const uint8_t *)g->bpack + jp * g->K2 * g->NR * g->es;
@@ -423,7 +438,8 @@ static void row_block(const gemm_plan *g, void *apack, float *strip, size_t ib, 
 static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], uint64_t *zpart, int *oom) {
     void *apack = pack_buffer(1, g->mc * g->K2 * g->es);
     float *strip = pack_buffer(2, g->mc * g->NR * sizeof *strip);
-    if (!apack || !strip) {
+    float *sums = g->row_sums ? pack_buffer(3, g->mc * sizeof *sums) : NULL;
+    if (!apack || !strip || (g->row_sums && !sums)) {
 #ifdef _OPENMP
 #pragma omp atomic write
 #endif
@@ -434,16 +450,16 @@ static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], 
         const size_t ncur = g->n - jc < g->nc ? g->n - jc : g->nc;
         pack_b_block(g, jc, ncur); /* implicit barrier: B is packed */
         if (!g->team) {
-            for (size_t ib = 0; ib < g->nblocks && apack && strip; ib++)
-                row_block(g, apack, strip, ib, jc, ncur, part ? part[t] : NULL, zpart ? &zpart[t] : NULL);
+            for (size_t ib = 0; ib < g->nblocks && apack && strip && (sums || !g->row_sums); ib++)
+                row_block(g, apack, strip, sums, ib, jc, ncur, part ? part[t] : NULL, zpart ? &zpart[t] : NULL);
             continue;
         }
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
         for (size_t ib = 0; ib < g->nblocks; ib++)
-            if (apack && strip)
-                row_block(g, apack, strip, ib, jc, ncur, part ? part[t] : NULL, zpart ? &zpart[t] : NULL);
+            if (apack && strip && (sums || !g->row_sums))
+                row_block(g, apack, strip, sums, ib, jc, ncur, part ? part[t] : NULL, zpart ? &zpart[t] : NULL);
     }
     if (g->kr->end) g->kr->end();
 }
@@ -451,10 +467,10 @@ static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], 
 /* C = alpha op(A) op(B) + beta C through the kernel, with the epilogue ep on the complete sums. trivial: an
  * fp32 C with no epilogue but alpha and beta, which one block of k writes straight from the micro-kernel
  * (and zpart[] counts the zeros of C's final values). Counts per thread into part[] (C's and the post step's) and
- * zpart[] (NULL: not counted). */
+ * zpart[] (NULL: not counted); op(A)'s row sums added to row_sums (NULL: none). */
 static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m, size_t n, size_t k, const void *a,
                               mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, const mp_gemm_ep *ep,
-                              int trivial, mp_convert_stats (*part)[2], uint64_t *zpart) {
+                              float *row_sums, int trivial, mp_convert_stats (*part)[2], uint64_t *zpart) {
     int nt = mp_get_threads();
     if (nt > MP_MAX_THREADS) nt = MP_MAX_THREADS;
     if ((double)m * (double)n * (double)k < 2e6) nt = 1; /* too small to share */
@@ -471,7 +487,8 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                    .b = b,
                    .at = at,
                    .bt = bt,
-                   .ep = ep};
+                   .ep = ep,
+                   .row_sums = row_sums};
     mp_status s = plan(&g, nt);
     if (s != MP_OK) return s;
     int oom = 0;
@@ -503,6 +520,18 @@ static void epilogue_zero(const mp_gemm_ep *ep, size_t m, size_t n, mp_convert_s
             memset(tile, 0, sizeof tile);
             mp_gemm_epilogue_scalar(ep, tile, 64, i0, j0, rows, cols, st, zeros);
         }
+}
+
+/* op(A)'s row sums added to out without a GEMM (no products to run: k == 0 or alpha == 0). */
+static void row_sums_apart(const mp_gemm_kernel *kr, float *out, const void *a, mp_dtype at, size_t lda, int ta,
+                           size_t m, size_t k) {
+    float s[64];
+    for (size_t i0 = 0; i0 < m; i0 += 64) {
+        const size_t rows = m - i0 < 64 ? m - i0 : 64;
+        memset(s, 0, sizeof s);
+        (kr->row_sums ? kr->row_sums : mp_gemm_row_sums_scalar)(s, a, at, lda, ta, i0, rows, 0, k);
+        for (size_t r = 0; r < rows; r++) out[i0 + r] += s[r];
+    }
 }
 
 mp_status mp_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a, mp_dtype at,
@@ -544,7 +573,11 @@ mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, 
     const int reads_x =
         epi->post == MP_POST_GELU_GRAD || epi->post == MP_POST_GELU_ERF_GRAD || epi->post == MP_POST_ADD;
     if (m && n && reads_x && !epi->post_x) return mp_error(MP_EINVAL, "mp_gemm: the post step reads x: NULL");
-    if (m == 0 || n == 0) return MP_OK;
+    if (m && k && epi->a_row_sums && !a) return mp_error(MP_EINVAL, "mp_gemm: a_row_sums of a NULL A");
+    if (m == 0 || n == 0) { /* no GEMM; A's rows are summed all the same */
+        if (epi->a_row_sums) row_sums_apart(kr, epi->a_row_sums, a, at, lda, trans_a, m, k);
+        return MP_OK;
+    }
     const mp_gemm_ep ep = {alpha,       beta,          c, ct, ldc, epi->bias, epi->round_to, epi->post,
                            epi->post_x, epi->post_out, kc};
     mp_convert_stats part[MP_MAX_THREADS][2];
@@ -554,10 +587,11 @@ mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, 
     const int count = epi->stats || epi->post_stats;
     if (k == 0 || alpha == 0.0f) {
         epilogue_zero(&ep, m, n, count ? part[0] : NULL, epi->zeros ? zpart : NULL);
+        if (epi->a_row_sums) row_sums_apart(kr, epi->a_row_sums, a, at, lda, trans_a, m, k);
     } else {
         const int trivial = ct == MP_F32 && !epi->bias && epi->round_to == MP_F32 && !count && !epi->post;
-        s = gemm_blocked(kr, trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, &ep, trivial, count ? part : NULL,
-                         epi->zeros ? zpart : NULL);
+        s = gemm_blocked(kr, trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, &ep, epi->a_row_sums, trivial,
+                         count ? part : NULL, epi->zeros ? zpart : NULL);
     }
     for (int t = 0; t < MP_MAX_THREADS; t++) {
         if (epi->stats) mp_convert_stats_add(epi->stats, &part[t][0]);

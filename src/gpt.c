@@ -577,14 +577,25 @@ static mp_status lin_dgrad_st(mp_gpt *g, int l, int w, size_t N, size_t out, siz
 }
 
 /* dW (out x in) = beta dW + dy^T x, with ep */
+/* dW (added to with beta 1) and the bias's gradient db (dy's column sums, as mp_colsum: added to when
+ * accumulating): the sums from the dy the GEMM reads (its a_row_sums) where dy is not quantized and they run
+ * in fp32, else by mp_colsum. */
 static mp_status lin_wgrad(mp_gpt *g, int l, int w, size_t N, size_t out, size_t in, const void *dy, const void *x,
-                           float beta, float *dW, const mp_gemm_epilogue *ep) {
+                           int accumulate, float *dW, float *db, mp_gemm_epilogue *ep) {
+    const float beta = accumulate ? 1.0f : 0.0f;
+    const int fused = !lrec(g, l, w) && g->acc == MP_F32;
+    if (fused) {
+        if (!accumulate) memset(db, 0, out * sizeof *db);
+        ep->a_row_sums = db;
+    }
     if (!lrec(g, l, w)) {
         TRY(mp_gemm_ex(1, 0, out, in, N, 1.0f, dy, g->ct, out, x, g->ct, in, beta, dW, MP_F32, in, ep));
-        return probe(g, l, w, 2, 1, 0, out, in, N, dy, out, dy, g->ct, MP_QROLE_GRAD, x, in, x, g->ct, MP_QROLE_INPUT);
+        TRY(probe(g, l, w, 2, 1, 0, out, in, N, dy, out, dy, g->ct, MP_QROLE_GRAD, x, in, x, g->ct, MP_QROLE_INPUT));
+    } else {
+        TRY(mp_qgemm(lrec(g, l, w), 1, 0, out, in, N, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, x, g->ct, in,
+                     qt(g, l, w, MP_QROLE_INPUT), g->qb, beta, dW, MP_F32, in, ep));
     }
-    return mp_qgemm(lrec(g, l, w), 1, 0, out, in, N, dy, g->ct, out, qt(g, l, w, MP_QROLE_GRAD), g->qa, x, g->ct, in,
-                    qt(g, l, w, MP_QROLE_INPUT), g->qb, beta, dW, MP_F32, in, ep);
+    return fused ? MP_OK : mp_colsum(db, dy, g->ct, N, out, accumulate, g->acc);
 }
 
 /* Forward of B sequences of T tokens up to the logits; head_last: only the
@@ -674,7 +685,6 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
     const mp_dtype ct = g->ct;
     const size_t C = (size_t)g->cfg.n_embd, V = (size_t)g->cfg.vocab_size, N = B * T;
     const int L = g->cfg.n_layer;
-    const float beta = accumulate ? 1.0f : 0.0f;
     const void *dlogits = g->logits;
     /* The embeddings' gradients (the head's and the rows' sums) are this
      * micro-batch's alone, added to the gradients at the end when
@@ -703,8 +713,7 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         const size_t sx = l ? s_act(g, l - 1, A_RES2) : 0;
         /* MLP: g_res is the gradient of res2 and of the MLP's output */
         ep = wgrad(g, s_w(g, l, W_MPR), C * 4 * C);
-        TRY(lin_wgrad(g, l, W_MPR, N, C, 4 * C, g->g_res, h->gelu, beta, h->mprw->grad, &ep));
-        TRY(mp_colsum(h->mprb->grad, g->g_res, ct, N, C, accumulate, g->acc));
+        TRY(lin_wgrad(g, l, W_MPR, N, C, 4 * C, g->g_res, h->gelu, accumulate, h->mprw->grad, h->mprb->grad, &ep));
         /* the gradient of gelu's output (counted, never stored) and through GELU, in the epilogue */
         ep = (mp_gemm_epilogue){.stats = bst(g, s_act(g, l, A_GELU), N * 4 * C),
                                 .post = g->cfg.gelu == MP_GELU_ERF ? MP_POST_GELU_ERF_GRAD : MP_POST_GELU_GRAD,
@@ -712,8 +721,7 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
                                 .post_stats = bst(g, s_act(g, l, A_FC), N * 4 * C)};
         TRY(lin_dgrad(g, l, W_MPR, N, C, 4 * C, g->g_res, h->mprw, g->g_big, &ep));
         ep = wgrad(g, s_w(g, l, W_FC), 4 * C * C);
-        TRY(lin_wgrad(g, l, W_FC, N, 4 * C, C, g->g_big, h->ln2, beta, h->fcw->grad, &ep));
-        TRY(mp_colsum(h->fcb->grad, g->g_big, ct, N, 4 * C, accumulate, g->acc));
+        TRY(lin_wgrad(g, l, W_FC, N, 4 * C, C, g->g_big, h->ln2, accumulate, h->fcw->grad, h->fcb->grad, &ep));
         TRY(lin_dgrad_st(g, l, W_FC, N, 4 * C, C, g->g_big, h->fcw, g->g_a, bst(g, s_act(g, l, A_LN2), N * C)));
         /* through ln_2 and into the residual stream's gradient, in one pass */
         TRY(mp_layernorm_backward_add(g->g_res, ct, h->ln2w->grad, h->ln2b->grad, g->g_a, h->res1, h->mean2, h->rstd2,
@@ -721,8 +729,7 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
                                       bst(g, s_act(g, l, A_RES1), N * C), bst(g, s_act(g, l, A_RES1), N * C)));
         /* attention: g_res is now the gradient of res1 and of the attention's output */
         ep = wgrad(g, s_w(g, l, W_APR), C * C);
-        TRY(lin_wgrad(g, l, W_APR, N, C, C, g->g_res, h->y, beta, h->aprw->grad, &ep));
-        TRY(mp_colsum(h->aprb->grad, g->g_res, ct, N, C, accumulate, g->acc));
+        TRY(lin_wgrad(g, l, W_APR, N, C, C, g->g_res, h->y, accumulate, h->aprw->grad, h->aprb->grad, &ep));
         TRY(lin_dgrad_st(g, l, W_APR, N, C, C, g->g_res, h->aprw, g->g_a, bst(g, s_act(g, l, A_Y), N * C)));
         mp_attention att;
         const size_t natt = B * (size_t)g->cfg.n_head * T * (T + 1) / 2;
@@ -730,8 +737,7 @@ static mp_status backward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int
         TRY(mp_attention_backward(mp_kernels_current(), &att, bst(g, s_act(g, l, A_ATT), natt),
                                   bst(g, s_act(g, l, A_QKV), N * 3 * C)));
         ep = wgrad(g, s_w(g, l, W_ATT), 3 * C * C);
-        TRY(lin_wgrad(g, l, W_ATT, N, 3 * C, C, g->g_big, h->ln1, beta, h->attw->grad, &ep));
-        TRY(mp_colsum(h->attb->grad, g->g_big, ct, N, 3 * C, accumulate, g->acc));
+        TRY(lin_wgrad(g, l, W_ATT, N, 3 * C, C, g->g_big, h->ln1, accumulate, h->attw->grad, h->attb->grad, &ep));
         TRY(lin_dgrad_st(g, l, W_ATT, N, 3 * C, C, g->g_big, h->attw, g->g_a, bst(g, s_act(g, l, A_LN1), N * C)));
         TRY(mp_layernorm_backward_add(g->g_res, ct, h->ln1w->grad, h->ln1b->grad, g->g_a, x, h->mean1, h->rstd1,
                                       fparam(g, h->ln1w, 0), N, C, accumulate, g->acc, g->g_res, bst(g, sx, N * C),

@@ -585,6 +585,11 @@ typedef struct mp_gemm_kernel {
                      mp_convert_stats *st, uint64_t *zeros);
     /* the number of +-0 among rows x cols fp32 values of c (row stride ldc) */
     uint64_t (*zeros)(const float *c, size_t ldc, size_t rows, size_t cols);
+    /* adds each of op(A)'s values in rows [i0, i0+rows), k [p0, p0+kc) to its
+     * row's sum (sums[0..rows)), one fp32 addition each in k order
+     * (mp_gemm_row_sums_scalar's bits); NULL: mp_gemm_row_sums_scalar */
+    void (*row_sums)(float *sums, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0,
+                     size_t kc);
     /* called by each thread before its first and after its last micro-kernel
      * of a call (AMX: configure and release the tiles); NULL: nothing */
     void (*begin)(void);
@@ -635,6 +640,9 @@ void mp_tdpbf16ps_model(float *c, size_t ldc, const uint16_t *a, size_t lda, con
 void mp_gemm_epilogue_scalar(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows,
                              size_t cols, mp_convert_stats *st, uint64_t *zeros);
 uint64_t mp_gemm_zeros_scalar(const float *c, size_t ldc, size_t rows, size_t cols);
+/* The row sums of mp_gemm_kernel (gemm.c): any format, exact widening. */
+void mp_gemm_row_sums_scalar(float *sums, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows,
+                             size_t p0, size_t kc);
 #if defined(__x86_64__) || defined(_M_X64)
 #define MP_X86 1
 extern const mp_convert_kernels mp_convert_avx2;
@@ -659,6 +667,9 @@ void mp_gemm_epilogue_avx512bf16(const mp_gemm_ep *e, float *tile, size_t ts, si
                                  size_t cols, mp_convert_stats *st, uint64_t *zeros);
 uint64_t mp_gemm_zeros_avx2(const float *c, size_t ldc, size_t rows, size_t cols);
 uint64_t mp_gemm_zeros_avx512(const float *c, size_t ldc, size_t rows, size_t cols);
+/* mp_gemm_row_sums_scalar with AVX-512 for a transposed A (cpu/gemm_avx512.c): the same bits. */
+void mp_gemm_row_sums_avx512(float *sums, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows,
+                             size_t p0, size_t kc);
 /* Peak loops: iters x 20 independent 16-lane FMAs (vdpbf16ps: 32 multiply-adds;
  * AVX2: 8-lane FMAs). */
 double mp_peak_fma_avx2(uint64_t iters);

@@ -416,6 +416,7 @@ mp_status mp_qgemm(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_
                    mp_dtype a_type, size_t lda, mp_qtensor *qa, uint16_t *wa, const void *b, mp_dtype b_type,
                    size_t ldb, mp_qtensor *qb, uint16_t *wb, float beta, void *c, mp_dtype c_type, size_t ldc,
                    const mp_gemm_epilogue *ep) {
+    if (ep && ep->a_row_sums) return mp_error(MP_EINVAL, "mp_qgemm: a_row_sums would sum the quantized A");
     float f[2];
     const mp_status st = qoperands(r, trans_a, trans_b, m, n, k, a, a_type, lda, qa, wa, b, b_type, ldb, qb, wb, f);
     if (st != MP_OK) return st;

@@ -743,6 +743,73 @@ static void check_blocks_of_k(void) {
               cases);
 }
 
+/* a_row_sums (a weight gradient's bias gradient): each row of op(A) summed
+ * in k order in fp32 from +0 and added to the value there, the bits of that
+ * loop on every path and the AMX model, for transposed and plain A of each
+ * format, k across blocks of kc, columns across blocks of nc (several
+ * packings of each row block), one thread and two, and without products
+ * (alpha 0, n 0); C as without the sums. */
+static void check_row_sums(void) {
+    const long mark = check_failures;
+    const mp_isa best = mp_cpu_detected();
+    int cases = 0;
+    for (int isa = MP_ISA_SCALAR; isa <= (int)best + 1; isa++) {
+        mp_cpu_set_isa(isa <= (int)best ? (mp_isa)isa : best);
+        const int model = isa > (int)best;
+        for (int f = 0; f < (model ? 1 : 3); f++) { /* A bf16 (the bf16 kernel), fp16 or fp32 (the fp32 kernel) */
+            const mp_dtype at = f == 0 ? MP_BF16 : f == 1 ? MP_F16 : MP_F32, bt = f == 0 ? MP_BF16 : MP_F32;
+            const mp_gemm_kernel *kr = model    ? &mp_gemm_amx_model
+                                       : f == 0 ? mp_kernels_current()->gemm_bf16
+                                                : mp_kernels_current()->gemm;
+            /* c 0: A transposed; 1: plain; 2: deep k, columns across blocks of nc, two threads; 3: alpha 0; 4: n 0 */
+            for (int c = 0; c < 5; c++) {
+                if (model && c == 2) continue; /* the model's products are too slow for that depth */
+                const int ta = c != 1;
+                const size_t m = c == 2 ? 20 : 70, k = c == 2 ? 16384 : 2 * kr->kc + 37;
+                const size_t n = c == 4 ? 0 : c == 2 ? (kr->esize == 2 ? 600 : 300) : 45, lda = (ta ? m : k) + 3;
+                mp_set_threads(c == 2 ? 2 : 1);
+                void *a = malloc((ta ? k : m) * lda * 4), *b = malloc(k * n * 4 + 4);
+                float *c0 = malloc(m * n * 4 + 4), *c1 = malloc(m * n * 4 + 4), *got = malloc(m * 4),
+                      *want = malloc(m * 4);
+                fill(a, at, (ta ? k : m) * lda, 0), fill(b, bt, k * n, 0), fill(got, MP_F32, m, 0);
+                memcpy(want, got, m * 4);
+                for (size_t i = 0; i < m; i++) {
+                    float sum = 0.0f;
+                    for (size_t p = 0; p < k; p++) sum += elem_f32(a, at, ta ? p * lda + i : i * lda + p);
+                    want[i] += sum;
+                }
+                const float alpha = c == 3 ? 0.0f : 1.0f;
+                const mp_gemm_epilogue sums = {.a_row_sums = got}, plain = {0};
+                CHECK(mp_gemm_run(WITH(kr), ta, 0, m, n, k, alpha, a, at, lda, b, bt, n, 0.0f, c0, MP_F32, n, &sums) ==
+                              MP_OK &&
+                          (c || mp_gemm_run(WITH(kr), ta, 0, m, n, k, alpha, a, at, lda, b, bt, n, 0.0f, c1, MP_F32, n,
+                                            &plain) == MP_OK),
+                      "row sums on %s: %s", kr->name, mp_last_error());
+                long diff = 0;
+                for (size_t i = 0; i < m; i++) diff += mp_f32_bits(got[i]) != mp_f32_bits(want[i]);
+                CHECK(diff == 0, "row sums on %s (%s A%s, %zux%zux%zu, alpha %g): %ld of %zu differ", kr->name,
+                      mp_format(at)->name, ta ? "t" : "", m, n, k, (double)alpha, diff, m);
+                CHECK(c || memcmp(c0, c1, m * n * 4) == 0, "row sums on %s change C", kr->name);
+                free(a), free(b), free(c0), free(c1), free(got), free(want);
+                cases++;
+            }
+        }
+    }
+    mp_set_threads(0);
+    mp_cpu_set_isa(best);
+    const float one = 1.0f;
+    float out = 0.0f;
+    const mp_gemm_epilogue bad = {.a_row_sums = &out};
+    CHECK(mp_gemm_ex(1, 0, 1, 0, 1, 1.0f, NULL, MP_F32, 1, NULL, MP_F32, 1, 0.0f, &out, MP_F32, 1, &bad) == MP_EINVAL &&
+              mp_gemm_ex(1, 0, 1, 0, 1, 1.0f, &one, MP_F32, 1, NULL, MP_F32, 1, 0.0f, &out, MP_F32, 1, &bad) == MP_OK &&
+              out == 1.0f,
+          "row sums of a NULL A refused, of an A with n 0 taken: %g", (double)out);
+    CHECK_SAY(mark,
+              "  a_row_sums: op(A)'s rows summed in k order in fp32, bit for bit (%d cases: A transposed and plain, "
+              "every format, blocks of k and of columns, alpha 0, n 0; every path and the AMX model)\n",
+              cases);
+}
+
 int main(int argc, char **argv) {
     check_special();
     check_paths(test_quick(argc, argv));
@@ -753,5 +820,6 @@ int main(int argc, char **argv) {
     check_post();
     check_zeros_keep_bits();
     check_blocks_of_k();
+    check_row_sums();
     return check_report("test_gemm");
 }

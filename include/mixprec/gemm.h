@@ -93,11 +93,17 @@ typedef struct mp_gemm_epilogue {
     const void *post_x;
     void *post_out;
     mp_convert_stats *post_stats;
+    /* (m,) fp32 or NULL: each row i of op(A) summed over k from the values the GEMM reads
+     * anyway (one fp32 addition per value in k order, from +0), the sum then added to
+     * a_row_sums[i]: mp_colsum's bits (ops.h, with an fp32 accumulator) for the columns of a
+     * transposed A. For a weight gradient dW = dY^T X, the bias's gradient, as oneDNN's inner
+     * product computes diff_bias with diff_weights. */
+    float *a_row_sums;
 } mp_gemm_epilogue;
 
 /* mp_gemm with an epilogue (ep may be NULL: mp_gemm without counts). mp_gemm's statuses, and MP_EINVAL + message
  * for a bad epilogue (nothing written): a round_to other than fp16/bf16 or without an fp32 C, or a post step with
- * round_to, of an unknown kind, or without the post_x it reads. */
+ * round_to, of an unknown kind, or without the post_x it reads, or a_row_sums with a NULL A (m and k nonzero). */
 mp_status mp_gemm_ex(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha, const void *a,
                      mp_dtype a_type, size_t lda, const void *b, mp_dtype b_type, size_t ldb, float beta, void *c,
                      mp_dtype c_type, size_t ldc, const mp_gemm_epilogue *ep);

@@ -139,8 +139,9 @@ mp_status mp_qoperand(uint16_t *dst, size_t ldd, float *factor, const void *src,
  * into wa, and B, quantized as qb's into wb (bf16, as many elements as A and
  * B, stored densely), each along the GEMM's reduction (A's rows when
  * trans_a, B's rows unless trans_b), A first; the GEMM reads them with alpha
- * the product of their factors. MP_EINVAL as mp_qoperand and mp_gemm_ex;
- * MP_ENOMEM as mp_gemm_ex. */
+ * the product of their factors. MP_EINVAL as mp_qoperand and mp_gemm_ex,
+ * and for an ep with a_row_sums (they would be the quantized A's); MP_ENOMEM
+ * as mp_gemm_ex. */
 mp_status mp_qgemm(const mp_recipe *r, int trans_a, int trans_b, size_t m, size_t n, size_t k, const void *a,
                    mp_dtype a_type, size_t lda, mp_qtensor *qa, uint16_t *wa, const void *b, mp_dtype b_type,
                    size_t ldb, mp_qtensor *qb, uint16_t *wb, float beta, void *c, mp_dtype c_type, size_t ldc,

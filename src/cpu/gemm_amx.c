@@ -163,6 +163,7 @@ const mp_gemm_kernel mp_gemm_amx = {
     .rows_max_n = MP_AMX_ROWS_MAX_N,
     .epilogue = mp_gemm_epilogue_avx512bf16,
     .zeros = mp_gemm_zeros_avx512,
+    .row_sums = mp_gemm_row_sums_avx512,
     .begin = begin,
     .end = end,
 };

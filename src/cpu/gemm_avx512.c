@@ -109,6 +109,27 @@ static void micro(size_t kc, const void *ap, const void *bp, float *c, // (MR, l
     MP_TILE_STORE(c, ldc, alpha, beta);
 }
 
+void mp_gemm_row_sums_avx512(float *sums, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows,
+                             size_t p0, size_t kc) {
+    if (!trans) { /* each row a run along k: one chain of additions per row */
+        mp_gemm_row_sums_scalar(sums, a, t, lda, trans, i0, rows, p0, kc);
+        return;
+    }
+    /* one k's values of 32 rows are consecutive: two vectors of sums, each lane its own chain in k order */
+    for (size_t r0 = 0; r0 < rows; r0 += 32) {
+        const size_t left = rows - r0;
+        const __mmask16 k0 = lanes(left), k1 = left > 16 ? lanes(left - 16) : 0;
+        __m512 s0 = _mm512_maskz_loadu_ps(k0, sums + r0), s1 = _mm512_maskz_loadu_ps(k1, sums + r0 + 16);
+        for (size_t p = 0; p < kc; p++) {
+            const size_t i = (p0 + p) * lda + i0 + r0;
+            s0 = _mm512_add_ps(s0, ld16(a, t, i, k0));
+            s1 = _mm512_add_ps(s1, ld16(a, t, i + 16, k1));
+        }
+        _mm512_mask_storeu_ps(sums + r0, k0, s0);
+        _mm512_mask_storeu_ps(sums + r0 + 16, k1, s1);
+    }
+}
+
 const mp_gemm_kernel mp_gemm_avx512 = {
     .name = "avx512-fp32",
     .mr = MR,
@@ -123,4 +144,5 @@ const mp_gemm_kernel mp_gemm_avx512 = {
     .micro = micro,
     .epilogue = mp_gemm_epilogue_avx512,
     .zeros = mp_gemm_zeros_avx512,
+    .row_sums = mp_gemm_row_sums_avx512,
 };

@@ -89,4 +89,5 @@ const mp_gemm_kernel mp_gemm_avx512bf16 = {
     .micro_rows = micro_rows,
     .epilogue = mp_gemm_epilogue_avx512bf16,
     .zeros = mp_gemm_zeros_avx512,
+    .row_sums = mp_gemm_row_sums_avx512,
 };
