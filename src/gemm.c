@@ -296,28 +296,37 @@ static int direct_rows(const gemm_plan *g, size_t kcur, size_t rows) {
            (!g->kr->rows_max_n || g->n <= g->kr->rows_max_n);
 }
 
-/* Packs B's column panel jp of the block at jc, every block of k. */
-static void pack_b_panel(const gemm_plan *g, size_t jc, size_t jp) {
-    const size_t j0 = jc + jp * g->NR, cols = g->n - j0 < g->NR ? g->n - j0 : g->NR;
-    for (size_t bi = 0; bi < g->nk; bi++) {
-        size_t kcur, kpad;
-        const size_t pc = kblock(g, bi, &kcur, &kpad);
-        g->kr->pack_b((uint8_t *)g->bpack + (jp * g->K2 + bi * g->kcp) * g->NR * g->es, g->b, g->bt, g->ldb, g->tb, pc,
-                      kcur, j0, cols);
+/* Rows of op(B) packed per piece of work: all of a block's columns for this many k at a time, so that a
+ * B read along its rows (not transposed) is read in order, row after row, rather than one column panel's
+ * strided lines at a time. */
+#define MP_GEMM_BROWS 64
+
+/* Piece w of pack_b_block: MP_GEMM_BROWS k (fewer at a block's end) of a block of k, by every column panel. */
+static void pack_b_piece(const gemm_plan *g, size_t jc, size_t npanels, size_t w) {
+    const size_t per = (g->kc + MP_GEMM_BROWS - 1) / MP_GEMM_BROWS;
+    size_t kcur, kpad;
+    const size_t bi = w / per, q0 = w % per * MP_GEMM_BROWS, pc = kblock(g, bi, &kcur, &kpad);
+    if (q0 >= kcur) return;
+    const size_t len = kcur - q0 < MP_GEMM_BROWS ? kcur - q0 : MP_GEMM_BROWS;
+    for (size_t jp = 0; jp < npanels; jp++) {
+        const size_t j0 = jc + jp * g->NR, cols = g->n - j0 < g->NR ? g->n - j0 : g->NR;
+        g->kr->pack_b((uint8_t *)g->bpack + (jp * g->K2 + bi * g->kcp + q0) * g->NR * g->es, g->b, g->bt, g->ldb, g->tb,
+                      pc + q0, len, j0, cols);
     }
 }
 
-/* Packs B's columns [jc, jc + ncur), every block of k; the team's threads share the panels. */
+/* Packs B's columns [jc, jc + ncur), every block of k, in pieces of MP_GEMM_BROWS k by all the column panels;
+ * the team's threads share the pieces. */
 static void pack_b_block(const gemm_plan *g, size_t jc, size_t ncur) {
-    const size_t npanels = (ncur + g->NR - 1) / g->NR;
+    const size_t npanels = (ncur + g->NR - 1) / g->NR, pieces = g->nk * ((g->kc + MP_GEMM_BROWS - 1) / MP_GEMM_BROWS);
     if (!g->team) {
-        for (size_t jp = 0; jp < npanels; jp++) pack_b_panel(g, jc, jp);
+        for (size_t w = 0; w < pieces; w++) pack_b_piece(g, jc, npanels, w);
         return;
     }
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-    for (size_t jp = 0; jp < npanels; jp++) pack_b_panel(g, jc, jp);
+    for (size_t w = 0; w < pieces; w++) pack_b_piece(g, jc, npanels, w);
 }
 
 /* Packs the row block [ic, ic + mcur), every block of k (whole panels read in place are skipped); the
