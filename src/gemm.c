@@ -296,9 +296,9 @@ static int direct_rows(const gemm_plan *g, size_t kcur, size_t rows) {
            (!g->kr->rows_max_n || g->n <= g->kr->rows_max_n);
 }
 
-/* Rows of op(B) packed per piece of work: all of a block's columns for this many k at a time, so that a
- * B read along its rows (not transposed) is read in order, row after row, rather than one column panel's
- * strided lines at a time. */
+/* The k packed per piece of work: this many of every micro-panel of a block at a time, so that an operand
+ * whose panels are strided lines (B not transposed, A transposed) is read in order, row after row, rather
+ * than one panel's lines at a time. */
 #define MP_GEMM_BROWS 64
 
 /* Piece w of pack_b_block: MP_GEMM_BROWS k (fewer at a block's end) of a block of k, by every column panel. */
@@ -331,7 +331,8 @@ static void pack_b_block(const gemm_plan *g, size_t jc, size_t ncur) {
 
 /* Packs the row block [ic, ic + mcur), every block of k (whole panels read in place are skipped); the
  * panels of one block of k after another, so that a transposed A's pages are visited once (all of k at once
- * would miss the TLB for every row of A: 2.6x the time at 1536 x 384 x 4096 on the AMX Xeon). With sums
+ * would miss the TLB for every row of A: 2.6x the time at 1536 x 384 x 4096 on the AMX Xeon), and within a
+ * block MP_GEMM_BROWS k of every panel at a time, so that a transposed A's rows are read in order. With sums
  * (mcur fp32 of scratch), op(A)'s rows are also summed, each panel's right after its packing while its
  * lines are in cache, and the sums added to g->row_sums. */
 static void pack_a_block(const gemm_plan *g, void *apack, size_t ic, size_t mcur, float *sums) {
@@ -341,12 +342,15 @@ static void pack_a_block(const gemm_plan *g, void *apack, size_t ic, size_t mcur
     for (size_t bi = 0; bi < g->nk; bi++) {
         size_t kcur, kpad;
         const size_t pc = kblock(g, bi, &kcur, &kpad);
-        for (size_t ip = 0; ip * g->MR < mcur; ip++) {
-            const size_t rows = mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR, i0 = ic + ip * g->MR;
-            if (!direct_rows(g, kcur, rows))
-                g->kr->pack_a((uint8_t *)apack + (ip * g->K2 + bi * g->kcp) * g->MR * g->es, g->a, g->at, g->lda, g->ta,
-                              i0, rows, pc, kcur);
-            if (sums) row_sums(sums + ip * g->MR, g->a, g->at, g->lda, g->ta, i0, rows, pc, kcur);
+        for (size_t q0 = 0; q0 < kcur; q0 += MP_GEMM_BROWS) {
+            const size_t len = kcur - q0 < MP_GEMM_BROWS ? kcur - q0 : MP_GEMM_BROWS;
+            for (size_t ip = 0; ip * g->MR < mcur; ip++) {
+                const size_t rows = mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR, i0 = ic + ip * g->MR;
+                if (!direct_rows(g, kcur, rows))
+                    g->kr->pack_a((uint8_t *)apack + (ip * g->K2 + bi * g->kcp + q0) * g->MR * g->es, g->a, g->at,
+                                  g->lda, g->ta, i0, rows, pc + q0, len);
+                if (sums) row_sums(sums + ip * g->MR, g->a, g->at, g->lda, g->ta, i0, rows, pc + q0, len);
+            }
         }
     }
     for (size_t i = 0; sums && i < mcur; i++) g->row_sums[ic + i] += sums[i];
