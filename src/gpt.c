@@ -626,14 +626,13 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
         TRY(attention_of(g, h, B, T, NULL, NULL, &att));
         TRY(mp_attention_forward(mp_kernels_current(), &att, fst(g, s_act(g, l, A_ATT), natt),
                                  fst(g, s_act(g, l, A_Y), N * C)));
-        /* the branch's output (tmp, counted) and the residual sum res1 = x + tmp, in c_proj's epilogue */
+        /* the branch's output (counted, never stored) and the residual sum res1 = x + it, in c_proj's epilogue */
         ep = (mp_gemm_epilogue){.bias = fparam(g, h->aprb, 0),
                                 .stats = fst(g, s_act(g, l, A_APROJ), N * C),
                                 .post = MP_POST_ADD,
                                 .post_x = x,
-                                .post_out = h->res1,
                                 .post_stats = fst(g, s_act(g, l, A_RES1), N * C)};
-        TRY(lin_fwd(g, l, W_APR, N, C, C, h->y, h->aprw, g->tmp, &ep));
+        TRY(lin_fwd(g, l, W_APR, N, C, C, h->y, h->aprw, h->res1, &ep));
         TRY(mp_layernorm_forward(h->ln2, ct, h->mean2, h->rstd2, h->res1, ct, fparam(g, h->ln2w, 0),
                                  fparam(g, h->ln2b, 1), N, C, 1e-5f, g->acc, fst(g, s_act(g, l, A_LN2), N * C)));
         /* bias and GELU in c_fc's epilogue: fc (its input, kept for the backward) and gelu */
@@ -643,13 +642,15 @@ static mp_status forward(mp_gpt *g, const int32_t *tok, size_t B, size_t T, int 
                                 .post_out = h->gelu,
                                 .post_stats = fst(g, s_act(g, l, A_GELU), N * 4 * C)};
         TRY(lin_fwd(g, l, W_FC, N, 4 * C, C, h->ln2, h->fcw, h->fc, &ep));
+        /* the MLP's output (counted; stored into tmp for the last layer only, mp_gpt_activation's) and res2 */
+        const int last = l + 1 == L;
         ep = (mp_gemm_epilogue){.bias = fparam(g, h->mprb, 0),
                                 .stats = fst(g, s_act(g, l, A_MPROJ), N * C),
                                 .post = MP_POST_ADD,
                                 .post_x = h->res1,
-                                .post_out = h->res2,
+                                .post_out = last ? h->res2 : NULL,
                                 .post_stats = fst(g, s_act(g, l, A_RES2), N * C)};
-        TRY(lin_fwd(g, l, W_MPR, N, C, 4 * C, h->gelu, h->mprw, g->tmp, &ep));
+        TRY(lin_fwd(g, l, W_MPR, N, C, 4 * C, h->gelu, h->mprw, last ? g->tmp : h->res2, &ep));
         x = h->res2;
     }
     const size_t r0 = head_last ? N - 1 : 0, nr = N - r0;
