@@ -299,15 +299,15 @@ static int direct_rows(const gemm_plan *g, size_t kcur, size_t rows) {
 /* The k packed per piece of work: this many of every micro-panel of a block at a time, so that an operand
  * whose panels are strided lines (B not transposed, A transposed) is read in order, row after row, rather
  * than one panel's lines at a time. */
-#define MP_GEMM_BROWS 64
+#define MP_GEMM_PIECE_K 64
 
-/* Piece w of pack_b_block: MP_GEMM_BROWS k (fewer at a block's end) of a block of k, by every column panel. */
+/* Piece w of pack_b_block: MP_GEMM_PIECE_K k (fewer at a block's end) of a block of k, by every column panel. */
 static void pack_b_piece(const gemm_plan *g, size_t jc, size_t npanels, size_t w) {
-    const size_t per = (g->kc + MP_GEMM_BROWS - 1) / MP_GEMM_BROWS;
+    const size_t per = (g->kc + MP_GEMM_PIECE_K - 1) / MP_GEMM_PIECE_K;
     size_t kcur, kpad;
-    const size_t bi = w / per, q0 = w % per * MP_GEMM_BROWS, pc = kblock(g, bi, &kcur, &kpad);
+    const size_t bi = w / per, q0 = w % per * MP_GEMM_PIECE_K, pc = kblock(g, bi, &kcur, &kpad);
     if (q0 >= kcur) return;
-    const size_t len = kcur - q0 < MP_GEMM_BROWS ? kcur - q0 : MP_GEMM_BROWS;
+    const size_t len = kcur - q0 < MP_GEMM_PIECE_K ? kcur - q0 : MP_GEMM_PIECE_K;
     for (size_t jp = 0; jp < npanels; jp++) {
         const size_t j0 = jc + jp * g->NR, cols = g->n - j0 < g->NR ? g->n - j0 : g->NR;
         g->kr->pack_b((uint8_t *)g->bpack + (jp * g->K2 + bi * g->kcp + q0) * g->NR * g->es, g->b, g->bt, g->ldb, g->tb,
@@ -315,10 +315,11 @@ static void pack_b_piece(const gemm_plan *g, size_t jc, size_t npanels, size_t w
     }
 }
 
-/* Packs B's columns [jc, jc + ncur), every block of k, in pieces of MP_GEMM_BROWS k by all the column panels;
+/* Packs B's columns [jc, jc + ncur), every block of k, in pieces of MP_GEMM_PIECE_K k by all the column panels;
  * the team's threads share the pieces. */
 static void pack_b_block(const gemm_plan *g, size_t jc, size_t ncur) {
-    const size_t npanels = (ncur + g->NR - 1) / g->NR, pieces = g->nk * ((g->kc + MP_GEMM_BROWS - 1) / MP_GEMM_BROWS);
+    const size_t npanels = (ncur + g->NR - 1) / g->NR,
+                 pieces = g->nk * ((g->kc + MP_GEMM_PIECE_K - 1) / MP_GEMM_PIECE_K);
     if (!g->team) {
         for (size_t w = 0; w < pieces; w++) pack_b_piece(g, jc, npanels, w);
         return;
@@ -332,7 +333,7 @@ static void pack_b_block(const gemm_plan *g, size_t jc, size_t ncur) {
 /* Packs the row block [ic, ic + mcur), every block of k (whole panels read in place are skipped); the
  * panels of one block of k after another, so that a transposed A's pages are visited once (all of k at once
  * would miss the TLB for every row of A: 2.6x the time at 1536 x 384 x 4096 on the AMX Xeon), and within a
- * block MP_GEMM_BROWS k of every panel at a time, so that a transposed A's rows are read in order. With sums
+ * block MP_GEMM_PIECE_K k of every panel at a time, so that a transposed A's rows are read in order. With sums
  * (mcur fp32 of scratch), op(A)'s rows are also summed, each panel's right after its packing while its
  * lines are in cache, and the sums added to g->row_sums. */
 static void pack_a_block(const gemm_plan *g, void *apack, size_t ic, size_t mcur, float *sums) {
@@ -342,8 +343,8 @@ static void pack_a_block(const gemm_plan *g, void *apack, size_t ic, size_t mcur
     for (size_t bi = 0; bi < g->nk; bi++) {
         size_t kcur, kpad;
         const size_t pc = kblock(g, bi, &kcur, &kpad);
-        for (size_t q0 = 0; q0 < kcur; q0 += MP_GEMM_BROWS) {
-            const size_t len = kcur - q0 < MP_GEMM_BROWS ? kcur - q0 : MP_GEMM_BROWS;
+        for (size_t q0 = 0; q0 < kcur; q0 += MP_GEMM_PIECE_K) {
+            const size_t len = kcur - q0 < MP_GEMM_PIECE_K ? kcur - q0 : MP_GEMM_PIECE_K;
             for (size_t ip = 0; ip * g->MR < mcur; ip++) {
                 const size_t rows = mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR, i0 = ic + ip * g->MR;
                 if (!direct_rows(g, kcur, rows))
