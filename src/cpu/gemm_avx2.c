@@ -200,6 +200,25 @@ static void micro(size_t kc, const void *ap, // (kc, MR) fp32
 #undef STORE
 }
 
+/* mp_gemm_kernel.row_sums (mp_gemm_row_sums_scalar's bits): a transposed A's values of one k for 8 rows are
+ * consecutive, one vector of sums, each lane its own chain in k order. */
+static void row_sums(float *sums, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0,
+                     size_t kc) {
+    if (!trans) { /* each row a run along k: one chain of additions per row */
+        mp_gemm_row_sums_scalar(sums, a, t, lda, trans, i0, rows, p0, kc);
+        return;
+    }
+    for (size_t r0 = 0; r0 < rows; r0 += 8) {
+        const size_t n = rows - r0 < 8 ? rows - r0 : 8;
+        float acc[8] = {0};
+        memcpy(acc, sums + r0, n * sizeof *acc);
+        __m256 s = _mm256_loadu_ps(acc);
+        for (size_t p = 0; p < kc; p++) s = _mm256_add_ps(s, ld8n(a, t, (p0 + p) * lda + i0 + r0, n));
+        _mm256_storeu_ps(acc, s);
+        memcpy(sums + r0, acc, n * sizeof *acc);
+    }
+}
+
 const mp_gemm_kernel mp_gemm_avx2 = {
     .name = "avx2-fp32",
     .mr = MR,
@@ -214,4 +233,5 @@ const mp_gemm_kernel mp_gemm_avx2 = {
     .micro = micro,
     .epilogue = mp_gemm_epilogue_avx2,
     .zeros = mp_gemm_zeros_avx2,
+    .row_sums = row_sums,
 };
