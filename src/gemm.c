@@ -191,6 +191,7 @@ const mp_gemm_kernel mp_gemm_scalar = {
     .micro = micro_scalar,
     .epilogue = mp_gemm_epilogue_scalar,
     .zeros = mp_gemm_zeros_scalar,
+    .row_sums = mp_gemm_row_sums_scalar,
 };
 
 /* ---- the blocked driver ---- */
@@ -337,8 +338,6 @@ static void pack_b_block(const gemm_plan *g, size_t jc, size_t ncur) {
  * (mcur fp32 of scratch), op(A)'s rows are also summed, each piece right after its packing while its
  * lines are in cache, and the sums added to g->row_sums. */
 static void pack_a_block(const gemm_plan *g, void *apack, size_t ic, size_t mcur, float *sums) {
-    void (*const row_sums)(float *, const void *, mp_dtype, size_t, int, size_t, size_t, size_t, size_t) =
-        g->kr->row_sums ? g->kr->row_sums : mp_gemm_row_sums_scalar;
     if (sums) memset(sums, 0, mcur * sizeof *sums);
     for (size_t bi = 0; bi < g->nk; bi++) {
         size_t kcur, kpad;
@@ -351,7 +350,7 @@ static void pack_a_block(const gemm_plan *g, void *apack, size_t ic, size_t mcur
                     g->kr->pack_a((uint8_t *)apack + (ip * g->K2 + bi * g->kcp + q0) * g->MR * g->es, g->a, g->at,
                                   g->lda, g->ta, i0, rows, pc + q0, len);
             }
-            if (sums) row_sums(sums, g->a, g->at, g->lda, g->ta, ic, mcur, pc + q0, len);
+            if (sums) g->kr->row_sums(sums, g->a, g->at, g->lda, g->ta, ic, mcur, pc + q0, len);
         }
     }
     for (size_t i = 0; sums && i < mcur; i++) g->row_sums[ic + i] += sums[i];
@@ -453,7 +452,8 @@ static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], 
     void *apack = pack_buffer(1, g->mc * g->K2 * g->es);
     float *strip = pack_buffer(2, g->mc * g->NR * sizeof *strip);
     float *sums = g->row_sums ? pack_buffer(3, g->mc * sizeof *sums) : NULL;
-    if (!apack || !strip || (g->row_sums && !sums)) {
+    const int ready = apack && strip && (sums || !g->row_sums);
+    if (!ready) {
 #ifdef _OPENMP
 #pragma omp atomic write
 #endif
@@ -464,7 +464,7 @@ static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], 
         const size_t ncur = g->n - jc < g->nc ? g->n - jc : g->nc;
         pack_b_block(g, jc, ncur); /* implicit barrier: B is packed */
         if (!g->team) {
-            for (size_t ib = 0; ib < g->nblocks && apack && strip && (sums || !g->row_sums); ib++)
+            for (size_t ib = 0; ib < g->nblocks && ready; ib++)
                 row_block(g, apack, strip, sums, ib, jc, ncur, part ? part[t] : NULL, zpart ? &zpart[t] : NULL);
             continue;
         }
@@ -472,8 +472,7 @@ static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], 
 #pragma omp for schedule(dynamic, 1)
 #endif
         for (size_t ib = 0; ib < g->nblocks; ib++)
-            if (apack && strip && (sums || !g->row_sums))
-                row_block(g, apack, strip, sums, ib, jc, ncur, part ? part[t] : NULL, zpart ? &zpart[t] : NULL);
+            if (ready) row_block(g, apack, strip, sums, ib, jc, ncur, part ? part[t] : NULL, zpart ? &zpart[t] : NULL);
     }
     if (g->kr->end) g->kr->end();
 }
@@ -543,7 +542,7 @@ static void row_sums_apart(const mp_gemm_kernel *kr, float *out, const void *a, 
     for (size_t i0 = 0; i0 < m; i0 += 64) {
         const size_t rows = m - i0 < 64 ? m - i0 : 64;
         memset(s, 0, sizeof s);
-        (kr->row_sums ? kr->row_sums : mp_gemm_row_sums_scalar)(s, a, at, lda, ta, i0, rows, 0, k);
+        kr->row_sums(s, a, at, lda, ta, i0, rows, 0, k);
         for (size_t r = 0; r < rows; r++) out[i0 + r] += s[r];
     }
 }

@@ -126,4 +126,5 @@ const mp_gemm_kernel mp_gemm_amx_model = {
     .rows_max_n = MP_AMX_ROWS_MAX_N,
     .epilogue = mp_gemm_epilogue_scalar,
     .zeros = mp_gemm_zeros_scalar,
+    .row_sums = mp_gemm_row_sums_scalar,
 };

@@ -587,7 +587,7 @@ typedef struct mp_gemm_kernel {
     uint64_t (*zeros)(const float *c, size_t ldc, size_t rows, size_t cols);
     /* adds each of op(A)'s values in rows [i0, i0+rows), k [p0, p0+kc) to its
      * row's sum (sums[0..rows)), one fp32 addition each in k order
-     * (mp_gemm_row_sums_scalar's bits); NULL: mp_gemm_row_sums_scalar */
+     * (mp_gemm_row_sums_scalar's bits, which any kernel may name) */
     void (*row_sums)(float *sums, const void *a, mp_dtype t, size_t lda, int trans, size_t i0, size_t rows, size_t p0,
                      size_t kc);
     /* called by each thread before its first and after its last micro-kernel
