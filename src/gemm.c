@@ -253,6 +253,7 @@ typedef struct {
     float *row_sums;        /* (m,): op(A)'s row sums added (mp_gemm_epilogue's a_row_sums), or NULL */
     size_t kc, kcp, nk, K2; /* block depth, its packed depth, blocks of k, packed depth of all of k */
     size_t nc, panels, nblocks, mc;
+    int row_panels; /* the kernel's row panels (its panels_b_max) */
     void *bpack;
 } gemm_plan;
 
@@ -278,6 +279,7 @@ static mp_status plan(gemm_plan *g, int nt) {
     nblocks = (nblocks + (size_t)nt - 1) / (size_t)nt * (size_t)nt;
     g->nblocks = nblocks > g->panels ? g->panels : nblocks;
     g->mc = (g->panels + g->nblocks - 1) / g->nblocks * g->MR; /* the tallest block */
+    g->row_panels = g->nc * g->K2 * g->es <= kr->panels_b_max;
     if (!(g->bpack = pack_buffer(0, g->nc * g->K2 * g->es)))
         return mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed B block");
     return MP_OK;
@@ -357,18 +359,18 @@ static void pack_a_block(const gemm_plan *g, void *apack, size_t ic, size_t mcur
 }
 
 /* The micro-kernel on panel ip of the row block at ic (rows of it) by the column panel bp, block bi of k,
- * into c (row stride ldc): alpha * sums + beta * c. */
+ * into c (row stride ldc): alpha * sums + beta * c; stream_b: the row panels' kernels. */
 static void micro_at(const gemm_plan *g, const void *apack, const void *bp, size_t ic, size_t ip, size_t rows,
-                     size_t bi, float *c, size_t ldc, float alpha, float beta) {
+                     size_t bi, float *c, size_t ldc, float alpha, float beta, int stream_b) {
     size_t kcur, kpad;
     const size_t pc = kblock(g, bi, &kcur, &kpad);
     bp = (const uint8_t *)bp + bi * g->kcp * g->NR * g->es;
     if (direct_rows(g, kcur, rows))
-        g->kr->micro_rows(kpad, (const uint8_t *)g->a + ((ic + ip * g->MR) * g->lda + pc) * g->es, g->lda, bp, c, ldc,
-                          alpha, beta);
+        (stream_b ? g->kr->micro_rows_stream_b : g->kr->micro_rows)(
+            kpad, (const uint8_t *)g->a + ((ic + ip * g->MR) * g->lda + pc) * g->es, g->lda, bp, c, ldc, alpha, beta);
     else
-        g->kr->micro(kpad, (const uint8_t *)apack + (ip * g->K2 + bi * g->kcp) * g->MR * g->es, bp, c, ldc, alpha,
-                     beta);
+        (stream_b ? g->kr->micro_stream_b : g->kr->micro)(
+            kpad, (const uint8_t *)apack + (ip * g->K2 + bi * g->kcp) * g->MR * g->es, bp, c, ldc, alpha, beta);
 }
 
 /* The lines of `rows` rows of `bytes` each, ld bytes apart, from p into the cache (for writing or reading). */
@@ -400,10 +402,10 @@ static void trivial_panel(const gemm_plan *g, const void *apack, const void *bp,
         const size_t i0 = ic + ip * g->MR, rows = mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR;
         if (rows == g->MR && cols == g->NR) {
             float *cp = (float *)ep->c + i0 * ep->ldc + j0;
-            micro_at(g, apack, bp, ic, ip, rows, 0, cp, ep->ldc, ep->alpha, ep->beta);
+            micro_at(g, apack, bp, ic, ip, rows, 0, cp, ep->ldc, ep->alpha, ep->beta, 0);
             if (z) *z += g->kr->zeros(cp, ep->ldc, rows, cols);
         } else {
-            micro_at(g, apack, bp, ic, ip, rows, 0, strip, g->NR, 1.0f, 0.0f);
+            micro_at(g, apack, bp, ic, ip, rows, 0, strip, g->NR, 1.0f, 0.0f, 0);
             g->kr->epilogue(ep, strip, g->NR, i0, j0, rows, cols, NULL, z);
         }
     }
@@ -420,12 +422,43 @@ static void epilogue_panel(const gemm_plan *g, const void *apack, const void *bp
         for (size_t ip = 0; ip * g->MR < mcur; ip++) {
             const size_t i0 = ic + ip * g->MR, rows = mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR;
             if (last) prefetch_tile(g, i0, j0, rows, cols);
-            micro_at(g, apack, bp, ic, ip, rows, bi, strip + ip * g->MR * g->NR, g->NR, 1.0f, bi ? 1.0f : 0.0f);
+            micro_at(g, apack, bp, ic, ip, rows, bi, strip + ip * g->MR * g->NR, g->NR, 1.0f, bi ? 1.0f : 0.0f, 0);
             if (!last) continue;
             srows += rows;
             if (rows < g->MR || (ip + 1) * g->MR >= mcur || srows + g->MR > piece_rows) {
                 g->kr->epilogue(g->ep, strip + s0 * g->NR, g->NR, ic + s0, j0, srows, cols, st, z);
                 s0 += srows, srows = 0;
+            }
+        }
+    }
+}
+
+/* Row panels (the kernel's panels_b_max): each MR-row panel of the row block over every column panel of the
+ * column block [jc, jc + ncur), block of k by block of k, so that the panel's block of A is reused by all of
+ * them while B's panels stream from L2. A tile's sums collect in the strip over the blocks of k (tile jp at
+ * jp MR NR, row stride NR; one tile with one block of k), and the tile goes through the epilogue right after its
+ * last micro-kernel (trivial with one block of k, a whole tile is written straight into C), so that C's rows are
+ * written in order. */
+static void row_panels(const gemm_plan *g, const void *apack, float *strip, size_t ic, size_t mcur, size_t jc,
+                       size_t ncur, mp_convert_stats *st, uint64_t *z) {
+    const mp_gemm_ep *ep = g->ep;
+    for (size_t ip = 0; ip * g->MR < mcur; ip++) {
+        const size_t i0 = ic + ip * g->MR, rows = mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR;
+        for (size_t bi = 0; bi < g->nk; bi++) {
+            const int last = bi + 1 == g->nk;
+            for (size_t jp = 0; jp * g->NR < ncur; jp++) {
+                const size_t j0 = jc + jp * g->NR, cols = g->n - j0 < g->NR ? g->n - j0 : g->NR;
+                const void *bp = (const uint8_t *)g->bpack + jp * g->K2 * g->NR * g->es;
+                if (g->trivial && g->nk == 1 && rows == g->MR && cols == g->NR) {
+                    float *cp = (float *)ep->c + i0 * ep->ldc + j0;
+                    micro_at(g, apack, bp, ic, ip, rows, 0, cp, ep->ldc, ep->alpha, ep->beta, 1);
+                    if (z) *z += g->kr->zeros(cp, ep->ldc, rows, cols);
+                    continue;
+                }
+                float *t = g->nk == 1 ? strip : strip + jp * g->MR * g->NR;
+                if (last) prefetch_tile(g, i0, j0, rows, cols);
+                micro_at(g, apack, bp, ic, ip, rows, bi, t, g->NR, 1.0f, bi ? 1.0f : 0.0f, 1);
+                if (last) g->kr->epilogue(ep, t, g->NR, i0, j0, rows, cols, st, z);
             }
         }
     }
@@ -437,6 +470,10 @@ static void row_block(const gemm_plan *g, void *apack, float *strip, float *sums
     const size_t ic = ib * g->panels / g->nblocks * g->MR;
     const size_t iend = (ib + 1) * g->panels / g->nblocks * g->MR, mcur = (iend < g->m ? iend : g->m) - ic;
     pack_a_block(g, apack, ic, mcur, jc == 0 ? sums : NULL);
+    if (g->row_panels) {
+        row_panels(g, apack, strip, ic, mcur, jc, ncur, st, z);
+        return;
+    }
     for (size_t jp = 0; jp * g->NR < ncur; jp++) {
         const size_t j0 = jc + jp * g->NR, cols = g->n - j0 < g->NR ? g->n - j0 : g->NR;
         const void *bp = (const uint8_t *)g->bpack + jp * g->K2 * g->NR * g->es;
@@ -450,7 +487,8 @@ static void row_block(const gemm_plan *g, void *apack, float *strip, float *sums
  * buffer could not be had. */
 static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], uint64_t *zpart, int *oom) {
     void *apack = pack_buffer(1, g->mc * g->K2 * g->es);
-    float *strip = pack_buffer(2, g->mc * g->NR * sizeof *strip);
+    /* the strip: a row block's tiles of a column panel, or a row panel's tiles of the column block */
+    float *strip = pack_buffer(2, (g->row_panels ? g->MR * g->nc : g->mc * g->NR) * sizeof *strip);
     float *sums = g->row_sums ? pack_buffer(3, g->mc * sizeof *sums) : NULL;
     const int ready = apack && strip && (sums || !g->row_sums);
     if (!ready) {

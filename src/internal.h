@@ -577,6 +577,16 @@ typedef struct mp_gemm_kernel {
      * a packed block of A would be reused by fewer column panels than pay
      * for its copy */
     size_t rows_max_n;
+    /* Row panels: where op(B)'s packed column block takes at most this many
+     * bytes (0: never), the driver runs each MR-row panel of a row block over
+     * every column panel, so that A's block of k is reused by all of them while
+     * B's panels stream from L2 (by micro_stream_b and micro_rows_stream_b:
+     * micro and micro_rows with that reuse's cache hints), and writes each tile
+     * of C right after its last micro-kernel, C's rows in order */
+    size_t panels_b_max;
+    void (*micro_stream_b)(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta);
+    void (*micro_rows_stream_b)(size_t kc, const void *a, size_t lda, const void *bp, float *c, size_t ldc, float alpha,
+                                float beta);
     /* C[i0.., j0..] from a rows x cols tile of fp32 sums (row stride ts; the
      * tile is overwritten; rows x ts <= MP_GEMM_STRIP); counts into st[0]
      * (C's store) and st[1] (the post step's) and adds the +-0 results to
@@ -626,6 +636,8 @@ enum { MP_AMX_MR = 32, MP_AMX_NR = 32, MP_AMX_KB = 32 };
 #define MP_AMX_NC 3072
 /* A's tiles read in place (micro_rows) for at most this many columns (docs/GEMM.md) */
 #define MP_AMX_ROWS_MAX_N 512
+/* row panels for packed B blocks of at most 1.25 MiB (docs/GEMM.md) */
+#define MP_AMX_PANELS_B_MAX ((size_t)5 << 18)
 extern const mp_gemm_kernel mp_gemm_amx_model;
 
 /* One TDPBF16PS as measured on an Intel Xeon (docs/GEMM.md): for each of the

@@ -100,6 +100,15 @@ static const mp_kernels *with_gemm(mp_kernels *ctx, const mp_gemm_kernel *kr) {
 
 static const mp_gemm_kernel *forced;
 
+/* kr with the driver's row blocks only (its panels_b_max 0), so that the AMX kernel and its model, which take
+ * row panels where B's packed block is small, run the other order too (the same bits) */
+static mp_gemm_kernel row_blocks_of(const mp_gemm_kernel *kr, const char *name) {
+    mp_gemm_kernel k = *kr;
+    k.name = name;
+    k.panels_b_max = 0;
+    return k;
+}
+
 static int run(const shape *s, bufs *b, int ref, mp_convert_stats *st) {
     memcpy(b->c, b->c0, s->m * s->ldc * mp_format(s->ct)->size);
     if (forced && !ref) {
@@ -389,11 +398,15 @@ static void check_post(void) {
     const mp_isa best = mp_cpu_detected();
     const mp_dtype cts[3] = {MP_F32, MP_F16, MP_BF16};
     int cases = 0;
-    for (int isa = MP_ISA_SCALAR; isa <= (int)best + 1; isa++) { /* best + 1: the AMX model, on its own */
+    const mp_gemm_kernel model_blocks = row_blocks_of(&mp_gemm_amx_model, "amx-model-row-blocks");
+    for (int isa = MP_ISA_SCALAR; isa <= (int)best + 2; isa++) { /* the AMX model on its own, in both orders */
         mp_cpu_set_isa(isa <= (int)best ? (mp_isa)isa : best);
         const mp_kernels *kc = mp_kernels_current();
         for (int f = 0; f < 3; f++) {
-            const mp_gemm_kernel *kr = isa > (int)best ? &mp_gemm_amx_model : f == 2 ? kc->gemm_bf16 : kc->gemm;
+            const mp_gemm_kernel *kr = isa > (int)best + 1 ? &model_blocks
+                                       : isa > (int)best   ? &mp_gemm_amx_model
+                                       : f == 2            ? kc->gemm_bf16
+                                                           : kc->gemm;
             if (isa > (int)best && cts[f] != MP_BF16) continue;
             for (int p = MP_POST_GELU; p <= MP_POST_ADD; p++)
                 for (int ip = 0; ip < 2; ip++)
@@ -418,7 +431,7 @@ static void check_post(void) {
           "unknown post");
     CHECK_SAY(mark,
               "  post steps (GELU, its gradient, both forms; residual add), apart and in place: equal to the "
-              "separate ops on every path and the AMX model (%d cases)\n",
+              "separate ops on every path and the AMX model in row panels and row blocks (%d cases)\n",
               cases);
 }
 
@@ -618,11 +631,13 @@ static void check_amx(int quick) {
         const float r4 = one_tile(kr, a4, b4, 1);
         CHECK(r4 == 0.0f, "%s: subnormal input: %a, want 0", who, (double)r4);
     }
-    /* the model through the driver: random shapes, edges, k across its KC */
+    /* the model through the driver, in row panels and in row blocks: random shapes, edges, k across its KC */
+    const mp_gemm_kernel model_blocks = row_blocks_of(&mp_gemm_amx_model, "amx-model-row-blocks");
     forced = &mp_gemm_amx_model;
     for (int t = 0; t < (quick ? 20 : 80); t++) {
         shape s = random_shape();
         s.at = s.bt = MP_BF16;
+        forced = t & 1 ? &model_blocks : &mp_gemm_amx_model;
         if (!(s.alpha == 0.0f && s.beta == 0.0f)) check_shape(&s, 0, t % 5 == 0);
     }
     const shape edges[] = {
@@ -633,9 +648,18 @@ static void check_amx(int quick) {
          * last 4 rows packed */
         {0, 0, 100, 200, 2 * MP_AMX_KC + 96, 2 * MP_AMX_KC + 104, 200, 200, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_BF16},
     };
-    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) check_shape(&edges[i], 0, 0);
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        forced = &mp_gemm_amx_model;
+        check_shape(&edges[i], 0, 0);
+        forced = &model_blocks;
+        check_shape(&edges[i], 0, 0);
+    }
     forced = NULL;
-    /* the real tiles against the model, bit for bit (no subnormal inputs: fill(.., 0)) */
+    /* the real tiles against the model, bit for bit (no subnormal inputs: fill(.., 0)), each in the other's
+     * order: the tiles in row panels against the model in row blocks, then the reverse */
+#ifdef MP_X86
+    const mp_gemm_kernel amx_blocks = row_blocks_of(&mp_gemm_amx, "amx-row-blocks");
+#endif
     if (hw) {
         for (int t = 0; t < (quick ? 20 : 80); t++) {
             shape s = random_shape();
@@ -648,9 +672,12 @@ static void check_amx(int quick) {
             const size_t bytes = s.m * s.ldc * mp_format(s.ct)->size;
             mp_convert_stats st[2] = {{0}, {0}};
             void *tiles = malloc(bytes);
+#ifdef MP_X86
+            forced = t & 1 ? &amx_blocks : NULL;
+#endif
             run(&s, &b, 0, &st[0]);
             memcpy(tiles, b.c, bytes);
-            forced = &mp_gemm_amx_model;
+            forced = t & 1 ? &mp_gemm_amx_model : &model_blocks;
             run(&s, &b, 0, &st[1]);
             forced = NULL;
             const int eq = memcmp(tiles, b.c, bytes) == 0 && memcmp(&st[0], &st[1], sizeof st[0]) == 0;
@@ -704,9 +731,12 @@ static void check_blocks_of_k(void) {
     const long mark = check_failures;
     const mp_isa best = mp_cpu_detected();
     int cases = 0;
-    for (int isa = MP_ISA_SCALAR; isa <= (int)best + 1; isa++) {
+    const mp_gemm_kernel model_blocks = row_blocks_of(&mp_gemm_amx_model, "amx-model-row-blocks");
+    for (int isa = MP_ISA_SCALAR; isa <= (int)best + 2; isa++) { /* the AMX model in both orders */
         mp_cpu_set_isa(isa <= (int)best ? (mp_isa)isa : best);
-        const mp_gemm_kernel *kr = isa <= (int)best ? mp_kernels_current()->gemm_bf16 : &mp_gemm_amx_model;
+        const mp_gemm_kernel *kr = isa <= (int)best       ? mp_kernels_current()->gemm_bf16
+                                   : isa == (int)best + 1 ? &mp_gemm_amx_model
+                                                          : &model_blocks;
         const size_t dims[][2] = {{70, 45}, {33, 100}};
         for (size_t d = 0; d < 2; d++) {
             const size_t m = dims[d][0], n = dims[d][1], k = 2 * kr->kc + 37, mn = m * n;
@@ -739,7 +769,7 @@ static void check_blocks_of_k(void) {
     mp_cpu_set_isa(best);
     CHECK_SAY(mark,
               "  k across blocks of kc: bf16 C = the fp32 C rounded; fp32 C alike with and without counts (%d "
-              "cases, every path and the AMX model)\n",
+              "cases, every path and the AMX model in both orders)\n",
               cases);
 }
 

@@ -5,10 +5,12 @@
  * 64-byte row each), 2-3 two 16-column halves of the B slice (16 k pairs x 16
  * columns, read at the packed panel's 128-byte row stride), 4-7 accumulate the
  * 32 x 32 block of C; per 32-deep slice of k: four tile loads, four TDPBF16PS.
- * A's tiles are loaded by TILELOADDT1 (a hint not to keep them in L1): the
- * driver holds one B panel in L1 over a block of A panels that stream from
- * L2, and A's lines would evict it (bench/amx_probe.c: 60% -> 70% of the
- * TDPBF16PS peak at kc = 384, 50% -> 67% at 512, on the AMX Xeon).
+ * The operand that streams from L2 is loaded by TILELOADDT1 (a hint not to
+ * keep it in L1), so that its lines do not evict the one kept: A's tiles where
+ * the driver holds one B panel over a block of A panels (bench/amx_probe.c:
+ * 60% -> 70% of the TDPBF16PS peak at kc = 384, 50% -> 67% at 512, on the AMX
+ * Xeon), B's (the _stream_b kernels) where it holds an A panel over every
+ * column panel (row panels, gemm.c).
  *
  * GCC 12's intrinsics: _tile_loadd declares no memory operand (a store into a
  * panel could be moved past it) and _tile_loadconfig an 8-byte one (stores
@@ -78,14 +80,22 @@ static void pack_b(void *dst, const void *b, mp_dtype t, size_t ldb, int trans, 
 }
 
 /* The four products of one 32-deep slice: A tiles 0-1 (32 rows of 64 bytes, sa bytes apart) by B tiles 2-3
- * into 4-7. */
-static inline void slice(const uint8_t *A, long sa, const uint8_t *B) {
+ * into 4-7; the operand that streams (B where stream_b, else A) loaded by TILELOADDT1. */
+static inline __attribute__((always_inline)) void slice(const uint8_t *A, long sa, const uint8_t *B,
+                                                        const int stream_b) {
     MP_TILE_BARRIER();
-    _tile_stream_loadd(0, A, sa);
-    _tile_loadd(2, B, NR * 4);
-    _tile_loadd(3, B + 64, NR * 4);
+    if (stream_b) {
+        _tile_loadd(0, A, sa);
+        _tile_stream_loadd(2, B, NR * 4);
+        _tile_stream_loadd(3, B + 64, NR * 4);
+    } else {
+        _tile_stream_loadd(0, A, sa);
+        _tile_loadd(2, B, NR * 4);
+        _tile_loadd(3, B + 64, NR * 4);
+    }
     _tile_dpbf16ps(4, 0, 2);
-    _tile_stream_loadd(1, A + 16 * sa, sa);
+    if (stream_b) _tile_loadd(1, A + 16 * sa, sa);
+    else _tile_stream_loadd(1, A + 16 * sa, sa);
     _tile_dpbf16ps(5, 0, 3);
     _tile_dpbf16ps(6, 1, 2);
     _tile_dpbf16ps(7, 1, 3);
@@ -117,12 +127,13 @@ static inline void load_sums(const float *c, size_t ldc) {
 }
 
 /* The micro-kernel on A's slices: 32 rows sa bytes apart, the next slice `step` bytes on. */
-static inline void run(size_t kc, const uint8_t *A, long sa, size_t step, const uint8_t *B, float *c, // (MR, ldc) fp32
-                       size_t ldc, float alpha, float beta) {
+static inline __attribute__((always_inline)) void run(size_t kc, const uint8_t *A, long sa, size_t step,
+                                                      const uint8_t *B, float *c, // (MR, ldc) fp32
+                                                      size_t ldc, float alpha, float beta, const int stream_b) {
     const int from_c = alpha == 1.0f && beta == 1.0f;
     if (from_c) load_sums(c, ldc);
     else zero_sums();
-    for (size_t s = 0; s < kc; s += KB, A += step, B += KB / 2 * NR * 4) slice(A, sa, B);
+    for (size_t s = 0; s < kc; s += KB, A += step, B += KB / 2 * NR * 4) slice(A, sa, B, stream_b);
     if (from_c || (alpha == 1.0f && beta == 0.0f)) {
         store_sums(c, ldc);
         return;
@@ -137,14 +148,24 @@ static inline void run(size_t kc, const uint8_t *A, long sa, size_t step, const 
 }
 
 static void micro(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta) {
-    run(kc, ap, KB * 2, MR * KB * 2, bp, c, ldc, alpha, beta);
+    run(kc, ap, KB * 2, MR * KB * 2, bp, c, ldc, alpha, beta, 0);
 }
 
 /* micro with A's tiles loaded where A is: MR rows lda bf16 apart from the block's first k (op(A) not
  * transposed, kc whole slices), each slice's two tiles at the row stride instead of a packed copy's. */
 static void micro_rows(size_t kc, const void *a, size_t lda, const void *bp, float *c, size_t ldc, float alpha,
                        float beta) {
-    run(kc, a, (long)(lda * 2), KB * 2, bp, c, ldc, alpha, beta);
+    run(kc, a, (long)(lda * 2), KB * 2, bp, c, ldc, alpha, beta, 0);
+}
+
+/* micro and micro_rows for row panels: A's slices kept in L1 over the column panels, B's streamed */
+static void micro_stream_b(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta) {
+    run(kc, ap, KB * 2, MR * KB * 2, bp, c, ldc, alpha, beta, 1);
+}
+
+static void micro_rows_stream_b(size_t kc, const void *a, size_t lda, const void *bp, float *c, size_t ldc, float alpha,
+                                float beta) {
+    run(kc, a, (long)(lda * 2), KB * 2, bp, c, ldc, alpha, beta, 1);
 }
 
 const mp_gemm_kernel mp_gemm_amx = {
@@ -161,6 +182,9 @@ const mp_gemm_kernel mp_gemm_amx = {
     .micro = micro,
     .micro_rows = micro_rows,
     .rows_max_n = MP_AMX_ROWS_MAX_N,
+    .panels_b_max = MP_AMX_PANELS_B_MAX,
+    .micro_stream_b = micro_stream_b,
+    .micro_rows_stream_b = micro_rows_stream_b,
     .epilogue = mp_gemm_epilogue_avx512bf16,
     .zeros = mp_gemm_zeros_avx512,
     .row_sums = mp_gemm_row_sums_avx512,
