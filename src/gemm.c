@@ -253,7 +253,8 @@ typedef struct {
     float *row_sums;        /* (m,): op(A)'s row sums added (mp_gemm_epilogue's a_row_sums), or NULL */
     size_t kc, kcp, nk, K2; /* block depth, its packed depth, blocks of k, packed depth of all of k */
     size_t nc, panels, nblocks, mc;
-    int row_panels; /* the kernel's row panels (its panels_b_max) */
+    int row_panels; /* the kernel's row panels (its panels_b_max), */
+    size_t gw;      /* their epilogue's groups of column panels */
     void *bpack;
 } gemm_plan;
 
@@ -280,6 +281,7 @@ static mp_status plan(gemm_plan *g, int nt) {
     g->nblocks = nblocks > g->panels ? g->panels : nblocks;
     g->mc = (g->panels + g->nblocks - 1) / g->nblocks * g->MR; /* the tallest block */
     g->row_panels = g->nc * g->K2 * g->es <= kr->panels_b_max;
+    g->gw = (g->trivial && g->nk == 1) || MP_GEMM_STRIP < 2 * g->MR * g->NR ? 1 : MP_GEMM_STRIP / (g->MR * g->NR);
     if (!(g->bpack = pack_buffer(0, g->nc * g->K2 * g->es)))
         return mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed B block");
     return MP_OK;
@@ -435,13 +437,15 @@ static void epilogue_panel(const gemm_plan *g, const void *apack, const void *bp
 
 /* Row panels (the kernel's panels_b_max): each MR-row panel of the row block over every column panel of the
  * column block [jc, jc + ncur), block of k by block of k, so that the panel's block of A is reused by all of
- * them while B's panels stream from L2. A tile's sums collect in the strip over the blocks of k (tile jp at
- * jp MR NR, row stride NR; one tile with one block of k), and the tile goes through the epilogue right after its
- * last micro-kernel (trivial with one block of k, a whole tile is written straight into C), so that C's rows are
- * written in order. */
+ * them while B's panels stream from L2. The sums collect in the strip over the blocks of k, in groups of gw
+ * column panels side by side (group q at q MR gw NR, row stride gw NR; one group with one block of k), and a
+ * group goes through the epilogue right after its last micro-kernel, so that C's rows are written in order
+ * (trivial with one block of k, a whole tile is written straight into C, and groups are single tiles). */
 static void row_panels(const gemm_plan *g, const void *apack, float *strip, size_t ic, size_t mcur, size_t jc,
                        size_t ncur, mp_convert_stats *st, uint64_t *z) {
     const mp_gemm_ep *ep = g->ep;
+    const int direct = g->trivial && g->nk == 1;
+    const size_t gw = g->gw, ts = gw * g->NR;
     for (size_t ip = 0; ip * g->MR < mcur; ip++) {
         const size_t i0 = ic + ip * g->MR, rows = mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR;
         for (size_t bi = 0; bi < g->nk; bi++) {
@@ -449,16 +453,19 @@ static void row_panels(const gemm_plan *g, const void *apack, float *strip, size
             for (size_t jp = 0; jp * g->NR < ncur; jp++) {
                 const size_t j0 = jc + jp * g->NR, cols = g->n - j0 < g->NR ? g->n - j0 : g->NR;
                 const void *bp = (const uint8_t *)g->bpack + jp * g->K2 * g->NR * g->es;
-                if (g->trivial && g->nk == 1 && rows == g->MR && cols == g->NR) {
+                if (direct && rows == g->MR && cols == g->NR) {
                     float *cp = (float *)ep->c + i0 * ep->ldc + j0;
                     micro_at(g, apack, bp, ic, ip, rows, 0, cp, ep->ldc, ep->alpha, ep->beta, 1);
                     if (z) *z += g->kr->zeros(cp, ep->ldc, rows, cols);
                     continue;
                 }
-                float *t = g->nk == 1 ? strip : strip + jp * g->MR * g->NR;
+                float *grp = g->nk == 1 ? strip : strip + jp / gw * g->MR * ts;
                 if (last) prefetch_tile(g, i0, j0, rows, cols);
-                micro_at(g, apack, bp, ic, ip, rows, bi, t, g->NR, 1.0f, bi ? 1.0f : 0.0f, 1);
-                if (last) g->kr->epilogue(ep, t, g->NR, i0, j0, rows, cols, st, z);
+                micro_at(g, apack, bp, ic, ip, rows, bi, grp + jp % gw * g->NR, ts, 1.0f, bi ? 1.0f : 0.0f, 1);
+                if (last && ((jp + 1) % gw == 0 || (jp + 1) * g->NR >= ncur)) {
+                    const size_t g0 = jc + jp / gw * ts, gcols = jc + ncur - g0 < ts ? jc + ncur - g0 : ts;
+                    g->kr->epilogue(ep, grp, ts, i0, g0, rows, gcols, st, z);
+                }
             }
         }
     }
@@ -488,7 +495,8 @@ static void row_block(const gemm_plan *g, void *apack, float *strip, float *sums
 static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], uint64_t *zpart, int *oom) {
     void *apack = pack_buffer(1, g->mc * g->K2 * g->es);
     /* the strip: a row block's tiles of a column panel, or a row panel's tiles of the column block */
-    float *strip = pack_buffer(2, (g->row_panels ? g->MR * g->nc : g->mc * g->NR) * sizeof *strip);
+    const size_t groups = (g->nc / g->NR + g->gw - 1) / g->gw;
+    float *strip = pack_buffer(2, (g->row_panels ? g->MR * groups * g->gw * g->NR : g->mc * g->NR) * sizeof *strip);
     float *sums = g->row_sums ? pack_buffer(3, g->mc * sizeof *sums) : NULL;
     const int ready = apack && strip && (sums || !g->row_sums);
     if (!ready) {
