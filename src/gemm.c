@@ -298,7 +298,7 @@ static size_t kblock(const gemm_plan *g, size_t bi, size_t *kcur, size_t *kpad) 
 /* op(A)'s rows along k are the packed layout already: the kernel reads whole panels in place */
 static int direct_rows(const gemm_plan *g, size_t kcur, size_t rows) {
     return g->kr->micro_rows && !g->ta && kcur % g->KP == 0 && rows == g->MR &&
-           (!g->kr->rows_max_n || g->n <= g->kr->rows_max_n);
+           (g->row_panels || !g->kr->rows_max_n || g->n <= g->kr->rows_max_n);
 }
 
 /* The k packed per piece of work: this many of every micro-panel of a block at a time, so that an operand

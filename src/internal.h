@@ -573,9 +573,10 @@ typedef struct mp_gemm_kernel {
      * the packed panel's layout along k); NULL: A is always packed */
     void (*micro_rows)(size_t kc, const void *a, size_t lda, const void *bp, float *c, size_t ldc, float alpha,
                        float beta);
-    /* micro_rows only for GEMMs of at most this many columns (0: any), where
-     * a packed block of A would be reused by fewer column panels than pay
-     * for its copy */
+    /* micro_rows in row blocks only for GEMMs of at most this many columns
+     * (0: any), where a packed block of A would be reused by fewer column
+     * panels than pay for its copy (row panels read A in place at any width:
+     * a panel's slice of k stays in L1 over every column panel) */
     size_t rows_max_n;
     /* Row panels: where op(B)'s packed column block takes at most this many
      * bytes (0: never), the driver runs each MR-row panel of a row block over

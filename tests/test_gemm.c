@@ -647,6 +647,8 @@ static void check_amx(int quick) {
         /* whole slices of k in every block and few columns: A's tiles read in place (micro_rows), the
          * last 4 rows packed */
         {0, 0, 100, 200, 2 * MP_AMX_KC + 96, 2 * MP_AMX_KC + 104, 200, 200, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_BF16},
+        /* wider than MP_AMX_ROWS_MAX_N: A read in place in row panels, packed in row blocks */
+        {0, 1, 64, MP_AMX_ROWS_MAX_N + 88, 96, 96, 96, MP_AMX_ROWS_MAX_N + 88, 1.0f, 0.0f, MP_BF16, MP_BF16, MP_BF16},
     };
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
         forced = &mp_gemm_amx_model;
