@@ -854,6 +854,24 @@ void mp_sr_bytes(uint64_t seed, uint64_t j0, size_t n, uint8_t *r);
  * A new ISA path is its kernel files, its detection (cpu.c) and one table. */
 typedef void (*mp_relu16_fn)(uint16_t *out, const uint16_t *a, const uint16_t *x, size_t n, const mp_relu16_codes *k,
                              uint64_t *sub, uint64_t *nan);
+/* Layer norm on rows of C 16-bit values (f16: fp16, else bf16; every row of the call in it) with fp32
+ * reductions, ops.c's operations and bits; fwd16 and dx16 take one row. fwd16: y = (x - mean) rstd w + b (w NULL: 1, b
+ * NULL: +0), rounded and counted into st, the row's mean and rstd into *mean, *rstd. dx16: dx = rstd (dy w - a - n c)
+ * from n = (x - mean) rstd, rounded and counted into st_dx; with res, out = res + dx rounded and counted
+ * into st_sum, else out = dx. An output may be one of the inputs: each value is read before its own is
+ * written. */
+typedef struct mp_layernorm_kernels {
+    void (*fwd16)(uint16_t *y, const uint16_t *x, const float *w, const float *b, float eps, size_t C, int f16,
+                  float *mean, float *rstd, mp_convert_stats *st);
+    void (*dx16)(uint16_t *out, const uint16_t *dy, const uint16_t *x, const uint16_t *res, const float *w, float mean,
+                 float rstd, size_t C, int f16, mp_convert_stats *st_dx, mp_convert_stats *st_sum);
+    /* the weight's and bias's gradients over m columns of B rows (row stride C; dy and x from the first
+     * column): dw[k] = the sum in row order of dy (x - mean) rstd, db[k] of dy, each from +0 (either may be
+     * NULL: not summed) */
+    void (*dwdb16)(float *dw, float *db, const uint16_t *dy, const uint16_t *x, const float *mean, const float *rstd,
+                   size_t B, size_t C, size_t m, int f16);
+} mp_layernorm_kernels;
+extern const mp_layernorm_kernels mp_layernorm_avx512;
 void mp_relu16_scalar(uint16_t *out, const uint16_t *a, const uint16_t *x, size_t n, const mp_relu16_codes *k,
                       uint64_t *sub, uint64_t *nan);
 extern const mp_amax_kernels mp_amax_scalar;
@@ -884,6 +902,7 @@ typedef struct mp_kernels {
     const mp_gelu_kernels *gelu;
     const mp_softmax_kernels *softmax;
     mp_relu16_fn relu16;
+    const mp_layernorm_kernels *layernorm; /* NULL: ops.c's rows through the conversions */
     const mp_mx_kernels *mx;
     const mp_recipe_kernels *recipe;
     const mp_gemm_kernel *gemm;      /* any pair of input formats */

@@ -52,10 +52,10 @@ static const mp_kernels ctx_avx2 = {
 };
 
 /* what the AVX-512 paths share */
-#define AVX512_KERNELS                                                                                           \
-    .amax = &mp_amax_avx2, .unscale = &mp_unscale_avx512, .optim = &mp_optim_avx512, .gelu = &mp_gelu_avx512,    \
-    .softmax = &mp_softmax_avx512, .relu16 = mp_relu16_avx512, .mx = &mp_mx_avx512, .recipe = &mp_recipe_avx512, \
-    .gemm = &mp_gemm_avx512
+#define AVX512_KERNELS                                                                                                 \
+    .amax = &mp_amax_avx2, .unscale = &mp_unscale_avx512, .optim = &mp_optim_avx512, .gelu = &mp_gelu_avx512,          \
+    .softmax = &mp_softmax_avx512, .relu16 = mp_relu16_avx512, .layernorm = &mp_layernorm_avx512, .mx = &mp_mx_avx512, \
+    .recipe = &mp_recipe_avx512, .gemm = &mp_gemm_avx512
 
 static const mp_kernels ctx_avx512 = {
     .isa = MP_ISA_AVX512,

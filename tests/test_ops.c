@@ -1125,6 +1125,72 @@ static void check_rows_parallel(void) {
         }
 }
 
+/* Layer norm on every path (the AVX-512 ones run the row kernels, mp_layernorm_kernels) against the
+ * sequential implementation, bit for bit with the counts: 16-bit and fp32 rows, ragged and short rows, with
+ * and without w and b, into a residual stream, and a row of equal values with w = -1 and no b, whose
+ * normalized values are -0 before the bias's +0 makes them +0. */
+static void check_layernorm_paths(void) {
+    const long mark = check_failures;
+    static const size_t shapes[][2] = {{9, 389}, {33, 16}, {17, 7}, {3, 1000}};
+    const mp_isa best = mp_cpu_detected();
+    long cases = 0;
+    for (int isa = MP_ISA_SCALAR; isa <= (int)best; isa++) {
+        mp_cpu_set_isa((mp_isa)isa);
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int a = 0; a < 3; a++) {
+                const size_t B = shapes[si][0], C = shapes[si][1];
+                const mp_dtype t = types[a];
+                const size_t bytes = B * C * mp_format(t)->size;
+                double *xd = malloc(B * C * sizeof *xd);
+                void *x = make(t, B * C, 4.0, xd), *dy = make(t, B * C, 0.5, xd), *res = make(t, B * C, 1.0, xd);
+                const float three = 3.0f;
+                for (size_t j = 0; j < C; j++) /* row 0: equal values */
+                    mp_convert((uint8_t *)x + j * mp_format(t)->size, t, &three, MP_F32, 1, NULL);
+                void *y0 = malloc(bytes), *y1 = malloc(bytes), *d0 = malloc(bytes), *d1 = malloc(bytes);
+                float *w = malloc(C * 4), *b = malloc(C * 4), *m0 = malloc(B * 4), *r0 = malloc(B * 4),
+                      *m1 = malloc(B * 4), *r1 = malloc(B * 4), *dw0 = calloc(C, 4), *db0 = calloc(C, 4),
+                      *dw1 = calloc(C, 4), *db1 = calloc(C, 4);
+                for (size_t j = 0; j < C; j++) w[j] = (float)(-1 + 2.5 * drand()), b[j] = (float)drand();
+                w[0] = -1.0f;
+                for (int v = 0; v < 3; v++, cases++) { /* w and b; w alone; neither */
+                    const float *wv = v == 2 ? NULL : w, *bv = v ? NULL : b;
+                    mp_convert_stats s0 = {0}, s1 = {0}, a0 = {0}, a1 = {0}, c0 = {0}, c1 = {0};
+                    old_layernorm_forward(y0, t, m0, r0, x, t, wv, bv, B, C, 1e-5f, &s0);
+                    mp_layernorm_forward(y1, t, m1, r1, x, t, wv, bv, B, C, 1e-5f, MP_F32, &s1);
+                    CHECK(same(y0, y1, bytes) && same(m0, m1, B * 4) && same(r0, r1, B * 4) &&
+                              convert_stats_eq(&s0, &s1),
+                          "layernorm forward on %s, %s, %zu x %zu, variant %d", mp_isa_name((mp_isa)isa),
+                          mp_format(t)->name, B, C, v);
+                    if (v == 1)
+                        CHECK(elem_f32(y1, t, 0) == 0.0f && !signbit(elem_f32(y1, t, 0)),
+                              "layernorm on %s, %s: -0 w + no bias gives %g, want +0", mp_isa_name((mp_isa)isa),
+                              mp_format(t)->name, (double)elem_f32(y1, t, 0));
+                    old_layernorm_backward(d0, t, dw0, db0, dy, t, x, t, m0, r0, wv, B, C, 1, &a0);
+                    memcpy(y0, res, bytes);
+                    mp_add(y0, t, y0, t, d0, t, B * C, &c0);
+                    memcpy(y1, res, bytes);
+                    CHECK(mp_layernorm_backward_add(y1, t, dw1, db1, dy, x, m1, r1, wv, B, C, 1, MP_F32, y1, &a1,
+                                                    &c1) == MP_OK &&
+                              same(y0, y1, bytes) && convert_stats_eq(&a0, &a1) && convert_stats_eq(&c0, &c1) &&
+                              same(dw0, dw1, C * 4) && same(db0, db1, C * 4),
+                          "layernorm backward into a residual on %s, %s, %zu x %zu, variant %d",
+                          mp_isa_name((mp_isa)isa), mp_format(t)->name, B, C, v);
+                    memcpy(d1, dy, bytes); /* dx aliasing dy */
+                    mp_layernorm_backward(d1, t, NULL, NULL, d1, t, x, t, m1, r1, wv, B, C, 0, MP_F32, NULL);
+                    CHECK(same(d0, d1, bytes), "layernorm backward in place on %s, %s, %zu x %zu, variant %d",
+                          mp_isa_name((mp_isa)isa), mp_format(t)->name, B, C, v);
+                }
+                free(xd), free(x), free(dy), free(res), free(y0), free(y1), free(d0), free(d1), free(w), free(b),
+                    free(m0), free(r0), free(m1), free(r1), free(dw0), free(db0), free(dw1), free(db1);
+            }
+    }
+    mp_cpu_set_isa(best);
+    CHECK_SAY(mark,
+              "  layer norm on every path: forward, backward and backward into a residual equal to the sequential "
+              "loops, counts too (%ld cases; a -0 normalized value plus the absent bias is +0)\n",
+              cases);
+}
+
 static void check_bad_args(void) {
     float x[4] = {1, 2, 3, 4}, y[4];
     CHECK(mp_relu_forward(y, MP_E4M3, x, MP_F32, 4, NULL) == MP_EINVAL, "e4m3 output");
@@ -1148,6 +1214,7 @@ int main(int argc, char **argv) {
     check_exp();
     check_softmax_paths();
     check_rows_parallel();
+    check_layernorm_paths();
     check_softmax();
     check_cross_entropy();
     check_layernorm();
