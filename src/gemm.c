@@ -241,8 +241,9 @@ static void *pack_buffer(int which, size_t bytes) {
  * at once: B for a column block (nc columns) by every thread together, A for
  * a row block by the thread that takes it; a block of k is kc deep (its
  * packed depth kcp, the last one kpad), and the sums of a row block by one
- * column panel collect over every block of k in the thread's strip (rows x
- * NR fp32, in cache) rather than in C: each C element is written once. */
+ * column panel (row blocks; rows x NR fp32), or of a row panel by the column
+ * block (row panels; MR x nc fp32), collect over every block of k in the
+ * thread's strip, in cache, rather than in C: each C element is written once. */
 typedef struct {
     const mp_gemm_kernel *kr;
     int ta, tb, trivial, team; /* team: run by an OpenMP team (else by the calling thread alone) */
@@ -281,7 +282,9 @@ static mp_status plan(gemm_plan *g, int nt) {
     g->nblocks = nblocks > g->panels ? g->panels : nblocks;
     g->mc = (g->panels + g->nblocks - 1) / g->nblocks * g->MR; /* the tallest block */
     g->row_panels = g->nc * g->K2 * g->es <= kr->panels_b_max;
-    g->gw = (g->trivial && g->nk == 1) || MP_GEMM_STRIP < 2 * g->MR * g->NR ? 1 : MP_GEMM_STRIP / (g->MR * g->NR);
+    /* the row panels' epilogue groups: as many column panels as MP_GEMM_STRIP and MP_GEMM_EPILOGUE_COLS allow */
+    const size_t gw_cols = MP_GEMM_EPILOGUE_COLS / g->NR, gw_strip = MP_GEMM_STRIP / (g->MR * g->NR);
+    g->gw = (g->trivial && g->nk == 1) || !gw_cols || !gw_strip ? 1 : gw_cols < gw_strip ? gw_cols : gw_strip;
     if (!(g->bpack = pack_buffer(0, g->nc * g->K2 * g->es)))
         return mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed B block");
     return MP_OK;
@@ -496,7 +499,8 @@ static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], 
     void *apack = pack_buffer(1, g->mc * g->K2 * g->es);
     /* the strip: a row block's tiles of a column panel, or a row panel's tiles of the column block */
     const size_t groups = (g->nc / g->NR + g->gw - 1) / g->gw;
-    float *strip = pack_buffer(2, (g->row_panels ? g->MR * groups * g->gw * g->NR : g->mc * g->NR) * sizeof *strip);
+    float *strip = pack_buffer(2, (g->row_panels ? g->MR * (g->nk == 1 ? 1 : groups) * g->gw * g->NR : g->mc * g->NR) *
+                                      sizeof *strip);
     float *sums = g->row_sums ? pack_buffer(3, g->mc * sizeof *sums) : NULL;
     const int ready = apack && strip && (sums || !g->row_sums);
     if (!ready) {
@@ -572,12 +576,13 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
 
 /* No products (k == 0 or alpha == 0): the epilogue on sums of zero. */
 static void epilogue_zero(const mp_gemm_ep *ep, size_t m, size_t n, mp_convert_stats st[2], uint64_t *zeros) {
-    float tile[8 * 64];
+    float tile[8 * MP_GEMM_EPILOGUE_COLS];
     for (size_t i0 = 0; i0 < m; i0 += 8)
-        for (size_t j0 = 0; j0 < n; j0 += 64) {
-            const size_t rows = m - i0 < 8 ? m - i0 : 8, cols = n - j0 < 64 ? n - j0 : 64;
+        for (size_t j0 = 0; j0 < n; j0 += MP_GEMM_EPILOGUE_COLS) {
+            const size_t rows = m - i0 < 8 ? m - i0 : 8,
+                         cols = n - j0 < MP_GEMM_EPILOGUE_COLS ? n - j0 : MP_GEMM_EPILOGUE_COLS;
             memset(tile, 0, sizeof tile);
-            mp_gemm_epilogue_scalar(ep, tile, 64, i0, j0, rows, cols, st, zeros);
+            mp_gemm_epilogue_scalar(ep, tile, MP_GEMM_EPILOGUE_COLS, i0, j0, rows, cols, st, zeros);
         }
 }
 

@@ -174,7 +174,7 @@ static inline void mp_gemm_epilogue_body(const mp_gemm_ep *e, float *tile, size_
         float *restrict t = tile + r * ts;
         const uint8_t *crow = (const uint8_t *)e->c + ((i0 + r) * e->ldc + j0) * es;
         if (read_c) {
-            float cold[64];
+            float cold[MP_GEMM_EPILOGUE_COLS];
             const float *restrict c = (const float *)crow;
             if (e->ct == MP_F16) e->k->convert->f16_to_f32(cold, (const uint16_t *)crow, cols, NULL), c = cold;
             if (e->ct == MP_BF16) e->k->convert->bf16_to_f32(cold, (const uint16_t *)crow, cols, NULL), c = cold;

@@ -546,10 +546,14 @@ typedef struct mp_gemm_ep {
 } mp_gemm_ep;
 
 /* The most fp32 values the driver hands the epilogue at once: the tiles of
- * the last block of k for consecutive row panels of one column panel, up to
- * this many (every kernel's mr x nr fits), so that the epilogue's per-call
- * work is spread over a strip of C rather than one tile. */
+ * the last block of k for consecutive row panels of one column panel (row
+ * blocks), or of one row panel by consecutive column panels up to
+ * MP_GEMM_EPILOGUE_COLS columns (row panels), up to this many (every
+ * kernel's mr x nr fits), so that the epilogue's per-call work is spread
+ * over a strip of C rather than one tile. */
 #define MP_GEMM_STRIP 2048
+/* The most columns of C in one epilogue call (its row buffers, gemm_epilogue.h) */
+#define MP_GEMM_EPILOGUE_COLS 64
 
 /* A GEMM micro-architecture: packing routines and a micro-kernel computing an
  * mr x nr tile of C from packed panels, plus its cache blocking. Packed A
@@ -582,14 +586,17 @@ typedef struct mp_gemm_kernel {
      * bytes (0: never), the driver runs each MR-row panel of a row block over
      * every column panel, so that A's block of k is reused by all of them while
      * B's panels stream from L2 (by micro_stream_b and micro_rows_stream_b:
-     * micro and micro_rows with that reuse's cache hints), and writes each tile
-     * of C right after its last micro-kernel, C's rows in order */
+     * micro and micro_rows with that reuse's cache hints, which a kernel with
+     * panels_b_max names), and writes each group of column panels of C (up to
+     * MP_GEMM_EPILOGUE_COLS columns) right after its last micro-kernel, C's
+     * rows in order */
     size_t panels_b_max;
     void (*micro_stream_b)(size_t kc, const void *ap, const void *bp, float *c, size_t ldc, float alpha, float beta);
     void (*micro_rows_stream_b)(size_t kc, const void *a, size_t lda, const void *bp, float *c, size_t ldc, float alpha,
                                 float beta);
     /* C[i0.., j0..] from a rows x cols tile of fp32 sums (row stride ts; the
-     * tile is overwritten; rows x ts <= MP_GEMM_STRIP); counts into st[0]
+     * tile is overwritten; rows x ts <= MP_GEMM_STRIP, cols <=
+     * MP_GEMM_EPILOGUE_COLS); counts into st[0]
      * (C's store) and st[1] (the post step's) and adds the +-0 results to
      * zeros (gemm_epilogue.h; st and zeros may be NULL) */
     void (*epilogue)(const mp_gemm_ep *e, float *tile, size_t ts, size_t i0, size_t j0, size_t rows, size_t cols,

@@ -700,7 +700,7 @@ static void ln_dwdb_share(void *ctx, size_t j0, size_t j1, int t) {
     memset(r + 2 * m, 0, 2 * m * sizeof *r);
     float *dw = J->dw ? r + 2 * m : NULL, *db = J->db ? r + 3 * m : NULL;
     const int f16 = J->gt == MP_F16; /* 16-bit rows with fp32 sums: the path's kernel, the same bits */
-    const int kernel = J->k->layernorm && (f16 || J->gt == MP_BF16) && J->xt == J->gt && acc == MP_F32;
+    const int kernel = J->k->layernorm && J->B && (f16 || J->gt == MP_BF16) && J->xt == J->gt && acc == MP_F32;
     if (kernel)
         J->k->layernorm->dwdb16(dw, db, (const uint16_t *)J->g + j0, (const uint16_t *)J->x + j0, J->mean, J->rstd,
                                 J->B, J->C, m, f16);

@@ -724,6 +724,45 @@ static void check_amx(int quick) {
               MP_AMX_KC, hw ? "the tiles equal the model bit for bit" : "tiles not run", packs);
 }
 
+/* The AMX model's two loop orders give the same bits and counts: row panels against row blocks on an fp32
+ * C written straight from the tiles (one block of k, no epilogue), a bf16 C over two column blocks (n past
+ * the kernel's nc), and a transposed A over blocks of k into C read with beta. */
+static void check_amx_orders(void) {
+    const long mark = check_failures;
+    const mp_gemm_kernel blocks = row_blocks_of(&mp_gemm_amx_model, "amx-model-row-blocks");
+    const struct {
+        int ta, counted;
+        size_t m, n, k;
+        float beta;
+        mp_dtype ct;
+    } cases[] = {{0, 0, 70, 100, 96, 0.0f, MP_F32},
+                 {0, 0, 45, 47, 40, 0.5f, MP_F32},
+                 {0, 1, 32, MP_AMX_NC + 28, 32, 0.0f, MP_BF16},
+                 {1, 1, 50, 80, MP_AMX_KC + 300, 0.5f, MP_F32}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const size_t m = cases[i].m, n = cases[i].n, k = cases[i].k, es = mp_format(cases[i].ct)->size;
+        uint16_t *a = malloc(m * k * 2), *b = malloc(k * n * 2);
+        void *c0 = malloc(m * n * es), *c1 = malloc(m * n * es);
+        fill(a, MP_BF16, m * k, 0), fill(b, MP_BF16, k * n, 0), fill(c0, cases[i].ct, m * n, 0);
+        memcpy(c1, c0, m * n * es);
+        mp_convert_stats st[2] = {{0}, {0}};
+        const mp_gemm_epilogue e0 = {.stats = cases[i].counted ? &st[0] : NULL},
+                               e1 = {.stats = cases[i].counted ? &st[1] : NULL};
+        const size_t lda = cases[i].ta ? m : k;
+        const mp_status r0 = mp_gemm_run(WITH(&mp_gemm_amx_model), cases[i].ta, 1, m, n, k, 1.0f, a, MP_BF16, lda, b,
+                                         MP_BF16, k, cases[i].beta, c0, cases[i].ct, n, &e0),
+                        r1 = mp_gemm_run(WITH(&blocks), cases[i].ta, 1, m, n, k, 1.0f, a, MP_BF16, lda, b, MP_BF16, k,
+                                         cases[i].beta, c1, cases[i].ct, n, &e1);
+        CHECK(r0 == MP_OK && r1 == MP_OK && memcmp(c0, c1, m * n * es) == 0 && convert_stats_eq(&st[0], &st[1]),
+              "AMX model, row panels against row blocks: %zux%zux%zu%s -> %s differs", m, n, k,
+              cases[i].ta ? " (A transposed)" : "", mp_format(cases[i].ct)->name);
+        free(a), free(b), free(c0), free(c1);
+    }
+    CHECK_SAY(mark,
+              "  amx model: row panels equal row blocks bit for bit (C written from the tiles, two column blocks, "
+              "blocks of k)\n");
+}
+
 /* The outputs agree when k spans several blocks of the kernel's kc: on each
  * path (and the AMX model), with edges in m and n, a bf16 C is the rounding
  * of the fp32 C the same kernel writes without an epilogue, and an fp32 C
@@ -848,6 +887,7 @@ int main(int argc, char **argv) {
     check_threads_deterministic();
     check_avx2_equals_scalar();
     check_amx(test_quick(argc, argv));
+    check_amx_orders();
     check_epilogue();
     check_post();
     check_zeros_keep_bits();

@@ -1127,13 +1127,15 @@ static void check_rows_parallel(void) {
 
 /* Layer norm on every path (the AVX-512 ones run the row kernels, mp_layernorm_kernels) against the
  * sequential implementation, bit for bit with the counts: 16-bit and fp32 rows, ragged and short rows, with
- * and without w and b, into a residual stream, and a row of equal values with w = -1 and no b, whose
- * normalized values are -0 before the bias's +0 makes them +0. */
+ * and without w and b, into a residual stream; a row of equal values with w = -1 and no b (n w is -0 before
+ * the absent bias's +0 makes it +0), a row with a NaN, a row of nearly equal values (a large rstd: dx
+ * overflows fp16) and a row of tiny gradients (dx underflows or is subnormal). */
 static void check_layernorm_paths(void) {
     const long mark = check_failures;
     static const size_t shapes[][2] = {{9, 389}, {33, 16}, {17, 7}, {3, 1000}};
     const mp_isa best = mp_cpu_detected();
     long cases = 0;
+    uint64_t seen[3] = {0, 0, 0}; /* NaN, overflow, underflow counted in the 16-bit rows' dx */
     for (int isa = MP_ISA_SCALAR; isa <= (int)best; isa++) {
         mp_cpu_set_isa((mp_isa)isa);
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
@@ -1143,9 +1145,18 @@ static void check_layernorm_paths(void) {
                 const size_t bytes = B * C * mp_format(t)->size;
                 double *xd = malloc(B * C * sizeof *xd);
                 void *x = make(t, B * C, 4.0, xd), *dy = make(t, B * C, 0.5, xd), *res = make(t, B * C, 1.0, xd);
-                const float three = 3.0f;
-                for (size_t j = 0; j < C; j++) /* row 0: equal values */
-                    mp_convert((uint8_t *)x + j * mp_format(t)->size, t, &three, MP_F32, 1, NULL);
+                const size_t es = mp_format(t)->size;
+                for (size_t j = 0; j < C; j++) { /* row 0: equal values; 1: nearly equal; 2: tiny gradients */
+                    const float three = 3.0f, near = 3.0f + (j % 2 ? 1 : -1) * 0x1p-9f,
+                                tiny = (t == MP_F16 ? 2e-8f : 1e-39f) * (float)(j % 5),
+                                big = 500.0f * (float)(j % 3) - 400.0f;
+                    mp_convert((uint8_t *)x + j * es, t, &three, MP_F32, 1, NULL);
+                    mp_convert((uint8_t *)x + (C + j) * es, t, &near, MP_F32, 1, NULL);
+                    mp_convert((uint8_t *)dy + (C + j) * es, t, &big, MP_F32, 1, NULL);
+                    mp_convert((uint8_t *)dy + (2 * C + j) * es, t, &tiny, MP_F32, 1, NULL);
+                }
+                const float nan = NAN; /* row 3: one NaN (every NaN of the row then has its payload) */
+                if (B > 3) mp_convert((uint8_t *)x + (3 * C + C / 2) * es, t, &nan, MP_F32, 1, NULL);
                 void *y0 = malloc(bytes), *y1 = malloc(bytes), *d0 = malloc(bytes), *d1 = malloc(bytes);
                 float *w = malloc(C * 4), *b = malloc(C * 4), *m0 = malloc(B * 4), *r0 = malloc(B * 4),
                       *m1 = malloc(B * 4), *r1 = malloc(B * 4), *dw0 = calloc(C, 4), *db0 = calloc(C, 4),
@@ -1175,6 +1186,7 @@ static void check_layernorm_paths(void) {
                               same(dw0, dw1, C * 4) && same(db0, db1, C * 4),
                           "layernorm backward into a residual on %s, %s, %zu x %zu, variant %d",
                           mp_isa_name((mp_isa)isa), mp_format(t)->name, B, C, v);
+                    if (t == MP_F16) seen[0] += a1.nan, seen[1] += a1.overflow, seen[2] += a1.underflow;
                     memcpy(d1, dy, bytes); /* dx aliasing dy */
                     mp_layernorm_backward(d1, t, NULL, NULL, d1, t, x, t, m1, r1, wv, B, C, 0, MP_F32, NULL);
                     CHECK(same(d0, d1, bytes), "layernorm backward in place on %s, %s, %zu x %zu, variant %d",
@@ -1185,9 +1197,12 @@ static void check_layernorm_paths(void) {
             }
     }
     mp_cpu_set_isa(best);
+    CHECK(seen[0] && seen[1] && seen[2], "layernorm rows: fp16 dx NaN %llu, overflow %llu, underflow %llu: want each",
+          (unsigned long long)seen[0], (unsigned long long)seen[1], (unsigned long long)seen[2]);
     CHECK_SAY(mark,
               "  layer norm on every path: forward, backward and backward into a residual equal to the sequential "
-              "loops, counts too (%ld cases; a -0 normalized value plus the absent bias is +0)\n",
+              "loops, counts too (%ld cases, with NaN, overflow and underflow; n w = -0 plus the absent bias is "
+              "+0)\n",
               cases);
 }
 
