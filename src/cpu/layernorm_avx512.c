@@ -5,7 +5,9 @@
  * fold; forward: the mean, the deviations' squares, y = n w + b; backward:
  * n = (x - mean) rstd, dn = dy w, dx = rstd (dn - a - n c)), the same exact
  * conversions and the same counts, hence the same bits (tests/test_ops.c,
- * every path). Each pass reads the row from L1: the forward's sum, squares
+ * every path; where two NaNs of different payloads meet in one operation,
+ * the one kept depends on the operand order the compiler chose, in the
+ * portable rows too). Each pass reads the row from L1: the forward's sum, squares
  * and outputs; the backward's sums, then dx (recomputing n and dn) rounded,
  * counted and added to the residual stream's row. */
 #include <math.h>
