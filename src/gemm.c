@@ -284,7 +284,7 @@ static mp_status plan(gemm_plan *g, int nt) {
     g->row_panels = g->nc * g->K2 * g->es <= kr->panels_b_max;
     /* the row panels' epilogue groups: as many column panels as MP_GEMM_STRIP and MP_GEMM_EPILOGUE_COLS allow */
     const size_t gw_cols = MP_GEMM_EPILOGUE_COLS / g->NR, gw_strip = MP_GEMM_STRIP / (g->MR * g->NR);
-    g->gw = (g->trivial && g->nk == 1) || !gw_cols || !gw_strip ? 1 : gw_cols < gw_strip ? gw_cols : gw_strip;
+    g->gw = !gw_cols || !gw_strip ? 1 : gw_cols < gw_strip ? gw_cols : gw_strip;
     if (!(g->bpack = pack_buffer(0, g->nc * g->K2 * g->es)))
         return mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed B block");
     return MP_OK;
@@ -398,22 +398,29 @@ static void prefetch_tile(const gemm_plan *g, size_t i0, size_t j0, size_t rows,
 }
 
 /* Trivial (an fp32 C, no epilogue) with one block of k: the micro-kernel writes alpha * sums + beta * C
- * into whole tiles of C (counting the zeros of C's final values into *z); an edge tile goes through the strip
- * and the epilogue, which does the same arithmetic on its part. */
+ * into a whole tile of C (counting the zeros of C's final values into *z); an edge tile goes through the strip
+ * and the epilogue, which does the same arithmetic on its part. Tile ip of the row block at ic (rows of it) by
+ * the column panel bp at j0 (cols of it); stream_b: the row panels' kernels. */
+static void trivial_tile(const gemm_plan *g, const void *apack, const void *bp, float *strip, size_t ic, size_t ip,
+                         size_t rows, size_t j0, size_t cols, uint64_t *z, int stream_b) {
+    const mp_gemm_ep *ep = g->ep;
+    const size_t i0 = ic + ip * g->MR;
+    if (rows == g->MR && cols == g->NR) {
+        float *cp = (float *)ep->c + i0 * ep->ldc + j0;
+        micro_at(g, apack, bp, ic, ip, rows, 0, cp, ep->ldc, ep->alpha, ep->beta, stream_b);
+        if (z) *z += g->kr->zeros(cp, ep->ldc, rows, cols);
+    } else {
+        micro_at(g, apack, bp, ic, ip, rows, 0, strip, g->NR, 1.0f, 0.0f, stream_b);
+        g->kr->epilogue(ep, strip, g->NR, i0, j0, rows, cols, NULL, z);
+    }
+}
+
+/* trivial_tile for every tile of a row block's column panel */
 static void trivial_panel(const gemm_plan *g, const void *apack, const void *bp, float *strip, size_t ic, size_t mcur,
                           size_t j0, size_t cols, uint64_t *z) {
-    const mp_gemm_ep *ep = g->ep;
-    for (size_t ip = 0; ip * g->MR < mcur; ip++) {
-        const size_t i0 = ic + ip * g->MR, rows = mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR;
-        if (rows == g->MR && cols == g->NR) {
-            float *cp = (float *)ep->c + i0 * ep->ldc + j0;
-            micro_at(g, apack, bp, ic, ip, rows, 0, cp, ep->ldc, ep->alpha, ep->beta, 0);
-            if (z) *z += g->kr->zeros(cp, ep->ldc, rows, cols);
-        } else {
-            micro_at(g, apack, bp, ic, ip, rows, 0, strip, g->NR, 1.0f, 0.0f, 0);
-            g->kr->epilogue(ep, strip, g->NR, i0, j0, rows, cols, NULL, z);
-        }
-    }
+    for (size_t ip = 0; ip * g->MR < mcur; ip++)
+        trivial_tile(g, apack, bp, strip, ic, ip, mcur - ip * g->MR < g->MR ? mcur - ip * g->MR : g->MR, j0, cols, z,
+                     0);
 }
 
 /* The epilogue's panel: the sums of every block of k collect in the strip; during the last block, the
@@ -443,10 +450,9 @@ static void epilogue_panel(const gemm_plan *g, const void *apack, const void *bp
  * them while B's panels stream from L2. The sums collect in the strip over the blocks of k, in groups of gw
  * column panels side by side (group q at q MR gw NR, row stride gw NR; one group with one block of k), and a
  * group goes through the epilogue right after its last micro-kernel, so that C's rows are written in order
- * (trivial with one block of k, a whole tile is written straight into C, and groups are single tiles). */
+ * (trivial with one block of k: trivial_tile). */
 static void row_panels(const gemm_plan *g, const void *apack, float *strip, size_t ic, size_t mcur, size_t jc,
                        size_t ncur, mp_convert_stats *st, uint64_t *z) {
-    const mp_gemm_ep *ep = g->ep;
     const int direct = g->trivial && g->nk == 1;
     const size_t gw = g->gw, ts = gw * g->NR;
     for (size_t ip = 0; ip * g->MR < mcur; ip++) {
@@ -456,10 +462,8 @@ static void row_panels(const gemm_plan *g, const void *apack, float *strip, size
             for (size_t jp = 0; jp * g->NR < ncur; jp++) {
                 const size_t j0 = jc + jp * g->NR, cols = g->n - j0 < g->NR ? g->n - j0 : g->NR;
                 const void *bp = (const uint8_t *)g->bpack + jp * g->K2 * g->NR * g->es;
-                if (direct && rows == g->MR && cols == g->NR) {
-                    float *cp = (float *)ep->c + i0 * ep->ldc + j0;
-                    micro_at(g, apack, bp, ic, ip, rows, 0, cp, ep->ldc, ep->alpha, ep->beta, 1);
-                    if (z) *z += g->kr->zeros(cp, ep->ldc, rows, cols);
+                if (direct) {
+                    trivial_tile(g, apack, bp, strip, ic, ip, rows, j0, cols, z, 1);
                     continue;
                 }
                 float *grp = g->nk == 1 ? strip : strip + jp / gw * g->MR * ts;
@@ -467,7 +471,7 @@ static void row_panels(const gemm_plan *g, const void *apack, float *strip, size
                 micro_at(g, apack, bp, ic, ip, rows, bi, grp + jp % gw * g->NR, ts, 1.0f, bi ? 1.0f : 0.0f, 1);
                 if (last && ((jp + 1) % gw == 0 || (jp + 1) * g->NR >= ncur)) {
                     const size_t g0 = jc + jp / gw * ts, gcols = jc + ncur - g0 < ts ? jc + ncur - g0 : ts;
-                    g->kr->epilogue(ep, grp, ts, i0, g0, rows, gcols, st, z);
+                    g->kr->epilogue(g->ep, grp, ts, i0, g0, rows, gcols, st, z);
                 }
             }
         }

@@ -610,16 +610,21 @@ static void ln_stats_naive(const float *x, size_t C, float eps, mp_dtype acc, fl
     *mean = m, *rstd = mp_round_to(acc, 1.0f / sd);
 }
 
+/* The path's layer-norm kernels, where it has them and the rows are 16-bit values of t with fp32 sums (the
+ * other format u the same), else NULL */
+static const mp_layernorm_kernels *ln_rows16(const ln_job *J, mp_dtype t, mp_dtype u) {
+    return (t == MP_F16 || t == MP_BF16) && u == t && J->acc == MP_F32 ? J->k->layernorm : NULL;
+}
+
 static void ln_fwd_share(void *ctx, size_t r0, size_t r1, int t) {
     ln_job *J = ctx;
     const size_t C = J->C;
     const float *w = J->w, *b = J->b;
-    /* 16-bit rows with fp32 sums: the path's row kernel where it has one (the same bits) */
-    const int f16 = J->yt == MP_F16;
-    if (J->k->layernorm && (f16 || J->yt == MP_BF16) && J->xt == J->yt && J->acc == MP_F32) {
+    const mp_layernorm_kernels *lk = ln_rows16(J, J->yt, J->xt); /* the same bits */
+    if (lk) {
         for (size_t r = r0; r < r1; r++)
-            J->k->layernorm->fwd16((uint16_t *)J->y + r * C, (const uint16_t *)J->x + r * C, w, b, J->eps, C, f16,
-                                   &J->mean_out[r], &J->rstd_out[r], &J->part[t]);
+            lk->fwd16((uint16_t *)J->y + r * C, (const uint16_t *)J->x + r * C, w, b, J->eps, C, J->yt == MP_F16,
+                      &J->mean_out[r], &J->rstd_out[r], &J->part[t]);
         return;
     }
     float stack[ROW_STACK], *row = row_scratch(stack, C);
@@ -699,12 +704,11 @@ static void ln_dwdb_share(void *ctx, size_t j0, size_t j1, int t) {
     float *g = r, *n = r + m;
     memset(r + 2 * m, 0, 2 * m * sizeof *r);
     float *dw = J->dw ? r + 2 * m : NULL, *db = J->db ? r + 3 * m : NULL;
-    const int f16 = J->gt == MP_F16; /* 16-bit rows with fp32 sums: the path's kernel, the same bits */
-    const int kernel = J->k->layernorm && J->B && (f16 || J->gt == MP_BF16) && J->xt == J->gt && acc == MP_F32;
-    if (kernel)
-        J->k->layernorm->dwdb16(dw, db, (const uint16_t *)J->g + j0, (const uint16_t *)J->x + j0, J->mean, J->rstd,
-                                J->B, J->C, m, f16);
-    for (size_t i = 0; !kernel && i < J->B; i++) {
+    const mp_layernorm_kernels *lk = J->B ? ln_rows16(J, J->gt, J->xt) : NULL; /* the same bits */
+    if (lk)
+        lk->dwdb16(dw, db, (const uint16_t *)J->g + j0, (const uint16_t *)J->x + j0, J->mean, J->rstd, J->B, J->C, m,
+                   J->gt == MP_F16);
+    for (size_t i = 0; !lk && i < J->B; i++) {
         load(J->k, g, J->g, J->gt, i * J->C + j0, m);
         if (dw) {
             load(J->k, n, J->x, J->xt, i * J->C + j0, m);
@@ -731,13 +735,12 @@ static void ln_dx_share(void *ctx, size_t r0, size_t r1, int t) {
     ln_job *J = ctx;
     const size_t C = J->C;
     const float *w = J->w, *mean = J->mean, *rstd = J->rstd;
-    /* 16-bit rows with fp32 sums: the path's row kernel where it has one (the same bits) */
-    const int f16 = J->yt == MP_F16;
-    if (J->k->layernorm && (f16 || J->yt == MP_BF16) && J->xt == J->yt && J->gt == J->yt && J->acc == MP_F32) {
+    const mp_layernorm_kernels *lk = J->gt == J->yt ? ln_rows16(J, J->yt, J->xt) : NULL; /* the same bits */
+    if (lk) {
         for (size_t i = r0; i < r1; i++)
-            J->k->layernorm->dx16((uint16_t *)J->y + i * C, (const uint16_t *)J->g + i * C,
-                                  (const uint16_t *)J->x + i * C, J->res ? (const uint16_t *)J->res + i * C : NULL, w,
-                                  mean[i], rstd[i], C, f16, &J->part[t], &J->part2[t]);
+            lk->dx16((uint16_t *)J->y + i * C, (const uint16_t *)J->g + i * C, (const uint16_t *)J->x + i * C,
+                     J->res ? (const uint16_t *)J->res + i * C : NULL, w, mean[i], rstd[i], C, J->yt == MP_F16,
+                     &J->part[t], &J->part2[t]);
         return;
     }
     float stack[ROW_STACK], *r = row_scratch(stack, 2 * C);

@@ -112,6 +112,31 @@ static inline __m256i mp_bf16_round16_cvt(__m512i x) {
     return denormal ? _mm256_mask_mov_epi16(h, denormal, _mm512_cvtepi32_epi16(mp_bf16_round16(x))) : h;
 }
 
+/* 16 fp16 or bf16 codes at p (lanes off k read 0) as exact fp32, NaN quieted as mp_convert */
+static inline __m512 mp_half_load16(int f16, const uint16_t *p, __mmask16 k) {
+    const __m256i h = _mm256_maskz_loadu_epi16(k, p);
+    return f16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(mp_bf16_widen16(h));
+}
+
+/* the fp32 values of fp16 or bf16 codes from a rounding below (their NaNs are already quiet) */
+static inline __m512 mp_half_value16(int f16, __m256i r) {
+    return f16 ? _mm512_cvtph_ps(r) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(r), 16));
+}
+
+/* The counts of rounding the lanes k of v to the fp16 or bf16 codes r */
+static inline void mp_half_count16(mp_counts512 *c, int f16, __mmask16 k, __m512 v, __m256i r) {
+    mp_count16(c, k, _mm512_castps_si512(v), _mm512_and_si512(_mm512_cvtepu16_epi32(r), _mm512_set1_epi32(0x7fff)),
+               f16 ? 0x400 : 0x80, f16 ? 0x7c00 : 0x7f80);
+}
+
+/* v rounded to fp16 or bf16 codes (mp_convert's), counted into c where stats */
+static inline __m256i mp_half_round16(int f16, __m512 v, __mmask16 k, mp_counts512 *c, int stats) {
+    const __m256i r = f16 ? _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                          : _mm512_cvtepi32_epi16(mp_bf16_round16(_mm512_castps_si512(v)));
+    if (stats) mp_half_count16(c, f16, k, v, r);
+    return r;
+}
+
 /* Destinations at least this large (bytes, per call) are written with
  * non-temporal stores: they would not stay in cache anyway, and streaming
  * saves reading each destination line before it is overwritten. */

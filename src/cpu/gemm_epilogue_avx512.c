@@ -19,31 +19,23 @@
 /* 16 values of C's row at column j, exact in fp32 (NaN quieted, as mp_convert) */
 static inline __m512 load_c(mp_dtype ct, const void *row, size_t j, __mmask16 k) {
     if (ct == MP_F32) return _mm512_maskz_loadu_ps(k, (const float *)row + j);
-    const __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)row + j);
-    return ct == MP_F16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(mp_bf16_widen16(h));
+    return mp_half_load16(ct == MP_F16, (const uint16_t *)row + j, k);
 }
 
 /* v rounded to fp16 or bf16 (16-bit codes), counted */
 static inline __m256i round_half(mp_dtype t, __m512 v, __mmask16 k, mp_counts512 *c, int stats) {
-    const __m512i x = _mm512_castps_si512(v);
-    __m256i r;
-    if (t == MP_F16) r = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #ifdef MP_EPILOGUE_CVT_BF16
-    else r = mp_bf16_round16_cvt(x);
-#else
-    else r = _mm512_cvtepi32_epi16(mp_bf16_round16(x));
+    if (t != MP_F16) {
+        const __m256i r = mp_bf16_round16_cvt(_mm512_castps_si512(v));
+        if (stats) mp_half_count16(c, 0, k, v, r);
+        return r;
+    }
 #endif
-    if (stats)
-        mp_count16(c, k, x, _mm512_and_si512(_mm512_cvtepu16_epi32(r), _mm512_set1_epi32(0x7fff)),
-                   t == MP_F16 ? 0x400 : 0x80, t == MP_F16 ? 0x7c00 : 0x7f80);
-    return r;
+    return mp_half_round16(t == MP_F16, v, k, c, stats);
 }
 
 /* the fp32 value of 16-bit codes from round_half */
-static inline __m512 widen_half(mp_dtype t, __m256i r) {
-    if (t == MP_F16) return _mm512_cvtph_ps(r);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(r), 16)); /* NaN codes are already quiet */
-}
+static inline __m512 widen_half(mp_dtype t, __m256i r) { return mp_half_value16(t == MP_F16, r); }
 
 /* The common case of the training step's GEMMs, a half C from the plain sums
  * (alpha 1, beta 0, no post step) with or without a

@@ -14,27 +14,6 @@
 
 #include "convert_avx512.h"
 
-/* 16 values of a 16-bit row from element j, exact in fp32 (NaN quieted, as mp_convert); lanes off k read 0 */
-static inline __m512 widen16(int f16, const uint16_t *p, __mmask16 k) {
-    const __m256i h = _mm256_maskz_loadu_epi16(k, p);
-    return f16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(mp_bf16_widen16(h));
-}
-
-/* the fp32 values of 16-bit codes from round16 (NaN codes are already quiet) */
-static inline __m512 codes16(int f16, __m256i h) {
-    return f16 ? _mm512_cvtph_ps(h) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* v rounded to fp16 or bf16 (16-bit codes), counted into c */
-static inline __m256i round16(int f16, __m512 v, __mmask16 k, mp_counts512 *c, int stats) {
-    const __m256i r = f16 ? _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-                          : _mm512_cvtepi32_epi16(mp_bf16_round16(_mm512_castps_si512(v)));
-    if (stats)
-        mp_count16(c, k, _mm512_castps_si512(v), _mm512_and_si512(_mm512_cvtepu16_epi32(r), _mm512_set1_epi32(0x7fff)),
-                   f16 ? 0x400 : 0x80, f16 ? 0x7c00 : 0x7f80);
-    return r;
-}
-
 /* ops.c's fold of 16 lane sums: lane k += lane k + h for h = 8, 4, 2, 1 */
 static float fold16(__m512 v) {
     float l[16];
@@ -47,8 +26,8 @@ static float fold16(__m512 v) {
 /* n = (x - mean) rstd and dn = dy w (w NULL: dy) of 16 values at j */
 static inline void row16(int f16, const uint16_t *dy, const uint16_t *x, const float *w, size_t j, __mmask16 k,
                          __m512 vm, __m512 vr, __m512 *n, __m512 *dn) {
-    *n = _mm512_mul_ps(_mm512_sub_ps(widen16(f16, x + j, k), vm), vr);
-    *dn = widen16(f16, dy + j, k);
+    *n = _mm512_mul_ps(_mm512_sub_ps(mp_half_load16(f16, x + j, k), vm), vr);
+    *dn = mp_half_load16(f16, dy + j, k);
     if (w) *dn = _mm512_mul_ps(*dn, _mm512_maskz_loadu_ps(k, w + j));
 }
 
@@ -57,14 +36,14 @@ static void fwd16(uint16_t *y, const uint16_t *x, const float *w, const float *b
     __m512 s = _mm512_setzero_ps();
     for (size_t j = 0; j < C; j += 16) {
         const __mmask16 k = mp_tail16(C - j);
-        s = _mm512_mask_add_ps(s, k, s, widen16(f16, x + j, k));
+        s = _mm512_mask_add_ps(s, k, s, mp_half_load16(f16, x + j, k));
     }
     const float m = fold16(s) / (float)C;
     const __m512 vm = _mm512_set1_ps(m);
     s = _mm512_setzero_ps();
     for (size_t j = 0; j < C; j += 16) {
         const __mmask16 k = mp_tail16(C - j);
-        const __m512 d = _mm512_sub_ps(widen16(f16, x + j, k), vm);
+        const __m512 d = _mm512_sub_ps(mp_half_load16(f16, x + j, k), vm);
         s = _mm512_mask_add_ps(s, k, s, _mm512_mul_ps(d, d));
     }
     const float rs = 1.0f / sqrtf(fold16(s) / (float)C + eps);
@@ -72,10 +51,10 @@ static void fwd16(uint16_t *y, const uint16_t *x, const float *w, const float *b
     mp_counts512 c = MP_COUNTS512_0;
     for (size_t j = 0; j < C; j += 16) { /* n w + b, with w 1 and b +0 where absent (-0 + +0 is +0) */
         const __mmask16 k = mp_tail16(C - j);
-        __m512 v = _mm512_mul_ps(_mm512_sub_ps(widen16(f16, x + j, k), vm), vr);
+        __m512 v = _mm512_mul_ps(_mm512_sub_ps(mp_half_load16(f16, x + j, k), vm), vr);
         if (w) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, w + j));
         v = _mm512_add_ps(v, b ? _mm512_maskz_loadu_ps(k, b + j) : _mm512_setzero_ps());
-        _mm256_mask_storeu_epi16(y + j, k, round16(f16, v, k, &c, st != NULL));
+        _mm256_mask_storeu_epi16(y + j, k, mp_half_round16(f16, v, k, &c, st != NULL));
     }
     *mean = m, *rstd = rs;
     if (st) mp_counts512_add(st, &c, f16 ? 5 : 8, f16 ? 10 : 7);
@@ -97,13 +76,13 @@ static void dx16(uint16_t *out, const uint16_t *dy, const uint16_t *x, const uin
         const __mmask16 k = mp_tail16(C - j);
         row16(f16, dy, x, w, j, k, vm, vr, &n, &dn);
         const __m512 dx = _mm512_mul_ps(vr, _mm512_sub_ps(_mm512_sub_ps(dn, va), _mm512_mul_ps(n, vc)));
-        const __m256i h = round16(f16, dx, k, &c1, st_dx != NULL);
+        const __m256i h = mp_half_round16(f16, dx, k, &c1, st_dx != NULL);
         if (!res) {
             _mm256_mask_storeu_epi16(out + j, k, h);
             continue;
         }
-        const __m256i o =
-            round16(f16, _mm512_add_ps(widen16(f16, res + j, k), codes16(f16, h)), k, &c2, st_sum != NULL);
+        const __m256i o = mp_half_round16(f16, _mm512_add_ps(mp_half_load16(f16, res + j, k), mp_half_value16(f16, h)),
+                                          k, &c2, st_sum != NULL);
         _mm256_mask_storeu_epi16(out + j, k, o);
     }
     if (st_dx) mp_counts512_add(st_dx, &c1, f16 ? 5 : 8, f16 ? 10 : 7);
@@ -120,9 +99,10 @@ static inline __attribute__((always_inline)) void dwdb_chunk(float *dw, float *d
         const __m512 vm = _mm512_set1_ps(mean[i]), vr = _mm512_set1_ps(rstd[i]);
         for (int v = 0; v < NV; v++) {
             const __mmask16 k = v + 1 == NV ? mp_tail16(last) : (__mmask16)0xffff;
-            const __m512 g = widen16(f16, dy + i * C + (size_t)v * 16, k);
+            const __m512 g = mp_half_load16(f16, dy + i * C + (size_t)v * 16, k);
             if (dw) {
-                const __m512 n = _mm512_mul_ps(_mm512_sub_ps(widen16(f16, x + i * C + (size_t)v * 16, k), vm), vr);
+                const __m512 n =
+                    _mm512_mul_ps(_mm512_sub_ps(mp_half_load16(f16, x + i * C + (size_t)v * 16, k), vm), vr);
                 aw[v] = _mm512_add_ps(aw[v], _mm512_mul_ps(g, n));
             }
             if (db) ab[v] = _mm512_add_ps(ab[v], g);
