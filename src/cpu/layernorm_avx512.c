@@ -1,15 +1,16 @@
-/* layernorm_avx512.c - layer norm on one row of 16-bit values (fp16 or
- * bf16) with fp32 reductions, in registers (internal.h's
- * mp_layernorm_kernels): ops.c's operations for that case in the same order
- * (16-lane sums with each product rounded before its addition and the same
- * fold; forward: the mean, the deviations' squares, y = n w + b; backward:
- * n = (x - mean) rstd, dn = dy w, dx = rstd (dn - a - n c)), the same exact
- * conversions and the same counts, hence the same bits (tests/test_ops.c,
- * every path; where two NaNs of different payloads meet in one operation,
- * the one kept depends on the operand order the compiler chose, in the
- * portable rows too). Each pass reads the row from L1: the forward's sum, squares
- * and outputs; the backward's sums, then dx (recomputing n and dn) rounded,
- * counted and added to the residual stream's row. */
+/* layernorm_avx512.c - layer norm on rows of 16-bit values (fp16 or bf16)
+ * with fp32 reductions, in registers (internal.h's mp_layernorm_kernels):
+ * ops.c's operations for that case in the same order (16-lane sums with each
+ * product rounded before its addition and the same fold; forward: the mean,
+ * the deviations' squares, y = n w + b; backward: n = (x - mean) rstd,
+ * dn = dy w, dx = rstd (dn - a - n c), and the column sums of dw and db), the
+ * same exact conversions and the same counts, hence the same bits
+ * (tests/test_ops.c, every path; where two NaNs of different payloads meet in
+ * one operation, the one kept depends on the operand order the compiler
+ * chose, in the portable rows too). Each row pass reads the row from L1: the
+ * forward's sum, squares and outputs; the backward's sums, then dx
+ * (recomputing n and dn) rounded, counted and added to the residual stream's
+ * row. */
 #include <math.h>
 
 #include "convert_avx512.h"

@@ -1,8 +1,9 @@
 /* softmax_kernels.h - e^x on fp32 and the softmax rows' loops built on it,
  * written once in plain C with fmaf, + - *, integer bit operations and
  * selects only (sk_max's lanes in one vector of GCC's and clang's vector
- * extension, which every build lowers to its own registers): no libm call but fmaf (correctly rounded everywhere), no
- * contraction (the library builds with -ffp-contract=off), no reassociation.
+ * extension, which every build lowers to its own registers): no libm call
+ * but fmaf (correctly rounded everywhere), no contraction (the library
+ * builds with -ffp-contract=off), no reassociation.
  * gcc vectorizes the loops at -O3 -fno-trapping-math, and every build gives
  * the same bits: src/cpu/softmax_scalar.c (baseline x86-64 or any other CPU;
  * there fmaf is a libm call, a hardware FMA through glibc's ifunc where the
