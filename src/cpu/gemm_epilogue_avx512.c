@@ -133,29 +133,35 @@ static inline __attribute__((always_inline)) void post_rows(const mp_gemm_ep *e,
     const float *b = (plain ? bias : e->bias != NULL) ? e->bias + j0 : NULL;
     mp_counts512 c = MP_COUNTS512_0, c2 = MP_COUNTS512_0;
     uint64_t z = 0;
-    for (size_t r = 0; r < rows; r++) {
+#define POST_16(J, K)                                                                                    \
+    do {                                                                                                 \
+        const size_t jv = (J);                                                                           \
+        const __mmask16 k = (K);                                                                         \
+        __m512 v = _mm512_maskz_loadu_ps(k, tr + jv);                                                    \
+        if (read_c) v = _mm512_fmadd_ps(va, v, _mm512_mul_ps(vb, load_c(t, cr, jv, k)));                 \
+        else if (scale) v = _mm512_mul_ps(va, v);                                                        \
+        if (plain ? bias : b != NULL) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b + jv));            \
+        if (!plain && zeros)                                                                             \
+            z += (uint64_t)__builtin_popcount(                                                           \
+                _mm512_mask_testn_epi32_mask(k, _mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff))); \
+        const __m256i h = round_half(t, v, k, &c, stats);                                                \
+        if (keep) _mm256_mask_storeu_epi16(cr + jv, k, h);                                               \
+        __m512 y;                                                                                        \
+        if (P == P_ADD) y = _mm512_add_ps(load_c(t, xr, jv, k), widen_half(t, h)); /* x + c */           \
+        else if (P == P_GELU)                                                                            \
+            y = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, _mm512_cvtepu16_epi32(h), tb->y, 4);    \
+        else y = gelu_bwd16(tb, t, xr + jv, widen_half(t, h), k);                                        \
+        _mm256_mask_storeu_epi16(orow + jv, k, round_half(t, y, k, &c2, stats));                         \
+    } while (0)
+    for (size_t r = 0; r < rows; r++) { /* whole vectors with a constant mask, then the tail */
         const float *tr = tile + r * ts;
         uint16_t *cr = c0 + r * ldc, *orow = o0 + r * ldc;
         const uint16_t *xr = read_x ? x0 + r * ldc : NULL;
-        for (size_t j = 0; j < cols; j += 16) {
-            const __mmask16 k = mp_tail16(cols - j);
-            __m512 v = _mm512_maskz_loadu_ps(k, tr + j);
-            if (read_c) v = _mm512_fmadd_ps(va, v, _mm512_mul_ps(vb, load_c(t, cr, j, k)));
-            else if (scale) v = _mm512_mul_ps(va, v);
-            if (plain ? bias : b != NULL) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b + j));
-            if (!plain && zeros)
-                z += (uint64_t)__builtin_popcount(
-                    _mm512_mask_testn_epi32_mask(k, _mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
-            const __m256i h = round_half(t, v, k, &c, stats);
-            if (keep) _mm256_mask_storeu_epi16(cr + j, k, h);
-            __m512 y;
-            if (P == P_ADD) y = _mm512_add_ps(load_c(t, xr, j, k), widen_half(t, h)); /* x + c */
-            else if (P == P_GELU)
-                y = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, _mm512_cvtepu16_epi32(h), tb->y, 4);
-            else y = gelu_bwd16(tb, t, xr + j, widen_half(t, h), k);
-            _mm256_mask_storeu_epi16(orow + j, k, round_half(t, y, k, &c2, stats));
-        }
+        size_t j = 0;
+        for (; j + 16 <= cols; j += 16) POST_16(j, (__mmask16)0xffff);
+        if (j < cols) POST_16(j, mp_tail16(cols - j));
     }
+#undef POST_16
     if (stats) {
         mp_counts512_add(st, &c, f16 ? 5 : 8, f16 ? 10 : 7);
         mp_counts512_add(st + 1, &c2, f16 ? 5 : 8, f16 ? 10 : 7);
