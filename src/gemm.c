@@ -18,6 +18,9 @@
 
 #include "internal.h"
 #include "gemm_epilogue.h"
+#ifdef MP_X86
+#include <xmmintrin.h>
+#endif
 
 /* ---- the reference: plain loops ---- */
 
@@ -529,6 +532,9 @@ static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], 
             if (ready) row_block(g, apack, strip, sums, ib, jc, ncur, part ? part[t] : NULL, zpart ? &zpart[t] : NULL);
     }
     if (g->kr->end) g->kr->end();
+#ifdef MP_X86
+    if (g->ep->stream) _mm_sfence(); /* the non-temporal stores visible before the team's barrier */
+#endif
 }
 
 /* C = alpha op(A) op(B) + beta C through the kernel, with the epilogue ep on the complete sums. trivial: an
@@ -646,8 +652,9 @@ mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, 
         if (epi->a_row_sums) row_sums_apart(kr, epi->a_row_sums, a, at, lda, trans_a, m, k);
         return MP_OK;
     }
-    const mp_gemm_ep ep = {alpha,       beta,          c, ct, ldc, epi->bias, epi->round_to, epi->post,
-                           epi->post_x, epi->post_out, kc};
+    const int stream = ct != MP_F32 && (double)m * (double)n * 2.0 >= (double)MP_STREAM_MIN_BYTES;
+    const mp_gemm_ep ep = {alpha,       beta,          c,  ct,    ldc, epi->bias, epi->round_to, epi->post,
+                           epi->post_x, epi->post_out, kc, stream};
     mp_convert_stats part[MP_MAX_THREADS][2];
     uint64_t zpart[MP_MAX_THREADS];
     memset(part, 0, sizeof part);

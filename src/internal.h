@@ -530,6 +530,12 @@ mp_status mp_optim_unscale_clip(mp_optim *o, mp_scaler *s, double max_norm, mp_d
 /* mp_optim_step (optim.h) with the kernels of k. */
 mp_status mp_optim_step_in(const struct mp_kernels *k, mp_optim *o);
 
+/* Destinations at least this large (bytes: a conversion's per call, a
+ * GEMM's half C or post step output) are written with non-temporal stores:
+ * they would not stay in cache anyway, and streaming saves reading each
+ * destination line before it is overwritten. */
+#define MP_STREAM_MIN_BYTES ((size_t)8 << 20)
+
 /* One GEMM call's epilogue (mp_gemm_epilogue) as the driver hands it to the
  * kernels: the tile's fp32 sums over all of k become C. */
 typedef struct mp_gemm_ep {
@@ -543,6 +549,8 @@ typedef struct mp_gemm_ep {
     const void *post_x;
     void *post_out;
     const struct mp_kernels *k; /* the conversions, counts and GELU of the call's context */
+    int stream;                 /* a half C (and post_out) of MP_STREAM_MIN_BYTES or more: the kernels may store it
+                                 * non-temporally (the driver fences each thread's stores at its end) */
 } mp_gemm_ep;
 
 /* The most fp32 values the driver hands the epilogue at once: the tiles of

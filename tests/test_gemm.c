@@ -435,6 +435,64 @@ static void check_post(void) {
               cases);
 }
 
+/* A half C and a post step's output of MP_STREAM_MIN_BYTES or more are stored non-temporally on the
+ * AVX-512 paths: the same bits and counts as the same GEMM in two halves of its rows (each too small to
+ * stream), with rows 64-byte aligned (whole vectors stream) and not (ldc odd: they fall back). */
+static void check_stream_case(const mp_gemm_kernel *kr, mp_gemm_post post, size_t ldc) {
+    const size_t m = 2048, n = 2048, k = 40, half = m / 2;
+    uint16_t *a = malloc(m * k * 2), *b = malloc(k * n * 2), *x = malloc(m * ldc * 2);
+    uint16_t *c[2], *o[2];
+    float bias[2048];
+    fill(a, MP_BF16, m * k, 0), fill(b, MP_BF16, k * n, 0), fill(x, MP_BF16, m * ldc, 0);
+    for (size_t j = 0; j < n; j++) bias[j] = frand();
+    mp_convert_stats st[2][2] = {{{0}}};
+    for (int w = 0; w < 2; w++) {
+        c[w] = malloc(m * ldc * 2), o[w] = malloc(m * ldc * 2);
+        memset(c[w], 0x55, m * ldc * 2), memset(o[w], 0x55, m * ldc * 2);
+    }
+    CHECK(m * n * 2 >= MP_STREAM_MIN_BYTES && half * n * 2 < MP_STREAM_MIN_BYTES, "stream case sizes");
+    for (int w = 0; w < 2; w++) /* w 0: the whole C at once (streamed); 1: two halves of its rows */
+        for (size_t i0 = 0; i0 < m; i0 += w ? half : m) {
+            const size_t rows = w ? half : m;
+            const mp_gemm_epilogue ep = {.bias = bias,
+                                         .stats = &st[w][0],
+                                         .post = post,
+                                         .post_x = post == MP_POST_NONE ? NULL : x + i0 * ldc,
+                                         .post_out = post == MP_POST_NONE ? NULL : o[w] + i0 * ldc,
+                                         .post_stats = &st[w][1]};
+            CHECK(mp_gemm_run(WITH(kr), 0, 0, rows, n, k, 1.0f, a + i0 * k, MP_BF16, k, b, MP_BF16, n, 0.0f,
+                              c[w] + i0 * ldc, MP_BF16, ldc, &ep) == MP_OK,
+                  "stream GEMM runs");
+        }
+    int same = 1;
+    for (size_t i = 0; i < m; i++)
+        same &= !memcmp(c[0] + i * ldc, c[1] + i * ldc, n * 2) && !memcmp(o[0] + i * ldc, o[1] + i * ldc, n * 2);
+    CHECK(same && convert_stats_eq(&st[0][0], &st[1][0]) && convert_stats_eq(&st[0][1], &st[1][1]) && st[0][0].amax > 0,
+          "streamed C (%s, post %d, ldc %zu): values %s, counts %s", kr->name, (int)post, ldc,
+          same ? "equal" : "differ",
+          convert_stats_eq(&st[0][0], &st[1][0]) && convert_stats_eq(&st[0][1], &st[1][1]) ? "equal" : "differ");
+    free(a), free(b), free(x);
+    for (int w = 0; w < 2; w++) free(c[w]), free(o[w]);
+}
+
+static void check_stream(void) {
+    const long mark = check_failures;
+    const mp_isa best = mp_cpu_detected();
+    int cases = 0;
+    for (int isa = MP_ISA_AVX512; isa <= (int)best; isa++) { /* the paths whose epilogue streams */
+        mp_cpu_set_isa((mp_isa)isa);
+        const mp_gemm_kernel *kr = mp_kernels_current()->gemm_bf16;
+        const mp_gemm_post posts[3] = {MP_POST_NONE, MP_POST_GELU, MP_POST_ADD};
+        for (int p = 0; p < 3; p++)
+            for (size_t pad = 0; pad < 2; pad++, cases++) check_stream_case(kr, posts[p], 2048 + pad);
+    }
+    mp_cpu_set_isa(best);
+    CHECK_SAY(mark,
+              "  a half C and a post step's output of 8 MiB or more (streamed): equal to the GEMM in two "
+              "halves (%d cases)\n",
+              cases);
+}
+
 /* Counting zeros into an fp32 C (a weight gradient in fp32 training) keeps
  * the plain GEMM's direct stores: the same bits on every path, with C read
  * or not and k deeper than every block, and the count is that of the +-0 in
@@ -890,6 +948,7 @@ int main(int argc, char **argv) {
     check_amx_orders();
     check_epilogue();
     check_post();
+    check_stream();
     check_zeros_keep_bits();
     check_blocks_of_k();
     check_row_sums();

@@ -137,11 +137,6 @@ static inline __m256i mp_half_round16(int f16, __m512 v, __mmask16 k, mp_counts5
     return r;
 }
 
-/* Destinations at least this large (bytes, per call) are written with
- * non-temporal stores: they would not stay in cache anyway, and streaming
- * saves reading each destination line before it is overwritten. */
-#define MP_STREAM_MIN_BYTES ((size_t)8 << 20)
-
 /* Stores 16 results of 16 bits: streaming when asked and possible, masked for tails. */
 static inline void mp_store16x16(uint16_t *p, __mmask16 k, __m256i v, int stream) {
     if (stream && k == 0xffff && ((uintptr_t)p & 31) == 0) _mm256_stream_si256((__m256i *)p, v);

@@ -4,7 +4,9 @@
  * conversions and counts (convert_avx512.h), so the same bits (tested). A
  * half C's post step (gemm.h) runs in the same pass (post_rows, GELU from the
  * table of every code); on an fp32 C, with round_to, or without a GELU table
- * it runs gemm_epilogue.h's plain C, built here for AVX-512.
+ * it runs gemm_epilogue.h's plain C, built here for AVX-512. A half C and a
+ * post step's output of MP_STREAM_MIN_BYTES or more (e->stream) are stored
+ * non-temporally, whole aligned vectors of 16.
  * Built twice: as mp_gemm_epilogue_avx512, and with AVX512_BF16 as
  * mp_gemm_epilogue_avx512bf16 (gemm_epilogue_avx512bf16.c), where bf16 codes
  * come from vcvtneps2bf16 (mp_bf16_round16_cvt: the same codes). */
@@ -59,7 +61,7 @@ static inline __attribute__((always_inline)) void half_rows(const mp_gemm_ep *e,
         if (count_zeros)                                                                                 \
             z += (uint64_t)__builtin_popcount(                                                           \
                 _mm512_mask_testn_epi32_mask(K, _mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff))); \
-        _mm256_mask_storeu_epi16(cr + (J), K, round_half(t, v, K, &c, stats));                           \
+        mp_store16x16(cr + (J), K, round_half(t, v, K, &c, stats), e->stream);                           \
     } while (0)
     for (size_t r = 0; r < rows; r++) { /* whole vectors with a constant mask, then the tail */
         const float *tr = tile + r * ts;
@@ -145,13 +147,13 @@ static inline __attribute__((always_inline)) void post_rows(const mp_gemm_ep *e,
             z += (uint64_t)__builtin_popcount(                                                           \
                 _mm512_mask_testn_epi32_mask(k, _mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff))); \
         const __m256i h = round_half(t, v, k, &c, stats);                                                \
-        if (keep) _mm256_mask_storeu_epi16(cr + jv, k, h);                                               \
+        if (keep) mp_store16x16(cr + jv, k, h, e->stream);                                               \
         __m512 y;                                                                                        \
         if (P == P_ADD) y = _mm512_add_ps(load_c(t, xr, jv, k), widen_half(t, h)); /* x + c */           \
         else if (P == P_GELU)                                                                            \
             y = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, _mm512_cvtepu16_epi32(h), tb->y, 4);    \
         else y = gelu_bwd16(tb, t, xr + jv, widen_half(t, h), k);                                        \
-        _mm256_mask_storeu_epi16(orow + jv, k, round_half(t, y, k, &c2, stats));                         \
+        mp_store16x16(orow + jv, k, round_half(t, y, k, &c2, stats), e->stream);                         \
     } while (0)
     for (size_t r = 0; r < rows; r++) { /* whole vectors with a constant mask, then the tail */
         const float *tr = tile + r * ts;
