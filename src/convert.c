@@ -9,7 +9,8 @@
 
 static void f32_to_f16_scalar(uint16_t *dst,    // (n,) fp16
                               const float *src, // (n,) fp32
-                              size_t n, mp_convert_stats *st) {
+                              size_t n, mp_convert_stats *st, int stream) {
+    (void)stream;
     for (size_t i = 0; i < n; i++) {
         const uint16_t y = mp_f32_to_f16(src[i]);
         if (st) mp_stats_one(st, mp_f32_bits(src[i]), y, 5, 10, 1);
@@ -25,7 +26,8 @@ static void f16_to_f32_scalar(float *dst, const uint16_t *src, size_t n, mp_conv
     }
 }
 
-static void f32_to_bf16_scalar(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st) {
+static void f32_to_bf16_scalar(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, int stream) {
+    (void)stream;
     for (size_t i = 0; i < n; i++) {
         const uint16_t y = mp_f32_to_bf16(src[i]);
         if (st) mp_stats_one(st, mp_f32_bits(src[i]), y, 8, 7, 1);
@@ -119,8 +121,13 @@ void mp_from_f32(const mp_kernels *k, void *dst, mp_dtype t, const float *src, s
         if (dst != src) memmove(dst, src, n * sizeof(float));
         if (st) mp_stats_f32(k, st, dst, n);
         break;
-    case MP_F16: k->convert->f32_to_f16(dst, src, n, st); break;
-    case MP_BF16: k->convert->f32_to_bf16(dst, src, n, st); break;
+    case MP_F16:
+    case MP_BF16: {
+        const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
+        (t == MP_F16 ? k->convert->f32_to_f16 : k->convert->f32_to_bf16)(dst, src, n, st, stream);
+        if (stream) mp_store_fence();
+        break;
+    }
     case MP_E4M3:
         for (size_t i = 0; i < n; i++) {
             d8[i] = mp_f32_to_e4m3(src[i]);

@@ -30,13 +30,13 @@
  * (same stride): one call when the rows are contiguous. */
 static inline void tile_to_half(const mp_gemm_ep *e, mp_dtype t, uint16_t *h, const float *tile, size_t ts, size_t rows,
                                 size_t cols, mp_convert_stats *st) {
-    void (*f)(uint16_t *, const float *, size_t, mp_convert_stats *) =
+    void (*f)(uint16_t *, const float *, size_t, mp_convert_stats *, int) =
         t == MP_F16 ? e->k->convert->f32_to_f16 : e->k->convert->f32_to_bf16;
     if (cols == ts) {
-        f(h, tile, rows * ts, st);
+        f(h, tile, rows * ts, st, 0);
         return;
     }
-    for (size_t r = 0; r < rows; r++) f(h + r * ts, tile + r * ts, cols, st);
+    for (size_t r = 0; r < rows; r++) f(h + r * ts, tile + r * ts, cols, st, 0);
 }
 
 /* The number of +-0 among the tile's rows x cols values (row stride ts); a

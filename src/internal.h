@@ -217,9 +217,11 @@ static inline void mp_stats_amax(mp_convert_stats *st, uint32_t a) {
 /* Bulk conversion kernels of one CPU path. Each converts n elements and, when
  * st is not NULL, adds exact statistics. NULL entries fall back to scalar. */
 typedef struct mp_convert_kernels {
-    void (*f32_to_f16)(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st);
+    /* stream: the results may be stored non-temporally (where the path can and dst is aligned), unfenced:
+     * the caller fences (mp_store_fence) before another thread reads them */
+    void (*f32_to_f16)(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, int stream);
     void (*f16_to_f32)(float *dst, const uint16_t *src, size_t n, mp_convert_stats *st);
-    void (*f32_to_bf16)(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st);
+    void (*f32_to_bf16)(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, int stream);
     void (*bf16_to_f32)(float *dst, const uint16_t *src, size_t n, mp_convert_stats *st);
 } mp_convert_kernels;
 
@@ -535,6 +537,13 @@ mp_status mp_optim_step_in(const struct mp_kernels *k, mp_optim *o);
  * they would not stay in cache anyway, and streaming saves reading each
  * destination line before it is overwritten. */
 #define MP_STREAM_MIN_BYTES ((size_t)8 << 20)
+
+/* Non-temporal stores before it are visible to other threads after it (x86's sfence). */
+static inline void mp_store_fence(void) {
+#if defined(__x86_64__) || defined(_M_X64)
+    __builtin_ia32_sfence();
+#endif
+}
 
 /* One GEMM call's epilogue (mp_gemm_epilogue) as the driver hands it to the
  * kernels: the tile's fp32 sums over all of k become C. */

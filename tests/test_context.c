@@ -14,14 +14,14 @@ static const char *const call_names[NCALLS] = {"f32_to_f16", "f16_to_f32", "f32_
 
 static void hit(int which) { __atomic_fetch_add(&calls[which], 1, __ATOMIC_RELAXED); }
 
-static void f32_to_f16(uint16_t *d, const float *s, size_t n, mp_convert_stats *st) {
-    hit(F32_F16), mp_convert_scalar.f32_to_f16(d, s, n, st);
+static void f32_to_f16(uint16_t *d, const float *s, size_t n, mp_convert_stats *st, int stream) {
+    hit(F32_F16), mp_convert_scalar.f32_to_f16(d, s, n, st, stream);
 }
 static void f16_to_f32(float *d, const uint16_t *s, size_t n, mp_convert_stats *st) {
     hit(F16_F32), mp_convert_scalar.f16_to_f32(d, s, n, st);
 }
-static void f32_to_bf16(uint16_t *d, const float *s, size_t n, mp_convert_stats *st) {
-    hit(F32_BF16), mp_convert_scalar.f32_to_bf16(d, s, n, st);
+static void f32_to_bf16(uint16_t *d, const float *s, size_t n, mp_convert_stats *st, int stream) {
+    hit(F32_BF16), mp_convert_scalar.f32_to_bf16(d, s, n, st, stream);
 }
 static void bf16_to_f32(float *d, const uint16_t *s, size_t n, mp_convert_stats *st) {
     hit(BF16_F32), mp_convert_scalar.bf16_to_f32(d, s, n, st);

@@ -54,21 +54,22 @@ static void check_narrow_paths(int mode) {
                 x[i] = u2f(mode_input(mode, j));
             }
             for (int t = 0; t < 2; t++) {
-                void (*scalar)(uint16_t *, const float *, size_t, mp_convert_stats *) =
+                void (*scalar)(uint16_t *, const float *, size_t, mp_convert_stats *, int) =
                     t == 0 ? mp_convert_scalar.f32_to_f16 : mp_convert_scalar.f32_to_bf16;
                 mp_convert_stats rs = {0};
-                scalar(ref, x, n, &rs);
+                scalar(ref, x, n, &rs, 0);
                 mp_convert_stats_add(&my_total[t], &rs);
                 for (int p = 0; p < npaths; p++) {
-                    void (*fast)(uint16_t *, const float *, size_t, mp_convert_stats *) =
+                    void (*fast)(uint16_t *, const float *, size_t, mp_convert_stats *, int) =
                         t == 0 ? paths[p].k->f32_to_f16 : paths[p].k->f32_to_bf16;
                     mp_convert_stats fs = {0};
                     memset(got, 0xa5, (BLOCK + 1) * sizeof *got);
-                    fast(got, x, cut, &fs);
-                    fast(got + cut, x + cut, n - cut, &fs);
+                    fast(got, x, cut, &fs, 0);
+                    fast(got + cut, x + cut, n - cut, &fs, 1); /* non-temporal where aligned */
+                    mp_store_fence();
                     my_bad[p][t] +=
                         memcmp(got, ref, n * sizeof *got) != 0 || !convert_stats_eq(&fs, &rs) || got[n] != 0xa5a5;
-                    fast(got, x, n, NULL); /* the no-stats variant gives the same bits */
+                    fast(got, x, n, NULL, 0); /* the no-stats variant gives the same bits */
                     my_bad[p][t] += memcmp(got, ref, n * sizeof *got) != 0;
                 }
             }
@@ -390,7 +391,7 @@ static void check_streaming(void) {
     }
     for (int t = 0; t < 2; t++) {
         mp_convert_stats s0 = {0}, w0s = {0};
-        (t ? mp_convert_scalar.f32_to_bf16 : mp_convert_scalar.f32_to_f16)(a, x, n, &s0);
+        (t ? mp_convert_scalar.f32_to_bf16 : mp_convert_scalar.f32_to_f16)(a, x, n, &s0, 0);
         (t ? mp_convert_scalar.bf16_to_f32 : mp_convert_scalar.f16_to_f32)(w0, a, n, &w0s);
         for (int p = 0; p < npaths * 3; p++) {
             /* destinations at three alignments: the head before the aligned part varies */
@@ -398,7 +399,8 @@ static void check_streaming(void) {
             float *w1 = (float *)(((uintptr_t)w1buf + 63) & ~(uintptr_t)63) + p % 3 * 5;
             mp_convert_stats s1 = {0}, w1s = {0};
             const path *q = &paths[p / 3];
-            (t ? q->k->f32_to_bf16 : q->k->f32_to_f16)(b, x, n, &s1);
+            (t ? q->k->f32_to_bf16 : q->k->f32_to_f16)(b, x, n, &s1, 1);
+            mp_store_fence();
             (t ? q->k->bf16_to_f32 : q->k->f16_to_f32)(w1, b, n, &w1s);
             CHECK(memcmp(a, b, n * 2) == 0 && convert_stats_eq(&s0, &s1), "%s t=%d streaming narrow", q->name, t);
             CHECK(memcmp(w0, w1, n * 4) == 0 && convert_stats_eq(&w0s, &w1s), "%s t=%d streaming widen", q->name, t);
@@ -422,16 +424,16 @@ static void check_ftz_daz(void) {
                 x[i] = u2f((uint32_t)(i * 0x10001u) ^ (uint32_t)(i << 7)); /* many fp32 subnormals */
             for (size_t i = 0; i < n; i++)
                 if (i % 2) x[i] = u2f((uint32_t)i * 7u); /* tiny patterns: subnormals */
-            void (*nar)(uint16_t *, const float *, size_t, mp_convert_stats *) =
+            void (*nar)(uint16_t *, const float *, size_t, mp_convert_stats *, int) =
                 t ? paths[p].k->f32_to_bf16 : paths[p].k->f32_to_f16;
             void (*wid)(float *, const uint16_t *, size_t, mp_convert_stats *) =
                 t ? paths[p].k->bf16_to_f32 : paths[p].k->f16_to_f32;
             mp_convert_stats s0 = {0}, s1 = {0};
-            nar(a, x, n, &s0);
+            nar(a, x, n, &s0, 0);
             wid(w0, a, n, NULL);
             const unsigned csr = _mm_getcsr();
             _mm_setcsr(csr | 0x8040);
-            nar(b, x, n, &s1);
+            nar(b, x, n, &s1, 0);
             wid(w1, b, n, NULL);
             _mm_setcsr(csr);
             CHECK(memcmp(a, b, n * 2) == 0 && convert_stats_eq(&s0, &s1) && memcmp(w0, w1, n * 4) == 0,

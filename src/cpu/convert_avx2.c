@@ -36,10 +36,12 @@ static inline void f32_to_f16_body(uint16_t *dst,    // (n,) fp16
             }
     }
     if (stats) mp_counts256_add(st, &c, 5, 10);
-    mp_convert_scalar.f32_to_f16(dst + i, src + i, n - i, stats ? st : NULL);
+    mp_convert_scalar.f32_to_f16(dst + i, src + i, n - i, stats ? st : NULL, 0);
 }
 
-static void f32_to_f16(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st) {
+/* stream: AVX2's stores here are plain */
+static void f32_to_f16(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, int stream) {
+    (void)stream;
     if (st) f32_to_f16_body(dst, src, n, st, 1);
     else f32_to_f16_body(dst, src, n, NULL, 0);
 }
@@ -96,10 +98,11 @@ static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, m
             }
     }
     if (stats) mp_counts256_add(st, &c, 8, 7);
-    mp_convert_scalar.f32_to_bf16(dst + i, src + i, n - i, stats ? st : NULL);
+    mp_convert_scalar.f32_to_bf16(dst + i, src + i, n - i, stats ? st : NULL, 0);
 }
 
-static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st) {
+static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, int stream) {
+    (void)stream;
     if (st) f32_to_bf16_body(dst, src, n, st, 1);
     else f32_to_bf16_body(dst, src, n, NULL, 0);
 }

@@ -5,9 +5,8 @@
 
 static inline void f32_to_f16_body(uint16_t *dst,    // (n,) fp16
                                    const float *src, // (n,) fp32
-                                   size_t n, mp_convert_stats *st, const int stats) {
+                                   size_t n, mp_convert_stats *st, const int stats, int stream) {
     mp_counts512 c = MP_COUNTS512_0;
-    const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
     for (size_t i = 0, m; i < n; i += m) {
         const __mmask16 k = mp_lanes16(dst, 2, 32, i, n, stream, &m);
         const __m512 x = _mm512_maskz_loadu_ps(k, src + i);
@@ -18,13 +17,12 @@ static inline void f32_to_f16_body(uint16_t *dst,    // (n,) fp16
             mp_count16(&c, k, _mm512_castps_si512(x), ay, 0x400, 0x7c00);
         }
     }
-    if (stream) _mm_sfence();
     if (stats) mp_counts512_add(st, &c, 5, 10);
 }
 
-void mp_f32_to_f16_avx512(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st) {
-    if (st) f32_to_f16_body(dst, src, n, st, 1);
-    else f32_to_f16_body(dst, src, n, NULL, 0);
+void mp_f32_to_f16_avx512(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, int stream) {
+    if (st) f32_to_f16_body(dst, src, n, st, 1, stream);
+    else f32_to_f16_body(dst, src, n, NULL, 0, stream);
 }
 
 void mp_f16_to_f32_avx512(float *dst,          // (n,) fp32
@@ -52,9 +50,9 @@ void mp_f16_to_f32_avx512(float *dst,          // (n,) fp32
     }
 }
 
-static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, const int stats) {
+static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, const int stats,
+                                    int stream) {
     mp_counts512 c = MP_COUNTS512_0;
-    const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
     for (size_t i = 0, m; i < n; i += m) {
         const __mmask16 k = mp_lanes16(dst, 2, 32, i, n, stream, &m);
         const __m512i x = mp_load16x32(src + i, k);
@@ -62,13 +60,12 @@ static inline void f32_to_bf16_body(uint16_t *dst, const float *src, size_t n, m
         mp_store16x16(dst + i, k, _mm512_cvtepi32_epi16(r), stream);
         if (stats) mp_count16(&c, k, x, _mm512_and_si512(r, _mm512_set1_epi32(0x7fff)), 0x80, 0x7f80);
     }
-    if (stream) _mm_sfence();
     if (stats) mp_counts512_add(st, &c, 8, 7);
 }
 
-static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st) {
-    if (st) f32_to_bf16_body(dst, src, n, st, 1);
-    else f32_to_bf16_body(dst, src, n, NULL, 0);
+static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, int stream) {
+    if (st) f32_to_bf16_body(dst, src, n, st, 1, stream);
+    else f32_to_bf16_body(dst, src, n, NULL, 0, stream);
 }
 
 void mp_bf16_to_f32_avx512(float *dst,          // (n,) fp32

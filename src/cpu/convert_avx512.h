@@ -149,7 +149,7 @@ static inline void mp_store16x32(void *p, __mmask16 k, __m512i v, int stream) {
     else _mm512_mask_storeu_epi32(p, k, v);
 }
 
-void mp_f32_to_f16_avx512(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st);
+void mp_f32_to_f16_avx512(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, int stream);
 void mp_f16_to_f32_avx512(float *dst, const uint16_t *src, size_t n, mp_convert_stats *st);
 void mp_bf16_to_f32_avx512(float *dst, const uint16_t *src, size_t n, mp_convert_stats *st);
 

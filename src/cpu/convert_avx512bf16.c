@@ -4,9 +4,8 @@
 
 static inline void f32_to_bf16_body(uint16_t *dst,    // (n,) bf16
                                     const float *src, // (n,) fp32
-                                    size_t n, mp_convert_stats *st, const int stats) {
+                                    size_t n, mp_convert_stats *st, const int stats, int stream) {
     mp_counts512 c = MP_COUNTS512_0;
-    const int stream = n * 2 >= MP_STREAM_MIN_BYTES;
     for (size_t i = 0, m; i < n; i += m) {
         const __mmask16 k = mp_lanes16(dst, 2, 32, i, n, stream, &m);
         const __m512i x = mp_load16x32(src + i, k);
@@ -17,13 +16,12 @@ static inline void f32_to_bf16_body(uint16_t *dst,    // (n,) bf16
             mp_count16(&c, k, x, ay, 0x80, 0x7f80);
         }
     }
-    if (stream) _mm_sfence();
     if (stats) mp_counts512_add(st, &c, 8, 7);
 }
 
-static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st) {
-    if (st) f32_to_bf16_body(dst, src, n, st, 1);
-    else f32_to_bf16_body(dst, src, n, NULL, 0);
+static void f32_to_bf16(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, int stream) {
+    if (st) f32_to_bf16_body(dst, src, n, st, 1, stream);
+    else f32_to_bf16_body(dst, src, n, NULL, 0, stream);
 }
 
 const mp_convert_kernels mp_convert_avx512bf16 = {
