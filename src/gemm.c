@@ -537,16 +537,20 @@ static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], 
 #endif
 }
 
-/* C = alpha op(A) op(B) + beta C through the kernel, with the epilogue ep on the complete sums. trivial: an
- * fp32 C with no epilogue but alpha and beta, which one block of k writes straight from the micro-kernel
+/* The threads of an m x n x k GEMM: one where it is too small to share. */
+static int gemm_threads(size_t m, size_t n, size_t k) {
+    const int nt = mp_get_threads();
+    if ((double)m * (double)n * (double)k < 2e6) return 1;
+    return nt > MP_MAX_THREADS ? MP_MAX_THREADS : nt;
+}
+
+/* C = alpha op(A) op(B) + beta C through the kernel, with the epilogue ep on the complete sums (on nt threads).
+ * trivial: an fp32 C with no epilogue but alpha and beta, which one block of k writes straight from the micro-kernel
  * (and zpart[] counts the zeros of C's final values). Counts per thread into part[] (C's and the post step's) and
  * zpart[] (NULL: not counted); op(A)'s row sums added to row_sums (NULL: none). */
 static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m, size_t n, size_t k, const void *a,
                               mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, const mp_gemm_ep *ep,
-                              float *row_sums, int trivial, mp_convert_stats (*part)[2], uint64_t *zpart) {
-    int nt = mp_get_threads();
-    if (nt > MP_MAX_THREADS) nt = MP_MAX_THREADS;
-    if ((double)m * (double)n * (double)k < 2e6) nt = 1; /* too small to share */
+                              float *row_sums, int trivial, int nt, mp_convert_stats (*part)[2], uint64_t *zpart) {
     gemm_plan g = {.kr = kr,
                    .ta = ta,
                    .tb = tb,
@@ -655,24 +659,24 @@ mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, 
     const int stream = ct != MP_F32 && (double)m * (double)n * 2.0 >= (double)MP_STREAM_MIN_BYTES;
     const mp_gemm_ep ep = {alpha,       beta,          c,  ct,    ldc, epi->bias, epi->round_to, epi->post,
                            epi->post_x, epi->post_out, kc, stream};
+    const int products = k != 0 && alpha != 0.0f, nt = products ? gemm_threads(m, n, k) : 1;
     mp_convert_stats part[MP_MAX_THREADS][2];
     uint64_t zpart[MP_MAX_THREADS];
-    memset(part, 0, sizeof part);
-    memset(zpart, 0, sizeof zpart);
+    memset(part, 0, (size_t)nt * sizeof part[0]); /* the threads' shares: only those that run */
+    memset(zpart, 0, (size_t)nt * sizeof zpart[0]);
     const int count = epi->stats || epi->post_stats;
-    if (k == 0 || alpha == 0.0f) {
+    if (!products) {
         epilogue_zero(&ep, m, n, count ? part[0] : NULL, epi->zeros ? zpart : NULL);
         if (epi->a_row_sums) row_sums_apart(kr, epi->a_row_sums, a, at, lda, trans_a, m, k);
     } else {
         const int trivial = ct == MP_F32 && !epi->bias && epi->round_to == MP_F32 && !count && !epi->post;
-        s = gemm_blocked(kr, trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, &ep, epi->a_row_sums, trivial,
+        s = gemm_blocked(kr, trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, &ep, epi->a_row_sums, trivial, nt,
                          count ? part : NULL, epi->zeros ? zpart : NULL);
     }
-    for (int t = 0; t < MP_MAX_THREADS; t++) {
+    for (int t = 0; t < nt; t++) {
         if (epi->stats) mp_convert_stats_add(epi->stats, &part[t][0]);
         if (epi->post_stats) mp_convert_stats_add(epi->post_stats, &part[t][1]);
+        if (epi->zeros) *epi->zeros += zpart[t];
     }
-    if (epi->zeros)
-        for (int t = 0; t < MP_MAX_THREADS; t++) *epi->zeros += zpart[t];
     return s;
 }
