@@ -23,16 +23,29 @@ typedef struct {
     size_t es, hs, C3;
 } attn_job;
 
+/* The head's K and V packed once as the GEMMs' B (mp_gemm_pack_b), in each form they are read: */
+enum { PK_KT, PK_V, PK_VT, PK_K, PK_FORMS }; /* K^T (the scores), V (P V), V^T (dp), K (dq) */
+
 /* One thread's scratch: */
 typedef struct attn_scratch {
-    float *S;        /* (RB, T) fp32: scores, then the probabilities' gradient */
-    float *prow;     /* (T,) fp32: a row of probabilities */
-    uint8_t *P, *dS; /* (RB, T) ct: a block's probabilities, and their gradient */
-    float *dk, *dv;  /* (T, hs) fp32: the sums of dk and dv over the row blocks */
+    float *S;              /* (RB, T) fp32: scores, then the probabilities' gradient */
+    float *prow;           /* (T,) fp32: a row of probabilities */
+    float *dk, *dv;        /* (T, hs) fp32: the sums of dk and dv over the row blocks */
+    uint8_t *P, *dS;       /* (RB, T) ct: a block's probabilities, and their gradient */
+    uint8_t *pk[PK_FORMS]; /* pk_bytes each, 64-byte aligned */
 } attn_scratch;
 
+/* The bytes a form's panels may take, for every GEMM kernel (at most 32 columns a panel and 32 k a packed
+ * slice, blocks of k of 512 or more, 4 bytes a value): each form is T x hs or hs x T. */
+static size_t pk_bytes(size_t T, size_t hs) {
+    const size_t big = T > hs ? T : hs, small = T > hs ? hs : T;
+    const size_t a = (big + 31) / 32 * 32 * (small + 32) * 4,
+                 b = (small + 31) / 32 * 32 * (big + 32 * (big / 512 + 1)) * 4;
+    return ((a > b ? a : b) + 63) / 64 * 64;
+}
+
 size_t mp_attention_scratch_floats(size_t T, size_t hs, size_t es) {
-    return (RB * T + T + 2 * T * hs + (2 * RB * T * es + 3) / 4 + 15) / 16 * 16;
+    return (RB * T + T + 2 * T * hs + (2 * RB * T * es + 3) / 4 + 16 + PK_FORMS * pk_bytes(T, hs) / 4 + 15) / 16 * 16;
 }
 
 static attn_scratch scratch_of(const attn_job *j, int t) {
@@ -41,7 +54,22 @@ static attn_scratch scratch_of(const attn_job *j, int t) {
     attn_scratch s;
     s.S = base, s.prow = s.S + RB * T, s.dk = s.prow + T, s.dv = s.dk + T * hs;
     s.P = (uint8_t *)(s.dv + T * hs), s.dS = s.P + RB * T * j->es;
+    uint8_t *pk = (uint8_t *)(((uintptr_t)(s.dS + RB * T * j->es) + 63) & ~(uintptr_t)63);
+    for (int f = 0; f < PK_FORMS; f++) s.pk[f] = pk + (size_t)f * pk_bytes(T, hs);
     return s;
+}
+
+/* Form f of the head's K or V (at b, row stride C3) packed into s->pk[f] for the kernel the GEMMs run
+ * (trans_b: op(B) is hs x T, else T x hs); where it would not fit, *pb names b alone (the GEMMs then
+ * pack it themselves). */
+static void pack_form(const attn_job *j, const attn_scratch *s, int f, int trans_b, const uint8_t *b,
+                      mp_gemm_packed_b *pb) {
+    const mp_dtype ct = j->a->ct;
+    const mp_gemm_kernel *kr = ct == MP_BF16 ? j->kc->gemm_bf16 : j->kc->gemm;
+    const size_t T = j->a->T, k = trans_b ? j->hs : T, n = trans_b ? T : j->hs;
+    if (mp_gemm_packed_b_bytes(kr, k, n) <= pk_bytes(j->a->T_max, j->hs))
+        mp_gemm_pack_b(kr, trans_b, k, n, b, ct, j->C3, s->pk[f], pb);
+    else *pb = (mp_gemm_packed_b){NULL, trans_b, ct, k, n, 0, j->C3, b, NULL};
 }
 
 static uint8_t *at(const attn_job *j, const void *p, size_t i) { return (uint8_t *)p + i * j->es; }
@@ -66,13 +94,14 @@ static void store_rows(const attn_job *j, uint8_t *P, const float *S, size_t i0,
     }
 }
 
-/* The scores of query rows [i0, i1) against keys [0, i1), in fp32 (S, row
+/* The scores of query rows [i0, i1) against keys [0, i1) (kt: K^T packed), in fp32 (S, row
  * stride i1), as stored in acc. */
-static mp_status scores(const attn_job *j, const uint8_t *q, const uint8_t *k, size_t i0, size_t i1, float *S) {
+static mp_status scores(const attn_job *j, const uint8_t *q, const mp_gemm_packed_b *kt, size_t i0, size_t i1,
+                        float *S) {
     const mp_attention *a = j->a;
     const size_t rows = i1 - i0;
-    const mp_status s = mp_gemm_in(j->kc, 0, 1, rows, i1, j->hs, a->scale, q + i0 * j->C3 * j->es, a->ct, j->C3, k,
-                                   a->ct, j->C3, 0.0f, S, MP_F32, i1, NULL);
+    const mp_status s = mp_gemm_in_packed(j->kc, 0, rows, i1, j->hs, a->scale, q + i0 * j->C3 * j->es, a->ct, j->C3, kt,
+                                          0.0f, S, MP_F32, i1, NULL);
     for (size_t r = 0; a->acc != MP_F32 && r < rows; r++)
         for (size_t c = 0; c <= i0 + r; c++) S[r * i1 + c] = mp_round_to(a->acc, S[r * i1 + c]);
     return s;
@@ -88,15 +117,18 @@ static mp_status forward_one(const attn_job *j, size_t b, size_t hh, const attn_
     const uint8_t *q = at(j, a->qkv, b * T * C3 + hh * hs), *k = q + C * j->es, *v = q + 2 * C * j->es;
     uint8_t *y = at(j, a->y, b * T * C + hh * hs);
     float *sm = a->sm + (b * a->H + hh) * a->T_max * 2;
+    mp_gemm_packed_b kt, vp;
+    pack_form(j, s, PK_KT, 1, k, &kt);
+    pack_form(j, s, PK_V, 0, v, &vp);
     for (size_t i0 = 0; i0 < T; i0 += RB) {
         const size_t i1 = T - i0 < RB ? T : i0 + RB, rows = i1 - i0;
-        mp_status e = scores(j, q, k, i0, i1, s->S);
+        mp_status e = scores(j, q, &kt, i0, i1, s->S);
         if (e != MP_OK) return e;
         for (size_t r = 0; r < rows; r++)
             mp_softmax_row_keep(j->kc, s->S + r * i1, i0 + r + 1, a->acc, sm + 2 * (i0 + r));
         store_rows(j, s->P, s->S, i0, rows, i1, st ? &st[0] : NULL);
-        e = mp_gemm_in(j->kc, 0, 0, rows, hs, i1, 1.0f, s->P, ct, i1, v, ct, C3, 0.0f, y + i0 * C * j->es, ct, C,
-                       st ? &st[1] : NULL);
+        e = mp_gemm_in_packed(j->kc, 0, rows, hs, i1, 1.0f, s->P, ct, i1, &vp, 0.0f, y + i0 * C * j->es, ct, C,
+                              st ? &st[1] : NULL);
         if (e != MP_OK) return e;
     }
     return MP_OK;
@@ -154,10 +186,14 @@ static mp_status backward_one(const attn_job *j, size_t b, size_t hh, const attn
     const float *sm = a->sm + (b * a->H + hh) * a->T_max * 2;
     const mp_kernels *kc = j->kc;
     memset(s->dk, 0, T * hs * sizeof(float)), memset(s->dv, 0, T * hs * sizeof(float));
+    mp_gemm_packed_b kt, vt, kp;
+    pack_form(j, s, PK_KT, 1, k, &kt);
+    pack_form(j, s, PK_VT, 1, v, &vt);
+    pack_form(j, s, PK_K, 0, k, &kp);
     mp_status e = MP_OK;
     for (size_t i0 = 0; i0 < T && e == MP_OK; i0 += RB) {
         const size_t i1 = T - i0 < RB ? T : i0 + RB, rows = i1 - i0;
-        if ((e = scores(j, q, k, i0, i1, s->S)) != MP_OK) break;
+        if ((e = scores(j, q, &kt, i0, i1, s->S)) != MP_OK) break;
         for (size_t r = 0; r < rows; r++)
             mp_softmax_row_again(kc, s->S + r * i1, i0 + r + 1, a->acc, sm + 2 * (i0 + r));
         store_rows(j, s->P, s->S, i0, rows, i1, NULL);
@@ -165,13 +201,13 @@ static mp_status backward_one(const attn_job *j, size_t b, size_t hh, const attn
         e = mp_gemm_in(kc, 1, 0, i1, hs, rows, 1.0f, s->P, ct, i1, dy + i0 * C * es, ct, C, 1.0f, s->dv, MP_F32, hs,
                        NULL);
         if (e == MP_OK)
-            e = mp_gemm_in(kc, 0, 1, rows, i1, hs, 1.0f, dy + i0 * C * es, ct, C, v, ct, C3, 0.0f, s->S, MP_F32, i1,
-                           NULL);
+            e = mp_gemm_in_packed(kc, 0, rows, i1, hs, 1.0f, dy + i0 * C * es, ct, C, &vt, 0.0f, s->S, MP_F32, i1,
+                                  NULL);
         if (e != MP_OK) break;
         softmax_backward_rows(j, s, i0, rows, i1);
         store_rows(j, s->dS, s->S, i0, rows, i1, &st[0]);
-        e = mp_gemm_in(kc, 0, 0, rows, hs, i1, a->scale, s->dS, ct, i1, k, ct, C3, 0.0f, dq + i0 * C3 * es, ct, C3,
-                       &st[1]);
+        e = mp_gemm_in_packed(kc, 0, rows, hs, i1, a->scale, s->dS, ct, i1, &kp, 0.0f, dq + i0 * C3 * es, ct, C3,
+                              &st[1]);
         /* dk[0, i1) += scale ds^T q */
         if (e == MP_OK)
             e = mp_gemm_in(kc, 1, 0, i1, hs, rows, a->scale, s->dS, ct, i1, q + i0 * C3 * es, ct, C3, 1.0f, s->dk,

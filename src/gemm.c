@@ -18,9 +18,6 @@
 
 #include "internal.h"
 #include "gemm_epilogue.h"
-#ifdef MP_X86
-#include <xmmintrin.h>
-#endif
 
 /* ---- the reference: plain loops ---- */
 
@@ -260,20 +257,30 @@ typedef struct {
     int row_panels; /* the kernel's row panels (its panels_b_max), */
     size_t gw;      /* their epilogue's groups of column panels */
     void *bpack;
+    size_t bK2; /* packed depth of a column panel of bpack: K2, or a packed B's (a prefix of it used) */
+    int packed; /* bpack is a B packed before the call (one column block, nothing to pack) */
 } gemm_plan;
 
 /* Packed B holds at most this many bytes (a larger k gives narrower column blocks). */
 #define MP_GEMM_BPACK_MAX ((size_t)16 << 20)
 
-static mp_status plan(gemm_plan *g, int nt) {
+/* The packed depth of k (k > 0) in kr's blocks of k: each whole block kcp, the last rounded up to kpack. */
+static size_t packed_depth(const mp_gemm_kernel *kr, size_t k) {
+    const size_t KP = (size_t)kr->kpack, kcp = (kr->kc + KP - 1) / KP * KP, nk = (k + kr->kc - 1) / kr->kc;
+    return (nk - 1) * kcp + ((k - (nk - 1) * kr->kc) + KP - 1) / KP * KP;
+}
+
+/* The blocking of g's GEMM on nt threads; pb: B packed before (NULL: packed here, block by block). */
+static mp_status plan(gemm_plan *g, int nt, const mp_gemm_packed_b *pb) {
     const mp_gemm_kernel *kr = g->kr;
     g->MR = (size_t)kr->mr, g->NR = (size_t)kr->nr, g->KP = (size_t)kr->kpack, g->es = kr->esize;
     g->kc = kr->kc, g->kcp = (kr->kc + g->KP - 1) / g->KP * g->KP;
     g->nk = (g->k + g->kc - 1) / g->kc;
-    g->K2 = (g->nk - 1) * g->kcp + ((g->k - (g->nk - 1) * g->kc) + g->KP - 1) / g->KP * g->KP;
+    g->K2 = packed_depth(kr, g->k);
     size_t nc = kr->nc < g->n ? kr->nc : (g->n + g->NR - 1) / g->NR * g->NR; /* kr->nc is a multiple of NR */
     const size_t nc_max = MP_GEMM_BPACK_MAX / (g->K2 * g->es) / g->NR * g->NR;
-    g->nc = nc < nc_max ? nc : nc_max > g->NR ? nc_max : g->NR;
+    g->nc = pb ? (g->n + g->NR - 1) / g->NR * g->NR : nc < nc_max ? nc : nc_max > g->NR ? nc_max : g->NR;
+    g->bK2 = pb ? pb->K2 : g->K2;
     /* Row blocks: whole MR-row panels, spread evenly over a multiple of the threads; a block of A (rows x kc)
      * should stay in L2, so shallow k allows taller blocks than kr->mc, which is sized for the deepest kc. */
     g->panels = (g->m + g->MR - 1) / g->MR;
@@ -288,7 +295,8 @@ static mp_status plan(gemm_plan *g, int nt) {
     /* the row panels' epilogue groups: as many column panels as MP_GEMM_STRIP and MP_GEMM_EPILOGUE_COLS allow */
     const size_t gw_cols = MP_GEMM_EPILOGUE_COLS / g->NR, gw_strip = MP_GEMM_STRIP / (g->MR * g->NR);
     g->gw = !gw_cols || !gw_strip ? 1 : gw_cols < gw_strip ? gw_cols : gw_strip;
-    if (!(g->bpack = pack_buffer(0, g->nc * g->K2 * g->es)))
+    g->packed = pb != NULL;
+    if (!(g->bpack = pb ? pb->data : pack_buffer(0, g->nc * g->K2 * g->es)))
         return mp_error(MP_ENOMEM, "mp_gemm: out of memory for a packed B block");
     return MP_OK;
 }
@@ -321,8 +329,8 @@ static void pack_b_piece(const gemm_plan *g, size_t jc, size_t npanels, size_t w
     const size_t len = kcur - q0 < MP_GEMM_PIECE_K ? kcur - q0 : MP_GEMM_PIECE_K;
     for (size_t jp = 0; jp < npanels; jp++) {
         const size_t j0 = jc + jp * g->NR, cols = g->n - j0 < g->NR ? g->n - j0 : g->NR;
-        g->kr->pack_b((uint8_t *)g->bpack + (jp * g->K2 + bi * g->kcp + q0) * g->NR * g->es, g->b, g->bt, g->ldb, g->tb,
-                      pc + q0, len, j0, cols);
+        g->kr->pack_b((uint8_t *)g->bpack + (jp * g->bK2 + bi * g->kcp + q0) * g->NR * g->es, g->b, g->bt, g->ldb,
+                      g->tb, pc + q0, len, j0, cols);
     }
 }
 
@@ -464,7 +472,7 @@ static void row_panels(const gemm_plan *g, const void *apack, float *strip, size
             const int last = bi + 1 == g->nk;
             for (size_t jp = 0; jp * g->NR < ncur; jp++) {
                 const size_t j0 = jc + jp * g->NR, cols = g->n - j0 < g->NR ? g->n - j0 : g->NR;
-                const void *bp = (const uint8_t *)g->bpack + jp * g->K2 * g->NR * g->es;
+                const void *bp = (const uint8_t *)g->bpack + jp * g->bK2 * g->NR * g->es;
                 if (direct) {
                     trivial_tile(g, apack, bp, strip, ic, ip, rows, j0, cols, z, 1);
                     continue;
@@ -493,7 +501,7 @@ static void row_block(const gemm_plan *g, void *apack, float *strip, float *sums
     }
     for (size_t jp = 0; jp * g->NR < ncur; jp++) {
         const size_t j0 = jc + jp * g->NR, cols = g->n - j0 < g->NR ? g->n - j0 : g->NR;
-        const void *bp = (const uint8_t *)g->bpack + jp * g->K2 * g->NR * g->es;
+        const void *bp = (const uint8_t *)g->bpack + jp * g->bK2 * g->NR * g->es;
         if (g->trivial && g->nk == 1) trivial_panel(g, apack, bp, strip, ic, mcur, j0, cols, z);
         else epilogue_panel(g, apack, bp, strip, ic, mcur, j0, cols, st, z);
     }
@@ -519,7 +527,7 @@ static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], 
     if (g->kr->begin) g->kr->begin();
     for (size_t jc = 0; jc < g->n; jc += g->nc) {
         const size_t ncur = g->n - jc < g->nc ? g->n - jc : g->nc;
-        pack_b_block(g, jc, ncur); /* implicit barrier: B is packed */
+        if (!g->packed) pack_b_block(g, jc, ncur); /* implicit barrier: B is packed */
         if (!g->team) {
             for (size_t ib = 0; ib < g->nblocks && ready; ib++)
                 row_block(g, apack, strip, sums, ib, jc, ncur, part ? part[t] : NULL, zpart ? &zpart[t] : NULL);
@@ -532,9 +540,7 @@ static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], 
             if (ready) row_block(g, apack, strip, sums, ib, jc, ncur, part ? part[t] : NULL, zpart ? &zpart[t] : NULL);
     }
     if (g->kr->end) g->kr->end();
-#ifdef MP_X86
-    if (g->ep->stream) _mm_sfence(); /* the non-temporal stores visible before the team's barrier */
-#endif
+    if (g->ep->stream) mp_store_fence(); /* the non-temporal stores visible before the team's barrier */
 }
 
 /* The threads of an m x n x k GEMM: one where it is too small to share. */
@@ -550,7 +556,8 @@ static int gemm_threads(size_t m, size_t n, size_t k) {
  * zpart[] (NULL: not counted); op(A)'s row sums added to row_sums (NULL: none). */
 static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m, size_t n, size_t k, const void *a,
                               mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, const mp_gemm_ep *ep,
-                              float *row_sums, int trivial, int nt, mp_convert_stats (*part)[2], uint64_t *zpart) {
+                              float *row_sums, int trivial, int nt, const mp_gemm_packed_b *pb,
+                              mp_convert_stats (*part)[2], uint64_t *zpart) {
     gemm_plan g = {.kr = kr,
                    .ta = ta,
                    .tb = tb,
@@ -566,7 +573,7 @@ static mp_status gemm_blocked(const mp_gemm_kernel *kr, int ta, int tb, size_t m
                    .bt = bt,
                    .ep = ep,
                    .row_sums = row_sums};
-    mp_status s = plan(&g, nt);
+    mp_status s = plan(&g, nt, pb);
     if (s != MP_OK) return s;
     int oom = 0;
     g.team = nt > 1;
@@ -633,9 +640,10 @@ mp_status mp_gemm_ex(int trans_a, int trans_b, size_t m, size_t n, size_t k, flo
                        epi);
 }
 
-mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
-                      const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
-                      void *c, mp_dtype ct, size_t ldc, const mp_gemm_epilogue *epi) {
+/* mp_gemm_run; pb: B packed before (one thread; NULL: B packed here) */
+static mp_status gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
+                          const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
+                          void *c, mp_dtype ct, size_t ldc, const mp_gemm_epilogue *epi, const mp_gemm_packed_b *pb) {
     const mp_gemm_kernel *kr = at == MP_BF16 && bt == MP_BF16 ? kc->gemm_bf16 : kc->gemm;
     mp_status s = check_args("mp_gemm", trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, c, ct, ldc);
     if (s != MP_OK) return s;
@@ -659,7 +667,7 @@ mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, 
     const int stream = ct != MP_F32 && (double)m * (double)n * 2.0 >= (double)MP_STREAM_MIN_BYTES;
     const mp_gemm_ep ep = {alpha,       beta,          c,  ct,    ldc, epi->bias, epi->round_to, epi->post,
                            epi->post_x, epi->post_out, kc, stream};
-    const int products = k != 0 && alpha != 0.0f, nt = products ? gemm_threads(m, n, k) : 1;
+    const int products = k != 0 && alpha != 0.0f, nt = products && !pb ? gemm_threads(m, n, k) : 1;
     mp_convert_stats part[MP_MAX_THREADS][2];
     uint64_t zpart[MP_MAX_THREADS];
     memset(part, 0, (size_t)nt * sizeof part[0]); /* the threads' shares: only those that run */
@@ -670,7 +678,7 @@ mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, 
         if (epi->a_row_sums) row_sums_apart(kr, epi->a_row_sums, a, at, lda, trans_a, m, k);
     } else {
         const int trivial = ct == MP_F32 && !epi->bias && epi->round_to == MP_F32 && !count && !epi->post;
-        s = gemm_blocked(kr, trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, &ep, epi->a_row_sums, trivial, nt,
+        s = gemm_blocked(kr, trans_a, trans_b, m, n, k, a, at, lda, b, bt, ldb, &ep, epi->a_row_sums, trivial, nt, pb,
                          count ? part : NULL, epi->zeros ? zpart : NULL);
     }
     for (int t = 0; t < nt; t++) {
@@ -679,4 +687,43 @@ mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, 
         if (epi->zeros) *epi->zeros += zpart[t];
     }
     return s;
+}
+
+mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
+                      const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
+                      void *c, mp_dtype ct, size_t ldc, const mp_gemm_epilogue *epi) {
+    return gemm_run(kc, trans_a, trans_b, m, n, k, alpha, a, at, lda, b, bt, ldb, beta, c, ct, ldc, epi, NULL);
+}
+
+/* ---- B packed once (internal.h) ---- */
+
+size_t mp_gemm_packed_b_bytes(const mp_gemm_kernel *kr, size_t k, size_t n) {
+    return k && n ? (n + (size_t)kr->nr - 1) / (size_t)kr->nr * (size_t)kr->nr * packed_depth(kr, k) * kr->esize : 0;
+}
+
+void mp_gemm_pack_b(const mp_gemm_kernel *kr, int trans_b, size_t k, size_t n, const void *b, mp_dtype bt, size_t ldb,
+                    void *data, mp_gemm_packed_b *pb) {
+    *pb = (mp_gemm_packed_b){kr, trans_b, bt, k, n, k && n ? packed_depth(kr, k) : 0, ldb, b, data};
+    /* as pack_b_block packs a column block: the same panels, blocks of k and pieces */
+    const size_t NR = (size_t)kr->nr, KP = (size_t)kr->kpack, kcp = (kr->kc + KP - 1) / KP * KP;
+    for (size_t j0 = 0, jp = 0; j0 < n; j0 += NR, jp++)
+        for (size_t pc = 0, bi = 0; pc < k; pc += kr->kc, bi++) {
+            const size_t kcur = k - pc < kr->kc ? k - pc : kr->kc;
+            for (size_t q0 = 0; q0 < kcur; q0 += MP_GEMM_PIECE_K)
+                kr->pack_b((uint8_t *)data + (jp * pb->K2 + bi * kcp + q0) * NR * kr->esize, b, bt, ldb, trans_b,
+                           pc + q0, kcur - q0 < MP_GEMM_PIECE_K ? kcur - q0 : MP_GEMM_PIECE_K, j0,
+                           n - j0 < NR ? n - j0 : NR);
+        }
+}
+
+mp_status mp_gemm_in_packed(const mp_kernels *kc, int trans_a, size_t m, size_t n, size_t k, float alpha, const void *a,
+                            mp_dtype at, size_t lda, const mp_gemm_packed_b *pb, float beta, void *c, mp_dtype ct,
+                            size_t ldc, mp_convert_stats *st) {
+    const mp_gemm_epilogue ep = {.round_to = MP_F32, .stats = st};
+    const mp_gemm_kernel *kr = at == MP_BF16 && pb->bt == MP_BF16 ? kc->gemm_bf16 : kc->gemm;
+    /* the packed panels hold op(B)'s first n columns and k (a whole number of packed slices of k, or all) */
+    const int fits = kr == pb->kr && n <= pb->n && k <= pb->k && (k == pb->k || k % (size_t)kr->kpack == 0) &&
+                     gemm_threads(m, n, k) == 1;
+    return gemm_run(kc, trans_a, pb->trans_b, m, n, k, alpha, a, at, lda, pb->b, pb->bt, pb->ldb, beta, c, ct, ldc, &ep,
+                    fits ? pb : NULL);
 }

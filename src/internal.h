@@ -646,6 +646,30 @@ mp_status mp_gemm_in(const struct mp_kernels *kc, int trans_a, int trans_b, size
                      const void *a, mp_dtype at, size_t lda, const void *b, mp_dtype bt, size_t ldb, float beta,
                      void *c, mp_dtype ct, size_t ldc, mp_convert_stats *st);
 
+/* op(B) (k x n, trans_b as mp_gemm's) packed once in kr's column panels, for GEMMs that read it or a
+ * part of it again (the attention's K and V per head): mp_gemm_in_packed's results are mp_gemm_in's
+ * with B, bit for bit. */
+typedef struct mp_gemm_packed_b {
+    const mp_gemm_kernel *kr;
+    int trans_b;
+    mp_dtype bt;
+    size_t k, n, K2; /* op(B)'s depth and width; a column panel's packed depth */
+    size_t ldb;
+    const void *b; /* B itself, for the GEMMs the panels do not fit */
+    void *data;
+} mp_gemm_packed_b;
+/* The bytes mp_gemm_pack_b writes for op(B) of k x n through kr. */
+size_t mp_gemm_packed_b_bytes(const mp_gemm_kernel *kr, size_t k, size_t n);
+/* Packs op(B) into data (mp_gemm_packed_b_bytes, 64-byte aligned) and describes it in *pb. */
+void mp_gemm_pack_b(const mp_gemm_kernel *kr, int trans_b, size_t k, size_t n, const void *b, mp_dtype bt, size_t ldb,
+                    void *data, mp_gemm_packed_b *pb);
+/* mp_gemm_in with op(B)'s first n columns and first k (n <= pb->n, k <= pb->k) on the calling thread, from
+ * the panels where they fit (pb's kernel is the one kc runs for at x bt, and k is pb->k or a multiple of
+ * its kpack: the panels' zero padding), else packed again from pb->b. */
+mp_status mp_gemm_in_packed(const struct mp_kernels *kc, int trans_a, size_t m, size_t n, size_t k, float alpha,
+                            const void *a, mp_dtype at, size_t lda, const mp_gemm_packed_b *pb, float beta, void *c,
+                            mp_dtype ct, size_t ldc, mp_convert_stats *st);
+
 /* ---- AMX (gemm_amx_model.c, cpu/gemm_amx.c) ----
  * The bf16 x bf16 kernel on AMX tiles: a 32 x 32 block of C in four 16 x 16
  * fp32 accumulator tiles, A in two 16 x 32 bf16 tiles, B in two tiles of 16

@@ -493,6 +493,63 @@ static void check_stream(void) {
               cases);
 }
 
+/* B packed once (mp_gemm_pack_b) and read by GEMMs of its first n columns and first k: C equal bit for bit
+ * to mp_gemm_in's with B itself, in both layouts of B, an fp32 C and a half C with counts, k a whole number
+ * of packed slices and not (then the GEMM packs B itself), op(B)'s value past k infinite, through the
+ * context's kernel for the inputs. */
+static int check_packed_case(const mp_kernels *kc, mp_dtype in, int tb, size_t K, size_t N, size_t m, size_t n,
+                             size_t k, mp_dtype ct) {
+    const mp_gemm_kernel *kr = in == MP_BF16 ? kc->gemm_bf16 : kc->gemm;
+    const size_t es = mp_format(in)->size, ldb = (tb ? K : N) + 3, lda = k + 5, cs = mp_format(ct)->size;
+    void *a = malloc(m * lda * es), *b = malloc((tb ? N : K) * ldb * es), *c0 = malloc(m * n * cs),
+         *c1 = malloc(m * n * cs);
+    void *data = aligned_alloc(64, (mp_gemm_packed_b_bytes(kr, K, N) + 63) / 64 * 64);
+    fill(a, in, m * lda, 0), fill(b, in, (tb ? N : K) * ldb, 0);
+    if (k < K) { /* op(B)'s first value past k infinite: 0 x inf would make NaN of a product the GEMM has not */
+        const float inf = INFINITY;
+        mp_convert((uint8_t *)b + (tb ? k : k * ldb) * es, in, &inf, MP_F32, 1, NULL);
+    }
+    memset(c0, 0x55, m * n * cs), memset(c1, 0x55, m * n * cs);
+    mp_gemm_packed_b pb;
+    mp_gemm_pack_b(kr, tb, K, N, b, in, ldb, data, &pb);
+    mp_convert_stats s0 = {0}, s1 = {0};
+    const mp_status r0 = mp_gemm_in(kc, 0, tb, m, n, k, 0.75f, a, in, lda, b, in, ldb, 0.0f, c0, ct, n, &s0);
+    const mp_status r1 = mp_gemm_in_packed(kc, 0, m, n, k, 0.75f, a, in, lda, &pb, 0.0f, c1, ct, n, &s1);
+    const int same = r0 == MP_OK && r1 == MP_OK && !memcmp(c0, c1, m * n * cs) && convert_stats_eq(&s0, &s1);
+    CHECK(same, "packed B (%s, %s, tb %d, packed %zux%zu, GEMM %zux%zux%zu, %s C): %s", kr->name, mp_format(in)->name,
+          tb, K, N, m, n, k, mp_format(ct)->name, same ? "equal" : "differ");
+    free(a), free(b), free(c0), free(c1), free(data);
+    return 1;
+}
+
+static void check_packed_b(void) {
+    const long mark = check_failures;
+    const mp_isa best = mp_cpu_detected();
+    int cases = 0;
+    for (int isa = MP_ISA_SCALAR; isa <= (int)best + 1; isa++) { /* and the AMX model */
+        mp_cpu_set_isa(isa <= (int)best ? (mp_isa)isa : best);
+        const mp_kernels *kc = isa > (int)best ? WITH(&mp_gemm_amx_model) : mp_kernels_current();
+        const mp_dtype ins[2] = {MP_F32, MP_BF16};
+        for (int f = 0; f < 2; f++) {
+            if (isa > (int)best && ins[f] != MP_BF16) continue;
+            for (int tb = 0; tb < 2; tb++) {
+                /* the attention's forms: K^T (hs x T, prefixes of its columns) and V (T x hs, prefixes of k) */
+                cases += check_packed_case(kc, ins[f], tb, 64, 256, 64, 192, 64, MP_F32);
+                cases += check_packed_case(kc, ins[f], tb, 256, 64, 64, 64, 128, MP_BF16);
+                cases += check_packed_case(kc, ins[f], tb, 256, 64, 37, 64, 256, MP_F16);
+                cases += check_packed_case(kc, ins[f], tb, 256, 64, 40, 50, 100, MP_F32);   /* k not whole slices */
+                cases += check_packed_case(kc, ins[f], tb, 1100, 40, 33, 40, 1088, MP_F32); /* blocks of k */
+                cases += check_packed_case(kc, ins[f], tb, 70, 45, 20, 45, 70, MP_BF16);    /* edges */
+            }
+        }
+    }
+    mp_cpu_set_isa(best);
+    CHECK_SAY(mark,
+              "  B packed once: GEMMs on a prefix of its columns and of k equal to mp_gemm's bit for bit "
+              "(%d cases, every path and the AMX model)\n",
+              cases);
+}
+
 /* Counting zeros into an fp32 C (a weight gradient in fp32 training) keeps
  * the plain GEMM's direct stores: the same bits on every path, with C read
  * or not and k deeper than every block, and the count is that of the +-0 in
@@ -949,6 +1006,7 @@ int main(int argc, char **argv) {
     check_epilogue();
     check_post();
     check_stream();
+    check_packed_b();
     check_zeros_keep_bits();
     check_blocks_of_k();
     check_row_sums();
