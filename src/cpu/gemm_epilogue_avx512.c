@@ -116,15 +116,15 @@ enum { P_ADD, P_GELU, P_GELU_GRAD };
  * counted into st[0] and stored unless the post step's results replace them; the post step on them as
  * stored, its results rounded, counted into st[1] and stored. The operations of gemm_epilogue.h's plain C
  * (gelu_table_rows for GELU), in registers. Inlined with constants for the format, the post step and
- * the usual case (plain: alpha 1, beta 0, no zeros counted; bias: with a bias), so that the loop holds no
- * other branch. */
+ * the usual case (plain: alpha 1, beta 0, no zeros counted; bias: with a bias; counted: st given), so
+ * that the loop holds no other branch. */
 static inline __attribute__((always_inline)) void post_rows(const mp_gemm_ep *e, const mp_gelu_table *tb,
                                                             const float *tile, size_t ts, size_t i0, size_t j0,
                                                             size_t rows, size_t cols, mp_convert_stats *st,
                                                             uint64_t *zeros, const int f16, const int P,
-                                                            const int plain, const int bias) {
+                                                            const int plain, const int bias, const int counted) {
     const mp_dtype t = f16 ? MP_F16 : MP_BF16;
-    const int keep = e->post_out != NULL, stats = st != NULL;
+    const int keep = e->post_out != NULL, stats = plain ? counted : st != NULL, stream = e->stream;
     const int read_c = !plain && e->beta != 0.0f, scale = !plain && e->alpha != 1.0f;
     const __m512 va = _mm512_set1_ps(e->alpha), vb = _mm512_set1_ps(e->beta);
     const size_t ldc = e->ldc;
@@ -147,13 +147,13 @@ static inline __attribute__((always_inline)) void post_rows(const mp_gemm_ep *e,
             z += (uint64_t)__builtin_popcount(                                                           \
                 _mm512_mask_testn_epi32_mask(k, _mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff))); \
         const __m256i h = round_half(t, v, k, &c, stats);                                                \
-        if (keep) mp_store16x16(cr + jv, k, h, e->stream);                                               \
+        if (keep) mp_store16x16(cr + jv, k, h, stream);                                                  \
         __m512 y;                                                                                        \
         if (P == P_ADD) y = _mm512_add_ps(load_c(t, xr, jv, k), widen_half(t, h)); /* x + c */           \
         else if (P == P_GELU)                                                                            \
             y = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, _mm512_cvtepu16_epi32(h), tb->y, 4);    \
         else y = gelu_bwd16(tb, t, xr + jv, widen_half(t, h), k);                                        \
-        mp_store16x16(orow + jv, k, round_half(t, y, k, &c2, stats), e->stream);                         \
+        mp_store16x16(orow + jv, k, round_half(t, y, k, &c2, stats), stream);                            \
     } while (0)
     for (size_t r = 0; r < rows; r++) { /* whole vectors with a constant mask, then the tail */
         const float *tr = tile + r * ts;
@@ -171,12 +171,17 @@ static inline __attribute__((always_inline)) void post_rows(const mp_gemm_ep *e,
     if (zeros) *zeros += z;
 }
 
-/* post_rows for the format F16 and post step P: the usual case with or without a bias, or the general one */
-#define POST_ROWS(F16, P)                                                                          \
-    do {                                                                                           \
-        if (!plain) post_rows(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 0, 0);       \
-        else if (e->bias) post_rows(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 1, 1); \
-        else post_rows(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 1, 0);              \
+/* post_rows for the format F16 and post step P: the usual case with or without a bias, counted or not, or
+ * the general one */
+#define POST_ROWS(F16, P)                                                                       \
+    do {                                                                                        \
+        if (!plain) post_rows(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 0, 0, 0); \
+        else if (e->bias)                                                                       \
+            st ? post_rows(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 1, 1, 1)     \
+               : post_rows(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 1, 1, 0);    \
+        else                                                                                    \
+            st ? post_rows(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 1, 0, 1)     \
+               : post_rows(e, tb, tile, ts, i0, j0, rows, cols, st, zeros, F16, P, 1, 0, 0);    \
     } while (0)
 
 /* post_rows where it applies (a half C with a post step, GELU's table at hand): 1 when it did. */
