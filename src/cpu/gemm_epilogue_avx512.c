@@ -50,6 +50,7 @@ static inline __attribute__((always_inline)) void half_rows(const mp_gemm_ep *e,
                                                             const int bias, const int stats, const int count_zeros) {
     const mp_dtype t = f16 ? MP_F16 : MP_BF16;
     const size_t ldc = e->ldc;
+    const int stream = e->stream;
     uint16_t *c0 = (uint16_t *)e->c + i0 * ldc + j0;
     const float *b = bias ? e->bias + j0 : NULL;
     mp_counts512 c = MP_COUNTS512_0;
@@ -61,7 +62,7 @@ static inline __attribute__((always_inline)) void half_rows(const mp_gemm_ep *e,
         if (count_zeros)                                                                                 \
             z += (uint64_t)__builtin_popcount(                                                           \
                 _mm512_mask_testn_epi32_mask(K, _mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff))); \
-        mp_store16x16(cr + (J), K, round_half(t, v, K, &c, stats), e->stream);                           \
+        mp_store16x16(cr + (J), K, round_half(t, v, K, &c, stats), stream);                              \
     } while (0)
     for (size_t r = 0; r < rows; r++) { /* whole vectors with a constant mask, then the tail */
         const float *tr = tile + r * ts;
