@@ -401,11 +401,12 @@ static inline void prefetch_rows(const uint8_t *p, size_t ld, size_t rows, size_
 /* A tile's lines arrive while its last micro-kernel runs, for the epilogue soon after: the post step's x (a
  * residual, or GELU's input; for every kernel: on the AMX Xeon the GPT's bf16 step took 6% less, the epilogue
  * had waited on them, one line per row of the strip) and C's, but not before a tile kernel (one with begin and
- * end: AMX), whose loads need the line fill buffers (there the prefetches of C cost 10%). */
+ * end: AMX), whose loads need the line fill buffers (there the prefetches of C cost 10%), nor where C is
+ * streamed (its lines are written whole, never read). */
 static void prefetch_tile(const gemm_plan *g, size_t i0, size_t j0, size_t rows, size_t cols) {
     const size_t cs = mp_format(g->ep->ct)->size, ld = g->ep->ldc * cs, off = (i0 * g->ep->ldc + j0) * cs;
     if (g->ep->post_x) prefetch_rows((const uint8_t *)g->ep->post_x + off, ld, rows, cols * cs, 0);
-    if (!g->kr->begin) prefetch_rows((const uint8_t *)g->ep->c + off, ld, rows, cols * cs, 1);
+    if (!g->kr->begin && !g->ep->stream) prefetch_rows((const uint8_t *)g->ep->c + off, ld, rows, cols * cs, 1);
 }
 
 /* Trivial (an fp32 C, no epilogue) with one block of k: the micro-kernel writes alpha * sums + beta * C
@@ -507,9 +508,9 @@ static void row_block(const gemm_plan *g, void *apack, float *strip, float *sums
     }
 }
 
-/* Thread t's part of the GEMM: every column block of B packed by the team (an implicit barrier), then the
- * row blocks it takes; without a team, all of it. Counts into part[t] and zpart[t]; *oom set when a
- * buffer could not be had. */
+/* Thread t's part of the GEMM: every column block of B packed by the team (an implicit barrier; a B packed
+ * before the call is one column block, ready), then the row blocks it takes; without a team, all of it. Counts into
+ * part[t] and zpart[t]; *oom set when a buffer could not be had. */
 static void gemm_thread(const gemm_plan *g, int t, mp_convert_stats (*part)[2], uint64_t *zpart, int *oom) {
     void *apack = pack_buffer(1, g->mc * g->K2 * g->es);
     /* the strip: a row block's tiles of a column panel, or a row panel's tiles of the column block */
@@ -667,7 +668,7 @@ static mp_status gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t
     const int stream = ct != MP_F32 && (double)m * (double)n * 2.0 >= (double)MP_STREAM_MIN_BYTES;
     const mp_gemm_ep ep = {alpha,       beta,          c,  ct,    ldc, epi->bias, epi->round_to, epi->post,
                            epi->post_x, epi->post_out, kc, stream};
-    const int products = k != 0 && alpha != 0.0f, nt = products && !pb ? gemm_threads(m, n, k) : 1;
+    const int products = k != 0 && alpha != 0.0f, nt = products ? gemm_threads(m, n, k) : 1;
     mp_convert_stats part[MP_MAX_THREADS][2];
     uint64_t zpart[MP_MAX_THREADS];
     memset(part, 0, (size_t)nt * sizeof part[0]); /* the threads' shares: only those that run */
@@ -721,9 +722,10 @@ mp_status mp_gemm_in_packed(const mp_kernels *kc, int trans_a, size_t m, size_t 
                             size_t ldc, mp_convert_stats *st) {
     const mp_gemm_epilogue ep = {.round_to = MP_F32, .stats = st};
     const mp_gemm_kernel *kr = at == MP_BF16 && pb->bt == MP_BF16 ? kc->gemm_bf16 : kc->gemm;
-    /* the packed panels hold op(B)'s first n columns and k (a whole number of packed slices of k, or all) */
-    const int fits = kr == pb->kr && n <= pb->n && k <= pb->k && (k == pb->k || k % (size_t)kr->kpack == 0) &&
-                     gemm_threads(m, n, k) == 1;
+    /* the packed panels hold op(B)'s first n columns and k: all of it, or k's last block a whole number of
+     * packed slices (its depth then reads no row past k) */
+    const size_t last = k ? k - (k - 1) / kr->kc * kr->kc : 0;
+    const int fits = kr == pb->kr && n <= pb->n && k <= pb->k && (k == pb->k || last % (size_t)kr->kpack == 0);
     return gemm_run(kc, trans_a, pb->trans_b, m, n, k, alpha, a, at, lda, pb->b, pb->bt, pb->ldb, beta, c, ct, ldc, &ep,
                     fits ? pb : NULL);
 }

@@ -218,7 +218,8 @@ static inline void mp_stats_amax(mp_convert_stats *st, uint32_t a) {
  * st is not NULL, adds exact statistics. NULL entries fall back to scalar. */
 typedef struct mp_convert_kernels {
     /* stream: the results may be stored non-temporally (where the path can and dst is aligned), unfenced:
-     * the caller fences (mp_store_fence) before another thread reads them */
+     * the caller fences (mp_store_fence) before another thread reads them. The widenings decide for
+     * themselves (MP_STREAM_MIN_BYTES of results) and fence. */
     void (*f32_to_f16)(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, int stream);
     void (*f16_to_f32)(float *dst, const uint16_t *src, size_t n, mp_convert_stats *st);
     void (*f32_to_bf16)(uint16_t *dst, const float *src, size_t n, mp_convert_stats *st, int stream);
@@ -540,7 +541,7 @@ mp_status mp_optim_step_in(const struct mp_kernels *k, mp_optim *o);
 
 /* Non-temporal stores before it are visible to other threads after it (x86's sfence). */
 static inline void mp_store_fence(void) {
-#if defined(__x86_64__) || defined(_M_X64)
+#if defined(__x86_64__)
     __builtin_ia32_sfence();
 #endif
 }
@@ -663,9 +664,9 @@ size_t mp_gemm_packed_b_bytes(const mp_gemm_kernel *kr, size_t k, size_t n);
 /* Packs op(B) into data (mp_gemm_packed_b_bytes, 64-byte aligned) and describes it in *pb. */
 void mp_gemm_pack_b(const mp_gemm_kernel *kr, int trans_b, size_t k, size_t n, const void *b, mp_dtype bt, size_t ldb,
                     void *data, mp_gemm_packed_b *pb);
-/* mp_gemm_in with op(B)'s first n columns and first k (n <= pb->n, k <= pb->k) on the calling thread, from
- * the panels where they fit (pb's kernel is the one kc runs for at x bt, and k is pb->k or a multiple of
- * its kpack: the panels' zero padding), else packed again from pb->b. */
+/* mp_gemm_in with op(B)'s first n columns and first k (n <= pb->n, k <= pb->k), from the panels where they
+ * fit (pb's kernel is the one kc runs for at x bt, and k is pb->k or its last block of k a multiple of the
+ * kernel's kpack: the panels' zero padding), else packed again from pb->b; threads as mp_gemm_in. */
 mp_status mp_gemm_in_packed(const struct mp_kernels *kc, int trans_a, size_t m, size_t n, size_t k, float alpha,
                             const void *a, mp_dtype at, size_t lda, const mp_gemm_packed_b *pb, float beta, void *c,
                             mp_dtype ct, size_t ldc, mp_convert_stats *st);

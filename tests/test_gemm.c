@@ -447,8 +447,8 @@ static void check_stream_case(const mp_gemm_kernel *kr, mp_gemm_post post, size_
     fill(a, MP_BF16, m * k, 0), fill(b, MP_BF16, k * n, 0), fill(x, MP_BF16, m * ldc, 0);
     for (size_t j = 0; j < n; j++) bias[j] = frand();
     mp_convert_stats st[2][2] = {{{0}}};
-    for (int w = 0; w < 2; w++) {
-        c[w] = malloc(m * ldc * 2), o[w] = malloc(m * ldc * 2);
+    for (int w = 0; w < 2; w++) { /* 64-byte aligned: with ldc 2048 every row's whole vectors stream */
+        c[w] = aligned_alloc(64, m * ldc * 2), o[w] = aligned_alloc(64, m * ldc * 2);
         memset(c[w], 0x55, m * ldc * 2), memset(o[w], 0x55, m * ldc * 2);
     }
     CHECK(m * n * 2 >= MP_STREAM_MIN_BYTES && half * n * 2 < MP_STREAM_MIN_BYTES, "stream case sizes");
@@ -541,6 +541,10 @@ static void check_packed_b(void) {
                 cases += check_packed_case(kc, ins[f], tb, 256, 64, 40, 50, 100, MP_F32);   /* k not whole slices */
                 cases += check_packed_case(kc, ins[f], tb, 1100, 40, 33, 40, 1088, MP_F32); /* blocks of k */
                 cases += check_packed_case(kc, ins[f], tb, 70, 45, 20, 45, 70, MP_BF16);    /* edges */
+                const int threads = mp_get_threads(); /* a GEMM large enough for a team of two */
+                mp_set_threads(2);
+                cases += check_packed_case(kc, ins[f], tb, 256, 256, 600, 192, 192, MP_BF16);
+                mp_set_threads(threads);
             }
         }
     }

@@ -4,9 +4,10 @@
  * conversions and counts (convert_avx512.h), so the same bits (tested). A
  * half C's post step (gemm.h) runs in the same pass (post_rows, GELU from the
  * table of every code); on an fp32 C, with round_to, or without a GELU table
- * it runs gemm_epilogue.h's plain C, built here for AVX-512. A half C and a
- * post step's output of MP_STREAM_MIN_BYTES or more (e->stream) are stored
- * non-temporally, whole aligned vectors of 16.
+ * it runs gemm_epilogue.h's plain C, built here for AVX-512. In the half
+ * rows and the post rows, a half C and a post step's output of
+ * MP_STREAM_MIN_BYTES or more (e->stream) are stored non-temporally, whole
+ * aligned vectors of 16.
  * Built twice: as mp_gemm_epilogue_avx512, and with AVX512_BF16 as
  * mp_gemm_epilogue_avx512bf16 (gemm_epilogue_avx512bf16.c), where bf16 codes
  * come from vcvtneps2bf16 (mp_bf16_round16_cvt: the same codes). */
