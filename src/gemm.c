@@ -264,23 +264,25 @@ typedef struct {
 /* Packed B holds at most this many bytes (a larger k gives narrower column blocks). */
 #define MP_GEMM_BPACK_MAX ((size_t)16 << 20)
 
-/* The packed depth of k (k > 0) in kr's blocks of k: each whole block kcp, the last rounded up to kpack. */
-static size_t packed_depth(const mp_gemm_kernel *kr, size_t k) {
-    const size_t KP = (size_t)kr->kpack, kcp = (kr->kc + KP - 1) / KP * KP, nk = (k + kr->kc - 1) / kr->kc;
-    return (nk - 1) * kcp + ((k - (nk - 1) * kr->kc) + KP - 1) / KP * KP;
+/* g's kernel shape and blocks of k (g->k > 0): kc deep, each packed kcp deep, all of k K2 deep (each whole
+ * block kcp, the last rounded up to kpack); B's panels K2 deep. */
+static void k_blocks(gemm_plan *g) {
+    const mp_gemm_kernel *kr = g->kr;
+    g->MR = (size_t)kr->mr, g->NR = (size_t)kr->nr, g->KP = (size_t)kr->kpack, g->es = kr->esize;
+    g->kc = kr->kc, g->kcp = (kr->kc + g->KP - 1) / g->KP * g->KP;
+    g->nk = (g->k + g->kc - 1) / g->kc;
+    g->K2 = (g->nk - 1) * g->kcp + ((g->k - (g->nk - 1) * g->kc) + g->KP - 1) / g->KP * g->KP;
+    g->bK2 = g->K2;
 }
 
 /* The blocking of g's GEMM on nt threads; pb: B packed before (NULL: packed here, block by block). */
 static mp_status plan(gemm_plan *g, int nt, const mp_gemm_packed_b *pb) {
     const mp_gemm_kernel *kr = g->kr;
-    g->MR = (size_t)kr->mr, g->NR = (size_t)kr->nr, g->KP = (size_t)kr->kpack, g->es = kr->esize;
-    g->kc = kr->kc, g->kcp = (kr->kc + g->KP - 1) / g->KP * g->KP;
-    g->nk = (g->k + g->kc - 1) / g->kc;
-    g->K2 = packed_depth(kr, g->k);
+    k_blocks(g);
     size_t nc = kr->nc < g->n ? kr->nc : (g->n + g->NR - 1) / g->NR * g->NR; /* kr->nc is a multiple of NR */
     const size_t nc_max = MP_GEMM_BPACK_MAX / (g->K2 * g->es) / g->NR * g->NR;
     g->nc = pb ? (g->n + g->NR - 1) / g->NR * g->NR : nc < nc_max ? nc : nc_max > g->NR ? nc_max : g->NR;
-    g->bK2 = pb ? pb->K2 : g->K2;
+    if (pb) g->bK2 = pb->K2;
     /* Row blocks: whole MR-row panels, spread evenly over a multiple of the threads; a block of A (rows x kc)
      * should stay in L2, so shallow k allows taller blocks than kr->mc, which is sized for the deepest kc. */
     g->panels = (g->m + g->MR - 1) / g->MR;
@@ -699,22 +701,18 @@ mp_status mp_gemm_run(const mp_kernels *kc, int trans_a, int trans_b, size_t m, 
 /* ---- B packed once (internal.h) ---- */
 
 size_t mp_gemm_packed_b_bytes(const mp_gemm_kernel *kr, size_t k, size_t n) {
-    return k && n ? (n + (size_t)kr->nr - 1) / (size_t)kr->nr * (size_t)kr->nr * packed_depth(kr, k) * kr->esize : 0;
+    if (!k || !n) return 0;
+    gemm_plan g = {.kr = kr, .k = k};
+    k_blocks(&g);
+    return (n + g.NR - 1) / g.NR * g.NR * g.K2 * g.es;
 }
 
 void mp_gemm_pack_b(const mp_gemm_kernel *kr, int trans_b, size_t k, size_t n, const void *b, mp_dtype bt, size_t ldb,
                     void *data, mp_gemm_packed_b *pb) {
-    *pb = (mp_gemm_packed_b){kr, trans_b, bt, k, n, k && n ? packed_depth(kr, k) : 0, ldb, b, data};
-    /* as pack_b_block packs a column block: the same panels, blocks of k and pieces */
-    const size_t NR = (size_t)kr->nr, KP = (size_t)kr->kpack, kcp = (kr->kc + KP - 1) / KP * KP;
-    for (size_t j0 = 0, jp = 0; j0 < n; j0 += NR, jp++)
-        for (size_t pc = 0, bi = 0; pc < k; pc += kr->kc, bi++) {
-            const size_t kcur = k - pc < kr->kc ? k - pc : kr->kc;
-            for (size_t q0 = 0; q0 < kcur; q0 += MP_GEMM_PIECE_K)
-                kr->pack_b((uint8_t *)data + (jp * pb->K2 + bi * kcp + q0) * NR * kr->esize, b, bt, ldb, trans_b,
-                           pc + q0, kcur - q0 < MP_GEMM_PIECE_K ? kcur - q0 : MP_GEMM_PIECE_K, j0,
-                           n - j0 < NR ? n - j0 : NR);
-        }
+    gemm_plan g = {.kr = kr, .tb = trans_b, .n = n, .k = k, .ldb = ldb, .b = b, .bt = bt, .bpack = data};
+    if (k && n) k_blocks(&g);
+    *pb = (mp_gemm_packed_b){kr, trans_b, bt, k, n, g.K2, ldb, b, data};
+    if (k && n) pack_b_block(&g, 0, n); /* one column block, by the calling thread (no team) */
 }
 
 mp_status mp_gemm_in_packed(const mp_kernels *kc, int trans_a, size_t m, size_t n, size_t k, float alpha, const void *a,
